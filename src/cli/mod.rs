@@ -1,0 +1,86 @@
+//! The command line: one file per command, each with its argument struct
+//! and a `run` that calls library code. No domain logic lives here.
+
+pub mod completions;
+pub mod render;
+pub mod schema;
+pub mod validate;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use owo_colors::OwoColorize;
+
+use crate::output::Format;
+
+#[derive(Debug, Parser)]
+#[command(name = "pinfleet", version, about = "Bootstrap, upgrade and govern fleets of Kubernetes clusters on AWS")]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Folder holding the cluster definitions.
+    #[arg(long, global = true, env = "PINFLEET_CLUSTERS_DIR", default_value = "clusters")]
+    pub clusters_dir: PathBuf,
+    /// Output format, where the command has data to show.
+    #[arg(short, long, global = true, value_enum, default_value_t = Format::Text)]
+    pub output: Format,
+    /// More logging (-v info, -vv debug, -vvv trace); RUST_LOG wins when set.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check cluster files (default: every cluster in the clusters folder).
+    Validate(validate::ValidateArgs),
+    /// Render every template (user-data, kubeadm, kind, kubeconfig) for one cluster.
+    Render(render::RenderArgs),
+    /// Print the JSON Schema of the cluster format.
+    Schema(schema::SchemaArgs),
+    /// Print shell completions.
+    Completions(completions::CompletionsArgs),
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let g = &cli.global;
+    match cli.command {
+        Command::Validate(a) => validate::run(g, a),
+        Command::Render(a) => render::run(g, a),
+        Command::Schema(a) => schema::run(g, a),
+        Command::Completions(a) => completions::run(g, a),
+    }
+}
+
+/// Tracing to stderr: `-v` levels, or RUST_LOG when set.
+pub fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info,pinfleet=info",
+        2 => "info,pinfleet=debug",
+        _ => "debug,pinfleet=trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::env::var_os("NO_COLOR").is_none())
+        .try_init();
+}
+
+/// Prints an error and its causes, one per line.
+pub fn report_error(err: &anyhow::Error) {
+    let mut e = anstream::stderr();
+    let _ = writeln!(e, "{} {err}", "error:".red().bold());
+    for cause in err.chain().skip(1) {
+        let _ = writeln!(e, "  {} {cause}", "caused by:".dimmed());
+    }
+}

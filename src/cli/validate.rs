@@ -1,0 +1,99 @@
+//! `pinfleet validate [PATH…]`: check cluster files, report every problem.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use owo_colors::OwoColorize;
+use serde::Serialize;
+
+use super::GlobalArgs;
+use crate::output::{print_data, Format};
+use crate::spec;
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Cluster files or folders (default: the clusters folder).
+    pub paths: Vec<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    valid: Vec<Valid>,
+    errors: Vec<Problem>,
+}
+
+#[derive(Serialize)]
+struct Valid {
+    file: String,
+    name: String,
+}
+
+#[derive(Serialize)]
+struct Problem {
+    file: String,
+    line: usize,
+    column: usize,
+    path: String,
+    message: String,
+}
+
+/// Addon packages present under `addons/` (a folder per package with an addon.yaml).
+pub fn known_addons() -> Option<std::collections::BTreeSet<String>> {
+    let dir = std::path::Path::new("addons");
+    let entries = std::fs::read_dir(dir).ok()?;
+    Some(
+        entries
+            .filter_map(Result::ok)
+            .filter(|e| e.path().join("addon.yaml").is_file())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+    )
+}
+
+pub fn run(g: &GlobalArgs, args: ValidateArgs) -> anyhow::Result<ExitCode> {
+    let paths = if args.paths.is_empty() { vec![g.clusters_dir.clone()] } else { args.paths };
+    let opts = spec::LoadOptions { known_addons: known_addons() };
+    let (loaded, problems) = spec::load_paths(&paths, &opts);
+    let report = Report {
+        valid: loaded
+            .iter()
+            .map(|l| Valid { file: l.path.display().to_string(), name: l.cluster.metadata.name.clone() })
+            .collect(),
+        errors: problems
+            .0
+            .iter()
+            .map(|d| Problem {
+                file: d.loc.file.display().to_string(),
+                line: d.loc.line,
+                column: d.loc.col,
+                path: d.path.clone(),
+                message: d.message.clone(),
+            })
+            .collect(),
+    };
+    if g.output == Format::Text {
+        let mut out = anstream::stdout();
+        for v in &report.valid {
+            writeln!(out, "{} {} ({})", "ok".green(), v.file, v.name)?;
+        }
+        let mut err = anstream::stderr();
+        for d in &problems.0 {
+            writeln!(err, "{}", d.to_string().red())?;
+        }
+        if !problems.0.is_empty() || report.valid.is_empty() {
+            let files: std::collections::BTreeSet<_> = problems.0.iter().map(|d| d.loc.file.clone()).collect();
+            writeln!(err, "{} valid, {} problem(s) in {} file(s)", report.valid.len(), problems.0.len(), files.len())?;
+        }
+    } else {
+        print_data(g.output, &report)?;
+    }
+    if report.valid.is_empty() && problems.0.is_empty() {
+        anyhow::bail!(
+            "no cluster files found in {}",
+            paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(if problems.0.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}

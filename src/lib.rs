@@ -1,0 +1,19 @@
+//! pinfleet bootstraps, upgrades and governs fleets of Kubernetes clusters
+//! on AWS from declarative files.
+//!
+//! Data flow, in brief:
+//!
+//! ```text
+//! clusters/*.yaml ─▶ spec (extends → check → defaults → validate) ─▶ Cluster
+//!    Cluster ─▶ render (cloud-init, kubeadm, kind, kubeconfig)
+//!    Cluster ─▶ desired cloud model ─▶ plan (vs observed) ─▶ apply ─▶ rollout
+//!    Cluster ─▶ addons ─▶ in-cluster controller ─▶ federation
+//! ```
+//!
+//! Pure modules ([`spec`], [`render`]) do no IO beyond reading the cluster
+//! files; effects live at the edges ([`cli`]).
+
+pub mod cli;
+pub mod output;
+pub mod render;
+pub mod spec;

@@ -1,0 +1,436 @@
+//! Semantic validation of a structurally valid cluster: what the schema
+//! alone cannot say (CIDR containment and overlap, zones in the region,
+//! sizes, quorum, references between fields). Pure; returns every problem
+//! with its field path, which the loader turns into a file location.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ipnet::IpNet;
+
+use super::load::LoadOptions;
+use super::{Cidr, Cluster, IntOrPercent, Role, Taint};
+
+/// Kubernetes minor versions pinfleet can bootstrap (1.MINOR).
+pub const SUPPORTED_MINORS: std::ops::RangeInclusive<u32> = 30..=37;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub path: String,
+    pub message: String,
+}
+
+#[derive(Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem { path: path.into(), message: message.into() });
+    }
+}
+
+/// A DNS-1123 label: lowercase alphanumerics and '-', 1–63 characters.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn label_name_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+}
+
+/// A Kubernetes label/taint key: optional DNS prefix + '/' + name.
+pub fn is_label_key(key: &str) -> bool {
+    match key.split_once('/') {
+        Some((prefix, name)) => prefix.len() <= 253 && prefix.split('.').all(is_dns_label) && label_name_ok(name),
+        None => label_name_ok(key),
+    }
+}
+
+fn is_label_value(v: &str) -> bool {
+    v.is_empty() || label_name_ok(v)
+}
+
+fn check_labels(p: &mut Problems, path: &str, labels: &BTreeMap<String, String>) {
+    for (k, v) in labels {
+        if !is_label_key(k) {
+            p.push(format!("{path}.{k}"), format!("`{k}` is not a valid label key"));
+        } else if !is_label_value(v) {
+            p.push(
+                format!("{path}.{k}"),
+                format!("`{v}` is not a valid label value (at most 63 characters: letters, digits, '-', '_', '.')"),
+            );
+        }
+    }
+}
+
+fn check_taints(p: &mut Problems, path: &str, taints: &[Taint]) {
+    let mut seen = BTreeSet::new();
+    for (i, t) in taints.iter().enumerate() {
+        if !is_label_key(&t.key) {
+            p.push(format!("{path}[{i}].key"), format!("`{}` is not a valid taint key", t.key));
+        }
+        if !is_label_value(&t.value) {
+            p.push(format!("{path}[{i}].value"), format!("`{}` is not a valid taint value", t.value));
+        }
+        if !seen.insert((t.key.as_str(), t.effect)) {
+            p.push(
+                format!("{path}[{i}]"),
+                format!("taint `{}` with effect {} is listed twice", t.key, t.effect.as_str()),
+            );
+        }
+    }
+}
+
+fn is_region(s: &str) -> bool {
+    // e.g. us-east-1, ap-southeast-2, us-gov-west-1, eu-central-2
+    let parts: Vec<&str> = s.split('-').collect();
+    parts.len() >= 3
+        && parts[0].len() == 2
+        && parts.iter().take(parts.len() - 1).all(|x| !x.is_empty() && x.bytes().all(|b| b.is_ascii_lowercase()))
+        && parts[parts.len() - 1].parse::<u32>().is_ok()
+}
+
+fn zone_in_region(zone: &str, region: &str) -> bool {
+    // Regular zones are the region plus a letter (us-east-1a); Local Zones
+    // add a location (us-west-2-lax-1a).
+    match zone.strip_prefix(region) {
+        Some(rest) if rest.len() == 1 => rest.bytes().all(|b| b.is_ascii_lowercase()),
+        Some(rest) => rest.starts_with('-') && rest.len() > 2,
+        None => false,
+    }
+}
+
+fn overlaps(a: &IpNet, b: &IpNet) -> bool {
+    a.contains(&b.network()) || b.contains(&a.network())
+}
+
+/// Parses `1.31.2` (or `v1.31.2`) into (major, minor, patch).
+pub fn parse_kubernetes_version(v: &str) -> Option<(u32, u32, u32)> {
+    let v = v.strip_prefix('v').unwrap_or(v);
+    let mut it = v.split('.');
+    let parsed = (it.next()?.parse().ok()?, it.next()?.parse().ok()?, it.next()?.parse().ok()?);
+    it.next().is_none().then_some(parsed)
+}
+
+fn check_state_store(p: &mut Problems, url: &str) {
+    let path = "spec.stateStore";
+    if let Some(rest) = url.strip_prefix("s3://") {
+        let bucket = rest.split('/').next().unwrap_or_default();
+        let ok = (3..=63).contains(&bucket.len())
+            && bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && bucket.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+            && bucket.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
+        if !ok {
+            p.push(
+                path,
+                format!("`{bucket}` is not a valid S3 bucket name (3–63 lowercase letters, digits, '-', '.')"),
+            );
+        }
+    } else if let Some(rest) = url.strip_prefix("file://") {
+        if rest.is_empty() {
+            p.push(path, "`file://` needs a folder, e.g. file://.pinfleet/state");
+        }
+    } else {
+        p.push(path, format!("`{url}` is not a state store URL (expected s3://bucket/prefix or file://dir)"));
+    }
+}
+
+/// Every semantic problem in `c`. Empty means valid.
+pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
+    let mut p = Problems::default();
+    let spec = &c.spec;
+
+    if !is_dns_label(&c.metadata.name) {
+        p.push(
+            "metadata.name",
+            format!("`{}` is not a DNS label (lowercase letters, digits and '-', at most 63)", c.metadata.name),
+        );
+    }
+    check_labels(&mut p, "metadata.labels", &c.metadata.labels);
+    if spec.owner.trim().is_empty() || spec.owner.chars().any(char::is_whitespace) || spec.owner.len() > 128 {
+        p.push(
+            "spec.owner",
+            format!("`{}` is not a team name (non-empty, no spaces, at most 128 characters)", spec.owner),
+        );
+    }
+    check_state_store(&mut p, &spec.state_store);
+
+    match parse_kubernetes_version(&spec.kubernetes_version) {
+        None => p.push("spec.kubernetesVersion", format!("`{}` is not a version like 1.31.2", spec.kubernetes_version)),
+        Some((major, minor, _)) if major != 1 || !SUPPORTED_MINORS.contains(&minor) => p.push(
+            "spec.kubernetesVersion",
+            format!(
+                "Kubernetes {} is not supported (supported: 1.{} to 1.{})",
+                spec.kubernetes_version,
+                SUPPORTED_MINORS.start(),
+                SUPPORTED_MINORS.end()
+            ),
+        ),
+        Some(_) => {}
+    }
+
+    // Cloud.
+    let region = &spec.cloud.region;
+    if !is_region(region) {
+        p.push("spec.cloud.region", format!("`{region}` is not an AWS region (e.g. us-east-1)"));
+    }
+    if spec.cloud.zones.is_empty() {
+        p.push("spec.cloud.zones", "at least one zone is needed");
+    }
+    let mut zones = BTreeSet::new();
+    for (i, z) in spec.cloud.zones.iter().enumerate() {
+        if is_region(region) && !zone_in_region(z, region) {
+            p.push(format!("spec.cloud.zones[{i}]"), format!("zone `{z}` is not in region {region}"));
+        }
+        if !zones.insert(z.as_str()) {
+            p.push(format!("spec.cloud.zones[{i}]"), format!("zone `{z}` is listed twice"));
+        }
+    }
+
+    // Network.
+    let net = &spec.network;
+    let vpc = net.vpc_cidr.0;
+    let np = "spec.network";
+    match vpc {
+        IpNet::V4(v4) if (16..=28).contains(&v4.prefix_len()) => {}
+        IpNet::V4(_) => {
+            p.push(format!("{np}.vpcCidr"), format!("VPC CIDR {vpc} must be between /16 and /28 (AWS limits)"))
+        }
+        IpNet::V6(_) => p.push(format!("{np}.vpcCidr"), "the VPC CIDR must be IPv4 (IPv6 is assigned by AWS)"),
+    }
+    if net.subnets.is_empty() {
+        p.push(format!("{np}.subnets"), "at least one subnet is needed");
+    }
+    let mut subnet_names = BTreeMap::new();
+    for (i, s) in net.subnets.iter().enumerate() {
+        let sp = format!("{np}.subnets[{i}]");
+        if !is_dns_label(&s.name) {
+            p.push(format!("{sp}.name"), format!("`{}` is not a DNS label", s.name));
+        }
+        if subnet_names.insert(s.name.as_str(), i).is_some() {
+            p.push(format!("{sp}.name"), format!("subnet name `{}` is used twice", s.name));
+        }
+        if !zones.contains(s.zone.as_str()) {
+            p.push(format!("{sp}.zone"), format!("zone `{}` is not one of spec.cloud.zones", s.zone));
+        }
+        if !vpc.contains(&s.cidr.0) {
+            p.push(format!("{sp}.cidr"), format!("{} is not inside the VPC {vpc}", s.cidr));
+        } else if s.cidr.0.prefix_len() > 28 {
+            p.push(format!("{sp}.cidr"), format!("{} is smaller than /28, the smallest AWS subnet", s.cidr));
+        }
+        for (j, other) in net.subnets.iter().enumerate().take(i) {
+            if overlaps(&s.cidr.0, &other.cidr.0) {
+                p.push(format!("{sp}.cidr"), format!("{} overlaps subnet `{}` ({})", s.cidr, other.name, other.cidr));
+                let _ = j;
+            }
+        }
+    }
+    let ranges: [(&str, Cidr); 3] =
+        [("vpcCidr", net.vpc_cidr), ("podCidr", net.pod_cidr), ("serviceCidr", net.service_cidr)];
+    for (i, (name, cidr)) in ranges.iter().enumerate().skip(1) {
+        for (other_name, other) in ranges.iter().take(i) {
+            if overlaps(&cidr.0, &other.0) {
+                p.push(format!("{np}.{name}"), format!("{cidr} overlaps {other_name} {other}"));
+            }
+        }
+    }
+
+    // API.
+    if spec.api.port == 0 {
+        p.push("spec.api.port", "port 0 is not a port");
+    }
+    if spec.api.allowed_cidrs.is_empty() {
+        p.push("spec.api.allowedCidrs", "at least one source CIDR is needed, or nobody can reach the API");
+    }
+
+    // Instance groups.
+    let igp = "spec.instanceGroups";
+    let mut ig_names = BTreeSet::new();
+    let mut control_plane = 0u32;
+    let mut has_cp_group = false;
+    let mut has_node_group = false;
+    for (i, g) in spec.instance_groups.iter().enumerate() {
+        let gp = format!("{igp}[{i}]");
+        if !is_dns_label(&g.name) {
+            p.push(format!("{gp}.name"), format!("`{}` is not a DNS label", g.name));
+        }
+        if !ig_names.insert(g.name.as_str()) {
+            p.push(format!("{gp}.name"), format!("instance group name `{}` is used twice", g.name));
+        }
+        match g.role {
+            Role::ControlPlane => {
+                has_cp_group = true;
+                control_plane += g.desired_count();
+            }
+            Role::Node => has_node_group = true,
+        }
+        let mt = &g.machine_type;
+        let mt_ok = mt.split_once('.').is_some_and(|(f, s)| {
+            !f.is_empty()
+                && !s.is_empty()
+                && mt.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        });
+        if !mt_ok {
+            p.push(format!("{gp}.machineType"), format!("`{mt}` is not an EC2 instance type (e.g. m6i.large)"));
+        }
+        if g.min_size > g.max_size {
+            p.push(format!("{gp}.minSize"), format!("{} is greater than maxSize {}", g.min_size, g.max_size));
+        }
+        if let Some(d) = g.desired {
+            if d < g.min_size || d > g.max_size {
+                p.push(
+                    format!("{gp}.desired"),
+                    format!("{d} is outside minSize..maxSize ({}..{})", g.min_size, g.max_size),
+                );
+            }
+        }
+        if g.max_size == 0 {
+            p.push(format!("{gp}.maxSize"), "must be at least 1");
+        }
+        match (&g.image.id, &g.image.selector) {
+            (Some(_), Some(_)) => p.push(format!("{gp}.image"), "give either id or selector, not both"),
+            (None, None) => p.push(format!("{gp}.image"), "give an AMI id or a selector"),
+            (Some(id), None) => {
+                let ok = id.strip_prefix("ami-").is_some_and(|h| {
+                    (8..=17).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+                });
+                if !ok {
+                    p.push(format!("{gp}.image.id"), format!("`{id}` is not an AMI id (ami- and 8 or 17 hex digits)"));
+                }
+            }
+            (None, Some(sel)) => {
+                if sel.owners.is_empty() {
+                    p.push(
+                        format!("{gp}.image.selector.owners"),
+                        "name at least one owner (an account id, `amazon` or `self`)",
+                    );
+                }
+                if sel.name.trim().is_empty() {
+                    p.push(format!("{gp}.image.selector.name"), "the name pattern is empty");
+                }
+            }
+        }
+        if g.subnets.is_empty() {
+            p.push(format!("{gp}.subnets"), "name at least one subnet");
+        }
+        for (j, s) in g.subnets.iter().enumerate() {
+            if !subnet_names.contains_key(s.as_str()) {
+                let known: Vec<&str> = subnet_names.keys().copied().collect();
+                let hint = match super::check::did_you_mean(s, known.iter().copied()) {
+                    Some(h) => format!(" (did you mean `{h}`?)"),
+                    None => format!(" (subnets: {})", known.join(", ")),
+                };
+                p.push(format!("{gp}.subnets[{j}]"), format!("no subnet named `{s}` in spec.network.subnets{hint}"));
+            }
+        }
+        if !(8..=16384).contains(&g.root_volume.size_gib) {
+            p.push(format!("{gp}.rootVolume.sizeGiB"), format!("{} GiB is outside 8..16384", g.root_volume.size_gib));
+        }
+        check_labels(&mut p, &format!("{gp}.labels"), &g.labels);
+        check_taints(&mut p, &format!("{gp}.taints"), &g.taints);
+        for k in g.cloud_labels.keys() {
+            if k.starts_with("pinfleet.dev/") || k.starts_with("aws:") {
+                p.push(format!("{gp}.cloudLabels.{k}"), format!("tag `{k}` is reserved"));
+            }
+        }
+        let r = &g.rollout;
+        let zero = |v: IntOrPercent| v.resolve_up(g.desired_count().max(1)) == 0;
+        if zero(r.max_surge) && zero(r.max_unavailable) {
+            p.push(format!("{gp}.rollout"), "maxSurge and maxUnavailable are both 0: a roll could never make progress");
+        }
+    }
+    if spec.instance_groups.is_empty() {
+        p.push(igp, "at least one control-plane group and one node group are needed");
+    } else {
+        if !has_cp_group {
+            p.push(igp, "no instance group has role control-plane");
+        } else if control_plane % 2 == 0 {
+            p.push(
+                igp,
+                format!("{control_plane} control-plane instances: etcd needs an odd number (1, 3 or 5) to keep quorum"),
+            );
+        }
+        if !has_node_group {
+            p.push(igp, "no instance group has role node: workloads would have nowhere to run");
+        }
+    }
+
+    // Addons.
+    let mut addon_names = BTreeSet::new();
+    for (i, a) in spec.addons.iter().enumerate() {
+        if !addon_names.insert(a.name.as_str()) {
+            p.push(format!("spec.addons[{i}].name"), format!("addon `{}` is listed twice", a.name));
+        }
+        if let Some(known) = opts.known_addons.as_ref().filter(|k| !k.is_empty()) {
+            if !known.contains(&a.name) {
+                let hint = match super::check::did_you_mean(&a.name, known.iter().map(String::as_str)) {
+                    Some(h) => format!(" (did you mean `{h}`?)"),
+                    None => format!(" (available: {})", known.iter().cloned().collect::<Vec<_>>().join(", ")),
+                };
+                p.push(format!("spec.addons[{i}].name"), format!("no addon package `{}` under addons/{hint}", a.name));
+            }
+        }
+    }
+
+    // Federation.
+    if let Some(f) = &spec.federation {
+        if !is_dns_label(&f.name) {
+            p.push("spec.federation.name", format!("`{}` is not a DNS label", f.name));
+        }
+        if f.weight == 0 {
+            p.push("spec.federation.weight", "weight 0 would never receive replicas; leave the federation instead");
+        }
+        check_labels(&mut p, "spec.federation.labels", &f.labels);
+        check_taints(&mut p, "spec.federation.taints", &f.taints);
+        if let Some(IntOrPercent::Int(_)) = f.max_share {
+            p.push("spec.federation.maxShare", "give the largest share as a percentage, e.g. 60%");
+        }
+    }
+
+    p.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_labels() {
+        for ok in ["a", "dev-local", "prod-use1", "x1"] {
+            assert!(is_dns_label(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "Dev", "a_b", &"a".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn zones_and_regions() {
+        assert!(is_region("us-east-1") && is_region("us-gov-west-1") && !is_region("useast1"));
+        assert!(zone_in_region("us-east-1a", "us-east-1"));
+        assert!(zone_in_region("us-west-2-lax-1a", "us-west-2"));
+        assert!(!zone_in_region("us-east-11a", "us-east-1"));
+        assert!(!zone_in_region("eu-west-1a", "us-east-1"));
+    }
+
+    #[test]
+    fn label_keys() {
+        assert!(is_label_key("node-role.kubernetes.io/worker"));
+        assert!(is_label_key("tier"));
+        assert!(!is_label_key("bad key"));
+        assert!(!is_label_key("/x"));
+    }
+
+    #[test]
+    fn versions() {
+        assert_eq!(parse_kubernetes_version("v1.31.2"), Some((1, 31, 2)));
+        assert_eq!(parse_kubernetes_version("1.31"), None);
+    }
+}
