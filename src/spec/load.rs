@@ -56,7 +56,11 @@ pub fn normalize(path: &Path) -> PathBuf {
 /// Reads one file and its `extends` chain into a single merged tree.
 fn load_tree(path: &Path, chain: &mut Vec<PathBuf>) -> Result<Node, Vec<Diagnostic>> {
     let src = std::fs::read_to_string(path).map_err(|e| vec![at_file(path, format!("cannot read file: {e}"))])?;
-    let node = yaml::parse_single(&src, path).map_err(|e| vec![Diagnostic::from(e)])?;
+    load_tree_source(path, &src, chain)
+}
+
+fn load_tree_source(path: &Path, src: &str, chain: &mut Vec<PathBuf>) -> Result<Node, Vec<Diagnostic>> {
+    let node = yaml::parse_single(src, path).map_err(|e| vec![Diagnostic::from(e)])?;
     if !matches!(node.value, Value::Map(_)) {
         return Err(vec![Diagnostic {
             loc: node.loc.clone(),
@@ -113,7 +117,14 @@ fn sorted(mut diags: Vec<Diagnostic>) -> Diagnostics {
 
 /// Loads one cluster file: merged, checked, defaulted and validated.
 pub fn load_cluster(path: &Path, opts: &LoadOptions) -> Result<Loaded, Diagnostics> {
-    let tree = load_tree(path, &mut Vec::new()).map_err(sorted)?;
+    let src = std::fs::read_to_string(path).map_err(|e| Diagnostics(vec![at_file(path, format!("cannot read file: {e}"))]))?;
+    load_source(path, &src, opts)
+}
+
+/// Loads a cluster from text said to live at `path` (its `extends` are
+/// read from disk relative to that path).
+pub fn load_source(path: &Path, src: &str, opts: &LoadOptions) -> Result<Loaded, Diagnostics> {
+    let tree = load_tree_source(path, src, &mut Vec::new()).map_err(sorted)?;
     let json = Checker::new(strict_schema()).check_root(&tree).map_err(sorted)?;
     let cluster: Cluster = serde_json::from_value(json).map_err(|e| {
         Diagnostics(vec![Diagnostic { loc: tree.loc.clone(), path: String::new(), message: e.to_string() }])

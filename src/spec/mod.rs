@@ -17,7 +17,7 @@ pub mod yaml;
 
 use std::fmt;
 
-pub use load::{load_cluster, load_dir, load_paths, LoadOptions, Loaded};
+pub use load::{load_cluster, load_dir, load_paths, load_source, LoadOptions, Loaded};
 pub use types::*;
 pub use yaml::Loc;
 

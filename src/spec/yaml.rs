@@ -252,7 +252,7 @@ pub fn parse_documents(src: &str, file: &Path) -> Result<Vec<Node>, SyntaxError>
     for event in Parser::new_from_str(src) {
         let (event, span) = event.map_err(|e| SyntaxError {
             loc: Loc::new(file.clone(), e.marker().line(), e.marker().col() + 1),
-            message: e.info().to_string(),
+            message: format!("invalid YAML: {}", e.info()),
         })?;
         builder.on_event(event, span)?;
     }
