@@ -13,7 +13,12 @@
 //! Pure modules ([`spec`], [`render`]) do no IO beyond reading the cluster
 //! files; effects live at the edges ([`cli`]).
 
+pub mod ami;
+pub mod apply;
 pub mod cli;
+pub mod cloud;
 pub mod output;
+pub mod plan;
 pub mod render;
 pub mod spec;
+pub mod state;

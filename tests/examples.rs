@@ -16,8 +16,11 @@ fn examples() -> Vec<Loaded> {
 fn examples_validate_and_cover_the_fleet() {
     let names: Vec<String> = examples().iter().map(|l| l.cluster.metadata.name.clone()).collect();
     assert_eq!(names, ["dev-local", "prod-use1", "prod-usw2", "staging-use1"]);
-    let regions: std::collections::BTreeSet<String> =
-        examples().iter().filter(|l| l.cluster.metadata.labels.get("env").map(String::as_str) == Some("production")).map(|l| l.cluster.spec.cloud.region.clone()).collect();
+    let regions: std::collections::BTreeSet<String> = examples()
+        .iter()
+        .filter(|l| l.cluster.metadata.labels.get("env").map(String::as_str) == Some("production"))
+        .map(|l| l.cluster.spec.cloud.region.clone())
+        .collect();
     assert_eq!(regions.len(), 2, "production runs in two regions");
 }
 
@@ -33,7 +36,8 @@ fn examples_extend_the_shared_base() {
 fn check_generated(path: &str, want: &str) {
     let have = std::fs::read_to_string(path).unwrap_or_default();
     if have != want {
-        let diff = similar::TextDiff::from_lines(have.as_str(), want).unified_diff().header(path, "generated").to_string();
+        let diff =
+            similar::TextDiff::from_lines(have.as_str(), want).unified_diff().header(path, "generated").to_string();
         panic!(
             "{path} is stale; regenerate with `pinfleet schema{}> {path}`:\n{diff}",
             if path.contains("partial") { " --partial " } else { " " }
@@ -51,7 +55,12 @@ fn checked_in_schemas_are_current() {
 fn example_files_point_editors_at_the_schema() {
     for l in examples() {
         let first = std::fs::read_to_string(&l.path).unwrap().lines().next().unwrap_or_default().to_string();
-        assert_eq!(first, "# yaml-language-server: $schema=./schema/cluster.partial.schema.json", "{}", l.path.display());
+        assert_eq!(
+            first,
+            "# yaml-language-server: $schema=./schema/cluster.partial.schema.json",
+            "{}",
+            l.path.display()
+        );
     }
 }
 
@@ -85,7 +94,8 @@ fn rendered_yaml_parses_and_kubeadm_documents_have_the_right_kinds() {
             ] {
                 let text = renderer.kubeadm_config(c, g, mode, &params).unwrap();
                 let docs = spec::yaml::parse_documents(&text, Path::new("kubeadm.yaml")).unwrap();
-                let got: Vec<String> = docs.iter().map(|d| d.get("kind").and_then(|k| k.as_str()).unwrap_or("?").to_string()).collect();
+                let got: Vec<String> =
+                    docs.iter().map(|d| d.get("kind").and_then(|k| k.as_str()).unwrap_or("?").to_string()).collect();
                 assert_eq!(got, kinds, "{}/{} {mode:?}", c.metadata.name, g.name);
                 let join = &docs[0];
                 if mode == BootstrapMode::JoinControlPlane {
@@ -109,7 +119,12 @@ fn rendered_yaml_parses_and_kubeadm_documents_have_the_right_kinds() {
 }
 
 fn require(cmd: &str, install: &str) {
-    let found = Command::new("sh").arg("-c").arg(format!("command -v {cmd}")).output().map(|o| o.status.success()).unwrap_or(false);
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd}"))
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
     assert!(found, "`{cmd}` is needed for this test: {install} (scripts/test installs it)");
 }
 
@@ -133,8 +148,21 @@ fn rendered_to_disk(name: &str, ext: &str) -> (tempfile::TempDir, Vec<std::path:
 #[test]
 fn user_data_passes_cloud_init_schema() {
     require("cloud-init", "apt-get install cloud-init");
-    let (_dir, paths) = rendered_to_disk("user-data", ".yaml");
+    let (dir, mut paths) = rendered_to_disk("user-data", ".yaml");
     assert!(paths.len() >= 8);
+    // The first control-plane machine's user-data, with a real generated PKI.
+    let l = &examples()[0];
+    let mut params = BootstrapParams::placeholder(&l.cluster);
+    let pki = pinfleet::state::pki::Pki::generate("dev-local").unwrap();
+    params.init_files = pki.init_files();
+    let cp = l.cluster.spec.instance_groups.iter().find(|g| g.role == pinfleet::spec::Role::ControlPlane).unwrap();
+    let init = Renderer::new().user_data(&l.cluster, cp, BootstrapMode::Init, &params).unwrap();
+    assert!(init.contains("/etc/kubernetes/pki/ca.key") && init.contains("BEGIN PRIVATE KEY"));
+    let join = Renderer::new().user_data(&l.cluster, cp, BootstrapMode::JoinControlPlane, &params).unwrap();
+    assert!(!join.contains("PRIVATE KEY"), "only the init machine gets the CA key");
+    let p = dir.path().join("init-with-pki.yaml");
+    std::fs::write(&p, init).unwrap();
+    paths.push(p);
     for p in paths {
         let out = Command::new("cloud-init").args(["schema", "--config-file"]).arg(&p).output().unwrap();
         assert!(
@@ -166,6 +194,11 @@ fn scripts_pass_shellcheck() {
         .filter(|p| p.is_file() && std::fs::read_to_string(p).is_ok_and(|s| s.starts_with("#!/usr/bin/env bash")))
         .collect();
     assert!(!scripts.is_empty());
-    let out = Command::new("shellcheck").args(["--shell=bash", "-x", "--source-path=scripts"]).args(&scripts).arg(".ci/run").output().unwrap();
+    let out = Command::new("shellcheck")
+        .args(["--shell=bash", "-x", "--source-path=scripts"])
+        .args(&scripts)
+        .arg(".ci/run")
+        .output()
+        .unwrap();
     assert!(out.status.success(), "shellcheck:\n{}", String::from_utf8_lossy(&out.stdout));
 }

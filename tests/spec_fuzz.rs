@@ -9,10 +9,44 @@ use pinfleet::spec::{self, LoadOptions};
 use proptest::prelude::*;
 
 const FIELDS: &[&str] = &[
-    "apiVersion", "kind", "metadata", "name", "spec", "owner", "cloud", "region", "zones", "stateStore",
-    "kubernetesVersion", "network", "vpcCidr", "subnets", "cidr", "zone", "type", "instanceGroups", "role",
-    "machineType", "minSize", "maxSize", "desired", "image", "id", "selector", "rollout", "maxSurge", "extends",
-    "$patch", "labels", "taints", "effect", "addons", "values", "federation", "api", "port",
+    "apiVersion",
+    "kind",
+    "metadata",
+    "name",
+    "spec",
+    "owner",
+    "cloud",
+    "region",
+    "zones",
+    "stateStore",
+    "kubernetesVersion",
+    "network",
+    "vpcCidr",
+    "subnets",
+    "cidr",
+    "zone",
+    "type",
+    "instanceGroups",
+    "role",
+    "machineType",
+    "minSize",
+    "maxSize",
+    "desired",
+    "image",
+    "id",
+    "selector",
+    "rollout",
+    "maxSurge",
+    "extends",
+    "$patch",
+    "labels",
+    "taints",
+    "effect",
+    "addons",
+    "values",
+    "federation",
+    "api",
+    "port",
 ];
 
 fn yaml_tree() -> impl Strategy<Value = String> {
@@ -62,7 +96,19 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         any::<usize>().prop_map(Mutation::DeleteLine),
         any::<usize>().prop_map(Mutation::DuplicateLine),
         (any::<usize>(), any::<bool>()).prop_map(|(i, b)| Mutation::Indent(i, b)),
-        (any::<usize>(), prop_oneof![Just(": ".to_string()), Just("- ".to_string()), Just("{".to_string()), Just("&a *a".to_string()), Just("$patch: delete".to_string()), Just("\t".to_string()), "[ -~]{1,8}"]).prop_map(|(i, s)| Mutation::Insert(i, s)),
+        (
+            any::<usize>(),
+            prop_oneof![
+                Just(": ".to_string()),
+                Just("- ".to_string()),
+                Just("{".to_string()),
+                Just("&a *a".to_string()),
+                Just("$patch: delete".to_string()),
+                Just("\t".to_string()),
+                "[ -~]{1,8}"
+            ]
+        )
+            .prop_map(|(i, s)| Mutation::Insert(i, s)),
         any::<usize>().prop_map(Mutation::Truncate),
     ]
 }

@@ -85,6 +85,12 @@ fn two_files_defining_one_cluster_are_reported() {
     assert_eq!(loaded.len(), 2);
     assert_eq!(problems.0.len(), 1);
     let msg = problems.0[0].to_string();
-    assert!(msg.ends_with(&format!("metadata.name: cluster `minimal` is also defined in {}", dir.path().join("a.yaml").display())), "{msg}");
+    assert!(
+        msg.ends_with(&format!(
+            "metadata.name: cluster `minimal` is also defined in {}",
+            dir.path().join("a.yaml").display()
+        )),
+        "{msg}"
+    );
     assert!(msg.starts_with(&format!("{}:4:3:", dir.path().join("b.yaml").display())), "{msg}");
 }

@@ -1,9 +1,18 @@
 //! The command line: one file per command, each with its argument struct
 //! and a `run` that calls library code. No domain logic lives here.
 
+pub mod apply;
+pub mod bootstrap;
+pub mod cloud;
 pub mod completions;
+pub mod destroy;
+pub mod get;
+pub mod history;
+pub mod orphans;
+pub mod plan;
 pub mod render;
 pub mod schema;
+pub mod state;
 pub mod validate;
 
 use std::io::Write;
@@ -45,17 +54,42 @@ pub enum Command {
     Render(render::RenderArgs),
     /// Print the JSON Schema of the cluster format.
     Schema(schema::SchemaArgs),
+    /// Show what `apply` would change on AWS, and why.
+    Plan(plan::PlanArgs),
+    /// Create a cluster the first time: state bucket, PKI, kubeconfig, then apply.
+    Bootstrap(apply::ApplyArgs),
+    /// Make the cluster on AWS match its definition.
+    Apply(apply::ApplyArgs),
+    /// Delete everything tagged for a cluster.
+    Destroy(destroy::DestroyArgs),
+    /// List what pinfleet manages.
+    Get(get::GetArgs),
+    /// Resources whose cluster is gone, and machines nobody owns.
+    Orphans(orphans::OrphansArgs),
+    /// Applied revisions of a cluster.
+    History(history::HistoryArgs),
+    /// Look after the state store (locks).
+    State(state::StateArgs),
     /// Print shell completions.
     Completions(completions::CompletionsArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let g = &cli.global;
+    let rt = || tokio::runtime::Builder::new_multi_thread().enable_all().build();
     match cli.command {
         Command::Validate(a) => validate::run(g, a),
         Command::Render(a) => render::run(g, a),
         Command::Schema(a) => schema::run(g, a),
         Command::Completions(a) => completions::run(g, a),
+        Command::Plan(a) => rt()?.block_on(plan::run(g, a)),
+        Command::Bootstrap(a) => rt()?.block_on(bootstrap::run(g, a)),
+        Command::Apply(a) => rt()?.block_on(apply::run(g, a)),
+        Command::Destroy(a) => rt()?.block_on(destroy::run(g, a)),
+        Command::Get(a) => rt()?.block_on(get::run(g, a)),
+        Command::Orphans(a) => rt()?.block_on(orphans::run(g, a)),
+        Command::History(a) => rt()?.block_on(history::run(g, a)),
+        Command::State(a) => rt()?.block_on(state::run(g, a)),
     }
 }
 

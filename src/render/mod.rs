@@ -62,6 +62,10 @@ pub struct BootstrapParams {
     pub certificate_key: String,
     /// `host:port` of the API load balancer.
     pub api_endpoint: String,
+    /// Files only the `kubeadm init` machine gets (the cluster CA and
+    /// service-account keys), as (path, content). Never in launch templates.
+    #[serde(skip)]
+    pub init_files: Vec<(String, String)>,
 }
 
 impl BootstrapParams {
@@ -72,6 +76,7 @@ impl BootstrapParams {
             ca_cert_hash: format!("sha256:{}", "0".repeat(64)),
             certificate_key: "0".repeat(64),
             api_endpoint: format!("api.{}.pinfleet.internal:{}", cluster.metadata.name, cluster.spec.api.port),
+            init_files: Vec::new(),
         }
     }
 }
@@ -214,6 +219,9 @@ impl Renderer {
         ctx.insert("node_labels", &node_labels_arg);
         ctx.insert("taints", &group.taints);
         ctx.insert("params", params);
+        let init_files: Vec<(String, String)> =
+            if mode == BootstrapMode::Init { params.init_files.clone() } else { Vec::new() };
+        ctx.insert("init_files", &init_files);
         ctx
     }
 

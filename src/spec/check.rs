@@ -249,7 +249,8 @@ impl<'s> Checker<'s> {
                 return allowed[i].clone();
             }
         }
-        let suggestion = node.as_str().filter(|_| names.len() > 1).and_then(|t| did_you_mean(t, names.iter().map(String::as_str)));
+        let suggestion =
+            node.as_str().filter(|_| names.len() > 1).and_then(|t| did_you_mean(t, names.iter().map(String::as_str)));
         let hint = match suggestion {
             Some(s) => format!(" (did you mean `{s}`?)"),
             None => String::new(),

@@ -117,7 +117,8 @@ fn sorted(mut diags: Vec<Diagnostic>) -> Diagnostics {
 
 /// Loads one cluster file: merged, checked, defaulted and validated.
 pub fn load_cluster(path: &Path, opts: &LoadOptions) -> Result<Loaded, Diagnostics> {
-    let src = std::fs::read_to_string(path).map_err(|e| Diagnostics(vec![at_file(path, format!("cannot read file: {e}"))]))?;
+    let src = std::fs::read_to_string(path)
+        .map_err(|e| Diagnostics(vec![at_file(path, format!("cannot read file: {e}"))]))?;
     load_source(path, &src, opts)
 }
 

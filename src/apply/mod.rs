@@ -1,0 +1,162 @@
+//! The executor: walks a [`Plan`] as a dependency graph with bounded
+//! parallelism. A change starts when everything it depends on is done;
+//! retriable failures (dependencies still draining, eventual consistency)
+//! are retried with backoff, while throttling and 5xx are already retried
+//! inside the SDK. On a failure nothing new starts, running changes finish,
+//! and the error names the change. Every operation is idempotent and the
+//! plan is recomputed from observation, so a re-run after any interruption
+//! converges without duplicates.
+
+pub mod prepare;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use futures::stream::{FuturesUnordered, StreamExt};
+use owo_colors::OwoColorize;
+use serde::Serialize;
+
+use crate::cloud::aws::ops::{self, OpContext};
+use crate::plan::{Action, Change, Plan};
+
+/// How many changes run at once. EC2 mutating-call rate limits are per
+/// account; eight keeps a big apply quick without drawing throttling.
+pub const DEFAULT_PARALLELISM: usize = 8;
+/// How long one change may keep failing retriably before the apply stops.
+const RETRY_FOR: Duration = Duration::from_secs(600);
+const BACKOFF_MAX: Duration = Duration::from_secs(15);
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub parallelism: usize,
+    /// Pause after each change (`PINFLEET_TEST_STEP_DELAY_MS`): lets tests
+    /// interrupt an apply in the middle.
+    pub step_delay: Option<Duration>,
+    /// Print progress lines to stderr.
+    pub progress: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        let step_delay =
+            std::env::var("PINFLEET_TEST_STEP_DELAY_MS").ok().and_then(|v| v.parse().ok()).map(Duration::from_millis);
+        Options { parallelism: DEFAULT_PARALLELISM, step_delay, progress: true }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Done {
+    pub key: String,
+    pub action: Action,
+    pub result: String,
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub done: Vec<Done>,
+}
+
+async fn run_with_retries(ctx: &OpContext, change: &Change) -> Result<String> {
+    let start = Instant::now();
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        match ops::run(ctx, &change.key, &change.op).await {
+            Ok(r) => return Ok(r),
+            Err(e) if e.retriable && start.elapsed() < RETRY_FOR => {
+                tracing::info!(key = change.key, "retrying: {:#}", e.error);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+            Err(e) => return Err(e.error),
+        }
+    }
+}
+
+fn symbol(a: Action) -> &'static str {
+    match a {
+        Action::Create => "+",
+        Action::Update => "~",
+        Action::Replace => "-/+",
+        Action::Delete => "-",
+    }
+}
+
+/// Applies `plan`. Refuses up front, changing nothing, if any change is one
+/// pinfleet will not make by itself.
+pub async fn execute(plan: &Plan, ctx: Arc<OpContext>, opts: &Options) -> Result<Report> {
+    let refusals = plan.refusals();
+    if !refusals.is_empty() {
+        let reasons: Vec<String> = refusals
+            .iter()
+            .map(|c| match &c.op {
+                crate::plan::Op::Refuse { why } => format!("{}: {why}", c.key),
+                _ => unreachable!(),
+            })
+            .collect();
+        bail!("nothing was applied; these changes need a person:\n  {}", reasons.join("\n  "));
+    }
+    let mut pending: Vec<&Change> = plan.changes.iter().collect();
+    let mut done: BTreeSet<String> = BTreeSet::new();
+    let mut report = Report::default();
+    let mut failure: Option<anyhow::Error> = None;
+    let mut running = FuturesUnordered::new();
+    loop {
+        while failure.is_none() && running.len() < opts.parallelism.max(1) {
+            let Some(pos) = pending.iter().position(|c| c.depends_on.iter().all(|d| done.contains(d))) else { break };
+            let change = pending.remove(pos);
+            let ctx = ctx.clone();
+            let delay = opts.step_delay;
+            running.push(async move {
+                let start = Instant::now();
+                let r = run_with_retries(&ctx, change).await;
+                if let Some(d) = delay {
+                    tokio::time::sleep(d).await;
+                }
+                (change, r, start.elapsed())
+            });
+        }
+        let Some((change, result, took)) = running.next().await else { break };
+        match result {
+            Ok(r) => {
+                if opts.progress {
+                    let line = format!(
+                        "  {} {} {}  ({:.1}s)",
+                        symbol(change.action),
+                        change.key,
+                        r.dimmed(),
+                        took.as_secs_f64()
+                    );
+                    let _ = writeln!(anstream::stderr(), "{line}");
+                }
+                done.insert(change.key.clone());
+                report.done.push(Done {
+                    key: change.key.clone(),
+                    action: change.action,
+                    result: r,
+                    seconds: took.as_secs_f64(),
+                });
+            }
+            Err(e) => {
+                if opts.progress {
+                    let _ = writeln!(anstream::stderr(), "  {} {} {}", "✗".red(), change.key, format!("{e:#}").red());
+                }
+                failure.get_or_insert(e.context(format!("applying {}", change.key)));
+            }
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e.context(format!(
+            "{} of {} changes applied; run again to finish",
+            report.done.len(),
+            plan.changes.len()
+        )));
+    }
+    if !pending.is_empty() {
+        bail!("{} change(s) could not start (dependency cycle in the plan)", pending.len());
+    }
+    Ok(report)
+}

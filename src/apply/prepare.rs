@@ -1,0 +1,125 @@
+//! Gathering what a plan needs: the cluster's images, rendered user-data,
+//! and an observation of what exists — then the pure diff.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Result;
+use chrono::Utc;
+use tokio::sync::Mutex;
+
+use crate::ami::ImageInfo;
+use crate::cloud::aws::ops::OpContext;
+use crate::cloud::aws::{images, observe, Aws};
+use crate::cloud::model::{self, Desired, Inputs};
+use crate::cloud::observed::Observed;
+use crate::plan::{self, Plan, API_HOST_PLACEHOLDER};
+use crate::render::{BootstrapMode, BootstrapParams, Renderer};
+use crate::spec::{Cluster, Role};
+use crate::state::pki::Pki;
+
+pub struct Prepared {
+    pub desired: Desired,
+    pub observed: Observed,
+    pub plan: Plan,
+    pub images: BTreeMap<String, ImageInfo>,
+    pub warnings: Vec<String>,
+    /// User-data for the first control-plane machine (carries the CA).
+    pub init_user_data: Option<String>,
+}
+
+fn params(cluster: &Cluster, pki: Option<&Pki>) -> BootstrapParams {
+    let mut p = BootstrapParams::placeholder(cluster);
+    p.api_endpoint = format!("{API_HOST_PLACEHOLDER}:{}", cluster.spec.api.port);
+    if let Some(pki) = pki {
+        p.join_token = pki.join_token.clone();
+        p.ca_cert_hash = pki.ca_cert_hash.clone();
+        p.certificate_key = pki.certificate_key.clone();
+        p.init_files = pki.init_files();
+    }
+    p
+}
+
+/// Observes the cluster, resolves images, renders user-data and diffs.
+pub async fn prepare(aws: &Aws, cluster: &Cluster, pki: Option<&Pki>) -> Result<Prepared> {
+    let lb_name = model::load_balancer_name(&cluster.metadata.name);
+    let (observed, (images, warnings)) = futures::try_join!(
+        observe::observe(aws, &cluster.metadata.name, &lb_name),
+        images::resolve(aws, cluster, Utc::now())
+    )?;
+    let renderer = Renderer::new();
+    let p = params(cluster, pki);
+    let mut inputs = Inputs::default();
+    let mut init_user_data = None;
+    for g in &cluster.spec.instance_groups {
+        let image = &images[&g.name];
+        inputs.images.insert(g.name.clone(), (image.id.clone(), image.root_device.clone()));
+        inputs.user_data.insert(g.name.clone(), renderer.user_data(cluster, g, BootstrapMode::for_role(g.role), &p)?);
+        if g.role == Role::ControlPlane && init_user_data.is_none() {
+            init_user_data = Some(renderer.user_data(cluster, g, BootstrapMode::Init, &p)?);
+        }
+    }
+    let desired = model::desired(cluster, &inputs)?;
+    let mut plan = plan::diff(&desired, &observed);
+    plan.aws_calls = aws.calls.snapshot();
+    Ok(Prepared { desired, observed, plan, images, warnings, init_user_data })
+}
+
+/// The executor's context for applying a prepared plan.
+pub fn context(
+    aws: &Aws,
+    cluster: &Cluster,
+    desired: Desired,
+    o: &Observed,
+    init_user_data: Option<String>,
+    revision: u64,
+) -> Arc<OpContext> {
+    let mut ids = BTreeMap::new();
+    if let Some(v) = &o.vpc {
+        ids.insert("vpc".to_string(), v.id.clone());
+    }
+    for s in &o.subnets {
+        ids.insert(format!("subnet/{}", s.name), s.id.clone());
+    }
+    if let Some(g) = &o.internet_gateway {
+        ids.insert("igw".into(), g.id.clone());
+    }
+    for a in &o.addresses {
+        ids.insert(format!("eip/{}", a.zone), a.allocation_id.clone());
+    }
+    for n in &o.nat_gateways {
+        ids.insert(format!("nat/{}", n.zone), n.id.clone());
+    }
+    for r in &o.route_tables {
+        ids.insert(format!("rt/{}", r.name), r.id.clone());
+    }
+    for s in &o.security_groups {
+        ids.insert(format!("sg/{}", s.name), s.id.clone());
+    }
+    if let Some(lb) = &o.load_balancer {
+        ids.insert("lb".into(), lb.arn.clone());
+    }
+    if let Some(tg) = &o.target_group {
+        ids.insert("tg".into(), tg.arn.clone());
+    }
+    if let Some(l) = &o.listener {
+        ids.insert("listener".into(), l.clone());
+    }
+    let mut versions = BTreeMap::new();
+    for t in &o.launch_templates {
+        ids.insert(format!("lt/{}", t.group), t.id.clone());
+        versions.insert(t.group.clone(), t.latest_version);
+    }
+    Arc::new(OpContext {
+        aws: aws.clone(),
+        desired,
+        base_tags: model::base_tags(cluster),
+        revision,
+        init_user_data,
+        observed_instances: o.instances.clone(),
+        ids: Mutex::new(ids),
+        versions: Mutex::new(versions),
+        lb_dns: Mutex::new(o.load_balancer.as_ref().map(|l| l.dns_name.clone())),
+        launched: Mutex::new(Vec::new()),
+    })
+}

@@ -1,0 +1,176 @@
+//! `pinfleet apply CLUSTER [--yes]` (and the shared body of `bootstrap`):
+//! plan under the cluster lock, then walk the plan.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context as _, Result};
+use chrono::Utc;
+use clap::Args;
+use owo_colors::OwoColorize;
+
+use super::cloud::{home, CloudArgs, Session};
+use super::GlobalArgs;
+use crate::apply::{self, prepare};
+use crate::output::{print_data, Format};
+use crate::render::{KubeconfigParams, Renderer};
+use crate::state::lock::Lock;
+use crate::state::pki::Pki;
+use crate::state::{whoami, HistoryRecord};
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    pub cluster: String,
+    /// Make the changes (without it, only show the plan).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Changes to run at once.
+    #[arg(long, default_value_t = apply::DEFAULT_PARALLELISM)]
+    pub parallelism: usize,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+}
+
+pub async fn run(g: &GlobalArgs, args: ApplyArgs) -> Result<ExitCode> {
+    run_apply(g, args, false).await
+}
+
+fn show(g: &GlobalArgs, plan: &crate::plan::Plan) -> Result<()> {
+    match g.output {
+        Format::Text => write!(anstream::stdout(), "{}", crate::plan::show::text(plan, true))?,
+        other => print_data(other, plan)?,
+    }
+    Ok(())
+}
+
+/// Writes `<home>/kubeconfig/<cluster>.yaml` (mode 0600) for the admin user.
+pub fn write_kubeconfig(cluster: &crate::spec::Cluster, pki: &Pki, api_host: &str) -> Result<std::path::PathBuf> {
+    let dir = home().join("kubeconfig");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(format!("{}.yaml", cluster.metadata.name));
+    let text = Renderer::new().kubeconfig(
+        cluster,
+        &KubeconfigParams {
+            server: format!("https://{api_host}:{}", cluster.spec.api.port),
+            ca_data: Pki::b64(&pki.ca_cert),
+            user: format!("{}-admin", cluster.metadata.name),
+            client_cert_data: Pki::b64(&pki.admin_cert),
+            client_key_data: Pki::b64(&pki.admin_key),
+        },
+    )?;
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(path)
+}
+
+pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Result<ExitCode> {
+    let s = Session::open(g, &args.cluster, &args.cloud).await?;
+    let command = if bootstrap { "bootstrap" } else { "apply" };
+    if !args.yes {
+        // A preview: no bucket, no PKI, no lock, no changes.
+        let pki = match s.store(false).await? {
+            Some(store) => Pki::load(&store).await?,
+            None => None,
+        };
+        if !bootstrap && pki.is_none() {
+            bail!("cluster {} has not been bootstrapped yet: run `pinfleet bootstrap {}`", s.name(), s.name());
+        }
+        let prepared = prepare::prepare(&s.aws, &s.loaded.cluster, pki.as_ref()).await?;
+        show(g, &prepared.plan)?;
+        if !prepared.plan.is_empty() {
+            writeln!(
+                anstream::stderr(),
+                "\nNothing changed. Run `pinfleet {command} {} --yes` to make these changes.",
+                s.name()
+            )?;
+        }
+        s.report_calls(g);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let store = s.store(true).await?.context("state store")?;
+    let cluster = s.loaded.cluster.clone();
+    let full_command = std::env::args().collect::<Vec<_>>().join(" ");
+    let report = Lock::with(&store, &full_command, async {
+        let pki = if bootstrap {
+            let (pki, created) = Pki::load_or_create(&store).await?;
+            if created {
+                writeln!(anstream::stderr(), "generated the cluster PKI and join token in {}", store.describe("pki/"))?;
+            }
+            pki
+        } else {
+            Pki::load(&store).await?.with_context(|| {
+                format!(
+                    "cluster {} has not been bootstrapped yet: run `pinfleet bootstrap {}`",
+                    cluster.metadata.name, cluster.metadata.name
+                )
+            })?
+        };
+        let prepared = prepare::prepare(&s.aws, &cluster, Some(&pki)).await?;
+        for w in &prepared.warnings {
+            tracing::warn!("{w}");
+        }
+        show(g, &prepared.plan)?;
+        let revision = store.next_revision().await?;
+        let mut applied = None;
+        if !prepared.plan.is_empty() {
+            writeln!(anstream::stderr(), "\napplying revision {revision}:")?;
+            let ctx = prepare::context(
+                &s.aws,
+                &cluster,
+                prepared.desired.clone(),
+                &prepared.observed,
+                prepared.init_user_data.clone(),
+                revision,
+            );
+            let opts = apply::Options { parallelism: args.parallelism, ..Default::default() };
+            let report = apply::execute(&prepared.plan, ctx.clone(), &opts).await?;
+            let lb_dns = ctx.lb_dns.lock().await.clone();
+            applied = Some((report, lb_dns));
+        }
+        let lb_dns = applied
+            .as_ref()
+            .and_then(|(_, d)| d.clone())
+            .or_else(|| prepared.observed.load_balancer.as_ref().map(|l| l.dns_name.clone()));
+        if let Some(host) = lb_dns {
+            let path = write_kubeconfig(&cluster, &pki, &host)?;
+            writeln!(anstream::stderr(), "kubeconfig: {}", path.display())?;
+        }
+        let (by, host) = whoami();
+        let plan = &prepared.plan;
+        if !plan.is_empty() {
+            let rec = HistoryRecord {
+                revision,
+                applied_at: Utc::now().to_rfc3339(),
+                by,
+                host,
+                command: full_command.clone(),
+                created: plan.count(crate::plan::Action::Create),
+                updated: plan.count(crate::plan::Action::Update),
+                replaced: plan.count(crate::plan::Action::Replace),
+                deleted: plan.count(crate::plan::Action::Delete),
+                changes: plan.changes.iter().map(|c| c.key.clone()).collect(),
+            };
+            store.record(&rec, &cluster).await?;
+        } else if store.get(crate::state::SPEC_KEY).await?.is_none() {
+            store.put_json(crate::state::SPEC_KEY, &cluster).await?;
+        }
+        Ok(applied.map(|(r, _)| r))
+    })
+    .await?;
+    match report {
+        Some(r) => writeln!(
+            anstream::stderr(),
+            "{} {} change(s) applied to {}",
+            "done:".green().bold(),
+            r.done.len(),
+            s.name()
+        )?,
+        None => writeln!(anstream::stderr(), "{} {} already matches its definition", "done:".green().bold(), s.name())?,
+    }
+    s.report_calls(g);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,12 @@
+//! `pinfleet bootstrap CLUSTER --yes`: the first apply of a cluster. Creates
+//! the state bucket if needed, generates the PKI and join token once, writes
+//! a kubeconfig, then applies like `apply`.
+
+use std::process::ExitCode;
+
+use super::apply::{run_apply, ApplyArgs};
+use super::GlobalArgs;
+
+pub async fn run(g: &GlobalArgs, args: ApplyArgs) -> anyhow::Result<ExitCode> {
+    run_apply(g, args, true).await
+}

@@ -1,0 +1,70 @@
+//! What the cloud commands share: the `--target` flag, loading a cluster
+//! with an AWS connection in its region, and its state store.
+
+use std::io::Write;
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+
+use super::GlobalArgs;
+use crate::cloud::aws::{Aws, AwsOptions, Target};
+use crate::spec::Loaded;
+use crate::state::Store;
+
+#[derive(Debug, Clone, Args)]
+pub struct CloudArgs {
+    /// Where the AWS APIs are: AWS (honours AWS_ENDPOINT_URL, profiles, the
+    /// credential chain) or LocalStack's default endpoint.
+    #[arg(long, value_enum, default_value_t = Target::Aws, env = "PINFLEET_TARGET")]
+    pub target: Target,
+}
+
+pub struct Session {
+    pub loaded: Loaded,
+    pub aws: Aws,
+}
+
+impl Session {
+    pub async fn open(g: &GlobalArgs, cluster: &str, cloud: &CloudArgs) -> Result<Session> {
+        let loaded = super::render::load_one(g, cluster)?;
+        let region = loaded.cluster.spec.cloud.region.clone();
+        let aws = Aws::connect(&AwsOptions::from_env(cloud.target, Some(region))?).await?;
+        Ok(Session { loaded, aws })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.loaded.cluster.metadata.name
+    }
+
+    /// The state store; `create` makes a missing S3 bucket (read-only
+    /// commands pass false and see an empty store instead).
+    pub async fn store(&self, create: bool) -> Result<Option<Store>> {
+        let url = &self.loaded.cluster.spec.state_store;
+        if !create && url.starts_with("s3://") {
+            let bucket = url.trim_start_matches("s3://").split('/').next().unwrap_or_default();
+            if self.aws.s3.head_bucket().bucket(bucket).send().await.is_err() {
+                return Ok(None);
+            }
+        }
+        Store::open(url, self.name(), Some(&self.aws))
+            .await
+            .map(Some)
+            .with_context(|| format!("opening state store {url}"))
+    }
+
+    /// Prints the AWS calls made (always under -v).
+    pub fn report_calls(&self, g: &GlobalArgs) {
+        if g.verbose == 0 {
+            return;
+        }
+        let calls = self.aws.calls.snapshot();
+        let total: u64 = calls.values().sum();
+        let detail: Vec<String> = calls.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(anstream::stderr(), "AWS calls: {total} ({})", detail.join(", "));
+    }
+}
+
+/// The local folder for kubeconfigs and other per-user files.
+pub fn home() -> std::path::PathBuf {
+    std::env::var_os("PINFLEET_HOME").map(Into::into).unwrap_or_else(|| ".pinfleet".into())
+}

@@ -1,0 +1,31 @@
+//! The AWS edge: SDK clients ([`client`]), observation ([`observe`]),
+//! image resolution ([`images`]) and the operations the executor runs
+//! ([`ops`]). Everything above this module speaks the domain, not the SDK.
+
+pub mod client;
+pub mod images;
+pub mod observe;
+pub mod ops;
+
+pub use client::{Aws, AwsOptions, CallCounter, Faults, Target};
+
+/// Turns an SDK error into an `anyhow::Error` with the service's code and
+/// message and what was being done.
+pub fn sdk<T, E, R>(what: &str, r: Result<T, aws_sdk_ec2::error::SdkError<E, R>>) -> anyhow::Result<T>
+where
+    E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    r.map_err(|e| anyhow::anyhow!("{what}: {}", client::describe_sdk_error(&e)))
+}
+
+/// The service error code of a failed call, if it got that far.
+pub fn error_code<E, R>(e: &aws_sdk_ec2::error::SdkError<E, R>) -> Option<&str>
+where
+    E: aws_sdk_ec2::error::ProvideErrorMetadata,
+{
+    match e {
+        aws_sdk_ec2::error::SdkError::ServiceError(s) => s.err().code(),
+        _ => None,
+    }
+}

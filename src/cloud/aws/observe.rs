@@ -1,0 +1,349 @@
+//! Observation: everything tagged for a cluster, found with tag-filtered,
+//! paginated Describe* calls (largest page sizes), run in parallel per
+//! resource type. The number of calls grows with pages, never with
+//! instances or groups.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::{Filter, Tag};
+
+use super::{sdk, Aws};
+use crate::cloud::observed::*;
+use crate::cloud::tags;
+
+pub fn tag_filter(key: &str, value: &str) -> Filter {
+    Filter::builder().name(format!("tag:{key}")).values(value).build()
+}
+
+fn tag_map(tags: &[Tag]) -> BTreeMap<String, String> {
+    tags.iter().filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string()))).collect()
+}
+
+fn resource_name(tags: &BTreeMap<String, String>, prefix: &str) -> Option<String> {
+    tags.get(tags::RESOURCE)?.strip_prefix(prefix).map(str::to_string)
+}
+
+/// Everything tagged for `cluster` (and the API load balancer by name).
+pub async fn observe(aws: &Aws, cluster: &str, lb_name: &str) -> anyhow::Result<Observed> {
+    let f = || tag_filter(tags::CLUSTER, cluster);
+    let ec2 = &aws.ec2;
+    let vpcs = async { sdk("DescribeVpcs", ec2.describe_vpcs().filters(f()).send().await) };
+    let subnets = async {
+        sdk(
+            "DescribeSubnets",
+            ec2.describe_subnets().filters(f()).max_results(1000).into_paginator().items().send().try_collect().await,
+        )
+    };
+    let igws = async {
+        sdk(
+            "DescribeInternetGateways",
+            ec2.describe_internet_gateways()
+                .filters(f())
+                .max_results(1000)
+                .into_paginator()
+                .items()
+                .send()
+                .try_collect()
+                .await,
+        )
+    };
+    let addresses = async { sdk("DescribeAddresses", ec2.describe_addresses().filters(f()).send().await) };
+    let nats = async {
+        sdk(
+            "DescribeNatGateways",
+            ec2.describe_nat_gateways()
+                .filter(f())
+                .max_results(1000)
+                .into_paginator()
+                .items()
+                .send()
+                .try_collect()
+                .await,
+        )
+    };
+    let rts = async {
+        sdk(
+            "DescribeRouteTables",
+            ec2.describe_route_tables()
+                .filters(f())
+                .max_results(100)
+                .into_paginator()
+                .items()
+                .send()
+                .try_collect()
+                .await,
+        )
+    };
+    let sgs = async {
+        sdk(
+            "DescribeSecurityGroups",
+            ec2.describe_security_groups()
+                .filters(f())
+                .max_results(1000)
+                .into_paginator()
+                .items()
+                .send()
+                .try_collect()
+                .await,
+        )
+    };
+    let lts = async {
+        let templates = sdk(
+            "DescribeLaunchTemplates",
+            ec2.describe_launch_templates()
+                .filters(f())
+                .max_results(200)
+                .into_paginator()
+                .items()
+                .send()
+                .try_collect()
+                .await,
+        )?;
+        if templates.is_empty() {
+            return Ok((templates, Vec::new()));
+        }
+        // One call for the latest version of every template (no per-template calls).
+        let versions = sdk(
+            "DescribeLaunchTemplateVersions",
+            ec2.describe_launch_template_versions()
+                .versions("$Latest")
+                .max_results(200)
+                .into_paginator()
+                .items()
+                .send()
+                .try_collect()
+                .await,
+        )?;
+        Ok::<_, anyhow::Error>((templates, versions))
+    };
+    let instances = async {
+        sdk(
+            "DescribeInstances",
+            ec2.describe_instances().filters(f()).max_results(1000).into_paginator().items().send().try_collect().await,
+        )
+    };
+    let lb = observe_load_balancer(aws, lb_name);
+    let (vpcs, subnets, igws, addresses, nats, rts, sgs, (templates, versions), reservations, lb) =
+        futures::try_join!(vpcs, subnets, igws, addresses, nats, rts, sgs, lts, instances, lb)?;
+
+    let mut o = Observed::default();
+    o.vpc = vpcs.vpcs().iter().find_map(|v| {
+        Some(ObservedVpc { id: v.vpc_id()?.to_string(), cidr: v.cidr_block().unwrap_or_default().to_string() })
+    });
+    o.subnets = subnets
+        .iter()
+        .filter_map(|s| {
+            let t = tag_map(s.tags());
+            Some(ObservedSubnet {
+                id: s.subnet_id()?.to_string(),
+                name: resource_name(&t, "subnet/")?,
+                zone: s.availability_zone().unwrap_or_default().to_string(),
+                cidr: s.cidr_block().unwrap_or_default().to_string(),
+            })
+        })
+        .collect();
+    o.internet_gateway = igws.iter().find_map(|g| {
+        Some(ObservedIgw {
+            id: g.internet_gateway_id()?.to_string(),
+            attached_vpc: g.attachments().iter().find_map(|a| a.vpc_id().map(str::to_string)),
+        })
+    });
+    o.addresses = addresses
+        .addresses()
+        .iter()
+        .filter_map(|a| {
+            Some(ObservedAddress {
+                allocation_id: a.allocation_id()?.to_string(),
+                zone: resource_name(&tag_map(a.tags()), "eip/")?,
+            })
+        })
+        .collect();
+    o.nat_gateways = nats
+        .iter()
+        .filter(|n| !matches!(n.state().map(|s| s.as_str()), Some("deleted" | "deleting" | "failed")))
+        .filter_map(|n| {
+            Some(ObservedNat {
+                id: n.nat_gateway_id()?.to_string(),
+                zone: resource_name(&tag_map(n.tags()), "nat/")?,
+                subnet_id: n.subnet_id().unwrap_or_default().to_string(),
+                state: n.state().map(|s| s.as_str().to_string()).unwrap_or_default(),
+            })
+        })
+        .collect();
+    o.route_tables = rts
+        .iter()
+        .filter_map(|r| {
+            let default_route = r
+                .routes()
+                .iter()
+                .find(|x| x.destination_cidr_block() == Some("0.0.0.0/0"))
+                .and_then(|x| x.gateway_id().or(x.nat_gateway_id()).map(str::to_string));
+            Some(ObservedRouteTable {
+                id: r.route_table_id()?.to_string(),
+                name: resource_name(&tag_map(r.tags()), "rt/")?,
+                default_route,
+                associations: r
+                    .associations()
+                    .iter()
+                    .filter_map(|a| Some((a.route_table_association_id()?.to_string(), a.subnet_id()?.to_string())))
+                    .collect(),
+            })
+        })
+        .collect();
+    o.security_groups = sgs
+        .iter()
+        .filter_map(|g| {
+            let mut ingress = Vec::new();
+            for p in g.ip_permissions() {
+                let protocol = p.ip_protocol().unwrap_or_default().to_string();
+                let (from, to) = (p.from_port().unwrap_or(-1), p.to_port().unwrap_or(-1));
+                for r in p.ip_ranges() {
+                    if let Some(c) = r.cidr_ip() {
+                        ingress.push(ObservedRule {
+                            protocol: protocol.clone(),
+                            from_port: from,
+                            to_port: to,
+                            source: ObservedSource::Cidr(c.to_string()),
+                        });
+                    }
+                }
+                for u in p.user_id_group_pairs() {
+                    if let Some(id) = u.group_id() {
+                        ingress.push(ObservedRule {
+                            protocol: protocol.clone(),
+                            from_port: from,
+                            to_port: to,
+                            source: ObservedSource::GroupId(id.to_string()),
+                        });
+                    }
+                }
+            }
+            ingress.sort();
+            Some(ObservedSecurityGroup {
+                id: g.group_id()?.to_string(),
+                name: resource_name(&tag_map(g.tags()), "sg/")?,
+                ingress,
+            })
+        })
+        .collect();
+    let latest: BTreeMap<String, &aws_sdk_ec2::types::LaunchTemplateVersion> =
+        versions.iter().filter_map(|v| Some((v.launch_template_id()?.to_string(), v))).collect();
+    o.launch_templates = templates
+        .iter()
+        .filter_map(|t| {
+            let id = t.launch_template_id()?.to_string();
+            let data = latest.get(&id).and_then(|v| v.launch_template_data()).map(template_data);
+            Some(ObservedLaunchTemplate {
+                name: t.launch_template_name().unwrap_or_default().to_string(),
+                group: tag_map(t.tags()).get(tags::INSTANCE_GROUP)?.clone(),
+                latest_version: t.latest_version_number().unwrap_or(0),
+                latest: data,
+                id,
+            })
+        })
+        .collect();
+    o.instances = reservations.iter().flat_map(|r| r.instances()).map(instance).collect();
+    o.instances.sort_by(|a, b| a.id.cmp(&b.id));
+    (o.load_balancer, o.target_group, o.listener) = lb;
+    Ok(o)
+}
+
+pub fn instance(i: &aws_sdk_ec2::types::Instance) -> ObservedInstance {
+    let t = tag_map(i.tags());
+    ObservedInstance {
+        id: i.instance_id().unwrap_or_default().to_string(),
+        cluster: t.get(tags::CLUSTER).cloned(),
+        group: t.get(tags::INSTANCE_GROUP).cloned(),
+        owner: t.get(tags::OWNER).cloned(),
+        state: i.state().and_then(|s| s.name()).map(|n| n.as_str().to_string()).unwrap_or_default(),
+        image_id: i.image_id().unwrap_or_default().to_string(),
+        instance_type: i.instance_type().map(|t| t.as_str().to_string()).unwrap_or_default(),
+        subnet_id: i.subnet_id().map(str::to_string),
+        zone: i.placement().and_then(|p| p.availability_zone()).map(str::to_string),
+        vpc_id: i.vpc_id().map(str::to_string),
+        private_ip: i.private_ip_address().map(str::to_string),
+        launch_template_version: t.get(tags::LT_VERSION).and_then(|v| v.parse().ok()),
+        revision: t.get(tags::REVISION).and_then(|v| v.parse().ok()),
+        launch_time: i.launch_time().map(|d| d.secs()),
+    }
+}
+
+fn template_data(d: &aws_sdk_ec2::types::ResponseLaunchTemplateData) -> ObservedTemplateData {
+    use base64::Engine;
+    let bdm = d.block_device_mappings().first();
+    let ebs = bdm.and_then(|b| b.ebs());
+    let user_data = d
+        .user_data()
+        .and_then(|u| base64::engine::general_purpose::STANDARD.decode(u).ok())
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let tags = d
+        .tag_specifications()
+        .iter()
+        .find(|s| s.resource_type().map(|r| r.as_str()) == Some("instance"))
+        .map(|s| tag_map(s.tags()))
+        .unwrap_or_default();
+    ObservedTemplateData {
+        image_id: d.image_id().unwrap_or_default().to_string(),
+        instance_type: d.instance_type().map(|t| t.as_str().to_string()).unwrap_or_default(),
+        root_device: bdm.and_then(|b| b.device_name()).unwrap_or_default().to_string(),
+        root_volume_gib: ebs.and_then(|e| e.volume_size()).unwrap_or(0),
+        root_volume_type: ebs.and_then(|e| e.volume_type()).map(|v| v.as_str().to_string()).unwrap_or_default(),
+        encrypted: ebs.and_then(|e| e.encrypted()).unwrap_or(false),
+        instance_profile: d.iam_instance_profile().and_then(|p| p.name()).map(str::to_string),
+        key_name: d.key_name().map(str::to_string),
+        security_group_ids: d.security_group_ids().to_vec(),
+        imds_tokens_required: d.metadata_options().and_then(|m| m.http_tokens()).map(|t| t.as_str())
+            == Some("required"),
+        user_data,
+        tags,
+    }
+}
+
+type LbParts = (Option<ObservedLoadBalancer>, Option<ObservedTargetGroup>, Option<String>);
+
+/// The API load balancer, its target group (with registered targets) and
+/// listener, found by name (ELBv2 cannot filter by tag).
+async fn observe_load_balancer(aws: &Aws, name: &str) -> anyhow::Result<LbParts> {
+    let lbs = match aws.elb.describe_load_balancers().names(name).send().await {
+        Ok(r) => r.load_balancers().to_vec(),
+        Err(e) if super::error_code(&e) == Some("LoadBalancerNotFound") => Vec::new(),
+        Err(e) => return sdk("DescribeLoadBalancers", Err(e)),
+    };
+    let tgs = match aws.elb.describe_target_groups().names(name).send().await {
+        Ok(r) => r.target_groups().to_vec(),
+        Err(e) if super::error_code(&e) == Some("TargetGroupNotFound") => Vec::new(),
+        Err(e) => return sdk("DescribeTargetGroups", Err(e)),
+    };
+    let lb = lbs.first().and_then(|l| {
+        Some(ObservedLoadBalancer {
+            arn: l.load_balancer_arn()?.to_string(),
+            dns_name: l.dns_name().unwrap_or_default().to_string(),
+            internal: l.scheme().map(|s| s.as_str()) == Some("internal"),
+            subnet_ids: l.availability_zones().iter().filter_map(|z| z.subnet_id().map(str::to_string)).collect(),
+        })
+    });
+    let mut tg = tgs.first().and_then(|t| {
+        Some(ObservedTargetGroup {
+            arn: t.target_group_arn()?.to_string(),
+            port: t.port().unwrap_or(0),
+            targets: Vec::new(),
+        })
+    });
+    let mut listener = None;
+    if let Some(lb) = &lb {
+        let ls = sdk("DescribeListeners", aws.elb.describe_listeners().load_balancer_arn(&lb.arn).send().await)?;
+        listener = ls.listeners().first().and_then(|l| l.listener_arn().map(str::to_string));
+    }
+    if let Some(tg) = &mut tg {
+        let health =
+            sdk("DescribeTargetHealth", aws.elb.describe_target_health().target_group_arn(&tg.arn).send().await)?;
+        tg.targets = health
+            .target_health_descriptions()
+            .iter()
+            .filter_map(|d| d.target().and_then(|t| t.id()).map(str::to_string))
+            .collect();
+        tg.targets.sort();
+    }
+    Ok((lb, tg, listener))
+}

@@ -1,0 +1,948 @@
+//! The operations behind each plan change, against EC2 and ELBv2. Each is
+//! idempotent where AWS allows it (duplicates and not-founds are treated as
+//! done) and says whether a failure is worth retrying (eventual
+//! consistency, dependencies still draining).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{
+    AttributeBooleanValue, DomainType, Filter, IpPermission, IpRange, LaunchTemplateBlockDeviceMappingRequest,
+    LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateSpecification, LaunchTemplateTagSpecificationRequest,
+    RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, UserIdGroupPair, VolumeType,
+};
+use aws_sdk_elasticloadbalancingv2::types as elb;
+use base64::Engine;
+use tokio::sync::Mutex;
+
+use super::Aws;
+use crate::cloud::model::{Desired, LaunchTemplateData, RouteTarget, Rule, Source};
+use crate::cloud::observed::{ObservedInstance, ObservedSource};
+use crate::cloud::tags;
+use crate::plan::{with_api_host, ObservedRuleRef, Op};
+use crate::spec::Role;
+
+/// Why an operation failed, and whether trying again may help.
+#[derive(Debug)]
+pub struct OpError {
+    pub retriable: bool,
+    pub error: anyhow::Error,
+}
+
+impl OpError {
+    fn fatal(e: impl Into<anyhow::Error>) -> Self {
+        OpError { retriable: false, error: e.into() }
+    }
+}
+
+/// Error codes that clear up by themselves: resources still being released
+/// or not yet visible everywhere (EC2 is eventually consistent).
+const RETRIABLE: &[&str] = &[
+    "DependencyViolation",
+    "InvalidIPAddress.InUse",
+    "ResourceInUse",
+    "IncorrectState",
+    "InvalidGroup.InUse",
+    "InvalidSubnetID.NotFound",
+    "InvalidVpcID.NotFound",
+    "InvalidRouteTableID.NotFound",
+    "InvalidGroup.NotFound",
+    "InvalidNatGatewayID.NotFound",
+    "InvalidInternetGatewayID.NotFound",
+    "InvalidAllocationID.NotFound",
+    "InvalidLaunchTemplateId.NotFound",
+    "InvalidInstanceID.NotFound",
+    "Gateway.NotAttached",
+];
+
+type R<T> = Result<T, OpError>;
+
+fn call<T, E, Rsp>(what: &str, r: Result<T, aws_sdk_ec2::error::SdkError<E, Rsp>>) -> R<T>
+where
+    E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    Rsp: std::fmt::Debug + Send + Sync + 'static,
+{
+    r.map_err(|e| {
+        let retriable = super::error_code(&e).is_some_and(|c| RETRIABLE.contains(&c));
+        OpError { retriable, error: anyhow::anyhow!("{what}: {}", super::client::describe_sdk_error(&e)) }
+    })
+}
+
+/// Like [`call`], but the listed codes mean "already done".
+fn call_ok_if<T, E, Rsp>(what: &str, done: &[&str], r: Result<T, aws_sdk_ec2::error::SdkError<E, Rsp>>) -> R<Option<T>>
+where
+    E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    Rsp: std::fmt::Debug + Send + Sync + 'static,
+{
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if super::error_code(&e).is_some_and(|c| done.contains(&c)) => Ok(None),
+        Err(e) => call(what, Err(e)),
+    }
+}
+
+/// Shared state of one apply: ids of resources as they come to exist.
+pub struct OpContext {
+    pub aws: Aws,
+    pub desired: Desired,
+    pub base_tags: BTreeMap<String, String>,
+    pub revision: u64,
+    /// User-data for the very first control-plane machine (`kubeadm init`).
+    pub init_user_data: Option<String>,
+    /// Instances observed before the apply started.
+    pub observed_instances: Vec<ObservedInstance>,
+    /// key → id (vpc, subnet/x, sg/x, lt/x, lb, tg, igw, nat/zone, eip/zone, rt/x).
+    pub ids: Mutex<BTreeMap<String, String>>,
+    /// Launch template version per group, once known.
+    pub versions: Mutex<BTreeMap<String, i64>>,
+    pub lb_dns: Mutex<Option<String>>,
+    pub launched: Mutex<Vec<String>>,
+}
+
+impl OpContext {
+    async fn id(&self, key: &str) -> R<String> {
+        self.ids.lock().await.get(key).cloned().ok_or_else(|| OpError {
+            retriable: false,
+            error: anyhow::anyhow!("{key} does not exist yet (a dependency failed?)"),
+        })
+    }
+    async fn set(&self, key: &str, id: &str) {
+        self.ids.lock().await.insert(key.to_string(), id.to_string());
+    }
+    fn tags_for(&self, key: &str, extra: &[(&str, &str)]) -> Vec<Tag> {
+        let mut t = self.base_tags.clone();
+        t.insert(tags::RESOURCE.into(), key.into());
+        t.insert(tags::NAME.into(), format!("{}-{}", self.desired.cluster, key.replace('/', "-")));
+        for (k, v) in extra {
+            t.insert((*k).into(), (*v).into());
+        }
+        t.into_iter().map(|(k, v)| Tag::builder().key(k).value(v).build()).collect()
+    }
+    fn spec(&self, rt: ResourceType, key: &str, extra: &[(&str, &str)]) -> TagSpecification {
+        TagSpecification::builder().resource_type(rt).set_tags(Some(self.tags_for(key, extra))).build()
+    }
+}
+
+fn filter(name: &str, values: impl IntoIterator<Item = impl Into<String>>) -> Filter {
+    Filter::builder().name(name).set_values(Some(values.into_iter().map(Into::into).collect())).build()
+}
+
+/// Polling interval while waiting on AWS state (NAT gateways, terminations).
+const POLL: Duration = Duration::from_secs(2);
+/// How long to wait for a NAT gateway or termination before giving up this attempt.
+const WAIT_LIMIT: Duration = Duration::from_secs(600);
+
+fn permission(protocol: &str, from: i32, to: i32, source: &ObservedSource) -> IpPermission {
+    let b = IpPermission::builder().ip_protocol(protocol).from_port(from).to_port(to);
+    match source {
+        ObservedSource::Cidr(c) => b.ip_ranges(IpRange::builder().cidr_ip(c).build()),
+        ObservedSource::GroupId(g) => b.user_id_group_pairs(UserIdGroupPair::builder().group_id(g).build()),
+    }
+    .build()
+}
+
+async fn rule_source(ctx: &OpContext, r: &Rule) -> R<ObservedSource> {
+    Ok(match &r.source {
+        Source::Cidr(c) => ObservedSource::Cidr(c.clone()),
+        Source::Group(g) => ObservedSource::GroupId(ctx.id(&format!("sg/{g}")).await?),
+    })
+}
+
+async fn template_data(ctx: &OpContext, d: &LaunchTemplateData, group: &str) -> R<RequestLaunchTemplateData> {
+    let host = ctx
+        .lb_dns
+        .lock()
+        .await
+        .clone()
+        .ok_or_else(|| OpError::fatal(anyhow::anyhow!("the API load balancer has no DNS name yet")))?;
+    let user_data = base64::engine::general_purpose::STANDARD.encode(with_api_host(&d.user_data, &host));
+    let sg = ctx.id(&format!("sg/{}", d.security_group)).await?;
+    let tag_list: Vec<Tag> = d.tags.iter().map(|(k, v)| Tag::builder().key(k).value(v).build()).collect();
+    let mut b = RequestLaunchTemplateData::builder()
+        .image_id(&d.image_id)
+        .instance_type(d.instance_type.as_str().into())
+        .user_data(user_data)
+        .security_group_ids(sg)
+        .block_device_mappings(
+            LaunchTemplateBlockDeviceMappingRequest::builder()
+                .device_name(&d.root_device)
+                .ebs(
+                    LaunchTemplateEbsBlockDeviceRequest::builder()
+                        .volume_size(d.root_volume_gib)
+                        .volume_type(VolumeType::from(d.root_volume_type.as_str()))
+                        .encrypted(d.encrypted)
+                        .delete_on_termination(true)
+                        .build(),
+                )
+                .build(),
+        )
+        .metadata_options(
+            LaunchTemplateInstanceMetadataOptionsRequest::builder()
+                .http_tokens(if d.imds_tokens_required {
+                    LaunchTemplateHttpTokensState::Required
+                } else {
+                    LaunchTemplateHttpTokensState::Optional
+                })
+                .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::Enabled)
+                .http_put_response_hop_limit(2)
+                .build(),
+        )
+        .tag_specifications(
+            LaunchTemplateTagSpecificationRequest::builder()
+                .resource_type(ResourceType::Instance)
+                .set_tags(Some(tag_list.clone()))
+                .build(),
+        )
+        .tag_specifications(
+            LaunchTemplateTagSpecificationRequest::builder()
+                .resource_type(ResourceType::Volume)
+                .set_tags(Some(tag_list))
+                .build(),
+        );
+    if let Some(p) = &d.instance_profile {
+        b = b.iam_instance_profile(LaunchTemplateIamInstanceProfileSpecificationRequest::builder().name(p).build());
+    }
+    if let Some(k) = &d.key_name {
+        b = b.key_name(k);
+    }
+    let _ = group;
+    Ok(b.build())
+}
+
+/// Runs one operation.
+pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
+    let ec2 = &ctx.aws.ec2;
+    let cluster = ctx.desired.cluster.clone();
+    match op {
+        Op::Refuse { why } => Err(OpError::fatal(anyhow::anyhow!("{why}"))),
+        Op::CreateVpc { cidr } => {
+            let out = call(
+                "CreateVpc",
+                ec2.create_vpc()
+                    .cidr_block(cidr)
+                    .tag_specifications(ctx.spec(ResourceType::Vpc, key, &[]))
+                    .send()
+                    .await,
+            )?;
+            let id = out.vpc().and_then(|v| v.vpc_id()).unwrap_or_default().to_string();
+            ctx.set(key, &id).await;
+            // Kubernetes nodes need DNS hostnames and resolution inside the VPC.
+            call(
+                "ModifyVpcAttribute",
+                ec2.modify_vpc_attribute()
+                    .vpc_id(&id)
+                    .enable_dns_support(AttributeBooleanValue::builder().value(true).build())
+                    .send()
+                    .await,
+            )?;
+            call(
+                "ModifyVpcAttribute",
+                ec2.modify_vpc_attribute()
+                    .vpc_id(&id)
+                    .enable_dns_hostnames(AttributeBooleanValue::builder().value(true).build())
+                    .send()
+                    .await,
+            )?;
+            Ok(id)
+        }
+        Op::CreateSubnet { zone, cidr, public, .. } => {
+            let vpc = ctx.id("vpc").await?;
+            let out = call(
+                "CreateSubnet",
+                ec2.create_subnet()
+                    .vpc_id(vpc)
+                    .cidr_block(cidr)
+                    .availability_zone(zone)
+                    .tag_specifications(ctx.spec(ResourceType::Subnet, key, &[]))
+                    .send()
+                    .await,
+            )?;
+            let id = out.subnet().and_then(|s| s.subnet_id()).unwrap_or_default().to_string();
+            ctx.set(key, &id).await;
+            if *public {
+                call(
+                    "ModifySubnetAttribute",
+                    ec2.modify_subnet_attribute()
+                        .subnet_id(&id)
+                        .map_public_ip_on_launch(AttributeBooleanValue::builder().value(true).build())
+                        .send()
+                        .await,
+                )?;
+            }
+            Ok(id)
+        }
+        Op::CreateInternetGateway => {
+            let vpc = ctx.id("vpc").await?;
+            let out = call(
+                "CreateInternetGateway",
+                ec2.create_internet_gateway()
+                    .tag_specifications(ctx.spec(ResourceType::InternetGateway, key, &[]))
+                    .send()
+                    .await,
+            )?;
+            let id = out.internet_gateway().and_then(|g| g.internet_gateway_id()).unwrap_or_default().to_string();
+            ctx.set(key, &id).await;
+            call(
+                "AttachInternetGateway",
+                ec2.attach_internet_gateway().internet_gateway_id(&id).vpc_id(vpc).send().await,
+            )?;
+            Ok(id)
+        }
+        Op::AllocateAddress { .. } => {
+            let out = call(
+                "AllocateAddress",
+                ec2.allocate_address()
+                    .domain(DomainType::Vpc)
+                    .tag_specifications(ctx.spec(ResourceType::ElasticIp, key, &[]))
+                    .send()
+                    .await,
+            )?;
+            let id = out.allocation_id().unwrap_or_default().to_string();
+            ctx.set(key, &id).await;
+            Ok(id)
+        }
+        Op::CreateNatGateway { zone, subnet } => {
+            let subnet_id = ctx.id(&format!("subnet/{subnet}")).await?;
+            let alloc = ctx.id(&format!("eip/{zone}")).await?;
+            let out = call(
+                "CreateNatGateway",
+                ec2.create_nat_gateway()
+                    .subnet_id(subnet_id)
+                    .allocation_id(alloc)
+                    .client_token(format!("{cluster}-nat-{zone}"))
+                    .tag_specifications(ctx.spec(ResourceType::Natgateway, key, &[]))
+                    .send()
+                    .await,
+            )?;
+            let id = out.nat_gateway().and_then(|n| n.nat_gateway_id()).unwrap_or_default().to_string();
+            ctx.set(key, &id).await;
+            let start = std::time::Instant::now();
+            loop {
+                let d = call("DescribeNatGateways", ec2.describe_nat_gateways().nat_gateway_ids(&id).send().await)?;
+                match d.nat_gateways().first().and_then(|n| n.state()).map(|s| s.as_str().to_string()).as_deref() {
+                    Some("available") => break,
+                    Some("failed") => return Err(OpError::fatal(anyhow::anyhow!("NAT gateway {id} failed to start"))),
+                    _ if start.elapsed() > WAIT_LIMIT => {
+                        return Err(OpError {
+                            retriable: true,
+                            error: anyhow::anyhow!("NAT gateway {id} is not available yet"),
+                        })
+                    }
+                    _ => tokio::time::sleep(POLL).await,
+                }
+            }
+            Ok(id)
+        }
+        Op::CreateRouteTable { .. } => {
+            let vpc = ctx.id("vpc").await?;
+            let out = call(
+                "CreateRouteTable",
+                ec2.create_route_table()
+                    .vpc_id(vpc)
+                    .tag_specifications(ctx.spec(ResourceType::RouteTable, key, &[]))
+                    .send()
+                    .await,
+            )?;
+            let id = out.route_table().and_then(|r| r.route_table_id()).unwrap_or_default().to_string();
+            ctx.set(key, &id).await;
+            Ok(id)
+        }
+        Op::SyncRouteTable { name, default_route, subnets } => {
+            let rt = ctx.id(&format!("rt/{name}")).await?;
+            let d = call("DescribeRouteTables", ec2.describe_route_tables().route_table_ids(&rt).send().await)?;
+            let table = d.route_tables().first().cloned().ok_or_else(|| OpError {
+                retriable: true,
+                error: anyhow::anyhow!("route table {rt} not visible yet"),
+            })?;
+            if let Some(target) = default_route {
+                let target_id = match target {
+                    RouteTarget::InternetGateway => ctx.id("igw").await?,
+                    RouteTarget::Nat { zone } => ctx.id(&format!("nat/{zone}")).await?,
+                };
+                let current = table.routes().iter().find(|r| r.destination_cidr_block() == Some("0.0.0.0/0"));
+                let current_target = current.and_then(|r| r.gateway_id().or(r.nat_gateway_id()));
+                if current_target != Some(target_id.as_str()) {
+                    let is_nat = matches!(target, RouteTarget::Nat { .. });
+                    if current.is_some() {
+                        let mut req = ec2.replace_route().route_table_id(&rt).destination_cidr_block("0.0.0.0/0");
+                        req = if is_nat { req.nat_gateway_id(&target_id) } else { req.gateway_id(&target_id) };
+                        call("ReplaceRoute", req.send().await)?;
+                    } else {
+                        let mut req = ec2.create_route().route_table_id(&rt).destination_cidr_block("0.0.0.0/0");
+                        req = if is_nat { req.nat_gateway_id(&target_id) } else { req.gateway_id(&target_id) };
+                        call("CreateRoute", req.send().await)?;
+                    }
+                }
+            }
+            let mut want = Vec::new();
+            for s in subnets {
+                want.push(ctx.id(&format!("subnet/{s}")).await?);
+            }
+            for a in table.associations() {
+                if let (Some(aid), Some(sid)) = (a.route_table_association_id(), a.subnet_id()) {
+                    if !want.iter().any(|w| w == sid) {
+                        call(
+                            "DisassociateRouteTable",
+                            ec2.disassociate_route_table().association_id(aid).send().await,
+                        )?;
+                    }
+                }
+            }
+            for sid in &want {
+                if !table.associations().iter().any(|a| a.subnet_id() == Some(sid.as_str())) {
+                    // A subnet can be associated with one table: move it if needed.
+                    let other = call(
+                        "DescribeRouteTables",
+                        ec2.describe_route_tables()
+                            .filters(filter("association.subnet-id", [sid.clone()]))
+                            .send()
+                            .await,
+                    )?;
+                    let existing = other
+                        .route_tables()
+                        .iter()
+                        .flat_map(|t| t.associations())
+                        .find(|a| a.subnet_id() == Some(sid.as_str()))
+                        .and_then(|a| a.route_table_association_id().map(str::to_string));
+                    match existing {
+                        Some(aid) => call(
+                            "ReplaceRouteTableAssociation",
+                            ec2.replace_route_table_association().association_id(aid).route_table_id(&rt).send().await,
+                        )
+                        .map(|_| ())?,
+                        None => call(
+                            "AssociateRouteTable",
+                            ec2.associate_route_table().route_table_id(&rt).subnet_id(sid).send().await,
+                        )
+                        .map(|_| ())?,
+                    }
+                }
+            }
+            Ok(rt)
+        }
+        Op::CreateSecurityGroup { name, description } => {
+            let vpc = ctx.id("vpc").await?;
+            let out = call_ok_if(
+                "CreateSecurityGroup",
+                &["InvalidGroup.Duplicate"],
+                ec2.create_security_group()
+                    .group_name(format!("{cluster}-{name}"))
+                    .description(description)
+                    .vpc_id(&vpc)
+                    .tag_specifications(ctx.spec(ResourceType::SecurityGroup, key, &[]))
+                    .send()
+                    .await,
+            )?;
+            let id = match out {
+                Some(o) => o.group_id().unwrap_or_default().to_string(),
+                None => {
+                    let d = call(
+                        "DescribeSecurityGroups",
+                        ec2.describe_security_groups()
+                            .filters(filter("vpc-id", [vpc]))
+                            .filters(filter("group-name", [format!("{cluster}-{name}")]))
+                            .send()
+                            .await,
+                    )?;
+                    d.security_groups().first().and_then(|g| g.group_id()).unwrap_or_default().to_string()
+                }
+            };
+            ctx.set(key, &id).await;
+            Ok(id)
+        }
+        Op::SyncSecurityGroupRules { name, add, remove } => {
+            let sg = ctx.id(&format!("sg/{name}")).await?;
+            for r in remove {
+                let ObservedRuleRef { protocol, from_port, to_port, source } = r;
+                call_ok_if(
+                    "RevokeSecurityGroupIngress",
+                    &["InvalidPermission.NotFound"],
+                    ec2.revoke_security_group_ingress()
+                        .group_id(&sg)
+                        .ip_permissions(permission(protocol, *from_port, *to_port, source))
+                        .send()
+                        .await,
+                )?;
+            }
+            for r in add {
+                let src = rule_source(ctx, r).await?;
+                call_ok_if(
+                    "AuthorizeSecurityGroupIngress",
+                    &["InvalidPermission.Duplicate"],
+                    ec2.authorize_security_group_ingress()
+                        .group_id(&sg)
+                        .ip_permissions(permission(&r.protocol, r.from_port, r.to_port, &src))
+                        .send()
+                        .await,
+                )?;
+            }
+            Ok(sg)
+        }
+        Op::CreateLoadBalancer { name, internal, subnets } => {
+            let mut ids = Vec::new();
+            for s in subnets {
+                ids.push(ctx.id(&format!("subnet/{s}")).await?);
+            }
+            let tag_list: Vec<elb::Tag> = ctx
+                .tags_for(key, &[])
+                .into_iter()
+                .map(|t| {
+                    elb::Tag::builder().key(t.key().unwrap_or_default()).value(t.value().unwrap_or_default()).build()
+                })
+                .collect();
+            let out = call(
+                "CreateLoadBalancer",
+                ctx.aws
+                    .elb
+                    .create_load_balancer()
+                    .name(name)
+                    .r#type(elb::LoadBalancerTypeEnum::Network)
+                    .scheme(if *internal {
+                        elb::LoadBalancerSchemeEnum::Internal
+                    } else {
+                        elb::LoadBalancerSchemeEnum::InternetFacing
+                    })
+                    .set_subnets(Some(ids))
+                    .set_tags(Some(tag_list))
+                    .send()
+                    .await,
+            )?;
+            let lb = out
+                .load_balancers()
+                .first()
+                .ok_or_else(|| OpError::fatal(anyhow::anyhow!("CreateLoadBalancer returned nothing")))?;
+            let arn = lb.load_balancer_arn().unwrap_or_default().to_string();
+            *ctx.lb_dns.lock().await = lb.dns_name().map(str::to_string);
+            ctx.set(key, &arn).await;
+            Ok(arn)
+        }
+        Op::CreateTargetGroup { name, port } => {
+            let vpc = ctx.id("vpc").await?;
+            let tag_list: Vec<elb::Tag> = ctx
+                .tags_for(key, &[])
+                .into_iter()
+                .map(|t| {
+                    elb::Tag::builder().key(t.key().unwrap_or_default()).value(t.value().unwrap_or_default()).build()
+                })
+                .collect();
+            let out = call(
+                "CreateTargetGroup",
+                ctx.aws
+                    .elb
+                    .create_target_group()
+                    .name(name)
+                    .protocol(elb::ProtocolEnum::Tcp)
+                    .port(i32::from(*port))
+                    .vpc_id(vpc)
+                    .target_type(elb::TargetTypeEnum::Instance)
+                    .health_check_protocol(elb::ProtocolEnum::Tcp)
+                    .set_tags(Some(tag_list))
+                    .send()
+                    .await,
+            )?;
+            let arn = out.target_groups().first().and_then(|t| t.target_group_arn()).unwrap_or_default().to_string();
+            ctx.set(key, &arn).await;
+            Ok(arn)
+        }
+        Op::CreateListener { port } => {
+            let lb = ctx.id("lb").await?;
+            let tg = ctx.id("tg").await?;
+            let action = elb::Action::builder().r#type(elb::ActionTypeEnum::Forward).target_group_arn(tg).build();
+            let out = call(
+                "CreateListener",
+                ctx.aws
+                    .elb
+                    .create_listener()
+                    .load_balancer_arn(lb)
+                    .protocol(elb::ProtocolEnum::Tcp)
+                    .port(i32::from(*port))
+                    .default_actions(action)
+                    .send()
+                    .await,
+            )?;
+            let arn = out.listeners().first().and_then(|l| l.listener_arn()).unwrap_or_default().to_string();
+            ctx.set(key, &arn).await;
+            Ok(arn)
+        }
+        Op::SyncTargets => {
+            let tg = ctx.id("tg").await?;
+            let cp_groups: Vec<String> =
+                ctx.desired.groups.iter().filter(|g| g.role == Role::ControlPlane).map(|g| g.name.clone()).collect();
+            let mut live = Vec::new();
+            if !cp_groups.is_empty() {
+                let mut pages = ec2
+                    .describe_instances()
+                    .filters(filter(&format!("tag:{}", tags::CLUSTER), [cluster.clone()]))
+                    .filters(filter(&format!("tag:{}", tags::INSTANCE_GROUP), cp_groups))
+                    .filters(filter("instance-state-name", ["pending", "running"]))
+                    .into_paginator()
+                    .items()
+                    .send();
+                while let Some(r) = pages.next().await {
+                    let r = call("DescribeInstances", r)?;
+                    live.extend(r.instances().iter().filter_map(|i| i.instance_id().map(str::to_string)));
+                }
+            }
+            let health =
+                call("DescribeTargetHealth", ctx.aws.elb.describe_target_health().target_group_arn(&tg).send().await)?;
+            let registered: Vec<String> = health
+                .target_health_descriptions()
+                .iter()
+                .filter_map(|d| d.target().and_then(|t| t.id()).map(str::to_string))
+                .collect();
+            let port = i32::from(ctx.desired.load_balancer.port);
+            let desc = |id: &String| elb::TargetDescription::builder().id(id).port(port).build();
+            let to_add: Vec<_> = live.iter().filter(|i| !registered.contains(i)).map(desc).collect();
+            let to_remove: Vec<_> = registered.iter().filter(|i| !live.contains(i)).map(desc).collect();
+            if !to_add.is_empty() {
+                call(
+                    "RegisterTargets",
+                    ctx.aws.elb.register_targets().target_group_arn(&tg).set_targets(Some(to_add)).send().await,
+                )?;
+            }
+            if !to_remove.is_empty() {
+                call(
+                    "DeregisterTargets",
+                    ctx.aws.elb.deregister_targets().target_group_arn(&tg).set_targets(Some(to_remove)).send().await,
+                )?;
+            }
+            Ok(format!("{} target(s)", live.len()))
+        }
+        Op::CreateLaunchTemplate { group, name, data } => {
+            let d = template_data(ctx, data, group).await?;
+            let out = call_ok_if(
+                "CreateLaunchTemplate",
+                &["InvalidLaunchTemplateName.AlreadyExistsException"],
+                ec2.create_launch_template()
+                    .launch_template_name(name)
+                    .launch_template_data(d)
+                    .tag_specifications(ctx.spec(ResourceType::LaunchTemplate, key, &[(tags::INSTANCE_GROUP, group)]))
+                    .send()
+                    .await,
+            )?;
+            let (id, version) = match out {
+                Some(o) => {
+                    let t = o.launch_template();
+                    (
+                        t.and_then(|t| t.launch_template_id()).unwrap_or_default().to_string(),
+                        t.and_then(|t| t.latest_version_number()).unwrap_or(1),
+                    )
+                }
+                None => {
+                    let d = call(
+                        "DescribeLaunchTemplates",
+                        ec2.describe_launch_templates().launch_template_names(name).send().await,
+                    )?;
+                    let t = d.launch_templates().first();
+                    (
+                        t.and_then(|t| t.launch_template_id()).unwrap_or_default().to_string(),
+                        t.and_then(|t| t.latest_version_number()).unwrap_or(1),
+                    )
+                }
+            };
+            ctx.set(key, &id).await;
+            ctx.versions.lock().await.insert(group.clone(), version);
+            Ok(format!("{id} v{version}"))
+        }
+        Op::CreateLaunchTemplateVersion { group, data } => {
+            let id = ctx.id(key).await?;
+            // moto ignores SourceVersion; we always send the full data anyway.
+            let d = template_data(ctx, data, group).await?;
+            let out = call(
+                "CreateLaunchTemplateVersion",
+                ec2.create_launch_template_version()
+                    .launch_template_id(&id)
+                    .launch_template_data(d)
+                    .version_description(format!("pinfleet revision {}", ctx.revision))
+                    .send()
+                    .await,
+            )?;
+            let version = out.launch_template_version().and_then(|v| v.version_number()).unwrap_or_default();
+            call(
+                "ModifyLaunchTemplate",
+                ec2.modify_launch_template().launch_template_id(&id).default_version(version.to_string()).send().await,
+            )?;
+            ctx.versions.lock().await.insert(group.clone(), version);
+            Ok(format!("{id} v{version}"))
+        }
+        Op::LaunchInstances { group, role, count, subnets } => launch(ctx, group, *role, *count, subnets).await,
+        Op::TerminateInstances { ids, wait, .. } => {
+            if ids.is_empty() {
+                return Ok(String::new());
+            }
+            call_ok_if(
+                "TerminateInstances",
+                &["InvalidInstanceID.NotFound"],
+                ec2.terminate_instances().set_instance_ids(Some(ids.clone())).send().await,
+            )?;
+            if *wait {
+                let start = std::time::Instant::now();
+                loop {
+                    let d = call(
+                        "DescribeInstances",
+                        ec2.describe_instances().set_instance_ids(Some(ids.clone())).send().await,
+                    )?;
+                    let pending = d
+                        .reservations()
+                        .iter()
+                        .flat_map(|r| r.instances())
+                        .filter(|i| i.state().and_then(|s| s.name()).map(|n| n.as_str()) != Some("terminated"))
+                        .count();
+                    if pending == 0 {
+                        break;
+                    }
+                    if start.elapsed() > WAIT_LIMIT {
+                        return Err(OpError {
+                            retriable: true,
+                            error: anyhow::anyhow!("{pending} instance(s) still shutting down"),
+                        });
+                    }
+                    tokio::time::sleep(POLL).await;
+                }
+            }
+            Ok(format!("{} instance(s)", ids.len()))
+        }
+        Op::DeleteLaunchTemplate { id, .. } => {
+            call_ok_if(
+                "DeleteLaunchTemplate",
+                &["InvalidLaunchTemplateId.NotFound", "InvalidLaunchTemplateId.Malformed"],
+                ec2.delete_launch_template().launch_template_id(id).send().await,
+            )?;
+            Ok(id.clone())
+        }
+        Op::DeleteListener { arn } => {
+            call_ok_if(
+                "DeleteListener",
+                &["ListenerNotFound"],
+                ctx.aws.elb.delete_listener().listener_arn(arn).send().await,
+            )?;
+            Ok(arn.clone())
+        }
+        Op::DeleteLoadBalancer { arn } => {
+            call_ok_if(
+                "DeleteLoadBalancer",
+                &["LoadBalancerNotFound"],
+                ctx.aws.elb.delete_load_balancer().load_balancer_arn(arn).send().await,
+            )?;
+            Ok(arn.clone())
+        }
+        Op::DeleteTargetGroup { arn } => {
+            call_ok_if(
+                "DeleteTargetGroup",
+                &["TargetGroupNotFound"],
+                ctx.aws.elb.delete_target_group().target_group_arn(arn).send().await,
+            )?;
+            Ok(arn.clone())
+        }
+        Op::DeleteNatGateway { id } => {
+            call_ok_if(
+                "DeleteNatGateway",
+                &["NatGatewayNotFound", "InvalidNatGatewayID.NotFound"],
+                ec2.delete_nat_gateway().nat_gateway_id(id).send().await,
+            )?;
+            let start = std::time::Instant::now();
+            loop {
+                let d = call_ok_if(
+                    "DescribeNatGateways",
+                    &["NatGatewayNotFound"],
+                    ec2.describe_nat_gateways().nat_gateway_ids(id).send().await,
+                )?;
+                let state = d
+                    .as_ref()
+                    .and_then(|d| d.nat_gateways().first().and_then(|n| n.state()).map(|s| s.as_str().to_string()));
+                match state.as_deref() {
+                    None | Some("deleted") => break,
+                    _ if start.elapsed() > WAIT_LIMIT => {
+                        return Err(OpError {
+                            retriable: true,
+                            error: anyhow::anyhow!("NAT gateway {id} is still deleting"),
+                        })
+                    }
+                    _ => tokio::time::sleep(POLL).await,
+                }
+            }
+            Ok(id.clone())
+        }
+        Op::ReleaseAddress { allocation_id } => {
+            call_ok_if(
+                "ReleaseAddress",
+                &["InvalidAllocationID.NotFound"],
+                ec2.release_address().allocation_id(allocation_id).send().await,
+            )?;
+            Ok(allocation_id.clone())
+        }
+        Op::DeleteRouteTable { id, associations } => {
+            for a in associations {
+                call_ok_if(
+                    "DisassociateRouteTable",
+                    &["InvalidAssociationID.NotFound"],
+                    ec2.disassociate_route_table().association_id(a).send().await,
+                )?;
+            }
+            call_ok_if(
+                "DeleteRouteTable",
+                &["InvalidRouteTableID.NotFound"],
+                ec2.delete_route_table().route_table_id(id).send().await,
+            )?;
+            Ok(id.clone())
+        }
+        Op::DeleteInternetGateway { id, vpc } => {
+            if let Some(vpc) = vpc {
+                call_ok_if(
+                    "DetachInternetGateway",
+                    &["Gateway.NotAttached", "InvalidInternetGatewayID.NotFound"],
+                    ec2.detach_internet_gateway().internet_gateway_id(id).vpc_id(vpc).send().await,
+                )?;
+            }
+            call_ok_if(
+                "DeleteInternetGateway",
+                &["InvalidInternetGatewayID.NotFound"],
+                ec2.delete_internet_gateway().internet_gateway_id(id).send().await,
+            )?;
+            Ok(id.clone())
+        }
+        Op::DeleteSubnet { id } => {
+            call_ok_if("DeleteSubnet", &["InvalidSubnetID.NotFound"], ec2.delete_subnet().subnet_id(id).send().await)?;
+            Ok(id.clone())
+        }
+        Op::DeleteSecurityGroup { id } => {
+            call_ok_if(
+                "DeleteSecurityGroup",
+                &["InvalidGroup.NotFound"],
+                ec2.delete_security_group().group_id(id).send().await,
+            )?;
+            Ok(id.clone())
+        }
+        Op::DeleteVpc { id } => {
+            call_ok_if("DeleteVpc", &["InvalidVpcID.NotFound"], ec2.delete_vpc().vpc_id(id).send().await)?;
+            Ok(id.clone())
+        }
+    }
+}
+
+/// Client token for a RunInstances call: the same (cluster, group,
+/// revision, sequence) always gives the same token, so a retried call after
+/// a lost response returns the first call's instances instead of new ones.
+pub fn client_token(cluster: &str, group: &str, revision: u64, seq: usize) -> String {
+    use sha2::Digest;
+    let h = hex::encode(sha2::Sha256::digest(format!("{cluster}/{group}/{revision}/{seq}")));
+    format!("pf-{}", &h[..40])
+}
+
+/// Which subnets new machines go to: each to the subnet with the fewest of
+/// the group's machines so far (ties by the spec's order).
+pub fn spread(existing: &BTreeMap<String, usize>, subnets: &[String], count: u32) -> Vec<String> {
+    let mut counts: Vec<(String, usize)> =
+        subnets.iter().map(|s| (s.clone(), existing.get(s).copied().unwrap_or(0))).collect();
+    let mut out = Vec::new();
+    for _ in 0..count {
+        if let Some(min) = counts.iter_mut().min_by_key(|(_, n)| *n) {
+            min.1 += 1;
+            out.push(min.0.clone());
+        }
+    }
+    out
+}
+
+async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &[String]) -> R<String> {
+    let ec2 = &ctx.aws.ec2;
+    let cluster = &ctx.desired.cluster;
+    let lt_id = ctx.id(&format!("lt/{group}")).await?;
+    let version = ctx
+        .versions
+        .lock()
+        .await
+        .get(group)
+        .copied()
+        .ok_or_else(|| OpError::fatal(anyhow::anyhow!("no launch-template version known for {group}")))?;
+    // Instances this revision already started (a re-run after a crash) keep
+    // their sequence numbers, so tokens never repeat for new machines.
+    let seq_start = ctx
+        .observed_instances
+        .iter()
+        .filter(|i| i.group.as_deref() == Some(group) && i.revision == Some(ctx.revision))
+        .count();
+    let mut subnet_ids = BTreeMap::new();
+    for s in subnets {
+        subnet_ids.insert(ctx.id(&format!("subnet/{s}")).await?, s.clone());
+    }
+    let mut existing: BTreeMap<String, usize> = BTreeMap::new();
+    for i in ctx.observed_instances.iter().filter(|i| i.is_live() && i.group.as_deref() == Some(group)) {
+        if let Some(name) = i.subnet_id.as_ref().and_then(|s| subnet_ids.get(s)) {
+            *existing.entry(name.clone()).or_default() += 1;
+        }
+    }
+    let placement = spread(&existing, subnets, count);
+    // The first control-plane machine of a new cluster runs `kubeadm init`.
+    let cluster_has_control_plane = ctx.observed_instances.iter().any(|i| {
+        i.is_live()
+            && ctx
+                .desired
+                .groups
+                .iter()
+                .any(|g| g.role == Role::ControlPlane && i.group.as_deref() == Some(g.name.as_str()))
+    });
+    let mut ids = Vec::new();
+    for (n, subnet) in placement.iter().enumerate() {
+        let seq = seq_start + n;
+        let subnet_id = ctx.id(&format!("subnet/{subnet}")).await?;
+        let key = format!("instance/{group}");
+        let mut req = ec2
+            .run_instances()
+            .min_count(1)
+            .max_count(1)
+            .client_token(client_token(cluster, group, ctx.revision, seq))
+            .launch_template(
+                LaunchTemplateSpecification::builder().launch_template_id(&lt_id).version(version.to_string()).build(),
+            )
+            .subnet_id(subnet_id)
+            .tag_specifications(ctx.spec(
+                ResourceType::Instance,
+                &key,
+                &[
+                    (tags::INSTANCE_GROUP, group),
+                    (tags::LT_VERSION, &version.to_string()),
+                    (tags::REVISION, &ctx.revision.to_string()),
+                    (tags::NAME, &format!("{cluster}-{group}")),
+                ],
+            ))
+            .tag_specifications(ctx.spec(ResourceType::Volume, &key, &[(tags::INSTANCE_GROUP, group)]));
+        if role == Role::ControlPlane && !cluster_has_control_plane && n == 0 && seq_start == 0 {
+            if let Some(init) = &ctx.init_user_data {
+                let host = ctx.lb_dns.lock().await.clone().unwrap_or_default();
+                req = req.user_data(base64::engine::general_purpose::STANDARD.encode(with_api_host(init, &host)));
+            }
+        }
+        let out = call("RunInstances", req.send().await)?;
+        for i in out.instances() {
+            if let Some(id) = i.instance_id() {
+                ids.push(id.to_string());
+            }
+        }
+    }
+    ctx.launched.lock().await.extend(ids.iter().cloned());
+    Ok(ids.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_fills_the_emptiest_subnets_first() {
+        let subnets = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+        let existing = BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 0)]);
+        assert_eq!(spread(&existing, &subnets, 4), ["b", "c", "b", "c"]);
+        assert_eq!(spread(&BTreeMap::new(), &subnets, 2), ["a", "b"]);
+    }
+
+    #[test]
+    fn client_tokens_are_stable_and_distinct() {
+        assert_eq!(client_token("c", "g", 3, 0), client_token("c", "g", 3, 0));
+        assert_ne!(client_token("c", "g", 3, 0), client_token("c", "g", 3, 1));
+        assert_ne!(client_token("c", "g", 3, 0), client_token("c", "g", 4, 0));
+        assert!(client_token("c", "g", 3, 0).len() <= 64);
+    }
+}

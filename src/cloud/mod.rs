@@ -1,0 +1,29 @@
+//! The cloud side: what a cluster needs on AWS ([`model`], pure), and the
+//! SDK edge that observes and changes it ([`aws`]).
+//!
+//! Data flow: `Cluster` → [`model::desired`] (+ images resolved by
+//! [`aws::images`]) → `plan::diff` against [`aws::observe`] → `apply`.
+//! Ownership is by tags: every resource carries [`tags::CLUSTER`],
+//! [`tags::OWNER`], [`tags::MANAGED_BY`] and a [`tags::RESOURCE`] key that
+//! names its place in the model; that is how pinfleet finds, governs and
+//! safely recycles machines.
+
+pub mod aws;
+pub mod model;
+pub mod observed;
+
+/// Tag keys pinfleet writes and reads.
+pub mod tags {
+    pub const CLUSTER: &str = "pinfleet.dev/cluster";
+    pub const OWNER: &str = "pinfleet.dev/owner";
+    pub const MANAGED_BY: &str = "pinfleet.dev/managed-by";
+    pub const MANAGED_BY_VALUE: &str = "pinfleet";
+    pub const INSTANCE_GROUP: &str = "pinfleet.dev/instance-group";
+    /// The resource's key in the desired model, e.g. `subnet/private-a`.
+    pub const RESOURCE: &str = "pinfleet.dev/resource";
+    /// On instances: the launch-template version they were started from.
+    pub const LT_VERSION: &str = "pinfleet.dev/launch-template-version";
+    /// On instances: the apply revision that started them (idempotency).
+    pub const REVISION: &str = "pinfleet.dev/revision";
+    pub const NAME: &str = "Name";
+}

@@ -1,0 +1,170 @@
+//! What exists on AWS for a cluster, as found by tag-filtered observation.
+//! Plain data: the plan compares it with the desired model.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Observed {
+    pub vpc: Option<ObservedVpc>,
+    pub subnets: Vec<ObservedSubnet>,
+    pub internet_gateway: Option<ObservedIgw>,
+    pub addresses: Vec<ObservedAddress>,
+    pub nat_gateways: Vec<ObservedNat>,
+    pub route_tables: Vec<ObservedRouteTable>,
+    pub security_groups: Vec<ObservedSecurityGroup>,
+    pub load_balancer: Option<ObservedLoadBalancer>,
+    pub target_group: Option<ObservedTargetGroup>,
+    pub listener: Option<String>,
+    pub launch_templates: Vec<ObservedLaunchTemplate>,
+    pub instances: Vec<ObservedInstance>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedVpc {
+    pub id: String,
+    pub cidr: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedSubnet {
+    pub id: String,
+    pub name: String,
+    pub zone: String,
+    pub cidr: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedIgw {
+    pub id: String,
+    pub attached_vpc: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedAddress {
+    pub allocation_id: String,
+    /// The zone whose NAT gateway it serves (from its resource tag).
+    pub zone: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedNat {
+    pub id: String,
+    pub zone: String,
+    pub subnet_id: String,
+    pub state: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedRouteTable {
+    pub id: String,
+    pub name: String,
+    /// Target id of the 0.0.0.0/0 route (igw-… or nat-…).
+    pub default_route: Option<String>,
+    /// (association id, subnet id).
+    pub associations: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ObservedSource {
+    Cidr(String),
+    GroupId(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ObservedRule {
+    pub protocol: String,
+    pub from_port: i32,
+    pub to_port: i32,
+    pub source: ObservedSource,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedSecurityGroup {
+    pub id: String,
+    pub name: String,
+    pub ingress: Vec<ObservedRule>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedLoadBalancer {
+    pub arn: String,
+    pub dns_name: String,
+    pub internal: bool,
+    pub subnet_ids: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedTargetGroup {
+    pub arn: String,
+    pub port: i32,
+    pub targets: Vec<String>,
+}
+
+/// The launch-template data as read back (security group by id).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedTemplateData {
+    pub image_id: String,
+    pub instance_type: String,
+    pub root_device: String,
+    pub root_volume_gib: i32,
+    pub root_volume_type: String,
+    pub encrypted: bool,
+    pub instance_profile: Option<String>,
+    pub key_name: Option<String>,
+    pub security_group_ids: Vec<String>,
+    pub imds_tokens_required: bool,
+    pub user_data: String,
+    pub tags: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedLaunchTemplate {
+    pub id: String,
+    pub name: String,
+    pub group: String,
+    pub latest_version: i64,
+    pub latest: Option<ObservedTemplateData>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedInstance {
+    pub id: String,
+    pub cluster: Option<String>,
+    pub group: Option<String>,
+    pub owner: Option<String>,
+    pub state: String,
+    pub image_id: String,
+    pub instance_type: String,
+    pub subnet_id: Option<String>,
+    pub zone: Option<String>,
+    pub vpc_id: Option<String>,
+    pub private_ip: Option<String>,
+    pub launch_template_version: Option<i64>,
+    pub revision: Option<u64>,
+    /// Seconds since the epoch.
+    pub launch_time: Option<i64>,
+}
+
+impl ObservedInstance {
+    /// Not on its way out: pending, running, stopping or stopped.
+    pub fn is_live(&self) -> bool {
+        matches!(self.state.as_str(), "pending" | "running" | "stopping" | "stopped")
+    }
+}
+
+impl Observed {
+    pub fn subnet_by_name(&self, name: &str) -> Option<&ObservedSubnet> {
+        self.subnets.iter().find(|s| s.name == name)
+    }
+    pub fn sg_by_name(&self, name: &str) -> Option<&ObservedSecurityGroup> {
+        self.security_groups.iter().find(|s| s.name == name)
+    }
+    pub fn template(&self, group: &str) -> Option<&ObservedLaunchTemplate> {
+        self.launch_templates.iter().find(|t| t.group == group)
+    }
+    pub fn live_instances<'a>(&'a self, group: &'a str) -> impl Iterator<Item = &'a ObservedInstance> + 'a {
+        self.instances.iter().filter(move |i| i.is_live() && i.group.as_deref() == Some(group))
+    }
+}

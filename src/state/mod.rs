@@ -1,0 +1,391 @@
+//! The state store: `s3://bucket/prefix/<cluster>/…` or `file://dir/<cluster>/…`.
+//!
+//! Holds, per cluster: the last applied spec (fully defaulted), one history
+//! record per applied revision, the generated PKI (server-side encrypted,
+//! never printed), rollout progress, and the lock that keeps two runs from
+//! changing one cluster at once (a conditional write: `If-None-Match: *`).
+
+pub mod lock;
+pub mod pki;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _, Result};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::ServerSideEncryption;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::cloud::aws::Aws;
+
+/// A write's precondition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    None,
+    /// Only if nothing is stored under the key.
+    IfAbsent,
+    /// Only if what is stored still has this ETag.
+    IfMatch(String),
+}
+
+/// A conditional write lost: someone else wrote first.
+#[derive(Debug, thiserror::Error)]
+#[error("the object changed or already exists (precondition failed)")]
+pub struct PreconditionFailed;
+
+#[derive(Debug, Clone)]
+enum Backend {
+    S3 { client: aws_sdk_s3::Client, bucket: String, prefix: String },
+    File { root: PathBuf },
+}
+
+/// One cluster's folder in the state store.
+#[derive(Debug, Clone)]
+pub struct Store {
+    backend: Backend,
+    cluster: String,
+    url: String,
+}
+
+fn etag_of(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    format!("\"{}\"", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+impl Store {
+    /// Opens the store named by `url` for `cluster`; an S3 bucket that does
+    /// not exist yet is created with versioning, public access blocked and
+    /// default encryption.
+    pub async fn open(url: &str, cluster: &str, aws: Option<&Aws>) -> Result<Store> {
+        let backend = if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let aws = aws.context("an s3:// state store needs AWS access")?;
+            let client = aws.s3.clone();
+            ensure_bucket(&client, bucket, &aws.region).await?;
+            Backend::S3 { client, bucket: bucket.to_string(), prefix: prefix.trim_matches('/').to_string() }
+        } else if let Some(dir) = url.strip_prefix("file://") {
+            Backend::File { root: PathBuf::from(dir) }
+        } else {
+            bail!("`{url}` is not a state store URL (s3://bucket/prefix or file://dir)");
+        };
+        Ok(Store { backend, cluster: cluster.to_string(), url: url.to_string() })
+    }
+
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// Where `key` lives, for messages.
+    pub fn describe(&self, key: &str) -> String {
+        format!("{}/{}/{}", self.url.trim_end_matches('/'), self.cluster, key)
+    }
+
+    fn s3_key(prefix: &str, cluster: &str, key: &str) -> String {
+        if prefix.is_empty() {
+            format!("{cluster}/{key}")
+        } else {
+            format!("{prefix}/{cluster}/{key}")
+        }
+    }
+
+    /// The object and its ETag, or `None` when absent.
+    pub async fn get(&self, key: &str) -> Result<Option<(Vec<u8>, String)>> {
+        match &self.backend {
+            Backend::S3 { client, bucket, prefix } => {
+                let k = Self::s3_key(prefix, &self.cluster, key);
+                match client.get_object().bucket(bucket).key(&k).send().await {
+                    Ok(out) => {
+                        let etag = out.e_tag().unwrap_or_default().to_string();
+                        let bytes =
+                            out.body.collect().await.with_context(|| format!("reading {}", self.describe(key)))?;
+                        Ok(Some((bytes.to_vec(), etag)))
+                    }
+                    Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => Ok(None),
+                    Err(e) => Err(anyhow::anyhow!(
+                        "reading {}: {}",
+                        self.describe(key),
+                        crate::cloud::aws::client::describe_sdk_error(&e)
+                    )),
+                }
+            }
+            Backend::File { root } => {
+                let path = root.join(&self.cluster).join(key);
+                match std::fs::read(&path) {
+                    Ok(b) => {
+                        let etag = etag_of(&b);
+                        Ok(Some((b, etag)))
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+                }
+            }
+        }
+    }
+
+    /// Writes `bytes` under `key` if `cond` holds; returns the new ETag, or
+    /// [`PreconditionFailed`] (inside the error) when someone else won.
+    pub async fn put(&self, key: &str, bytes: Vec<u8>, cond: Condition) -> Result<String> {
+        match &self.backend {
+            Backend::S3 { client, bucket, prefix } => {
+                let k = Self::s3_key(prefix, &self.cluster, key);
+                let mut req = client
+                    .put_object()
+                    .bucket(bucket)
+                    .key(&k)
+                    .server_side_encryption(ServerSideEncryption::Aes256)
+                    .content_type("application/json")
+                    .body(ByteStream::from(bytes));
+                req = match &cond {
+                    Condition::None => req,
+                    Condition::IfAbsent => req.if_none_match("*"),
+                    Condition::IfMatch(etag) => req.if_match(etag),
+                };
+                match req.send().await {
+                    Ok(out) => Ok(out.e_tag().unwrap_or_default().to_string()),
+                    Err(e) if matches!(e.raw_response().map(|r| r.status().as_u16()), Some(412 | 409)) => {
+                        Err(PreconditionFailed.into())
+                    }
+                    Err(e) => Err(anyhow::anyhow!(
+                        "writing {}: {}",
+                        self.describe(key),
+                        crate::cloud::aws::client::describe_sdk_error(&e)
+                    )),
+                }
+            }
+            Backend::File { root } => {
+                let path = root.join(&self.cluster).join(key);
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+                }
+                let etag = etag_of(&bytes);
+                match cond {
+                    Condition::IfAbsent => {
+                        use std::io::Write;
+                        let mut f = match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+                            Ok(f) => f,
+                            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                                return Err(PreconditionFailed.into())
+                            }
+                            Err(e) => return Err(e).with_context(|| format!("writing {}", path.display())),
+                        };
+                        f.write_all(&bytes)?;
+                        f.sync_all()?;
+                    }
+                    other => {
+                        if let Condition::IfMatch(want) = other {
+                            let have = std::fs::read(&path).ok().map(|b| etag_of(&b));
+                            if have.as_deref() != Some(want.as_str()) {
+                                return Err(PreconditionFailed.into());
+                            }
+                        }
+                        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+                        std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
+                        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+                    }
+                }
+                Ok(etag)
+            }
+        }
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<()> {
+        match &self.backend {
+            Backend::S3 { client, bucket, prefix } => {
+                let k = Self::s3_key(prefix, &self.cluster, key);
+                client.delete_object().bucket(bucket).key(&k).send().await.map_err(|e| {
+                    anyhow::anyhow!(
+                        "deleting {}: {}",
+                        self.describe(key),
+                        crate::cloud::aws::client::describe_sdk_error(&e)
+                    )
+                })?;
+                Ok(())
+            }
+            Backend::File { root } => match std::fs::remove_file(root.join(&self.cluster).join(key)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// Keys under `prefix` (relative to the cluster's folder), sorted.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut keys = match &self.backend {
+            Backend::S3 { client, bucket, prefix: p } => {
+                let base = Self::s3_key(p, &self.cluster, "");
+                let full = format!("{base}{prefix}");
+                let mut keys = Vec::new();
+                let mut pages = client.list_objects_v2().bucket(bucket).prefix(&full).into_paginator().send();
+                while let Some(page) = pages.next().await {
+                    let page = page.map_err(|e| {
+                        anyhow::anyhow!(
+                            "listing {}: {}",
+                            self.describe(prefix),
+                            crate::cloud::aws::client::describe_sdk_error(&e)
+                        )
+                    })?;
+                    keys.extend(page.contents().iter().filter_map(|o| o.key()).map(|k| k[base.len()..].to_string()));
+                }
+                keys
+            }
+            Backend::File { root } => {
+                let dir = root.join(&self.cluster);
+                let mut keys = Vec::new();
+                let mut stack = vec![dir.clone()];
+                while let Some(d) = stack.pop() {
+                    let Ok(entries) = std::fs::read_dir(&d) else { continue };
+                    for e in entries.flatten() {
+                        let p = e.path();
+                        if p.is_dir() {
+                            stack.push(p);
+                        } else if let Ok(rel) = p.strip_prefix(&dir) {
+                            let rel = rel.to_string_lossy().replace('\\', "/");
+                            if rel.starts_with(prefix) && !rel.contains(".tmp-") {
+                                keys.push(rel);
+                            }
+                        }
+                    }
+                }
+                keys
+            }
+        };
+        keys.sort();
+        Ok(keys)
+    }
+
+    pub async fn get_json<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
+        match self.get(key).await? {
+            None => Ok(None),
+            Some((bytes, _)) => {
+                serde_json::from_slice(&bytes).map(Some).with_context(|| format!("parsing {}", self.describe(key)))
+            }
+        }
+    }
+
+    pub async fn put_json<T: Serialize>(&self, key: &str, value: &T) -> Result<String> {
+        self.put(key, serde_json::to_vec_pretty(value)?, Condition::None).await
+    }
+
+    /// Names of the clusters this store holds (its top-level folders).
+    pub async fn clusters(url: &str, aws: Option<&Aws>) -> Result<Vec<String>> {
+        let store = Store::open(url, "", aws).await?;
+        let keys = store.list("").await?;
+        let mut names: Vec<String> = keys
+            .iter()
+            .filter_map(|k| k.trim_start_matches('/').split('/').next().map(str::to_string))
+            .filter(|s| !s.is_empty())
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+}
+
+async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str, region: &str) -> Result<()> {
+    use aws_sdk_s3::types::{
+        BucketLocationConstraint, BucketVersioningStatus, CreateBucketConfiguration, PublicAccessBlockConfiguration,
+        ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration, ServerSideEncryptionRule,
+        VersioningConfiguration,
+    };
+    match client.head_bucket().bucket(bucket).send().await {
+        Ok(_) => return Ok(()),
+        Err(e) if e.raw_response().map(|r| r.status().as_u16()) == Some(404) => {}
+        Err(e) => bail!("checking state bucket {bucket}: {}", crate::cloud::aws::client::describe_sdk_error(&e)),
+    }
+    let mut create = client.create_bucket().bucket(bucket);
+    if region != "us-east-1" {
+        create = create.create_bucket_configuration(
+            CreateBucketConfiguration::builder().location_constraint(BucketLocationConstraint::from(region)).build(),
+        );
+    }
+    match create.send().await {
+        Ok(_) => {}
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_bucket_already_owned_by_you()) => {}
+        Err(e) => bail!("creating state bucket {bucket}: {}", crate::cloud::aws::client::describe_sdk_error(&e)),
+    }
+    let versioning = VersioningConfiguration::builder().status(BucketVersioningStatus::Enabled).build();
+    client.put_bucket_versioning().bucket(bucket).versioning_configuration(versioning).send().await.map_err(|e| {
+        anyhow::anyhow!("enabling versioning on {bucket}: {}", crate::cloud::aws::client::describe_sdk_error(&e))
+    })?;
+    let block = PublicAccessBlockConfiguration::builder()
+        .block_public_acls(true)
+        .block_public_policy(true)
+        .ignore_public_acls(true)
+        .restrict_public_buckets(true)
+        .build();
+    client.put_public_access_block().bucket(bucket).public_access_block_configuration(block).send().await.map_err(
+        |e| {
+            anyhow::anyhow!("blocking public access on {bucket}: {}", crate::cloud::aws::client::describe_sdk_error(&e))
+        },
+    )?;
+    let rule = ServerSideEncryptionRule::builder()
+        .apply_server_side_encryption_by_default(
+            ServerSideEncryptionByDefault::builder().sse_algorithm(ServerSideEncryption::Aes256).build()?,
+        )
+        .build();
+    client
+        .put_bucket_encryption()
+        .bucket(bucket)
+        .server_side_encryption_configuration(ServerSideEncryptionConfiguration::builder().rules(rule).build()?)
+        .send()
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!("enabling encryption on {bucket}: {}", crate::cloud::aws::client::describe_sdk_error(&e))
+        })?;
+    tracing::info!(bucket, "created state bucket (versioned, private, encrypted)");
+    Ok(())
+}
+
+/// One applied revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryRecord {
+    pub revision: u64,
+    pub applied_at: String,
+    pub by: String,
+    pub host: String,
+    pub command: String,
+    pub created: usize,
+    pub updated: usize,
+    pub replaced: usize,
+    pub deleted: usize,
+    pub changes: Vec<String>,
+}
+
+pub const SPEC_KEY: &str = "spec.json";
+pub const HISTORY_PREFIX: &str = "history/";
+
+impl Store {
+    pub async fn history(&self) -> Result<Vec<HistoryRecord>> {
+        let mut out = Vec::new();
+        for k in self.list(HISTORY_PREFIX).await? {
+            if let Some(r) = self.get_json::<HistoryRecord>(&k).await? {
+                out.push(r);
+            }
+        }
+        out.sort_by_key(|r| r.revision);
+        Ok(out)
+    }
+
+    /// The revision the next apply records (history length + 1). A run that
+    /// died before recording reuses its number, which keeps launches idempotent.
+    pub async fn next_revision(&self) -> Result<u64> {
+        Ok(self.list(HISTORY_PREFIX).await?.len() as u64 + 1)
+    }
+
+    pub async fn record(&self, rec: &HistoryRecord, spec: &crate::spec::Cluster) -> Result<()> {
+        self.put_json(&format!("{HISTORY_PREFIX}{:08}.json", rec.revision), rec).await?;
+        self.put_json(SPEC_KEY, spec).await?;
+        Ok(())
+    }
+}
+
+/// Who is running this (for locks and history).
+pub fn whoami() -> (String, String) {
+    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".into());
+    (user, host)
+}

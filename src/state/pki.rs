@@ -1,0 +1,162 @@
+//! The cluster's PKI, generated once at bootstrap (rcgen) and kept in the
+//! state store: the cluster CA, the front-proxy CA, the service-account key
+//! pair, an admin client certificate, a kubeadm bootstrap token and the key
+//! that protects control-plane certificates between `kubeadm init` and
+//! `join --control-plane`. Never printed or logged: `Debug` is redacted.
+
+use anyhow::{Context as _, Result};
+use base64::Engine;
+use rand::Rng;
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, PublicKeyData,
+};
+use serde::{Deserialize, Serialize};
+
+use super::Store;
+
+pub const PKI_KEY: &str = "pki/bundle.json";
+
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pki {
+    pub ca_cert: String,
+    pub ca_key: String,
+    pub front_proxy_ca_cert: String,
+    pub front_proxy_ca_key: String,
+    pub sa_key: String,
+    pub sa_pub: String,
+    pub admin_cert: String,
+    pub admin_key: String,
+    /// kubeadm bootstrap token `[a-z0-9]{6}.[a-z0-9]{16}`.
+    pub join_token: String,
+    /// 32 bytes hex: encrypts certificates uploaded by `kubeadm init --upload-certs`.
+    pub certificate_key: String,
+    /// `sha256:<hex>` of the CA's SubjectPublicKeyInfo (kubeadm discovery).
+    pub ca_cert_hash: String,
+}
+
+impl std::fmt::Debug for Pki {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pki { <redacted> }")
+    }
+}
+
+fn random_token(len: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..len).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
+}
+
+fn ca(common_name: &str) -> Result<(CertificateParams, KeyPair, String)> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    // kubeadm's CA lifetime: ten years.
+    params.not_before = time_now();
+    params.not_after = time_now() + time_days(3650);
+    let key = KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    Ok((params, key, cert.pem()))
+}
+
+fn time_now() -> time::OffsetDateTime {
+    time::OffsetDateTime::now_utc()
+}
+fn time_days(d: i64) -> time::Duration {
+    time::Duration::days(d)
+}
+
+impl Pki {
+    pub fn generate(cluster: &str) -> Result<Pki> {
+        let (ca_params, ca_key, ca_cert) = ca("kubernetes")?;
+        let ca_cert_hash = {
+            use sha2::Digest;
+            format!("sha256:{}", hex::encode(sha2::Sha256::digest(ca_key.subject_public_key_info())))
+        };
+        let (_, fp_key, fp_cert) = ca("front-proxy-ca")?;
+        let sa = KeyPair::generate()?;
+        let admin_key = KeyPair::generate()?;
+        let mut admin = CertificateParams::new(Vec::<String>::new())?;
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, format!("{cluster}-admin"));
+        dn.push(DnType::OrganizationName, "system:masters");
+        admin.distinguished_name = dn;
+        admin.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        admin.not_before = time_now();
+        admin.not_after = time_now() + time_days(365);
+        let ca_key_pem = ca_key.serialize_pem();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let admin_cert = admin.signed_by(&admin_key, &issuer)?.pem();
+        Ok(Pki {
+            ca_cert,
+            ca_key: ca_key_pem,
+            front_proxy_ca_cert: fp_cert,
+            front_proxy_ca_key: fp_key.serialize_pem(),
+            sa_key: sa.serialize_pem(),
+            sa_pub: sa.public_key_pem(),
+            admin_cert,
+            admin_key: admin_key.serialize_pem(),
+            join_token: format!("{}.{}", random_token(6), random_token(16)),
+            certificate_key: hex::encode(rand::random::<[u8; 32]>()),
+            ca_cert_hash,
+        })
+    }
+
+    /// Loads the cluster's PKI, generating and storing it the first time.
+    /// Generation uses a conditional write, so two first runs agree on one.
+    pub async fn load_or_create(store: &Store) -> Result<(Pki, bool)> {
+        if let Some(p) = store.get_json::<Pki>(PKI_KEY).await? {
+            return Ok((p, false));
+        }
+        let pki = Pki::generate(store.cluster())?;
+        match store.put(PKI_KEY, serde_json::to_vec(&pki)?, super::Condition::IfAbsent).await {
+            Ok(_) => Ok((pki, true)),
+            Err(e) if e.is::<super::PreconditionFailed>() => {
+                let p = store.get_json::<Pki>(PKI_KEY).await?.context("PKI vanished while loading")?;
+                Ok((p, false))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn load(store: &Store) -> Result<Option<Pki>> {
+        store.get_json::<Pki>(PKI_KEY).await
+    }
+
+    /// Files a `kubeadm init` machine needs so the cluster uses this CA.
+    pub fn init_files(&self) -> Vec<(String, String)> {
+        vec![
+            ("/etc/kubernetes/pki/ca.crt".into(), self.ca_cert.clone()),
+            ("/etc/kubernetes/pki/ca.key".into(), self.ca_key.clone()),
+            ("/etc/kubernetes/pki/front-proxy-ca.crt".into(), self.front_proxy_ca_cert.clone()),
+            ("/etc/kubernetes/pki/front-proxy-ca.key".into(), self.front_proxy_ca_key.clone()),
+            ("/etc/kubernetes/pki/sa.key".into(), self.sa_key.clone()),
+            ("/etc/kubernetes/pki/sa.pub".into(), self.sa_pub.clone()),
+        ]
+    }
+
+    pub fn b64(s: &str) -> String {
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_pki_has_the_shapes_kubeadm_expects() {
+        let p = Pki::generate("t").unwrap();
+        let (a, b) = p.join_token.split_once('.').unwrap();
+        assert_eq!((a.len(), b.len()), (6, 16));
+        assert!(p.ca_cert_hash.starts_with("sha256:") && p.ca_cert_hash.len() == 7 + 64);
+        assert_eq!(p.certificate_key.len(), 64);
+        assert!(p.ca_cert.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(p.admin_key.contains("PRIVATE KEY"));
+        assert_eq!(format!("{p:?}"), "Pki { <redacted> }");
+    }
+}

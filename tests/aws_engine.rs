@@ -1,0 +1,350 @@
+//! The AWS engine against moto, through the real `pinfleet` binary:
+//! bootstrap, idempotent re-plan, scaling, instance-type changes, removing
+//! a group, destroy, the cluster lock, kill -9 in the middle of an apply,
+//! bad credentials, an unreachable endpoint, and injected throttling/5xx.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use support::{stderr, stdout, World};
+
+/// Resources still tagged for the cluster, found with tag-filtered
+/// Describe calls per type (moto keeps the tags of deleted resources in
+/// DescribeTags, so that call cannot tell).
+fn tagged_resources(w: &World) -> Vec<String> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
+        let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
+            region: Some("us-east-1".into()),
+            moto_account: Some(w.account.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let f = || aws_sdk_ec2::types::Filter::builder().name("tag:pinfleet.dev/cluster").values(&w.cluster).build();
+        let ec2 = &aws.ec2;
+        let mut out = Vec::new();
+        for v in ec2.describe_vpcs().filters(f()).send().await.unwrap().vpcs() {
+            out.push(format!("vpc:{}", v.vpc_id().unwrap()));
+        }
+        for s in ec2.describe_subnets().filters(f()).send().await.unwrap().subnets() {
+            out.push(format!("subnet:{}", s.subnet_id().unwrap()));
+        }
+        for g in ec2.describe_internet_gateways().filters(f()).send().await.unwrap().internet_gateways() {
+            out.push(format!("internet-gateway:{}", g.internet_gateway_id().unwrap()));
+        }
+        for a in ec2.describe_addresses().filters(f()).send().await.unwrap().addresses() {
+            out.push(format!("elastic-ip:{}", a.allocation_id().unwrap()));
+        }
+        for n in ec2.describe_nat_gateways().filter(f()).send().await.unwrap().nat_gateways() {
+            if !matches!(n.state().map(|s| s.as_str()), Some("deleted" | "deleting")) {
+                out.push(format!("nat-gateway:{}", n.nat_gateway_id().unwrap()));
+            }
+        }
+        for r in ec2.describe_route_tables().filters(f()).send().await.unwrap().route_tables() {
+            out.push(format!("route-table:{}", r.route_table_id().unwrap()));
+        }
+        for g in ec2.describe_security_groups().filters(f()).send().await.unwrap().security_groups() {
+            out.push(format!("security-group:{}", g.group_id().unwrap()));
+        }
+        for t in ec2.describe_launch_templates().filters(f()).send().await.unwrap().launch_templates() {
+            out.push(format!(
+                "launch-template:{}:{}",
+                t.launch_template_id().unwrap(),
+                t.launch_template_name().unwrap_or_default()
+            ));
+        }
+        for i in pinfleet::cli::get::list_instances(&aws, Some(&w.cluster), false)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|i| i.is_live())
+        {
+            out.push(format!("instance:{}", i.id));
+        }
+        match aws
+            .elb
+            .describe_load_balancers()
+            .names(pinfleet::cloud::model::load_balancer_name(&w.cluster))
+            .send()
+            .await
+        {
+            Ok(r) if !r.load_balancers().is_empty() => out.push("load-balancer".into()),
+            _ => {}
+        }
+        out
+    })
+}
+
+fn with_aws_env<T>(w: &World, f: impl FnOnce() -> T) -> T {
+    std::env::set_var("AWS_ENDPOINT_URL", &w.endpoint);
+    std::env::set_var("AWS_REGION", "us-east-1");
+    f()
+}
+
+#[test]
+fn bootstrap_creates_the_cluster_and_a_second_plan_has_no_changes() {
+    let w = World::new("boot", 3);
+    // Without --yes: the plan, and nothing changes.
+    let preview = w.run(&["bootstrap", "boot"]);
+    assert!(preview.status.success(), "{}", stderr(&preview));
+    assert!(stdout(&preview).contains("+ vpc"), "{}", stdout(&preview));
+    assert!(stderr(&preview).contains("Nothing changed"));
+    assert!(w.instances().is_empty());
+
+    w.ok(&["bootstrap", "boot", "--yes"]);
+    let cp = w.instances_in("control-plane");
+    let nodes = w.instances_in("general");
+    assert_eq!((cp.len(), nodes.len()), (1, 3));
+    for i in cp.iter().chain(&nodes) {
+        assert_eq!(i["owner"], "cloud-platform");
+        assert_eq!(i["cluster"], "boot");
+        assert_eq!(i["launch_template_version"], "1");
+        assert_eq!(i["instance_type"], if i["group"] == "general" { "t3.large" } else { "t3.medium" });
+    }
+    // Spread over the group's two subnets (two zones).
+    let zones: BTreeSet<String> = nodes.iter().map(|i| i["zone"].as_str().unwrap().to_string()).collect();
+    assert_eq!(zones.len(), 2, "{zones:?}");
+
+    // The kubeconfig points at the load balancer and carries the admin cert.
+    let kc = std::fs::read_to_string(w.dir.path().join("home/kubeconfig/boot.yaml")).unwrap();
+    assert!(kc.contains("server: \"https://boot-api-") && kc.contains(":6443\""), "{kc}");
+    assert!(kc.contains("client-certificate-data"));
+
+    // A second plan: no changes, exit 0 under --detailed-exitcode.
+    let plan = w.run(&["plan", "boot", "--detailed-exitcode"]);
+    assert_eq!(plan.status.code(), Some(0), "{}\n{}", stdout(&plan), stderr(&plan));
+    assert!(stdout(&plan).contains("No changes"));
+
+    // Plan as data, with the AWS calls counted.
+    let p = w.json(&["plan", "boot"]);
+    assert_eq!(p["changes"].as_array().unwrap().len(), 0);
+    assert!(p["aws_calls"]["ec2:DescribeInstances"].as_u64().unwrap() >= 1);
+
+    // History records the revision.
+    let h = w.json(&["history", "boot"]);
+    assert_eq!(h.as_array().unwrap().len(), 1);
+    assert_eq!(h[0]["revision"], 1);
+
+    // The PKI never reaches the output.
+    let all = format!("{}{}", stdout(&w.run(&["plan", "boot", "-v"])), stderr(&w.run(&["plan", "boot", "-v"])));
+    assert!(!all.contains("PRIVATE KEY"));
+}
+
+#[test]
+fn scaling_a_group_up_and_down() {
+    let w = World::new("scale", 2);
+    w.ok(&["bootstrap", "scale", "--yes"]);
+    assert_eq!(w.instances_in("general").len(), 2);
+
+    w.write_cluster(&w.cluster_yaml(5, "t3.large"));
+    let plan = w.run(&["plan", "scale", "--detailed-exitcode"]);
+    assert_eq!(plan.status.code(), Some(2));
+    assert!(stdout(&plan).contains("launch 3 (2 → 5)"), "{}", stdout(&plan));
+    w.ok(&["apply", "scale", "--yes"]);
+    assert_eq!(w.instances_in("general").len(), 5);
+
+    w.write_cluster(&w.cluster_yaml(1, "t3.large"));
+    let plan = w.ok(&["plan", "scale"]);
+    assert!(plan.contains("terminate 4 (5 → 1)"), "{plan}");
+    w.ok(&["apply", "scale", "--yes"]);
+    assert_eq!(w.instances_in("general").len(), 1);
+    assert_eq!(w.instances_in("control-plane").len(), 1);
+    assert_eq!(w.run(&["plan", "scale", "--detailed-exitcode"]).status.code(), Some(0));
+}
+
+#[test]
+fn changing_the_instance_type_makes_a_new_template_version_and_flags_the_machines() {
+    let w = World::new("itype", 2);
+    w.ok(&["bootstrap", "itype", "--yes"]);
+    w.write_cluster(&w.cluster_yaml(2, "t3.xlarge"));
+    let plan = w.json(&["plan", "itype"]);
+    let changes = plan["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 1, "{plan:#}");
+    assert_eq!(changes[0]["key"], "lt/general");
+    assert_eq!(changes[0]["action"], "update");
+    let fields = changes[0]["fields"].as_array().unwrap();
+    // The instance type, and the user-data whose node labels carry it.
+    let names: Vec<&str> = fields.iter().map(|f| f["field"].as_str().unwrap()).collect();
+    assert_eq!(names, ["instanceType", "userData"], "{fields:#?}");
+    assert_eq!((fields[0]["before"].as_str(), fields[0]["after"].as_str()), (Some("t3.large"), Some("t3.xlarge")));
+    let ud_before = fields[1]["before"].as_str().unwrap();
+    let ud_after = fields[1]["after"].as_str().unwrap();
+    assert_eq!(ud_before.replace("instance-type=t3.large", "instance-type=t3.xlarge"), ud_after);
+    assert!(changes[0]["reason"].as_str().unwrap().contains("machineType"));
+    let rollout = plan["needs_rollout"].as_array().unwrap();
+    assert_eq!(rollout.len(), 1);
+    assert_eq!(rollout[0]["group"], "general");
+    assert_eq!(rollout[0]["instances"].as_array().unwrap().len(), 2);
+
+    let text = w.ok(&["plan", "itype"]);
+    assert!(text.contains("~ lt/general") && text.contains("instanceType: \"t3.large\" → \"t3.xlarge\""), "{text}");
+
+    w.ok(&["apply", "itype", "--yes"]);
+    // The template has version 2; the old machines still run version 1 and
+    // stay listed as needing a rollout until an upgrade replaces them.
+    let after = w.json(&["plan", "itype"]);
+    assert_eq!(after["changes"].as_array().unwrap().len(), 0, "{after:#}");
+    assert_eq!(after["needs_rollout"][0]["instances"].as_array().unwrap().len(), 2);
+    assert_eq!(after["needs_rollout"][0]["current_version"], "2");
+    assert!(w.instances_in("general").iter().all(|i| i["launch_template_version"] == "1"));
+}
+
+#[test]
+fn removing_a_group_deletes_its_instances_and_template() {
+    let w = World::new("rmgroup", 1);
+    let extra = w.cluster_yaml(1, "t3.large").replace(
+        "      rollout:\n        maxSurge: 1\n",
+        "      rollout:\n        maxSurge: 1\n    - name: batch\n      role: node\n      machineType: c5.large\n      minSize: 0\n      maxSize: 5\n      desired: 2\n      image: {selector: {owners: [\"099720109477\"], name: \"ubuntu/images/hvm-ssd*/ubuntu-*-amd64-server-*\"}}\n      subnets: [private-b]\n",
+    );
+    w.write_cluster(&extra);
+    w.ok(&["bootstrap", "rmgroup", "--yes"]);
+    assert_eq!(w.instances_in("batch").len(), 2);
+    w.write_cluster(&w.cluster_yaml(1, "t3.large"));
+    let plan = w.json(&["plan", "rmgroup"]);
+    let keys: Vec<&str> = plan["changes"].as_array().unwrap().iter().map(|c| c["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["instances/batch", "lt/batch"]);
+    w.ok(&["apply", "rmgroup", "--yes"]);
+    assert!(w.instances_in("batch").is_empty());
+    let left = with_aws_env(&w, || tagged_resources(&w));
+    assert!(!left.iter().any(|r| r.starts_with("launch-template") && r.contains("batch")), "{left:?}");
+    assert!(left.iter().any(|r| r.starts_with("launch-template") && r.contains("general")), "{left:?}");
+    assert_eq!(w.run(&["plan", "rmgroup", "--detailed-exitcode"]).status.code(), Some(0));
+}
+
+#[test]
+fn destroy_leaves_nothing_tagged() {
+    let w = World::new("gone", 2);
+    w.ok(&["bootstrap", "gone", "--yes"]);
+    let before = with_aws_env(&w, || tagged_resources(&w));
+    assert!(before.len() > 20, "{before:?}");
+    let preview = w.ok(&["destroy", "gone"]);
+    assert!(preview.contains("- vpc"), "{preview}");
+    let out = w.run(&["destroy", "gone", "--yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("removed"), "{}", stderr(&out));
+    let left = with_aws_env(&w, || tagged_resources(&w));
+    assert!(left.is_empty(), "still tagged: {left:?}");
+    assert!(w.instances().is_empty());
+    // Destroying again finds nothing to do.
+    assert!(w.ok(&["destroy", "gone"]).contains("No changes"));
+}
+
+#[test]
+fn a_second_concurrent_apply_is_refused_naming_the_holder() {
+    let w = World::new("locked", 2);
+    let mut slow = w.command(&["bootstrap", "locked", "--yes"]);
+    slow.env("PINFLEET_TEST_STEP_DELAY_MS", "300").env("USER", "alice");
+    let child = slow.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    // Wait until the first run holds the lock.
+    let mut held = false;
+    for _ in 0..200 {
+        let s = w.ok(&["state", "lock", "locked"]);
+        if s.contains("locked by alice") {
+            held = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(held, "the first run never took the lock");
+    let mut second = w.command(&["apply", "locked", "--yes"]);
+    second.env("USER", "bob");
+    let out = second.output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("cluster locked is locked by alice on ") && err.contains("pinfleet state unlock locked --force"),
+        "{err}"
+    );
+    let first = child.wait_with_output().unwrap();
+    assert!(first.status.success(), "{}", stderr(&first));
+    // Released at the end: another run goes through.
+    w.ok(&["apply", "locked", "--yes"]);
+}
+
+#[test]
+fn kill_9_in_the_middle_of_an_apply_then_a_rerun_converges() {
+    let w = World::new("killed", 6);
+    let mut cmd = w.command(&["bootstrap", "killed", "--yes"]);
+    cmd.env("PINFLEET_TEST_STEP_DELAY_MS", "250");
+    let mut child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    // Let it get part of the way (some resources exist), then kill -9.
+    let mut partial = false;
+    for _ in 0..400 {
+        if with_aws_env(&w, || tagged_resources(&w)).len() >= 5 {
+            partial = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(partial, "the apply never got started");
+    // The lock of the dead run stays: the next run is refused, then unlocked by hand.
+    let refused = w.run(&["apply", "killed", "--yes"]);
+    assert!(stderr(&refused).contains("is locked by"), "{}", stderr(&refused));
+    w.ok(&["state", "unlock", "killed", "--force"]);
+    w.ok(&["bootstrap", "killed", "--yes"]);
+    assert_eq!(w.instances_in("general").len(), 6);
+    assert_eq!(w.instances_in("control-plane").len(), 1);
+    assert_eq!(w.run(&["plan", "killed", "--detailed-exitcode"]).status.code(), Some(0));
+    // Exactly one of each network resource: nothing was created twice.
+    let tagged = with_aws_env(&w, || tagged_resources(&w));
+    assert_eq!(tagged.iter().filter(|r| r.starts_with("vpc:")).count(), 1, "{tagged:?}");
+    assert_eq!(tagged.iter().filter(|r| r.starts_with("security-group:")).count(), 2, "{tagged:?}");
+    assert_eq!(tagged.iter().filter(|r| r.starts_with("subnet:")).count(), 4, "{tagged:?}");
+    assert_eq!(tagged.iter().filter(|r| r.starts_with("nat-gateway:")).count(), 2, "{tagged:?}");
+    assert_eq!(tagged.iter().filter(|r| r.starts_with("launch-template:")).count(), 2, "{tagged:?}");
+}
+
+#[test]
+fn injected_throttling_and_server_errors_are_retried() {
+    let mut w = World::new("flaky", 2);
+    w.extra_env.push(("PINFLEET_FAULTS".into(), "throttle=4,5xx=3".into()));
+    let out = w.run(&["bootstrap", "flaky", "--yes", "-v"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    w.extra_env.clear();
+    assert_eq!(w.instances_in("general").len(), 2);
+    assert_eq!(w.run(&["plan", "flaky", "--detailed-exitcode"]).status.code(), Some(0));
+}
+
+#[test]
+fn an_unreachable_endpoint_is_a_clear_error() {
+    let mut w = World::new("unreach", 1);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    w.endpoint = format!("http://127.0.0.1:{port}");
+    let out = w.run(&["plan", "unreach"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("cannot reach the AWS endpoint"), "{err}");
+    assert!(!err.contains("panicked"));
+}
+
+#[test]
+fn missing_and_bad_credentials_are_clear_errors() {
+    let w = World::new("creds", 1);
+    // No credentials anywhere.
+    let out = w
+        .command(&["plan", "creds"])
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+        .env("AWS_CONFIG_FILE", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).to_lowercase().contains("credentials"), "{}", stderr(&out));
+
+    // Credentials the service rejects: a moto that checks them.
+    let (url, _child) = support::start_moto(&[("INITIAL_NO_AUTH_ACTION_COUNT", "0")]);
+    let mut strict = World::new("creds2", 1);
+    strict.endpoint = url;
+    let out = strict.run(&["plan", "creds2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("AuthFailure") || err.contains("InvalidClientTokenId") || err.contains("not valid"), "{err}");
+}

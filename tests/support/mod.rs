@@ -1,0 +1,227 @@
+//! Test harness: a moto server on 127.0.0.1 (the one scripts/test started,
+//! named by PINFLEET_TEST_MOTO_URL, or one started here and killed with
+//! the test process), a fresh moto account per test for isolation, and a
+//! runner for the real `pinfleet` binary with the environment pointed at it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+/// moto_server from the project's virtualenv (scripts/test installs it).
+fn moto_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("PINFLEET_MOTO_SERVER") {
+        return p.into();
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/moto_server");
+    assert!(
+        p.exists(),
+        "moto is needed: run scripts/test (it installs moto[server] into .venv), or set PINFLEET_TEST_MOTO_URL"
+    );
+    p
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts a moto server with extra environment; it dies with this process.
+/// (PR_SET_PDEATHSIG fires when the spawning *thread* ends, so the spawn
+/// happens on a thread that lives as long as the process.)
+pub fn start_moto(extra_env: &[(&str, &str)]) -> (String, Child) {
+    let env: Vec<(String, String)> = extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        tx.send(spawn_moto(&pairs)).unwrap();
+        loop {
+            std::thread::park();
+        }
+    });
+    rx.recv().unwrap()
+}
+
+fn spawn_moto(extra_env: &[(&str, &str)]) -> (String, Child) {
+    let port = free_port();
+    let mut cmd = Command::new(moto_binary());
+    cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .env("MOTO_ENABLE_AMI_VALIDATION", "true")
+        .env("MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION", "true")
+        .env("MOTO_ENABLE_KEYPAIR_VALIDATION", "true")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    #[cfg(target_os = "linux")]
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            // Die with the test process, however it ends.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("starting moto_server");
+    let url = format!("http://127.0.0.1:{port}");
+    for _ in 0..200 {
+        let ready = std::process::Command::new("curl")
+            .args(["-sf", &format!("{url}/moto-api/data.json")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ready {
+            return (url, child);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("moto did not start on {url}");
+}
+
+/// The shared moto server for this test run.
+pub fn moto_url() -> String {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| match std::env::var("PINFLEET_TEST_MOTO_URL") {
+        Ok(u) if !u.is_empty() => u,
+        _ => {
+            let (url, child) = start_moto(&[]);
+            std::mem::forget(child);
+            url
+        }
+    })
+    .clone()
+}
+
+/// A 12-digit moto account no other test uses.
+pub fn fresh_account() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    format!("{:06}{:06}", std::process::id() % 1_000_000, n + 100)
+}
+
+/// One test's world: a moto account, a clusters folder, a PINFLEET_HOME.
+pub struct World {
+    pub dir: tempfile::TempDir,
+    pub endpoint: String,
+    pub account: String,
+    pub cluster: String,
+    pub extra_env: Vec<(String, String)>,
+}
+
+impl World {
+    /// A cluster like dev-local (1 control-plane machine, `general` with
+    /// `nodes` machines), with its own state bucket.
+    pub fn new(name: &str, nodes: u32) -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let account = fresh_account();
+        let w = World {
+            dir,
+            endpoint: moto_url(),
+            account: account.clone(),
+            cluster: name.to_string(),
+            extra_env: Vec::new(),
+        };
+        std::fs::create_dir_all(w.clusters_dir().join("bases")).unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        std::fs::copy(root.join("clusters/bases/aws-standard.yaml"), w.clusters_dir().join("bases/aws-standard.yaml"))
+            .unwrap();
+        w.write_cluster(&w.cluster_yaml(nodes, "t3.large"));
+        w
+    }
+
+    pub fn clusters_dir(&self) -> PathBuf {
+        self.dir.path().join("clusters")
+    }
+
+    pub fn cluster_file(&self) -> PathBuf {
+        self.clusters_dir().join(format!("{}.yaml", self.cluster))
+    }
+
+    pub fn bucket(&self) -> String {
+        format!("pf-test-{}-{}", self.account, self.cluster)
+    }
+
+    pub fn cluster_yaml(&self, nodes: u32, machine_type: &str) -> String {
+        let src =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("clusters/dev-local.yaml")).unwrap();
+        src.replace("name: dev-local", &format!("name: {}", self.cluster))
+            .replace("s3://pinfleet-state-dev/clusters", &format!("s3://{}/clusters", self.bucket()))
+            .replace("      desired: 3\n", &format!("      desired: {nodes}\n"))
+            .replace("      minSize: 2\n      maxSize: 6\n", "      minSize: 0\n      maxSize: 40\n")
+            .replace("machineType: t3.large", &format!("machineType: {machine_type}"))
+    }
+
+    pub fn write_cluster(&self, yaml: &str) {
+        std::fs::write(self.cluster_file(), yaml).unwrap();
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinfleet"));
+        cmd.args(args)
+            .env("PINFLEET_CLUSTERS_DIR", self.clusters_dir())
+            .env("PINFLEET_HOME", self.dir.path().join("home"))
+            .env("AWS_ENDPOINT_URL", &self.endpoint)
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("PINFLEET_MOTO_ACCOUNT_ID", &self.account)
+            .env("NO_COLOR", "1")
+            .env_remove("PINFLEET_FAULTS")
+            .env_remove("PINFLEET_TEST_STEP_DELAY_MS")
+            .env_remove("AWS_PROFILE");
+        for (k, v) in &self.extra_env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// Runs and asserts success, returning stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "pinfleet {args:?} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `pinfleet <args> -o json`, parsed.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut a = args.to_vec();
+        a.extend(["-o", "json"]);
+        let out = self.ok(&a);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+    }
+
+    /// Live instances of the cluster, as `get instances` reports them.
+    pub fn instances(&self) -> Vec<serde_json::Value> {
+        let v = self.json(&["get", "instances", &self.cluster]);
+        v.as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["state"] != "terminated" && i["state"] != "shutting-down")
+            .cloned()
+            .collect()
+    }
+
+    pub fn instances_in(&self, group: &str) -> Vec<serde_json::Value> {
+        self.instances().into_iter().filter(|i| i["group"] == group).collect()
+    }
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
