@@ -55,6 +55,8 @@ const RETRIABLE: &[&str] = &[
     "InvalidLaunchTemplateId.NotFound",
     "InvalidInstanceID.NotFound",
     "Gateway.NotAttached",
+    // Capacity comes and goes; a later attempt often gets it.
+    "InsufficientInstanceCapacity",
 ];
 
 type R<T> = Result<T, OpError>;
@@ -875,7 +877,9 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
         }
     }
     let placement = spread(&existing, subnets, count);
-    // The first control-plane machine of a new cluster runs `kubeadm init`.
+    // The first control-plane machine of a new cluster runs `kubeadm init`
+    // (its own call, with user-data that carries the CA); the rest are
+    // launched in one call per subnet.
     let cluster_has_control_plane = ctx.observed_instances.iter().any(|i| {
         i.is_live()
             && ctx
@@ -884,15 +888,29 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                 .iter()
                 .any(|g| g.role == Role::ControlPlane && i.group.as_deref() == Some(g.name.as_str()))
     });
-    let mut ids = Vec::new();
+    let mut batches: Vec<(String, i32, bool)> = Vec::new();
     for (n, subnet) in placement.iter().enumerate() {
-        let seq = seq_start + n;
+        let init = role == Role::ControlPlane
+            && !cluster_has_control_plane
+            && n == 0
+            && seq_start == 0
+            && ctx.init_user_data.is_some();
+        match batches.iter_mut().find(|(s, _, i)| s == subnet && !*i && !init) {
+            Some(b) => b.1 += 1,
+            None => batches.push((subnet.clone(), 1, init)),
+        }
+    }
+    let mut ids = Vec::new();
+    let mut seq = seq_start;
+    for (subnet, n, init) in batches {
         let subnet_id = ctx.id(&format!("subnet/{subnet}")).await?;
         let key = format!("instance/{group}");
         let mut req = ec2
             .run_instances()
-            .min_count(1)
-            .max_count(1)
+            // All or nothing (moto launches MinCount, AWS up to MaxCount):
+            // a failed batch is retried or re-planned by the next run.
+            .min_count(n)
+            .max_count(n)
             .client_token(client_token(cluster, group, ctx.revision, seq))
             .launch_template(
                 LaunchTemplateSpecification::builder().launch_template_id(&lt_id).version(version.to_string()).build(),
@@ -909,10 +927,10 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                 ],
             ))
             .tag_specifications(ctx.spec(ResourceType::Volume, &key, &[(tags::INSTANCE_GROUP, group)]));
-        if role == Role::ControlPlane && !cluster_has_control_plane && n == 0 && seq_start == 0 {
-            if let Some(init) = &ctx.init_user_data {
+        if init {
+            if let Some(user_data) = &ctx.init_user_data {
                 let host = ctx.lb_dns.lock().await.clone().unwrap_or_default();
-                req = req.user_data(base64::engine::general_purpose::STANDARD.encode(with_api_host(init, &host)));
+                req = req.user_data(base64::engine::general_purpose::STANDARD.encode(with_api_host(user_data, &host)));
             }
         }
         let out = call("RunInstances", req.send().await)?;
@@ -921,6 +939,7 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                 ids.push(id.to_string());
             }
         }
+        seq += n as usize;
     }
     ctx.launched.lock().await.extend(ids.iter().cloned());
     Ok(ids.join(","))
