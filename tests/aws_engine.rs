@@ -80,9 +80,15 @@ fn tagged_resources(w: &World) -> Vec<String> {
     })
 }
 
+/// Runs `f` with this process's AWS environment pointed at the shared moto
+/// (every test sets the same values, so parallel tests agree).
 fn with_aws_env<T>(w: &World, f: impl FnOnce() -> T) -> T {
-    std::env::set_var("AWS_ENDPOINT_URL", &w.endpoint);
+    std::env::set_var("AWS_ENDPOINT_URL", support::moto_url());
     std::env::set_var("AWS_REGION", "us-east-1");
+    std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
+    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+    let _ = w;
     f()
 }
 
@@ -347,4 +353,75 @@ fn missing_and_bad_credentials_are_clear_errors() {
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(err.contains("AuthFailure") || err.contains("InvalidClientTokenId") || err.contains("not valid"), "{err}");
+}
+
+#[test]
+fn orphans_are_resources_whose_cluster_is_gone_and_machines_nobody_owns() {
+    let w = World::new("orphaned", 1);
+    w.ok(&["bootstrap", "orphaned", "--yes"]);
+    assert!(w.ok(&["orphans"]).contains("No orphans."));
+
+    // Someone starts a machine by hand inside the cluster's VPC, untagged.
+    let stray = with_aws_env(&w, || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
+                region: Some("us-east-1".into()),
+                moto_account: Some(w.account.clone()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            let subnet = aws
+                .ec2
+                .describe_subnets()
+                .filters(
+                    aws_sdk_ec2::types::Filter::builder()
+                        .name("tag:pinfleet.dev/resource")
+                        .values("subnet/private-a")
+                        .build(),
+                )
+                .send()
+                .await
+                .unwrap()
+                .subnets()[0]
+                .subnet_id()
+                .unwrap()
+                .to_string();
+            let out = aws
+                .ec2
+                .run_instances()
+                .image_id("ami-785db401")
+                .instance_type("t3.micro".into())
+                .min_count(1)
+                .max_count(1)
+                .subnet_id(subnet)
+                .send()
+                .await
+                .unwrap();
+            out.instances()[0].instance_id().unwrap().to_string()
+        })
+    });
+    let report = w.json(&["orphans"]);
+    let rows = report.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{report:#}");
+    assert_eq!(rows[0]["id"], stray.as_str());
+    assert!(rows[0]["why"].as_str().unwrap().contains("no pinfleet.dev/owner tag"));
+
+    // The cluster's definition disappears: everything it left is an orphan.
+    std::fs::remove_file(w.cluster_file()).unwrap();
+    let report = w.json(&["orphans", "--region", "us-east-1"]);
+    let kinds: BTreeSet<String> =
+        report.as_array().unwrap().iter().map(|r| r["kind"].as_str().unwrap().to_string()).collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from(["instance".into(), "vpc".into(), "security-group".into(), "launch-template".into()]),
+        "{report:#}"
+    );
+    assert!(report
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["cluster"] == "orphaned")
+        .all(|r| r["why"].as_str().unwrap().contains("no cluster `orphaned`")));
 }

@@ -942,6 +942,10 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
         seq += n as usize;
     }
     ctx.launched.lock().await.extend(ids.iter().cloned());
+    const SHOWN: usize = 4;
+    if ids.len() > SHOWN {
+        return Ok(format!("{} launched: {}, … (+{} more)", ids.len(), ids[..SHOWN].join(","), ids.len() - SHOWN));
+    }
     Ok(ids.join(","))
 }
 
