@@ -20,5 +20,6 @@ pub mod cloud;
 pub mod output;
 pub mod plan;
 pub mod render;
+pub mod sim;
 pub mod spec;
 pub mod state;

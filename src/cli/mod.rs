@@ -12,6 +12,7 @@ pub mod orphans;
 pub mod plan;
 pub mod render;
 pub mod schema;
+pub mod sim;
 pub mod state;
 pub mod validate;
 
@@ -70,6 +71,8 @@ pub enum Command {
     History(history::HistoryArgs),
     /// Look after the state store (locks).
     State(state::StateArgs),
+    /// Run the local Kubernetes API emulator.
+    Sim(sim::SimArgs),
     /// Print shell completions.
     Completions(completions::CompletionsArgs),
 }
@@ -90,6 +93,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Orphans(a) => rt()?.block_on(orphans::run(g, a)),
         Command::History(a) => rt()?.block_on(history::run(g, a)),
         Command::State(a) => rt()?.block_on(state::run(g, a)),
+        Command::Sim(a) => rt()?.block_on(sim::run(g, a)),
     }
 }
 

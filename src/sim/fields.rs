@@ -1,0 +1,459 @@
+//! Server-side apply: which manager owns which fields (`managedFields`,
+//! FieldsV1), conflicts between managers, and removing fields a manager
+//! applied before and omits now.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Map, Value};
+
+use super::patch::{list_kind, ListKind};
+
+/// One step of a field path: a field, a keyed list element, or a set member.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Seg {
+    F(String),
+    /// Compact JSON of the element's key fields, e.g. `{"name":"app"}`.
+    K(String),
+    /// A member of a set-like list, as compact JSON.
+    V(String),
+}
+
+pub type Path = Vec<Seg>;
+pub type FieldSet = BTreeSet<Path>;
+
+/// Metadata the server owns; never part of a manager's fields.
+fn ignored(path: &[Seg]) -> bool {
+    match path {
+        [Seg::F(a)] if a == "apiVersion" || a == "kind" => true,
+        [Seg::F(m), Seg::F(f), ..] if m == "metadata" => {
+            matches!(
+                f.as_str(),
+                "name"
+                    | "namespace"
+                    | "uid"
+                    | "resourceVersion"
+                    | "generation"
+                    | "creationTimestamp"
+                    | "managedFields"
+                    | "deletionTimestamp"
+                    | "deletionGracePeriodSeconds"
+                    | "selfLink"
+            )
+        }
+        _ => false,
+    }
+}
+
+pub fn display(path: &[Seg]) -> String {
+    let mut s = String::new();
+    for seg in path {
+        match seg {
+            Seg::F(f) => {
+                s.push('.');
+                s.push_str(f);
+            }
+            Seg::K(k) => s.push_str(&format!("[{k}]")),
+            Seg::V(v) => s.push_str(&format!("[={v}]")),
+        }
+    }
+    s
+}
+
+fn key_of(item: &Value, keys: &[&str]) -> String {
+    let m: Map<String, Value> =
+        keys.iter().map(|k| (k.to_string(), item.get(*k).cloned().unwrap_or(Value::Null))).collect();
+    Value::Object(m).to_string()
+}
+
+/// Every leaf field path of `v` (keyed list elements count as fields too).
+pub fn leaves(v: &Value) -> FieldSet {
+    let mut out = FieldSet::new();
+    walk(v, &mut Vec::new(), None, &mut out);
+    out.retain(|p| !ignored(p));
+    out
+}
+
+fn walk(v: &Value, prefix: &mut Path, field: Option<&str>, out: &mut FieldSet) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, child) in m {
+                prefix.push(Seg::F(k.clone()));
+                walk(child, prefix, Some(k), out);
+                prefix.pop();
+            }
+        }
+        Value::Array(items) => match list_kind(field, items) {
+            ListKind::Map(keys) => {
+                for item in items {
+                    prefix.push(Seg::K(key_of(item, &keys)));
+                    out.insert(prefix.clone());
+                    walk(item, prefix, None, out);
+                    prefix.pop();
+                }
+                if items.is_empty() {
+                    out.insert(prefix.clone());
+                }
+            }
+            ListKind::Set => {
+                for item in items {
+                    prefix.push(Seg::V(item.to_string()));
+                    out.insert(prefix.clone());
+                    prefix.pop();
+                }
+            }
+            ListKind::Atomic => {
+                out.insert(prefix.clone());
+            }
+        },
+        _ => {
+            out.insert(prefix.clone());
+        }
+    }
+}
+
+fn element_matches(item: &Value, key: &str) -> bool {
+    let Ok(Value::Object(k)) = serde_json::from_str::<Value>(key) else { return false };
+    k.iter().all(|(f, v)| item.get(f) == Some(v))
+}
+
+/// The value at `path`, if present.
+pub fn get<'a>(v: &'a Value, path: &[Seg]) -> Option<&'a Value> {
+    let mut cur = v;
+    for seg in path {
+        cur = match (seg, cur) {
+            (Seg::F(f), Value::Object(m)) => m.get(f)?,
+            (Seg::K(k), Value::Array(a)) => a.iter().find(|i| element_matches(i, k))?,
+            (Seg::V(s), Value::Array(a)) => a.iter().find(|i| i.to_string() == *s)?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+/// Removes the field or element at `path` (no-op if absent).
+pub fn remove(v: &mut Value, path: &[Seg]) {
+    let Some((last, parents)) = path.split_last() else { return };
+    let mut cur = v;
+    for seg in parents {
+        let next = match (seg, cur) {
+            (Seg::F(f), Value::Object(m)) => m.get_mut(f),
+            (Seg::K(k), Value::Array(a)) => a.iter_mut().find(|i| element_matches(i, k)),
+            (Seg::V(_), _) => None,
+            _ => None,
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return,
+        }
+    }
+    match (last, cur) {
+        (Seg::F(f), Value::Object(m)) => {
+            m.remove(f);
+        }
+        (Seg::K(k), Value::Array(a)) => a.retain(|i| !element_matches(i, k)),
+        (Seg::V(s), Value::Array(a)) => a.retain(|i| i.to_string() != *s),
+        _ => {}
+    }
+}
+
+/// FieldsV1 JSON for a field set.
+pub fn to_fields_v1(set: &FieldSet) -> Value {
+    let mut root = Value::Object(Map::new());
+    for path in set {
+        let mut cur = &mut root;
+        for seg in path {
+            let key = match seg {
+                Seg::F(f) => format!("f:{f}"),
+                Seg::K(k) => format!("k:{k}"),
+                Seg::V(v) => format!("v:{v}"),
+            };
+            cur = cur.as_object_mut().expect("object").entry(key).or_insert_with(|| Value::Object(Map::new()));
+        }
+        if matches!(path.last(), Some(Seg::K(_))) {
+            cur.as_object_mut().expect("object").entry(".").or_insert_with(|| json!({}));
+        }
+    }
+    root
+}
+
+/// The field set a FieldsV1 document describes.
+pub fn from_fields_v1(v: &Value) -> FieldSet {
+    let mut out = FieldSet::new();
+    fn go(v: &Value, prefix: &mut Path, out: &mut FieldSet) {
+        let Some(m) = v.as_object() else { return };
+        let mut leaf = true;
+        for (k, child) in m {
+            if k == "." {
+                out.insert(prefix.clone());
+                continue;
+            }
+            let seg = if let Some(f) = k.strip_prefix("f:") {
+                Seg::F(f.to_string())
+            } else if let Some(key) = k.strip_prefix("k:") {
+                Seg::K(key.to_string())
+            } else if let Some(val) = k.strip_prefix("v:") {
+                Seg::V(val.to_string())
+            } else {
+                continue;
+            };
+            leaf = false;
+            prefix.push(seg);
+            go(child, prefix, out);
+            prefix.pop();
+        }
+        if leaf && !prefix.is_empty() {
+            out.insert(prefix.clone());
+        }
+    }
+    go(v, &mut Vec::new(), &mut out);
+    out
+}
+
+/// One manager's entry in `metadata.managedFields`.
+#[derive(Debug, Clone)]
+pub struct Managed {
+    pub manager: String,
+    pub operation: String,
+    pub api_version: String,
+    pub time: String,
+    pub fields: FieldSet,
+}
+
+pub fn read_managed(obj: &Value) -> Vec<Managed> {
+    obj.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|e| Managed {
+                    manager: e.get("manager").and_then(Value::as_str).unwrap_or_default().to_string(),
+                    operation: e.get("operation").and_then(Value::as_str).unwrap_or("Update").to_string(),
+                    api_version: e.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string(),
+                    time: e.get("time").and_then(Value::as_str).unwrap_or_default().to_string(),
+                    fields: e.get("fieldsV1").map(from_fields_v1).unwrap_or_default(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn write_managed(obj: &mut Value, managed: &[Managed]) {
+    let entries: Vec<Value> = managed
+        .iter()
+        .filter(|m| !m.fields.is_empty())
+        .map(|m| {
+            json!({
+                "manager": m.manager, "operation": m.operation, "apiVersion": m.api_version,
+                "time": m.time, "fieldsType": "FieldsV1", "fieldsV1": to_fields_v1(&m.fields),
+            })
+        })
+        .collect();
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        if entries.is_empty() {
+            meta.remove("managedFields");
+        } else {
+            meta.insert("managedFields".into(), Value::Array(entries));
+        }
+    }
+}
+
+/// A field two managers disagree on.
+#[derive(Debug, Clone)]
+pub struct Conflict {
+    pub manager: String,
+    pub path: String,
+}
+
+/// Merges an applied configuration into `live` (keyed lists by key).
+pub fn merge_applied(live: &mut Value, applied: &Value, field: Option<&str>) {
+    match (live, applied) {
+        (Value::Object(l), Value::Object(a)) => {
+            for (k, v) in a {
+                match l.get_mut(k) {
+                    Some(existing) => merge_applied(existing, v, Some(k)),
+                    None => {
+                        l.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (Value::Array(l), Value::Array(a)) => {
+            let sample: Vec<Value> = l.iter().chain(a.iter()).cloned().collect();
+            match list_kind(field, &sample) {
+                ListKind::Map(keys) => {
+                    for item in a {
+                        let k = key_of(item, &keys);
+                        match l.iter_mut().find(|i| key_of(i, &keys) == k) {
+                            Some(existing) => merge_applied(existing, item, None),
+                            None => l.push(item.clone()),
+                        }
+                    }
+                }
+                ListKind::Set => {
+                    for item in a {
+                        if !l.contains(item) {
+                            l.push(item.clone());
+                        }
+                    }
+                }
+                ListKind::Atomic => *l = a.clone(),
+            }
+        }
+        (l, a) => *l = a.clone(),
+    }
+}
+
+/// Server-side apply of `applied` by `manager` onto `live` (None: create).
+/// Returns the new object, or the conflicts when not forced.
+pub fn apply(
+    live: Option<&Value>,
+    applied: &Value,
+    manager: &str,
+    api_version: &str,
+    force: bool,
+    now: &str,
+) -> Result<Value, Vec<Conflict>> {
+    let applied_fields = leaves(applied);
+    let mut managed = live.map(read_managed).unwrap_or_default();
+    let mut obj = live.cloned().unwrap_or_else(|| json!({}));
+    let mut conflicts = Vec::new();
+    for m in managed.iter_mut().filter(|m| !(m.manager == manager && m.operation == "Apply")) {
+        let contested: Vec<Path> = m
+            .fields
+            .iter()
+            .filter(|p| applied_fields.contains(*p))
+            .filter(|p| !matches!(p.last(), Some(Seg::K(_) | Seg::V(_))))
+            .filter(|p| get(&obj, p) != get(applied, p))
+            .cloned()
+            .collect();
+        if force {
+            for p in &contested {
+                m.fields.remove(p);
+            }
+        } else {
+            conflicts.extend(contested.iter().map(|p| Conflict { manager: m.manager.clone(), path: display(p) }));
+        }
+    }
+    if !conflicts.is_empty() {
+        return Err(conflicts);
+    }
+    // Fields this manager applied before and omits now go, unless someone else owns them.
+    let previous: FieldSet = managed
+        .iter()
+        .filter(|m| m.manager == manager && m.operation == "Apply")
+        .flat_map(|m| m.fields.iter().cloned())
+        .collect();
+    let others: FieldSet = managed
+        .iter()
+        .filter(|m| !(m.manager == manager && m.operation == "Apply"))
+        .flat_map(|m| m.fields.iter().cloned())
+        .collect();
+    let mut dropped: Vec<&Path> =
+        previous.iter().filter(|p| !applied_fields.contains(*p) && !others.contains(*p)).collect();
+    // Deepest first, so removing an element does not orphan its children's removal.
+    dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in dropped {
+        remove(&mut obj, p);
+    }
+    merge_applied(&mut obj, applied, None);
+    managed.retain(|m| !(m.manager == manager && m.operation == "Apply"));
+    managed.push(Managed {
+        manager: manager.into(),
+        operation: "Apply".into(),
+        api_version: api_version.into(),
+        time: now.into(),
+        fields: applied_fields,
+    });
+    write_managed(&mut obj, &managed);
+    Ok(obj)
+}
+
+/// After a non-apply write by `manager`: the fields it changed become its
+/// own (operation Update) and leave other managers.
+pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, api_version: &str, now: &str) {
+    let mut managed = old.map(read_managed).unwrap_or_default();
+    let new_leaves = leaves(new);
+    let changed: FieldSet =
+        new_leaves.iter().filter(|p| old.is_none_or(|o| get(o, p) != get(new, p))).cloned().collect();
+    for m in &mut managed {
+        m.fields.retain(|p| new_leaves.contains(p));
+        if m.manager != manager {
+            for p in &changed {
+                m.fields.remove(p);
+            }
+        }
+    }
+    if !changed.is_empty() {
+        match managed.iter_mut().find(|m| m.manager == manager && m.operation == "Update") {
+            Some(m) => {
+                m.fields.extend(changed);
+                m.time = now.into();
+            }
+            None => managed.push(Managed {
+                manager: manager.into(),
+                operation: "Update".into(),
+                api_version: api_version.into(),
+                time: now.into(),
+                fields: changed,
+            }),
+        }
+    }
+    write_managed(new, &managed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: &str = "2026-01-01T00:00:00Z";
+
+    #[test]
+    fn apply_creates_then_removes_omitted_fields() {
+        let a1 = json!({"metadata": {"name": "x"}, "data": {"a": "1", "b": "2"}});
+        let o1 = apply(None, &a1, "m", "v1", false, NOW).unwrap();
+        assert_eq!(o1["data"], json!({"a": "1", "b": "2"}));
+        let a2 = json!({"metadata": {"name": "x"}, "data": {"a": "1"}});
+        let o2 = apply(Some(&o1), &a2, "m", "v1", false, NOW).unwrap();
+        assert_eq!(o2["data"], json!({"a": "1"}));
+        assert_eq!(o2["metadata"]["managedFields"][0]["fieldsV1"], json!({"f:data": {"f:a": {}}}));
+    }
+
+    #[test]
+    fn other_managers_conflict_unless_forced_or_equal() {
+        let o1 = apply(None, &json!({"data": {"a": "1"}}), "one", "v1", false, NOW).unwrap();
+        // Same value: shared ownership, no conflict.
+        let o2 = apply(Some(&o1), &json!({"data": {"a": "1"}}), "two", "v1", false, NOW).unwrap();
+        let err = apply(Some(&o2), &json!({"data": {"a": "9"}}), "three", "v1", false, NOW).unwrap_err();
+        let mut who: Vec<String> = err.iter().map(|c| c.manager.clone()).collect();
+        who.sort();
+        assert_eq!(who, ["one", "two"]);
+        assert_eq!(err[0].path, ".data.a");
+        let forced = apply(Some(&o2), &json!({"data": {"a": "9"}}), "three", "v1", true, NOW).unwrap();
+        assert_eq!(forced["data"]["a"], "9");
+        assert_eq!(read_managed(&forced).len(), 1, "the others lost the field");
+    }
+
+    #[test]
+    fn keyed_lists_are_owned_per_element() {
+        let a = json!({"spec": {"containers": [{"name": "app", "image": "a"}, {"name": "side", "image": "s"}]}});
+        let o = apply(None, &a, "m", "v1", false, NOW).unwrap();
+        let o2 =
+            apply(Some(&o), &json!({"spec": {"containers": [{"name": "app", "image": "a"}]}}), "m", "v1", false, NOW)
+                .unwrap();
+        assert_eq!(o2["spec"]["containers"], json!([{"name": "app", "image": "a"}]));
+        let set = from_fields_v1(&to_fields_v1(&leaves(&a)));
+        assert_eq!(set, leaves(&a));
+    }
+
+    #[test]
+    fn updates_take_ownership_of_what_they_change() {
+        let o = apply(None, &json!({"data": {"a": "1", "b": "2"}}), "applier", "v1", false, NOW).unwrap();
+        let mut edited = o.clone();
+        edited["data"]["a"] = json!("edited");
+        record_update(Some(&o), &mut edited, "kubectl-edit", "v1", NOW);
+        let m = read_managed(&edited);
+        let editor = m.iter().find(|m| m.manager == "kubectl-edit").unwrap();
+        assert!(editor.fields.contains(&vec![Seg::F("data".into()), Seg::F("a".into())]));
+        // The applier now conflicts on `a` if it applies a different value.
+        assert!(apply(Some(&edited), &json!({"data": {"a": "1", "b": "2"}}), "applier", "v1", false, NOW).is_err());
+    }
+}

@@ -1,0 +1,448 @@
+//! The HTTP face of the emulator: Kubernetes REST paths over [`Inner`] —
+//! discovery, get/list/watch, create, update, the four patch formats,
+//! delete and deletecollection, and the status, scale and eviction
+//! subresources — answering errors as real `Status` objects.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use super::registry::ResourceType;
+use super::selector::{FieldSelector, LabelSelector};
+use super::store::{ApiError, Event, Inner, Propagation, Sub, R};
+
+pub type Shared = Arc<Mutex<Inner>>;
+
+/// Bookmarks are sent at this interval on watches that ask for them.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
+/// A watch without timeoutSeconds ends after this long, as the real server
+/// randomises between 30 and 60 minutes; clients re-watch.
+const WATCH_MAX: Duration = Duration::from_secs(1800);
+
+pub const SIM_VERSION: &str = "v1.33.0-pinfleet-sim";
+
+fn json_response(code: u16, v: &Value) -> Response {
+    let mut r = (StatusCode::from_u16(code).unwrap_or(StatusCode::OK), v.to_string()).into_response();
+    r.headers_mut().insert("content-type", "application/json".parse().expect("header"));
+    r
+}
+
+fn err(e: ApiError) -> Response {
+    json_response(e.code, &e.status())
+}
+
+fn not_found_path(path: &str) -> Response {
+    err(ApiError::new(404, "NotFound", format!("the server could not find the requested resource ({path})")))
+}
+
+struct Target {
+    group: String,
+    version: String,
+    namespace: Option<String>,
+    resource: String,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+fn parse_target(inner: &Inner, segs: &[&str]) -> Option<Target> {
+    let (group, version, rest) = match segs {
+        ["api", v, rest @ ..] => (String::new(), v.to_string(), rest),
+        ["apis", g, v, rest @ ..] => (g.to_string(), v.to_string(), rest),
+        _ => return None,
+    };
+    let namespaced_path = rest.len() >= 3
+        && rest[0] == "namespaces"
+        && inner.registry.get(&group, &version, rest[2]).is_some_and(|t| t.namespaced);
+    let (namespace, rest) = if namespaced_path { (Some(rest[1].to_string()), &rest[2..]) } else { (None, rest) };
+    match rest {
+        [res] => Some(Target { group, version, namespace, resource: res.to_string(), name: None, sub: None }),
+        [res, name] => Some(Target {
+            group,
+            version,
+            namespace,
+            resource: res.to_string(),
+            name: Some(name.to_string()),
+            sub: None,
+        }),
+        [res, name, sub] => Some(Target {
+            group,
+            version,
+            namespace,
+            resource: res.to_string(),
+            name: Some(name.to_string()),
+            sub: Some(sub.to_string()),
+        }),
+        _ => None,
+    }
+}
+
+fn discovery(inner: &Inner, segs: &[&str], port: u16) -> Option<Value> {
+    Some(match segs {
+        ["version"] => {
+            let minor = SIM_VERSION.split('.').nth(1).unwrap_or("33");
+            json!({"major": "1", "minor": minor, "gitVersion": SIM_VERSION, "gitCommit": "pinfleet", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "n/a", "compiler": "rustc", "platform": "linux/amd64"})
+        }
+        ["api"] => {
+            json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": format!("127.0.0.1:{port}")}]})
+        }
+        ["apis"] => {
+            let groups: Vec<Value> = inner
+                .registry
+                .groups()
+                .into_iter()
+                .map(|(g, vs)| {
+                    let versions: Vec<Value> =
+                        vs.iter().map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v})).collect();
+                    json!({"name": g, "versions": versions, "preferredVersion": versions[0]})
+                })
+                .collect();
+            json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+        }
+        ["apis", g] => {
+            let vs = inner.registry.groups().remove(*g)?;
+            let versions: Vec<Value> =
+                vs.iter().map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v})).collect();
+            json!({"kind": "APIGroup", "apiVersion": "v1", "name": g, "versions": versions, "preferredVersion": versions[0]})
+        }
+        ["openapi", "v3"] => super::openapi::index(&inner.registry),
+        ["openapi", "v3", "api", v] => super::openapi::group_version(&inner.registry, "", v)?,
+        ["openapi", "v3", "apis", g, v] => super::openapi::group_version(&inner.registry, g, v)?,
+        ["api", v] => inner.registry.resource_list("", v)?,
+        ["apis", g, v] => inner.registry.resource_list(g, v)?,
+        _ => return None,
+    })
+}
+
+fn parse_body(content_type: &str, body: &Bytes) -> R<Value> {
+    if body.is_empty() {
+        return Ok(Value::Null);
+    }
+    if content_type.contains("protobuf") || content_type.contains("cbor") {
+        // JSON only; clients fall back to it on 415, as with a real server
+        // that does not speak their preferred encoding.
+        return Err(ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type})")));
+    }
+    let text = std::str::from_utf8(body).map_err(|_| ApiError::new(400, "BadRequest", "the body is not UTF-8"))?;
+    if let Ok(v) = serde_json::from_str(text) {
+        return Ok(v);
+    }
+    if content_type.contains("yaml") {
+        let doc = crate::spec::yaml::parse_single(text, std::path::Path::new("request"))
+            .map_err(|e| ApiError::new(400, "BadRequest", format!("the body is not valid YAML: {e}")))?;
+        return Ok(doc.to_json());
+    }
+    Err(ApiError::new(400, "BadRequest", "the body is not valid JSON"))
+}
+
+fn query(uri: &Uri) -> HashMap<String, String> {
+    uri.query()
+        .map(|q| {
+            q.split('&')
+                .filter_map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                    Some((percent_decode(k), percent_decode(v)))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
+    if let Some(m) = q.get("fieldManager").filter(|m| !m.is_empty()) {
+        return m.clone();
+    }
+    // The real server names an unnamed manager after the client's user agent.
+    headers
+        .get("user-agent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.split('/').next())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("unknown")
+        .to_string()
+}
+
+fn selectors(q: &HashMap<String, String>) -> R<(LabelSelector, FieldSelector)> {
+    let l = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
+        .map_err(|e| ApiError::new(400, "BadRequest", e))?;
+    let f = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
+        .map_err(|e| ApiError::new(400, "BadRequest", e))?;
+    Ok((l, f))
+}
+
+pub async fn handle(
+    State((shared, port)): State<(Shared, u16)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path().trim_end_matches('/').to_string();
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if method == Method::GET && matches!(segs.as_slice(), ["healthz"] | ["readyz"] | ["livez"]) {
+        return (StatusCode::OK, "ok").into_response();
+    }
+    let q = query(&uri);
+    let content_type =
+        headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
+    let target = {
+        let inner = shared.lock().expect("store lock");
+        if method == Method::GET {
+            if let Some(d) = discovery(&inner, &segs, port) {
+                return json_response(200, &d);
+            }
+        }
+        parse_target(&inner, &segs)
+    };
+    let Some(t) = target else { return not_found_path(&path) };
+    let rt: ResourceType = {
+        let inner = shared.lock().expect("store lock");
+        match inner.registry.get(&t.group, &t.version, &t.resource) {
+            Some(rt) => rt.clone(),
+            None => return not_found_path(&path),
+        }
+    };
+    let ns = t.namespace.clone().unwrap_or_default();
+    if q.get("watch").is_some_and(|w| w == "true" || w == "1") && method == Method::GET {
+        return watch(shared, rt, t.namespace.clone(), t.name.clone(), &q).await;
+    }
+    // An eviction's body names what the URL already names: accept any
+    // encoding (kubectl drain sends protobuf) without decoding it.
+    let is_eviction = t.sub.as_deref() == Some("eviction");
+    let body = match if is_eviction { Ok(Value::Null) } else { parse_body(&content_type, &body) } {
+        Ok(b) => b,
+        Err(e) => return err(e),
+    };
+    let mgr = manager(&q, &headers);
+    let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
+    let sub = match t.sub.as_deref() {
+        None => Sub::Main,
+        Some("status") if rt.status => Sub::Status,
+        Some("scale") if rt.scale.is_some() => Sub::Scale,
+        Some("eviction") if rt.plural == "pods" && rt.group.is_empty() && method == Method::POST => Sub::Main,
+        Some(_) => return not_found_path(&path),
+    };
+    let mut inner = shared.lock().expect("store lock");
+    let result: R<(u16, Value)> = (|| match (&method, t.name.as_deref()) {
+        (&Method::GET, None) => {
+            let (l, f) = selectors(&q)?;
+            let limit = q.get("limit").and_then(|l| l.parse().ok());
+            let ns_filter = t.namespace.as_deref().filter(|_| rt.namespaced);
+            let r = inner.list(
+                &rt,
+                ns_filter,
+                &l,
+                &f,
+                limit,
+                q.get("continue").map(String::as_str).filter(|c| !c.is_empty()),
+            )?;
+            let mut metadata = json!({"resourceVersion": r.resource_version.to_string()});
+            if let Some(c) = r.continue_token {
+                metadata["continue"] = json!(c);
+            }
+            if let Some(n) = r.remaining {
+                metadata["remainingItemCount"] = json!(n);
+            }
+            Ok((
+                200,
+                json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": metadata, "items": r.items}),
+            ))
+        }
+        (&Method::GET, Some(name)) => match sub {
+            Sub::Scale => Ok((200, inner.get_scale(&rt, &ns, name)?)),
+            _ => Ok((200, inner.get(&rt, &ns, name)?)),
+        },
+        (&Method::POST, None) => Ok((201, inner.create(&rt, &ns, body, &mgr, dry_run)?)),
+        (&Method::POST, Some(name)) if t.sub.as_deref() == Some("eviction") => Ok((201, inner.evict(&ns, name)?)),
+        (&Method::PUT, Some(name)) => match sub {
+            Sub::Scale => Ok((200, inner.update_scale(&rt, &ns, name, &body, &mgr)?)),
+            s => Ok((200, inner.update(&rt, &ns, name, body, &mgr, s, dry_run)?)),
+        },
+        (&Method::PATCH, Some(name)) => {
+            let force = q.get("force").is_some_and(|f| f == "true");
+            let exists = inner.get(&rt, &ns, name).is_ok();
+            let out = inner.patch(&rt, &ns, name, &content_type, &body, &mgr, force, sub, dry_run)?;
+            Ok((if exists { 200 } else { 201 }, out))
+        }
+        (&Method::DELETE, Some(name)) => {
+            let policy = q
+                .get("propagationPolicy")
+                .cloned()
+                .or_else(|| body.get("propagationPolicy").and_then(Value::as_str).map(str::to_string));
+            let propagation = match policy.as_deref() {
+                Some("Foreground") => Propagation::Foreground,
+                Some("Orphan") => Propagation::Orphan,
+                _ if body.get("orphanDependents").and_then(Value::as_bool) == Some(true) => Propagation::Orphan,
+                _ => Propagation::Background,
+            };
+            let precondition =
+                body.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
+            Ok((200, inner.delete(&rt, &ns, name, propagation, precondition.as_deref(), dry_run)?))
+        }
+        (&Method::DELETE, None) => {
+            let (l, f) = selectors(&q)?;
+            let ns_filter = t.namespace.as_deref().filter(|_| rt.namespaced);
+            let items = inner.list(&rt, ns_filter, &l, &f, None, None)?.items;
+            let mut deleted = Vec::new();
+            for it in items {
+                let name = it.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+                let ins = it.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string();
+                deleted.push(inner.delete(&rt, &ins, &name, Propagation::Background, None, dry_run)?);
+            }
+            Ok((
+                200,
+                json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": {}, "items": deleted}),
+            ))
+        }
+        _ => Err(ApiError::new(405, "MethodNotAllowed", format!("{method} is not supported on {path}"))),
+    })();
+    drop(inner);
+    match result {
+        Ok((code, v)) => json_response(code, &v),
+        Err(e) => err(e),
+    }
+}
+
+fn event_json(ev: &Event) -> Bytes {
+    let mut line = json!({"type": ev.kind.as_str(), "object": ev.object}).to_string();
+    line.push('\n');
+    Bytes::from(line)
+}
+
+async fn watch(
+    shared: Shared,
+    rt: ResourceType,
+    ns: Option<String>,
+    name: Option<String>,
+    q: &HashMap<String, String>,
+) -> Response {
+    let (labels, fieldsel) = match selectors(q) {
+        Ok(s) => s,
+        Err(e) => return err(e),
+    };
+    let rv: Option<u64> = q.get("resourceVersion").filter(|r| !r.is_empty() && *r != "0").and_then(|r| r.parse().ok());
+    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
+    let timeout = q.get("timeoutSeconds").and_then(|t| t.parse().ok()).map(Duration::from_secs).unwrap_or(WATCH_MAX);
+    let key = rt.key();
+    let ns_filter = ns.filter(|_| rt.namespaced);
+    let matches = move |ev: &Event| -> bool {
+        ev.key == key
+            && ns_filter.as_ref().is_none_or(|n| *n == ev.namespace)
+            && name
+                .as_ref()
+                .is_none_or(|n| ev.object.pointer("/metadata/name").and_then(Value::as_str) == Some(n.as_str()))
+            && labels.matches(&ev.object)
+            && fieldsel.matches(&ev.object)
+    };
+    let (mut rx, initial, start_rv, expired) = {
+        let inner = shared.lock().expect("store lock");
+        let rx = inner.events.subscribe();
+        let current = inner.resource_version();
+        let mut expired = false;
+        let initial: Vec<Bytes> = match rv {
+            Some(rv) => match inner.events_since(rv) {
+                Some(evs) => evs.iter().filter(|e| matches(e)).map(|e| event_json(e)).collect(),
+                None => {
+                    expired = true;
+                    let gone = ApiError::new(410, "Expired", format!("too old resource version: {rv} ({current})"));
+                    let line = format!("{}\n", json!({"type": "ERROR", "object": gone.status()}));
+                    vec![Bytes::from(line)]
+                }
+            },
+            None => {
+                // No resourceVersion: the current state as ADDED events first.
+                let all = inner
+                    .list(&rt, None, &LabelSelector::default(), &FieldSelector::default(), None, None)
+                    .map(|r| r.items)
+                    .unwrap_or_default();
+                all.into_iter()
+                    .map(|o| Event {
+                        rv: current,
+                        kind: super::store::EventType::Added,
+                        key: rt.key(),
+                        namespace: o
+                            .pointer("/metadata/namespace")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
+                        object: o,
+                    })
+                    .filter(|e| matches(e))
+                    .map(|e| event_json(&e))
+                    .collect()
+            }
+        };
+        (rx, initial, current, expired)
+    };
+    let (tx, mut out_rx) = tokio::sync::mpsc::channel::<Bytes>(1024);
+    let api_version = rt.api_version();
+    let kind = rt.kind.clone();
+    tokio::spawn(async move {
+        for b in initial {
+            if tx.send(b).await.is_err() {
+                return;
+            }
+        }
+        if expired {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last_rv = start_rv;
+        let mut tick = tokio::time::interval(BOOKMARK_EVERY);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = tick.tick(), if bookmarks => {
+                    let b = json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": last_rv.to_string()}}});
+                    if tx.send(Bytes::from(format!("{b}\n"))).await.is_err() { return; }
+                }
+                ev = rx.recv() => match ev {
+                    Ok(ev) => {
+                        // Already sent from the log or as the initial state.
+                        if ev.rv <= start_rv { continue; }
+                        last_rv = last_rv.max(ev.rv);
+                        if matches(&ev) && tx.send(event_json(&ev)).await.is_err() { return; }
+                    }
+                    // Too slow to keep up: end the watch; the client re-lists.
+                    Err(_) => return,
+                },
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    let stream = futures::stream::poll_fn(move |cx| out_rx.poll_recv(cx).map(|o| o.map(Ok::<Bytes, Infallible>)));
+    let mut r = Response::new(Body::from_stream(stream));
+    r.headers_mut().insert("content-type", "application/json".parse().expect("header"));
+    r.headers_mut().insert("transfer-encoding", "chunked".parse().expect("header"));
+    r
+}

@@ -1,0 +1,1060 @@
+//! The emulator's object store: every object as JSON, one global
+//! resourceVersion counter, and an event log for watches. Implements the
+//! API semantics clients depend on — uid/generation/creationTimestamp,
+//! optimistic concurrency, the status and scale subresources, server-side
+//! apply, finalizers and deletionTimestamp, ownerReference garbage
+//! collection (background, foreground, orphan), pods/eviction honouring
+//! PodDisruptionBudgets, and CRDs that extend the registry.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use tokio::sync::broadcast;
+
+use super::fields;
+use super::patch;
+use super::registry::{Registry, ResourceType, Scale};
+use super::selector::{FieldSelector, LabelSelector};
+
+/// Events kept for watches that resume from a resourceVersion; older
+/// starting points get 410 Gone (and clients re-list), as with etcd compaction.
+pub const EVENT_LOG: usize = 50_000;
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+impl ApiError {
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError { code, reason, message: message.into(), details: None }
+    }
+    pub fn not_found(t: &ResourceType, name: &str) -> Self {
+        let what = if t.group.is_empty() { t.plural.clone() } else { format!("{}.{}", t.plural, t.group) };
+        ApiError::new(404, "NotFound", format!("{what} \"{name}\" not found"))
+            .with_details(json!({"name": name, "group": t.group, "kind": t.plural}))
+    }
+    pub fn with_details(mut self, d: Value) -> Self {
+        self.details = Some(d);
+        self
+    }
+    pub fn status(&self) -> Value {
+        let mut s = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": self.message, "reason": self.reason, "code": self.code});
+        if let Some(d) = &self.details {
+            s["details"] = d.clone();
+        }
+        s
+    }
+}
+
+pub type R<T> = Result<T, ApiError>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub rv: u64,
+    pub kind: EventType,
+    /// (group, plural)
+    pub key: (String, String),
+    pub namespace: String,
+    pub object: Value,
+}
+
+type ObjKey = (String, String, String, String); // group, plural, namespace, name
+
+pub struct Inner {
+    pub registry: Registry,
+    objects: BTreeMap<ObjKey, Value>,
+    rv: u64,
+    log: VecDeque<Arc<Event>>,
+    /// The resourceVersion before the oldest logged event.
+    compacted: u64,
+    pub events: broadcast::Sender<Arc<Event>>,
+}
+
+pub fn now() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn uid() -> String {
+    let b: [u8; 16] = rand::random();
+    let h = hex::encode(b);
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+fn meta(obj: &Value) -> &Map<String, Value> {
+    static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+    obj.get("metadata").and_then(Value::as_object).unwrap_or_else(|| EMPTY.get_or_init(Map::new))
+}
+
+fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    meta(obj).get(field).and_then(Value::as_str)
+}
+
+fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    obj["metadata"].as_object_mut().expect("metadata object")
+}
+
+/// Spec-like content (everything but metadata and status), for generation.
+fn spec_part(obj: &Value) -> Value {
+    let mut v = obj.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("metadata");
+        m.remove("status");
+    }
+    v
+}
+
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    meta(obj)
+        .get("finalizers")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    Background,
+    Foreground,
+    Orphan,
+}
+
+/// Where a write is aimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sub {
+    Main,
+    Status,
+    Scale,
+}
+
+pub struct ListResult {
+    pub items: Vec<Value>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+    pub remaining: Option<usize>,
+}
+
+impl Inner {
+    pub fn new() -> Self {
+        let (events, _) = broadcast::channel(65_536);
+        let mut s = Inner {
+            registry: Registry::new(),
+            objects: BTreeMap::new(),
+            rv: 0,
+            log: VecDeque::new(),
+            compacted: 0,
+            events,
+        };
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let t = s.registry.get("", "v1", "namespaces").cloned().expect("namespaces");
+            let _ = s.create(
+                &t,
+                "",
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                "pinfleet-sim",
+                false,
+            );
+        }
+        s
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.rv
+    }
+
+    fn emit(&mut self, kind: EventType, t: &ResourceType, ns: &str, object: Value) {
+        let ev = Arc::new(Event { rv: self.rv, kind, key: t.key(), namespace: ns.to_string(), object });
+        self.log.push_back(ev.clone());
+        while self.log.len() > EVENT_LOG {
+            if let Some(old) = self.log.pop_front() {
+                self.compacted = old.rv;
+            }
+        }
+        let _ = self.events.send(ev);
+    }
+
+    /// Events after `rv` still in the log, or None when `rv` is too old.
+    pub fn events_since(&self, rv: u64) -> Option<Vec<Arc<Event>>> {
+        if rv < self.compacted {
+            return None;
+        }
+        Some(self.log.iter().filter(|e| e.rv > rv).cloned().collect())
+    }
+
+    fn key(t: &ResourceType, ns: &str, name: &str) -> ObjKey {
+        (t.group.clone(), t.plural.clone(), if t.namespaced { ns.to_string() } else { String::new() }, name.to_string())
+    }
+
+    /// The object as served for `t` (apiVersion of the requested version).
+    fn present(t: &ResourceType, obj: &Value) -> Value {
+        let mut o = obj.clone();
+        o["apiVersion"] = json!(t.api_version());
+        o["kind"] = json!(t.kind);
+        o
+    }
+
+    pub fn get(&self, t: &ResourceType, ns: &str, name: &str) -> R<Value> {
+        self.objects
+            .get(&Self::key(t, ns, name))
+            .map(|o| Self::present(t, o))
+            .ok_or_else(|| ApiError::not_found(t, name))
+    }
+
+    fn ensure_namespace(&self, t: &ResourceType, ns: &str) -> R<()> {
+        if !t.namespaced {
+            return Ok(());
+        }
+        if ns.is_empty() {
+            return Err(ApiError::new(400, "BadRequest", "a namespace is required for a namespaced resource"));
+        }
+        if !self.objects.contains_key(&(String::new(), "namespaces".into(), String::new(), ns.to_string())) {
+            return Err(ApiError::new(404, "NotFound", format!("namespaces \"{ns}\" not found"))
+                .with_details(json!({"name": ns, "kind": "namespaces"})));
+        }
+        Ok(())
+    }
+
+    pub fn list(
+        &self,
+        t: &ResourceType,
+        ns: Option<&str>,
+        labels: &LabelSelector,
+        fieldsel: &FieldSelector,
+        limit: Option<usize>,
+        cont: Option<&str>,
+    ) -> R<ListResult> {
+        let (start_after, rv) = match cont {
+            Some(c) => {
+                let (rv, key) =
+                    decode_continue(c).ok_or_else(|| ApiError::new(400, "BadRequest", "invalid continue token"))?;
+                (Some(key), rv)
+            }
+            None => (None, self.rv),
+        };
+        let prefix = (t.group.clone(), t.plural.clone());
+        let mut matching = self
+            .objects
+            .range((prefix.0.clone(), prefix.1.clone(), String::new(), String::new())..)
+            .take_while(|((g, p, _, _), _)| *g == prefix.0 && *p == prefix.1)
+            .filter(|((_, _, n, _), _)| ns.is_none_or(|ns| ns == n))
+            .filter(|((_, _, n, name), _)| start_after.as_ref().is_none_or(|s| (n.clone(), name.clone()) > *s))
+            .filter(|(_, o)| labels.matches(o) && fieldsel.matches(o));
+        let mut items = Vec::new();
+        let mut last = None;
+        let limit = limit.filter(|l| *l > 0);
+        for ((_, _, n, name), o) in matching.by_ref() {
+            items.push(Self::present(t, o));
+            last = Some((n.clone(), name.clone()));
+            if limit.is_some_and(|l| items.len() >= l) {
+                break;
+            }
+        }
+        let remaining = matching.count();
+        let continue_token = (remaining > 0).then(|| encode_continue(rv, last.as_ref().expect("an item")));
+        Ok(ListResult { items, resource_version: rv, continue_token, remaining: (remaining > 0).then_some(remaining) })
+    }
+
+    /// Creates an object. `manager` owns all its fields (operation Update).
+    pub fn create(&mut self, t: &ResourceType, ns: &str, mut obj: Value, manager: &str, dry_run: bool) -> R<Value> {
+        if !obj.is_object() {
+            return Err(ApiError::new(400, "BadRequest", "the body must be an object"));
+        }
+        let m = meta_mut(&mut obj);
+        if m.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
+            match m.get("generateName").and_then(Value::as_str) {
+                Some(prefix) => {
+                    let suffix: String =
+                        (0..5).map(|_| b"bcdfghjklmnpqrstvwxz2456789"[rand::random_range(0..27)] as char).collect();
+                    m.insert("name".into(), json!(format!("{prefix}{suffix}")));
+                }
+                None => {
+                    return Err(invalid(t, "", "metadata.name", "Required value: name or generateName is required"))
+                }
+            }
+        }
+        let name = meta_str(&obj, "name").unwrap_or_default().to_string();
+        if t.namespaced {
+            let body_ns = meta_str(&obj, "namespace").map(str::to_string);
+            if let Some(b) = body_ns.filter(|b| !b.is_empty() && b != ns) {
+                return Err(ApiError::new(400, "BadRequest", format!("the namespace of the provided object ({b}) does not match the namespace sent on the request ({ns})")));
+            }
+            self.ensure_namespace(t, ns)?;
+        }
+        let key = Self::key(t, ns, &name);
+        if self.objects.contains_key(&key) {
+            let what = if t.group.is_empty() { t.plural.clone() } else { format!("{}.{}", t.plural, t.group) };
+            return Err(ApiError::new(409, "AlreadyExists", format!("{what} \"{name}\" already exists"))
+                .with_details(json!({"name": name, "group": t.group, "kind": t.plural})));
+        }
+        if t.status
+            && t.plural != "customresourcedefinitions"
+            && t.plural != "pods"
+            && t.plural != "nodes"
+            && t.plural != "namespaces"
+        {
+            // Status is written through the status subresource only.
+            if let Some(o) = obj.as_object_mut() {
+                o.remove("status");
+            }
+        }
+        let now = now();
+        {
+            let m = meta_mut(&mut obj);
+            if t.namespaced {
+                m.insert("namespace".into(), json!(ns));
+            } else {
+                m.remove("namespace");
+            }
+            m.insert("uid".into(), json!(uid()));
+            m.insert("creationTimestamp".into(), json!(now));
+            m.insert("generation".into(), json!(1));
+            m.remove("deletionTimestamp");
+            m.remove("resourceVersion");
+        }
+        obj["apiVersion"] = json!(t.api_version());
+        obj["kind"] = json!(t.kind);
+        if t.plural == "namespaces" {
+            obj["spec"] = json!({"finalizers": ["kubernetes"]});
+            obj["status"] = json!({"phase": "Active"});
+        }
+        if t.plural == "customresourcedefinitions" {
+            self.register_crd(&mut obj)?;
+        }
+        if !obj.pointer("/metadata/managedFields").is_some_and(|m| m.as_array().is_some_and(|a| !a.is_empty())) {
+            fields::record_update(None, &mut obj, manager, &t.api_version(), &now);
+        }
+        if dry_run {
+            return Ok(obj);
+        }
+        self.rv += 1;
+        meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
+        self.objects.insert(key, obj.clone());
+        self.emit(EventType::Added, t, ns, obj.clone());
+        self.after_change(t, ns, &obj);
+        Ok(obj)
+    }
+
+    /// Replaces an object (PUT), or its status, honouring resourceVersion.
+    pub fn update(
+        &mut self,
+        t: &ResourceType,
+        ns: &str,
+        name: &str,
+        mut obj: Value,
+        manager: &str,
+        sub: Sub,
+        dry_run: bool,
+    ) -> R<Value> {
+        let key = Self::key(t, ns, name);
+        let Some(old) = self.objects.get(&key).cloned() else { return Err(ApiError::not_found(t, name)) };
+        if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|r| !r.is_empty()) {
+            if Some(rv) != meta_str(&old, "resourceVersion") {
+                return Err(conflict(t, name));
+            }
+        }
+        if meta_str(&obj, "name").is_some_and(|n| n != name) {
+            return Err(ApiError::new(
+                400,
+                "BadRequest",
+                format!(
+                    "the name of the object ({}) does not match the name on the URL ({name})",
+                    meta_str(&obj, "name").unwrap_or_default()
+                ),
+            ));
+        }
+        obj = match sub {
+            Sub::Status => {
+                let mut merged = old.clone();
+                merged["status"] = obj.get("status").cloned().unwrap_or(Value::Null);
+                merged
+            }
+            Sub::Main if t.status && t.plural != "pods" && t.plural != "nodes" && t.plural != "namespaces" => {
+                // Writes to the main resource cannot change status.
+                match old.get("status") {
+                    Some(s) => obj["status"] = s.clone(),
+                    None => {
+                        if let Some(o) = obj.as_object_mut() {
+                            o.remove("status");
+                        }
+                    }
+                }
+                obj
+            }
+            _ => obj,
+        };
+        self.commit(t, ns, name, old, obj, manager, dry_run, false)
+    }
+
+    /// Finishes a write: server-owned metadata, generation, managed fields,
+    /// finalizer-completed deletion, events.
+    #[allow(clippy::too_many_arguments)]
+    fn commit(
+        &mut self,
+        t: &ResourceType,
+        ns: &str,
+        name: &str,
+        old: Value,
+        mut obj: Value,
+        manager: &str,
+        dry_run: bool,
+        applied: bool,
+    ) -> R<Value> {
+        {
+            let old_meta = meta(&old).clone();
+            let m = meta_mut(&mut obj);
+            for f in
+                ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace", "name"]
+            {
+                match old_meta.get(f) {
+                    Some(v) => {
+                        m.insert(f.into(), v.clone());
+                    }
+                    None => {
+                        m.remove(f);
+                    }
+                }
+            }
+            let gen = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+            m.insert("generation".into(), json!(gen));
+        }
+        if spec_part(&old) != spec_part(&obj) {
+            let gen = meta(&old).get("generation").and_then(Value::as_i64).unwrap_or(1);
+            meta_mut(&mut obj).insert("generation".into(), json!(gen + 1));
+        }
+        obj["apiVersion"] = json!(t.api_version());
+        obj["kind"] = json!(t.kind);
+        if !applied {
+            fields::record_update(Some(&old), &mut obj, manager, &t.api_version(), &now());
+        }
+        if t.plural == "customresourcedefinitions" {
+            self.register_crd(&mut obj)?;
+        }
+        let mut unchanged_obj = obj.clone();
+        meta_mut(&mut unchanged_obj).insert("resourceVersion".into(), old["metadata"]["resourceVersion"].clone());
+        let mut old_cmp = old.clone();
+        strip_times(&mut old_cmp);
+        let mut new_cmp = unchanged_obj.clone();
+        strip_times(&mut new_cmp);
+        if old_cmp == new_cmp {
+            // A no-op write does not move the resourceVersion.
+            return Ok(old);
+        }
+        if dry_run {
+            return Ok(obj);
+        }
+        self.rv += 1;
+        meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
+        let key = Self::key(t, ns, name);
+        if meta(&obj).contains_key("deletionTimestamp") && finalizers(&obj).is_empty() {
+            self.objects.remove(&key);
+            self.emit(EventType::Deleted, t, ns, obj.clone());
+            self.after_delete(t, ns, &obj);
+            return Ok(obj);
+        }
+        self.objects.insert(key, obj.clone());
+        self.emit(EventType::Modified, t, ns, obj.clone());
+        self.after_change(t, ns, &obj);
+        Ok(obj)
+    }
+
+    /// PATCH in any of the four formats, on the object or a subresource.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch(
+        &mut self,
+        t: &ResourceType,
+        ns: &str,
+        name: &str,
+        content_type: &str,
+        body: &Value,
+        manager: &str,
+        force: bool,
+        sub: Sub,
+        dry_run: bool,
+    ) -> R<Value> {
+        let key = Self::key(t, ns, name);
+        let existing = self.objects.get(&key).cloned();
+        if content_type.starts_with("application/apply-patch") {
+            return self.apply(t, ns, name, existing, body, manager, force, sub, dry_run);
+        }
+        let Some(old) = existing else { return Err(ApiError::not_found(t, name)) };
+        if sub == Sub::Scale {
+            let scale = t.scale.clone().ok_or_else(|| ApiError::not_found(t, name))?;
+            let mut s = scale_object(t, &old, &scale);
+            apply_patch(content_type, &mut s, body)?;
+            let mut new = old.clone();
+            if let Some(r) = s.pointer("/spec/replicas") {
+                set_path(&mut new, &scale.spec_replicas, r.clone());
+            }
+            let out = self.commit(t, ns, name, old, new, manager, dry_run, false)?;
+            return Ok(scale_object(t, &out, &scale));
+        }
+        let mut new = old.clone();
+        apply_patch(content_type, &mut new, body)?;
+        if let Some(rv) = meta_str(&new, "resourceVersion") {
+            if Some(rv) != meta_str(&old, "resourceVersion") {
+                return Err(conflict(t, name));
+            }
+        }
+        let new = match sub {
+            Sub::Status => {
+                let mut merged = old.clone();
+                merged["status"] = new.get("status").cloned().unwrap_or(Value::Null);
+                merged
+            }
+            _ if t.status && t.plural != "pods" && t.plural != "nodes" && t.plural != "namespaces" => {
+                let mut n = new;
+                match old.get("status") {
+                    Some(s) => n["status"] = s.clone(),
+                    None => {
+                        if let Some(o) = n.as_object_mut() {
+                            o.remove("status");
+                        }
+                    }
+                }
+                n
+            }
+            _ => new,
+        };
+        self.commit(t, ns, name, old, new, manager, dry_run, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &mut self,
+        t: &ResourceType,
+        ns: &str,
+        name: &str,
+        existing: Option<Value>,
+        body: &Value,
+        manager: &str,
+        force: bool,
+        sub: Sub,
+        dry_run: bool,
+    ) -> R<Value> {
+        if manager.is_empty() {
+            return Err(ApiError::new(400, "BadRequest", "PATCH with apply-patch requires a fieldManager"));
+        }
+        if meta_str(body, "name").is_some_and(|n| n != name) {
+            return Err(ApiError::new(
+                400,
+                "BadRequest",
+                "the name in the applied configuration does not match the URL",
+            ));
+        }
+        let mut applied = body.clone();
+        if let Some(m) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+            m.remove("resourceVersion");
+        }
+        if sub == Sub::Main && t.status && t.plural != "pods" && t.plural != "nodes" {
+            if let Some(o) = applied.as_object_mut() {
+                o.remove("status");
+            }
+        }
+        let result = fields::apply(existing.as_ref(), &applied, manager, &t.api_version(), force, &now());
+        let obj = match result {
+            Ok(o) => o,
+            Err(conflicts) => {
+                let lines: Vec<String> =
+                    conflicts.iter().map(|c| format!("conflict with \"{}\": {}", c.manager, c.path)).collect();
+                let causes: Vec<Value> = conflicts.iter().map(|c| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{}\"", c.manager), "field": c.path})).collect();
+                return Err(ApiError::new(
+                    409,
+                    "Conflict",
+                    format!(
+                        "Apply failed with {} conflict{}: {}",
+                        conflicts.len(),
+                        if conflicts.len() == 1 { "" } else { "s" },
+                        lines.join("; ")
+                    ),
+                )
+                .with_details(json!({"name": name, "group": t.group, "kind": t.plural, "causes": causes})));
+            }
+        };
+        match existing {
+            None => {
+                let mut obj = obj;
+                meta_mut(&mut obj).insert("name".into(), json!(name));
+                self.create(t, ns, obj, manager, dry_run)
+            }
+            Some(old) => self.commit(t, ns, name, old, obj, manager, dry_run, true),
+        }
+    }
+
+    /// DELETE: finalizers defer it (deletionTimestamp); dependents follow
+    /// the propagation policy.
+    pub fn delete(
+        &mut self,
+        t: &ResourceType,
+        ns: &str,
+        name: &str,
+        propagation: Propagation,
+        precondition_rv: Option<&str>,
+        dry_run: bool,
+    ) -> R<Value> {
+        let key = Self::key(t, ns, name);
+        let Some(mut obj) = self.objects.get(&key).cloned() else { return Err(ApiError::not_found(t, name)) };
+        if let Some(rv) = precondition_rv {
+            if Some(rv) != meta_str(&obj, "resourceVersion") {
+                return Err(conflict(t, name));
+            }
+        }
+        if dry_run {
+            return Ok(obj);
+        }
+        let uid = meta_str(&obj, "uid").unwrap_or_default().to_string();
+        let has_dependents = self.dependents(&uid).next().is_some();
+        if propagation == Propagation::Foreground && has_dependents {
+            let mut f = finalizers(&obj);
+            if !f.contains(&"foregroundDeletion".to_string()) {
+                f.push("foregroundDeletion".into());
+            }
+            let m = meta_mut(&mut obj);
+            m.insert("finalizers".into(), json!(f));
+            m.entry("deletionTimestamp").or_insert_with(|| json!(now()));
+            self.rv += 1;
+            meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
+            self.objects.insert(key, obj.clone());
+            self.emit(EventType::Modified, t, ns, obj.clone());
+            for (dt, dns, dname) in self.dependents(&uid).collect::<Vec<_>>() {
+                let _ = self.delete(&dt, &dns, &dname, Propagation::Background, None, false);
+            }
+            self.complete_foreground();
+            return Ok(self.objects.get(&Self::key(t, ns, name)).cloned().unwrap_or(obj));
+        }
+        if propagation == Propagation::Orphan {
+            for (dt, dns, dname) in self.dependents(&uid).collect::<Vec<_>>() {
+                let dkey = Self::key(&dt, &dns, &dname);
+                if let Some(d) = self.objects.get(&dkey).cloned() {
+                    let mut nd = d.clone();
+                    if let Some(refs) = nd.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) {
+                        refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
+                    }
+                    let _ = self.commit(&dt, &dns, &dname, d, nd, "garbage-collector", false, false);
+                }
+            }
+        }
+        if !finalizers(&obj).is_empty() {
+            if !meta(&obj).contains_key("deletionTimestamp") {
+                meta_mut(&mut obj).insert("deletionTimestamp".into(), json!(now()));
+                meta_mut(&mut obj).insert("deletionGracePeriodSeconds".into(), json!(0));
+                self.rv += 1;
+                meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
+                self.objects.insert(key, obj.clone());
+                self.emit(EventType::Modified, t, ns, obj.clone());
+            }
+            return Ok(obj);
+        }
+        self.objects.remove(&key);
+        self.rv += 1;
+        meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
+        self.emit(EventType::Deleted, t, ns, obj.clone());
+        self.after_delete(t, ns, &obj);
+        Ok(obj)
+    }
+
+    fn dependents(&self, uid: &str) -> impl Iterator<Item = (ResourceType, String, String)> + '_ {
+        let uid = uid.to_string();
+        self.objects.iter().filter_map(move |((g, p, ns, name), o)| {
+            let owned = o
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|refs| refs.iter().any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str())));
+            if !owned || uid.is_empty() {
+                return None;
+            }
+            let t = self.registry.all().find(|t| &t.group == g && &t.plural == p)?.clone();
+            Some((t, ns.clone(), name.clone()))
+        })
+    }
+
+    /// Owners in foreground deletion whose dependents are all gone are removed.
+    fn complete_foreground(&mut self) {
+        loop {
+            let ready: Vec<(ObjKey, Value)> = self
+                .objects
+                .iter()
+                .filter(|(_, o)| finalizers(o).iter().any(|f| f == "foregroundDeletion"))
+                .filter(|(_, o)| self.dependents(meta_str(o, "uid").unwrap_or_default()).next().is_none())
+                .map(|(k, o)| (k.clone(), o.clone()))
+                .collect();
+            if ready.is_empty() {
+                return;
+            }
+            for ((g, p, ns, name), o) in ready {
+                let Some(t) = self.registry.all().find(|t| t.group == g && t.plural == p).cloned() else { continue };
+                let mut n = o.clone();
+                let f: Vec<String> = finalizers(&o).into_iter().filter(|f| f != "foregroundDeletion").collect();
+                meta_mut(&mut n).insert("finalizers".into(), json!(f));
+                let _ = self.commit(&t, &ns, &name, o, n, "garbage-collector", false, false);
+            }
+        }
+    }
+
+    /// Garbage collection (background) and bookkeeping once an object is gone.
+    fn after_delete(&mut self, t: &ResourceType, ns: &str, obj: &Value) {
+        let uid = meta_str(obj, "uid").unwrap_or_default().to_string();
+        for (dt, dns, dname) in self.dependents(&uid).collect::<Vec<_>>() {
+            let _ = self.delete(&dt, &dns, &dname, Propagation::Background, None, false);
+        }
+        if t.plural == "customresourcedefinitions" && t.group == "apiextensions.k8s.io" {
+            let group = obj.pointer("/spec/group").and_then(Value::as_str).unwrap_or_default().to_string();
+            let plural = obj.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or_default().to_string();
+            self.objects.retain(|(g, p, _, _), _| !(g == &group && p == &plural));
+            self.registry.remove_group_plural(&group, &plural);
+        }
+        if t.plural == "namespaces" && t.group.is_empty() {
+            let name = meta_str(obj, "name").unwrap_or_default().to_string();
+            self.objects.retain(|(_, _, n, _), _| n != &name);
+        }
+        if t.plural == "pods" && t.group.is_empty() {
+            self.refresh_pdbs(ns);
+        }
+        self.complete_foreground();
+    }
+
+    fn after_change(&mut self, t: &ResourceType, ns: &str, _obj: &Value) {
+        if (t.plural == "pods" && t.group.is_empty()) || t.plural == "poddisruptionbudgets" {
+            self.refresh_pdbs(ns);
+        }
+    }
+
+    fn register_crd(&mut self, crd: &mut Value) -> R<()> {
+        let spec = crd.get("spec").cloned().unwrap_or(Value::Null);
+        let group = spec.get("group").and_then(Value::as_str).unwrap_or_default().to_string();
+        let names = spec.get("names").cloned().unwrap_or(Value::Null);
+        let plural = names.get("plural").and_then(Value::as_str).unwrap_or_default().to_string();
+        let kind = names.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+        let expected = format!("{plural}.{group}");
+        if group.is_empty() || plural.is_empty() || kind.is_empty() {
+            return Err(ApiError::new(
+                422,
+                "Invalid",
+                "CustomResourceDefinition needs spec.group, spec.names.plural and spec.names.kind",
+            ));
+        }
+        if meta_str(crd, "name") != Some(expected.as_str()) {
+            return Err(ApiError::new(422, "Invalid", format!("CustomResourceDefinition.apiextensions.k8s.io \"{}\" is invalid: metadata.name: Invalid value: must be spec.names.plural+\".\"+spec.group ({expected})", meta_str(crd, "name").unwrap_or_default())));
+        }
+        let strs = |v: Option<&Value>| -> Vec<String> {
+            v.and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+                .unwrap_or_default()
+        };
+        self.registry.remove_group_plural(&group, &plural);
+        let versions = spec.get("versions").and_then(Value::as_array).cloned().unwrap_or_default();
+        let mut stored = Vec::new();
+        for v in versions.iter().filter(|v| v.get("served").and_then(Value::as_bool).unwrap_or(true)) {
+            let version = v.get("name").and_then(Value::as_str).unwrap_or("v1").to_string();
+            if v.get("storage").and_then(Value::as_bool) == Some(true) {
+                stored.push(version.clone());
+            }
+            let sub = v.get("subresources");
+            let scale = sub.and_then(|s| s.get("scale")).map(|s| Scale {
+                spec_replicas: s.get("specReplicasPath").and_then(Value::as_str).unwrap_or(".spec.replicas").into(),
+                status_replicas: s
+                    .get("statusReplicasPath")
+                    .and_then(Value::as_str)
+                    .unwrap_or(".status.replicas")
+                    .into(),
+                label_selector: s.get("labelSelectorPath").and_then(Value::as_str).map(str::to_string),
+            });
+            self.registry.add(ResourceType {
+                group: group.clone(),
+                version,
+                kind: kind.clone(),
+                plural: plural.clone(),
+                singular: names
+                    .get("singular")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| kind.to_lowercase()),
+                namespaced: spec.get("scope").and_then(Value::as_str) != Some("Cluster"),
+                short_names: strs(names.get("shortNames")),
+                categories: strs(names.get("categories")),
+                status: sub.and_then(|s| s.get("status")).is_some(),
+                scale,
+                columns: v.get("additionalPrinterColumns").and_then(Value::as_array).cloned().unwrap_or_default(),
+            });
+        }
+        let now = now();
+        crd["status"] = json!({
+            "acceptedNames": names,
+            "storedVersions": stored,
+            "conditions": [
+                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+            ]
+        });
+        Ok(())
+    }
+
+    /// Recomputes the status of the namespace's PodDisruptionBudgets.
+    fn refresh_pdbs(&mut self, ns: &str) {
+        let Some(t) = self.registry.get("policy", "v1", "poddisruptionbudgets").cloned() else { return };
+        let pdbs: Vec<(ObjKey, Value)> = self
+            .objects
+            .iter()
+            .filter(|((g, p, n, _), _)| g == "policy" && p == "poddisruptionbudgets" && n == ns)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (key, pdb) in pdbs {
+            let status = self.pdb_status(ns, &pdb);
+            if pdb.get("status") != Some(&status) {
+                let mut n = pdb.clone();
+                n["status"] = status;
+                self.rv += 1;
+                meta_mut(&mut n).insert("resourceVersion".into(), json!(self.rv.to_string()));
+                self.objects.insert(key, n.clone());
+                self.emit(EventType::Modified, &t, ns, n);
+            }
+        }
+    }
+
+    fn matching_pods(&self, ns: &str, selector: &Value) -> Vec<&Value> {
+        let sel = LabelSelector::from_label_selector(selector);
+        self.objects
+            .iter()
+            .filter(|((g, p, n, _), _)| g.is_empty() && p == "pods" && n == ns)
+            .map(|(_, v)| v)
+            .filter(|p| sel.matches(p) && !meta(p).contains_key("deletionTimestamp"))
+            .collect()
+    }
+
+    fn pdb_status(&self, ns: &str, pdb: &Value) -> Value {
+        let selector = pdb.pointer("/spec/selector").cloned().unwrap_or(json!({}));
+        let pods = self.matching_pods(ns, &selector);
+        let expected = pods.len() as i64;
+        let healthy = pods.iter().filter(|p| is_ready(p)).count() as i64;
+        let resolve = |v: &Value, round_up: bool| -> i64 {
+            match v {
+                Value::String(s) if s.ends_with('%') => {
+                    let pct: i64 = s.trim_end_matches('%').parse().unwrap_or(0);
+                    if round_up {
+                        (expected * pct + 99) / 100
+                    } else {
+                        expected * pct / 100
+                    }
+                }
+                other => other.as_i64().unwrap_or(0),
+            }
+        };
+        let desired = if let Some(min) = pdb.pointer("/spec/minAvailable") {
+            resolve(min, true)
+        } else if let Some(max) = pdb.pointer("/spec/maxUnavailable") {
+            (expected - resolve(max, true)).max(0)
+        } else {
+            0
+        };
+        let allowed = (healthy - desired).max(0);
+        json!({
+            "observedGeneration": pdb.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+            "currentHealthy": healthy,
+            "desiredHealthy": desired,
+            "disruptionsAllowed": allowed,
+            "expectedPods": expected,
+            "conditions": [{"type": "DisruptionAllowed", "status": if allowed > 0 { "True" } else { "False" }, "reason": if allowed > 0 { "SufficientPods" } else { "InsufficientPods" }, "lastTransitionTime": now(), "message": ""}],
+        })
+    }
+
+    /// POST pods/NAME/eviction: delete unless a PodDisruptionBudget would
+    /// be violated (429, as the real API server answers).
+    pub fn evict(&mut self, ns: &str, name: &str) -> R<Value> {
+        let pods = self.registry.get("", "v1", "pods").cloned().expect("pods");
+        let pod = self.get(&pods, ns, name)?;
+        if !meta(&pod).contains_key("deletionTimestamp") && is_ready(&pod) {
+            let pdbs: Vec<Value> = self
+                .objects
+                .iter()
+                .filter(|((g, p, n, _), _)| g == "policy" && p == "poddisruptionbudgets" && n == ns)
+                .map(|(_, v)| v.clone())
+                .filter(|pdb| {
+                    LabelSelector::from_label_selector(&pdb.pointer("/spec/selector").cloned().unwrap_or(json!({})))
+                        .matches(&pod)
+                })
+                .collect();
+            if pdbs.len() > 1 {
+                return Err(ApiError::new(
+                    500,
+                    "InternalError",
+                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+                ));
+            }
+            if let Some(pdb) = pdbs.first() {
+                let status = self.pdb_status(ns, pdb);
+                let allowed = status["disruptionsAllowed"].as_i64().unwrap_or(0);
+                if allowed < 1 {
+                    let pdb_name = meta_str(pdb, "name").unwrap_or_default();
+                    return Err(ApiError::new(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.").with_details(json!({
+                        "causes": [{"reason": "DisruptionBudget", "message": format!("The disruption budget {pdb_name} needs {} healthy pods and has {} currently", status["desiredHealthy"], status["currentHealthy"])}]
+                    })));
+                }
+            }
+        }
+        self.delete(&pods, ns, name, Propagation::Background, None, false)?;
+        Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
+    }
+
+    pub fn get_scale(&self, t: &ResourceType, ns: &str, name: &str) -> R<Value> {
+        let scale = t.scale.clone().ok_or_else(|| ApiError::not_found(t, name))?;
+        Ok(scale_object(t, &self.get(t, ns, name)?, &scale))
+    }
+
+    pub fn update_scale(&mut self, t: &ResourceType, ns: &str, name: &str, body: &Value, manager: &str) -> R<Value> {
+        let scale = t.scale.clone().ok_or_else(|| ApiError::not_found(t, name))?;
+        let key = Self::key(t, ns, name);
+        let old = self.objects.get(&key).cloned().ok_or_else(|| ApiError::not_found(t, name))?;
+        let mut new = old.clone();
+        set_path(&mut new, &scale.spec_replicas, body.pointer("/spec/replicas").cloned().unwrap_or(json!(0)));
+        let out = self.commit(t, ns, name, old, new, manager, false, false)?;
+        Ok(scale_object(t, &out, &scale))
+    }
+}
+
+impl Inner {
+    /// Every object, oldest first (CRDs before their resources).
+    pub fn export(&self) -> Vec<Value> {
+        let mut all: Vec<Value> = self.objects.values().cloned().collect();
+        all.sort_by_key(|o| meta_str(o, "resourceVersion").and_then(|r| r.parse::<u64>().ok()).unwrap_or(0));
+        all
+    }
+
+    /// Restores exported objects as they were (uids, timestamps, versions).
+    pub fn import(&mut self, objects: Vec<Value>) {
+        for mut obj in objects {
+            let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string();
+            let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+            let Some(t) = self.registry.by_kind(&api_version, &kind).cloned() else { continue };
+            if t.plural == "customresourcedefinitions" {
+                let _ = self.register_crd(&mut obj);
+            }
+            let rv: u64 = meta_str(&obj, "resourceVersion").and_then(|r| r.parse().ok()).unwrap_or(0);
+            self.rv = self.rv.max(rv);
+            let ns = meta_str(&obj, "namespace").unwrap_or_default().to_string();
+            let name = meta_str(&obj, "name").unwrap_or_default().to_string();
+            self.objects.insert(Self::key(&t, &ns, &name), obj);
+        }
+        self.compacted = self.rv;
+    }
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn strip_times(v: &mut Value) {
+    if let Some(mf) = v.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) {
+        for e in mf {
+            if let Some(o) = e.as_object_mut() {
+                o.remove("time");
+            }
+        }
+    }
+}
+
+pub fn is_ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+fn invalid(t: &ResourceType, name: &str, field: &str, msg: &str) -> ApiError {
+    ApiError::new(422, "Invalid", format!("{} \"{name}\" is invalid: {field}: {msg}", t.kind))
+        .with_details(json!({"name": name, "group": t.group, "kind": t.kind, "causes": [{"reason": "FieldValueRequired", "message": msg, "field": field}]}))
+}
+
+fn conflict(t: &ResourceType, name: &str) -> ApiError {
+    let what = if t.group.is_empty() { t.plural.clone() } else { format!("{}.{}", t.plural, t.group) };
+    ApiError::new(409, "Conflict", format!("Operation cannot be fulfilled on {what} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"))
+        .with_details(json!({"name": name, "group": t.group, "kind": t.plural}))
+}
+
+fn apply_patch(content_type: &str, doc: &mut Value, body: &Value) -> R<()> {
+    if content_type.starts_with("application/json-patch+json") {
+        patch::json_patch(doc, body)
+            .map_err(|e| ApiError::new(422, "Invalid", format!("the JSON patch could not be applied: {e}")))
+    } else if content_type.starts_with("application/merge-patch+json") {
+        patch::merge_patch(doc, body);
+        Ok(())
+    } else if content_type.starts_with("application/strategic-merge-patch+json") {
+        patch::strategic_merge(doc, body);
+        Ok(())
+    } else {
+        Err(ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type})")))
+    }
+}
+
+fn set_path(obj: &mut Value, dotted: &str, v: Value) {
+    let mut cur = obj;
+    let parts: Vec<&str> = dotted.trim_start_matches('.').split('.').collect();
+    for (i, p) in parts.iter().enumerate() {
+        if !cur.is_object() {
+            *cur = json!({});
+        }
+        if i == parts.len() - 1 {
+            cur[*p] = v;
+            return;
+        }
+        cur = cur.as_object_mut().expect("object").entry(p.to_string()).or_insert(json!({}));
+    }
+}
+
+fn get_path<'a>(obj: &'a Value, dotted: &str) -> Option<&'a Value> {
+    obj.pointer(&dotted.replace('.', "/"))
+}
+
+fn scale_object(t: &ResourceType, obj: &Value, scale: &Scale) -> Value {
+    let selector = scale
+        .label_selector
+        .as_deref()
+        .and_then(|p| get_path(obj, p))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| obj.pointer("/spec/selector").map(|s| LabelSelector::from_label_selector(s).to_string()))
+        .unwrap_or_default();
+    let _ = t;
+    json!({
+        "kind": "Scale", "apiVersion": "autoscaling/v1",
+        "metadata": {"name": meta_str(obj, "name"), "namespace": meta_str(obj, "namespace"), "uid": meta_str(obj, "uid"), "resourceVersion": meta_str(obj, "resourceVersion"), "creationTimestamp": meta_str(obj, "creationTimestamp")},
+        "spec": {"replicas": get_path(obj, &scale.spec_replicas).cloned().unwrap_or(json!(0))},
+        "status": {"replicas": get_path(obj, &scale.status_replicas).cloned().unwrap_or(json!(0)), "selector": selector},
+    })
+}
+
+fn encode_continue(rv: u64, last: &(String, String)) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json!({"rv": rv, "ns": last.0, "name": last.1}).to_string())
+}
+
+fn decode_continue(token: &str) -> Option<(u64, (String, String))> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).ok()?;
+    let v: Value = serde_json::from_slice(&raw).ok()?;
+    Some((v["rv"].as_u64()?, (v["ns"].as_str()?.to_string(), v["name"].as_str()?.to_string())))
+}
