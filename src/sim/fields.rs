@@ -247,12 +247,17 @@ pub fn write_managed(obj: &mut Value, managed: &[Managed]) {
             })
         })
         .collect();
-    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
         if entries.is_empty() {
-            meta.remove("managedFields");
-        } else {
-            meta.insert("managedFields".into(), Value::Array(entries));
+            return;
         }
+        obj["metadata"] = json!({});
+    }
+    let meta = obj["metadata"].as_object_mut().expect("metadata object");
+    if entries.is_empty() {
+        meta.remove("managedFields");
+    } else {
+        meta.insert("managedFields".into(), Value::Array(entries));
     }
 }
 
