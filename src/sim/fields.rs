@@ -354,10 +354,16 @@ pub fn apply(
         .collect();
     let mut dropped: Vec<&Path> =
         previous.iter().filter(|p| !applied_fields.contains(*p) && !others.contains(*p)).collect();
-    // Deepest first, so removing an element does not orphan its children's removal.
-    dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    // Shallowest first; a removed element or field takes its children with
+    // it (removing children first would strip a list element's key).
+    dropped.sort_by_key(|p| p.len());
+    let mut removed: Vec<&Path> = Vec::new();
     for p in dropped {
+        if removed.iter().any(|r| p.starts_with(r)) {
+            continue;
+        }
         remove(&mut obj, p);
+        removed.push(p);
     }
     merge_applied(&mut obj, applied, None);
     managed.retain(|m| !(m.manager == manager && m.operation == "Apply"));
