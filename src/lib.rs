@@ -17,6 +17,7 @@ pub mod ami;
 pub mod apply;
 pub mod cli;
 pub mod cloud;
+pub mod kube;
 pub mod output;
 pub mod plan;
 pub mod render;

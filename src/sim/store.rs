@@ -89,6 +89,7 @@ pub struct Inner {
     log: VecDeque<Arc<Event>>,
     /// The resourceVersion before the oldest logged event.
     compacted: u64,
+    log_capacity: usize,
     pub events: broadcast::Sender<Arc<Event>>,
 }
 
@@ -167,6 +168,7 @@ impl Inner {
             rv: 0,
             log: VecDeque::new(),
             compacted: 0,
+            log_capacity: EVENT_LOG,
             events,
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -182,6 +184,13 @@ impl Inner {
         s
     }
 
+    /// A store that keeps only `n` events for resuming watches (tests of 410 Gone).
+    pub fn with_event_log(n: usize) -> Self {
+        let mut s = Inner::new();
+        s.log_capacity = n;
+        s
+    }
+
     pub fn resource_version(&self) -> u64 {
         self.rv
     }
@@ -189,7 +198,7 @@ impl Inner {
     fn emit(&mut self, kind: EventType, t: &ResourceType, ns: &str, object: Value) {
         let ev = Arc::new(Event { rv: self.rv, kind, key: t.key(), namespace: ns.to_string(), object });
         self.log.push_back(ev.clone());
-        while self.log.len() > EVENT_LOG {
+        while self.log.len() > self.log_capacity {
             if let Some(old) = self.log.pop_front() {
                 self.compacted = old.rv;
             }

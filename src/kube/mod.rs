@@ -1,0 +1,40 @@
+//! Kubernetes client helpers: building a client from a kubeconfig (the
+//! sim's or a real cluster's). Later stages add discovery, server-side
+//! apply, drain and wait helpers here.
+
+use std::path::Path;
+use std::sync::Once;
+
+use anyhow::{Context as _, Result};
+
+/// Both rustls crypto backends are linked (ring via kube, aws-lc via the
+/// AWS SDK), so the process must name one before the first TLS client.
+pub fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// How a client treats 429/503/504 answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// kube-rs's default: retry with backoff (up to 15 times).
+    Default,
+    /// Return them at once. Drains need this: an eviction blocked by a
+    /// PodDisruptionBudget answers 429, and the caller decides how long to
+    /// wait and when to report the blocking budget.
+    Never,
+}
+
+/// A client for the cluster a kubeconfig file names (its current context).
+pub async fn client_from_kubeconfig(path: &Path, retry: Retry) -> Result<kube::Client> {
+    install_crypto_provider();
+    let kc =
+        kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+    config.default_retry = retry == Retry::Default;
+    kube::Client::try_from(config).context("building a Kubernetes client")
+}

@@ -1,0 +1,262 @@
+//! kube-rs against the API (the sim by default, a real cluster under
+//! PINFLEET_TEST_KUBECONFIG): reflectors, server-side apply conflicts,
+//! eviction and PodDisruptionBudgets, garbage collection, optimistic
+//! concurrency, pagination, and 410 Gone on an expired watch.
+
+#[path = "support/kube.rs"]
+mod kube_support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{
+    Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy, WatchEvent,
+    WatchParams,
+};
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube_support::KubeEnv;
+use serde_json::json;
+
+fn cm(name: &str, data: &[(&str, &str)]) -> ConfigMap {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+        "data": data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+    }))
+    .unwrap()
+}
+
+async fn eventually<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..100 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn api_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reflector_converges_on_creates_updates_and_deletes() {
+    let k = KubeEnv::start();
+    let cms: Api<ConfigMap> = Api::namespaced(k.client().await, &k.namespace);
+    let (reader, writer) = reflector::store();
+    let stream = reflector(writer, watcher(cms.clone(), watcher::Config::default())).applied_objects();
+    let task = tokio::spawn(stream.for_each(|_| async {}));
+    for n in ["a", "b", "c"] {
+        cms.create(&PostParams::default(), &cm(n, &[("v", "1")])).await.unwrap();
+    }
+    cms.patch("b", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await.unwrap();
+    cms.delete("c", &DeleteParams::default()).await.unwrap();
+    eventually("the reflector to see a and b(v=2)", || {
+        let reader = reader.clone();
+        async move {
+            let mut state: Vec<(String, String)> = reader
+                .state()
+                .iter()
+                .filter(|o| o.metadata.name.as_deref() != Some("kube-root-ca.crt"))
+                .map(|o| {
+                    (
+                        o.metadata.name.clone().unwrap(),
+                        o.data.as_ref().and_then(|d| d.get("v").cloned()).unwrap_or_default(),
+                    )
+                })
+                .collect();
+            state.sort();
+            state == [("a".to_string(), "1".to_string()), ("b".to_string(), "2".to_string())]
+        }
+    })
+    .await;
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_side_apply_conflicts_between_managers() {
+    let k = KubeEnv::start();
+    let cms: Api<ConfigMap> = Api::namespaced(k.client().await, &k.namespace);
+    let doc = |v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": {"k": v}});
+    cms.patch("ssa", &PatchParams::apply("alpha"), &Patch::Apply(doc("1"))).await.unwrap();
+    // Applying the same value: shared ownership, no conflict.
+    cms.patch("ssa", &PatchParams::apply("beta"), &Patch::Apply(doc("1"))).await.unwrap();
+    let err = cms.patch("ssa", &PatchParams::apply("gamma"), &Patch::Apply(doc("2"))).await.unwrap_err();
+    assert_eq!(api_code(&err), Some(409), "{err}");
+    assert!(err.to_string().contains("conflict"), "{err}");
+    let forced = cms.patch("ssa", &PatchParams::apply("gamma").force(), &Patch::Apply(doc("2"))).await.unwrap();
+    assert_eq!(forced.data.unwrap()["k"], "2");
+    // A no-op apply does not move the resourceVersion.
+    let before = cms.get("ssa").await.unwrap().metadata.resource_version;
+    let again = cms.patch("ssa", &PatchParams::apply("gamma").force(), &Patch::Apply(doc("2"))).await.unwrap();
+    assert_eq!(again.metadata.resource_version, before);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn eviction_honours_pod_disruption_budgets() {
+    let k = KubeEnv::start();
+    if k.skip_on_real("marks a pod Ready by hand, which a real kubelet would overwrite") {
+        return;
+    }
+    let client = k.client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &k.namespace);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, &k.namespace);
+    let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})).unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    pods.patch_status(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})),
+    )
+    .await
+    .unwrap();
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "b"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "x"}}}})).unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    let status = pdbs.get("b").await.unwrap().status.unwrap();
+    assert_eq!((status.current_healthy, status.desired_healthy, status.disruptions_allowed), (1, 1, 0));
+    let err = pods.evict("p", &EvictParams::default()).await.unwrap_err();
+    assert_eq!(api_code(&err), Some(429), "{err}");
+    assert!(err.to_string().contains("disruption budget"), "{err}");
+    pdbs.delete("b", &DeleteParams::default()).await.unwrap();
+    pods.evict("p", &EvictParams::default()).await.unwrap();
+    eventually("the evicted pod to go", || {
+        let pods = pods.clone();
+        async move { pods.get_opt("p").await.unwrap().is_none() }
+    })
+    .await;
+}
+
+async fn owner_with_dependents(cms: &Api<ConfigMap>, owner: &str) {
+    let o = cms.create(&PostParams::default(), &cm(owner, &[])).await.unwrap();
+    for d in ["d1", "d2"] {
+        let mut dep = cm(&format!("{owner}-{d}"), &[]);
+        dep.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: owner.into(),
+            uid: o.metadata.uid.clone().unwrap(),
+            ..Default::default()
+        }]);
+        cms.create(&PostParams::default(), &dep).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn garbage_collection_follows_the_propagation_policy() {
+    let k = KubeEnv::start();
+    let cms: Api<ConfigMap> = Api::namespaced(k.client().await, &k.namespace);
+    // Background: dependents follow the owner.
+    owner_with_dependents(&cms, "bg").await;
+    cms.delete("bg", &DeleteParams::background()).await.unwrap();
+    eventually("background dependents to go", || {
+        let cms = cms.clone();
+        async move { cms.get_opt("bg-d1").await.unwrap().is_none() && cms.get_opt("bg-d2").await.unwrap().is_none() }
+    })
+    .await;
+    // Orphan: dependents stay, without the owner reference.
+    owner_with_dependents(&cms, "or").await;
+    cms.delete("or", &DeleteParams { propagation_policy: Some(PropagationPolicy::Orphan), ..Default::default() })
+        .await
+        .unwrap();
+    eventually("the orphaned owner to go", || {
+        let cms = cms.clone();
+        async move { cms.get_opt("or").await.unwrap().is_none() }
+    })
+    .await;
+    eventually("owner references to be removed", || {
+        let cms = cms.clone();
+        async move { cms.get("or-d1").await.unwrap().metadata.owner_references.unwrap_or_default().is_empty() }
+    })
+    .await;
+    // Foreground: the owner goes after its dependents.
+    owner_with_dependents(&cms, "fg").await;
+    cms.delete("fg", &DeleteParams::foreground()).await.unwrap();
+    eventually("foreground owner and dependents to go", || {
+        let cms = cms.clone();
+        async move { cms.get_opt("fg").await.unwrap().is_none() && cms.get_opt("fg-d1").await.unwrap().is_none() }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stale_writes_conflict_and_lists_paginate() {
+    let k = KubeEnv::start();
+    let cms: Api<ConfigMap> = Api::namespaced(k.client().await, &k.namespace);
+    let first = cms.create(&PostParams::default(), &cm("occ", &[("v", "1")])).await.unwrap();
+    let mut newer = first.clone();
+    newer.data = Some(BTreeMap::from([("v".to_string(), "2".to_string())]));
+    cms.replace("occ", &PostParams::default(), &newer).await.unwrap();
+    let mut stale = first.clone();
+    stale.data = Some(BTreeMap::from([("v".to_string(), "3".to_string())]));
+    let err = cms.replace("occ", &PostParams::default(), &stale).await.unwrap_err();
+    assert_eq!(api_code(&err), Some(409), "{err}");
+
+    for i in 0..25 {
+        cms.create(&PostParams::default(), &cm(&format!("page-{i:02}"), &[])).await.unwrap();
+    }
+    let lp = ListParams::default().labels("").limit(10);
+    let mut names = Vec::new();
+    let mut token: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut p = lp.clone();
+        if let Some(t) = &token {
+            p = p.continue_token(t);
+        }
+        let page = cms.list(&p).await.unwrap();
+        pages += 1;
+        assert!(page.items.len() <= 10);
+        names.extend(page.items.iter().filter_map(|c| c.metadata.name.clone()).filter(|n| n.starts_with("page-")));
+        token = page.metadata.continue_.filter(|c| !c.is_empty());
+        if token.is_none() {
+            break;
+        }
+    }
+    assert_eq!(names.len(), 25);
+    assert!(pages >= 3);
+}
+
+#[test]
+fn a_watch_from_an_expired_version_gets_410() {
+    // Needs a sim that keeps only a short event history.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let sim = pinfleet::sim::Sim::start_with(0, pinfleet::sim::Inner::with_event_log(5)).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kc.yaml");
+        sim.write_kubeconfig(&path).unwrap();
+        let client = pinfleet::kube::client_from_kubeconfig(&path, pinfleet::kube::Retry::Never).await.unwrap();
+        let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+        let first = cms.create(&PostParams::default(), &cm("w0", &[])).await.unwrap();
+        for i in 1..20 {
+            cms.create(&PostParams::default(), &cm(&format!("w{i}"), &[])).await.unwrap();
+        }
+        let rv = first.metadata.resource_version.unwrap();
+        let mut stream = cms.watch(&WatchParams::default().timeout(5), &rv).await.unwrap().boxed();
+        match stream.try_next().await {
+            Ok(Some(WatchEvent::Error(e))) => assert_eq!(e.code, 410, "{e:?}"),
+            Err(e) => assert_eq!(api_code(&e), Some(410), "{e}"),
+            other => panic!("expected 410 Gone, got {other:?}"),
+        }
+        // From a recent version the watch works.
+        let current = cms.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+        let mut stream = cms.watch(&WatchParams::default().timeout(5), &current).await.unwrap().boxed();
+        cms.create(&PostParams::default(), &cm("late", &[])).await.unwrap();
+        match stream.try_next().await.unwrap() {
+            Some(WatchEvent::Added(c)) => assert_eq!(c.metadata.name.as_deref(), Some("late")),
+            other => panic!("expected ADDED, got {other:?}"),
+        }
+        sim.stop().await;
+    });
+}

@@ -1,0 +1,248 @@
+//! Real kubectl against the API: the sim by default, a real cluster when
+//! PINFLEET_TEST_KUBECONFIG is set. Every test works in its own namespace.
+
+#[path = "support/kube.rs"]
+mod kube_support;
+
+use kube_support::KubeEnv;
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const CM: &str =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm1\n  labels: {app: demo}\ndata:\n  a: \"1\"\n  b: \"2\"\n";
+
+#[test]
+fn create_and_get_as_json_and_yaml() {
+    let k = KubeEnv::start();
+    k.ok_stdin(&["create", "-f", "-"], CM);
+    let json: serde_json::Value = serde_json::from_str(&k.ok(&["get", "configmap", "cm1", "-o", "json"])).unwrap();
+    assert_eq!(json["data"]["a"], "1");
+    assert_eq!(json["metadata"]["namespace"], k.namespace.as_str());
+    assert!(json["metadata"]["uid"].as_str().is_some_and(|u| !u.is_empty()));
+    assert!(json["metadata"]["resourceVersion"].as_str().is_some());
+    assert!(k.ok(&["get", "cm", "cm1", "-o", "yaml"]).contains("b: \"2\""));
+    // Creating it again: AlreadyExists, as the real server says it.
+    let again = k.kubectl_stdin(&["create", "-f", "-"], CM);
+    assert!(!again.status.success());
+    assert!(
+        stderr(&again).contains("AlreadyExists") || stderr(&again).contains("already exists"),
+        "{}",
+        stderr(&again)
+    );
+    let missing = k.kubectl(&["get", "cm", "nope"]);
+    assert!(stderr(&missing).contains("configmaps \"nope\" not found"), "{}", stderr(&missing));
+}
+
+#[test]
+fn server_side_apply_conflicts_and_force() {
+    let k = KubeEnv::start();
+    assert!(k.ok_stdin(&["apply", "--server-side", "-f", "-"], CM).contains("serverside-applied"));
+    let other = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm1\ndata:\n  a: changed\n";
+    let conflict = k.kubectl_stdin(&["apply", "--server-side", "--field-manager=other", "-f", "-"], other);
+    assert!(!conflict.status.success());
+    assert!(
+        stderr(&conflict).contains("conflict with \"kubectl\"") && stderr(&conflict).contains(".data.a"),
+        "{}",
+        stderr(&conflict)
+    );
+    k.ok_stdin(&["apply", "--server-side", "--field-manager=other", "--force-conflicts", "-f", "-"], other);
+    let cm: serde_json::Value =
+        serde_json::from_str(&k.ok(&["get", "cm", "cm1", "-o", "json", "--show-managed-fields"])).unwrap();
+    assert_eq!(cm["data"]["a"], "changed");
+    let managers: Vec<&str> =
+        cm["metadata"]["managedFields"].as_array().unwrap().iter().map(|m| m["manager"].as_str().unwrap()).collect();
+    assert!(managers.contains(&"other") && managers.contains(&"kubectl"), "{managers:?}");
+    // The first manager drops `b` from its configuration: it is removed.
+    let trimmed = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm1\n  labels: {app: demo}\ndata: {}\n";
+    k.ok_stdin(&["apply", "--server-side", "-f", "-"], trimmed);
+    let cm: serde_json::Value = serde_json::from_str(&k.ok(&["get", "cm", "cm1", "-o", "json"])).unwrap();
+    assert_eq!(cm["data"], serde_json::json!({"a": "changed"}));
+}
+
+#[test]
+fn label_annotate_and_three_kinds_of_patch() {
+    let k = KubeEnv::start();
+    k.ok_stdin(&["create", "-f", "-"], CM);
+    k.ok(&["label", "cm", "cm1", "tier=web"]);
+    k.ok(&["annotate", "cm", "cm1", "note=hello"]);
+    assert!(k.ok(&["get", "cm", "-l", "tier=web", "-o", "name"]).contains("configmap/cm1"));
+    assert!(k.ok(&["get", "cm", "-l", "tier!=web", "-o", "name"]).trim().is_empty());
+    k.ok(&["patch", "cm", "cm1", "--type", "merge", "-p", r#"{"data":{"c":"3"}}"#]);
+    k.ok(&["patch", "cm", "cm1", "--type", "json", "-p", r#"[{"op":"remove","path":"/data/a"}]"#]);
+    k.ok(&["patch", "cm", "cm1", "-p", r#"{"data":{"d":"4"}}"#]);
+    let cm: serde_json::Value = serde_json::from_str(&k.ok(&["get", "cm", "cm1", "-o", "json"])).unwrap();
+    assert_eq!(cm["data"], serde_json::json!({"b": "2", "c": "3", "d": "4"}));
+    assert_eq!(cm["metadata"]["annotations"]["note"], "hello");
+    // Strategic merge on a Deployment merges containers by name.
+    k.ok_stdin(&["apply", "-f", "-"], DEPLOY);
+    k.ok(&[
+        "patch",
+        "deployment",
+        "web",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"side","image":"busybox:1.36"}]}}}}"#,
+    ]);
+    let d: serde_json::Value = serde_json::from_str(&k.ok(&["get", "deploy", "web", "-o", "json"])).unwrap();
+    let names: Vec<&str> = d["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["web", "side"]);
+}
+
+const DEPLOY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx:1.27}]}\n";
+
+#[test]
+fn scale_a_deployment() {
+    let k = KubeEnv::start();
+    k.ok_stdin(&["apply", "-f", "-"], DEPLOY);
+    let before: serde_json::Value = serde_json::from_str(&k.ok(&["get", "deploy", "web", "-o", "json"])).unwrap();
+    k.ok(&["scale", "deployment", "web", "--replicas=5"]);
+    let after: serde_json::Value = serde_json::from_str(&k.ok(&["get", "deploy", "web", "-o", "json"])).unwrap();
+    assert_eq!(after["spec"]["replicas"], 5);
+    assert!(after["metadata"]["generation"].as_i64() > before["metadata"]["generation"].as_i64());
+}
+
+#[test]
+fn a_crd_becomes_established_and_serves_its_resources() {
+    let k = KubeEnv::start();
+    let group = format!("{}.example.com", k.unique("g"));
+    let crd = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: gadgets.{group}}}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{plural: gadgets, singular: gadget, kind: Gadget, shortNames: [gdg], categories: [pftest]}}\n  versions:\n    - name: v1\n      served: true\n      storage: true\n      schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}\n      subresources: {{status: {{}}, scale: {{specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas}}}}\n"
+    );
+    k.ok_stdin(&["apply", "-f", "-"], &crd);
+    k.ok(&["wait", "--for=condition=Established", &format!("crd/gadgets.{group}"), "--timeout=30s"]);
+    k.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!("apiVersion: {group}/v1\nkind: Gadget\nmetadata: {{name: g1}}\nspec: {{replicas: 1}}\n"),
+    );
+    assert!(k.ok(&["get", "gdg", "-o", "name"]).contains("g1"));
+    assert!(k.ok(&["get", "pftest", "-o", "name"]).contains("g1"));
+    k.ok(&["scale", &format!("gadgets.{group}"), "g1", "--replicas=3"]);
+    assert_eq!(k.ok(&["get", &format!("gadgets.{group}"), "g1", "-o", "jsonpath={.spec.replicas}"]), "3");
+    let resources = stdout(&k.kubectl_cmd(&["api-resources", "--api-group", &group]).output().unwrap());
+    assert!(resources.contains("gadgets") && resources.contains("gdg"), "{resources}");
+    k.kubectl_cmd(&["delete", "crd", &format!("gadgets.{group}")]).output().unwrap();
+}
+
+#[test]
+fn delete_waits_for_finalizers() {
+    let k = KubeEnv::start();
+    k.ok_stdin(&["create", "-f", "-"], CM);
+    k.ok(&["patch", "cm", "cm1", "--type", "merge", "-p", r#"{"metadata":{"finalizers":["pinfleet.dev/hold"]}}"#]);
+    k.ok(&["delete", "cm", "cm1", "--wait=false"]);
+    let ts = k.ok(&["get", "cm", "cm1", "-o", "jsonpath={.metadata.deletionTimestamp}"]);
+    assert!(!ts.is_empty(), "still there, marked for deletion");
+    k.ok(&["patch", "cm", "cm1", "--type", "json", "-p", r#"[{"op":"remove","path":"/metadata/finalizers"}]"#]);
+    let gone = k.kubectl(&["get", "cm", "cm1"]);
+    assert!(stderr(&gone).contains("not found"), "{}", stderr(&gone));
+}
+
+#[test]
+fn watch_with_a_timeout_sees_changes() {
+    let k = KubeEnv::start();
+    k.ok_stdin(&["create", "-f", "-"], CM);
+    let mut watch = k
+        .kubectl_cmd(&[
+            "-n",
+            &k.namespace,
+            "get",
+            "cm",
+            "cm1",
+            "--watch",
+            "-o",
+            "jsonpath={.metadata.labels.step}{\"\\n\"}",
+            "--request-timeout=4s",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    k.ok(&["label", "cm", "cm1", "step=one"]);
+    k.ok(&["label", "cm", "cm1", "step=two", "--overwrite"]);
+    let out = watch.wait_with_output().unwrap();
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(seen.contains("one") && seen.contains("two"), "{seen}");
+}
+
+#[test]
+fn api_resources_and_explain() {
+    let k = KubeEnv::start();
+    let r = stdout(&k.kubectl_cmd(&["api-resources"]).output().unwrap());
+    for want in ["configmaps", "deployments", "poddisruptionbudgets", "customresourcedefinitions", "leases"] {
+        assert!(r.contains(want), "{want} missing from:\n{r}");
+    }
+    // explain needs schemas the sim does not serve: it must fail or answer, never hang.
+    let out = k.kubectl_cmd(&["explain", "configmap", "--request-timeout=10s"]).output().unwrap();
+    assert!(out.status.success() || !stderr(&out).is_empty());
+}
+
+#[test]
+fn drain_a_node_with_a_pod_disruption_budget() {
+    let k = KubeEnv::start();
+    if k.skip_on_real("creates a Node object with no kubelet behind it") {
+        return;
+    }
+    let node = k.unique("node");
+    k.ok_stdin(&["apply", "-f", "-"], &format!("apiVersion: v1\nkind: Node\nmetadata: {{name: {node}}}\n"));
+    for p in ["p1", "p2"] {
+        k.ok_stdin(&["apply", "-f", "-"], &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {p}, labels: {{app: db}}}}\nspec: {{nodeName: {node}, containers: [{{name: c, image: busybox}}]}}\n"));
+        k.ok(&[
+            "patch",
+            "pod",
+            p,
+            "--subresource=status",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
+        ]);
+    }
+    k.ok_stdin(&["apply", "-f", "-"], "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: db}\nspec: {minAvailable: 2, selector: {matchLabels: {app: db}}}\n");
+    let pdb: serde_json::Value = serde_json::from_str(&k.ok(&["get", "pdb", "db", "-o", "json"])).unwrap();
+    assert_eq!(pdb["status"]["disruptionsAllowed"], 0);
+    assert_eq!(pdb["status"]["currentHealthy"], 2);
+    let blocked = k.kubectl(&["drain", &node, "--force", "--timeout=3s"]);
+    assert!(!blocked.status.success());
+    assert!(stderr(&blocked).contains("error when evicting"), "{}", stderr(&blocked));
+    assert_eq!(k.ok(&["get", "pods", "-o", "name"]).lines().count(), 2, "the budget kept both pods");
+    assert_eq!(
+        k.kubectl_cmd(&["get", "node", &node, "-o", "jsonpath={.spec.unschedulable}"])
+            .output()
+            .map(|o| stdout(&o))
+            .unwrap(),
+        "true"
+    );
+    // With one disruption allowed, the first eviction goes through and the
+    // second waits until a replacement is Ready elsewhere (what a
+    // ReplicaSet would create); then the drain finishes.
+    k.ok(&["patch", "pdb", "db", "--type", "merge", "-p", r#"{"spec":{"minAvailable":1}}"#]);
+    let drain = k
+        .kubectl_cmd(&["-n", &k.namespace, "drain", &node, "--force", "--timeout=40s"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(k.ok(&["get", "pods", "-o", "name"]).lines().count(), 1, "one pod evicted, one held by the budget");
+    k.ok_stdin(&["apply", "-f", "-"], "apiVersion: v1\nkind: Pod\nmetadata: {name: p3, labels: {app: db}}\nspec: {nodeName: elsewhere, containers: [{name: c, image: busybox}]}\n");
+    k.ok(&[
+        "patch",
+        "pod",
+        "p3",
+        "--subresource=status",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
+    ]);
+    let drained = drain.wait_with_output().unwrap();
+    assert!(drained.status.success(), "{}", stderr(&drained));
+    assert_eq!(k.ok(&["get", "pods", "-o", "name"]).trim(), "pod/p3");
+}

@@ -1,0 +1,139 @@
+//! The Kubernetes side of the harness: the project's sim on a free port by
+//! default, or the real cluster named by PINFLEET_TEST_KUBECONFIG. Tests get
+//! a kubeconfig path, a kube::Client and a namespace of their own; tests
+//! that need the sim (simulated nodes, controllers, its internals) say so
+//! and are skipped on a real cluster with the reason printed.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub struct KubeEnv {
+    pub kubeconfig: PathBuf,
+    pub real: bool,
+    pub namespace: String,
+    _dir: tempfile::TempDir,
+    shutdown: Option<std::sync::mpsc::Sender<()>>,
+}
+
+fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("{prefix}-{}-{}", std::process::id() % 100_000, N.fetch_add(1, Ordering::SeqCst))
+}
+
+impl KubeEnv {
+    /// A cluster to talk to, with a fresh namespace.
+    pub fn start() -> KubeEnv {
+        let dir = tempfile::tempdir().unwrap();
+        let (kubeconfig, real, shutdown) = match std::env::var("PINFLEET_TEST_KUBECONFIG") {
+            Ok(p) if !p.is_empty() => (PathBuf::from(p), true, None),
+            _ => {
+                let path = dir.path().join("kubeconfig.yaml");
+                let (tx, rx) = std::sync::mpsc::channel::<()>();
+                let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+                let p = path.clone();
+                std::thread::spawn(move || {
+                    let rt = tokio::runtime::Runtime::new().unwrap();
+                    rt.block_on(async move {
+                        let sim = pinfleet::sim::Sim::start(0).await.unwrap();
+                        sim.write_kubeconfig(&p).unwrap();
+                        ready_tx.send(()).unwrap();
+                        let _ = tokio::task::spawn_blocking(move || rx.recv()).await;
+                        sim.stop().await;
+                    });
+                });
+                ready_rx.recv().unwrap();
+                (path, false, Some(tx))
+            }
+        };
+        let env = KubeEnv { kubeconfig, real, namespace: unique("t"), _dir: dir, shutdown };
+        let out = env.kubectl(&["create", "namespace", &env.namespace.clone()]);
+        if !out.status.success() {
+            // Generator commands send protobuf; fall back to a manifest.
+            env.kubectl_stdin(
+                &["apply", "-f", "-"],
+                &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {}\n", env.namespace),
+            );
+        }
+        env
+    }
+
+    /// True (and prints why) when the test needs the sim and runs on a real cluster.
+    pub fn skip_on_real(&self, why: &str) -> bool {
+        if self.real {
+            eprintln!("skipped on a real cluster: {why}");
+        }
+        self.real
+    }
+
+    pub fn kubectl_cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("kubectl");
+        cmd.args(args).env("KUBECONFIG", &self.kubeconfig).env("KUBECACHEDIR", self._dir.path().join("kubecache"));
+        cmd
+    }
+
+    /// kubectl in the test's namespace.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        let mut a = vec!["-n", self.namespace.as_str()];
+        a.extend_from_slice(args);
+        self.kubectl_cmd(&a).output().expect("kubectl is installed (apt-get install kubectl)")
+    }
+
+    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Output {
+        use std::io::Write;
+        let mut a = vec!["-n", self.namespace.as_str()];
+        a.extend_from_slice(args);
+        let mut child = self
+            .kubectl_cmd(&a)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl is installed");
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// Runs kubectl and asserts success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn ok_stdin(&self, args: &[&str], input: &str) -> String {
+        let out = self.kubectl_stdin(args, input);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub async fn client(&self) -> kube::Client {
+        pinfleet::kube::client_from_kubeconfig(&self.kubeconfig, pinfleet::kube::Retry::Never).await.unwrap()
+    }
+
+    pub fn unique(&self, prefix: &str) -> String {
+        unique(prefix)
+    }
+}
+
+impl Drop for KubeEnv {
+    fn drop(&mut self) {
+        if self.real {
+            let _ = self.kubectl_cmd(&["delete", "namespace", &self.namespace, "--wait=false"]).output();
+        }
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
