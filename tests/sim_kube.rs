@@ -106,25 +106,44 @@ async fn server_side_apply_conflicts_between_managers() {
 #[tokio::test(flavor = "multi_thread")]
 async fn eviction_honours_pod_disruption_budgets() {
     let k = KubeEnv::start();
-    if k.skip_on_real("marks a pod Ready by hand, which a real kubelet would overwrite") {
-        return;
-    }
     let client = k.client().await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &k.namespace);
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, &k.namespace);
-    let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})).unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &k.namespace);
+    if !k.real {
+        // A Ready node for the pod (a real cluster has its own).
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client);
+        let node =
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": k.unique("n")}}))
+                .unwrap();
+        let n = nodes.create(&PostParams::default(), &node).await.unwrap();
+        let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        nodes
+            .patch_status(n.metadata.name.as_deref().unwrap(), &PatchParams::default(), &Patch::Merge(ready))
+            .await
+            .unwrap();
+    }
+    let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})).unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
-    pods.patch_status(
-        "p",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})),
-    )
-    .await
-    .unwrap();
+    eventually("the pod to be scheduled and Ready", || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get("p").await.unwrap();
+            p.status
+                .and_then(|s| s.conditions)
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        }
+    })
+    .await;
     let pdb: PodDisruptionBudget = serde_json::from_value(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "b"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "x"}}}})).unwrap();
     pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    let status = pdbs.get("b").await.unwrap().status.unwrap();
-    assert_eq!((status.current_healthy, status.desired_healthy, status.disruptions_allowed), (1, 1, 0));
+    eventually("the budget's status", || {
+        let pdbs = pdbs.clone();
+        async move {
+            let s = pdbs.get("b").await.unwrap().status;
+            s.is_some_and(|s| (s.current_healthy, s.desired_healthy, s.disruptions_allowed) == (1, 1, 0))
+        }
+    })
+    .await;
     let err = pods.evict("p", &EvictParams::default()).await.unwrap_err();
     assert_eq!(api_code(&err), Some(429), "{err}");
     assert!(err.to_string().contains("disruption budget"), "{err}");
@@ -232,7 +251,13 @@ fn a_watch_from_an_expired_version_gets_410() {
     // Needs a sim that keeps only a short event history.
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let sim = pinfleet::sim::Sim::start_with(0, pinfleet::sim::Inner::with_event_log(5)).await.unwrap();
+        let sim = pinfleet::sim::Sim::start_with(
+            0,
+            pinfleet::sim::Inner::with_event_log(5),
+            pinfleet::sim::Controllers::none(),
+        )
+        .await
+        .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kc.yaml");
         sim.write_kubeconfig(&path).unwrap();

@@ -149,7 +149,7 @@ fn delete_waits_for_finalizers() {
 fn watch_with_a_timeout_sees_changes() {
     let k = KubeEnv::start();
     k.ok_stdin(&["create", "-f", "-"], CM);
-    let mut watch = k
+    let watch = k
         .kubectl_cmd(&[
             "-n",
             &k.namespace,
@@ -185,26 +185,60 @@ fn api_resources_and_explain() {
 }
 
 #[test]
-fn drain_a_node_with_a_pod_disruption_budget() {
+fn rollout_status_follows_a_deployment_update() {
     let k = KubeEnv::start();
-    if k.skip_on_real("creates a Node object with no kubelet behind it") {
-        return;
-    }
-    let node = k.unique("node");
-    k.ok_stdin(&["apply", "-f", "-"], &format!("apiVersion: v1\nkind: Node\nmetadata: {{name: {node}}}\n"));
-    for p in ["p1", "p2"] {
-        k.ok_stdin(&["apply", "-f", "-"], &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {p}, labels: {{app: db}}}}\nspec: {{nodeName: {node}, containers: [{{name: c, image: busybox}}]}}\n"));
+    if !k.real {
+        let node = k.unique("node");
+        k.ok_stdin(&["apply", "-f", "-"], &format!("apiVersion: v1\nkind: Node\nmetadata: {{name: {node}}}\n"));
         k.ok(&[
             "patch",
-            "pod",
-            p,
+            "node",
+            &node,
             "--subresource=status",
             "--type",
             "merge",
             "-p",
-            r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
+            r#"{"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#,
         ]);
     }
+    k.ok_stdin(&["apply", "-f", "-"], DEPLOY);
+    k.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    k.ok(&["set", "image", "deployment/web", "web=nginx:1.28"]);
+    let out = k.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    assert!(out.contains("successfully rolled out"), "{out}");
+    let d: serde_json::Value = serde_json::from_str(&k.ok(&["get", "deploy", "web", "-o", "json"])).unwrap();
+    assert_eq!(d["status"]["updatedReplicas"], 2);
+    assert_eq!(d["status"]["availableReplicas"], 2);
+    assert_eq!(d["status"]["observedGeneration"], d["metadata"]["generation"]);
+    let pods = k.ok(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].spec.containers[0].image}"]);
+    assert!(pods.split_whitespace().all(|i| i == "nginx:1.28"), "{pods}");
+}
+
+#[test]
+fn drain_a_node_with_a_pod_disruption_budget() {
+    let k = KubeEnv::start();
+    if k.skip_on_real("creates Node objects with no kubelet behind them") {
+        return;
+    }
+    let ready_node = |n: &str| {
+        k.ok_stdin(&["apply", "-f", "-"], &format!("apiVersion: v1\nkind: Node\nmetadata: {{name: {n}}}\n"));
+        k.ok(&[
+            "patch",
+            "node",
+            n,
+            "--subresource=status",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#,
+        ]);
+    };
+    let node = k.unique("node");
+    ready_node(&node);
+    for p in ["p1", "p2"] {
+        k.ok_stdin(&["apply", "-f", "-"], &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {p}, labels: {{app: db}}}}\nspec: {{nodeName: {node}, containers: [{{name: c, image: busybox}}]}}\n"));
+    }
+    k.ok(&["wait", "--for=condition=Ready", "pod/p1", "pod/p2", "--timeout=20s"]);
     k.ok_stdin(&["apply", "-f", "-"], "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: db}\nspec: {minAvailable: 2, selector: {matchLabels: {app: db}}}\n");
     let pdb: serde_json::Value = serde_json::from_str(&k.ok(&["get", "pdb", "db", "-o", "json"])).unwrap();
     assert_eq!(pdb["status"]["disruptionsAllowed"], 0);
@@ -213,13 +247,12 @@ fn drain_a_node_with_a_pod_disruption_budget() {
     assert!(!blocked.status.success());
     assert!(stderr(&blocked).contains("error when evicting"), "{}", stderr(&blocked));
     assert_eq!(k.ok(&["get", "pods", "-o", "name"]).lines().count(), 2, "the budget kept both pods");
-    assert_eq!(
-        k.kubectl_cmd(&["get", "node", &node, "-o", "jsonpath={.spec.unschedulable}"])
-            .output()
-            .map(|o| stdout(&o))
-            .unwrap(),
-        "true"
-    );
+    let unschedulable = k
+        .kubectl_cmd(&["get", "node", &node, "-o", "jsonpath={.spec.unschedulable}"])
+        .output()
+        .map(|o| stdout(&o))
+        .unwrap();
+    assert_eq!(unschedulable, "true");
     // With one disruption allowed, the first eviction goes through and the
     // second waits until a replacement is Ready elsewhere (what a
     // ReplicaSet would create); then the drain finishes.
@@ -231,17 +264,9 @@ fn drain_a_node_with_a_pod_disruption_budget() {
         .unwrap();
     std::thread::sleep(std::time::Duration::from_secs(2));
     assert_eq!(k.ok(&["get", "pods", "-o", "name"]).lines().count(), 1, "one pod evicted, one held by the budget");
-    k.ok_stdin(&["apply", "-f", "-"], "apiVersion: v1\nkind: Pod\nmetadata: {name: p3, labels: {app: db}}\nspec: {nodeName: elsewhere, containers: [{name: c, image: busybox}]}\n");
-    k.ok(&[
-        "patch",
-        "pod",
-        "p3",
-        "--subresource=status",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
-    ]);
+    let elsewhere = k.unique("node");
+    ready_node(&elsewhere);
+    k.ok_stdin(&["apply", "-f", "-"], &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p3, labels: {{app: db}}}}\nspec: {{nodeName: {elsewhere}, containers: [{{name: c, image: busybox}}]}}\n"));
     let drained = drain.wait_with_output().unwrap();
     assert!(drained.status.success(), "{}", stderr(&drained));
     assert_eq!(k.ok(&["get", "pods", "-o", "name"]).trim(), "pod/p3");

@@ -10,7 +10,7 @@ use anyhow::Result;
 use clap::Args;
 
 use super::GlobalArgs;
-use crate::sim::{load_snapshot, Inner, Sim};
+use crate::sim::{load_snapshot, Controllers, Inner, Sim};
 
 #[derive(Debug, Args)]
 pub struct SimArgs {
@@ -23,14 +23,79 @@ pub struct SimArgs {
     /// Load objects from this file at start and save them there on exit.
     #[arg(long)]
     pub snapshot: Option<PathBuf>,
+    /// Simulated controllers to switch off.
+    #[arg(long, value_delimiter = ',', value_parser = ["scheduler", "kubelet", "replicasets", "deployments", "daemonsets", "statefulsets", "jobs"])]
+    pub disable: Vec<String>,
+    /// How long a scheduled pod takes to become Ready.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub pod_start: std::time::Duration,
+    /// How long a Job's pods run before they succeed.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub job_run: std::time::Duration,
+    /// Declare this many Ready nodes (sim-node-0…).
+    #[arg(long, default_value_t = 0)]
+    pub nodes: u32,
+    /// Register a Node for every running EC2 instance of this cluster (AWS
+    /// from the usual environment, e.g. AWS_ENDPOINT_URL for moto).
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// How long an instance takes to boot and become a Ready node.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub boot_delay: std::time::Duration,
+    /// Fraction of machines (0..1) that never become Ready.
+    #[arg(long, default_value_t = 0.0)]
+    pub fail_fraction: f64,
 }
 
-pub async fn run(_g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
-    let inner = match &args.snapshot {
+pub async fn run(g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
+    let mut inner = match &args.snapshot {
         Some(p) if p.exists() => load_snapshot(p)?,
         _ => Inner::new(),
     };
-    let sim = Sim::start_with(args.port, inner).await?;
+    for n in 0..args.nodes {
+        crate::sim::nodes::declare(&mut inner, &crate::sim::nodes::NodeSpec::simple(&format!("sim-node-{n}")));
+    }
+    let mut controllers = Controllers { pod_start: args.pod_start, job_run: args.job_run, ..Default::default() };
+    for d in &args.disable {
+        match d.as_str() {
+            "scheduler" => controllers.scheduler = false,
+            "kubelet" => controllers.kubelet = false,
+            "replicasets" => controllers.replicasets = false,
+            "deployments" => controllers.deployments = false,
+            "daemonsets" => controllers.daemonsets = false,
+            "statefulsets" => controllers.statefulsets = false,
+            _ => controllers.jobs = false,
+        }
+    }
+    let sim = Sim::start_with(args.port, inner, controllers).await?;
+    if let Some(cluster) = &args.cluster {
+        let loaded = super::render::load_one(g, cluster)?;
+        let aws = crate::cloud::aws::Aws::connect(&crate::cloud::aws::AwsOptions::from_env(
+            Default::default(),
+            Some(loaded.cluster.spec.cloud.region.clone()),
+        )?)
+        .await?;
+        let cfg = crate::sim::nodes::Ec2Nodes {
+            cluster: loaded.cluster.clone(),
+            boot_delay: args.boot_delay,
+            fail_fraction: args.fail_fraction,
+            poll: std::time::Duration::from_millis(500),
+        };
+        let store = sim.store.clone();
+        let name = loaded.cluster.metadata.name.clone();
+        tokio::spawn(async move {
+            loop {
+                match super::get::list_instances(&aws, Some(&name), false).await {
+                    Ok(instances) => {
+                        let mut inner = store.lock().expect("store lock");
+                        crate::sim::nodes::sync(&mut inner, &cfg, &instances, chrono::Utc::now().timestamp());
+                    }
+                    Err(e) => tracing::warn!("node simulator: {e:#}"),
+                }
+                tokio::time::sleep(cfg.poll).await;
+            }
+        });
+    }
     sim.write_kubeconfig(&args.kubeconfig)?;
     writeln!(
         anstream::stderr(),

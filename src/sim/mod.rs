@@ -7,7 +7,9 @@
 //! semantics, [`fields`] and [`patch`] implement server-side apply and the
 //! patch formats, [`server`] is the REST surface.
 
+pub mod controllers;
 pub mod fields;
+pub mod nodes;
 pub mod openapi;
 pub mod patch;
 pub mod registry;
@@ -21,7 +23,13 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, Result};
 
+pub use controllers::Controllers;
 pub use store::Inner;
+
+/// How often time-based steps (pod start, job completion) are checked.
+const TICK: std::time::Duration = std::time::Duration::from_millis(100);
+/// Passes per wake-up; each pass reacts to the previous pass's writes.
+const MAX_PASSES: usize = 20;
 
 /// A running emulator.
 pub struct Sim {
@@ -32,18 +40,20 @@ pub struct Sim {
 }
 
 impl Sim {
-    /// Starts serving on 127.0.0.1:`port` (0 picks a free port).
+    /// Starts serving on 127.0.0.1:`port` (0 picks a free port), with
+    /// every simulated controller running.
     pub async fn start(port: u16) -> Result<Sim> {
-        Self::start_with(port, Inner::new()).await
+        Self::start_with(port, Inner::new(), Controllers::default()).await
     }
 
-    pub async fn start_with(port: u16, inner: Inner) -> Result<Sim> {
+    pub async fn start_with(port: u16, inner: Inner, controllers: Controllers) -> Result<Sim> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
             .with_context(|| format!("binding 127.0.0.1:{port}"))?;
         let addr = listener.local_addr()?;
         let store: server::Shared = Arc::new(Mutex::new(inner));
         let app = axum::Router::new().fallback(server::handle).with_state((store.clone(), addr.port()));
+        spawn_controllers(store.clone(), controllers);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app)
@@ -84,6 +94,31 @@ impl Sim {
             t.abort();
         }
     }
+}
+
+/// Runs the controllers on every change and on a short tick.
+fn spawn_controllers(store: server::Shared, controllers: Controllers) {
+    let mut events = store.lock().expect("store lock").events.subscribe();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                r = events.recv() => {
+                    if matches!(r, Err(tokio::sync::broadcast::error::RecvError::Closed)) { return; }
+                    // Coalesce a burst of events into one pass.
+                    while events.try_recv().is_ok() {}
+                }
+                _ = tokio::time::sleep(TICK) => {}
+            }
+            let mut inner = store.lock().expect("store lock");
+            for _ in 0..MAX_PASSES {
+                if !controllers.reconcile(&mut inner) {
+                    break;
+                }
+            }
+            drop(inner);
+            while events.try_recv().is_ok() {}
+        }
+    });
 }
 
 pub fn kubeconfig_for(server: &str) -> String {

@@ -1,0 +1,921 @@
+//! Simulated controllers, each switchable: scheduler, kubelet, ReplicaSet,
+//! Deployment (rolling updates by template hash), DaemonSet, StatefulSet and
+//! Job. They run inside the emulator on every change (and on a tick for
+//! time-based steps), write through the same store as any client, and fill
+//! in the status fields the real controllers write, so `kubectl rollout
+//! status`, `kubectl wait` and pinfleet's own readiness checks behave as
+//! they would against a real cluster.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::registry::ResourceType;
+use super::selector::LabelSelector;
+use super::store::{finalizers, is_ready, now, Inner, Propagation, Sub};
+
+#[derive(Debug, Clone)]
+pub struct Controllers {
+    pub scheduler: bool,
+    pub kubelet: bool,
+    pub replicasets: bool,
+    pub deployments: bool,
+    pub daemonsets: bool,
+    pub statefulsets: bool,
+    pub jobs: bool,
+    /// How long a scheduled pod takes to become Running and Ready.
+    pub pod_start: Duration,
+    /// How long a Job pod runs before it succeeds.
+    pub job_run: Duration,
+}
+
+impl Default for Controllers {
+    fn default() -> Self {
+        Controllers {
+            scheduler: true,
+            kubelet: true,
+            replicasets: true,
+            deployments: true,
+            daemonsets: true,
+            statefulsets: true,
+            jobs: true,
+            pod_start: Duration::from_millis(0),
+            job_run: Duration::from_millis(200),
+        }
+    }
+}
+
+impl Controllers {
+    pub fn none() -> Self {
+        Controllers {
+            scheduler: false,
+            kubelet: false,
+            replicasets: false,
+            deployments: false,
+            daemonsets: false,
+            statefulsets: false,
+            jobs: false,
+            ..Default::default()
+        }
+    }
+}
+
+/// Pods whose template asks to fail (tests of failure handling).
+pub const FAIL_ANNOTATION: &str = "sim.pinfleet.dev/fail";
+
+fn t(inner: &Inner, group: &str, plural: &str) -> ResourceType {
+    let version = "v1";
+    inner.registry.get(group, version, plural).cloned().expect("built-in type")
+}
+
+fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
+    v.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn i(v: &Value, ptr: &str, default: i64) -> i64 {
+    v.pointer(ptr).and_then(Value::as_i64).unwrap_or(default)
+}
+
+fn name(v: &Value) -> String {
+    s(v, "/metadata/name").to_string()
+}
+fn ns(v: &Value) -> String {
+    s(v, "/metadata/namespace").to_string()
+}
+fn uid(v: &Value) -> String {
+    s(v, "/metadata/uid").to_string()
+}
+
+fn terminating(v: &Value) -> bool {
+    v.pointer("/metadata/deletionTimestamp").is_some()
+}
+
+fn controller_uid(v: &Value) -> Option<String> {
+    v.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .and_then(|r| r.get("uid")?.as_str().map(str::to_string))
+}
+
+fn owner_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
+    json!({"apiVersion": api_version, "kind": kind, "name": name(owner), "uid": uid(owner), "controller": true, "blockOwnerDeletion": true})
+}
+
+fn all(inner: &Inner, rt: &ResourceType) -> Vec<Value> {
+    inner
+        .list(rt, None, &LabelSelector::default(), &Default::default(), None, None)
+        .map(|r| r.items)
+        .unwrap_or_default()
+}
+
+/// Stable short hash of a pod template (the pod-template-hash label).
+pub fn template_hash(template: &Value) -> String {
+    use sha2::Digest;
+    let mut t = template.clone();
+    if let Some(labels) = t.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
+        labels.remove("pod-template-hash");
+        labels.remove("controller-revision-hash");
+    }
+    let h = hex::encode(sha2::Sha256::digest(t.to_string().as_bytes()));
+    h[..10].to_string()
+}
+
+fn resolve(v: Option<&Value>, total: i64, round_up: bool, default: &str) -> i64 {
+    let raw = v.cloned().unwrap_or_else(|| json!(default));
+    match raw {
+        Value::String(p) if p.ends_with('%') => {
+            let pct: i64 = p.trim_end_matches('%').parse().unwrap_or(0);
+            if round_up {
+                (total * pct + 99) / 100
+            } else {
+                total * pct / 100
+            }
+        }
+        other => other.as_i64().unwrap_or(0),
+    }
+}
+
+fn pod_from_template(
+    template: &Value,
+    namespace: &str,
+    generate_name: Option<&str>,
+    pod_name: Option<&str>,
+    owner: Value,
+    extra_labels: &[(&str, String)],
+) -> Value {
+    let mut meta = template.get("metadata").cloned().unwrap_or(json!({}));
+    if !meta.is_object() {
+        meta = json!({});
+    }
+    let m = meta.as_object_mut().expect("object");
+    if let Some(g) = generate_name {
+        m.insert("generateName".into(), json!(g));
+    }
+    if let Some(n) = pod_name {
+        m.insert("name".into(), json!(n));
+    }
+    m.insert("namespace".into(), json!(namespace));
+    m.insert("ownerReferences".into(), json!([owner]));
+    let labels = m.entry("labels").or_insert(json!({}));
+    for (k, v) in extra_labels {
+        labels[*k] = json!(v);
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template.get("spec").cloned().unwrap_or(json!({})), "status": {"phase": "Pending"}})
+}
+
+/// Writes `status` if it differs from what is stored.
+fn set_status(inner: &mut Inner, rt: &ResourceType, obj: &Value, status: Value, manager: &str) {
+    if obj.get("status") == Some(&status) {
+        return;
+    }
+    let mut n = obj.clone();
+    n["status"] = status;
+    let _ = inner.update(rt, &ns(obj), &name(obj), n, manager, Sub::Status, false);
+}
+
+/// Parses CPU (`500m`, `2`) into millicores.
+pub fn cpu_millis(q: &str) -> i64 {
+    if let Some(m) = q.strip_suffix('m') {
+        m.parse().unwrap_or(0)
+    } else {
+        (q.parse::<f64>().unwrap_or(0.0) * 1000.0) as i64
+    }
+}
+
+/// Parses memory (`512Mi`, `2Gi`, `1G`, bytes) into bytes.
+pub fn mem_bytes(q: &str) -> i64 {
+    const UNITS: &[(&str, f64)] = &[
+        ("Ki", 1024.0),
+        ("Mi", 1048576.0),
+        ("Gi", 1073741824.0),
+        ("Ti", 1099511627776.0),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+    ];
+    for (u, f) in UNITS {
+        if let Some(n) = q.strip_suffix(u) {
+            return (n.parse::<f64>().unwrap_or(0.0) * f) as i64;
+        }
+    }
+    q.parse().unwrap_or(0)
+}
+
+fn pod_requests(pod: &Value) -> (i64, i64) {
+    let mut cpu = 0;
+    let mut mem = 0;
+    for c in pod.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
+        cpu += cpu_millis(s(c, "/resources/requests/cpu"));
+        mem += mem_bytes(s(c, "/resources/requests/memory"));
+    }
+    (cpu, mem)
+}
+
+fn tolerates(pod: &Value, taint: &Value) -> bool {
+    let effect = s(taint, "/effect");
+    if effect == "PreferNoSchedule" {
+        return true;
+    }
+    pod.pointer("/spec/tolerations").and_then(Value::as_array).is_some_and(|ts| {
+        ts.iter().any(|t| {
+            let key_ok = s(t, "/key").is_empty() && s(t, "/operator") == "Exists" || s(t, "/key") == s(taint, "/key");
+            let value_ok = s(t, "/operator") == "Exists" || s(t, "/value") == s(taint, "/value");
+            let effect_ok = s(t, "/effect").is_empty() || s(t, "/effect") == effect;
+            key_ok && value_ok && effect_ok
+        })
+    })
+}
+
+fn node_ready(node: &Value) -> bool {
+    node.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+fn affinity_ok(pod: &Value, node: &Value) -> bool {
+    let labels = node.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
+    if let Some(sel) = pod.pointer("/spec/nodeSelector").and_then(Value::as_object) {
+        if !sel.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+            return false;
+        }
+    }
+    let Some(terms) = pod
+        .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .and_then(Value::as_array)
+    else {
+        return true;
+    };
+    terms.iter().any(|term| {
+        term.get("matchExpressions").and_then(Value::as_array).into_iter().flatten().all(|e| {
+            let have = labels.get(s(e, "/key")).and_then(Value::as_str);
+            let values: Vec<&str> = e
+                .get("values")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            match s(e, "/operator") {
+                "In" => have.is_some_and(|h| values.contains(&h)),
+                "NotIn" => have.is_none_or(|h| !values.contains(&h)),
+                "Exists" => have.is_some(),
+                "DoesNotExist" => have.is_none(),
+                _ => false,
+            }
+        })
+    })
+}
+
+/// Why `pod` cannot run on `node`, if it cannot.
+fn unfit(pod: &Value, node: &Value, used: (i64, i64)) -> Option<&'static str> {
+    if !node_ready(node) {
+        return Some("node(s) were not ready");
+    }
+    if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+        return Some("node(s) were unschedulable");
+    }
+    if !affinity_ok(pod, node) {
+        return Some("node(s) didn't match Pod's node affinity/selector");
+    }
+    for taint in node.pointer("/spec/taints").and_then(Value::as_array).into_iter().flatten() {
+        if !tolerates(pod, taint) {
+            return Some("node(s) had untolerated taint");
+        }
+    }
+    let (cpu, mem) = pod_requests(pod);
+    let alloc_cpu = node.pointer("/status/allocatable/cpu").and_then(Value::as_str).map(cpu_millis).unwrap_or(i64::MAX);
+    let alloc_mem =
+        node.pointer("/status/allocatable/memory").and_then(Value::as_str).map(mem_bytes).unwrap_or(i64::MAX);
+    if used.0 + cpu > alloc_cpu {
+        return Some("Insufficient cpu");
+    }
+    if used.1 + mem > alloc_mem {
+        return Some("Insufficient memory");
+    }
+    None
+}
+
+impl Controllers {
+    /// One pass over everything; true when something was written.
+    pub fn reconcile(&self, inner: &mut Inner) -> bool {
+        let before = inner.resource_version();
+        if self.deployments {
+            self.deployments(inner);
+        }
+        if self.replicasets {
+            self.replicasets(inner);
+        }
+        if self.daemonsets {
+            self.daemonsets(inner);
+        }
+        if self.statefulsets {
+            self.statefulsets(inner);
+        }
+        if self.jobs {
+            self.jobs(inner);
+        }
+        if self.scheduler {
+            self.schedule(inner);
+        }
+        if self.kubelet {
+            self.kubelet(inner);
+        }
+        inner.resource_version() != before
+    }
+
+    fn schedule(&self, inner: &mut Inner) {
+        let pods_t = t(inner, "", "pods");
+        let nodes = all(inner, &t(inner, "", "nodes"));
+        let pods = all(inner, &pods_t);
+        let mut used: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        for p in pods
+            .iter()
+            .filter(|p| !s(p, "/spec/nodeName").is_empty() && !matches!(s(p, "/status/phase"), "Succeeded" | "Failed"))
+        {
+            let e = used.entry(s(p, "/spec/nodeName").to_string()).or_default();
+            let (c, m) = pod_requests(p);
+            e.0 += c;
+            e.1 += m;
+        }
+        for pod in pods.iter().filter(|p| s(p, "/spec/nodeName").is_empty() && !terminating(p)) {
+            let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+            let mut best: Option<(&Value, i64)> = None;
+            for node in &nodes {
+                let u = used.get(&name(node)).copied().unwrap_or_default();
+                match unfit(pod, node, u) {
+                    Some(r) => *reasons.entry(r).or_default() += 1,
+                    None => {
+                        // Least requested CPU first: spreads pods over nodes.
+                        if best.is_none_or(|(_, b)| u.0 < b) {
+                            best = Some((node, u.0));
+                        }
+                    }
+                }
+            }
+            match best {
+                Some((node, _)) => {
+                    let mut n = pod.clone();
+                    n["spec"]["nodeName"] = json!(name(node));
+                    n["status"]["conditions"] =
+                        json!([{"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}]);
+                    let e = used.entry(name(node)).or_default();
+                    let (c, m) = pod_requests(pod);
+                    e.0 += c;
+                    e.1 += m;
+                    let _ = inner.update(&pods_t, &ns(pod), &name(pod), n, "default-scheduler", Sub::Main, false);
+                }
+                None => {
+                    let detail: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+                    let msg = format!(
+                        "0/{} nodes are available: {}.",
+                        nodes.len(),
+                        if detail.is_empty() { "no nodes".to_string() } else { detail.join(", ") }
+                    );
+                    let status = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}]});
+                    let mut cmp = pod.get("status").cloned().unwrap_or(json!({}));
+                    if let Some(c) = cmp.pointer_mut("/conditions/0/lastTransitionTime") {
+                        *c = Value::Null;
+                    }
+                    if pod.pointer("/status/conditions/0/message") != status.pointer("/conditions/0/message") {
+                        set_status(inner, &pods_t, pod, status, "default-scheduler");
+                    }
+                }
+            }
+        }
+    }
+
+    fn kubelet(&self, inner: &mut Inner) {
+        let pods_t = t(inner, "", "pods");
+        let nodes: BTreeMap<String, Value> =
+            all(inner, &t(inner, "", "nodes")).into_iter().map(|n| (name(&n), n)).collect();
+        let now_ts = chrono::Utc::now();
+        for pod in all(inner, &pods_t) {
+            let node = s(&pod, "/spec/nodeName").to_string();
+            if node.is_empty() {
+                continue;
+            }
+            let Some(n) = nodes.get(&node) else {
+                // Pod garbage collection: pods bound to a node that is gone.
+                if !terminating(&pod) {
+                    let _ = inner.delete(&pods_t, &ns(&pod), &name(&pod), Propagation::Background, None, false);
+                }
+                continue;
+            };
+            if terminating(&pod) {
+                // The kubelet stops the containers; with no finalizers left the pod goes.
+                if finalizers(&pod).is_empty() {
+                    let _ = inner.delete(&pods_t, &ns(&pod), &name(&pod), Propagation::Background, None, false);
+                }
+                continue;
+            }
+            let phase = s(&pod, "/status/phase").to_string();
+            if !node_ready(n) {
+                if is_ready(&pod) {
+                    let mut st = pod["status"].clone();
+                    st["conditions"] = json!([{"type": "Ready", "status": "False", "reason": "NodeNotReady"}]);
+                    set_status(inner, &pods_t, &pod, st, "kubelet");
+                }
+                continue;
+            }
+            let scheduled_at = pod
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|c| c.iter().find(|c| c["type"] == "PodScheduled"))
+                .and_then(|c| c.get("lastTransitionTime"))
+                .and_then(Value::as_str)
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .map(|d| d.with_timezone(&chrono::Utc))
+                .unwrap_or(now_ts);
+            let elapsed = (now_ts - scheduled_at).to_std().unwrap_or_default();
+            let restart = s(&pod, "/spec/restartPolicy");
+            let batch = restart == "Never" || restart == "OnFailure";
+            let fails = s(&pod, &format!("/metadata/annotations/{}", FAIL_ANNOTATION.replace('/', "~1"))) == "true";
+            let containers: Vec<String> = pod
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().map(name_of).collect())
+                .unwrap_or_default();
+            let ip = format!("10.244.{}.{}", (uid(&pod).len() * 7) % 250, rand::random_range(2..250u8));
+            match phase.as_str() {
+                "" | "Pending" if elapsed >= self.pod_start => {
+                    let statuses: Vec<Value> = containers.iter().map(|c| json!({"name": c, "ready": true, "started": true, "restartCount": 0, "image": "", "imageID": "", "state": {"running": {"startedAt": now()}}})).collect();
+                    let st = json!({
+                        "phase": "Running", "podIP": ip, "hostIP": "10.0.0.1", "startTime": now(),
+                        "conditions": [
+                            {"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled_at.format("%Y-%m-%dT%H:%M:%SZ").to_string()},
+                            {"type": "Initialized", "status": "True", "lastTransitionTime": now()},
+                            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now()},
+                            {"type": "Ready", "status": "True", "lastTransitionTime": now()},
+                        ],
+                        "containerStatuses": statuses,
+                    });
+                    set_status(inner, &pods_t, &pod, st, "kubelet");
+                }
+                "Running" if batch => {
+                    let started = pod
+                        .pointer("/status/startTime")
+                        .and_then(Value::as_str)
+                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                        .map(|d| d.with_timezone(&chrono::Utc))
+                        .unwrap_or(now_ts);
+                    if (now_ts - started).to_std().unwrap_or_default() >= self.job_run {
+                        let (phase, code, reason) =
+                            if fails { ("Failed", 1, "Error") } else { ("Succeeded", 0, "Completed") };
+                        let statuses: Vec<Value> = containers.iter().map(|c| json!({"name": c, "ready": false, "restartCount": 0, "image": "", "imageID": "", "state": {"terminated": {"exitCode": code, "reason": reason, "finishedAt": now()}}})).collect();
+                        let mut st = pod["status"].clone();
+                        st["phase"] = json!(phase);
+                        st["conditions"] = json!([{"type": "Ready", "status": "False", "reason": "PodCompleted"}]);
+                        st["containerStatuses"] = json!(statuses);
+                        set_status(inner, &pods_t, &pod, st, "kubelet");
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn replicasets(&self, inner: &mut Inner) {
+        let rs_t = t(inner, "apps", "replicasets");
+        let pods_t = t(inner, "", "pods");
+        let pods = all(inner, &pods_t);
+        for rs in all(inner, &rs_t).into_iter().filter(|r| !terminating(r)) {
+            let want = i(&rs, "/spec/replicas", 1);
+            let owned: Vec<&Value> = pods
+                .iter()
+                .filter(|p| {
+                    controller_uid(p).as_deref() == Some(uid(&rs).as_str())
+                        && !terminating(p)
+                        && !matches!(s(p, "/status/phase"), "Succeeded" | "Failed")
+                })
+                .collect();
+            let have = owned.len() as i64;
+            if have < want {
+                let hash = rs.pointer("/metadata/labels/pod-template-hash").and_then(Value::as_str).map(str::to_string);
+                for _ in have..want {
+                    let mut extra = Vec::new();
+                    if let Some(h) = &hash {
+                        extra.push(("pod-template-hash", h.clone()));
+                    }
+                    let pod = pod_from_template(
+                        &rs["spec"]["template"],
+                        &ns(&rs),
+                        Some(&format!("{}-", name(&rs))),
+                        None,
+                        owner_ref(&rs, "apps/v1", "ReplicaSet"),
+                        &extra,
+                    );
+                    let _ = inner.create(&pods_t, &ns(&rs), pod, "replicaset-controller", false);
+                }
+            } else if have > want {
+                // Unscheduled, then not ready, then newest go first.
+                let mut victims = owned.clone();
+                victims.sort_by_key(|p| {
+                    (
+                        !s(p, "/spec/nodeName").is_empty(),
+                        is_ready(p),
+                        std::cmp::Reverse(s(p, "/metadata/creationTimestamp").to_string()),
+                    )
+                });
+                for p in victims.into_iter().take((have - want) as usize) {
+                    let _ = inner.delete(&pods_t, &ns(p), &name(p), Propagation::Background, None, false);
+                }
+            }
+            let owned: Vec<Value> = all(inner, &pods_t)
+                .into_iter()
+                .filter(|p| controller_uid(p).as_deref() == Some(uid(&rs).as_str()) && !terminating(p))
+                .collect();
+            let ready = owned.iter().filter(|p| is_ready(p)).count();
+            let status = json!({"replicas": owned.len(), "fullyLabeledReplicas": owned.len(), "readyReplicas": ready, "availableReplicas": ready, "observedGeneration": i(&rs, "/metadata/generation", 1)});
+            set_status(inner, &rs_t, &rs, status, "replicaset-controller");
+        }
+    }
+
+    fn deployments(&self, inner: &mut Inner) {
+        let d_t = t(inner, "apps", "deployments");
+        let rs_t = t(inner, "apps", "replicasets");
+        for d in all(inner, &d_t).into_iter().filter(|d| !terminating(d)) {
+            let replicas = i(&d, "/spec/replicas", 1);
+            let hash = template_hash(&d["spec"]["template"]);
+            let namespace = ns(&d);
+            let rss: Vec<Value> = all(inner, &rs_t)
+                .into_iter()
+                .filter(|r| controller_uid(r).as_deref() == Some(uid(&d).as_str()) && !terminating(r))
+                .collect();
+            let new_name = format!("{}-{}", name(&d), hash);
+            let new_rs = rss.iter().find(|r| name(r) == new_name).cloned();
+            let old: Vec<&Value> = rss.iter().filter(|r| name(r) != new_name).collect();
+            let paused = d.pointer("/spec/paused").and_then(Value::as_bool) == Some(true);
+            let revision = rss
+                .iter()
+                .filter_map(|r| {
+                    r.pointer("/metadata/annotations/deployment.kubernetes.io~1revision")
+                        .and_then(Value::as_str)
+                        .and_then(|v| v.parse::<i64>().ok())
+                })
+                .max()
+                .unwrap_or(0);
+            let recreate = s(&d, "/spec/strategy/type") == "Recreate";
+            let max_surge = if recreate {
+                0
+            } else {
+                resolve(d.pointer("/spec/strategy/rollingUpdate/maxSurge"), replicas, true, "25%")
+            };
+            let mut max_unavailable = if recreate {
+                replicas
+            } else {
+                resolve(d.pointer("/spec/strategy/rollingUpdate/maxUnavailable"), replicas, false, "25%")
+            };
+            if max_surge == 0 && max_unavailable == 0 {
+                max_unavailable = 1;
+            }
+            let rs_replicas = |r: &Value| i(r, "/spec/replicas", 0);
+            let rs_ready = |r: &Value| i(r, "/status/availableReplicas", 0);
+            if !paused {
+                let new_rs = match new_rs {
+                    Some(r) => r,
+                    None => {
+                        let mut template = d["spec"]["template"].clone();
+                        template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
+                        let mut selector = d["spec"]["selector"].clone();
+                        selector["matchLabels"]["pod-template-hash"] = json!(hash);
+                        let initial = if old.is_empty() { replicas } else { 0 };
+                        let rs = json!({
+                            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                            "metadata": {"name": new_name, "namespace": namespace, "labels": template["metadata"]["labels"].clone(),
+                                "annotations": {"deployment.kubernetes.io/revision": (revision + 1).to_string(), "deployment.kubernetes.io/desired-replicas": replicas.to_string()},
+                                "ownerReferences": [owner_ref(&d, "apps/v1", "Deployment")]},
+                            "spec": {"replicas": initial, "selector": selector, "template": template},
+                        });
+                        match inner.create(&rs_t, &namespace, rs, "deployment-controller", false) {
+                            Ok(r) => r,
+                            Err(_) => continue,
+                        }
+                    }
+                };
+                let total: i64 = rs_replicas(&new_rs) + old.iter().map(|r| rs_replicas(r)).sum::<i64>();
+                // Scale the new ReplicaSet up within maxSurge.
+                let mut new_target = rs_replicas(&new_rs);
+                if recreate {
+                    if old.iter().all(|r| rs_replicas(r) == 0 && i(r, "/status/replicas", 0) == 0) {
+                        new_target = replicas;
+                    }
+                } else if new_target < replicas {
+                    let room = replicas + max_surge - total;
+                    new_target = (new_target + room.max(0)).min(replicas);
+                } else if new_target > replicas {
+                    new_target = replicas;
+                }
+                if new_target != rs_replicas(&new_rs) {
+                    let mut n = new_rs.clone();
+                    n["spec"]["replicas"] = json!(new_target);
+                    let _ =
+                        inner.update(&rs_t, &namespace, &name(&new_rs), n, "deployment-controller", Sub::Main, false);
+                }
+                // Scale old ReplicaSets down, keeping replicas - maxUnavailable available.
+                let available: i64 = rs_ready(&new_rs) + old.iter().map(|r| rs_ready(r)).sum::<i64>();
+                let min_available = replicas - max_unavailable;
+                let mut can_remove = (available - min_available).max(0);
+                for r in &old {
+                    let unavailable_here = (rs_replicas(r) - rs_ready(r)).max(0);
+                    let cut =
+                        if recreate { rs_replicas(r) } else { (unavailable_here + can_remove).min(rs_replicas(r)) };
+                    if cut > 0 {
+                        can_remove -= (cut - unavailable_here).max(0);
+                        let mut n = (*r).clone();
+                        n["spec"]["replicas"] = json!(rs_replicas(r) - cut);
+                        let _ = inner.update(&rs_t, &namespace, &name(r), n, "deployment-controller", Sub::Main, false);
+                    }
+                }
+            }
+            // Status from the ReplicaSets as they are now.
+            let rss: Vec<Value> = all(inner, &rs_t)
+                .into_iter()
+                .filter(|r| controller_uid(r).as_deref() == Some(uid(&d).as_str()))
+                .collect();
+            let sum = |f: &str| rss.iter().map(|r| i(r, f, 0)).sum::<i64>();
+            let updated = rss.iter().find(|r| name(r) == new_name).map(|r| i(r, "/status/replicas", 0)).unwrap_or(0);
+            let (total, ready, available) =
+                (sum("/status/replicas"), sum("/status/readyReplicas"), sum("/status/availableReplicas"));
+            let complete = updated == replicas && total == replicas && available == replicas;
+            let status = json!({
+                "observedGeneration": i(&d, "/metadata/generation", 1),
+                "replicas": total, "updatedReplicas": updated, "readyReplicas": ready, "availableReplicas": available,
+                "unavailableReplicas": (total - available).max(0),
+                "conditions": [
+                    {"type": "Available", "status": if available >= replicas - max_unavailable { "True" } else { "False" }, "reason": if available >= replicas - max_unavailable { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" }, "message": "Deployment availability"},
+                    {"type": "Progressing", "status": "True", "reason": if complete { "NewReplicaSetAvailable" } else { "ReplicaSetUpdated" }, "message": format!("ReplicaSet \"{new_name}\" {}", if complete { "has successfully progressed." } else { "is progressing." })},
+                ],
+            });
+            set_status(inner, &d_t, &d, status, "deployment-controller");
+        }
+    }
+
+    fn daemonsets(&self, inner: &mut Inner) {
+        let ds_t = t(inner, "apps", "daemonsets");
+        let pods_t = t(inner, "", "pods");
+        let nodes = all(inner, &t(inner, "", "nodes"));
+        for ds in all(inner, &ds_t).into_iter().filter(|d| !terminating(d)) {
+            let hash = template_hash(&ds["spec"]["template"]);
+            let pods: Vec<Value> = all(inner, &pods_t)
+                .into_iter()
+                .filter(|p| controller_uid(p).as_deref() == Some(uid(&ds).as_str()) && !terminating(p))
+                .collect();
+            let eligible: Vec<&Value> = nodes
+                .iter()
+                .filter(|n| {
+                    let probe = json!({"spec": ds["spec"]["template"]["spec"].clone()});
+                    affinity_ok(&probe, n)
+                        && n.pointer("/spec/taints")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                            .all(|t| s(t, "/effect") == "PreferNoSchedule" || tolerates(&probe, t))
+                })
+                .collect();
+            let mut outdated_ready = 0;
+            for node in &eligible {
+                let on_node: Vec<&Value> = pods.iter().filter(|p| s(p, "/spec/nodeName") == name(node)).collect();
+                if on_node.is_empty() {
+                    let mut pod = pod_from_template(
+                        &ds["spec"]["template"],
+                        &ns(&ds),
+                        Some(&format!("{}-", name(&ds))),
+                        None,
+                        owner_ref(&ds, "apps/v1", "DaemonSet"),
+                        &[("controller-revision-hash", hash.clone())],
+                    );
+                    pod["spec"]["nodeName"] = json!(name(node));
+                    pod["status"]["conditions"] =
+                        json!([{"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}]);
+                    let _ = inner.create(&pods_t, &ns(&ds), pod, "daemonset-controller", false);
+                } else if on_node.iter().all(|p| s(p, "/metadata/labels/controller-revision-hash") != hash)
+                    && outdated_ready == 0
+                {
+                    // RollingUpdate, one node at a time (maxUnavailable 1).
+                    outdated_ready += 1;
+                    for p in on_node {
+                        let _ = inner.delete(&pods_t, &ns(p), &name(p), Propagation::Background, None, false);
+                    }
+                }
+            }
+            for p in pods.iter().filter(|p| !eligible.iter().any(|n| name(n) == s(p, "/spec/nodeName"))) {
+                let _ = inner.delete(&pods_t, &ns(p), &name(p), Propagation::Background, None, false);
+            }
+            let pods: Vec<Value> = all(inner, &pods_t)
+                .into_iter()
+                .filter(|p| controller_uid(p).as_deref() == Some(uid(&ds).as_str()) && !terminating(p))
+                .collect();
+            let ready = pods.iter().filter(|p| is_ready(p)).count();
+            let updated = pods.iter().filter(|p| s(p, "/metadata/labels/controller-revision-hash") == hash).count();
+            let status = json!({"desiredNumberScheduled": eligible.len(), "currentNumberScheduled": pods.len(), "numberReady": ready, "numberAvailable": ready, "numberUnavailable": eligible.len().saturating_sub(ready), "updatedNumberScheduled": updated, "numberMisscheduled": 0, "observedGeneration": i(&ds, "/metadata/generation", 1)});
+            set_status(inner, &ds_t, &ds, status, "daemonset-controller");
+        }
+    }
+
+    fn statefulsets(&self, inner: &mut Inner) {
+        let ss_t = t(inner, "apps", "statefulsets");
+        let pods_t = t(inner, "", "pods");
+        for ss in all(inner, &ss_t).into_iter().filter(|s| !terminating(s)) {
+            let replicas = i(&ss, "/spec/replicas", 1);
+            let hash = template_hash(&ss["spec"]["template"]);
+            let revision = format!("{}-{hash}", name(&ss));
+            let parallel = s(&ss, "/spec/podManagementPolicy") == "Parallel";
+            let pods: BTreeMap<i64, Value> = all(inner, &pods_t)
+                .into_iter()
+                .filter(|p| controller_uid(p).as_deref() == Some(uid(&ss).as_str()))
+                .filter_map(|p| name(&p).rsplit_once('-').and_then(|(_, o)| o.parse().ok()).map(|o| (o, p)))
+                .collect();
+            for ordinal in 0..replicas {
+                if pods.contains_key(&ordinal) {
+                    continue;
+                }
+                // OrderedReady: the next ordinal waits for the previous to be Ready.
+                if !parallel && ordinal > 0 && !pods.get(&(ordinal - 1)).is_some_and(is_ready) {
+                    break;
+                }
+                let pod_name = format!("{}-{ordinal}", name(&ss));
+                let mut pod = pod_from_template(
+                    &ss["spec"]["template"],
+                    &ns(&ss),
+                    None,
+                    Some(&pod_name),
+                    owner_ref(&ss, "apps/v1", "StatefulSet"),
+                    &[
+                        ("controller-revision-hash", revision.clone()),
+                        ("statefulset.kubernetes.io/pod-name", pod_name.clone()),
+                        ("apps.kubernetes.io/pod-index", ordinal.to_string()),
+                    ],
+                );
+                pod["spec"]["hostname"] = json!(pod_name);
+                if let Some(svc) = ss.pointer("/spec/serviceName").and_then(Value::as_str) {
+                    pod["spec"]["subdomain"] = json!(svc);
+                }
+                let _ = inner.create(&pods_t, &ns(&ss), pod, "statefulset-controller", false);
+                if !parallel {
+                    break;
+                }
+            }
+            for (ordinal, p) in pods.iter().rev() {
+                if *ordinal >= replicas && !terminating(p) {
+                    let _ = inner.delete(&pods_t, &ns(p), &name(p), Propagation::Background, None, false);
+                    if !parallel {
+                        break;
+                    }
+                }
+            }
+            // RollingUpdate: highest ordinal first, one at a time, when all are Ready.
+            let live: Vec<&Value> = pods.values().filter(|p| !terminating(p)).collect();
+            if live.len() as i64 == replicas && live.iter().all(|p| is_ready(p)) {
+                if let Some((_, p)) = pods
+                    .iter()
+                    .rev()
+                    .find(|(o, p)| **o < replicas && s(p, "/metadata/labels/controller-revision-hash") != revision)
+                {
+                    let _ = inner.delete(&pods_t, &ns(p), &name(p), Propagation::Background, None, false);
+                }
+            }
+            let pods: Vec<Value> = all(inner, &pods_t)
+                .into_iter()
+                .filter(|p| controller_uid(p).as_deref() == Some(uid(&ss).as_str()) && !terminating(p))
+                .collect();
+            let ready = pods.iter().filter(|p| is_ready(p)).count();
+            let updated = pods.iter().filter(|p| s(p, "/metadata/labels/controller-revision-hash") == revision).count();
+            let status = json!({"observedGeneration": i(&ss, "/metadata/generation", 1), "replicas": pods.len(), "readyReplicas": ready, "currentReplicas": updated, "updatedReplicas": updated, "availableReplicas": ready, "currentRevision": revision, "updateRevision": revision, "collisionCount": 0});
+            set_status(inner, &ss_t, &ss, status, "statefulset-controller");
+        }
+    }
+
+    fn jobs(&self, inner: &mut Inner) {
+        let job_t = t(inner, "batch", "jobs");
+        let pods_t = t(inner, "", "pods");
+        for job in all(inner, &job_t).into_iter().filter(|j| !terminating(j)) {
+            let done = job.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|c| {
+                c.iter().any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
+            });
+            let pods: Vec<Value> = all(inner, &pods_t)
+                .into_iter()
+                .filter(|p| controller_uid(p).as_deref() == Some(uid(&job).as_str()))
+                .collect();
+            let indexed = s(&job, "/spec/completionMode") == "Indexed";
+            let completions = i(&job, "/spec/completions", if indexed { 1 } else { i(&job, "/spec/parallelism", 1) });
+            let parallelism = i(&job, "/spec/parallelism", 1);
+            let backoff = i(&job, "/spec/backoffLimit", 6);
+            let idx =
+                |p: &Value| s(p, "/metadata/annotations/batch.kubernetes.io~1job-completion-index").parse::<i64>().ok();
+            let succeeded_idx: std::collections::BTreeSet<i64> =
+                pods.iter().filter(|p| s(p, "/status/phase") == "Succeeded").filter_map(idx).collect();
+            let succeeded = if indexed {
+                succeeded_idx.len() as i64
+            } else {
+                pods.iter().filter(|p| s(p, "/status/phase") == "Succeeded").count() as i64
+            };
+            let failed = pods.iter().filter(|p| s(p, "/status/phase") == "Failed").count() as i64;
+            let active: Vec<&Value> = pods
+                .iter()
+                .filter(|p| !matches!(s(p, "/status/phase"), "Succeeded" | "Failed") && !terminating(p))
+                .collect();
+            let suspended = job.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true);
+            let mut conditions = job.pointer("/status/conditions").cloned().unwrap_or(json!([]));
+            if !done && !suspended {
+                if failed > backoff {
+                    conditions = json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastTransitionTime": now()}]);
+                    for p in &active {
+                        let _ = inner.delete(&pods_t, &ns(p), &name(p), Propagation::Background, None, false);
+                    }
+                } else if succeeded >= completions {
+                    conditions = json!([
+                        {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached", "lastTransitionTime": now()},
+                        {"type": "Complete", "status": "True", "reason": "CompletionsReached", "lastTransitionTime": now()},
+                    ]);
+                } else {
+                    let want_active = parallelism.min(completions - succeeded) - active.len() as i64;
+                    let busy: std::collections::BTreeSet<i64> = active.iter().filter_map(|p| idx(p)).collect();
+                    let mut next = (0..completions).filter(|n| !succeeded_idx.contains(n) && !busy.contains(n));
+                    for _ in 0..want_active.max(0) {
+                        let mut pod = pod_from_template(
+                            &job["spec"]["template"],
+                            &ns(&job),
+                            Some(&format!("{}-", name(&job))),
+                            None,
+                            owner_ref(&job, "batch/v1", "Job"),
+                            &[("batch.kubernetes.io/job-name", name(&job)), ("job-name", name(&job))],
+                        );
+                        if indexed {
+                            let Some(n) = next.next() else { break };
+                            pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] =
+                                json!(n.to_string());
+                            pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] =
+                                json!(n.to_string());
+                            pod["metadata"]["generateName"] = json!(format!("{}-{n}-", name(&job)));
+                            for c in
+                                pod.pointer_mut("/spec/containers").and_then(Value::as_array_mut).into_iter().flatten()
+                            {
+                                let env = c.as_object_mut().expect("container").entry("env").or_insert(json!([]));
+                                if let Some(e) = env.as_array_mut() {
+                                    e.push(json!({"name": "JOB_COMPLETION_INDEX", "value": n.to_string()}));
+                                }
+                            }
+                        }
+                        let _ = inner.create(&pods_t, &ns(&job), pod, "job-controller", false);
+                    }
+                }
+            }
+            let active_now = all(inner, &pods_t)
+                .into_iter()
+                .filter(|p| {
+                    controller_uid(p).as_deref() == Some(uid(&job).as_str())
+                        && !matches!(s(p, "/status/phase"), "Succeeded" | "Failed")
+                        && !terminating(p)
+                })
+                .count();
+            let mut status = json!({"active": active_now, "succeeded": succeeded, "failed": failed, "conditions": conditions, "startTime": job.pointer("/status/startTime").cloned().unwrap_or(json!(now()))});
+            if indexed {
+                status["completedIndexes"] =
+                    json!(succeeded_idx.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(","));
+            }
+            if conditions.as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Complete")) {
+                status["completionTime"] = job.pointer("/status/completionTime").cloned().unwrap_or(json!(now()));
+            }
+            let mut cmp_old = job.get("status").cloned().unwrap_or(json!({}));
+            let mut cmp_new = status.clone();
+            for v in [&mut cmp_old, &mut cmp_new] {
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("startTime");
+                    o.remove("completionTime");
+                }
+            }
+            if cmp_old != cmp_new {
+                set_status(inner, &job_t, &job, status, "job-controller");
+            }
+        }
+    }
+}
+
+fn name_of(c: &Value) -> String {
+    s(c, "/name").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities() {
+        assert_eq!(cpu_millis("500m"), 500);
+        assert_eq!(cpu_millis("2"), 2000);
+        assert_eq!(mem_bytes("512Mi"), 512 * 1024 * 1024);
+        assert_eq!(mem_bytes("1G"), 1_000_000_000);
+    }
+
+    #[test]
+    fn template_hash_ignores_its_own_label() {
+        let a = json!({"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}});
+        let mut b = a.clone();
+        b["metadata"]["labels"]["pod-template-hash"] = json!("zzz");
+        assert_eq!(template_hash(&a), template_hash(&b));
+        let mut c = a.clone();
+        c["spec"]["containers"][0]["image"] = json!("i:2");
+        assert_ne!(template_hash(&a), template_hash(&c));
+    }
+}
