@@ -425,3 +425,61 @@ fn orphans_are_resources_whose_cluster_is_gone_and_machines_nobody_owns() {
         .filter(|r| r["cluster"] == "orphaned")
         .all(|r| r["why"].as_str().unwrap().contains("no cluster `orphaned`")));
 }
+
+#[test]
+fn the_node_simulator_registers_a_node_per_running_instance() {
+    let w = World::new("nodesim", 4);
+    w.ok(&["bootstrap", "nodesim", "--yes"]);
+    let cluster = pinfleet::spec::load_cluster(&w.cluster_file(), &Default::default()).unwrap().cluster;
+    with_aws_env(&w, || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
+                region: Some("us-east-1".into()),
+                moto_account: Some(w.account.clone()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            let instances = pinfleet::cli::get::list_instances(&aws, Some("nodesim"), false).await.unwrap();
+            assert_eq!(instances.len(), 5);
+            let cfg = pinfleet::sim::nodes::Ec2Nodes {
+                cluster: cluster.clone(),
+                boot_delay: Duration::from_secs(60),
+                fail_fraction: 0.0,
+                poll: Duration::from_secs(1),
+            };
+            let mut inner = pinfleet::sim::Inner::new();
+            let nodes_t = inner.registry.get("", "v1", "nodes").cloned().unwrap();
+            let launched = instances.iter().filter_map(|i| i.launch_time).max().unwrap();
+            let list = |inner: &pinfleet::sim::Inner| {
+                inner.list(&nodes_t, None, &Default::default(), &Default::default(), None, None).unwrap().items
+            };
+            // Registered at once, Ready only after the boot delay.
+            pinfleet::sim::nodes::sync(&mut inner, &cfg, &instances, launched);
+            let nodes = list(&inner);
+            assert_eq!(nodes.len(), 5);
+            assert!(nodes.iter().all(|n| n["status"]["conditions"][0]["status"] == "False"));
+            let cp = nodes
+                .iter()
+                .find(|n| n["metadata"]["labels"]["pinfleet.dev/instance-group"] == "control-plane")
+                .unwrap();
+            assert!(cp["spec"]["providerID"].as_str().unwrap().starts_with("aws:///us-east-1"));
+            assert_eq!(cp["spec"]["taints"][0]["key"], "node-role.kubernetes.io/control-plane");
+            assert_eq!(cp["status"]["allocatable"]["cpu"], "2");
+            pinfleet::sim::nodes::sync(&mut inner, &cfg, &instances, launched + 61);
+            assert!(list(&inner).iter().all(|n| n["status"]["conditions"][0]["status"] == "True"));
+            // A fraction that never comes up, chosen per machine.
+            let flaky = pinfleet::sim::nodes::Ec2Nodes { fail_fraction: 1.0, ..cfg.clone() };
+            let mut other = pinfleet::sim::Inner::new();
+            pinfleet::sim::nodes::sync(&mut other, &flaky, &instances, launched + 600);
+            assert!(list(&other).iter().all(|n| n["status"]["conditions"][0]["status"] == "False"));
+            // Terminated machines lose their Node.
+            w.write_cluster(&w.cluster_yaml(2, "t3.large"));
+            w.ok(&["apply", "nodesim", "--yes"]);
+            let instances = pinfleet::cli::get::list_instances(&aws, Some("nodesim"), false).await.unwrap();
+            pinfleet::sim::nodes::sync(&mut inner, &cfg, &instances, launched + 120);
+            assert_eq!(list(&inner).len(), 3);
+        });
+    });
+}
