@@ -212,6 +212,14 @@ fn rollout_status_follows_a_deployment_update() {
     assert_eq!(d["status"]["observedGeneration"], d["metadata"]["generation"]);
     let pods = k.ok(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].spec.containers[0].image}"]);
     assert!(pods.split_whitespace().all(|i| i == "nginx:1.28"), "{pods}");
+    // Server-side printing: the columns kubectl users expect.
+    let table = k.ok(&["get", "deploy", "web"]);
+    assert!(table.contains("READY") && table.contains("2/2"), "{table}");
+    let table = k.ok(&["get", "pods", "-l", "app=web"]);
+    assert!(
+        table.contains("STATUS") && table.lines().skip(1).all(|l| l.contains("1/1") && l.contains("Running")),
+        "{table}"
+    );
 }
 
 #[test]

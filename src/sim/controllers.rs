@@ -329,26 +329,33 @@ impl Controllers {
         let nodes = all(inner, &t(inner, "", "nodes"));
         let pods = all(inner, &pods_t);
         let mut used: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        // For scoring, kube-scheduler counts a pod without requests as 100m
+        // CPU; with the pod count as tie-break, pods spread over nodes.
+        let mut score: BTreeMap<String, (i64, usize)> = BTreeMap::new();
         for p in pods
             .iter()
             .filter(|p| !s(p, "/spec/nodeName").is_empty() && !matches!(s(p, "/status/phase"), "Succeeded" | "Failed"))
         {
-            let e = used.entry(s(p, "/spec/nodeName").to_string()).or_default();
+            let node = s(p, "/spec/nodeName").to_string();
             let (c, m) = pod_requests(p);
+            let e = used.entry(node.clone()).or_default();
             e.0 += c;
             e.1 += m;
+            let sc = score.entry(node).or_default();
+            sc.0 += c.max(100);
+            sc.1 += 1;
         }
         for pod in pods.iter().filter(|p| s(p, "/spec/nodeName").is_empty() && !terminating(p)) {
             let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
-            let mut best: Option<(&Value, i64)> = None;
+            let mut best: Option<(&Value, (i64, usize))> = None;
             for node in &nodes {
                 let u = used.get(&name(node)).copied().unwrap_or_default();
                 match unfit(pod, node, u) {
                     Some(r) => *reasons.entry(r).or_default() += 1,
                     None => {
-                        // Least requested CPU first: spreads pods over nodes.
-                        if best.is_none_or(|(_, b)| u.0 < b) {
-                            best = Some((node, u.0));
+                        let sc = score.get(&name(node)).copied().unwrap_or_default();
+                        if best.is_none_or(|(_, b)| sc < b) {
+                            best = Some((node, sc));
                         }
                     }
                 }
@@ -363,6 +370,9 @@ impl Controllers {
                     let (c, m) = pod_requests(pod);
                     e.0 += c;
                     e.1 += m;
+                    let sc = score.entry(name(node)).or_default();
+                    sc.0 += c.max(100);
+                    sc.1 += 1;
                     let _ = inner.update(&pods_t, &ns(pod), &name(pod), n, "default-scheduler", Sub::Main, false);
                 }
                 None => {

@@ -16,6 +16,7 @@ pub mod registry;
 pub mod selector;
 pub mod server;
 pub mod store;
+pub mod table;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

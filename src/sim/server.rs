@@ -233,7 +233,8 @@ pub async fn handle(
     };
     let ns = t.namespace.clone().unwrap_or_default();
     if q.get("watch").is_some_and(|w| w == "true" || w == "1") && method == Method::GET {
-        return watch(shared, rt, t.namespace.clone(), t.name.clone(), &q).await;
+        let as_table = headers.get("accept").and_then(|v| v.to_str().ok()).is_some_and(super::table::wants_table);
+        return watch(shared, rt, t.namespace.clone(), t.name.clone(), &q, as_table).await;
     }
     // An eviction's body names what the URL already names: accept any
     // encoding (kubectl drain sends protobuf) without decoding it.
@@ -243,6 +244,7 @@ pub async fn handle(
         Err(e) => return err(e),
     };
     let mgr = manager(&q, &headers);
+    let as_table = headers.get("accept").and_then(|v| v.to_str().ok()).is_some_and(super::table::wants_table);
     let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
     let sub = match t.sub.as_deref() {
         None => Sub::Main,
@@ -265,6 +267,12 @@ pub async fn handle(
                 limit,
                 q.get("continue").map(String::as_str).filter(|c| !c.is_empty()),
             )?;
+            if as_table {
+                return Ok((
+                    200,
+                    super::table::table(&rt, &r.items, &r.resource_version.to_string(), r.continue_token.as_deref()),
+                ));
+            }
             let mut metadata = json!({"resourceVersion": r.resource_version.to_string()});
             if let Some(c) = r.continue_token {
                 metadata["continue"] = json!(c);
@@ -279,6 +287,11 @@ pub async fn handle(
         }
         (&Method::GET, Some(name)) => match sub {
             Sub::Scale => Ok((200, inner.get_scale(&rt, &ns, name)?)),
+            _ if as_table => {
+                let o = inner.get(&rt, &ns, name)?;
+                let rv = o.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default().to_string();
+                Ok((200, super::table::table(&rt, &[o], &rv, None)))
+            }
             _ => Ok((200, inner.get(&rt, &ns, name)?)),
         },
         (&Method::POST, None) => Ok((201, inner.create(&rt, &ns, body, &mgr, dry_run)?)),
@@ -332,8 +345,12 @@ pub async fn handle(
     }
 }
 
-fn event_json(ev: &Event) -> Bytes {
-    let mut line = json!({"type": ev.kind.as_str(), "object": ev.object}).to_string();
+fn event_json(ev: &Event, table: Option<&ResourceType>) -> Bytes {
+    let object = match table {
+        Some(rt) => super::table::table(rt, std::slice::from_ref(&ev.object), "", None),
+        None => ev.object.clone(),
+    };
+    let mut line = json!({"type": ev.kind.as_str(), "object": object}).to_string();
     line.push('\n');
     Bytes::from(line)
 }
@@ -344,6 +361,7 @@ async fn watch(
     ns: Option<String>,
     name: Option<String>,
     q: &HashMap<String, String>,
+    as_table: bool,
 ) -> Response {
     let (labels, fieldsel) = match selectors(q) {
         Ok(s) => s,
@@ -353,6 +371,7 @@ async fn watch(
     let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
     let timeout = q.get("timeoutSeconds").and_then(|t| t.parse().ok()).map(Duration::from_secs).unwrap_or(WATCH_MAX);
     let key = rt.key();
+    let table_rt = as_table.then(|| rt.clone());
     let ns_filter = ns.filter(|_| rt.namespaced);
     let matches = move |ev: &Event| -> bool {
         ev.key == key
@@ -370,7 +389,7 @@ async fn watch(
         let mut expired = false;
         let initial: Vec<Bytes> = match rv {
             Some(rv) => match inner.events_since(rv) {
-                Some(evs) => evs.iter().filter(|e| matches(e)).map(|e| event_json(e)).collect(),
+                Some(evs) => evs.iter().filter(|e| matches(e)).map(|e| event_json(e, table_rt.as_ref())).collect(),
                 None => {
                     expired = true;
                     let gone = ApiError::new(410, "Expired", format!("too old resource version: {rv} ({current})"));
@@ -397,7 +416,7 @@ async fn watch(
                         object: o,
                     })
                     .filter(|e| matches(e))
-                    .map(|e| event_json(&e))
+                    .map(|e| event_json(&e, table_rt.as_ref()))
                     .collect()
             }
         };
@@ -431,7 +450,7 @@ async fn watch(
                         // Already sent from the log or as the initial state.
                         if ev.rv <= start_rv { continue; }
                         last_rv = last_rv.max(ev.rv);
-                        if matches(&ev) && tx.send(event_json(&ev)).await.is_err() { return; }
+                        if matches(&ev) && tx.send(event_json(&ev, table_rt.as_ref())).await.is_err() { return; }
                     }
                     // Too slow to keep up: end the watch; the client re-lists.
                     Err(_) => return,

@@ -1,0 +1,255 @@
+//! Server-side printing (`Accept: …;as=Table;g=meta.k8s.io`): the columns
+//! `kubectl get` shows — node status, pod readiness, deployment rollout
+//! state, CRD printer columns — computed here as the real server does.
+
+use serde_json::{json, Value};
+
+use super::registry::ResourceType;
+
+fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
+    v.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// kubectl's short age: 45s, 3m, 5h, 2d.
+pub fn age(created: &str) -> String {
+    let Ok(t) = chrono::DateTime::parse_from_rfc3339(created) else { return "<unknown>".into() };
+    let secs = (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds().max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 3600 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+fn column(name: &str, ty: &str, priority: u8) -> Value {
+    json!({"name": name, "type": ty, "format": if name == "Name" { "name" } else { "" }, "description": "", "priority": priority})
+}
+
+fn columns(t: &ResourceType) -> Vec<Value> {
+    let mut c = vec![column("Name", "string", 0)];
+    match (t.group.as_str(), t.plural.as_str()) {
+        ("", "nodes") => c.extend([
+            column("Status", "string", 0),
+            column("Roles", "string", 0),
+            column("Age", "string", 0),
+            column("Version", "string", 0),
+            column("Internal-IP", "string", 1),
+        ]),
+        ("", "pods") => c.extend([
+            column("Ready", "string", 0),
+            column("Status", "string", 0),
+            column("Restarts", "string", 0),
+            column("Age", "string", 0),
+            column("IP", "string", 1),
+            column("Node", "string", 1),
+        ]),
+        ("apps", "deployments") => c.extend([
+            column("Ready", "string", 0),
+            column("Up-to-date", "integer", 0),
+            column("Available", "integer", 0),
+            column("Age", "string", 0),
+        ]),
+        ("apps", "replicasets") => c.extend([
+            column("Desired", "integer", 0),
+            column("Current", "integer", 0),
+            column("Ready", "integer", 0),
+            column("Age", "string", 0),
+        ]),
+        ("apps", "daemonsets") => c.extend([
+            column("Desired", "integer", 0),
+            column("Current", "integer", 0),
+            column("Ready", "integer", 0),
+            column("Age", "string", 0),
+        ]),
+        ("apps", "statefulsets") => c.extend([column("Ready", "string", 0), column("Age", "string", 0)]),
+        ("batch", "jobs") => {
+            c.extend([column("Status", "string", 0), column("Completions", "string", 0), column("Age", "string", 0)])
+        }
+        ("", "configmaps") => c.extend([column("Data", "integer", 0), column("Age", "string", 0)]),
+        ("policy", "poddisruptionbudgets") => c.extend([
+            column("Min Available", "string", 0),
+            column("Max Unavailable", "string", 0),
+            column("Allowed Disruptions", "integer", 0),
+            column("Age", "string", 0),
+        ]),
+        _ if !t.columns.is_empty() => {
+            for col in &t.columns {
+                let prio = col.get("priority").and_then(Value::as_u64).unwrap_or(0) as u8;
+                c.push(column(col.get("name").and_then(Value::as_str).unwrap_or(""), "string", prio));
+            }
+            if !t.columns.iter().any(|c| c.get("name").and_then(Value::as_str) == Some("Age")) {
+                c.push(column("Age", "string", 0));
+            }
+        }
+        _ => c.push(column("Age", "string", 0)),
+    }
+    c
+}
+
+fn cells(t: &ResourceType, o: &Value) -> Vec<Value> {
+    let age_text = age(s(o, "/metadata/creationTimestamp"));
+    let mut c = vec![json!(s(o, "/metadata/name"))];
+    let i = |p: &str| o.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+    match (t.group.as_str(), t.plural.as_str()) {
+        ("", "nodes") => {
+            let ready = o
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+                .map(|c| c["status"] == "True");
+            let mut status = match ready {
+                Some(true) => "Ready".to_string(),
+                Some(false) => "NotReady".to_string(),
+                None => "Unknown".to_string(),
+            };
+            if o.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+                status.push_str(",SchedulingDisabled");
+            }
+            let roles: Vec<&str> = o
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .map(|l| l.keys().filter_map(|k| k.strip_prefix("node-role.kubernetes.io/")).collect())
+                .unwrap_or_default();
+            c.extend([
+                json!(status),
+                json!(if roles.is_empty() { "<none>".to_string() } else { roles.join(",") }),
+                json!(age_text),
+                json!(s(o, "/status/nodeInfo/kubeletVersion")),
+                json!("<none>"),
+            ]);
+        }
+        ("", "pods") => {
+            let total = o.pointer("/spec/containers").and_then(Value::as_array).map(Vec::len).unwrap_or(0);
+            let ready = o
+                .pointer("/status/containerStatuses")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter(|c| c["ready"] == true).count())
+                .unwrap_or(0);
+            let phase =
+                if o.pointer("/metadata/deletionTimestamp").is_some() { "Terminating" } else { s(o, "/status/phase") };
+            let phase = if phase.is_empty() { "Pending" } else { phase };
+            let ip = s(o, "/status/podIP");
+            let node = s(o, "/spec/nodeName");
+            c.extend([
+                json!(format!("{ready}/{total}")),
+                json!(phase),
+                json!("0"),
+                json!(age_text),
+                json!(if ip.is_empty() { "<none>" } else { ip }),
+                json!(if node.is_empty() { "<none>" } else { node }),
+            ]);
+        }
+        ("apps", "deployments") => c.extend([
+            json!(format!(
+                "{}/{}",
+                i("/status/readyReplicas"),
+                o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)
+            )),
+            json!(i("/status/updatedReplicas")),
+            json!(i("/status/availableReplicas")),
+            json!(age_text),
+        ]),
+        ("apps", "replicasets") => c.extend([
+            json!(i("/spec/replicas")),
+            json!(i("/status/replicas")),
+            json!(i("/status/readyReplicas")),
+            json!(age_text),
+        ]),
+        ("apps", "daemonsets") => c.extend([
+            json!(i("/status/desiredNumberScheduled")),
+            json!(i("/status/currentNumberScheduled")),
+            json!(i("/status/numberReady")),
+            json!(age_text),
+        ]),
+        ("apps", "statefulsets") => c.extend([
+            json!(format!(
+                "{}/{}",
+                i("/status/readyReplicas"),
+                o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)
+            )),
+            json!(age_text),
+        ]),
+        ("batch", "jobs") => {
+            let done = o
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|c| {
+                    c.iter().find(|c| c["status"] == "True" && (c["type"] == "Complete" || c["type"] == "Failed"))
+                })
+                .map(|c| c["type"].as_str().unwrap_or_default().to_string());
+            let status = done.unwrap_or_else(|| "Running".into());
+            let completions = o.pointer("/spec/completions").and_then(Value::as_i64).unwrap_or(1);
+            c.extend([json!(status), json!(format!("{}/{completions}", i("/status/succeeded"))), json!(age_text)]);
+        }
+        ("", "configmaps") => {
+            c.extend([json!(o.get("data").and_then(Value::as_object).map(|d| d.len()).unwrap_or(0)), json!(age_text)])
+        }
+        ("policy", "poddisruptionbudgets") => {
+            let show = |p: &str| {
+                o.pointer(p)
+                    .map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))
+                    .unwrap_or_else(|| "N/A".into())
+            };
+            c.extend([
+                json!(show("/spec/minAvailable")),
+                json!(show("/spec/maxUnavailable")),
+                json!(i("/status/disruptionsAllowed")),
+                json!(age_text),
+            ]);
+        }
+        _ if !t.columns.is_empty() => {
+            for col in &t.columns {
+                let path = col.get("jsonPath").and_then(Value::as_str).unwrap_or_default();
+                let v = o.pointer(&path.replace('.', "/")).cloned().unwrap_or(Value::Null);
+                let text = match (col.get("type").and_then(Value::as_str), &v) {
+                    (Some("date"), Value::String(d)) => age(d),
+                    (_, Value::String(s)) => s.clone(),
+                    (_, Value::Null) => "<none>".into(),
+                    (_, other) => other.to_string(),
+                };
+                c.push(json!(text));
+            }
+            if !t.columns.iter().any(|c| c.get("name").and_then(Value::as_str) == Some("Age")) {
+                c.push(json!(age_text));
+            }
+        }
+        _ => c.push(json!(age_text)),
+    }
+    c
+}
+
+fn partial(o: &Value) -> Value {
+    let m = o.get("metadata").cloned().unwrap_or(json!({}));
+    let mut meta = json!({});
+    for f in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "labels",
+        "annotations",
+        "deletionTimestamp",
+    ] {
+        if let Some(v) = m.get(f) {
+            meta[f] = v.clone();
+        }
+    }
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta})
+}
+
+/// A Table of `items`, as the real server renders it for kubectl.
+pub fn table(t: &ResourceType, items: &[Value], resource_version: &str, cont: Option<&str>) -> Value {
+    let rows: Vec<Value> = items.iter().map(|o| json!({"cells": cells(t, o), "object": partial(o)})).collect();
+    let mut metadata = json!({"resourceVersion": resource_version});
+    if let Some(c) = cont {
+        metadata["continue"] = json!(c);
+    }
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": columns(t), "rows": rows})
+}
+
+/// Whether the client asked for server-side printing.
+pub fn wants_table(accept: &str) -> bool {
+    accept.split(',').next().is_some_and(|first| first.contains("as=Table"))
+}
