@@ -118,13 +118,43 @@ fn main() {
             .await;
         let register = start.elapsed().as_secs_f64();
 
+        // The node simulator's own path: 5,000 EC2 machines become Nodes.
+        let cluster = pinfleet::spec::load_cluster(std::path::Path::new("clusters/dev-local.yaml"), &Default::default()).unwrap().cluster;
+        let cfg = pinfleet::sim::nodes::Ec2Nodes { cluster, boot_delay: std::time::Duration::from_secs(0), fail_fraction: 0.0, poll: std::time::Duration::from_secs(1) };
+        let instances: Vec<pinfleet::cloud::observed::ObservedInstance> = (0..NODES)
+            .map(|i| pinfleet::cloud::observed::ObservedInstance {
+                id: format!("i-{:017x}", 0x100000 + i),
+                cluster: Some("dev-local".into()),
+                group: Some("general".into()),
+                owner: Some("cloud-platform".into()),
+                state: "running".into(),
+                image_id: "ami-1".into(),
+                instance_type: "m6i.xlarge".into(),
+                subnet_id: None,
+                zone: Some("us-east-1a".into()),
+                vpc_id: None,
+                private_ip: None,
+                launch_template_version: Some(1),
+                revision: Some(1),
+                launch_time: Some(0),
+            })
+            .collect();
+        let mut inner = pinfleet::sim::Inner::new();
+        let start = Instant::now();
+        pinfleet::sim::nodes::sync(&mut inner, &cfg, &instances, 10);
+        let node_sim = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        pinfleet::sim::nodes::sync(&mut inner, &cfg, &instances, 11);
+        let node_resync = start.elapsed().as_secs_f64();
+
         println!("sim: {CONFIGMAPS} ConfigMaps over HTTP with kube-rs ({IN_FLIGHT} in flight), a watch open");
         println!("  create       {:>8.0} ops/s  ({create:.2} s)", CONFIGMAPS as f64 / create);
         println!("  watch saw    {seen} ADDED events of {CONFIGMAPS}");
         println!("  list all     {list_all:.3} s for {CONFIGMAPS} objects");
         println!("  list paged   {list_paged:.3} s ({pages} pages of 500)");
         println!("  list by label {list_selected:.3} s ({selected} matched shard=3)");
-        println!("  register {NODES} Nodes: {register:.2} s ({:.0} nodes/s)", NODES as f64 / register);
+        println!("  register {NODES} Nodes over HTTP: {register:.2} s ({:.0} nodes/s)", NODES as f64 / register);
+        println!("  node simulator: {NODES} EC2 machines -> Ready Nodes in {node_sim:.2} s; a no-change resync {node_resync:.3} s");
         println!("  peak RSS of the process (emulator + client): {:.0} MiB (before the emulator: {base_rss:.0} MiB)", peak_rss_mib());
         sim.stop().await;
     });

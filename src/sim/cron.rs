@@ -1,0 +1,108 @@
+//! Five-field cron schedules (`minute hour day-of-month month day-of-week`)
+//! with `*`, `*/n`, `a-b`, `a-b/n` and lists, plus the `@hourly`-style
+//! aliases Kubernetes accepts; used by the simulated CronJob controller.
+
+use chrono::{DateTime, Datelike, Duration, Timelike, Utc};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    fields: [Vec<u32>; 5],
+}
+
+const RANGES: [(u32, u32); 5] = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 6)];
+
+fn parse_field(f: &str, (lo, hi): (u32, u32)) -> Result<Vec<u32>, String> {
+    let mut out = Vec::new();
+    for part in f.split(',') {
+        let (range, step) = match part.split_once('/') {
+            Some((r, s)) => (r, s.parse::<u32>().map_err(|_| format!("bad step in {part:?}"))?),
+            None => (part, 1),
+        };
+        if step == 0 {
+            return Err(format!("zero step in {part:?}"));
+        }
+        let (a, b) = if range == "*" {
+            (lo, hi)
+        } else if let Some((a, b)) = range.split_once('-') {
+            (a.parse().map_err(|_| format!("bad range {range:?}"))?, b.parse().map_err(|_| format!("bad range {range:?}"))?)
+        } else {
+            let v: u32 = range.parse().map_err(|_| format!("bad value {range:?}"))?;
+            (v, if part.contains('/') { hi } else { v })
+        };
+        // Day of week 7 is Sunday too.
+        let (a, b) = if hi == 6 { (a % 7, if b == 7 { 6.max(a % 7) } else { b }) } else { (a, b) };
+        if a < lo || b > hi || a > b {
+            return Err(format!("{part:?} is outside {lo}-{hi}"));
+        }
+        out.extend((a..=b).step_by(step as usize));
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+impl Schedule {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let expanded = match s.trim() {
+            "@yearly" | "@annually" => "0 0 1 1 *",
+            "@monthly" => "0 0 1 * *",
+            "@weekly" => "0 0 * * 0",
+            "@daily" | "@midnight" => "0 0 * * *",
+            "@hourly" => "0 * * * *",
+            other => other,
+        };
+        let parts: Vec<&str> = expanded.split_whitespace().collect();
+        if parts.len() != 5 {
+            return Err(format!("expected 5 fields, found {}", parts.len()));
+        }
+        let mut fields: [Vec<u32>; 5] = Default::default();
+        for (i, p) in parts.iter().enumerate() {
+            fields[i] = parse_field(p, RANGES[i])?;
+        }
+        Ok(Schedule { fields })
+    }
+
+    pub fn matches(&self, t: DateTime<Utc>) -> bool {
+        let [min, hour, dom, month, dow] = &self.fields;
+        min.contains(&t.minute()) && hour.contains(&t.hour()) && dom.contains(&t.day()) && month.contains(&t.month()) && dow.contains(&t.weekday().num_days_from_sunday())
+    }
+
+    /// The latest scheduled minute in (after, now], looking back at most a day.
+    pub fn last_between(&self, after: DateTime<Utc>, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let start = after.max(now - Duration::days(1));
+        let mut t = now.with_second(0)?.with_nanosecond(0)?;
+        while t > start {
+            if self.matches(t) {
+                return Some(t);
+            }
+            t -= Duration::minutes(1);
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn parses_and_matches() {
+        let s = Schedule::parse("*/15 2 * * 1-5").unwrap();
+        let monday_0230 = Utc.with_ymd_and_hms(2026, 11, 23, 2, 30, 0).unwrap();
+        assert!(s.matches(monday_0230));
+        assert!(!s.matches(monday_0230 + Duration::minutes(1)));
+        assert!(!s.matches(Utc.with_ymd_and_hms(2026, 11, 22, 2, 30, 0).unwrap()), "Sunday");
+        assert!(Schedule::parse("@hourly").unwrap().matches(Utc.with_ymd_and_hms(2026, 1, 1, 5, 0, 0).unwrap()));
+        assert!(Schedule::parse("61 * * * *").is_err());
+        assert!(Schedule::parse("* * *").is_err());
+    }
+
+    #[test]
+    fn last_between_finds_the_latest_slot() {
+        let s = Schedule::parse("*/10 * * * *").unwrap();
+        let now = Utc.with_ymd_and_hms(2026, 1, 1, 5, 27, 13).unwrap();
+        assert_eq!(s.last_between(now - Duration::hours(1), now), Some(Utc.with_ymd_and_hms(2026, 1, 1, 5, 20, 0).unwrap()));
+        assert_eq!(s.last_between(Utc.with_ymd_and_hms(2026, 1, 1, 5, 20, 0).unwrap(), now), None);
+    }
+}
