@@ -136,6 +136,44 @@ fn bootstrap_creates_the_cluster_and_a_second_plan_has_no_changes() {
     assert_eq!(h.as_array().unwrap().len(), 1);
     assert_eq!(h[0]["revision"], 1);
 
+    // The state bucket was created versioned, private and encrypted.
+    with_aws_env(&w, || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
+                region: Some("us-east-1".into()),
+                moto_account: Some(w.account.clone()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            let b = w.bucket();
+            // moto 5.2.5 answers GetBucketVersioning under a root element the
+            // SDK rejects; its body still says whether versioning is on.
+            match aws.s3.get_bucket_versioning().bucket(&b).send().await {
+                Ok(v) => assert_eq!(v.status().map(|s| s.as_str()), Some("Enabled")),
+                Err(e) => {
+                    let body = e
+                        .raw_response()
+                        .and_then(|r| r.body().bytes())
+                        .map(|b| String::from_utf8_lossy(b).into_owned())
+                        .unwrap_or_default();
+                    assert!(body.contains("<Status>Enabled</Status>"), "{body}");
+                }
+            }
+            let pab = aws.s3.get_public_access_block().bucket(&b).send().await.unwrap();
+            let c = pab.public_access_block_configuration().unwrap();
+            assert_eq!(
+                (c.block_public_acls(), c.block_public_policy(), c.ignore_public_acls(), c.restrict_public_buckets()),
+                (Some(true), Some(true), Some(true), Some(true))
+            );
+            let enc = aws.s3.get_bucket_encryption().bucket(&b).send().await.unwrap();
+            assert!(enc.server_side_encryption_configuration().is_some());
+            let pki = aws.s3.head_object().bucket(&b).key("clusters/boot/pki/bundle.json").send().await.unwrap();
+            assert_eq!(pki.server_side_encryption().map(|s| s.as_str()), Some("AES256"));
+        });
+    });
+
     // The PKI never reaches the output.
     let all = format!("{}{}", stdout(&w.run(&["plan", "boot", "-v"])), stderr(&w.run(&["plan", "boot", "-v"])));
     assert!(!all.contains("PRIVATE KEY"));
@@ -482,4 +520,31 @@ fn the_node_simulator_registers_a_node_per_running_instance() {
             assert_eq!(list(&inner).len(), 3);
         });
     });
+}
+
+#[test]
+fn ctrl_c_releases_the_lock() {
+    let w = World::new("interrupted", 4);
+    let mut cmd = w.command(&["bootstrap", "interrupted", "--yes"]);
+    cmd.env("PINFLEET_TEST_STEP_DELAY_MS", "300");
+    let child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut held = false;
+    for _ in 0..200 {
+        if w.ok(&["state", "lock", "interrupted"]).contains("locked by") {
+            held = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(held, "the run never took the lock");
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("interrupted"), "{}", stderr(&out));
+    assert!(w.ok(&["state", "lock", "interrupted"]).contains("is not locked"));
+    // And the next run finishes the job.
+    w.ok(&["bootstrap", "interrupted", "--yes"]);
+    assert_eq!(w.instances_in("general").len(), 4);
 }

@@ -238,4 +238,3 @@ async fn the_scheduler_honours_selectors_taints_and_capacity() {
     assert_eq!(nodes.list(&ListParams::default()).await.unwrap().items.len(), 2);
     w.sim.stop().await;
 }
-

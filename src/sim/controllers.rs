@@ -914,8 +914,18 @@ impl Controllers {
         let job_t = t(inner, "batch", "jobs");
         let parse_time = |v: &str| chrono::DateTime::parse_from_rfc3339(v).ok().map(|d| d.with_timezone(&chrono::Utc));
         for cj in all(inner, &cj_t).into_iter().filter(|c| !terminating(c)) {
-            let jobs: Vec<Value> = all(inner, &job_t).into_iter().filter(|j| controller_uid(j).as_deref() == Some(uid(&cj).as_str())).collect();
-            let finished = |j: &Value| j.pointer("/status/conditions").and_then(Value::as_array).and_then(|c| c.iter().find(|c| c["status"] == "True" && (c["type"] == "Complete" || c["type"] == "Failed"))).map(|c| c["type"] == "Complete");
+            let jobs: Vec<Value> = all(inner, &job_t)
+                .into_iter()
+                .filter(|j| controller_uid(j).as_deref() == Some(uid(&cj).as_str()))
+                .collect();
+            let finished = |j: &Value| {
+                j.pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .and_then(|c| {
+                        c.iter().find(|c| c["status"] == "True" && (c["type"] == "Complete" || c["type"] == "Failed"))
+                    })
+                    .map(|c| c["type"] == "Complete")
+            };
             let active: Vec<&Value> = jobs.iter().filter(|j| finished(j).is_none() && !terminating(j)).collect();
             let mut last = cj.pointer("/status/lastScheduleTime").and_then(Value::as_str).and_then(parse_time);
             let suspended = cj.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true);
@@ -937,7 +947,8 @@ impl Controllers {
                         }
                         meta["name"] = json!(format!("{}-{}", name(&cj), slot.timestamp() / 60));
                         meta["ownerReferences"] = json!([owner_ref(&cj, "batch/v1", "CronJob")]);
-                        meta["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"] = json!(slot.to_rfc3339());
+                        meta["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"] =
+                            json!(slot.to_rfc3339());
                         let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": template.get("spec").cloned().unwrap_or(json!({}))});
                         let _ = inner.create(&job_t, &ns(&cj), job, "cronjob-controller", false);
                     }
@@ -955,13 +966,21 @@ impl Controllers {
                     let _ = inner.delete(&job_t, &ns(j), &name(j), Propagation::Background, None, false);
                 }
             }
-            let jobs: Vec<Value> = all(inner, &job_t).into_iter().filter(|j| controller_uid(j).as_deref() == Some(uid(&cj).as_str())).collect();
+            let jobs: Vec<Value> = all(inner, &job_t)
+                .into_iter()
+                .filter(|j| controller_uid(j).as_deref() == Some(uid(&cj).as_str()))
+                .collect();
             let active_refs: Vec<Value> = jobs.iter().filter(|j| finished(j).is_none()).map(|j| json!({"apiVersion": "batch/v1", "kind": "Job", "name": name(j), "namespace": ns(j), "uid": uid(j)})).collect();
             let mut status = json!({"active": active_refs});
             if let Some(l) = last {
                 status["lastScheduleTime"] = json!(l.format("%Y-%m-%dT%H:%M:%SZ").to_string());
             }
-            if let Some(t) = jobs.iter().filter(|j| finished(j) == Some(true)).filter_map(|j| j.pointer("/status/completionTime").cloned()).max_by_key(|t| t.as_str().unwrap_or_default().to_string()) {
+            if let Some(t) = jobs
+                .iter()
+                .filter(|j| finished(j) == Some(true))
+                .filter_map(|j| j.pointer("/status/completionTime").cloned())
+                .max_by_key(|t| t.as_str().unwrap_or_default().to_string())
+            {
                 status["lastSuccessfulTime"] = t;
             }
             set_status(inner, &cj_t, &cj, status, "cronjob-controller");

@@ -24,7 +24,10 @@ fn parse_field(f: &str, (lo, hi): (u32, u32)) -> Result<Vec<u32>, String> {
         let (a, b) = if range == "*" {
             (lo, hi)
         } else if let Some((a, b)) = range.split_once('-') {
-            (a.parse().map_err(|_| format!("bad range {range:?}"))?, b.parse().map_err(|_| format!("bad range {range:?}"))?)
+            (
+                a.parse().map_err(|_| format!("bad range {range:?}"))?,
+                b.parse().map_err(|_| format!("bad range {range:?}"))?,
+            )
         } else {
             let v: u32 = range.parse().map_err(|_| format!("bad value {range:?}"))?;
             (v, if part.contains('/') { hi } else { v })
@@ -64,7 +67,11 @@ impl Schedule {
 
     pub fn matches(&self, t: DateTime<Utc>) -> bool {
         let [min, hour, dom, month, dow] = &self.fields;
-        min.contains(&t.minute()) && hour.contains(&t.hour()) && dom.contains(&t.day()) && month.contains(&t.month()) && dow.contains(&t.weekday().num_days_from_sunday())
+        min.contains(&t.minute())
+            && hour.contains(&t.hour())
+            && dom.contains(&t.day())
+            && month.contains(&t.month())
+            && dow.contains(&t.weekday().num_days_from_sunday())
     }
 
     /// The latest scheduled minute in (after, now], looking back at most a day.
@@ -102,7 +109,10 @@ mod tests {
     fn last_between_finds_the_latest_slot() {
         let s = Schedule::parse("*/10 * * * *").unwrap();
         let now = Utc.with_ymd_and_hms(2026, 1, 1, 5, 27, 13).unwrap();
-        assert_eq!(s.last_between(now - Duration::hours(1), now), Some(Utc.with_ymd_and_hms(2026, 1, 1, 5, 20, 0).unwrap()));
+        assert_eq!(
+            s.last_between(now - Duration::hours(1), now),
+            Some(Utc.with_ymd_and_hms(2026, 1, 1, 5, 20, 0).unwrap())
+        );
         assert_eq!(s.last_between(Utc.with_ymd_and_hms(2026, 1, 1, 5, 20, 0).unwrap(), now), None);
     }
 }

@@ -153,7 +153,8 @@ mod tests {
             "versions": [{"name": "v1", "served": true, "storage": true}]}});
         a.create(&crd_t, "", crd, "t", false).unwrap();
         let gizmo_t = a.registry.get("example.com", "v1", "gizmos").cloned().unwrap();
-        let g = a.create(&gizmo_t, "default", json!({"metadata": {"name": "g1"}, "spec": {"x": 1}}), "t", false).unwrap();
+        let g =
+            a.create(&gizmo_t, "default", json!({"metadata": {"name": "g1"}, "spec": {"x": 1}}), "t", false).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("snap.json");
         std::fs::write(&path, serde_json::to_string(&a.export()).unwrap()).unwrap();
