@@ -10,8 +10,10 @@
 //!    Cluster ─▶ addons ─▶ in-cluster controller ─▶ federation
 //! ```
 //!
-//! Pure modules ([`spec`], [`render`]) do no IO beyond reading the cluster
-//! files; effects live at the edges ([`cli`]).
+//! Pure modules ([`spec`], [`render`], [`cloud::model`], [`plan`], [`ami`])
+//! do no IO beyond reading the cluster files; effects live at the edges
+//! ([`cloud::aws`], [`state`], [`apply`], [`kube`], [`cli`]). [`sim`] is
+//! the local Kubernetes API emulator the tests and demos run against.
 
 pub mod ami;
 pub mod apply;
