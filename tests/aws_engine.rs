@@ -18,13 +18,7 @@ fn tagged_resources(w: &World) -> Vec<String> {
     rt.block_on(async {
         std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
         std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
-        let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
-            region: Some("us-east-1".into()),
-            moto_account: Some(w.account.clone()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+        let aws = connect(&w).await;
         let f = || aws_sdk_ec2::types::Filter::builder().name("tag:pinfleet.dev/cluster").values(&w.cluster).build();
         let ec2 = &aws.ec2;
         let mut out = Vec::new();
@@ -80,6 +74,17 @@ fn tagged_resources(w: &World) -> Vec<String> {
     })
 }
 
+/// An SDK client in the test's moto account.
+async fn connect(w: &World) -> pinfleet::cloud::aws::Aws {
+    pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
+        region: Some("us-east-1".into()),
+        moto_account: Some(w.account.clone()),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
 /// Runs `f` with this process's AWS environment pointed at the shared moto
 /// (every test sets the same values, so parallel tests agree).
 fn with_aws_env<T>(w: &World, f: impl FnOnce() -> T) -> T {
@@ -131,6 +136,11 @@ fn bootstrap_creates_the_cluster_and_a_second_plan_has_no_changes() {
     assert_eq!(p["changes"].as_array().unwrap().len(), 0);
     assert!(p["aws_calls"]["ec2:DescribeInstances"].as_u64().unwrap() >= 1);
 
+    // --all: every pinfleet machine in the regions of the clusters folder.
+    let all = w.json(&["get", "instances", "--all"]);
+    assert_eq!(all.as_array().unwrap().len(), 4, "{all:#}");
+    assert!(all.as_array().unwrap().iter().all(|i| i["cluster"] == "boot" && i["region"] == "us-east-1"));
+
     // History records the revision.
     let h = w.json(&["history", "boot"]);
     assert_eq!(h.as_array().unwrap().len(), 1);
@@ -140,13 +150,7 @@ fn bootstrap_creates_the_cluster_and_a_second_plan_has_no_changes() {
     with_aws_env(&w, || {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
-                region: Some("us-east-1".into()),
-                moto_account: Some(w.account.clone()),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+            let aws = connect(&w).await;
             let b = w.bucket();
             // moto 5.2.5 answers GetBucketVersioning under a root element the
             // SDK rejects; its body still says whether versioning is on.
@@ -403,13 +407,7 @@ fn orphans_are_resources_whose_cluster_is_gone_and_machines_nobody_owns() {
     let stray = with_aws_env(&w, || {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
-                region: Some("us-east-1".into()),
-                moto_account: Some(w.account.clone()),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+            let aws = connect(&w).await;
             let subnet = aws
                 .ec2
                 .describe_subnets()
@@ -472,13 +470,7 @@ fn the_node_simulator_registers_a_node_per_running_instance() {
     with_aws_env(&w, || {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
-                region: Some("us-east-1".into()),
-                moto_account: Some(w.account.clone()),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+            let aws = connect(&w).await;
             let instances = pinfleet::cli::get::list_instances(&aws, Some("nodesim"), false).await.unwrap();
             assert_eq!(instances.len(), 5);
             let cfg = pinfleet::sim::nodes::Ec2Nodes {
