@@ -63,6 +63,17 @@ impl Controllers {
     }
 }
 
+/// The kinds whose changes can give the controllers work; other events
+/// (ConfigMaps, Leases, …) do not wake them.
+pub fn watched(key: &(String, String)) -> bool {
+    matches!(
+        (key.0.as_str(), key.1.as_str()),
+        ("", "pods" | "nodes")
+            | ("apps", "deployments" | "replicasets" | "daemonsets" | "statefulsets")
+            | ("batch", "jobs" | "cronjobs")
+    )
+}
+
 /// Pods whose template asks to fail (tests of failure handling).
 pub const FAIL_ANNOTATION: &str = "sim.pinfleet.dev/fail";
 
@@ -331,8 +342,11 @@ impl Controllers {
 
     fn schedule(&self, inner: &mut Inner) {
         let pods_t = t(inner, "", "pods");
-        let nodes = all(inner, &t(inner, "", "nodes"));
         let pods = all(inner, &pods_t);
+        if !pods.iter().any(|p| s(p, "/spec/nodeName").is_empty() && !terminating(p)) {
+            return;
+        }
+        let nodes = all(inner, &t(inner, "", "nodes"));
         let mut used: BTreeMap<String, (i64, i64)> = BTreeMap::new();
         // For scoring, kube-scheduler counts a pod without requests as 100m
         // CPU; with the pod count as tie-break, pods spread over nodes.
@@ -402,15 +416,16 @@ impl Controllers {
 
     fn kubelet(&self, inner: &mut Inner) {
         let pods_t = t(inner, "", "pods");
-        let nodes: BTreeMap<String, Value> =
-            all(inner, &t(inner, "", "nodes")).into_iter().map(|n| (name(&n), n)).collect();
+        let nodes_t = t(inner, "", "nodes");
         let now_ts = chrono::Utc::now();
         for pod in all(inner, &pods_t) {
             let node = s(&pod, "/spec/nodeName").to_string();
             if node.is_empty() {
                 continue;
             }
-            let Some(n) = nodes.get(&node) else {
+            // One lookup per bound pod, not a copy of every node per pass.
+            let found = inner.get(&nodes_t, "", &node).ok();
+            let Some(n) = found.as_ref() else {
                 // Pod garbage collection: pods bound to a node that is gone.
                 if !terminating(&pod) {
                     let _ = inner.delete(&pods_t, &ns(&pod), &name(&pod), Propagation::Background, None, false);
@@ -493,8 +508,12 @@ impl Controllers {
     fn replicasets(&self, inner: &mut Inner) {
         let rs_t = t(inner, "apps", "replicasets");
         let pods_t = t(inner, "", "pods");
+        let replicasets = all(inner, &rs_t);
+        if replicasets.is_empty() {
+            return;
+        }
         let pods = all(inner, &pods_t);
-        for rs in all(inner, &rs_t).into_iter().filter(|r| !terminating(r)) {
+        for rs in replicasets.into_iter().filter(|r| !terminating(r)) {
             let want = i(&rs, "/spec/replicas", 1);
             let owned: Vec<&Value> = pods
                 .iter()
@@ -669,8 +688,12 @@ impl Controllers {
     fn daemonsets(&self, inner: &mut Inner) {
         let ds_t = t(inner, "apps", "daemonsets");
         let pods_t = t(inner, "", "pods");
+        let daemonsets = all(inner, &ds_t);
+        if daemonsets.is_empty() {
+            return;
+        }
         let nodes = all(inner, &t(inner, "", "nodes"));
-        for ds in all(inner, &ds_t).into_iter().filter(|d| !terminating(d)) {
+        for ds in daemonsets.into_iter().filter(|d| !terminating(d)) {
             let hash = template_hash(&ds["spec"]["template"]);
             let pods: Vec<Value> = all(inner, &pods_t)
                 .into_iter()

@@ -105,9 +105,19 @@ fn spawn_controllers(store: server::Shared, controllers: Controllers) {
         loop {
             tokio::select! {
                 r = events.recv() => {
-                    if matches!(r, Err(tokio::sync::broadcast::error::RecvError::Closed)) { return; }
+                    let relevant = match r {
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                        Err(_) => true,
+                        Ok(ev) => controllers::watched(&ev.key),
+                    };
                     // Coalesce a burst of events into one pass.
-                    while events.try_recv().is_ok() {}
+                    let mut any = relevant;
+                    while let Ok(ev) = events.try_recv() {
+                        any |= controllers::watched(&ev.key);
+                    }
+                    if !any {
+                        continue;
+                    }
                 }
                 _ = tokio::time::sleep(TICK) => {}
             }
