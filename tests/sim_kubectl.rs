@@ -115,7 +115,7 @@ fn a_crd_becomes_established_and_serves_its_resources() {
     let k = KubeEnv::start();
     let group = format!("{}.example.com", k.unique("g"));
     let crd = format!(
-        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: gadgets.{group}}}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{plural: gadgets, singular: gadget, kind: Gadget, shortNames: [gdg], categories: [pftest]}}\n  versions:\n    - name: v1\n      served: true\n      storage: true\n      schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}\n      subresources: {{status: {{}}, scale: {{specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas}}}}\n"
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: gadgets.{group}}}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{plural: gadgets, singular: gadget, kind: Gadget, shortNames: [gdg], categories: [pftest]}}\n  versions:\n    - name: v1\n      served: true\n      storage: true\n      schema:\n        openAPIV3Schema:\n          type: object\n          properties:\n            spec:\n              type: object\n              properties:\n                replicas: {{type: integer, minimum: 0}}\n                size: {{type: string, enum: [small, large], default: small}}\n            status: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n      subresources: {{status: {{}}, scale: {{specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas}}}}\n"
     );
     k.ok_stdin(&["apply", "-f", "-"], &crd);
     k.ok(&["wait", "--for=condition=Established", &format!("crd/gadgets.{group}"), "--timeout=30s"]);
@@ -124,6 +124,18 @@ fn a_crd_becomes_established_and_serves_its_resources() {
         &format!("apiVersion: {group}/v1\nkind: Gadget\nmetadata: {{name: g1}}\nspec: {{replicas: 1}}\n"),
     );
     assert!(k.ok(&["get", "gdg", "-o", "name"]).contains("g1"));
+    // The schema is enforced: defaults filled in, bad values refused with the server's message.
+    assert_eq!(k.ok(&["get", "gdg", "g1", "-o", "jsonpath={.spec.size}"]), "small");
+    let bad = k.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: {group}/v1\nkind: Gadget\nmetadata: {{name: g2}}\nspec: {{replicas: many, size: huge}}\n"
+        ),
+    );
+    assert!(!bad.status.success());
+    let err = stderr(&bad);
+    assert!(err.contains("spec.replicas: Invalid value") && err.contains("must be of type integer"), "{err}");
+    assert!(err.contains("spec.size: Unsupported value: \"huge\""), "{err}");
     assert!(k.ok(&["get", "pftest", "-o", "name"]).contains("g1"));
     k.ok(&["scale", &format!("gadgets.{group}"), "g1", "--replicas=3"]);
     assert_eq!(k.ok(&["get", &format!("gadgets.{group}"), "g1", "-o", "jsonpath={.spec.replicas}"]), "3");

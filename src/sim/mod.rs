@@ -14,6 +14,7 @@ pub mod nodes;
 pub mod openapi;
 pub mod patch;
 pub mod registry;
+pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod store;

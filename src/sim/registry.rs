@@ -22,6 +22,8 @@ pub struct ResourceType {
     pub scale: Option<Scale>,
     /// Printer columns (CRDs), as given.
     pub columns: Vec<Value>,
+    /// A CRD version's structural schema (openAPIV3Schema), enforced on writes.
+    pub schema: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +68,7 @@ fn rt(
         status,
         scale: None,
         columns: Vec::new(),
+        schema: None,
     }
 }
 

@@ -184,6 +184,25 @@ impl Inner {
         s
     }
 
+    /// Defaults, prunes and validates a custom resource against its CRD
+    /// version's schema (a no-op for types without one).
+    fn enforce_schema(t: &ResourceType, name: &str, obj: Value) -> R<Value> {
+        let Some(schema) = &t.schema else { return Ok(obj) };
+        super::schema::validate(schema, &obj).map_err(|errors| {
+            let what = format!("{}.{}", t.kind, t.group);
+            let msg = if errors.len() == 1 { errors[0].clone() } else { format!("[{}]", errors.join(", ")) };
+            let causes: Vec<Value> = errors
+                .iter()
+                .map(|e| {
+                    let (field, rest) = e.split_once(": ").unwrap_or(("", e));
+                    json!({"reason": "FieldValueInvalid", "message": rest, "field": field})
+                })
+                .collect();
+            ApiError::new(422, "Invalid", format!("{what} \"{name}\" is invalid: {msg}"))
+                .with_details(json!({"name": name, "group": t.group, "kind": t.kind, "causes": causes}))
+        })
+    }
+
     /// A store that keeps only `n` events for resuming watches (tests of 410 Gone).
     pub fn with_event_log(n: usize) -> Self {
         let mut s = Inner::new();
@@ -353,6 +372,7 @@ impl Inner {
         if t.plural == "customresourcedefinitions" {
             self.register_crd(&mut obj)?;
         }
+        obj = Self::enforce_schema(t, &name, obj)?;
         if !obj.pointer("/metadata/managedFields").is_some_and(|m| m.as_array().is_some_and(|a| !a.is_empty())) {
             fields::record_update(None, &mut obj, manager, &t.api_version(), &now);
         }
@@ -450,6 +470,7 @@ impl Inner {
             let gen = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
             m.insert("generation".into(), json!(gen));
         }
+        obj = Self::enforce_schema(t, name, obj)?;
         if spec_part(&old) != spec_part(&obj) {
             let gen = meta(&old).get("generation").and_then(Value::as_i64).unwrap_or(1);
             meta_mut(&mut obj).insert("generation".into(), json!(gen + 1));
@@ -808,6 +829,7 @@ impl Inner {
                 status: sub.and_then(|s| s.get("status")).is_some(),
                 scale,
                 columns: v.get("additionalPrinterColumns").and_then(Value::as_array).cloned().unwrap_or_default(),
+                schema: v.pointer("/schema/openAPIV3Schema").cloned(),
             });
         }
         let now = now();
