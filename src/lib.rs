@@ -26,3 +26,4 @@ pub mod render;
 pub mod sim;
 pub mod spec;
 pub mod state;
+pub mod workloads;

@@ -5,6 +5,7 @@ pub mod apply;
 pub mod bootstrap;
 pub mod cloud;
 pub mod completions;
+pub mod crds;
 pub mod destroy;
 pub mod get;
 pub mod history;
@@ -55,6 +56,8 @@ pub enum Command {
     Render(render::RenderArgs),
     /// Print the JSON Schema of the cluster format.
     Schema(schema::SchemaArgs),
+    /// Print the platform's workload CRDs as YAML.
+    Crds(crds::CrdsArgs),
     /// Show what `apply` would change on AWS, and why.
     Plan(plan::PlanArgs),
     /// Create a cluster the first time: state bucket, PKI, kubeconfig, then apply.
@@ -84,6 +87,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Validate(a) => validate::run(g, a),
         Command::Render(a) => render::run(g, a),
         Command::Schema(a) => schema::run(g, a),
+        Command::Crds(a) => crds::run(g, a),
         Command::Completions(a) => completions::run(g, a),
         Command::Plan(a) => rt()?.block_on(plan::run(g, a)),
         Command::Bootstrap(a) => rt()?.block_on(bootstrap::run(g, a)),
