@@ -75,7 +75,7 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TrafficRuntime {
     #[serde(default = "yes")]
@@ -85,7 +85,7 @@ pub struct TrafficRuntime {
     pub serviceset: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LoggingRuntime {
     #[serde(default = "yes")]
@@ -94,7 +94,7 @@ pub struct LoggingRuntime {
     pub paths: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MetricsRuntime {
     #[serde(default = "yes")]
@@ -104,6 +104,25 @@ pub struct MetricsRuntime {
     pub port: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+}
+
+// Runtime support is on unless a workload turns it off.
+impl Default for TrafficRuntime {
+    fn default() -> Self {
+        TrafficRuntime { enabled: true, serviceset: None }
+    }
+}
+
+impl Default for LoggingRuntime {
+    fn default() -> Self {
+        LoggingRuntime { enabled: true, paths: Vec::new() }
+    }
+}
+
+impl Default for MetricsRuntime {
+    fn default() -> Self {
+        MetricsRuntime { enabled: true, port: None, path: None }
+    }
 }
 
 /// Runtime support toggles and overrides.
