@@ -76,15 +76,6 @@ async fn run_with_retries(ctx: &OpContext, change: &Change) -> Result<String> {
     }
 }
 
-fn symbol(a: Action) -> &'static str {
-    match a {
-        Action::Create => "+",
-        Action::Update => "~",
-        Action::Replace => "-/+",
-        Action::Delete => "-",
-    }
-}
-
 /// Applies `plan`. Refuses up front, changing nothing, if any change is one
 /// pinfleet will not make by itself.
 pub async fn execute(plan: &Plan, ctx: Arc<OpContext>, opts: &Options) -> Result<Report> {
@@ -125,7 +116,7 @@ pub async fn execute(plan: &Plan, ctx: Arc<OpContext>, opts: &Options) -> Result
                 if opts.progress {
                     let line = format!(
                         "  {} {} {}  ({:.1}s)",
-                        symbol(change.action),
+                        change.action.symbol(),
                         change.key,
                         r.dimmed(),
                         took.as_secs_f64()

@@ -27,6 +27,18 @@ pub enum Action {
     Delete,
 }
 
+impl Action {
+    /// `+`, `~`, `-/+`, `-`, as terraform shows them.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Action::Create => "+",
+            Action::Update => "~",
+            Action::Replace => "-/+",
+            Action::Delete => "-",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FieldChange {
     pub field: String,

@@ -9,15 +9,6 @@ use similar::TextDiff;
 
 use super::{Action, Plan};
 
-fn symbol(a: Action) -> &'static str {
-    match a {
-        Action::Create => "+",
-        Action::Update => "~",
-        Action::Replace => "-/+",
-        Action::Delete => "-",
-    }
-}
-
 fn paint(a: Action, s: &str, color: bool) -> String {
     if !color {
         return s.to_string();
@@ -40,7 +31,7 @@ pub fn text(plan: &Plan, color: bool) -> String {
         let _ = writeln!(out, "pinfleet will make these changes to cluster {}:\n", plan.cluster);
         let width = plan.changes.iter().map(|c| c.key.len()).max().unwrap_or(0);
         for c in &plan.changes {
-            let head = format!("{:>3} {:<width$}  {}", symbol(c.action), c.key, c.summary);
+            let head = format!("{:>3} {:<width$}  {}", c.action.symbol(), c.key, c.summary);
             let _ = writeln!(out, "{}", paint(c.action, &head, color));
             for f in &c.fields {
                 let before = f.before.as_deref().unwrap_or("");

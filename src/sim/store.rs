@@ -393,7 +393,7 @@ impl Inner {
         t: &ResourceType,
         ns: &str,
         name: &str,
-        mut obj: Value,
+        obj: Value,
         manager: &str,
         sub: Sub,
         dry_run: bool,
@@ -415,26 +415,7 @@ impl Inner {
                 ),
             ));
         }
-        obj = match sub {
-            Sub::Status => {
-                let mut merged = old.clone();
-                merged["status"] = obj.get("status").cloned().unwrap_or(Value::Null);
-                merged
-            }
-            Sub::Main if t.status && t.plural != "pods" && t.plural != "nodes" && t.plural != "namespaces" => {
-                // Writes to the main resource cannot change status.
-                match old.get("status") {
-                    Some(s) => obj["status"] = s.clone(),
-                    None => {
-                        if let Some(o) = obj.as_object_mut() {
-                            o.remove("status");
-                        }
-                    }
-                }
-                obj
-            }
-            _ => obj,
-        };
+        let obj = with_status_rules(t, &old, obj, sub);
         self.commit(t, ns, name, old, obj, manager, dry_run, false)
     }
 
@@ -549,26 +530,7 @@ impl Inner {
                 return Err(conflict(t, name));
             }
         }
-        let new = match sub {
-            Sub::Status => {
-                let mut merged = old.clone();
-                merged["status"] = new.get("status").cloned().unwrap_or(Value::Null);
-                merged
-            }
-            _ if t.status && t.plural != "pods" && t.plural != "nodes" && t.plural != "namespaces" => {
-                let mut n = new;
-                match old.get("status") {
-                    Some(s) => n["status"] = s.clone(),
-                    None => {
-                        if let Some(o) = n.as_object_mut() {
-                            o.remove("status");
-                        }
-                    }
-                }
-                n
-            }
-            _ => new,
-        };
+        let new = with_status_rules(t, &old, new, sub);
         self.commit(t, ns, name, old, new, manager, dry_run, false)
     }
 
@@ -996,6 +958,32 @@ impl Inner {
 impl Default for Inner {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// The status subresource's rules: a status write changes only status; a
+/// write to the object itself keeps the stored status (pods, nodes and
+/// namespaces excepted, as in the real API).
+fn with_status_rules(t: &ResourceType, old: &Value, new: Value, sub: Sub) -> Value {
+    match sub {
+        Sub::Status => {
+            let mut merged = old.clone();
+            merged["status"] = new.get("status").cloned().unwrap_or(Value::Null);
+            merged
+        }
+        _ if t.status && !matches!(t.plural.as_str(), "pods" | "nodes" | "namespaces") => {
+            let mut n = new;
+            match old.get("status") {
+                Some(s) => n["status"] = s.clone(),
+                None => {
+                    if let Some(o) = n.as_object_mut() {
+                        o.remove("status");
+                    }
+                }
+            }
+            n
+        }
+        _ => new,
     }
 }
 
