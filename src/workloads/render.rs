@@ -123,6 +123,12 @@ pub struct Workload<'a> {
 
 const NONROOT_UID: i64 = 65532;
 
+/// An object built by moving values in (`json!` would serialize each
+/// interpolated value again — a deep copy of every pod template).
+fn obj<const N: usize>(pairs: [(&str, Value); N]) -> Value {
+    Value::Object(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
 fn owner_reference(w: &Workload) -> Value {
     json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": w.kind.name(), "name": w.name, "uid": w.uid, "controller": true, "blockOwnerDeletion": true})
 }
@@ -148,7 +154,13 @@ pub fn selector(w: &Workload) -> BTreeMap<String, String> {
 }
 
 fn meta(w: &Workload, name: &str) -> Value {
-    json!({"name": name, "namespace": w.namespace, "labels": labels(w), "ownerReferences": [owner_reference(w)]})
+    let labels: serde_json::Map<String, Value> = labels(w).into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+    obj([
+        ("name", name.into()),
+        ("namespace", w.namespace.into()),
+        ("labels", Value::Object(labels)),
+        ("ownerReferences", Value::Array(vec![owner_reference(w)])),
+    ])
 }
 
 fn injected_security() -> Value {
@@ -237,14 +249,14 @@ pub fn inject(w: &Workload, ctx: &Context, sharding: Option<Sharding>, extra_env
             let mut merged = env.clone();
             merged.retain(|e| !existing.iter().any(|x| x["name"] == e["name"]));
             merged.extend(existing);
-            c["env"] = json!(merged);
+            c["env"] = Value::Array(merged);
             let mut vm: Vec<Value> = c.get("volumeMounts").and_then(Value::as_array).cloned().unwrap_or_default();
             for m in &mounts {
                 if !vm.iter().any(|x| x["mountPath"] == m["mountPath"]) {
                     vm.push(m.clone());
                 }
             }
-            c["volumeMounts"] = json!(vm);
+            c["volumeMounts"] = Value::Array(vm);
             // Default requests and limits where the user gave none.
             if c.pointer("/resources/requests").is_none() {
                 c["resources"]["requests"] =
@@ -259,18 +271,25 @@ pub fn inject(w: &Workload, ctx: &Context, sharding: Option<Sharding>, extra_env
     // Init container and native sidecars, in start order.
     let mut init: Vec<Value> = Vec::new();
     let templates: Vec<String> = w.common.config_templates.iter().map(|c| c.name.clone()).collect();
-    init.push(json!({
-        "name": "platform-init", "image": p.init_image,
-        "args": ["render", "--out=/etc/platform", format!("--templates={}", templates.join(","))],
-        "env": [{"name": "WORKLOAD_NAME", "value": w.name}, {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-        "volumeMounts": [{"name": "platform-config", "mountPath": "/etc/platform"}, {"name": "platform-templates", "mountPath": "/etc/platform-templates", "readOnly": true}],
-        "resources": sidecar_resources(p, &rt.overrides, "platform-init"),
-        "securityContext": injected_security(),
-    }));
+    init.push(obj([
+        ("name", "platform-init".into()),
+        ("image", p.init_image.clone().into()),
+        ("args", json!(["render", "--out=/etc/platform", format!("--templates={}", templates.join(","))])),
+        ("env", json!([{"name": "WORKLOAD_NAME", "value": w.name}, {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}])),
+        ("volumeMounts", json!([{"name": "platform-config", "mountPath": "/etc/platform"}, {"name": "platform-templates", "mountPath": "/etc/platform-templates", "readOnly": true}])),
+        ("resources", sidecar_resources(p, &rt.overrides, "platform-init")),
+        ("securityContext", injected_security()),
+    ]));
     let sidecar = |name: &str, image: &str, extra: Value| -> Value {
-        let mut c = json!({"name": name, "image": image, "restartPolicy": "Always", "resources": sidecar_resources(p, &rt.overrides, name), "securityContext": injected_security()});
-        if let (Some(o), Some(e)) = (c.as_object_mut(), extra.as_object()) {
-            o.extend(e.clone());
+        let mut c = obj([
+            ("name", name.into()),
+            ("image", image.into()),
+            ("restartPolicy", "Always".into()),
+            ("resources", sidecar_resources(p, &rt.overrides, name)),
+            ("securityContext", injected_security()),
+        ]);
+        if let (Some(o), Value::Object(e)) = (c.as_object_mut(), extra) {
+            o.extend(e);
         }
         c
     };
@@ -308,7 +327,7 @@ pub fn inject(w: &Workload, ctx: &Context, sharding: Option<Sharding>, extra_env
     let mut existing_init: Vec<Value> =
         spec.get("initContainers").and_then(Value::as_array).cloned().unwrap_or_default();
     init.append(&mut existing_init);
-    spec["initContainers"] = json!(init);
+    spec["initContainers"] = Value::Array(init);
 
     let mut volumes: Vec<Value> = spec.get("volumes").and_then(Value::as_array).cloned().unwrap_or_default();
     volumes.extend([
@@ -317,7 +336,7 @@ pub fn inject(w: &Workload, ctx: &Context, sharding: Option<Sharding>, extra_env
         json!({"name": "platform-identity", "emptyDir": {"medium": "Memory"}}),
         json!({"name": "platform-templates", "configMap": {"name": format!("{}-config", w.name), "optional": true}}),
     ]);
-    spec["volumes"] = json!(volumes);
+    spec["volumes"] = Value::Array(volumes);
     if spec.get("serviceAccountName").is_none() {
         spec["serviceAccountName"] = json!(w.name);
     }
@@ -332,7 +351,7 @@ pub fn inject(w: &Workload, ctx: &Context, sharding: Option<Sharding>, extra_env
         spec["restartPolicy"] = json!("Never");
     }
     // Metadata first, as people read manifests.
-    json!({"metadata": t["metadata"].take(), "spec": t["spec"].take()})
+    obj([("metadata", t["metadata"].take()), ("spec", t["spec"].take())])
 }
 
 fn service_account(w: &Workload) -> Value {
@@ -376,10 +395,21 @@ pub fn service(cr: &PinterestService, ctx: &Context) -> Result<Vec<Value>, Rende
     if s.common.paused {
         deploy_meta["annotations"] = json!({"pinfleet.dev/paused": "true"});
     }
-    out.push(json!({
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": deploy_meta,
-        "spec": {"replicas": s.replicas, "paused": s.common.paused, "selector": {"matchLabels": selector(&w)}, "strategy": strategy, "template": inject(&w, ctx, None, &[])},
-    }));
+    out.push(obj([
+        ("apiVersion", "apps/v1".into()),
+        ("kind", "Deployment".into()),
+        ("metadata", deploy_meta),
+        (
+            "spec",
+            obj([
+                ("replicas", s.replicas.into()),
+                ("paused", s.common.paused.into()),
+                ("selector", json!({"matchLabels": selector(&w)})),
+                ("strategy", strategy),
+                ("template", inject(&w, ctx, None, &[])),
+            ]),
+        ),
+    ]));
     if !s.ports.is_empty() {
         let ports: Vec<Value> = s.ports.iter().map(|p| json!({"name": p.name, "port": p.port, "targetPort": p.target_port.clone().unwrap_or(json!(p.port)), "protocol": p.protocol})).collect();
         out.push(json!({"apiVersion": "v1", "kind": "Service", "metadata": meta(&w, w.name), "spec": {"selector": selector(&w), "ports": ports}}));
@@ -426,7 +456,7 @@ fn claims(w: &Workload, templates: &[VolumeClaimTemplate], out: &mut Vec<Value>,
             ClaimScope::PerShard => volumes.push(json!({"name": vct.name, "ephemeral": {"volumeClaimTemplate": {"metadata": {"labels": labels(w)}, "spec": vct.spec}}})),
         }
     }
-    pod["spec"]["volumes"] = json!(volumes);
+    pod["spec"]["volumes"] = Value::Array(volumes);
 }
 
 pub fn jobset(cr: &PinterestJobSet, ctx: &Context) -> Result<Vec<Value>, RenderError> {
@@ -439,7 +469,13 @@ pub fn jobset(cr: &PinterestJobSet, ctx: &Context) -> Result<Vec<Value>, RenderE
     let mut out = base(&w);
     let mut pod = inject(&w, ctx, Some(Sharding { count: s.shards }), &[]);
     claims(&w, &s.volume_claim_templates, &mut out, &mut pod);
-    let mut spec = json!({"completionMode": "Indexed", "completions": s.shards, "parallelism": parallelism, "suspend": s.common.paused, "template": pod});
+    let mut spec = obj([
+        ("completionMode", "Indexed".into()),
+        ("completions", s.shards.into()),
+        ("parallelism", parallelism.into()),
+        ("suspend", s.common.paused.into()),
+        ("template", pod),
+    ]);
     if let Some(b) = s.backoff_limit_per_index {
         spec["backoffLimitPerIndex"] = json!(b);
     }
@@ -449,7 +485,12 @@ pub fn jobset(cr: &PinterestJobSet, ctx: &Context) -> Result<Vec<Value>, RenderE
     if let Some(t) = s.ttl_seconds_after_finished {
         spec["ttlSecondsAfterFinished"] = json!(t);
     }
-    out.push(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(&w, w.name), "spec": spec}));
+    out.push(obj([
+        ("apiVersion", "batch/v1".into()),
+        ("kind", "Job".into()),
+        ("metadata", meta(&w, w.name)),
+        ("spec", spec),
+    ]));
     Ok(out)
 }
 
@@ -459,7 +500,7 @@ pub fn cronjob(cr: &PinterestCronJob, ctx: &Context) -> Result<Vec<Value>, Rende
     let mut out = base(&w);
     let shards = s.job.shards;
     let pod = inject(&w, ctx, shards.map(|count| Sharding { count }), &[]);
-    let mut job = json!({"template": pod});
+    let mut job = obj([("template", pod)]);
     if let Some(n) = shards {
         job["completionMode"] = json!("Indexed");
         job["completions"] = json!(n);
@@ -476,7 +517,12 @@ pub fn cronjob(cr: &PinterestCronJob, ctx: &Context) -> Result<Vec<Value>, Rende
         ConcurrencyPolicy::Forbid => "Forbid",
         ConcurrencyPolicy::Replace => "Replace",
     };
-    let mut spec = json!({"schedule": s.schedule, "concurrencyPolicy": policy, "suspend": s.suspend || s.common.paused, "jobTemplate": {"metadata": {"labels": labels(&w)}, "spec": job}});
+    let mut spec = obj([
+        ("schedule", s.schedule.clone().into()),
+        ("concurrencyPolicy", policy.into()),
+        ("suspend", (s.suspend || s.common.paused).into()),
+        ("jobTemplate", obj([("metadata", json!({"labels": labels(&w)})), ("spec", job)])),
+    ]);
     if let Some(tz) = &s.time_zone {
         spec["timeZone"] = json!(tz);
     }
@@ -486,7 +532,12 @@ pub fn cronjob(cr: &PinterestCronJob, ctx: &Context) -> Result<Vec<Value>, Rende
     if let Some(n) = s.failed_jobs_history_limit {
         spec["failedJobsHistoryLimit"] = json!(n);
     }
-    out.push(json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": meta(&w, w.name), "spec": spec}));
+    out.push(obj([
+        ("apiVersion", "batch/v1".into()),
+        ("kind", "CronJob".into()),
+        ("metadata", meta(&w, w.name)),
+        ("spec", spec),
+    ]));
     Ok(out)
 }
 
@@ -528,7 +579,15 @@ pub fn daemon(cr: &PinterestDaemon, ctx: &Context) -> Result<Vec<Value>, RenderE
     if let Some(v) = &s.update_strategy.max_surge {
         update["rollingUpdate"]["maxSurge"] = v.clone();
     }
-    out.push(json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta(&w, w.name), "spec": {"selector": {"matchLabels": selector(&w)}, "updateStrategy": update, "template": pod}}));
+    out.push(obj([
+        ("apiVersion", "apps/v1".into()),
+        ("kind", "DaemonSet".into()),
+        ("metadata", meta(&w, w.name)),
+        (
+            "spec",
+            obj([("selector", json!({"matchLabels": selector(&w)})), ("updateStrategy", update), ("template", pod)]),
+        ),
+    ]));
     Ok(out)
 }
 
@@ -588,8 +647,19 @@ pub fn training(cr: &PinterestTrainingJob, ctx: &Context) -> Result<Vec<Value>, 
             }
         }
         let job_name = format!("{}-{}", w.name, role.name);
-        out.push(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(&w, &job_name),
-            "spec": {"completionMode": "Indexed", "completions": role.replicas, "parallelism": role.replicas, "suspend": s.common.paused, "template": pod}}));
+        let spec = obj([
+            ("completionMode", "Indexed".into()),
+            ("completions", role.replicas.into()),
+            ("parallelism", role.replicas.into()),
+            ("suspend", s.common.paused.into()),
+            ("template", pod),
+        ]);
+        out.push(obj([
+            ("apiVersion", "batch/v1".into()),
+            ("kind", "Job".into()),
+            ("metadata", meta(&w, &job_name)),
+            ("spec", spec),
+        ]));
         offset += role.replicas;
     }
     Ok(out)
@@ -617,8 +687,21 @@ pub fn statefulset(cr: &PinterestStatefulSet, ctx: &Context) -> Result<Vec<Value
     if let Some(m) = &s.update_strategy.max_unavailable {
         update["rollingUpdate"]["maxUnavailable"] = m.clone();
     }
-    out.push(json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta(&w, w.name),
-        "spec": {"replicas": s.replicas, "serviceName": w.name, "podManagementPolicy": policy, "updateStrategy": update, "selector": {"matchLabels": selector(&w)}, "template": pod, "volumeClaimTemplates": claims}}));
+    let spec = obj([
+        ("replicas", s.replicas.into()),
+        ("serviceName", w.name.into()),
+        ("podManagementPolicy", policy.into()),
+        ("updateStrategy", update),
+        ("selector", json!({"matchLabels": selector(&w)})),
+        ("template", pod),
+        ("volumeClaimTemplates", Value::Array(claims)),
+    ]);
+    out.push(obj([
+        ("apiVersion", "apps/v1".into()),
+        ("kind", "StatefulSet".into()),
+        ("metadata", meta(&w, w.name)),
+        ("spec", spec),
+    ]));
     if s.replicas > 1 {
         out.push(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(&w, w.name), "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(&w)}}}));
     }
