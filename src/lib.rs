@@ -19,6 +19,7 @@ pub mod ami;
 pub mod apply;
 pub mod cli;
 pub mod cloud;
+pub mod controller;
 pub mod kube;
 pub mod output;
 pub mod plan;

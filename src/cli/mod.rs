@@ -5,6 +5,7 @@ pub mod apply;
 pub mod bootstrap;
 pub mod cloud;
 pub mod completions;
+pub mod controller;
 pub mod crds;
 pub mod destroy;
 pub mod get;
@@ -58,6 +59,8 @@ pub enum Command {
     Schema(schema::SchemaArgs),
     /// Print the platform's workload CRDs as YAML.
     Crds(crds::CrdsArgs),
+    /// Run the workload controllers (Pinterest* CRs → native objects).
+    Controller(controller::ControllerArgs),
     /// Show what `apply` would change on AWS, and why.
     Plan(plan::PlanArgs),
     /// Create a cluster the first time: state bucket, PKI, kubeconfig, then apply.
@@ -88,6 +91,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Render(a) => render::run(g, a),
         Command::Schema(a) => schema::run(g, a),
         Command::Crds(a) => crds::run(g, a),
+        Command::Controller(a) => rt()?.block_on(controller::run(g, a)),
         Command::Completions(a) => completions::run(g, a),
         Command::Plan(a) => rt()?.block_on(plan::run(g, a)),
         Command::Bootstrap(a) => rt()?.block_on(bootstrap::run(g, a)),

@@ -1,0 +1,313 @@
+//! `pinfleet controller`: kube-runtime Controllers for the six workload
+//! kinds. Each reconcile loads the runtime-support profile, renders the
+//! CR ([`crate::workloads::render`]), applies every child with server-side
+//! apply (field manager `pinfleet-controller`) — only when the live object
+//! differs in a field pinfleet sets, so a no-op resync writes nothing and
+//! hand edits are reverted — prunes children no longer rendered, and
+//! writes status computed from the children ([`status`]) only when it
+//! changed. Children carry owner references, so deletion cascades.
+//! Failures back off exponentially per object.
+
+pub mod status;
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::workloads::render::{self, Kind, RenderError, RuntimeProfile};
+use crate::workloads::*;
+
+pub const MANAGER: &str = "pinfleet-controller";
+/// Where the runtime-support addon publishes its profiles.
+pub const SYSTEM_NAMESPACE: &str = "pinfleet-system";
+pub const PROFILE_CONFIGMAP: &str = "runtime-support";
+/// Periodic resync (children are also watched, so drift is seen sooner).
+const RESYNC: Duration = Duration::from_secs(300);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Shared state and counters (exposed as metrics by the command).
+pub struct Ctx {
+    pub client: Client,
+    pub cluster: String,
+    pub writes: AtomicU64,
+    pub reconciles: AtomicU64,
+    pub errors: AtomicU64,
+    attempts: Mutex<HashMap<String, u32>>,
+}
+
+impl Ctx {
+    pub fn new(client: Client, cluster: &str) -> Arc<Ctx> {
+        Arc::new(Ctx {
+            client,
+            cluster: cluster.into(),
+            writes: AtomicU64::new(0),
+            reconciles: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            attempts: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+/// A child kind: apiVersion, kind, plural.
+type ChildKind = (&'static str, &'static str, &'static str);
+
+const SERVICE_CHILDREN: &[ChildKind] = &[
+    ("v1", "ServiceAccount", "serviceaccounts"),
+    ("v1", "ConfigMap", "configmaps"),
+    ("apps/v1", "Deployment", "deployments"),
+    ("v1", "Service", "services"),
+    ("networking.k8s.io/v1", "Ingress", "ingresses"),
+    ("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+];
+const JOBSET_CHILDREN: &[ChildKind] = &[
+    ("v1", "ServiceAccount", "serviceaccounts"),
+    ("v1", "ConfigMap", "configmaps"),
+    ("batch/v1", "Job", "jobs"),
+    ("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+];
+const CRON_CHILDREN: &[ChildKind] = &[
+    ("v1", "ServiceAccount", "serviceaccounts"),
+    ("v1", "ConfigMap", "configmaps"),
+    ("batch/v1", "CronJob", "cronjobs"),
+];
+const DAEMON_CHILDREN: &[ChildKind] = &[
+    ("v1", "ServiceAccount", "serviceaccounts"),
+    ("v1", "ConfigMap", "configmaps"),
+    ("apps/v1", "DaemonSet", "daemonsets"),
+];
+const TRAINING_CHILDREN: &[ChildKind] = &[
+    ("v1", "ServiceAccount", "serviceaccounts"),
+    ("v1", "ConfigMap", "configmaps"),
+    ("v1", "Service", "services"),
+    ("batch/v1", "Job", "jobs"),
+];
+const STATEFUL_CHILDREN: &[ChildKind] = &[
+    ("v1", "ServiceAccount", "serviceaccounts"),
+    ("v1", "ConfigMap", "configmaps"),
+    ("v1", "Service", "services"),
+    ("apps/v1", "StatefulSet", "statefulsets"),
+    ("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+];
+
+/// What the controller needs of each workload kind.
+pub trait Workload:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + Debug
+    + DeserializeOwned
+    + Serialize
+    + Send
+    + Sync
+    + 'static
+{
+    const KIND: Kind;
+    const CHILDREN: &'static [ChildKind];
+    fn common(&self) -> &Common;
+    fn want(&self) -> i64;
+    fn render(&self, ctx: &render::Context) -> Result<Vec<Value>, RenderError>;
+}
+
+macro_rules! workload {
+    ($t:ty, $kind:expr, $children:expr, $render:path, $want:expr) => {
+        impl Workload for $t {
+            const KIND: Kind = $kind;
+            const CHILDREN: &'static [ChildKind] = $children;
+            fn common(&self) -> &Common {
+                &self.spec.common
+            }
+            fn want(&self) -> i64 {
+                let f: fn(&$t) -> i64 = $want;
+                f(self)
+            }
+            fn render(&self, ctx: &render::Context) -> Result<Vec<Value>, RenderError> {
+                $render(self, ctx)
+            }
+        }
+    };
+}
+
+workload!(PinterestService, Kind::Service, SERVICE_CHILDREN, render::service, |c| i64::from(c.spec.replicas));
+workload!(PinterestJobSet, Kind::JobSet, JOBSET_CHILDREN, render::jobset, |c| i64::from(c.spec.shards));
+workload!(PinterestCronJob, Kind::CronJob, CRON_CHILDREN, render::cronjob, |_| 0);
+workload!(PinterestDaemon, Kind::Daemon, DAEMON_CHILDREN, render::daemon, |_| 0);
+workload!(PinterestTrainingJob, Kind::TrainingJob, TRAINING_CHILDREN, render::training, |c| c
+    .spec
+    .roles
+    .iter()
+    .map(|r| i64::from(r.replicas))
+    .sum());
+workload!(PinterestStatefulSet, Kind::StatefulSet, STATEFUL_CHILDREN, render::statefulset, |c| i64::from(
+    c.spec.replicas
+));
+
+fn api_resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn child_kind(obj: &Value, children: &[ChildKind]) -> Option<ApiResource> {
+    let av = obj["apiVersion"].as_str()?;
+    let kind = obj["kind"].as_str()?;
+    children.iter().find(|(a, k, _)| *a == av && *k == kind).map(|(a, k, p)| api_resource(a, k, p))
+}
+
+/// Whether every field pinfleet sets already has its value in `live`.
+pub fn up_to_date(desired: &Value, live: &Value) -> bool {
+    use crate::sim::fields::{get, leaves};
+    leaves(desired).iter().all(|p| get(desired, p) == get(live, p))
+}
+
+/// The runtime-support profile: the CR's pinned version or the cluster
+/// default from the runtime-support ConfigMap, else the built-in one.
+pub async fn load_profile(client: &Client, pinned: Option<&str>) -> RuntimeProfile {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let data = match cms.get_opt(PROFILE_CONFIGMAP).await {
+        Ok(Some(cm)) => cm.data.unwrap_or_default(),
+        _ => Default::default(),
+    };
+    let version = pinned.map(str::to_string).or_else(|| data.get("default").cloned());
+    version
+        .as_ref()
+        .and_then(|v| data.get(&format!("profile-{v}.json")))
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_else(|| RuntimeProfile::default_profile(version.as_deref().unwrap_or("builtin")))
+}
+
+async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    ctx.reconciles.fetch_add(1, Ordering::Relaxed);
+    let name = obj.name_any();
+    let ns = obj.namespace().unwrap_or_else(|| "default".into());
+    let generation = obj.meta().generation.unwrap_or(1);
+    let client = &ctx.client;
+    let profile = load_profile(client, obj.common().runtime.version.as_deref()).await;
+    let ns_labels =
+        Api::<Namespace>::all(client.clone()).get_opt(&ns).await?.and_then(|n| n.metadata.labels).unwrap_or_default();
+    let rctx = render::Context { cluster: ctx.cluster.clone(), profile: profile.clone(), namespace_labels: ns_labels };
+    let rendered = obj.render(&rctx);
+    let mut live_children = Vec::new();
+    let applied: Result<(), String> = match &rendered {
+        Err(e) => Err(e.to_string()),
+        Ok(children) => {
+            for child in children {
+                let Some(ar) = child_kind(child, K::CHILDREN) else { continue };
+                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+                let child_name = child["metadata"]["name"].as_str().unwrap_or_default();
+                let live = api.get_opt(child_name).await?;
+                let live = match live {
+                    Some(l) if up_to_date(child, &serde_json::to_value(&l).unwrap_or_default()) => l,
+                    _ => {
+                        ctx.writes.fetch_add(1, Ordering::Relaxed);
+                        api.patch(child_name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(child)).await?
+                    }
+                };
+                live_children.push(serde_json::to_value(&live).unwrap_or_default());
+            }
+            // Prune what this workload no longer renders.
+            let selector = format!("pinfleet.dev/kind={},pinfleet.dev/name={name}", K::KIND.name());
+            for (av, kind, plural) in K::CHILDREN {
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(client.clone(), &ns, &api_resource(av, kind, plural));
+                for o in api.list(&ListParams::default().labels(&selector)).await?.items {
+                    let o_name = o.name_any();
+                    let wanted =
+                        children.iter().any(|c| c["kind"] == *kind && c["metadata"]["name"] == o_name.as_str());
+                    let ours = o.owner_references().iter().any(|r| Some(&r.uid) == obj.meta().uid.as_ref());
+                    if !wanted && ours {
+                        ctx.writes.fetch_add(1, Ordering::Relaxed);
+                        api.delete(&o_name, &DeleteParams::background()).await?;
+                    }
+                }
+            }
+            Ok(())
+        }
+    };
+    let summary = status::summarize(K::KIND, obj.want(), &live_children);
+    let previous = serde_json::to_value(obj.as_ref()).ok().and_then(|v| v.get("status").cloned());
+    let labels = render::selector(&render::Workload {
+        kind: K::KIND,
+        name: &name,
+        namespace: &ns,
+        uid: "",
+        common: obj.common(),
+    });
+    let selector = labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let new_status = status::status(
+        K::KIND,
+        generation,
+        &summary,
+        applied.clone(),
+        previous.as_ref(),
+        &now,
+        &profile.version,
+        &selector,
+    );
+    if previous.as_ref() != Some(&new_status) {
+        ctx.writes.fetch_add(1, Ordering::Relaxed);
+        let api: Api<K> = Api::namespaced(client.clone(), &ns);
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": new_status}))).await?;
+    }
+    ctx.attempts.lock().expect("attempts").remove(&format!("{}/{ns}/{name}", K::KIND.name()));
+    match (applied, rendered) {
+        // A spec the controller refuses waits for the next change.
+        (Err(_), Err(_)) => Ok(Action::await_change()),
+        (Err(e), _) => Err(Error::Other(e)),
+        _ if !summary.ready && summary.succeeded.is_none() => Ok(Action::requeue(Duration::from_secs(5))),
+        _ => Ok(Action::requeue(RESYNC)),
+    }
+}
+
+fn error_policy<K: Workload>(obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    ctx.errors.fetch_add(1, Ordering::Relaxed);
+    let key = format!("{}/{}/{}", K::KIND.name(), obj.namespace().unwrap_or_default(), obj.name_any());
+    let mut attempts = ctx.attempts.lock().expect("attempts");
+    let n = attempts.entry(key.clone()).or_insert(0);
+    *n += 1;
+    let delay = Duration::from_millis(500 * 2u64.saturating_pow((*n).min(10))).min(BACKOFF_MAX);
+    tracing::warn!(object = key, attempt = *n, "reconcile failed, retrying in {delay:?}: {err}");
+    Action::requeue(delay)
+}
+
+async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
+    let client = ctx.client.clone();
+    let mut controller = Controller::new(Api::<K>::all(client.clone()), watcher::Config::default());
+    for (av, kind, plural) in K::CHILDREN {
+        let ar = api_resource(av, kind, plural);
+        let cfg = watcher::Config::default().labels(&format!("pinfleet.dev/kind={}", K::KIND.name()));
+        controller = controller.owns_with(Api::<DynamicObject>::all_with(client.clone(), &ar), ar, cfg);
+    }
+    controller.run(reconcile::<K>, error_policy::<K>, ctx).for_each(|_| async {}).await;
+}
+
+/// Runs the controllers for all six kinds until the process ends.
+pub async fn run(ctx: Arc<Ctx>) {
+    futures::join!(
+        run_one::<PinterestService>(ctx.clone()),
+        run_one::<PinterestJobSet>(ctx.clone()),
+        run_one::<PinterestCronJob>(ctx.clone()),
+        run_one::<PinterestDaemon>(ctx.clone()),
+        run_one::<PinterestTrainingJob>(ctx.clone()),
+        run_one::<PinterestStatefulSet>(ctx.clone()),
+    );
+}

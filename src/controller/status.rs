@@ -1,0 +1,220 @@
+//! Workload status from its children (pure): the conditions Ready,
+//! Progressing, Degraded and Reconciled (Succeeded for batch kinds), with
+//! replica and shard counts, computed the way `kubectl rollout status`
+//! judges a rollout.
+
+use serde_json::{json, Value};
+
+use crate::workloads::render::Kind;
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Summary {
+    pub ready: bool,
+    pub progressing: bool,
+    pub degraded: bool,
+    /// Batch kinds: Some(true) succeeded, Some(false) failed, None running.
+    pub succeeded: Option<bool>,
+    pub reason: String,
+    pub message: String,
+    pub replicas: Option<i64>,
+    pub ready_replicas: Option<i64>,
+    pub updated_replicas: Option<i64>,
+    pub shards: Option<Value>,
+}
+
+fn i(v: &Value, p: &str) -> i64 {
+    v.pointer(p).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn cond(v: &Value, t: &str) -> Option<bool> {
+    v.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == t).map(|c| c["status"] == "True")
+}
+
+fn rollout(primary: &Value, want: i64) -> Summary {
+    let observed = i(primary, "/status/observedGeneration") >= i(primary, "/metadata/generation");
+    let updated = i(primary, "/status/updatedReplicas").max(i(primary, "/status/updatedNumberScheduled"));
+    let ready = i(primary, "/status/readyReplicas").max(i(primary, "/status/numberReady"));
+    let total = i(primary, "/status/replicas").max(i(primary, "/status/currentNumberScheduled"));
+    let done = observed && updated >= want && total == want && ready >= want;
+    Summary {
+        ready: done,
+        progressing: !done,
+        degraded: observed && ready < want && updated >= want,
+        succeeded: None,
+        reason: if done {
+            "Available".into()
+        } else if !observed {
+            "Reconciling".into()
+        } else {
+            "RollingOut".into()
+        },
+        message: format!("{ready}/{want} ready, {updated} updated"),
+        replicas: Some(total),
+        ready_replicas: Some(ready),
+        updated_replicas: Some(updated),
+        shards: None,
+    }
+}
+
+fn batch(jobs: &[&Value]) -> Summary {
+    let failed = jobs.iter().any(|j| cond(j, "Failed") == Some(true));
+    let complete = !jobs.is_empty() && jobs.iter().all(|j| cond(j, "Complete") == Some(true));
+    let total: i64 = jobs.iter().map(|j| i(j, "/spec/completions")).sum();
+    let succeeded: i64 = jobs.iter().map(|j| i(j, "/status/succeeded")).sum();
+    let active: i64 = jobs.iter().map(|j| i(j, "/status/active")).sum();
+    let failed_pods: i64 = jobs.iter().map(|j| i(j, "/status/failed")).sum();
+    let failed_indexes: Vec<String> = jobs
+        .iter()
+        .filter_map(|j| j.pointer("/status/failedIndexes").and_then(Value::as_str).map(str::to_string))
+        .filter(|s| !s.is_empty())
+        .collect();
+    Summary {
+        ready: complete,
+        progressing: !complete && !failed,
+        degraded: failed || failed_pods > 0,
+        succeeded: if complete {
+            Some(true)
+        } else if failed {
+            Some(false)
+        } else {
+            None
+        },
+        reason: if complete {
+            "Completed".into()
+        } else if failed {
+            "Failed".into()
+        } else {
+            "Running".into()
+        },
+        message: format!("{succeeded}/{total} shards succeeded, {active} active"),
+        replicas: None,
+        ready_replicas: None,
+        updated_replicas: None,
+        shards: Some(
+            json!({"total": total, "active": active, "succeeded": succeeded, "failed": failed_pods, "failedIndexes": failed_indexes.join(",")}),
+        ),
+    }
+}
+
+/// The summary of a workload of `kind` whose spec wants `want` replicas.
+pub fn summarize(kind: Kind, want: i64, children: &[Value]) -> Summary {
+    fn of<'a>(children: &'a [Value], k: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        children.iter().filter(move |c| c["kind"] == k)
+    }
+    match kind {
+        Kind::Service => of(children, "Deployment").next().map(|d| rollout(d, want)).unwrap_or_default(),
+        Kind::StatefulSet => of(children, "StatefulSet").next().map(|d| rollout(d, want)).unwrap_or_default(),
+        Kind::Daemon => of(children, "DaemonSet")
+            .next()
+            .map(|d| {
+                let desired = i(d, "/status/desiredNumberScheduled");
+                rollout(d, desired)
+            })
+            .unwrap_or_default(),
+        Kind::JobSet | Kind::TrainingJob => batch(&of(children, "Job").collect::<Vec<_>>()),
+        Kind::CronJob => {
+            let cj = of(children, "CronJob").next();
+            Summary {
+                ready: cj.is_some(),
+                reason: if cj.is_some() { "Scheduled".into() } else { "Reconciling".into() },
+                message: cj
+                    .and_then(|c| c.pointer("/status/lastScheduleTime"))
+                    .and_then(Value::as_str)
+                    .map(|t| format!("last run {t}"))
+                    .unwrap_or_else(|| "not run yet".into()),
+                ..Default::default()
+            }
+        }
+    }
+}
+
+/// The status document: conditions (keeping transition times of conditions
+/// whose status did not change) and counts.
+pub fn status(
+    kind: Kind,
+    generation: i64,
+    summary: &Summary,
+    reconciled: Result<(), String>,
+    previous: Option<&Value>,
+    now: &str,
+    profile: &str,
+    selector: &str,
+) -> Value {
+    let prev_time = |t: &str, s: &str| {
+        previous
+            .and_then(|p| p.get("conditions"))
+            .and_then(Value::as_array)
+            .and_then(|c| c.iter().find(|c| c["type"] == t && c["status"] == s))
+            .and_then(|c| c.get("lastTransitionTime").cloned())
+            .unwrap_or_else(|| json!(now))
+    };
+    let c = |t: &str, ok: bool, reason: &str, message: &str| {
+        let s = if ok { "True" } else { "False" };
+        json!({"type": t, "status": s, "reason": reason, "message": message, "observedGeneration": generation, "lastTransitionTime": prev_time(t, s)})
+    };
+    let mut conditions = vec![];
+    match &reconciled {
+        Ok(()) => conditions.push(c("Reconciled", true, "Applied", "children applied")),
+        Err(e) => conditions.push(c("Reconciled", false, "ApplyFailed", e)),
+    }
+    let batch = matches!(kind, Kind::JobSet | Kind::TrainingJob);
+    if batch {
+        conditions.push(c("Succeeded", summary.succeeded == Some(true), &summary.reason, &summary.message));
+    }
+    conditions.push(c(
+        "Ready",
+        summary.ready && reconciled.is_ok(),
+        if reconciled.is_ok() { &summary.reason } else { "ApplyFailed" },
+        &summary.message,
+    ));
+    conditions.push(c("Progressing", summary.progressing, &summary.reason, &summary.message));
+    conditions.push(c("Degraded", summary.degraded, &summary.reason, &summary.message));
+    let mut st = json!({"observedGeneration": generation, "conditions": conditions, "runtimeProfile": profile});
+    if let Some(r) = summary.replicas {
+        st["replicas"] = json!(r);
+        st["selector"] = json!(selector);
+    }
+    if let Some(r) = summary.ready_replicas {
+        st["readyReplicas"] = json!(r);
+    }
+    if let Some(r) = summary.updated_replicas {
+        st["updatedReplicas"] = json!(r);
+    }
+    if let Some(s) = &summary.shards {
+        st["shards"] = s.clone();
+    }
+    st
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finished_rollout_is_ready() {
+        let d = json!({"kind": "Deployment", "metadata": {"generation": 2}, "status": {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3, "readyReplicas": 3}});
+        let s = summarize(Kind::Service, 3, &[d]);
+        assert!(s.ready && !s.progressing && !s.degraded);
+        let rolling = json!({"kind": "Deployment", "metadata": {"generation": 3}, "status": {"observedGeneration": 3, "replicas": 4, "updatedReplicas": 1, "readyReplicas": 3}});
+        let s = summarize(Kind::Service, 3, &[rolling]);
+        assert!(!s.ready && s.progressing);
+    }
+
+    #[test]
+    fn batch_success_and_failure() {
+        let ok = json!({"kind": "Job", "spec": {"completions": 4}, "status": {"succeeded": 4, "conditions": [{"type": "Complete", "status": "True"}]}});
+        assert_eq!(summarize(Kind::JobSet, 0, &[ok]).succeeded, Some(true));
+        let bad = json!({"kind": "Job", "spec": {"completions": 4}, "status": {"failed": 2, "failedIndexes": "1,3", "conditions": [{"type": "Failed", "status": "True"}]}});
+        let s = summarize(Kind::JobSet, 0, &[bad]);
+        assert_eq!(s.succeeded, Some(false));
+        assert_eq!(s.shards.unwrap()["failedIndexes"], "1,3");
+    }
+
+    #[test]
+    fn transition_times_survive_unchanged_conditions() {
+        let s = Summary { ready: true, reason: "Available".into(), ..Default::default() };
+        let first = status(Kind::Service, 1, &s, Ok(()), None, "t1", "v1", "app=x");
+        let second = status(Kind::Service, 1, &s, Ok(()), Some(&first), "t2", "v1", "app=x");
+        assert_eq!(first, second, "an unchanged status is identical, so nothing is written");
+    }
+}

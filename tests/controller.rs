@@ -1,0 +1,162 @@
+//! The workload controller against the API (sim by default, a real cluster
+//! under PINFLEET_TEST_KUBECONFIG): a PinterestService becomes its children
+//! and turns Ready; hand edits are reverted; a no-op resync writes nothing;
+//! a profile bump rolls the pods; deleting the CR removes its children.
+
+#[path = "support/kube.rs"]
+mod kube_support;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube_support::KubeEnv;
+use pinfleet::workloads::PinterestService;
+use serde_json::json;
+
+async fn until<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    for _ in 0..300 {
+        if let Some(v) = f().await {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_service_becomes_its_children_and_follows_changes() {
+    let k = KubeEnv::start();
+    k.ok_stdin(
+        &["apply", "--server-side", "-f", "-"],
+        &std::fs::read_to_string("addons/platform-crds/manifests/crds.yaml").unwrap(),
+    );
+    k.ok(&["wait", "--for=condition=Established", "crd/pinterestservices.pinfleet.dev", "--timeout=30s"]);
+    if !k.real {
+        for n in ["node-a", "node-b"] {
+            k.ok_stdin(
+                &["apply", "-f", "-"],
+                &format!("apiVersion: v1\nkind: Node\nmetadata: {{name: {}}}\n", k.unique(n)),
+            );
+        }
+        let nodes = k.ok(&["get", "nodes", "-o", "name"]);
+        for n in nodes.lines() {
+            k.ok(&[
+                "patch",
+                n,
+                "--subresource=status",
+                "--type",
+                "merge",
+                "-p",
+                r#"{"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#,
+            ]);
+        }
+    }
+    let client = k.client().await;
+    let ctx = pinfleet::controller::Ctx::new(client.clone(), "test-cluster");
+    let running = tokio::spawn(pinfleet::controller::run(ctx.clone()));
+
+    let svcs: Api<PinterestService> = Api::namespaced(client.clone(), &k.namespace);
+    let cr: PinterestService = serde_json::from_value(json!({
+        "apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestService", "metadata": {"name": "home"},
+        "spec": {"owner": {"team": "feeds", "project": "home"}, "replicas": 2, "ports": [{"name": "http", "port": 8080}],
+            "template": {"spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}}
+    }))
+    .unwrap();
+    svcs.create(&PostParams::default(), &cr).await.unwrap();
+
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &k.namespace);
+    let d = until("the Deployment", || {
+        let deploys = deploys.clone();
+        async move { deploys.get_opt("home").await.unwrap() }
+    })
+    .await;
+    let pod = d.spec.unwrap().template.spec.unwrap();
+    assert!(pod
+        .init_containers
+        .unwrap()
+        .iter()
+        .any(|c| c.name == "traffic" && c.restart_policy.as_deref() == Some("Always")));
+    let services: Api<Service> = Api::namespaced(client.clone(), &k.namespace);
+    assert!(services.get_opt("home").await.unwrap().is_some());
+
+    let status = until("Ready=True", || {
+        let svcs = svcs.clone();
+        async move {
+            let s = svcs.get("home").await.unwrap().status?;
+            s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(s)
+        }
+    })
+    .await;
+    assert_eq!(status.ready_replicas, Some(2));
+    assert!(status.conditions.iter().any(|c| c.type_ == "Reconciled" && c.status == "True"));
+
+    // A hand edit to a child is reverted.
+    deploys.patch("home", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 7}}))).await.unwrap();
+    until("the edit to be reverted", || {
+        let deploys = deploys.clone();
+        async move { (deploys.get("home").await.unwrap().spec?.replicas == Some(2)).then_some(()) }
+    })
+    .await;
+
+    // A resync with nothing to do writes nothing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = ctx.writes.load(Ordering::Relaxed);
+    let reconciles = ctx.reconciles.load(Ordering::Relaxed);
+    svcs.patch("home", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"touch": "1"}}})))
+        .await
+        .unwrap();
+    until("a reconcile", || {
+        let ctx = ctx.clone();
+        async move { (ctx.reconciles.load(Ordering::Relaxed) > reconciles).then_some(()) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(ctx.writes.load(Ordering::Relaxed), before, "a no-op resync must not write");
+
+    // A new runtime-support profile rolls the pods.
+    let nss: Api<Namespace> = Api::all(client.clone());
+    if nss.get_opt(pinfleet::controller::SYSTEM_NAMESPACE).await.unwrap().is_none() {
+        nss.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": pinfleet::controller::SYSTEM_NAMESPACE}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), pinfleet::controller::SYSTEM_NAMESPACE);
+    let profile = pinfleet::workloads::render::RuntimeProfile::default_profile("2026.12.0");
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": pinfleet::controller::PROFILE_CONFIGMAP},
+        "data": {"default": "2026.12.0", "profile-2026.12.0.json": serde_json::to_string(&profile).unwrap()}}))
+    .unwrap();
+    cms.patch(pinfleet::controller::PROFILE_CONFIGMAP, &PatchParams::apply("test").force(), &Patch::Apply(&cm))
+        .await
+        .unwrap();
+    svcs.patch("home", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"touch": "2"}}})))
+        .await
+        .unwrap();
+    until("the pod template to carry the new profile", || {
+        let deploys = deploys.clone();
+        async move {
+            let d = deploys.get("home").await.unwrap();
+            let a = d.spec?.template.metadata?.annotations?;
+            (a.get("pinfleet.dev/runtime-profile").map(String::as_str) == Some("2026.12.0")).then_some(())
+        }
+    })
+    .await;
+
+    // Deleting the workload removes its children.
+    svcs.delete("home", &Default::default()).await.unwrap();
+    until("the children to go", || {
+        let deploys = deploys.clone();
+        async move { deploys.get_opt("home").await.unwrap().is_none().then_some(()) }
+    })
+    .await;
+    running.abort();
+}
