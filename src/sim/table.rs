@@ -201,7 +201,7 @@ fn cells(t: &ResourceType, o: &Value) -> Vec<Value> {
         _ if !t.columns.is_empty() => {
             for col in &t.columns {
                 let path = col.get("jsonPath").and_then(Value::as_str).unwrap_or_default();
-                let v = o.pointer(&path.replace('.', "/")).cloned().unwrap_or(Value::Null);
+                let v = jsonpath(o, path).cloned().unwrap_or(Value::Null);
                 let text = match (col.get("type").and_then(Value::as_str), &v) {
                     (Some("date"), Value::String(d)) => age(d),
                     (_, Value::String(s)) => s.clone(),
@@ -217,6 +217,33 @@ fn cells(t: &ResourceType, o: &Value) -> Vec<Value> {
         _ => c.push(json!(age_text)),
     }
     c
+}
+
+/// The JSONPath subset printer columns use: `.a.b`, `[N]`, and
+/// `[?(@.key=="value")]` (first match).
+pub fn jsonpath<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = v;
+    let mut rest = path.trim();
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            cur = cur.get(&r[..end])?;
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix("[?(@.") {
+            let end = r.find(")]")?;
+            let (key, want) = r[..end].split_once("==")?;
+            let want = want.trim().trim_matches(|c| c == '"' || c == '\'');
+            cur = cur.as_array()?.iter().find(|item| item.get(key.trim()).and_then(Value::as_str) == Some(want))?;
+            rest = &r[end + 2..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']')?;
+            cur = cur.get(r[..end].parse::<usize>().ok()?)?;
+            rest = &r[end + 1..];
+        } else {
+            return None;
+        }
+    }
+    Some(cur)
 }
 
 fn partial(o: &Value) -> Value {
@@ -247,6 +274,22 @@ pub fn table(t: &ResourceType, items: &[Value], resource_version: &str, cont: Op
         metadata["continue"] = json!(c);
     }
     json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": columns(t), "rows": rows})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn jsonpath_subset() {
+        let o = json!({"status": {"conditions": [{"type": "Progressing", "status": "True"}, {"type": "Ready", "status": "False", "reason": "RollingOut"}]}, "spec": {"replicas": 3}});
+        assert_eq!(jsonpath(&o, ".status.conditions[?(@.type==\"Ready\")].status"), Some(&json!("False")));
+        assert_eq!(jsonpath(&o, ".status.conditions[?(@.type==\"Ready\")].reason"), Some(&json!("RollingOut")));
+        assert_eq!(jsonpath(&o, ".status.conditions[0].type"), Some(&json!("Progressing")));
+        assert_eq!(jsonpath(&o, ".spec.replicas"), Some(&json!(3)));
+        assert_eq!(jsonpath(&o, ".spec.missing"), None);
+    }
 }
 
 /// Whether the client asked for server-side printing.
