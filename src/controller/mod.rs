@@ -223,9 +223,20 @@ async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Er
                 };
                 live_children.push(serde_json::to_value(&live).unwrap_or_default());
             }
-            // Prune what this workload no longer renders.
+            // Prune what this workload no longer renders. The set of children
+            // changes only with the spec: when status says this generation was
+            // already reconciled cleanly, there is nothing to prune (and no
+            // need for a LIST per child kind on every resync).
             let selector = format!("pinfleet.dev/kind={},pinfleet.dev/name={name}", K::KIND.name());
-            for (av, kind, plural) in K::CHILDREN {
+            let done_before =
+                serde_json::to_value(obj.as_ref()).ok().and_then(|v| v.get("status").cloned()).is_some_and(|st| {
+                    st["observedGeneration"].as_i64() == Some(generation)
+                        && st["conditions"]
+                            .as_array()
+                            .is_some_and(|c| c.iter().any(|c| c["type"] == "Reconciled" && c["status"] == "True"))
+                });
+            let prune_kinds: &[ChildKind] = if done_before { &[] } else { K::CHILDREN };
+            for (av, kind, plural) in prune_kinds {
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(client.clone(), &ns, &api_resource(av, kind, plural));
                 for o in api.list(&ListParams::default().labels(&selector)).await?.items {
@@ -273,7 +284,7 @@ async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Er
         // A spec the controller refuses waits for the next change.
         (Err(_), Err(_)) => Ok(Action::await_change()),
         (Err(e), _) => Err(Error::Other(e)),
-        _ if !summary.ready && summary.succeeded.is_none() => Ok(Action::requeue(Duration::from_secs(5))),
+        // Children are watched: their changes bring the next reconcile.
         _ => Ok(Action::requeue(RESYNC)),
     }
 }

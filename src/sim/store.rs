@@ -724,14 +724,20 @@ impl Inner {
             self.objects.retain(|(_, _, n, _), _| n != &name);
         }
         if t.plural == "pods" && t.group.is_empty() {
-            self.refresh_pdbs(ns);
+            self.refresh_pdbs(ns, Some(obj));
         }
         self.complete_foreground();
     }
 
-    fn after_change(&mut self, t: &ResourceType, ns: &str, _obj: &Value) {
-        if (t.plural == "pods" && t.group.is_empty()) || t.plural == "poddisruptionbudgets" {
-            self.refresh_pdbs(ns);
+    fn after_change(&mut self, t: &ResourceType, ns: &str, obj: &Value) {
+        if t.plural == "pods" && t.group.is_empty() {
+            self.refresh_pdbs(ns, Some(obj));
+        } else if t.plural == "poddisruptionbudgets" {
+            // Only this budget's status can have changed.
+            let key = Self::key(t, ns, meta_str(obj, "name").unwrap_or_default());
+            if let Some(pdb) = self.objects.get(&key).cloned() {
+                self.refresh_pdb(t, ns, key, pdb);
+            }
         }
     }
 
@@ -807,32 +813,53 @@ impl Inner {
     }
 
     /// Recomputes the status of the namespace's PodDisruptionBudgets.
-    fn refresh_pdbs(&mut self, ns: &str) {
+    /// Objects of one type in one namespace, by key range (no full scan).
+    fn in_namespace<'a>(
+        &'a self,
+        group: &str,
+        plural: &str,
+        ns: &str,
+    ) -> impl Iterator<Item = (&'a ObjKey, &'a Value)> + 'a {
+        let (g, p, n) = (group.to_string(), plural.to_string(), ns.to_string());
+        self.objects
+            .range((g.clone(), p.clone(), n.clone(), String::new())..)
+            .take_while(move |((kg, kp, kn, _), _)| *kg == g && *kp == p && *kn == n)
+    }
+
+    /// Recomputes the status of the namespace's PodDisruptionBudgets that
+    /// select `pod` (all of them when `pod` is None).
+    fn refresh_pdbs(&mut self, ns: &str, pod: Option<&Value>) {
         let Some(t) = self.registry.get("policy", "v1", "poddisruptionbudgets").cloned() else { return };
         let pdbs: Vec<(ObjKey, Value)> = self
-            .objects
-            .iter()
-            .filter(|((g, p, n, _), _)| g == "policy" && p == "poddisruptionbudgets" && n == ns)
+            .in_namespace("policy", "poddisruptionbudgets", ns)
+            .filter(|(_, pdb)| {
+                pod.is_none_or(|p| {
+                    LabelSelector::from_label_selector(&pdb.pointer("/spec/selector").cloned().unwrap_or(json!({})))
+                        .matches(p)
+                })
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         for (key, pdb) in pdbs {
-            let status = self.pdb_status(ns, &pdb);
-            if pdb.get("status") != Some(&status) {
-                let mut n = pdb.clone();
-                n["status"] = status;
-                self.rv += 1;
-                meta_mut(&mut n).insert("resourceVersion".into(), json!(self.rv.to_string()));
-                self.objects.insert(key, n.clone());
-                self.emit(EventType::Modified, &t, ns, n);
-            }
+            self.refresh_pdb(&t, ns, key, pdb);
+        }
+    }
+
+    fn refresh_pdb(&mut self, t: &ResourceType, ns: &str, key: ObjKey, pdb: Value) {
+        let status = self.pdb_status(ns, &pdb);
+        if pdb.get("status") != Some(&status) {
+            let mut n = pdb.clone();
+            n["status"] = status;
+            self.rv += 1;
+            meta_mut(&mut n).insert("resourceVersion".into(), json!(self.rv.to_string()));
+            self.objects.insert(key, n.clone());
+            self.emit(EventType::Modified, t, ns, n);
         }
     }
 
     fn matching_pods(&self, ns: &str, selector: &Value) -> Vec<&Value> {
         let sel = LabelSelector::from_label_selector(selector);
-        self.objects
-            .iter()
-            .filter(|((g, p, n, _), _)| g.is_empty() && p == "pods" && n == ns)
+        self.in_namespace("", "pods", ns)
             .map(|(_, v)| v)
             .filter(|p| sel.matches(p) && !meta(p).contains_key("deletionTimestamp"))
             .collect()
@@ -881,9 +908,7 @@ impl Inner {
         let pod = self.get(&pods, ns, name)?;
         if !meta(&pod).contains_key("deletionTimestamp") && is_ready(&pod) {
             let pdbs: Vec<Value> = self
-                .objects
-                .iter()
-                .filter(|((g, p, n, _), _)| g == "policy" && p == "poddisruptionbudgets" && n == ns)
+                .in_namespace("policy", "poddisruptionbudgets", ns)
                 .map(|(_, v)| v.clone())
                 .filter(|pdb| {
                     LabelSelector::from_label_selector(&pdb.pointer("/spec/selector").cloned().unwrap_or(json!({})))
