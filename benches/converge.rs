@@ -13,10 +13,15 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use pinfleet::workloads::PinterestService;
 use serde_json::json;
 
-const SERVICES: usize = 5_000;
+/// 5,000 by default; PINFLEET_BENCH_SERVICES overrides.
+fn services() -> usize {
+    std::env::var("PINFLEET_BENCH_SERVICES").ok().and_then(|v| v.parse().ok()).unwrap_or(5_000)
+}
 
+#[allow(non_snake_case)]
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let SERVICES = services();
     rt.block_on(async {
         let sim = pinfleet::sim::Sim::start_with(0, pinfleet::sim::Inner::new(), pinfleet::sim::Controllers::none()).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -51,6 +56,7 @@ fn main() {
             if done == SERVICES {
                 break;
             }
+            eprintln!("  {done}/{SERVICES} reconciled after {:.0} s", start.elapsed().as_secs_f64());
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         let converged = start.elapsed().as_secs_f64();
