@@ -6,7 +6,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = pinfleet::cli::Cli::parse();
-    pinfleet::cli::init_tracing(cli.global.verbose);
+    pinfleet::cli::init_tracing(cli.global.verbose, cli.global.log_json);
     match pinfleet::cli::run(cli) {
         Ok(code) => code,
         // `pinfleet render x | head` closing the pipe early is not an error.

@@ -160,3 +160,54 @@ async fn a_service_becomes_its_children_and_follows_changes() {
     .await;
     running.abort();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_elect_one_leader_and_fail_over() {
+    use pinfleet::controller::leader::{run_elected, LeaseLock};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let k = KubeEnv::start();
+    let client = k.client().await;
+    let lock = |id: &str| LeaseLock {
+        api: Api::namespaced(client.clone(), &k.namespace),
+        name: "pinfleet-controller".into(),
+        identity: id.into(),
+        lease_duration: Duration::from_secs(2),
+        renew_every: Duration::from_millis(300),
+    };
+    let (a, b) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let started = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let work = |n: Arc<std::sync::atomic::AtomicU32>| {
+        move || {
+            let n = n.clone();
+            async move {
+                n.fetch_add(1, Ordering::SeqCst);
+                futures::future::pending::<()>().await
+            }
+        }
+    };
+    let ta = tokio::spawn(run_elected(lock("replica-a"), a.clone(), work(started.clone())));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let tb = tokio::spawn(run_elected(lock("replica-b"), b.clone(), work(started.clone())));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(a.load(Ordering::SeqCst) ^ b.load(Ordering::SeqCst), "exactly one leads");
+    assert!(a.load(Ordering::SeqCst), "the first candidate won");
+    assert_eq!(started.load(Ordering::SeqCst), 1, "only the leader runs the controllers");
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), &k.namespace);
+    assert_eq!(
+        leases.get("pinfleet-controller").await.unwrap().spec.unwrap().holder_identity.as_deref(),
+        Some("replica-a")
+    );
+    // The leader dies; after the lease expires the other takes over.
+    ta.abort();
+    until("replica-b to lead", || {
+        let b = b.clone();
+        async move { b.load(Ordering::SeqCst).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        leases.get("pinfleet-controller").await.unwrap().spec.unwrap().holder_identity.as_deref(),
+        Some("replica-b")
+    );
+    tb.abort();
+}

@@ -17,6 +17,15 @@ pub struct ControllerArgs {
     /// Cluster name injected into workloads (CLUSTER env).
     #[arg(long, env = "PINFLEET_CLUSTER", default_value = "local")]
     pub cluster: String,
+    /// Serve /metrics, /healthz and /readyz here.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub metrics_addr: String,
+    /// Run the controllers only while holding the Lease (one active replica).
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// This replica's identity in the Lease (default: host name and pid).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
 }
 
 pub async fn run(_g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
@@ -27,9 +36,43 @@ pub async fn run(_g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
             kube::Client::try_default().await?
         }
     };
-    let ctx = crate::controller::Ctx::new(client, &args.cluster);
+    let ctx = crate::controller::Ctx::new(client.clone(), &args.cluster);
+    let leading = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(!args.leader_elect));
+    // Health and metrics.
+    let (c, l) = (ctx.clone(), leading.clone());
+    let app = axum::Router::new()
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .route("/readyz", axum::routing::get(|| async { "ok" }))
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let (c, l) = (c.clone(), l.clone());
+                async move { c.metrics(l.load(std::sync::atomic::Ordering::SeqCst)) }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind(&args.metrics_addr).await?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let work = async {
+        if args.leader_elect {
+            let (user, host) = crate::state::whoami();
+            let lock = crate::controller::leader::LeaseLock {
+                api: kube::Api::namespaced(client.clone(), crate::controller::SYSTEM_NAMESPACE),
+                name: "pinfleet-controller".into(),
+                identity: args.identity.clone().unwrap_or_else(|| format!("{host}-{}-{user}", std::process::id())),
+                lease_duration: std::time::Duration::from_secs(15),
+                renew_every: std::time::Duration::from_secs(5),
+            };
+            let c = ctx.clone();
+            crate::controller::leader::run_elected(lock, leading.clone(), move || crate::controller::run(c.clone()))
+                .await;
+        } else {
+            crate::controller::run(ctx.clone()).await;
+        }
+    };
     tokio::select! {
-        _ = crate::controller::run(ctx) => {}
+        _ = work => {}
         _ = tokio::signal::ctrl_c() => {}
     }
     Ok(ExitCode::SUCCESS)

@@ -47,6 +47,10 @@ pub struct GlobalArgs {
     /// More logging (-v info, -vv debug, -vvv trace); RUST_LOG wins when set.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Log as JSON lines (info level unless -v says more), e.g. for the
+    /// in-cluster controller.
+    #[arg(long, global = true)]
+    pub log_json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -105,9 +109,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Tracing to stderr: `-v` levels, or RUST_LOG when set.
-pub fn init_tracing(verbose: u8) {
+/// Tracing to stderr: `-v` levels, or RUST_LOG when set; JSON lines with `--log-json`.
+pub fn init_tracing(verbose: u8, json: bool) {
     let default = match verbose {
+        0 if json => "info",
         0 => "warn",
         1 => "info,pinfleet=info",
         2 => "info,pinfleet=debug",
@@ -115,11 +120,12 @@ pub fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::env::var_os("NO_COLOR").is_none())
-        .try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.with_ansi(std::env::var_os("NO_COLOR").is_none()).try_init()
+    };
 }
 
 /// Prints an error and its causes, one per line.

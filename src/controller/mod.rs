@@ -8,6 +8,7 @@
 //! changed. Children carry owner references, so deletion cascades.
 //! Failures back off exponentially per object.
 
+pub mod leader;
 pub mod status;
 
 use std::collections::HashMap;
@@ -53,10 +54,59 @@ pub struct Ctx {
     pub writes: AtomicU64,
     pub reconciles: AtomicU64,
     pub errors: AtomicU64,
+    /// Reconcile durations: counts per bucket of [`BUCKETS`], then the sum in µs.
+    durations: Mutex<([u64; BUCKETS.len() + 1], u64)>,
     attempts: Mutex<HashMap<String, u32>>,
 }
 
+/// Histogram bucket bounds for reconcile durations, in seconds.
+pub const BUCKETS: [f64; 7] = [0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
+
 impl Ctx {
+    fn observe(&self, took: Duration) {
+        let secs = took.as_secs_f64();
+        let mut d = self.durations.lock().expect("durations");
+        let i = BUCKETS.iter().position(|b| secs <= *b).unwrap_or(BUCKETS.len());
+        d.0[i] += 1;
+        d.1 += took.as_micros() as u64;
+    }
+
+    /// Prometheus text exposition of the controller's counters.
+    pub fn metrics(&self, leading: bool) -> String {
+        let d = self.durations.lock().expect("durations").clone();
+        let mut out = String::new();
+        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
+            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"));
+        };
+        counter(
+            &mut out,
+            "pinfleet_controller_reconciles_total",
+            "Reconciles run.",
+            self.reconciles.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "pinfleet_controller_reconcile_errors_total",
+            "Reconciles that failed.",
+            self.errors.load(Ordering::Relaxed),
+        );
+        counter(&mut out, "pinfleet_controller_writes_total", "API writes made.", self.writes.load(Ordering::Relaxed));
+        out.push_str("# HELP pinfleet_controller_reconcile_duration_seconds Time per reconcile.\n# TYPE pinfleet_controller_reconcile_duration_seconds histogram\n");
+        let mut cumulative = 0;
+        for (i, b) in BUCKETS.iter().enumerate() {
+            cumulative += d.0[i];
+            out.push_str(&format!(
+                "pinfleet_controller_reconcile_duration_seconds_bucket{{le=\"{b}\"}} {cumulative}\n"
+            ));
+        }
+        cumulative += d.0[BUCKETS.len()];
+        out.push_str(&format!("pinfleet_controller_reconcile_duration_seconds_bucket{{le=\"+Inf\"}} {cumulative}\n"));
+        out.push_str(&format!("pinfleet_controller_reconcile_duration_seconds_sum {}\n", d.1 as f64 / 1e6));
+        out.push_str(&format!("pinfleet_controller_reconcile_duration_seconds_count {cumulative}\n"));
+        out.push_str(&format!("# HELP pinfleet_controller_leader Whether this replica leads.\n# TYPE pinfleet_controller_leader gauge\npinfleet_controller_leader {}\n", u8::from(leading)));
+        out
+    }
+
     pub fn new(client: Client, cluster: &str) -> Arc<Ctx> {
         Arc::new(Ctx {
             client,
@@ -64,6 +114,7 @@ impl Ctx {
             writes: AtomicU64::new(0),
             reconciles: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            durations: Mutex::new(([0; BUCKETS.len() + 1], 0)),
             attempts: Mutex::new(HashMap::new()),
         })
     }
@@ -195,6 +246,13 @@ pub async fn load_profile(client: &Client, pinned: Option<&str>) -> RuntimeProfi
 }
 
 async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let start = std::time::Instant::now();
+    let result = reconcile_inner(obj, ctx.clone()).await;
+    ctx.observe(start.elapsed());
+    result
+}
+
+async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.reconciles.fetch_add(1, Ordering::Relaxed);
     let name = obj.name_any();
     let ns = obj.namespace().unwrap_or_else(|| "default".into());

@@ -1,0 +1,109 @@
+//! Leader election on a coordination.k8s.io Lease, as client-go's
+//! leaderelection does: the holder renews `renewTime` every
+//! `renew_every`; another replica takes the lease only once it has gone
+//! unrenewed for `lease_duration`. Writes use the Lease's resourceVersion,
+//! so two candidates can never both win a round.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+#[derive(Debug, Clone)]
+pub struct LeaseLock {
+    pub api: Api<Lease>,
+    pub name: String,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_every: Duration,
+}
+
+fn micro(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+impl LeaseLock {
+    /// One round: acquire or renew. True when this candidate holds the lease.
+    pub async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
+        let now = Utc::now();
+        let spec = |acquired: String, transitions: i32| json!({"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_duration.as_secs().max(1), "acquireTime": acquired, "renewTime": micro(now), "leaseTransitions": transitions});
+        let Some(lease) = self.api.get_opt(&self.name).await? else {
+            let fresh: Lease =
+                serde_json::from_value(json!({"metadata": {"name": self.name}, "spec": spec(micro(now), 0)}))
+                    .expect("lease");
+            return match self.api.create(&PostParams::default(), &fresh).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let s = lease.spec.clone().unwrap_or_default();
+        let holder = s.holder_identity.clone().unwrap_or_default();
+        let renewed = s
+            .renew_time
+            .as_ref()
+            .map(|t| t.0)
+            .map(|t| DateTime::<Utc>::from_timestamp(t.as_second(), 0).unwrap_or(now));
+        let duration = chrono::Duration::seconds(i64::from(s.lease_duration_seconds.unwrap_or(15)));
+        let expired = renewed.is_none_or(|r| r + duration < now);
+        if holder != self.identity && !expired {
+            return Ok(false);
+        }
+        let transitions = s.lease_transitions.unwrap_or(0) + i32::from(holder != self.identity);
+        let acquired = if holder == self.identity {
+            s.acquire_time
+                .as_ref()
+                .map(|t| serde_json::to_value(t).ok().and_then(|v| v.as_str().map(str::to_string)))
+                .flatten()
+                .unwrap_or_else(|| micro(now))
+        } else {
+            micro(now)
+        };
+        let mut next = lease.clone();
+        next.spec = Some(serde_json::from_value(spec(acquired, transitions)).expect("lease spec"));
+        match self.api.replace(&self.name, &PostParams::default(), &next).await {
+            Ok(_) => Ok(true),
+            // Someone else wrote first (resourceVersion moved): not ours this round.
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Runs `work` only while this candidate leads; stops it when leadership
+/// is lost, restarts it when regained. `leading` mirrors the state.
+pub async fn run_elected<F, Fut>(lock: LeaseLock, leading: Arc<AtomicBool>, work: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut task: Option<tokio::task::JoinHandle<()>> = None;
+    loop {
+        let won = match lock.try_acquire_or_renew().await {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!("leader election: {e}");
+                false
+            }
+        };
+        match (won, task.is_some()) {
+            (true, false) => {
+                tracing::info!(identity = lock.identity, "became leader");
+                task = Some(tokio::spawn(work()));
+            }
+            (false, true) => {
+                tracing::warn!(identity = lock.identity, "lost leadership; stopping controllers");
+                if let Some(t) = task.take() {
+                    t.abort();
+                }
+            }
+            _ => {}
+        }
+        leading.store(won, Ordering::SeqCst);
+        tokio::time::sleep(lock.renew_every).await;
+    }
+}
