@@ -211,3 +211,48 @@ async fn two_replicas_elect_one_leader_and_fail_over() {
     );
     tb.abort();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_batch_and_stateful_kind_becomes_its_native_object() {
+    let k = KubeEnv::start();
+    k.ok_stdin(
+        &["apply", "--server-side", "-f", "-"],
+        &std::fs::read_to_string("addons/platform-crds/manifests/crds.yaml").unwrap(),
+    );
+    k.ok(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=30s"]);
+    let ctx = pinfleet::controller::Ctx::new(k.client().await, "test-cluster");
+    let running = tokio::spawn(pinfleet::controller::run(ctx));
+
+    let common = "owner: {team: feeds, project: home}\n  template: {spec: {containers: [{name: app, image: registry.k8s.io/pause:3.10}]}}";
+    let crs = [
+        ("PinterestJobSet", "index", "shards: 2\n  parallelism: 2", "job/index"),
+        ("PinterestCronJob", "rollup", "schedule: \"0 * * * *\"\n  job: {shards: 2}", "cronjob/rollup"),
+        ("PinterestDaemon", "node-agent", "nodeSelector: {pinfleet.dev/pool: general}", "daemonset/node-agent"),
+        (
+            "PinterestTrainingJob",
+            "ranker",
+            "framework: PyTorch\n  roles: [{name: worker, replicas: 2}]",
+            "job/ranker-worker",
+        ),
+        ("PinterestStatefulSet", "cache", "replicas: 2", "statefulset/cache"),
+    ];
+    let manifest: String = crs
+        .iter()
+        .map(|(kind, name, spec, _)| {
+            format!("---\napiVersion: pinfleet.dev/v1alpha1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec:\n  {common}\n  {spec}\n")
+        })
+        .collect();
+    k.ok_stdin(&["apply", "-f", "-"], &manifest);
+
+    for (kind, name, _, child) in crs {
+        let resource = format!("{}/{name}", kind.to_lowercase());
+        k.ok(&["wait", "--for=condition=Reconciled", &resource, "--timeout=60s"]);
+        let owner = k.ok(&["get", child, "-o", "jsonpath={.metadata.ownerReferences[0].kind}"]);
+        assert_eq!(owner.trim(), kind, "{child} is owned by its {kind}");
+        let labels = k.ok(&["get", child, "-o", "jsonpath={.metadata.labels.pinfleet\\.dev/team}"]);
+        assert_eq!(labels.trim(), "feeds", "{child} carries the owner labels");
+        let children = k.ok(&["get", &resource, "-o", "jsonpath={.status.children[*].name}"]);
+        assert!(children.contains(child.split('/').nth(1).unwrap()), "{resource} lists {child}: {children}");
+    }
+    running.abort();
+}

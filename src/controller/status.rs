@@ -20,6 +20,8 @@ pub struct Summary {
     pub ready_replicas: Option<i64>,
     pub updated_replicas: Option<i64>,
     pub shards: Option<Value>,
+    /// Every child with whether it is ready, for `status.children`.
+    pub children: Vec<Value>,
 }
 
 fn i(v: &Value, p: &str) -> i64 {
@@ -53,6 +55,7 @@ fn rollout(primary: &Value, want: i64) -> Summary {
         ready_replicas: Some(ready),
         updated_replicas: Some(updated),
         shards: None,
+        children: vec![],
     }
 }
 
@@ -93,11 +96,32 @@ fn batch(jobs: &[&Value]) -> Summary {
         shards: Some(
             json!({"total": total, "active": active, "succeeded": succeeded, "failed": failed_pods, "failedIndexes": failed_indexes.join(",")}),
         ),
+        children: vec![],
+    }
+}
+
+/// Whether one child is ready: a controller has rolled it out, a Job has
+/// completed, a CronJob or config object exists.
+fn child_ready(c: &Value) -> bool {
+    match c["kind"].as_str() {
+        Some("Deployment" | "StatefulSet") => rollout(c, i(c, "/spec/replicas")).ready,
+        Some("DaemonSet") => rollout(c, i(c, "/status/desiredNumberScheduled")).ready,
+        Some("Job") => cond(c, "Complete") == Some(true),
+        Some("PersistentVolumeClaim") => c.pointer("/status/phase").and_then(Value::as_str) == Some("Bound"),
+        _ => true,
     }
 }
 
 /// The summary of a workload of `kind` whose spec wants `want` replicas.
 pub fn summarize(kind: Kind, want: i64, children: &[Value]) -> Summary {
+    let listed = children
+        .iter()
+        .map(|c| json!({"kind": c["kind"], "name": c["metadata"]["name"], "ready": child_ready(c)}))
+        .collect();
+    Summary { children: listed, ..summarize_primary(kind, want, children) }
+}
+
+fn summarize_primary(kind: Kind, want: i64, children: &[Value]) -> Summary {
     fn of<'a>(children: &'a [Value], k: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
         children.iter().filter(move |c| c["kind"] == k)
     }
@@ -183,6 +207,9 @@ pub fn status(
     if let Some(s) = &summary.shards {
         st["shards"] = s.clone();
     }
+    if !summary.children.is_empty() {
+        st["children"] = json!(summary.children);
+    }
     st
 }
 
@@ -208,6 +235,17 @@ mod tests {
         let s = summarize(Kind::JobSet, 0, &[bad]);
         assert_eq!(s.succeeded, Some(false));
         assert_eq!(s.shards.unwrap()["failedIndexes"], "1,3");
+    }
+
+    #[test]
+    fn every_child_is_listed_with_its_readiness() {
+        let d = json!({"kind": "Deployment", "metadata": {"name": "home", "generation": 1}, "spec": {"replicas": 2}, "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 1}});
+        let sa = json!({"kind": "ServiceAccount", "metadata": {"name": "home"}});
+        let st = status(Kind::Service, 1, &summarize(Kind::Service, 2, &[sa, d]), Ok(()), None, "t", "v1", "app=x");
+        assert_eq!(
+            st["children"],
+            json!([{"kind": "ServiceAccount", "name": "home", "ready": true}, {"kind": "Deployment", "name": "home", "ready": false}])
+        );
     }
 
     #[test]
