@@ -254,5 +254,15 @@ async fn every_batch_and_stateful_kind_becomes_its_native_object() {
         let children = k.ok(&["get", &resource, "-o", "jsonpath={.status.children[*].name}"]);
         assert!(children.contains(child.split('/').nth(1).unwrap()), "{resource} lists {child}: {children}");
     }
+    // Condition changes are recorded as Events on the workload.
+    let events = k.ok(&[
+        "get",
+        "events.v1.events.k8s.io",
+        "-o",
+        "jsonpath={range .items[*]}{.regarding.kind}/{.regarding.name}:{.reason}:{.type}{\"\\n\"}{end}",
+    ]);
+    for (kind, name, _, _) in crs {
+        assert!(events.contains(&format!("{kind}/{name}:Applied:Normal")), "no event for {kind}/{name}:\n{events}");
+    }
     running.abort();
 }

@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -57,6 +58,8 @@ pub struct Ctx {
     /// Reconcile durations: counts per bucket of [`BUCKETS`], then the sum in µs.
     durations: Mutex<([u64; BUCKETS.len() + 1], u64)>,
     attempts: Mutex<HashMap<String, u32>>,
+    /// Records condition changes as Kubernetes Events on the workload.
+    recorder: Recorder,
 }
 
 /// Histogram bucket bounds for reconcile durations, in seconds.
@@ -109,13 +112,17 @@ impl Ctx {
 
     pub fn new(client: Client, cluster: &str) -> Arc<Ctx> {
         Arc::new(Ctx {
-            client,
             cluster: cluster.into(),
             writes: AtomicU64::new(0),
             reconciles: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             durations: Mutex::new(([0; BUCKETS.len() + 1], 0)),
             attempts: Mutex::new(HashMap::new()),
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter { controller: MANAGER.into(), instance: std::env::var("POD_NAME").ok() },
+            ),
+            client,
         })
     }
 }
@@ -336,6 +343,20 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
         ctx.writes.fetch_add(1, Ordering::Relaxed);
         let api: Api<K> = Api::namespaced(client.clone(), &ns);
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": new_status}))).await?;
+        let reference = obj.object_ref(&());
+        for t in status::transitions(previous.as_ref(), &new_status) {
+            let event = Event {
+                type_: if t.warning { EventType::Warning } else { EventType::Normal },
+                reason: t.reason,
+                note: Some(t.note.chars().take(1000).collect()),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            // Events are best effort: a cluster that refuses them still converges.
+            if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+                tracing::debug!(object = name, "event not recorded: {e}");
+            }
+        }
     }
     ctx.attempts.lock().expect("attempts").remove(&format!("{}/{ns}/{name}", K::KIND.name()));
     match (applied, rendered) {

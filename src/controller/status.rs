@@ -213,6 +213,48 @@ pub fn status(
     st
 }
 
+/// An event to record on the workload: a condition changed status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub condition: String,
+    pub reason: String,
+    pub note: String,
+    pub warning: bool,
+}
+
+/// The conditions whose status differs between `previous` and `next`
+/// status documents, as events: a condition turning bad (Ready, Reconciled
+/// or Succeeded False, Degraded True) is a warning. Progressing is left out
+/// (it flips on every rollout and Ready already tells the story). A
+/// resync that changes nothing yields nothing.
+pub fn transitions(previous: Option<&Value>, next: &Value) -> Vec<Transition> {
+    let status_of = |doc: Option<&Value>, t: &str| {
+        doc.and_then(|d| d["conditions"].as_array())
+            .and_then(|c| c.iter().find(|c| c["type"] == t))
+            .and_then(|c| c["status"].as_str().map(str::to_string))
+    };
+    let mut out = vec![];
+    for c in next["conditions"].as_array().into_iter().flatten() {
+        let t = c["type"].as_str().unwrap_or_default();
+        let now = c["status"].as_str().unwrap_or_default();
+        if t == "Progressing" || status_of(previous, t).as_deref() == Some(now) {
+            continue;
+        }
+        // A fresh workload's "not ready yet" is not news.
+        if previous.is_none() && t != "Reconciled" && now == "False" {
+            continue;
+        }
+        let bad = if t == "Degraded" { now == "True" } else { now == "False" };
+        out.push(Transition {
+            condition: t.to_string(),
+            reason: c["reason"].as_str().filter(|r| !r.is_empty()).unwrap_or(t).to_string(),
+            note: format!("{t}={now}: {}", c["message"].as_str().unwrap_or_default()),
+            warning: bad,
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +287,23 @@ mod tests {
         assert_eq!(
             st["children"],
             json!([{"kind": "ServiceAccount", "name": "home", "ready": true}, {"kind": "Deployment", "name": "home", "ready": false}])
+        );
+    }
+
+    #[test]
+    fn events_only_for_changed_conditions() {
+        let rolling = Summary { progressing: true, reason: "RollingOut".into(), ..Default::default() };
+        let first = status(Kind::Service, 1, &rolling, Ok(()), None, "t1", "v1", "app=x");
+        let names = |ts: Vec<Transition>| ts.into_iter().map(|t| (t.condition, t.warning)).collect::<Vec<_>>();
+        assert_eq!(names(transitions(None, &first)), [("Reconciled".to_string(), false)]);
+        assert!(transitions(Some(&first), &first).is_empty(), "an unchanged status records nothing");
+        let ready = Summary { ready: true, reason: "Available".into(), ..Default::default() };
+        let second = status(Kind::Service, 1, &ready, Ok(()), Some(&first), "t2", "v1", "app=x");
+        assert_eq!(names(transitions(Some(&first), &second)), [("Ready".to_string(), false)]);
+        let failed = status(Kind::Service, 2, &ready, Err("denied".into()), Some(&second), "t3", "v1", "app=x");
+        assert_eq!(
+            names(transitions(Some(&second), &failed)),
+            [("Reconciled".to_string(), true), ("Ready".to_string(), true)]
         );
     }
 
