@@ -18,7 +18,7 @@ fn tagged_resources(w: &World) -> Vec<String> {
     rt.block_on(async {
         std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
         std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
-        let aws = connect(&w).await;
+        let aws = connect(w).await;
         let f = || aws_sdk_ec2::types::Filter::builder().name("tag:pinfleet.dev/cluster").values(&w.cluster).build();
         let ec2 = &aws.ec2;
         let mut out = Vec::new();

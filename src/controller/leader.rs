@@ -57,8 +57,7 @@ impl LeaseLock {
         let acquired = if holder == self.identity {
             s.acquire_time
                 .as_ref()
-                .map(|t| serde_json::to_value(t).ok().and_then(|v| v.as_str().map(str::to_string)))
-                .flatten()
+                .and_then(|t| serde_json::to_value(t).ok().and_then(|v| v.as_str().map(str::to_string)))
                 .unwrap_or_else(|| micro(now))
         } else {
             micro(now)

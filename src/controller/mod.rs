@@ -76,7 +76,7 @@ impl Ctx {
 
     /// Prometheus text exposition of the controller's counters.
     pub fn metrics(&self, leading: bool) -> String {
-        let d = self.durations.lock().expect("durations").clone();
+        let d = *self.durations.lock().expect("durations");
         let mut out = String::new();
         let counter = |out: &mut String, name: &str, help: &str, v: u64| {
             out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"));

@@ -373,7 +373,7 @@ impl Inner {
             self.register_crd(&mut obj)?;
         }
         obj = Self::enforce_schema(t, &name, obj)?;
-        if !obj.pointer("/metadata/managedFields").is_some_and(|m| m.as_array().is_some_and(|a| !a.is_empty())) {
+        if obj.pointer("/metadata/managedFields").is_none_or(|m| m.as_array().is_none_or(|a| a.is_empty())) {
             fields::record_update(None, &mut obj, manager, &t.api_version(), &now);
         }
         if dry_run {

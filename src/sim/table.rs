@@ -276,6 +276,11 @@ pub fn table(t: &ResourceType, items: &[Value], resource_version: &str, cont: Op
     json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": columns(t), "rows": rows})
 }
 
+/// Whether the client asked for server-side printing.
+pub fn wants_table(accept: &str) -> bool {
+    accept.split(',').next().is_some_and(|first| first.contains("as=Table"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,9 +295,4 @@ mod tests {
         assert_eq!(jsonpath(&o, ".spec.replicas"), Some(&json!(3)));
         assert_eq!(jsonpath(&o, ".spec.missing"), None);
     }
-}
-
-/// Whether the client asked for server-side printing.
-pub fn wants_table(accept: &str) -> bool {
-    accept.split(',').next().is_some_and(|first| first.contains("as=Table"))
 }

@@ -351,7 +351,7 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
     } else {
         if !has_cp_group {
             p.push(igp, "no instance group has role control-plane");
-        } else if control_plane % 2 == 0 {
+        } else if control_plane.is_multiple_of(2) {
             p.push(
                 igp,
                 format!("{control_plane} control-plane instances: etcd needs an odd number (1, 3 or 5) to keep quorum"),
