@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use aws_sdk_ec2::types::Filter;
+use aws_sdk_ec2::types::{Filter, Tag};
 use clap::Args;
 
 use serde::Serialize;
@@ -105,29 +105,17 @@ pub async fn run(g: &GlobalArgs, args: OrphansArgs) -> Result<ExitCode> {
         for i in reservations.iter().flat_map(|r| r.instances()).map(instance).filter(|i| i.is_live()) {
             found.push(("instance".into(), i.id.clone(), i.cluster.clone(), i.owner.clone()));
         }
+        let mut tagged = |kind: &str, id: Option<&str>, t: &[Tag]| {
+            found.push((kind.into(), id.unwrap_or_default().into(), tag(t, tags::CLUSTER), tag(t, tags::OWNER)));
+        };
         for v in vpcs.vpcs() {
-            found.push((
-                "vpc".into(),
-                v.vpc_id().unwrap_or_default().into(),
-                tag(v.tags(), tags::CLUSTER),
-                tag(v.tags(), tags::OWNER),
-            ));
+            tagged("vpc", v.vpc_id(), v.tags());
         }
         for s in &sgs {
-            found.push((
-                "security-group".into(),
-                s.group_id().unwrap_or_default().into(),
-                tag(s.tags(), tags::CLUSTER),
-                tag(s.tags(), tags::OWNER),
-            ));
+            tagged("security-group", s.group_id(), s.tags());
         }
         for t in &lts {
-            found.push((
-                "launch-template".into(),
-                t.launch_template_id().unwrap_or_default().into(),
-                tag(t.tags(), tags::CLUSTER),
-                tag(t.tags(), tags::OWNER),
-            ));
+            tagged("launch-template", t.launch_template_id(), t.tags());
         }
         for (kind, id, cluster, owner) in found {
             let cluster = cluster.unwrap_or_default();

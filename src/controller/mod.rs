@@ -270,6 +270,9 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
         Api::<Namespace>::all(client.clone()).get_opt(&ns).await?.and_then(|n| n.metadata.labels).unwrap_or_default();
     let rctx = render::Context { cluster: ctx.cluster.clone(), profile: profile.clone(), namespace_labels: ns_labels };
     let rendered = obj.render(&rctx);
+    // The status as last written: both the prune decision and the status
+    // write compare against it.
+    let previous = serde_json::to_value(obj.as_ref()).ok().and_then(|mut v| v.get_mut("status").map(Value::take));
     let mut live_children = Vec::new();
     let applied: Result<(), String> = match &rendered {
         Err(e) => Err(e.to_string()),
@@ -293,13 +296,12 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
             // already reconciled cleanly, there is nothing to prune (and no
             // need for a LIST per child kind on every resync).
             let selector = format!("pinfleet.dev/kind={},pinfleet.dev/name={name}", K::KIND.name());
-            let done_before =
-                serde_json::to_value(obj.as_ref()).ok().and_then(|v| v.get("status").cloned()).is_some_and(|st| {
-                    st["observedGeneration"].as_i64() == Some(generation)
-                        && st["conditions"]
-                            .as_array()
-                            .is_some_and(|c| c.iter().any(|c| c["type"] == "Reconciled" && c["status"] == "True"))
-                });
+            let done_before = previous.as_ref().is_some_and(|st| {
+                st["observedGeneration"].as_i64() == Some(generation)
+                    && st["conditions"]
+                        .as_array()
+                        .is_some_and(|c| c.iter().any(|c| c["type"] == "Reconciled" && c["status"] == "True"))
+            });
             let prune_kinds: &[ChildKind] = if done_before { &[] } else { K::CHILDREN };
             for (av, kind, plural) in prune_kinds {
                 let api: Api<DynamicObject> =
@@ -319,7 +321,6 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
         }
     };
     let summary = status::summarize(K::KIND, obj.want(), &live_children);
-    let previous = serde_json::to_value(obj.as_ref()).ok().and_then(|v| v.get("status").cloned());
     let labels = render::selector(&render::Workload {
         kind: K::KIND,
         name: &name,
