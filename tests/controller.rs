@@ -151,6 +151,29 @@ async fn a_service_becomes_its_children_and_follows_changes() {
     })
     .await;
 
+    // A profile that does not parse fails the reconcile (retried with
+    // backoff) instead of falling back to the built-in profile and rolling
+    // the pods.
+    let errors = ctx.errors.load(Ordering::Relaxed);
+    let broken: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": pinfleet::controller::PROFILE_CONFIGMAP},
+        "data": {"default": "2027.1.0", "profile-2027.1.0.json": "{not json"}}))
+        .unwrap();
+    cms.patch(pinfleet::controller::PROFILE_CONFIGMAP, &PatchParams::apply("test").force(), &Patch::Apply(&broken))
+        .await
+        .unwrap();
+    svcs.patch("home", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"touch": "3"}}})))
+        .await
+        .unwrap();
+    until("a failed reconcile", || {
+        let ctx = ctx.clone();
+        async move { (ctx.errors.load(Ordering::Relaxed) > errors).then_some(()) }
+    })
+    .await;
+    let d = deploys.get("home").await.unwrap();
+    let annotations = d.spec.unwrap().template.metadata.unwrap().annotations.unwrap();
+    assert_eq!(annotations["pinfleet.dev/runtime-profile"], "2026.12.0", "a broken profile must not roll the pods");
+
     // Deleting the workload removes its children.
     svcs.delete("home", &Default::default()).await.unwrap();
     until("the children to go", || {

@@ -238,18 +238,19 @@ pub fn up_to_date(desired: &Value, live: &Value) -> bool {
 
 /// The runtime-support profile: the CR's pinned version or the cluster
 /// default from the runtime-support ConfigMap, else the built-in one.
-pub async fn load_profile(client: &Client, pinned: Option<&str>) -> RuntimeProfile {
+pub async fn load_profile(client: &Client, pinned: Option<&str>) -> Result<RuntimeProfile, Error> {
+    // An API error must not fall back to the built-in profile: that would
+    // change every pod template and roll the fleet. It fails the reconcile,
+    // which retries with backoff.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
-    let data = match cms.get_opt(PROFILE_CONFIGMAP).await {
-        Ok(Some(cm)) => cm.data.unwrap_or_default(),
-        _ => Default::default(),
-    };
+    let data = cms.get_opt(PROFILE_CONFIGMAP).await?.and_then(|cm| cm.data).unwrap_or_default();
     let version = pinned.map(str::to_string).or_else(|| data.get("default").cloned());
-    version
-        .as_ref()
-        .and_then(|v| data.get(&format!("profile-{v}.json")))
-        .and_then(|json| serde_json::from_str(json).ok())
-        .unwrap_or_else(|| RuntimeProfile::default_profile(version.as_deref().unwrap_or("builtin")))
+    let key = version.as_ref().map(|v| format!("profile-{v}.json"));
+    match key.as_ref().and_then(|k| data.get(k).map(|json| (k, json))) {
+        Some((k, json)) => serde_json::from_str(json)
+            .map_err(|e| Error::Other(format!("{SYSTEM_NAMESPACE}/{PROFILE_CONFIGMAP} {k}: {e}"))),
+        None => Ok(RuntimeProfile::default_profile(version.as_deref().unwrap_or("builtin"))),
+    }
 }
 
 async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -265,7 +266,7 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
     let ns = obj.namespace().unwrap_or_else(|| "default".into());
     let generation = obj.meta().generation.unwrap_or(1);
     let client = &ctx.client;
-    let profile = load_profile(client, obj.common().runtime.version.as_deref()).await;
+    let profile = load_profile(client, obj.common().runtime.version.as_deref()).await?;
     let ns_labels =
         Api::<Namespace>::all(client.clone()).get_opt(&ns).await?.and_then(|n| n.metadata.labels).unwrap_or_default();
     let rctx = render::Context { cluster: ctx.cluster.clone(), profile: profile.clone(), namespace_labels: ns_labels };
