@@ -292,16 +292,29 @@ fn source_chain(err: &(dyn std::error::Error + 'static)) -> String {
 /// A readable message for an SDK error: the service's code and message when
 /// there is one, and a hint for the usual causes (no credentials, nothing
 /// listening at the endpoint).
-pub fn describe_sdk_error<E, R>(err: &aws_sdk_ec2::error::SdkError<E, R>) -> String
+pub fn describe_sdk_error<E>(err: &aws_sdk_ec2::error::SdkError<E, aws_smithy_runtime_api::http::Response>) -> String
 where
     E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug + 'static,
 {
     use aws_sdk_ec2::error::SdkError;
     match err {
         SdkError::ServiceError(e) => {
             let m = e.err();
-            format!("{}: {}", m.code().unwrap_or("error"), m.message().unwrap_or("(no message)"))
+            match m.code() {
+                Some(code) => format!("{code}: {}", m.message().unwrap_or("(no message)")),
+                // An error body the SDK could not parse: the HTTP status says
+                // what happened.
+                None => {
+                    let status = e.raw().status().as_u16();
+                    let meaning = match status {
+                        401 | 403 => " (the credentials are not valid or not allowed)",
+                        _ => "",
+                    };
+                    let body = e.raw().body().bytes().map(String::from_utf8_lossy).unwrap_or_default();
+                    let body: String = body.chars().take(300).collect();
+                    format!("HTTP {status}{meaning}: {}", if body.is_empty() { "(no message)" } else { &body })
+                }
+            }
         }
         SdkError::DispatchFailure(d) => {
             let debug = format!("{err:?}");

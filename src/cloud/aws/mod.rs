@@ -11,10 +11,12 @@ pub use client::{Aws, AwsOptions, CallCounter, Faults, Target};
 
 /// Turns an SDK error into an `anyhow::Error` with the service's code and
 /// message and what was being done.
-pub fn sdk<T, E, R>(what: &str, r: Result<T, aws_sdk_ec2::error::SdkError<E, R>>) -> anyhow::Result<T>
+pub fn sdk<T, E>(
+    what: &str,
+    r: Result<T, aws_sdk_ec2::error::SdkError<E, aws_smithy_runtime_api::http::Response>>,
+) -> anyhow::Result<T>
 where
     E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
 {
     r.map_err(|e| anyhow::anyhow!("{what}: {}", client::describe_sdk_error(&e)))
 }

@@ -61,10 +61,12 @@ const RETRIABLE: &[&str] = &[
 
 type R<T> = Result<T, OpError>;
 
-fn call<T, E, Rsp>(what: &str, r: Result<T, aws_sdk_ec2::error::SdkError<E, Rsp>>) -> R<T>
+/// An SDK error as every service client returns it.
+type SdkError<E> = aws_sdk_ec2::error::SdkError<E, aws_smithy_runtime_api::http::Response>;
+
+fn call<T, E>(what: &str, r: Result<T, SdkError<E>>) -> R<T>
 where
     E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    Rsp: std::fmt::Debug + Send + Sync + 'static,
 {
     r.map_err(|e| {
         let retriable = super::error_code(&e).is_some_and(|c| RETRIABLE.contains(&c));
@@ -73,10 +75,9 @@ where
 }
 
 /// Like [`call`], but the listed codes mean "already done".
-fn call_ok_if<T, E, Rsp>(what: &str, done: &[&str], r: Result<T, aws_sdk_ec2::error::SdkError<E, Rsp>>) -> R<Option<T>>
+fn call_ok_if<T, E>(what: &str, done: &[&str], r: Result<T, SdkError<E>>) -> R<Option<T>>
 where
     E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    Rsp: std::fmt::Debug + Send + Sync + 'static,
 {
     match r {
         Ok(v) => Ok(Some(v)),
