@@ -15,6 +15,7 @@
 //! ([`cloud::aws`], [`state`], [`apply`], [`kube`], [`cli`]). [`sim`] is
 //! the local Kubernetes API emulator the tests and demos run against.
 
+pub mod addons;
 pub mod ami;
 pub mod apply;
 pub mod cli;

@@ -29,6 +29,16 @@ pub struct ApplyArgs {
     pub parallelism: usize,
     #[command(flatten)]
     pub cloud: CloudArgs,
+    /// Leave the addon set alone (install it later with `pinfleet addons apply`).
+    #[arg(long, env = "PINFLEET_SKIP_ADDONS")]
+    pub skip_addons: bool,
+    /// Install the addons through this kubeconfig (default: the target's,
+    /// e.g. the one this command writes for an AWS cluster).
+    #[arg(long)]
+    pub addons_kubeconfig: Option<std::path::PathBuf>,
+    /// How long to wait for the API server, and for each addon to be ready.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub addons_timeout: std::time::Duration,
 }
 
 pub async fn run(g: &GlobalArgs, args: ApplyArgs) -> Result<ExitCode> {
@@ -68,6 +78,9 @@ pub fn write_kubeconfig(cluster: &crate::spec::Cluster, pki: &Pki, api_host: &st
 }
 
 pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Result<ExitCode> {
+    if args.cloud.target.aws().is_none() {
+        return run_local(g, args, bootstrap).await;
+    }
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
     let command = if bootstrap { "bootstrap" } else { "apply" };
     if !args.yes {
@@ -172,5 +185,94 @@ pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Resu
         None => writeln!(anstream::stderr(), "{} {} already matches its definition", "done:".green().bold(), s.name())?,
     }
     s.report_calls(g);
+    if !args.skip_addons {
+        let kubeconfig = super::addons::kubeconfig_for(args.cloud.target, s.name(), args.addons_kubeconfig.clone());
+        wait_for_api(&kubeconfig, args.addons_timeout).await.with_context(|| {
+            format!("the machines are applied, but the addons are not: run `pinfleet addons apply {}` when the API server answers", s.name())
+        })?;
+        let report = install_addons(g, &s.loaded.cluster, &kubeconfig, &args).await?;
+        super::addons::record(&s, &report).await?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn install_addons(
+    g: &GlobalArgs,
+    cluster: &crate::spec::Cluster,
+    kubeconfig: &std::path::Path,
+    args: &ApplyArgs,
+) -> Result<crate::addons::install::Report> {
+    use std::io::IsTerminal as _;
+    let opts = crate::addons::install::Options {
+        timeout: args.addons_timeout,
+        prune_crds: false,
+        progress: std::io::stderr().is_terminal(),
+    };
+    super::addons::install(g, cluster, kubeconfig, &opts).await.with_context(|| {
+        format!("installing the addons (re-run, or `pinfleet addons apply {}`, to resume)", cluster.metadata.name)
+    })
+}
+
+/// Waits until the API server behind `kubeconfig` answers.
+async fn wait_for_api(kubeconfig: &std::path::Path, timeout: std::time::Duration) -> Result<()> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut said = false;
+    loop {
+        match crate::addons::install::connect(kubeconfig).await {
+            Ok(_) => return Ok(()),
+            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+            Err(e) => {
+                if !said {
+                    writeln!(anstream::stderr(), "waiting for the API server ({e:#})")?;
+                    said = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            }
+        }
+    }
+}
+
+/// `--target sim|kind`: the Kubernetes side only, on this machine.
+async fn run_local(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Result<ExitCode> {
+    use super::cloud::Target;
+    let loaded = super::render::load_one(g, &args.cluster)?;
+    let cluster = &loaded.cluster;
+    let name = &cluster.metadata.name;
+    let set = super::addons::rendered(g, cluster)?;
+    if !args.yes {
+        let nodes = crate::sim::nodes::declared_for(cluster).len();
+        let mut e = anstream::stderr();
+        writeln!(
+            e,
+            "would {} {name} on {:?} with {nodes} node(s) and install:",
+            if bootstrap { "create" } else { "update" },
+            args.cloud.target
+        )?;
+        for a in &set {
+            writeln!(e, "  {} {} ({} objects)", a.name, a.version, a.objects.len())?;
+        }
+        writeln!(e, "\nNothing changed. Run with --yes to do it.")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let kubeconfig = match (args.cloud.target, bootstrap) {
+        (Target::Sim, true) => super::local::sim_up(g, cluster, &args.cluster).await?,
+        (Target::Kind, true) => super::local::kind_up(cluster)?,
+        (t, false) => {
+            let k = t.kubeconfig(name);
+            if !k.exists() {
+                bail!(
+                    "cluster {name} has not been bootstrapped on {t:?}: run `pinfleet bootstrap {name} --target {}`",
+                    format!("{t:?}").to_lowercase()
+                );
+            }
+            k
+        }
+        (Target::Aws | Target::Localstack, true) => unreachable!("AWS targets are handled by run_apply"),
+    };
+    writeln!(anstream::stderr(), "kubeconfig: {}", kubeconfig.display())?;
+    if !args.skip_addons {
+        install_addons(g, cluster, &args.addons_kubeconfig.clone().unwrap_or(kubeconfig), &args).await?;
+    }
+    writeln!(anstream::stderr(), "{} {name} is up on {:?}", "done:".green().bold(), args.cloud.target)?;
     Ok(ExitCode::SUCCESS)
 }

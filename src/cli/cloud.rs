@@ -7,14 +7,50 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 
 use super::GlobalArgs;
-use crate::cloud::aws::{Aws, AwsOptions, Target};
+use crate::cloud::aws::{Aws, AwsOptions};
 use crate::spec::Loaded;
 use crate::state::Store;
 
+/// Where a cluster lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Target {
+    /// AWS itself, or whatever `AWS_ENDPOINT_URL` names (moto, a proxy).
+    #[default]
+    Aws,
+    /// LocalStack's default endpoint with dummy credentials.
+    Localstack,
+    /// A local kind cluster (Docker): a dry run of the Kubernetes side.
+    Kind,
+    /// The pinfleet sim with nodes declared from the cluster file: the same
+    /// dry run without Docker.
+    Sim,
+}
+
+impl Target {
+    /// The AWS endpoint, for targets that have one.
+    pub fn aws(self) -> Option<crate::cloud::aws::Target> {
+        match self {
+            Target::Aws => Some(crate::cloud::aws::Target::Aws),
+            Target::Localstack => Some(crate::cloud::aws::Target::Localstack),
+            Target::Kind | Target::Sim => None,
+        }
+    }
+
+    /// Where the admin kubeconfig of a cluster on this target is written.
+    pub fn kubeconfig(self, cluster: &str) -> std::path::PathBuf {
+        match self {
+            Target::Aws | Target::Localstack => home().join("kubeconfig").join(format!("{cluster}.yaml")),
+            Target::Kind => home().join("kind").join(cluster).join("kubeconfig.yaml"),
+            Target::Sim => home().join("sim").join(cluster).join("kubeconfig.yaml"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct CloudArgs {
-    /// Where the AWS APIs are: AWS (honours AWS_ENDPOINT_URL, profiles, the
-    /// credential chain) or LocalStack's default endpoint.
+    /// Where the cluster lives: AWS (honours AWS_ENDPOINT_URL, profiles, the
+    /// credential chain), LocalStack's default endpoint, or a local dry run
+    /// on kind or the sim.
     #[arg(long, value_enum, default_value_t = Target::Aws, env = "PINFLEET_TARGET")]
     pub target: Target,
 }
@@ -28,7 +64,10 @@ impl Session {
     pub async fn open(g: &GlobalArgs, cluster: &str, cloud: &CloudArgs) -> Result<Session> {
         let loaded = super::render::load_one(g, cluster)?;
         let region = loaded.cluster.spec.cloud.region.clone();
-        let aws = Aws::connect(&AwsOptions::from_env(cloud.target, Some(region))?).await?;
+        let target = cloud.target.aws().with_context(|| {
+            format!("this command works on AWS clusters; --target {:?} has no AWS side", cloud.target)
+        })?;
+        let aws = Aws::connect(&AwsOptions::from_env(target, Some(region))?).await?;
         Ok(Session { loaded, aws })
     }
 

@@ -29,6 +29,18 @@ pub struct DestroyArgs {
 }
 
 pub async fn run(g: &GlobalArgs, args: DestroyArgs) -> Result<ExitCode> {
+    use super::cloud::Target;
+    if let t @ (Target::Sim | Target::Kind) = args.cloud.target {
+        let name = super::render::load_one(g, &args.cluster)?.cluster.metadata.name;
+        if !args.yes {
+            writeln!(anstream::stderr(), "would delete the {t:?} cluster {name}. Run with --yes to do it.")?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        let was = if t == Target::Sim { super::local::sim_down(&name).await? } else { super::local::kind_down(&name)? };
+        let what = if was { "deleted" } else { "was not running" };
+        writeln!(anstream::stderr(), "{} {t:?} cluster {name} {what}", "done:".green().bold())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
     let name = s.name().to_string();
     let lb_name = model::load_balancer_name(&name);

@@ -133,7 +133,8 @@ pub async fn run(g: &GlobalArgs, args: GetArgs) -> Result<ExitCode> {
     }
     let mut rows = Vec::new();
     for (region, cluster) in scopes {
-        let aws = Aws::connect(&AwsOptions::from_env(a.cloud.target, Some(region.clone()))?).await?;
+        let aws = Aws::connect(&AwsOptions::from_env(a.cloud.target.aws().unwrap_or_default(), Some(region.clone()))?)
+            .await?;
         for i in list_instances(&aws, cluster.as_deref(), a.include_terminated).await? {
             rows.push(Row {
                 id: i.id.clone(),

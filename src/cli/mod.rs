@@ -1,6 +1,7 @@
 //! The command line: one file per command, each with its argument struct
 //! and a `run` that calls library code. No domain logic lives here.
 
+pub mod addons;
 pub mod apply;
 pub mod bootstrap;
 pub mod cloud;
@@ -10,6 +11,7 @@ pub mod crds;
 pub mod destroy;
 pub mod get;
 pub mod history;
+pub mod local;
 pub mod orphans;
 pub mod plan;
 pub mod render;
@@ -41,6 +43,9 @@ pub struct GlobalArgs {
     /// Folder holding the cluster definitions.
     #[arg(long, global = true, env = "PINFLEET_CLUSTERS_DIR", default_value = "clusters")]
     pub clusters_dir: PathBuf,
+    /// Folder holding the addon packages.
+    #[arg(long, global = true, env = "PINFLEET_ADDONS_DIR", default_value = "addons")]
+    pub addons_dir: PathBuf,
     /// Output format, where the command has data to show.
     #[arg(short, long, global = true, value_enum, default_value_t = Format::Text)]
     pub output: Format,
@@ -71,6 +76,8 @@ pub enum Command {
     Bootstrap(apply::ApplyArgs),
     /// Make the cluster on AWS match its definition.
     Apply(apply::ApplyArgs),
+    /// The cluster's addon set: list, render, diff against the cluster, apply.
+    Addons(addons::AddonsArgs),
     /// Delete everything tagged for a cluster.
     Destroy(destroy::DestroyArgs),
     /// List what pinfleet manages.
@@ -100,6 +107,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(a) => rt()?.block_on(plan::run(g, a)),
         Command::Bootstrap(a) => rt()?.block_on(bootstrap::run(g, a)),
         Command::Apply(a) => rt()?.block_on(apply::run(g, a)),
+        Command::Addons(a) => rt()?.block_on(addons::run(g, a)),
         Command::Destroy(a) => rt()?.block_on(destroy::run(g, a)),
         Command::Get(a) => rt()?.block_on(get::run(g, a)),
         Command::Orphans(a) => rt()?.block_on(orphans::run(g, a)),

@@ -55,7 +55,9 @@ pub async fn run(g: &GlobalArgs, args: OrphansArgs) -> Result<ExitCode> {
     let mut orphans = Vec::new();
     let mut alive: BTreeMap<String, bool> = BTreeMap::new();
     for region in regions {
-        let aws = Aws::connect(&AwsOptions::from_env(args.cloud.target, Some(region.clone()))?).await?;
+        let aws =
+            Aws::connect(&AwsOptions::from_env(args.cloud.target.aws().unwrap_or_default(), Some(region.clone()))?)
+                .await?;
         let managed =
             || Filter::builder().name(format!("tag:{}", tags::MANAGED_BY)).values(tags::MANAGED_BY_VALUE).build();
         let ec2 = &aws.ec2;

@@ -39,6 +39,10 @@ pub struct SimArgs {
     /// from the usual environment, e.g. AWS_ENDPOINT_URL for moto).
     #[arg(long)]
     pub cluster: Option<String>,
+    /// Declare Ready nodes for this cluster file's instance groups (desired
+    /// counts, labels, taints, capacity), without EC2.
+    #[arg(long, conflicts_with = "cluster")]
+    pub nodes_for: Option<String>,
     /// How long an instance takes to boot and become a Ready node.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub boot_delay: std::time::Duration,
@@ -54,6 +58,12 @@ pub async fn run(g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
     };
     for n in 0..args.nodes {
         crate::sim::nodes::declare(&mut inner, &crate::sim::nodes::NodeSpec::simple(&format!("sim-node-{n}")));
+    }
+    if let Some(cluster) = &args.nodes_for {
+        let loaded = super::render::load_one(g, cluster)?;
+        for n in crate::sim::nodes::declared_for(&loaded.cluster) {
+            crate::sim::nodes::declare(&mut inner, &n);
+        }
     }
     let mut controllers = Controllers { pod_start: args.pod_start, job_run: args.job_run, ..Default::default() };
     for d in &args.disable {

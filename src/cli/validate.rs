@@ -40,8 +40,7 @@ struct Problem {
 }
 
 /// Addon packages present under `addons/` (a folder per package with an addon.yaml).
-pub fn known_addons() -> Option<std::collections::BTreeSet<String>> {
-    let dir = std::path::Path::new("addons");
+pub fn known_addons(dir: &std::path::Path) -> Option<std::collections::BTreeSet<String>> {
     let entries = std::fs::read_dir(dir).ok()?;
     Some(
         entries
@@ -54,7 +53,7 @@ pub fn known_addons() -> Option<std::collections::BTreeSet<String>> {
 
 pub fn run(g: &GlobalArgs, args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let paths = if args.paths.is_empty() { vec![g.clusters_dir.clone()] } else { args.paths };
-    let opts = spec::LoadOptions { known_addons: known_addons() };
+    let opts = spec::LoadOptions { known_addons: known_addons(&g.addons_dir) };
     let (loaded, problems) = spec::load_paths(&paths, &opts);
     let report = Report {
         valid: loaded

@@ -137,12 +137,28 @@ pub fn node_for(cfg: &Ec2Nodes, i: &crate::cloud::observed::ObservedInstance, no
         return None;
     }
     let group = cfg.cluster.spec.instance_groups.iter().find(|g| Some(&g.name) == i.group.as_ref())?;
-    let mut labels = crate::render::node_labels(&cfg.cluster, group);
     let zone = i.zone.clone().unwrap_or_default();
-    labels.insert("topology.kubernetes.io/zone".into(), zone.clone());
-    labels.insert("topology.kubernetes.io/region".into(), cfg.cluster.spec.cloud.region.clone());
-    let (cpus, mem) = instance_capacity(&i.instance_type);
     let booted = now - i.launch_time.unwrap_or(now) >= cfg.boot_delay.as_secs() as i64;
+    let mut n = group_node(&cfg.cluster, group, &i.id, &zone, &i.instance_type);
+    n.provider_id = Some(format!("aws:///{zone}/{}", i.id));
+    n.ready = booted && !fails(&i.id, cfg.fail_fraction);
+    Some(n)
+}
+
+/// A Ready node of `group` as its kubelet would register it: the group's
+/// labels and taints (control-plane machines tainted), zone and region
+/// labels, allocatable from the machine type.
+pub fn group_node(
+    cluster: &Cluster,
+    group: &crate::spec::InstanceGroup,
+    name: &str,
+    zone: &str,
+    machine_type: &str,
+) -> NodeSpec {
+    let mut labels = crate::render::node_labels(cluster, group);
+    labels.insert("topology.kubernetes.io/zone".into(), zone.to_string());
+    labels.insert("topology.kubernetes.io/region".into(), cluster.spec.cloud.region.clone());
+    let (cpus, mem) = instance_capacity(machine_type);
     let mut taints = group.taints.clone();
     if group.role == crate::spec::Role::ControlPlane {
         taints.push(Taint {
@@ -151,15 +167,39 @@ pub fn node_for(cfg: &Ec2Nodes, i: &crate::cloud::observed::ObservedInstance, no
             effect: crate::spec::TaintEffect::NoSchedule,
         });
     }
-    Some(NodeSpec {
-        name: i.id.clone(),
-        provider_id: Some(format!("aws:///{zone}/{}", i.id)),
+    NodeSpec {
+        name: name.to_string(),
+        provider_id: None,
         labels,
         taints,
         cpu: cpus.to_string(),
         memory: format!("{mem}Gi"),
-        ready: booted && !fails(&i.id, cfg.fail_fraction),
-    })
+        ready: true,
+    }
+}
+
+/// The nodes a cluster file describes (each group's desired count, spread
+/// over its subnets' zones), for rehearsals without EC2.
+pub fn declared_for(cluster: &Cluster) -> Vec<NodeSpec> {
+    let mut out = Vec::new();
+    for g in &cluster.spec.instance_groups {
+        let zones: Vec<&str> = g
+            .subnets
+            .iter()
+            .filter_map(|s| cluster.spec.network.subnets.iter().find(|n| &n.name == s).map(|n| n.zone.as_str()))
+            .collect();
+        for i in 0..g.desired.unwrap_or(g.min_size) {
+            let zone = zones.get(i as usize % zones.len().max(1)).copied().unwrap_or("zone-a");
+            out.push(group_node(
+                cluster,
+                g,
+                &format!("{}-{}-{i}", cluster.metadata.name, g.name),
+                zone,
+                &g.machine_type,
+            ));
+        }
+    }
+    out
 }
 
 /// One observation of EC2 applied to the Nodes: register, mark Ready, remove.

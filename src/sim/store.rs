@@ -800,7 +800,13 @@ impl Inner {
                 schema: v.pointer("/schema/openAPIV3Schema").cloned(),
             });
         }
-        let now = now();
+        // Conditions keep their transition time while they hold (a re-apply
+        // of the same CRD must be a no-op).
+        let now = crd
+            .pointer("/status/conditions/1/lastTransitionTime")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(now);
         crd["status"] = json!({
             "acceptedNames": names,
             "storedVersions": stored,
@@ -1012,13 +1018,16 @@ fn with_status_rules(t: &ResourceType, old: &Value, new: Value, sub: Sub) -> Val
     }
 }
 
+/// What a no-op check compares of managedFields: entries without their
+/// times, in a fixed order (the order of entries carries no meaning).
 fn strip_times(v: &mut Value) {
     if let Some(mf) = v.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) {
-        for e in mf {
+        for e in mf.iter_mut() {
             if let Some(o) = e.as_object_mut() {
                 o.remove("time");
             }
         }
+        mf.sort_by_key(|e| format!("{}|{}|{}", e["manager"], e["operation"], e["subresource"]));
     }
 }
 

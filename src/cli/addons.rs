@@ -1,0 +1,316 @@
+//! `pinfleet addons list|render|diff|apply CLUSTER`: the cluster's addon
+//! set (packages under the addons folder, chosen and configured by
+//! `spec.addons`), rendered, compared with the cluster, and installed.
+
+use std::io::{IsTerminal as _, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use clap::{Args, Subcommand};
+use owo_colors::OwoColorize;
+use serde::Serialize;
+
+use super::cloud::{CloudArgs, Session, Target};
+use super::GlobalArgs;
+use crate::addons::install::{Event, Options, Report};
+use crate::addons::{self, Installer, RenderedAddon};
+use crate::output::{print_data, Format};
+
+#[derive(Debug, Args)]
+pub struct AddonsArgs {
+    #[command(subcommand)]
+    pub command: AddonsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AddonsCommand {
+    /// The packages, and which of them a cluster runs with which values.
+    List(ListArgs),
+    /// Print the objects the cluster's addons render to (YAML).
+    Render(RenderArgs),
+    /// Unified diff of live vs desired for the fields pinfleet manages;
+    /// exits 2 when they differ.
+    Diff(ClusterArgs),
+    /// Install or upgrade the set: apply in dependency order, wait until
+    /// ready, prune what is no longer rendered, record the inventory.
+    Apply(ApplyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    pub cluster: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    pub cluster: String,
+    /// Only this addon.
+    #[arg(long)]
+    pub addon: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    pub cluster: String,
+    /// Kubeconfig of the cluster (default: the one bootstrap wrote for the target).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Also prune Namespaces and CRDs that no addon renders any more.
+    #[arg(long)]
+    pub prune_crds: bool,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// How long each addon may take to become ready.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+pub async fn run(g: &GlobalArgs, args: AddonsArgs) -> Result<ExitCode> {
+    match args.command {
+        AddonsCommand::List(a) => list(g, a),
+        AddonsCommand::Render(a) => render(g, a),
+        AddonsCommand::Diff(a) => diff(g, a).await,
+        AddonsCommand::Apply(a) => {
+            let loaded = super::render::load_one(g, &a.cluster.cluster)?;
+            let kubeconfig = a
+                .cluster
+                .kubeconfig
+                .clone()
+                .unwrap_or_else(|| a.cluster.cloud.target.kubeconfig(&loaded.cluster.metadata.name));
+            let opts = Options {
+                timeout: a.timeout,
+                prune_crds: a.cluster.prune_crds,
+                progress: std::io::stderr().is_terminal(),
+            };
+            let report = install(g, &loaded.cluster, &kubeconfig, &opts).await?;
+            if a.cluster.cloud.target.aws().is_some() {
+                let s = Session::open(g, &a.cluster.cluster, &a.cluster.cloud).await?;
+                record(&s, &report).await?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The cluster's addons, rendered (errors located: addon, file, line).
+pub fn rendered(g: &GlobalArgs, cluster: &crate::spec::Cluster) -> Result<Vec<RenderedAddon>> {
+    let packages = addons::load_all(&g.addons_dir)?;
+    addons::render_for(cluster, &packages)
+        .with_context(|| format!("the addons of cluster {} do not render", cluster.metadata.name))
+}
+
+#[derive(Serialize)]
+struct Row {
+    name: String,
+    version: String,
+    enabled: Option<bool>,
+    namespace: String,
+    depends_on: Vec<String>,
+    roll_nodes: bool,
+    description: String,
+}
+
+fn list(g: &GlobalArgs, a: ListArgs) -> Result<ExitCode> {
+    let packages = addons::load_all(&g.addons_dir)?;
+    let chosen: Option<Vec<String>> = match &a.cluster {
+        Some(c) => {
+            let loaded = super::render::load_one(g, c)?;
+            Some(addons::select(&loaded.cluster, &packages)?.iter().map(|s| s.package.meta.name.clone()).collect())
+        }
+        None => None,
+    };
+    let rows: Vec<Row> = packages
+        .iter()
+        .map(|p| Row {
+            name: p.meta.name.clone(),
+            version: p.meta.version.clone(),
+            enabled: chosen.as_ref().map(|c| c.contains(&p.meta.name)),
+            namespace: p.meta.namespace.clone(),
+            depends_on: p.meta.depends_on.clone(),
+            roll_nodes: p.meta.roll_nodes,
+            description: p.meta.description.clone(),
+        })
+        .collect();
+    if g.output != Format::Text {
+        print_data(g.output, &rows)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut out = anstream::stdout();
+    writeln!(
+        out,
+        "{:<22} {:<9} {:<8} {:<20} {}",
+        "NAME".bold(),
+        "VERSION".bold(),
+        "ENABLED".bold(),
+        "NAMESPACE".bold(),
+        "DEPENDS ON".bold()
+    )?;
+    for r in rows {
+        let enabled = match r.enabled {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "-",
+        };
+        writeln!(out, "{:<22} {:<9} {:<8} {:<20} {}", r.name, r.version, enabled, r.namespace, r.depends_on.join(","))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn render(g: &GlobalArgs, a: RenderArgs) -> Result<ExitCode> {
+    let loaded = super::render::load_one(g, &a.cluster)?;
+    let mut set = rendered(g, &loaded.cluster)?;
+    if let Some(only) = &a.addon {
+        set.retain(|x| &x.name == only);
+        if set.is_empty() {
+            anyhow::bail!("cluster {} has no addon {only} enabled", loaded.cluster.metadata.name);
+        }
+    }
+    if g.output != Format::Text {
+        print_data(g.output, &set)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut out = anstream::stdout();
+    for a in &set {
+        for o in &a.objects {
+            writeln!(out, "---\n# addon {} {}: {}", a.name, a.version, o.key)?;
+            write!(out, "{}", serde_saphyr::to_string(&o.value)?)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn diff(g: &GlobalArgs, a: ClusterArgs) -> Result<ExitCode> {
+    let loaded = super::render::load_one(g, &a.cluster)?;
+    let set = rendered(g, &loaded.cluster)?;
+    let kubeconfig = a.kubeconfig.clone().unwrap_or_else(|| a.cloud.target.kubeconfig(&loaded.cluster.metadata.name));
+    let client = addons::install::connect(&kubeconfig).await?;
+    let diffs = Installer::new(client).diff(&set, a.prune_crds).await?;
+    if g.output != Format::Text {
+        print_data(g.output, &diffs)?;
+    } else {
+        let mut out = anstream::stdout();
+        for d in &diffs {
+            for line in d.unified().lines() {
+                let line = match line.chars().next() {
+                    Some('+') if !line.starts_with("+++") => line.green().to_string(),
+                    Some('-') if !line.starts_with("---") => line.red().to_string(),
+                    Some('@') => line.cyan().to_string(),
+                    _ => line.to_string(),
+                };
+                writeln!(out, "{line}")?;
+            }
+        }
+        if diffs.is_empty() {
+            writeln!(anstream::stderr(), "addons of {} match the cluster", loaded.cluster.metadata.name)?;
+        } else {
+            writeln!(anstream::stderr(), "{} object(s) differ", diffs.len())?;
+        }
+    }
+    Ok(if diffs.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) })
+}
+
+/// Renders and installs the cluster's addon set into the cluster behind
+/// `kubeconfig`, showing progress (spinners on a terminal, lines
+/// otherwise, JSON events with `-o json`).
+pub async fn install(
+    g: &GlobalArgs,
+    cluster: &crate::spec::Cluster,
+    kubeconfig: &std::path::Path,
+    opts: &Options,
+) -> Result<Report> {
+    let set = rendered(g, cluster)?;
+    let client = addons::install::connect(kubeconfig).await?;
+    let json = g.output == Format::Json;
+    let bar = (opts.progress && !json).then(|| {
+        let b = indicatif::ProgressBar::new(set.len() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} addons [{bar:20}] {pos}/{len} {elapsed} {wide_msg}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        b.enable_steady_tick(Duration::from_millis(120));
+        b
+    });
+    let mut on_event = |e: Event| {
+        if json {
+            let _ = writeln!(anstream::stdout(), "{}", serde_json::to_string(&e).unwrap_or_default());
+            return;
+        }
+        let line = match &e {
+            Event::Applying { addon, objects } => format!("{addon}: applying {objects} object(s)"),
+            Event::Waiting { addon, object, why } => format!("{addon}: waiting for {object}: {why}"),
+            Event::Ready(r) => {
+                let from = match &r.from {
+                    Some(v) if v != &r.version => format!(" (was {v})"),
+                    Some(_) => String::new(),
+                    None => " (new)".into(),
+                };
+                format!("{} {}{from}: ready, {} changed, {:.1}s", r.name, r.version, r.changed, r.seconds)
+            }
+            Event::Pruned(k) => format!("pruned {k}"),
+        };
+        match &bar {
+            Some(b) => {
+                if matches!(e, Event::Ready(_)) {
+                    b.inc(1);
+                    b.println(format!("{} {line}", "✓".green()));
+                } else {
+                    b.set_message(line);
+                }
+            }
+            None => {
+                let _ = writeln!(anstream::stderr(), "{line}");
+            }
+        }
+    };
+    let result = Installer::new(client).install(&set, opts, &mut on_event).await;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let report = result?;
+    if !json {
+        let changed: usize = report.addons.iter().map(|a| a.changed).sum();
+        let mut e = anstream::stderr();
+        writeln!(
+            e,
+            "{} {} addon(s) ready, {changed} object(s) changed, {} pruned",
+            "addons:".bold(),
+            report.addons.len(),
+            report.pruned.len()
+        )?;
+        for k in &report.kept {
+            writeln!(e, "  kept {k} (no addon renders it; --prune-crds removes it)")?;
+        }
+    }
+    Ok(report)
+}
+
+/// Records the installed versions in the state store (`addons.json`).
+pub async fn record(s: &Session, report: &Report) -> Result<()> {
+    let Some(store) = s.store(false).await? else {
+        return Ok(());
+    };
+    let (by, host) = crate::state::whoami();
+    let versions: std::collections::BTreeMap<&str, &str> =
+        report.addons.iter().map(|a| (a.name.as_str(), a.version.as_str())).collect();
+    store
+        .put_json(
+            "addons.json",
+            &serde_json::json!({"installedAt": chrono::Utc::now(), "by": format!("{by}@{host}"), "versions": versions}),
+        )
+        .await?;
+    Ok(())
+}
+
+/// The target's kubeconfig unless one is given; used by bootstrap.
+pub fn kubeconfig_for(target: Target, cluster: &str, given: Option<PathBuf>) -> PathBuf {
+    given.unwrap_or_else(|| target.kubeconfig(cluster))
+}
