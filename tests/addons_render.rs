@@ -1,0 +1,146 @@
+//! The addon set rendered for every example cluster (snapshots), and the
+//! problems found before anything is applied: unknown values, version pins,
+//! dependencies, broken manifests (with addon, file and line).
+
+use std::path::{Path, PathBuf};
+
+use pinfleet::addons::{self, package};
+use pinfleet::spec::{load_cluster, LoadOptions};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+fn cluster(name: &str) -> pinfleet::spec::Cluster {
+    load_cluster(&root().join("clusters").join(format!("{name}.yaml")), &LoadOptions::default()).unwrap().cluster
+}
+
+fn packages() -> Vec<addons::Package> {
+    // Relative paths, so snapshots and messages don't depend on the checkout.
+    std::env::set_current_dir(root()).unwrap();
+    addons::load_all(Path::new("addons")).unwrap()
+}
+
+#[test]
+fn every_example_cluster_renders_its_addons() {
+    let packages = packages();
+    for name in ["dev-local", "staging-use1", "prod-use1", "prod-usw2"] {
+        let set = addons::render_for(&cluster(name), &packages).unwrap();
+        let mut text = String::new();
+        for a in &set {
+            for o in &a.objects {
+                text.push_str(&format!("---\n# {} {}: {}\n", a.name, a.version, o.key));
+                // The CRDs' bodies are generated and kept current by their own test.
+                if o.key.kind != "CustomResourceDefinition" {
+                    text.push_str(&serde_saphyr::to_string(&o.value).unwrap());
+                }
+            }
+        }
+        insta::assert_snapshot!(format!("addons-{name}"), text);
+    }
+}
+
+#[test]
+fn addons_come_after_what_they_depend_on_and_crds_first() {
+    let set = addons::render_for(&cluster("dev-local"), &packages()).unwrap();
+    let pos = |n: &str| set.iter().position(|a| a.name == n).unwrap();
+    assert!(pos("platform-crds") < pos("workload-controller"));
+    assert!(pos("runtime-support") < pos("workload-controller"));
+    assert!(pos("node-exporter") < pos("monitoring"));
+    for a in &set {
+        let ranks: Vec<bool> = a.objects.iter().map(|o| o.key.kind == "CustomResourceDefinition").collect();
+        assert!(ranks.windows(2).all(|w| w[0] >= w[1]), "{}: CRDs first", a.name);
+        for o in &a.objects {
+            let labels = &o.value["metadata"]["labels"];
+            assert_eq!(labels["pinfleet.dev/addon"], a.name.as_str());
+            assert_eq!(labels["pinfleet.dev/addon-version"], a.version.as_str());
+        }
+    }
+    // The runtime-support profiles are what the controller reads.
+    let rs = set.iter().find(|a| a.name == "runtime-support").unwrap();
+    let cm = rs.objects.iter().find(|o| o.key.kind == "ConfigMap").unwrap();
+    assert_eq!(cm.value["data"]["default"], "1.5.0");
+    for v in ["1.4.0", "1.5.0"] {
+        let p: pinfleet::workloads::render::RuntimeProfile =
+            serde_json::from_str(cm.value["data"][format!("profile-{v}.json")].as_str().unwrap()).unwrap();
+        assert_eq!(p.version, v);
+    }
+}
+
+fn with_addons(yaml_tail: &str) -> pinfleet::spec::Cluster {
+    let src = std::fs::read_to_string(root().join("clusters/dev-local.yaml")).unwrap();
+    let path = root().join("clusters/dev-local-test.yaml");
+    pinfleet::spec::load_source(&path, &format!("{src}  addons:\n{yaml_tail}"), &LoadOptions::default())
+        .unwrap()
+        .cluster
+}
+
+fn errors(c: &pinfleet::spec::Cluster, packages: &[addons::Package]) -> String {
+    addons::render_for(c, packages).unwrap_err().root_cause().to_string()
+}
+
+#[test]
+fn values_pins_and_dependencies_are_checked() {
+    let p = packages();
+    let c = with_addons("    - {name: monitoring, values: {retention: 30d, retension: 7d}}\n");
+    assert_eq!(
+        errors(&c, &p),
+        "addon monitoring: unknown value `retension` (it takes: prometheusImage, kubeStateMetricsImage, retention, scrapeInterval, amiMaxAgeDays, controllerNamespace)"
+    );
+    let c = with_addons("    - {name: log-agent, version: 3.1.0}\n");
+    assert!(errors(&c, &p).starts_with("addon log-agent: the cluster pins version 3.1.0, but addons/log-agent is version 3.2.4"));
+    let c = with_addons("    - {name: platform-crds, enabled: false}\n");
+    let e = errors(&c, &p);
+    assert!(e.contains("addon workload-controller: depends on `platform-crds`, which this cluster disables"), "{e}");
+    // Values reach the manifests; a disabled addon renders nothing.
+    let c = with_addons("    - {name: monitoring, values: {retention: 30d}}\n    - {name: log-agent, enabled: false}\n");
+    let set = addons::render_for(&c, &p).unwrap();
+    assert!(set.iter().all(|a| a.name != "log-agent"));
+    let prom = set.iter().flat_map(|a| &a.objects).find(|o| o.key.name == "prometheus" && o.key.kind == "Deployment").unwrap();
+    assert!(prom.value.to_string().contains("--storage.tsdb.retention.time=30d"));
+}
+
+/// A copy of one package with one manifest replaced.
+fn broken(manifest: &str) -> Vec<addons::Package> {
+    let mut p = packages();
+    let ne = p.iter_mut().find(|x| x.meta.name == "node-exporter").unwrap();
+    ne.manifests = vec![package::Manifest { path: "addons/node-exporter/manifests/broken.yaml".into(), text: manifest.into() }];
+    p
+}
+
+#[test]
+fn broken_manifests_are_located() {
+    let c = cluster("dev-local");
+    let e = errors(&c, &broken("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  x: [1, 2\n"));
+    assert!(e.starts_with("addon node-exporter: addons/node-exporter/manifests/broken.yaml:"), "{e}");
+    assert!(e.contains("invalid YAML"), "{e}");
+    let e = errors(&c, &broken("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\nkind: Service\nmetadata: {name: b}\n"));
+    assert_eq!(e, "addon node-exporter: addons/node-exporter/manifests/broken.yaml:6:1: the object has no apiVersion");
+    let e = errors(
+        &c,
+        &broken("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec:\n  replicas: two\n  selector: {}\n  template: {}\n"),
+    );
+    assert!(
+        e.starts_with("addon node-exporter: addons/node-exporter/manifests/broken.yaml:6:3: Deployment d at spec.replicas: invalid type"),
+        "{e}"
+    );
+    let e = errors(&c, &broken("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ values.nope }}\n"));
+    assert!(e.starts_with("addon node-exporter: addons/node-exporter/manifests/broken.yaml: Failed to render"), "{e}");
+    assert!(e.contains("values.nope"), "{e}");
+    let e = errors(&c, &broken("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: x\n  namespace: y\n"));
+    assert_eq!(
+        e,
+        "addon node-exporter: addons/node-exporter/manifests/broken.yaml:5:3: Namespace is cluster-scoped but names namespace y"
+    );
+}
+
+#[test]
+fn addon_yaml_errors_name_file_and_line() {
+    let e = package::parse_meta(
+        "name: x\nversion: 1.0.0\ndescription: d\nnamespace: n\nreadines: []\n",
+        Path::new("addons/x/addon.yaml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("addons/x/addon.yaml:5:1: unknown field `readines`"), "{e}");
+}
