@@ -169,7 +169,7 @@ impl World {
             .env("AWS_EC2_METADATA_DISABLED", "true")
             .env("PINFLEET_MOTO_ACCOUNT_ID", &self.account)
             .env("NO_COLOR", "1")
-            .env("PINFLEET_SKIP_ADDONS", "1")
+            .env("PINFLEET_SKIP_ADDONS", "true")
             .env_remove("PINFLEET_FAULTS")
             .env_remove("PINFLEET_TEST_STEP_DELAY_MS")
             .env_remove("AWS_PROFILE");
