@@ -25,6 +25,7 @@ pub mod kube;
 pub mod output;
 pub mod plan;
 pub mod render;
+pub mod rollout;
 pub mod sim;
 pub mod spec;
 pub mod state;

@@ -6,16 +6,13 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use aws_sdk_ec2::types::Filter;
 use clap::{Args, Subcommand};
 
 use serde::Serialize;
 
 use super::cloud::CloudArgs;
 use super::GlobalArgs;
-use crate::cloud::aws::observe::instance;
-use crate::cloud::aws::{sdk, Aws, AwsOptions};
-use crate::cloud::tags;
+use crate::cloud::aws::{Aws, AwsOptions};
 use crate::output::{print_data, Format};
 
 #[derive(Debug, Args)]
@@ -96,26 +93,7 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-pub async fn list_instances(
-    aws: &Aws,
-    cluster: Option<&str>,
-    include_terminated: bool,
-) -> Result<Vec<crate::cloud::observed::ObservedInstance>> {
-    let mut req = aws.ec2.describe_instances().max_results(1000);
-    req = match cluster {
-        Some(c) => req.filters(Filter::builder().name(format!("tag:{}", tags::CLUSTER)).values(c).build()),
-        None => req.filters(
-            Filter::builder().name(format!("tag:{}", tags::MANAGED_BY)).values(tags::MANAGED_BY_VALUE).build(),
-        ),
-    };
-    let reservations = sdk("DescribeInstances", req.into_paginator().items().send().try_collect().await)?;
-    Ok(reservations
-        .iter()
-        .flat_map(|r| r.instances())
-        .map(instance)
-        .filter(|i| include_terminated || i.state != "terminated")
-        .collect())
-}
+pub use crate::cloud::aws::observe::list_instances;
 
 pub async fn run(g: &GlobalArgs, args: GetArgs) -> Result<ExitCode> {
     let GetWhat::Instances(a) = args.what;

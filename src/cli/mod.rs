@@ -18,6 +18,7 @@ pub mod render;
 pub mod schema;
 pub mod sim;
 pub mod state;
+pub mod upgrade;
 pub mod validate;
 
 use std::io::Write;
@@ -78,6 +79,8 @@ pub enum Command {
     Apply(apply::ApplyArgs),
     /// The cluster's addon set: list, render, diff against the cluster, apply.
     Addons(addons::AddonsArgs),
+    /// Replace machines that are not on their group's current version.
+    Upgrade(upgrade::UpgradeArgs),
     /// Delete everything tagged for a cluster.
     Destroy(destroy::DestroyArgs),
     /// List what pinfleet manages.
@@ -108,6 +111,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bootstrap(a) => rt()?.block_on(bootstrap::run(g, a)),
         Command::Apply(a) => rt()?.block_on(apply::run(g, a)),
         Command::Addons(a) => rt()?.block_on(addons::run(g, a)),
+        Command::Upgrade(a) => rt()?.block_on(upgrade::run(g, a)),
         Command::Destroy(a) => rt()?.block_on(destroy::run(g, a)),
         Command::Get(a) => rt()?.block_on(get::run(g, a)),
         Command::Orphans(a) => rt()?.block_on(orphans::run(g, a)),

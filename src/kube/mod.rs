@@ -2,6 +2,8 @@
 //! sim's or a real cluster's). Later stages add discovery, server-side
 //! apply, drain and wait helpers here.
 
+pub mod drain;
+
 use std::path::Path;
 use std::sync::Once;
 

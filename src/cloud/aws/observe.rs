@@ -347,3 +347,24 @@ async fn observe_load_balancer(aws: &Aws, name: &str) -> anyhow::Result<LbParts>
     }
     Ok((lb, tg, listener))
 }
+
+pub async fn list_instances(
+    aws: &Aws,
+    cluster: Option<&str>,
+    include_terminated: bool,
+) -> anyhow::Result<Vec<crate::cloud::observed::ObservedInstance>> {
+    let mut req = aws.ec2.describe_instances().max_results(1000);
+    req = match cluster {
+        Some(c) => req.filters(Filter::builder().name(format!("tag:{}", tags::CLUSTER)).values(c).build()),
+        None => req.filters(
+            Filter::builder().name(format!("tag:{}", tags::MANAGED_BY)).values(tags::MANAGED_BY_VALUE).build(),
+        ),
+    };
+    let reservations = sdk("DescribeInstances", req.into_paginator().items().send().try_collect().await)?;
+    Ok(reservations
+        .iter()
+        .flat_map(|r| r.instances())
+        .map(instance)
+        .filter(|i| include_terminated || i.state != "terminated")
+        .collect())
+}

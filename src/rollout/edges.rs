@@ -1,0 +1,124 @@
+//! The real edges of a roll: machines on EC2 (launched through the same
+//! operation the apply executor uses, so tags, subnets spread and client
+//! tokens are identical) and nodes through the Kubernetes API.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use futures::StreamExt as _;
+use kube::runtime::watcher;
+use tokio::sync::Notify;
+
+use super::driver::{Machine, Machines, Nodes};
+use crate::cloud::aws::observe::list_instances;
+use crate::cloud::aws::Aws;
+use crate::cloud::model::Desired;
+use crate::cloud::observed::Observed;
+use crate::kube::drain::{self, NodeState};
+use crate::plan::Op;
+use crate::spec::Cluster;
+
+/// A cluster's machines on EC2.
+pub struct AwsMachines {
+    pub aws: Aws,
+    pub cluster: Cluster,
+    pub desired: Desired,
+    pub observed: Observed,
+    /// Each group's current launch-template version.
+    pub versions: BTreeMap<String, i64>,
+    /// The revision this roll launches under (client tokens derive from it).
+    pub revision: u64,
+}
+
+impl AwsMachines {
+    async fn run(&self, key: &str, op: &Op) -> Result<Vec<String>> {
+        let mut o = self.observed.clone();
+        o.instances = list_instances(&self.aws, Some(&self.cluster.metadata.name), false).await?;
+        let ctx = crate::apply::prepare::context(&self.aws, &self.cluster, self.desired.clone(), &o, None, self.revision);
+        crate::cloud::aws::ops::run(&ctx, key, op).await.map_err(|e| e.error)?;
+        let launched = ctx.launched.lock().await.clone();
+        Ok(launched)
+    }
+}
+
+impl Machines for AwsMachines {
+    async fn list(&self, group: &str) -> Result<Vec<Machine>> {
+        let current = self.versions.get(group).copied();
+        Ok(list_instances(&self.aws, Some(&self.cluster.metadata.name), false)
+            .await?
+            .into_iter()
+            .filter(|i| i.is_live() && i.group.as_deref() == Some(group))
+            .map(|i| Machine { current: i.launch_template_version == current, id: i.id })
+            .collect())
+    }
+
+    async fn launch(&self, group: &str, n: u32) -> Result<Vec<String>> {
+        let g = self
+            .cluster
+            .spec
+            .instance_groups
+            .iter()
+            .find(|g| g.name == group)
+            .ok_or_else(|| anyhow!("no instance group {group}"))?;
+        let op = Op::LaunchInstances { group: group.into(), role: g.role, count: n, subnets: g.subnets.clone() };
+        self.run(&format!("instance/{group}"), &op).await
+    }
+
+    async fn terminate(&self, id: &str) -> Result<()> {
+        let op = Op::TerminateInstances { group: String::new(), ids: vec![id.to_string()], wait: false };
+        self.run("instance/terminate", &op).await.map(|_| ())
+    }
+}
+
+/// Nodes through the API; a watch on Nodes wakes the driver.
+pub struct KubeNodes {
+    pub client: kube::Client,
+    changed: Arc<Notify>,
+    _watch: tokio::task::JoinHandle<()>,
+}
+
+impl KubeNodes {
+    /// `client` must not retry 429s itself (drains decide; see `Retry::Never`).
+    pub fn new(client: kube::Client) -> Self {
+        let changed = Arc::new(Notify::new());
+        let (c, nodes) = (changed.clone(), kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone()));
+        let watch = tokio::spawn(async move {
+            let mut s = std::pin::pin!(watcher(nodes, watcher::Config::default()));
+            while let Some(e) = s.next().await {
+                if e.is_ok() {
+                    c.notify_waiters();
+                }
+            }
+        });
+        KubeNodes { client, changed, _watch: watch }
+    }
+}
+
+impl Drop for KubeNodes {
+    fn drop(&mut self) {
+        self._watch.abort();
+    }
+}
+
+impl Nodes for KubeNodes {
+    async fn list(&self) -> Result<BTreeMap<String, NodeState>> {
+        drain::nodes_by_instance(&self.client).await
+    }
+    async fn cordon(&self, node: &str) -> Result<()> {
+        drain::cordon(&self.client, node).await
+    }
+    async fn drain(&self, node: &str, timeout: Duration, force: bool) -> Result<()> {
+        drain::drain(&self.client, node, timeout, force).await
+    }
+    async fn delete(&self, node: &str) -> Result<()> {
+        drain::delete_node(&self.client, node).await
+    }
+    async fn validate(&self, ignore: &BTreeSet<String>) -> Result<(), String> {
+        drain::validate(&self.client, ignore).await
+    }
+    async fn changed(&self, max: Duration) {
+        let _ = tokio::time::timeout(max, self.changed.notified()).await;
+    }
+}

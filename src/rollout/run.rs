@@ -1,0 +1,166 @@
+//! A cluster-wide roll, as `upgrade` and `ami rollout` run it: apply what
+//! is pending (so launch templates carry the new version), find what needs
+//! replacing, build each group's limits, and drive the groups.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::driver::{self, Event, GroupReport, GroupRoll};
+use super::edges::{AwsMachines, KubeNodes};
+use super::policy;
+use crate::apply::prepare::{self, Prepared};
+use crate::cloud::aws::Aws;
+use crate::kube::drain::NodeState;
+use crate::spec::{Cluster, Role};
+use crate::state::pki::Pki;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Only these groups (all when empty).
+    pub groups: Vec<String>,
+    /// Replace every machine, current or not.
+    pub force: bool,
+    pub max_parallel_groups: usize,
+    pub force_drain: bool,
+    pub boot_timeout: Duration,
+    pub validate_count: u32,
+    pub validate_interval: Duration,
+    /// Replace one machine and validate before the rest of a node group.
+    pub canary: bool,
+}
+
+/// One row of the upgrade table.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupStatus {
+    pub group: String,
+    pub role: Role,
+    pub machines: usize,
+    pub needs_update: usize,
+    pub ready: usize,
+    pub min: u32,
+    pub desired: u32,
+    pub max: u32,
+    pub nodes: Vec<String>,
+}
+
+/// Applies the pending plan, if any (new launch-template versions, scaling),
+/// and returns a fresh observation.
+pub async fn apply_pending(aws: &Aws, cluster: &Cluster, pki: &Pki, revision: u64) -> Result<(Prepared, bool)> {
+    let prepared = prepare::prepare(aws, cluster, Some(pki)).await?;
+    if prepared.plan.is_empty() {
+        return Ok((prepared, false));
+    }
+    let ctx = prepare::context(
+        aws,
+        cluster,
+        prepared.desired.clone(),
+        &prepared.observed,
+        prepared.init_user_data.clone(),
+        revision,
+    );
+    crate::apply::execute(&prepared.plan, ctx, &crate::apply::Options::default()).await?;
+    Ok((prepare::prepare(aws, cluster, Some(pki)).await?, true))
+}
+
+fn versions(p: &Prepared) -> BTreeMap<String, i64> {
+    p.observed.launch_templates.iter().map(|t| (t.group.clone(), t.latest_version)).collect()
+}
+
+fn selected<'a>(cluster: &'a Cluster, opts: &Options) -> Vec<&'a crate::spec::InstanceGroup> {
+    cluster.spec.instance_groups.iter().filter(|g| opts.groups.is_empty() || opts.groups.contains(&g.name)).collect()
+}
+
+/// What each selected group looks like now.
+pub fn status(cluster: &Cluster, p: &Prepared, nodes: &BTreeMap<String, NodeState>, opts: &Options) -> Vec<GroupStatus> {
+    let versions = versions(p);
+    selected(cluster, opts)
+        .into_iter()
+        .map(|g| {
+            let ms: Vec<_> =
+                p.observed.instances.iter().filter(|i| i.is_live() && i.group.as_deref() == Some(&g.name)).collect();
+            let needs = |i: &&&crate::cloud::observed::ObservedInstance| {
+                opts.force
+                    || i.launch_template_version != versions.get(&g.name).copied()
+                    || nodes.get(&i.id).is_some_and(|n| n.needs_update)
+            };
+            GroupStatus {
+                group: g.name.clone(),
+                role: g.role,
+                machines: ms.len(),
+                needs_update: ms.iter().filter(needs).count(),
+                ready: ms.iter().filter(|i| nodes.get(&i.id).is_some_and(|n| n.ready)).count(),
+                min: g.min_size,
+                desired: g.desired.unwrap_or(g.min_size),
+                max: g.max_size,
+                nodes: ms.iter().filter_map(|i| nodes.get(&i.id).map(|n| n.name.clone())).collect(),
+            }
+        })
+        .collect()
+}
+
+/// The groups' roll settings: control planes first (one at a time), then
+/// node groups with their surge, unavailability and a canary.
+pub fn group_rolls(cluster: &Cluster, p: &Prepared, opts: &Options) -> (Vec<GroupRoll>, Vec<GroupRoll>) {
+    let (mut cp, mut nodes) = (Vec::new(), Vec::new());
+    for g in selected(cluster, opts) {
+        let desired = g.desired.unwrap_or(g.min_size);
+        let force_ids: BTreeSet<String> = if opts.force {
+            p.observed.instances.iter().filter(|i| i.group.as_deref() == Some(&g.name)).map(|i| i.id.clone()).collect()
+        } else {
+            BTreeSet::new()
+        };
+        let limits = match g.role {
+            Role::ControlPlane => policy::control_plane_limits(desired),
+            Role::Node => policy::node_group_limits(
+                desired,
+                g.min_size,
+                &g.rollout.max_surge,
+                &g.rollout.max_unavailable,
+                opts.canary,
+            ),
+        };
+        let roll = GroupRoll {
+            group: g.name.clone(),
+            limits,
+            drain_timeout: g.rollout.drain_timeout.0,
+            force_drain: opts.force_drain,
+            boot_timeout: opts.boot_timeout,
+            validate_count: opts.validate_count,
+            validate_interval: opts.validate_interval,
+            validation_timeout: g.rollout.validation_timeout.0,
+            force_ids,
+        };
+        match g.role {
+            Role::ControlPlane => cp.push(roll),
+            Role::Node => nodes.push(roll),
+        }
+    }
+    (cp, nodes)
+}
+
+/// Rolls the selected groups of the cluster.
+pub async fn roll(
+    aws: &Aws,
+    cluster: &Cluster,
+    p: &Prepared,
+    client: kube::Client,
+    opts: &Options,
+    revision: u64,
+    on: &dyn Fn(Event),
+) -> Result<Vec<GroupReport>> {
+    let machines = AwsMachines {
+        aws: aws.clone(),
+        cluster: cluster.clone(),
+        desired: p.desired.clone(),
+        observed: p.observed.clone(),
+        versions: versions(p),
+        revision,
+    };
+    let nodes = KubeNodes::new(client);
+    let (cp, ng) = group_rolls(cluster, p, opts);
+    driver::roll(&machines, &nodes, &cp, &ng, opts.max_parallel_groups, on).await
+}

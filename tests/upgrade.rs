@@ -1,0 +1,302 @@
+//! Rolling upgrades on moto with the sim's node simulator (one Node per
+//! EC2 machine, Ready after a boot delay): a 20-node roll with surge 2
+//! watched pod by pod (no PodDisruptionBudget violated, capacity never
+//! below min); a replacement that never turns Ready halts; a budget that
+//! never allows eviction halts naming it; kill -9 mid-roll, and a re-run
+//! finishes the job.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::watcher;
+use support::{stderr, World};
+
+/// The node simulator for the world's cluster; killed on drop.
+struct NodeSim {
+    child: Child,
+    kubeconfig: PathBuf,
+}
+
+impl Drop for NodeSim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn node_sim(w: &World, boot_delay: &str) -> NodeSim {
+    let kubeconfig = w.dir.path().join("sim-kubeconfig.yaml");
+    let child = w
+        .command(&["sim", "--cluster", &w.cluster, "--kubeconfig", kubeconfig.to_str().unwrap(), "--boot-delay", boot_delay])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if kubeconfig.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    NodeSim { child, kubeconfig }
+}
+
+fn kubectl(sim: &NodeSim, args: &[&str], stdin: Option<&str>) -> String {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", &sim.kubeconfig)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn ready_nodes(sim: &NodeSim) -> usize {
+    let out = kubectl(sim, &["get", "nodes", "-o", "json"], None);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        .count()
+}
+
+fn wait_ready_nodes(sim: &NodeSim, n: usize) {
+    for _ in 0..600 {
+        if ready_nodes(sim) >= n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{n} nodes never became Ready");
+}
+
+/// A cluster with `nodes` machines in `general` (min `min`) and the given
+/// rollout settings, bootstrapped, with its node simulator.
+fn cluster(name: &str, nodes: u32, min: u32, rollout: &str, boot_delay: &str) -> (World, NodeSim) {
+    let w = World::new(name, nodes);
+    let yaml = w
+        .cluster_yaml(nodes, "t3.large")
+        .replace("      minSize: 0\n", &format!("      minSize: {min}\n"))
+        .replace("      rollout:\n        maxSurge: 1\n", &format!("      rollout:\n{rollout}"));
+    w.write_cluster(&yaml);
+    w.ok(&["bootstrap", name, "--yes"]);
+    let sim = node_sim(&w, boot_delay);
+    wait_ready_nodes(&sim, nodes as usize + 1);
+    (w, sim)
+}
+
+fn change_machine_type(w: &World) {
+    let yaml = std::fs::read_to_string(w.cluster_file()).unwrap().replace("machineType: t3.large", "machineType: t3.xlarge");
+    w.write_cluster(&yaml);
+}
+
+fn upgrade_args<'a>(w: &'a World, sim: &'a NodeSim, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["upgrade", w.cluster.as_str(), "--yes", "--kubeconfig", sim.kubeconfig.to_str().unwrap(), "--validate-interval", "200ms"];
+    a.extend_from_slice(extra);
+    a
+}
+
+fn on_version(w: &World, group: &str) -> BTreeMap<String, usize> {
+    let mut by = BTreeMap::new();
+    for i in w.instances_in(group) {
+        *by.entry(i["launchTemplateVersion"].as_str().unwrap_or("-").to_string()).or_default() += 1;
+    }
+    by
+}
+
+/// Watches the app's pods and the group's nodes from another thread and
+/// keeps the lowest counts of ready pods and of Ready, schedulable nodes.
+struct Watch {
+    armed: Arc<AtomicBool>,
+    min_pods: Arc<AtomicI64>,
+    min_nodes: Arc<AtomicI64>,
+    stop: Arc<AtomicBool>,
+}
+
+fn watch(sim: &NodeSim, app: &str, group: &str) -> Watch {
+    let w = Watch {
+        armed: Arc::new(AtomicBool::new(false)),
+        min_pods: Arc::new(AtomicI64::new(i64::MAX)),
+        min_nodes: Arc::new(AtomicI64::new(i64::MAX)),
+        stop: Arc::new(AtomicBool::new(false)),
+    };
+    let (armed, min_pods, min_nodes, stop) = (w.armed.clone(), w.min_pods.clone(), w.min_nodes.clone(), w.stop.clone());
+    let (kc, app, group) = (sim.kubeconfig.clone(), app.to_string(), group.to_string());
+    std::thread::spawn(move || {
+        tokio::runtime::Runtime::new().unwrap().block_on(async move {
+            let client = pinfleet::kube::client_from_kubeconfig(&kc, pinfleet::kube::Retry::Default).await.unwrap();
+            let pods = kube::Api::<Pod>::default_namespaced(client.clone());
+            let nodes = kube::Api::<Node>::all(client);
+            let mut ps = std::pin::pin!(watcher(pods, watcher::Config::default().labels(&format!("app={app}"))));
+            let mut ns = std::pin::pin!(watcher(nodes, watcher::Config::default().labels(&format!("pinfleet.dev/instance-group={group}"))));
+            let mut pod_ready: BTreeMap<String, bool> = BTreeMap::new();
+            let mut node_ok: BTreeMap<String, bool> = BTreeMap::new();
+            let cond = |cs: Option<&Vec<serde_json::Value>>, t: &str| {
+                cs.is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"))
+            };
+            while !stop.load(Ordering::SeqCst) {
+                tokio::select! {
+                    Some(Ok(e)) = ps.next() => {
+                        for p in applied(e, &mut pod_ready) {
+                            let v = serde_json::to_value(&p).unwrap();
+                            let ok = v["metadata"]["deletionTimestamp"].is_null() && cond(v["status"]["conditions"].as_array(), "Ready");
+                            pod_ready.insert(p.metadata.name.clone().unwrap(), ok);
+                        }
+                    }
+                    Some(Ok(e)) = ns.next() => {
+                        for n in applied(e, &mut node_ok) {
+                            let v = serde_json::to_value(&n).unwrap();
+                            let ok = v["spec"]["unschedulable"] != true && cond(v["status"]["conditions"].as_array(), "Ready");
+                            node_ok.insert(n.metadata.name.clone().unwrap(), ok);
+                        }
+                    }
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+                if armed.load(Ordering::SeqCst) {
+                    min_pods.fetch_min(pod_ready.values().filter(|r| **r).count() as i64, Ordering::SeqCst);
+                    min_nodes.fetch_min(node_ok.values().filter(|r| **r).count() as i64, Ordering::SeqCst);
+                }
+            }
+        })
+    });
+    w
+}
+
+/// Objects an event adds or changes; deletions are removed from `seen`.
+fn applied<K: kube::Resource + Clone>(e: watcher::Event<K>, seen: &mut BTreeMap<String, bool>) -> Vec<K> {
+    match e {
+        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => vec![o],
+        watcher::Event::Delete(o) => {
+            seen.remove(&o.meta().name.clone().unwrap_or_default());
+            vec![]
+        }
+        _ => vec![],
+    }
+}
+
+const WEB: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 10\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      containers: [{name: web, image: nginx:1.27}]\n---\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web}\nspec:\n  minAvailable: 8\n  selector: {matchLabels: {app: web}}\n";
+
+#[test]
+fn twenty_nodes_roll_with_surge_two_without_breaking_a_budget() {
+    let (w, sim) = cluster("roll20", 20, 18, "        maxSurge: 2\n", "1s");
+    kubectl(&sim, &["apply", "-f", "-"], Some(WEB));
+    kubectl(&sim, &["rollout", "status", "deployment/web", "--timeout=60s"], None);
+    let watch = watch(&sim, "web", "general");
+    std::thread::sleep(Duration::from_millis(500));
+    watch.armed.store(true, Ordering::SeqCst);
+
+    change_machine_type(&w);
+    // Without --yes: the table, nothing changed.
+    let table = w.ok(&["upgrade", "roll20", "--kubeconfig", sim.kubeconfig.to_str().unwrap()]);
+    assert!(table.contains("general"), "{table}");
+    assert_eq!(on_version(&w, "general").len(), 1);
+
+    let out = w.run(&upgrade_args(&w, &sim, &["-o", "json"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let events: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    watch.stop.store(true, Ordering::SeqCst);
+    let versions = on_version(&w, "general");
+    assert_eq!(versions.len(), 1, "every machine on one version: {versions:?}");
+    assert_eq!(versions.values().sum::<usize>(), 20);
+    let replaced = events.iter().filter(|e| e["event"] == "replaced" && e["group"] == "general").count();
+    assert_eq!(replaced, 20);
+    // The canary went alone: the first launch is one machine.
+    let first = events.iter().find(|e| e["event"] == "launched" && e["group"] == "general").unwrap();
+    assert_eq!(first["ids"].as_array().unwrap().len(), 1);
+    assert!(events.iter().filter(|e| e["event"] == "launched").all(|e| e["ids"].as_array().unwrap().len() <= 2));
+    let (pods, nodes) = (watch.min_pods.load(Ordering::SeqCst), watch.min_nodes.load(Ordering::SeqCst));
+    assert!(pods >= 8, "the budget says 8 ready pods at least; saw {pods}");
+    assert!(nodes >= 18, "the group's min is 18 Ready, schedulable nodes; saw {nodes}");
+    // The control plane needed nothing; a second upgrade has nothing to do.
+    let again = w.run(&upgrade_args(&w, &sim, &["-o", "json"]));
+    assert!(again.status.success());
+    assert!(!String::from_utf8_lossy(&again.stdout).contains("\"launched\""));
+}
+
+#[test]
+fn a_replacement_that_never_becomes_ready_halts_the_roll() {
+    let (w, sim) = cluster("noboot", 3, 3, "        maxSurge: 1\n", "6s");
+    let before = on_version(&w, "general");
+    change_machine_type(&w);
+    let out = w.run(&upgrade_args(&w, &sim, &["--boot-timeout", "2s"]));
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("did not become a Ready node within 2s") && err.contains("the roll is halted (0 of 3 replaced)"), "{err}");
+    // Nothing old was removed: capacity is intact.
+    let old = before.keys().next().unwrap();
+    assert_eq!(on_version(&w, "general").get(old), Some(&3));
+}
+
+#[test]
+fn a_budget_that_never_allows_eviction_halts_the_drain_and_is_named() {
+    let (w, sim) = cluster("pdb", 3, 3, "        maxSurge: 1\n        drainTimeout: 3s\n", "1s");
+    kubectl(
+        &sim,
+        &["apply", "-f", "-"],
+        Some(&WEB.replace("replicas: 10", "replicas: 3").replace("minAvailable: 8", "minAvailable: 3")),
+    );
+    kubectl(&sim, &["rollout", "status", "deployment/web", "--timeout=60s"], None);
+    change_machine_type(&w);
+    let out = w.run(&upgrade_args(&w, &sim, &["--no-canary"]));
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("timed out after 3s") && err.contains("PodDisruptionBudget default/web"), "{err}");
+    assert!(err.contains("default/web-"), "names the blocking pods: {err}");
+    // The cordoned machine is still there (halted, not torn down).
+    assert_eq!(w.instances_in("general").len(), 4);
+}
+
+#[test]
+fn kill_9_mid_roll_then_a_rerun_finishes_without_double_work() {
+    let (w, sim) = cluster("killroll", 6, 6, "        maxSurge: 2\n", "2s");
+    change_machine_type(&w);
+    let mut child = w.command(&upgrade_args(&w, &sim, &["-o", "json"])).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    // Kill it once replacements are launched and a drain started.
+    use std::io::BufRead;
+    let reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut launched = 0;
+    for line in reader.lines() {
+        let e: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap_or_default();
+        if e["event"] == "launched" {
+            launched += e["ids"].as_array().unwrap().len();
+        }
+        if e["event"] == "draining" && launched >= 2 {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let refused = w.run(&upgrade_args(&w, &sim, &[]));
+    assert!(stderr(&refused).contains("is locked by"), "{}", stderr(&refused));
+    w.ok(&["state", "unlock", "killroll", "--force"]);
+    let out = w.run(&upgrade_args(&w, &sim, &["-o", "json"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let versions = on_version(&w, "general");
+    assert_eq!(versions.len(), 1, "{versions:?}");
+    assert_eq!(versions.values().sum::<usize>(), 6);
+    // No double work: 6 replacements launched in all, across both runs.
+    let relaunched: usize = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == "launched")
+        .map(|e| e["ids"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(launched + relaunched, 6, "first run launched {launched}, the re-run {relaunched}");
+}
