@@ -115,7 +115,7 @@ fn upgrade_args<'a>(w: &'a World, sim: &'a NodeSim, extra: &[&'a str]) -> Vec<&'
 fn on_version(w: &World, group: &str) -> BTreeMap<String, usize> {
     let mut by = BTreeMap::new();
     for i in w.instances_in(group) {
-        *by.entry(i["launchTemplateVersion"].as_str().unwrap_or("-").to_string()).or_default() += 1;
+        *by.entry(i["launch_template_version"].as_str().unwrap_or("-").to_string()).or_default() += 1;
     }
     by
 }
@@ -215,6 +215,7 @@ fn twenty_nodes_roll_with_surge_two_without_breaking_a_budget() {
     let versions = on_version(&w, "general");
     assert_eq!(versions.len(), 1, "every machine on one version: {versions:?}");
     assert_eq!(versions.values().sum::<usize>(), 20);
+    assert!(w.instances_in("general").iter().all(|i| i["instance_type"] == "t3.xlarge"));
     let replaced = events.iter().filter(|e| e["event"] == "replaced" && e["group"] == "general").count();
     assert_eq!(replaced, 20);
     // The canary went alone: the first launch is one machine.
@@ -241,7 +242,8 @@ fn a_replacement_that_never_becomes_ready_halts_the_roll() {
     assert!(err.contains("did not become a Ready node within 2s") && err.contains("the roll is halted (0 of 3 replaced)"), "{err}");
     // Nothing old was removed: capacity is intact.
     let old = before.keys().next().unwrap();
-    assert_eq!(on_version(&w, "general").get(old), Some(&3));
+    let after = on_version(&w, "general");
+    assert_eq!(after.get(old), Some(&3), "before {before:?}, after {after:?}");
 }
 
 #[test]
@@ -291,6 +293,7 @@ fn kill_9_mid_roll_then_a_rerun_finishes_without_double_work() {
     let versions = on_version(&w, "general");
     assert_eq!(versions.len(), 1, "{versions:?}");
     assert_eq!(versions.values().sum::<usize>(), 6);
+    assert!(w.instances_in("general").iter().all(|i| i["instance_type"] == "t3.xlarge"));
     // No double work: 6 replacements launched in all, across both runs.
     let relaunched: usize = String::from_utf8_lossy(&out.stdout)
         .lines()
