@@ -21,6 +21,7 @@ pub mod apply;
 pub mod cli;
 pub mod cloud;
 pub mod controller;
+pub mod federation;
 pub mod kube;
 pub mod output;
 pub mod plan;

@@ -144,3 +144,18 @@ fn addon_yaml_errors_name_file_and_line() {
     .to_string();
     assert!(e.starts_with("addons/x/addon.yaml:5:1: unknown field `readines`"), "{e}");
 }
+
+#[test]
+fn the_ami_rollout_job_is_opt_in_and_runs_one_cronjob_per_cluster() {
+    let p = packages();
+    let set = addons::render_for(&cluster("dev-local"), &p).unwrap();
+    assert!(set.iter().all(|a| a.name != "ami-rollout"), "off by default");
+    let c = with_addons("    - {name: ami-rollout, enabled: true, values: {clusters: [prod-use1, prod-usw2], window: \"Sun 03:00-05:00 UTC\"}}\n");
+    let set = addons::render_for(&c, &p).unwrap();
+    let a = set.iter().find(|a| a.name == "ami-rollout").unwrap();
+    let jobs: Vec<_> = a.objects.iter().filter(|o| o.key.kind == "CronJob").collect();
+    assert_eq!(jobs.len(), 2);
+    let args = &jobs[0].value["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(args, &serde_json::json!(["ami", "rollout", "prod-use1", "--window", "Sun 03:00-05:00 UTC", "--soak", "30m", "--yes", "--log-json"]));
+    assert_eq!(jobs[0].value["spec"]["concurrencyPolicy"], "Forbid");
+}

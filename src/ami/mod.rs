@@ -5,6 +5,8 @@
 //! after two years and filtered lookups stop returning them — the failure
 //! kops users hit), unless pinned by id, which only warns.
 
+pub mod window;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 

@@ -2,6 +2,7 @@
 //! and a `run` that calls library code. No domain logic lives here.
 
 pub mod addons;
+pub mod ami;
 pub mod apply;
 pub mod bootstrap;
 pub mod cloud;
@@ -9,6 +10,7 @@ pub mod completions;
 pub mod controller;
 pub mod crds;
 pub mod destroy;
+pub mod federation;
 pub mod get;
 pub mod history;
 pub mod local;
@@ -79,6 +81,10 @@ pub enum Command {
     Apply(apply::ApplyArgs),
     /// The cluster's addon set: list, render, diff against the cluster, apply.
     Addons(addons::AddonsArgs),
+    /// AMIs: what selectors resolve to, scheduled rollouts, their history.
+    Ami(ami::AmiArgs),
+    /// Place one app's replicas over the members of a federation.
+    Federation(federation::FederationArgs),
     /// Replace machines that are not on their group's current version.
     Upgrade(upgrade::UpgradeArgs),
     /// Delete everything tagged for a cluster.
@@ -111,6 +117,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bootstrap(a) => rt()?.block_on(bootstrap::run(g, a)),
         Command::Apply(a) => rt()?.block_on(apply::run(g, a)),
         Command::Addons(a) => rt()?.block_on(addons::run(g, a)),
+        Command::Ami(a) => rt()?.block_on(ami::run(g, a)),
+        Command::Federation(a) => rt()?.block_on(federation::run(g, a)),
         Command::Upgrade(a) => rt()?.block_on(upgrade::run(g, a)),
         Command::Destroy(a) => rt()?.block_on(destroy::run(g, a)),
         Command::Get(a) => rt()?.block_on(get::run(g, a)),

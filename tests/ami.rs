@@ -1,0 +1,106 @@
+//! `pinfleet ami` on moto with the node simulator: a newer image registered
+//! in the account is found by the groups' selector, and `ami rollout` rolls
+//! the canary group first, soaks, then the others; outside its window it
+//! does nothing; the rollout is recorded and listed by `ami history`.
+//! (moto cannot mark images deprecated: unit tests of the selection logic
+//! cover deprecated and too-old images.)
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use chrono::Datelike;
+use support::{stderr, World};
+
+/// Copies one of moto's x86_64 images under `name` into the world's account.
+fn register_image(w: &World, name: &str) -> String {
+    std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
+    std::env::set_var("AWS_ENDPOINT_URL", support::moto_url());
+    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+    let account = w.account.clone();
+    tokio::runtime::Runtime::new().unwrap().block_on(async move {
+        let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
+            region: Some("us-east-1".into()),
+            moto_account: Some(account),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let images = aws.ec2.describe_images().owners("099720109477").send().await.unwrap();
+        let base = images
+            .images()
+            .iter()
+            .find(|i| i.architecture().map(|a| a.as_str()) == Some("x86_64"))
+            .and_then(|i| i.image_id())
+            .unwrap()
+            .to_string();
+        let out = aws.ec2.copy_image().source_image_id(base).source_region("us-east-1").name(name).send().await.unwrap();
+        out.image_id().unwrap().to_string()
+    })
+}
+
+#[test]
+fn a_newer_image_rolls_canary_first_then_the_rest() {
+    let w = World::new("amiroll", 3);
+    // Both groups select this account's own images.
+    let base = w.clusters_dir().join("bases/aws-standard.yaml");
+    let text = std::fs::read_to_string(&base)
+        .unwrap()
+        .replace("owners: [\"099720109477\"]", "owners: [\"self\"]")
+        .replace("ubuntu/images/hvm-ssd*/ubuntu-*-amd64-server-*", "pinfleet-node-*");
+    std::fs::write(&base, text).unwrap();
+    let old = register_image(&w, "pinfleet-node-2026.10.1");
+    w.ok(&["bootstrap", "amiroll", "--yes"]);
+    assert!(w.instances().iter().all(|i| i["image"] == old.as_str()));
+    let kubeconfig = w.dir.path().join("sim.yaml");
+    let mut sim = w
+        .command(&["sim", "--cluster", "amiroll", "--kubeconfig", kubeconfig.to_str().unwrap(), "--boot-delay", "1s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let kc = kubeconfig.to_str().unwrap();
+
+    // Nothing newer: nothing to do.
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = w.run(&["ami", "rollout", "amiroll", "--yes", "--kubeconfig", kc]);
+    assert!(out.status.success() && stderr(&out).contains("nothing to do"), "{}", stderr(&out));
+
+    std::thread::sleep(Duration::from_millis(1100));
+    let new = register_image(&w, "pinfleet-node-2026.11.1");
+    let resolved = w.json(&["ami", "resolve", "amiroll"]);
+    for g in resolved.as_array().unwrap() {
+        assert_eq!(g["resolved"], new.as_str(), "{resolved}");
+        assert_eq!(g["current"], old.as_str());
+        assert_eq!(g["newer"], true);
+    }
+    // Outside the window: exit 0, nothing done.
+    let later = (chrono::Utc::now().weekday().succ().succ()).to_string();
+    let window = format!("{later} 00:00-00:01 UTC");
+    let out = w.run(&["ami", "rollout", "amiroll", "--yes", "--window", &window, "--kubeconfig", kc]);
+    assert!(out.status.success() && stderr(&out).contains("outside the maintenance window"), "{}", stderr(&out));
+    assert!(w.instances().iter().all(|i| i["image"] == old.as_str()));
+
+    let out = w.run(&[
+        "ami", "rollout", "amiroll", "--yes", "--soak", "2s", "--kubeconfig", kc, "--validate-interval", "200ms", "-o", "json",
+    ]);
+    let _ = sim.kill();
+    let _ = sim.wait();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let events: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let pos = |ev: &str, g: &str| events.iter().position(|e| e["event"] == ev && e["group"] == g).unwrap_or_else(|| panic!("no {ev} for {g}: {events:?}"));
+    assert!(pos("finished", "general") < pos("started", "control-plane"), "the canary group rolls first: {events:?}");
+    assert!(stderr(&out).contains("soaking for 2s"), "{}", stderr(&out));
+    let instances = w.instances();
+    assert_eq!(instances.len(), 4);
+    assert!(instances.iter().all(|i| i["image"] == new.as_str()), "{instances:?}");
+
+    let history = w.json(&["ami", "history", "amiroll"]);
+    let h = history.as_array().unwrap();
+    assert_eq!(h.len(), 1, "{history}");
+    assert_eq!(h[0]["status"], "done");
+    assert_eq!(h[0]["canaryGroup"], "general");
+}
