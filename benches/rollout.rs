@@ -20,7 +20,13 @@ const DRAIN: Duration = Duration::from_secs(30);
 fn roll_cfg(canary: bool) -> GroupRoll {
     GroupRoll {
         group: "general".into(),
-        limits: policy::node_group_limits(N, N, &pinfleet::spec::IntOrPercent::Percent(10), &pinfleet::spec::IntOrPercent::Int(0), canary),
+        limits: policy::node_group_limits(
+            N,
+            N,
+            &pinfleet::spec::IntOrPercent::Percent(10),
+            &pinfleet::spec::IntOrPercent::Int(0),
+            canary,
+        ),
         drain_timeout: Duration::from_secs(900),
         force_drain: false,
         boot_timeout: Duration::from_secs(900),
@@ -47,7 +53,8 @@ async fn kops_roll() -> f64 {
     let fleet = SimFleet::new(&[("general", N)], BOOT, DRAIN);
     fleet.bump("general");
     let start = Instant::now();
-    let old: Vec<String> = Machines::list(&fleet, "general").await.unwrap().into_iter().filter(|m| !m.current).map(|m| m.id).collect();
+    let old: Vec<String> =
+        Machines::list(&fleet, "general").await.unwrap().into_iter().filter(|m| !m.current).map(|m| m.id).collect();
     for id in old {
         fleet.cordon(&id).await.unwrap();
         fleet.drain(&id, Duration::from_secs(900), false).await.unwrap();
@@ -74,9 +81,17 @@ fn main() {
     let wall = std::time::Instant::now();
     let kops = rt.block_on(kops_roll());
     let wall_kops = wall.elapsed().as_secs_f64();
-    println!("roll of {N} machines, surge {surge} (10%), boot {}s, drain {}s (simulated clock)", BOOT.as_secs(), DRAIN.as_secs());
+    println!(
+        "roll of {N} machines, surge {surge} (10%), boot {}s, drain {}s (simulated clock)",
+        BOOT.as_secs(),
+        DRAIN.as_secs()
+    );
     println!("  floor ceil(N/surge) x (boot + drain)  {floor:>9.0} s");
     println!("  pinfleet upgrade                     {t:>9.0} s  ({:.3} x floor; {replaced} replaced; {wall_roll:.2} s real)", t / floor);
     println!("  pinfleet upgrade with a canary wave  {tc:>9.0} s  ({:.3} x floor)", tc / floor);
-    println!("  kops default cadence (serial)        {kops:>9.0} s  ({:.1} h; {:.1} x pinfleet; {wall_kops:.2} s real)", kops / 3600.0, kops / t);
+    println!(
+        "  kops default cadence (serial)        {kops:>9.0} s  ({:.1} h; {:.1} x pinfleet; {wall_kops:.2} s real)",
+        kops / 3600.0,
+        kops / t
+    );
 }

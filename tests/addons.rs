@@ -41,7 +41,10 @@ impl Setup {
         copy_dir(&root.join("clusters"), &dir.path().join("clusters"));
         if !k.real {
             for n in 0..3 {
-                k.ok_stdin(&["apply", "-f", "-"], &format!("apiVersion: v1\nkind: Node\nmetadata: {{name: node-{n}}}\n"));
+                k.ok_stdin(
+                    &["apply", "-f", "-"],
+                    &format!("apiVersion: v1\nkind: Node\nmetadata: {{name: node-{n}}}\n"),
+                );
                 k.ok(&[
                     "patch",
                     &format!("node/node-{n}"),
@@ -92,7 +95,12 @@ impl Setup {
             .map(|o| {
                 let m = &o["metadata"];
                 (
-                    format!("{}/{}/{}", o["kind"].as_str().unwrap(), m["namespace"].as_str().unwrap_or(""), m["name"].as_str().unwrap()),
+                    format!(
+                        "{}/{}/{}",
+                        o["kind"].as_str().unwrap(),
+                        m["namespace"].as_str().unwrap_or(""),
+                        m["name"].as_str().unwrap()
+                    ),
                     m["resourceVersion"].as_str().unwrap().to_string(),
                 )
             })
@@ -108,7 +116,11 @@ impl Setup {
 }
 
 fn ready_events(events: &[Value]) -> BTreeMap<String, Value> {
-    events.iter().filter(|e| e["event"] == "ready").map(|e| (e["name"].as_str().unwrap().to_string(), e.clone())).collect()
+    events
+        .iter()
+        .filter(|e| e["event"] == "ready")
+        .map(|e| (e["name"].as_str().unwrap().to_string(), e.clone()))
+        .collect()
 }
 
 #[test]
@@ -122,17 +134,33 @@ fn install_upgrade_prune_and_refuse_broken_manifests() {
     let ready = ready_events(&events);
     assert_eq!(ready.len(), 7, "{events:?}");
     assert!(ready.values().all(|r| r["from"].is_null() && r["changed"].as_u64().unwrap() > 0));
-    let order: Vec<&str> = events.iter().filter(|e| e["event"] == "ready").map(|e| e["name"].as_str().unwrap()).collect();
+    let order: Vec<&str> =
+        events.iter().filter(|e| e["event"] == "ready").map(|e| e["name"].as_str().unwrap()).collect();
     let at = |n: &str| order.iter().position(|x| *x == n).unwrap();
     assert!(at("platform-crds") < at("workload-controller") && at("runtime-support") < at("workload-controller"));
-    let deploy = s.k.ok(&["get", "deploy", "-n", "pinfleet-system", "pinfleet-controller", "-o", "jsonpath={.status.availableReplicas}"]);
+    let deploy = s.k.ok(&[
+        "get",
+        "deploy",
+        "-n",
+        "pinfleet-system",
+        "pinfleet-controller",
+        "-o",
+        "jsonpath={.status.availableReplicas}",
+    ]);
     assert_eq!(deploy, "2");
     let ds = s.k.ok(&["get", "ds", "-n", "pinfleet-system", "log-agent", "-o", "jsonpath={.status.numberReady}"]);
     assert_eq!(ds, "3");
 
     // kubectl sees the CRDs and the platform category.
     let crds = s.k.ok(&["get", "crds", "-o", "name"]);
-    for k in ["pinterestservices", "pinterestjobsets", "pinterestcronjobs", "pinterestdaemons", "pinteresttrainingjobs", "pintereststatefulsets"] {
+    for k in [
+        "pinterestservices",
+        "pinterestjobsets",
+        "pinterestcronjobs",
+        "pinterestdaemons",
+        "pinteresttrainingjobs",
+        "pintereststatefulsets",
+    ] {
         assert!(crds.contains(&format!("{k}.pinfleet.dev")), "{crds}");
     }
     // Categories come from kubectl's discovery cache, which predates the
@@ -151,11 +179,18 @@ fn install_upgrade_prune_and_refuse_broken_manifests() {
     assert_eq!(diff.status.code(), Some(0), "{}", String::from_utf8_lossy(&diff.stdout));
 
     // A values change shows in the diff (exit 2) before it is applied.
-    s.edit("clusters/dev-local.yaml", "  instanceGroups:", "  addons:\n    - {name: monitoring, values: {retention: 30d}}\n  instanceGroups:");
+    s.edit(
+        "clusters/dev-local.yaml",
+        "  instanceGroups:",
+        "  addons:\n    - {name: monitoring, values: {retention: 30d}}\n  instanceGroups:",
+    );
     let diff = s.pinfleet(&["addons", "diff", "dev-local", "--target", "sim"]);
     assert_eq!(diff.status.code(), Some(2));
     let text = String::from_utf8_lossy(&diff.stdout);
-    assert!(text.contains("-        - --storage.tsdb.retention.time=15d\n+        - --storage.tsdb.retention.time=30d"), "{text}");
+    assert!(
+        text.contains("-        - --storage.tsdb.retention.time=15d\n+        - --storage.tsdb.retention.time=30d"),
+        "{text}"
+    );
 
     // Upgrade one addon's version.
     s.edit("addons/log-agent/addon.yaml", "version: 3.2.4", "version: 3.2.5");
@@ -164,7 +199,15 @@ fn install_upgrade_prune_and_refuse_broken_manifests() {
     assert_eq!(ready["log-agent"]["from"], "3.2.4");
     assert_eq!(ready["log-agent"]["version"], "3.2.5");
     assert!(ready["log-agent"]["changed"].as_u64().unwrap() >= 1);
-    let image = s.k.ok(&["get", "ds", "-n", "pinfleet-system", "log-agent", "-o", "jsonpath={.spec.template.spec.containers[0].image}"]);
+    let image = s.k.ok(&[
+        "get",
+        "ds",
+        "-n",
+        "pinfleet-system",
+        "log-agent",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image}",
+    ]);
     assert_eq!(image, "cr.fluentbit.io/fluent/fluent-bit:3.2.5");
 
     // Remove an addon: its objects are pruned (not its namespace).
@@ -175,7 +218,9 @@ fn install_upgrade_prune_and_refuse_broken_manifests() {
         .filter(|e| e["event"] == "pruned")
         .map(|e| format!("{}/{}", e["kind"].as_str().unwrap(), e["name"].as_str().unwrap()))
         .collect();
-    for o in ["DaemonSet/service-registrar", "ClusterRole/pinfleet-service-registrar", "ServiceAccount/service-registrar"] {
+    for o in
+        ["DaemonSet/service-registrar", "ClusterRole/pinfleet-service-registrar", "ServiceAccount/service-registrar"]
+    {
         assert!(pruned.contains(&o.to_string()), "{pruned:?}");
     }
     assert!(!s.k.kubectl(&["get", "ds", "-n", "pinfleet-system", "service-registrar"]).status.success());
@@ -185,7 +230,11 @@ fn install_upgrade_prune_and_refuse_broken_manifests() {
     // bump in the same run does not land either).
     let before = s.versions();
     s.edit("addons/log-agent/addon.yaml", "fluent-bit:3.2.5", "fluent-bit:3.2.6");
-    std::fs::write(s.path("addons/monitoring/manifests/zz-extra.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\ndata:\n  a: [1, 2\n").unwrap();
+    std::fs::write(
+        s.path("addons/monitoring/manifests/zz-extra.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\ndata:\n  a: [1, 2\n",
+    )
+    .unwrap();
     let out = s.pinfleet(&["addons", "apply", "dev-local", "--target", "sim"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

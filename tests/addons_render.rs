@@ -88,15 +88,18 @@ fn values_pins_and_dependencies_are_checked() {
         "addon monitoring: unknown value `retension` (it takes: prometheusImage, kubeStateMetricsImage, retention, scrapeInterval, amiMaxAgeDays, controllerNamespace)"
     );
     let c = with_addons("    - {name: log-agent, version: 3.1.0}\n");
-    assert!(errors(&c, &p).starts_with("addon log-agent: the cluster pins version 3.1.0, but addons/log-agent is version 3.2.4"));
+    assert!(errors(&c, &p)
+        .starts_with("addon log-agent: the cluster pins version 3.1.0, but addons/log-agent is version 3.2.4"));
     let c = with_addons("    - {name: platform-crds, enabled: false}\n");
     let e = errors(&c, &p);
     assert!(e.contains("addon workload-controller: depends on `platform-crds`, which this cluster disables"), "{e}");
     // Values reach the manifests; a disabled addon renders nothing.
-    let c = with_addons("    - {name: monitoring, values: {retention: 30d}}\n    - {name: log-agent, enabled: false}\n");
+    let c =
+        with_addons("    - {name: monitoring, values: {retention: 30d}}\n    - {name: log-agent, enabled: false}\n");
     let set = addons::render_for(&c, &p).unwrap();
     assert!(set.iter().all(|a| a.name != "log-agent"));
-    let prom = set.iter().flat_map(|a| &a.objects).find(|o| o.key.name == "prometheus" && o.key.kind == "Deployment").unwrap();
+    let prom =
+        set.iter().flat_map(|a| &a.objects).find(|o| o.key.name == "prometheus" && o.key.kind == "Deployment").unwrap();
     assert!(prom.value.to_string().contains("--storage.tsdb.retention.time=30d"));
 }
 
@@ -104,7 +107,8 @@ fn values_pins_and_dependencies_are_checked() {
 fn broken(manifest: &str) -> Vec<addons::Package> {
     let mut p = packages();
     let ne = p.iter_mut().find(|x| x.meta.name == "node-exporter").unwrap();
-    ne.manifests = vec![package::Manifest { path: "addons/node-exporter/manifests/broken.yaml".into(), text: manifest.into() }];
+    ne.manifests =
+        vec![package::Manifest { path: "addons/node-exporter/manifests/broken.yaml".into(), text: manifest.into() }];
     p
 }
 
@@ -114,7 +118,10 @@ fn broken_manifests_are_located() {
     let e = errors(&c, &broken("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  x: [1, 2\n"));
     assert!(e.starts_with("addon node-exporter: addons/node-exporter/manifests/broken.yaml:"), "{e}");
     assert!(e.contains("invalid YAML"), "{e}");
-    let e = errors(&c, &broken("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\nkind: Service\nmetadata: {name: b}\n"));
+    let e = errors(
+        &c,
+        &broken("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\nkind: Service\nmetadata: {name: b}\n"),
+    );
     assert_eq!(e, "addon node-exporter: addons/node-exporter/manifests/broken.yaml:6:1: the object has no apiVersion");
     let e = errors(
         &c,
@@ -156,6 +163,19 @@ fn the_ami_rollout_job_is_opt_in_and_runs_one_cronjob_per_cluster() {
     let jobs: Vec<_> = a.objects.iter().filter(|o| o.key.kind == "CronJob").collect();
     assert_eq!(jobs.len(), 2);
     let args = &jobs[0].value["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"];
-    assert_eq!(args, &serde_json::json!(["ami", "rollout", "prod-use1", "--window", "Sun 03:00-05:00 UTC", "--soak", "30m", "--yes", "--log-json"]));
+    assert_eq!(
+        args,
+        &serde_json::json!([
+            "ami",
+            "rollout",
+            "prod-use1",
+            "--window",
+            "Sun 03:00-05:00 UTC",
+            "--soak",
+            "30m",
+            "--yes",
+            "--log-json"
+        ])
+    );
     assert_eq!(jobs[0].value["spec"]["concurrencyPolicy"], "Forbid");
 }

@@ -36,7 +36,8 @@ fn register_image(w: &World, name: &str) -> String {
             .and_then(|i| i.image_id())
             .unwrap()
             .to_string();
-        let out = aws.ec2.copy_image().source_image_id(base).source_region("us-east-1").name(name).send().await.unwrap();
+        let out =
+            aws.ec2.copy_image().source_image_id(base).source_region("us-east-1").name(name).send().await.unwrap();
         out.image_id().unwrap().to_string()
     })
 }
@@ -84,14 +85,30 @@ fn a_newer_image_rolls_canary_first_then_the_rest() {
     assert!(w.instances().iter().all(|i| i["image"] == old.as_str()));
 
     let out = w.run(&[
-        "ami", "rollout", "amiroll", "--yes", "--soak", "2s", "--kubeconfig", kc, "--validate-interval", "200ms", "-o", "json",
+        "ami",
+        "rollout",
+        "amiroll",
+        "--yes",
+        "--soak",
+        "2s",
+        "--kubeconfig",
+        kc,
+        "--validate-interval",
+        "200ms",
+        "-o",
+        "json",
     ]);
     let _ = sim.kill();
     let _ = sim.wait();
     assert!(out.status.success(), "{}", stderr(&out));
     let events: Vec<serde_json::Value> =
         String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    let pos = |ev: &str, g: &str| events.iter().position(|e| e["event"] == ev && e["group"] == g).unwrap_or_else(|| panic!("no {ev} for {g}: {events:?}"));
+    let pos = |ev: &str, g: &str| {
+        events
+            .iter()
+            .position(|e| e["event"] == ev && e["group"] == g)
+            .unwrap_or_else(|| panic!("no {ev} for {g}: {events:?}"))
+    };
     assert!(pos("finished", "general") < pos("started", "control-plane"), "the canary group rolls first: {events:?}");
     assert!(stderr(&out).contains("soaking for 2s"), "{}", stderr(&out));
     let instances = w.instances();

@@ -23,16 +23,30 @@ fn member(dir: &Path, name: &str) -> PathBuf {
         tokio::runtime::Runtime::new().unwrap().block_on(async move {
             let mut inner = pinfleet::sim::Inner::new();
             for i in 0..2 {
-                pinfleet::sim::nodes::declare(&mut inner, &pinfleet::sim::nodes::NodeSpec::simple(&format!("{n}-node-{i}")));
+                pinfleet::sim::nodes::declare(
+                    &mut inner,
+                    &pinfleet::sim::nodes::NodeSpec::simple(&format!("{n}-node-{i}")),
+                );
             }
             let sim = pinfleet::sim::Sim::start_with(0, inner, Default::default()).await.unwrap();
             sim.write_kubeconfig(&p).unwrap();
-            let crds = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("addons/platform-crds/manifests/crds.yaml")).unwrap();
+            let crds = std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("addons/platform-crds/manifests/crds.yaml"),
+            )
+            .unwrap();
             let client = pinfleet::kube::client_from_kubeconfig(&p, pinfleet::kube::Retry::Default).await.unwrap();
             for doc in crds.split("\n---\n").filter(|d| d.contains("kind:")) {
                 let v: serde_json::Value = serde_saphyr::from_str(doc).unwrap();
-                let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
-                crds.patch(v["metadata"]["name"].as_str().unwrap(), &kube::api::PatchParams::apply("test"), &kube::api::Patch::Apply(&v)).await.unwrap();
+                let crds: Api<
+                    k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+                > = Api::all(client.clone());
+                crds.patch(
+                    v["metadata"]["name"].as_str().unwrap(),
+                    &kube::api::PatchParams::apply("test"),
+                    &kube::api::Patch::Apply(&v),
+                )
+                .await
+                .unwrap();
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
             let ctx = pinfleet::controller::Ctx::new(client, &n);
@@ -53,12 +67,27 @@ fn kubectl(kc: &Path, args: &[&str]) -> String {
 fn set_ready(kc: &Path, name: &str, ready: bool) {
     for i in 0..2 {
         let status = if ready { "True" } else { "False" };
-        kubectl(kc, &["patch", &format!("node/{name}-node-{i}"), "--subresource=status", "--type", "merge", "-p", &format!(r#"{{"status":{{"conditions":[{{"type":"Ready","status":"{status}"}}]}}}}"#)]);
+        kubectl(
+            kc,
+            &[
+                "patch",
+                &format!("node/{name}-node-{i}"),
+                "--subresource=status",
+                "--type",
+                "merge",
+                "-p",
+                &format!(r#"{{"status":{{"conditions":[{{"type":"Ready","status":"{status}"}}]}}}}"#),
+            ],
+        );
     }
 }
 
 fn replicas(kc: &Path) -> Option<u32> {
-    let out = Command::new("kubectl").args(["get", "pinterestservice", "web", "-n", "shop", "-o", "jsonpath={.spec.replicas}"]).env("KUBECONFIG", kc).output().unwrap();
+    let out = Command::new("kubectl")
+        .args(["get", "pinterestservice", "web", "-n", "shop", "-o", "jsonpath={.spec.replicas}"])
+        .env("KUBECONFIG", kc)
+        .output()
+        .unwrap();
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().parse().unwrap())
 }
 
@@ -78,7 +107,11 @@ fn apply_fail_over_and_rebalance_across_three_clusters() {
     let mut kcs = Vec::new();
     for (name, region) in [("fed-a", "us-east-1"), ("fed-b", "us-east-1"), ("fed-c", "us-west-2")] {
         let text = src.replace("name: dev-local", &format!("name: {name}"));
-        std::fs::write(clusters.join(format!("{name}.yaml")), format!("{text}  federation:\n    name: shop\n    labels: {{region: {region}}}\n")).unwrap();
+        std::fs::write(
+            clusters.join(format!("{name}.yaml")),
+            format!("{text}  federation:\n    name: shop\n    labels: {{region: {region}}}\n"),
+        )
+        .unwrap();
         kcs.push(member(dir.path(), name));
     }
     std::fs::write(

@@ -35,7 +35,15 @@ impl Drop for NodeSim {
 fn node_sim(w: &World, boot_delay: &str) -> NodeSim {
     let kubeconfig = w.dir.path().join("sim-kubeconfig.yaml");
     let child = w
-        .command(&["sim", "--cluster", &w.cluster, "--kubeconfig", kubeconfig.to_str().unwrap(), "--boot-delay", boot_delay])
+        .command(&[
+            "sim",
+            "--cluster",
+            &w.cluster,
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--boot-delay",
+            boot_delay,
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -72,7 +80,9 @@ fn ready_nodes(sim: &NodeSim) -> usize {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|n| n["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        .filter(|n| {
+            n["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
         .count()
 }
 
@@ -102,12 +112,21 @@ fn cluster(name: &str, nodes: u32, min: u32, rollout: &str, boot_delay: &str) ->
 }
 
 fn change_machine_type(w: &World) {
-    let yaml = std::fs::read_to_string(w.cluster_file()).unwrap().replace("machineType: t3.large", "machineType: t3.xlarge");
+    let yaml =
+        std::fs::read_to_string(w.cluster_file()).unwrap().replace("machineType: t3.large", "machineType: t3.xlarge");
     w.write_cluster(&yaml);
 }
 
 fn upgrade_args<'a>(w: &'a World, sim: &'a NodeSim, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut a = vec!["upgrade", w.cluster.as_str(), "--yes", "--kubeconfig", sim.kubeconfig.to_str().unwrap(), "--validate-interval", "200ms"];
+    let mut a = vec![
+        "upgrade",
+        w.cluster.as_str(),
+        "--yes",
+        "--kubeconfig",
+        sim.kubeconfig.to_str().unwrap(),
+        "--validate-interval",
+        "200ms",
+    ];
     a.extend_from_slice(extra);
     a
 }
@@ -239,7 +258,10 @@ fn a_replacement_that_never_becomes_ready_halts_the_roll() {
     let out = w.run(&upgrade_args(&w, &sim, &["--boot-timeout", "2s"]));
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(err.contains("did not become a Ready node within 2s") && err.contains("the roll is halted (0 of 3 replaced)"), "{err}");
+    assert!(
+        err.contains("did not become a Ready node within 2s") && err.contains("the roll is halted (0 of 3 replaced)"),
+        "{err}"
+    );
     // Nothing old was removed: capacity is intact.
     let old = before.keys().next().unwrap();
     let after = on_version(&w, "general");
@@ -269,7 +291,12 @@ fn a_budget_that_never_allows_eviction_halts_the_drain_and_is_named() {
 fn kill_9_mid_roll_then_a_rerun_finishes_without_double_work() {
     let (w, sim) = cluster("killroll", 6, 6, "        maxSurge: 2\n", "2s");
     change_machine_type(&w);
-    let mut child = w.command(&upgrade_args(&w, &sim, &["-o", "json"])).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = w
+        .command(&upgrade_args(&w, &sim, &["-o", "json"]))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     // Kill it once replacements are launched and a drain started.
     use std::io::BufRead;
     let reader = std::io::BufReader::new(child.stdout.take().unwrap());

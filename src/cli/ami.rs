@@ -172,7 +172,11 @@ async fn rollout(g: &GlobalArgs, a: RolloutArgs) -> Result<ExitCode> {
     let now = Utc::now();
     if let Some(w) = &a.window {
         if !w.contains(now) {
-            writeln!(anstream::stderr(), "outside the maintenance window ({}); nothing to do", now.format("%a %H:%M UTC"))?;
+            writeln!(
+                anstream::stderr(),
+                "outside the maintenance window ({}); nothing to do",
+                now.format("%a %H:%M UTC")
+            )?;
             return Ok(ExitCode::SUCCESS);
         }
     }
@@ -190,12 +194,19 @@ async fn rollout(g: &GlobalArgs, a: RolloutArgs) -> Result<ExitCode> {
     let role = |name: &str| cluster.spec.instance_groups.iter().find(|x| x.name == name).map(|x| x.role);
     let canary = match &a.canary_group {
         Some(c) if changed.iter().any(|i| &i.group == c) => c.clone(),
-        Some(c) => bail!("canary group {c} has no newer image (groups with one: {})", changed.iter().map(|i| i.group.as_str()).collect::<Vec<_>>().join(", ")),
+        Some(c) => bail!(
+            "canary group {c} has no newer image (groups with one: {})",
+            changed.iter().map(|i| i.group.as_str()).collect::<Vec<_>>().join(", ")
+        ),
         None => changed.iter().find(|i| role(&i.group) == Some(Role::Node)).unwrap_or(&changed[0]).group.clone(),
     };
     show(g, &changed)?;
     if !a.yes {
-        writeln!(anstream::stderr(), "\nwould roll {canary} first, soak {}, then the rest. Run with --yes to do it.", humantime::format_duration(a.soak))?;
+        writeln!(
+            anstream::stderr(),
+            "\nwould roll {canary} first, soak {}, then the rest. Run with --yes to do it.",
+            humantime::format_duration(a.soak)
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     let store = s.store(false).await?.context("state store (bootstrap the cluster first)")?;
@@ -283,7 +294,15 @@ async fn history(g: &GlobalArgs, a: ResolveArgs) -> Result<ExitCode> {
     writeln!(out, "{:<4} {:<20} {:<14} {:<30} STATUS", "#", "DECIDED", "CANARY", "IMAGES")?;
     for r in rows {
         let images: Vec<String> = r.groups.iter().map(|i| format!("{}→{}", i.group, i.resolved)).collect();
-        writeln!(out, "{:<4} {:<20} {:<14} {:<30} {}", r.number, r.decided_at.format("%Y-%m-%d %H:%M"), r.canary_group, images.join(","), r.status)?;
+        writeln!(
+            out,
+            "{:<4} {:<20} {:<14} {:<30} {}",
+            r.number,
+            r.decided_at.format("%Y-%m-%d %H:%M"),
+            r.canary_group,
+            images.join(","),
+            r.status
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -120,7 +120,17 @@ async fn world(g: &GlobalArgs, a: &FedArgs) -> Result<World> {
                     let o = fanout::observe(&client, fs).await;
                     (Some(client), o)
                 }
-                Err(e) => (None, Observed { reachable: false, ready_nodes: 0, free_replicas: 0, desired: 0, ready: 0, error: Some(format!("{e:#}")) }),
+                Err(e) => (
+                    None,
+                    Observed {
+                        reachable: false,
+                        ready_nodes: 0,
+                        free_replicas: 0,
+                        desired: 0,
+                        ready: 0,
+                        error: Some(format!("{e:#}")),
+                    },
+                ),
             }
         }
     }))
@@ -135,7 +145,12 @@ async fn world(g: &GlobalArgs, a: &FedArgs) -> Result<World> {
 }
 
 /// The placement now, with health from the grace period and stickiness.
-fn decide(w: &World, a: &FedArgs, mem: &mut Memory, now: DateTime<Utc>) -> Result<(Vec<Share>, BTreeMap<String, String>)> {
+fn decide(
+    w: &World,
+    a: &FedArgs,
+    mem: &mut Memory,
+    now: DateTime<Utc>,
+) -> Result<(Vec<Share>, BTreeMap<String, String>)> {
     let mut health = BTreeMap::new();
     let mut members = Vec::new();
     let mut policy = w.fs.spec.placement.clone();
@@ -158,7 +173,11 @@ fn decide(w: &World, a: &FedArgs, mem: &mut Memory, now: DateTime<Utc>) -> Resul
                 mem.failed_over.insert(name.clone());
                 format!("failed over: {why}")
             } else {
-                format!("unhealthy for {}s (grace {}): {why}", (now - since).num_seconds(), humantime::format_duration(a.grace))
+                format!(
+                    "unhealthy for {}s (grace {}): {why}",
+                    (now - since).num_seconds(),
+                    humantime::format_duration(a.grace)
+                )
             }
         };
         // Within its grace period a member keeps its replicas.
@@ -189,7 +208,14 @@ pub async fn run(g: &GlobalArgs, args: FederationArgs) -> Result<ExitCode> {
         .iter()
         .map(|s| {
             let o = &w.observed[&s.cluster];
-            Row { cluster: s.cluster.clone(), health: health[&s.cluster].clone(), current: o.desired, ready: o.ready, desired: s.replicas, reason: s.reason.clone() }
+            Row {
+                cluster: s.cluster.clone(),
+                health: health[&s.cluster].clone(),
+                current: o.desired,
+                ready: o.ready,
+                desired: s.replicas,
+                reason: s.reason.clone(),
+            }
         })
         .collect();
     if kind == "status" {
@@ -208,7 +234,14 @@ pub async fn run(g: &GlobalArgs, args: FederationArgs) -> Result<ExitCode> {
         print_data(g.output, &rows)?;
     } else {
         let mut out = anstream::stdout();
-        writeln!(out, "{} {} ({} replicas over federation {})", "app".bold(), w.fs.metadata.name, w.fs.spec.total_replicas, w.fs.spec.federation)?;
+        writeln!(
+            out,
+            "{} {} ({} replicas over federation {})",
+            "app".bold(),
+            w.fs.metadata.name,
+            w.fs.spec.total_replicas,
+            w.fs.spec.federation
+        )?;
         for r in &rows {
             let change = match r.desired.cmp(&r.current) {
                 std::cmp::Ordering::Greater => format!("{} → {}", r.current, r.desired).green().to_string(),

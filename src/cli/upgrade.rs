@@ -80,7 +80,10 @@ pub struct UpgradeArgs {
 
 pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
-    let store = s.store(false).await?.with_context(|| format!("cluster {} has no state store yet: bootstrap it first", s.name()))?;
+    let store = s
+        .store(false)
+        .await?
+        .with_context(|| format!("cluster {} has no state store yet: bootstrap it first", s.name()))?;
     let pki = Pki::load(&store).await?.with_context(|| format!("cluster {} has not been bootstrapped", s.name()))?;
     let kubeconfig = args.roll.kubeconfig.clone().unwrap_or_else(|| args.cloud.target.kubeconfig(s.name()));
     let client = crate::kube::client_from_kubeconfig(&kubeconfig, crate::kube::Retry::Never).await?;
@@ -92,7 +95,12 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
         let rows = run::status(&cluster, &p, &nodes, &opts);
         show_table(g, &rows)?;
         if !p.plan.is_empty() {
-            writeln!(anstream::stderr(), "{} changes are pending; `--yes` applies them first (see `pinfleet plan {}`)", p.plan.changes.len(), s.name())?;
+            writeln!(
+                anstream::stderr(),
+                "{} changes are pending; `--yes` applies them first (see `pinfleet plan {}`)",
+                p.plan.changes.len(),
+                s.name()
+            )?;
         }
         writeln!(anstream::stderr(), "\nNothing changed. Run `pinfleet upgrade {} --yes` to roll.", s.name())?;
         return Ok(ExitCode::SUCCESS);
@@ -109,7 +117,11 @@ fn show_table(g: &GlobalArgs, rows: &[GroupStatus]) -> Result<()> {
         return print_data(g.output, &rows);
     }
     let mut out = anstream::stdout();
-    writeln!(out, "{:<16} {:<13} {:>8} {:>12} {:>6} {:>14}  NODES", "GROUP", "ROLE", "MACHINES", "NEEDS UPDATE", "READY", "MIN/DESIRED/MAX")?;
+    writeln!(
+        out,
+        "{:<16} {:<13} {:>8} {:>12} {:>6} {:>14}  NODES",
+        "GROUP", "ROLE", "MACHINES", "NEEDS UPDATE", "READY", "MIN/DESIRED/MAX"
+    )?;
     for r in rows {
         let role = format!("{:?}", r.role);
         writeln!(
@@ -127,7 +139,13 @@ fn show_table(g: &GlobalArgs, rows: &[GroupStatus]) -> Result<()> {
     let order: Vec<String> = rows
         .iter()
         .filter(|r| r.needs_update > 0)
-        .map(|r| format!("{} ({})", r.group, if r.role == crate::spec::Role::ControlPlane { "one at a time" } else { "surge" }))
+        .map(|r| {
+            format!(
+                "{} ({})",
+                r.group,
+                if r.role == crate::spec::Role::ControlPlane { "one at a time" } else { "surge" }
+            )
+        })
         .collect();
     if !order.is_empty() {
         writeln!(out, "\norder: control planes first, then node groups: {}", order.join(" → "))?;
@@ -192,11 +210,19 @@ pub async fn roll_locked(
             }
             _ => {
                 let line = match &e {
-                    Event::Started { group, outdated, machines } => format!("{group}: {outdated} of {machines} machine(s) to replace"),
+                    Event::Started { group, outdated, machines } => {
+                        format!("{group}: {outdated} of {machines} machine(s) to replace")
+                    }
                     Event::Launched { group, ids } => format!("{group}: launched {}", ids.join(", ")),
-                    Event::Draining { group, instance, node } => format!("{group}: draining {} ({instance})", node.as_deref().unwrap_or("no node")),
-                    Event::Replaced { group, instance, done, total } => format!("{group}: replaced {instance} ({done}/{total})"),
-                    Event::Finished { group, replaced, seconds } => format!("{group}: done, {replaced} replaced in {seconds:.1}s"),
+                    Event::Draining { group, instance, node } => {
+                        format!("{group}: draining {} ({instance})", node.as_deref().unwrap_or("no node"))
+                    }
+                    Event::Replaced { group, instance, done, total } => {
+                        format!("{group}: replaced {instance} ({done}/{total})")
+                    }
+                    Event::Finished { group, replaced, seconds } => {
+                        format!("{group}: done, {replaced} replaced in {seconds:.1}s")
+                    }
                 };
                 let _ = writeln!(anstream::stderr(), "{line}");
             }

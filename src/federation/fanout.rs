@@ -133,8 +133,22 @@ pub struct Observed {
 pub async fn observe(client: &Client, fs: &FederatedService) -> Observed {
     match tokio::time::timeout(Duration::from_secs(10), observe_inner(client, fs)).await {
         Ok(Ok(o)) => o,
-        Ok(Err(e)) => Observed { reachable: false, ready_nodes: 0, free_replicas: 0, desired: 0, ready: 0, error: Some(format!("{e:#}")) },
-        Err(_) => Observed { reachable: false, ready_nodes: 0, free_replicas: 0, desired: 0, ready: 0, error: Some("no answer within 10s".into()) },
+        Ok(Err(e)) => Observed {
+            reachable: false,
+            ready_nodes: 0,
+            free_replicas: 0,
+            desired: 0,
+            ready: 0,
+            error: Some(format!("{e:#}")),
+        },
+        Err(_) => Observed {
+            reachable: false,
+            ready_nodes: 0,
+            free_replicas: 0,
+            desired: 0,
+            ready: 0,
+            error: Some("no answer within 10s".into()),
+        },
     }
 }
 
@@ -183,7 +197,14 @@ async fn observe_inner(client: &Client, fs: &FederatedService) -> Result<Observe
         Err(kube::Error::Api(e)) if e.code == 404 => (0, 0),
         Err(e) => return Err(e.into()),
     };
-    Ok(Observed { reachable: true, ready_nodes, free_replicas: free.min(u32::MAX as u64) as u32, desired, ready, error: None })
+    Ok(Observed {
+        reachable: true,
+        ready_nodes,
+        free_replicas: free.min(u32::MAX as u64) as u32,
+        desired,
+        ready,
+        error: None,
+    })
 }
 
 /// The placement input for a member.
@@ -273,21 +294,38 @@ pub async fn apply(
             format!("member {} did not become Ready; members losing replicas were left as they are", s.cluster)
         })?;
         let action = if from(&s.cluster) == s.replicas { "unchanged" } else { "scaled up" };
-        done.push(Applied { cluster: s.cluster.clone(), from: from(&s.cluster), to: s.replicas, action: action.into() });
+        done.push(Applied {
+            cluster: s.cluster.clone(),
+            from: from(&s.cluster),
+            to: s.replicas,
+            action: action.into(),
+        });
     }
     for s in shares.iter().filter(|s| s.replicas < from(&s.cluster) || !reachable(&s.cluster)) {
         if !reachable(&s.cluster) {
-            done.push(Applied { cluster: s.cluster.clone(), from: from(&s.cluster), to: s.replicas, action: "unreachable: left alone".into() });
+            done.push(Applied {
+                cluster: s.cluster.clone(),
+                from: from(&s.cluster),
+                to: s.replicas,
+                action: "unreachable: left alone".into(),
+            });
             continue;
         }
         let client = &clients[&s.cluster];
         if s.replicas == 0 {
             let api: Api<PinterestService> = Api::namespaced(client.clone(), &fs.metadata.namespace);
-            api.delete(&fs.metadata.name, &DeleteParams::background()).await.with_context(|| format!("member {}", s.cluster))?;
+            api.delete(&fs.metadata.name, &DeleteParams::background())
+                .await
+                .with_context(|| format!("member {}", s.cluster))?;
         } else {
             set(client, fs, s.replicas).await.with_context(|| format!("member {}", s.cluster))?;
         }
-        done.push(Applied { cluster: s.cluster.clone(), from: from(&s.cluster), to: s.replicas, action: "scaled down".into() });
+        done.push(Applied {
+            cluster: s.cluster.clone(),
+            from: from(&s.cluster),
+            to: s.replicas,
+            action: "scaled down".into(),
+        });
     }
     Ok(done)
 }

@@ -118,10 +118,14 @@ pub enum PlacementError {
     NoRoom { app: String, total: u32, room: u64 },
 }
 
+/// FNV-1a of `app/cluster`: a stable, cheap tie-breaker.
 fn tie(app: &str, cluster: &str) -> u64 {
-    use sha2::Digest;
-    let h = sha2::Sha256::digest(format!("{app}/{cluster}").as_bytes());
-    u64::from_be_bytes(h[..8].try_into().expect("8 bytes"))
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in app.bytes().chain(std::iter::once(b'/')).chain(cluster.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 fn spread_key(m: &Member, by: &str) -> String {
@@ -153,7 +157,9 @@ fn split(total: u32, weights: &[f64], caps: &[u64], order: &[u64]) -> Vec<u32> {
         let mut give: BTreeMap<usize, u64> = quotas.iter().map(|&(i, q)| (i, q.floor() as u64)).collect();
         let given: u64 = give.values().sum();
         let mut rest: Vec<(usize, f64)> = quotas.iter().map(|&(i, q)| (i, q - q.floor())).collect();
-        rest.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal).then(order[a.0].cmp(&order[b.0])));
+        rest.sort_by(|a, b| {
+            b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal).then(order[a.0].cmp(&order[b.0]))
+        });
         for (i, _) in rest.iter().take((left - given) as usize) {
             *give.get_mut(i).expect("open member") += 1;
         }
@@ -202,7 +208,8 @@ pub fn place(app: &str, total: u32, policy: &Policy, members: &[Member]) -> Resu
     for s in &policy.spread {
         let mut groups: BTreeMap<String, f64> = BTreeMap::new();
         for m in &eligible {
-            *groups.entry(spread_key(m, &s.by)).or_default() += f64::from(m.weight) + f64::from(m.capacity.unwrap_or(0)) / 1e6;
+            *groups.entry(spread_key(m, &s.by)).or_default() +=
+                f64::from(m.weight) + f64::from(m.capacity.unwrap_or(0)) / 1e6;
         }
         if let Some(min) = s.min_groups {
             if (groups.len() as u32) < min {
@@ -211,7 +218,9 @@ pub fn place(app: &str, total: u32, policy: &Policy, members: &[Member]) -> Resu
         }
         if let Some(max) = s.max_groups {
             let mut ranked: Vec<(String, f64)> = groups.into_iter().collect();
-            ranked.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal).then(tie(app, &a.0).cmp(&tie(app, &b.0))));
+            ranked.sort_by(|a, b| {
+                b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal).then(tie(app, &a.0).cmp(&tie(app, &b.0)))
+            });
             let keep: BTreeSet<String> = ranked.into_iter().take(max as usize).map(|(k, _)| k).collect();
             eligible.retain(|m| {
                 let k = spread_key(m, &s.by);
@@ -247,7 +256,11 @@ pub fn place(app: &str, total: u32, policy: &Policy, members: &[Member]) -> Resu
     if policy.mode == Mode::Duplicated {
         for m in &eligible {
             let n = (total as u64).min(cap(m)) as u32;
-            shares.push(Share { cluster: m.name.clone(), replicas: n, reason: format!("duplicated: all {total} replicas") });
+            shares.push(Share {
+                cluster: m.name.clone(),
+                replicas: n,
+                reason: format!("duplicated: all {total} replicas"),
+            });
         }
     } else {
         let order: Vec<u64> = eligible.iter().map(|m| tie(app, &m.name)).collect();
@@ -307,7 +320,11 @@ pub fn place(app: &str, total: u32, policy: &Policy, members: &[Member]) -> Resu
     }
     for m in members {
         if !shares.iter().any(|s| s.cluster == m.name) {
-            shares.push(Share { cluster: m.name.clone(), replicas: 0, reason: why.remove(&m.name).unwrap_or_default() });
+            shares.push(Share {
+                cluster: m.name.clone(),
+                replicas: 0,
+                reason: why.remove(&m.name).unwrap_or_default(),
+            });
         }
     }
     shares.sort_by(|a, b| a.cluster.cmp(&b.cluster));
@@ -394,9 +411,15 @@ mod tests {
         for (m, r) in ms.iter_mut().zip(["us-east-1", "us-east-1", "us-west-2"]) {
             m.labels.insert("region".into(), r.into());
         }
-        let p = Policy { spread: vec![Spread { by: "region".into(), min_groups: Some(3), max_groups: None }], ..Default::default() };
+        let p = Policy {
+            spread: vec![Spread { by: "region".into(), min_groups: Some(3), max_groups: None }],
+            ..Default::default()
+        };
         assert!(matches!(place("app", 9, &p, &ms), Err(PlacementError::Spread { min: 3, have: 2, .. })));
-        let p = Policy { spread: vec![Spread { by: "region".into(), min_groups: None, max_groups: Some(1) }], ..Default::default() };
+        let p = Policy {
+            spread: vec![Spread { by: "region".into(), min_groups: None, max_groups: Some(1) }],
+            ..Default::default()
+        };
         let s = place("app", 8, &p, &ms).unwrap();
         assert_eq!(s.iter().filter(|x| x.replicas > 0).count(), 2, "one region: {s:?}");
     }
@@ -409,7 +432,8 @@ mod tests {
         let s = place("app", 6, &Policy::default(), &ms).unwrap();
         assert_eq!(counts(&s), vec![0, 0, 6]);
         assert!(s[0].reason.contains("unreachable") && s[1].reason.contains("taint dedicated"));
-        let tol = Policy { tolerations: vec![Toleration { key: "dedicated".into(), effect: None }], ..Default::default() };
+        let tol =
+            Policy { tolerations: vec![Toleration { key: "dedicated".into(), effect: None }], ..Default::default() };
         assert_eq!(counts(&place("app", 6, &tol, &ms).unwrap()), vec![0, 3, 3]);
     }
 }

@@ -162,7 +162,9 @@ pub async fn drain(client: &Client, node: &str, timeout: Duration, force: bool) 
                 }
                 // A budget says not now, or the pod is already gone.
                 Err(kube::Error::Api(e)) if e.code == 429 || e.code == 404 => {
-                    let wait = backoff.get(&k).map_or(Duration::from_millis(200), |(_, d)| (*d * 2).min(Duration::from_secs(5)));
+                    let wait = backoff
+                        .get(&k)
+                        .map_or(Duration::from_millis(200), |(_, d)| (*d * 2).min(Duration::from_secs(5)));
                     backoff.insert(k, (Instant::now() + wait, wait));
                 }
                 Err(e) => return Err(e).with_context(|| format!("evicting {}/{} from {node}", k.0, k.1)),
@@ -180,7 +182,12 @@ async fn blocked_by(client: &Client, node: &str, pods: &[Pod], timeout: Duration
         let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
         for pdb in api.list(&ListParams::default()).await?.items {
             let allowed = pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed);
-            let labels = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()).and_then(|s| s.match_labels.clone()).unwrap_or_default();
+            let labels = pdb
+                .spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .and_then(|s| s.match_labels.clone())
+                .unwrap_or_default();
             let covers = pods.iter().any(|p| {
                 key(p).0 == *ns
                     && labels.iter().all(|(k, v)| p.metadata.labels.as_ref().and_then(|l| l.get(k)) == Some(v))
@@ -224,12 +231,16 @@ pub async fn validate(client: &Client, ignore: &BTreeSet<String>) -> Result<(), 
             (Api::all(client.clone()), Api::all(client.clone()))
         };
         for d in deploys.list(&lp).await.map_err(|e| e.to_string())?.items {
-            if let Err(why) = check(crate::addons::package::ReadyKind::Deployment, serde_json::to_value(&d).unwrap_or_default()) {
+            if let Err(why) =
+                check(crate::addons::package::ReadyKind::Deployment, serde_json::to_value(&d).unwrap_or_default())
+            {
                 problems.push(format!("Deployment {}: {why}", d.metadata.name.unwrap_or_default()));
             }
         }
         for d in dss.list(&lp).await.map_err(|e| e.to_string())?.items {
-            if let Err(why) = check(crate::addons::package::ReadyKind::DaemonSet, serde_json::to_value(&d).unwrap_or_default()) {
+            if let Err(why) =
+                check(crate::addons::package::ReadyKind::DaemonSet, serde_json::to_value(&d).unwrap_or_default())
+            {
                 problems.push(format!("DaemonSet {}: {why}", d.metadata.name.unwrap_or_default()));
             }
         }

@@ -93,7 +93,12 @@ type Work<'a> = Pin<Box<dyn Future<Output = (String, Result<()>)> + 'a>>;
 /// Rolls one group until every machine is current and Ready, or halts
 /// with the reason (a replacement that never turns Ready, a drain that
 /// times out, a validation that never passes).
-pub async fn roll_group<M: Machines, N: Nodes>(m: &M, n: &N, cfg: &GroupRoll, on: &dyn Fn(Event)) -> Result<GroupReport> {
+pub async fn roll_group<M: Machines, N: Nodes>(
+    m: &M,
+    n: &N,
+    cfg: &GroupRoll,
+    on: &dyn Fn(Event),
+) -> Result<GroupReport> {
     let start = Instant::now();
     let mut draining: BTreeSet<String> = BTreeSet::new();
     let mut booting_since: BTreeMap<String, Instant> = BTreeMap::new();
@@ -117,7 +122,12 @@ pub async fn roll_group<M: Machines, N: Nodes>(m: &M, n: &N, cfg: &GroupRoll, on
                 }
             })
             .collect();
-        members.extend(expected.iter().map(|id| Member { id: id.clone(), current: true, ready: false, cordoned: false }));
+        members.extend(expected.iter().map(|id| Member {
+            id: id.clone(),
+            current: true,
+            ready: false,
+            cordoned: false,
+        }));
         let outdated = members.iter().filter(|x| !x.current).count();
         let total = *total.get_or_insert_with(|| {
             on(Event::Started { group: cfg.group.clone(), outdated, machines: members.len() });
@@ -239,7 +249,8 @@ pub async fn roll<M: Machines, N: Nodes>(
     for g in control_plane {
         reports.push(roll_group(m, n, g, on).await?);
     }
-    let mut results = futures::stream::iter(node_groups.iter().map(|g| roll_group(m, n, g, on))).buffered(max_parallel.max(1));
+    let mut results =
+        futures::stream::iter(node_groups.iter().map(|g| roll_group(m, n, g, on))).buffered(max_parallel.max(1));
     while let Some(r) = results.next().await {
         reports.push(r?);
     }

@@ -61,7 +61,13 @@ pub fn resolve(v: &IntOrPercent, of: u32, round_up: bool) -> u32 {
 }
 
 /// Limits for a node group from its rollout settings.
-pub fn node_group_limits(desired: u32, min: u32, surge: &IntOrPercent, unavailable: &IntOrPercent, canary: bool) -> Limits {
+pub fn node_group_limits(
+    desired: u32,
+    min: u32,
+    surge: &IntOrPercent,
+    unavailable: &IntOrPercent,
+    canary: bool,
+) -> Limits {
     let surge = resolve(surge, desired, true);
     let unavailable = resolve(unavailable, desired, false);
     // Neither may be zero with the other: nothing could move.
@@ -97,8 +103,7 @@ pub fn step(members: &[Member], draining: &BTreeSet<String>, l: &Limits) -> Step
     }
     let mut drain = Vec::new();
     if !canary_pending {
-        let available =
-            members.iter().filter(|m| m.ready && !m.cordoned && !draining.contains(&m.id)).count() as u32;
+        let available = members.iter().filter(|m| m.ready && !m.cordoned && !draining.contains(&m.id)).count() as u32;
         let mut budget = available.saturating_sub(l.floor);
         // Resume cordoned ones first (already unavailable), then NotReady
         // ones (free), then Ready ones (each costs one from the budget).
@@ -194,7 +199,11 @@ mod tests {
     fn done_when_everything_is_current_and_ready() {
         let l = node_group_limits(2, 1, &IntOrPercent::Int(1), &IntOrPercent::Int(0), false);
         assert_eq!(step(&[m("a", true, true), m("b", true, true)], &none(), &l), Step::Done);
-        assert_eq!(step(&[m("a", true, true)], &none(), &l), Step::Act { launch: 1, drain: vec![] }, "a lost machine is refilled");
+        assert_eq!(
+            step(&[m("a", true, true)], &none(), &l),
+            Step::Act { launch: 1, drain: vec![] },
+            "a lost machine is refilled"
+        );
         assert_eq!(resolve(&IntOrPercent::Percent(10), 1000, true), 100);
         assert_eq!(floor_seconds(1000, 100, 2.0, 0.5), 25.0);
     }

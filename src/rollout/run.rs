@@ -75,7 +75,12 @@ fn selected<'a>(cluster: &'a Cluster, opts: &Options) -> Vec<&'a crate::spec::In
 }
 
 /// What each selected group looks like now.
-pub fn status(cluster: &Cluster, p: &Prepared, nodes: &BTreeMap<String, NodeState>, opts: &Options) -> Vec<GroupStatus> {
+pub fn status(
+    cluster: &Cluster,
+    p: &Prepared,
+    nodes: &BTreeMap<String, NodeState>,
+    opts: &Options,
+) -> Vec<GroupStatus> {
     let versions = versions(p);
     selected(cluster, opts)
         .into_iter()

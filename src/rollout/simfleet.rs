@@ -36,7 +36,13 @@ impl SimFleet {
         for (g, n) in groups {
             for _ in 0..*n {
                 seq += 1;
-                machines.push(SimMachine { id: format!("i-{seq:06}"), group: g.to_string(), version: 1, launched: past, cordoned: false });
+                machines.push(SimMachine {
+                    id: format!("i-{seq:06}"),
+                    group: g.to_string(),
+                    version: 1,
+                    launched: past,
+                    cordoned: false,
+                });
             }
         }
         let versions = groups.iter().map(|(g, _)| (g.to_string(), 1)).collect();
@@ -65,7 +71,11 @@ impl Machines for SimFleet {
     async fn list(&self, group: &str) -> Result<Vec<Machine>> {
         let s = self.state.lock().unwrap();
         let v = s.2[group];
-        Ok(s.0.iter().filter(|m| m.group == group).map(|m| Machine { id: m.id.clone(), current: m.version == v }).collect())
+        Ok(s.0
+            .iter()
+            .filter(|m| m.group == group)
+            .map(|m| Machine { id: m.id.clone(), current: m.version == v })
+            .collect())
     }
     async fn launch(&self, group: &str, n: u32) -> Result<Vec<String>> {
         let mut s = self.state.lock().unwrap();
@@ -91,7 +101,10 @@ impl Nodes for SimFleet {
         Ok(s.0
             .iter()
             .map(|m| {
-                (m.id.clone(), NodeState { name: m.id.clone(), ready: self.ready(m), cordoned: m.cordoned, needs_update: false })
+                (
+                    m.id.clone(),
+                    NodeState { name: m.id.clone(), ready: self.ready(m), cordoned: m.cordoned, needs_update: false },
+                )
             })
             .collect())
     }
