@@ -32,6 +32,16 @@ fn main() {
         for crd in pinfleet::workloads::crds() {
             crds.patch(crd.metadata.name.as_deref().unwrap(), &PatchParams::apply("bench").force(), &Patch::Apply(&crd)).await.unwrap();
         }
+        // What a real cluster has: the namespaces, and the runtime-support
+        // profiles the addon installs.
+        let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        for ns in ["default", pinfleet::controller::SYSTEM_NAMESPACE] {
+            nss.patch(ns, &PatchParams::apply("bench"), &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))).await.unwrap();
+        }
+        let profile = serde_json::to_string(&pinfleet::workloads::render::RuntimeProfile::default_profile("1.5.0")).unwrap();
+        let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), pinfleet::controller::SYSTEM_NAMESPACE);
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": pinfleet::controller::PROFILE_CONFIGMAP}, "data": {"default": "1.5.0", "profile-1.5.0.json": profile}});
+        cms.patch(pinfleet::controller::PROFILE_CONFIGMAP, &PatchParams::apply("bench"), &Patch::Apply(cm)).await.unwrap();
         let svcs: Api<PinterestService> = Api::namespaced(client.clone(), "default");
         let ctx = pinfleet::controller::Ctx::new(client.clone(), "bench");
         let controller = tokio::spawn(pinfleet::controller::run(ctx.clone()));

@@ -23,6 +23,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -60,6 +61,15 @@ pub struct Ctx {
     attempts: Mutex<HashMap<String, u32>>,
     /// Records condition changes as Kubernetes Events on the workload.
     recorder: Recorder,
+    /// The runtime-support ConfigMap and the Namespaces, kept by watches
+    /// once [`run`] starts (until then, reconciles read them with GETs).
+    caches: std::sync::OnceLock<Caches>,
+}
+
+/// In-memory copies that spare every reconcile two GETs.
+struct Caches {
+    profiles: kube::runtime::reflector::Store<ConfigMap>,
+    namespaces: kube::runtime::reflector::Store<Namespace>,
 }
 
 /// Histogram bucket bounds for reconcile durations, in seconds.
@@ -123,6 +133,7 @@ impl Ctx {
                 Reporter { controller: MANAGER.into(), instance: std::env::var("POD_NAME").ok() },
             ),
             client,
+            caches: std::sync::OnceLock::new(),
         })
     }
 }
@@ -243,7 +254,14 @@ pub async fn load_profile(client: &Client, pinned: Option<&str>) -> Result<Runti
     // change every pod template and roll the fleet. It fails the reconcile,
     // which retries with backoff.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
-    let data = cms.get_opt(PROFILE_CONFIGMAP).await?.and_then(|cm| cm.data).unwrap_or_default();
+    profile_from(cms.get_opt(PROFILE_CONFIGMAP).await?.and_then(|cm| cm.data).unwrap_or_default(), pinned)
+}
+
+/// The profile a workload gets from the runtime-support data (pure).
+pub fn profile_from(
+    data: std::collections::BTreeMap<String, String>,
+    pinned: Option<&str>,
+) -> Result<RuntimeProfile, Error> {
     let version = pinned.map(str::to_string).or_else(|| data.get("default").cloned());
     let key = version.as_ref().map(|v| format!("profile-{v}.json"));
     match key.as_ref().and_then(|k| data.get(k).map(|json| (k, json))) {
@@ -266,9 +284,24 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
     let ns = obj.namespace().unwrap_or_else(|| "default".into());
     let generation = obj.meta().generation.unwrap_or(1);
     let client = &ctx.client;
-    let profile = load_profile(client, obj.common().runtime.version.as_deref()).await?;
-    let ns_labels =
-        Api::<Namespace>::all(client.clone()).get_opt(&ns).await?.and_then(|n| n.metadata.labels).unwrap_or_default();
+    let pinned = obj.common().runtime.version.as_deref();
+    // From the caches; what they don't hold (yet) is read from the API,
+    // so an object created a moment ago is never taken for a missing one.
+    let cached_cm =
+        ctx.caches.get().and_then(|c| c.profiles.get(&ObjectRef::new(PROFILE_CONFIGMAP).within(SYSTEM_NAMESPACE)));
+    let profile = match cached_cm {
+        Some(cm) => profile_from(cm.data.clone().unwrap_or_default(), pinned)?,
+        None => load_profile(client, pinned).await?,
+    };
+    let cached_ns = ctx.caches.get().and_then(|c| c.namespaces.get(&ObjectRef::new(&ns)));
+    let ns_labels = match cached_ns {
+        Some(n) => n.metadata.labels.clone().unwrap_or_default(),
+        None => Api::<Namespace>::all(client.clone())
+            .get_opt(&ns)
+            .await?
+            .and_then(|n| n.metadata.labels)
+            .unwrap_or_default(),
+    };
     let rctx = render::Context { cluster: ctx.cluster.clone(), profile: profile.clone(), namespace_labels: ns_labels };
     let rendered = obj.render(&rctx);
     // The status as last written: both the prune decision and the status
@@ -303,7 +336,10 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
                         .as_array()
                         .is_some_and(|c| c.iter().any(|c| c["type"] == "Reconciled" && c["status"] == "True"))
             });
-            let prune_kinds: &[ChildKind] = if done_before { &[] } else { K::CHILDREN };
+            // A workload never reconciled (no status) at its first generation
+            // has no children from an earlier spec: nothing to prune either.
+            let first = previous.as_ref().is_none_or(|st| st.is_null()) && generation <= 1;
+            let prune_kinds: &[ChildKind] = if done_before || first { &[] } else { K::CHILDREN };
             for (av, kind, plural) in prune_kinds {
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(client.clone(), &ns, &api_resource(av, kind, plural));
@@ -392,8 +428,33 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
     controller.run(reconcile::<K>, error_policy::<K>, ctx).for_each(|_| async {}).await;
 }
 
+/// Starts the watches behind the caches and waits until they are filled.
+async fn start_caches(ctx: &Ctx) {
+    use kube::runtime::{reflector, WatchStreamExt as _};
+    let client = ctx.client.clone();
+    let (profiles, pw) = reflector::store::<ConfigMap>();
+    let (namespaces, nw) = reflector::store::<Namespace>();
+    // Only the one ConfigMap: the controller's Role names it (resourceNames).
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={PROFILE_CONFIGMAP}"));
+    tokio::spawn(reflector(pw, watcher(cms, cfg)).default_backoff().for_each(|_| async {}));
+    let nss: Api<Namespace> = Api::all(client);
+    tokio::spawn(reflector(nw, watcher(nss, watcher::Config::default())).default_backoff().for_each(|_| async {}));
+    let ready = async {
+        let _ = futures::join!(profiles.wait_until_ready(), namespaces.wait_until_ready());
+    };
+    // If the watches can't start (RBAC, an old server), reconciles keep
+    // reading with GETs.
+    if tokio::time::timeout(Duration::from_secs(30), ready).await.is_ok() {
+        let _ = ctx.caches.set(Caches { profiles, namespaces });
+    } else {
+        tracing::warn!("the runtime-support and Namespace watches did not start; reading them per reconcile");
+    }
+}
+
 /// Runs the controllers for all six kinds until the process ends.
 pub async fn run(ctx: Arc<Ctx>) {
+    start_caches(&ctx).await;
     futures::join!(
         run_one::<PinterestService>(ctx.clone()),
         run_one::<PinterestJobSet>(ctx.clone()),
