@@ -81,4 +81,19 @@ fn the_crds_install_and_validate_on_the_api() {
     assert!(err.contains("spec.owner: Required value"), "{err}");
     assert!(err.contains("spec.replicas: Invalid value") && err.contains("greater than or equal to 0"), "{err}");
     assert!(err.contains("spec.tier: Unsupported value: \"Gold\""), "{err}");
+
+    // CEL rules: the owner is immutable (a transition rule), and a JobSet's
+    // parallelism may not exceed its shards.
+    let moved = svc.replace("team: feeds", "team: ads");
+    let out = k.kubectl_stdin(&["apply", "-f", "-"], &moved);
+    assert!(!out.status.success(), "changing the owner must be refused");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("spec.owner: Invalid value: \"object\": owner is immutable"), "{err}");
+    assert_eq!(k.ok(&["get", "psvc", "web", "-o", "jsonpath={.spec.owner.team}"]), "feeds");
+    let jobset = |parallelism: u32| format!("apiVersion: pinfleet.dev/v1alpha1\nkind: PinterestJobSet\nmetadata: {{name: index}}\nspec:\n  owner: {{team: search, project: index}}\n  shards: 4\n  parallelism: {parallelism}\n  template:\n    spec:\n      containers: [{{name: indexer, image: search/indexer:7.1}}]\n");
+    let out = k.kubectl_stdin(&["apply", "-f", "-"], &jobset(8));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("parallelism cannot exceed shards"), "{err}");
+    k.ok_stdin(&["apply", "-f", "-"], &jobset(2));
 }

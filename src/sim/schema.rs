@@ -189,6 +189,26 @@ pub fn validate(schema: &Value, obj: &Value) -> Result<Value, Vec<String>> {
     Ok(out)
 }
 
+/// Evaluates the schema's `x-kubernetes-validations` CEL rules (transition
+/// rules see `oldSelf` on updates), as the API server does after the
+/// structural checks. Messages read like the API server's.
+pub fn validate_cel(schema: &Value, obj: &Value, old: Option<&Value>) -> Result<(), Vec<String>> {
+    static VALIDATOR: std::sync::OnceLock<kube_cel::Validator> = std::sync::OnceLock::new();
+    let v = VALIDATOR.get_or_init(kube_cel::Validator::new);
+    v.validate(schema, obj, old).map_err(|errs| {
+        let mut out: Vec<String> = errs
+            .into_vec()
+            .into_iter()
+            .map(|e| {
+                let field = if e.field_path.is_empty() { "<root>".to_string() } else { e.field_path.clone() };
+                format!("{field}: Invalid value: \"object\": {}", e.message)
+            })
+            .collect();
+        out.sort();
+        out
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -186,9 +186,9 @@ impl Inner {
 
     /// Defaults, prunes and validates a custom resource against its CRD
     /// version's schema (a no-op for types without one).
-    fn enforce_schema(t: &ResourceType, name: &str, obj: Value) -> R<Value> {
+    fn enforce_schema(t: &ResourceType, name: &str, obj: Value, old: Option<&Value>) -> R<Value> {
         let Some(schema) = &t.schema else { return Ok(obj) };
-        super::schema::validate(schema, &obj).map_err(|errors| {
+        super::schema::validate(schema, &obj).and_then(|out| super::schema::validate_cel(schema, &out, old).map(|()| out)).map_err(|errors| {
             let what = format!("{}.{}", t.kind, t.group);
             let msg = if errors.len() == 1 { errors[0].clone() } else { format!("[{}]", errors.join(", ")) };
             let causes: Vec<Value> = errors
@@ -372,7 +372,7 @@ impl Inner {
         if t.plural == "customresourcedefinitions" {
             self.register_crd(&mut obj)?;
         }
-        obj = Self::enforce_schema(t, &name, obj)?;
+        obj = Self::enforce_schema(t, &name, obj, None)?;
         if obj.pointer("/metadata/managedFields").is_none_or(|m| m.as_array().is_none_or(|a| a.is_empty())) {
             fields::record_update(None, &mut obj, manager, &t.api_version(), &now);
         }
@@ -451,7 +451,7 @@ impl Inner {
             let gen = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
             m.insert("generation".into(), json!(gen));
         }
-        obj = Self::enforce_schema(t, name, obj)?;
+        obj = Self::enforce_schema(t, name, obj, Some(&old))?;
         if spec_part(&old) != spec_part(&obj) {
             let gen = meta(&old).get("generation").and_then(Value::as_i64).unwrap_or(1);
             meta_mut(&mut obj).insert("generation".into(), json!(gen + 1));
