@@ -289,3 +289,37 @@ async fn every_batch_and_stateful_kind_becomes_its_native_object() {
     }
     running.abort();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_shard_retries_then_the_jobset_reports_failure() {
+    let k = KubeEnv::start();
+    if k.skip_on_real("makes pods fail through the sim's failure annotation") {
+        return;
+    }
+    k.ok_stdin(
+        &["apply", "--server-side", "-f", "-"],
+        &std::fs::read_to_string("addons/platform-crds/manifests/crds.yaml").unwrap(),
+    );
+    k.ok(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=30s"]);
+    k.ok_stdin(&["apply", "-f", "-"], "apiVersion: v1\nkind: Node\nmetadata: {name: batch-node}\n");
+    k.ok(&["patch", "node/batch-node", "--subresource=status", "--type", "merge", "-p", r#"{"status":{"conditions":[{"type":"Ready","status":"True"}],"allocatable":{"cpu":"8","memory":"32Gi","pods":"110"}}}"#]);
+    let ctx = pinfleet::controller::Ctx::new(k.client().await, "test-cluster");
+    let running = tokio::spawn(pinfleet::controller::run(ctx));
+    // Every pod of this shard set fails; each shard may retry once.
+    let manifest = "apiVersion: pinfleet.dev/v1alpha1\nkind: PinterestJobSet\nmetadata: {name: flaky}\nspec:\n  owner: {team: search, project: index}\n  shards: 2\n  parallelism: 2\n  backoffLimitPerIndex: 1\n  template:\n    metadata: {annotations: {sim.pinfleet.dev/fail: \"true\"}}\n    spec:\n      containers: [{name: indexer, image: search/indexer:7.1}]\n";
+    k.ok_stdin(&["apply", "-f", "-"], manifest);
+    k.ok(&["wait", "--for=condition=Succeeded=False", "pinterestjobset/flaky", "--timeout=90s"]);
+    let st: serde_json::Value = serde_json::from_str(&k.ok(&["get", "pinterestjobset/flaky", "-o", "json"])).unwrap();
+    let status = &st["status"];
+    let cond = |t: &str| status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).cloned().unwrap();
+    assert_eq!(cond("Degraded")["status"], "True", "{status}");
+    assert!(status["shards"]["failed"].as_i64().unwrap() >= 2, "pods were retried and failed: {status}");
+    // The failure is an Event on the workload, a warning.
+    let events = k.ok(&["get", "events.events.k8s.io", "-o", "json"]);
+    let events: serde_json::Value = serde_json::from_str(&events).unwrap();
+    assert!(
+        events["items"].as_array().unwrap().iter().any(|e| e["regarding"]["name"] == "flaky" && e["type"] == "Warning"),
+        "{events}"
+    );
+    running.abort();
+}

@@ -90,7 +90,9 @@ fn the_crds_install_and_validate_on_the_api() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("spec.owner: Invalid value: \"object\": owner is immutable"), "{err}");
     assert_eq!(k.ok(&["get", "psvc", "web", "-o", "jsonpath={.spec.owner.team}"]), "feeds");
-    let jobset = |parallelism: u32| format!("apiVersion: pinfleet.dev/v1alpha1\nkind: PinterestJobSet\nmetadata: {{name: index}}\nspec:\n  owner: {{team: search, project: index}}\n  shards: 4\n  parallelism: {parallelism}\n  template:\n    spec:\n      containers: [{{name: indexer, image: search/indexer:7.1}}]\n");
+    let jobset = |parallelism: u32| {
+        format!("apiVersion: pinfleet.dev/v1alpha1\nkind: PinterestJobSet\nmetadata: {{name: index}}\nspec:\n  owner: {{team: search, project: index}}\n  shards: 4\n  parallelism: {parallelism}\n  template:\n    spec:\n      containers: [{{name: indexer, image: search/indexer:7.1}}]\n")
+    };
     let out = k.kubectl_stdin(&["apply", "-f", "-"], &jobset(8));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

@@ -188,19 +188,21 @@ impl Inner {
     /// version's schema (a no-op for types without one).
     fn enforce_schema(t: &ResourceType, name: &str, obj: Value, old: Option<&Value>) -> R<Value> {
         let Some(schema) = &t.schema else { return Ok(obj) };
-        super::schema::validate(schema, &obj).and_then(|out| super::schema::validate_cel(schema, &out, old).map(|()| out)).map_err(|errors| {
-            let what = format!("{}.{}", t.kind, t.group);
-            let msg = if errors.len() == 1 { errors[0].clone() } else { format!("[{}]", errors.join(", ")) };
-            let causes: Vec<Value> = errors
-                .iter()
-                .map(|e| {
-                    let (field, rest) = e.split_once(": ").unwrap_or(("", e));
-                    json!({"reason": "FieldValueInvalid", "message": rest, "field": field})
-                })
-                .collect();
-            ApiError::new(422, "Invalid", format!("{what} \"{name}\" is invalid: {msg}"))
-                .with_details(json!({"name": name, "group": t.group, "kind": t.kind, "causes": causes}))
-        })
+        super::schema::validate(schema, &obj)
+            .and_then(|out| super::schema::validate_cel(schema, &out, old).map(|()| out))
+            .map_err(|errors| {
+                let what = format!("{}.{}", t.kind, t.group);
+                let msg = if errors.len() == 1 { errors[0].clone() } else { format!("[{}]", errors.join(", ")) };
+                let causes: Vec<Value> = errors
+                    .iter()
+                    .map(|e| {
+                        let (field, rest) = e.split_once(": ").unwrap_or(("", e));
+                        json!({"reason": "FieldValueInvalid", "message": rest, "field": field})
+                    })
+                    .collect();
+                ApiError::new(422, "Invalid", format!("{what} \"{name}\" is invalid: {msg}"))
+                    .with_details(json!({"name": name, "group": t.group, "kind": t.kind, "causes": causes}))
+            })
     }
 
     /// A store that keeps only `n` events for resuming watches (tests of 410 Gone).
