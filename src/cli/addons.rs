@@ -12,7 +12,7 @@ use clap::{Args, Subcommand};
 use owo_colors::OwoColorize;
 use serde::Serialize;
 
-use super::cloud::{CloudArgs, Session, Target};
+use super::cloud::{CloudArgs, Session};
 use super::GlobalArgs;
 use crate::addons::install::{Event, Options, Report};
 use crate::addons::{self, Installer, RenderedAddon};
@@ -80,11 +80,8 @@ pub async fn run(g: &GlobalArgs, args: AddonsArgs) -> Result<ExitCode> {
         AddonsCommand::Diff(a) => diff(g, a).await,
         AddonsCommand::Apply(a) => {
             let loaded = super::render::load_one(g, &a.cluster.cluster)?;
-            let kubeconfig = a
-                .cluster
-                .kubeconfig
-                .clone()
-                .unwrap_or_else(|| a.cluster.cloud.target.kubeconfig(&loaded.cluster.metadata.name));
+            let kubeconfig =
+                a.cluster.cloud.target.kubeconfig_or(a.cluster.kubeconfig.as_deref(), &loaded.cluster.metadata.name);
             let opts = Options {
                 timeout: a.timeout,
                 prune_crds: a.cluster.prune_crds,
@@ -190,7 +187,7 @@ fn render(g: &GlobalArgs, a: RenderArgs) -> Result<ExitCode> {
 async fn diff(g: &GlobalArgs, a: ClusterArgs) -> Result<ExitCode> {
     let loaded = super::render::load_one(g, &a.cluster)?;
     let set = rendered(g, &loaded.cluster)?;
-    let kubeconfig = a.kubeconfig.clone().unwrap_or_else(|| a.cloud.target.kubeconfig(&loaded.cluster.metadata.name));
+    let kubeconfig = a.cloud.target.kubeconfig_or(a.kubeconfig.as_deref(), &loaded.cluster.metadata.name);
     let client = addons::install::connect(&kubeconfig).await?;
     let diffs = Installer::new(client).diff(&set, a.prune_crds).await?;
     if g.output != Format::Text {
@@ -308,9 +305,4 @@ pub async fn record(s: &Session, report: &Report) -> Result<()> {
         )
         .await?;
     Ok(())
-}
-
-/// The target's kubeconfig unless one is given; used by bootstrap.
-pub fn kubeconfig_for(target: Target, cluster: &str, given: Option<PathBuf>) -> PathBuf {
-    given.unwrap_or_else(|| target.kubeconfig(cluster))
 }

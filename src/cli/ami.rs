@@ -211,7 +211,7 @@ async fn rollout(g: &GlobalArgs, a: RolloutArgs) -> Result<ExitCode> {
     }
     let store = s.store(false).await?.context("state store (bootstrap the cluster first)")?;
     let pki = Pki::load(&store).await?.context("the cluster has not been bootstrapped")?;
-    let kubeconfig = a.roll.kubeconfig.clone().unwrap_or_else(|| a.cloud.target.kubeconfig(s.name()));
+    let kubeconfig = a.cloud.target.kubeconfig_or(a.roll.kubeconfig.as_deref(), s.name());
     let client = crate::kube::client_from_kubeconfig(&kubeconfig, crate::kube::Retry::Never).await?;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let (by, host) = crate::state::whoami();

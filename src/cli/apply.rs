@@ -186,7 +186,7 @@ pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Resu
     }
     s.report_calls(g);
     if !args.skip_addons {
-        let kubeconfig = super::addons::kubeconfig_for(args.cloud.target, s.name(), args.addons_kubeconfig.clone());
+        let kubeconfig = args.cloud.target.kubeconfig_or(args.addons_kubeconfig.as_deref(), s.name());
         wait_for_api(&kubeconfig, args.addons_timeout).await.with_context(|| {
             format!("the machines are applied, but the addons are not: run `pinfleet addons apply {}` when the API server answers", s.name())
         })?;

@@ -36,6 +36,11 @@ impl Target {
         }
     }
 
+    /// The kubeconfig given on the command line, else the target's.
+    pub fn kubeconfig_or(self, given: Option<&std::path::Path>, cluster: &str) -> std::path::PathBuf {
+        given.map_or_else(|| self.kubeconfig(cluster), std::path::Path::to_path_buf)
+    }
+
     /// Where the admin kubeconfig of a cluster on this target is written.
     pub fn kubeconfig(self, cluster: &str) -> std::path::PathBuf {
         match self {

@@ -85,7 +85,7 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
         .await?
         .with_context(|| format!("cluster {} has no state store yet: bootstrap it first", s.name()))?;
     let pki = Pki::load(&store).await?.with_context(|| format!("cluster {} has not been bootstrapped", s.name()))?;
-    let kubeconfig = args.roll.kubeconfig.clone().unwrap_or_else(|| args.cloud.target.kubeconfig(s.name()));
+    let kubeconfig = args.cloud.target.kubeconfig_or(args.roll.kubeconfig.as_deref(), s.name());
     let client = crate::kube::client_from_kubeconfig(&kubeconfig, crate::kube::Retry::Never).await?;
     let opts = args.roll.options();
     let cluster = s.loaded.cluster.clone();
