@@ -33,11 +33,15 @@ pub struct AwsMachines {
 }
 
 impl AwsMachines {
-    async fn run(&self, key: &str, op: &Op) -> Result<Vec<String>> {
+    /// Runs one engine operation. A launch numbers its client tokens after
+    /// the machines this revision already started, so it needs a fresh list
+    /// of them; a termination does not.
+    async fn run(&self, key: &str, op: &Op, fresh_instances: bool) -> Result<Vec<String>> {
         let mut o = self.observed.clone();
-        o.instances = list_instances(&self.aws, Some(&self.cluster.metadata.name), false).await?;
-        let ctx =
-            crate::apply::prepare::context(&self.aws, &self.cluster, self.desired.clone(), &o, None, self.revision);
+        if fresh_instances {
+            o.instances = list_instances(&self.aws, Some(&self.cluster.metadata.name), false).await?;
+        }
+        let ctx = crate::apply::prepare::context(&self.aws, &self.cluster, self.desired.clone(), &o, None, self.revision);
         crate::cloud::aws::ops::run(&ctx, key, op).await.map_err(|e| e.error)?;
         let launched = ctx.launched.lock().await.clone();
         Ok(launched)
@@ -64,12 +68,12 @@ impl Machines for AwsMachines {
             .find(|g| g.name == group)
             .ok_or_else(|| anyhow!("no instance group {group}"))?;
         let op = Op::LaunchInstances { group: group.into(), role: g.role, count: n, subnets: g.subnets.clone() };
-        self.run(&format!("instance/{group}"), &op).await
+        self.run(&format!("instance/{group}"), &op, true).await
     }
 
     async fn terminate(&self, id: &str) -> Result<()> {
         let op = Op::TerminateInstances { group: String::new(), ids: vec![id.to_string()], wait: false };
-        self.run("instance/terminate", &op).await.map(|_| ())
+        self.run("instance/terminate", &op, false).await.map(|_| ())
     }
 }
 
@@ -77,7 +81,7 @@ impl Machines for AwsMachines {
 pub struct KubeNodes {
     pub client: kube::Client,
     changed: Arc<Notify>,
-    _watch: tokio::task::JoinHandle<()>,
+    watch: tokio::task::JoinHandle<()>,
 }
 
 impl KubeNodes {
@@ -93,13 +97,13 @@ impl KubeNodes {
                 }
             }
         });
-        KubeNodes { client, changed, _watch: watch }
+        KubeNodes { client, changed, watch }
     }
 }
 
 impl Drop for KubeNodes {
     fn drop(&mut self) {
-        self._watch.abort();
+        self.watch.abort();
     }
 }
 
