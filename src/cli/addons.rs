@@ -87,7 +87,8 @@ pub async fn run(g: &GlobalArgs, args: AddonsArgs) -> Result<ExitCode> {
                 prune_crds: a.cluster.prune_crds,
                 progress: std::io::stderr().is_terminal(),
             };
-            let report = install(g, &loaded.cluster, &kubeconfig, &opts).await?;
+            let set = rendered(g, &loaded.cluster)?;
+            let report = install(g, &set, &kubeconfig, &opts).await?;
             if a.cluster.cloud.target.aws().is_some() {
                 let s = Session::open(g, &a.cluster.cluster, &a.cluster.cloud).await?;
                 record(&s, &report).await?;
@@ -219,11 +220,10 @@ async fn diff(g: &GlobalArgs, a: ClusterArgs) -> Result<ExitCode> {
 /// otherwise, JSON events with `-o json`).
 pub async fn install(
     g: &GlobalArgs,
-    cluster: &crate::spec::Cluster,
+    set: &[RenderedAddon],
     kubeconfig: &std::path::Path,
     opts: &Options,
 ) -> Result<Report> {
-    let set = rendered(g, cluster)?;
     let client = addons::install::connect(kubeconfig).await?;
     let json = g.output == Format::Json;
     let bar = (opts.progress && !json).then(|| {
@@ -268,7 +268,7 @@ pub async fn install(
             }
         }
     };
-    let result = Installer::new(client).install(&set, opts, &mut on_event).await;
+    let result = Installer::new(client).install(set, opts, &mut on_event).await;
     if let Some(b) = &bar {
         b.finish_and_clear();
     }

@@ -82,6 +82,8 @@ pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Resu
         return run_local(g, args, bootstrap).await;
     }
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
+    // Rendered before anything changes: a broken manifest stops the run here.
+    let addon_set = if args.skip_addons { Vec::new() } else { super::addons::rendered(g, &s.loaded.cluster)? };
     let command = if bootstrap { "bootstrap" } else { "apply" };
     if !args.yes {
         // A preview: no bucket, no PKI, no lock, no changes.
@@ -190,7 +192,7 @@ pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Resu
         wait_for_api(&kubeconfig, args.addons_timeout).await.with_context(|| {
             format!("the machines are applied, but the addons are not: run `pinfleet addons apply {}` when the API server answers", s.name())
         })?;
-        let report = install_addons(g, &s.loaded.cluster, &kubeconfig, &args).await?;
+        let report = install_addons(g, &s.loaded.cluster, &addon_set, &kubeconfig, &args).await?;
         super::addons::record(&s, &report).await?;
     }
     Ok(ExitCode::SUCCESS)
@@ -199,6 +201,7 @@ pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Resu
 async fn install_addons(
     g: &GlobalArgs,
     cluster: &crate::spec::Cluster,
+    set: &[crate::addons::RenderedAddon],
     kubeconfig: &std::path::Path,
     args: &ApplyArgs,
 ) -> Result<crate::addons::install::Report> {
@@ -208,7 +211,7 @@ async fn install_addons(
         prune_crds: false,
         progress: std::io::stderr().is_terminal(),
     };
-    super::addons::install(g, cluster, kubeconfig, &opts).await.with_context(|| {
+    super::addons::install(g, set, kubeconfig, &opts).await.with_context(|| {
         format!("installing the addons (re-run, or `pinfleet addons apply {}`, to resume)", cluster.metadata.name)
     })
 }
@@ -271,7 +274,7 @@ async fn run_local(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Result<E
     };
     writeln!(anstream::stderr(), "kubeconfig: {}", kubeconfig.display())?;
     if !args.skip_addons {
-        install_addons(g, cluster, &args.addons_kubeconfig.clone().unwrap_or(kubeconfig), &args).await?;
+        install_addons(g, cluster, &set, &args.addons_kubeconfig.clone().unwrap_or(kubeconfig), &args).await?;
     }
     writeln!(anstream::stderr(), "{} {name} is up on {:?}", "done:".green().bold(), args.cloud.target)?;
     Ok(ExitCode::SUCCESS)

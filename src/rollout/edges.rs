@@ -41,7 +41,8 @@ impl AwsMachines {
         if fresh_instances {
             o.instances = list_instances(&self.aws, Some(&self.cluster.metadata.name), false).await?;
         }
-        let ctx = crate::apply::prepare::context(&self.aws, &self.cluster, self.desired.clone(), &o, None, self.revision);
+        let ctx =
+            crate::apply::prepare::context(&self.aws, &self.cluster, self.desired.clone(), &o, None, self.revision);
         crate::cloud::aws::ops::run(&ctx, key, op).await.map_err(|e| e.error)?;
         let launched = ctx.launched.lock().await.clone();
         Ok(launched)
