@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use pinfleet::federation::placement::{place, Division, Limit, Member, Policy};
+use pinfleet::federation::placement::{place, Division, Limit, Member, PlacementError, Policy};
 use proptest::prelude::*;
 
 fn members() -> impl Strategy<Value = Vec<Member>> {
@@ -36,7 +36,17 @@ proptest! {
     fn shares_sum_to_the_total_within_limits(ms in members(), total in 0u32..200, d in division(), max in proptest::option::of(1u32..40), min in 0u32..5) {
         let mut p = Policy { division: d, ..Default::default() };
         p.clusters.insert("c0".into(), Limit { min, max: max.map(|m| m.max(min)) });
-        if let Ok(shares) = place("app", total, &p, &ms) {
+        let placed = place("app", total, &p, &ms);
+        // c0 is always healthy and nothing spreads: the only refusals are
+        // minimums above the total and too little room, and they must be true.
+        if let Err(e) = &placed {
+            match e {
+                PlacementError::Minimums { mins, .. } => prop_assert!(*mins > total),
+                PlacementError::NoRoom { room, .. } => prop_assert!(*room < u64::from(total)),
+                other => prop_assert!(false, "unexpected refusal: {}", other),
+            }
+        }
+        if let Ok(shares) = placed {
             prop_assert_eq!(shares.iter().map(|s| s.replicas).sum::<u32>(), total);
             for s in &shares {
                 let m = ms.iter().find(|m| m.name == s.cluster).unwrap();

@@ -242,6 +242,8 @@ fn twenty_nodes_roll_with_surge_two_without_breaking_a_budget() {
     assert_eq!(first["ids"].as_array().unwrap().len(), 1);
     assert!(events.iter().filter(|e| e["event"] == "launched").all(|e| e["ids"].as_array().unwrap().len() <= 2));
     let (pods, nodes) = (watch.min_pods.load(Ordering::SeqCst), watch.min_nodes.load(Ordering::SeqCst));
+    // The watch must have seen the roll (a silent watch would pass below).
+    assert!(pods <= 10 && nodes <= 22, "the watch saw nothing: pods {pods}, nodes {nodes}");
     assert!(pods >= 8, "the budget says 8 ready pods at least; saw {pods}");
     assert!(nodes >= 18, "the group's min is 18 Ready, schedulable nodes; saw {nodes}");
     // The control plane needed nothing; a second upgrade has nothing to do.
