@@ -277,14 +277,14 @@ pub fn place(app: &str, total: u32, policy: &Policy, members: &[Member]) -> Resu
         }
         let rest = total.saturating_sub(min_sum);
         let caps_left: Vec<u64> = caps.iter().zip(&mins).map(|(c, m)| c - *m as u64).collect();
-        let (extra, how) = match policy.division {
+        let extra = match policy.division {
             Division::Weighted => {
                 let w: Vec<f64> = eligible.iter().map(|m| f64::from(m.weight)).collect();
-                (split(rest, &w, &caps_left, &order), "weight")
+                split(rest, &w, &caps_left, &order)
             }
             Division::Capacity => {
                 let w: Vec<f64> = eligible.iter().map(|m| f64::from(m.capacity.unwrap_or(0) + m.current)).collect();
-                (split(rest, &w, &caps_left, &order), "free capacity")
+                split(rest, &w, &caps_left, &order)
             }
             Division::Aggregated => {
                 // Fill the roomiest first (ties by hash) until all fit.
@@ -297,16 +297,16 @@ pub fn place(app: &str, total: u32, policy: &Policy, members: &[Member]) -> Resu
                     out[i] = g as u32;
                     left -= g;
                 }
-                (out, "aggregated")
+                out
             }
         };
         let wsum: u32 = eligible.iter().map(|m| m.weight).sum();
         for (i, m) in eligible.iter().enumerate() {
             let n = mins[i] + extra[i];
-            let mut reason = match how {
-                "weight" => format!("weight {}/{wsum}", m.weight),
-                "free capacity" => format!("free capacity {} replicas", m.capacity.unwrap_or(0) + m.current),
-                _ => format!("aggregated: room for {}", caps[i].min(u64::from(u32::MAX))),
+            let mut reason = match policy.division {
+                Division::Weighted => format!("weight {}/{wsum}", m.weight),
+                Division::Capacity => format!("free capacity {} replicas", m.capacity.unwrap_or(0) + m.current),
+                Division::Aggregated => format!("aggregated: room for {}", caps[i].min(u64::from(u32::MAX))),
             };
             if mins[i] > 0 {
                 reason.push_str(&format!(", min {}", mins[i]));

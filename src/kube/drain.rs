@@ -221,26 +221,24 @@ pub async fn validate(client: &Client, ignore: &BTreeSet<String>) -> Result<(), 
     if !not_ready.is_empty() {
         return Err(format!("nodes not Ready: {}", not_ready.join(", ")));
     }
-    let check = |kind, v: serde_json::Value| crate::addons::ready::ready(kind, &v);
+    use crate::addons::package::ReadyKind;
+    let (label, system) = (ListParams::default().labels(crate::addons::render::ADDON_LABEL), ListParams::default());
+    // kube-system's workloads, and every addon's, wherever it lives.
+    let scopes: [(Api<Deployment>, Api<DaemonSet>, &ListParams); 2] = [
+        (Api::namespaced(client.clone(), "kube-system"), Api::namespaced(client.clone(), "kube-system"), &system),
+        (Api::all(client.clone()), Api::all(client.clone()), &label),
+    ];
     let mut problems = Vec::new();
-    for lp in [ListParams::default().labels(crate::addons::render::ADDON_LABEL), ListParams::default()] {
-        let scoped = lp.label_selector.is_none();
-        let (deploys, dss): (Api<Deployment>, Api<DaemonSet>) = if scoped {
-            (Api::namespaced(client.clone(), "kube-system"), Api::namespaced(client.clone(), "kube-system"))
-        } else {
-            (Api::all(client.clone()), Api::all(client.clone()))
-        };
-        for d in deploys.list(&lp).await.map_err(|e| e.to_string())?.items {
-            if let Err(why) =
-                check(crate::addons::package::ReadyKind::Deployment, serde_json::to_value(&d).unwrap_or_default())
-            {
+    for (deploys, daemons, lp) in scopes {
+        for d in deploys.list(lp).await.map_err(|e| e.to_string())?.items {
+            let v = serde_json::to_value(&d).unwrap_or_default();
+            if let Err(why) = crate::addons::ready::ready(ReadyKind::Deployment, &v) {
                 problems.push(format!("Deployment {}: {why}", d.metadata.name.unwrap_or_default()));
             }
         }
-        for d in dss.list(&lp).await.map_err(|e| e.to_string())?.items {
-            if let Err(why) =
-                check(crate::addons::package::ReadyKind::DaemonSet, serde_json::to_value(&d).unwrap_or_default())
-            {
+        for d in daemons.list(lp).await.map_err(|e| e.to_string())?.items {
+            let v = serde_json::to_value(&d).unwrap_or_default();
+            if let Err(why) = crate::addons::ready::ready(ReadyKind::DaemonSet, &v) {
                 problems.push(format!("DaemonSet {}: {why}", d.metadata.name.unwrap_or_default()));
             }
         }
