@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::cloud::CloudArgs;
 use super::get::table;
 use super::GlobalArgs;
-use crate::cloud::aws::observe::instance;
+use crate::cloud::aws::observe::{instance, list_instances};
 use crate::cloud::aws::{sdk, Aws, AwsOptions};
 use crate::cloud::tags;
 use crate::output::{print_data, Format};
@@ -61,20 +61,8 @@ pub async fn run(g: &GlobalArgs, args: OrphansArgs) -> Result<ExitCode> {
         let managed =
             || Filter::builder().name(format!("tag:{}", tags::MANAGED_BY)).values(tags::MANAGED_BY_VALUE).build();
         let ec2 = &aws.ec2;
-        let (reservations, vpcs, sgs, lts) = futures::try_join!(
-            async {
-                sdk(
-                    "DescribeInstances",
-                    ec2.describe_instances()
-                        .filters(managed())
-                        .max_results(1000)
-                        .into_paginator()
-                        .items()
-                        .send()
-                        .try_collect()
-                        .await,
-                )
-            },
+        let (instances, vpcs, sgs, lts) = futures::try_join!(
+            list_instances(&aws, None, false),
             async { sdk("DescribeVpcs", ec2.describe_vpcs().filters(managed()).send().await) },
             async {
                 sdk(
@@ -104,7 +92,7 @@ pub async fn run(g: &GlobalArgs, args: OrphansArgs) -> Result<ExitCode> {
             },
         )?;
         let mut found: Vec<(String, String, Option<String>, Option<String>)> = Vec::new();
-        for i in reservations.iter().flat_map(|r| r.instances()).map(instance).filter(|i| i.is_live()) {
+        for i in instances.iter().filter(|i| i.is_live()) {
             found.push(("instance".into(), i.id.clone(), i.cluster.clone(), i.owner.clone()));
         }
         let mut tagged = |kind: &str, id: Option<&str>, t: &[Tag]| {
