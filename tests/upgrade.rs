@@ -246,6 +246,11 @@ fn twenty_nodes_roll_with_surge_two_without_breaking_a_budget() {
     assert!(pods <= 10 && nodes <= 22, "the watch saw nothing: pods {pods}, nodes {nodes}");
     assert!(pods >= 8, "the budget says 8 ready pods at least; saw {pods}");
     assert!(nodes >= 18, "the group's min is 18 Ready, schedulable nodes; saw {nodes}");
+    // The new launch-template version the upgrade applied is in the history.
+    let history = w.json(&["history", "roll20"]);
+    let revisions = history.as_array().expect("history is a list");
+    assert_eq!(revisions.len(), 2, "bootstrap and the upgrade's apply: {history}");
+    assert!(revisions[1]["command"].as_str().unwrap().contains("upgrade"), "{history}");
     // The control plane needed nothing; a second upgrade has nothing to do.
     let again = w.run(&upgrade_args(&w, &sim, &["-o", "json"]));
     assert!(again.status.success());

@@ -5,7 +5,6 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _, Result};
-use chrono::Utc;
 use clap::Args;
 use owo_colors::OwoColorize;
 
@@ -16,7 +15,7 @@ use crate::output::{print_data, Format};
 use crate::render::{KubeconfigParams, Renderer};
 use crate::state::lock::Lock;
 use crate::state::pki::Pki;
-use crate::state::{whoami, HistoryRecord};
+use crate::state::HistoryRecord;
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
@@ -154,22 +153,9 @@ pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Resu
             let path = write_kubeconfig(&cluster, &pki, &host)?;
             writeln!(anstream::stderr(), "kubeconfig: {}", path.display())?;
         }
-        let (by, host) = whoami();
         let plan = &prepared.plan;
         if !plan.is_empty() {
-            let rec = HistoryRecord {
-                revision,
-                applied_at: Utc::now().to_rfc3339(),
-                by,
-                host,
-                command: full_command.clone(),
-                created: plan.count(crate::plan::Action::Create),
-                updated: plan.count(crate::plan::Action::Update),
-                replaced: plan.count(crate::plan::Action::Replace),
-                deleted: plan.count(crate::plan::Action::Delete),
-                changes: plan.changes.iter().map(|c| c.key.clone()).collect(),
-            };
-            store.record(&rec, &cluster).await?;
+            store.record(&HistoryRecord::of_plan(revision, &full_command, plan), &cluster).await?;
         } else if store.get(crate::state::SPEC_KEY).await?.is_none() {
             store.put_json(crate::state::SPEC_KEY, &cluster).await?;
         }

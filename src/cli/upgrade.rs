@@ -167,8 +167,14 @@ pub async fn roll_locked(
     let cluster = &s.loaded.cluster;
     let revision = store.next_revision().await?;
     let (p, applied) = run::apply_pending(&s.aws, cluster, pki, revision).await?;
-    if applied {
-        writeln!(anstream::stderr(), "applied the pending changes (new launch-template versions)")?;
+    if let Some(plan) = applied {
+        // Recorded like any apply, so `history` shows it.
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        store.record(&crate::state::HistoryRecord::of_plan(revision, &command, &plan), cluster).await?;
+        writeln!(
+            anstream::stderr(),
+            "applied the pending changes as revision {revision} (new launch-template versions)"
+        )?;
     }
     let json = g.output == Format::Json;
     let bars = (!json && std::io::stderr().is_terminal()).then(indicatif::MultiProgress::new);

@@ -48,11 +48,16 @@ pub struct GroupStatus {
 }
 
 /// Applies the pending plan, if any (new launch-template versions, scaling),
-/// and returns a fresh observation.
-pub async fn apply_pending(aws: &Aws, cluster: &Cluster, pki: &Pki, revision: u64) -> Result<(Prepared, bool)> {
+/// and returns a fresh observation and the plan it applied.
+pub async fn apply_pending(
+    aws: &Aws,
+    cluster: &Cluster,
+    pki: &Pki,
+    revision: u64,
+) -> Result<(Prepared, Option<crate::plan::Plan>)> {
     let prepared = prepare::prepare(aws, cluster, Some(pki)).await?;
     if prepared.plan.is_empty() {
-        return Ok((prepared, false));
+        return Ok((prepared, None));
     }
     let ctx = prepare::context(
         aws,
@@ -63,7 +68,7 @@ pub async fn apply_pending(aws: &Aws, cluster: &Cluster, pki: &Pki, revision: u6
         revision,
     );
     crate::apply::execute(&prepared.plan, ctx, &crate::apply::Options::default()).await?;
-    Ok((prepare::prepare(aws, cluster, Some(pki)).await?, true))
+    Ok((prepare::prepare(aws, cluster, Some(pki)).await?, Some(prepared.plan)))
 }
 
 fn versions(p: &Prepared) -> BTreeMap<String, i64> {

@@ -350,6 +350,27 @@ pub struct HistoryRecord {
     pub changes: Vec<String>,
 }
 
+impl HistoryRecord {
+    /// The record of applying `plan` as revision `revision`, by this user
+    /// and host, with the command line that did it.
+    pub fn of_plan(revision: u64, command: &str, plan: &crate::plan::Plan) -> Self {
+        use crate::plan::Action;
+        let (by, host) = whoami();
+        HistoryRecord {
+            revision,
+            applied_at: chrono::Utc::now().to_rfc3339(),
+            by,
+            host,
+            command: command.to_string(),
+            created: plan.count(Action::Create),
+            updated: plan.count(Action::Update),
+            replaced: plan.count(Action::Replace),
+            deleted: plan.count(Action::Delete),
+            changes: plan.changes.iter().map(|c| c.key.clone()).collect(),
+        }
+    }
+}
+
 pub const SPEC_KEY: &str = "spec.json";
 pub const HISTORY_PREFIX: &str = "history/";
 
