@@ -308,7 +308,13 @@ async fn a_failing_shard_retries_then_the_jobset_reports_failure() {
     // Every pod of this shard set fails; each shard may retry once.
     let manifest = "apiVersion: pinfleet.dev/v1alpha1\nkind: PinterestJobSet\nmetadata: {name: flaky}\nspec:\n  owner: {team: search, project: index}\n  shards: 2\n  parallelism: 2\n  backoffLimitPerIndex: 1\n  template:\n    metadata: {annotations: {sim.pinfleet.dev/fail: \"true\"}}\n    spec:\n      containers: [{name: indexer, image: search/indexer:7.1}]\n";
     k.ok_stdin(&["apply", "-f", "-"], manifest);
-    k.ok(&["wait", "--for=condition=Succeeded=False", "pinterestjobset/flaky", "--timeout=90s"]);
+    // Succeeded is False while shards run too: wait for the reason to say Failed.
+    k.ok(&[
+        "wait",
+        r#"--for=jsonpath={.status.conditions[?(@.type=="Succeeded")].reason}=Failed"#,
+        "pinterestjobset/flaky",
+        "--timeout=90s",
+    ]);
     let st: serde_json::Value = serde_json::from_str(&k.ok(&["get", "pinterestjobset/flaky", "-o", "json"])).unwrap();
     let status = &st["status"];
     let cond = |t: &str| status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).cloned().unwrap();
