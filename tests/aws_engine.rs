@@ -540,3 +540,21 @@ fn ctrl_c_releases_the_lock() {
     w.ok(&["bootstrap", "interrupted", "--yes"]);
     assert_eq!(w.instances_in("general").len(), 4);
 }
+
+/// On moto no API server ever answers: the wait says what it waits for and
+/// its limit on one line, keeps connection errors out of the output, and
+/// stops at `--api-timeout` with the next step.
+#[test]
+fn waiting_for_the_api_server_is_one_line_and_bounded() {
+    let w = World::new("apiwait", 1);
+    let started = std::time::Instant::now();
+    let out = w.command(&["bootstrap", "apiwait", "--yes", "--api-timeout", "3s"]).env_remove("PINFLEET_SKIP_ADDONS").output().unwrap();
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(60), "bounded by --api-timeout: {:?}", started.elapsed());
+    assert_eq!(err.matches("waiting for the API server at https://").count(), 1, "{err}");
+    assert!(err.contains("of 3s"), "the limit is shown: {err}");
+    assert!(!err.contains("ERROR") && !err.contains("dns error"), "connection errors stay at debug level: {err}");
+    assert!(err.contains("did not answer within 3s"), "{err}");
+    assert!(err.contains("pinfleet addons apply apiwait"), "the next step: {err}");
+}

@@ -329,3 +329,73 @@ async fn a_failing_shard_retries_then_the_jobset_reports_failure() {
     );
     running.abort();
 }
+
+/// A child the API server refuses shows in the workload's status with the
+/// server's own message, and a warning Event; the next good reconcile
+/// clears it. A name too long for a child is refused before it is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_child_shows_in_status_until_the_next_good_reconcile() {
+    let k = KubeEnv::start();
+    k.ok_stdin(
+        &["apply", "--server-side", "-f", "-"],
+        &std::fs::read_to_string("addons/platform-crds/manifests/crds.yaml").unwrap(),
+    );
+    k.ok(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=30s"]);
+    // Someone else's Deployment holds the name, with another selector: the
+    // controller's apply must change the selector, which is immutable.
+    k.ok(&["create", "deployment", "squat", "--image=registry.k8s.io/pause:3.10"]);
+    let ctx = pinfleet::controller::Ctx::new(k.client().await, "test-cluster");
+    let running = tokio::spawn(pinfleet::controller::run(ctx));
+    let long = "n".repeat(60);
+    let common = "owner: {team: feeds, project: home}\n  template: {spec: {containers: [{name: app, image: registry.k8s.io/pause:3.10}]}}";
+    k.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: pinfleet.dev/v1alpha1\nkind: PinterestService\nmetadata: {{name: squat}}\nspec:\n  {common}\n  replicas: 1\n---\n\
+             apiVersion: pinfleet.dev/v1alpha1\nkind: PinterestCronJob\nmetadata: {{name: {long}}}\nspec:\n  {common}\n  schedule: \"0 * * * *\"\n"
+        ),
+    );
+    let condition = |resource: &str| {
+        k.ok(&[
+            "get",
+            resource,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Reconciled\")].status}/{.status.conditions[?(@.type==\"Reconciled\")].reason}/{.status.conditions[?(@.type==\"Reconciled\")].message}",
+        ])
+    };
+    let refused = until("the refused apply in status", || {
+        let c = condition("pinterestservice/squat");
+        async move { c.starts_with("False/ApplyFailed/").then_some(c) }
+    })
+    .await;
+    assert!(
+        refused.contains("Deployment.apps \"squat\" is invalid: spec.selector: Invalid value:")
+            && refused.contains("field is immutable"),
+        "{refused}"
+    );
+    let too_long = until("the long name in status", || {
+        let c = condition(&format!("pinterestcronjob/{long}"));
+        async move { c.starts_with("False/ApplyFailed/").then_some(c) }
+    })
+    .await;
+    assert!(too_long.contains("must be no more than 52 characters"), "{too_long}");
+    assert!(
+        k.kubectl(&["get", "cronjob", &long]).status.code() != Some(0),
+        "a CronJob the server would refuse is never sent"
+    );
+    let events = k.ok(&[
+        "get",
+        "events.v1.events.k8s.io",
+        "-o",
+        "jsonpath={range .items[*]}{.regarding.name}:{.type}:{.note}{\"\\n\"}{end}",
+    ]);
+    assert!(events.lines().any(|l| l.starts_with("squat:Warning:") && l.contains("field is immutable")), "{events}");
+    // The squatter goes; the next reconcile applies and clears the condition.
+    k.ok(&["delete", "deployment", "squat"]);
+    until("Reconciled=True after the conflict is gone", || {
+        let c = condition("pinterestservice/squat");
+        async move { c.starts_with("True/").then_some(()) }
+    })
+    .await;
+    running.abort();
+}

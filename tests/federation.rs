@@ -11,7 +11,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use kube::api::Api;
-use pinfleet::workloads::PinterestService;
 
 /// A sim with two Ready nodes, the CRDs and a workload controller.
 fn member(dir: &Path, name: &str) -> PathBuf {

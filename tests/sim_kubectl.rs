@@ -71,7 +71,10 @@ fn label_annotate_and_three_kinds_of_patch() {
     k.ok(&["label", "cm", "cm1", "tier=web"]);
     k.ok(&["annotate", "cm", "cm1", "note=hello"]);
     assert!(k.ok(&["get", "cm", "-l", "tier=web", "-o", "name"]).contains("configmap/cm1"));
-    assert!(k.ok(&["get", "cm", "-l", "tier!=web", "-o", "name"]).trim().is_empty());
+    // Not "empty": a real cluster publishes kube-root-ca.crt into every namespace.
+    k.ok(&["create", "configmap", "cm2", "--from-literal=x=1"]);
+    let others = k.ok(&["get", "cm", "-l", "tier!=web", "-o", "name"]);
+    assert!(!others.contains("configmap/cm1") && others.contains("configmap/cm2"), "{others}");
     k.ok(&["patch", "cm", "cm1", "--type", "merge", "-p", r#"{"data":{"c":"3"}}"#]);
     k.ok(&["patch", "cm", "cm1", "--type", "json", "-p", r#"[{"op":"remove","path":"/data/a"}]"#]);
     k.ok(&["patch", "cm", "cm1", "-p", r#"{"data":{"d":"4"}}"#]);
@@ -290,4 +293,61 @@ fn drain_a_node_with_a_pod_disruption_budget() {
     let drained = drain.wait_with_output().unwrap();
     assert!(drained.status.success(), "{}", stderr(&drained));
     assert_eq!(k.ok(&["get", "pods", "-o", "name"]).trim(), "pod/p3");
+}
+
+/// The generator commands send protobuf; each must work as on a real server,
+/// and what arrives must be what was asked for.
+#[test]
+fn typed_kubectl_create_commands_work() {
+    let k = KubeEnv::start();
+    let ns = k.namespace.clone();
+    let extra_ns = k.unique("created");
+    let pc = k.unique("pc");
+    k.ok_cmd(&["create", "namespace", &extra_ns]);
+    let commands: Vec<Vec<String>> = [
+        "create configmap cfg --from-literal=a=1 --from-literal=b=two",
+        "create secret generic creds --from-literal=token=s3cret",
+        "create serviceaccount runner",
+        "create deployment web --image=nginx:1.27 --replicas=2 --port=8080",
+        "create job once --image=busybox:1.36 -- echo hi",
+        "create cronjob nightly --image=busybox:1.36 --schedule=0_3_*_*_* -- echo hi",
+        "create service clusterip web --tcp=80:8080",
+        "create role reader --verb=get,list --resource=pods",
+        &format!("create rolebinding read --role=reader --serviceaccount={ns}:runner"),
+        &format!("create priorityclass {pc} --value=1000 --description=batch"),
+        "create poddisruptionbudget web --selector=app=web --min-available=1",
+        "create quota small --hard=cpu=2,pods=4",
+    ]
+    .iter()
+    .map(|c| c.split(' ').map(|a| a.replace("0_3_*_*_*", "0 3 * * *")).collect())
+    .collect();
+    for c in &commands {
+        let args: Vec<&str> = c.iter().map(String::as_str).collect();
+        k.ok(&args);
+    }
+    let get = |what: &[&str]| -> serde_json::Value {
+        let mut a = vec!["get"];
+        a.extend_from_slice(what);
+        a.extend(["-o", "json"]);
+        serde_json::from_str(&k.ok(&a)).unwrap()
+    };
+    assert_eq!(get(&["namespace", &extra_ns])["status"]["phase"], "Active");
+    assert_eq!(get(&["cm", "cfg"])["data"], serde_json::json!({"a": "1", "b": "two"}));
+    assert_eq!(get(&["secret", "creds"])["data"]["token"], "czNjcmV0");
+    let d = get(&["deployment", "web"]);
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert_eq!(d["spec"]["selector"]["matchLabels"]["app"], "web");
+    assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"], 8080);
+    assert_eq!(get(&["job", "once"])["spec"]["template"]["spec"]["containers"][0]["command"], serde_json::json!(["echo", "hi"]));
+    assert_eq!(get(&["cronjob", "nightly"])["spec"]["schedule"], "0 3 * * *");
+    let svc = get(&["service", "web"]);
+    assert_eq!(svc["spec"]["ports"][0]["port"], 80);
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 8080);
+    assert_eq!(get(&["role", "reader"])["rules"][0]["verbs"], serde_json::json!(["get", "list"]));
+    assert_eq!(get(&["rolebinding", "read"])["subjects"][0]["name"], "runner");
+    assert_eq!(get(&["priorityclass", &pc])["value"], 1000);
+    assert_eq!(get(&["pdb", "web"])["spec"]["minAvailable"], 1);
+    assert_eq!(get(&["quota", "small"])["spec"]["hard"], serde_json::json!({"cpu": "2", "pods": "4"}));
+    k.ok_cmd(&["delete", "priorityclass", &pc]);
+    k.ok_cmd(&["delete", "namespace", &extra_ns, "--wait=false"]);
 }

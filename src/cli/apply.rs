@@ -35,9 +35,13 @@ pub struct ApplyArgs {
     /// e.g. the one this command writes for an AWS cluster).
     #[arg(long)]
     pub addons_kubeconfig: Option<std::path::PathBuf>,
-    /// How long to wait for the API server, and for each addon to be ready.
+    /// How long to wait for each addon to be ready.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub addons_timeout: std::time::Duration,
+    /// How long to wait for a new cluster's API server to answer before the
+    /// addons (machines boot, kubeadm init runs: minutes on real AWS).
+    #[arg(long, default_value = "20m", value_parser = humantime::parse_duration)]
+    pub api_timeout: std::time::Duration,
 }
 
 pub async fn run(g: &GlobalArgs, args: ApplyArgs) -> Result<ExitCode> {
@@ -175,9 +179,9 @@ pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Resu
     s.report_calls(g);
     if !args.skip_addons {
         let kubeconfig = args.cloud.target.kubeconfig_or(args.addons_kubeconfig.as_deref(), s.name());
-        wait_for_api(&kubeconfig, args.addons_timeout).await.with_context(|| {
-            format!("the machines are applied, but the addons are not: run `pinfleet addons apply {}` when the API server answers", s.name())
-        })?;
+        wait_for_api(&kubeconfig, args.api_timeout, s.name())
+            .await
+            .context("the machines are applied, but the addons are not")?;
         let report = install_addons(g, &s.loaded.cluster, &addon_set, &kubeconfig, &args).await?;
         super::addons::record(&s, &report).await?;
     }
@@ -202,22 +206,65 @@ async fn install_addons(
     })
 }
 
-/// Waits until the API server behind `kubeconfig` answers.
-async fn wait_for_api(kubeconfig: &std::path::Path, timeout: std::time::Duration) -> Result<()> {
-    let deadline = std::time::Instant::now() + timeout;
-    let mut said = false;
+/// Waits until the API server behind `kubeconfig` answers: one progress
+/// line (what is awaited, for how long, the limit), connection errors only
+/// at debug level, and a clear stop with the next step at the limit.
+async fn wait_for_api(kubeconfig: &std::path::Path, timeout: std::time::Duration, cluster: &str) -> Result<()> {
+    use std::io::IsTerminal as _;
+    const ATTEMPT: std::time::Duration = std::time::Duration::from_secs(5);
+    const PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
+    let start = std::time::Instant::now();
+    let server = kube::config::Kubeconfig::read_from(kubeconfig)
+        .ok()
+        .and_then(|k| k.clusters.first().and_then(|c| c.cluster.as_ref()).and_then(|c| c.server.clone()))
+        .unwrap_or_else(|| kubeconfig.display().to_string());
+    let limit = humantime::format_duration(timeout);
+    let tty = std::io::stderr().is_terminal();
+    let mut last_said = None::<std::time::Instant>;
     loop {
-        match crate::addons::install::connect(kubeconfig).await {
-            Ok(_) => return Ok(()),
-            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
-            Err(e) => {
-                if !said {
-                    writeln!(anstream::stderr(), "waiting for the API server ({e:#})")?;
-                    said = true;
+        let attempt = async {
+            let client = crate::kube::client_from_kubeconfig(kubeconfig, crate::kube::Retry::Never).await?;
+            tokio::time::timeout(ATTEMPT, client.apiserver_version())
+                .await
+                .map_err(|_| anyhow::anyhow!("no answer within {}", humantime::format_duration(ATTEMPT)))??;
+            anyhow::Ok(())
+        };
+        let err = match attempt.await {
+            Ok(()) => {
+                if tty && last_said.is_some() {
+                    writeln!(anstream::stderr())?;
                 }
-                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                return Ok(());
             }
+            Err(e) => e,
+        };
+        tracing::debug!("API server at {server} not answering yet: {err:#}");
+        let waited = std::time::Duration::from_secs(start.elapsed().as_secs());
+        if start.elapsed() >= timeout {
+            if tty && last_said.is_some() {
+                writeln!(anstream::stderr())?;
+            }
+            anyhow::bail!(
+                "the API server at {server} did not answer within {limit} (last: {err:#}); \
+                 check the first control-plane machine's boot (`aws ec2 get-console-output`), \
+                 then run `pinfleet addons apply {cluster}`, or bootstrap again with a longer --api-timeout"
+            );
         }
+        // On a terminal one line, redrawn; in a log one line a minute.
+        let line = format!(
+            "waiting for the API server at {server}: {} of {limit}",
+            humantime::format_duration(waited)
+        );
+        let due = last_said.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60));
+        if tty {
+            write!(anstream::stderr(), "\r\x1b[2K{line}")?;
+        } else if due {
+            writeln!(anstream::stderr(), "{line}")?;
+        }
+        if due {
+            last_said = Some(std::time::Instant::now());
+        }
+        tokio::time::sleep(PAUSE.min(timeout.saturating_sub(start.elapsed()))).await;
     }
 }
 

@@ -311,6 +311,7 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
     let applied: Result<(), String> = match &rendered {
         Err(e) => Err(e.to_string()),
         Ok(children) => {
+            let written: Result<(), kube::Error> = async {
             for child in children {
                 let Some(ar) = child_kind(child, K::CHILDREN) else { continue };
                 let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
@@ -355,6 +356,16 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
                 }
             }
             Ok(())
+            }
+            .await;
+            match written {
+                Ok(()) => Ok(()),
+                // A child the server refuses (422 invalid, 400, 403 …) is the
+                // workload's problem to show in its status, with the server's
+                // own words; conflicts, throttling and outages are retried.
+                Err(kube::Error::Api(ae)) if refused(ae.code) => Err(ae.message),
+                Err(e) => return Err(e.into()),
+            }
         }
     };
     let summary = status::summarize(K::KIND, obj.want(), &live_children);
@@ -404,6 +415,12 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
         // Children are watched: their changes bring the next reconcile.
         _ => Ok(Action::requeue(RESYNC)),
     }
+}
+
+/// An answer that says the request itself is wrong: retrying the same
+/// object cannot succeed until the workload or its profile changes.
+fn refused(code: u16) -> bool {
+    (400..500).contains(&code) && !matches!(code, 401 | 404 | 408 | 409 | 429)
 }
 
 fn error_policy<K: Workload>(obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> Action {

@@ -269,47 +269,67 @@ pub fn place(app: &str, total: u32, policy: &Policy, members: &[Member]) -> Resu
         if room < total as u64 {
             return Err(PlacementError::NoRoom { app: app.into(), total, room });
         }
-        // Minimums first.
+        // A minimum is a floor, as KubeFed documents and Karmada does: a
+        // member gets the larger of its minimum and its share; the members
+        // held at their floor leave the division, and the rest is divided
+        // again among the others, until no share falls below its floor.
         let mins: Vec<u32> = eligible.iter().zip(&caps).map(|(m, c)| (limit(m).min as u64).min(*c) as u32).collect();
         let min_sum: u32 = mins.iter().sum();
         if min_sum > total {
             return Err(PlacementError::Minimums { app: app.into(), mins: min_sum, total });
         }
-        let rest = total.saturating_sub(min_sum);
-        let caps_left: Vec<u64> = caps.iter().zip(&mins).map(|(c, m)| c - *m as u64).collect();
-        let extra = match policy.division {
-            Division::Weighted => {
-                let w: Vec<f64> = eligible.iter().map(|m| f64::from(m.weight)).collect();
-                split(rest, &w, &caps_left, &order)
-            }
-            Division::Capacity => {
-                let w: Vec<f64> = eligible.iter().map(|m| f64::from(m.capacity.unwrap_or(0) + m.current)).collect();
-                split(rest, &w, &caps_left, &order)
-            }
-            Division::Aggregated => {
-                // Fill the roomiest first (ties by hash) until all fit.
-                let mut idx: Vec<usize> = (0..eligible.len()).collect();
-                idx.sort_by(|&a, &b| caps_left[b].cmp(&caps_left[a]).then(order[a].cmp(&order[b])));
-                let mut out = vec![0u32; eligible.len()];
-                let mut left = rest as u64;
-                for i in idx {
-                    let g = left.min(caps_left[i]);
-                    out[i] = g as u32;
-                    left -= g;
+        let divide = |rest: u32, pool: &[bool]| -> Vec<u32> {
+            let caps_in: Vec<u64> = caps.iter().zip(pool).map(|(c, &p)| if p { *c } else { 0 }).collect();
+            match policy.division {
+                Division::Weighted => {
+                    let w: Vec<f64> = eligible.iter().map(|m| f64::from(m.weight)).collect();
+                    split(rest, &w, &caps_in, &order)
                 }
-                out
+                Division::Capacity => {
+                    let w: Vec<f64> =
+                        eligible.iter().map(|m| f64::from(m.capacity.unwrap_or(0) + m.current)).collect();
+                    split(rest, &w, &caps_in, &order)
+                }
+                Division::Aggregated => {
+                    // Fill the roomiest first (ties by hash) until all fit.
+                    let mut idx: Vec<usize> = (0..eligible.len()).filter(|&i| pool[i]).collect();
+                    idx.sort_by(|&a, &b| caps_in[b].cmp(&caps_in[a]).then(order[a].cmp(&order[b])));
+                    let mut out = vec![0u32; eligible.len()];
+                    let mut left = rest as u64;
+                    for i in idx {
+                        let g = left.min(caps_in[i]);
+                        out[i] = g as u32;
+                        left -= g;
+                    }
+                    out
+                }
+            }
+        };
+        let mut floored = vec![false; eligible.len()];
+        let extra = loop {
+            let pool: Vec<bool> = floored.iter().map(|f| !f).collect();
+            let held: u32 = mins.iter().zip(&floored).filter(|(_, f)| **f).map(|(m, _)| *m).sum();
+            let shares = divide(total - held, &pool);
+            let below: Vec<usize> = (0..eligible.len()).filter(|&i| pool[i] && shares[i] < mins[i]).collect();
+            if below.is_empty() {
+                break shares;
+            }
+            for i in below {
+                floored[i] = true;
             }
         };
         let wsum: u32 = eligible.iter().map(|m| m.weight).sum();
         for (i, m) in eligible.iter().enumerate() {
-            let n = mins[i] + extra[i];
+            let n = if floored[i] { mins[i] } else { extra[i] };
             let mut reason = match policy.division {
                 Division::Weighted => format!("weight {}/{wsum}", m.weight),
                 Division::Capacity => format!("free capacity {} replicas", m.capacity.unwrap_or(0) + m.current),
                 Division::Aggregated => format!("aggregated: room for {}", caps[i].min(u64::from(u32::MAX))),
             };
-            if mins[i] > 0 {
-                reason.push_str(&format!(", min {}", mins[i]));
+            if floored[i] {
+                reason.push_str(&format!(", held at its min {}", mins[i]));
+            } else if mins[i] > 0 {
+                reason.push_str(&format!(", above its min {}", mins[i]));
             }
             if caps[i] != u64::MAX && n as u64 == caps[i] {
                 reason.push_str(", at its maximum");
@@ -396,6 +416,36 @@ mod tests {
         assert_eq!(counts(&place("app", 20, &agg, &ms).unwrap()), vec![0, 2, 18]);
     }
 
+    /// KubeFed's documented answers (its user guide's weighted placement
+    /// examples): a minimum is a floor, a maximum a ceiling, and an offline
+    /// member's share goes to the others within their maximums.
+    #[test]
+    fn kubefed_documented_answers() {
+        let two = [member("a", 1, None), member("b", 2, None)];
+        assert_eq!(counts(&place("app", 9, &Policy::default(), &two).unwrap()), vec![3, 6]);
+        let mut floor = Policy::default();
+        floor.clusters.insert("a".into(), Limit { min: 4, max: None });
+        let s = place("app", 9, &floor, &two).unwrap();
+        assert_eq!(counts(&s), vec![4, 5], "a minimum is a floor, not extra replicas: {s:?}");
+        assert!(s[0].reason.contains("held at its min 4"), "{s:?}");
+        let mut capped = Policy::default();
+        capped.clusters.insert("c".into(), Limit { min: 0, max: Some(20) });
+        let three = [member("a", 1, None), member("b", 1, None), member("c", 1, None)];
+        let mut got = counts(&place("app", 50, &capped, &three).unwrap());
+        // Which equal member takes the odd replica is a hash in KubeFed and here.
+        got.sort_unstable();
+        assert_eq!(got, vec![16, 17, 17]);
+        let mut offline = three.to_vec();
+        offline[1].healthy = false;
+        assert_eq!(counts(&place("app", 50, &capped, &offline).unwrap()), vec![30, 0, 20]);
+        // Once a member is held at its floor, the rest divides by weight
+        // among the others: 10 over 1:1:8 with a floor of 3 on a.
+        let mut held = Policy::default();
+        held.clusters.insert("a".into(), Limit { min: 3, max: None });
+        let ms = [member("a", 1, None), member("b", 1, None), member("c", 8, None)];
+        assert_eq!(counts(&place("app", 10, &held, &ms).unwrap()), vec![3, 1, 6]);
+    }
+
     #[test]
     fn minimums_maximums_and_spread() {
         let ms = [member("a", 1, None), member("b", 1, None), member("c", 1, None)];
@@ -403,9 +453,9 @@ mod tests {
         p.clusters.insert("a".into(), Limit { min: 0, max: Some(1) });
         p.clusters.insert("c".into(), Limit { min: 5, max: None });
         let s = place("app", 9, &p, &ms).unwrap();
-        // c's minimum first; the remaining 4 by weight, a capped at 1; the
-        // odd replica goes to the member the (app, cluster) hash favours.
-        assert_eq!(counts(&s), vec![1, 1, 7]);
+        // An even split (3 each, a capped at 1) leaves c below its floor of
+        // 5: c is held at 5, and the other 4 go to a (at most 1) and b.
+        assert_eq!(counts(&s), vec![1, 3, 5]);
         assert!(s[0].reason.contains("at its maximum"), "{s:?}");
         let mut ms = ms.to_vec();
         for (m, r) in ms.iter_mut().zip(["us-east-1", "us-east-1", "us-west-2"]) {

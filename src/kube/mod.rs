@@ -2,7 +2,9 @@
 //! sim's or a real cluster's). Later stages add discovery, server-side
 //! apply, drain and wait helpers here.
 
+pub mod cron;
 pub mod drain;
+pub mod validation;
 
 use std::path::Path;
 use std::sync::Once;

@@ -952,7 +952,7 @@ impl Controllers {
             let active: Vec<&Value> = jobs.iter().filter(|j| finished(j).is_none() && !terminating(j)).collect();
             let mut last = cj.pointer("/status/lastScheduleTime").and_then(Value::as_str).and_then(parse_time);
             let suspended = cj.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true);
-            if let (false, Ok(schedule)) = (suspended, super::cron::Schedule::parse(s(&cj, "/spec/schedule"))) {
+            if let (false, Ok(schedule)) = (suspended, crate::kube::cron::Schedule::parse(s(&cj, "/spec/schedule"))) {
                 let after = last.or_else(|| parse_time(s(&cj, "/metadata/creationTimestamp"))).unwrap_or(now_ts);
                 if let Some(slot) = schedule.last_between(after, now_ts) {
                     let policy = s(&cj, "/spec/concurrencyPolicy");

@@ -8,11 +8,11 @@
 //! patch formats, [`server`] is the REST surface.
 
 pub mod controllers;
-pub mod cron;
 pub mod fields;
 pub mod nodes;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod registry;
 pub mod schema;
 pub mod selector;

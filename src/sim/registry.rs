@@ -94,6 +94,7 @@ pub fn builtins() -> Vec<ResourceType> {
         rt("", "v1", "ServiceAccount", "serviceaccounts", true, &["sa"], false),
         rt("", "v1", "Event", "events", true, &["ev"], false),
         rt("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true, &["pvc"], true),
+        rt("", "v1", "ResourceQuota", "resourcequotas", true, &["quota"], true),
         rt("", "v1", "PersistentVolume", "persistentvolumes", false, &["pv"], true),
         rt("apps", "v1", "Deployment", "deployments", true, &["deploy"], true),
         rt("apps", "v1", "ReplicaSet", "replicasets", true, &["rs"], true),

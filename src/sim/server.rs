@@ -124,9 +124,15 @@ fn parse_body(content_type: &str, body: &Bytes) -> R<Value> {
     if body.is_empty() {
         return Ok(Value::Null);
     }
-    if content_type.contains("protobuf") || content_type.contains("cbor") {
-        // JSON only; clients fall back to it on 415, as with a real server
-        // that does not speak their preferred encoding.
+    if content_type.contains("protobuf") {
+        return super::protobuf::decode(body).map_err(|e| match e {
+            super::protobuf::DecodeError::UnknownKind(_) => ApiError::new(415, "UnsupportedMediaType", e.to_string()),
+            _ => ApiError::new(400, "BadRequest", e.to_string()),
+        });
+    }
+    if content_type.contains("cbor") {
+        // Clients fall back to JSON on 415, as with a real server that does
+        // not speak their preferred encoding.
         return Err(ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type})")));
     }
     let text = std::str::from_utf8(body).map_err(|_| ApiError::new(400, "BadRequest", "the body is not UTF-8"))?;

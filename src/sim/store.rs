@@ -205,6 +205,29 @@ impl Inner {
             })
     }
 
+    /// Validates a built-in object the way kube-apiserver does (custom
+    /// resources are checked against their schema instead): a body that does
+    /// not decode is a 400, every refused field is in one 422.
+    fn enforce_builtin(t: &ResourceType, name: &str, obj: &Value, old: Option<&Value>) -> R<()> {
+        use crate::kube::validation;
+        if t.schema.is_some() || t.plural == "customresourcedefinitions" {
+            return Ok(());
+        }
+        if let Some(msg) = validation::decode_error(obj) {
+            return Err(ApiError::new(
+                400,
+                "BadRequest",
+                format!("{kind} in version {v:?} cannot be handled as a {kind}: {msg}", kind = t.kind, v = t.version),
+            ));
+        }
+        let errors = validation::validate(&t.group, &t.kind, obj, old);
+        if errors.is_empty() {
+            return Ok(());
+        }
+        Err(ApiError::new(422, "Invalid", validation::invalid_message(&t.kind, &t.group, name, &errors))
+            .with_details(validation::invalid_details(&t.kind, &t.group, name, &errors)))
+    }
+
     /// A store that keeps only `n` events for resuming watches (tests of 410 Gone).
     pub fn with_event_log(n: usize) -> Self {
         let mut s = Inner::new();
@@ -375,6 +398,7 @@ impl Inner {
             self.register_crd(&mut obj)?;
         }
         obj = Self::enforce_schema(t, &name, obj, None)?;
+        Self::enforce_builtin(t, &name, &obj, None)?;
         if obj.pointer("/metadata/managedFields").is_none_or(|m| m.as_array().is_none_or(|a| a.is_empty())) {
             fields::record_update(None, &mut obj, manager, &t.api_version(), &now);
         }
@@ -454,6 +478,7 @@ impl Inner {
             m.insert("generation".into(), json!(gen));
         }
         obj = Self::enforce_schema(t, name, obj, Some(&old))?;
+        Self::enforce_builtin(t, name, &obj, Some(&old))?;
         if spec_part(&old) != spec_part(&obj) {
             let gen = meta(&old).get("generation").and_then(Value::as_i64).unwrap_or(1);
             meta_mut(&mut obj).insert("generation".into(), json!(gen + 1));

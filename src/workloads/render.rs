@@ -81,6 +81,30 @@ pub enum RenderError {
     Invalid(String),
 }
 
+/// Refuses children a real API server would refuse, with the rule and
+/// the child named: derived names (`<name>-<role>`, a CronJob's 52
+/// characters, label values of 63) can overflow for a long custom-resource
+/// name, and the workload should say so in its status instead of meeting a
+/// 422 on every retry.
+fn checked(children: Vec<Value>) -> Result<Vec<Value>, RenderError> {
+    use crate::kube::validation;
+    let mut problems = Vec::new();
+    for c in &children {
+        let (group, _) = c["apiVersion"].as_str().unwrap_or_default().rsplit_once('/').unwrap_or(("", ""));
+        let kind = c["kind"].as_str().unwrap_or_default();
+        let errors = validation::validate(group, kind, c, None);
+        if !errors.is_empty() {
+            let name = c["metadata"]["name"].as_str().unwrap_or_default();
+            problems.push(validation::invalid_message(kind, group, name, &errors));
+        }
+    }
+    if problems.is_empty() {
+        Ok(children)
+    } else {
+        Err(RenderError::Invalid(format!("a child would be refused by the API server: {}", problems.join("; "))))
+    }
+}
+
 /// Which kind is rendered (for labels, env and injection choices).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -321,7 +345,8 @@ pub fn inject(w: &Workload, ctx: &Context, sharding: Option<Sharding>, extra_env
         init.push(sidecar(
             "metrics",
             &p.metrics_image,
-            json!({"ports": [{"name": "platform-metrics", "containerPort": 9100}]}),
+            // At most 15 characters: a port name is an IANA service name.
+            json!({"ports": [{"name": "pf-metrics", "containerPort": 9100}]}),
         ));
     }
     let mut existing_init: Vec<Value> =
@@ -439,7 +464,7 @@ pub fn service(cr: &PinterestService, ctx: &Context) -> Result<Vec<Value>, Rende
         let max_unavailable = s.disruption.max_unavailable.clone().unwrap_or(json!(1));
         out.push(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(&w, w.name), "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": selector(&w)}}}));
     }
-    Ok(out)
+    checked(out)
 }
 
 fn claims(w: &Workload, templates: &[VolumeClaimTemplate], out: &mut Vec<Value>, pod: &mut Value) {
@@ -491,7 +516,7 @@ pub fn jobset(cr: &PinterestJobSet, ctx: &Context) -> Result<Vec<Value>, RenderE
         ("metadata", meta(&w, w.name)),
         ("spec", spec),
     ]));
-    Ok(out)
+    checked(out)
 }
 
 pub fn cronjob(cr: &PinterestCronJob, ctx: &Context) -> Result<Vec<Value>, RenderError> {
@@ -538,7 +563,7 @@ pub fn cronjob(cr: &PinterestCronJob, ctx: &Context) -> Result<Vec<Value>, Rende
         ("metadata", meta(&w, w.name)),
         ("spec", spec),
     ]));
-    Ok(out)
+    checked(out)
 }
 
 pub fn daemon(cr: &PinterestDaemon, ctx: &Context) -> Result<Vec<Value>, RenderError> {
@@ -588,7 +613,7 @@ pub fn daemon(cr: &PinterestDaemon, ctx: &Context) -> Result<Vec<Value>, RenderE
             obj([("selector", json!({"matchLabels": selector(&w)})), ("updateStrategy", update), ("template", pod)]),
         ),
     ]));
-    Ok(out)
+    checked(out)
 }
 
 /// Port the rendezvous listens on (PyTorch's MASTER_PORT, TensorFlow's gRPC port).
@@ -662,7 +687,7 @@ pub fn training(cr: &PinterestTrainingJob, ctx: &Context) -> Result<Vec<Value>, 
         ]));
         offset += role.replicas;
     }
-    Ok(out)
+    checked(out)
 }
 
 pub fn statefulset(cr: &PinterestStatefulSet, ctx: &Context) -> Result<Vec<Value>, RenderError> {
@@ -705,7 +730,7 @@ pub fn statefulset(cr: &PinterestStatefulSet, ctx: &Context) -> Result<Vec<Value
     if s.replicas > 1 {
         out.push(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(&w, w.name), "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(&w)}}}));
     }
-    Ok(out)
+    checked(out)
 }
 
 /// The tier's PriorityClass name (the runtime-support addon creates them).

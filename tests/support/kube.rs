@@ -3,6 +3,10 @@
 //! a kubeconfig path, a kube::Client and a namespace of their own; tests
 //! that need the sim (simulated nodes, controllers, its internals) say so
 //! and are skipped on a real cluster with the reason printed.
+//!
+//! Against a real cluster every test says what it did in the file
+//! PINFLEET_TEST_REPORT names (`ran` or `skipped` and why), and
+//! `scripts/test` ends with the count: a skip is never taken for a pass.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -15,6 +19,28 @@ pub struct KubeEnv {
     pub namespace: String,
     _dir: tempfile::TempDir,
     shutdown: Option<std::sync::mpsc::Sender<()>>,
+    skipped: std::cell::Cell<bool>,
+}
+
+/// The test this thread runs (libtest names its threads after the tests),
+/// with the test binary's name.
+fn test_name() -> String {
+    let binary = std::env::args()
+        .next()
+        .and_then(|a| std::path::Path::new(&a).file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .map(|s| s.rsplit_once('-').map(|(b, _)| b.to_string()).unwrap_or(s))
+        .unwrap_or_default();
+    format!("{binary}::{}", std::thread::current().name().unwrap_or("?"))
+}
+
+/// One line in the real-cluster report (appended; lines are short, so
+/// parallel tests do not interleave).
+fn report(line: &str) {
+    use std::io::Write;
+    let Ok(path) = std::env::var("PINFLEET_TEST_REPORT") else { return };
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = f.write_all(format!("{line}\n").as_bytes());
+    }
 }
 
 fn unique(prefix: &str) -> String {
@@ -47,15 +73,15 @@ impl KubeEnv {
                 (path, false, Some(tx))
             }
         };
-        let env = KubeEnv { kubeconfig, real, namespace: unique("t"), _dir: dir, shutdown };
-        let out = env.kubectl(&["create", "namespace", &env.namespace.clone()]);
-        if !out.status.success() {
-            // Generator commands send protobuf; fall back to a manifest.
-            env.kubectl_stdin(
-                &["apply", "-f", "-"],
-                &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {}\n", env.namespace),
-            );
-        }
+        let env = KubeEnv {
+            kubeconfig,
+            real,
+            namespace: unique("t"),
+            _dir: dir,
+            shutdown,
+            skipped: std::cell::Cell::new(false),
+        };
+        env.ok_cmd(&["create", "namespace", &env.namespace.clone()]);
         env
     }
 
@@ -63,8 +89,22 @@ impl KubeEnv {
     pub fn skip_on_real(&self, why: &str) -> bool {
         if self.real {
             eprintln!("skipped on a real cluster: {why}");
+            report(&format!("skipped\t{}\t{why}", test_name()));
+            self.skipped.set(true);
         }
         self.real
+    }
+
+    /// kubectl outside the test's namespace; asserts success.
+    pub fn ok_cmd(&self, args: &[&str]) -> String {
+        let out = self.kubectl_cmd(args).output().expect("kubectl is installed (apt-get install kubectl)");
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     pub fn kubectl_cmd(&self, args: &[&str]) -> Command {
@@ -129,6 +169,10 @@ impl KubeEnv {
 
 impl Drop for KubeEnv {
     fn drop(&mut self) {
+        if self.real && !self.skipped.get() {
+            let outcome = if std::thread::panicking() { "failed" } else { "ran" };
+            report(&format!("{outcome}\t{}", test_name()));
+        }
         if self.real {
             let _ = self.kubectl_cmd(&["delete", "namespace", &self.namespace, "--wait=false"]).output();
         }

@@ -1,6 +1,8 @@
 //! Five-field cron schedules (`minute hour day-of-month month day-of-week`)
 //! with `*`, `*/n`, `a-b`, `a-b/n` and lists, plus the `@hourly`-style
-//! aliases Kubernetes accepts; used by the simulated CronJob controller.
+//! aliases Kubernetes accepts; used by the API validation rules (a CronJob
+//! whose schedule does not parse is refused) and the simulated CronJob
+//! controller.
 
 use chrono::{DateTime, Datelike, Duration, Timelike, Utc};
 
@@ -44,6 +46,19 @@ fn parse_field(f: &str, (lo, hi): (u32, u32)) -> Result<Vec<u32>, String> {
     Ok(out)
 }
 
+/// Month (`JAN`) and weekday (`MON`) names, as robfig/cron accepts them.
+fn names(field: &str, index: usize) -> String {
+    const MONTHS: [&str; 12] = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"];
+    const DAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+    let mut out = field.to_ascii_uppercase();
+    match index {
+        3 => MONTHS.iter().enumerate().for_each(|(i, m)| out = out.replace(m, &(i + 1).to_string())),
+        4 => DAYS.iter().enumerate().for_each(|(i, d)| out = out.replace(d, &i.to_string())),
+        _ => {}
+    }
+    out
+}
+
 impl Schedule {
     pub fn parse(s: &str) -> Result<Self, String> {
         let expanded = match s.trim() {
@@ -56,11 +71,13 @@ impl Schedule {
         };
         let parts: Vec<&str> = expanded.split_whitespace().collect();
         if parts.len() != 5 {
-            return Err(format!("expected 5 fields, found {}", parts.len()));
+            // robfig/cron's wording, as the API server reports it.
+            return Err(format!("expected exactly 5 fields, found {}: [{}]", parts.len(), parts.join(" ")));
         }
         let mut fields: [Vec<u32>; 5] = Default::default();
         for (i, p) in parts.iter().enumerate() {
-            fields[i] = parse_field(p, RANGES[i])?;
+            let named = names(p, i);
+            fields[i] = parse_field(&named, RANGES[i])?;
         }
         Ok(Schedule { fields })
     }
