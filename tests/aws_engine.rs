@@ -145,6 +145,15 @@ fn bootstrap_creates_the_cluster_and_a_second_plan_has_no_changes() {
     let h = w.json(&["history", "boot"]);
     assert_eq!(h.as_array().unwrap().len(), 1);
     assert_eq!(h[0]["revision"], 1);
+    // Who: the AWS caller (moto answers GetCallerIdentity for its account),
+    // and a real local user and host, never "unknown".
+    let identity = h[0]["identity"].as_str().unwrap_or_default();
+    assert!(identity.starts_with("arn:aws:") && identity.contains(&w.account), "{h:#}");
+    assert_ne!(h[0]["by"], "unknown", "{h:#}");
+    assert_ne!(h[0]["host"], "unknown", "{h:#}");
+    let w_nouser = w.command(&["history", "boot"]).env_remove("USER").env_remove("LOGNAME").output().unwrap();
+    assert!(!stdout(&w_nouser).contains("unknown@"), "{}", stdout(&w_nouser));
+    assert!(stdout(&w_nouser).contains(" as arn:aws:"), "{}", stdout(&w_nouser));
 
     // The state bucket was created versioned, private and encrypted.
     with_aws_env(&w, || {
@@ -548,13 +557,18 @@ fn ctrl_c_releases_the_lock() {
 fn waiting_for_the_api_server_is_one_line_and_bounded() {
     let w = World::new("apiwait", 1);
     let started = std::time::Instant::now();
-    let out = w.command(&["bootstrap", "apiwait", "--yes", "--api-timeout", "3s"]).env_remove("PINFLEET_SKIP_ADDONS").output().unwrap();
+    let out = w
+        .command(&["bootstrap", "apiwait", "--yes", "--api-timeout", "3s"])
+        .env_remove("PINFLEET_SKIP_ADDONS")
+        .output()
+        .unwrap();
     let err = stderr(&out);
     assert!(!out.status.success(), "{err}");
     assert!(started.elapsed() < Duration::from_secs(60), "bounded by --api-timeout: {:?}", started.elapsed());
     assert_eq!(err.matches("waiting for the API server at https://").count(), 1, "{err}");
     assert!(err.contains("of 3s"), "the limit is shown: {err}");
-    assert!(!err.contains("ERROR") && !err.contains("dns error"), "connection errors stay at debug level: {err}");
+    assert!(!err.contains("ERROR"), "connection errors stay at debug level: {err}");
+    assert!(err.matches("dns error").count() <= 1, "the last error once, in the final message: {err}");
     assert!(err.contains("did not answer within 3s"), "{err}");
     assert!(err.contains("pinfleet addons apply apiwait"), "the next step: {err}");
 }

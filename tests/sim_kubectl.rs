@@ -338,7 +338,10 @@ fn typed_kubectl_create_commands_work() {
     assert_eq!(d["spec"]["replicas"], 2);
     assert_eq!(d["spec"]["selector"]["matchLabels"]["app"], "web");
     assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"], 8080);
-    assert_eq!(get(&["job", "once"])["spec"]["template"]["spec"]["containers"][0]["command"], serde_json::json!(["echo", "hi"]));
+    assert_eq!(
+        get(&["job", "once"])["spec"]["template"]["spec"]["containers"][0]["command"],
+        serde_json::json!(["echo", "hi"])
+    );
     assert_eq!(get(&["cronjob", "nightly"])["spec"]["schedule"], "0 3 * * *");
     let svc = get(&["service", "web"]);
     assert_eq!(svc["spec"]["ports"][0]["port"], 80);

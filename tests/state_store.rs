@@ -78,6 +78,7 @@ fn history_counts_revisions() {
                 applied_at: "t".into(),
                 by: "me".into(),
                 host: "h".into(),
+                identity: None,
                 command: "apply".into(),
                 created: 1,
                 updated: 0,

@@ -219,7 +219,10 @@ async fn rollout(g: &GlobalArgs, a: RolloutArgs) -> Result<ExitCode> {
     let mut record = AmiRollout {
         number,
         decided_at: now,
-        by: format!("{by}@{host}"),
+        by: match s.aws.caller_identity().await {
+            Some(arn) => format!("{by}@{host} as {arn}"),
+            None => format!("{by}@{host}"),
+        },
         canary_group: canary.clone(),
         groups: changed.clone(),
         status: "rolling canary".into(),

@@ -159,7 +159,8 @@ pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Resu
         }
         let plan = &prepared.plan;
         if !plan.is_empty() {
-            store.record(&HistoryRecord::of_plan(revision, &full_command, plan), &cluster).await?;
+            let record = HistoryRecord::of_plan(revision, &full_command, plan).acting_as(s.aws.caller_identity().await);
+            store.record(&record, &cluster).await?;
         } else if store.get(crate::state::SPEC_KEY).await?.is_none() {
             store.put_json(crate::state::SPEC_KEY, &cluster).await?;
         }
@@ -251,10 +252,7 @@ async fn wait_for_api(kubeconfig: &std::path::Path, timeout: std::time::Duration
             );
         }
         // On a terminal one line, redrawn; in a log one line a minute.
-        let line = format!(
-            "waiting for the API server at {server}: {} of {limit}",
-            humantime::format_duration(waited)
-        );
+        let line = format!("waiting for the API server at {server}: {} of {limit}", humantime::format_duration(waited));
         let due = last_said.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60));
         if tty {
             write!(anstream::stderr(), "\r\x1b[2K{line}")?;

@@ -5,7 +5,6 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
-use chrono::Utc;
 use clap::Args;
 use owo_colors::OwoColorize;
 
@@ -16,7 +15,7 @@ use crate::cloud::aws::observe::observe;
 use crate::cloud::model;
 use crate::output::{print_data, Format};
 use crate::state::lock::Lock;
-use crate::state::{whoami, HistoryRecord};
+use crate::state::HistoryRecord;
 
 #[derive(Debug, Args)]
 pub struct DestroyArgs {
@@ -67,25 +66,10 @@ pub async fn run(g: &GlobalArgs, args: DestroyArgs) -> Result<ExitCode> {
         let revision = store.next_revision().await?;
         let ctx = prepare::context(&s.aws, &s.loaded.cluster, desired, &observed, None, revision);
         let report = apply::execute(&plan, ctx, &apply::Options::default()).await?;
-        let (by, host) = whoami();
         if !plan.is_empty() {
-            store
-                .put_json(
-                    &format!("{}{:08}.json", crate::state::HISTORY_PREFIX, revision),
-                    &HistoryRecord {
-                        revision,
-                        applied_at: Utc::now().to_rfc3339(),
-                        by,
-                        host,
-                        command: full_command.clone(),
-                        created: 0,
-                        updated: 0,
-                        replaced: 0,
-                        deleted: plan.changes.len(),
-                        changes: plan.changes.iter().map(|c| c.key.clone()).collect(),
-                    },
-                )
-                .await?;
+            let record =
+                HistoryRecord::of_plan(revision, &full_command, &plan).acting_as(s.aws.caller_identity().await);
+            store.put_json(&format!("{}{:08}.json", crate::state::HISTORY_PREFIX, revision), &record).await?;
         }
         // The cluster no longer exists: its spec and PKI go, its history stays.
         store.delete(crate::state::SPEC_KEY).await?;

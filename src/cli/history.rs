@@ -31,7 +31,10 @@ pub async fn run(g: &GlobalArgs, args: HistoryArgs) -> Result<ExitCode> {
                 vec![
                     r.revision.to_string(),
                     r.applied_at.clone(),
-                    format!("{}@{}", r.by, r.host),
+                    match &r.identity {
+                        Some(arn) => format!("{}@{} as {arn}", r.by, r.host),
+                        None => format!("{}@{}", r.by, r.host),
+                    },
                     format!("+{} ~{} -/+{} -{}", r.created, r.updated, r.replaced, r.deleted),
                     r.command.split_whitespace().skip(1).collect::<Vec<_>>().join(" "),
                 ]

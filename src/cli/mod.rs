@@ -131,10 +131,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// Tracing to stderr: `-v` levels, or RUST_LOG when set; JSON lines with `--log-json`.
 pub fn init_tracing(verbose: u8, json: bool) {
+    // kube-client logs every failed request at ERROR before returning the
+    // error to its caller, which reports it (or, waiting for a new API
+    // server, expects it): shown from -vv on.
     let default = match verbose {
-        0 if json => "info",
-        0 => "warn",
-        1 => "info,pinfleet=info",
+        0 if json => "info,kube_client::client::builder=off",
+        0 => "warn,kube_client::client::builder=off",
+        1 => "info,pinfleet=info,kube_client::client::builder=off",
         2 => "info,pinfleet=debug",
         _ => "debug,pinfleet=trace",
     };

@@ -170,7 +170,9 @@ pub async fn roll_locked(
     if let Some(plan) = applied {
         // Recorded like any apply, so `history` shows it.
         let command = std::env::args().collect::<Vec<_>>().join(" ");
-        store.record(&crate::state::HistoryRecord::of_plan(revision, &command, &plan), cluster).await?;
+        let record =
+            crate::state::HistoryRecord::of_plan(revision, &command, &plan).acting_as(s.aws.caller_identity().await);
+        store.record(&record, cluster).await?;
         writeln!(
             anstream::stderr(),
             "applied the pending changes as revision {revision} (new launch-template versions)"

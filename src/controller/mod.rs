@@ -312,50 +312,50 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
         Err(e) => Err(e.to_string()),
         Ok(children) => {
             let written: Result<(), kube::Error> = async {
-            for child in children {
-                let Some(ar) = child_kind(child, K::CHILDREN) else { continue };
-                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
-                let child_name = child["metadata"]["name"].as_str().unwrap_or_default();
-                let live = api.get_opt(child_name).await?;
-                let live = match live {
-                    Some(l) if up_to_date(child, &serde_json::to_value(&l).unwrap_or_default()) => l,
-                    _ => {
-                        ctx.writes.fetch_add(1, Ordering::Relaxed);
-                        api.patch(child_name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(child)).await?
-                    }
-                };
-                live_children.push(serde_json::to_value(&live).unwrap_or_default());
-            }
-            // Prune what this workload no longer renders. The set of children
-            // changes only with the spec: when status says this generation was
-            // already reconciled cleanly, there is nothing to prune (and no
-            // need for a LIST per child kind on every resync).
-            let selector = format!("pinfleet.dev/kind={},pinfleet.dev/name={name}", K::KIND.name());
-            let done_before = previous.as_ref().is_some_and(|st| {
-                st["observedGeneration"].as_i64() == Some(generation)
-                    && st["conditions"]
-                        .as_array()
-                        .is_some_and(|c| c.iter().any(|c| c["type"] == "Reconciled" && c["status"] == "True"))
-            });
-            // A workload never reconciled (no status) at its first generation
-            // has no children from an earlier spec: nothing to prune either.
-            let first = previous.as_ref().is_none_or(|st| st.is_null()) && generation <= 1;
-            let prune_kinds: &[ChildKind] = if done_before || first { &[] } else { K::CHILDREN };
-            for (av, kind, plural) in prune_kinds {
-                let api: Api<DynamicObject> =
-                    Api::namespaced_with(client.clone(), &ns, &api_resource(av, kind, plural));
-                for o in api.list(&ListParams::default().labels(&selector)).await?.items {
-                    let o_name = o.name_any();
-                    let wanted =
-                        children.iter().any(|c| c["kind"] == *kind && c["metadata"]["name"] == o_name.as_str());
-                    let ours = o.owner_references().iter().any(|r| Some(&r.uid) == obj.meta().uid.as_ref());
-                    if !wanted && ours {
-                        ctx.writes.fetch_add(1, Ordering::Relaxed);
-                        api.delete(&o_name, &DeleteParams::background()).await?;
+                for child in children {
+                    let Some(ar) = child_kind(child, K::CHILDREN) else { continue };
+                    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+                    let child_name = child["metadata"]["name"].as_str().unwrap_or_default();
+                    let live = api.get_opt(child_name).await?;
+                    let live = match live {
+                        Some(l) if up_to_date(child, &serde_json::to_value(&l).unwrap_or_default()) => l,
+                        _ => {
+                            ctx.writes.fetch_add(1, Ordering::Relaxed);
+                            api.patch(child_name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(child)).await?
+                        }
+                    };
+                    live_children.push(serde_json::to_value(&live).unwrap_or_default());
+                }
+                // Prune what this workload no longer renders. The set of children
+                // changes only with the spec: when status says this generation was
+                // already reconciled cleanly, there is nothing to prune (and no
+                // need for a LIST per child kind on every resync).
+                let selector = format!("pinfleet.dev/kind={},pinfleet.dev/name={name}", K::KIND.name());
+                let done_before = previous.as_ref().is_some_and(|st| {
+                    st["observedGeneration"].as_i64() == Some(generation)
+                        && st["conditions"]
+                            .as_array()
+                            .is_some_and(|c| c.iter().any(|c| c["type"] == "Reconciled" && c["status"] == "True"))
+                });
+                // A workload never reconciled (no status) at its first generation
+                // has no children from an earlier spec: nothing to prune either.
+                let first = previous.as_ref().is_none_or(|st| st.is_null()) && generation <= 1;
+                let prune_kinds: &[ChildKind] = if done_before || first { &[] } else { K::CHILDREN };
+                for (av, kind, plural) in prune_kinds {
+                    let api: Api<DynamicObject> =
+                        Api::namespaced_with(client.clone(), &ns, &api_resource(av, kind, plural));
+                    for o in api.list(&ListParams::default().labels(&selector)).await?.items {
+                        let o_name = o.name_any();
+                        let wanted =
+                            children.iter().any(|c| c["kind"] == *kind && c["metadata"]["name"] == o_name.as_str());
+                        let ours = o.owner_references().iter().any(|r| Some(&r.uid) == obj.meta().uid.as_ref());
+                        if !wanted && ours {
+                            ctx.writes.fetch_add(1, Ordering::Relaxed);
+                            api.delete(&o_name, &DeleteParams::background()).await?;
+                        }
                     }
                 }
-            }
-            Ok(())
+                Ok(())
             }
             .await;
             match written {

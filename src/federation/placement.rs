@@ -286,8 +286,7 @@ pub fn place(app: &str, total: u32, policy: &Policy, members: &[Member]) -> Resu
                     split(rest, &w, &caps_in, &order)
                 }
                 Division::Capacity => {
-                    let w: Vec<f64> =
-                        eligible.iter().map(|m| f64::from(m.capacity.unwrap_or(0) + m.current)).collect();
+                    let w: Vec<f64> = eligible.iter().map(|m| f64::from(m.capacity.unwrap_or(0) + m.current)).collect();
                     split(rest, &w, &caps_in, &order)
                 }
                 Division::Aggregated => {

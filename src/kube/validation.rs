@@ -126,10 +126,8 @@ pub fn invalid_message(kind: &str, group: &str, name: &str, errors: &[FieldError
 
 /// The 422 `Status.details` for those errors.
 pub fn invalid_details(kind: &str, group: &str, name: &str, errors: &[FieldError]) -> Value {
-    let causes: Vec<Value> = errors
-        .iter()
-        .map(|e| json!({"reason": e.kind.reason(), "message": e.body(), "field": e.field}))
-        .collect();
+    let causes: Vec<Value> =
+        errors.iter().map(|e| json!({"reason": e.kind.reason(), "message": e.body(), "field": e.field})).collect();
     json!({"name": name, "group": group, "kind": kind, "causes": causes})
 }
 
@@ -414,9 +412,21 @@ fn check_name(rule: NameRule, s: &str) -> Vec<String> {
 pub fn knows(group: &str, kind: &str) -> bool {
     matches!(
         (group, kind),
-        ("", "Pod" | "PodTemplate" | "Service" | "ConfigMap" | "Secret" | "Namespace" | "ServiceAccount"
-            | "ResourceQuota" | "Node" | "Endpoints" | "Event" | "PersistentVolumeClaim")
-            | ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet")
+        (
+            "",
+            "Pod"
+                | "PodTemplate"
+                | "Service"
+                | "ConfigMap"
+                | "Secret"
+                | "Namespace"
+                | "ServiceAccount"
+                | "ResourceQuota"
+                | "Node"
+                | "Endpoints"
+                | "Event"
+                | "PersistentVolumeClaim"
+        ) | ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet")
             | ("batch", "Job" | "CronJob")
             | ("policy", "PodDisruptionBudget")
             | ("scheduling.k8s.io", "PriorityClass")
@@ -966,7 +976,10 @@ fn priority_class(obj: &Value, old: Option<&Value>, e: &mut Vec<FieldError>) {
     let system = ["system-node-critical", "system-cluster-critical"].contains(&name);
     if !system {
         if name.starts_with("system-") {
-            e.push(forbidden("metadata.name", "priority class names with 'system-' prefix are reserved for system use only"));
+            e.push(forbidden(
+                "metadata.name",
+                "priority class names with 'system-' prefix are reserved for system use only",
+            ));
         }
         if value > 1_000_000_000 {
             e.push(forbidden("value", "maximum allowed value of a user defined priority is 1000000000"));
@@ -1004,10 +1017,18 @@ fn rbac_rules(kind: &str, obj: &Value, e: &mut Vec<FieldError>) {
         let urls = !items(r.get("nonResourceURLs")).is_empty();
         if urls {
             if kind == "Role" {
-                e.push(invalid(format!("{p}.nonResourceURLs"), r["nonResourceURLs"].clone(), "namespaced rules cannot apply to non-resource URLs"));
+                e.push(invalid(
+                    format!("{p}.nonResourceURLs"),
+                    r["nonResourceURLs"].clone(),
+                    "namespaced rules cannot apply to non-resource URLs",
+                ));
             }
             if !items(r.get("apiGroups")).is_empty() || !items(r.get("resources")).is_empty() {
-                e.push(invalid(format!("{p}.nonResourceURLs"), r["nonResourceURLs"].clone(), "rules cannot apply to both regular resources and non-resource URLs"));
+                e.push(invalid(
+                    format!("{p}.nonResourceURLs"),
+                    r["nonResourceURLs"].clone(),
+                    "rules cannot apply to both regular resources and non-resource URLs",
+                ));
             }
             continue;
         }

@@ -342,6 +342,9 @@ pub struct HistoryRecord {
     pub applied_at: String,
     pub by: String,
     pub host: String,
+    /// The AWS caller (STS GetCallerIdentity's ARN) the run acted as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
     pub command: String,
     pub created: usize,
     pub updated: usize,
@@ -361,6 +364,7 @@ impl HistoryRecord {
             applied_at: chrono::Utc::now().to_rfc3339(),
             by,
             host,
+            identity: None,
             command: command.to_string(),
             created: plan.count(Action::Create),
             updated: plan.count(Action::Update),
@@ -368,6 +372,12 @@ impl HistoryRecord {
             deleted: plan.count(Action::Delete),
             changes: plan.changes.iter().map(|c| c.key.clone()).collect(),
         }
+    }
+
+    /// The same record, naming the AWS caller the run acted as.
+    pub fn acting_as(mut self, identity: Option<String>) -> Self {
+        self.identity = identity;
+        self
     }
 }
 
@@ -399,14 +409,32 @@ impl Store {
     }
 }
 
-/// Who is running this (for locks and history).
+/// Who is running this (for locks and history): the login name (from the
+/// environment, else the process's uid in /etc/passwd, as `id -un` does)
+/// and the host name (the kernel's, as `hostname` prints it).
 pub fn whoami() -> (String, String) {
-    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
-    let host = std::fs::read_to_string("/etc/hostname")
-        .map(|s| s.trim().to_string())
+    let nonempty = |s: String| Some(s.trim().to_string()).filter(|s| !s.is_empty());
+    let user = std::env::var("USER")
         .ok()
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
+        .and_then(nonempty)
+        .or_else(|| std::env::var("LOGNAME").ok().and_then(nonempty))
+        .or_else(user_of_uid)
+        .unwrap_or_else(|| "unknown".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .and_then(nonempty)
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok().and_then(nonempty))
+        .or_else(|| std::env::var("HOSTNAME").ok().and_then(nonempty))
         .unwrap_or_else(|| "unknown".into());
     (user, host)
+}
+
+fn user_of_uid() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let uid = status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.to_string();
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 2 && f[2] == uid).then(|| f[0].to_string())
+    })
 }

@@ -181,8 +181,10 @@ pub struct Aws {
     pub ec2: aws_sdk_ec2::Client,
     pub elb: aws_sdk_elasticloadbalancingv2::Client,
     pub s3: aws_sdk_s3::Client,
+    pub sts: aws_sdk_sts::Client,
     pub calls: CallCounter,
     pub region: String,
+    identity: tokio::sync::OnceCell<Option<String>>,
 }
 
 impl Aws {
@@ -228,6 +230,9 @@ impl Aws {
                 .interceptor(shared_interceptor.clone())
                 .build(),
         );
+        let sts = aws_sdk_sts::Client::from_conf(
+            aws_sdk_sts::config::Builder::from(&shared).interceptor(shared_interceptor.clone()).build(),
+        );
         // Path-style addressing works against AWS and is needed for IP endpoints.
         let path_style = shared.endpoint_url().is_some();
         let s3 = aws_sdk_s3::Client::from_conf(
@@ -236,7 +241,25 @@ impl Aws {
                 .interceptor(shared_interceptor)
                 .build(),
         );
-        Ok(Aws { ec2, elb, s3, calls, region })
+        Ok(Aws { ec2, elb, s3, sts, calls, region, identity: tokio::sync::OnceCell::new() })
+    }
+
+    /// Who the credentials are (STS GetCallerIdentity's ARN), for history;
+    /// asked once per run. None when STS cannot say: history still records
+    /// the local user and host.
+    pub async fn caller_identity(&self) -> Option<String> {
+        self.identity
+            .get_or_init(|| async {
+                match self.sts.get_caller_identity().send().await {
+                    Ok(out) => out.arn().map(str::to_string),
+                    Err(e) => {
+                        tracing::debug!("GetCallerIdentity: {}", describe_sdk_error(&e));
+                        None
+                    }
+                }
+            })
+            .await
+            .clone()
     }
 }
 

@@ -47,7 +47,9 @@ pub(crate) struct Field(pub u32, pub &'static str, pub Type, pub Label);
 pub enum DecodeError {
     #[error("not a Kubernetes protobuf body (no k8s\\0 magic)")]
     NoMagic,
-    #[error("the sim does not decode protobuf for {0}; send JSON (kubectl apply -f, or -o json | kubectl create -f -)")]
+    #[error(
+        "the sim does not decode protobuf for {0}; send JSON (kubectl apply -f, or -o json | kubectl create -f -)"
+    )]
     UnknownKind(String),
     #[error("malformed protobuf: {0}")]
     Malformed(&'static str),
@@ -125,7 +127,9 @@ fn object(bytes: &[u8], message: &str) -> Result<Value, DecodeError> {
                 out.entry(name).or_insert_with(|| Value::Array(Vec::new())).as_array_mut().expect("array").push(v);
             }
             Label::Map => {
-                let Wire::Bytes(entry) = wire else { return Err(DecodeError::Malformed("a map entry that is not a message")) };
+                let Wire::Bytes(entry) = wire else {
+                    return Err(DecodeError::Malformed("a map entry that is not a message"));
+                };
                 let (mut key, mut val) = (String::new(), Value::Null);
                 for f in Reader(entry) {
                     match f? {
@@ -140,7 +144,11 @@ fn object(bytes: &[u8], message: &str) -> Result<Value, DecodeError> {
                         _ => Value::String(String::new()),
                     };
                 }
-                out.entry(name).or_insert_with(|| Value::Object(Map::new())).as_object_mut().expect("map").insert(key, val);
+                out.entry(name)
+                    .or_insert_with(|| Value::Object(Map::new()))
+                    .as_object_mut()
+                    .expect("map")
+                    .insert(key, val);
             }
         }
     }
