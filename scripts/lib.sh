@@ -71,3 +71,59 @@ stop_moto() {
     wait "${MOTO_PID}" 2>/dev/null || true
   fi
 }
+
+# ---- processes a script starts: every exit path ends them ----------------
+# Background commands of a non-interactive shell ignore Ctrl-C, so nothing
+# but an explicit kill ends them: start them with start_bg, and call
+# install_cleanup once; EXIT (success or a failed command), INT and TERM
+# all run the cleanup.
+BG_PIDS=()
+BG_LAST=""
+# Starts a program in the background and records its pid. Pass a program,
+# not a shell function: the pid of a backgrounded function is its subshell's,
+# and killing that leaves the program running.
+start_bg() {
+  "$@" &
+  BG_LAST=$!
+  BG_PIDS+=("${BG_LAST}")
+}
+# Ends one process started with start_bg (and waits for it).
+stop_pid() {
+  local pid=$1
+  kill "${pid}" 2>/dev/null || true
+  wait "${pid}" 2>/dev/null || true
+}
+stop_bg() {
+  local pid
+  for pid in "${BG_PIDS[@]}"; do kill "${pid}" 2>/dev/null || true; done
+  for pid in "${BG_PIDS[@]}"; do wait "${pid}" 2>/dev/null || true; done
+  BG_PIDS=()
+}
+# Local clusters (`--target sim`) run detached and keep a pid file under
+# PINFLEET_HOME; a script that made them ends them too.
+stop_local_sims() {
+  local f
+  [[ -n "${PINFLEET_HOME:-}" ]] || return 0
+  for f in "${PINFLEET_HOME}"/sim/*/pid; do
+    [[ -f "${f}" ]] || continue
+    kill "$(cat "${f}")" 2>/dev/null || true
+    rm -f "${f}"
+  done
+}
+# Extra cleanup steps a script adds (e.g. removing its scratch folder).
+CLEANUP_EXTRA=()
+cleanup() {
+  local status=$?
+  trap - EXIT INT TERM
+  stop_bg
+  stop_local_sims
+  stop_moto
+  local step
+  for step in "${CLEANUP_EXTRA[@]}"; do eval "${step}" || true; done
+  exit "${status}"
+}
+install_cleanup() {
+  trap cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}

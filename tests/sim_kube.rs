@@ -18,6 +18,7 @@ use kube::api::{
     WatchParams,
 };
 use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::ResourceExt as _;
 use kube_support::KubeEnv;
 use serde_json::json;
 
@@ -198,14 +199,27 @@ async fn garbage_collection_follows_the_propagation_policy() {
         async move { cms.get("or-d1").await.unwrap().metadata.owner_references.unwrap_or_default().is_empty() }
     })
     .await;
-    // Foreground: the owner goes after its dependents.
+    // Foreground: the owner stays (deletionTimestamp, the foregroundDeletion
+    // finalizer) until its dependents are gone, then goes: the order of the
+    // DELETED events shows it.
     owner_with_dependents(&cms, "fg").await;
-    cms.delete("fg", &DeleteParams::foreground()).await.unwrap();
-    eventually("foreground owner and dependents to go", || {
-        let cms = cms.clone();
-        async move { cms.get_opt("fg").await.unwrap().is_none() && cms.get_opt("fg-d1").await.unwrap().is_none() }
-    })
-    .await;
+    let rv = cms.list_metadata(&kube::api::ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut events = cms.watch(&kube::api::WatchParams::default().timeout(30), &rv).await.unwrap().boxed();
+    let answer = cms.delete("fg", &DeleteParams::foreground()).await.unwrap();
+    let owner = answer.left().expect("the owner is still there while its dependents go");
+    assert!(owner.metadata.deletion_timestamp.is_some());
+    assert!(owner.finalizers().iter().any(|f| f == "foregroundDeletion"), "{:?}", owner.metadata.finalizers);
+    let mut deleted = Vec::new();
+    while deleted.len() < 3 {
+        match tokio::time::timeout(std::time::Duration::from_secs(30), events.next()).await {
+            Ok(Some(Ok(kube::api::WatchEvent::Deleted(o)))) if o.name_any().starts_with("fg") => {
+                deleted.push(o.name_any())
+            }
+            Ok(Some(Ok(_))) => {}
+            other => panic!("watching the foreground deletion: {other:?} after {deleted:?}"),
+        }
+    }
+    assert_eq!(deleted.last().map(String::as_str), Some("fg"), "the owner goes last: {deleted:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

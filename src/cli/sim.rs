@@ -95,15 +95,25 @@ pub async fn run(g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
         let store = sim.store.clone();
         let name = loaded.cluster.metadata.name.clone();
         tokio::spawn(async move {
+            // An endpoint that stopped answering (moto ended) is asked again
+            // with backoff up to 30s and reported once, not every poll.
+            let mut failures = 0u32;
             loop {
                 match super::get::list_instances(&aws, Some(&name), false).await {
                     Ok(instances) => {
+                        failures = 0;
                         let mut inner = store.lock().expect("store lock");
                         crate::sim::nodes::sync(&mut inner, &cfg, &instances, chrono::Utc::now().timestamp());
                     }
-                    Err(e) => tracing::warn!("node simulator: {e:#}"),
+                    Err(e) => {
+                        if failures == 0 {
+                            tracing::warn!("node simulator: {e:#} (retrying with backoff)");
+                        }
+                        failures = failures.saturating_add(1);
+                    }
                 }
-                tokio::time::sleep(cfg.poll).await;
+                let backoff = cfg.poll * 2u32.saturating_pow(failures.min(6));
+                tokio::time::sleep(backoff.min(std::time::Duration::from_secs(30))).await;
             }
         });
     }

@@ -1,0 +1,85 @@
+//! The scripts' process handling (scripts/lib.sh, used by the demo, the
+//! test runner and the benchmarks): whatever way a script ends (success, a
+//! failed command, Ctrl-C), nothing it started is left running: neither
+//! its background programs nor the local clusters `--target sim` started.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SCRIPT: &str = r#"
+source scripts/lib.sh
+install_cleanup
+start_bg sleep 300
+echo "pid ${BG_LAST}"
+# A local cluster as `pinfleet bootstrap --target sim` leaves one: detached,
+# with a pid file under PINFLEET_HOME.
+mkdir -p "${PINFLEET_HOME}/sim/dev"
+sleep 300 &
+echo $! >"${PINFLEET_HOME}/sim/dev/pid"
+echo "pid $!"
+echo ready
+case "${MODE}" in
+  ok) ;;
+  fail) false ;;
+  interrupt) sleep 60 ;;
+esac
+"#;
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+}
+
+fn run(mode: &str) -> (Vec<u32>, Option<i32>) {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new("bash")
+        .args(["-c", SCRIPT])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("MODE", mode)
+        .env("PINFLEET_HOME", home.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        // Its own process group, as a terminal's foreground job: Ctrl-C
+        // goes to the whole group.
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut pids = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(p) = line.strip_prefix("pid ") {
+            pids.push(p.parse().unwrap());
+        }
+        if line == "ready" {
+            if mode == "interrupt" {
+                std::thread::sleep(Duration::from_millis(200));
+                // SAFETY: signals the child's own process group.
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
+            }
+            break;
+        }
+    }
+    let status = child.wait().unwrap();
+    (pids, status.code())
+}
+
+#[test]
+fn nothing_a_script_starts_outlives_it() {
+    for (mode, code) in [("ok", Some(0)), ("fail", Some(1)), ("interrupt", Some(130))] {
+        let (pids, got) = run(mode);
+        assert_eq!(pids.len(), 2, "{mode}: the script reported its processes");
+        assert_eq!(got, code, "{mode}: the script's exit status is kept");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let left: Vec<u32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        for p in &left {
+            // SAFETY: ends what the failed assertion below reports.
+            unsafe { libc::kill(*p as i32, libc::SIGKILL) };
+        }
+        assert!(left.is_empty(), "{mode}: processes left running: {left:?}");
+    }
+}
