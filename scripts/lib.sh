@@ -118,6 +118,7 @@ cleanup() {
   stop_bg
   stop_local_sims
   stop_moto
+  if declare -F stop_localstack >/dev/null; then stop_localstack; fi
   local step
   for step in "${CLEANUP_EXTRA[@]}"; do eval "${step}" || true; done
   exit "${status}"
@@ -126,4 +127,82 @@ install_cleanup() {
   trap cleanup EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
+}
+
+# ---- LocalStack Community (host mode, no Docker) --------------------------
+# Pinned as measured on these machines: localstack-core 4.13.1 needs Python
+# 3.12 (newer releases need 3.13; the `localstack` package is a Docker-only
+# CLI now).
+readonly LOCALSTACK_VERSION="4.13.1"
+LOCALSTACK_VENV="${LOCALSTACK_VENV:-${PINFLEET_ROOT}/.venv-localstack}"
+export LOCALSTACK_VENV
+
+python312() {
+  local p
+  # pyenv's shims answer for versions that are not selected: ask each
+  # candidate for its version instead of trusting `command -v`.
+  for p in "${HOME}/.pyenv/versions/3.12.1/bin/python3.12" /usr/bin/python3.12 python3.12; do
+    if "${p}" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; then
+      echo "${p}"
+      return
+    fi
+  done
+  return 1
+}
+
+ensure_localstack() {
+  if [[ -x "${LOCALSTACK_VENV}/bin/localstack" ]] \
+    && "${LOCALSTACK_VENV}/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('localstack-core') != '${LOCALSTACK_VERSION}')" 2>/dev/null; then
+    return
+  fi
+  local py
+  if ! py=$(python312); then
+    echo "LocalStack ${LOCALSTACK_VERSION} needs Python 3.12: install it (pyenv install 3.12.1, or apt-get install python3.12-venv) and run again" >&2
+    return 1
+  fi
+  log "installing localstack-core[runtime]==${LOCALSTACK_VERSION} into ${LOCALSTACK_VENV}"
+  "${py}" -m venv "${LOCALSTACK_VENV}"
+  "${LOCALSTACK_VENV}/bin/pip" install -q --disable-pip-version-check \
+    "localstack-core[runtime]==${LOCALSTACK_VERSION}" 'cbor2<6' 'pyopenssl<26'
+}
+
+# Starts LocalStack on 127.0.0.1 (never 0.0.0.0, no DNS server) with its
+# files under a scratch folder; sets LOCALSTACK_URL and LOCALSTACK_PID.
+start_localstack() {
+  local port scratch
+  port=$(free_port)
+  scratch=$(mktemp -d)
+  LOCALSTACK_SCRATCH="${scratch}"
+  mkdir -p "${scratch}/home" "${scratch}/tmp" "${scratch}/volume" "${scratch}/fs"
+  HOME="${scratch}/home" TMPDIR="${scratch}/tmp" LOCALSTACK_VOLUME_DIR="${scratch}/volume" \
+    FILESYSTEM_ROOT="${scratch}/fs" GATEWAY_SERVER=hypercorn GATEWAY_LISTEN="127.0.0.1:${port}" \
+    DNS_ADDRESS=0 LOCALSTACK_TELEMETRY_DISABLED=1 SKIP_SSL_CERT_DOWNLOAD=1 EAGER_SERVICE_LOADING=0 \
+    "${LOCALSTACK_VENV}/bin/localstack" start --host >"${LOCALSTACK_LOG:-/dev/null}" 2>&1 &
+  LOCALSTACK_PID=$!
+  LOCALSTACK_URL="http://127.0.0.1:${port}"
+  for _ in $(seq 1 600); do
+    if curl -sf "${LOCALSTACK_URL}/_localstack/health" >/dev/null 2>&1; then
+      export LOCALSTACK_URL LOCALSTACK_PID LOCALSTACK_SCRATCH
+      return
+    fi
+    if ! kill -0 "${LOCALSTACK_PID}" 2>/dev/null; then break; fi
+    sleep 0.2
+  done
+  echo "LocalStack did not start on ${LOCALSTACK_URL} (log: ${LOCALSTACK_LOG:-none})" >&2
+  return 1
+}
+
+# Stops LocalStack and everything it started, and removes its files
+# (its S3 also writes localstack-s3-storage into the system temp folder).
+stop_localstack() {
+  if [[ -n "${LOCALSTACK_PID:-}" ]]; then
+    pkill -TERM -P "${LOCALSTACK_PID}" 2>/dev/null || true
+    kill "${LOCALSTACK_PID}" 2>/dev/null || true
+    wait "${LOCALSTACK_PID}" 2>/dev/null || true
+    LOCALSTACK_PID=""
+  fi
+  if [[ -n "${LOCALSTACK_SCRATCH:-}" ]]; then
+    rm -rf "${LOCALSTACK_SCRATCH}" "${TMPDIR:-/tmp}/localstack-s3-storage" /tmp/localstack-s3-storage
+    LOCALSTACK_SCRATCH=""
+  fi
 }

@@ -15,7 +15,7 @@ fn examples() -> Vec<Loaded> {
 #[test]
 fn examples_validate_and_cover_the_fleet() {
     let names: Vec<String> = examples().iter().map(|l| l.cluster.metadata.name.clone()).collect();
-    assert_eq!(names, ["dev-local", "prod-use1", "prod-usw2", "staging-use1"]);
+    assert_eq!(names, ["dev-local", "localstack-dev", "prod-use1", "prod-usw2", "staging-use1"]);
     let regions: std::collections::BTreeSet<String> = examples()
         .iter()
         .filter(|l| l.cluster.metadata.labels.get("env").map(String::as_str) == Some("production"))

@@ -337,3 +337,61 @@ fn kill_9_mid_roll_then_a_rerun_finishes_without_double_work() {
         .sum();
     assert_eq!(launched + relaunched, 6, "first run launched {launched}, the re-run {relaunched}");
 }
+
+/// An Elastic IP endpoint (`spec.api.loadBalancer.type: elastic-ip`): the
+/// address sits on the control-plane machine, and a control-plane roll moves
+/// it to the replacement. No load balancer is made.
+#[test]
+fn a_control_plane_roll_moves_the_api_address() {
+    let w = World::new("eiproll", 2);
+    let yaml = w
+        .cluster_yaml(2, "t3.large")
+        .replace(
+            "  api:\n    allowedCidrs: [0.0.0.0/0]\n",
+            "  api:\n    allowedCidrs: [0.0.0.0/0]\n    loadBalancer: {type: elastic-ip}\n",
+        )
+        .replacen("      subnets: [private-a]\n", "      subnets: [public-a]\n", 1);
+    w.write_cluster(&yaml);
+    w.ok(&["bootstrap", "eiproll", "--yes"]);
+    let address = || -> (String, Option<String>) {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
+                region: Some("us-east-1".into()),
+                moto_account: Some(w.account.clone()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            let observed = pinfleet::cloud::aws::observe::observe(&aws, "eiproll", None).await.unwrap();
+            assert!(observed.load_balancer.is_none());
+            let a = observed.api_address().expect("the API address exists").clone();
+            (a.public_ip.expect("a public IP"), a.instance)
+        })
+    };
+    std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
+    std::env::set_var("AWS_ENDPOINT_URL", &w.endpoint);
+    let (ip, on) = address();
+    let cp = w.instances_in("control-plane");
+    assert_eq!(on.as_deref(), cp[0]["id"].as_str(), "the address is on the control-plane machine");
+    let kc = std::fs::read_to_string(w.dir.path().join("home/kubeconfig/eiproll.yaml")).unwrap();
+    assert!(
+        kc.contains(&format!("server: \"https://{ip}:6443\"")) || kc.contains(&format!("server: https://{ip}:6443")),
+        "{kc}"
+    );
+
+    let sim = node_sim(&w, "1s");
+    wait_ready_nodes(&sim, 3);
+    let yaml =
+        std::fs::read_to_string(w.cluster_file()).unwrap().replace("machineType: t3.medium", "machineType: t3.large");
+    w.write_cluster(&yaml);
+    let out = w.run(&upgrade_args(&w, &sim, &["--instance-group", "control-plane"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let cp = w.instances_in("control-plane");
+    assert_eq!(cp.len(), 1);
+    assert_eq!(cp[0]["instance_type"], "t3.large");
+    let (ip_after, on_after) = address();
+    assert_eq!(ip_after, ip, "the endpoint every node joined with does not change");
+    assert_eq!(on_after.as_deref(), cp[0]["id"].as_str(), "the address moved to the replacement");
+}

@@ -43,10 +43,14 @@ fn params(cluster: &Cluster, pki: Option<&Pki>) -> BootstrapParams {
 /// Observes the cluster, resolves images, renders user-data and diffs.
 pub async fn prepare(aws: &Aws, cluster: &Cluster, pki: Option<&Pki>) -> Result<Prepared> {
     let lb_name = model::load_balancer_name(&cluster.metadata.name);
+    let needs_lb = cluster.spec.api.load_balancer.uses_elbv2();
     let (observed, (images, warnings)) = futures::try_join!(
-        observe::observe(aws, &cluster.metadata.name, &lb_name),
+        observe::observe(aws, &cluster.metadata.name, needs_lb.then_some(lb_name.as_str())),
         images::resolve(aws, cluster, Utc::now())
     )?;
+    if let Some(said) = &observed.elbv2_unavailable {
+        return Err(elbv2_refusal(cluster, said));
+    }
     let renderer = Renderer::new();
     let p = params(cluster, pki);
     let mut inputs = Inputs::default();
@@ -63,6 +67,37 @@ pub async fn prepare(aws: &Aws, cluster: &Cluster, pki: Option<&Pki>) -> Result<
     let mut plan = plan::diff(&desired, &observed);
     plan.aws_calls = aws.calls.snapshot();
     Ok(Prepared { desired, observed, plan, images, warnings, init_user_data })
+}
+
+/// Stops a run that needs ELBv2 on an endpoint without it, before its first
+/// write: one read (DescribeLoadBalancers) says whether the endpoint has it.
+/// A cluster with an Elastic IP endpoint makes no call.
+pub async fn preflight(aws: &Aws, cluster: &Cluster) -> Result<()> {
+    if !cluster.spec.api.load_balancer.uses_elbv2() {
+        return Ok(());
+    }
+    let name = model::load_balancer_name(&cluster.metadata.name);
+    match aws.elb.describe_load_balancers().names(&name).send().await {
+        Err(e) if crate::cloud::aws::service_unavailable(&e) => Err(elbv2_refusal(
+            cluster,
+            &format!("DescribeLoadBalancers: {}", crate::cloud::aws::client::describe_sdk_error(&e)),
+        )),
+        // Found, not found, or another failure the run reports where it meets it.
+        _ => Ok(()),
+    }
+}
+
+/// What is missing, why the cluster needs it, and the ways out.
+pub fn elbv2_refusal(cluster: &Cluster, said: &str) -> anyhow::Error {
+    let name = &cluster.metadata.name;
+    anyhow::anyhow!(
+        "this AWS endpoint has no Elastic Load Balancing v2 ({said}).\n\
+         {name} needs it: its API endpoint is a network load balancer (spec.api.loadBalancer.type: network, the default).\n\
+         Nothing was changed. Ways out:\n\
+         \x20 - serve the API from an Elastic IP instead: `spec.api.loadBalancer.type: elastic-ip` (one control-plane machine, in a public subnet; see clusters/localstack-dev.yaml);\n\
+         \x20 - use an endpoint that emulates ELBv2: LocalStack Pro, or moto (scripts/demo);\n\
+         \x20 - or run against AWS itself."
+    )
 }
 
 /// The executor's context for applying a prepared plan.
@@ -105,6 +140,7 @@ pub fn context(
     if let Some(l) = &o.listener {
         ids.insert("listener".into(), l.clone());
     }
+    let desired_api_address = desired.api_address;
     let mut versions = BTreeMap::new();
     for t in &o.launch_templates {
         ids.insert(format!("lt/{}", t.group), t.id.clone());
@@ -119,7 +155,11 @@ pub fn context(
         observed_instances: o.instances.clone(),
         ids: Mutex::new(ids),
         versions: Mutex::new(versions),
-        lb_dns: Mutex::new(o.load_balancer.as_ref().map(|l| l.dns_name.clone())),
+        lb_dns: Mutex::new(match (desired_api_address, o.api_address()) {
+            (true, Some(a)) => a.public_ip.clone(),
+            (true, None) => None,
+            (false, _) => o.load_balancer.as_ref().map(|l| l.dns_name.clone()),
+        }),
         launched: Mutex::new(Vec::new()),
     })
 }

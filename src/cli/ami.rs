@@ -112,9 +112,9 @@ pub async fn run(g: &GlobalArgs, args: AmiArgs) -> Result<ExitCode> {
 
 async fn resolve(s: &Session) -> Result<(Vec<GroupImage>, Vec<String>)> {
     let cluster = &s.loaded.cluster;
-    let lb = crate::cloud::model::load_balancer_name(s.name());
+    // Only the launch templates are read: no load balancer call.
     let (observed, (resolved, warnings)) = futures::try_join!(
-        crate::cloud::aws::observe::observe(&s.aws, s.name(), &lb),
+        crate::cloud::aws::observe::observe(&s.aws, s.name(), None),
         crate::cloud::aws::images::resolve(&s.aws, cluster, Utc::now())
     )?;
     let current: BTreeMap<&str, &str> = observed

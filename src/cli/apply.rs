@@ -109,6 +109,9 @@ pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Resu
         s.report_calls(g);
         return Ok(ExitCode::SUCCESS);
     }
+    // Everything the cluster needs from the endpoint is there, before the
+    // first write (the state bucket, the PKI).
+    prepare::preflight(&s.aws, &s.loaded.cluster).await?;
     let store = s.store(true).await?.context("state store")?;
     let cluster = s.loaded.cluster.clone();
     let full_command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -149,10 +152,10 @@ pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Resu
             let lb_dns = ctx.lb_dns.lock().await.clone();
             applied = Some((report, lb_dns));
         }
-        let lb_dns = applied
-            .as_ref()
-            .and_then(|(_, d)| d.clone())
-            .or_else(|| prepared.observed.load_balancer.as_ref().map(|l| l.dns_name.clone()));
+        let lb_dns = applied.as_ref().and_then(|(_, d)| d.clone()).or_else(|| match prepared.desired.api_address {
+            true => prepared.observed.api_address().and_then(|a| a.public_ip.clone()),
+            false => prepared.observed.load_balancer.as_ref().map(|l| l.dns_name.clone()),
+        });
         if let Some(host) = lb_dns {
             let path = write_kubeconfig(&cluster, &pki, &host)?;
             writeln!(anstream::stderr(), "kubeconfig: {}", path.display())?;

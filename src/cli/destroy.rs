@@ -51,7 +51,7 @@ pub async fn run(g: &GlobalArgs, args: DestroyArgs) -> Result<ExitCode> {
         Ok(())
     };
     if !args.yes {
-        let observed = observe(&s.aws, &name, &lb_name).await?;
+        let observed = observe(&s.aws, &name, Some(&lb_name)).await?;
         show(&crate::plan::destroy(&name, &observed))?;
         writeln!(anstream::stderr(), "\nNothing deleted. Run `pinfleet destroy {name} --yes` to delete these.")?;
         return Ok(ExitCode::SUCCESS);
@@ -59,7 +59,7 @@ pub async fn run(g: &GlobalArgs, args: DestroyArgs) -> Result<ExitCode> {
     let store = s.store(true).await?.context("state store")?;
     let full_command = std::env::args().collect::<Vec<_>>().join(" ");
     let removed = Lock::with(&store, &full_command, async {
-        let observed = observe(&s.aws, &name, &lb_name).await?;
+        let observed = observe(&s.aws, &name, Some(&lb_name)).await?;
         let plan = crate::plan::destroy(&name, &observed);
         show(&plan)?;
         let desired = model::Desired::skeleton(&s.loaded.cluster);

@@ -26,9 +26,17 @@ pub struct Desired {
     pub route_tables: Vec<DesiredRouteTable>,
     pub security_groups: Vec<DesiredSecurityGroup>,
     pub load_balancer: DesiredLoadBalancer,
+    /// The API endpoint is an Elastic IP on the control-plane machine
+    /// (`spec.api.loadBalancer.type: elastic-ip`) instead of the load balancer.
+    #[serde(default)]
+    pub api_address: bool,
     pub launch_templates: Vec<DesiredLaunchTemplate>,
     pub groups: Vec<DesiredGroup>,
 }
+
+/// The key of the API endpoint's Elastic IP (`eip/<zone>` are the NAT
+/// gateways'; `api` is no zone name).
+pub const API_ADDRESS: &str = "api";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DesiredSubnet {
@@ -163,6 +171,7 @@ impl Desired {
                 subnets: vec![],
                 port: cluster.spec.api.port,
             },
+            api_address: !cluster.spec.api.load_balancer.uses_elbv2(),
             launch_templates: vec![],
             groups: vec![],
         }
@@ -312,7 +321,8 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
             lb_subnets.push(s.name.clone());
         }
     }
-    if lb_subnets.is_empty() {
+    let api_address = !spec.api.load_balancer.uses_elbv2();
+    if lb_subnets.is_empty() && !api_address {
         anyhow::bail!(
             "the API load balancer is {} but there is no {} subnet",
             if internal { "internal" } else { "internet-facing" },
@@ -378,6 +388,7 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
             subnets: lb_subnets,
             port: spec.api.port,
         },
+        api_address,
         launch_templates,
         groups,
     })

@@ -19,6 +19,17 @@ pub struct Observed {
     pub listener: Option<String>,
     pub launch_templates: Vec<ObservedLaunchTemplate>,
     pub instances: Vec<ObservedInstance>,
+    /// Set when the endpoint does not offer ELBv2 (LocalStack Community
+    /// answers 501 "not included in your current license plan"): what it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elbv2_unavailable: Option<String>,
+}
+
+impl Observed {
+    /// The API endpoint's Elastic IP, if there is one.
+    pub fn api_address(&self) -> Option<&ObservedAddress> {
+        self.addresses.iter().find(|a| a.zone == crate::cloud::model::API_ADDRESS)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,8 +55,14 @@ pub struct ObservedIgw {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ObservedAddress {
     pub allocation_id: String,
-    /// The zone whose NAT gateway it serves (from its resource tag).
+    /// The zone whose NAT gateway it serves (from its resource tag), or
+    /// `api` for the API endpoint's address.
     pub zone: String,
+    #[serde(default)]
+    pub public_ip: Option<String>,
+    /// The instance it is associated with.
+    #[serde(default)]
+    pub instance: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -557,9 +557,22 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
         }
     }
 
-    // API load balancer.
+    // The API endpoint: an Elastic IP on the control plane, or the load balancer.
     let lb = &desired.load_balancer;
-    match &observed.load_balancer {
+    let api_key = format!("eip/{}", crate::cloud::model::API_ADDRESS);
+    if desired.api_address && observed.api_address().is_none() {
+        push(
+            api_key.clone(),
+            Action::Create,
+            "address for the API endpoint".into(),
+            vec![],
+            "spec.api.loadBalancer.type: elastic-ip".into(),
+            vec![],
+            Op::AllocateAddress { zone: crate::cloud::model::API_ADDRESS.into() },
+        );
+    }
+    if !desired.api_address {
+        match &observed.load_balancer {
         None => {
             let mut deps: Vec<String> = lb.subnets.iter().map(|s| format!("subnet/{s}")).collect();
             if !lb.internal {
@@ -575,31 +588,36 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
             Op::Refuse { why: "the API load balancer's scheme cannot change in place; it changes the API endpoint every node joined with".into() }),
         Some(_) => {}
     }
-    if observed.target_group.is_none() {
-        push(
-            "tg".into(),
-            Action::Create,
-            format!("{} TCP {}", lb.name, lb.port),
-            vec![],
-            "spec.api.port".into(),
-            vec!["vpc".into()],
-            Op::CreateTargetGroup { name: lb.name.clone(), port: lb.port },
-        );
-    }
-    if observed.listener.is_none() {
-        push(
-            "listener".into(),
-            Action::Create,
-            format!("TCP {}", lb.port),
-            vec![],
-            "spec.api.port".into(),
-            vec!["lb".into(), "tg".into()],
-            Op::CreateListener { port: lb.port },
-        );
+        if observed.target_group.is_none() {
+            push(
+                "tg".into(),
+                Action::Create,
+                format!("{} TCP {}", lb.name, lb.port),
+                vec![],
+                "spec.api.port".into(),
+                vec!["vpc".into()],
+                Op::CreateTargetGroup { name: lb.name.clone(), port: lb.port },
+            );
+        }
+        if observed.listener.is_none() {
+            push(
+                "listener".into(),
+                Action::Create,
+                format!("TCP {}", lb.port),
+                vec![],
+                "spec.api.port".into(),
+                vec!["lb".into(), "tg".into()],
+                Op::CreateListener { port: lb.port },
+            );
+        }
     }
 
     // Launch templates, instances, targets.
-    let api_host = observed.load_balancer.as_ref().map(|l| l.dns_name.as_str());
+    let api_host = if desired.api_address {
+        observed.api_address().and_then(|a| a.public_ip.as_deref())
+    } else {
+        observed.load_balancer.as_ref().map(|l| l.dns_name.as_str())
+    };
     let mut needs_rollout = Vec::new();
     let mut cp_launch_keys = Vec::new();
     let mut cp_live: BTreeSet<String> = BTreeSet::new();
@@ -608,7 +626,7 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
     for (g, lt) in desired.groups.iter().zip(&desired.launch_templates) {
         let lt_key = format!("lt/{}", g.name);
         let mut lt_deps: Vec<String> = sg_keys.clone();
-        lt_deps.push("lb".into());
+        lt_deps.push(if desired.api_address { api_key.clone() } else { "lb".into() });
         let observed_lt = observed.template(&g.name);
         let current_version: Option<i64>;
         let mut version_label = String::new();
@@ -731,9 +749,31 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
             });
         }
     }
+    if desired.api_address {
+        // The address follows the control plane: on a live control-plane
+        // machine, or moved to one.
+        let on = observed.api_address().and_then(|a| a.instance.clone());
+        if cp_changed || on.as_ref().is_none_or(|i| !cp_live.contains(i)) {
+            let mut deps = vec![api_key.clone()];
+            deps.extend(cp_launch_keys.iter().cloned());
+            push(
+                "targets".into(),
+                Action::Update,
+                "associate the API address with the control plane".into(),
+                vec![field(
+                    "instance",
+                    on.clone(),
+                    Some(cp_live.iter().next().cloned().unwrap_or_else(|| "(known after apply)".to_string())),
+                )],
+                "spec.api.loadBalancer.type: elastic-ip".into(),
+                deps,
+                Op::SyncTargets,
+            );
+        }
+    }
     let registered: BTreeSet<String> =
         observed.target_group.as_ref().map(|t| t.targets.iter().cloned().collect()).unwrap_or_default();
-    if cp_changed || registered != cp_live {
+    if !desired.api_address && (cp_changed || registered != cp_live) {
         let mut deps = vec!["tg".to_string()];
         deps.extend(cp_launch_keys);
         push(
@@ -883,11 +923,14 @@ pub fn destroy(cluster: &str, observed: &Observed) -> Plan {
     for n in &observed.nat_gateways {
         add!(format!("nat/{}", n.zone), n.id.clone(), inst_keys.clone(), Op::DeleteNatGateway { id: n.id.clone() });
     }
+    // After the NAT gateways and the machines (the API address is on one).
+    let mut eip_deps = nat_keys.clone();
+    eip_deps.extend(inst_keys.iter().cloned());
     for a in &observed.addresses {
         add!(
             format!("eip/{}", a.zone),
             a.allocation_id.clone(),
-            nat_keys.clone(),
+            eip_deps.clone(),
             Op::ReleaseAddress { allocation_id: a.allocation_id.clone() }
         );
     }

@@ -49,6 +49,14 @@ impl AwsMachines {
     }
 }
 
+impl AwsMachines {
+    /// The API endpoint follows the control plane through a roll: the load
+    /// balancer's targets, or the Elastic IP moved to a live machine.
+    async fn sync_endpoint(&self) -> Result<()> {
+        self.run("targets", &Op::SyncTargets, false).await.map(|_| ())
+    }
+}
+
 impl Machines for AwsMachines {
     async fn list(&self, group: &str) -> Result<Vec<Machine>> {
         let current = self.versions.get(group).copied();
@@ -69,12 +77,27 @@ impl Machines for AwsMachines {
             .find(|g| g.name == group)
             .ok_or_else(|| anyhow!("no instance group {group}"))?;
         let op = Op::LaunchInstances { group: group.into(), role: g.role, count: n, subnets: g.subnets.clone() };
-        self.run(&format!("instance/{group}"), &op, true).await
+        let launched = self.run(&format!("instance/{group}"), &op, true).await?;
+        if g.role == crate::spec::Role::ControlPlane {
+            self.sync_endpoint().await?;
+        }
+        Ok(launched)
     }
 
     async fn terminate(&self, id: &str) -> Result<()> {
         let op = Op::TerminateInstances { group: String::new(), ids: vec![id.to_string()], wait: false };
-        self.run("instance/terminate", &op, false).await.map(|_| ())
+        self.run("instance/terminate", &op, false).await?;
+        let control_plane =
+            self.observed.instances.iter().any(|i| {
+                i.id == id
+                    && self.cluster.spec.instance_groups.iter().any(|g| {
+                        g.role == crate::spec::Role::ControlPlane && i.group.as_deref() == Some(g.name.as_str())
+                    })
+            });
+        if control_plane {
+            self.sync_endpoint().await?;
+        }
+        Ok(())
     }
 }
 

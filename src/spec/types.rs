@@ -174,8 +174,30 @@ fn default_allowed_cidrs() -> Vec<Cidr> {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApiLoadBalancer {
+    /// How the API endpoint is served: `network` (an ELBv2 network load
+    /// balancer in front of the control plane) or `elastic-ip` (no load
+    /// balancer: an Elastic IP on the one control-plane machine, moved to its
+    /// replacement in a roll; for endpoints without ELBv2, like LocalStack
+    /// Community).
+    #[serde(default, rename = "type")]
+    pub kind: ApiEndpointKind,
     #[serde(default)]
     pub scheme: LoadBalancerScheme,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ApiEndpointKind {
+    #[default]
+    Network,
+    ElasticIp,
+}
+
+impl ApiLoadBalancer {
+    /// True when the endpoint is a load balancer (ELBv2 is needed).
+    pub fn uses_elbv2(&self) -> bool {
+        self.kind == ApiEndpointKind::Network
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]

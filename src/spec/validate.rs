@@ -361,6 +361,39 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
             p.push(igp, "no instance group has role node: workloads would have nowhere to run");
         }
     }
+    // An Elastic IP endpoint is one public address on one machine.
+    if !spec.api.load_balancer.uses_elbv2() {
+        let lbp = "spec.api.loadBalancer";
+        if spec.api.load_balancer.scheme == crate::spec::LoadBalancerScheme::Internal {
+            p.push(
+                format!("{lbp}.scheme"),
+                "an elastic-ip endpoint is public: use scheme internet-facing, or type network",
+            );
+        }
+        let cps: Vec<(usize, &crate::spec::InstanceGroup)> =
+            spec.instance_groups.iter().enumerate().filter(|(_, g)| g.role == Role::ControlPlane).collect();
+        if cps.len() > 1 || cps.iter().any(|(_, g)| g.max_size != 1) {
+            p.push(
+                format!("{lbp}.type"),
+                "elastic-ip serves one control-plane machine: give the control plane one group with maxSize 1, or use type network",
+            );
+        }
+        for (i, g) in cps {
+            for (j, sn) in g.subnets.iter().enumerate() {
+                let private = subnet_names
+                    .get(sn.as_str())
+                    .is_some_and(|&k| net.subnets[k].kind != crate::spec::SubnetType::Public);
+                if private {
+                    p.push(
+                        format!("{igp}[{i}].subnets[{j}]"),
+                        format!(
+                            "`{sn}` is private: an elastic-ip API endpoint needs the control plane in a public subnet"
+                        ),
+                    );
+                }
+            }
+        }
+    }
 
     // Addons.
     let mut addon_names = BTreeSet::new();

@@ -31,3 +31,18 @@ where
         _ => None,
     }
 }
+
+/// True when the endpoint says it does not offer the service at all, as
+/// LocalStack Community answers for ELBv2 (HTTP 501, "not included in your
+/// current license plan" / "not yet been emulated"): a fact about the
+/// endpoint, not a failed call to retry.
+pub fn service_unavailable<E>(e: &aws_sdk_ec2::error::SdkError<E, aws_smithy_runtime_api::http::Response>) -> bool
+where
+    E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let status = e.raw_response().map(|r| r.status().as_u16());
+    let text = client::describe_sdk_error(e);
+    status == Some(501)
+        || text.contains("not included in your current license plan")
+        || text.contains("not yet been emulated")
+}

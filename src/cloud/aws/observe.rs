@@ -24,7 +24,10 @@ fn resource_name(tags: &BTreeMap<String, String>, prefix: &str) -> Option<String
 }
 
 /// Everything tagged for `cluster` (and the API load balancer by name).
-pub async fn observe(aws: &Aws, cluster: &str, lb_name: &str) -> anyhow::Result<Observed> {
+///
+/// `lb_name`: the API load balancer to look for; None makes no ELBv2 call
+/// (a cluster without one, or a caller that does not need it).
+pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow::Result<Observed> {
     let f = || tag_filter(tags::CLUSTER, cluster);
     let ec2 = &aws.ec2;
     let vpcs = async { sdk("DescribeVpcs", ec2.describe_vpcs().filters(f()).send().await) };
@@ -122,8 +125,13 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: &str) -> anyhow::Result<
             ec2.describe_instances().filters(f()).max_results(1000).into_paginator().items().send().try_collect().await,
         )
     };
-    let lb = observe_load_balancer(aws, lb_name);
-    let (vpcs, subnets, igws, addresses, nats, rts, sgs, (templates, versions), reservations, lb) =
+    let lb = async {
+        match lb_name {
+            Some(name) => observe_load_balancer(aws, name).await,
+            None => Ok(((None, None, None), None)),
+        }
+    };
+    let (vpcs, subnets, igws, addresses, nats, rts, sgs, (templates, versions), reservations, (lb, unavailable)) =
         futures::try_join!(vpcs, subnets, igws, addresses, nats, rts, sgs, lts, instances, lb)?;
 
     let mut o = Observed::default();
@@ -155,6 +163,8 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: &str) -> anyhow::Result<
             Some(ObservedAddress {
                 allocation_id: a.allocation_id()?.to_string(),
                 zone: resource_name(&tag_map(a.tags()), "eip/")?,
+                public_ip: a.public_ip().map(str::to_string),
+                instance: a.instance_id().map(str::to_string),
             })
         })
         .collect();
@@ -245,6 +255,7 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: &str) -> anyhow::Result<
     o.instances = reservations.iter().flat_map(|r| r.instances()).map(instance).collect();
     o.instances.sort_by(|a, b| a.id.cmp(&b.id));
     (o.load_balancer, o.target_group, o.listener) = lb;
+    o.elbv2_unavailable = unavailable;
     Ok(o)
 }
 
@@ -304,10 +315,17 @@ type LbParts = (Option<ObservedLoadBalancer>, Option<ObservedTargetGroup>, Optio
 
 /// The API load balancer, its target group (with registered targets) and
 /// listener, found by name (ELBv2 cannot filter by tag).
-async fn observe_load_balancer(aws: &Aws, name: &str) -> anyhow::Result<LbParts> {
+/// An endpoint without ELBv2 has no load balancer to find: that is
+/// returned (with what it said), and the caller decides whether the cluster
+/// needs one.
+async fn observe_load_balancer(aws: &Aws, name: &str) -> anyhow::Result<(LbParts, Option<String>)> {
     let lbs = match aws.elb.describe_load_balancers().names(name).send().await {
         Ok(r) => r.load_balancers().to_vec(),
         Err(e) if super::error_code(&e) == Some("LoadBalancerNotFound") => Vec::new(),
+        Err(e) if super::service_unavailable(&e) => {
+            let said = format!("DescribeLoadBalancers: {}", super::client::describe_sdk_error(&e));
+            return Ok(((None, None, None), Some(said)));
+        }
         Err(e) => return sdk("DescribeLoadBalancers", Err(e)),
     };
     let tgs = match aws.elb.describe_target_groups().names(name).send().await {
@@ -345,7 +363,7 @@ async fn observe_load_balancer(aws: &Aws, name: &str) -> anyhow::Result<LbParts>
             .collect();
         tg.targets.sort();
     }
-    Ok((lb, tg, listener))
+    Ok(((lb, tg, listener), None))
 }
 
 pub async fn list_instances(

@@ -215,6 +215,35 @@ async fn template_data(ctx: &OpContext, d: &LaunchTemplateData, group: &str) -> 
 }
 
 /// Runs one operation.
+/// Keeps the API endpoint's Elastic IP on a live control-plane machine: where
+/// it is when that machine lives, else on the newest one (a replacement in a
+/// roll takes the address before its predecessor goes).
+async fn associate_api_address(ctx: &OpContext, live: &[String]) -> Result<String, OpError> {
+    let ec2 = &ctx.aws.ec2;
+    let key = format!("eip/{}", crate::cloud::model::API_ADDRESS);
+    let alloc = ctx.id(&key).await?;
+    let current = call("DescribeAddresses", ec2.describe_addresses().allocation_ids(&alloc).send().await)?
+        .addresses()
+        .first()
+        .and_then(|a| a.instance_id().map(str::to_string));
+    match (current, live.last()) {
+        (Some(on), _) if live.contains(&on) => Ok(format!("on {on}")),
+        (_, None) => Ok("no live control-plane machine yet".into()),
+        (_, Some(newest)) => {
+            call(
+                "AssociateAddress",
+                ec2.associate_address()
+                    .allocation_id(&alloc)
+                    .instance_id(newest)
+                    .allow_reassociation(true)
+                    .send()
+                    .await,
+            )?;
+            Ok(format!("on {newest}"))
+        }
+    }
+}
+
 pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
     let ec2 = &ctx.aws.ec2;
     let cluster = ctx.desired.cluster.clone();
@@ -293,7 +322,7 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             )?;
             Ok(id)
         }
-        Op::AllocateAddress { .. } => {
+        Op::AllocateAddress { zone } => {
             let out = call(
                 "AllocateAddress",
                 ec2.allocate_address()
@@ -304,6 +333,11 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             )?;
             let id = out.allocation_id().unwrap_or_default().to_string();
             ctx.set(key, &id).await;
+            if zone == crate::cloud::model::API_ADDRESS {
+                // The API endpoint every machine's user-data names.
+                *ctx.lb_dns.lock().await = out.public_ip().map(str::to_string);
+                return Ok(format!("{id} ({})", out.public_ip().unwrap_or("no public IP")));
+            }
             Ok(id)
         }
         Op::CreateNatGateway { zone, subnet } => {
@@ -570,10 +604,10 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             Ok(arn)
         }
         Op::SyncTargets => {
-            let tg = ctx.id("tg").await?;
             let cp_groups: Vec<String> =
                 ctx.desired.groups.iter().filter(|g| g.role == Role::ControlPlane).map(|g| g.name.clone()).collect();
-            let mut live = Vec::new();
+            // Live control-plane machines, newest last.
+            let mut live: Vec<(String, i64)> = Vec::new();
             if !cp_groups.is_empty() {
                 let mut pages = ec2
                     .describe_instances()
@@ -585,9 +619,17 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
                     .send();
                 while let Some(r) = pages.next().await {
                     let r = call("DescribeInstances", r)?;
-                    live.extend(r.instances().iter().filter_map(|i| i.instance_id().map(str::to_string)));
+                    live.extend(r.instances().iter().filter_map(|i| {
+                        Some((i.instance_id()?.to_string(), i.launch_time().map(|t| t.secs()).unwrap_or(0)))
+                    }));
                 }
             }
+            live.sort_by_key(|(id, t)| (*t, id.clone()));
+            let live: Vec<String> = live.into_iter().map(|(id, _)| id).collect();
+            if ctx.desired.api_address {
+                return associate_api_address(ctx, &live).await;
+            }
+            let tg = ctx.id("tg").await?;
             let health =
                 call("DescribeTargetHealth", ctx.aws.elb.describe_target_health().target_group_arn(&tg).send().await)?;
             let registered: Vec<String> = health
