@@ -10,6 +10,10 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${HOME}/.cache/pinfleet/target}"
 PINFLEET_VENV="${PINFLEET_VENV:-${PINFLEET_ROOT}/.venv}"
 export PINFLEET_VENV
 readonly MOTO_VERSION="5.2.5"
+# Processes are ended only by the shell that started them: a script run
+# from another (tests/scripts.rs from scripts/test) must not inherit the
+# pids of its parent's servers and stop them on exit.
+unset MOTO_PID LOCALSTACK_PID LOCALSTACK_SCRATCH
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
@@ -56,7 +60,7 @@ start_moto() {
   MOTO_URL="http://127.0.0.1:${port}"
   for _ in $(seq 1 100); do
     if curl -sf "${MOTO_URL}/moto-api/data.json" >/dev/null 2>&1; then
-      export MOTO_URL MOTO_PID
+      export MOTO_URL
       return
     fi
     sleep 0.1
@@ -182,7 +186,7 @@ start_localstack() {
   LOCALSTACK_URL="http://127.0.0.1:${port}"
   for _ in $(seq 1 600); do
     if curl -sf "${LOCALSTACK_URL}/_localstack/health" >/dev/null 2>&1; then
-      export LOCALSTACK_URL LOCALSTACK_PID LOCALSTACK_SCRATCH
+      export LOCALSTACK_URL
       return
     fi
     if ! kill -0 "${LOCALSTACK_PID}" 2>/dev/null; then break; fi

@@ -51,7 +51,12 @@ fn applied(d: &Desired) -> Observed {
         o.internet_gateway = Some(ObservedIgw { id: "igw-1".into(), attached_vpc: Some("vpc-1".into()) });
     }
     for n in &d.nat_gateways {
-        o.addresses.push(ObservedAddress { allocation_id: format!("eipalloc-{}", n.zone), zone: n.zone.clone() });
+        o.addresses.push(ObservedAddress {
+            allocation_id: format!("eipalloc-{}", n.zone),
+            zone: n.zone.clone(),
+            public_ip: None,
+            instance: None,
+        });
         o.nat_gateways.push(ObservedNat {
             id: format!("nat-{}", n.zone),
             zone: n.zone.clone(),

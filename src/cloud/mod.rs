@@ -1,5 +1,7 @@
-//! The cloud side: what a cluster needs on AWS ([`model`], pure), and the
-//! SDK edge that observes and changes it ([`aws`]).
+//! The cloud side: what a cluster needs on AWS ([`model`], pure), what
+//! exists ([`observed`]), the operations that change it ([`ops`], data the
+//! plan decides), and the SDK edge that observes and performs them ([`aws`]).
+//! Nothing here depends on `plan`: the plan depends on this.
 //!
 //! Data flow: `Cluster` → [`model::desired`] (+ images resolved by
 //! [`aws::images`]) → `plan::diff` against [`aws::observe`] → `apply`.
@@ -11,6 +13,7 @@
 pub mod aws;
 pub mod model;
 pub mod observed;
+pub mod ops;
 
 /// Tag keys pinfleet writes and reads.
 pub mod tags {

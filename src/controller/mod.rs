@@ -243,7 +243,7 @@ fn child_kind(obj: &Value, children: &[ChildKind]) -> Option<ApiResource> {
 
 /// Whether every field pinfleet sets already has its value in `live`.
 pub fn up_to_date(desired: &Value, live: &Value) -> bool {
-    use crate::sim::fields::{get, leaves};
+    use crate::kube::fields::{get, leaves};
     leaves(desired).iter().all(|p| get(desired, p) == get(live, p))
 }
 
@@ -306,7 +306,11 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
     let rendered = obj.render(&rctx);
     // The status as last written: both the prune decision and the status
     // write compare against it.
-    let previous = serde_json::to_value(obj.as_ref()).ok().and_then(|mut v| v.get_mut("status").map(Value::take));
+    let previous: Option<crate::workloads::WorkloadStatus> = serde_json::to_value(obj.as_ref())
+        .ok()
+        .and_then(|mut v| v.get_mut("status").map(Value::take))
+        .filter(|v| !v.is_null())
+        .and_then(|v| serde_json::from_value(v).ok());
     let mut live_children = Vec::new();
     let applied: Result<(), String> = match &rendered {
         Err(e) => Err(e.to_string()),
@@ -332,14 +336,12 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
                 // need for a LIST per child kind on every resync).
                 let selector = format!("pinfleet.dev/kind={},pinfleet.dev/name={name}", K::KIND.name());
                 let done_before = previous.as_ref().is_some_and(|st| {
-                    st["observedGeneration"].as_i64() == Some(generation)
-                        && st["conditions"]
-                            .as_array()
-                            .is_some_and(|c| c.iter().any(|c| c["type"] == "Reconciled" && c["status"] == "True"))
+                    st.observed_generation == Some(generation)
+                        && st.conditions.iter().any(|c| c.type_ == "Reconciled" && c.status == "True")
                 });
                 // A workload never reconciled (no status) at its first generation
                 // has no children from an earlier spec: nothing to prune either.
-                let first = previous.as_ref().is_none_or(|st| st.is_null()) && generation <= 1;
+                let first = previous.is_none() && generation <= 1;
                 let prune_kinds: &[ChildKind] = if done_before || first { &[] } else { K::CHILDREN };
                 for (av, kind, plural) in prune_kinds {
                     let api: Api<DynamicObject> =
@@ -377,21 +379,30 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
         common: obj.common(),
     });
     let selector = labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+    // Condition times have second precision, as the API keeps them.
     let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let new_status = status::status(
-        K::KIND,
+    let now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time =
+        serde_json::from_value(json!(now)).map_err(|e| Error::Other(format!("a time that does not parse: {e}")))?;
+    let observation = status::Observation {
+        kind: K::KIND,
         generation,
-        &summary,
-        applied.clone(),
-        previous.as_ref(),
-        &now,
-        &profile.version,
-        &selector,
-    );
+        summary: &summary,
+        reconciled: applied.clone(),
+        now,
+        profile: &profile.version,
+        selector: &selector,
+    };
+    let new_status = status::status(&observation, previous.as_ref());
     if previous.as_ref() != Some(&new_status) {
         ctx.writes.fetch_add(1, Ordering::Relaxed);
         let api: Api<K> = Api::namespaced(client.clone(), &ns);
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": new_status}))).await?;
+        // The whole status, typed, under the controller's field manager.
+        let doc = json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "status": new_status,
+        });
+        api.patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(doc)).await?;
         let reference = obj.object_ref(&());
         for t in status::transitions(previous.as_ref(), &new_status) {
             let event = Event {

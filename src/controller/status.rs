@@ -3,9 +3,11 @@
 //! replica and shard counts, computed the way `kubectl rollout status`
 //! judges a rollout.
 
-use serde_json::{json, Value};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde_json::Value;
 
 use crate::workloads::render::Kind;
+use crate::workloads::{ChildRef, ShardStatus, WorkloadStatus};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Summary {
@@ -19,9 +21,9 @@ pub struct Summary {
     pub replicas: Option<i64>,
     pub ready_replicas: Option<i64>,
     pub updated_replicas: Option<i64>,
-    pub shards: Option<Value>,
+    pub shards: Option<ShardStatus>,
     /// Every child with whether it is ready, for `status.children`.
-    pub children: Vec<Value>,
+    pub children: Vec<ChildRef>,
 }
 
 fn i(v: &Value, p: &str) -> i64 {
@@ -93,9 +95,13 @@ fn batch(jobs: &[&Value]) -> Summary {
         replicas: None,
         ready_replicas: None,
         updated_replicas: None,
-        shards: Some(
-            json!({"total": total, "active": active, "succeeded": succeeded, "failed": failed_pods, "failedIndexes": failed_indexes.join(",")}),
-        ),
+        shards: Some(ShardStatus {
+            total: total as i32,
+            active: active as i32,
+            succeeded: succeeded as i32,
+            failed: failed_pods as i32,
+            failed_indexes: failed_indexes.join(","),
+        }),
         children: vec![],
     }
 }
@@ -116,7 +122,11 @@ fn child_ready(c: &Value) -> bool {
 pub fn summarize(kind: Kind, want: i64, children: &[Value]) -> Summary {
     let listed = children
         .iter()
-        .map(|c| json!({"kind": c["kind"], "name": c["metadata"]["name"], "ready": child_ready(c)}))
+        .map(|c| ChildRef {
+            kind: c["kind"].as_str().unwrap_or_default().to_string(),
+            name: c["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+            ready: child_ready(c),
+        })
         .collect();
     Summary { children: listed, ..summarize_primary(kind, want, children) }
 }
@@ -152,65 +162,73 @@ fn summarize_primary(kind: Kind, want: i64, children: &[Value]) -> Summary {
     }
 }
 
-/// The status document: conditions (keeping transition times of conditions
-/// whose status did not change) and counts.
-pub fn status(
-    kind: Kind,
-    generation: i64,
-    summary: &Summary,
-    reconciled: Result<(), String>,
-    previous: Option<&Value>,
-    now: &str,
-    profile: &str,
-    selector: &str,
-) -> Value {
-    let prev_time = |t: &str, s: &str| {
+/// What one reconcile saw, from which the status is written.
+#[derive(Debug, Clone)]
+pub struct Observation<'a> {
+    pub kind: Kind,
+    pub generation: i64,
+    pub summary: &'a Summary,
+    /// Whether the children were applied, or the refusal (render or API server).
+    pub reconciled: Result<(), String>,
+    pub now: Time,
+    pub profile: &'a str,
+    /// The pods' label selector (for the scale subresource).
+    pub selector: &'a str,
+}
+
+/// The typed status (the type that also generates the CRD's schema):
+/// conditions, keeping the transition time of a condition whose status did
+/// not change, and counts.
+pub fn status(o: &Observation, previous: Option<&WorkloadStatus>) -> WorkloadStatus {
+    let since = |t: &str, s: &str| {
         previous
-            .and_then(|p| p.get("conditions"))
-            .and_then(Value::as_array)
-            .and_then(|c| c.iter().find(|c| c["type"] == t && c["status"] == s))
-            .and_then(|c| c.get("lastTransitionTime").cloned())
-            .unwrap_or_else(|| json!(now))
+            .and_then(|p| p.conditions.iter().find(|c| c.type_ == t && c.status == s))
+            .map(|c| c.last_transition_time.clone())
+            .unwrap_or_else(|| o.now.clone())
     };
     let c = |t: &str, ok: bool, reason: &str, message: &str| {
-        let s = if ok { "True" } else { "False" };
-        json!({"type": t, "status": s, "reason": reason, "message": message, "observedGeneration": generation, "lastTransitionTime": prev_time(t, s)})
+        let status = if ok { "True" } else { "False" };
+        Condition {
+            type_: t.to_string(),
+            status: status.to_string(),
+            // The API requires a reason (CamelCase, non-empty).
+            reason: if reason.is_empty() { t.to_string() } else { reason.to_string() },
+            message: message.to_string(),
+            observed_generation: Some(o.generation),
+            last_transition_time: since(t, status),
+        }
     };
+    let summary = o.summary;
     let mut conditions = vec![];
-    match &reconciled {
+    match &o.reconciled {
         Ok(()) => conditions.push(c("Reconciled", true, "Applied", "children applied")),
         Err(e) => conditions.push(c("Reconciled", false, "ApplyFailed", e)),
     }
-    let batch = matches!(kind, Kind::JobSet | Kind::TrainingJob);
-    if batch {
+    if matches!(o.kind, Kind::JobSet | Kind::TrainingJob) {
         conditions.push(c("Succeeded", summary.succeeded == Some(true), &summary.reason, &summary.message));
     }
+    let applied = o.reconciled.is_ok();
     conditions.push(c(
         "Ready",
-        summary.ready && reconciled.is_ok(),
-        if reconciled.is_ok() { &summary.reason } else { "ApplyFailed" },
+        summary.ready && applied,
+        if applied { &summary.reason } else { "ApplyFailed" },
         &summary.message,
     ));
     conditions.push(c("Progressing", summary.progressing, &summary.reason, &summary.message));
     conditions.push(c("Degraded", summary.degraded, &summary.reason, &summary.message));
-    let mut st = json!({"observedGeneration": generation, "conditions": conditions, "runtimeProfile": profile});
-    if let Some(r) = summary.replicas {
-        st["replicas"] = json!(r);
-        st["selector"] = json!(selector);
+    WorkloadStatus {
+        observed_generation: Some(o.generation),
+        conditions,
+        replicas: summary.replicas.map(|r| r as i32),
+        ready_replicas: summary.ready_replicas.map(|r| r as i32),
+        updated_replicas: summary.updated_replicas.map(|r| r as i32),
+        selector: summary.replicas.map(|_| o.selector.to_string()),
+        shards: summary.shards.clone(),
+        runtime_profile: Some(o.profile.to_string()),
+        last_schedule_time: None,
+        last_successful_time: None,
+        children: summary.children.clone(),
     }
-    if let Some(r) = summary.ready_replicas {
-        st["readyReplicas"] = json!(r);
-    }
-    if let Some(r) = summary.updated_replicas {
-        st["updatedReplicas"] = json!(r);
-    }
-    if let Some(s) = &summary.shards {
-        st["shards"] = s.clone();
-    }
-    if !summary.children.is_empty() {
-        st["children"] = json!(summary.children);
-    }
-    st
 }
 
 /// An event to record on the workload: a condition changed status.
@@ -227,17 +245,13 @@ pub struct Transition {
 /// or Succeeded False, Degraded True) is a warning. Progressing is left out
 /// (it flips on every rollout and Ready already tells the story). A
 /// resync that changes nothing yields nothing.
-pub fn transitions(previous: Option<&Value>, next: &Value) -> Vec<Transition> {
-    let status_of = |doc: Option<&Value>, t: &str| {
-        doc.and_then(|d| d["conditions"].as_array())
-            .and_then(|c| c.iter().find(|c| c["type"] == t))
-            .and_then(|c| c["status"].as_str().map(str::to_string))
-    };
+pub fn transitions(previous: Option<&WorkloadStatus>, next: &WorkloadStatus) -> Vec<Transition> {
+    let status_of =
+        |t: &str| previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == t)).map(|c| c.status.as_str());
     let mut out = vec![];
-    for c in next["conditions"].as_array().into_iter().flatten() {
-        let t = c["type"].as_str().unwrap_or_default();
-        let now = c["status"].as_str().unwrap_or_default();
-        if t == "Progressing" || status_of(previous, t).as_deref() == Some(now) {
+    for c in &next.conditions {
+        let (t, now) = (c.type_.as_str(), c.status.as_str());
+        if t == "Progressing" || status_of(t) == Some(now) {
             continue;
         }
         // A fresh workload's "not ready yet" is not news.
@@ -247,8 +261,8 @@ pub fn transitions(previous: Option<&Value>, next: &Value) -> Vec<Transition> {
         let bad = if t == "Degraded" { now == "True" } else { now == "False" };
         out.push(Transition {
             condition: t.to_string(),
-            reason: c["reason"].as_str().filter(|r| !r.is_empty()).unwrap_or(t).to_string(),
-            note: format!("{t}={now}: {}", c["message"].as_str().unwrap_or_default()),
+            reason: if c.reason.is_empty() { t.to_string() } else { c.reason.clone() },
+            note: format!("{t}={now}: {}", c.message),
             warning: bad,
         });
     }
@@ -258,6 +272,7 @@ pub fn transitions(previous: Option<&Value>, next: &Value) -> Vec<Transition> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_finished_rollout_is_ready() {
@@ -276,31 +291,37 @@ mod tests {
         let bad = json!({"kind": "Job", "spec": {"completions": 4}, "status": {"failed": 2, "failedIndexes": "1,3", "conditions": [{"type": "Failed", "status": "True"}]}});
         let s = summarize(Kind::JobSet, 0, &[bad]);
         assert_eq!(s.succeeded, Some(false));
-        assert_eq!(s.shards.unwrap()["failedIndexes"], "1,3");
+        assert_eq!(s.shards.unwrap().failed_indexes, "1,3");
     }
 
     #[test]
     fn every_child_is_listed_with_its_readiness() {
         let d = json!({"kind": "Deployment", "metadata": {"name": "home", "generation": 1}, "spec": {"replicas": 2}, "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 1}});
         let sa = json!({"kind": "ServiceAccount", "metadata": {"name": "home"}});
-        let st = status(Kind::Service, 1, &summarize(Kind::Service, 2, &[sa, d]), Ok(()), None, "t", "v1", "app=x");
+        let summary = summarize(Kind::Service, 2, &[sa, d]);
+        let st = status(&observation(&summary, 1, Ok(()), 1), None);
         assert_eq!(
-            st["children"],
+            serde_json::to_value(&st.children).unwrap(),
             json!([{"kind": "ServiceAccount", "name": "home", "ready": true}, {"kind": "Deployment", "name": "home", "ready": false}])
         );
+    }
+
+    fn observation(summary: &Summary, generation: i64, reconciled: Result<(), String>, minute: u32) -> Observation<'_> {
+        let now: Time = serde_json::from_value(json!(format!("2026-11-22T10:{minute:02}:00Z"))).unwrap();
+        Observation { kind: Kind::Service, generation, summary, reconciled, now, profile: "v1", selector: "app=x" }
     }
 
     #[test]
     fn events_only_for_changed_conditions() {
         let rolling = Summary { progressing: true, reason: "RollingOut".into(), ..Default::default() };
-        let first = status(Kind::Service, 1, &rolling, Ok(()), None, "t1", "v1", "app=x");
+        let first = status(&observation(&rolling, 1, Ok(()), 1), None);
         let names = |ts: Vec<Transition>| ts.into_iter().map(|t| (t.condition, t.warning)).collect::<Vec<_>>();
         assert_eq!(names(transitions(None, &first)), [("Reconciled".to_string(), false)]);
         assert!(transitions(Some(&first), &first).is_empty(), "an unchanged status records nothing");
         let ready = Summary { ready: true, reason: "Available".into(), ..Default::default() };
-        let second = status(Kind::Service, 1, &ready, Ok(()), Some(&first), "t2", "v1", "app=x");
+        let second = status(&observation(&ready, 1, Ok(()), 2), Some(&first));
         assert_eq!(names(transitions(Some(&first), &second)), [("Ready".to_string(), false)]);
-        let failed = status(Kind::Service, 2, &ready, Err("denied".into()), Some(&second), "t3", "v1", "app=x");
+        let failed = status(&observation(&ready, 2, Err("denied".into()), 3), Some(&second));
         assert_eq!(
             names(transitions(Some(&second), &failed)),
             [("Reconciled".to_string(), true), ("Ready".to_string(), true)]
@@ -310,8 +331,8 @@ mod tests {
     #[test]
     fn transition_times_survive_unchanged_conditions() {
         let s = Summary { ready: true, reason: "Available".into(), ..Default::default() };
-        let first = status(Kind::Service, 1, &s, Ok(()), None, "t1", "v1", "app=x");
-        let second = status(Kind::Service, 1, &s, Ok(()), Some(&first), "t2", "v1", "app=x");
+        let first = status(&observation(&s, 1, Ok(()), 1), None);
+        let second = status(&observation(&s, 1, Ok(()), 2), Some(&first));
         assert_eq!(first, second, "an unchanged status is identical, so nothing is written");
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod cron;
 pub mod drain;
+pub mod fields;
 pub mod validation;
 
 use std::path::Path;

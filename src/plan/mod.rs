@@ -14,9 +14,7 @@ use crate::cloud::model::{Desired, LaunchTemplateData, RouteTarget, Rule, Source
 use crate::cloud::observed::{Observed, ObservedInstance, ObservedSource};
 use crate::spec::Role;
 
-/// The host part of the API endpoint in rendered user-data, replaced by
-/// the load balancer's DNS name once it exists ("known after apply").
-pub const API_HOST_PLACEHOLDER: &str = "@@API_HOST@@";
+pub use crate::cloud::ops::{with_api_host, ObservedRuleRef, Op, API_HOST_PLACEHOLDER};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -44,130 +42,6 @@ pub struct FieldChange {
     pub field: String,
     pub before: Option<String>,
     pub after: Option<String>,
-}
-
-/// What the executor does for a change.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "camelCase")]
-pub enum Op {
-    CreateVpc {
-        cidr: String,
-    },
-    CreateSubnet {
-        name: String,
-        zone: String,
-        cidr: String,
-        public: bool,
-    },
-    CreateInternetGateway,
-    AllocateAddress {
-        zone: String,
-    },
-    CreateNatGateway {
-        zone: String,
-        subnet: String,
-    },
-    CreateRouteTable {
-        name: String,
-    },
-    /// Sets the default route and subnet associations of a route table.
-    SyncRouteTable {
-        name: String,
-        default_route: Option<RouteTarget>,
-        subnets: Vec<String>,
-    },
-    CreateSecurityGroup {
-        name: String,
-        description: String,
-    },
-    SyncSecurityGroupRules {
-        name: String,
-        add: Vec<Rule>,
-        remove: Vec<ObservedRuleRef>,
-    },
-    CreateLoadBalancer {
-        name: String,
-        internal: bool,
-        subnets: Vec<String>,
-    },
-    CreateTargetGroup {
-        name: String,
-        port: u16,
-    },
-    CreateListener {
-        port: u16,
-    },
-    /// Registers every live control-plane instance with the API target group.
-    SyncTargets,
-    CreateLaunchTemplate {
-        group: String,
-        name: String,
-        data: LaunchTemplateData,
-    },
-    CreateLaunchTemplateVersion {
-        group: String,
-        data: LaunchTemplateData,
-    },
-    LaunchInstances {
-        group: String,
-        role: Role,
-        count: u32,
-        subnets: Vec<String>,
-    },
-    TerminateInstances {
-        group: String,
-        ids: Vec<String>,
-        wait: bool,
-    },
-    DeleteLaunchTemplate {
-        group: String,
-        id: String,
-    },
-    DeleteListener {
-        arn: String,
-    },
-    DeleteLoadBalancer {
-        arn: String,
-    },
-    DeleteTargetGroup {
-        arn: String,
-    },
-    DeleteNatGateway {
-        id: String,
-    },
-    ReleaseAddress {
-        allocation_id: String,
-    },
-    DeleteRouteTable {
-        id: String,
-        associations: Vec<String>,
-    },
-    DeleteInternetGateway {
-        id: String,
-        vpc: Option<String>,
-    },
-    DeleteSubnet {
-        id: String,
-    },
-    DeleteSecurityGroup {
-        id: String,
-    },
-    DeleteVpc {
-        id: String,
-    },
-    /// A change pinfleet will not make by itself; apply stops and says why.
-    Refuse {
-        why: String,
-    },
-}
-
-/// An observed rule to revoke, with the source as AWS knows it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ObservedRuleRef {
-    pub protocol: String,
-    pub from_port: i32,
-    pub to_port: i32,
-    pub source: ObservedSource,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,11 +91,6 @@ impl Plan {
 
 fn field(name: &str, before: Option<impl ToString>, after: Option<impl ToString>) -> FieldChange {
     FieldChange { field: name.to_string(), before: before.map(|b| b.to_string()), after: after.map(|a| a.to_string()) }
-}
-
-/// Substitutes the load balancer's DNS name for the API host placeholder.
-pub fn with_api_host(user_data: &str, host: &str) -> String {
-    user_data.replace(API_HOST_PLACEHOLDER, host)
 }
 
 /// The fields in which an observed launch template differs from the desired

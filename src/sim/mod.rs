@@ -4,11 +4,10 @@
 //! It is judged by one thing: what works against it works against a real
 //! API server. kubectl and kube-rs talk to it over plain HTTP on 127.0.0.1;
 //! [`registry`] says what it serves, [`store`] keeps the objects and their
-//! semantics, [`fields`] and [`patch`] implement server-side apply and the
+//! semantics, [`crate::kube::fields`] and [`patch`] implement server-side apply and the
 //! patch formats, [`server`] is the REST surface.
 
 pub mod controllers;
-pub mod fields;
 pub mod nodes;
 pub mod openapi;
 pub mod patch;

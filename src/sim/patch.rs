@@ -5,37 +5,7 @@
 
 use serde_json::{Map, Value};
 
-/// How a list field merges: by these keys, as a set of scalars, or atomically.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ListKind {
-    Map(Vec<&'static str>),
-    Set,
-    Atomic,
-}
-
-/// The merge strategy of a list field, judged by its name and items (the
-/// emulator has no OpenAPI schema; these are Kubernetes' declared keys).
-pub fn list_kind(field: Option<&str>, items: &[Value]) -> ListKind {
-    let all_have = |k: &str| !items.is_empty() && items.iter().all(|i| i.get(k).is_some());
-    let keys: Option<Vec<&'static str>> = match field {
-        Some("containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env" | "imagePullSecrets") => {
-            Some(vec!["name"])
-        }
-        Some("volumeMounts") => Some(vec!["mountPath"]),
-        Some("volumeDevices") => Some(vec!["devicePath"]),
-        Some("conditions") => Some(vec!["type"]),
-        Some("ownerReferences") => Some(vec!["uid"]),
-        Some("hostAliases") => Some(vec!["ip"]),
-        Some("ports") if all_have("containerPort") => Some(vec!["containerPort"]),
-        Some("ports") if all_have("port") => Some(vec!["port"]),
-        Some("finalizers") => return ListKind::Set,
-        _ => None,
-    };
-    match keys {
-        Some(k) if items.iter().all(|i| i.is_object()) => ListKind::Map(k),
-        _ => ListKind::Atomic,
-    }
-}
+pub use crate::kube::fields::{list_kind, ListKind};
 
 /// RFC 7386 JSON merge patch.
 pub fn merge_patch(target: &mut Value, patch: &Value) {

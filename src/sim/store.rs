@@ -12,10 +12,10 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use tokio::sync::broadcast;
 
-use super::fields;
 use super::patch;
 use super::registry::{Registry, ResourceType, Scale};
 use super::selector::{FieldSelector, LabelSelector};
+use crate::kube::fields;
 
 /// Events kept for watches that resume from a resourceVersion; older
 /// starting points get 410 Gone (and clients re-list), as with etcd compaction.

@@ -20,8 +20,8 @@ use tokio::sync::Mutex;
 use super::Aws;
 use crate::cloud::model::{Desired, LaunchTemplateData, RouteTarget, Rule, Source};
 use crate::cloud::observed::{ObservedInstance, ObservedSource};
+use crate::cloud::ops::{with_api_host, ObservedRuleRef, Op};
 use crate::cloud::tags;
-use crate::plan::{with_api_host, ObservedRuleRef, Op};
 use crate::spec::Role;
 
 /// Why an operation failed, and whether trying again may help.

@@ -1,12 +1,45 @@
-//! Server-side apply: which manager owns which fields (`managedFields`,
-//! FieldsV1), conflicts between managers, and removing fields a manager
-//! applied before and omits now.
+//! Server-side apply's field semantics: field paths over objects (which
+//! leaves an object sets, reading one by path), which manager owns which
+//! fields (`managedFields`, FieldsV1), conflicts between managers, and
+//! removing fields a manager applied before and omits now. The sim applies
+//! with it; the workload controller compares what it would apply with what
+//! is live by the same paths.
 
 use std::collections::BTreeSet;
 
-use serde_json::{json, Map, Value};
+/// How a list field merges: by these keys, as a set of scalars, or atomically.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListKind {
+    Map(Vec<&'static str>),
+    Set,
+    Atomic,
+}
 
-use super::patch::{list_kind, ListKind};
+/// The merge strategy of a list field, judged by its name and items (the
+/// emulator has no OpenAPI schema; these are Kubernetes' declared keys).
+pub fn list_kind(field: Option<&str>, items: &[Value]) -> ListKind {
+    let all_have = |k: &str| !items.is_empty() && items.iter().all(|i| i.get(k).is_some());
+    let keys: Option<Vec<&'static str>> = match field {
+        Some("containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env" | "imagePullSecrets") => {
+            Some(vec!["name"])
+        }
+        Some("volumeMounts") => Some(vec!["mountPath"]),
+        Some("volumeDevices") => Some(vec!["devicePath"]),
+        Some("conditions") => Some(vec!["type"]),
+        Some("ownerReferences") => Some(vec!["uid"]),
+        Some("hostAliases") => Some(vec!["ip"]),
+        Some("ports") if all_have("containerPort") => Some(vec!["containerPort"]),
+        Some("ports") if all_have("port") => Some(vec!["port"]),
+        Some("finalizers") => return ListKind::Set,
+        _ => None,
+    };
+    match keys {
+        Some(k) if items.iter().all(|i| i.is_object()) => ListKind::Map(k),
+        _ => ListKind::Atomic,
+    }
+}
+
+use serde_json::{json, Map, Value};
 
 /// One step of a field path: a field, a keyed list element, or a set member.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1,0 +1,145 @@
+//! The operations an executor runs against the cloud: the vocabulary
+//! between the plan (which decides them, pure) and the edge that performs
+//! them (`cloud::aws::ops`). Data only, so a plan that carries them
+//! serializes and is applied exactly as reviewed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cloud::model::{LaunchTemplateData, RouteTarget, Rule};
+use crate::cloud::observed::ObservedSource;
+use crate::spec::Role;
+
+/// The host part of the API endpoint in rendered user-data, replaced by
+/// the endpoint's address (the load balancer's DNS name, or the Elastic IP)
+/// once it exists ("known after apply").
+pub const API_HOST_PLACEHOLDER: &str = "@@API_HOST@@";
+
+/// Substitutes the API endpoint's host for the placeholder.
+pub fn with_api_host(user_data: &str, host: &str) -> String {
+    user_data.replace(API_HOST_PLACEHOLDER, host)
+}
+
+/// What the executor does for a change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum Op {
+    CreateVpc {
+        cidr: String,
+    },
+    CreateSubnet {
+        name: String,
+        zone: String,
+        cidr: String,
+        public: bool,
+    },
+    CreateInternetGateway,
+    AllocateAddress {
+        zone: String,
+    },
+    CreateNatGateway {
+        zone: String,
+        subnet: String,
+    },
+    CreateRouteTable {
+        name: String,
+    },
+    /// Sets the default route and subnet associations of a route table.
+    SyncRouteTable {
+        name: String,
+        default_route: Option<RouteTarget>,
+        subnets: Vec<String>,
+    },
+    CreateSecurityGroup {
+        name: String,
+        description: String,
+    },
+    SyncSecurityGroupRules {
+        name: String,
+        add: Vec<Rule>,
+        remove: Vec<ObservedRuleRef>,
+    },
+    CreateLoadBalancer {
+        name: String,
+        internal: bool,
+        subnets: Vec<String>,
+    },
+    CreateTargetGroup {
+        name: String,
+        port: u16,
+    },
+    CreateListener {
+        port: u16,
+    },
+    /// Points the API endpoint at the live control plane: registers it with
+    /// the load balancer's target group, or moves the Elastic IP to it.
+    SyncTargets,
+    CreateLaunchTemplate {
+        group: String,
+        name: String,
+        data: LaunchTemplateData,
+    },
+    CreateLaunchTemplateVersion {
+        group: String,
+        data: LaunchTemplateData,
+    },
+    LaunchInstances {
+        group: String,
+        role: Role,
+        count: u32,
+        subnets: Vec<String>,
+    },
+    TerminateInstances {
+        group: String,
+        ids: Vec<String>,
+        wait: bool,
+    },
+    DeleteLaunchTemplate {
+        group: String,
+        id: String,
+    },
+    DeleteListener {
+        arn: String,
+    },
+    DeleteLoadBalancer {
+        arn: String,
+    },
+    DeleteTargetGroup {
+        arn: String,
+    },
+    DeleteNatGateway {
+        id: String,
+    },
+    ReleaseAddress {
+        allocation_id: String,
+    },
+    DeleteRouteTable {
+        id: String,
+        associations: Vec<String>,
+    },
+    DeleteInternetGateway {
+        id: String,
+        vpc: Option<String>,
+    },
+    DeleteSubnet {
+        id: String,
+    },
+    DeleteSecurityGroup {
+        id: String,
+    },
+    DeleteVpc {
+        id: String,
+    },
+    /// A change pinfleet will not make by itself; apply stops and says why.
+    Refuse {
+        why: String,
+    },
+}
+
+/// An observed rule to revoke, with the source as AWS knows it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ObservedRuleRef {
+    pub protocol: String,
+    pub from_port: i32,
+    pub to_port: i32,
+    pub source: ObservedSource,
+}
