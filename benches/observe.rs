@@ -13,10 +13,10 @@ use pinfleet::apply::prepare::prepare;
 use pinfleet::cloud::aws::{Aws, AwsOptions};
 use pinfleet::spec::{self, LoadOptions};
 
-/// Instances in the cluster: 2,000, or PINFLEET_BENCH_count (the test
+/// Instances in the cluster: 2,000, or PINFLEET_BENCH_INSTANCES (the test
 /// suite runs a small one to show the benchmark sets itself up and ends).
 fn instances() -> u32 {
-    std::env::var("PINFLEET_BENCH_count").ok().and_then(|n| n.parse().ok()).unwrap_or(2000)
+    std::env::var("PINFLEET_BENCH_INSTANCES").ok().and_then(|n| n.parse().ok()).unwrap_or(2000)
 }
 const RUNS: usize = 3;
 

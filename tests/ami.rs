@@ -121,3 +121,46 @@ fn a_newer_image_rolls_canary_first_then_the_rest() {
     assert_eq!(h[0]["status"], "done");
     assert_eq!(h[0]["canaryGroup"], "general");
 }
+
+/// Two scheduled jobs started at the same moment: each writes its own
+/// record (numbered by a conditional create, not a listing), one rolls, the
+/// other is refused by the cluster lock and says so in its record.
+#[test]
+fn two_rollout_jobs_started_at_once_write_distinct_records() {
+    let w = World::new("amitwo", 1);
+    let base = w.clusters_dir().join("bases/aws-standard.yaml");
+    let text = std::fs::read_to_string(&base)
+        .unwrap()
+        .replace("owners: [\"099720109477\"]", "owners: [\"self\"]")
+        .replace("ubuntu/images/hvm-ssd*/ubuntu-*-amd64-server-*", "pinfleet-node-*");
+    std::fs::write(&base, text).unwrap();
+    register_image(&w, "pinfleet-node-2026.10.1");
+    w.ok(&["bootstrap", "amitwo", "--yes"]);
+    let kubeconfig = w.dir.path().join("sim.yaml");
+    let mut sim = w
+        .command(&["sim", "--cluster", "amitwo", "--kubeconfig", kubeconfig.to_str().unwrap(), "--boot-delay", "1s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let new = register_image(&w, "pinfleet-node-2026.11.1");
+    let kc = kubeconfig.to_str().unwrap();
+    let args =
+        ["ami", "rollout", "amitwo", "--yes", "--soak", "1s", "--kubeconfig", kc, "--validate-interval", "200ms"];
+    let jobs: Vec<std::process::Child> =
+        (0..2).map(|_| w.command(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()).collect();
+    let outcomes: Vec<std::process::Output> = jobs.into_iter().map(|j| j.wait_with_output().unwrap()).collect();
+    let _ = sim.kill();
+    let _ = sim.wait();
+    let ok = outcomes.iter().filter(|o| o.status.success()).count();
+    assert_eq!(ok, 1, "one job rolls, the other is refused: {:?}", outcomes.iter().map(stderr).collect::<Vec<_>>());
+    let history = w.json(&["ami", "history", "amitwo"]);
+    let h = history.as_array().unwrap();
+    let numbers: Vec<u64> = h.iter().map(|r| r["number"].as_u64().unwrap()).collect();
+    assert_eq!(numbers, vec![1, 2], "{history:#}");
+    let statuses: Vec<&str> = h.iter().map(|r| r["status"].as_str().unwrap()).collect();
+    assert!(statuses.contains(&"done"), "{statuses:?}");
+    assert!(statuses.iter().any(|s| s.starts_with("halted:") && s.contains("locked")), "{statuses:?}");
+    assert!(w.instances().iter().all(|i| i["image"] == new.as_str()));
+}

@@ -1,7 +1,8 @@
 //! Federation across three sims, each running the workload controller:
 //! apply splits the app, a member that fails is excluded and its replicas
 //! move to the others, and after it recovers they move back only with
-//! --rebalance.
+//! --rebalance, whichever operator runs the next apply (the failover memory
+//! is in the state store, not a home folder).
 
 #[path = "support/kube.rs"]
 mod kube_support;
@@ -102,7 +103,11 @@ fn apply_fail_over_and_rebalance_across_three_clusters() {
     std::fs::create_dir_all(clusters.join("bases")).unwrap();
     std::fs::create_dir_all(clusters.join("federations")).unwrap();
     std::fs::copy(root.join("clusters/bases/aws-standard.yaml"), clusters.join("bases/aws-standard.yaml")).unwrap();
-    let src = std::fs::read_to_string(root.join("clusters/dev-local.yaml")).unwrap();
+    // One state store (a folder) for every operator: the failover memory is there.
+    let store = format!("file://{}", dir.path().join("state").display());
+    let src = std::fs::read_to_string(root.join("clusters/dev-local.yaml"))
+        .unwrap()
+        .replace("s3://pinfleet-state-dev/clusters", &store);
     let mut kcs = Vec::new();
     for (name, region) in [("fed-a", "us-east-1"), ("fed-b", "us-east-1"), ("fed-c", "us-west-2")] {
         let text = src.replace("name: dev-local", &format!("name: {name}"));
@@ -118,12 +123,14 @@ fn apply_fail_over_and_rebalance_across_three_clusters() {
         "apiVersion: pinfleet.dev/v1alpha1\nkind: FederatedService\nmetadata: {name: web, namespace: shop}\nspec:\n  federation: shop\n  totalReplicas: 12\n  template:\n    owner: {team: shop, project: web}\n    ports: [{name: http, port: 8080}]\n    template:\n      spec:\n        containers: [{name: app, image: shop/web:2.0, resources: {requests: {cpu: 100m, memory: 64Mi}}}]\n",
     )
     .unwrap();
+    // Two operators on two machines: two homes.
+    let operator = std::cell::Cell::new("home");
     let pinfleet = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_pinfleet"))
             .args(args)
             .args(["--kubeconfig-dir", dir.path().join("kubeconfigs").to_str().unwrap(), "--timeout", "60s"])
             .env("PINFLEET_CLUSTERS_DIR", &clusters)
-            .env("PINFLEET_HOME", dir.path().join("home"))
+            .env("PINFLEET_HOME", dir.path().join(operator.get()))
             .env("NO_COLOR", "1")
             .output()
             .unwrap();
@@ -148,8 +155,11 @@ fn apply_fail_over_and_rebalance_across_three_clusters() {
     pinfleet(&["federation", "apply", "web", "--yes", "--grace", "0s"]);
     assert_eq!(split(), vec![6, 6, 0]);
 
-    // Back again: replicas stay where they are without --rebalance.
+    // Back again, and another operator on another machine runs the next
+    // apply: the failover is remembered in the state store, so replicas
+    // stay where they are without --rebalance.
     set_ready(&kcs[2], "fed-c", true);
+    operator.set("home-of-another-operator");
     let out = pinfleet(&["federation", "apply", "web", "--yes", "--grace", "0s"]);
     assert!(out.contains("recovered"), "{out}");
     assert_eq!(split(), vec![6, 6, 0]);

@@ -5,6 +5,7 @@
 //! after two years and filtered lookups stop returning them — the failure
 //! kops users hit), unless pinned by id, which only warns.
 
+pub mod job;
 pub mod window;
 
 use chrono::{DateTime, Utc};

@@ -12,7 +12,6 @@ use anyhow::{bail, Context as _, Result};
 use chrono::Utc;
 use clap::{Args, Subcommand};
 use owo_colors::OwoColorize;
-use serde::{Deserialize, Serialize};
 
 use super::cloud::{CloudArgs, Session};
 use super::upgrade::{roll_locked, RollArgs};
@@ -67,32 +66,7 @@ pub struct RolloutArgs {
     pub cloud: CloudArgs,
 }
 
-/// One group's images.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GroupImage {
-    pub group: String,
-    /// What the launch template runs now (None before the first apply).
-    pub current: Option<String>,
-    pub resolved: String,
-    pub resolved_name: String,
-    pub resolved_created: Option<chrono::DateTime<Utc>>,
-    pub newer: bool,
-}
-
-/// A rollout decision, as recorded in the state store (`ami/NNNNNNNN.json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AmiRollout {
-    pub number: u64,
-    pub decided_at: chrono::DateTime<Utc>,
-    pub by: String,
-    pub canary_group: String,
-    pub groups: Vec<GroupImage>,
-    pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<chrono::DateTime<Utc>>,
-}
+pub use crate::ami::job::{AmiRollout, GroupImage, RolloutStatus};
 
 pub async fn run(g: &GlobalArgs, args: AmiArgs) -> Result<ExitCode> {
     match args.command {
@@ -215,9 +189,8 @@ async fn rollout(g: &GlobalArgs, a: RolloutArgs) -> Result<ExitCode> {
     let client = crate::kube::client_from_kubeconfig(&kubeconfig, crate::kube::Retry::Never).await?;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let (by, host) = crate::state::whoami();
-    let number = store.list("ami/").await?.len() as u64 + 1;
-    let mut record = AmiRollout {
-        number,
+    let record = AmiRollout {
+        number: 0,
         decided_at: now,
         by: match s.aws.caller_identity().await {
             Some(arn) => format!("{by}@{host} as {arn}"),
@@ -225,23 +198,29 @@ async fn rollout(g: &GlobalArgs, a: RolloutArgs) -> Result<ExitCode> {
         },
         canary_group: canary.clone(),
         groups: changed.clone(),
-        status: "rolling canary".into(),
+        status: RolloutStatus::RollingCanary,
         finished_at: None,
     };
-    let key = format!("ami/{number:08}.json");
-    store.put_json(&key, &record).await?;
+    // Numbered by a conditional create: a job started at the same moment
+    // gets its own record, and the one refused by the lock says so there.
+    let mut record = crate::ami::job::create(&store, record).await?;
     let result = Lock::with(&store, &command, async {
         let mut opts = a.roll.options();
         opts.groups = vec![canary.clone()];
-        writeln!(anstream::stderr(), "{} rolling the canary group {canary}", "ami:".bold())?;
+        writeln!(
+            anstream::stderr(),
+            "{} rolling the canary group {canary} (record #{})",
+            "ami:".bold(),
+            record.number
+        )?;
         roll_locked(g, &s, &store, &pki, client.clone(), &opts, "ami rollout (canary)").await?;
-        record.status = "soaking".into();
-        store.put_json(&key, &record).await?;
+        record.status = RolloutStatus::Soaking;
+        crate::ami::job::save(&store, &record).await?;
         soak(&client, a.soak).await?;
         let rest: Vec<String> = changed.iter().map(|i| i.group.clone()).filter(|x| x != &canary).collect();
         if !rest.is_empty() {
-            record.status = "rolling".into();
-            store.put_json(&key, &record).await?;
+            record.status = RolloutStatus::Rolling;
+            crate::ami::job::save(&store, &record).await?;
             writeln!(anstream::stderr(), "{} the canary held; rolling {}", "ami:".bold(), rest.join(", "))?;
             opts.groups = rest;
             roll_locked(g, &s, &store, &pki, client.clone(), &opts, "ami rollout").await?;
@@ -250,11 +229,11 @@ async fn rollout(g: &GlobalArgs, a: RolloutArgs) -> Result<ExitCode> {
     })
     .await;
     record.status = match &result {
-        Ok(()) => "done".into(),
-        Err(e) => format!("halted: {e:#}"),
+        Ok(()) => RolloutStatus::Done,
+        Err(e) => RolloutStatus::Halted(format!("{e:#}")),
     };
     record.finished_at = Some(Utc::now());
-    store.put_json(&key, &record).await?;
+    crate::ami::job::save(&store, &record).await?;
     result?;
     writeln!(anstream::stderr(), "{} {} runs the new image in every group", "done:".green().bold(), s.name())?;
     Ok(ExitCode::SUCCESS)
@@ -282,13 +261,7 @@ async fn history(g: &GlobalArgs, a: ResolveArgs) -> Result<ExitCode> {
         writeln!(anstream::stderr(), "no state store yet")?;
         return Ok(ExitCode::SUCCESS);
     };
-    let mut rows: Vec<AmiRollout> = Vec::new();
-    for k in store.list("ami/").await? {
-        if let Some(r) = store.get_json::<AmiRollout>(&k).await? {
-            rows.push(r);
-        }
-    }
-    rows.sort_by_key(|r| r.number);
+    let rows = crate::ami::job::history(&store).await?;
     if g.output != Format::Text {
         print_data(g.output, &rows)?;
         return Ok(ExitCode::SUCCESS);

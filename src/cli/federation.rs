@@ -2,22 +2,22 @@
 //! members of its federation (clusters whose `spec.federation.name` names
 //! it), from `clusters/federations/APP.yaml`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use clap::{Args, Subcommand};
 use owo_colors::OwoColorize;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::cloud::{home, Target};
+use super::cloud::Target;
 use super::GlobalArgs;
 use crate::federation::fanout::{self, FederatedService, Observed};
-use crate::federation::placement::{self, Share};
+use crate::federation::health;
 use crate::output::{print_data, Format};
 use crate::spec::Cluster;
 
@@ -56,21 +56,13 @@ pub struct FedArgs {
     /// Do it (apply only).
     #[arg(long, short = 'y')]
     pub yes: bool,
+    /// Where the failover memory is kept, shared by every operator
+    /// (default: the first member's state store).
+    #[arg(long)]
+    pub state_store: Option<String>,
     /// How long members gaining replicas may take to be Ready.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
-}
-
-/// What the CLI remembers between runs (`<home>/federation/APP.json`).
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Memory {
-    unhealthy_since: BTreeMap<String, DateTime<Utc>>,
-    failed_over: BTreeSet<String>,
-}
-
-fn memory_path(app: &str) -> PathBuf {
-    home().join("federation").join(format!("{app}.json"))
 }
 
 #[derive(Debug, Serialize)]
@@ -144,54 +136,23 @@ async fn world(g: &GlobalArgs, a: &FedArgs) -> Result<World> {
     Ok(World { fs, members, clients, observed })
 }
 
-/// The placement now, with health from the grace period and stickiness.
-fn decide(
-    w: &World,
-    a: &FedArgs,
-    mem: &mut Memory,
-    now: DateTime<Utc>,
-) -> Result<(Vec<Share>, BTreeMap<String, String>)> {
-    let mut health = BTreeMap::new();
-    let mut members = Vec::new();
-    let mut policy = w.fs.spec.placement.clone();
-    for c in &w.members {
-        let name = c.metadata.name.clone();
-        let o = &w.observed[&name];
-        let up = o.reachable && o.ready_nodes > 0;
-        let state = if up {
-            mem.unhealthy_since.remove(&name);
-            if mem.failed_over.contains(&name) && !a.rebalance {
-                "recovered (kept out; --rebalance moves replicas back)".to_string()
-            } else {
-                mem.failed_over.remove(&name);
-                "healthy".to_string()
-            }
-        } else {
-            let since = *mem.unhealthy_since.entry(name.clone()).or_insert(now);
-            let why = o.error.clone().unwrap_or_else(|| "no Ready nodes".into());
-            if now - since >= chrono::Duration::from_std(a.grace).unwrap_or_default() {
-                mem.failed_over.insert(name.clone());
-                format!("failed over: {why}")
-            } else {
-                format!(
-                    "unhealthy for {}s (grace {}): {why}",
-                    (now - since).num_seconds(),
-                    humantime::format_duration(a.grace)
-                )
-            }
-        };
-        // Within its grace period a member keeps its replicas.
-        let in_grace = !up && !mem.failed_over.contains(&name);
-        let placeable = (up && !mem.failed_over.contains(&name)) || in_grace;
-        if in_grace {
-            // It keeps what it runs until the grace period ends.
-            policy.clusters.insert(name.clone(), placement::Limit { min: o.desired, max: Some(o.desired) });
-        }
-        members.push(fanout::member(c, o, placeable));
-        health.insert(name, state);
-    }
-    let shares = placement::place(&w.fs.metadata.name, w.fs.spec.total_replicas, &policy, &members)?;
-    Ok((shares, health))
+/// The state store holding the failover memory: `--state-store`, else the
+/// first member's (by name), so every operator finds the same one.
+async fn memory_store(a: &FedArgs, w: &World) -> Result<crate::state::Store> {
+    let first = w.members.first().context("the federation has no members")?;
+    let url = a.state_store.clone().unwrap_or_else(|| first.spec.state_store.clone());
+    let aws = if url.starts_with("s3://") {
+        let opts = crate::cloud::aws::AwsOptions::from_env(
+            crate::cloud::aws::Target::Aws,
+            Some(first.spec.cloud.region.clone()),
+        )?;
+        Some(crate::cloud::aws::Aws::connect(&opts).await?)
+    } else {
+        None
+    };
+    crate::state::Store::open(&url, &first.metadata.name, aws.as_ref())
+        .await
+        .with_context(|| format!("opening {url} for the federation's failover memory"))
 }
 
 pub async fn run(g: &GlobalArgs, args: FederationArgs) -> Result<ExitCode> {
@@ -201,9 +162,10 @@ pub async fn run(g: &GlobalArgs, args: FederationArgs) -> Result<ExitCode> {
         FederationCommand::Status(a) => (a, "status"),
     };
     let w = world(g, a).await?;
-    let mpath = memory_path(&a.app);
-    let mut mem: Memory = std::fs::read(&mpath).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
-    let (shares, health) = decide(&w, a, &mut mem, Utc::now())?;
+    let store = memory_store(a, &w).await?;
+    let mut mem = health::load(&store, &a.app).await?;
+    let policy = health::Policy { grace: a.grace, rebalance: a.rebalance };
+    let (shares, health) = health::assess(&w.fs, &w.members, &w.observed, &mut mem, policy, Utc::now())?;
     let rows: Vec<Row> = shares
         .iter()
         .map(|s| {
@@ -261,10 +223,7 @@ pub async fn run(g: &GlobalArgs, args: FederationArgs) -> Result<ExitCode> {
     for x in &applied {
         writeln!(anstream::stderr(), "{}: {} → {} ({})", x.cluster, x.from, x.to, x.action)?;
     }
-    if let Some(dir) = mpath.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    std::fs::write(&mpath, serde_json::to_vec_pretty(&mem)?)?;
+    health::save(&store, &a.app, &mem).await?;
     writeln!(anstream::stderr(), "{} {} placed", "done:".green().bold(), w.fs.metadata.name)?;
     Ok(ExitCode::SUCCESS)
 }

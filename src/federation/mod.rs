@@ -13,4 +13,5 @@
 //! ```
 
 pub mod fanout;
+pub mod health;
 pub mod placement;
