@@ -7,6 +7,7 @@
 //! plan is recomputed from observation, so a re-run after any interruption
 //! converges without duplicates.
 
+pub mod cluster;
 pub mod prepare;
 
 use std::collections::BTreeSet;

@@ -44,7 +44,7 @@ impl Target {
     /// Where the admin kubeconfig of a cluster on this target is written.
     pub fn kubeconfig(self, cluster: &str) -> std::path::PathBuf {
         match self {
-            Target::Aws | Target::Localstack => home().join("kubeconfig").join(format!("{cluster}.yaml")),
+            Target::Aws | Target::Localstack => crate::apply::cluster::kubeconfig_path(cluster),
             Target::Kind => home().join("kind").join(cluster).join("kubeconfig.yaml"),
             Target::Sim => home().join("sim").join(cluster).join("kubeconfig.yaml"),
         }
@@ -108,7 +108,4 @@ impl Session {
     }
 }
 
-/// The local folder for kubeconfigs and other per-user files.
-pub fn home() -> std::path::PathBuf {
-    std::env::var_os("PINFLEET_HOME").map(Into::into).unwrap_or_else(|| ".pinfleet".into())
-}
+pub use crate::state::home;

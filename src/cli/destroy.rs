@@ -8,14 +8,10 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 use owo_colors::OwoColorize;
 
-use super::cloud::{home, CloudArgs, Session};
+use super::cloud::{CloudArgs, Session};
 use super::GlobalArgs;
-use crate::apply::{self, prepare};
-use crate::cloud::aws::observe::observe;
-use crate::cloud::model;
+use crate::apply::cluster;
 use crate::output::{print_data, Format};
-use crate::state::lock::Lock;
-use crate::state::HistoryRecord;
 
 #[derive(Debug, Args)]
 pub struct DestroyArgs {
@@ -42,7 +38,6 @@ pub async fn run(g: &GlobalArgs, args: DestroyArgs) -> Result<ExitCode> {
     }
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
     let name = s.name().to_string();
-    let lb_name = model::load_balancer_name(&name);
     let show = |plan: &crate::plan::Plan| -> Result<()> {
         match g.output {
             Format::Text => write!(anstream::stdout(), "{}", crate::plan::show::text(plan, true))?,
@@ -51,33 +46,13 @@ pub async fn run(g: &GlobalArgs, args: DestroyArgs) -> Result<ExitCode> {
         Ok(())
     };
     if !args.yes {
-        let observed = observe(&s.aws, &name, Some(&lb_name)).await?;
-        show(&crate::plan::destroy(&name, &observed))?;
+        show(&cluster::destroy_plan(&s.aws, &s.loaded.cluster).await?)?;
         writeln!(anstream::stderr(), "\nNothing deleted. Run `pinfleet destroy {name} --yes` to delete these.")?;
         return Ok(ExitCode::SUCCESS);
     }
     let store = s.store(true).await?.context("state store")?;
-    let full_command = std::env::args().collect::<Vec<_>>().join(" ");
-    let removed = Lock::with(&store, &full_command, async {
-        let observed = observe(&s.aws, &name, Some(&lb_name)).await?;
-        let plan = crate::plan::destroy(&name, &observed);
-        show(&plan)?;
-        let desired = model::Desired::skeleton(&s.loaded.cluster);
-        let revision = store.next_revision().await?;
-        let ctx = prepare::context(&s.aws, &s.loaded.cluster, desired, &observed, None, revision);
-        let report = apply::execute(&plan, ctx, &apply::Options::default()).await?;
-        if !plan.is_empty() {
-            let record =
-                HistoryRecord::of_plan(revision, &full_command, &plan).acting_as(s.aws.caller_identity().await);
-            store.put_json(&format!("{}{:08}.json", crate::state::HISTORY_PREFIX, revision), &record).await?;
-        }
-        // The cluster no longer exists: its spec and PKI go, its history stays.
-        store.delete(crate::state::SPEC_KEY).await?;
-        store.delete(crate::state::pki::PKI_KEY).await?;
-        let _ = std::fs::remove_file(home().join("kubeconfig").join(format!("{name}.yaml")));
-        Ok(report)
-    })
-    .await?;
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let removed = cluster::destroy(&s.aws, &s.loaded.cluster, &store, &command, show).await?;
     writeln!(anstream::stderr(), "{} removed {} resource(s) of {name}", "done:".green().bold(), removed.done.len())?;
     s.report_calls(g);
     Ok(ExitCode::SUCCESS)

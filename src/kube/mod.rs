@@ -6,6 +6,7 @@ pub mod cron;
 pub mod drain;
 pub mod fields;
 pub mod validation;
+pub mod wait;
 
 use std::path::Path;
 use std::sync::Once;

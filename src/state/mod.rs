@@ -409,6 +409,12 @@ impl Store {
     }
 }
 
+/// The local folder for kubeconfigs and other per-user files
+/// (`PINFLEET_HOME`, default `.pinfleet`).
+pub fn home() -> std::path::PathBuf {
+    std::env::var_os("PINFLEET_HOME").map(Into::into).unwrap_or_else(|| ".pinfleet".into())
+}
+
 /// Who is running this (for locks and history): the login name (from the
 /// environment, else the process's uid in /etc/passwd, as `id -un` does)
 /// and the host name (the kernel's, as `hostname` prints it).
