@@ -3,7 +3,7 @@
 //! (or are annotated `pinfleet.dev/needs-update`, or all with `--force`),
 //! under the cluster lock, resumably.
 
-use std::io::{IsTerminal as _, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -15,7 +15,6 @@ use owo_colors::OwoColorize;
 use super::cloud::{CloudArgs, Session};
 use super::GlobalArgs;
 use crate::output::{print_data, Format};
-use crate::rollout::driver::Event;
 use crate::rollout::run::{self, GroupStatus, Options};
 use crate::state::lock::Lock;
 use crate::state::pki::Pki;
@@ -153,8 +152,7 @@ fn show_table(g: &GlobalArgs, rows: &[GroupStatus]) -> Result<()> {
     Ok(())
 }
 
-/// The body of a roll under the lock: apply what is pending, record
-/// progress in the state store, roll with progress bars or JSON events.
+/// A roll under the lock (the caller holds it), shown as the output format asks.
 pub async fn roll_locked(
     g: &GlobalArgs,
     s: &Session,
@@ -164,120 +162,10 @@ pub async fn roll_locked(
     opts: &Options,
     why: &str,
 ) -> Result<Vec<crate::rollout::driver::GroupReport>> {
-    let cluster = &s.loaded.cluster;
-    let revision = store.next_revision().await?;
-    let (p, applied) = run::apply_pending(&s.aws, cluster, pki, revision).await?;
-    if let Some(plan) = applied {
-        // Recorded like any apply, so `history` shows it.
-        let command = std::env::args().collect::<Vec<_>>().join(" ");
-        let record =
-            crate::state::HistoryRecord::of_plan(revision, &command, &plan).acting_as(s.aws.caller_identity().await);
-        store.record(&record, cluster).await?;
-        writeln!(
-            anstream::stderr(),
-            "applied the pending changes as revision {revision} (new launch-template versions)"
-        )?;
-    }
-    let json = g.output == Format::Json;
-    let bars = (!json && std::io::stderr().is_terminal()).then(indicatif::MultiProgress::new);
-    let group_bars: std::sync::Mutex<std::collections::BTreeMap<String, indicatif::ProgressBar>> = Default::default();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
-    let on = |e: Event| {
-        let _ = tx.send(e.clone());
-        if json {
-            let _ = writeln!(anstream::stdout(), "{}", serde_json::to_string(&e).unwrap_or_default());
-            return;
-        }
-        let mut gb = group_bars.lock().expect("bars");
-        match (&bars, &e) {
-            (Some(mp), Event::Started { group, outdated, .. }) => {
-                let b = mp.add(indicatif::ProgressBar::new(*outdated as u64));
-                b.set_style(
-                    indicatif::ProgressStyle::with_template("{prefix:>14} [{bar:30}] {pos}/{len} eta {eta} {wide_msg}")
-                        .expect("valid template")
-                        .progress_chars("=> "),
-                );
-                b.set_prefix(group.clone());
-                gb.insert(group.clone(), b);
-            }
-            (Some(_), Event::Replaced { group, instance, .. }) => {
-                if let Some(b) = gb.get(group) {
-                    b.inc(1);
-                    b.set_message(format!("replaced {instance}"));
-                }
-            }
-            (Some(_), Event::Draining { group, instance, node }) => {
-                if let Some(b) = gb.get(group) {
-                    b.set_message(format!("draining {} ({instance})", node.as_deref().unwrap_or("-")));
-                }
-            }
-            (Some(_), Event::Finished { group, .. }) => {
-                if let Some(b) = gb.get(group) {
-                    b.finish();
-                }
-            }
-            _ => {
-                let line = match &e {
-                    Event::Started { group, outdated, machines } => {
-                        format!("{group}: {outdated} of {machines} machine(s) to replace")
-                    }
-                    Event::Launched { group, ids } => format!("{group}: launched {}", ids.join(", ")),
-                    Event::Draining { group, instance, node } => {
-                        format!("{group}: draining {} ({instance})", node.as_deref().unwrap_or("no node"))
-                    }
-                    Event::Replaced { group, instance, done, total } => {
-                        format!("{group}: replaced {instance} ({done}/{total})")
-                    }
-                    Event::Finished { group, replaced, seconds } => {
-                        format!("{group}: done, {replaced} replaced in {seconds:.1}s")
-                    }
-                };
-                let _ = writeln!(anstream::stderr(), "{line}");
-            }
-        }
-    };
-    // Progress lands in the state store as it happens (rollout.json).
-    let writer_store = store.clone();
-    let started = chrono::Utc::now();
-    let why = why.to_string();
-    let writer = tokio::spawn(async move {
-        let mut groups: std::collections::BTreeMap<String, serde_json::Value> = Default::default();
-        while let Some(e) = rx.recv().await {
-            match &e {
-                Event::Started { group, outdated, machines } => {
-                    groups.insert(group.clone(), serde_json::json!({"outdated": outdated, "machines": machines, "replaced": 0, "status": "rolling"}));
-                }
-                Event::Replaced { group, done, .. } => {
-                    if let Some(g) = groups.get_mut(group) {
-                        g["replaced"] = (*done).into();
-                    }
-                }
-                Event::Finished { group, .. } => {
-                    if let Some(g) = groups.get_mut(group) {
-                        g["status"] = "done".into();
-                    }
-                }
-                _ => continue,
-            }
-            let doc = serde_json::json!({"why": why, "startedAt": started, "updatedAt": chrono::Utc::now(), "groups": groups});
-            if let Err(err) = writer_store.put_json("rollout.json", &doc).await {
-                tracing::warn!("recording roll progress: {err:#}");
-            }
-        }
-    });
-    let result = run::roll(&s.aws, cluster, &p, client, opts, revision, &on).await;
-    drop(tx);
-    let _ = writer.await;
-    if let Some(mp) = &bars {
-        let _ = mp.clear();
-    }
-    let outcome = match &result {
-        Ok(r) => serde_json::json!({"status": "done", "groups": r}),
-        Err(e) => serde_json::json!({"status": "halted", "error": format!("{e:#}")}),
-    };
-    let mut doc = store.get_json::<serde_json::Value>("rollout.json").await?.unwrap_or_else(|| serde_json::json!({}));
-    doc["outcome"] = outcome;
-    doc["finishedAt"] = serde_json::json!(chrono::Utc::now());
-    store.put_json("rollout.json", &doc).await?;
+    let view = crate::output::RollView::new(g.output == Format::Json);
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let on = |e: crate::rollout::driver::Event| view.show(&e);
+    let result = run::upgrade(&s.aws, &s.loaded.cluster, store, pki, client, opts, why, &command, &on).await;
+    view.clear();
     result
 }

@@ -80,7 +80,7 @@ pub enum Event {
     Finished { group: String, replaced: usize, seconds: f64 },
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct GroupReport {
     pub group: String,
     pub replaced: usize,

@@ -174,3 +174,64 @@ pub async fn roll(
     let (cp, ng) = group_rolls(cluster, p, opts);
     driver::roll(&machines, &nodes, &cp, &ng, opts.max_parallel_groups, on).await
 }
+
+/// One roll under the cluster lock, as `upgrade` and the AMI job run it:
+/// the pending changes applied first (new launch-template versions,
+/// recorded in history like any apply), then the roll, its progress kept
+/// in the state store as it happens ([`crate::state::progress`]). `on`
+/// sees every event (the command shows them).
+#[allow(clippy::too_many_arguments)]
+pub async fn upgrade(
+    aws: &Aws,
+    cluster: &Cluster,
+    store: &crate::state::Store,
+    pki: &Pki,
+    client: kube::Client,
+    opts: &Options,
+    why: &str,
+    command: &str,
+    on: &dyn Fn(Event),
+) -> Result<Vec<GroupReport>> {
+    use crate::state::progress::{self, Outcome, RollProgress};
+    use std::io::Write as _;
+    let revision = store.next_revision().await?;
+    let (p, applied) = apply_pending(aws, cluster, pki, revision).await?;
+    if let Some(plan) = applied {
+        let record =
+            crate::state::HistoryRecord::of_plan(revision, command, &plan).acting_as(aws.caller_identity().await);
+        store.record(&record, cluster).await?;
+        writeln!(
+            anstream::stderr(),
+            "applied the pending changes as revision {revision} (new launch-template versions)"
+        )?;
+    }
+    // Progress lands in the state store as it happens, from its own task so
+    // a slow write never holds up the roll.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    let writer_store = store.clone();
+    let mut record = RollProgress::new(why, chrono::Utc::now());
+    let writer = tokio::spawn(async move {
+        while let Some(e) = rx.recv().await {
+            if record.record(&e, chrono::Utc::now()) {
+                if let Err(err) = writer_store.put_json(progress::KEY, &record).await {
+                    tracing::warn!("recording roll progress: {err:#}");
+                }
+            }
+        }
+        record
+    });
+    let forward = |e: Event| {
+        let _ = tx.send(e.clone());
+        on(e);
+    };
+    let result = roll(aws, cluster, &p, client, opts, revision, &forward).await;
+    drop(tx);
+    let mut record = writer.await.unwrap_or_else(|_| RollProgress::new(why, chrono::Utc::now()));
+    let outcome = match &result {
+        Ok(r) => Outcome::Done { groups: r.clone() },
+        Err(e) => Outcome::Halted { error: format!("{e:#}") },
+    };
+    record.finish(outcome, chrono::Utc::now());
+    store.put_json(progress::KEY, &record).await?;
+    result
+}

@@ -7,6 +7,7 @@
 
 pub mod lock;
 pub mod pki;
+pub mod progress;
 
 use std::path::PathBuf;
 
