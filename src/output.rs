@@ -107,3 +107,79 @@ impl RollView {
         }
     }
 }
+
+/// An addon install shown as it happens: JSON events (`-o json`), a bar on
+/// a terminal, or one line per event.
+pub struct AddonView {
+    json: bool,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl AddonView {
+    pub fn new(json: bool, progress: bool, addons: usize) -> Self {
+        let bar = (progress && !json).then(|| {
+            let b = indicatif::ProgressBar::new(addons as u64);
+            b.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} addons [{bar:20}] {pos}/{len} {elapsed} {wide_msg}")
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            );
+            b.enable_steady_tick(std::time::Duration::from_millis(120));
+            b
+        });
+        AddonView { json, bar }
+    }
+
+    pub fn show(&self, e: &crate::addons::install::Event) {
+        use crate::addons::install::Event;
+        use owo_colors::OwoColorize as _;
+        if self.json {
+            let _ = writeln!(anstream::stdout(), "{}", serde_json::to_string(e).unwrap_or_default());
+            return;
+        }
+        let line = match e {
+            Event::Applying { addon, objects } => format!("{addon}: applying {objects} object(s)"),
+            Event::Waiting { addon, object, why } => format!("{addon}: waiting for {object}: {why}"),
+            Event::Ready(r) => {
+                let from = match &r.from {
+                    Some(v) if v != &r.version => format!(" (was {v})"),
+                    Some(_) => String::new(),
+                    None => " (new)".into(),
+                };
+                format!("{} {}{from}: ready, {} changed, {:.1}s", r.name, r.version, r.changed, r.seconds)
+            }
+            Event::Pruned(k) => format!("pruned {k}"),
+        };
+        match &self.bar {
+            Some(b) if matches!(e, Event::Ready(_)) => {
+                b.inc(1);
+                b.println(format!("{} {line}", "✓".green()));
+            }
+            Some(b) => b.set_message(line),
+            None => {
+                let _ = writeln!(anstream::stderr(), "{line}");
+            }
+        }
+    }
+
+    /// Clears the bar and, for people, sums up.
+    pub fn finish(&self, report: Option<&crate::addons::install::Report>) {
+        use owo_colors::OwoColorize as _;
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+        let Some(report) = report.filter(|_| !self.json) else { return };
+        let changed: usize = report.addons.iter().map(|a| a.changed).sum();
+        let mut e = anstream::stderr();
+        let _ = writeln!(
+            e,
+            "{} {} addon(s) ready, {changed} object(s) changed, {} pruned",
+            "addons:".bold(),
+            report.addons.len(),
+            report.pruned.len()
+        );
+        for k in &report.kept {
+            let _ = writeln!(e, "  kept {k} (no addon renders it; --prune-crds removes it)");
+        }
+    }
+}

@@ -28,3 +28,32 @@ pub fn render_for(cluster: &crate::spec::Cluster, packages: &[Package]) -> anyho
     let selected = select(cluster, packages)?;
     Ok(render(cluster, &selected)?)
 }
+
+/// The cluster's addons, rendered from the packages under `addons_dir`
+/// (errors located: addon, file, line).
+pub fn rendered(addons_dir: &std::path::Path, cluster: &crate::spec::Cluster) -> anyhow::Result<Vec<RenderedAddon>> {
+    use anyhow::Context as _;
+    let packages = load_all(addons_dir)?;
+    render_for(cluster, &packages)
+        .with_context(|| format!("the addons of cluster {} do not render", cluster.metadata.name))
+}
+
+/// What was installed, by whom and when (`addons.json` in the state store).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstalledRecord {
+    pub installed_at: chrono::DateTime<chrono::Utc>,
+    pub by: String,
+    pub versions: std::collections::BTreeMap<String, String>,
+}
+
+/// Records an install's versions in the cluster's state store.
+pub async fn record(store: &crate::state::Store, report: &install::Report) -> anyhow::Result<()> {
+    let (by, host) = crate::state::whoami();
+    let rec = InstalledRecord {
+        installed_at: chrono::Utc::now(),
+        by: format!("{by}@{host}"),
+        versions: report.addons.iter().map(|a| (a.name.clone(), a.version.clone())).collect(),
+    };
+    store.put_json("addons.json", &rec).await.map(|_| ())
+}

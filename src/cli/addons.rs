@@ -7,14 +7,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use clap::{Args, Subcommand};
 use owo_colors::OwoColorize;
 use serde::Serialize;
 
 use super::cloud::{CloudArgs, Session};
 use super::GlobalArgs;
-use crate::addons::install::{Event, Options, Report};
+use crate::addons::install::{Options, Report};
 use crate::addons::{self, Installer, RenderedAddon};
 use crate::output::{print_data, Format};
 
@@ -100,9 +100,7 @@ pub async fn run(g: &GlobalArgs, args: AddonsArgs) -> Result<ExitCode> {
 
 /// The cluster's addons, rendered (errors located: addon, file, line).
 pub fn rendered(g: &GlobalArgs, cluster: &crate::spec::Cluster) -> Result<Vec<RenderedAddon>> {
-    let packages = addons::load_all(&g.addons_dir)?;
-    addons::render_for(cluster, &packages)
-        .with_context(|| format!("the addons of cluster {} do not render", cluster.metadata.name))
+    addons::rendered(&g.addons_dir, cluster)
 }
 
 #[derive(Serialize)]
@@ -215,9 +213,8 @@ async fn diff(g: &GlobalArgs, a: ClusterArgs) -> Result<ExitCode> {
     Ok(if diffs.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
 
-/// Renders and installs the cluster's addon set into the cluster behind
-/// `kubeconfig`, showing progress (spinners on a terminal, lines
-/// otherwise, JSON events with `-o json`).
+/// Installs the cluster's addon set into the cluster behind `kubeconfig`,
+/// shown as the output format asks ([`crate::output::AddonView`]).
 pub async fn install(
     g: &GlobalArgs,
     set: &[RenderedAddon],
@@ -225,84 +222,16 @@ pub async fn install(
     opts: &Options,
 ) -> Result<Report> {
     let client = addons::install::connect(kubeconfig).await?;
-    let json = g.output == Format::Json;
-    let bar = (opts.progress && !json).then(|| {
-        let b = indicatif::ProgressBar::new(set.len() as u64);
-        b.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} addons [{bar:20}] {pos}/{len} {elapsed} {wide_msg}")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
-        b.enable_steady_tick(Duration::from_millis(120));
-        b
-    });
-    let mut on_event = |e: Event| {
-        if json {
-            let _ = writeln!(anstream::stdout(), "{}", serde_json::to_string(&e).unwrap_or_default());
-            return;
-        }
-        let line = match &e {
-            Event::Applying { addon, objects } => format!("{addon}: applying {objects} object(s)"),
-            Event::Waiting { addon, object, why } => format!("{addon}: waiting for {object}: {why}"),
-            Event::Ready(r) => {
-                let from = match &r.from {
-                    Some(v) if v != &r.version => format!(" (was {v})"),
-                    Some(_) => String::new(),
-                    None => " (new)".into(),
-                };
-                format!("{} {}{from}: ready, {} changed, {:.1}s", r.name, r.version, r.changed, r.seconds)
-            }
-            Event::Pruned(k) => format!("pruned {k}"),
-        };
-        match &bar {
-            Some(b) => {
-                if matches!(e, Event::Ready(_)) {
-                    b.inc(1);
-                    b.println(format!("{} {line}", "✓".green()));
-                } else {
-                    b.set_message(line);
-                }
-            }
-            None => {
-                let _ = writeln!(anstream::stderr(), "{line}");
-            }
-        }
-    };
-    let result = Installer::new(client).install(set, opts, &mut on_event).await;
-    if let Some(b) = &bar {
-        b.finish_and_clear();
-    }
-    let report = result?;
-    if !json {
-        let changed: usize = report.addons.iter().map(|a| a.changed).sum();
-        let mut e = anstream::stderr();
-        writeln!(
-            e,
-            "{} {} addon(s) ready, {changed} object(s) changed, {} pruned",
-            "addons:".bold(),
-            report.addons.len(),
-            report.pruned.len()
-        )?;
-        for k in &report.kept {
-            writeln!(e, "  kept {k} (no addon renders it; --prune-crds removes it)")?;
-        }
-    }
-    Ok(report)
+    let view = crate::output::AddonView::new(g.output == Format::Json, opts.progress, set.len());
+    let result = Installer::new(client).install(set, opts, &mut |e| view.show(&e)).await;
+    view.finish(result.as_ref().ok());
+    result
 }
 
-/// Records the installed versions in the state store (`addons.json`).
+/// Records the installed versions in the cluster's state store.
 pub async fn record(s: &Session, report: &Report) -> Result<()> {
-    let Some(store) = s.store(false).await? else {
-        return Ok(());
-    };
-    let (by, host) = crate::state::whoami();
-    let versions: std::collections::BTreeMap<&str, &str> =
-        report.addons.iter().map(|a| (a.name.as_str(), a.version.as_str())).collect();
-    store
-        .put_json(
-            "addons.json",
-            &serde_json::json!({"installedAt": chrono::Utc::now(), "by": format!("{by}@{host}"), "versions": versions}),
-        )
-        .await?;
-    Ok(())
+    match s.store(false).await? {
+        Some(store) => addons::record(&store, report).await,
+        None => Ok(()),
+    }
 }
