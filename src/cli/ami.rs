@@ -3,23 +3,20 @@
 //! group first, a soak, then the rest, inside a maintenance window), and the
 //! rollouts recorded in the state store.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use chrono::Utc;
 use clap::{Args, Subcommand};
 use owo_colors::OwoColorize;
 
 use super::cloud::{CloudArgs, Session};
-use super::upgrade::{roll_locked, RollArgs};
+use super::upgrade::RollArgs;
 use super::GlobalArgs;
 use crate::ami::window::Window;
 use crate::output::{print_data, Format};
-use crate::spec::Role;
-use crate::state::lock::Lock;
 use crate::state::pki::Pki;
 
 #[derive(Debug, Args)]
@@ -85,35 +82,7 @@ pub async fn run(g: &GlobalArgs, args: AmiArgs) -> Result<ExitCode> {
 }
 
 async fn resolve(s: &Session) -> Result<(Vec<GroupImage>, Vec<String>)> {
-    let cluster = &s.loaded.cluster;
-    // Only the launch templates are read: no load balancer call.
-    let (observed, (resolved, warnings)) = futures::try_join!(
-        crate::cloud::aws::observe::observe(&s.aws, s.name(), None),
-        crate::cloud::aws::images::resolve(&s.aws, cluster, Utc::now())
-    )?;
-    let current: BTreeMap<&str, &str> = observed
-        .launch_templates
-        .iter()
-        .filter_map(|t| t.latest.as_ref().map(|d| (t.group.as_str(), d.image_id.as_str())))
-        .collect();
-    let rows = cluster
-        .spec
-        .instance_groups
-        .iter()
-        .map(|grp| {
-            let r = &resolved[&grp.name];
-            let cur = current.get(grp.name.as_str()).map(|s| s.to_string());
-            GroupImage {
-                group: grp.name.clone(),
-                newer: cur.as_deref().is_some_and(|c| c != r.id),
-                current: cur,
-                resolved: r.id.clone(),
-                resolved_name: r.name.clone(),
-                resolved_created: r.created,
-            }
-        })
-        .collect();
-    Ok((rows, warnings))
+    crate::ami::job::resolve(&s.aws, &s.loaded.cluster, Utc::now()).await
 }
 
 fn show(g: &GlobalArgs, rows: &[GroupImage]) -> Result<()> {
@@ -164,16 +133,7 @@ async fn rollout(g: &GlobalArgs, a: RolloutArgs) -> Result<ExitCode> {
         writeln!(anstream::stderr(), "every group already runs the newest image; nothing to do")?;
         return Ok(ExitCode::SUCCESS);
     }
-    let cluster = &s.loaded.cluster;
-    let role = |name: &str| cluster.spec.instance_groups.iter().find(|x| x.name == name).map(|x| x.role);
-    let canary = match &a.canary_group {
-        Some(c) if changed.iter().any(|i| &i.group == c) => c.clone(),
-        Some(c) => bail!(
-            "canary group {c} has no newer image (groups with one: {})",
-            changed.iter().map(|i| i.group.as_str()).collect::<Vec<_>>().join(", ")
-        ),
-        None => changed.iter().find(|i| role(&i.group) == Some(Role::Node)).unwrap_or(&changed[0]).group.clone(),
-    };
+    let canary = crate::ami::job::canary(&s.loaded.cluster, &changed, a.canary_group.as_deref())?;
     show(g, &changed)?;
     if !a.yes {
         writeln!(
@@ -188,71 +148,22 @@ async fn rollout(g: &GlobalArgs, a: RolloutArgs) -> Result<ExitCode> {
     let kubeconfig = a.cloud.target.kubeconfig_or(a.roll.kubeconfig.as_deref(), s.name());
     let client = crate::kube::client_from_kubeconfig(&kubeconfig, crate::kube::Retry::Never).await?;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let (by, host) = crate::state::whoami();
-    let record = AmiRollout {
-        number: 0,
-        decided_at: now,
-        by: match s.aws.caller_identity().await {
-            Some(arn) => format!("{by}@{host} as {arn}"),
-            None => format!("{by}@{host}"),
-        },
-        canary_group: canary.clone(),
-        groups: changed.clone(),
-        status: RolloutStatus::RollingCanary,
-        finished_at: None,
+    let job = crate::ami::job::Job {
+        aws: &s.aws,
+        cluster: &s.loaded.cluster,
+        store: &store,
+        pki: &pki,
+        client,
+        roll: a.roll.options(),
+        soak: a.soak,
+        command,
     };
-    // Numbered by a conditional create: a job started at the same moment
-    // gets its own record, and the one refused by the lock says so there.
-    let mut record = crate::ami::job::create(&store, record).await?;
-    let result = Lock::with(&store, &command, async {
-        let mut opts = a.roll.options();
-        opts.groups = vec![canary.clone()];
-        writeln!(
-            anstream::stderr(),
-            "{} rolling the canary group {canary} (record #{})",
-            "ami:".bold(),
-            record.number
-        )?;
-        roll_locked(g, &s, &store, &pki, client.clone(), &opts, "ami rollout (canary)").await?;
-        record.status = RolloutStatus::Soaking;
-        crate::ami::job::save(&store, &record).await?;
-        soak(&client, a.soak).await?;
-        let rest: Vec<String> = changed.iter().map(|i| i.group.clone()).filter(|x| x != &canary).collect();
-        if !rest.is_empty() {
-            record.status = RolloutStatus::Rolling;
-            crate::ami::job::save(&store, &record).await?;
-            writeln!(anstream::stderr(), "{} the canary held; rolling {}", "ami:".bold(), rest.join(", "))?;
-            opts.groups = rest;
-            roll_locked(g, &s, &store, &pki, client.clone(), &opts, "ami rollout").await?;
-        }
-        Ok(())
-    })
-    .await;
-    record.status = match &result {
-        Ok(()) => RolloutStatus::Done,
-        Err(e) => RolloutStatus::Halted(format!("{e:#}")),
-    };
-    record.finished_at = Some(Utc::now());
-    crate::ami::job::save(&store, &record).await?;
+    let view = crate::output::RollView::new(g.output == Format::Json);
+    let result = crate::ami::job::rollout(&job, now, &canary, &changed, &|e| view.show(&e)).await;
+    view.clear();
     result?;
     writeln!(anstream::stderr(), "{} {} runs the new image in every group", "done:".green().bold(), s.name())?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The canary must keep validating (all nodes Ready, system and addon
-/// workloads ready) for the whole soak.
-async fn soak(client: &kube::Client, soak: Duration) -> Result<()> {
-    let end = tokio::time::Instant::now() + soak;
-    writeln!(anstream::stderr(), "{} soaking for {}", "ami:".bold(), humantime::format_duration(soak))?;
-    loop {
-        if let Err(why) = crate::kube::drain::validate(client, &Default::default()).await {
-            bail!("the cluster failed validation while the canary soaked: {why}");
-        }
-        if tokio::time::Instant::now() >= end {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_secs(2).min(end - tokio::time::Instant::now())).await;
-    }
 }
 
 async fn history(g: &GlobalArgs, a: ResolveArgs) -> Result<ExitCode> {
