@@ -7,8 +7,8 @@ use anyhow::Result;
 use clap::Args;
 
 use super::cloud::{CloudArgs, Session};
-use super::get::table;
 use super::GlobalArgs;
+use crate::output::table;
 use crate::output::{print_data, Format};
 
 #[derive(Debug, Args)]

@@ -14,6 +14,7 @@ pub mod aws;
 pub mod model;
 pub mod observed;
 pub mod ops;
+pub mod orphans;
 
 /// Tag keys pinfleet writes and reads.
 pub mod tags {

@@ -386,3 +386,85 @@ pub async fn list_instances(
         .filter(|i| include_terminated || i.state != "terminated")
         .collect())
 }
+
+/// Everything pinfleet made in the connected region, found by its
+/// `managed-by` tag (instances, VPCs, security groups, launch templates),
+/// and the live machines inside those VPCs: what `orphans` judges.
+pub async fn fleet(aws: &Aws) -> anyhow::Result<crate::cloud::orphans::Fleet> {
+    use crate::cloud::orphans::{Fleet, Tagged};
+    let managed = || tag_filter(tags::MANAGED_BY, tags::MANAGED_BY_VALUE);
+    let ec2 = &aws.ec2;
+    let (instances, vpcs, sgs, lts) = futures::try_join!(
+        list_instances(aws, None, false),
+        async { sdk("DescribeVpcs", ec2.describe_vpcs().filters(managed()).send().await) },
+        async {
+            sdk(
+                "DescribeSecurityGroups",
+                ec2.describe_security_groups()
+                    .filters(managed())
+                    .max_results(1000)
+                    .into_paginator()
+                    .items()
+                    .send()
+                    .try_collect()
+                    .await,
+            )
+        },
+        async {
+            sdk(
+                "DescribeLaunchTemplates",
+                ec2.describe_launch_templates()
+                    .filters(managed())
+                    .max_results(200)
+                    .into_paginator()
+                    .items()
+                    .send()
+                    .try_collect()
+                    .await,
+            )
+        },
+    )?;
+    let mut fleet = Fleet::default();
+    for i in instances.iter().filter(|i| i.is_live()) {
+        fleet.tagged.push(Tagged {
+            kind: "instance".into(),
+            id: i.id.clone(),
+            cluster: i.cluster.clone(),
+            owner: i.owner.clone(),
+        });
+    }
+    let mut tagged = |kind: &str, id: Option<&str>, t: &[aws_sdk_ec2::types::Tag]| {
+        let m = tag_map(t);
+        fleet.tagged.push(Tagged {
+            kind: kind.into(),
+            id: id.unwrap_or_default().into(),
+            cluster: m.get(tags::CLUSTER).cloned(),
+            owner: m.get(tags::OWNER).cloned(),
+        });
+    };
+    for v in vpcs.vpcs() {
+        tagged("vpc", v.vpc_id(), v.tags());
+    }
+    for s in &sgs {
+        tagged("security-group", s.group_id(), s.tags());
+    }
+    for t in &lts {
+        tagged("launch-template", t.launch_template_id(), t.tags());
+    }
+    let vpc_ids: Vec<String> = vpcs.vpcs().iter().filter_map(|v| v.vpc_id().map(str::to_string)).collect();
+    if !vpc_ids.is_empty() {
+        let inside = sdk(
+            "DescribeInstances",
+            ec2.describe_instances()
+                .filters(aws_sdk_ec2::types::Filter::builder().name("vpc-id").set_values(Some(vpc_ids)).build())
+                .max_results(1000)
+                .into_paginator()
+                .items()
+                .send()
+                .try_collect()
+                .await,
+        )?;
+        fleet.in_vpcs = inside.iter().flat_map(|r| r.instances()).map(instance).filter(|i| i.is_live()).collect();
+    }
+    Ok(fleet)
+}

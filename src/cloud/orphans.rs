@@ -1,0 +1,83 @@
+//! Orphans (pure): resources tagged by pinfleet whose cluster has no
+//! definition or no longer exists in its state store, and machines inside
+//! pinfleet VPCs that carry no owner tag — machines nobody answers for.
+//! The fleet-wide reads are `aws::observe::fleet`; whether a cluster
+//! exists is asked of its state store by the caller.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::observed::ObservedInstance;
+use super::tags;
+
+/// A resource found by its `managed-by` tag, with the tags that say whose it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tagged {
+    pub kind: String,
+    pub id: String,
+    pub cluster: Option<String>,
+    pub owner: Option<String>,
+}
+
+/// What one region holds that pinfleet made, and the machines in its VPCs.
+#[derive(Debug, Clone, Default)]
+pub struct Fleet {
+    pub tagged: Vec<Tagged>,
+    /// Live instances inside pinfleet VPCs, tagged or not.
+    pub in_vpcs: Vec<ObservedInstance>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Orphan {
+    pub region: String,
+    pub kind: String,
+    pub id: String,
+    pub cluster: String,
+    pub owner: String,
+    pub why: String,
+}
+
+/// Whether a cluster named by a tag is known: no definition, a definition
+/// whose state store has no spec (destroyed or never applied), or alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Known {
+    NoDefinition,
+    NotInStateStore,
+    Alive,
+}
+
+/// The orphans of one region, given what each tagged cluster is.
+pub fn judge(region: &str, fleet: &Fleet, clusters: &BTreeMap<String, Known>, clusters_dir: &str) -> Vec<Orphan> {
+    let mut out = Vec::new();
+    for t in &fleet.tagged {
+        let cluster = t.cluster.clone().unwrap_or_default();
+        let why = match clusters.get(&cluster).copied().unwrap_or(Known::NoDefinition) {
+            Known::NoDefinition => format!("no cluster `{cluster}` in {clusters_dir}"),
+            Known::NotInStateStore => {
+                format!("cluster `{cluster}` does not exist in its state store (destroyed or never applied)")
+            }
+            Known::Alive => continue,
+        };
+        out.push(Orphan {
+            region: region.to_string(),
+            kind: t.kind.clone(),
+            id: t.id.clone(),
+            cluster,
+            owner: t.owner.clone().unwrap_or_else(|| "(none)".into()),
+            why,
+        });
+    }
+    // Unowned machines inside pinfleet VPCs (started by hand, say).
+    for i in fleet.in_vpcs.iter().filter(|i| i.is_live() && i.owner.is_none()) {
+        out.push(Orphan {
+            region: region.to_string(),
+            kind: "instance".into(),
+            id: i.id.clone(),
+            cluster: i.cluster.clone().unwrap_or_else(|| "-".into()),
+            owner: "(none)".into(),
+            why: format!("no {} tag, inside pinfleet VPC {}", tags::OWNER, i.vpc_id.clone().unwrap_or_default()),
+        });
+    }
+    out
+}
