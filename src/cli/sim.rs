@@ -92,30 +92,7 @@ pub async fn run(g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
             fail_fraction: args.fail_fraction,
             poll: std::time::Duration::from_millis(500),
         };
-        let store = sim.store.clone();
-        let name = loaded.cluster.metadata.name.clone();
-        tokio::spawn(async move {
-            // An endpoint that stopped answering (moto ended) is asked again
-            // with backoff up to 30s and reported once, not every poll.
-            let mut failures = 0u32;
-            loop {
-                match super::get::list_instances(&aws, Some(&name), false).await {
-                    Ok(instances) => {
-                        failures = 0;
-                        let mut inner = store.lock().expect("store lock");
-                        crate::sim::nodes::sync(&mut inner, &cfg, &instances, chrono::Utc::now().timestamp());
-                    }
-                    Err(e) => {
-                        if failures == 0 {
-                            tracing::warn!("node simulator: {e:#} (retrying with backoff)");
-                        }
-                        failures = failures.saturating_add(1);
-                    }
-                }
-                let backoff = cfg.poll * 2u32.saturating_pow(failures.min(6));
-                tokio::time::sleep(backoff.min(std::time::Duration::from_secs(30))).await;
-            }
-        });
+        tokio::spawn(crate::sim::nodes::follow_ec2(sim.store.clone(), aws, cfg));
     }
     sim.write_kubeconfig(&args.kubeconfig)?;
     writeln!(

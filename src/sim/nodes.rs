@@ -260,3 +260,29 @@ mod tests {
         assert!(!ids.iter().any(|i| fails(i, 0.0)));
     }
 }
+
+/// Keeps the Nodes in step with the cluster's EC2 instances for as long as
+/// the sim runs: a Node per running instance, Ready after the boot delay,
+/// gone with the instance. An endpoint that stopped answering (moto ended)
+/// is asked again with backoff up to 30s and reported once, not every poll.
+pub async fn follow_ec2(store: super::server::Shared, aws: crate::cloud::aws::Aws, cfg: Ec2Nodes) {
+    let name = cfg.cluster.metadata.name.clone();
+    let mut failures = 0u32;
+    loop {
+        match crate::cloud::aws::observe::list_instances(&aws, Some(&name), false).await {
+            Ok(instances) => {
+                failures = 0;
+                let mut inner = store.lock().expect("store lock");
+                sync(&mut inner, &cfg, &instances, chrono::Utc::now().timestamp());
+            }
+            Err(e) => {
+                if failures == 0 {
+                    tracing::warn!("node simulator: {e:#} (retrying with backoff)");
+                }
+                failures = failures.saturating_add(1);
+            }
+        }
+        let backoff = cfg.poll * 2u32.saturating_pow(failures.min(6));
+        tokio::time::sleep(backoff.min(std::time::Duration::from_secs(30))).await;
+    }
+}
