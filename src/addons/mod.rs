@@ -16,7 +16,8 @@
 
 pub mod install;
 pub mod package;
-pub mod ready;
+/// The readiness rules, shared with the rest of the platform (`kube::ready`).
+pub use crate::kube::ready;
 pub mod render;
 
 pub use install::{Installer, Inventory};

@@ -63,19 +63,7 @@ pub struct Readiness {
     pub namespace: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ReadyKind {
-    /// Established.
-    CustomResourceDefinition,
-    /// Available, with every replica updated.
-    Deployment,
-    /// Every scheduled pod updated and ready.
-    DaemonSet,
-    /// Every replica ready.
-    StatefulSet,
-    /// Complete.
-    Job,
-}
+pub use crate::kube::ready::ReadyKind;
 
 /// One manifest template.
 #[derive(Debug, Clone, PartialEq)]

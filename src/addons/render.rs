@@ -19,7 +19,7 @@ use crate::spec::yaml;
 use crate::spec::{Cluster, Loc};
 
 /// Label on every addon object: which addon owns it (prune selects on it).
-pub const ADDON_LABEL: &str = "pinfleet.dev/addon";
+pub use crate::kube::ADDON_LABEL;
 /// Label on every addon object: the addon version that rendered it.
 pub const VERSION_LABEL: &str = "pinfleet.dev/addon-version";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";

@@ -298,7 +298,7 @@ async fn soak(client: &kube::Client, soak: Duration) -> Result<()> {
     let end = tokio::time::Instant::now() + soak;
     writeln!(anstream::stderr(), "ami: soaking for {}", humantime::format_duration(soak))?;
     loop {
-        if let Err(why) = crate::kube::drain::validate(client, &Default::default()).await {
+        if let Err(why) = crate::kube::cluster::validate(client, &Default::default()).await {
             anyhow::bail!("the cluster failed validation while the canary soaked: {why}");
         }
         if tokio::time::Instant::now() >= end {

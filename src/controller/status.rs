@@ -109,12 +109,12 @@ fn batch(jobs: &[&Value]) -> Summary {
 /// Whether one child is ready: a controller has rolled it out, a Job has
 /// completed, a CronJob or config object exists.
 fn child_ready(c: &Value) -> bool {
+    use crate::kube::ready::{ready, ReadyKind};
     match c["kind"].as_str() {
-        Some("Deployment" | "StatefulSet") => rollout(c, i(c, "/spec/replicas")).ready,
-        Some("DaemonSet") => rollout(c, i(c, "/status/desiredNumberScheduled")).ready,
-        Some("Job") => cond(c, "Complete") == Some(true),
         Some("PersistentVolumeClaim") => c.pointer("/status/phase").and_then(Value::as_str) == Some("Bound"),
-        _ => true,
+        // The platform's one set of rules; what they do not cover exists, so is ready.
+        Some(kind) => ReadyKind::of(kind).is_none_or(|k| ready(k, c).is_ok()),
+        None => true,
     }
 }
 

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use futures::StreamExt as _;
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
@@ -203,49 +202,4 @@ async fn blocked_by(client: &Client, node: &str, pods: &[Pod], timeout: Duration
         pods: pods.iter().map(|p| format!("{}/{}", key(p).0, key(p).1)).collect(),
         budgets: budgets.into_iter().collect(),
     })
-}
-
-/// One validation pass: every node Ready (except `ignore`, nodes still
-/// joining), and the Deployments and DaemonSets of kube-system and of the
-/// addons ready. `Err` says what is not.
-pub async fn validate(client: &Client, ignore: &BTreeSet<String>) -> Result<(), String> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let list = nodes.list(&ListParams::default()).await.map_err(|e| format!("listing nodes: {e}"))?;
-    let not_ready: Vec<String> = list
-        .items
-        .iter()
-        .filter(|n| !node_ready(n))
-        .filter_map(|n| n.metadata.name.clone())
-        .filter(|n| !ignore.contains(n))
-        .collect();
-    if !not_ready.is_empty() {
-        return Err(format!("nodes not Ready: {}", not_ready.join(", ")));
-    }
-    use crate::addons::package::ReadyKind;
-    let (label, system) = (ListParams::default().labels(crate::addons::render::ADDON_LABEL), ListParams::default());
-    // kube-system's workloads, and every addon's, wherever it lives.
-    let scopes: [(Api<Deployment>, Api<DaemonSet>, &ListParams); 2] = [
-        (Api::namespaced(client.clone(), "kube-system"), Api::namespaced(client.clone(), "kube-system"), &system),
-        (Api::all(client.clone()), Api::all(client.clone()), &label),
-    ];
-    let mut problems = Vec::new();
-    for (deploys, daemons, lp) in scopes {
-        for d in deploys.list(lp).await.map_err(|e| e.to_string())?.items {
-            let v = serde_json::to_value(&d).unwrap_or_default();
-            if let Err(why) = crate::addons::ready::ready(ReadyKind::Deployment, &v) {
-                problems.push(format!("Deployment {}: {why}", d.metadata.name.unwrap_or_default()));
-            }
-        }
-        for d in daemons.list(lp).await.map_err(|e| e.to_string())?.items {
-            let v = serde_json::to_value(&d).unwrap_or_default();
-            if let Err(why) = crate::addons::ready::ready(ReadyKind::DaemonSet, &v) {
-                problems.push(format!("DaemonSet {}: {why}", d.metadata.name.unwrap_or_default()));
-            }
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; "))
-    }
 }

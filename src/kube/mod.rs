@@ -1,10 +1,18 @@
-//! Kubernetes client helpers: building a client from a kubeconfig (the
-//! sim's or a real cluster's). Later stages add discovery, server-side
-//! apply, drain and wait helpers here.
+//! Kubernetes mechanics, in one place: clients from a kubeconfig (the
+//! sim's or a real cluster's, with or without kube-rs's own retries), the
+//! API server's validation rules ([`validation`], [`cron`]), server-side
+//! apply's field semantics ([`fields`]), readiness ([`ready`]), cluster
+//! validation ([`cluster`]), drain through evictions ([`drain`]) and
+//! waiting for a new API server ([`wait`]). Addons, the controller,
+//! federation and rollouts call these; nothing here imports the sim.
+//! (The addon installer's server-side apply and dry-run diff still live in
+//! `addons::install`.)
 
+pub mod cluster;
 pub mod cron;
 pub mod drain;
 pub mod fields;
+pub mod ready;
 pub mod validation;
 pub mod wait;
 
@@ -12,6 +20,10 @@ use std::path::Path;
 use std::sync::Once;
 
 use anyhow::{Context as _, Result};
+
+/// The label on every object an addon installs (its value: the addon), by
+/// which the installer prunes and cluster validation finds addon workloads.
+pub const ADDON_LABEL: &str = "pinfleet.dev/addon";
 
 /// Both rustls crypto backends are linked (ring via kube, aws-lc via the
 /// AWS SDK), so the process must name one before the first TLS client.

@@ -145,7 +145,7 @@ impl Nodes for KubeNodes {
         drain::delete_node(&self.client, node).await
     }
     async fn validate(&self, ignore: &BTreeSet<String>) -> Result<(), String> {
-        drain::validate(&self.client, ignore).await
+        crate::kube::cluster::validate(&self.client, ignore).await
     }
     async fn changed(&self, max: Duration) {
         let _ = tokio::time::timeout(max, self.changed.notified()).await;

@@ -1,9 +1,41 @@
-//! Readiness of addon objects, read from their status (pure). The
-//! installer waits on these; `Err` says what is still missing.
+//! The one set of readiness rules (pure), read from an object's status the
+//! way `kubectl rollout status` judges it: the addon installer waits on
+//! them, cluster validation (rolls, soaks) checks system and addon
+//! workloads with them, and the workload controller reports its children's
+//! readiness with them. `Err` says what is still missing.
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::package::ReadyKind;
+/// The kinds whose readiness the platform judges, and what "ready" means
+/// for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadyKind {
+    /// Established.
+    CustomResourceDefinition,
+    /// Available, with every replica updated.
+    Deployment,
+    /// Every scheduled pod updated and ready.
+    DaemonSet,
+    /// Every replica ready.
+    StatefulSet,
+    /// Complete.
+    Job,
+}
+
+impl ReadyKind {
+    /// The kind of an object, when it is one of these.
+    pub fn of(kind: &str) -> Option<ReadyKind> {
+        Some(match kind {
+            "CustomResourceDefinition" => ReadyKind::CustomResourceDefinition,
+            "Deployment" => ReadyKind::Deployment,
+            "DaemonSet" => ReadyKind::DaemonSet,
+            "StatefulSet" => ReadyKind::StatefulSet,
+            "Job" => ReadyKind::Job,
+            _ => return None,
+        })
+    }
+}
 
 /// `Ok` when the object is ready; `Err(why not)` otherwise. A failed Job
 /// is `Err` too, with the reason, so a wait can stop early.
