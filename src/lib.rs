@@ -6,14 +6,24 @@
 //! ```text
 //! clusters/*.yaml ─▶ spec (extends → check → defaults → validate) ─▶ Cluster
 //!    Cluster ─▶ render (cloud-init, kubeadm, kind, kubeconfig)
-//!    Cluster ─▶ desired cloud model ─▶ plan (vs observed) ─▶ apply ─▶ rollout
-//!    Cluster ─▶ addons ─▶ in-cluster controller ─▶ federation
+//!    Cluster ─▶ cloud::model (desired) ─▶ plan (vs cloud::aws::observe) ─▶ cloud::ops ─▶ apply
+//!    apply::cluster (bootstrap / apply / destroy) ─▶ rollout::upgrade ─▶ ami::job
+//!    Cluster ─▶ addons ─▶ in-cluster controller ─▶ federation (placement, health, fan-out)
 //! ```
 //!
-//! Pure modules ([`spec`], [`render`], [`cloud::model`], [`plan`], [`ami`])
-//! do no IO beyond reading the cluster files; effects live at the edges
-//! ([`cloud::aws`], [`state`], [`apply`], [`kube`], [`cli`]). [`sim`] is
-//! the local Kubernetes API emulator the tests and demos run against.
+//! Where things live:
+//! - pure: [`spec`], [`render`], [`cloud::model`], [`cloud::ops`] (the
+//!   operations a plan decides), [`cloud::orphans`], [`plan`], [`ami`]'s
+//!   selection, [`rollout::policy`], [`workloads`], [`federation::placement`]
+//!   and [`federation::health`], [`kube::validation`], [`kube::ready`];
+//! - effects: [`cloud::aws`] (the SDK edge), [`state`] (state store, lock,
+//!   PKI, history, roll progress), [`apply`] (executor and the cluster
+//!   operations), [`rollout`] (driver, roll under the lock), [`ami::job`],
+//!   [`kube`] (every Kubernetes mechanic), [`addons`], [`controller`];
+//! - [`cli`]: one file per command, parsing arguments and calling the above;
+//!   [`output`] shows results and progress;
+//! - [`sim`]: the local Kubernetes API emulator the tests and demos run
+//!   against; nothing outside it (and the commands that start it) imports it.
 
 pub mod addons;
 pub mod ami;

@@ -1,8 +1,8 @@
 //! A cluster's bootstrap, apply and destroy on AWS as library operations:
 //! the chain prepare → context → execute under the cluster lock, with the
 //! PKI, the kubeconfig and the history record. The commands parse their
-//! arguments and call these; the roll reuses [`apply_pending`]-style pieces
-//! from `rollout::run`.
+//! arguments and call these; the roll (`rollout::upgrade`) reuses the same
+//! prepare and execute steps.
 //!
 //! Effects: AWS through [`Aws`], the state store, and the admin kubeconfig
 //! in the local home. What is shown to a person (the plan, progress) goes

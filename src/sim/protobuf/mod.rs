@@ -7,7 +7,7 @@
 //! The body is the API server's envelope: the magic `k8s\0`, then a
 //! `runtime.Unknown` message whose `typeMeta` names the kind and whose `raw`
 //! holds the object. The object is decoded by the field tables in
-//! [`fields`]; JSON is what the API server would have read from the same
+//! `fields.rs`; JSON is what the API server would have read from the same
 //! object: empty strings, zero numbers and unset times are left out (as the
 //! Go types' `omitempty` does), empty messages kept (`emptyDir: {}` means
 //! something).
