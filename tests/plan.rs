@@ -169,7 +169,7 @@ fn a_new_cluster_plans_everything_in_dependency_order() {
     assert!(pos("instances/control-plane") < pos("targets"));
     for c in &p.changes {
         for dep in &c.depends_on {
-            assert!(pos(dep) < pos(&c.key), "{} runs before its dependency {dep}", c.key);
+            assert!(pos(&dep.to_string()) < pos(&c.key.to_string()), "{} runs before its dependency {dep}", c.key);
         }
     }
     assert!(p.changes.iter().all(|c| c.action == Action::Create || c.key == "targets"));
@@ -224,7 +224,7 @@ fn allowed_cidrs_change_only_the_rules() {
     let before = desired_with(|_| {});
     let after = desired_with(|c| c.spec.api.allowed_cidrs = vec!["10.0.0.0/8".parse().unwrap()]);
     let p = plan::diff(&after, &applied(&before));
-    let keys: Vec<&str> = p.changes.iter().map(|c| c.key.as_str()).collect();
+    let keys: Vec<String> = p.changes.iter().map(|c| c.key.to_string()).collect();
     assert_eq!(keys, ["sg/control-plane/rules"]);
     match &p.changes[0].op {
         Op::SyncSecurityGroupRules { add, remove, .. } => {

@@ -50,7 +50,7 @@ impl Default for Options {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Done {
-    pub key: String,
+    pub key: crate::cloud::key::ResourceKey,
     pub action: Action,
     pub result: String,
     pub seconds: f64,
@@ -68,7 +68,7 @@ async fn run_with_retries(ctx: &OpContext, change: &Change) -> Result<String> {
         match ops::run(ctx, &change.key, &change.op).await {
             Ok(r) => return Ok(r),
             Err(e) if e.retriable && start.elapsed() < RETRY_FOR => {
-                tracing::info!(key = change.key, "retrying: {:#}", e.error);
+                tracing::info!(key = %change.key, "retrying: {:#}", e.error);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
             }
@@ -92,7 +92,7 @@ pub async fn execute(plan: &Plan, ctx: Arc<OpContext>, opts: &Options) -> Result
         bail!("nothing was applied; these changes need a person:\n  {}", reasons.join("\n  "));
     }
     let mut pending: Vec<&Change> = plan.changes.iter().collect();
-    let mut done: BTreeSet<String> = BTreeSet::new();
+    let mut done: BTreeSet<crate::cloud::key::ResourceKey> = BTreeSet::new();
     let mut report = Report::default();
     let mut failure: Option<anyhow::Error> = None;
     let mut running = FuturesUnordered::new();

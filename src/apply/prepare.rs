@@ -1,6 +1,7 @@
 //! Gathering what a plan needs: the cluster's images, rendered user-data,
 //! and an observation of what exists — then the pure diff.
 
+use crate::cloud::key::ResourceKey as K;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -111,39 +112,39 @@ pub fn context(
 ) -> Arc<OpContext> {
     let mut ids = BTreeMap::new();
     if let Some(v) = &o.vpc {
-        ids.insert("vpc".to_string(), v.id.clone());
+        ids.insert(K::Vpc, v.id.clone());
     }
     for s in &o.subnets {
-        ids.insert(format!("subnet/{}", s.name), s.id.clone());
+        ids.insert(K::Subnet(s.name.to_string()), s.id.clone());
     }
     if let Some(g) = &o.internet_gateway {
-        ids.insert("igw".into(), g.id.clone());
+        ids.insert(K::Igw, g.id.clone());
     }
     for a in &o.addresses {
-        ids.insert(format!("eip/{}", a.zone), a.allocation_id.clone());
+        ids.insert(K::Eip(a.zone.to_string()), a.allocation_id.clone());
     }
     for n in &o.nat_gateways {
-        ids.insert(format!("nat/{}", n.zone), n.id.clone());
+        ids.insert(K::Nat(n.zone.to_string()), n.id.clone());
     }
     for r in &o.route_tables {
-        ids.insert(format!("rt/{}", r.name), r.id.clone());
+        ids.insert(K::RouteTable(r.name.to_string()), r.id.clone());
     }
     for s in &o.security_groups {
-        ids.insert(format!("sg/{}", s.name), s.id.clone());
+        ids.insert(K::SecurityGroup(s.name.to_string()), s.id.clone());
     }
     if let Some(lb) = &o.load_balancer {
-        ids.insert("lb".into(), lb.arn.clone());
+        ids.insert(K::LoadBalancer, lb.arn.clone());
     }
     if let Some(tg) = &o.target_group {
-        ids.insert("tg".into(), tg.arn.clone());
+        ids.insert(K::TargetGroup, tg.arn.clone());
     }
     if let Some(l) = &o.listener {
-        ids.insert("listener".into(), l.clone());
+        ids.insert(K::Listener, l.clone());
     }
     let desired_api_address = desired.api_address;
     let mut versions = BTreeMap::new();
     for t in &o.launch_templates {
-        ids.insert(format!("lt/{}", t.group), t.id.clone());
+        ids.insert(K::LaunchTemplate(t.group.to_string()), t.id.clone());
         versions.insert(t.group.clone(), t.latest_version);
     }
     Arc::new(OpContext {

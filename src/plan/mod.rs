@@ -6,6 +6,7 @@
 
 pub mod show;
 
+use crate::cloud::key::ResourceKey as K;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -47,13 +48,13 @@ pub struct FieldChange {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
     /// The resource's key, e.g. `subnet/private-a`, `instances/general`.
-    pub key: String,
+    pub key: crate::cloud::key::ResourceKey,
     pub action: Action,
     pub summary: String,
     pub fields: Vec<FieldChange>,
     /// Why: the spec field (or observation) behind the change.
     pub reason: String,
-    pub depends_on: Vec<String>,
+    pub depends_on: Vec<crate::cloud::key::ResourceKey>,
     pub op: Op,
 }
 
@@ -199,7 +200,7 @@ pub fn pick_excess<'a>(
 /// The plan that makes `observed` match `desired`.
 pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
     let mut changes: Vec<Change> = Vec::new();
-    let mut push = |key: String, action, summary: String, fields, reason: String, depends_on: Vec<String>, op| {
+    let mut push = |key: K, action, summary: String, fields, reason: String, depends_on: Vec<K>, op| {
         changes.push(Change { key, action, summary, fields, reason, depends_on, op });
     };
     let sg_names: BTreeMap<String, String> =
@@ -210,7 +211,7 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
     // VPC.
     match &observed.vpc {
         None => push(
-            "vpc".into(),
+            K::Vpc,
             Action::Create,
             desired.vpc_cidr.clone(),
             vec![field("cidr", None::<String>, Some(&desired.vpc_cidr))],
@@ -219,7 +220,7 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
             Op::CreateVpc { cidr: desired.vpc_cidr.clone() },
         ),
         Some(v) if v.cidr != desired.vpc_cidr => push(
-            "vpc".into(),
+            K::Vpc,
             Action::Replace,
             format!("{} → {}", v.cidr, desired.vpc_cidr),
             vec![field("cidr", Some(&v.cidr), Some(&desired.vpc_cidr))],
@@ -237,11 +238,11 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
 
     // Subnets.
     for s in &desired.subnets {
-        let key = format!("subnet/{}", s.name);
+        let key = K::Subnet(s.name.to_string());
         match observed.subnet_by_name(&s.name) {
             None => push(key, Action::Create, format!("{} {}{}", s.zone, s.cidr, if s.public { " (public)" } else { "" }),
                 vec![field("cidr", None::<String>, Some(&s.cidr)), field("zone", None::<String>, Some(&s.zone))],
-                format!("spec.network.subnets[{}]", s.name), vec!["vpc".into()],
+                format!("spec.network.subnets[{}]", s.name), vec![K::Vpc],
                 Op::CreateSubnet { name: s.name.clone(), zone: s.zone.clone(), cidr: s.cidr.clone(), public: s.public }),
             Some(o) if o.cidr != s.cidr || o.zone != s.zone => push(key, Action::Replace, format!("{} {} → {} {}", o.zone, o.cidr, s.zone, s.cidr),
                 vec![field("cidr", Some(&o.cidr), Some(&s.cidr)), field("zone", Some(&o.zone), Some(&s.zone))],
@@ -254,12 +255,12 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
     // Internet gateway.
     if desired.internet_gateway && observed.internet_gateway.is_none() {
         push(
-            "igw".into(),
+            K::Igw,
             Action::Create,
             "attached to the VPC".into(),
             vec![],
             "public subnets in spec.network.subnets".into(),
-            vec!["vpc".into()],
+            vec![K::Vpc],
             Op::CreateInternetGateway,
         );
     }
@@ -268,7 +269,7 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
     for n in &desired.nat_gateways {
         if !observed.addresses.iter().any(|a| a.zone == n.zone) {
             push(
-                format!("eip/{}", n.zone),
+                K::Eip(n.zone.to_string()),
                 Action::Create,
                 format!("address for the {} NAT gateway", n.zone),
                 vec![],
@@ -279,12 +280,12 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
         }
         if !observed.nat_gateways.iter().any(|o| o.zone == n.zone) {
             push(
-                format!("nat/{}", n.zone),
+                K::Nat(n.zone.to_string()),
                 Action::Create,
                 format!("in subnet {}", n.subnet),
                 vec![],
                 format!("private subnets in {}", n.zone),
-                vec![format!("eip/{}", n.zone), format!("subnet/{}", n.subnet), "igw".into()],
+                vec![K::Eip(n.zone.to_string()), K::Subnet(n.subnet.to_string()), K::Igw],
                 Op::CreateNatGateway { zone: n.zone.clone(), subnet: n.subnet.clone() },
             );
         }
@@ -292,12 +293,12 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
 
     // Route tables.
     for rt in &desired.route_tables {
-        let key = format!("rt/{}", rt.name);
-        let mut deps = vec!["vpc".to_string()];
-        deps.extend(rt.subnets.iter().map(|s| format!("subnet/{s}")));
+        let key = K::RouteTable(rt.name.to_string());
+        let mut deps = vec![K::Vpc];
+        deps.extend(rt.subnets.iter().map(|s| K::Subnet(s.to_string())));
         match &rt.default_route {
-            Some(RouteTarget::InternetGateway) => deps.push("igw".into()),
-            Some(RouteTarget::Nat { zone }) => deps.push(format!("nat/{zone}")),
+            Some(RouteTarget::InternetGateway) => deps.push(K::Igw),
+            Some(RouteTarget::Nat { zone }) => deps.push(K::Nat(zone.to_string())),
             None => {}
         }
         let sync = Op::SyncRouteTable {
@@ -313,12 +314,12 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
                     format!("for {}", rt.subnets.join(", ")),
                     vec![],
                     "spec.network.subnets".into(),
-                    vec!["vpc".into()],
+                    vec![K::Vpc],
                     Op::CreateRouteTable { name: rt.name.clone() },
                 );
                 deps.push(key.clone());
                 push(
-                    format!("{key}/routes"),
+                    K::Routes(rt.name.clone()),
                     Action::Create,
                     "default route and subnet associations".into(),
                     vec![],
@@ -357,7 +358,7 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
                         ));
                     }
                     push(
-                        format!("{key}/routes"),
+                        K::Routes(rt.name.clone()),
                         Action::Update,
                         "default route and subnet associations".into(),
                         fields,
@@ -371,9 +372,9 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
     }
 
     // Security groups and their rules.
-    let sg_keys: Vec<String> = desired.security_groups.iter().map(|s| format!("sg/{}", s.name)).collect();
+    let sg_keys: Vec<K> = desired.security_groups.iter().map(|s| K::SecurityGroup(s.name.to_string())).collect();
     for sg in &desired.security_groups {
-        let key = format!("sg/{}", sg.name);
+        let key = K::SecurityGroup(sg.name.to_string());
         let observed_sg = observed.sg_by_name(&sg.name);
         if observed_sg.is_none() {
             push(
@@ -382,7 +383,7 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
                 sg.description.clone(),
                 vec![],
                 "cluster security model".into(),
-                vec!["vpc".into()],
+                vec![K::Vpc],
                 Op::CreateSecurityGroup { name: sg.name.clone(), description: sg.description.clone() },
             );
         }
@@ -415,7 +416,7 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
                     .map(|(h, _)| field("ingress", Some(h), None::<String>)),
             );
             push(
-                format!("{key}/rules"),
+                K::Rules(sg.name.clone()),
                 if observed_sg.is_none() { Action::Create } else { Action::Update },
                 format!("{} to add, {} to remove", add.len(), remove.len()),
                 fields,
@@ -428,7 +429,7 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
 
     // The API endpoint: an Elastic IP on the control plane, or the load balancer.
     let lb = &desired.load_balancer;
-    let api_key = format!("eip/{}", crate::cloud::model::API_ADDRESS);
+    let api_key = K::Eip(crate::cloud::model::API_ADDRESS.to_string());
     if desired.api_address && observed.api_address().is_none() {
         push(
             api_key.clone(),
@@ -443,15 +444,15 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
     if !desired.api_address {
         match &observed.load_balancer {
         None => {
-            let mut deps: Vec<String> = lb.subnets.iter().map(|s| format!("subnet/{s}")).collect();
+            let mut deps: Vec<K> = lb.subnets.iter().map(|s| K::Subnet(s.to_string())).collect();
             if !lb.internal {
-                deps.push("igw".into());
+                deps.push(K::Igw);
             }
-            push("lb".into(), Action::Create, format!("{} ({})", lb.name, if lb.internal { "internal" } else { "internet-facing" }),
+            push(K::LoadBalancer, Action::Create, format!("{} ({})", lb.name, if lb.internal { "internal" } else { "internet-facing" }),
                 vec![field("subnets", None::<String>, Some(lb.subnets.join(",")))], "spec.api.loadBalancer".into(), deps,
                 Op::CreateLoadBalancer { name: lb.name.clone(), internal: lb.internal, subnets: lb.subnets.clone() });
         }
-        Some(o) if o.internal != lb.internal => push("lb".into(), Action::Replace, "scheme changes".into(),
+        Some(o) if o.internal != lb.internal => push(K::LoadBalancer, Action::Replace, "scheme changes".into(),
             vec![field("scheme", Some(if o.internal { "internal" } else { "internet-facing" }), Some(if lb.internal { "internal" } else { "internet-facing" }))],
             "spec.api.loadBalancer.scheme".into(), vec![],
             Op::Refuse { why: "the API load balancer's scheme cannot change in place; it changes the API endpoint every node joined with".into() }),
@@ -459,23 +460,23 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
     }
         if observed.target_group.is_none() {
             push(
-                "tg".into(),
+                K::TargetGroup,
                 Action::Create,
                 format!("{} TCP {}", lb.name, lb.port),
                 vec![],
                 "spec.api.port".into(),
-                vec!["vpc".into()],
+                vec![K::Vpc],
                 Op::CreateTargetGroup { name: lb.name.clone(), port: lb.port },
             );
         }
         if observed.listener.is_none() {
             push(
-                "listener".into(),
+                K::Listener,
                 Action::Create,
                 format!("TCP {}", lb.port),
                 vec![],
                 "spec.api.port".into(),
-                vec!["lb".into(), "tg".into()],
+                vec![K::LoadBalancer, K::TargetGroup],
                 Op::CreateListener { port: lb.port },
             );
         }
@@ -493,9 +494,9 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
     let mut cp_changed = false;
     let desired_groups: BTreeSet<&str> = desired.groups.iter().map(|g| g.name.as_str()).collect();
     for (g, lt) in desired.groups.iter().zip(&desired.launch_templates) {
-        let lt_key = format!("lt/{}", g.name);
-        let mut lt_deps: Vec<String> = sg_keys.clone();
-        lt_deps.push(if desired.api_address { api_key.clone() } else { "lb".into() });
+        let lt_key = K::LaunchTemplate(g.name.to_string());
+        let mut lt_deps: Vec<K> = sg_keys.clone();
+        lt_deps.push(if desired.api_address { api_key.clone() } else { K::LoadBalancer });
         let observed_lt = observed.template(&g.name);
         let current_version: Option<i64>;
         let mut version_label = String::new();
@@ -547,22 +548,22 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
             version_label = current_version.map(|v| v.to_string()).unwrap_or_default();
         }
         let live: Vec<&ObservedInstance> = observed.live_instances(&g.name).collect();
-        let inst_key = format!("instances/{}", g.name);
+        let inst_key = K::Instances(g.name.to_string());
         let want = g.desired as usize;
         let mut terminating = BTreeSet::new();
         if live.len() < want {
             let count = (want - live.len()) as u32;
             let mut deps = vec![lt_key.clone()];
-            deps.extend(g.subnets.iter().map(|s| format!("subnet/{s}")));
-            deps.extend(desired.route_tables.iter().map(|r| format!("rt/{}/routes", r.name)));
-            deps.extend(sg_keys.iter().map(|k| format!("{k}/rules")));
+            deps.extend(g.subnets.iter().map(|s| K::Subnet(s.to_string())));
+            deps.extend(desired.route_tables.iter().map(|r| K::Routes(r.name.to_string())));
+            deps.extend(desired.security_groups.iter().map(|sg| K::Rules(sg.name.clone())));
             if g.role == Role::Node {
                 deps.extend(
                     desired
                         .groups
                         .iter()
                         .filter(|x| x.role == Role::ControlPlane)
-                        .map(|x| format!("instances/{}", x.name)),
+                        .map(|x| K::Instances(x.name.to_string())),
                 );
             } else {
                 cp_launch_keys.push(inst_key.clone());
@@ -626,7 +627,7 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
             let mut deps = vec![api_key.clone()];
             deps.extend(cp_launch_keys.iter().cloned());
             push(
-                "targets".into(),
+                K::Targets,
                 Action::Update,
                 "associate the API address with the control plane".into(),
                 vec![field(
@@ -643,10 +644,10 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
     let registered: BTreeSet<String> =
         observed.target_group.as_ref().map(|t| t.targets.iter().cloned().collect()).unwrap_or_default();
     if !desired.api_address && (cp_changed || registered != cp_live) {
-        let mut deps = vec!["tg".to_string()];
+        let mut deps = vec![K::TargetGroup];
         deps.extend(cp_launch_keys);
         push(
-            "targets".into(),
+            K::Targets,
             Action::Update,
             "register the control plane with the API load balancer".into(),
             vec![field(
@@ -669,7 +670,7 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
     removed.extend(observed.instances.iter().filter(|i| i.is_live()).filter_map(|i| i.group.clone()));
     for group in removed.into_iter().filter(|g| !desired_groups.contains(g.as_str())) {
         let live: Vec<String> = observed.live_instances(&group).map(|i| i.id.clone()).collect();
-        let inst_key = format!("instances/{group}");
+        let inst_key = K::Instances(group.to_string());
         if !live.is_empty() {
             push(
                 inst_key.clone(),
@@ -683,7 +684,7 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
         }
         if let Some(t) = observed.template(&group) {
             push(
-                format!("lt/{group}"),
+                K::LaunchTemplate(group.to_string()),
                 Action::Delete,
                 t.name.clone(),
                 vec![],
@@ -696,9 +697,9 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
 
     // Subnets removed from the spec.
     for s in observed.subnets.iter().filter(|s| !desired.subnets.iter().any(|d| d.name == s.name)) {
-        let deps: Vec<String> = changes
+        let deps: Vec<K> = changes
             .iter()
-            .filter(|c| c.key.starts_with("instances/") || c.key.starts_with("rt/"))
+            .filter(|c| matches!(c.key, K::Instances(_) | K::RouteTable(_) | K::Routes(_)))
             .map(|c| c.key.clone())
             .collect();
         let in_use = observed.instances.iter().any(|i| {
@@ -717,7 +718,7 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
             Op::DeleteSubnet { id: s.id.clone() }
         };
         changes.push(Change {
-            key: format!("subnet/{}", s.name),
+            key: K::Subnet(s.name.to_string()),
             action: Action::Delete,
             summary: format!("{} {}", s.zone, s.cidr),
             fields: vec![],
@@ -734,7 +735,7 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
 /// Everything observed, deleted in dependency order.
 pub fn destroy(cluster: &str, observed: &Observed) -> Plan {
     let mut changes: Vec<Change> = Vec::new();
-    fn push(changes: &mut Vec<Change>, key: String, summary: String, depends_on: Vec<String>, op: Op) {
+    fn push(changes: &mut Vec<Change>, key: K, summary: String, depends_on: Vec<K>, op: Op) {
         changes.push(Change {
             key,
             action: Action::Delete,
@@ -752,10 +753,10 @@ pub fn destroy(cluster: &str, observed: &Observed) -> Plan {
     for i in observed.instances.iter().filter(|i| i.is_live()) {
         groups.entry(i.group.clone().unwrap_or_else(|| "(no group)".into())).or_default().push(i.id.clone());
     }
-    let inst_keys: Vec<String> = groups.keys().map(|g| format!("instances/{g}")).collect();
+    let inst_keys: Vec<K> = groups.keys().map(|g| K::Instances(g.to_string())).collect();
     for (g, ids) in groups {
         add!(
-            format!("instances/{g}"),
+            K::Instances(g.to_string()),
             format!("terminate {}", ids.len()),
             vec![],
             Op::TerminateInstances { group: g, ids, wait: true }
@@ -763,41 +764,41 @@ pub fn destroy(cluster: &str, observed: &Observed) -> Plan {
     }
     for t in &observed.launch_templates {
         add!(
-            format!("lt/{}", t.group),
+            K::LaunchTemplate(t.group.to_string()),
             t.name.clone(),
             inst_keys.clone(),
             Op::DeleteLaunchTemplate { group: t.group.clone(), id: t.id.clone() }
         );
     }
     if let Some(l) = &observed.listener {
-        add!("listener".into(), "API listener".into(), vec![], Op::DeleteListener { arn: l.clone() });
+        add!(K::Listener, "API listener".into(), vec![], Op::DeleteListener { arn: l.clone() });
     }
     if let Some(lb) = &observed.load_balancer {
         add!(
-            "lb".into(),
+            K::LoadBalancer,
             "API load balancer".into(),
-            vec!["listener".into()],
+            vec![K::Listener],
             Op::DeleteLoadBalancer { arn: lb.arn.clone() }
         );
     }
     if let Some(tg) = &observed.target_group {
         add!(
-            "tg".into(),
+            K::TargetGroup,
             "API target group".into(),
-            vec!["listener".into(), "lb".into()],
+            vec![K::Listener, K::LoadBalancer],
             Op::DeleteTargetGroup { arn: tg.arn.clone() }
         );
     }
-    let nat_keys: Vec<String> = observed.nat_gateways.iter().map(|n| format!("nat/{}", n.zone)).collect();
+    let nat_keys: Vec<K> = observed.nat_gateways.iter().map(|n| K::Nat(n.zone.to_string())).collect();
     for n in &observed.nat_gateways {
-        add!(format!("nat/{}", n.zone), n.id.clone(), inst_keys.clone(), Op::DeleteNatGateway { id: n.id.clone() });
+        add!(K::Nat(n.zone.to_string()), n.id.clone(), inst_keys.clone(), Op::DeleteNatGateway { id: n.id.clone() });
     }
     // After the NAT gateways and the machines (the API address is on one).
     let mut eip_deps = nat_keys.clone();
     eip_deps.extend(inst_keys.iter().cloned());
     for a in &observed.addresses {
         add!(
-            format!("eip/{}", a.zone),
+            K::Eip(a.zone.to_string()),
             a.allocation_id.clone(),
             eip_deps.clone(),
             Op::ReleaseAddress { allocation_id: a.allocation_id.clone() }
@@ -805,7 +806,7 @@ pub fn destroy(cluster: &str, observed: &Observed) -> Plan {
     }
     for r in &observed.route_tables {
         add!(
-            format!("rt/{}", r.name),
+            K::RouteTable(r.name.to_string()),
             r.id.clone(),
             nat_keys.clone(),
             Op::DeleteRouteTable {
@@ -814,20 +815,15 @@ pub fn destroy(cluster: &str, observed: &Observed) -> Plan {
             }
         );
     }
-    let rt_keys: Vec<String> = observed.route_tables.iter().map(|r| format!("rt/{}", r.name)).collect();
-    let eip_keys: Vec<String> = observed.addresses.iter().map(|a| format!("eip/{}", a.zone)).collect();
+    let rt_keys: Vec<K> = observed.route_tables.iter().map(|r| K::RouteTable(r.name.to_string())).collect();
+    let eip_keys: Vec<K> = observed.addresses.iter().map(|a| K::Eip(a.zone.to_string())).collect();
     if let Some(g) = &observed.internet_gateway {
         let mut deps = nat_keys.clone();
         deps.extend(eip_keys.clone());
-        deps.push("lb".into());
-        add!(
-            "igw".into(),
-            g.id.clone(),
-            deps,
-            Op::DeleteInternetGateway { id: g.id.clone(), vpc: g.attached_vpc.clone() }
-        );
+        deps.push(K::LoadBalancer);
+        add!(K::Igw, g.id.clone(), deps, Op::DeleteInternetGateway { id: g.id.clone(), vpc: g.attached_vpc.clone() });
     }
-    let sg_rule_keys: Vec<String> = observed.security_groups.iter().map(|s| format!("sg/{}/rules", s.name)).collect();
+    let sg_rule_keys: Vec<K> = observed.security_groups.iter().map(|s| K::Rules(s.name.to_string())).collect();
     for s in &observed.security_groups {
         if !s.ingress.is_empty() {
             let remove = s
@@ -841,7 +837,7 @@ pub fn destroy(cluster: &str, observed: &Observed) -> Plan {
                 })
                 .collect();
             add!(
-                format!("sg/{}/rules", s.name),
+                K::Rules(s.name.to_string()),
                 "revoke all rules".into(),
                 vec![],
                 Op::SyncSecurityGroupRules { name: s.name.clone(), add: vec![], remove }
@@ -851,27 +847,27 @@ pub fn destroy(cluster: &str, observed: &Observed) -> Plan {
     for s in &observed.security_groups {
         let mut deps = inst_keys.clone();
         deps.extend(sg_rule_keys.iter().cloned());
-        deps.push("lb".to_string());
-        deps.extend(observed.launch_templates.iter().map(|t| format!("lt/{}", t.group)));
-        add!(format!("sg/{}", s.name), s.id.clone(), deps, Op::DeleteSecurityGroup { id: s.id.clone() });
+        deps.push(K::LoadBalancer);
+        deps.extend(observed.launch_templates.iter().map(|t| K::LaunchTemplate(t.group.to_string())));
+        add!(K::SecurityGroup(s.name.to_string()), s.id.clone(), deps, Op::DeleteSecurityGroup { id: s.id.clone() });
     }
     for s in &observed.subnets {
         let mut deps = inst_keys.clone();
         deps.extend(nat_keys.iter().cloned());
         deps.extend(rt_keys.iter().cloned());
-        deps.push("lb".into());
+        deps.push(K::LoadBalancer);
         add!(
-            format!("subnet/{}", s.name),
+            K::Subnet(s.name.to_string()),
             format!("{} {}", s.zone, s.cidr),
             deps,
             Op::DeleteSubnet { id: s.id.clone() }
         );
     }
     if let Some(v) = &observed.vpc {
-        let deps: Vec<String> = changes.iter().map(|c: &Change| c.key.clone()).collect();
-        add!("vpc".into(), v.cidr.clone(), deps, Op::DeleteVpc { id: v.id.clone() });
+        let deps: Vec<K> = changes.iter().map(|c: &Change| c.key.clone()).collect();
+        add!(K::Vpc, v.cidr.clone(), deps, Op::DeleteVpc { id: v.id.clone() });
     }
-    let keys: BTreeSet<String> = changes.iter().map(|c| c.key.clone()).collect();
+    let keys: BTreeSet<K> = changes.iter().map(|c| c.key.clone()).collect();
     for c in &mut changes {
         c.depends_on.retain(|d| keys.contains(d));
     }
@@ -882,13 +878,13 @@ pub fn destroy(cluster: &str, observed: &Observed) -> Plan {
 /// Topological order (stable: keeps the given order among independent
 /// changes); dependencies on keys not in the plan are dropped.
 fn order(changes: &mut Vec<Change>) {
-    let keys: BTreeSet<String> = changes.iter().map(|c| c.key.clone()).collect();
+    let keys: BTreeSet<K> = changes.iter().map(|c| c.key.clone()).collect();
     for c in changes.iter_mut() {
         c.depends_on.retain(|d| keys.contains(d) && d != &c.key);
         c.depends_on.sort();
         c.depends_on.dedup();
     }
-    let mut done: BTreeSet<String> = BTreeSet::new();
+    let mut done: BTreeSet<K> = BTreeSet::new();
     let mut out = Vec::with_capacity(changes.len());
     let mut rest = std::mem::take(changes);
     while !rest.is_empty() {

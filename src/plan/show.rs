@@ -29,7 +29,7 @@ pub fn text(plan: &Plan, color: bool) -> String {
         let _ = writeln!(out, "No changes: cluster {} matches its definition.", plan.cluster);
     } else {
         let _ = writeln!(out, "pinfleet will make these changes to cluster {}:\n", plan.cluster);
-        let width = plan.changes.iter().map(|c| c.key.len()).max().unwrap_or(0);
+        let width = plan.changes.iter().map(|c| c.key.to_string().len()).max().unwrap_or(0);
         for c in &plan.changes {
             let head = format!("{:>3} {:<width$}  {}", c.action.symbol(), c.key, c.summary);
             let _ = writeln!(out, "{}", paint(c.action, &head, color));

@@ -2,6 +2,7 @@
 //! operation the apply executor uses, so tags, subnets spread and client
 //! tokens are identical) and nodes through the Kubernetes API.
 
+use crate::cloud::key::ResourceKey as K;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +37,7 @@ impl AwsMachines {
     /// Runs one engine operation. A launch numbers its client tokens after
     /// the machines this revision already started, so it needs a fresh list
     /// of them; a termination does not.
-    async fn run(&self, key: &str, op: &Op, fresh_instances: bool) -> Result<Vec<String>> {
+    async fn run(&self, key: &K, op: &Op, fresh_instances: bool) -> Result<Vec<String>> {
         let mut o = self.observed.clone();
         if fresh_instances {
             o.instances = list_instances(&self.aws, Some(&self.cluster.metadata.name), false).await?;
@@ -53,7 +54,7 @@ impl AwsMachines {
     /// The API endpoint follows the control plane through a roll: the load
     /// balancer's targets, or the Elastic IP moved to a live machine.
     async fn sync_endpoint(&self) -> Result<()> {
-        self.run("targets", &Op::SyncTargets, false).await.map(|_| ())
+        self.run(&K::Targets, &Op::SyncTargets, false).await.map(|_| ())
     }
 }
 
@@ -77,7 +78,7 @@ impl Machines for AwsMachines {
             .find(|g| g.name == group)
             .ok_or_else(|| anyhow!("no instance group {group}"))?;
         let op = Op::LaunchInstances { group: group.into(), role: g.role, count: n, subnets: g.subnets.clone() };
-        let launched = self.run(&format!("instance/{group}"), &op, true).await?;
+        let launched = self.run(&K::Instance(group.to_string()), &op, true).await?;
         if g.role == crate::spec::Role::ControlPlane {
             self.sync_endpoint().await?;
         }
@@ -86,7 +87,7 @@ impl Machines for AwsMachines {
 
     async fn terminate(&self, id: &str) -> Result<()> {
         let op = Op::TerminateInstances { group: String::new(), ids: vec![id.to_string()], wait: false };
-        self.run("instance/terminate", &op, false).await?;
+        self.run(&K::Instances(String::new()), &op, false).await?;
         let control_plane =
             self.observed.instances.iter().any(|i| {
                 i.id == id

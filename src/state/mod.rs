@@ -371,7 +371,7 @@ impl HistoryRecord {
             updated: plan.count(Action::Update),
             replaced: plan.count(Action::Replace),
             deleted: plan.count(Action::Delete),
-            changes: plan.changes.iter().map(|c| c.key.clone()).collect(),
+            changes: plan.changes.iter().map(|c| c.key.to_string()).collect(),
         }
     }
 

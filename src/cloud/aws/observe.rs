@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use aws_sdk_ec2::types::{Filter, Tag};
 
 use super::{sdk, Aws};
+use crate::cloud::key::ResourceKey;
 use crate::cloud::observed::*;
 use crate::cloud::tags;
 
@@ -19,8 +20,9 @@ fn tag_map(tags: &[Tag]) -> BTreeMap<String, String> {
     tags.iter().filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string()))).collect()
 }
 
-fn resource_name(tags: &BTreeMap<String, String>, prefix: &str) -> Option<String> {
-    tags.get(tags::RESOURCE)?.strip_prefix(prefix).map(str::to_string)
+/// The resource key a tag names (`pinfleet.dev/resource`), if it is one.
+fn resource_key(tags: &BTreeMap<String, String>) -> Option<ResourceKey> {
+    tags.get(tags::RESOURCE)?.parse().ok()
 }
 
 /// Everything tagged for `cluster` (and the API load balancer by name).
@@ -144,7 +146,10 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
             let t = tag_map(s.tags());
             Some(ObservedSubnet {
                 id: s.subnet_id()?.to_string(),
-                name: resource_name(&t, "subnet/")?,
+                name: match resource_key(&t)? {
+                    ResourceKey::Subnet(n) => n,
+                    _ => return None,
+                },
                 zone: s.availability_zone().unwrap_or_default().to_string(),
                 cidr: s.cidr_block().unwrap_or_default().to_string(),
             })
@@ -162,7 +167,10 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
         .filter_map(|a| {
             Some(ObservedAddress {
                 allocation_id: a.allocation_id()?.to_string(),
-                zone: resource_name(&tag_map(a.tags()), "eip/")?,
+                zone: match resource_key(&tag_map(a.tags()))? {
+                    ResourceKey::Eip(z) => z,
+                    _ => return None,
+                },
                 public_ip: a.public_ip().map(str::to_string),
                 instance: a.instance_id().map(str::to_string),
             })
@@ -174,7 +182,10 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
         .filter_map(|n| {
             Some(ObservedNat {
                 id: n.nat_gateway_id()?.to_string(),
-                zone: resource_name(&tag_map(n.tags()), "nat/")?,
+                zone: match resource_key(&tag_map(n.tags()))? {
+                    ResourceKey::Nat(z) => z,
+                    _ => return None,
+                },
                 subnet_id: n.subnet_id().unwrap_or_default().to_string(),
                 state: n.state().map(|s| s.as_str().to_string()).unwrap_or_default(),
             })
@@ -190,7 +201,10 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
                 .and_then(|x| x.gateway_id().or(x.nat_gateway_id()).map(str::to_string));
             Some(ObservedRouteTable {
                 id: r.route_table_id()?.to_string(),
-                name: resource_name(&tag_map(r.tags()), "rt/")?,
+                name: match resource_key(&tag_map(r.tags()))? {
+                    ResourceKey::RouteTable(n) => n,
+                    _ => return None,
+                },
                 default_route,
                 associations: r
                     .associations()
@@ -231,7 +245,10 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
             ingress.sort();
             Some(ObservedSecurityGroup {
                 id: g.group_id()?.to_string(),
-                name: resource_name(&tag_map(g.tags()), "sg/")?,
+                name: match resource_key(&tag_map(g.tags()))? {
+                    ResourceKey::SecurityGroup(n) => n,
+                    _ => return None,
+                },
                 ingress,
             })
         })

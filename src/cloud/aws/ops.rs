@@ -3,6 +3,7 @@
 //! done) and says whether a failure is worth retrying (eventual
 //! consistency, dependencies still draining).
 
+use crate::cloud::key::ResourceKey as K;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -97,7 +98,7 @@ pub struct OpContext {
     /// Instances observed before the apply started.
     pub observed_instances: Vec<ObservedInstance>,
     /// key → id (vpc, subnet/x, sg/x, lt/x, lb, tg, igw, nat/zone, eip/zone, rt/x).
-    pub ids: Mutex<BTreeMap<String, String>>,
+    pub ids: Mutex<BTreeMap<K, String>>,
     /// Launch template version per group, once known.
     pub versions: Mutex<BTreeMap<String, i64>>,
     pub lb_dns: Mutex<Option<String>>,
@@ -105,25 +106,26 @@ pub struct OpContext {
 }
 
 impl OpContext {
-    async fn id(&self, key: &str) -> R<String> {
+    async fn id(&self, key: &K) -> R<String> {
         self.ids.lock().await.get(key).cloned().ok_or_else(|| OpError {
             retriable: false,
             error: anyhow::anyhow!("{key} does not exist yet (a dependency failed?)"),
         })
     }
-    async fn set(&self, key: &str, id: &str) {
-        self.ids.lock().await.insert(key.to_string(), id.to_string());
+    async fn set(&self, key: &K, id: &str) {
+        self.ids.lock().await.insert(key.clone(), id.to_string());
     }
-    fn tags_for(&self, key: &str, extra: &[(&str, &str)]) -> Vec<Tag> {
+    fn tags_for(&self, key: &K, extra: &[(&str, &str)]) -> Vec<Tag> {
+        let key = key.to_string();
         let mut t = self.base_tags.clone();
-        t.insert(tags::RESOURCE.into(), key.into());
+        t.insert(tags::RESOURCE.into(), key.clone());
         t.insert(tags::NAME.into(), format!("{}-{}", self.desired.cluster, key.replace('/', "-")));
         for (k, v) in extra {
             t.insert((*k).into(), (*v).into());
         }
         t.into_iter().map(|(k, v)| Tag::builder().key(k).value(v).build()).collect()
     }
-    fn spec(&self, rt: ResourceType, key: &str, extra: &[(&str, &str)]) -> TagSpecification {
+    fn spec(&self, rt: ResourceType, key: &K, extra: &[(&str, &str)]) -> TagSpecification {
         TagSpecification::builder().resource_type(rt).set_tags(Some(self.tags_for(key, extra))).build()
     }
 }
@@ -149,7 +151,7 @@ fn permission(protocol: &str, from: i32, to: i32, source: &ObservedSource) -> Ip
 async fn rule_source(ctx: &OpContext, r: &Rule) -> R<ObservedSource> {
     Ok(match &r.source {
         Source::Cidr(c) => ObservedSource::Cidr(c.clone()),
-        Source::Group(g) => ObservedSource::GroupId(ctx.id(&format!("sg/{g}")).await?),
+        Source::Group(g) => ObservedSource::GroupId(ctx.id(&K::SecurityGroup(g.to_string())).await?),
     })
 }
 
@@ -161,7 +163,7 @@ async fn template_data(ctx: &OpContext, d: &LaunchTemplateData, group: &str) -> 
         .clone()
         .ok_or_else(|| OpError::fatal(anyhow::anyhow!("the API load balancer has no DNS name yet")))?;
     let user_data = base64::engine::general_purpose::STANDARD.encode(with_api_host(&d.user_data, &host));
-    let sg = ctx.id(&format!("sg/{}", d.security_group)).await?;
+    let sg = ctx.id(&K::SecurityGroup(d.security_group.to_string())).await?;
     let tag_list: Vec<Tag> = d.tags.iter().map(|(k, v)| Tag::builder().key(k).value(v).build()).collect();
     let mut b = RequestLaunchTemplateData::builder()
         .image_id(&d.image_id)
@@ -220,7 +222,7 @@ async fn template_data(ctx: &OpContext, d: &LaunchTemplateData, group: &str) -> 
 /// roll takes the address before its predecessor goes).
 async fn associate_api_address(ctx: &OpContext, live: &[String]) -> Result<String, OpError> {
     let ec2 = &ctx.aws.ec2;
-    let key = format!("eip/{}", crate::cloud::model::API_ADDRESS);
+    let key = K::Eip(crate::cloud::model::API_ADDRESS.to_string());
     let alloc = ctx.id(&key).await?;
     let current = call("DescribeAddresses", ec2.describe_addresses().allocation_ids(&alloc).send().await)?
         .addresses()
@@ -244,7 +246,7 @@ async fn associate_api_address(ctx: &OpContext, live: &[String]) -> Result<Strin
     }
 }
 
-pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
+pub async fn run(ctx: &OpContext, key: &K, op: &Op) -> R<String> {
     let ec2 = &ctx.aws.ec2;
     let cluster = ctx.desired.cluster.clone();
     match op {
@@ -280,7 +282,7 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             Ok(id)
         }
         Op::CreateSubnet { zone, cidr, public, .. } => {
-            let vpc = ctx.id("vpc").await?;
+            let vpc = ctx.id(&K::Vpc).await?;
             let out = call(
                 "CreateSubnet",
                 ec2.create_subnet()
@@ -306,7 +308,7 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             Ok(id)
         }
         Op::CreateInternetGateway => {
-            let vpc = ctx.id("vpc").await?;
+            let vpc = ctx.id(&K::Vpc).await?;
             let out = call(
                 "CreateInternetGateway",
                 ec2.create_internet_gateway()
@@ -341,8 +343,8 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             Ok(id)
         }
         Op::CreateNatGateway { zone, subnet } => {
-            let subnet_id = ctx.id(&format!("subnet/{subnet}")).await?;
-            let alloc = ctx.id(&format!("eip/{zone}")).await?;
+            let subnet_id = ctx.id(&K::Subnet(subnet.to_string())).await?;
+            let alloc = ctx.id(&K::Eip(zone.to_string())).await?;
             let out = call(
                 "CreateNatGateway",
                 ec2.create_nat_gateway()
@@ -373,7 +375,7 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             Ok(id)
         }
         Op::CreateRouteTable { .. } => {
-            let vpc = ctx.id("vpc").await?;
+            let vpc = ctx.id(&K::Vpc).await?;
             let out = call(
                 "CreateRouteTable",
                 ec2.create_route_table()
@@ -387,7 +389,7 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             Ok(id)
         }
         Op::SyncRouteTable { name, default_route, subnets } => {
-            let rt = ctx.id(&format!("rt/{name}")).await?;
+            let rt = ctx.id(&K::RouteTable(name.to_string())).await?;
             let d = call("DescribeRouteTables", ec2.describe_route_tables().route_table_ids(&rt).send().await)?;
             let table = d.route_tables().first().cloned().ok_or_else(|| OpError {
                 retriable: true,
@@ -395,8 +397,8 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             })?;
             if let Some(target) = default_route {
                 let target_id = match target {
-                    RouteTarget::InternetGateway => ctx.id("igw").await?,
-                    RouteTarget::Nat { zone } => ctx.id(&format!("nat/{zone}")).await?,
+                    RouteTarget::InternetGateway => ctx.id(&K::Igw).await?,
+                    RouteTarget::Nat { zone } => ctx.id(&K::Nat(zone.to_string())).await?,
                 };
                 let current = table.routes().iter().find(|r| r.destination_cidr_block() == Some("0.0.0.0/0"));
                 let current_target = current.and_then(|r| r.gateway_id().or(r.nat_gateway_id()));
@@ -415,7 +417,7 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             }
             let mut want = Vec::new();
             for s in subnets {
-                want.push(ctx.id(&format!("subnet/{s}")).await?);
+                want.push(ctx.id(&K::Subnet(s.to_string())).await?);
             }
             for a in table.associations() {
                 if let (Some(aid), Some(sid)) = (a.route_table_association_id(), a.subnet_id()) {
@@ -460,7 +462,7 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             Ok(rt)
         }
         Op::CreateSecurityGroup { name, description } => {
-            let vpc = ctx.id("vpc").await?;
+            let vpc = ctx.id(&K::Vpc).await?;
             let out = call_ok_if(
                 "CreateSecurityGroup",
                 &["InvalidGroup.Duplicate"],
@@ -490,7 +492,7 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             Ok(id)
         }
         Op::SyncSecurityGroupRules { name, add, remove } => {
-            let sg = ctx.id(&format!("sg/{name}")).await?;
+            let sg = ctx.id(&K::SecurityGroup(name.to_string())).await?;
             for r in remove {
                 let ObservedRuleRef { protocol, from_port, to_port, source } = r;
                 call_ok_if(
@@ -520,7 +522,7 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
         Op::CreateLoadBalancer { name, internal, subnets } => {
             let mut ids = Vec::new();
             for s in subnets {
-                ids.push(ctx.id(&format!("subnet/{s}")).await?);
+                ids.push(ctx.id(&K::Subnet(s.to_string())).await?);
             }
             let tag_list: Vec<elb::Tag> = ctx
                 .tags_for(key, &[])
@@ -556,7 +558,7 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             Ok(arn)
         }
         Op::CreateTargetGroup { name, port } => {
-            let vpc = ctx.id("vpc").await?;
+            let vpc = ctx.id(&K::Vpc).await?;
             let tag_list: Vec<elb::Tag> = ctx
                 .tags_for(key, &[])
                 .into_iter()
@@ -584,8 +586,8 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             Ok(arn)
         }
         Op::CreateListener { port } => {
-            let lb = ctx.id("lb").await?;
-            let tg = ctx.id("tg").await?;
+            let lb = ctx.id(&K::LoadBalancer).await?;
+            let tg = ctx.id(&K::TargetGroup).await?;
             let action = elb::Action::builder().r#type(elb::ActionTypeEnum::Forward).target_group_arn(tg).build();
             let out = call(
                 "CreateListener",
@@ -629,7 +631,7 @@ pub async fn run(ctx: &OpContext, key: &str, op: &Op) -> R<String> {
             if ctx.desired.api_address {
                 return associate_api_address(ctx, &live).await;
             }
-            let tg = ctx.id("tg").await?;
+            let tg = ctx.id(&K::TargetGroup).await?;
             let health =
                 call("DescribeTargetHealth", ctx.aws.elb.describe_target_health().target_group_arn(&tg).send().await)?;
             let registered: Vec<String> = health
@@ -894,7 +896,7 @@ pub fn spread(existing: &BTreeMap<String, usize>, subnets: &[String], count: u32
 async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &[String]) -> R<String> {
     let ec2 = &ctx.aws.ec2;
     let cluster = &ctx.desired.cluster;
-    let lt_id = ctx.id(&format!("lt/{group}")).await?;
+    let lt_id = ctx.id(&K::LaunchTemplate(group.to_string())).await?;
     let version = ctx
         .versions
         .lock()
@@ -911,7 +913,7 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
         .count();
     let mut subnet_ids = BTreeMap::new();
     for s in subnets {
-        subnet_ids.insert(ctx.id(&format!("subnet/{s}")).await?, s.clone());
+        subnet_ids.insert(ctx.id(&K::Subnet(s.to_string())).await?, s.clone());
     }
     let mut existing: BTreeMap<String, usize> = BTreeMap::new();
     for i in ctx.observed_instances.iter().filter(|i| i.is_live() && i.group.as_deref() == Some(group)) {
@@ -946,8 +948,8 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
     let mut ids = Vec::new();
     let mut seq = seq_start;
     for (subnet, n, init) in batches {
-        let subnet_id = ctx.id(&format!("subnet/{subnet}")).await?;
-        let key = format!("instance/{group}");
+        let subnet_id = ctx.id(&K::Subnet(subnet.to_string())).await?;
+        let key = K::Instance(group.to_string());
         let mut req = ec2
             .run_instances()
             // All or nothing (moto launches MinCount, AWS up to MaxCount):
