@@ -1,0 +1,151 @@
+//! The destroy plan (pure): everything observed for a cluster, deleted in
+//! dependency order (machines first, the VPC last).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{order, Action, Change, ObservedRuleRef, Op, Plan};
+use crate::cloud::key::ResourceKey as K;
+use crate::cloud::observed::Observed;
+
+/// Everything observed, deleted in dependency order.
+pub fn destroy(cluster: &str, observed: &Observed) -> Plan {
+    let mut changes: Vec<Change> = Vec::new();
+    fn push(changes: &mut Vec<Change>, key: K, summary: String, depends_on: Vec<K>, op: Op) {
+        changes.push(Change {
+            key,
+            action: Action::Delete,
+            summary,
+            fields: vec![],
+            reason: "destroy".into(),
+            depends_on,
+            op,
+        });
+    }
+    macro_rules! add {
+        ($($arg:expr),* $(,)?) => { push(&mut changes, $($arg),*) };
+    }
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for i in observed.instances.iter().filter(|i| i.is_live()) {
+        groups.entry(i.group.clone().unwrap_or_else(|| "(no group)".into())).or_default().push(i.id.clone());
+    }
+    let inst_keys: Vec<K> = groups.keys().map(|g| K::Instances(g.to_string())).collect();
+    for (g, ids) in groups {
+        add!(
+            K::Instances(g.to_string()),
+            format!("terminate {}", ids.len()),
+            vec![],
+            Op::TerminateInstances { group: g, ids, wait: true }
+        );
+    }
+    for t in &observed.launch_templates {
+        add!(
+            K::LaunchTemplate(t.group.to_string()),
+            t.name.clone(),
+            inst_keys.clone(),
+            Op::DeleteLaunchTemplate { group: t.group.clone(), id: t.id.clone() }
+        );
+    }
+    if let Some(l) = &observed.listener {
+        add!(K::Listener, "API listener".into(), vec![], Op::DeleteListener { arn: l.clone() });
+    }
+    if let Some(lb) = &observed.load_balancer {
+        add!(
+            K::LoadBalancer,
+            "API load balancer".into(),
+            vec![K::Listener],
+            Op::DeleteLoadBalancer { arn: lb.arn.clone() }
+        );
+    }
+    if let Some(tg) = &observed.target_group {
+        add!(
+            K::TargetGroup,
+            "API target group".into(),
+            vec![K::Listener, K::LoadBalancer],
+            Op::DeleteTargetGroup { arn: tg.arn.clone() }
+        );
+    }
+    let nat_keys: Vec<K> = observed.nat_gateways.iter().map(|n| K::Nat(n.zone.to_string())).collect();
+    for n in &observed.nat_gateways {
+        add!(K::Nat(n.zone.to_string()), n.id.clone(), inst_keys.clone(), Op::DeleteNatGateway { id: n.id.clone() });
+    }
+    // After the NAT gateways and the machines (the API address is on one).
+    let mut eip_deps = nat_keys.clone();
+    eip_deps.extend(inst_keys.iter().cloned());
+    for a in &observed.addresses {
+        add!(
+            K::Eip(a.zone.to_string()),
+            a.allocation_id.clone(),
+            eip_deps.clone(),
+            Op::ReleaseAddress { allocation_id: a.allocation_id.clone() }
+        );
+    }
+    for r in &observed.route_tables {
+        add!(
+            K::RouteTable(r.name.to_string()),
+            r.id.clone(),
+            nat_keys.clone(),
+            Op::DeleteRouteTable {
+                id: r.id.clone(),
+                associations: r.associations.iter().map(|(a, _)| a.clone()).collect()
+            }
+        );
+    }
+    let rt_keys: Vec<K> = observed.route_tables.iter().map(|r| K::RouteTable(r.name.to_string())).collect();
+    let eip_keys: Vec<K> = observed.addresses.iter().map(|a| K::Eip(a.zone.to_string())).collect();
+    if let Some(g) = &observed.internet_gateway {
+        let mut deps = nat_keys.clone();
+        deps.extend(eip_keys.clone());
+        deps.push(K::LoadBalancer);
+        add!(K::Igw, g.id.clone(), deps, Op::DeleteInternetGateway { id: g.id.clone(), vpc: g.attached_vpc.clone() });
+    }
+    let sg_rule_keys: Vec<K> = observed.security_groups.iter().map(|s| K::Rules(s.name.to_string())).collect();
+    for s in &observed.security_groups {
+        if !s.ingress.is_empty() {
+            let remove = s
+                .ingress
+                .iter()
+                .map(|r| ObservedRuleRef {
+                    protocol: r.protocol.clone(),
+                    from_port: r.from_port,
+                    to_port: r.to_port,
+                    source: r.source.clone(),
+                })
+                .collect();
+            add!(
+                K::Rules(s.name.to_string()),
+                "revoke all rules".into(),
+                vec![],
+                Op::SyncSecurityGroupRules { name: s.name.clone(), add: vec![], remove }
+            );
+        }
+    }
+    for s in &observed.security_groups {
+        let mut deps = inst_keys.clone();
+        deps.extend(sg_rule_keys.iter().cloned());
+        deps.push(K::LoadBalancer);
+        deps.extend(observed.launch_templates.iter().map(|t| K::LaunchTemplate(t.group.to_string())));
+        add!(K::SecurityGroup(s.name.to_string()), s.id.clone(), deps, Op::DeleteSecurityGroup { id: s.id.clone() });
+    }
+    for s in &observed.subnets {
+        let mut deps = inst_keys.clone();
+        deps.extend(nat_keys.iter().cloned());
+        deps.extend(rt_keys.iter().cloned());
+        deps.push(K::LoadBalancer);
+        add!(
+            K::Subnet(s.name.to_string()),
+            format!("{} {}", s.zone, s.cidr),
+            deps,
+            Op::DeleteSubnet { id: s.id.clone() }
+        );
+    }
+    if let Some(v) = &observed.vpc {
+        let deps: Vec<K> = changes.iter().map(|c: &Change| c.key.clone()).collect();
+        add!(K::Vpc, v.cidr.clone(), deps, Op::DeleteVpc { id: v.id.clone() });
+    }
+    let keys: BTreeSet<K> = changes.iter().map(|c| c.key.clone()).collect();
+    for c in &mut changes {
+        c.depends_on.retain(|d| keys.contains(d));
+    }
+    order(&mut changes);
+    Plan { cluster: cluster.to_string(), changes, needs_rollout: vec![], aws_calls: BTreeMap::new() }
+}

@@ -1,0 +1,235 @@
+//! Launch templates and machines (pure): a template version when its
+//! content changes, launches and terminations toward each group's desired
+//! count, the API endpoint following the control plane, machines on older
+//! versions noted for a roll, and groups that left the spec removed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{field, Action, Changes, Op};
+use super::{pick_excess, template_changes, RolloutNote};
+use crate::cloud::key::ResourceKey as K;
+use crate::cloud::model::Desired;
+use crate::cloud::observed::{Observed, ObservedInstance};
+use crate::spec::Role;
+
+/// Returns the machines that need a roll.
+pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) -> Vec<RolloutNote> {
+    let sg_names: BTreeMap<String, String> =
+        observed.security_groups.iter().map(|s| (s.id.clone(), s.name.clone())).collect();
+    let sg_keys: Vec<K> = desired.security_groups.iter().map(|s| K::SecurityGroup(s.name.to_string())).collect();
+    let api_key = K::Eip(crate::cloud::model::API_ADDRESS.to_string());
+    // Launch templates, instances, targets.
+    let api_host = if desired.api_address {
+        observed.api_address().and_then(|a| a.public_ip.as_deref())
+    } else {
+        observed.load_balancer.as_ref().map(|l| l.dns_name.as_str())
+    };
+    let mut needs_rollout = Vec::new();
+    let mut cp_launch_keys = Vec::new();
+    let mut cp_live: BTreeSet<String> = BTreeSet::new();
+    let mut cp_changed = false;
+    let desired_groups: BTreeSet<&str> = desired.groups.iter().map(|g| g.name.as_str()).collect();
+    for (g, lt) in desired.groups.iter().zip(&desired.launch_templates) {
+        let lt_key = K::LaunchTemplate(g.name.to_string());
+        let mut lt_deps: Vec<K> = sg_keys.clone();
+        lt_deps.push(if desired.api_address { api_key.clone() } else { K::LoadBalancer });
+        let observed_lt = observed.template(&g.name);
+        let current_version: Option<i64>;
+        let mut version_label = String::new();
+        match observed_lt {
+            None => {
+                current_version = None;
+                version_label = "1 (new)".into();
+                out.push(
+                    lt_key.clone(),
+                    Action::Create,
+                    format!("{} {} {}", lt.name, lt.data.instance_type, lt.data.image_id),
+                    vec![
+                        field("imageId", None::<String>, Some(&lt.data.image_id)),
+                        field("instanceType", None::<String>, Some(&lt.data.instance_type)),
+                    ],
+                    format!("spec.instanceGroups[{}]", g.name),
+                    lt_deps,
+                    Op::CreateLaunchTemplate { group: g.name.clone(), name: lt.name.clone(), data: lt.data.clone() },
+                );
+            }
+            Some(o) => {
+                let diffs = match &o.latest {
+                    Some(have) => template_changes(&lt.data, have, &sg_names, api_host, &g.name),
+                    None => vec![(
+                        field("data", None::<String>, Some("(unreadable)")),
+                        "launch template has no readable version".into(),
+                    )],
+                };
+                if diffs.is_empty() {
+                    current_version = Some(o.latest_version);
+                } else {
+                    current_version = None;
+                    version_label = format!("{} (new)", o.latest_version + 1);
+                    let reasons: Vec<String> =
+                        diffs.iter().map(|(_, r)| r.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+                    out.push(
+                        lt_key.clone(),
+                        Action::Update,
+                        format!("new version {} of {}", o.latest_version + 1, o.name),
+                        diffs.into_iter().map(|(f, _)| f).collect(),
+                        reasons.join("; "),
+                        lt_deps,
+                        Op::CreateLaunchTemplateVersion { group: g.name.clone(), data: lt.data.clone() },
+                    );
+                }
+            }
+        }
+        if version_label.is_empty() {
+            version_label = current_version.map(|v| v.to_string()).unwrap_or_default();
+        }
+        let live: Vec<&ObservedInstance> = observed.live_instances(&g.name).collect();
+        let inst_key = K::Instances(g.name.to_string());
+        let want = g.desired as usize;
+        let mut terminating = BTreeSet::new();
+        if live.len() < want {
+            let count = (want - live.len()) as u32;
+            let mut deps = vec![lt_key.clone()];
+            deps.extend(g.subnets.iter().map(|s| K::Subnet(s.to_string())));
+            deps.extend(desired.route_tables.iter().map(|r| K::Routes(r.name.to_string())));
+            deps.extend(desired.security_groups.iter().map(|sg| K::Rules(sg.name.clone())));
+            if g.role == Role::Node {
+                deps.extend(
+                    desired
+                        .groups
+                        .iter()
+                        .filter(|x| x.role == Role::ControlPlane)
+                        .map(|x| K::Instances(x.name.to_string())),
+                );
+            } else {
+                cp_launch_keys.push(inst_key.clone());
+                cp_changed = true;
+            }
+            out.push(
+                inst_key.clone(),
+                Action::Create,
+                format!("launch {count} ({} → {})", live.len(), want),
+                vec![field("instances", Some(live.len()), Some(want))],
+                format!("spec.instanceGroups[{}].desired", g.name),
+                deps,
+                Op::LaunchInstances { group: g.name.clone(), role: g.role, count, subnets: g.subnets.clone() },
+            );
+        } else if live.len() > want {
+            let excess = pick_excess(&live, live.len() - want, current_version);
+            let ids: Vec<String> = excess.iter().map(|i| i.id.clone()).collect();
+            terminating.extend(ids.iter().cloned());
+            if g.role == Role::ControlPlane {
+                cp_changed = true;
+            }
+            out.push(
+                inst_key.clone(),
+                Action::Delete,
+                format!("terminate {} ({} → {})", ids.len(), live.len(), want),
+                ids.iter().map(|id| field("instance", Some(id), None::<String>)).collect(),
+                format!("spec.instanceGroups[{}].desired", g.name),
+                vec![],
+                Op::TerminateInstances { group: g.name.clone(), ids, wait: false },
+            );
+        }
+        if g.role == Role::ControlPlane {
+            cp_live.extend(live.iter().filter(|i| !terminating.contains(&i.id)).map(|i| i.id.clone()));
+        }
+        let outdated: Vec<String> = live
+            .iter()
+            .filter(|i| {
+                !terminating.contains(&i.id)
+                    && (current_version.is_none() || i.launch_template_version != current_version)
+            })
+            .map(|i| i.id.clone())
+            .collect();
+        if !outdated.is_empty() {
+            needs_rollout.push(RolloutNote {
+                group: g.name.clone(),
+                instances: outdated,
+                current_version: version_label,
+                reason: if observed_lt.is_some() && current_version.is_none() {
+                    "the launch template changes".into()
+                } else {
+                    "on an older launch-template version".into()
+                },
+            });
+        }
+    }
+    if desired.api_address {
+        // The address follows the control plane: on a live control-plane
+        // machine, or moved to one.
+        let on = observed.api_address().and_then(|a| a.instance.clone());
+        if cp_changed || on.as_ref().is_none_or(|i| !cp_live.contains(i)) {
+            let mut deps = vec![api_key.clone()];
+            deps.extend(cp_launch_keys.iter().cloned());
+            out.push(
+                K::Targets,
+                Action::Update,
+                "associate the API address with the control plane".into(),
+                vec![field(
+                    "instance",
+                    on.clone(),
+                    Some(cp_live.iter().next().cloned().unwrap_or_else(|| "(known after apply)".to_string())),
+                )],
+                "spec.api.loadBalancer.type: elastic-ip".into(),
+                deps,
+                Op::SyncTargets,
+            );
+        }
+    }
+    let registered: BTreeSet<String> =
+        observed.target_group.as_ref().map(|t| t.targets.iter().cloned().collect()).unwrap_or_default();
+    if !desired.api_address && (cp_changed || registered != cp_live) {
+        let mut deps = vec![K::TargetGroup];
+        deps.extend(cp_launch_keys);
+        out.push(
+            K::Targets,
+            Action::Update,
+            "register the control plane with the API load balancer".into(),
+            vec![field(
+                "targets",
+                Some(registered.into_iter().collect::<Vec<_>>().join(",")),
+                Some(if cp_live.is_empty() {
+                    "(known after apply)".to_string()
+                } else {
+                    cp_live.iter().cloned().collect::<Vec<_>>().join(",")
+                }),
+            )],
+            "control-plane instance groups".into(),
+            deps,
+            Op::SyncTargets,
+        );
+    }
+
+    // Groups removed from the spec: their machines and template go.
+    let mut removed: BTreeSet<String> = observed.launch_templates.iter().map(|t| t.group.clone()).collect();
+    removed.extend(observed.instances.iter().filter(|i| i.is_live()).filter_map(|i| i.group.clone()));
+    for group in removed.into_iter().filter(|g| !desired_groups.contains(g.as_str())) {
+        let live: Vec<String> = observed.live_instances(&group).map(|i| i.id.clone()).collect();
+        let inst_key = K::Instances(group.to_string());
+        if !live.is_empty() {
+            out.push(
+                inst_key.clone(),
+                Action::Delete,
+                format!("terminate {} (group removed)", live.len()),
+                live.iter().map(|id| field("instance", Some(id), None::<String>)).collect(),
+                format!("instance group {group} is no longer in the spec"),
+                vec![],
+                Op::TerminateInstances { group: group.clone(), ids: live, wait: true },
+            );
+        }
+        if let Some(t) = observed.template(&group) {
+            out.push(
+                K::LaunchTemplate(group.to_string()),
+                Action::Delete,
+                t.name.clone(),
+                vec![],
+                format!("instance group {group} is no longer in the spec"),
+                vec![inst_key],
+                Op::DeleteLaunchTemplate { group: group.clone(), id: t.id.clone() },
+            );
+        }
+    }
+
+    needs_rollout
+}
