@@ -190,7 +190,7 @@ fn a_machine_type_change_is_one_template_version_and_a_rollout_note() {
     let p = plan::diff(&after, &applied(&before));
     insta::assert_snapshot!("machine_type_change", show::text(&p, false));
     assert_eq!(p.changes.len(), 1);
-    assert!(matches!(p.changes[0].op, Op::CreateLaunchTemplateVersion { .. }));
+    assert!(matches!(p.changes[0].op.op(), Some(Op::CreateLaunchTemplateVersion { .. })));
     assert_eq!(p.needs_rollout.len(), 1);
     assert_eq!(p.needs_rollout[0].instances.len(), 3);
     assert_eq!(p.needs_rollout[0].current_version, "2 (new)");
@@ -205,7 +205,7 @@ fn scaling_down_terminates_outdated_then_oldest() {
     let smaller = desired_with(|c| c.spec.instance_groups[1].desired = Some(2));
     let p = plan::diff(&smaller, &o);
     assert_eq!(p.changes.len(), 1);
-    match &p.changes[0].op {
+    match p.changes[0].op.op().unwrap() {
         Op::TerminateInstances { ids, .. } => assert_eq!(ids, &["i-0003"]),
         other => panic!("{other:?}"),
     }
@@ -213,7 +213,7 @@ fn scaling_down_terminates_outdated_then_oldest() {
         c.spec.instance_groups[1].min_size = 0;
         c.spec.instance_groups[1].desired = Some(1);
     });
-    match &plan::diff(&smallest, &o).changes[0].op {
+    match plan::diff(&smallest, &o).changes[0].op.op().unwrap() {
         Op::TerminateInstances { ids, .. } => assert_eq!(ids, &["i-0003", "i-0002"]),
         other => panic!("{other:?}"),
     }
@@ -226,7 +226,7 @@ fn allowed_cidrs_change_only_the_rules() {
     let p = plan::diff(&after, &applied(&before));
     let keys: Vec<String> = p.changes.iter().map(|c| c.key.to_string()).collect();
     assert_eq!(keys, ["sg/control-plane/rules"]);
-    match &p.changes[0].op {
+    match p.changes[0].op.op().unwrap() {
         Op::SyncSecurityGroupRules { add, remove, .. } => {
             assert_eq!(add.len(), 1);
             assert_eq!(remove.len(), 1);

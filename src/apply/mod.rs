@@ -61,11 +61,11 @@ pub struct Report {
     pub done: Vec<Done>,
 }
 
-async fn run_with_retries(ctx: &OpContext, change: &Change) -> Result<String> {
+async fn run_with_retries(ctx: &OpContext, change: &Change, op: &crate::cloud::ops::Op) -> Result<String> {
     let start = Instant::now();
     let mut backoff = Duration::from_millis(500);
     loop {
-        match ops::run(ctx, &change.key, &change.op).await {
+        match ops::run(ctx, &change.key, op).await {
             Ok(r) => return Ok(r),
             Err(e) if e.retriable && start.elapsed() < RETRY_FOR => {
                 tracing::info!(key = %change.key, "retrying: {:#}", e.error);
@@ -84,27 +84,31 @@ pub async fn execute(plan: &Plan, ctx: Arc<OpContext>, opts: &Options) -> Result
     if !refusals.is_empty() {
         let reasons: Vec<String> = refusals
             .iter()
-            .map(|c| match &c.op {
-                crate::plan::Op::Refuse { why } => format!("{}: {why}", c.key),
-                _ => unreachable!(),
+            .filter_map(|c| match &c.op {
+                crate::plan::Step::Refuse { why } => Some(format!("{}: {why}", c.key)),
+                crate::plan::Step::Run(_) => None,
             })
             .collect();
         bail!("nothing was applied; these changes need a person:\n  {}", reasons.join("\n  "));
     }
-    let mut pending: Vec<&Change> = plan.changes.iter().collect();
+    // Refusals stopped the run above: every change left is an operation.
+    let mut pending: Vec<(&Change, &crate::cloud::ops::Op)> =
+        plan.changes.iter().filter_map(|c| c.op.op().map(|op| (c, op))).collect();
     let mut done: BTreeSet<crate::cloud::key::ResourceKey> = BTreeSet::new();
     let mut report = Report::default();
     let mut failure: Option<anyhow::Error> = None;
     let mut running = FuturesUnordered::new();
     loop {
         while failure.is_none() && running.len() < opts.parallelism.max(1) {
-            let Some(pos) = pending.iter().position(|c| c.depends_on.iter().all(|d| done.contains(d))) else { break };
-            let change = pending.remove(pos);
+            let Some(pos) = pending.iter().position(|(c, _)| c.depends_on.iter().all(|d| done.contains(d))) else {
+                break;
+            };
+            let (change, op) = pending.remove(pos);
             let ctx = ctx.clone();
             let delay = opts.step_delay;
             running.push(async move {
                 let start = Instant::now();
-                let r = run_with_retries(&ctx, change).await;
+                let r = run_with_retries(&ctx, change, op).await;
                 if let Some(d) = delay {
                     tokio::time::sleep(d).await;
                 }

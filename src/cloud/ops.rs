@@ -129,10 +129,6 @@ pub enum Op {
     DeleteVpc {
         id: String,
     },
-    /// A change pinfleet will not make by itself; apply stops and says why.
-    Refuse {
-        why: String,
-    },
 }
 
 /// An observed rule to revoke, with the source as AWS knows it.

@@ -18,7 +18,7 @@ pub fn destroy(cluster: &str, observed: &Observed) -> Plan {
             fields: vec![],
             reason: "destroy".into(),
             depends_on,
-            op,
+            op: op.into(),
         });
     }
     macro_rules! add {

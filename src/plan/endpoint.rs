@@ -1,7 +1,7 @@
 //! The API endpoint (pure): an Elastic IP for the control plane, or the
 //! network load balancer with its target group and listener.
 
-use super::{field, Action, Changes, Op};
+use super::{field, Action, Changes, Op, Step};
 use crate::cloud::key::ResourceKey as K;
 use crate::cloud::model::Desired;
 use crate::cloud::observed::Observed;
@@ -35,7 +35,7 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
         Some(o) if o.internal != lb.internal => out.push(K::LoadBalancer, Action::Replace, "scheme changes".into(),
             vec![field("scheme", Some(if o.internal { "internal" } else { "internet-facing" }), Some(if lb.internal { "internal" } else { "internet-facing" }))],
             "spec.api.loadBalancer.scheme".into(), vec![],
-            Op::Refuse { why: "the API load balancer's scheme cannot change in place; it changes the API endpoint every node joined with".into() }),
+            Step::Refuse { why: "the API load balancer's scheme cannot change in place; it changes the API endpoint every node joined with".into() }),
         Some(_) => {}
     }
         if observed.target_group.is_none() {

@@ -60,7 +60,55 @@ pub struct Change {
     /// Why: the spec field (or observation) behind the change.
     pub reason: String,
     pub depends_on: Vec<crate::cloud::key::ResourceKey>,
-    pub op: Op,
+    pub op: Step,
+}
+
+/// What a change does: an operation the executor runs, or a refusal, a
+/// change pinfleet will not make by itself (apply stops before anything and
+/// says why). The executor never sees a refusal.
+///
+/// Serialized as the operation (`{"op": "createVpc", …}`), a refusal as
+/// `{"op": "refuse", "why": …}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "serde_json::Value", into = "serde_json::Value")]
+pub enum Step {
+    Run(Op),
+    Refuse { why: String },
+}
+
+impl From<Op> for Step {
+    fn from(op: Op) -> Step {
+        Step::Run(op)
+    }
+}
+
+impl From<Step> for serde_json::Value {
+    fn from(s: Step) -> serde_json::Value {
+        match s {
+            Step::Run(op) => serde_json::to_value(op).unwrap_or_default(),
+            Step::Refuse { why } => serde_json::json!({"op": "refuse", "why": why}),
+        }
+    }
+}
+
+impl TryFrom<serde_json::Value> for Step {
+    type Error = String;
+    fn try_from(v: serde_json::Value) -> Result<Step, String> {
+        if v["op"] == "refuse" {
+            return Ok(Step::Refuse { why: v["why"].as_str().unwrap_or_default().to_string() });
+        }
+        serde_json::from_value(v).map(Step::Run).map_err(|e| e.to_string())
+    }
+}
+
+impl Step {
+    /// The operation, unless this is a refusal.
+    pub fn op(&self) -> Option<&Op> {
+        match self {
+            Step::Run(op) => Some(op),
+            Step::Refuse { .. } => None,
+        }
+    }
 }
 
 /// Instances running an older launch-template version: a later
@@ -91,7 +139,7 @@ impl Plan {
         self.changes.iter().filter(|c| c.action == action).count()
     }
     pub fn refusals(&self) -> Vec<&Change> {
-        self.changes.iter().filter(|c| matches!(c.op, Op::Refuse { .. })).collect()
+        self.changes.iter().filter(|c| matches!(c.op, Step::Refuse { .. })).collect()
     }
 }
 
@@ -216,9 +264,9 @@ impl Changes {
         fields: Vec<FieldChange>,
         reason: String,
         depends_on: Vec<K>,
-        op: Op,
+        op: impl Into<Step>,
     ) {
-        self.0.push(Change { key, action, summary, fields, reason, depends_on, op });
+        self.0.push(Change { key, action, summary, fields, reason, depends_on, op: op.into() });
     }
 }
 

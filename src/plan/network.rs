@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{field, Action, Change, Changes, Op};
+use super::{field, Action, Change, Changes, Op, Step};
 use crate::cloud::key::ResourceKey as K;
 use crate::cloud::model::Desired;
 use crate::cloud::model::RouteTarget;
@@ -32,7 +32,7 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
             vec![field("cidr", Some(&v.cidr), Some(&desired.vpc_cidr))],
             "spec.network.vpcCidr".into(),
             vec![],
-            Op::Refuse {
+            Step::Refuse {
                 why: format!(
                     "the VPC CIDR cannot change in place ({} → {}); build a new cluster and move workloads",
                     v.cidr, desired.vpc_cidr
@@ -53,7 +53,7 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
             Some(o) if o.cidr != s.cidr || o.zone != s.zone => out.push(key, Action::Replace, format!("{} {} → {} {}", o.zone, o.cidr, s.zone, s.cidr),
                 vec![field("cidr", Some(&o.cidr), Some(&s.cidr)), field("zone", Some(&o.zone), Some(&s.zone))],
                 format!("spec.network.subnets[{}]", s.name), vec![],
-                Op::Refuse { why: format!("subnet {} cannot change in place: add a new subnet, move the groups to it, apply, then remove this one", s.name) }),
+                Step::Refuse { why: format!("subnet {} cannot change in place: add a new subnet, move the groups to it, apply, then remove this one", s.name) }),
             Some(_) => {}
         }
     }
@@ -190,17 +190,20 @@ pub(super) fn removed_subnets(desired: &Desired, observed: &Observed, out: &mut 
         let in_use = observed.instances.iter().any(|i| {
             i.is_live()
                 && i.subnet_id.as_deref() == Some(&s.id)
-                && !out.0.iter().any(|c| matches!(&c.op, Op::TerminateInstances { ids, .. } if ids.contains(&i.id)))
+                && !out
+                    .0
+                    .iter()
+                    .any(|c| matches!(&c.op, Step::Run(Op::TerminateInstances { ids, .. }) if ids.contains(&i.id)))
         });
         let op = if in_use {
-            Op::Refuse {
+            Step::Refuse {
                 why: format!(
                     "subnet {} still has running instances; move its instance groups to other subnets first",
                     s.name
                 ),
             }
         } else {
-            Op::DeleteSubnet { id: s.id.clone() }
+            Step::Run(Op::DeleteSubnet { id: s.id.clone() })
         };
         out.0.push(Change {
             key: K::Subnet(s.name.to_string()),

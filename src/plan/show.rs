@@ -82,7 +82,7 @@ pub fn text(plan: &Plan, color: bool) -> String {
                     format!("because: {}", c.reason)
                 }
             );
-            if let super::Op::Refuse { why } = &c.op {
+            if let super::Step::Refuse { why } = &c.op {
                 let _ = writeln!(out, "      {}", paint(Action::Delete, &format!("will not apply: {why}"), color));
             }
         }

@@ -250,7 +250,6 @@ pub async fn run(ctx: &OpContext, key: &K, op: &Op) -> R<String> {
     let ec2 = &ctx.aws.ec2;
     let cluster = ctx.desired.cluster.clone();
     match op {
-        Op::Refuse { why } => Err(OpError::fatal(anyhow::anyhow!("{why}"))),
         Op::CreateVpc { cidr } => {
             let out = call(
                 "CreateVpc",
