@@ -2,13 +2,12 @@
 //! members of its federation (clusters whose `spec.federation.name` names
 //! it), from `clusters/federations/APP.yaml`.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use chrono::Utc;
 use clap::{Args, Subcommand};
 use owo_colors::OwoColorize;
@@ -16,10 +15,9 @@ use serde::Serialize;
 
 use super::cloud::Target;
 use super::GlobalArgs;
-use crate::federation::fanout::{self, FederatedService, Observed};
+use crate::federation::fanout::{self, World};
 use crate::federation::health;
 use crate::output::{print_data, Format};
-use crate::spec::Cluster;
 
 #[derive(Debug, Args)]
 pub struct FederationArgs {
@@ -75,65 +73,14 @@ struct Row {
     reason: String,
 }
 
-struct World {
-    fs: FederatedService,
-    members: Vec<Cluster>,
-    clients: BTreeMap<String, kube::Client>,
-    observed: BTreeMap<String, Observed>,
-}
-
 async fn world(g: &GlobalArgs, a: &FedArgs) -> Result<World> {
     let path = g.clusters_dir.join("federations").join(format!("{}.yaml", a.app));
-    let fs = fanout::load(&path)?;
-    let (loaded, diags) = crate::spec::load_paths(std::slice::from_ref(&g.clusters_dir), &Default::default());
-    if !diags.0.is_empty() {
-        bail!("{diags}");
-    }
-    let members: Vec<Cluster> = loaded
-        .into_iter()
-        .map(|l| l.cluster)
-        .filter(|c| c.spec.federation.as_ref().is_some_and(|f| f.name == fs.spec.federation))
-        .collect();
-    if members.is_empty() {
-        bail!("no cluster in {} is a member of federation {}", g.clusters_dir.display(), fs.spec.federation);
-    }
-    let mut clients = BTreeMap::new();
-    let mut observed = BTreeMap::new();
-    let results = futures::future::join_all(members.iter().map(|c| {
-        let kc = match &a.kubeconfig_dir {
-            Some(d) => d.join(format!("{}.yaml", c.metadata.name)),
-            None => a.target.kubeconfig(&c.metadata.name),
-        };
-        let fs = &fs;
-        async move {
-            let client = crate::kube::client_from_kubeconfig(&kc, crate::kube::Retry::Never).await;
-            match client {
-                Ok(client) => {
-                    let o = fanout::observe(&client, fs).await;
-                    (Some(client), o)
-                }
-                Err(e) => (
-                    None,
-                    Observed {
-                        reachable: false,
-                        ready_nodes: 0,
-                        free_replicas: 0,
-                        desired: 0,
-                        ready: 0,
-                        error: Some(format!("{e:#}")),
-                    },
-                ),
-            }
-        }
-    }))
-    .await;
-    for (c, (client, o)) in members.iter().zip(results) {
-        if let Some(client) = client {
-            clients.insert(c.metadata.name.clone(), client);
-        }
-        observed.insert(c.metadata.name.clone(), o);
-    }
-    Ok(World { fs, members, clients, observed })
+    let (target, dir) = (a.target, a.kubeconfig_dir.clone());
+    let kubeconfig = move |cluster: &str| match &dir {
+        Some(d) => d.join(format!("{cluster}.yaml")),
+        None => target.kubeconfig(cluster),
+    };
+    World::observe(&path, &g.clusters_dir, &kubeconfig).await
 }
 
 /// The state store holding the failover memory: `--state-store`, else the

@@ -329,3 +329,72 @@ pub async fn apply(
     }
     Ok(done)
 }
+
+/// A federated app and its members as observed now: the app's file, the
+/// member clusters (those whose `spec.federation.name` is its federation),
+/// a client for each reachable one, and what each runs.
+pub struct World {
+    pub fs: FederatedService,
+    pub members: Vec<Cluster>,
+    pub clients: std::collections::BTreeMap<String, Client>,
+    pub observed: std::collections::BTreeMap<String, Observed>,
+}
+
+impl World {
+    /// Loads the app at `path` and the clusters under `clusters_dir`, and
+    /// observes every member through the kubeconfig `kubeconfig` names for it
+    /// (all at once; an unreachable member is observed as such).
+    pub async fn observe(
+        path: &Path,
+        clusters_dir: &Path,
+        kubeconfig: &(dyn Fn(&str) -> std::path::PathBuf + Sync),
+    ) -> Result<World> {
+        let fs = load(path)?;
+        let (loaded, diags) =
+            crate::spec::load_paths(std::slice::from_ref(&clusters_dir.to_path_buf()), &Default::default());
+        if !diags.0.is_empty() {
+            anyhow::bail!("{diags}");
+        }
+        let members: Vec<Cluster> = loaded
+            .into_iter()
+            .map(|l| l.cluster)
+            .filter(|c| c.spec.federation.as_ref().is_some_and(|f| f.name == fs.spec.federation))
+            .collect();
+        if members.is_empty() {
+            anyhow::bail!("no cluster in {} is a member of federation {}", clusters_dir.display(), fs.spec.federation);
+        }
+        let results = futures::future::join_all(members.iter().map(|c| {
+            let kc = kubeconfig(&c.metadata.name);
+            let fs = &fs;
+            async move {
+                match crate::kube::client_from_kubeconfig(&kc, crate::kube::Retry::Never).await {
+                    Ok(client) => {
+                        let o = observe(&client, fs).await;
+                        (Some(client), o)
+                    }
+                    Err(e) => (
+                        None,
+                        Observed {
+                            reachable: false,
+                            ready_nodes: 0,
+                            free_replicas: 0,
+                            desired: 0,
+                            ready: 0,
+                            error: Some(format!("{e:#}")),
+                        },
+                    ),
+                }
+            }
+        }))
+        .await;
+        let mut clients = std::collections::BTreeMap::new();
+        let mut observed = std::collections::BTreeMap::new();
+        for (c, (client, o)) in members.iter().zip(results) {
+            if let Some(client) = client {
+                clients.insert(c.metadata.name.clone(), client);
+            }
+            observed.insert(c.metadata.name.clone(), o);
+        }
+        Ok(World { fs, members, clients, observed })
+    }
+}
