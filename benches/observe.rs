@@ -115,7 +115,7 @@ fn main() {
             let prepared = prepare(&aws, &loaded.cluster, None).await.unwrap();
             let t = start.elapsed().as_secs_f64();
             assert!(
-                prepared.plan.changes.iter().all(|c| !c.key.starts_with("instances/")),
+                prepared.plan.changes.iter().all(|c| !matches!(c.key, pinfleet::cloud::key::ResourceKey::Instances(_))),
                 "the cluster should be complete"
             );
             // pinfleet's own share: the pure diff over the same observation.

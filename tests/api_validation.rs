@@ -278,6 +278,46 @@ fn table() -> Vec<(&'static str, Value, Option<String>)> {
             Some("Role.rbac.authorization.k8s.io \"reader\" is invalid: rules[0].verbs: Required value: verbs must contain at least one value".into()),
         ),
         (
+            "daemonset: a selector the template does not match",
+            json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"}, "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {"metadata": {"labels": {"app": "other"}}, "spec": {"containers": [{"name": "a", "image": "busybox:1.36"}]}}}}),
+            Some("DaemonSet.apps \"agent\" is invalid: spec.template.metadata.labels: Invalid value: {\"app\":\"other\"}: `selector` does not match template `labels`".into()),
+        ),
+        (
+            "job: Indexed without completions",
+            with(job(), "/spec/completionMode", json!("Indexed")),
+            Some("Job.batch \"batch\" is invalid: spec.completions: Required value: when completion mode is Indexed".into()),
+        ),
+        (
+            "cronjob: a time zone in the schedule",
+            with(cronjob(), "/spec/schedule", json!("CRON_TZ=UTC 0 3 * * *")),
+            Some("CronJob.batch \"nightly\" is invalid: spec.schedule: Invalid value: \"CRON_TZ=UTC 0 3 * * *\": cannot use TZ or CRON_TZ in schedule, use timeZone field instead".into()),
+        ),
+        (
+            "service: a named target port of 16 characters",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"ports": [{"port": 80, "targetPort": "platform-metrics"}]}}),
+            Some("Service \"web\" is invalid: spec.ports[0].targetPort: Invalid value: \"platform-metrics\": must be no more than 15 characters".into()),
+        ),
+        (
+            "pdb: a percentage that is not one",
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"}, "spec": {"maxUnavailable": "half", "selector": {"matchLabels": {"app": "web"}}}}),
+            Some("PodDisruptionBudget.policy \"web\" is invalid: spec.maxUnavailable: Invalid value: \"half\": a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')".into()),
+        ),
+        (
+            "configmap: one key in data and binaryData",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"k": "1"}, "binaryData": {"k": "MQ=="}}),
+            Some("ConfigMap \"cfg\" is invalid: data[k]: Invalid value: \"k\": duplicate of key present in binaryData".into()),
+        ),
+        (
+            "priorityclass: a value above the user maximum",
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "too-high"}, "value": 2000000000}),
+            Some("PriorityClass.scheduling.k8s.io \"too-high\" is invalid: value: Forbidden: maximum allowed value of a user defined priority is 1000000000".into()),
+        ),
+        (
+            "role: a namespaced rule on non-resource URLs",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "urls"}, "rules": [{"nonResourceURLs": ["/healthz"], "verbs": ["get"]}]}),
+            Some("Role.rbac.authorization.k8s.io \"urls\" is invalid: rules[0].nonResourceURLs: Invalid value: [\"/healthz\"]: namespaced rules cannot apply to non-resource URLs".into()),
+        ),
+        (
             "rolebinding: a roleRef of an unknown kind",
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "read"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Team", "name": "reader"}, "subjects": [{"kind": "ServiceAccount", "name": "default"}]}),
             Some("RoleBinding.rbac.authorization.k8s.io \"read\" is invalid: roleRef.kind: Unsupported value: \"Team\": supported values: \"Role\", \"ClusterRole\"".into()),
@@ -292,6 +332,7 @@ fn resource(obj: &Value) -> ApiResource {
     let plural = match kind {
         "PodDisruptionBudget" => "poddisruptionbudgets".to_string(),
         "PriorityClass" => "priorityclasses".to_string(),
+        "Role" => "roles".to_string(),
         k => format!("{}s", k.to_lowercase()),
     };
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), &plural)
@@ -359,6 +400,29 @@ async fn immutable_fields_are_refused_on_update() {
     assert_eq!(
         ae.message,
         "Deployment.apps \"web\" is invalid: spec.selector: Invalid value: {\"matchLabels\":{\"app\":\"web\",\"tier\":\"front\"}}: field is immutable"
+    );
+    // A StatefulSet may change only its replicas, template and a few more.
+    let sts = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {"serviceName": "db", "replicas": 1, "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "db", "image": "postgres:17"}]}}}});
+    create(&k, &client, &sts, false).await.unwrap();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &k.namespace, &resource(&sts));
+    let scaled = api
+        .patch("db", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&json!({"spec": {"replicas": 2}})))
+        .await;
+    assert!(scaled.is_ok(), "replicas may change: {scaled:?}");
+    let err = api
+        .patch(
+            "db",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&json!({"spec": {"serviceName": "other"}})),
+        )
+        .await
+        .expect_err("serviceName is not one of them");
+    let kube::Error::Api(ae) = err else { panic!("{err}") };
+    assert_eq!(
+        ae.message,
+        "StatefulSet.apps \"db\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"
     );
 }
 
