@@ -8,13 +8,12 @@
 //! and the inventory is not rewritten, so a re-run applies again (a no-op
 //! for what already landed) and carries on from there.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context as _, Result};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::{ApiCapabilities, ApiResource, Scope};
+use anyhow::{bail, Context as _, Result};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+use kube::discovery::{ApiCapabilities, ApiResource};
 use kube::Client;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -22,6 +21,8 @@ use serde_json::{json, Value};
 use super::package::{Readiness, ReadyKind};
 use super::ready;
 use super::render::{namespaces, ObjectKey, RenderedAddon, ADDON_LABEL};
+use crate::kube::apply::Applier;
+pub use crate::kube::apply::{comparable, connect};
 
 /// Field manager for everything the CLI applies.
 pub const FIELD_MANAGER: &str = "pinfleet";
@@ -96,85 +97,47 @@ impl Default for Options {
     }
 }
 
-/// A connection plus the discovery answers seen so far.
-pub struct Installer {
-    client: Client,
-    resources: HashMap<(String, String), (ApiResource, ApiCapabilities)>,
-}
-
-fn split_api_version(api_version: &str) -> (&str, &str) {
-    match api_version.split_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", api_version),
-    }
-}
-
 fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// The installer: an applier (server-side apply and discovery, from
+/// `kube::apply`) and the addon bookkeeping around it.
+pub struct Installer {
+    applier: Applier,
+}
+
 impl Installer {
     pub fn new(client: Client) -> Self {
-        Installer { client, resources: HashMap::new() }
+        Installer { applier: Applier::new(client, FIELD_MANAGER) }
     }
 
-    /// The API for one kind (discovered once per run; a kind whose CRD was
-    /// just installed is found once the CRD is Established).
     async fn resource(&mut self, api_version: &str, kind: &str) -> Result<(ApiResource, ApiCapabilities)> {
-        let k = (api_version.to_string(), kind.to_string());
-        if let Some(r) = self.resources.get(&k) {
-            return Ok(r.clone());
-        }
-        let (g, v) = split_api_version(api_version);
-        let found = kube::discovery::pinned_kind(&self.client, &GroupVersionKind::gvk(g, v, kind))
-            .await
-            .with_context(|| format!("the API server does not serve {kind} in {api_version}"))?;
-        self.resources.insert(k, found.clone());
-        Ok(found)
+        self.applier.resource(api_version, kind).await
     }
 
     async fn api(&mut self, key: &ObjectKey) -> Result<Api<DynamicObject>> {
-        let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
-        Ok(match caps.scope {
-            Scope::Namespaced => Api::namespaced_with(self.client.clone(), &key.namespace, &ar),
-            Scope::Cluster => Api::all_with(self.client.clone(), &ar),
-        })
+        self.applier.api(&key.api_version, &key.kind, &key.namespace).await
     }
 
     async fn get(&mut self, key: &ObjectKey) -> Result<Option<Value>> {
-        let api = self.api(key).await?;
-        let obj = api.get_opt(&key.name).await.with_context(|| format!("reading {key}"))?;
-        Ok(obj.map(|o| serde_json::to_value(o).expect("objects serialise")))
+        self.applier.get(&key.api_version, &key.kind, &key.namespace, &key.name).await
     }
 
     /// Server-side apply; returns whether the resourceVersion moved.
     async fn apply(&mut self, key: &ObjectKey, value: &Value) -> Result<bool> {
-        let api = self.api(key).await?;
-        let before = api.get_opt(&key.name).await.with_context(|| format!("reading {key}"))?;
-        let after = api
-            .patch(&key.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(value))
-            .await
-            .with_context(|| format!("applying {key}"))?;
-        let before = before.and_then(|b| b.metadata.resource_version);
-        let changed = before != after.metadata.resource_version;
-        if changed {
-            tracing::info!(object = %key, from = ?before, to = ?after.metadata.resource_version, "applied a change");
-        }
-        Ok(changed)
+        self.applier.apply(&key.api_version, &key.kind, &key.namespace, &key.name, value).await
     }
 
     /// What applying would leave (server-side dry run), for diffs.
     async fn dry_run(&mut self, key: &ObjectKey, value: &Value) -> Result<Value> {
-        let api = self.api(key).await?;
-        let mut pp = PatchParams::apply(FIELD_MANAGER).force();
-        pp.dry_run = true;
-        let out = api.patch(&key.name, &pp, &Patch::Apply(value)).await.with_context(|| format!("dry-run of {key}"))?;
-        Ok(serde_json::to_value(out).expect("objects serialise"))
+        self.applier.dry_run(&key.api_version, &key.kind, &key.namespace, &key.name, value).await
     }
 
     /// The inventory recorded in the cluster (empty when none).
     pub async fn inventory(&mut self) -> Result<Inventory> {
-        let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(self.client.clone(), INVENTORY_NAMESPACE);
+        let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(self.applier.client().clone(), INVENTORY_NAMESPACE);
         let cm = match cms.get_opt(INVENTORY_CONFIGMAP).await {
             Ok(cm) => cm,
             Err(e) if is_not_found(&e) => None,
@@ -347,7 +310,7 @@ impl Installer {
                 // A kind the server no longer serves has nothing left to prune.
                 Err(_) => continue,
             };
-            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+            let api: Api<DynamicObject> = Api::all_with(self.applier.client().clone(), &ar);
             let list = api
                 .list(&ListParams::default().labels(ADDON_LABEL))
                 .await
@@ -441,23 +404,6 @@ fn inventory_namespace() -> Value {
            "metadata": {"name": INVENTORY_NAMESPACE, "labels": {super::render::MANAGED_BY_LABEL: "pinfleet"}}})
 }
 
-/// An object without what the server owns (status, bookkeeping metadata).
-pub fn comparable(v: &Value) -> Value {
-    let mut v = v.clone();
-    if let Some(o) = v.as_object_mut() {
-        o.remove("status");
-        if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-            for k in ["managedFields", "resourceVersion", "generation", "uid", "creationTimestamp", "selfLink"] {
-                m.remove(k);
-            }
-            if m.get("annotations").and_then(Value::as_object).is_some_and(|a| a.is_empty()) {
-                m.remove("annotations");
-            }
-        }
-    }
-    v
-}
-
 /// One object whose live form differs from the desired one.
 #[derive(Debug, Clone, Serialize)]
 pub struct ObjectDiff {
@@ -492,18 +438,4 @@ pub enum Event {
     Waiting { addon: String, object: String, why: String },
     Ready(AddonReport),
     Pruned(ObjectKey),
-}
-
-/// Connects with the kubeconfig and reports an unreachable API server
-/// clearly instead of retrying for minutes.
-pub async fn connect(kubeconfig: &std::path::Path) -> Result<Client> {
-    if !kubeconfig.exists() {
-        bail!("no kubeconfig at {}: bootstrap the cluster first or pass --kubeconfig", kubeconfig.display());
-    }
-    let client = crate::kube::client_from_kubeconfig(kubeconfig, crate::kube::Retry::Default).await?;
-    tokio::time::timeout(Duration::from_secs(20), client.apiserver_version())
-        .await
-        .map_err(|_| anyhow!("the API server in {} did not answer within 20s", kubeconfig.display()))?
-        .with_context(|| format!("reaching the API server in {}", kubeconfig.display()))?;
-    Ok(client)
 }

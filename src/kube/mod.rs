@@ -1,13 +1,13 @@
 //! Kubernetes mechanics, in one place: clients from a kubeconfig (the
-//! sim's or a real cluster's, with or without kube-rs's own retries), the
+//! sim's or a real cluster's, with or without kube-rs's own retries),
+//! server-side apply with discovery and dry-run ([`apply`]), the
 //! API server's validation rules ([`validation`], [`cron`]), server-side
 //! apply's field semantics ([`fields`]), readiness ([`ready`]), cluster
 //! validation ([`cluster`]), drain through evictions ([`drain`]) and
 //! waiting for a new API server ([`wait`]). Addons, the controller,
 //! federation and rollouts call these; nothing here imports the sim.
-//! (The addon installer's server-side apply and dry-run diff still live in
-//! `addons::install`.)
 
+pub mod apply;
 pub mod cluster;
 pub mod cron;
 pub mod drain;
