@@ -131,7 +131,7 @@ async fn run_local(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Result<E
     let name = &cluster.metadata.name;
     let set = super::addons::rendered(g, cluster)?;
     if !args.yes {
-        let nodes = crate::sim::nodes::declared_for(cluster).len();
+        let nodes: u32 = cluster.spec.instance_groups.iter().map(|g| g.desired.unwrap_or(g.min_size)).sum();
         let mut e = anstream::stderr();
         writeln!(
             e,
