@@ -20,7 +20,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use owo_colors::OwoColorize;
 use serde::Serialize;
 
-use crate::cloud::aws::ops::{self, OpContext};
+use crate::cloud::ops::Operations;
 use crate::plan::{Action, Change, Plan};
 
 /// How many changes run at once. EC2 mutating-call rate limits are per
@@ -61,11 +61,15 @@ pub struct Report {
     pub done: Vec<Done>,
 }
 
-async fn run_with_retries(ctx: &OpContext, change: &Change, op: &crate::cloud::ops::Op) -> Result<String> {
+async fn run_with_retries<C: Operations + ?Sized>(
+    ctx: &C,
+    change: &Change,
+    op: &crate::cloud::ops::Op,
+) -> Result<String> {
     let start = Instant::now();
     let mut backoff = Duration::from_millis(500);
     loop {
-        match ops::run(ctx, &change.key, op).await {
+        match ctx.run(&change.key, op).await {
             Ok(r) => return Ok(r),
             Err(e) if e.retriable && start.elapsed() < RETRY_FOR => {
                 tracing::info!(key = %change.key, "retrying: {:#}", e.error);
@@ -79,7 +83,7 @@ async fn run_with_retries(ctx: &OpContext, change: &Change, op: &crate::cloud::o
 
 /// Applies `plan`. Refuses up front, changing nothing, if any change is one
 /// pinfleet will not make by itself.
-pub async fn execute(plan: &Plan, ctx: Arc<OpContext>, opts: &Options) -> Result<Report> {
+pub async fn execute<C: Operations + ?Sized>(plan: &Plan, ctx: Arc<C>, opts: &Options) -> Result<Report> {
     let refusals = plan.refusals();
     if !refusals.is_empty() {
         let reasons: Vec<String> = refusals
@@ -108,7 +112,7 @@ pub async fn execute(plan: &Plan, ctx: Arc<OpContext>, opts: &Options) -> Result
             let delay = opts.step_delay;
             running.push(async move {
                 let start = Instant::now();
-                let r = run_with_retries(&ctx, change, op).await;
+                let r = run_with_retries(ctx.as_ref(), change, op).await;
                 if let Some(d) = delay {
                     tokio::time::sleep(d).await;
                 }

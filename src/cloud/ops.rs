@@ -139,3 +139,30 @@ pub struct ObservedRuleRef {
     pub to_port: i32,
     pub source: ObservedSource,
 }
+
+/// Why an operation failed, and whether trying again may help.
+#[derive(Debug)]
+pub struct OpError {
+    pub retriable: bool,
+    pub error: anyhow::Error,
+}
+
+impl OpError {
+    pub fn fatal(e: impl Into<anyhow::Error>) -> Self {
+        OpError { retriable: false, error: e.into() }
+    }
+    pub fn retriable(e: impl Into<anyhow::Error>) -> Self {
+        OpError { retriable: true, error: e.into() }
+    }
+}
+
+/// What the executor needs from a cloud: run one operation for one
+/// resource. AWS implements it (`cloud::aws::ops::OpContext`); tests give
+/// the executor an in-memory cloud.
+pub trait Operations: Send + Sync {
+    fn run<'a>(
+        &'a self,
+        key: &'a crate::cloud::key::ResourceKey,
+        op: &'a Op,
+    ) -> futures::future::BoxFuture<'a, Result<String, OpError>>;
+}

@@ -25,16 +25,11 @@ use crate::cloud::ops::{with_api_host, ObservedRuleRef, Op};
 use crate::cloud::tags;
 use crate::spec::Role;
 
-/// Why an operation failed, and whether trying again may help.
-#[derive(Debug)]
-pub struct OpError {
-    pub retriable: bool,
-    pub error: anyhow::Error,
-}
+pub use crate::cloud::ops::OpError;
 
-impl OpError {
-    fn fatal(e: impl Into<anyhow::Error>) -> Self {
-        OpError { retriable: false, error: e.into() }
+impl crate::cloud::ops::Operations for OpContext {
+    fn run<'a>(&'a self, key: &'a K, op: &'a Op) -> futures::future::BoxFuture<'a, Result<String, OpError>> {
+        Box::pin(run(self, key, op))
     }
 }
 
