@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use clap::Args;
 use owo_colors::OwoColorize;
 
@@ -54,7 +54,7 @@ fn show(g: &GlobalArgs, plan: &crate::plan::Plan) -> Result<()> {
 
 pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Result<ExitCode> {
     if args.cloud.target.aws().is_none() {
-        return run_local(g, args, bootstrap).await;
+        return super::local::run(g, args, bootstrap).await;
     }
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
     // Rendered before anything changes: a broken manifest stops the run here.
@@ -105,7 +105,7 @@ pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Resu
     Ok(ExitCode::SUCCESS)
 }
 
-async fn install_addons(
+pub async fn install_addons(
     g: &GlobalArgs,
     cluster: &crate::spec::Cluster,
     set: &[crate::addons::RenderedAddon],
@@ -121,49 +121,4 @@ async fn install_addons(
     super::addons::install(g, set, kubeconfig, &opts).await.with_context(|| {
         format!("installing the addons (re-run, or `pinfleet addons apply {}`, to resume)", cluster.metadata.name)
     })
-}
-
-/// `--target sim|kind`: the Kubernetes side only, on this machine.
-async fn run_local(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Result<ExitCode> {
-    use super::cloud::Target;
-    let loaded = super::render::load_one(g, &args.cluster)?;
-    let cluster = &loaded.cluster;
-    let name = &cluster.metadata.name;
-    let set = super::addons::rendered(g, cluster)?;
-    if !args.yes {
-        let nodes: u32 = cluster.spec.instance_groups.iter().map(|g| g.desired.unwrap_or(g.min_size)).sum();
-        let mut e = anstream::stderr();
-        writeln!(
-            e,
-            "would {} {name} on {:?} with {nodes} node(s) and install:",
-            if bootstrap { "create" } else { "update" },
-            args.cloud.target
-        )?;
-        for a in &set {
-            writeln!(e, "  {} {} ({} objects)", a.name, a.version, a.objects.len())?;
-        }
-        writeln!(e, "\nNothing changed. Run with --yes to do it.")?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let kubeconfig = match (args.cloud.target, bootstrap) {
-        (Target::Sim, true) => super::local::sim_up(g, cluster, &args.cluster).await?,
-        (Target::Kind, true) => super::local::kind_up(cluster)?,
-        (t, false) => {
-            let k = t.kubeconfig(name);
-            if !k.exists() {
-                bail!(
-                    "cluster {name} has not been bootstrapped on {t:?}: run `pinfleet bootstrap {name} --target {}`",
-                    format!("{t:?}").to_lowercase()
-                );
-            }
-            k
-        }
-        (Target::Aws | Target::Localstack, true) => unreachable!("AWS targets are handled by run_apply"),
-    };
-    writeln!(anstream::stderr(), "kubeconfig: {}", kubeconfig.display())?;
-    if !args.skip_addons {
-        install_addons(g, cluster, &set, &args.addons_kubeconfig.clone().unwrap_or(kubeconfig), &args).await?;
-    }
-    writeln!(anstream::stderr(), "{} {name} is up on {:?}", "done:".green().bold(), args.cloud.target)?;
-    Ok(ExitCode::SUCCESS)
 }

@@ -45,8 +45,8 @@ impl Target {
     pub fn kubeconfig(self, cluster: &str) -> std::path::PathBuf {
         match self {
             Target::Aws | Target::Localstack => crate::apply::cluster::kubeconfig_path(cluster),
-            Target::Kind => home().join("kind").join(cluster).join("kubeconfig.yaml"),
-            Target::Sim => home().join("sim").join(cluster).join("kubeconfig.yaml"),
+            Target::Kind => crate::kube::kind::kubeconfig(cluster),
+            Target::Sim => crate::sim::local::kubeconfig(cluster),
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod cron;
 pub mod drain;
 pub mod fields;
+pub mod kind;
 pub mod ready;
 pub mod validation;
 pub mod wait;

@@ -1,0 +1,101 @@
+//! The sim as a local cluster (`--target sim`): a background `pinfleet sim`
+//! with the cluster's nodes declared, its objects kept in a snapshot across
+//! restarts, and its kubeconfig and pid under the local home, where the
+//! Kubernetes commands and the scripts' cleanup find them.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::spec::Cluster;
+
+/// Where a local sim cluster's kubeconfig is.
+pub fn kubeconfig(cluster: &str) -> PathBuf {
+    sim_dir(cluster).join("kubeconfig.yaml")
+}
+
+fn sim_dir(cluster: &str) -> PathBuf {
+    crate::state::home().join("sim").join(cluster)
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn read_pid(dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(dir.join("pid")).ok()?.trim().parse().ok()
+}
+
+/// Starts the cluster's sim in the background (or finds it running) and
+/// returns its kubeconfig. Objects persist in a snapshot across restarts.
+pub async fn up(cluster: &Cluster, cluster_arg: &str, clusters_dir: &Path, addons_dir: &Path) -> Result<PathBuf> {
+    let name = &cluster.metadata.name;
+    let dir = sim_dir(name);
+    let kubeconfig = kubeconfig(name);
+    if let Some(pid) = read_pid(&dir).filter(|p| pid_alive(*p)) {
+        if kubeconfig.exists() && crate::kube::apply::connect(&kubeconfig).await.is_ok() {
+            writeln!(anstream::stderr(), "sim for {name} already running (pid {pid})")?;
+            return Ok(kubeconfig);
+        }
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let _ = std::fs::remove_file(&kubeconfig);
+    let log = std::fs::File::create(dir.join("sim.log"))?;
+    let exe = std::env::current_exe().context("finding the pinfleet binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("sim")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--snapshot")
+        .arg(dir.join("snapshot.json"))
+        .arg("--nodes-for")
+        .arg(cluster_arg)
+        .arg("--clusters-dir")
+        .arg(clusters_dir)
+        .arg("--addons-dir")
+        .arg(addons_dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        // Its own process group: the sim outlives this command and a Ctrl-C here.
+        cmd.process_group(0);
+    }
+    let child = cmd.spawn().context("starting pinfleet sim")?;
+    std::fs::write(dir.join("pid"), child.id().to_string())?;
+    let start = Instant::now();
+    while !kubeconfig.exists() {
+        if start.elapsed() > Duration::from_secs(30) || !pid_alive(child.id()) {
+            let log = std::fs::read_to_string(dir.join("sim.log")).unwrap_or_default();
+            bail!("the sim for {name} did not start:\n{log}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    writeln!(anstream::stderr(), "sim for {name} started (pid {}, kubeconfig {})", child.id(), kubeconfig.display())?;
+    Ok(kubeconfig)
+}
+
+/// Stops the cluster's sim and removes its files. Returns whether one ran.
+pub async fn down(cluster: &str) -> Result<bool> {
+    let dir = sim_dir(cluster);
+    let running = match read_pid(&dir) {
+        Some(pid) if pid_alive(pid) => {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+            let start = Instant::now();
+            while pid_alive(pid) && start.elapsed() < Duration::from_secs(10) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            true
+        }
+        _ => false,
+    };
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    Ok(running)
+}
