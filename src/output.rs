@@ -210,3 +210,52 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     }
     out
 }
+
+/// Tracing to stderr: `-v` levels, or RUST_LOG when set; JSON lines with `--log-json`.
+pub fn init_tracing(verbose: u8, json: bool) {
+    // kube-client logs every failed request at ERROR before returning the
+    // error to its caller, which reports it (or, waiting for a new API
+    // server, expects it): shown from -vv on.
+    let default = match verbose {
+        0 if json => "info,kube_client::client::builder=off",
+        0 => "warn,kube_client::client::builder=off",
+        1 => "info,pinfleet=info,kube_client::client::builder=off",
+        2 => "info,pinfleet=debug",
+        _ => "debug,pinfleet=trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.with_ansi(std::env::var_os("NO_COLOR").is_none()).try_init()
+    };
+}
+
+/// Prints an error and its causes, one per line.
+pub fn report_error(err: &anyhow::Error) {
+    let mut e = anstream::stderr();
+    let _ = writeln!(e, "{} {err}", owo_colors::OwoColorize::bold(&owo_colors::OwoColorize::red(&"error:")));
+    for cause in err.chain().skip(1) {
+        let _ = writeln!(e, "  {} {cause}", owo_colors::OwoColorize::dimmed(&"caused by:"));
+    }
+}
+
+/// A unified diff, coloured for a terminal: additions green, removals red,
+/// hunk headers cyan.
+pub fn colored_diff(unified: &str) -> String {
+    use owo_colors::OwoColorize as _;
+    let mut out = String::new();
+    for line in unified.lines() {
+        let line = match line.chars().next() {
+            Some('+') if !line.starts_with("+++") => line.green().to_string(),
+            Some('-') if !line.starts_with("---") => line.red().to_string(),
+            Some('@') => line.cyan().to_string(),
+            _ => line.to_string(),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}

@@ -58,3 +58,36 @@ pub async fn record(store: &crate::state::Store, report: &install::Report) -> an
     };
     store.put_json("addons.json", &rec).await.map(|_| ())
 }
+
+/// One package in the catalog, and whether a cluster runs it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CatalogRow {
+    pub name: String,
+    pub version: String,
+    /// Whether the cluster runs it (None: no cluster asked about).
+    pub enabled: Option<bool>,
+    pub namespace: String,
+    pub depends_on: Vec<String>,
+    pub roll_nodes: bool,
+    pub description: String,
+}
+
+/// The packages, and for `cluster` which of them it runs.
+pub fn catalog(packages: &[Package], cluster: Option<&crate::spec::Cluster>) -> anyhow::Result<Vec<CatalogRow>> {
+    let chosen: Option<Vec<String>> = match cluster {
+        Some(c) => Some(select(c, packages)?.iter().map(|s| s.package.meta.name.clone()).collect()),
+        None => None,
+    };
+    Ok(packages
+        .iter()
+        .map(|p| CatalogRow {
+            name: p.meta.name.clone(),
+            version: p.meta.version.clone(),
+            enabled: chosen.as_ref().map(|c| c.contains(&p.meta.name)),
+            namespace: p.meta.namespace.clone(),
+            depends_on: p.meta.depends_on.clone(),
+            roll_nodes: p.meta.roll_nodes,
+            description: p.meta.description.clone(),
+        })
+        .collect())
+}

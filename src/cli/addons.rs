@@ -9,8 +9,6 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use owo_colors::OwoColorize;
-use serde::Serialize;
 
 use super::cloud::{CloudArgs, Session};
 use super::GlobalArgs;
@@ -103,60 +101,30 @@ pub fn rendered(g: &GlobalArgs, cluster: &crate::spec::Cluster) -> Result<Vec<Re
     addons::rendered(&g.addons_dir, cluster)
 }
 
-#[derive(Serialize)]
-struct Row {
-    name: String,
-    version: String,
-    enabled: Option<bool>,
-    namespace: String,
-    depends_on: Vec<String>,
-    roll_nodes: bool,
-    description: String,
-}
-
 fn list(g: &GlobalArgs, a: ListArgs) -> Result<ExitCode> {
     let packages = addons::load_all(&g.addons_dir)?;
-    let chosen: Option<Vec<String>> = match &a.cluster {
-        Some(c) => {
-            let loaded = super::render::load_one(g, c)?;
-            Some(addons::select(&loaded.cluster, &packages)?.iter().map(|s| s.package.meta.name.clone()).collect())
-        }
+    let chosen = match &a.cluster {
+        Some(c) => Some(super::render::load_one(g, c)?.cluster),
         None => None,
     };
-    let rows: Vec<Row> = packages
-        .iter()
-        .map(|p| Row {
-            name: p.meta.name.clone(),
-            version: p.meta.version.clone(),
-            enabled: chosen.as_ref().map(|c| c.contains(&p.meta.name)),
-            namespace: p.meta.namespace.clone(),
-            depends_on: p.meta.depends_on.clone(),
-            roll_nodes: p.meta.roll_nodes,
-            description: p.meta.description.clone(),
-        })
-        .collect();
+    let rows = addons::catalog(&packages, chosen.as_ref())?;
     if g.output != Format::Text {
         print_data(g.output, &rows)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut out = anstream::stdout();
-    writeln!(
-        out,
-        "{:<22} {:<9} {:<8} {:<20} {}",
-        "NAME".bold(),
-        "VERSION".bold(),
-        "ENABLED".bold(),
-        "NAMESPACE".bold(),
-        "DEPENDS ON".bold()
-    )?;
-    for r in rows {
-        let enabled = match r.enabled {
-            Some(true) => "yes",
-            Some(false) => "no",
-            None => "-",
-        };
-        writeln!(out, "{:<22} {:<9} {:<8} {:<20} {}", r.name, r.version, enabled, r.namespace, r.depends_on.join(","))?;
-    }
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let enabled = match r.enabled {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            };
+            vec![r.name.clone(), r.version.clone(), enabled.into(), r.namespace.clone(), r.depends_on.join(",")]
+        })
+        .collect();
+    let table = crate::output::table(&["NAME", "VERSION", "ENABLED", "NAMESPACE", "DEPENDS ON"], &cells);
+    write!(anstream::stdout(), "{table}")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -192,17 +160,8 @@ async fn diff(g: &GlobalArgs, a: ClusterArgs) -> Result<ExitCode> {
     if g.output != Format::Text {
         print_data(g.output, &diffs)?;
     } else {
-        let mut out = anstream::stdout();
         for d in &diffs {
-            for line in d.unified().lines() {
-                let line = match line.chars().next() {
-                    Some('+') if !line.starts_with("+++") => line.green().to_string(),
-                    Some('-') if !line.starts_with("---") => line.red().to_string(),
-                    Some('@') => line.cyan().to_string(),
-                    _ => line.to_string(),
-                };
-                writeln!(out, "{line}")?;
-            }
+            write!(anstream::stdout(), "{}", crate::output::colored_diff(&d.unified()))?;
         }
         if diffs.is_empty() {
             writeln!(anstream::stderr(), "addons of {} match the cluster", loaded.cluster.metadata.name)?;

@@ -23,12 +23,10 @@ pub mod state;
 pub mod upgrade;
 pub mod validate;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use owo_colors::OwoColorize;
 
 use crate::output::Format;
 
@@ -129,33 +127,4 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Tracing to stderr: `-v` levels, or RUST_LOG when set; JSON lines with `--log-json`.
-pub fn init_tracing(verbose: u8, json: bool) {
-    // kube-client logs every failed request at ERROR before returning the
-    // error to its caller, which reports it (or, waiting for a new API
-    // server, expects it): shown from -vv on.
-    let default = match verbose {
-        0 if json => "info,kube_client::client::builder=off",
-        0 => "warn,kube_client::client::builder=off",
-        1 => "info,pinfleet=info,kube_client::client::builder=off",
-        2 => "info,pinfleet=debug",
-        _ => "debug,pinfleet=trace",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.with_ansi(std::env::var_os("NO_COLOR").is_none()).try_init()
-    };
-}
-
-/// Prints an error and its causes, one per line.
-pub fn report_error(err: &anyhow::Error) {
-    let mut e = anstream::stderr();
-    let _ = writeln!(e, "{} {err}", "error:".red().bold());
-    for cause in err.chain().skip(1) {
-        let _ = writeln!(e, "  {} {cause}", "caused by:".dimmed());
-    }
-}
+pub use crate::output::{init_tracing, report_error};
