@@ -259,3 +259,75 @@ pub fn colored_diff(unified: &str) -> String {
     }
     out
 }
+
+/// Each group's images (`ami resolve`, the rollout's decision).
+pub fn images_table(rows: &[crate::ami::job::GroupImage]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<16} {:<22} {:<22} {:<10} NAME (CREATED)", "GROUP", "CURRENT", "RESOLVED", "STATUS");
+    for r in rows {
+        let status = match (&r.current, r.newer) {
+            (None, _) => "not applied",
+            (Some(_), true) => "newer",
+            (Some(_), false) => "up to date",
+        };
+        let created = r.resolved_created.map(|c| c.format("%Y-%m-%d").to_string()).unwrap_or_default();
+        let current = r.current.as_deref().unwrap_or("-");
+        let _ = writeln!(
+            out,
+            "{:<16} {:<22} {:<22} {:<10} {} ({created})",
+            r.group, current, r.resolved, status, r.resolved_name
+        );
+    }
+    out
+}
+
+/// Past AMI rollouts (`ami history`).
+pub fn ami_history_table(rows: &[crate::ami::job::AmiRollout]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<4} {:<20} {:<14} {:<30} STATUS", "#", "DECIDED", "CANARY", "IMAGES");
+    for r in rows {
+        let images: Vec<String> = r.groups.iter().map(|i| format!("{}→{}", i.group, i.resolved)).collect();
+        let decided = r.decided_at.format("%Y-%m-%d %H:%M");
+        let _ = writeln!(
+            out,
+            "{:<4} {:<20} {:<14} {:<30} {}",
+            r.number,
+            decided,
+            r.canary_group,
+            images.join(","),
+            r.status
+        );
+    }
+    out
+}
+
+/// What a roll would do, per group, and the order (`upgrade` without `--yes`).
+pub fn roll_status_table(rows: &[crate::rollout::run::GroupStatus]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<16} {:<13} {:>8} {:>12} {:>6} {:>14}  NODES",
+        "GROUP", "ROLE", "MACHINES", "NEEDS UPDATE", "READY", "MIN/DESIRED/MAX"
+    );
+    for r in rows {
+        let sizes = format!("{}/{}/{}", r.min, r.desired, r.max);
+        let role = format!("{:?}", r.role);
+        let (machines, needs, ready, nodes) = (r.machines, r.needs_update, r.ready, r.nodes.join(","));
+        let _ = writeln!(out, "{:<16} {:<13} {machines:>8} {needs:>12} {ready:>6} {sizes:>14}  {nodes}", r.group, role);
+    }
+    let order: Vec<String> = rows
+        .iter()
+        .filter(|r| r.needs_update > 0)
+        .map(|r| {
+            let how = if r.role == crate::spec::Role::ControlPlane { "one at a time" } else { "surge" };
+            format!("{} ({how})", r.group)
+        })
+        .collect();
+    if !order.is_empty() {
+        let _ = writeln!(out, "\norder: control planes first, then node groups: {}", order.join(" → "));
+    }
+    out
+}

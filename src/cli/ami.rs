@@ -86,29 +86,10 @@ async fn resolve(s: &Session) -> Result<(Vec<GroupImage>, Vec<String>)> {
 }
 
 fn show(g: &GlobalArgs, rows: &[GroupImage]) -> Result<()> {
-    if g.output != Format::Text {
-        return print_data(g.output, &rows);
+    match g.output {
+        Format::Text => Ok(write!(anstream::stdout(), "{}", crate::output::images_table(rows))?),
+        other => print_data(other, &rows),
     }
-    let mut out = anstream::stdout();
-    writeln!(out, "{:<16} {:<22} {:<22} {:<10} NAME (CREATED)", "GROUP", "CURRENT", "RESOLVED", "STATUS")?;
-    for r in rows {
-        let status = match (&r.current, r.newer) {
-            (None, _) => "not applied",
-            (Some(_), true) => "newer",
-            (Some(_), false) => "up to date",
-        };
-        let created = r.resolved_created.map(|c| c.format("%Y-%m-%d").to_string()).unwrap_or_default();
-        writeln!(
-            out,
-            "{:<16} {:<22} {:<22} {:<10} {} ({created})",
-            r.group,
-            r.current.as_deref().unwrap_or("-"),
-            r.resolved,
-            status,
-            r.resolved_name
-        )?;
-    }
-    Ok(())
 }
 
 async fn rollout(g: &GlobalArgs, a: RolloutArgs) -> Result<ExitCode> {
@@ -177,19 +158,6 @@ async fn history(g: &GlobalArgs, a: ResolveArgs) -> Result<ExitCode> {
         print_data(g.output, &rows)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut out = anstream::stdout();
-    writeln!(out, "{:<4} {:<20} {:<14} {:<30} STATUS", "#", "DECIDED", "CANARY", "IMAGES")?;
-    for r in rows {
-        let images: Vec<String> = r.groups.iter().map(|i| format!("{}→{}", i.group, i.resolved)).collect();
-        writeln!(
-            out,
-            "{:<4} {:<20} {:<14} {:<30} {}",
-            r.number,
-            r.decided_at.format("%Y-%m-%d %H:%M"),
-            r.canary_group,
-            images.join(","),
-            r.status
-        )?;
-    }
+    write!(anstream::stdout(), "{}", crate::output::ami_history_table(&rows))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -112,44 +112,10 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
 }
 
 fn show_table(g: &GlobalArgs, rows: &[GroupStatus]) -> Result<()> {
-    if g.output != Format::Text {
-        return print_data(g.output, &rows);
+    match g.output {
+        Format::Text => Ok(write!(anstream::stdout(), "{}", crate::output::roll_status_table(rows))?),
+        other => print_data(other, &rows),
     }
-    let mut out = anstream::stdout();
-    writeln!(
-        out,
-        "{:<16} {:<13} {:>8} {:>12} {:>6} {:>14}  NODES",
-        "GROUP", "ROLE", "MACHINES", "NEEDS UPDATE", "READY", "MIN/DESIRED/MAX"
-    )?;
-    for r in rows {
-        let role = format!("{:?}", r.role);
-        writeln!(
-            out,
-            "{:<16} {:<13} {:>8} {:>12} {:>6} {:>14}  {}",
-            r.group,
-            role,
-            r.machines,
-            r.needs_update,
-            r.ready,
-            format!("{}/{}/{}", r.min, r.desired, r.max),
-            r.nodes.join(",")
-        )?;
-    }
-    let order: Vec<String> = rows
-        .iter()
-        .filter(|r| r.needs_update > 0)
-        .map(|r| {
-            format!(
-                "{} ({})",
-                r.group,
-                if r.role == crate::spec::Role::ControlPlane { "one at a time" } else { "surge" }
-            )
-        })
-        .collect();
-    if !order.is_empty() {
-        writeln!(out, "\norder: control planes first, then node groups: {}", order.join(" → "))?;
-    }
-    Ok(())
 }
 
 /// A roll under the lock (the caller holds it), shown as the output format asks.
