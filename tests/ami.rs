@@ -42,26 +42,35 @@ fn register_image(w: &World, name: &str) -> String {
     })
 }
 
-#[test]
-fn a_newer_image_rolls_canary_first_then_the_rest() {
-    let w = World::new("amiroll", 3);
-    // Both groups select this account's own images.
+/// Both groups select this account's own images (`pinfleet-node-*`).
+fn select_own_images(w: &World) {
     let base = w.clusters_dir().join("bases/aws-standard.yaml");
     let text = std::fs::read_to_string(&base)
         .unwrap()
         .replace("owners: [\"099720109477\"]", "owners: [\"self\"]")
         .replace("ubuntu/images/hvm-ssd*/ubuntu-*-amd64-server-*", "pinfleet-node-*");
     std::fs::write(&base, text).unwrap();
+}
+
+/// The cluster's node simulator, Nodes for its machines.
+fn sim(w: &World, cluster: &str, kubeconfig: &std::path::Path) -> std::process::Child {
+    w.command(&["sim", "--cluster", cluster, "--kubeconfig", kubeconfig.to_str().unwrap(), "--boot-delay", "1s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_newer_image_rolls_canary_first_then_the_rest() {
+    let w = World::new("amiroll", 3);
+    // Both groups select this account's own images.
+    select_own_images(&w);
     let old = register_image(&w, "pinfleet-node-2026.10.1");
     w.ok(&["bootstrap", "amiroll", "--yes"]);
     assert!(w.instances().iter().all(|i| i["image"] == old.as_str()));
     let kubeconfig = w.dir.path().join("sim.yaml");
-    let mut sim = w
-        .command(&["sim", "--cluster", "amiroll", "--kubeconfig", kubeconfig.to_str().unwrap(), "--boot-delay", "1s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut sim = sim(&w, "amiroll", &kubeconfig);
     let kc = kubeconfig.to_str().unwrap();
 
     // Nothing newer: nothing to do.
@@ -128,21 +137,11 @@ fn a_newer_image_rolls_canary_first_then_the_rest() {
 #[test]
 fn two_rollout_jobs_started_at_once_write_distinct_records() {
     let w = World::new("amitwo", 1);
-    let base = w.clusters_dir().join("bases/aws-standard.yaml");
-    let text = std::fs::read_to_string(&base)
-        .unwrap()
-        .replace("owners: [\"099720109477\"]", "owners: [\"self\"]")
-        .replace("ubuntu/images/hvm-ssd*/ubuntu-*-amd64-server-*", "pinfleet-node-*");
-    std::fs::write(&base, text).unwrap();
+    select_own_images(&w);
     register_image(&w, "pinfleet-node-2026.10.1");
     w.ok(&["bootstrap", "amitwo", "--yes"]);
     let kubeconfig = w.dir.path().join("sim.yaml");
-    let mut sim = w
-        .command(&["sim", "--cluster", "amitwo", "--kubeconfig", kubeconfig.to_str().unwrap(), "--boot-delay", "1s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut sim = sim(&w, "amitwo", &kubeconfig);
     std::thread::sleep(Duration::from_millis(1500));
     let new = register_image(&w, "pinfleet-node-2026.11.1");
     let kc = kubeconfig.to_str().unwrap();

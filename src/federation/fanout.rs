@@ -130,25 +130,18 @@ pub struct Observed {
     pub error: Option<String>,
 }
 
+impl Observed {
+    /// A member that could not be asked, and why.
+    pub fn unreachable(why: String) -> Observed {
+        Observed { reachable: false, ready_nodes: 0, free_replicas: 0, desired: 0, ready: 0, error: Some(why) }
+    }
+}
+
 pub async fn observe(client: &Client, fs: &FederatedService) -> Observed {
     match tokio::time::timeout(Duration::from_secs(10), observe_inner(client, fs)).await {
         Ok(Ok(o)) => o,
-        Ok(Err(e)) => Observed {
-            reachable: false,
-            ready_nodes: 0,
-            free_replicas: 0,
-            desired: 0,
-            ready: 0,
-            error: Some(format!("{e:#}")),
-        },
-        Err(_) => Observed {
-            reachable: false,
-            ready_nodes: 0,
-            free_replicas: 0,
-            desired: 0,
-            ready: 0,
-            error: Some("no answer within 10s".into()),
-        },
+        Ok(Err(e)) => Observed::unreachable(format!("{e:#}")),
+        Err(_) => Observed::unreachable("no answer within 10s".into()),
     }
 }
 
@@ -372,17 +365,7 @@ impl World {
                         let o = observe(&client, fs).await;
                         (Some(client), o)
                     }
-                    Err(e) => (
-                        None,
-                        Observed {
-                            reachable: false,
-                            ready_nodes: 0,
-                            free_replicas: 0,
-                            desired: 0,
-                            ready: 0,
-                            error: Some(format!("{e:#}")),
-                        },
-                    ),
+                    Err(e) => (None, Observed::unreachable(format!("{e:#}"))),
                 }
             }
         }))

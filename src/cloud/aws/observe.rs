@@ -25,6 +25,38 @@ fn resource_key(tags: &BTreeMap<String, String>) -> Option<ResourceKey> {
     tags.get(tags::RESOURCE)?.parse().ok()
 }
 
+/// Security groups matching `filter`, every page.
+async fn security_groups(aws: &Aws, filter: Filter) -> anyhow::Result<Vec<aws_sdk_ec2::types::SecurityGroup>> {
+    sdk(
+        "DescribeSecurityGroups",
+        aws.ec2
+            .describe_security_groups()
+            .filters(filter)
+            .max_results(1000)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await,
+    )
+}
+
+/// Launch templates matching `filter`, every page.
+async fn launch_templates(aws: &Aws, filter: Filter) -> anyhow::Result<Vec<aws_sdk_ec2::types::LaunchTemplate>> {
+    sdk(
+        "DescribeLaunchTemplates",
+        aws.ec2
+            .describe_launch_templates()
+            .filters(filter)
+            .max_results(200)
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await,
+    )
+}
+
 /// Everything tagged for `cluster` (and the API load balancer by name).
 ///
 /// `lb_name`: the API load balancer to look for; None makes no ELBv2 call
@@ -79,31 +111,9 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
                 .await,
         )
     };
-    let sgs = async {
-        sdk(
-            "DescribeSecurityGroups",
-            ec2.describe_security_groups()
-                .filters(f())
-                .max_results(1000)
-                .into_paginator()
-                .items()
-                .send()
-                .try_collect()
-                .await,
-        )
-    };
+    let sgs = security_groups(aws, f());
     let lts = async {
-        let templates = sdk(
-            "DescribeLaunchTemplates",
-            ec2.describe_launch_templates()
-                .filters(f())
-                .max_results(200)
-                .into_paginator()
-                .items()
-                .send()
-                .try_collect()
-                .await,
-        )?;
+        let templates = launch_templates(aws, f()).await?;
         if templates.is_empty() {
             return Ok((templates, Vec::new()));
         }
@@ -414,32 +424,8 @@ pub async fn fleet(aws: &Aws) -> anyhow::Result<crate::cloud::orphans::Fleet> {
     let (instances, vpcs, sgs, lts) = futures::try_join!(
         list_instances(aws, None, false),
         async { sdk("DescribeVpcs", ec2.describe_vpcs().filters(managed()).send().await) },
-        async {
-            sdk(
-                "DescribeSecurityGroups",
-                ec2.describe_security_groups()
-                    .filters(managed())
-                    .max_results(1000)
-                    .into_paginator()
-                    .items()
-                    .send()
-                    .try_collect()
-                    .await,
-            )
-        },
-        async {
-            sdk(
-                "DescribeLaunchTemplates",
-                ec2.describe_launch_templates()
-                    .filters(managed())
-                    .max_results(200)
-                    .into_paginator()
-                    .items()
-                    .send()
-                    .try_collect()
-                    .await,
-            )
-        },
+        security_groups(aws, managed()),
+        launch_templates(aws, managed()),
     )?;
     let mut fleet = Fleet::default();
     for i in instances.iter().filter(|i| i.is_live()) {
