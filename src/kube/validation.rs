@@ -144,8 +144,17 @@ pub const ANNOTATIONS_MAX_BYTES: usize = 256 * 1024;
 /// ConfigMap and Secret data: 1 MiB (`MaxSecretSize`, `RuntimeObjectsMaxSize`).
 const DATA_MAX_BYTES: usize = 1024 * 1024;
 
-fn matches(fmt: &str, s: &str) -> bool {
-    regex_lite::Regex::new(&format!("^{fmt}$")).expect("a valid pattern").is_match(s)
+/// Whether `s` matches one of the formats above, anchored. The sim checks
+/// every write with these, so each pattern is compiled once per process.
+fn matches(fmt: &'static str, s: &str) -> bool {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex};
+    static COMPILED: LazyLock<Mutex<HashMap<&'static str, regex_lite::Regex>>> = LazyLock::new(Default::default);
+    let mut compiled = COMPILED.lock().expect("regex cache");
+    compiled
+        .entry(fmt)
+        .or_insert_with(|| regex_lite::Regex::new(&format!("^{fmt}$")).expect("a valid pattern"))
+        .is_match(s)
 }
 
 /// `RegexError`: the message with its examples, e.g. `(e.g. 'my-name',  or '123-abc', regex used …)`.
@@ -337,8 +346,9 @@ pub fn parse_quantity(q: &Value) -> Option<f64> {
         Value::Number(n) => return n.as_f64(),
         _ => return None,
     };
-    let re = regex_lite::Regex::new(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$").expect("pattern");
-    let c = re.captures(&s)?;
+    static QUANTITY: std::sync::LazyLock<regex_lite::Regex> =
+        std::sync::LazyLock::new(|| regex_lite::Regex::new(QUANTITY_PATTERN).expect("pattern"));
+    let c = QUANTITY.captures(&s)?;
     let num: f64 = c[1].parse().ok()?;
     let mult = match &c[2] {
         "" => 1.0,
