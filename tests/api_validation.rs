@@ -332,7 +332,6 @@ fn resource(obj: &Value) -> ApiResource {
     let plural = match kind {
         "PodDisruptionBudget" => "poddisruptionbudgets".to_string(),
         "PriorityClass" => "priorityclasses".to_string(),
-        "Role" => "roles".to_string(),
         k => format!("{}s", k.to_lowercase()),
     };
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), &plural)

@@ -87,14 +87,7 @@ pub async fn apply(
         let mut applied = None;
         if !prepared.plan.is_empty() {
             writeln!(anstream::stderr(), "\napplying revision {revision}:")?;
-            let ctx = prepare::context(
-                aws,
-                cluster,
-                prepared.desired.clone(),
-                &prepared.observed,
-                prepared.init_user_data.clone(),
-                revision,
-            );
+            let ctx = prepared.context(aws, cluster, revision);
             let exec = ExecOptions { parallelism: opts.parallelism, ..Default::default() };
             let report = super::execute(&prepared.plan, ctx.clone(), &exec).await?;
             let host = ctx.lb_dns.lock().await.clone();

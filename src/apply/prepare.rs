@@ -29,6 +29,13 @@ pub struct Prepared {
     pub init_user_data: Option<String>,
 }
 
+impl Prepared {
+    /// The executor's context for applying this plan as `revision`.
+    pub fn context(&self, aws: &Aws, cluster: &Cluster, revision: u64) -> Arc<OpContext> {
+        context(aws, cluster, self.desired.clone(), &self.observed, self.init_user_data.clone(), revision)
+    }
+}
+
 fn params(cluster: &Cluster, pki: Option<&Pki>) -> BootstrapParams {
     let mut p = BootstrapParams::placeholder(cluster);
     p.api_endpoint = format!("{API_HOST_PLACEHOLDER}:{}", cluster.spec.api.port);

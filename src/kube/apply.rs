@@ -66,6 +66,33 @@ impl Applier {
         Ok(obj.map(|o| serde_json::to_value(o).expect("objects serialise")))
     }
 
+    /// Server-side apply under the applier's manager (a dry run leaves the cluster alone).
+    async fn patch(
+        &mut self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        value: &Value,
+        dry_run: bool,
+    ) -> Result<(Option<String>, DynamicObject)> {
+        let api = self.api(api_version, kind, namespace).await?;
+        let what = format!("{kind} {namespace}/{name}");
+        let before = match dry_run {
+            true => None,
+            false => api
+                .get_opt(name)
+                .await
+                .with_context(|| format!("reading {what}"))?
+                .and_then(|b| b.metadata.resource_version),
+        };
+        let mut pp = PatchParams::apply(self.manager).force();
+        pp.dry_run = dry_run;
+        let doing = if dry_run { "dry-run of" } else { "applying" };
+        let after = api.patch(name, &pp, &Patch::Apply(value)).await.with_context(|| format!("{doing} {what}"))?;
+        Ok((before, after))
+    }
+
     /// Server-side apply; returns whether the resourceVersion moved.
     pub async fn apply(
         &mut self,
@@ -75,17 +102,11 @@ impl Applier {
         name: &str,
         value: &Value,
     ) -> Result<bool> {
-        let api = self.api(api_version, kind, namespace).await?;
-        let what = format!("{kind} {namespace}/{name}");
-        let before = api.get_opt(name).await.with_context(|| format!("reading {what}"))?;
-        let after = api
-            .patch(name, &PatchParams::apply(self.manager).force(), &Patch::Apply(value))
-            .await
-            .with_context(|| format!("applying {what}"))?;
-        let before = before.and_then(|b| b.metadata.resource_version);
+        let (before, after) = self.patch(api_version, kind, namespace, name, value, false).await?;
         let changed = before != after.metadata.resource_version;
         if changed {
-            tracing::info!(object = %what, from = ?before, to = ?after.metadata.resource_version, "applied a change");
+            let to = after.metadata.resource_version;
+            tracing::info!(object = %format!("{kind} {namespace}/{name}"), from = ?before, to = ?to, "applied a change");
         }
         Ok(changed)
     }
@@ -99,13 +120,7 @@ impl Applier {
         name: &str,
         value: &Value,
     ) -> Result<Value> {
-        let api = self.api(api_version, kind, namespace).await?;
-        let mut pp = PatchParams::apply(self.manager).force();
-        pp.dry_run = true;
-        let out = api
-            .patch(name, &pp, &Patch::Apply(value))
-            .await
-            .with_context(|| format!("dry-run of {kind} {namespace}/{name}"))?;
+        let (_, out) = self.patch(api_version, kind, namespace, name, value, true).await?;
         Ok(serde_json::to_value(out).expect("objects serialise"))
     }
 }

@@ -59,14 +59,7 @@ pub async fn apply_pending(
     if prepared.plan.is_empty() {
         return Ok((prepared, None));
     }
-    let ctx = prepare::context(
-        aws,
-        cluster,
-        prepared.desired.clone(),
-        &prepared.observed,
-        prepared.init_user_data.clone(),
-        revision,
-    );
+    let ctx = prepared.context(aws, cluster, revision);
     crate::apply::execute(&prepared.plan, ctx, &crate::apply::Options::default()).await?;
     Ok((prepare::prepare(aws, cluster, Some(pki)).await?, Some(prepared.plan)))
 }

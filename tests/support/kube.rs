@@ -48,6 +48,17 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{}", std::process::id() % 100_000, N.fetch_add(1, Ordering::SeqCst))
 }
 
+/// Asserts that kubectl succeeded (its output in the message) and returns stdout.
+fn succeeded(args: &[&str], out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 impl KubeEnv {
     /// A cluster to talk to, with a fresh namespace.
     pub fn start() -> KubeEnv {
@@ -97,14 +108,7 @@ impl KubeEnv {
 
     /// kubectl outside the test's namespace; asserts success.
     pub fn ok_cmd(&self, args: &[&str]) -> String {
-        let out = self.kubectl_cmd(args).output().expect("kubectl is installed (apt-get install kubectl)");
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        succeeded(args, self.kubectl_cmd(args).output().expect("kubectl is installed (apt-get install kubectl)"))
     }
 
     pub fn kubectl_cmd(&self, args: &[&str]) -> Command {
@@ -137,25 +141,11 @@ impl KubeEnv {
 
     /// Runs kubectl and asserts success; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        succeeded(args, self.kubectl(args))
     }
 
     pub fn ok_stdin(&self, args: &[&str], input: &str) -> String {
-        let out = self.kubectl_stdin(args, input);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        succeeded(args, self.kubectl_stdin(args, input))
     }
 
     pub async fn client(&self) -> kube::Client {
