@@ -75,12 +75,15 @@ async fn every_operation_runs_once_after_its_dependencies() {
     let report = execute(&plan, cloud.clone(), &quiet()).await.unwrap();
     assert_eq!(report.done.len(), plan.changes.len());
     let log = cloud.log.lock().unwrap().clone();
+    assert!(plan.changes.iter().any(|c| !c.depends_on.is_empty()), "the plan has dependencies to check");
     let at = |k: &str, what: &str| log.iter().position(|(key, w)| key == k && *w == what);
     for c in &plan.changes {
         let key = c.key.to_string();
         assert_eq!(log.iter().filter(|(k, w)| *k == key && *w == "start").count(), 1, "{key} ran once");
         for dep in &c.depends_on {
-            let (dep_end, start) = (at(&dep.to_string(), "end"), at(&key, "start"));
+            // Both must have happened: `None < Some(_)` would pass unnoticed.
+            let dep_end = at(&dep.to_string(), "end").unwrap_or_else(|| panic!("{dep} never ended: {log:?}"));
+            let start = at(&key, "start").unwrap_or_else(|| panic!("{key} never started: {log:?}"));
             assert!(dep_end < start, "{key} started before {dep} ended: {log:?}");
         }
     }
