@@ -86,15 +86,18 @@ impl Machines for AwsMachines {
     }
 
     async fn terminate(&self, id: &str) -> Result<()> {
-        let op = Op::TerminateInstances { group: String::new(), ids: vec![id.to_string()], wait: false };
-        self.run(&K::Instances(String::new()), &op, false).await?;
-        let control_plane =
-            self.observed.instances.iter().any(|i| {
-                i.id == id
-                    && self.cluster.spec.instance_groups.iter().any(|g| {
-                        g.role == crate::spec::Role::ControlPlane && i.group.as_deref() == Some(g.name.as_str())
-                    })
-            });
+        // The machine's group, as observed when the roll began (machines it
+        // launched itself are never the ones it terminates).
+        let group =
+            self.observed.instances.iter().find(|i| i.id == id).and_then(|i| i.group.clone()).unwrap_or_default();
+        let op = Op::TerminateInstances { group: group.clone(), ids: vec![id.to_string()], wait: false };
+        self.run(&K::Instances(group.clone()), &op, false).await?;
+        let control_plane = self
+            .cluster
+            .spec
+            .instance_groups
+            .iter()
+            .any(|g| g.role == crate::spec::Role::ControlPlane && g.name == group);
         if control_plane {
             self.sync_endpoint().await?;
         }
