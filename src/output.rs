@@ -331,3 +331,142 @@ pub fn roll_status_table(rows: &[crate::rollout::run::GroupStatus]) -> String {
     }
     out
 }
+
+/// `federation status`: desired and ready per member, and its health.
+pub fn federation_status(rows: &[crate::federation::health::MemberRow]) -> String {
+    let mut out = format!("{:<16} {:>8} {:>6}  HEALTH\n", "CLUSTER", "DESIRED", "READY");
+    for r in rows {
+        out += &format!("{:<16} {:>8} {:>6}  {}\n", r.cluster, r.current, r.ready, r.health);
+    }
+    out
+}
+
+/// `federation plan|apply`: each member's change (green up, red down), why, and its health.
+pub fn federation_plan(
+    fs: &crate::federation::fanout::FederatedService,
+    rows: &[crate::federation::health::MemberRow],
+) -> String {
+    use owo_colors::OwoColorize;
+    let mut out = format!(
+        "{} {} ({} replicas over federation {})\n",
+        "app".bold(),
+        fs.metadata.name,
+        fs.spec.total_replicas,
+        fs.spec.federation
+    );
+    for r in rows {
+        let change = match r.desired.cmp(&r.current) {
+            std::cmp::Ordering::Greater => format!("{} → {}", r.current, r.desired).green().to_string(),
+            std::cmp::Ordering::Less => format!("{} → {}", r.current, r.desired).red().to_string(),
+            std::cmp::Ordering::Equal => format!("{}", r.desired),
+        };
+        out += &format!("  {:<16} {:<10} {}; {}\n", r.cluster, change, r.reason, r.health);
+    }
+    out
+}
+
+/// One machine in `get instances`.
+#[derive(Debug, Serialize)]
+pub struct InstanceRow {
+    pub id: String,
+    pub cluster: String,
+    pub group: String,
+    pub owner: String,
+    pub image: String,
+    pub instance_type: String,
+    pub state: String,
+    pub launch_template_version: String,
+    pub zone: String,
+    pub age: String,
+    pub region: String,
+}
+
+impl InstanceRow {
+    pub fn of(i: &crate::cloud::observed::ObservedInstance, region: &str, now: chrono::DateTime<chrono::Utc>) -> Self {
+        let dash = || "-".to_string();
+        InstanceRow {
+            id: i.id.clone(),
+            cluster: i.cluster.clone().unwrap_or_else(dash),
+            group: i.group.clone().unwrap_or_else(dash),
+            owner: i.owner.clone().unwrap_or_else(|| "(none)".into()),
+            image: i.image_id.clone(),
+            instance_type: i.instance_type.clone(),
+            state: i.state.clone(),
+            launch_template_version: i.launch_template_version.map(|v| v.to_string()).unwrap_or_else(dash),
+            zone: i.zone.clone().unwrap_or_default(),
+            age: age(i.launch_time, now),
+            region: region.to_string(),
+        }
+    }
+}
+
+/// How long ago `secs` (a Unix time) was, in one unit: 90s, 12m, 5h, 3d.
+fn age(secs: Option<i64>, now: chrono::DateTime<chrono::Utc>) -> String {
+    let Some(s) = secs else { return "-".into() };
+    match (now.timestamp() - s).max(0) {
+        d if d < 120 => format!("{d}s"),
+        d if d < 7200 => format!("{}m", d / 60),
+        d if d < 172_800 => format!("{}h", d / 3600),
+        d => format!("{}d", d / 86400),
+    }
+}
+
+/// `get instances` as a table.
+pub fn instances_table(rows: &[InstanceRow]) -> String {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.id.clone(),
+                r.cluster.clone(),
+                r.group.clone(),
+                r.owner.clone(),
+                r.image.clone(),
+                r.instance_type.clone(),
+                r.state.clone(),
+                r.launch_template_version.clone(),
+                r.zone.clone(),
+                r.age.clone(),
+            ]
+        })
+        .collect();
+    table(&["INSTANCE", "CLUSTER", "GROUP", "OWNER", "AMI", "TYPE", "STATE", "LT-VERSION", "ZONE", "AGE"], &cells)
+}
+
+/// `addons list` as a table (ENABLED is `-` when no cluster was named).
+pub fn addon_catalog_table(rows: &[crate::addons::CatalogRow]) -> String {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let enabled = match r.enabled {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            };
+            vec![r.name.clone(), r.version.clone(), enabled.into(), r.namespace.clone(), r.depends_on.join(",")]
+        })
+        .collect();
+    table(&["NAME", "VERSION", "ENABLED", "NAMESPACE", "DEPENDS ON"], &cells)
+}
+
+/// `addons render`: every object as a YAML document headed by its addon and key.
+pub fn rendered_addons(set: &[crate::addons::RenderedAddon]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for a in set {
+        for o in &a.objects {
+            out += &format!("---\n# addon {} {}: {}\n", a.name, a.version, o.key);
+            out += &serde_saphyr::to_string(&o.value)?;
+        }
+    }
+    Ok(out)
+}
+
+/// `addons diff`: the coloured diffs, and a one-line summary for stderr.
+pub fn addon_diffs(cluster: &str, diffs: &[crate::addons::install::ObjectDiff]) -> (String, String) {
+    let text: String = diffs.iter().map(|d| colored_diff(&d.unified())).collect();
+    let summary = match diffs.len() {
+        0 => format!("addons of {cluster} match the cluster"),
+        n => format!("{n} object(s) differ"),
+    };
+    (text, summary)
+}

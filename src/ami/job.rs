@@ -210,6 +210,36 @@ pub fn canary(cluster: &Cluster, changed: &[GroupImage], asked: Option<&str>) ->
     }
 }
 
+/// What the scheduled job decides before it touches anything (pure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Outside the maintenance window: nothing to do.
+    OutsideWindow,
+    /// Every group already runs its newest image.
+    UpToDate,
+    /// Roll `canary` first, then the rest of `changed`.
+    Roll { canary: String, changed: Vec<GroupImage> },
+}
+
+/// Decides the job's run at `now` from each group's image (see [`resolve`]).
+pub fn decide(
+    cluster: &Cluster,
+    images: Vec<GroupImage>,
+    window: Option<&super::window::Window>,
+    canary_group: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<Decision> {
+    if window.is_some_and(|w| !w.contains(now)) {
+        return Ok(Decision::OutsideWindow);
+    }
+    let changed: Vec<GroupImage> = images.into_iter().filter(|i| i.newer).collect();
+    if changed.is_empty() {
+        return Ok(Decision::UpToDate);
+    }
+    let canary = canary(cluster, &changed, canary_group)?;
+    Ok(Decision::Roll { canary, changed })
+}
+
 /// What a rollout job works with.
 pub struct Job<'a> {
     pub aws: &'a Aws,

@@ -58,7 +58,8 @@ pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Resu
     }
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
     // Rendered before anything changes: a broken manifest stops the run here.
-    let addon_set = if args.skip_addons { Vec::new() } else { super::addons::rendered(g, &s.loaded.cluster)? };
+    let addon_set =
+        if args.skip_addons { Vec::new() } else { crate::addons::rendered(&g.addons_dir, &s.loaded.cluster)? };
     let command = if bootstrap { "bootstrap" } else { "apply" };
     if !args.yes {
         // A preview: no bucket, no PKI, no lock, no changes.
@@ -100,7 +101,7 @@ pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Resu
             .await
             .context("the machines are applied, but the addons are not")?;
         let report = install_addons(g, &s.loaded.cluster, &addon_set, &kubeconfig, &args).await?;
-        super::addons::record(&s, &report).await?;
+        s.record_addons(&report).await?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -96,6 +96,32 @@ impl Session {
             .with_context(|| format!("opening state store {url}"))
     }
 
+    /// What a roll needs: the state store and PKI of a bootstrapped cluster,
+    /// and a client for its API server.
+    pub async fn roll_target(
+        &self,
+        kubeconfig: &std::path::Path,
+    ) -> Result<(Store, crate::state::pki::Pki, kube::Client)> {
+        let name = self.name();
+        let store = self
+            .store(false)
+            .await?
+            .with_context(|| format!("cluster {name} has no state store yet: bootstrap it first"))?;
+        let pki = crate::state::pki::Pki::load(&store)
+            .await?
+            .with_context(|| format!("cluster {name} has not been bootstrapped"))?;
+        let client = crate::kube::client_from_kubeconfig(kubeconfig, crate::kube::Retry::Never).await?;
+        Ok((store, pki, client))
+    }
+
+    /// Records installed addon versions in the state store, if it exists.
+    pub async fn record_addons(&self, report: &crate::addons::install::Report) -> Result<()> {
+        match self.store(false).await? {
+            Some(store) => crate::addons::record(&store, report).await,
+            None => Ok(()),
+        }
+    }
+
     /// Prints the AWS calls made (always under -v).
     pub fn report_calls(&self, g: &GlobalArgs) {
         if g.verbose == 0 {

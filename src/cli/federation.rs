@@ -7,11 +7,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use chrono::Utc;
 use clap::{Args, Subcommand};
 use owo_colors::OwoColorize;
-use serde::Serialize;
 
 use super::cloud::Target;
 use super::GlobalArgs;
@@ -63,16 +62,6 @@ pub struct FedArgs {
     pub timeout: Duration,
 }
 
-#[derive(Debug, Serialize)]
-struct Row {
-    cluster: String,
-    health: String,
-    current: u32,
-    ready: u32,
-    desired: u32,
-    reason: String,
-}
-
 async fn world(g: &GlobalArgs, a: &FedArgs) -> Result<World> {
     let path = g.clusters_dir.join("federations").join(format!("{}.yaml", a.app));
     let (target, dir) = (a.target, a.kubeconfig_dir.clone());
@@ -83,25 +72,6 @@ async fn world(g: &GlobalArgs, a: &FedArgs) -> Result<World> {
     World::observe(&path, &g.clusters_dir, &kubeconfig).await
 }
 
-/// The state store holding the failover memory: `--state-store`, else the
-/// first member's (by name), so every operator finds the same one.
-async fn memory_store(a: &FedArgs, w: &World) -> Result<crate::state::Store> {
-    let first = w.members.first().context("the federation has no members")?;
-    let url = a.state_store.clone().unwrap_or_else(|| first.spec.state_store.clone());
-    let aws = if url.starts_with("s3://") {
-        let opts = crate::cloud::aws::AwsOptions::from_env(
-            crate::cloud::aws::Target::Aws,
-            Some(first.spec.cloud.region.clone()),
-        )?;
-        Some(crate::cloud::aws::Aws::connect(&opts).await?)
-    } else {
-        None
-    };
-    crate::state::Store::open(&url, &first.metadata.name, aws.as_ref())
-        .await
-        .with_context(|| format!("opening {url} for the federation's failover memory"))
-}
-
 pub async fn run(g: &GlobalArgs, args: FederationArgs) -> Result<ExitCode> {
     let (a, kind) = match &args.command {
         FederationCommand::Plan(a) => (a, "plan"),
@@ -109,56 +79,18 @@ pub async fn run(g: &GlobalArgs, args: FederationArgs) -> Result<ExitCode> {
         FederationCommand::Status(a) => (a, "status"),
     };
     let w = world(g, a).await?;
-    let store = memory_store(a, &w).await?;
+    let store = health::open_store(a.state_store.as_deref(), &w.members).await?;
     let mut mem = health::load(&store, &a.app).await?;
     let policy = health::Policy { grace: a.grace, rebalance: a.rebalance };
     let (shares, health) = health::assess(&w.fs, &w.members, &w.observed, &mut mem, policy, Utc::now())?;
-    let rows: Vec<Row> = shares
-        .iter()
-        .map(|s| {
-            let o = &w.observed[&s.cluster];
-            Row {
-                cluster: s.cluster.clone(),
-                health: health[&s.cluster].clone(),
-                current: o.desired,
-                ready: o.ready,
-                desired: s.replicas,
-                reason: s.reason.clone(),
-            }
-        })
-        .collect();
-    if kind == "status" {
-        if g.output != Format::Text {
-            print_data(g.output, &rows)?;
-        } else {
-            let mut out = anstream::stdout();
-            writeln!(out, "{:<16} {:>8} {:>6}  HEALTH", "CLUSTER", "DESIRED", "READY")?;
-            for r in &rows {
-                writeln!(out, "{:<16} {:>8} {:>6}  {}", r.cluster, r.current, r.ready, r.health)?;
-            }
-        }
-        return Ok(ExitCode::SUCCESS);
+    let rows = health::rows(&shares, &health, &w.observed);
+    match g.output {
+        Format::Text if kind == "status" => write!(anstream::stdout(), "{}", crate::output::federation_status(&rows))?,
+        Format::Text => write!(anstream::stdout(), "{}", crate::output::federation_plan(&w.fs, &rows))?,
+        other => print_data(other, &rows)?,
     }
-    if g.output != Format::Text {
-        print_data(g.output, &rows)?;
-    } else {
-        let mut out = anstream::stdout();
-        writeln!(
-            out,
-            "{} {} ({} replicas over federation {})",
-            "app".bold(),
-            w.fs.metadata.name,
-            w.fs.spec.total_replicas,
-            w.fs.spec.federation
-        )?;
-        for r in &rows {
-            let change = match r.desired.cmp(&r.current) {
-                std::cmp::Ordering::Greater => format!("{} → {}", r.current, r.desired).green().to_string(),
-                std::cmp::Ordering::Less => format!("{} → {}", r.current, r.desired).red().to_string(),
-                std::cmp::Ordering::Equal => format!("{}", r.desired),
-            };
-            writeln!(out, "  {:<16} {:<10} {}; {}", r.cluster, change, r.reason, r.health)?;
-        }
+    if kind == "status" {
+        return Ok(ExitCode::SUCCESS);
     }
     if kind == "plan" || !a.yes {
         if kind == "apply" {

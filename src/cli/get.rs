@@ -8,8 +8,6 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
-use serde::Serialize;
-
 use super::cloud::CloudArgs;
 use super::GlobalArgs;
 use crate::cloud::aws::{Aws, AwsOptions};
@@ -40,35 +38,8 @@ pub struct InstancesArgs {
     pub cloud: CloudArgs,
 }
 
-#[derive(Debug, Serialize)]
-pub struct Row {
-    pub id: String,
-    pub cluster: String,
-    pub group: String,
-    pub owner: String,
-    pub image: String,
-    pub instance_type: String,
-    pub state: String,
-    pub launch_template_version: String,
-    pub zone: String,
-    pub age: String,
-    pub region: String,
-}
-
-fn age(secs: Option<i64>) -> String {
-    let Some(s) = secs else { return "-".into() };
-    let d = (chrono::Utc::now().timestamp() - s).max(0);
-    match d {
-        d if d < 120 => format!("{d}s"),
-        d if d < 7200 => format!("{}m", d / 60),
-        d if d < 172_800 => format!("{}h", d / 3600),
-        d => format!("{}d", d / 86400),
-    }
-}
-
-pub use crate::output::table;
-
 pub use crate::cloud::aws::observe::list_instances;
+use crate::output::InstanceRow;
 
 pub async fn run(g: &GlobalArgs, args: GetArgs) -> Result<ExitCode> {
     let GetWhat::Instances(a) = args.what;
@@ -89,50 +60,13 @@ pub async fn run(g: &GlobalArgs, args: GetArgs) -> Result<ExitCode> {
         let aws = Aws::connect(&AwsOptions::from_env(a.cloud.target.aws().unwrap_or_default(), Some(region.clone()))?)
             .await?;
         for i in list_instances(&aws, cluster.as_deref(), a.include_terminated).await? {
-            rows.push(Row {
-                id: i.id.clone(),
-                cluster: i.cluster.clone().unwrap_or_else(|| "-".into()),
-                group: i.group.clone().unwrap_or_else(|| "-".into()),
-                owner: i.owner.clone().unwrap_or_else(|| "(none)".into()),
-                image: i.image_id.clone(),
-                instance_type: i.instance_type.clone(),
-                state: i.state.clone(),
-                launch_template_version: i.launch_template_version.map(|v| v.to_string()).unwrap_or_else(|| "-".into()),
-                zone: i.zone.clone().unwrap_or_default(),
-                age: age(i.launch_time),
-                region: region.clone(),
-            });
+            rows.push(InstanceRow::of(&i, &region, chrono::Utc::now()));
         }
     }
     rows.sort_by(|a, b| (&a.cluster, &a.group, &a.id).cmp(&(&b.cluster, &b.group, &b.id)));
-    if g.output == Format::Text {
-        let cells: Vec<Vec<String>> = rows
-            .iter()
-            .map(|r| {
-                vec![
-                    r.id.clone(),
-                    r.cluster.clone(),
-                    r.group.clone(),
-                    r.owner.clone(),
-                    r.image.clone(),
-                    r.instance_type.clone(),
-                    r.state.clone(),
-                    r.launch_template_version.clone(),
-                    r.zone.clone(),
-                    r.age.clone(),
-                ]
-            })
-            .collect();
-        write!(
-            anstream::stdout(),
-            "{}",
-            table(
-                &["INSTANCE", "CLUSTER", "GROUP", "OWNER", "AMI", "TYPE", "STATE", "LT-VERSION", "ZONE", "AGE"],
-                &cells
-            )
-        )?;
-    } else {
-        print_data(g.output, &rows)?;
+    match g.output {
+        Format::Text => write!(anstream::stdout(), "{}", crate::output::instances_table(&rows))?,
+        other => print_data(other, &rows)?,
     }
     Ok(ExitCode::SUCCESS)
 }

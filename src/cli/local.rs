@@ -17,7 +17,7 @@ pub async fn run(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Result<Exi
     let loaded = super::render::load_one(g, &args.cluster)?;
     let cluster = &loaded.cluster;
     let name = &cluster.metadata.name;
-    let set = super::addons::rendered(g, cluster)?;
+    let set = crate::addons::rendered(&g.addons_dir, cluster)?;
     if !args.yes {
         let nodes: u32 = cluster.spec.instance_groups.iter().map(|g| g.desired.unwrap_or(g.min_size)).sum();
         let mut e = anstream::stderr();

@@ -8,14 +8,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use clap::Args;
 use owo_colors::OwoColorize;
 
 use super::cloud::{CloudArgs, Session};
 use super::GlobalArgs;
 use crate::output::{print_data, Format};
-use crate::rollout::run::{self, GroupStatus, Options};
+use crate::rollout::run::{self, Options};
 use crate::state::lock::Lock;
 use crate::state::pki::Pki;
 
@@ -79,29 +79,23 @@ pub struct UpgradeArgs {
 
 pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
-    let store = s
-        .store(false)
-        .await?
-        .with_context(|| format!("cluster {} has no state store yet: bootstrap it first", s.name()))?;
-    let pki = Pki::load(&store).await?.with_context(|| format!("cluster {} has not been bootstrapped", s.name()))?;
     let kubeconfig = args.cloud.target.kubeconfig_or(args.roll.kubeconfig.as_deref(), s.name());
-    let client = crate::kube::client_from_kubeconfig(&kubeconfig, crate::kube::Retry::Never).await?;
+    let (store, pki, client) = s.roll_target(&kubeconfig).await?;
     let opts = args.roll.options();
-    let cluster = s.loaded.cluster.clone();
     if !args.yes {
-        let p = crate::apply::prepare::prepare(&s.aws, &cluster, Some(&pki)).await?;
-        let nodes = crate::kube::drain::nodes_by_instance(&client).await?;
-        let rows = run::status(&cluster, &p, &nodes, &opts);
-        show_table(g, &rows)?;
-        if !p.plan.is_empty() {
+        let (rows, pending) = run::preview(&s.aws, &s.loaded.cluster, &pki, &client, &opts).await?;
+        match g.output {
+            Format::Text => write!(anstream::stdout(), "{}", crate::output::roll_status_table(&rows))?,
+            other => print_data(other, &rows)?,
+        }
+        let name = s.name();
+        if pending > 0 {
             writeln!(
                 anstream::stderr(),
-                "{} changes are pending; `--yes` applies them first (see `pinfleet plan {}`)",
-                p.plan.changes.len(),
-                s.name()
+                "{pending} changes are pending; `--yes` applies them first (see `pinfleet plan {name}`)"
             )?;
         }
-        writeln!(anstream::stderr(), "\nNothing changed. Run `pinfleet upgrade {} --yes` to roll.", s.name())?;
+        writeln!(anstream::stderr(), "\nNothing changed. Run `pinfleet upgrade {name} --yes` to roll.")?;
         return Ok(ExitCode::SUCCESS);
     }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -109,13 +103,6 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
     let replaced: usize = reports.iter().map(|r| r.replaced).sum();
     writeln!(anstream::stderr(), "{} {replaced} machine(s) replaced in {}", "done:".green().bold(), s.name())?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn show_table(g: &GlobalArgs, rows: &[GroupStatus]) -> Result<()> {
-    match g.output {
-        Format::Text => Ok(write!(anstream::stdout(), "{}", crate::output::roll_status_table(rows))?),
-        other => print_data(other, &rows),
-    }
 }
 
 /// A roll under the lock (the caller holds it), shown as the output format asks.

@@ -241,12 +241,6 @@ fn child_kind(obj: &Value, children: &[ChildKind]) -> Option<ApiResource> {
     children.iter().find(|(a, k, _)| *a == av && *k == kind).map(|(a, k, p)| api_resource(a, k, p))
 }
 
-/// Whether every field pinfleet sets already has its value in `live`.
-pub fn up_to_date(desired: &Value, live: &Value) -> bool {
-    use crate::kube::fields::{get, leaves};
-    leaves(desired).iter().all(|p| get(desired, p) == get(live, p))
-}
-
 /// The runtime-support profile: the CR's pinned version or the cluster
 /// default from the runtime-support ConfigMap, else the built-in one.
 pub async fn load_profile(client: &Client, pinned: Option<&str>) -> Result<RuntimeProfile, Error> {
@@ -320,14 +314,10 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
                     let Some(ar) = child_kind(child, K::CHILDREN) else { continue };
                     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
                     let child_name = child["metadata"]["name"].as_str().unwrap_or_default();
-                    let live = api.get_opt(child_name).await?;
-                    let live = match live {
-                        Some(l) if up_to_date(child, &serde_json::to_value(&l).unwrap_or_default()) => l,
-                        _ => {
-                            ctx.writes.fetch_add(1, Ordering::Relaxed);
-                            api.patch(child_name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(child)).await?
-                        }
-                    };
+                    let (live, wrote) = crate::kube::apply::apply_if_changed(&api, child_name, child, MANAGER).await?;
+                    if wrote {
+                        ctx.writes.fetch_add(1, Ordering::Relaxed);
+                    }
                     live_children.push(serde_json::to_value(&live).unwrap_or_default());
                 }
                 // Prune what this workload no longer renders. The set of children

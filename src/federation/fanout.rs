@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::Client;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -227,15 +227,13 @@ fn service(fs: &FederatedService, replicas: u32) -> Value {
 }
 
 async fn set(client: &Client, fs: &FederatedService, replicas: u32) -> Result<()> {
-    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    if ns.get_opt(&fs.metadata.namespace).await?.is_none() {
-        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": fs.metadata.namespace}});
-        ns.patch(&fs.metadata.namespace, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(obj)).await?;
+    let mut a = crate::kube::apply::Applier::new(client.clone(), FIELD_MANAGER);
+    let ns = &fs.metadata.namespace;
+    if a.get("v1", "Namespace", "", ns).await?.is_none() {
+        a.apply("v1", "Namespace", "", ns, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+            .await?;
     }
-    let api: Api<PinterestService> = Api::namespaced(client.clone(), &fs.metadata.namespace);
-    api.patch(&fs.metadata.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(service(fs, replicas)))
-        .await
-        .with_context(|| format!("applying PinterestService {}/{}", fs.metadata.namespace, fs.metadata.name))?;
+    a.apply("pinfleet.dev/v1alpha1", "PinterestService", ns, &fs.metadata.name, &service(fs, replicas)).await?;
     Ok(())
 }
 

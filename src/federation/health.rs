@@ -101,6 +101,59 @@ pub async fn save(store: &Store, app: &str, mem: &Memory) -> Result<()> {
     store.put_json(&key(app), mem).await.map(|_| ())
 }
 
+/// The state store holding the failover memory: `url` when given, else the
+/// first member's (by name), so every operator finds the same one.
+pub async fn open_store(url: Option<&str>, members: &[Cluster]) -> Result<Store> {
+    use anyhow::Context as _;
+    let first = members.first().context("the federation has no members")?;
+    let url = url.unwrap_or(&first.spec.state_store);
+    let aws = if url.starts_with("s3://") {
+        let opts = crate::cloud::aws::AwsOptions::from_env(
+            crate::cloud::aws::Target::Aws,
+            Some(first.spec.cloud.region.clone()),
+        )?;
+        Some(crate::cloud::aws::Aws::connect(&opts).await?)
+    } else {
+        None
+    };
+    Store::open(url, &first.metadata.name, aws.as_ref())
+        .await
+        .with_context(|| format!("opening {url} for the federation's failover memory"))
+}
+
+/// One member in `federation plan|status`: what it runs, what it should.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemberRow {
+    pub cluster: String,
+    pub health: String,
+    pub current: u32,
+    pub ready: u32,
+    pub desired: u32,
+    pub reason: String,
+}
+
+/// The rows for the shares [`assess`] decided.
+pub fn rows(
+    shares: &[Share],
+    health: &BTreeMap<String, String>,
+    observed: &BTreeMap<String, Observed>,
+) -> Vec<MemberRow> {
+    shares
+        .iter()
+        .map(|s| {
+            let o = &observed[&s.cluster];
+            MemberRow {
+                cluster: s.cluster.clone(),
+                health: health.get(&s.cluster).cloned().unwrap_or_default(),
+                current: o.desired,
+                ready: o.ready,
+                desired: s.replicas,
+                reason: s.reason.clone(),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -125,6 +125,31 @@ impl Applier {
     }
 }
 
+/// Whether every field `desired` sets already has its value in `live`.
+pub fn up_to_date(desired: &Value, live: &Value) -> bool {
+    use super::fields::{get, leaves};
+    leaves(desired).iter().all(|p| get(desired, p) == get(live, p))
+}
+
+/// Server-side apply of `desired` through `api` under `manager` (forced),
+/// skipped when every field it sets already has its value: a controller
+/// that reconciles often writes only what changed. Returns the live object
+/// and whether it wrote; errors stay kube's own, so a caller can tell the
+/// server refusing the object from an outage.
+pub async fn apply_if_changed(
+    api: &Api<DynamicObject>,
+    name: &str,
+    desired: &Value,
+    manager: &str,
+) -> Result<(DynamicObject, bool), kube::Error> {
+    if let Some(live) = api.get_opt(name).await? {
+        if up_to_date(desired, &serde_json::to_value(&live).unwrap_or_default()) {
+            return Ok((live, false));
+        }
+    }
+    Ok((api.patch(name, &PatchParams::apply(manager).force(), &Patch::Apply(desired)).await?, true))
+}
+
 /// An object without what the server owns (status, bookkeeping metadata).
 pub fn comparable(v: &Value) -> Value {
     let mut v = v.clone();

@@ -72,6 +72,20 @@ fn selected<'a>(cluster: &'a Cluster, opts: &Options) -> Vec<&'a crate::spec::In
     cluster.spec.instance_groups.iter().filter(|g| opts.groups.is_empty() || opts.groups.contains(&g.name)).collect()
 }
 
+/// What `upgrade` without `--yes` shows: each selected group now, and how
+/// many planned changes are pending (applied before the roll).
+pub async fn preview(
+    aws: &Aws,
+    cluster: &Cluster,
+    pki: &Pki,
+    client: &kube::Client,
+    opts: &Options,
+) -> Result<(Vec<GroupStatus>, usize)> {
+    let p = crate::apply::prepare::prepare(aws, cluster, Some(pki)).await?;
+    let nodes = crate::kube::drain::nodes_by_instance(client).await?;
+    Ok((status(cluster, &p, &nodes, opts), p.plan.changes.len()))
+}
+
 /// What each selected group looks like now.
 pub fn status(
     cluster: &Cluster,
