@@ -41,9 +41,13 @@ impl Setup {
         copy_dir(&root.join("clusters"), &dir.path().join("clusters"));
         if !k.real {
             for n in 0..3 {
+                // Labelled as kubelet and kubeadm label them: node-0 runs the control plane.
+                let role = if n == 0 { ", node-role.kubernetes.io/control-plane: ''" } else { "" };
                 k.ok_stdin(
                     &["apply", "-f", "-"],
-                    &format!("apiVersion: v1\nkind: Node\nmetadata: {{name: node-{n}}}\n"),
+                    &format!(
+                        "apiVersion: v1\nkind: Node\nmetadata: {{name: node-{n}, labels: {{kubernetes.io/os: linux, kubernetes.io/hostname: node-{n}{role}}}}}\n"
+                    ),
                 );
                 k.ok(&[
                     "patch",
@@ -132,12 +136,14 @@ fn install_upgrade_prune_and_refuse_broken_manifests() {
     // Install: every addon ready, in dependency order.
     let events = s.apply();
     let ready = ready_events(&events);
-    assert_eq!(ready.len(), 7, "{events:?}");
+    assert_eq!(ready.len(), 11, "{events:?}");
     assert!(ready.values().all(|r| r["from"].is_null() && r["changed"].as_u64().unwrap() > 0));
     let order: Vec<&str> =
         events.iter().filter(|e| e["event"] == "ready").map(|e| e["name"].as_str().unwrap()).collect();
     let at = |n: &str| order.iter().position(|x| *x == n).unwrap();
     assert!(at("platform-crds") < at("workload-controller") && at("runtime-support") < at("workload-controller"));
+    // The pod network before everything else.
+    assert_eq!(order[0], "pod-network");
     let deploy = s.k.ok(&[
         "get",
         "deploy",

@@ -52,9 +52,11 @@ fn select_own_images(w: &World) {
     std::fs::write(&base, text).unwrap();
 }
 
-/// The cluster's node simulator, Nodes for its machines.
+/// The cluster's node simulator, Nodes for its machines (with a pod network
+/// already: no addons are installed here).
 fn sim(w: &World, cluster: &str, kubeconfig: &std::path::Path) -> std::process::Child {
-    w.command(&["sim", "--cluster", cluster, "--kubeconfig", kubeconfig.to_str().unwrap(), "--boot-delay", "1s"])
+    let kc = kubeconfig.to_str().unwrap();
+    w.command(&["sim", "--cluster", cluster, "--kubeconfig", kc, "--boot-delay", "1s", "--network", "preinstalled"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

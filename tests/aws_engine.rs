@@ -46,11 +46,21 @@ fn tagged_resources(w: &World) -> Vec<String> {
             out.push(format!("security-group:{}", g.group_id().unwrap()));
         }
         for t in ec2.describe_launch_templates().filters(f()).send().await.unwrap().launch_templates() {
-            out.push(format!(
-                "launch-template:{}:{}",
-                t.launch_template_id().unwrap(),
-                t.launch_template_name().unwrap_or_default()
-            ));
+            let id = t.launch_template_id().unwrap();
+            out.push(format!("launch-template:{id}:{}", t.launch_template_name().unwrap_or_default()));
+            // Which instance profile its latest version names.
+            let v = ec2
+                .describe_launch_template_versions()
+                .launch_template_id(id)
+                .versions("$Latest")
+                .send()
+                .await
+                .unwrap();
+            for d in v.launch_template_versions().iter().filter_map(|v| v.launch_template_data()) {
+                if let Some(p) = d.iam_instance_profile().and_then(|p| p.name()) {
+                    out.push(format!("profile-of:{}:{p}", t.launch_template_name().unwrap_or_default()));
+                }
+            }
         }
         for i in pinfleet::cli::get::list_instances(&aws, Some(&w.cluster), false)
             .await
@@ -59,6 +69,16 @@ fn tagged_resources(w: &World) -> Vec<String> {
             .filter(|i| i.is_live())
         {
             out.push(format!("instance:{}", i.id));
+        }
+        // IAM has no tag filter: the cluster's roles and profiles by name.
+        for role in [pinfleet::spec::Role::ControlPlane, pinfleet::spec::Role::Node] {
+            let name = pinfleet::cloud::iam::role_name(&w.cluster, role);
+            if aws.iam.get_role().role_name(&name).send().await.is_ok() {
+                out.push(format!("iam-role:{name}"));
+            }
+            if aws.iam.get_instance_profile().instance_profile_name(&name).send().await.is_ok() {
+                out.push(format!("instance-profile:{name}"));
+            }
         }
         match aws
             .elb
@@ -279,6 +299,14 @@ fn destroy_leaves_nothing_tagged() {
     w.ok(&["bootstrap", "gone", "--yes"]);
     let before = with_aws_env(&w, || tagged_resources(&w));
     assert!(before.len() > 20, "{before:?}");
+    // The machines' IAM: a role and an instance profile per machine role.
+    for r in ["control-plane", "nodes"] {
+        assert!(before.contains(&format!("iam-role:pinfleet-gone-{r}")), "{before:?}");
+        assert!(before.contains(&format!("instance-profile:pinfleet-gone-{r}")), "{before:?}");
+    }
+    // And the launch templates name them.
+    assert!(before.contains(&"profile-of:gone-control-plane:pinfleet-gone-control-plane".to_string()), "{before:?}");
+    assert!(before.contains(&"profile-of:gone-general:pinfleet-gone-nodes".to_string()), "{before:?}");
     let preview = w.ok(&["destroy", "gone"]);
     assert!(preview.contains("- vpc"), "{preview}");
     let out = w.run(&["destroy", "gone", "--yes"]);
@@ -460,7 +488,13 @@ fn orphans_are_resources_whose_cluster_is_gone_and_machines_nobody_owns() {
         report.as_array().unwrap().iter().map(|r| r["kind"].as_str().unwrap().to_string()).collect();
     assert_eq!(
         kinds,
-        BTreeSet::from(["instance".into(), "vpc".into(), "security-group".into(), "launch-template".into()]),
+        BTreeSet::from([
+            "instance".into(),
+            "vpc".into(),
+            "security-group".into(),
+            "launch-template".into(),
+            "iam-role".into()
+        ]),
         "{report:#}"
     );
     assert!(report
@@ -487,6 +521,7 @@ fn the_node_simulator_registers_a_node_per_running_instance() {
                 boot_delay: Duration::from_secs(60),
                 fail_fraction: 0.0,
                 poll: Duration::from_secs(1),
+                needs_cni: false,
             };
             let mut inner = pinfleet::sim::Inner::new();
             let nodes_t = inner.registry.get("", "v1", "nodes").cloned().unwrap();

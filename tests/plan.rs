@@ -154,6 +154,14 @@ fn applied(d: &Desired) -> Observed {
         }
     }
     o.target_group.as_mut().unwrap().targets.sort();
+    for r in &d.iam {
+        o.iam_roles.push(ObservedRole { key: r.key.clone(), name: r.name.clone(), policy: Some(r.policy.clone()) });
+        o.instance_profiles.push(ObservedProfile {
+            key: r.key.clone(),
+            name: r.name.clone(),
+            roles: vec![r.name.clone()],
+        });
+    }
     o
 }
 

@@ -43,6 +43,9 @@ fn node_sim(w: &World, boot_delay: &str) -> NodeSim {
             kubeconfig.to_str().unwrap(),
             "--boot-delay",
             boot_delay,
+            // No addons are installed here: machines come with a pod network.
+            "--network",
+            "preinstalled",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -25,6 +25,10 @@ pub struct AddonMeta {
     pub depends_on: Vec<String>,
     /// Namespace for namespaced objects that name none (created if missing).
     pub namespace: String,
+    /// Installed before every addon that is not `first` (the pod network:
+    /// until it runs, kubelet keeps nodes NotReady and nothing else starts).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub first: bool,
     /// Part of every cluster's set unless the cluster disables it.
     #[serde(default = "yes")]
     pub default: bool,

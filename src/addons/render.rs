@@ -216,14 +216,15 @@ pub fn select<'a>(cluster: &Cluster, packages: &'a [Package]) -> Result<Vec<Sele
     if !errors.is_empty() {
         return Err(AddonErrors(errors));
     }
-    // Kahn's algorithm, smallest name first among the ready ones.
+    // Kahn's algorithm: `first` packages before the others, then the
+    // smallest name first among the ready ones.
     let mut order = Vec::new();
     let mut done: BTreeSet<&str> = BTreeSet::new();
     while done.len() < chosen.len() {
-        let next = chosen
-            .iter()
-            .find(|(n, s)| !done.contains(*n) && s.package.meta.depends_on.iter().all(|d| done.contains(d.as_str())))
-            .map(|(n, _)| *n);
+        let ready = |(n, s): &(&&str, &Selected)| {
+            !done.contains(**n) && s.package.meta.depends_on.iter().all(|d| done.contains(d.as_str()))
+        };
+        let next = chosen.iter().filter(ready).min_by_key(|(n, s)| (!s.package.meta.first, **n)).map(|(n, _)| *n);
         match next {
             Some(n) => {
                 done.insert(n);
@@ -255,6 +256,9 @@ fn template_context(cluster: &Cluster, s: &Selected) -> tera::Context {
             "kubernetesVersion": cluster.spec.kubernetes_version,
             "owner": cluster.spec.owner,
             "nodes": nodes,
+            "podCidr": cluster.spec.network.pod_cidr.to_string(),
+            "serviceCidr": cluster.spec.network.service_cidr.to_string(),
+            "vpcCidr": cluster.spec.network.vpc_cidr.to_string(),
             "labels": cluster.metadata.labels,
         }),
     );

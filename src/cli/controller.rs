@@ -26,6 +26,33 @@ pub struct ControllerArgs {
     /// This replica's identity in the Lease (default: host name and pid).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// Approve kubelet serving certificates, checking names against the
+    /// machine's addresses from EC2 or from the Node (the sim); or off.
+    #[arg(long, value_enum, default_value_t = ServingAddresses::Ec2)]
+    pub serving_addresses: ServingAddresses,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServingAddresses {
+    Ec2,
+    Node,
+    Off,
+}
+
+/// The approver with the chosen address source (it runs on every replica:
+/// a decision is one conditional write, and a decided CSR is skipped).
+async fn approver(client: kube::Client, source: ServingAddresses) -> Result<()> {
+    use crate::controller::serving;
+    match source {
+        ServingAddresses::Off => std::future::pending::<()>().await,
+        ServingAddresses::Node => serving::run(client, serving::FromNode).await,
+        ServingAddresses::Ec2 => {
+            let opts = crate::cloud::aws::AwsOptions::from_env(crate::cloud::aws::Target::Aws, None)?;
+            let aws = crate::cloud::aws::Aws::connect(&opts).await?;
+            serving::run(client, serving::FromEc2(aws)).await
+        }
+    }
+    Ok(())
 }
 
 pub async fn run(_g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
@@ -73,6 +100,7 @@ pub async fn run(_g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
     };
     tokio::select! {
         _ = work => {}
+        r = approver(client.clone(), args.serving_addresses) => r?,
         _ = tokio::signal::ctrl_c() => {}
     }
     Ok(ExitCode::SUCCESS)

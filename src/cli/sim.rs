@@ -49,6 +49,17 @@ pub struct SimArgs {
     /// Fraction of machines (0..1) that never become Ready.
     #[arg(long, default_value_t = 0.0)]
     pub fail_fraction: f64,
+    /// Whether a cluster's machines (--cluster, --nodes-for) come with a pod
+    /// network (`preinstalled`) or wait for the pod-network addon (`cni`,
+    /// as kubeadm machines do).
+    #[arg(long, value_enum, default_value_t = Network::Cni)]
+    pub network: Network,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Network {
+    Cni,
+    Preinstalled,
 }
 
 pub async fn run(g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
@@ -61,7 +72,8 @@ pub async fn run(g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
     }
     if let Some(cluster) = &args.nodes_for {
         let loaded = super::render::load_one(g, cluster)?;
-        for n in crate::sim::nodes::declared_for(&loaded.cluster) {
+        for mut n in crate::sim::nodes::declared_for(&loaded.cluster) {
+            n.needs_cni = args.network == Network::Cni;
             crate::sim::nodes::declare(&mut inner, &n);
         }
     }
@@ -91,6 +103,7 @@ pub async fn run(g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
             boot_delay: args.boot_delay,
             fail_fraction: args.fail_fraction,
             poll: std::time::Duration::from_millis(500),
+            needs_cni: args.network == Network::Cni,
         };
         tokio::spawn(crate::sim::nodes::follow_ec2(sim.store.clone(), aws, cfg));
     }

@@ -42,6 +42,12 @@ pub enum ResourceKey {
     Instances(String),
     /// The tag a group's machines (and their volumes) carry.
     Instance(String),
+    /// A machine role's IAM role (`control-plane`, `nodes`).
+    IamRole(String),
+    /// Its inline policy.
+    RolePolicy(String),
+    /// Its instance profile.
+    InstanceProfile(String),
 }
 
 impl fmt::Display for ResourceKey {
@@ -64,6 +70,9 @@ impl fmt::Display for ResourceKey {
             LaunchTemplate(g) => format!("lt/{g}"),
             Instances(g) => format!("instances/{g}"),
             Instance(g) => format!("instance/{g}"),
+            IamRole(r) => format!("iam-role/{r}"),
+            RolePolicy(r) => format!("iam-role/{r}/policy"),
+            InstanceProfile(r) => format!("instance-profile/{r}"),
         };
         // Honours width and alignment, so plans line keys up.
         f.pad(&text)
@@ -93,6 +102,9 @@ impl FromStr for ResourceKey {
             ["lt", g] => LaunchTemplate(own(g)),
             ["instances", g] => Instances(own(g)),
             ["instance", g] => Instance(own(g)),
+            ["iam-role", r] => IamRole(own(r)),
+            ["iam-role", r, "policy"] => RolePolicy(own(r)),
+            ["instance-profile", r] => InstanceProfile(own(r)),
             _ => return Err(format!("not a resource key: {s:?}")),
         })
     }
@@ -149,6 +161,9 @@ mod tests {
             LaunchTemplate("general".into()),
             Instances("general".into()),
             Instance("general".into()),
+            IamRole("nodes".into()),
+            RolePolicy("control-plane".into()),
+            InstanceProfile("nodes".into()),
         ];
         for k in keys {
             assert_eq!(k.to_string().parse::<ResourceKey>(), Ok(k.clone()), "{k}");

@@ -32,6 +32,9 @@ pub struct Desired {
     pub api_address: bool,
     pub launch_templates: Vec<DesiredLaunchTemplate>,
     pub groups: Vec<DesiredGroup>,
+    /// The IAM roles and instance profiles pinfleet manages.
+    #[serde(default)]
+    pub iam: Vec<crate::cloud::iam::DesiredRole>,
 }
 
 /// The key of the API endpoint's Elastic IP (`eip/<zone>` are the NAT
@@ -174,6 +177,7 @@ impl Desired {
             api_address: !cluster.spec.api.load_balancer.uses_elbv2(),
             launch_templates: vec![],
             groups: vec![],
+            iam: vec![],
         }
     }
 }
@@ -340,10 +344,14 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
         let mut tags = base_tags(cluster);
         tags.insert(tags::INSTANCE_GROUP.into(), g.name.clone());
         tags.extend(g.cloud_labels.clone());
-        let profile = g.instance_profile.clone().or_else(|| match g.role {
-            Role::ControlPlane => spec.iam.control_plane_instance_profile.clone(),
-            Role::Node => spec.iam.node_instance_profile.clone(),
-        });
+        let profile = g
+            .instance_profile
+            .clone()
+            .or_else(|| match g.role {
+                Role::ControlPlane => spec.iam.control_plane_instance_profile.clone(),
+                Role::Node => spec.iam.node_instance_profile.clone(),
+            })
+            .or_else(|| Some(crate::cloud::iam::role_name(name, g.role)));
         launch_templates.push(DesiredLaunchTemplate {
             group: g.name.clone(),
             name: format!("{name}-{}", g.name),
@@ -391,6 +399,7 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
         api_address,
         launch_templates,
         groups,
+        iam: crate::cloud::iam::desired(cluster),
     })
 }
 

@@ -19,6 +19,11 @@ pub struct Observed {
     pub listener: Option<String>,
     pub launch_templates: Vec<ObservedLaunchTemplate>,
     pub instances: Vec<ObservedInstance>,
+    /// The cluster's IAM roles (found by name) and instance profiles.
+    #[serde(default)]
+    pub iam_roles: Vec<ObservedRole>,
+    #[serde(default)]
+    pub instance_profiles: Vec<ObservedProfile>,
     /// Set when the endpoint does not offer ELBv2 (LocalStack Community
     /// answers 501 "not included in your current license plan"): what it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -184,4 +189,22 @@ impl Observed {
     pub fn live_instances<'a>(&'a self, group: &'a str) -> impl Iterator<Item = &'a ObservedInstance> + 'a {
         self.instances.iter().filter(move |i| i.is_live() && i.group.as_deref() == Some(group))
     }
+}
+
+/// An IAM role pinfleet made for the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObservedRole {
+    /// `control-plane` or `nodes`.
+    pub key: String,
+    pub name: String,
+    /// The inline policy's document, as IAM returns it.
+    pub policy: Option<String>,
+}
+
+/// An instance profile, with the roles it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObservedProfile {
+    pub key: String,
+    pub name: String,
+    pub roles: Vec<String>,
 }

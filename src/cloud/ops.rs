@@ -129,6 +129,30 @@ pub enum Op {
     DeleteVpc {
         id: String,
     },
+    /// An IAM role EC2 may assume (path `/pinfleet/`, tagged), with its inline policy.
+    CreateRole {
+        name: String,
+        trust: String,
+        policy: String,
+    },
+    /// Replaces a role's inline policy.
+    PutRolePolicy {
+        name: String,
+        policy: String,
+    },
+    /// An instance profile holding the role of the same name.
+    CreateInstanceProfile {
+        name: String,
+    },
+    /// Removes the profile's roles, then the profile.
+    DeleteInstanceProfile {
+        name: String,
+        roles: Vec<String>,
+    },
+    /// Deletes the role's inline policies, then the role.
+    DeleteRole {
+        name: String,
+    },
 }
 
 /// An observed rule to revoke, with the source as AWS knows it.

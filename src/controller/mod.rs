@@ -9,6 +9,7 @@
 //! Failures back off exponentially per object.
 
 pub mod leader;
+pub mod serving;
 pub mod status;
 
 use std::collections::HashMap;

@@ -142,6 +142,20 @@ pub fn destroy(cluster: &str, observed: &Observed) -> Plan {
         let deps: Vec<K> = changes.iter().map(|c: &Change| c.key.clone()).collect();
         add!(K::Vpc, v.cidr.clone(), deps, Op::DeleteVpc { id: v.id.clone() });
     }
+    // IAM once no machine runs with it.
+    for p in &observed.instance_profiles {
+        add!(
+            K::InstanceProfile(p.key.clone()),
+            p.name.clone(),
+            inst_keys.clone(),
+            Op::DeleteInstanceProfile { name: p.name.clone(), roles: p.roles.clone() }
+        );
+    }
+    for r in &observed.iam_roles {
+        let mut deps = inst_keys.clone();
+        deps.push(K::InstanceProfile(r.key.clone()));
+        add!(K::IamRole(r.key.clone()), r.name.clone(), deps, Op::DeleteRole { name: r.name.clone() });
+    }
     let keys: BTreeSet<K> = changes.iter().map(|c| c.key.clone()).collect();
     for c in &mut changes {
         c.depends_on.retain(|d| keys.contains(d));

@@ -33,6 +33,7 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) ->
         let lt_key = K::LaunchTemplate(g.name.to_string());
         let mut lt_deps: Vec<K> = sg_keys.clone();
         lt_deps.push(if desired.api_address { api_key.clone() } else { K::LoadBalancer });
+        lt_deps.extend(super::iam::profile_dependency(desired, lt.data.instance_profile.as_deref()));
         let observed_lt = observed.template(&g.name);
         let current_version: Option<i64>;
         let mut version_label = String::new();

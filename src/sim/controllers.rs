@@ -415,6 +415,7 @@ impl Controllers {
     }
 
     fn kubelet(&self, inner: &mut Inner) {
+        super::nodes::kubelets(inner);
         let pods_t = t(inner, "", "pods");
         let nodes_t = t(inner, "", "nodes");
         let now_ts = chrono::Utc::now();
@@ -440,7 +441,11 @@ impl Controllers {
                 continue;
             }
             let phase = s(&pod, "/status/phase").to_string();
-            if !node_ready(n) {
+            // A started kubelet without a pod network still runs
+            // hostNetwork pods: that is how the network agent arrives.
+            let host_network = pod.pointer("/spec/hostNetwork").and_then(Value::as_bool) == Some(true);
+            let network_only = super::nodes::booted(n) && !super::nodes::has_network(n);
+            if !node_ready(n) && !(network_only && host_network) {
                 if is_ready(&pod) {
                     let mut st = pod["status"].clone();
                     st["conditions"] = json!([{"type": "Ready", "status": "False", "reason": "NodeNotReady"}]);

@@ -22,8 +22,23 @@ pub struct NodeSpec {
     pub taints: Vec<Taint>,
     pub cpu: String,
     pub memory: String,
+    /// The kubelet has started (after the boot delay).
     pub ready: bool,
+    /// The machine has no pod network until a CNI agent runs on it (a
+    /// kubeadm machine); false for nodes that come with one (kind-like).
+    pub needs_cni: bool,
+    /// `status.addresses`: (type, address), e.g. ("InternalIP", "10.0.1.5").
+    pub addresses: Vec<(String, String)>,
 }
+
+/// Annotations the sim keeps on its Nodes (what a kubelet knows about its machine).
+pub const BOOTED: &str = "sim.pinfleet.dev/booted";
+pub const NEEDS_CNI: &str = "sim.pinfleet.dev/needs-cni";
+pub const CNI_READY: &str = "sim.pinfleet.dev/cni-ready";
+pub const SERVING_CSR: &str = "sim.pinfleet.dev/serving-csr";
+
+/// kubelet's words for a node whose runtime has no pod network.
+pub const NETWORK_NOT_READY: &str = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized";
 
 impl NodeSpec {
     pub fn simple(name: &str) -> Self {
@@ -35,6 +50,8 @@ impl NodeSpec {
             cpu: "4".into(),
             memory: "16Gi".into(),
             ready: true,
+            needs_cni: false,
+            addresses: vec![("Hostname".into(), name.into())],
         }
     }
 }
@@ -65,13 +82,35 @@ pub fn instance_capacity(instance_type: &str) -> (u32, u32) {
     (cpus, mem)
 }
 
-fn ready_condition(ready: bool) -> Value {
+/// The kubelet's Ready condition: starting, up without a pod network, or Ready.
+fn ready_condition(booted: bool, network: bool) -> Value {
     let now = now();
-    if ready {
-        json!({"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status", "lastHeartbeatTime": now, "lastTransitionTime": now})
-    } else {
-        json!({"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "container runtime network not ready", "lastHeartbeatTime": now, "lastTransitionTime": now})
-    }
+    let (status, reason, message) = match (booted, network) {
+        (true, true) => ("True", "KubeletReady", "kubelet is posting ready status"),
+        (true, false) => ("False", "KubeletNotReady", NETWORK_NOT_READY),
+        (false, _) => ("False", "KubeletNotReady", "container runtime status check may not have completed yet"),
+    };
+    json!({"type": "Ready", "status": status, "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now})
+}
+
+fn annotation<'a>(node: &'a Value, key: &str) -> Option<&'a str> {
+    node.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str)
+}
+
+/// Whether the node's runtime has a pod network (kind-like nodes always do).
+pub fn has_network(node: &Value) -> bool {
+    annotation(node, NEEDS_CNI) != Some("true") || annotation(node, CNI_READY) == Some("true")
+}
+
+fn is_ready_node(node: &Value) -> bool {
+    node.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+/// Whether the node's kubelet has started.
+pub fn booted(node: &Value) -> bool {
+    annotation(node, BOOTED) == Some("true")
 }
 
 /// Registers (or updates) a Node.
@@ -87,21 +126,32 @@ pub fn declare(inner: &mut Inner, n: &NodeSpec) {
     if let Some(p) = &n.provider_id {
         spec["providerID"] = json!(p);
     }
+    let addresses: Vec<Value> = n.addresses.iter().map(|(t, a)| json!({"type": t, "address": a})).collect();
     let status = json!({
         "capacity": {"cpu": n.cpu, "memory": n.memory, "pods": "110"},
         "allocatable": {"cpu": n.cpu, "memory": n.memory, "pods": "110"},
-        "conditions": [ready_condition(n.ready)],
+        "conditions": [ready_condition(n.ready, !n.needs_cni)],
+        "addresses": addresses,
         "nodeInfo": {"kubeletVersion": super::server::SIM_VERSION, "containerRuntimeVersion": "containerd://sim", "operatingSystem": "linux", "architecture": "amd64"},
     });
-    let obj = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n.name, "labels": labels}, "spec": spec, "status": status});
+    let annotations = json!({BOOTED: n.ready.to_string(), NEEDS_CNI: n.needs_cni.to_string()});
+    let obj = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n.name, "labels": labels, "annotations": annotations}, "spec": spec, "status": status});
     match inner.get(&t, "", &n.name) {
         Err(_) => {
             let _ = inner.create(&t, "", obj, "kubelet", false);
         }
         Ok(existing) => {
+            if booted(&existing) != n.ready {
+                let mut updated = existing.clone();
+                updated["metadata"]["annotations"][BOOTED] = json!(n.ready.to_string());
+                let _ = inner.update(&t, "", &n.name, updated, "kubelet", Sub::Main, false);
+            }
+            let existing = inner.get(&t, "", &n.name).unwrap_or(existing);
             let mut updated = existing.clone();
-            updated["status"]["conditions"] = json!([ready_condition(n.ready)]);
-            if existing.pointer("/status/conditions/0/status") != updated.pointer("/status/conditions/0/status") {
+            updated["status"]["conditions"] = json!([ready_condition(n.ready, has_network(&existing))]);
+            if existing.pointer("/status/conditions/0/status") != updated.pointer("/status/conditions/0/status")
+                || existing.pointer("/status/conditions/0/message") != updated.pointer("/status/conditions/0/message")
+            {
                 let _ = inner.update(&t, "", &n.name, updated, "kubelet", Sub::Status, false);
             }
         }
@@ -121,6 +171,9 @@ pub struct Ec2Nodes {
     /// Fraction (0..1) of machines that never become Ready.
     pub fail_fraction: f64,
     pub poll: Duration,
+    /// Machines have no pod network until its agent runs on them (true, as
+    /// kubeadm machines); false for rehearsals that install no addons.
+    pub needs_cni: bool,
 }
 
 /// Deterministic per instance: the same machine always fails or not.
@@ -142,6 +195,12 @@ pub fn node_for(cfg: &Ec2Nodes, i: &crate::cloud::observed::ObservedInstance, no
     let mut n = group_node(&cfg.cluster, group, &i.id, &zone, &i.instance_type);
     n.provider_id = Some(format!("aws:///{zone}/{}", i.id));
     n.ready = booted && !fails(&i.id, cfg.fail_fraction);
+    n.needs_cni = cfg.needs_cni;
+    if let Some(ip) = &i.private_ip {
+        let dns = format!("ip-{}.{}.compute.internal", ip.replace('.', "-"), cfg.cluster.spec.cloud.region);
+        n.addresses =
+            vec![("InternalIP".into(), ip.clone()), ("InternalDNS".into(), dns.clone()), ("Hostname".into(), dns)];
+    }
     Some(n)
 }
 
@@ -175,6 +234,8 @@ pub fn group_node(
         cpu: cpus.to_string(),
         memory: format!("{mem}Gi"),
         ready: true,
+        needs_cni: true,
+        addresses: vec![("Hostname".into(), name.to_string())],
     }
 }
 
@@ -190,13 +251,11 @@ pub fn declared_for(cluster: &Cluster) -> Vec<NodeSpec> {
             .collect();
         for i in 0..g.desired.unwrap_or(g.min_size) {
             let zone = zones.get(i as usize % zones.len().max(1)).copied().unwrap_or("zone-a");
-            out.push(group_node(
-                cluster,
-                g,
-                &format!("{}-{}-{i}", cluster.metadata.name, g.name),
-                zone,
-                &g.machine_type,
-            ));
+            let name = format!("{}-{}-{i}", cluster.metadata.name, g.name);
+            let mut n = group_node(cluster, g, &name, zone, &g.machine_type);
+            let ip = format!("10.{}.{}.{}", 100 + out.len() / 250, out.len() % 250, 10 + i % 200);
+            n.addresses = vec![("InternalIP".into(), ip), ("Hostname".into(), name)];
+            out.push(n);
         }
     }
     out
@@ -285,4 +344,156 @@ pub async fn follow_ec2(store: super::server::Shared, aws: crate::cloud::aws::Aw
         let backoff = cfg.poll * 2u32.saturating_pow(failures.min(6));
         tokio::time::sleep(backoff.min(std::time::Duration::from_secs(30))).await;
     }
+}
+
+/// What kubelets, the node lifecycle controller and the kubelet-serving
+/// signer do with the Nodes on every pass:
+/// - a node without a pod network turns Ready once a CNI agent runs on it
+///   (a Running hostNetwork pod that mounts the host's `/etc/cni/net.d`,
+///   where agents write their config); the config stays, and so does Ready;
+/// - each started kubelet files a `kubernetes.io/kubelet-serving` CSR for
+///   its addresses, and serves logs only once it is issued;
+/// - a node that is not Ready carries `node.kubernetes.io/not-ready:NoSchedule`;
+/// - an approved kubelet-serving CSR gets its certificate.
+pub fn kubelets(inner: &mut Inner) {
+    let nodes_t = inner.registry.get("", "v1", "nodes").cloned().expect("nodes");
+    let pods_t = inner.registry.get("", "v1", "pods").cloned().expect("pods");
+    let csr_t = inner.registry.get("certificates.k8s.io", "v1", "certificatesigningrequests").cloned().expect("csrs");
+    let list = |inner: &Inner, t| inner.list(t, None, &Default::default(), &Default::default(), None, None);
+    let nodes = list(inner, &nodes_t).map(|r| r.items).unwrap_or_default();
+    if nodes.is_empty() {
+        return;
+    }
+    let pods = list(inner, &pods_t).map(|r| r.items).unwrap_or_default();
+    // Only the Nodes the sim registered have a simulated kubelet; a Node
+    // written through the API is left as its writer keeps it.
+    for node in nodes.into_iter().filter(|n| annotation(n, BOOTED).is_some()) {
+        let name = node.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+        let mut main = node.clone();
+        let network_arrived = booted(&node) && !has_network(&node) && pods.iter().any(|p| runs_cni(p, &name));
+        if network_arrived {
+            main["metadata"]["annotations"][CNI_READY] = json!("true");
+        }
+        if booted(&node) && annotation(&node, SERVING_CSR).is_none() {
+            if let Some(csr) = file_serving_csr(inner, &csr_t, &node) {
+                main["metadata"]["annotations"][SERVING_CSR] = json!(csr);
+            }
+        }
+        // The node lifecycle controller taints by the Ready condition as posted.
+        let ready = network_arrived || is_ready_node(&node);
+        let taint = json!({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"});
+        let mut taints: Vec<Value> =
+            main.pointer("/spec/taints").and_then(Value::as_array).cloned().unwrap_or_default();
+        let tainted = taints.iter().any(|t| t["key"] == taint["key"] && t["effect"] == taint["effect"]);
+        if ready && tainted {
+            taints.retain(|t| !(t["key"] == taint["key"] && t["effect"] == taint["effect"]));
+        } else if !ready && !tainted {
+            taints.push(taint);
+        }
+        main["spec"]["taints"] = json!(taints);
+        if main != node {
+            let _ = inner.update(&nodes_t, "", &name, main.clone(), "kubelet", Sub::Main, false);
+        }
+        // The kubelet posts Ready once its runtime reports the network.
+        if network_arrived {
+            if let Ok(mut st) = inner.get(&nodes_t, "", &name) {
+                st["status"]["conditions"] = json!([ready_condition(true, true)]);
+                let _ = inner.update(&nodes_t, "", &name, st, "kubelet", Sub::Status, false);
+            }
+        }
+    }
+    // The signer (kube-controller-manager's csrsigning): approved and not denied → issued.
+    for csr in list(inner, &csr_t).map(|r| r.items).unwrap_or_default() {
+        let has = |t: &str| {
+            csr.pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|c| c.iter().any(|c| c["type"] == t && c["status"] == "True"))
+        };
+        let issued = csr.pointer("/status/certificate").and_then(Value::as_str).is_some_and(|c| !c.is_empty());
+        if csr.pointer("/spec/signerName") == Some(&json!(KUBELET_SERVING))
+            && has("Approved")
+            && !has("Denied")
+            && !issued
+        {
+            let name = csr.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+            let cn = csr.pointer("/spec/username").and_then(Value::as_str).unwrap_or("system:node:sim").to_string();
+            if let Ok(cert) = rcgen::generate_simple_self_signed(vec![cn.replace(':', "-")]) {
+                use base64::Engine as _;
+                let mut st = csr.clone();
+                st["status"]["certificate"] = json!(base64::engine::general_purpose::STANDARD.encode(cert.cert.pem()));
+                let _ = inner.update(&csr_t, "", &name, st, "certificate-controller", Sub::Status, false);
+            }
+        }
+    }
+}
+
+pub const KUBELET_SERVING: &str = "kubernetes.io/kubelet-serving";
+
+/// A Running hostNetwork pod on `node` that mounts the host's CNI config folder.
+fn runs_cni(pod: &Value, node: &str) -> bool {
+    pod.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node)
+        && pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
+        && pod.pointer("/spec/hostNetwork").and_then(Value::as_bool) == Some(true)
+        && pod.pointer("/spec/volumes").and_then(Value::as_array).is_some_and(|vs| {
+            vs.iter().any(|v| {
+                v.pointer("/hostPath/path").and_then(Value::as_str).is_some_and(|p| p.starts_with("/etc/cni/net.d"))
+            })
+        })
+}
+
+/// The serving CSR a kubelet files: CN `system:node:NAME`, O `system:nodes`,
+/// its DNS names and IPs as SANs, an ECDSA P-256 key. Returns its name.
+fn file_serving_csr(inner: &mut Inner, csr_t: &super::registry::ResourceType, node: &Value) -> Option<String> {
+    let name = node.pointer("/metadata/name").and_then(Value::as_str)?;
+    let addresses: Vec<(&str, &str)> = node
+        .pointer("/status/addresses")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|x| Some((x["type"].as_str()?, x["address"].as_str()?))).collect())
+        .unwrap_or_default();
+    let pem = serving_csr_pem(name, &addresses).ok()?;
+    use base64::Engine as _;
+    let obj = json!({
+        "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"generateName": "csr-"},
+        "spec": {
+            "request": base64::engine::general_purpose::STANDARD.encode(pem),
+            "signerName": KUBELET_SERVING,
+            "usages": ["digital signature", "server auth"],
+            "username": format!("system:node:{name}"),
+            "groups": ["system:nodes", "system:authenticated"],
+        },
+    });
+    let created = inner.create(csr_t, "", obj, "kubelet", false).ok()?;
+    created.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string)
+}
+
+/// A PEM certificate request as kubelet makes it for its serving certificate.
+pub fn serving_csr_pem(node: &str, addresses: &[(&str, &str)]) -> Result<String, rcgen::Error> {
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
+    params.distinguished_name.push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    for (kind, a) in addresses {
+        match *kind {
+            "InternalIP" | "ExternalIP" => {
+                if let Ok(ip) = a.parse() {
+                    params.subject_alt_names.push(rcgen::SanType::IpAddress(ip));
+                }
+            }
+            _ => params.subject_alt_names.push(rcgen::SanType::DnsName((*a).try_into()?)),
+        }
+    }
+    let key = rcgen::KeyPair::generate()?;
+    params.serialize_request(&key)?.pem()
+}
+
+/// Whether the kubelet on `node` can serve (its serving CSR is issued).
+pub fn serves_tls(inner: &Inner, node: &Value) -> bool {
+    let Some(csr) = annotation(node, SERVING_CSR) else { return false };
+    let Some(t) = inner.registry.get("certificates.k8s.io", "v1", "certificatesigningrequests") else { return false };
+    inner
+        .get(t, "", csr)
+        .ok()
+        .and_then(|c| c.pointer("/status/certificate").and_then(Value::as_str).map(|s| !s.is_empty()))
+        .unwrap_or(false)
 }

@@ -123,6 +123,19 @@ pub fn builtins() -> Vec<ResourceType> {
         ),
         rt("events.k8s.io", "v1", "Event", "events", true, &["ev"], false),
         rt("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", false, &["pc"], false),
+        rt("storage.k8s.io", "v1", "StorageClass", "storageclasses", false, &["sc"], false),
+        rt("storage.k8s.io", "v1", "CSIDriver", "csidrivers", false, &[], false),
+        rt("storage.k8s.io", "v1", "CSINode", "csinodes", false, &[], false),
+        rt("apiregistration.k8s.io", "v1", "APIService", "apiservices", false, &[], true),
+        rt(
+            "certificates.k8s.io",
+            "v1",
+            "CertificateSigningRequest",
+            "certificatesigningrequests",
+            false,
+            &["csr"],
+            true,
+        ),
     ];
     for r in &mut v {
         if matches!(
@@ -216,7 +229,11 @@ impl Registry {
             if t.scale.is_some() {
                 resources.push(json!({"name": format!("{}/scale", t.plural), "singularName": "", "namespaced": t.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
             }
+            if t.plural == "certificatesigningrequests" {
+                resources.push(json!({"name": "certificatesigningrequests/approval", "singularName": "", "namespaced": false, "kind": t.kind, "verbs": ["get", "patch", "update"]}));
+            }
             if t.plural == "pods" && t.group.is_empty() {
+                resources.push(json!({"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]}));
                 resources.push(json!({"name": "pods/eviction", "singularName": "", "namespaced": true, "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}));
             }
         }

@@ -38,6 +38,49 @@ fn err(e: ApiError) -> Response {
     json_response(e.code, &e.status())
 }
 
+/// `pods/NAME/log`: the API server asks the pod's kubelet over TLS, which
+/// answers only once its serving certificate is issued. The sim runs no
+/// containers, so a served log is one line saying so.
+fn pod_log(
+    inner: &Inner,
+    rt: &super::registry::ResourceType,
+    ns: &str,
+    name: &str,
+    container: Option<&str>,
+) -> Response {
+    let pod = match inner.get(rt, ns, name) {
+        Ok(p) => p,
+        Err(e) => return err(e),
+    };
+    let container = container
+        .map(str::to_string)
+        .or_else(|| pod.pointer("/spec/containers/0/name").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_default();
+    let node_name = pod.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or_default();
+    let nodes_t = inner.registry.get("", "v1", "nodes").cloned().expect("nodes");
+    let Ok(node) = inner.get(&nodes_t, "", node_name) else {
+        return err(ApiError::new(400, "BadRequest", format!("pod {name} does not have a host assigned")));
+    };
+    if !super::nodes::serves_tls(inner, &node) {
+        let ip = node
+            .pointer("/status/addresses")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().find(|x| x["type"] == "InternalIP"))
+            .and_then(|x| x["address"].as_str())
+            .unwrap_or(node_name);
+        let msg = format!(
+            "Get \"https://{ip}:10250/containerLogs/{ns}/{name}/{container}\": remote error: tls: internal error"
+        );
+        return err(ApiError::new(500, "InternalError", msg));
+    }
+    let body = format!("sim: container {container} of {ns}/{name} runs no process and writes no output\n");
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/plain")
+        .body(axum::body::Body::from(body))
+        .expect("a log response")
+}
+
 fn not_found_path(path: &str) -> Response {
     err(ApiError::new(404, "NotFound", format!("the server could not find the requested resource ({path})")))
 }
@@ -242,6 +285,16 @@ pub async fn handle(
         let as_table = headers.get("accept").and_then(|v| v.to_str().ok()).is_some_and(super::table::wants_table);
         return watch(shared, rt, t.namespace.clone(), t.name.clone(), &q, as_table).await;
     }
+    if t.sub.as_deref() == Some("log") && rt.plural == "pods" && method == Method::GET {
+        let inner = shared.lock().expect("store lock");
+        return pod_log(
+            &inner,
+            &rt,
+            &ns,
+            t.name.as_deref().unwrap_or_default(),
+            q.get("container").map(String::as_str),
+        );
+    }
     // An eviction's body names what the URL already names: accept any
     // encoding (kubectl drain sends protobuf) without decoding it.
     let is_eviction = t.sub.as_deref() == Some("eviction");
@@ -256,6 +309,8 @@ pub async fn handle(
         None => Sub::Main,
         Some("status") if rt.status => Sub::Status,
         Some("scale") if rt.scale.is_some() => Sub::Scale,
+        // The approval subresource writes the conditions of the status.
+        Some("approval") if rt.plural == "certificatesigningrequests" && method != Method::POST => Sub::Status,
         Some("eviction") if rt.plural == "pods" && rt.group.is_empty() && method == Method::POST => Sub::Main,
         Some(_) => return not_found_path(&path),
     };

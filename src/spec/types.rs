@@ -208,7 +208,8 @@ pub enum LoadBalancerScheme {
     Internal,
 }
 
-/// Existing IAM instance profiles (pinfleet references IAM, never creates it).
+/// Existing IAM instance profiles to use instead of the roles and profiles
+/// pinfleet makes for the cluster (least privilege per machine role).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Iam {

@@ -182,6 +182,7 @@ pub struct Aws {
     pub elb: aws_sdk_elasticloadbalancingv2::Client,
     pub s3: aws_sdk_s3::Client,
     pub sts: aws_sdk_sts::Client,
+    pub iam: aws_sdk_iam::Client,
     pub calls: CallCounter,
     pub region: String,
     identity: tokio::sync::OnceCell<Option<String>>,
@@ -233,6 +234,9 @@ impl Aws {
         let sts = aws_sdk_sts::Client::from_conf(
             aws_sdk_sts::config::Builder::from(&shared).interceptor(shared_interceptor.clone()).build(),
         );
+        let iam = aws_sdk_iam::Client::from_conf(
+            aws_sdk_iam::config::Builder::from(&shared).interceptor(shared_interceptor.clone()).build(),
+        );
         // Path-style addressing works against AWS and is needed for IP endpoints.
         let path_style = shared.endpoint_url().is_some();
         let s3 = aws_sdk_s3::Client::from_conf(
@@ -241,7 +245,7 @@ impl Aws {
                 .interceptor(shared_interceptor)
                 .build(),
         );
-        Ok(Aws { ec2, elb, s3, sts, calls, region, identity: tokio::sync::OnceCell::new() })
+        Ok(Aws { ec2, elb, s3, sts, iam, calls, region, identity: tokio::sync::OnceCell::new() })
     }
 
     /// Who the credentials are (STS GetCallerIdentity's ARN), for history;

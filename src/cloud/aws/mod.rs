@@ -3,6 +3,7 @@
 //! ([`ops`]). Everything above this module speaks the domain, not the SDK.
 
 pub mod client;
+pub mod iam;
 pub mod images;
 pub mod observe;
 pub mod ops;

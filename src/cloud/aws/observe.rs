@@ -143,10 +143,12 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
             None => Ok(((None, None, None), None)),
         }
     };
-    let (vpcs, subnets, igws, addresses, nats, rts, sgs, (templates, versions), reservations, (lb, unavailable)) =
-        futures::try_join!(vpcs, subnets, igws, addresses, nats, rts, sgs, lts, instances, lb)?;
+    let iam = super::iam::observe(aws, cluster);
+    let (vpcs, subnets, igws, addresses, nats, rts, sgs, (templates, versions), reservations, (lb, unavailable), iam) =
+        futures::try_join!(vpcs, subnets, igws, addresses, nats, rts, sgs, lts, instances, lb, iam)?;
 
     let mut o = Observed::default();
+    (o.iam_roles, o.instance_profiles) = iam;
     o.vpc = vpcs.vpcs().iter().find_map(|v| {
         Some(ObservedVpc { id: v.vpc_id()?.to_string(), cidr: v.cidr_block().unwrap_or_default().to_string() })
     });
@@ -453,6 +455,35 @@ pub async fn fleet(aws: &Aws) -> anyhow::Result<crate::cloud::orphans::Fleet> {
     }
     for t in &lts {
         tagged("launch-template", t.launch_template_id(), t.tags());
+    }
+    // IAM is global: every region's scan sees the same roles.
+    let roles: Vec<aws_sdk_iam::types::Role> = aws
+        .iam
+        .list_roles()
+        .path_prefix(crate::cloud::iam::PATH)
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .map_err(|e| anyhow::anyhow!("ListRoles: {}", super::client::describe_sdk_error(&e)))?;
+    for r in roles {
+        let t = aws
+            .iam
+            .list_role_tags()
+            .role_name(r.role_name())
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("ListRoleTags: {}", super::client::describe_sdk_error(&e)))?;
+        let m: BTreeMap<&str, &str> = t.tags().iter().map(|t| (t.key(), t.value())).collect();
+        if m.get(tags::MANAGED_BY) == Some(&tags::MANAGED_BY_VALUE) {
+            fleet.tagged.push(Tagged {
+                kind: "iam-role".into(),
+                id: r.role_name().to_string(),
+                cluster: m.get(tags::CLUSTER).map(|s| s.to_string()),
+                owner: m.get(tags::OWNER).map(|s| s.to_string()),
+            });
+        }
     }
     let vpc_ids: Vec<String> = vpcs.vpcs().iter().filter_map(|v| v.vpc_id().map(str::to_string)).collect();
     if !vpc_ids.is_empty() {

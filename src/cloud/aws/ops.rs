@@ -55,12 +55,12 @@ const RETRIABLE: &[&str] = &[
     "InsufficientInstanceCapacity",
 ];
 
-type R<T> = Result<T, OpError>;
+pub(super) type R<T> = Result<T, OpError>;
 
 /// An SDK error as every service client returns it.
 type SdkError<E> = aws_sdk_ec2::error::SdkError<E, aws_smithy_runtime_api::http::Response>;
 
-fn call<T, E>(what: &str, r: Result<T, SdkError<E>>) -> R<T>
+pub(super) fn call<T, E>(what: &str, r: Result<T, SdkError<E>>) -> R<T>
 where
     E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
@@ -71,7 +71,7 @@ where
 }
 
 /// Like [`call`], but the listed codes mean "already done".
-fn call_ok_if<T, E>(what: &str, done: &[&str], r: Result<T, SdkError<E>>) -> R<Option<T>>
+pub(super) fn call_ok_if<T, E>(what: &str, done: &[&str], r: Result<T, SdkError<E>>) -> R<Option<T>>
 where
     E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
@@ -245,6 +245,11 @@ pub async fn run(ctx: &OpContext, key: &K, op: &Op) -> R<String> {
     let ec2 = &ctx.aws.ec2;
     let cluster = ctx.desired.cluster.clone();
     match op {
+        Op::CreateRole { .. }
+        | Op::PutRolePolicy { .. }
+        | Op::CreateInstanceProfile { .. }
+        | Op::DeleteInstanceProfile { .. }
+        | Op::DeleteRole { .. } => super::iam::run(ctx, key, op).await,
         Op::CreateVpc { cidr } => {
             let out = call(
                 "CreateVpc",
@@ -972,7 +977,11 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                 req = req.user_data(base64::engine::general_purpose::STANDARD.encode(with_api_host(user_data, &host)));
             }
         }
-        let out = call("RunInstances", req.send().await)?;
+        // A profile IAM made seconds ago is not yet visible to EC2: retry.
+        let out = call("RunInstances", req.send().await).map_err(|mut e| {
+            e.retriable |= format!("{:#}", e.error).contains("Invalid IAM Instance Profile");
+            e
+        })?;
         for i in out.instances() {
             if let Some(id) = i.instance_id() {
                 ids.push(id.to_string());

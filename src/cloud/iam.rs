@@ -1,0 +1,240 @@
+//! The cluster's IAM (pure): a role and an instance profile per machine
+//! role (control plane, nodes), each with one inline policy holding the
+//! least the machines need. Part of the desired model: the plan diffs it
+//! against what IAM has (`cloud::aws::observe`), the executor creates,
+//! updates and deletes it like every other resource.
+//!
+//! - Control plane: the AWS cloud controller manager's documented policy,
+//!   the EBS CSI driver's (its controller runs on control-plane machines),
+//!   reading the cluster's PKI and join material from the state store, and
+//!   pulling from ECR.
+//! - Nodes: `ec2:DescribeInstances` (the serving-certificate approver
+//!   checks names against the instance), reading join material, and ECR.
+//!
+//! A cluster that names its own instance profiles (`spec.iam`) gets none.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::spec::{Cluster, Role};
+
+/// IAM path of everything pinfleet creates (how `orphans` finds them).
+pub const PATH: &str = "/pinfleet/";
+/// The name of the inline policy on each role.
+pub const POLICY_NAME: &str = "pinfleet";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredRole {
+    /// `control-plane` or `nodes`: the key's name.
+    pub key: String,
+    pub role: Role,
+    /// Role and instance profile name.
+    pub name: String,
+    /// The trust policy (EC2 may assume it), as JSON text.
+    pub trust: String,
+    /// The inline policy, as JSON text.
+    pub policy: String,
+}
+
+/// The key of a machine role's IAM (`control-plane`, `nodes`).
+pub fn key(role: Role) -> &'static str {
+    match role {
+        Role::ControlPlane => "control-plane",
+        Role::Node => "nodes",
+    }
+}
+
+/// `pinfleet-<cluster>-<key>`, at most IAM's 64 characters (a hash keeps
+/// long cluster names apart).
+pub fn role_name(cluster: &str, role: Role) -> String {
+    let full = format!("pinfleet-{cluster}-{}", key(role));
+    if full.len() <= 64 {
+        return full;
+    }
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(full.as_bytes());
+    let hash: String = h.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("{}-{hash}", &full[..55])
+}
+
+fn trust() -> Value {
+    json!({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]
+    })
+}
+
+/// Reading objects under `<prefix>/<cluster>/<folder>/` of an S3 state store.
+fn state_read(cluster: &Cluster, folders: &[&str]) -> Option<Value> {
+    let rest = cluster.spec.state_store.strip_prefix("s3://")?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let base = [prefix.trim_matches('/'), cluster.metadata.name.as_str()]
+        .iter()
+        .filter(|p| !p.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("/");
+    let resources: Vec<String> = folders.iter().map(|f| format!("arn:aws:s3:::{bucket}/{base}/{f}/*")).collect();
+    Some(json!({"Sid": "StateStoreRead", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": resources}))
+}
+
+fn ecr_pull() -> Value {
+    json!({
+        "Sid": "EcrPull", "Effect": "Allow", "Resource": "*",
+        "Action": ["ecr:GetAuthorizationToken", "ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"]
+    })
+}
+
+/// The cloud controller manager's policy (cloud-provider-aws's documented minimum).
+fn cloud_controller() -> Value {
+    json!({
+        "Sid": "CloudControllerManager", "Effect": "Allow", "Resource": "*",
+        "Action": [
+            "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeLaunchConfigurations", "autoscaling:DescribeTags",
+            "ec2:DescribeInstances", "ec2:DescribeInstanceTopology", "ec2:DescribeRegions", "ec2:DescribeRouteTables",
+            "ec2:DescribeSecurityGroups", "ec2:DescribeSubnets", "ec2:DescribeVolumes", "ec2:DescribeAvailabilityZones",
+            "ec2:CreateSecurityGroup", "ec2:CreateTags", "ec2:CreateVolume", "ec2:ModifyInstanceAttribute",
+            "ec2:ModifyVolume", "ec2:AttachVolume", "ec2:AuthorizeSecurityGroupIngress", "ec2:CreateRoute",
+            "ec2:DeleteRoute", "ec2:DeleteSecurityGroup", "ec2:DeleteVolume", "ec2:DetachVolume",
+            "ec2:RevokeSecurityGroupIngress", "ec2:DescribeVpcs",
+            "elasticloadbalancing:AddTags", "elasticloadbalancing:AttachLoadBalancerToSubnets",
+            "elasticloadbalancing:ApplySecurityGroupsToLoadBalancer", "elasticloadbalancing:CreateLoadBalancer",
+            "elasticloadbalancing:CreateLoadBalancerPolicy", "elasticloadbalancing:CreateLoadBalancerListeners",
+            "elasticloadbalancing:ConfigureHealthCheck", "elasticloadbalancing:DeleteLoadBalancer",
+            "elasticloadbalancing:DeleteLoadBalancerListeners", "elasticloadbalancing:DescribeLoadBalancers",
+            "elasticloadbalancing:DescribeLoadBalancerAttributes", "elasticloadbalancing:DetachLoadBalancerFromSubnets",
+            "elasticloadbalancing:DeregisterInstancesFromLoadBalancer", "elasticloadbalancing:ModifyLoadBalancerAttributes",
+            "elasticloadbalancing:RegisterInstancesWithLoadBalancer",
+            "elasticloadbalancing:SetLoadBalancerPoliciesForBackendServer", "elasticloadbalancing:CreateListener",
+            "elasticloadbalancing:CreateTargetGroup", "elasticloadbalancing:DeleteListener",
+            "elasticloadbalancing:DeleteTargetGroup", "elasticloadbalancing:DescribeListeners",
+            "elasticloadbalancing:DescribeLoadBalancerPolicies", "elasticloadbalancing:DescribeTargetGroups",
+            "elasticloadbalancing:DescribeTargetHealth", "elasticloadbalancing:ModifyListener",
+            "elasticloadbalancing:ModifyTargetGroup", "elasticloadbalancing:RegisterTargets",
+            "elasticloadbalancing:DeregisterTargets", "elasticloadbalancing:SetLoadBalancerPoliciesOfListener",
+            "iam:CreateServiceLinkedRole", "kms:DescribeKey"
+        ]
+    })
+}
+
+/// The EBS CSI driver's policy (AmazonEBSCSIDriverPolicy): volumes and
+/// snapshots it creates are tagged, and it deletes only those.
+fn ebs_csi() -> Vec<Value> {
+    vec![
+        json!({
+            "Sid": "EbsCsiDescribe", "Effect": "Allow", "Resource": "*",
+            "Action": ["ec2:CreateSnapshot", "ec2:AttachVolume", "ec2:DetachVolume", "ec2:ModifyVolume",
+                       "ec2:DescribeAvailabilityZones", "ec2:DescribeInstances", "ec2:DescribeSnapshots",
+                       "ec2:DescribeTags", "ec2:DescribeVolumes", "ec2:DescribeVolumesModifications"]
+        }),
+        json!({
+            "Sid": "EbsCsiTagOnCreate", "Effect": "Allow", "Action": ["ec2:CreateTags"],
+            "Resource": ["arn:aws:ec2:*:*:volume/*", "arn:aws:ec2:*:*:snapshot/*"],
+            "Condition": {"StringEquals": {"ec2:CreateAction": ["CreateVolume", "CreateSnapshot"]}}
+        }),
+        json!({
+            "Sid": "EbsCsiCreate", "Effect": "Allow", "Action": ["ec2:CreateVolume"], "Resource": "*",
+            "Condition": {"StringLike": {"aws:RequestTag/ebs.csi.aws.com/cluster": "true"}}
+        }),
+        json!({
+            "Sid": "EbsCsiDelete", "Effect": "Allow", "Action": ["ec2:DeleteVolume", "ec2:DeleteSnapshot"], "Resource": "*",
+            "Condition": {"StringLike": {"ec2:ResourceTag/ebs.csi.aws.com/cluster": "true"}}
+        }),
+    ]
+}
+
+fn policy(cluster: &Cluster, role: Role) -> Value {
+    let mut statements = Vec::new();
+    match role {
+        Role::ControlPlane => {
+            statements.push(cloud_controller());
+            statements.extend(ebs_csi());
+            statements.extend(state_read(cluster, &["pki", "join"]));
+        }
+        Role::Node => {
+            statements.push(json!({"Sid": "DescribeInstances", "Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": "*"}));
+            statements.extend(state_read(cluster, &["join"]));
+        }
+    }
+    statements.push(ecr_pull());
+    json!({"Version": "2012-10-17", "Statement": statements})
+}
+
+/// The roles pinfleet manages for `cluster`: one per machine role the
+/// cluster runs and does not name an instance profile for.
+pub fn desired(cluster: &Cluster) -> Vec<DesiredRole> {
+    let named = |role: Role| match role {
+        Role::ControlPlane => cluster.spec.iam.control_plane_instance_profile.is_some(),
+        Role::Node => cluster.spec.iam.node_instance_profile.is_some(),
+    };
+    [Role::ControlPlane, Role::Node]
+        .into_iter()
+        .filter(|r| !named(*r))
+        .filter(|r| cluster.spec.instance_groups.iter().any(|g| g.role == *r && g.instance_profile.is_none()))
+        .map(|role| DesiredRole {
+            key: key(role).into(),
+            role,
+            name: role_name(&cluster.metadata.name, role),
+            trust: trust().to_string(),
+            policy: policy(cluster, role).to_string(),
+        })
+        .collect()
+}
+
+/// Whether two policy documents say the same (IAM returns them URL-encoded
+/// and reformatted; compare as JSON).
+pub fn same_policy(a: &str, b: &str) -> bool {
+    let parse = |s: &str| {
+        let decoded = urlencoding_decode(s);
+        serde_json::from_str::<Value>(&decoded).ok()
+    };
+    match (parse(a), parse(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// IAM answers policy documents percent-encoded (RFC 3986).
+pub fn urlencoding_decode(s: &str) -> String {
+    if !s.contains('%') {
+        return s.to_string();
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_fit_iam_and_stay_apart() {
+        assert_eq!(role_name("prod-use1", Role::ControlPlane), "pinfleet-prod-use1-control-plane");
+        let long = "a".repeat(60);
+        let a = role_name(&long, Role::ControlPlane);
+        let b = role_name(&long, Role::Node);
+        assert!(a.len() <= 64 && b.len() <= 64);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn policies_compare_through_iams_encoding() {
+        let p = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:GetObject","Resource":"*"}]}"#;
+        let encoded = p.replace('{', "%7B").replace('}', "%7D").replace('"', "%22").replace(':', "%3A");
+        assert!(same_policy(p, &encoded));
+        assert!(!same_policy(p, &p.replace("GetObject", "PutObject")));
+    }
+}
