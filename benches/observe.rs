@@ -112,7 +112,7 @@ fn main() {
                 .await
                 .unwrap();
             let start = Instant::now();
-            let prepared = prepare(&aws, &loaded.cluster, None).await.unwrap();
+            let prepared = prepare(&aws, &loaded.cluster).await.unwrap();
             let t = start.elapsed().as_secs_f64();
             assert!(
                 prepared.plan.changes.iter().all(|c| !matches!(c.key, pinfleet::cloud::key::ResourceKey::Instances(_))),

@@ -607,3 +607,68 @@ fn waiting_for_the_api_server_is_one_line_and_bounded() {
     assert!(err.contains("did not answer within 3s"), "{err}");
     assert!(err.contains("pinfleet addons apply apiwait"), "the next step: {err}");
 }
+
+#[test]
+fn user_data_says_where_to_look_and_carries_no_key_material() {
+    let w = World::new("secrets", 2);
+    w.ok(&["bootstrap", "secrets", "--yes"]);
+    with_aws_env(&w, || {
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            let aws = connect(&w).await;
+            let url = format!("s3://{}/clusters", w.bucket());
+            let store = pinfleet::state::Store::open(&url, "secrets", Some(&aws)).await.unwrap();
+            let pki = pinfleet::state::pki::Pki::load(&store).await.unwrap().unwrap();
+            let token = pinfleet::state::join::current(&store).await.unwrap().expect("a published token");
+            // A bootstrap token with a TTL, not one that never expires.
+            let left = token.expires - chrono::Utc::now();
+            assert!(left > chrono::Duration::hours(23) && left <= chrono::Duration::hours(24), "{left}");
+            // What machines fetch is where user-data says.
+            let machine = |k: &str| {
+                let store = &store;
+                let k = k.to_string();
+                async move { String::from_utf8(store.get(&k).await.unwrap().expect(&k).0).unwrap() }
+            };
+            assert_eq!(machine("machine/join/token").await, token.token);
+            assert_eq!(machine("machine/join/ca-cert-hash").await, pki.ca_cert_hash);
+            assert_eq!(machine("machine/pki/ca.key").await, pki.ca_key);
+            assert!(machine("machine/pki/etcd-ca.key").await.contains("PRIVATE KEY"));
+
+            // Every version of every launch template, and the first machine's own user-data.
+            let ec2 = &aws.ec2;
+            let f = aws_sdk_ec2::types::Filter::builder().name("tag:pinfleet.dev/cluster").values("secrets").build();
+            let mut texts = Vec::new();
+            for t in ec2.describe_launch_templates().filters(f).send().await.unwrap().launch_templates() {
+                let v = ec2
+                    .describe_launch_template_versions()
+                    .launch_template_id(t.launch_template_id().unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+                for d in v.launch_template_versions().iter().filter_map(|v| v.launch_template_data()) {
+                    texts.push(d.user_data().unwrap_or_default().to_string());
+                }
+            }
+            for i in w.instances() {
+                let a = ec2
+                    .describe_instance_attribute()
+                    .instance_id(i["id"].as_str().unwrap())
+                    .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+                    .send()
+                    .await
+                    .unwrap();
+                texts.push(a.user_data().and_then(|u| u.value()).unwrap_or_default().to_string());
+            }
+            assert!(texts.len() >= 4, "{}", texts.len());
+            use base64::Engine as _;
+            for t in texts {
+                let plain = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(t).unwrap()).unwrap();
+                assert!(plain.contains("#cloud-config"));
+                assert!(!plain.contains("PRIVATE KEY"), "key material in user-data");
+                assert!(!plain.contains(&token.token) && !plain.contains(&pki.join_token), "a join token in user-data");
+                assert!(!plain.contains(&pki.ca_cert_hash), "the CA hash in user-data");
+                assert!(!plain.contains(&pki.certificate_key), "the certificate key in user-data");
+                assert!(plain.contains("/machine/$1") && plain.contains("STATE_BUCKET="), "user-data says where to look");
+            }
+        })
+    });
+}

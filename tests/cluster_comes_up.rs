@@ -241,3 +241,37 @@ fn base64_encode(s: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(s)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_launched_into_a_running_cluster_get_a_token_minted_through_the_api() {
+    use k8s_openapi::api::core::v1::Secret;
+    let up = up("").await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let store = pinfleet::state::Store::open(&url, "dev-local", None).await.unwrap();
+    let now = chrono::Utc::now();
+    // Nothing published and no API server: a clear error, nothing launched.
+    let err = pinfleet::state::join::ensure_fresh(None, &store, now).await.unwrap_err().to_string();
+    assert!(err.contains("no bootstrap token"), "{err}");
+    let r = pinfleet::state::join::ensure_fresh(Some(&up.client), &store, now).await.unwrap();
+    let (id, secret) = r.token.split_once('.').unwrap();
+    assert_eq!(r.expires, now + pinfleet::state::join::TOKEN_TTL);
+    // The Secret kubeadm's bootstrap authenticator reads.
+    let s = Api::<Secret>::namespaced(up.client.clone(), "kube-system").get(&format!("bootstrap-token-{id}")).await.unwrap();
+    assert_eq!(s.type_.as_deref(), Some("bootstrap.kubernetes.io/token"));
+    let data = s.data.unwrap();
+    assert_eq!(data["token-secret"].0, secret.as_bytes());
+    assert_eq!(data["usage-bootstrap-authentication"].0, b"true");
+    // And what machines fetch is that token.
+    let stored = store.get(pinfleet::state::join::TOKEN_KEY).await.unwrap().unwrap().0;
+    assert_eq!(String::from_utf8(stored).unwrap(), r.token);
+    // Later, with the API server gone, the stored token serves while it has time left.
+    let later = pinfleet::state::join::ensure_fresh(None, &store, now + chrono::Duration::hours(2)).await.unwrap();
+    assert_eq!(later.token, r.token);
+    let err = pinfleet::state::join::ensure_fresh(None, &store, now + chrono::Duration::hours(23) + chrono::Duration::minutes(30))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("could not mint a new one"), "{err}");
+    up.sim.stop().await;
+}

@@ -83,8 +83,13 @@ async fn a_service_becomes_its_children_and_follows_changes() {
         .unwrap()
         .iter()
         .any(|c| c.name == "traffic" && c.restart_policy.as_deref() == Some("Always")));
+    // Children are applied one after another: the Service follows the Deployment.
     let services: Api<Service> = Api::namespaced(client.clone(), &k.namespace);
-    assert!(services.get_opt("home").await.unwrap().is_some());
+    until("the Service", || {
+        let services = services.clone();
+        async move { services.get_opt("home").await.unwrap() }
+    })
+    .await;
 
     let status = until("Ready=True", || {
         let svcs = svcs.clone();

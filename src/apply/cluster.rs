@@ -52,7 +52,7 @@ pub async fn preview(aws: &Aws, cluster: &Cluster, store: Option<&Store>, bootst
     if !bootstrap && pki.is_none() {
         anyhow::bail!("cluster {name} has not been bootstrapped yet: run `pinfleet bootstrap {name}`");
     }
-    Ok(prepare::prepare(aws, cluster, pki.as_ref()).await?.plan)
+    Ok(prepare::prepare(aws, cluster).await?.plan)
 }
 
 /// Makes AWS match the definition: under the lock, with the PKI (created on
@@ -78,11 +78,12 @@ pub async fn apply(
                 format!("cluster {name} has not been bootstrapped yet: run `pinfleet bootstrap {name}`")
             })?
         };
-        let prepared = prepare::prepare(aws, cluster, Some(&pki)).await?;
+        let prepared = prepare::prepare(aws, cluster).await?;
         for w in &prepared.warnings {
             tracing::warn!("{w}");
         }
         on_plan(&prepared.plan)?;
+        join_material(cluster, store, &pki, &prepared).await?;
         let revision = store.next_revision().await?;
         let mut applied = None;
         if !prepared.plan.is_empty() {
@@ -181,4 +182,50 @@ pub fn write_kubeconfig(cluster: &Cluster, pki: &Pki, api_host: &str) -> Result<
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     }
     Ok(path)
+}
+
+/// What this run's machines fetch at boot, in the state store before the
+/// first launch: the CA hash and control-plane files, and a bootstrap token
+/// (the one `kubeadm init` will register, or, for a running cluster, a
+/// fresh one minted through its API server, else the stored one while it
+/// has time left).
+async fn join_material(cluster: &Cluster, store: &Store, pki: &Pki, prepared: &prepare::Prepared) -> Result<()> {
+    use crate::state::join;
+    join::publish_files(store, pki).await?;
+    let launches =
+        prepared.plan.changes.iter().any(|c| matches!(c.op.op(), Some(crate::cloud::ops::Op::LaunchInstances { .. })));
+    if !launches {
+        return Ok(());
+    }
+    let control_plane: std::collections::BTreeSet<&str> = cluster
+        .spec
+        .instance_groups
+        .iter()
+        .filter(|g| g.role == crate::spec::Role::ControlPlane)
+        .map(|g| g.name.as_str())
+        .collect();
+    let running = prepared
+        .observed
+        .instances
+        .iter()
+        .any(|i| i.is_live() && i.group.as_deref().is_some_and(|g| control_plane.contains(g)));
+    let now = chrono::Utc::now();
+    if !running {
+        join::for_init(store, now).await?;
+        return Ok(());
+    }
+    let path = kubeconfig_path(&cluster.metadata.name);
+    let client = match path.exists() {
+        true => crate::kube::client_from_kubeconfig(&path, crate::kube::Retry::Never).await.ok(),
+        false => None,
+    };
+    let minted = tokio::time::timeout(std::time::Duration::from_secs(15), join::ensure_fresh(client.as_ref(), store, now))
+        .await
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the API server did not answer within 15s")));
+    match minted {
+        Ok(_) => Ok(()),
+        // Without an answer in time, the stored token if it has time left.
+        Err(_) if client.is_some() => join::ensure_fresh(None, store, now).await.map(|_| ()),
+        Err(e) => Err(e),
+    }
 }

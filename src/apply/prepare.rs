@@ -17,7 +17,6 @@ use crate::cloud::observed::Observed;
 use crate::plan::{self, Plan, API_HOST_PLACEHOLDER};
 use crate::render::{BootstrapMode, BootstrapParams, Renderer};
 use crate::spec::{Cluster, Role};
-use crate::state::pki::Pki;
 
 pub struct Prepared {
     pub desired: Desired,
@@ -36,20 +35,14 @@ impl Prepared {
     }
 }
 
-fn params(cluster: &Cluster, pki: Option<&Pki>) -> BootstrapParams {
-    let mut p = BootstrapParams::placeholder(cluster);
+fn params(cluster: &Cluster) -> BootstrapParams {
+    let mut p = BootstrapParams::for_cluster(cluster);
     p.api_endpoint = format!("{API_HOST_PLACEHOLDER}:{}", cluster.spec.api.port);
-    if let Some(pki) = pki {
-        p.join_token = pki.join_token.clone();
-        p.ca_cert_hash = pki.ca_cert_hash.clone();
-        p.certificate_key = pki.certificate_key.clone();
-        p.init_files = pki.init_files();
-    }
     p
 }
 
 /// Observes the cluster, resolves images, renders user-data and diffs.
-pub async fn prepare(aws: &Aws, cluster: &Cluster, pki: Option<&Pki>) -> Result<Prepared> {
+pub async fn prepare(aws: &Aws, cluster: &Cluster) -> Result<Prepared> {
     let lb_name = model::load_balancer_name(&cluster.metadata.name);
     let needs_lb = cluster.spec.api.load_balancer.uses_elbv2();
     let (observed, (images, warnings)) = futures::try_join!(
@@ -60,7 +53,7 @@ pub async fn prepare(aws: &Aws, cluster: &Cluster, pki: Option<&Pki>) -> Result<
         return Err(elbv2_refusal(cluster, said));
     }
     let renderer = Renderer::new();
-    let p = params(cluster, pki);
+    let p = params(cluster);
     let mut inputs = Inputs::default();
     let mut init_user_data = None;
     for g in &cluster.spec.instance_groups {

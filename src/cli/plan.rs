@@ -9,7 +9,6 @@ use super::cloud::{CloudArgs, Session};
 use super::GlobalArgs;
 use crate::apply::prepare::prepare;
 use crate::output::{print_data, Format};
-use crate::state::pki::Pki;
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -23,11 +22,7 @@ pub struct PlanArgs {
 
 pub async fn run(g: &GlobalArgs, args: PlanArgs) -> anyhow::Result<ExitCode> {
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
-    let pki = match s.store(false).await? {
-        Some(store) => Pki::load(&store).await?,
-        None => None,
-    };
-    let prepared = prepare(&s.aws, &s.loaded.cluster, pki.as_ref()).await?;
+    let prepared = prepare(&s.aws, &s.loaded.cluster).await?;
     for w in &prepared.warnings {
         tracing::warn!("{w}");
     }

@@ -83,7 +83,7 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
     let (store, pki, client) = s.roll_target(&kubeconfig).await?;
     let opts = args.roll.options();
     if !args.yes {
-        let (rows, pending) = run::preview(&s.aws, &s.loaded.cluster, &pki, &client, &opts).await?;
+        let (rows, pending) = run::preview(&s.aws, &s.loaded.cluster, &client, &opts).await?;
         match g.output {
             Format::Text => write!(anstream::stdout(), "{}", crate::output::roll_status_table(&rows))?,
             other => print_data(other, &rows)?,

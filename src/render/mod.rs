@@ -51,33 +51,42 @@ impl BootstrapMode {
     }
 }
 
-/// Secrets and endpoints known only at apply time.
+/// Where machines find what only apply time knows. No secret is ever
+/// rendered: machines fetch the join token, the CA hash and (control plane)
+/// the shared certificates from the state store with their instance role.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BootstrapParams {
-    /// kubeadm bootstrap token, `[a-z0-9]{6}.[a-z0-9]{16}`.
-    pub join_token: String,
-    /// `sha256:<hex>` of the cluster CA's public key.
-    pub ca_cert_hash: String,
-    /// Key that encrypts control-plane certificates uploaded by `kubeadm init`.
-    pub certificate_key: String,
-    /// `host:port` of the API load balancer.
+    /// `host:port` of the API endpoint.
     pub api_endpoint: String,
-    /// Files only the `kubeadm init` machine gets (the cluster CA and
-    /// service-account keys), as (path, content). Never in launch templates.
-    #[serde(skip)]
-    pub init_files: Vec<(String, String)>,
+    /// The state store's bucket (empty for a local store: machines on AWS
+    /// need an S3 one).
+    pub state_bucket: String,
+    /// The cluster's folder in the bucket, without slashes at the ends.
+    pub state_prefix: String,
 }
 
 impl BootstrapParams {
+    /// The parameters of `cluster` (the endpoint a placeholder until known).
+    pub fn for_cluster(cluster: &Cluster) -> Self {
+        let (bucket, prefix) = match cluster.spec.state_store.strip_prefix("s3://") {
+            Some(rest) => {
+                let (b, p) = rest.split_once('/').unwrap_or((rest, ""));
+                let base: Vec<&str> =
+                    [p.trim_matches('/'), cluster.metadata.name.as_str()].into_iter().filter(|x| !x.is_empty()).collect();
+                (b.to_string(), base.join("/"))
+            }
+            None => (String::new(), cluster.metadata.name.clone()),
+        };
+        BootstrapParams {
+            api_endpoint: format!("api.{}.pinfleet.internal:{}", cluster.metadata.name, cluster.spec.api.port),
+            state_bucket: bucket,
+            state_prefix: prefix,
+        }
+    }
+
     /// Recognisable placeholders, for `pinfleet render` and snapshots.
     pub fn placeholder(cluster: &Cluster) -> Self {
-        BootstrapParams {
-            join_token: "abcdef.0123456789abcdef".into(),
-            ca_cert_hash: format!("sha256:{}", "0".repeat(64)),
-            certificate_key: "0".repeat(64),
-            api_endpoint: format!("api.{}.pinfleet.internal:{}", cluster.metadata.name, cluster.spec.api.port),
-            init_files: Vec::new(),
-        }
+        Self::for_cluster(cluster)
     }
 }
 
@@ -219,9 +228,6 @@ impl Renderer {
         ctx.insert("node_labels", &node_labels_arg);
         ctx.insert("taints", &group.taints);
         ctx.insert("params", params);
-        let init_files: Vec<(String, String)> =
-            if mode == BootstrapMode::Init { params.init_files.clone() } else { Vec::new() };
-        ctx.insert("init_files", &init_files);
         ctx
     }
 

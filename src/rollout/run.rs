@@ -52,16 +52,15 @@ pub struct GroupStatus {
 pub async fn apply_pending(
     aws: &Aws,
     cluster: &Cluster,
-    pki: &Pki,
     revision: u64,
 ) -> Result<(Prepared, Option<crate::plan::Plan>)> {
-    let prepared = prepare::prepare(aws, cluster, Some(pki)).await?;
+    let prepared = prepare::prepare(aws, cluster).await?;
     if prepared.plan.is_empty() {
         return Ok((prepared, None));
     }
     let ctx = prepared.context(aws, cluster, revision);
     crate::apply::execute(&prepared.plan, ctx, &crate::apply::Options::default()).await?;
-    Ok((prepare::prepare(aws, cluster, Some(pki)).await?, Some(prepared.plan)))
+    Ok((prepare::prepare(aws, cluster).await?, Some(prepared.plan)))
 }
 
 fn versions(p: &Prepared) -> BTreeMap<String, i64> {
@@ -77,11 +76,10 @@ fn selected<'a>(cluster: &'a Cluster, opts: &Options) -> Vec<&'a crate::spec::In
 pub async fn preview(
     aws: &Aws,
     cluster: &Cluster,
-    pki: &Pki,
     client: &kube::Client,
     opts: &Options,
 ) -> Result<(Vec<GroupStatus>, usize)> {
-    let p = crate::apply::prepare::prepare(aws, cluster, Some(pki)).await?;
+    let p = crate::apply::prepare::prepare(aws, cluster).await?;
     let nodes = crate::kube::drain::nodes_by_instance(client).await?;
     Ok((status(cluster, &p, &nodes, opts), p.plan.changes.len()))
 }
@@ -201,8 +199,12 @@ pub async fn upgrade(
 ) -> Result<Vec<GroupReport>> {
     use crate::state::progress::{self, Outcome, RollProgress};
     use std::io::Write as _;
+    // Replacements join with a token minted now (and the files the
+    // control plane's replacements fetch), before any machine is launched.
+    crate::state::join::publish_files(store, pki).await?;
+    crate::state::join::ensure_fresh(Some(&client), store, chrono::Utc::now()).await?;
     let revision = store.next_revision().await?;
-    let (p, applied) = apply_pending(aws, cluster, pki, revision).await?;
+    let (p, applied) = apply_pending(aws, cluster, revision).await?;
     if let Some(plan) = applied {
         let record =
             crate::state::HistoryRecord::of_plan(revision, command, &plan).acting_as(aws.caller_identity().await);

@@ -228,7 +228,24 @@ impl Inner {
             .with_details(validation::invalid_details(&t.kind, &t.group, name, &errors)))
     }
 
-    /// A store that keeps only `n` events for resuming watches (tests of 410 Gone).
+    /// A Secret's `stringData` is write-only: the API server merges it into
+/// `data` (base64), `stringData` winning, and never returns it.
+fn merge_string_data(t: &ResourceType, obj: &mut Value) {
+    if t.plural != "secrets" || !t.group.is_empty() {
+        return;
+    }
+    let Some(Value::Object(sd)) = obj.as_object_mut().and_then(|o| o.remove("stringData")) else { return };
+    use base64::Engine as _;
+    let data = obj.as_object_mut().expect("an object").entry("data").or_insert_with(|| json!({}));
+    if let Some(d) = data.as_object_mut() {
+        for (k, v) in sd {
+            let text = v.as_str().unwrap_or_default();
+            d.insert(k, json!(base64::engine::general_purpose::STANDARD.encode(text)));
+        }
+    }
+}
+
+/// A store that keeps only `n` events for resuming watches (tests of 410 Gone).
     pub fn with_event_log(n: usize) -> Self {
         let mut s = Inner::new();
         s.log_capacity = n;
@@ -399,6 +416,7 @@ impl Inner {
         }
         obj = Self::enforce_schema(t, &name, obj, None)?;
         Self::enforce_builtin(t, &name, &obj, None)?;
+        Self::merge_string_data(t, &mut obj);
         if obj.pointer("/metadata/managedFields").is_none_or(|m| m.as_array().is_none_or(|a| a.is_empty())) {
             fields::record_update(None, &mut obj, manager, &t.api_version(), &now);
         }
@@ -479,6 +497,7 @@ impl Inner {
         }
         obj = Self::enforce_schema(t, name, obj, Some(&old))?;
         Self::enforce_builtin(t, name, &obj, Some(&old))?;
+        Self::merge_string_data(t, &mut obj);
         if spec_part(&old) != spec_part(&obj) {
             let gen = meta(&old).get("generation").and_then(Value::as_i64).unwrap_or(1);
             meta_mut(&mut obj).insert("generation".into(), json!(gen + 1));

@@ -6,6 +6,7 @@
 //! changing one cluster at once (a conditional write: `If-None-Match: *`).
 
 pub mod lock;
+pub mod join;
 pub mod pki;
 pub mod progress;
 

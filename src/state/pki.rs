@@ -33,6 +33,13 @@ pub struct Pki {
     pub certificate_key: String,
     /// `sha256:<hex>` of the CA's SubjectPublicKeyInfo (kubeadm discovery).
     pub ca_cert_hash: String,
+    /// etcd's CA, shared by every control-plane machine (they fetch it from
+    /// the state store instead of kubeadm's two-hour certificate upload).
+    /// Empty in PKIs made before it existed; filled on the next load.
+    #[serde(default)]
+    pub etcd_ca_cert: String,
+    #[serde(default)]
+    pub etcd_ca_key: String,
 }
 
 impl std::fmt::Debug for Pki {
@@ -77,6 +84,7 @@ impl Pki {
             format!("sha256:{}", hex::encode(sha2::Sha256::digest(ca_key.subject_public_key_info())))
         };
         let (_, fp_key, fp_cert) = ca("front-proxy-ca")?;
+        let (_, etcd_key, etcd_cert) = ca("etcd-ca")?;
         let sa = KeyPair::generate()?;
         let admin_key = KeyPair::generate()?;
         let mut admin = CertificateParams::new(Vec::<String>::new())?;
@@ -103,13 +111,20 @@ impl Pki {
             join_token: format!("{}.{}", random_token(6), random_token(16)),
             certificate_key: hex::encode(rand::random::<[u8; 32]>()),
             ca_cert_hash,
+            etcd_ca_cert: etcd_cert,
+            etcd_ca_key: etcd_key.serialize_pem(),
         })
     }
 
     /// Loads the cluster's PKI, generating and storing it the first time.
     /// Generation uses a conditional write, so two first runs agree on one.
     pub async fn load_or_create(store: &Store) -> Result<(Pki, bool)> {
-        if let Some(p) = store.get_json::<Pki>(PKI_KEY).await? {
+        if let Some(mut p) = store.get_json::<Pki>(PKI_KEY).await? {
+            if p.etcd_ca_cert.is_empty() {
+                let (_, key, cert) = ca("etcd-ca")?;
+                (p.etcd_ca_cert, p.etcd_ca_key) = (cert, key.serialize_pem());
+                store.put_json(PKI_KEY, &p).await?;
+            }
             return Ok((p, false));
         }
         let pki = Pki::generate(store.cluster())?;
@@ -127,15 +142,20 @@ impl Pki {
         store.get_json::<Pki>(PKI_KEY).await
     }
 
-    /// Files a `kubeadm init` machine needs so the cluster uses this CA.
-    pub fn init_files(&self) -> Vec<(String, String)> {
+    /// What control-plane machines fetch from the state store (under
+    /// `machine/pki/`, readable by their instance role only): the shared
+    /// CAs and service-account keys, as (object name, content). The admin
+    /// credentials stay in the bundle, which no machine may read.
+    pub fn machine_files(&self) -> Vec<(&'static str, String)> {
         vec![
-            ("/etc/kubernetes/pki/ca.crt".into(), self.ca_cert.clone()),
-            ("/etc/kubernetes/pki/ca.key".into(), self.ca_key.clone()),
-            ("/etc/kubernetes/pki/front-proxy-ca.crt".into(), self.front_proxy_ca_cert.clone()),
-            ("/etc/kubernetes/pki/front-proxy-ca.key".into(), self.front_proxy_ca_key.clone()),
-            ("/etc/kubernetes/pki/sa.key".into(), self.sa_key.clone()),
-            ("/etc/kubernetes/pki/sa.pub".into(), self.sa_pub.clone()),
+            ("ca.crt", self.ca_cert.clone()),
+            ("ca.key", self.ca_key.clone()),
+            ("front-proxy-ca.crt", self.front_proxy_ca_cert.clone()),
+            ("front-proxy-ca.key", self.front_proxy_ca_key.clone()),
+            ("sa.key", self.sa_key.clone()),
+            ("sa.pub", self.sa_pub.clone()),
+            ("etcd-ca.crt", self.etcd_ca_cert.clone()),
+            ("etcd-ca.key", self.etcd_ca_key.clone()),
         ]
     }
 
