@@ -667,7 +667,10 @@ fn user_data_says_where_to_look_and_carries_no_key_material() {
                 assert!(!plain.contains(&token.token) && !plain.contains(&pki.join_token), "a join token in user-data");
                 assert!(!plain.contains(&pki.ca_cert_hash), "the CA hash in user-data");
                 assert!(!plain.contains(&pki.certificate_key), "the certificate key in user-data");
-                assert!(plain.contains("/machine/$1") && plain.contains("STATE_BUCKET="), "user-data says where to look");
+                assert!(
+                    plain.contains("/machine/$1") && plain.contains("STATE_BUCKET="),
+                    "user-data says where to look"
+                );
             }
         })
     });

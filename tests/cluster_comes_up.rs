@@ -257,7 +257,10 @@ async fn machines_launched_into_a_running_cluster_get_a_token_minted_through_the
     let (id, secret) = r.token.split_once('.').unwrap();
     assert_eq!(r.expires, now + pinfleet::state::join::TOKEN_TTL);
     // The Secret kubeadm's bootstrap authenticator reads.
-    let s = Api::<Secret>::namespaced(up.client.clone(), "kube-system").get(&format!("bootstrap-token-{id}")).await.unwrap();
+    let s = Api::<Secret>::namespaced(up.client.clone(), "kube-system")
+        .get(&format!("bootstrap-token-{id}"))
+        .await
+        .unwrap();
     assert_eq!(s.type_.as_deref(), Some("bootstrap.kubernetes.io/token"));
     let data = s.data.unwrap();
     assert_eq!(data["token-secret"].0, secret.as_bytes());
@@ -268,10 +271,14 @@ async fn machines_launched_into_a_running_cluster_get_a_token_minted_through_the
     // Later, with the API server gone, the stored token serves while it has time left.
     let later = pinfleet::state::join::ensure_fresh(None, &store, now + chrono::Duration::hours(2)).await.unwrap();
     assert_eq!(later.token, r.token);
-    let err = pinfleet::state::join::ensure_fresh(None, &store, now + chrono::Duration::hours(23) + chrono::Duration::minutes(30))
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = pinfleet::state::join::ensure_fresh(
+        None,
+        &store,
+        now + chrono::Duration::hours(23) + chrono::Duration::minutes(30),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("could not mint a new one"), "{err}");
     up.sim.stop().await;
 }

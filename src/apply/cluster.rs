@@ -219,9 +219,10 @@ async fn join_material(cluster: &Cluster, store: &Store, pki: &Pki, prepared: &p
         true => crate::kube::client_from_kubeconfig(&path, crate::kube::Retry::Never).await.ok(),
         false => None,
     };
-    let minted = tokio::time::timeout(std::time::Duration::from_secs(15), join::ensure_fresh(client.as_ref(), store, now))
-        .await
-        .unwrap_or_else(|_| Err(anyhow::anyhow!("the API server did not answer within 15s")));
+    let minted =
+        tokio::time::timeout(std::time::Duration::from_secs(15), join::ensure_fresh(client.as_ref(), store, now))
+            .await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the API server did not answer within 15s")));
     match minted {
         Ok(_) => Ok(()),
         // Without an answer in time, the stored token if it has time left.

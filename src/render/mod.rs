@@ -71,8 +71,10 @@ impl BootstrapParams {
         let (bucket, prefix) = match cluster.spec.state_store.strip_prefix("s3://") {
             Some(rest) => {
                 let (b, p) = rest.split_once('/').unwrap_or((rest, ""));
-                let base: Vec<&str> =
-                    [p.trim_matches('/'), cluster.metadata.name.as_str()].into_iter().filter(|x| !x.is_empty()).collect();
+                let base: Vec<&str> = [p.trim_matches('/'), cluster.metadata.name.as_str()]
+                    .into_iter()
+                    .filter(|x| !x.is_empty())
+                    .collect();
                 (b.to_string(), base.join("/"))
             }
             None => (String::new(), cluster.metadata.name.clone()),

@@ -197,7 +197,11 @@ pub fn node_for(cfg: &Ec2Nodes, i: &crate::cloud::observed::ObservedInstance, no
     n.ready = booted && !fails(&i.id, cfg.fail_fraction);
     n.needs_cni = cfg.needs_cni;
     if let Some(ip) = &i.private_ip {
-        let dns = format!("ip-{}.{}.compute.internal", ip.replace('.', "-"), cfg.cluster.spec.cloud.region);
+        // EC2's private DNS names: `ec2.internal` in us-east-1, `<region>.compute.internal` elsewhere.
+        let region = &cfg.cluster.spec.cloud.region;
+        let domain =
+            if region == "us-east-1" { "ec2.internal".to_string() } else { format!("{region}.compute.internal") };
+        let dns = format!("ip-{}.{domain}", ip.replace('.', "-"));
         n.addresses =
             vec![("InternalIP".into(), ip.clone()), ("InternalDNS".into(), dns.clone()), ("Hostname".into(), dns)];
     }

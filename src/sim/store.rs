@@ -229,23 +229,23 @@ impl Inner {
     }
 
     /// A Secret's `stringData` is write-only: the API server merges it into
-/// `data` (base64), `stringData` winning, and never returns it.
-fn merge_string_data(t: &ResourceType, obj: &mut Value) {
-    if t.plural != "secrets" || !t.group.is_empty() {
-        return;
-    }
-    let Some(Value::Object(sd)) = obj.as_object_mut().and_then(|o| o.remove("stringData")) else { return };
-    use base64::Engine as _;
-    let data = obj.as_object_mut().expect("an object").entry("data").or_insert_with(|| json!({}));
-    if let Some(d) = data.as_object_mut() {
-        for (k, v) in sd {
-            let text = v.as_str().unwrap_or_default();
-            d.insert(k, json!(base64::engine::general_purpose::STANDARD.encode(text)));
+    /// `data` (base64), `stringData` winning, and never returns it.
+    fn merge_string_data(t: &ResourceType, obj: &mut Value) {
+        if t.plural != "secrets" || !t.group.is_empty() {
+            return;
+        }
+        let Some(Value::Object(sd)) = obj.as_object_mut().and_then(|o| o.remove("stringData")) else { return };
+        use base64::Engine as _;
+        let data = obj.as_object_mut().expect("an object").entry("data").or_insert_with(|| json!({}));
+        if let Some(d) = data.as_object_mut() {
+            for (k, v) in sd {
+                let text = v.as_str().unwrap_or_default();
+                d.insert(k, json!(base64::engine::general_purpose::STANDARD.encode(text)));
+            }
         }
     }
-}
 
-/// A store that keeps only `n` events for resuming watches (tests of 410 Gone).
+    /// A store that keeps only `n` events for resuming watches (tests of 410 Gone).
     pub fn with_event_log(n: usize) -> Self {
         let mut s = Inner::new();
         s.log_capacity = n;

@@ -43,7 +43,8 @@ fn new_token() -> String {
     use rand::Rng as _;
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut rng = rand::rng();
-    let mut part = |n: usize| -> String { (0..n).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect() };
+    let mut part =
+        |n: usize| -> String { (0..n).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect() };
     format!("{}.{}", part(6), part(16))
 }
 
