@@ -36,6 +36,13 @@ fn columns(t: &ResourceType) -> Vec<Value> {
             column("Version", "string", 0),
             column("Internal-IP", "string", 1),
         ]),
+        ("certificates.k8s.io", "certificatesigningrequests") => c.extend([
+            column("Age", "date", 0),
+            column("SignerName", "string", 0),
+            column("Requestor", "string", 0),
+            column("RequestedDuration", "string", 0),
+            column("Condition", "string", 0),
+        ]),
         ("", "pods") => c.extend([
             column("Ready", "string", 0),
             column("Status", "string", 0),
@@ -117,6 +124,25 @@ fn cells(t: &ResourceType, o: &Value) -> Vec<Value> {
                 json!(age_text),
                 json!(s(o, "/status/nodeInfo/kubeletVersion")),
                 json!("<none>"),
+            ]);
+        }
+        ("certificates.k8s.io", "certificatesigningrequests") => {
+            // As kubectl prints them: Approved,Issued / Denied / Pending.
+            let conds: Vec<&str> = o
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|c| c["type"].as_str()).collect())
+                .unwrap_or_default();
+            let mut condition = if conds.is_empty() { "Pending".to_string() } else { conds.join(",") };
+            if o.pointer("/status/certificate").and_then(Value::as_str).is_some_and(|c| !c.is_empty()) {
+                condition.push_str(",Issued");
+            }
+            c.extend([
+                json!(age_text),
+                json!(s(o, "/spec/signerName")),
+                json!(s(o, "/spec/username")),
+                json!("<none>"),
+                json!(condition),
             ]);
         }
         ("", "pods") => {
