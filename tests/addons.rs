@@ -7,6 +7,10 @@
 #[path = "support/kube.rs"]
 mod kube_support;
 
+#[path = "support/files.rs"]
+mod files;
+use files::copy_dir;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -17,19 +21,6 @@ use serde_json::Value;
 struct Setup {
     k: KubeEnv,
     dir: tempfile::TempDir,
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
 }
 
 impl Setup {

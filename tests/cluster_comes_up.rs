@@ -13,24 +13,15 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 
+#[path = "support/files.rs"]
+mod files;
+use files::copy_dir;
+
 struct Up {
     sim: pinfleet::sim::Sim,
     dir: tempfile::TempDir,
     kubeconfig: PathBuf,
     client: kube::Client,
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
 }
 
 /// A sim with dev-local's machines as booted kubeadm nodes (no network yet),

@@ -184,36 +184,15 @@ pub fn desired(cluster: &Cluster) -> Vec<DesiredRole> {
 /// Whether two policy documents say the same (IAM returns them URL-encoded
 /// and reformatted; compare as JSON).
 pub fn same_policy(a: &str, b: &str) -> bool {
+    // IAM answers policy documents percent-encoded (RFC 3986).
     let parse = |s: &str| {
-        let decoded = urlencoding_decode(s);
+        let decoded = percent_encoding::percent_decode_str(s).decode_utf8_lossy();
         serde_json::from_str::<Value>(&decoded).ok()
     };
     match (parse(a), parse(b)) {
         (Some(x), Some(y)) => x == y,
         _ => a == b,
     }
-}
-
-/// IAM answers policy documents percent-encoded (RFC 3986).
-pub fn urlencoding_decode(s: &str) -> String {
-    if !s.contains('%') {
-        return s.to_string();
-    }
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

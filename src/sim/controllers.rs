@@ -242,7 +242,7 @@ fn tolerates(pod: &Value, taint: &Value) -> bool {
     })
 }
 
-fn node_ready(node: &Value) -> bool {
+pub(super) fn node_ready(node: &Value) -> bool {
     node.pointer("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))

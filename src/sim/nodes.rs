@@ -102,12 +102,6 @@ pub fn has_network(node: &Value) -> bool {
     annotation(node, NEEDS_CNI) != Some("true") || annotation(node, CNI_READY) == Some("true")
 }
 
-fn is_ready_node(node: &Value) -> bool {
-    node.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
-}
-
 /// Whether the node's kubelet has started.
 pub fn booted(node: &Value) -> bool {
     annotation(node, BOOTED) == Some("true")
@@ -384,7 +378,7 @@ pub fn kubelets(inner: &mut Inner) {
             }
         }
         // The node lifecycle controller taints by the Ready condition as posted.
-        let ready = network_arrived || is_ready_node(&node);
+        let ready = network_arrived || super::controllers::node_ready(&node);
         let taint = json!({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"});
         let mut taints: Vec<Value> =
             main.pointer("/spec/taints").and_then(Value::as_array).cloned().unwrap_or_default();
