@@ -354,3 +354,25 @@ fn typed_kubectl_create_commands_work() {
     k.ok_cmd(&["delete", "priorityclass", &pc]);
     k.ok_cmd(&["delete", "namespace", &extra_ns, "--wait=false"]);
 }
+
+#[test]
+fn a_csr_is_listed_pending_then_approved_with_kubectl_certificate_approve() {
+    let k = KubeEnv::start();
+    // A signer no controller serves, so a real cluster leaves it approved, unissued.
+    let name = k.unique("csr");
+    let pem = pinfleet::sim::nodes::serving_csr_pem("node-x", &[("InternalIP", "10.0.0.9")]).unwrap();
+    use base64::Engine as _;
+    let request = base64::engine::general_purpose::STANDARD.encode(pem);
+    let csr = format!(
+        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata: {{name: {name}}}\nspec:\n  request: {request}\n  signerName: example.com/pinfleet-test\n  usages: [digital signature, server auth]\n"
+    );
+    k.ok_stdin(&["create", "-f", "-"], &csr);
+    let listed = k.ok(&["get", "csr", &name]);
+    assert!(listed.contains("SIGNERNAME") && listed.contains("CONDITION"), "{listed}");
+    assert!(listed.contains("example.com/pinfleet-test") && listed.contains("Pending"), "{listed}");
+    // kubectl writes the condition through the approval subresource.
+    k.ok(&["certificate", "approve", &name]);
+    let listed = k.ok(&["get", "csr", &name]);
+    assert!(listed.contains("Approved") && !listed.contains("Pending"), "{listed}");
+    k.ok(&["delete", "csr", &name]);
+}

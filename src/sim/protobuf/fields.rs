@@ -11,6 +11,35 @@ use super::{Field as F, Label as L, Type as T};
 /// The fields of a message, by its short name (`core.v1.Pod`).
 pub(super) fn fields(message: &str) -> Option<&'static [F]> {
     Some(match message {
+        // `kubectl certificate approve|deny` (through the approval
+        // subresource). `spec.extra` (map of ExtraValue) is not decoded:
+        // the subresource writes only the status.
+        "certificates.v1.CertificateSigningRequest" => &[
+            F(1, "metadata", T::Msg("meta.v1.ObjectMeta"), L::One),
+            F(2, "spec", T::Msg("certificates.v1.CertificateSigningRequestSpec"), L::One),
+            F(3, "status", T::Msg("certificates.v1.CertificateSigningRequestStatus"), L::One),
+        ],
+        "certificates.v1.CertificateSigningRequestSpec" => &[
+            F(1, "request", T::Bytes, L::One),
+            F(7, "signerName", T::Str, L::One),
+            F(8, "expirationSeconds", T::Int, L::One),
+            F(5, "usages", T::Str, L::Many),
+            F(2, "username", T::Str, L::One),
+            F(3, "uid", T::Str, L::One),
+            F(4, "groups", T::Str, L::Many),
+        ],
+        "certificates.v1.CertificateSigningRequestStatus" => &[
+            F(1, "conditions", T::Msg("certificates.v1.CertificateSigningRequestCondition"), L::Many),
+            F(2, "certificate", T::Bytes, L::One),
+        ],
+        "certificates.v1.CertificateSigningRequestCondition" => &[
+            F(1, "type", T::Str, L::One),
+            F(6, "status", T::Str, L::One),
+            F(2, "reason", T::Str, L::One),
+            F(3, "message", T::Str, L::One),
+            F(4, "lastUpdateTime", T::Time, L::One),
+            F(5, "lastTransitionTime", T::Time, L::One),
+        ],
         "core.v1.Namespace" => &[
             F(1, "metadata", T::Msg("meta.v1.ObjectMeta"), L::One),
             F(2, "spec", T::Msg("core.v1.NamespaceSpec"), L::One),
