@@ -92,10 +92,21 @@ start_bg() {
   BG_PIDS+=("${BG_LAST}")
 }
 # Ends one process started with start_bg (and waits for it).
+# Waits up to $2 seconds for child $1 to end after a TERM, then KILLs it
+# (and its children): a server that hangs on shutdown cannot hang a script.
+wait_or_kill() {
+  local pid=$1 left=$(($2 * 10))
+  while kill -0 "${pid}" 2>/dev/null && ((left-- > 0)); do sleep 0.1; done
+  if kill -0 "${pid}" 2>/dev/null; then
+    pkill -KILL -P "${pid}" 2>/dev/null || true
+    kill -KILL "${pid}" 2>/dev/null || true
+  fi
+  wait "${pid}" 2>/dev/null || true
+}
 stop_pid() {
   local pid=$1
   kill "${pid}" 2>/dev/null || true
-  wait "${pid}" 2>/dev/null || true
+  wait_or_kill "${pid}" 10
 }
 stop_bg() {
   local pid
@@ -202,7 +213,7 @@ stop_localstack() {
   if [[ -n "${LOCALSTACK_PID:-}" ]]; then
     pkill -TERM -P "${LOCALSTACK_PID}" 2>/dev/null || true
     kill "${LOCALSTACK_PID}" 2>/dev/null || true
-    wait "${LOCALSTACK_PID}" 2>/dev/null || true
+    wait_or_kill "${LOCALSTACK_PID}" 30
     LOCALSTACK_PID=""
   fi
   if [[ -n "${LOCALSTACK_SCRATCH:-}" ]]; then

@@ -12,12 +12,14 @@
 //! ```
 //!
 //! Where things live:
-//! - pure: [`spec`], [`render`], [`cloud::model`], [`cloud::ops`] (the
-//!   operations a plan decides), [`cloud::orphans`], [`plan`], [`ami`]'s
+//! - pure: [`spec`], [`render`], [`cloud::model`], [`cloud::iam`] (the
+//!   machines' roles and policies), [`cloud::ops`] (the operations a plan
+//!   decides), [`cloud::orphans`], [`plan`], [`ami`]'s
 //!   selection, [`rollout::policy`], [`workloads`], [`federation::placement`]
-//!   and [`federation::health`], [`kube::validation`], [`kube::ready`];
+//!   and [`federation::health`], [`kube::validation`], [`kube::ready`], the
+//!   serving-certificate approver's decision ([`controller::serving::decide`]);
 //! - effects: [`cloud::aws`] (the SDK edge), [`state`] (state store, lock,
-//!   PKI, history, roll progress), [`apply`] (executor and the cluster
+//!   PKI, the join material machines fetch, history, roll progress), [`apply`] (executor and the cluster
 //!   operations), [`rollout`] (driver, roll under the lock), [`ami::job`],
 //!   [`kube`] (every Kubernetes mechanic), [`addons`], [`controller`];
 //! - [`cli`]: one file per command, parsing arguments and calling the above;
