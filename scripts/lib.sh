@@ -58,22 +58,29 @@ start_moto() {
     "${PINFLEET_VENV}/bin/moto_server" -H 127.0.0.1 -p "${port}" >"${MOTO_LOG:-/dev/null}" 2>&1 &
   MOTO_PID=$!
   MOTO_URL="http://127.0.0.1:${port}"
-  for _ in $(seq 1 100); do
-    if curl -sf "${MOTO_URL}/moto-api/data.json" >/dev/null 2>&1; then
-      export MOTO_URL
-      return
-    fi
-    sleep 0.1
-  done
+  if wait_until_up "${MOTO_URL}/moto-api/data.json" "${MOTO_PID}" 10; then
+    export MOTO_URL
+    return
+  fi
   echo "moto did not start on ${MOTO_URL}" >&2
   return 1
 }
 
 stop_moto() {
   if [[ -n "${MOTO_PID:-}" ]]; then
-    kill "${MOTO_PID}" 2>/dev/null || true
-    wait "${MOTO_PID}" 2>/dev/null || true
+    stop_pid "${MOTO_PID}"
   fi
+}
+
+# Polls URL $1 until it answers (true), process $2 ends or $3 seconds pass (false).
+wait_until_up() {
+  local url=$1 pid=$2 left=$(($3 * 10))
+  while ((left-- > 0)); do
+    curl -sf "${url}" >/dev/null 2>&1 && return 0
+    kill -0 "${pid}" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
 }
 
 # ---- processes a script starts: every exit path ends them ----------------
@@ -195,14 +202,10 @@ start_localstack() {
     "${LOCALSTACK_VENV}/bin/localstack" start --host >"${LOCALSTACK_LOG:-/dev/null}" 2>&1 &
   LOCALSTACK_PID=$!
   LOCALSTACK_URL="http://127.0.0.1:${port}"
-  for _ in $(seq 1 600); do
-    if curl -sf "${LOCALSTACK_URL}/_localstack/health" >/dev/null 2>&1; then
-      export LOCALSTACK_URL
-      return
-    fi
-    if ! kill -0 "${LOCALSTACK_PID}" 2>/dev/null; then break; fi
-    sleep 0.2
-  done
+  if wait_until_up "${LOCALSTACK_URL}/_localstack/health" "${LOCALSTACK_PID}" 120; then
+    export LOCALSTACK_URL
+    return
+  fi
   echo "LocalStack did not start on ${LOCALSTACK_URL} (log: ${LOCALSTACK_LOG:-none})" >&2
   return 1
 }
