@@ -16,35 +16,45 @@ use crate::spec::Role;
 
 /// The cluster's roles and profiles, looked up by name (both machine roles,
 /// whether or not the spec still wants them, so destroy finds them too).
+/// The reads of both roles run at once.
 pub async fn observe(aws: &Aws, cluster: &str) -> anyhow::Result<(Vec<ObservedRole>, Vec<ObservedProfile>)> {
-    let mut roles = Vec::new();
-    let mut profiles = Vec::new();
-    for role in [Role::ControlPlane, Role::Node] {
-        let name = iam::role_name(cluster, role);
-        let key = iam::key(role).to_string();
-        let got = aws.iam.get_role().role_name(&name).send().await;
-        match got {
-            Ok(_) => {
-                let policy = match aws.iam.get_role_policy().role_name(&name).policy_name(POLICY_NAME).send().await {
-                    Ok(p) => Some(p.policy_document().to_string()),
-                    Err(e) if super::error_code(&e) == Some("NoSuchEntity") => None,
-                    Err(e) => anyhow::bail!("GetRolePolicy {name}: {}", super::client::describe_sdk_error(&e)),
-                };
-                roles.push(ObservedRole { key: key.clone(), name: name.clone(), policy });
-            }
-            Err(e) if super::error_code(&e) == Some("NoSuchEntity") => {}
+    let found = futures::future::try_join_all(
+        [Role::ControlPlane, Role::Node].map(|role| observe_one(aws, iam::role_name(cluster, role), iam::key(role))),
+    )
+    .await?;
+    Ok((found.iter().filter_map(|(r, _)| r.clone()).collect(), found.into_iter().filter_map(|(_, p)| p).collect()))
+}
+
+/// One machine role's IAM role (with its inline policy) and instance profile.
+async fn observe_one(
+    aws: &Aws,
+    name: String,
+    key: &str,
+) -> anyhow::Result<(Option<ObservedRole>, Option<ObservedProfile>)> {
+    let role = async {
+        match aws.iam.get_role().role_name(&name).send().await {
+            Ok(_) => {}
+            Err(e) if super::error_code(&e) == Some("NoSuchEntity") => return Ok(None),
             Err(e) => anyhow::bail!("GetRole {name}: {}", super::client::describe_sdk_error(&e)),
         }
+        let policy = match aws.iam.get_role_policy().role_name(&name).policy_name(POLICY_NAME).send().await {
+            Ok(p) => Some(p.policy_document().to_string()),
+            Err(e) if super::error_code(&e) == Some("NoSuchEntity") => None,
+            Err(e) => anyhow::bail!("GetRolePolicy {name}: {}", super::client::describe_sdk_error(&e)),
+        };
+        Ok(Some(ObservedRole { key: key.to_string(), name: name.clone(), policy }))
+    };
+    let profile = async {
         match aws.iam.get_instance_profile().instance_profile_name(&name).send().await {
             Ok(p) => {
                 let held = p.instance_profile().map(|p| p.roles().iter().map(|r| r.role_name().to_string()).collect());
-                profiles.push(ObservedProfile { key, name, roles: held.unwrap_or_default() });
+                Ok(Some(ObservedProfile { key: key.to_string(), name: name.clone(), roles: held.unwrap_or_default() }))
             }
-            Err(e) if super::error_code(&e) == Some("NoSuchEntity") => {}
+            Err(e) if super::error_code(&e) == Some("NoSuchEntity") => Ok(None),
             Err(e) => anyhow::bail!("GetInstanceProfile {name}: {}", super::client::describe_sdk_error(&e)),
         }
-    }
-    Ok((roles, profiles))
+    };
+    futures::try_join!(role, profile)
 }
 
 fn iam_tags(ctx: &OpContext, key: &K) -> Vec<Tag> {

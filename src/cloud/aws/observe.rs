@@ -20,6 +20,13 @@ fn tag_map(tags: &[Tag]) -> BTreeMap<String, String> {
     tags.iter().filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string()))).collect()
 }
 
+/// Every page of a paginated EC2 read, as one list (errors named by `$what`).
+macro_rules! all_pages {
+    ($what:expr, $request:expr) => {
+        sdk($what, $request.into_paginator().items().send().try_collect().await)
+    };
+}
+
 /// The resource key a tag names (`pinfleet.dev/resource`), if it is one.
 fn resource_key(tags: &BTreeMap<String, String>) -> Option<ResourceKey> {
     tags.get(tags::RESOURCE)?.parse().ok()
@@ -27,34 +34,12 @@ fn resource_key(tags: &BTreeMap<String, String>) -> Option<ResourceKey> {
 
 /// Security groups matching `filter`, every page.
 async fn security_groups(aws: &Aws, filter: Filter) -> anyhow::Result<Vec<aws_sdk_ec2::types::SecurityGroup>> {
-    sdk(
-        "DescribeSecurityGroups",
-        aws.ec2
-            .describe_security_groups()
-            .filters(filter)
-            .max_results(1000)
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await,
-    )
+    all_pages!("DescribeSecurityGroups", aws.ec2.describe_security_groups().filters(filter).max_results(1000))
 }
 
 /// Launch templates matching `filter`, every page.
 async fn launch_templates(aws: &Aws, filter: Filter) -> anyhow::Result<Vec<aws_sdk_ec2::types::LaunchTemplate>> {
-    sdk(
-        "DescribeLaunchTemplates",
-        aws.ec2
-            .describe_launch_templates()
-            .filters(filter)
-            .max_results(200)
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await,
-    )
+    all_pages!("DescribeLaunchTemplates", aws.ec2.describe_launch_templates().filters(filter).max_results(200))
 }
 
 /// Everything tagged for `cluster` (and the API load balancer by name).
@@ -65,52 +50,13 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
     let f = || tag_filter(tags::CLUSTER, cluster);
     let ec2 = &aws.ec2;
     let vpcs = async { sdk("DescribeVpcs", ec2.describe_vpcs().filters(f()).send().await) };
-    let subnets = async {
-        sdk(
-            "DescribeSubnets",
-            ec2.describe_subnets().filters(f()).max_results(1000).into_paginator().items().send().try_collect().await,
-        )
-    };
+    let subnets = async { all_pages!("DescribeSubnets", ec2.describe_subnets().filters(f()).max_results(1000)) };
     let igws = async {
-        sdk(
-            "DescribeInternetGateways",
-            ec2.describe_internet_gateways()
-                .filters(f())
-                .max_results(1000)
-                .into_paginator()
-                .items()
-                .send()
-                .try_collect()
-                .await,
-        )
+        all_pages!("DescribeInternetGateways", ec2.describe_internet_gateways().filters(f()).max_results(1000))
     };
     let addresses = async { sdk("DescribeAddresses", ec2.describe_addresses().filters(f()).send().await) };
-    let nats = async {
-        sdk(
-            "DescribeNatGateways",
-            ec2.describe_nat_gateways()
-                .filter(f())
-                .max_results(1000)
-                .into_paginator()
-                .items()
-                .send()
-                .try_collect()
-                .await,
-        )
-    };
-    let rts = async {
-        sdk(
-            "DescribeRouteTables",
-            ec2.describe_route_tables()
-                .filters(f())
-                .max_results(100)
-                .into_paginator()
-                .items()
-                .send()
-                .try_collect()
-                .await,
-        )
-    };
+    let nats = async { all_pages!("DescribeNatGateways", ec2.describe_nat_gateways().filter(f()).max_results(1000)) };
+    let rts = async { all_pages!("DescribeRouteTables", ec2.describe_route_tables().filters(f()).max_results(100)) };
     let sgs = security_groups(aws, f());
     let lts = async {
         let templates = launch_templates(aws, f()).await?;
@@ -118,25 +64,13 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
             return Ok((templates, Vec::new()));
         }
         // One call for the latest version of every template (no per-template calls).
-        let versions = sdk(
+        let versions = all_pages!(
             "DescribeLaunchTemplateVersions",
-            ec2.describe_launch_template_versions()
-                .versions("$Latest")
-                .max_results(200)
-                .into_paginator()
-                .items()
-                .send()
-                .try_collect()
-                .await,
+            ec2.describe_launch_template_versions().versions("$Latest").max_results(200)
         )?;
         Ok::<_, anyhow::Error>((templates, versions))
     };
-    let instances = async {
-        sdk(
-            "DescribeInstances",
-            ec2.describe_instances().filters(f()).max_results(1000).into_paginator().items().send().try_collect().await,
-        )
-    };
+    let instances = async { all_pages!("DescribeInstances", ec2.describe_instances().filters(f()).max_results(1000)) };
     let lb = async {
         match lb_name {
             Some(name) => observe_load_balancer(aws, name).await,
@@ -407,7 +341,7 @@ pub async fn list_instances(
             Filter::builder().name(format!("tag:{}", tags::MANAGED_BY)).values(tags::MANAGED_BY_VALUE).build(),
         ),
     };
-    let reservations = sdk("DescribeInstances", req.into_paginator().items().send().try_collect().await)?;
+    let reservations = all_pages!("DescribeInstances", req)?;
     Ok(reservations
         .iter()
         .flat_map(|r| r.instances())
@@ -487,16 +421,11 @@ pub async fn fleet(aws: &Aws) -> anyhow::Result<crate::cloud::orphans::Fleet> {
     }
     let vpc_ids: Vec<String> = vpcs.vpcs().iter().filter_map(|v| v.vpc_id().map(str::to_string)).collect();
     if !vpc_ids.is_empty() {
-        let inside = sdk(
+        let inside = all_pages!(
             "DescribeInstances",
             ec2.describe_instances()
                 .filters(aws_sdk_ec2::types::Filter::builder().name("vpc-id").set_values(Some(vpc_ids)).build())
                 .max_results(1000)
-                .into_paginator()
-                .items()
-                .send()
-                .try_collect()
-                .await,
         )?;
         fleet.in_vpcs = inside.iter().flat_map(|r| r.instances()).map(instance).filter(|i| i.is_live()).collect();
     }
