@@ -415,11 +415,14 @@ impl Controllers {
     }
 
     fn kubelet(&self, inner: &mut Inner) {
-        super::nodes::kubelets(inner);
         let pods_t = t(inner, "", "pods");
         let nodes_t = t(inner, "", "nodes");
         let now_ts = chrono::Utc::now();
-        for pod in all(inner, &pods_t) {
+        // One listing of the pods for the node pass and the pod pass (the
+        // node pass writes Nodes and CSRs only).
+        let pods = all(inner, &pods_t);
+        super::nodes::kubelets(inner, &pods);
+        for pod in pods {
             let node = s(&pod, "/spec/nodeName").to_string();
             if node.is_empty() {
                 continue;

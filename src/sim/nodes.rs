@@ -353,16 +353,14 @@ pub async fn follow_ec2(store: super::server::Shared, aws: crate::cloud::aws::Aw
 ///   its addresses, and serves logs only once it is issued;
 /// - a node that is not Ready carries `node.kubernetes.io/not-ready:NoSchedule`;
 /// - an approved kubelet-serving CSR gets its certificate.
-pub fn kubelets(inner: &mut Inner) {
+pub fn kubelets(inner: &mut Inner, pods: &[Value]) {
     let nodes_t = inner.registry.get("", "v1", "nodes").cloned().expect("nodes");
-    let pods_t = inner.registry.get("", "v1", "pods").cloned().expect("pods");
     let csr_t = inner.registry.get("certificates.k8s.io", "v1", "certificatesigningrequests").cloned().expect("csrs");
     let list = |inner: &Inner, t| inner.list(t, None, &Default::default(), &Default::default(), None, None);
     let nodes = list(inner, &nodes_t).map(|r| r.items).unwrap_or_default();
     if nodes.is_empty() {
         return;
     }
-    let pods = list(inner, &pods_t).map(|r| r.items).unwrap_or_default();
     // Only the Nodes the sim registered have a simulated kubelet; a Node
     // written through the API is left as its writer keeps it.
     for node in nodes.into_iter().filter(|n| annotation(n, BOOTED).is_some()) {
