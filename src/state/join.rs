@@ -59,13 +59,18 @@ pub async fn current(store: &Store) -> Result<Option<TokenRecord>> {
     store.get_json(RECORD_KEY).await
 }
 
-/// Publishes what machines fetch besides the token: the CA hash and the
-/// control plane's files (idempotent; every apply).
+/// Publishes what machines fetch besides the token: the control plane's
+/// files, then the CA hash. The hash is written last, so when it is there
+/// and names this CA, everything is: an apply reads one object instead of
+/// writing nine.
 pub async fn publish_files(store: &Store, pki: &Pki) -> Result<()> {
-    store.put(HASH_KEY, pki.ca_cert_hash.clone().into_bytes(), Condition::None).await?;
+    if store.get(HASH_KEY).await?.is_some_and(|(b, _)| b == pki.ca_cert_hash.as_bytes()) {
+        return Ok(());
+    }
     for (name, content) in pki.machine_files() {
         store.put(&format!("{PKI_PREFIX}{name}"), content.into_bytes(), Condition::None).await?;
     }
+    store.put(HASH_KEY, pki.ca_cert_hash.clone().into_bytes(), Condition::None).await?;
     Ok(())
 }
 
