@@ -5,17 +5,14 @@
 //! nothing.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use pinfleet::apply::{execute, Options};
 use pinfleet::cloud::key::ResourceKey;
-use pinfleet::cloud::model::{self, Inputs};
 use pinfleet::cloud::observed::Observed;
 use pinfleet::cloud::ops::{Op, OpError, Operations};
 use pinfleet::plan::{self, Plan, Step};
-use pinfleet::spec::{self, LoadOptions};
 
 /// A cloud that records what it is asked, and fails where it is told to.
 #[derive(Default)]
@@ -47,21 +44,12 @@ impl Operations for MemoryCloud {
     }
 }
 
+#[path = "support/model.rs"]
+mod fixture;
+
 fn new_cluster_plan() -> Plan {
-    let mut c =
-        spec::load_cluster(Path::new("tests/fixtures/valid/minimal.yaml"), &LoadOptions::default()).unwrap().cluster;
-    c.spec.network.subnets.push(spec::Subnet {
-        name: "public-a".into(),
-        zone: "us-east-1a".into(),
-        cidr: "10.0.128.0/20".parse().unwrap(),
-        kind: spec::SubnetType::Public,
-    });
-    let mut inputs = Inputs::default();
-    for g in &c.spec.instance_groups {
-        inputs.images.insert(g.name.clone(), ("ami-0123456789abcdef0".into(), "/dev/sda1".into()));
-        inputs.user_data.insert(g.name.clone(), format!("#cloud-config\n# {}\n", g.name));
-    }
-    plan::diff(&model::desired(&c, &inputs).unwrap(), &Observed::default())
+    let d = fixture::desired(|_| {}, |g| format!("#cloud-config\n# {}\n", g.name));
+    plan::diff(&d, &Observed::default())
 }
 
 fn quiet() -> Options {

@@ -4,30 +4,18 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use pinfleet::cloud::model::{self, Desired, Inputs, RouteTarget, Source};
+use pinfleet::cloud::model::{self, Desired, RouteTarget, Source};
 use pinfleet::cloud::observed::*;
 use pinfleet::plan::{self, show, Action, Op};
 use pinfleet::spec::{self, LoadOptions};
 
+#[path = "support/model.rs"]
+mod fixture;
+
 fn desired_with(edit: impl Fn(&mut pinfleet::spec::Cluster)) -> Desired {
-    let mut c =
-        spec::load_cluster(Path::new("tests/fixtures/valid/minimal.yaml"), &LoadOptions::default()).unwrap().cluster;
-    c.spec.network.subnets.push(spec::Subnet {
-        name: "public-a".into(),
-        zone: "us-east-1a".into(),
-        cidr: "10.0.128.0/20".parse().unwrap(),
-        kind: spec::SubnetType::Public,
-    });
-    edit(&mut c);
-    let mut inputs = Inputs::default();
-    for g in &c.spec.instance_groups {
-        inputs.images.insert(g.name.clone(), ("ami-0123456789abcdef0".into(), "/dev/sda1".into()));
-        inputs.user_data.insert(
-            g.name.clone(),
-            format!("#cloud-config\n# {} {}\nendpoint: {}:6443\n", g.name, g.machine_type, plan::API_HOST_PLACEHOLDER),
-        );
-    }
-    model::desired(&c, &inputs).unwrap()
+    fixture::desired(edit, |g| {
+        format!("#cloud-config\n# {} {}\nendpoint: {}:6443\n", g.name, g.machine_type, plan::API_HOST_PLACEHOLDER)
+    })
 }
 
 /// What AWS would hold after applying `d` perfectly.
