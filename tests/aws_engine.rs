@@ -314,6 +314,23 @@ fn destroy_leaves_nothing_tagged() {
     assert!(stderr(&out).contains("removed"), "{}", stderr(&out));
     let left = with_aws_env(&w, || tagged_resources(&w));
     assert!(left.is_empty(), "still tagged: {left:?}");
+    // Nor do the CA keys and the join token machines fetched stay in the bucket.
+    let machine = with_aws_env(&w, || {
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            let aws = connect(&w).await;
+            let store = pinfleet::state::Store::open(&format!("s3://{}/clusters", w.bucket()), "gone", Some(&aws))
+                .await
+                .unwrap();
+            let mut left = Vec::new();
+            for k in ["machine/pki/ca.key", "machine/pki/etcd-ca.key", pinfleet::state::join::TOKEN_KEY] {
+                if store.get(k).await.unwrap().is_some() {
+                    left.push(k);
+                }
+            }
+            left
+        })
+    });
+    assert!(machine.is_empty(), "left in the state store: {machine:?}");
     assert!(w.instances().is_empty());
     // Destroying again finds nothing to do.
     assert!(w.ok(&["destroy", "gone"]).contains("No changes"));

@@ -148,6 +148,7 @@ pub async fn destroy(
         }
         store.delete(crate::state::SPEC_KEY).await?;
         store.delete(crate::state::pki::PKI_KEY).await?;
+        crate::state::join::remove(store).await?;
         let _ = std::fs::remove_file(kubeconfig_path(name));
         Ok(report)
     })

@@ -88,6 +88,18 @@ pub async fn for_init(store: &Store, now: DateTime<Utc>) -> Result<TokenRecord> 
     }
 }
 
+/// Removes everything machines fetch (with the cluster: its CA keys must
+/// not outlive it in the bucket).
+pub async fn remove(store: &Store) -> Result<()> {
+    for key in [TOKEN_KEY, HASH_KEY, RECORD_KEY] {
+        store.delete(key).await?;
+    }
+    for name in Pki::MACHINE_FILES {
+        store.delete(&format!("{PKI_PREFIX}{name}")).await?;
+    }
+    Ok(())
+}
+
 /// Mints a fresh token in the running cluster (a `bootstrap.kubernetes.io/token`
 /// Secret, as `kubeadm token create` makes) and publishes it.
 pub async fn mint(client: &kube::Client, store: &Store, now: DateTime<Utc>) -> Result<TokenRecord> {

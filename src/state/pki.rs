@@ -147,17 +147,30 @@ impl Pki {
     /// CAs and service-account keys, as (object name, content). The admin
     /// credentials stay in the bundle, which no machine may read.
     pub fn machine_files(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("ca.crt", self.ca_cert.clone()),
-            ("ca.key", self.ca_key.clone()),
-            ("front-proxy-ca.crt", self.front_proxy_ca_cert.clone()),
-            ("front-proxy-ca.key", self.front_proxy_ca_key.clone()),
-            ("sa.key", self.sa_key.clone()),
-            ("sa.pub", self.sa_pub.clone()),
-            ("etcd-ca.crt", self.etcd_ca_cert.clone()),
-            ("etcd-ca.key", self.etcd_ca_key.clone()),
-        ]
+        let contents = [
+            &self.ca_cert,
+            &self.ca_key,
+            &self.front_proxy_ca_cert,
+            &self.front_proxy_ca_key,
+            &self.sa_key,
+            &self.sa_pub,
+            &self.etcd_ca_cert,
+            &self.etcd_ca_key,
+        ];
+        Self::MACHINE_FILES.into_iter().zip(contents.map(String::clone)).collect()
     }
+
+    /// The object names of [`Pki::machine_files`], in its order.
+    pub const MACHINE_FILES: [&'static str; 8] = [
+        "ca.crt",
+        "ca.key",
+        "front-proxy-ca.crt",
+        "front-proxy-ca.key",
+        "sa.key",
+        "sa.pub",
+        "etcd-ca.crt",
+        "etcd-ca.key",
+    ];
 
     pub fn b64(s: &str) -> String {
         base64::engine::general_purpose::STANDARD.encode(s)
