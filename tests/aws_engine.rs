@@ -692,3 +692,33 @@ fn user_data_says_where_to_look_and_carries_no_key_material() {
         })
     });
 }
+
+#[test]
+fn the_approver_reads_a_machines_names_from_ec2() {
+    use pinfleet::controller::serving::AddressSource as _;
+    let w = World::new("names", 1);
+    w.ok(&["bootstrap", "names", "--yes"]);
+    let machine = w.instances_in("general")[0]["id"].as_str().unwrap().to_string();
+    with_aws_env(&w, || {
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            let aws = connect(&w).await;
+            let instances = pinfleet::cli::get::list_instances(&aws, Some("names"), false).await.unwrap();
+            let i = instances.iter().find(|i| i.id == machine).unwrap();
+            let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": machine},
+                "spec": {"providerID": format!("aws:///{}/{}", i.zone.clone().unwrap(), machine)},
+            }))
+            .unwrap();
+            let got = pinfleet::controller::serving::FromEc2(aws).addresses(&node).await.unwrap();
+            let ip: std::net::IpAddr = i.private_ip.as_deref().unwrap().parse().unwrap();
+            assert!(got.ips.contains(&ip), "{got:?}");
+            assert!(got.dns_names.iter().any(|d| d.ends_with(".ec2.internal")), "{got:?}");
+            // A node without an AWS provider ID has no machine to check against.
+            let bare: k8s_openapi::api::core::v1::Node =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}})).unwrap();
+            let aws = connect(&w).await;
+            let err = pinfleet::controller::serving::FromEc2(aws).addresses(&bare).await.unwrap_err().to_string();
+            assert!(err.contains("no AWS provider ID"), "{err}");
+        })
+    });
+}

@@ -167,30 +167,8 @@ impl AddressSource for FromEc2 {
             .and_then(|r| r.rsplit('/').next())
             .filter(|i| i.starts_with("i-"))
             .with_context(|| format!("node has no AWS provider ID ({provider:?})"))?;
-        let out = self.0.ec2.describe_instances().instance_ids(id).send().await.context("DescribeInstances")?;
-        let mut addrs = MachineAddresses::default();
-        for i in out.reservations().iter().flat_map(|r| r.instances()) {
-            for eni in i.network_interfaces() {
-                for p in eni.private_ip_addresses() {
-                    if let Some(ip) = p.private_ip_address().and_then(|a| a.parse().ok()) {
-                        addrs.ips.insert(ip);
-                    }
-                    if let Some(d) = p.private_dns_name().filter(|d| !d.is_empty()) {
-                        addrs.dns_names.insert(d.to_string());
-                    }
-                }
-            }
-            if let Some(ip) = i.private_ip_address().and_then(|a| a.parse().ok()) {
-                addrs.ips.insert(ip);
-            }
-            if let Some(d) = i.private_dns_name().filter(|d| !d.is_empty()) {
-                addrs.dns_names.insert(d.to_string());
-            }
-            if let Some(ip) = i.public_ip_address().and_then(|a| a.parse().ok()) {
-                addrs.ips.insert(ip);
-            }
-        }
-        Ok(addrs)
+        let (ips, dns_names) = crate::cloud::aws::observe::instance_addresses(&self.0, id).await?;
+        Ok(MachineAddresses { ips, dns_names })
     }
 }
 

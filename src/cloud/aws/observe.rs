@@ -431,3 +431,24 @@ pub async fn fleet(aws: &Aws) -> anyhow::Result<crate::cloud::orphans::Fleet> {
     }
     Ok(fleet)
 }
+
+/// The private IPs and DNS names of one instance (every interface's, and its
+/// public IP): the names a machine may put in its serving certificate.
+pub async fn instance_addresses(
+    aws: &Aws,
+    id: &str,
+) -> anyhow::Result<(std::collections::BTreeSet<std::net::IpAddr>, std::collections::BTreeSet<String>)> {
+    let out = sdk("DescribeInstances", aws.ec2.describe_instances().instance_ids(id).send().await)?;
+    let (mut ips, mut names) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+    for i in out.reservations().iter().flat_map(|r| r.instances()) {
+        let private = i.network_interfaces().iter().flat_map(|e| e.private_ip_addresses());
+        let pairs = private
+            .map(|p| (p.private_ip_address(), p.private_dns_name()))
+            .chain([(i.private_ip_address(), i.private_dns_name()), (i.public_ip_address(), None)]);
+        for (ip, dns) in pairs {
+            ips.extend(ip.and_then(|a| a.parse::<std::net::IpAddr>().ok()));
+            names.extend(dns.filter(|d| !d.is_empty()).map(str::to_string));
+        }
+    }
+    Ok((ips, names))
+}
