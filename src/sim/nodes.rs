@@ -296,28 +296,6 @@ pub fn sync(
     changed
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn capacities_by_type() {
-        assert_eq!(instance_capacity("t3.medium"), (2, 4));
-        assert_eq!(instance_capacity("m6i.xlarge"), (4, 16));
-        assert_eq!(instance_capacity("c6i.2xlarge"), (8, 16));
-        assert_eq!(instance_capacity("r5.large"), (2, 16));
-    }
-
-    #[test]
-    fn failures_are_deterministic_and_proportional() {
-        let ids: Vec<String> = (0..2000).map(|n| format!("i-{n:017x}")).collect();
-        let failed = ids.iter().filter(|i| fails(i, 0.1)).count();
-        assert!((150..250).contains(&failed), "{failed}");
-        assert_eq!(fails("i-1", 0.5), fails("i-1", 0.5));
-        assert!(!ids.iter().any(|i| fails(i, 0.0)));
-    }
-}
-
 /// Keeps the Nodes in step with the cluster's EC2 instances for as long as
 /// the sim runs: a Node per running instance, Ready after the boot delay,
 /// gone with the instance. An endpoint that stopped answering (moto ended)
@@ -492,4 +470,26 @@ pub fn serves_tls(inner: &Inner, node: &Value) -> bool {
         .ok()
         .and_then(|c| c.pointer("/status/certificate").and_then(Value::as_str).map(|s| !s.is_empty()))
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacities_by_type() {
+        assert_eq!(instance_capacity("t3.medium"), (2, 4));
+        assert_eq!(instance_capacity("m6i.xlarge"), (4, 16));
+        assert_eq!(instance_capacity("c6i.2xlarge"), (8, 16));
+        assert_eq!(instance_capacity("r5.large"), (2, 16));
+    }
+
+    #[test]
+    fn failures_are_deterministic_and_proportional() {
+        let ids: Vec<String> = (0..2000).map(|n| format!("i-{n:017x}")).collect();
+        let failed = ids.iter().filter(|i| fails(i, 0.1)).count();
+        assert!((150..250).contains(&failed), "{failed}");
+        assert_eq!(fails("i-1", 0.5), fails("i-1", 0.5));
+        assert!(!ids.iter().any(|i| fails(i, 0.0)));
+    }
 }
