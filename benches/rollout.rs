@@ -34,6 +34,7 @@ fn roll_cfg(canary: bool) -> GroupRoll {
         validate_interval: Duration::from_secs(0),
         validation_timeout: Duration::from_secs(900),
         force_ids: BTreeSet::new(),
+        etcd_members: false,
     }
 }
 

@@ -385,6 +385,7 @@ fn a_control_plane_roll_moves_the_api_address() {
     );
 
     let sim = node_sim(&w, "1s");
+    let _approver = approver(&sim);
     wait_ready_nodes(&sim, 3);
     let yaml =
         std::fs::read_to_string(w.cluster_file()).unwrap().replace("machineType: t3.medium", "machineType: t3.large");
@@ -397,4 +398,104 @@ fn a_control_plane_roll_moves_the_api_address() {
     let (ip_after, on_after) = address();
     assert_eq!(ip_after, ip, "the endpoint every node joined with does not change");
     assert_eq!(on_after.as_deref(), cp[0]["id"].as_str(), "the address moved to the replacement");
+}
+
+/// A cluster with three control-plane machines (etcd members) and one
+/// node, its node simulator, and pinfleet's serving-certificate approver
+/// (etcd is read from an etcdctl pod's log, which needs the kubelet's
+/// serving certificate).
+fn three_control_planes(name: &str) -> (World, NodeSim, std::thread::JoinHandle<()>) {
+    let w = World::new(name, 1);
+    let yaml = w
+        .cluster_yaml(1, "t3.large")
+        .replace("      minSize: 1\n      maxSize: 1\n", "      minSize: 3\n      maxSize: 3\n")
+        .replace("      subnets: [private-a]\n", "      subnets: [private-a, private-b]\n");
+    w.write_cluster(&yaml);
+    w.ok(&["bootstrap", name, "--yes"]);
+    let sim = node_sim(&w, "1s");
+    let approver = approver(&sim);
+    wait_ready_nodes(&sim, 4);
+    (w, sim, approver)
+}
+
+/// pinfleet's kubelet serving-certificate approver against the sim, as the
+/// workload-controller addon runs it in a cluster (a roll reads etcd from a
+/// pod's log, which needs the kubelet's serving certificate). It ends with
+/// the test process.
+fn approver(sim: &NodeSim) -> std::thread::JoinHandle<()> {
+    let kubeconfig = sim.kubeconfig.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let client =
+                pinfleet::kube::client_from_kubeconfig(&kubeconfig, pinfleet::kube::Retry::Default).await.unwrap();
+            pinfleet::controller::serving::run(client, pinfleet::controller::serving::FromNode).await;
+        })
+    })
+}
+
+/// etcd's members as the roll reads them (an etcdctl pod's log).
+fn etcd_members(sim: &NodeSim) -> Vec<pinfleet::kube::etcd::Member> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client =
+            pinfleet::kube::client_from_kubeconfig(&sim.kubeconfig, pinfleet::kube::Retry::Never).await.unwrap();
+        for _ in 0..100 {
+            if let Ok(m) = pinfleet::kube::etcd::members(&client).await {
+                return m;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        pinfleet::kube::etcd::members(&client).await.unwrap()
+    })
+}
+
+fn set_control_plane_type(w: &World, machine_type: &str) {
+    let yaml = std::fs::read_to_string(w.cluster_file()).unwrap();
+    let at = yaml.find("- name: control-plane").unwrap();
+    let line_start = at + yaml[at..].find("machineType: ").unwrap();
+    let line_end = line_start + yaml[line_start..].find('\n').unwrap();
+    let yaml = format!("{}machineType: {machine_type}{}", &yaml[..line_start], &yaml[line_end..]);
+    w.write_cluster(&yaml);
+}
+
+/// A 3-machine control plane rolled twice in a row: each machine's etcd
+/// member is removed before it is terminated, so etcd always keeps a
+/// quorum and ends with exactly the three current machines as members.
+#[test]
+fn a_control_plane_rolled_twice_keeps_its_etcd_quorum() {
+    let (w, sim, _approver) = three_control_planes("etcdroll");
+    let before = etcd_members(&sim);
+    assert_eq!(before.len(), 3, "{before:?}");
+    for machine_type in ["t3.large", "t3.xlarge"] {
+        set_control_plane_type(&w, machine_type);
+        let out = w.run(&upgrade_args(&w, &sim, &["--instance-group", "control-plane"]));
+        assert!(out.status.success(), "{}", stderr(&out));
+        let machines: std::collections::BTreeSet<String> =
+            w.instances_in("control-plane").iter().map(|i| i["id"].as_str().unwrap().to_string()).collect();
+        let members = etcd_members(&sim);
+        let names: std::collections::BTreeSet<String> = members.iter().map(|m| m.name.clone()).collect();
+        assert_eq!(names, machines, "members are exactly the current machines after the {machine_type} roll");
+        assert!(members.iter().all(|m| m.healthy), "{members:?}");
+    }
+}
+
+/// The same roll without removing members: the second terminated machine
+/// leaves 2 healthy of 4 members, etcd has no quorum, the API server fails
+/// every request and the roll halts with etcd's error.
+#[test]
+fn a_control_plane_roll_without_member_removal_loses_the_quorum() {
+    let (w, sim, _approver) = three_control_planes("etcdloss");
+    set_control_plane_type(&w, "t3.large");
+    let out = w.run(&upgrade_args(&w, &sim, &["--instance-group", "control-plane", "--skip-etcd-member-removal"]));
+    assert!(!out.status.success(), "the roll cannot finish without a quorum");
+    assert!(stderr(&out).contains("etcdserver: request timed out"), "{}", stderr(&out));
+    let server = std::fs::read_to_string(&sim.kubeconfig).unwrap();
+    let url = server.lines().find_map(|l| l.trim().strip_prefix("server: ")).unwrap().trim_matches('"').to_string();
+    let readyz = Command::new("curl").args(["-s", &format!("{url}/readyz")]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&readyz.stdout).contains("[-]etcd failed"),
+        "{}",
+        String::from_utf8_lossy(&readyz.stdout)
+    );
 }

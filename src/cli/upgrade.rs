@@ -45,6 +45,10 @@ pub struct RollArgs {
     /// Roll node groups without replacing (and validating) one machine first.
     #[arg(long)]
     pub no_canary: bool,
+    /// Terminate control-plane machines without removing their etcd members
+    /// first (a rehearsal of the quorum loss this prevents; never on a real cluster).
+    #[arg(long, hide = true)]
+    pub skip_etcd_member_removal: bool,
     /// Kubeconfig of the cluster (default: the one bootstrap wrote).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -61,6 +65,7 @@ impl RollArgs {
             validate_count: self.validate_count,
             validate_interval: self.validate_interval,
             canary: !self.no_canary,
+            etcd_member_removal: !self.skip_etcd_member_removal,
         }
     }
 }

@@ -3,7 +3,8 @@
 //! server-side apply with discovery and dry-run ([`apply`]), the
 //! API server's validation rules ([`validation`], [`cron`]), server-side
 //! apply's field semantics ([`fields`]), readiness ([`ready`]), cluster
-//! validation ([`cluster`]), drain through evictions ([`drain`]) and
+//! validation ([`cluster`]), drain through evictions ([`drain`]), the
+//! control plane's etcd membership ([`etcd`]) and
 //! waiting for a new API server ([`wait`]). Addons, the controller,
 //! federation and rollouts call these; nothing here imports the sim.
 
@@ -11,6 +12,7 @@ pub mod apply;
 pub mod cluster;
 pub mod cron;
 pub mod drain;
+pub mod etcd;
 pub mod fields;
 pub mod kind;
 pub mod ready;

@@ -44,6 +44,9 @@ pub trait Nodes {
     fn cordon(&self, node: &str) -> impl Future<Output = Result<()>>;
     fn drain(&self, node: &str, timeout: Duration, force: bool) -> impl Future<Output = Result<()>>;
     fn delete(&self, node: &str) -> impl Future<Output = Result<()>>;
+    /// Removes the node's etcd member (a control-plane machine about to go),
+    /// refusing when etcd would lose its quorum.
+    fn remove_etcd_member(&self, node: &str) -> impl Future<Output = Result<()>>;
     /// One validation pass, ignoring the named nodes (still joining).
     fn validate(&self, ignore: &BTreeSet<String>) -> impl Future<Output = Result<(), String>>;
     /// Returns when a node may have changed, or after `max`.
@@ -67,6 +70,9 @@ pub struct GroupRoll {
     pub validation_timeout: Duration,
     /// Machines to replace even though they are current (`--force`).
     pub force_ids: BTreeSet<String>,
+    /// Each machine's etcd member is removed before it is terminated
+    /// (control-plane groups).
+    pub etcd_members: bool,
 }
 
 /// Progress, for bars and `-o json`.
@@ -186,7 +192,7 @@ pub async fn roll_group<M: Machines, N: Nodes>(
     }
 }
 
-/// Cordon → drain → terminate → delete the node → validate.
+/// Cordon → drain → (etcd member removed) → terminate → delete the node → validate.
 async fn replace_one<M: Machines, N: Nodes>(
     m: &M,
     n: &N,
@@ -199,6 +205,9 @@ async fn replace_one<M: Machines, N: Nodes>(
         if let Some(node) = &node {
             n.cordon(node).await?;
             n.drain(node, cfg.drain_timeout, cfg.force_drain).await?;
+            if cfg.etcd_members {
+                n.remove_etcd_member(node).await?;
+            }
         }
         m.terminate(&id).await?;
         if let Some(node) = &node {

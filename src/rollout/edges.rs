@@ -148,6 +148,9 @@ impl Nodes for KubeNodes {
     async fn delete(&self, node: &str) -> Result<()> {
         drain::delete_node(&self.client, node).await
     }
+    async fn remove_etcd_member(&self, node: &str) -> Result<()> {
+        crate::kube::etcd::remove_member(&self.client, node).await
+    }
     async fn validate(&self, ignore: &BTreeSet<String>) -> Result<(), String> {
         crate::kube::cluster::validate(&self.client, ignore).await
     }

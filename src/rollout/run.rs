@@ -30,6 +30,9 @@ pub struct Options {
     pub validate_interval: Duration,
     /// Replace one machine and validate before the rest of a node group.
     pub canary: bool,
+    /// Remove a control-plane machine's etcd member before terminating it
+    /// (off only for rehearsing what happens without it).
+    pub etcd_member_removal: bool,
 }
 
 /// One row of the upgrade table.
@@ -148,6 +151,7 @@ pub fn group_rolls(cluster: &Cluster, p: &Prepared, opts: &Options) -> (Vec<Grou
             validate_interval: opts.validate_interval,
             validation_timeout: g.rollout.validation_timeout.0,
             force_ids,
+            etcd_members: g.role == Role::ControlPlane && opts.etcd_member_removal,
         };
         match g.role {
             Role::ControlPlane => cp.push(roll),

@@ -118,6 +118,10 @@ impl Nodes for SimFleet {
         tokio::time::sleep(self.drain).await;
         Ok(())
     }
+    async fn remove_etcd_member(&self, _node: &str) -> Result<()> {
+        // The in-memory fleet has no etcd; its control planes are node groups' size.
+        Ok(())
+    }
     async fn delete(&self, _node: &str) -> Result<()> {
         Ok(())
     }

@@ -498,9 +498,30 @@ impl Controllers {
                         .map(|d| d.with_timezone(&chrono::Utc))
                         .unwrap_or(now_ts);
                     if (now_ts - started).to_std().unwrap_or_default() >= self.job_run {
-                        let (phase, code, reason) =
-                            if fails { ("Failed", 1, "Error") } else { ("Succeeded", 0, "Completed") };
-                        let statuses: Vec<Value> = containers.iter().map(|c| json!({"name": c, "ready": false, "restartCount": 0, "image": "", "imageID": "", "state": {"terminated": {"exitCode": code, "reason": reason, "finishedAt": now()}}})).collect();
+                        // Containers that run etcdctl run it against the sim's etcd.
+                        let codes: Vec<i32> = pod
+                            .pointer("/spec/containers")
+                            .and_then(Value::as_array)
+                            .map(|cs| {
+                                cs.iter()
+                                    .map(|c| match super::etcd::etcdctl_args(c) {
+                                        Some(args) => {
+                                            let result = inner.etcd.run(&node, &args);
+                                            let code = result.0;
+                                            inner.etcd.record(&ns(&pod), &name(&pod), &name_of(c), result);
+                                            code
+                                        }
+                                        None => i32::from(fails),
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        let failed = codes.iter().any(|c| *c != 0);
+                        let phase = if failed { "Failed" } else { "Succeeded" };
+                        let statuses: Vec<Value> = containers.iter().zip(codes.iter().chain(std::iter::repeat(&0))).map(|(c, code)| {
+                            let reason = if *code == 0 { "Completed" } else { "Error" };
+                            json!({"name": c, "ready": false, "restartCount": 0, "image": "", "imageID": "", "state": {"terminated": {"exitCode": code, "reason": reason, "finishedAt": now()}}})
+                        }).collect();
                         let mut st = pod["status"].clone();
                         st["phase"] = json!(phase);
                         st["conditions"] = json!([{"type": "Ready", "status": "False", "reason": "PodCompleted"}]);

@@ -8,6 +8,7 @@
 //! patch formats, [`server`] is the REST surface.
 
 pub mod controllers;
+pub mod etcd;
 pub mod local;
 pub mod nodes;
 pub mod openapi;

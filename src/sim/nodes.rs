@@ -339,6 +339,7 @@ pub fn kubelets(inner: &mut Inner, pods: &[Value]) {
     if nodes.is_empty() {
         return;
     }
+    control_plane_etcd(inner, &nodes, pods);
     // Only the Nodes the sim registered have a simulated kubelet; a Node
     // written through the API is left as its writer keeps it.
     for node in nodes.into_iter().filter(|n| annotation(n, BOOTED).is_some()) {
@@ -402,6 +403,53 @@ pub fn kubelets(inner: &mut Inner, pods: &[Value]) {
 }
 
 pub const KUBELET_SERVING: &str = "kubernetes.io/kubelet-serving";
+
+/// kubeadm's etcd on the control-plane machines the sim registered: which
+/// are up, members for new ones, and the etcd static pod's mirror pod on
+/// each member's node.
+fn control_plane_etcd(inner: &mut Inner, nodes: &[Value], pods: &[Value]) {
+    let machines: Vec<(String, String, bool)> = nodes
+        .iter()
+        .filter(|n| annotation(n, BOOTED).is_some())
+        .filter(|n| {
+            n.pointer("/metadata/labels").and_then(|l| l.get("node-role.kubernetes.io/control-plane")).is_some()
+        })
+        .map(|n| {
+            let name = n.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+            let ip = n
+                .pointer("/status/addresses")
+                .and_then(Value::as_array)
+                .and_then(|a| a.iter().find(|x| x["type"] == "InternalIP"))
+                .and_then(|x| x["address"].as_str())
+                .unwrap_or(&name)
+                .to_string();
+            (name, ip, booted(n))
+        })
+        .collect();
+    if machines.is_empty() && inner.etcd.members.is_empty() {
+        return;
+    }
+    inner.etcd.observe(&machines);
+    let live: std::collections::BTreeSet<(String, String)> = pods
+        .iter()
+        .filter_map(|p| {
+            let m = p.get("metadata")?;
+            Some((m.get("namespace")?.as_str()?.to_string(), m.get("name")?.as_str()?.to_string()))
+        })
+        .collect();
+    inner.etcd.forget_except(&live);
+    let pods_t = inner.registry.get("", "v1", "pods").cloned().expect("pods");
+    for (name, ip, up) in &machines {
+        let mirror = format!("etcd-{name}");
+        let exists = pods.iter().any(|p| {
+            p.pointer("/metadata/namespace").and_then(Value::as_str) == Some("kube-system")
+                && p.pointer("/metadata/name").and_then(Value::as_str) == Some(mirror.as_str())
+        });
+        if *up && !exists && inner.etcd.is_member(name) {
+            let _ = inner.create(&pods_t, "kube-system", super::etcd::mirror_pod(name, ip), "kubelet", false);
+        }
+    }
+}
 
 /// A Running hostNetwork pod on `node` that mounts the host's CNI config folder.
 fn runs_cni(pod: &Value, node: &str) -> bool {

@@ -91,6 +91,8 @@ pub struct Inner {
     compacted: u64,
     log_capacity: usize,
     pub events: broadcast::Sender<Arc<Event>>,
+    /// The control plane's stacked etcd (kubeadm machines only).
+    pub etcd: super::etcd::Etcd,
 }
 
 pub fn now() -> String {
@@ -170,6 +172,7 @@ impl Inner {
             compacted: 0,
             log_capacity: EVENT_LOG,
             events,
+            etcd: Default::default(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let t = s.registry.get("", "v1", "namespaces").cloned().expect("namespaces");
