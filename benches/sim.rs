@@ -137,6 +137,7 @@ fn main() {
                 launch_template_version: Some(1),
                 revision: Some(1),
                 launch_time: Some(0),
+                kubernetes_version: None,
             })
             .collect();
         let mut inner = pinfleet::sim::Inner::new();

@@ -94,6 +94,7 @@ impl RollView {
                     Event::Finished { group, replaced, seconds } => {
                         format!("{group}: done, {replaced} replaced in {seconds:.1}s")
                     }
+                    Event::VersionStep { step } => format!("step: {step}"),
                 };
                 let _ = writeln!(anstream::stderr(), "{line}");
             }
@@ -469,4 +470,25 @@ pub fn addon_diffs(cluster: &str, diffs: &[crate::addons::install::ObjectDiff]) 
         n => format!("{n} object(s) differ"),
     };
     (text, summary)
+}
+
+/// A version upgrade's steps, numbered, under what the cluster runs (empty
+/// when there is no version change).
+pub fn version_steps(p: &crate::rollout::run::Preview) -> String {
+    let Some(r) = &p.running else { return String::new() };
+    let target = p.version_steps.iter().rev().find_map(|s| match s {
+        crate::rollout::versions::Step::ControlPlane { version }
+        | crate::rollout::versions::Step::NodeGroups { version, .. } => Some(*version),
+        _ => None,
+    });
+    let mut out = format!(
+        "\nKubernetes upgrade: control plane {}{}, in {} steps:\n",
+        r.control_plane,
+        target.map(|t| format!(" → {t}")).unwrap_or_default(),
+        p.version_steps.len()
+    );
+    for (i, s) in p.version_steps.iter().enumerate() {
+        out.push_str(&format!("  {:>2}. {s}\n", i + 1));
+    }
+    out
 }

@@ -138,6 +138,7 @@ fn applied(d: &Desired) -> Observed {
                 launch_template_version: Some(1),
                 revision: Some(1),
                 launch_time: Some(n),
+                kubernetes_version: None,
             });
         }
     }

@@ -499,3 +499,115 @@ fn a_control_plane_roll_without_member_removal_loses_the_quorum() {
         String::from_utf8_lossy(&readyz.stdout)
     );
 }
+
+/// A copy of dev-local at `from` (one control-plane machine, two nodes),
+/// its node simulator and the approver; then `spec.kubernetesVersion: to`.
+fn versioned_cluster(name: &str, from: &str, to: &str) -> (World, NodeSim, std::thread::JoinHandle<()>) {
+    let w = World::new(name, 2);
+    let yaml = w.cluster_yaml(2, "t3.large") + &format!("  kubernetesVersion: \"{from}\"\n");
+    w.write_cluster(&yaml);
+    w.ok(&["bootstrap", name, "--yes"]);
+    let sim = node_sim(&w, "1s");
+    let approver = approver(&sim);
+    wait_ready_nodes(&sim, 3);
+    let yaml = std::fs::read_to_string(w.cluster_file())
+        .unwrap()
+        .replace(&format!("  kubernetesVersion: \"{from}\"\n"), &format!("  kubernetesVersion: \"{to}\"\n"));
+    w.write_cluster(&yaml);
+    (w, sim, approver)
+}
+
+/// Every node's kubelet version, the cluster configuration's, kube-proxy's and CoreDNS's images.
+fn versions(sim: &NodeSim) -> (Vec<String>, String, String, String) {
+    let nodes: serde_json::Value = serde_json::from_str(&kubectl(sim, &["get", "nodes", "-o", "json"], None)).unwrap();
+    let mut kubelets: Vec<String> = nodes["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["status"]["nodeInfo"]["kubeletVersion"].as_str().unwrap().to_string())
+        .collect();
+    kubelets.sort();
+    let config = kubectl(
+        sim,
+        &["get", "configmap", "-n", "kube-system", "kubeadm-config", "-o", "jsonpath={.data.ClusterConfiguration}"],
+        None,
+    );
+    let version = config.lines().find_map(|l| l.strip_prefix("kubernetesVersion: ")).unwrap_or_default().to_string();
+    let image = |kind: &str, name: &str| {
+        kubectl(
+            sim,
+            &["get", kind, "-n", "kube-system", name, "-o", "jsonpath={.spec.template.spec.containers[0].image}"],
+            None,
+        )
+    };
+    (kubelets, version, image("daemonset", "kube-proxy"), image("deployment", "coredns"))
+}
+
+/// 1.32 → 1.33: `apply` refuses the minor change and names `upgrade`;
+/// `upgrade` prints the steps (configuration, control plane, kube-proxy
+/// and CoreDNS, nodes) and runs them.
+#[test]
+fn kubernetes_1_32_to_1_33_is_an_upgrade_plan() {
+    let (w, sim, _approver) = versioned_cluster("k8s132", "1.32.6", "1.33.4");
+    assert_eq!(versions(&sim).1, "v1.32.6", "kubeadm init wrote the cluster's version");
+    let out = w.run(&["apply", "k8s132", "--yes"]);
+    assert!(!out.status.success(), "apply must not change the minor version");
+    assert!(
+        stderr(&out).contains("a change of minor version is an upgrade: `pinfleet upgrade k8s132`"),
+        "{}",
+        stderr(&out)
+    );
+
+    let kc = sim.kubeconfig.to_str().unwrap();
+    let preview = w.ok(&["upgrade", "k8s132", "--kubeconfig", kc]);
+    let steps: Vec<&str> =
+        preview.lines().filter(|l| l.trim_start().chars().next().is_some_and(|c| c.is_ascii_digit())).collect();
+    assert_eq!(
+        steps,
+        [
+            "   1. cluster configuration to v1.33.4 (kubeadm-config: what joining control-plane machines run)",
+            "   2. control-plane machines to v1.33.4",
+            "   3. kube-proxy and CoreDNS to v1.33.4's",
+            "   4. node groups general to v1.33.4",
+        ],
+        "{preview}"
+    );
+    let out = w.run(&upgrade_args(&w, &sim, &[]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (kubelets, config, proxy, dns) = versions(&sim);
+    assert_eq!(kubelets, ["v1.33.4"; 3]);
+    assert_eq!(config, "v1.33.4");
+    assert_eq!(proxy, "registry.k8s.io/kube-proxy:v1.33.4");
+    assert_eq!(dns, "registry.k8s.io/coredns/coredns:v1.12.0");
+    assert!(w.ok(&["upgrade", "k8s132", "--kubeconfig", kc]).lines().all(|l| !l.contains("Kubernetes upgrade")));
+}
+
+/// 1.31 → 1.33 goes through 1.32 on the control plane; the nodes, two
+/// minors behind at most, roll once, straight to 1.33.
+#[test]
+fn kubernetes_1_31_to_1_33_passes_through_1_32() {
+    let (w, sim, _approver) = versioned_cluster("k8s131", "1.31.10", "1.33.4");
+    let out = w.run(&upgrade_args(&w, &sim, &[]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let steps: Vec<&str> = err.lines().filter_map(|l| l.strip_prefix("step: ")).collect();
+    assert_eq!(
+        steps,
+        [
+            "cluster configuration to v1.32.6 (kubeadm-config: what joining control-plane machines run)",
+            "control-plane machines to v1.32.6",
+            "kube-proxy and CoreDNS to v1.32.6's",
+            "cluster configuration to v1.33.4 (kubeadm-config: what joining control-plane machines run)",
+            "control-plane machines to v1.33.4",
+            "kube-proxy and CoreDNS to v1.33.4's",
+            "node groups general to v1.33.4",
+        ]
+    );
+    let (kubelets, config, _, dns) = versions(&sim);
+    assert_eq!(kubelets, ["v1.33.4"; 3]);
+    assert_eq!(config, "v1.33.4");
+    assert_eq!(dns, "registry.k8s.io/coredns/coredns:v1.12.0");
+    // Two control-plane machines replaced (1.32, then 1.33), each node once.
+    let general = w.instances_in("general");
+    assert_eq!(general.len(), 2);
+}

@@ -43,6 +43,12 @@ fn params(cluster: &Cluster) -> BootstrapParams {
 
 /// Observes the cluster, resolves images, renders user-data and diffs.
 pub async fn prepare(aws: &Aws, cluster: &Cluster) -> Result<Prepared> {
+    prepare_with(aws, cluster, false).await
+}
+
+/// [`prepare`], for a step of a Kubernetes version upgrade when
+/// `version_step` (launch templates may change minor version).
+pub async fn prepare_with(aws: &Aws, cluster: &Cluster, version_step: bool) -> Result<Prepared> {
     let lb_name = model::load_balancer_name(&cluster.metadata.name);
     let needs_lb = cluster.spec.api.load_balancer.uses_elbv2();
     let (observed, (images, warnings)) = futures::try_join!(
@@ -64,7 +70,8 @@ pub async fn prepare(aws: &Aws, cluster: &Cluster) -> Result<Prepared> {
             init_user_data = Some(renderer.user_data(cluster, g, BootstrapMode::Init, &p)?);
         }
     }
-    let desired = model::desired(cluster, &inputs)?;
+    let mut desired = model::desired(cluster, &inputs)?;
+    desired.version_step = version_step;
     let mut plan = plan::diff(&desired, &observed);
     plan.aws_calls = aws.calls.snapshot();
     Ok(Prepared { desired, observed, plan, images, warnings, init_user_data })

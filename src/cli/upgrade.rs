@@ -88,10 +88,14 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
     let (store, pki, client) = s.roll_target(&kubeconfig).await?;
     let opts = args.roll.options();
     if !args.yes {
-        let (rows, pending) = run::preview(&s.aws, &s.loaded.cluster, &client, &opts).await?;
+        let preview = run::preview(&s.aws, &s.loaded.cluster, &client, &opts).await?;
+        let pending = preview.pending;
         match g.output {
-            Format::Text => write!(anstream::stdout(), "{}", crate::output::roll_status_table(&rows))?,
-            other => print_data(other, &rows)?,
+            Format::Text => {
+                write!(anstream::stdout(), "{}", crate::output::roll_status_table(&preview.groups))?;
+                write!(anstream::stdout(), "{}", crate::output::version_steps(&preview))?;
+            }
+            other => print_data(other, &preview)?,
         }
         let name = s.name();
         if pending > 0 {

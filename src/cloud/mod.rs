@@ -29,6 +29,8 @@ pub mod tags {
     pub const RESOURCE: &str = "pinfleet.dev/resource";
     /// On instances: the launch-template version they were started from.
     pub const LT_VERSION: &str = "pinfleet.dev/launch-template-version";
+    /// The Kubernetes version a launch template's machines install.
+    pub const KUBERNETES_VERSION: &str = "pinfleet.dev/kubernetes-version";
     /// On instances: the apply revision that started them (idempotency).
     pub const REVISION: &str = "pinfleet.dev/revision";
     pub const NAME: &str = "Name";

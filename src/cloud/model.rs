@@ -35,6 +35,10 @@ pub struct Desired {
     /// The IAM roles and instance profiles pinfleet manages.
     #[serde(default)]
     pub iam: Vec<crate::cloud::iam::DesiredRole>,
+    /// Launch templates may move to another Kubernetes minor (a step of
+    /// `pinfleet upgrade`); otherwise such a change is refused.
+    #[serde(default)]
+    pub version_step: bool,
 }
 
 /// The key of the API endpoint's Elastic IP (`eip/<zone>` are the NAT
@@ -178,6 +182,7 @@ impl Desired {
             launch_templates: vec![],
             groups: vec![],
             iam: vec![],
+            version_step: false,
         }
     }
 }
@@ -343,6 +348,7 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
             inputs.user_data.get(&g.name).ok_or_else(|| anyhow::anyhow!("no user-data for group {}", g.name))?;
         let mut tags = base_tags(cluster);
         tags.insert(tags::INSTANCE_GROUP.into(), g.name.clone());
+        tags.insert(tags::KUBERNETES_VERSION.into(), g.kubernetes_version(spec).to_string());
         tags.extend(g.cloud_labels.clone());
         let profile = g
             .instance_profile
@@ -400,6 +406,7 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
         launch_templates,
         groups,
         iam: crate::cloud::iam::desired(cluster),
+        version_step: false,
     })
 }
 

@@ -167,6 +167,9 @@ pub struct ObservedInstance {
     pub revision: Option<u64>,
     /// Seconds since the epoch.
     pub launch_time: Option<i64>,
+    /// The Kubernetes version it was launched with (its tag).
+    #[serde(default)]
+    pub kubernetes_version: Option<String>,
 }
 
 impl ObservedInstance {

@@ -15,6 +15,7 @@ pub mod drain;
 pub mod etcd;
 pub mod fields;
 pub mod kind;
+pub mod kubeadm;
 pub mod ready;
 pub mod validation;
 pub mod wait;

@@ -62,6 +62,32 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) ->
                         "launch template has no readable version".into(),
                     )],
                 };
+                let minor = |tags: &BTreeMap<String, String>| {
+                    tags.get(crate::cloud::tags::KUBERNETES_VERSION)
+                        .and_then(|v| crate::spec::validate::parse_kubernetes_version(v))
+                        .map(|(_, m, _)| m)
+                };
+                let running = o.latest.as_ref().and_then(|h| minor(&h.tags));
+                let wanted = minor(&lt.data.tags);
+                if let (Some(have), Some(want), false) = (running, wanted, desired.version_step) {
+                    if have != want {
+                        out.push(
+                            lt_key.clone(),
+                            Action::Update,
+                            format!("Kubernetes 1.{have} → 1.{want} for {}", lt.name),
+                            vec![field("kubernetesVersion", Some(format!("1.{have}")), Some(format!("1.{want}")))],
+                            "spec.kubernetesVersion".into(),
+                            lt_deps,
+                            super::Step::Refuse {
+                                why: format!(
+                                    "group {} runs Kubernetes 1.{have}; a change of minor version is an upgrade: `pinfleet upgrade {}` shows and runs its steps (control plane first, one minor at a time, within the version skew policy)",
+                                    g.name, desired.cluster
+                                ),
+                            },
+                        );
+                        continue;
+                    }
+                }
                 if diffs.is_empty() {
                     current_version = Some(o.latest_version);
                 } else {

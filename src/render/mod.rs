@@ -203,8 +203,8 @@ impl Renderer {
         params: &BootstrapParams,
     ) -> Context {
         let spec = &cluster.spec;
-        let (_, minor, _) = parse_kubernetes_version(&spec.kubernetes_version).unwrap_or((1, 0, 0));
-        let version = spec.kubernetes_version.trim_start_matches('v');
+        let version = group.kubernetes_version(spec);
+        let (_, minor, _) = parse_kubernetes_version(version).unwrap_or((1, 0, 0));
         let labels = node_labels(cluster, group);
         let kubelet_labels: BTreeMap<_, _> = labels.iter().filter(|(k, _)| kubelet_may_set(k)).collect();
         let node_labels_arg = kubelet_labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");

@@ -79,11 +79,35 @@ pub struct GroupRoll {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "camelCase")]
 pub enum Event {
-    Started { group: String, outdated: usize, machines: usize },
-    Launched { group: String, ids: Vec<String> },
-    Draining { group: String, instance: String, node: Option<String> },
-    Replaced { group: String, instance: String, done: usize, total: usize },
-    Finished { group: String, replaced: usize, seconds: f64 },
+    Started {
+        group: String,
+        outdated: usize,
+        machines: usize,
+    },
+    Launched {
+        group: String,
+        ids: Vec<String>,
+    },
+    Draining {
+        group: String,
+        instance: String,
+        node: Option<String>,
+    },
+    Replaced {
+        group: String,
+        instance: String,
+        done: usize,
+        total: usize,
+    },
+    Finished {
+        group: String,
+        replaced: usize,
+        seconds: f64,
+    },
+    /// A step of a Kubernetes version upgrade begins (see [`super::versions`]).
+    VersionStep {
+        step: String,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]

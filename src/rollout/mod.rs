@@ -18,3 +18,4 @@ pub mod edges;
 pub mod policy;
 pub mod run;
 pub mod simfleet;
+pub mod versions;

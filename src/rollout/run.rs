@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::driver::{self, Event, GroupReport, GroupRoll};
 use super::edges::{AwsMachines, KubeNodes};
 use super::policy;
+use super::versions::{self, Running, Step as VStep, Version};
 use crate::apply::prepare::{self, Prepared};
 use crate::cloud::aws::Aws;
 use crate::kube::drain::NodeState;
@@ -56,14 +57,40 @@ pub async fn apply_pending(
     aws: &Aws,
     cluster: &Cluster,
     revision: u64,
+    version_step: bool,
 ) -> Result<(Prepared, Option<crate::plan::Plan>)> {
-    let prepared = prepare::prepare(aws, cluster).await?;
+    let prepared = prepare::prepare_with(aws, cluster, version_step).await?;
     if prepared.plan.is_empty() {
         return Ok((prepared, None));
     }
     let ctx = prepared.context(aws, cluster, revision);
     crate::apply::execute(&prepared.plan, ctx, &crate::apply::Options::default()).await?;
-    Ok((prepare::prepare(aws, cluster).await?, Some(prepared.plan)))
+    Ok((prepare::prepare_with(aws, cluster, version_step).await?, Some(prepared.plan)))
+}
+
+/// The Kubernetes version steps from what the cluster runs to
+/// `spec.kubernetesVersion` (none when they agree, or when the cluster
+/// keeps no kubeadm configuration to read its version from).
+pub async fn version_steps(cluster: &Cluster, client: &kube::Client) -> Result<(Option<Running>, Vec<VStep>)> {
+    let target = Version::parse(&cluster.spec.kubernetes_version).ok_or_else(|| {
+        anyhow::anyhow!("spec.kubernetesVersion {} is not a version", cluster.spec.kubernetes_version)
+    })?;
+    let Some(mut running) = crate::kube::kubeadm::running(client).await? else { return Ok((None, vec![])) };
+    // Node groups without nodes move with the control plane's version.
+    for g in cluster.spec.instance_groups.iter().filter(|g| g.role == Role::Node) {
+        running.node_groups.entry(g.name.clone()).or_insert(running.control_plane);
+    }
+    let steps = versions::plan(&running, target).map_err(|why| anyhow::anyhow!("{why}"))?;
+    Ok((Some(running), steps))
+}
+
+/// The cluster as one version step renders it: each group at its version.
+fn cluster_at(cluster: &Cluster, at: &BTreeMap<String, Version>) -> Cluster {
+    let mut c = cluster.clone();
+    for g in &mut c.spec.instance_groups {
+        g.kubernetes_version = at.get(&g.name).map(ToString::to_string);
+    }
+    c
 }
 
 fn versions(p: &Prepared) -> BTreeMap<String, i64> {
@@ -74,17 +101,29 @@ fn selected<'a>(cluster: &'a Cluster, opts: &Options) -> Vec<&'a crate::spec::In
     cluster.spec.instance_groups.iter().filter(|g| opts.groups.is_empty() || opts.groups.contains(&g.name)).collect()
 }
 
-/// What `upgrade` without `--yes` shows: each selected group now, and how
-/// many planned changes are pending (applied before the roll).
-pub async fn preview(
-    aws: &Aws,
-    cluster: &Cluster,
-    client: &kube::Client,
-    opts: &Options,
-) -> Result<(Vec<GroupStatus>, usize)> {
+/// What `upgrade` without `--yes` shows.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Preview {
+    /// Each selected group now.
+    pub groups: Vec<GroupStatus>,
+    /// Planned changes (applied before the roll).
+    pub pending: usize,
+    /// What the cluster runs, when it differs from `spec.kubernetesVersion`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running: Option<Running>,
+    /// The version upgrade's steps, in order (empty: no version change).
+    pub version_steps: Vec<VStep>,
+}
+
+pub async fn preview(aws: &Aws, cluster: &Cluster, client: &kube::Client, opts: &Options) -> Result<Preview> {
     let p = crate::apply::prepare::prepare(aws, cluster).await?;
     let nodes = crate::kube::drain::nodes_by_instance(client).await?;
-    Ok((status(cluster, &p, &nodes, opts), p.plan.changes.len()))
+    let (running, version_steps) = version_steps(cluster, client).await?;
+    // A version change shows as steps, not as the refused template changes.
+    let pending = if version_steps.is_empty() { p.plan.changes.len() } else { 0 };
+    let running = running.filter(|_| !version_steps.is_empty());
+    Ok(Preview { groups: status(cluster, &p, &nodes, opts), pending, running, version_steps })
 }
 
 /// What each selected group looks like now.
@@ -187,8 +226,10 @@ pub async fn roll(
 /// One roll under the cluster lock, as `upgrade` and the AMI job run it:
 /// the pending changes applied first (new launch-template versions,
 /// recorded in history like any apply), then the roll, its progress kept
-/// in the state store as it happens ([`crate::state::progress`]). `on`
-/// sees every event (the command shows them).
+/// in the state store as it happens ([`crate::state::progress`]). When
+/// `spec.kubernetesVersion` is not what the cluster runs, the roll is the
+/// version upgrade's steps ([`versions`]), each applied and rolled in turn.
+/// `on` sees every event (the command shows them).
 #[allow(clippy::too_many_arguments)]
 pub async fn upgrade(
     aws: &Aws,
@@ -202,21 +243,15 @@ pub async fn upgrade(
     on: &dyn Fn(Event),
 ) -> Result<Vec<GroupReport>> {
     use crate::state::progress::{self, Outcome, RollProgress};
-    use std::io::Write as _;
     // Replacements join with a token minted now (and the files the
     // control plane's replacements fetch), before any machine is launched.
     crate::state::join::publish_files(store, pki).await?;
     crate::state::join::ensure_fresh(Some(&client), store, chrono::Utc::now()).await?;
-    let revision = store.next_revision().await?;
-    let (p, applied) = apply_pending(aws, cluster, revision).await?;
-    if let Some(plan) = applied {
-        let record =
-            crate::state::HistoryRecord::of_plan(revision, command, &plan).acting_as(aws.caller_identity().await);
-        store.record(&record, cluster).await?;
-        writeln!(
-            anstream::stderr(),
-            "applied the pending changes as revision {revision} (new launch-template versions)"
-        )?;
+    let (running, steps) = version_steps(cluster, &client).await?;
+    if !steps.is_empty() && !opts.groups.is_empty() {
+        anyhow::bail!(
+            "a Kubernetes version upgrade rolls every group in its order (control plane first); --instance-group cannot choose"
+        );
     }
     // Progress lands in the state store as it happens, from its own task so
     // a slow write never holds up the roll.
@@ -237,7 +272,15 @@ pub async fn upgrade(
         let _ = tx.send(e.clone());
         on(e);
     };
-    let result = roll(aws, cluster, &p, client, opts, revision, &forward).await;
+    let result = match running {
+        Some(running) if !steps.is_empty() => {
+            version_upgrade(aws, cluster, store, &client, opts, command, &running, &steps, &forward).await
+        }
+        _ => {
+            let (p, revision) = apply_recorded(aws, cluster, store, command, false).await?;
+            roll(aws, cluster, &p, client, opts, revision, &forward).await
+        }
+    };
     drop(tx);
     let mut record = writer.await.unwrap_or_else(|_| RollProgress::new(why, chrono::Utc::now()));
     let outcome = match &result {
@@ -247,4 +290,84 @@ pub async fn upgrade(
     record.finish(outcome, chrono::Utc::now());
     store.put_json(progress::KEY, &record).await?;
     result
+}
+
+/// Applies what is pending for `cluster` as a new revision, recorded in
+/// history; the fresh observation and the revision.
+async fn apply_recorded(
+    aws: &Aws,
+    cluster: &Cluster,
+    store: &crate::state::Store,
+    command: &str,
+    version_step: bool,
+) -> Result<(Prepared, u64)> {
+    use std::io::Write as _;
+    let revision = store.next_revision().await?;
+    let (p, applied) = apply_pending(aws, cluster, revision, version_step).await?;
+    if let Some(plan) = applied {
+        let record =
+            crate::state::HistoryRecord::of_plan(revision, command, &plan).acting_as(aws.caller_identity().await);
+        store.record(&record, cluster).await?;
+        writeln!(
+            anstream::stderr(),
+            "applied the pending changes as revision {revision} (new launch-template versions)"
+        )?;
+    }
+    Ok((p, revision))
+}
+
+/// Carries out a version upgrade's steps: the cluster configuration and
+/// kubeadm's addons through the API, and each machine step as an apply of
+/// the cluster at that step's versions followed by a roll of its groups.
+#[allow(clippy::too_many_arguments)]
+async fn version_upgrade(
+    aws: &Aws,
+    cluster: &Cluster,
+    store: &crate::state::Store,
+    client: &kube::Client,
+    opts: &Options,
+    command: &str,
+    running: &Running,
+    steps: &[VStep],
+    on: &dyn Fn(Event),
+) -> Result<Vec<GroupReport>> {
+    let control_planes: Vec<String> =
+        cluster.spec.instance_groups.iter().filter(|g| g.role == Role::ControlPlane).map(|g| g.name.clone()).collect();
+    // The version each group's launch template carries as the steps go.
+    let mut at: BTreeMap<String, Version> = control_planes.iter().map(|g| (g.clone(), running.control_plane)).collect();
+    at.extend(running.node_groups.clone());
+    let mut reports = Vec::new();
+    for step in steps {
+        on(Event::VersionStep { step: step.to_string() });
+        let groups: Vec<String> = match step {
+            VStep::ClusterConfiguration { version } => {
+                crate::kube::kubeadm::set_cluster_version(client, *version).await?;
+                continue;
+            }
+            VStep::ClusterAddons { version } => {
+                let changed = crate::kube::kubeadm::upgrade_addons(client, *version).await?;
+                if !changed.is_empty() {
+                    tracing::info!("updated {}", changed.join(", "));
+                }
+                continue;
+            }
+            VStep::ControlPlane { version } => {
+                for g in &control_planes {
+                    at.insert(g.clone(), *version);
+                }
+                control_planes.clone()
+            }
+            VStep::NodeGroups { version, groups } => {
+                for g in groups {
+                    at.insert(g.clone(), *version);
+                }
+                groups.clone()
+            }
+        };
+        let c = cluster_at(cluster, &at);
+        let (p, revision) = apply_recorded(aws, &c, store, command, true).await?;
+        let step_opts = Options { groups, ..opts.clone() };
+        reports.extend(roll(aws, &c, &p, client.clone(), &step_opts, revision, on).await?);
+    }
+    Ok(reports)
 }

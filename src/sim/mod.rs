@@ -9,6 +9,7 @@
 
 pub mod controllers;
 pub mod etcd;
+pub mod kubeadm;
 pub mod local;
 pub mod nodes;
 pub mod openapi;

@@ -29,6 +29,8 @@ pub struct NodeSpec {
     pub needs_cni: bool,
     /// `status.addresses`: (type, address), e.g. ("InternalIP", "10.0.1.5").
     pub addresses: Vec<(String, String)>,
+    /// `status.nodeInfo.kubeletVersion`, e.g. `v1.33.2`.
+    pub kubelet_version: String,
 }
 
 /// Annotations the sim keeps on its Nodes (what a kubelet knows about its machine).
@@ -52,6 +54,7 @@ impl NodeSpec {
             ready: true,
             needs_cni: false,
             addresses: vec![("Hostname".into(), name.into())],
+            kubelet_version: super::server::SIM_VERSION.into(),
         }
     }
 }
@@ -126,7 +129,7 @@ pub fn declare(inner: &mut Inner, n: &NodeSpec) {
         "allocatable": {"cpu": n.cpu, "memory": n.memory, "pods": "110"},
         "conditions": [ready_condition(n.ready, !n.needs_cni)],
         "addresses": addresses,
-        "nodeInfo": {"kubeletVersion": super::server::SIM_VERSION, "containerRuntimeVersion": "containerd://sim", "operatingSystem": "linux", "architecture": "amd64"},
+        "nodeInfo": {"kubeletVersion": n.kubelet_version, "containerRuntimeVersion": "containerd://sim", "operatingSystem": "linux", "architecture": "amd64"},
     });
     let annotations = json!({BOOTED: n.ready.to_string(), NEEDS_CNI: n.needs_cni.to_string()});
     let obj = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n.name, "labels": labels, "annotations": annotations}, "spec": spec, "status": status});
@@ -190,6 +193,9 @@ pub fn node_for(cfg: &Ec2Nodes, i: &crate::cloud::observed::ObservedInstance, no
     n.provider_id = Some(format!("aws:///{zone}/{}", i.id));
     n.ready = booted && !fails(&i.id, cfg.fail_fraction);
     n.needs_cni = cfg.needs_cni;
+    if let Some(v) = &i.kubernetes_version {
+        n.kubelet_version = format!("v{}", v.trim_start_matches('v'));
+    }
     if let Some(ip) = &i.private_ip {
         // EC2's private DNS names: `ec2.internal` in us-east-1, `<region>.compute.internal` elsewhere.
         let region = &cfg.cluster.spec.cloud.region;
@@ -234,6 +240,7 @@ pub fn group_node(
         ready: true,
         needs_cni: true,
         addresses: vec![("Hostname".into(), name.to_string())],
+        kubelet_version: format!("v{}", group.kubernetes_version(&cluster.spec)),
     }
 }
 
@@ -281,8 +288,17 @@ pub fn sync(
         .unwrap_or_default();
     let mut changed = 0;
     let mut wanted = std::collections::BTreeSet::new();
+    let configured = super::kubeadm::configured_version(inner);
     for i in instances {
         if let Some(spec) = node_for(cfg, i, now) {
+            // kubeadm join's preflight, before the kubelet ever registers.
+            let machine = crate::rollout::versions::Version::parse(&spec.kubelet_version);
+            if let (false, Some(m), Some(c)) = (existing.contains(&spec.name), machine, configured) {
+                if let Some(why) = super::kubeadm::join_refusal(m, c) {
+                    warn_once(&spec.name, &format!("sim: kubeadm join on {} failed: {why}", spec.name));
+                    continue;
+                }
+            }
             wanted.insert(spec.name.clone());
             let before = inner.resource_version();
             declare(inner, &spec);
@@ -294,6 +310,15 @@ pub fn sync(
         changed += 1;
     }
     changed
+}
+
+/// Logs `what` once per machine (a machine that cannot join is retried every poll).
+fn warn_once(machine: &str, what: &str) {
+    static SEEN: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    if SEEN.lock().map(|mut s| s.insert(machine.to_string())).unwrap_or(false) {
+        tracing::warn!("{what}");
+    }
 }
 
 /// Keeps the Nodes in step with the cluster's EC2 instances for as long as
@@ -429,7 +454,21 @@ fn control_plane_etcd(inner: &mut Inner, nodes: &[Value], pods: &[Value]) {
     if machines.is_empty() && inner.etcd.members.is_empty() {
         return;
     }
+    let first = inner.etcd.members.is_empty();
     inner.etcd.observe(&machines);
+    if first {
+        if let Some(init) = inner.etcd.members.first().map(|m| m.name.clone()) {
+            // `kubeadm init` ran on that machine, at its version.
+            let version = nodes
+                .iter()
+                .find(|n| n.pointer("/metadata/name").and_then(Value::as_str) == Some(init.as_str()))
+                .and_then(|n| n.pointer("/status/nodeInfo/kubeletVersion").and_then(Value::as_str))
+                .and_then(crate::rollout::versions::Version::parse);
+            if let Some(v) = version {
+                super::kubeadm::init(inner, v, "10.244.0.0/16");
+            }
+        }
+    }
     let live: std::collections::BTreeSet<(String, String)> = pods
         .iter()
         .filter_map(|p| {

@@ -132,8 +132,13 @@ fn parse_target(inner: &Inner, segs: &[&str]) -> Option<Target> {
 fn discovery(inner: &Inner, segs: &[&str], port: u16) -> Option<Value> {
     Some(match segs {
         ["version"] => {
-            let minor = SIM_VERSION.split('.').nth(1).unwrap_or("33");
-            json!({"major": "1", "minor": minor, "gitVersion": SIM_VERSION, "gitCommit": "pinfleet", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "n/a", "compiler": "rustc", "platform": "linux/amd64"})
+            // A kubeadm cluster's API servers run what its configuration names.
+            let git = match super::kubeadm::configured_version(inner) {
+                Some(v) => format!("v{v}"),
+                None => SIM_VERSION.to_string(),
+            };
+            let minor = git.split('.').nth(1).unwrap_or("33").to_string();
+            json!({"major": "1", "minor": minor, "gitVersion": git, "gitCommit": "pinfleet", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "n/a", "compiler": "rustc", "platform": "linux/amd64"})
         }
         ["api"] => {
             json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": format!("127.0.0.1:{port}")}]})

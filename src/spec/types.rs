@@ -249,12 +249,23 @@ pub struct InstanceGroup {
     pub instance_profile: Option<String>,
     #[serde(default)]
     pub rollout: RolloutSpec,
+    /// The Kubernetes version this group's machines install when it is not
+    /// `spec.kubernetesVersion`: set by a version upgrade for one of its
+    /// steps, never read from files.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub kubernetes_version: Option<String>,
 }
 
 impl InstanceGroup {
     /// Instances wanted now (desired, or minSize when unset).
     pub fn desired_count(&self) -> u32 {
         self.desired.unwrap_or(self.min_size)
+    }
+
+    /// The Kubernetes version its machines install.
+    pub fn kubernetes_version<'a>(&'a self, spec: &'a ClusterSpec) -> &'a str {
+        self.kubernetes_version.as_deref().unwrap_or(&spec.kubernetes_version).trim_start_matches('v')
     }
 }
 

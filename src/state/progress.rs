@@ -48,6 +48,9 @@ pub struct RollProgress {
     pub outcome: Option<Outcome>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<DateTime<Utc>>,
+    /// The Kubernetes version steps begun, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub version_steps: Vec<String>,
 }
 
 impl RollProgress {
@@ -59,6 +62,7 @@ impl RollProgress {
             groups: BTreeMap::new(),
             outcome: None,
             finished_at: None,
+            version_steps: Vec::new(),
         }
     }
 
@@ -84,6 +88,7 @@ impl RollProgress {
                 Some(g) => g.status = GroupState::Done,
                 None => return false,
             },
+            Event::VersionStep { step } => self.version_steps.push(step.clone()),
             Event::Launched { .. } | Event::Draining { .. } => return false,
         }
         self.updated_at = now;

@@ -238,6 +238,7 @@ pub fn instance(i: &aws_sdk_ec2::types::Instance) -> ObservedInstance {
         private_ip: i.private_ip_address().map(str::to_string),
         launch_template_version: t.get(tags::LT_VERSION).and_then(|v| v.parse().ok()),
         revision: t.get(tags::REVISION).and_then(|v| v.parse().ok()),
+        kubernetes_version: t.get(tags::KUBERNETES_VERSION).cloned(),
         launch_time: i.launch_time().map(|d| d.secs()),
     }
 }

@@ -944,6 +944,14 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
             None => batches.push((subnet.clone(), 1, init)),
         }
     }
+    let kubernetes_version = ctx
+        .desired
+        .launch_templates
+        .iter()
+        .find(|t| t.group == group)
+        .and_then(|t| t.data.tags.get(tags::KUBERNETES_VERSION))
+        .map(String::as_str)
+        .unwrap_or_default();
     let mut ids = Vec::new();
     let mut seq = seq_start;
     for (subnet, n, init) in batches {
@@ -965,6 +973,7 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                 &key,
                 &[
                     (tags::INSTANCE_GROUP, group),
+                    (tags::KUBERNETES_VERSION, kubernetes_version),
                     (tags::LT_VERSION, &version.to_string()),
                     (tags::REVISION, &ctx.revision.to_string()),
                     (tags::NAME, &format!("{cluster}-{group}")),

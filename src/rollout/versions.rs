@@ -1,0 +1,231 @@
+//! Kubernetes version upgrades as a plan (pure): from the versions a
+//! cluster runs (its cluster-wide configuration and each group's kubelets)
+//! to `spec.kubernetesVersion`, within the version skew policy:
+//!
+//! - the control plane first, one minor at a time (1.31 → 1.33 goes
+//!   through 1.32); for each minor, the cluster-wide configuration
+//!   (kubeadm's ClusterConfiguration, which joining control-plane machines
+//!   run), the control-plane machines, then the cluster addons kubeadm
+//!   owns (kube-proxy, CoreDNS) once no API server is older;
+//! - node groups last, straight to the target, unless a kubelet would fall
+//!   more than three minors behind the API server on the way (then they
+//!   are rolled to the control plane's version first);
+//! - no downgrades, no change of major version, no kubelet newer than the
+//!   API server.
+//!
+//! `rollout::run::upgrade` carries the steps out; `pinfleet upgrade`
+//! without `--yes` prints them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::spec::validate::parse_kubernetes_version;
+
+/// A Kubernetes release: 1.MINOR.PATCH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Version {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl Version {
+    pub fn parse(s: &str) -> Option<Version> {
+        // kubelets report e.g. `v1.33.2` or `v1.33.2-eks-1234`.
+        let s = s.split(['-', '+']).next().unwrap_or(s);
+        parse_kubernetes_version(s).map(|(major, minor, patch)| Version { major, minor, patch })
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// The newest patch of each minor this release of pinfleet knows, used for
+/// the minors an upgrade passes through.
+pub const LATEST_PATCH: &[(u32, u32)] = &[(30, 14), (31, 10), (32, 6), (33, 4)];
+
+/// kubeadm's CoreDNS for each minor.
+pub fn coredns_tag(minor: u32) -> Option<&'static str> {
+    match minor {
+        30 => Some("v1.11.1"),
+        31 | 32 => Some("v1.11.3"),
+        33 => Some("v1.12.0"),
+        _ => None,
+    }
+}
+
+/// A kubelet may be at most this many minors older than the API server.
+pub const KUBELET_SKEW: u32 = 3;
+
+/// What a cluster runs now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Running {
+    /// The cluster-wide configuration's version (what control-plane
+    /// machines run), and the oldest control-plane kubelet.
+    pub control_plane: Version,
+    /// The oldest kubelet of each node group (groups without nodes absent).
+    pub node_groups: BTreeMap<String, Version>,
+}
+
+/// One step of a version upgrade.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "step", rename_all = "camelCase")]
+pub enum Step {
+    /// The cluster-wide configuration names `version` (kubeadm-config's ClusterConfiguration).
+    ClusterConfiguration { version: Version },
+    /// The control-plane groups' machines replaced with `version`'s.
+    ControlPlane { version: Version },
+    /// kube-proxy and CoreDNS at `version`'s.
+    ClusterAddons { version: Version },
+    /// These node groups' machines replaced with `version`'s.
+    NodeGroups { version: Version, groups: Vec<String> },
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::ClusterConfiguration { version } => {
+                write!(
+                    f,
+                    "cluster configuration to v{version} (kubeadm-config: what joining control-plane machines run)"
+                )
+            }
+            Step::ControlPlane { version } => write!(f, "control-plane machines to v{version}"),
+            Step::ClusterAddons { version } => write!(f, "kube-proxy and CoreDNS to v{version}'s"),
+            Step::NodeGroups { version, groups } => write!(f, "node groups {} to v{version}", groups.join(", ")),
+        }
+    }
+}
+
+fn version_of_minor(minor: u32, target: Version) -> Version {
+    if minor == target.minor {
+        return target;
+    }
+    let patch = LATEST_PATCH.iter().find(|(m, _)| *m == minor).map(|(_, p)| *p).unwrap_or(0);
+    Version { major: target.major, minor, patch }
+}
+
+/// The steps from `running` to `target`, or the rule that forbids it.
+pub fn plan(running: &Running, target: Version) -> Result<Vec<Step>, String> {
+    let cp = running.control_plane;
+    if target.major != cp.major {
+        return Err(format!("the control plane runs {cp}; a change of major version (to {target}) is not supported"));
+    }
+    if target < cp {
+        return Err(format!(
+            "the control plane runs {cp}; Kubernetes does not support downgrades (to {target}): restore from a backup or build a new cluster"
+        ));
+    }
+    if let Some((g, v)) = running.node_groups.iter().find(|(_, v)| v.minor > cp.minor) {
+        return Err(format!(
+            "node group {g} runs kubelet {v}, newer than the control plane's {cp}; the version skew policy forbids kubelets newer than kube-apiserver: roll {g} back to {}.{} first",
+            cp.major, cp.minor
+        ));
+    }
+    let mut steps = Vec::new();
+    let mut nodes = running.node_groups.clone();
+    let mut at = cp;
+    let minors: Vec<u32> = if target.minor > cp.minor {
+        (cp.minor + 1..=target.minor).collect()
+    } else if target.patch != cp.patch {
+        vec![target.minor]
+    } else {
+        vec![]
+    };
+    for minor in minors {
+        let v = version_of_minor(minor, target);
+        // Kubelets that the new API server would leave too far behind move
+        // to the control plane's present version first.
+        let behind: Vec<String> =
+            nodes.iter().filter(|(_, n)| n.minor + KUBELET_SKEW < minor).map(|(g, _)| g.clone()).collect();
+        if !behind.is_empty() {
+            for g in &behind {
+                nodes.insert(g.clone(), at);
+            }
+            steps.push(Step::NodeGroups { version: at, groups: behind });
+        }
+        steps.push(Step::ClusterConfiguration { version: v });
+        steps.push(Step::ControlPlane { version: v });
+        steps.push(Step::ClusterAddons { version: v });
+        at = v;
+    }
+    let stale: Vec<String> = nodes.iter().filter(|(_, n)| **n != target).map(|(g, _)| g.clone()).collect();
+    if !stale.is_empty() {
+        steps.push(Step::NodeGroups { version: target, groups: stale });
+    }
+    Ok(steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> Version {
+        Version::parse(s).unwrap()
+    }
+
+    fn running(cp: &str, nodes: &[(&str, &str)]) -> Running {
+        Running { control_plane: v(cp), node_groups: nodes.iter().map(|(g, n)| (g.to_string(), v(n))).collect() }
+    }
+
+    fn show(steps: &[Step]) -> Vec<String> {
+        steps.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn one_minor_control_plane_first_then_nodes() {
+        let steps = plan(&running("1.32.6", &[("general", "1.32.6")]), v("1.33.2")).unwrap();
+        assert_eq!(
+            show(&steps),
+            [
+                "cluster configuration to v1.33.2 (kubeadm-config: what joining control-plane machines run)",
+                "control-plane machines to v1.33.2",
+                "kube-proxy and CoreDNS to v1.33.2's",
+                "node groups general to v1.33.2",
+            ]
+        );
+    }
+
+    #[test]
+    fn two_minors_pass_through_the_middle_and_nodes_roll_once() {
+        let steps = plan(&running("1.31.10", &[("general", "1.31.10"), ("gpu", "1.31.10")]), v("1.33.2")).unwrap();
+        let cps: Vec<&Step> = steps.iter().filter(|s| matches!(s, Step::ControlPlane { .. })).collect();
+        assert_eq!(cps, [&Step::ControlPlane { version: v("1.32.6") }, &Step::ControlPlane { version: v("1.33.2") }]);
+        let node_steps: Vec<&Step> = steps.iter().filter(|s| matches!(s, Step::NodeGroups { .. })).collect();
+        assert_eq!(
+            node_steps,
+            [&Step::NodeGroups { version: v("1.33.2"), groups: vec!["general".into(), "gpu".into()] }],
+            "kubelets two minors behind are allowed: nodes go straight to the target"
+        );
+        assert!(matches!(steps.last(), Some(Step::NodeGroups { .. })));
+    }
+
+    #[test]
+    fn kubelets_too_far_behind_move_first() {
+        // 1.30 kubelets under a 1.34 API server would be four minors behind.
+        let steps = plan(&running("1.33.2", &[("old", "1.30.14")]), v("1.34.0")).unwrap();
+        assert_eq!(steps[0], Step::NodeGroups { version: v("1.33.2"), groups: vec!["old".into()] });
+        assert_eq!(steps.last(), Some(&Step::NodeGroups { version: v("1.34.0"), groups: vec!["old".into()] }));
+    }
+
+    #[test]
+    fn refusals_name_the_rule() {
+        let e = plan(&running("1.33.2", &[]), v("1.32.6")).unwrap_err();
+        assert!(e.contains("does not support downgrades"), "{e}");
+        let e = plan(&running("1.32.6", &[("general", "1.33.2")]), v("1.33.2")).unwrap_err();
+        assert!(e.contains("forbids kubelets newer than kube-apiserver"), "{e}");
+        assert!(plan(&running("1.33.2", &[("general", "1.33.2")]), v("1.33.2")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_patch_release_reconfigures_and_rolls_everything() {
+        let steps = plan(&running("1.33.1", &[("general", "1.33.1")]), v("1.33.2")).unwrap();
+        assert_eq!(steps.len(), 4);
+        assert_eq!(Version::parse("v1.33.2-eks-4f4795d"), Some(v("1.33.2")));
+    }
+}
