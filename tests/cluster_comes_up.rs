@@ -273,3 +273,61 @@ async fn machines_launched_into_a_running_cluster_get_a_token_minted_through_the
     assert!(err.contains("could not mint a new one"), "{err}");
     up.sim.stop().await;
 }
+
+/// A control-plane machine that joins long after `kubeadm init` (here three
+/// hours; kubeadm deletes the `kubeadm-certs` Secret of `init
+/// --upload-certs` after two) gets everything it needs: nothing is uploaded
+/// to the cluster to expire, the shared certificates kubeadm copies to a
+/// joining control plane are in the state store for its role, its bootstrap
+/// fetches each of them, and a token valid at that hour is minted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_machine_joins_three_hours_after_init() {
+    use pinfleet::render::{BootstrapMode, BootstrapParams, Renderer};
+    use pinfleet::state::join;
+    let up = up("").await;
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        pinfleet::state::Store::open(&format!("file://{}", dir.path().display()), "dev-local", None).await.unwrap();
+    let init_at = chrono::Utc::now();
+    let pki = pinfleet::state::pki::Pki::generate("dev-local").unwrap();
+    join::publish_files(&store, &pki).await.unwrap();
+    join::for_init(&store, init_at).await.unwrap();
+
+    let file = up.dir.path().join("clusters/dev-local.yaml");
+    let (loaded, _) = pinfleet::spec::load_paths(&[file], &Default::default());
+    let cluster = &loaded[0].cluster;
+    let cp = cluster.spec.instance_groups.iter().find(|g| g.name == "control-plane").unwrap();
+    let (r, params) = (Renderer::new(), BootstrapParams::for_cluster(cluster));
+    let init = r.kubeadm_config(cluster, cp, BootstrapMode::Init, &params).unwrap();
+    let joining = r.kubeadm_config(cluster, cp, BootstrapMode::JoinControlPlane, &params).unwrap();
+    let script = r.bootstrap_script(cluster, cp, BootstrapMode::JoinControlPlane, &params).unwrap();
+    for text in [&init, &joining, &script] {
+        assert!(!text.contains("certificateKey") && !text.contains("upload-certs"), "{text}");
+    }
+    assert!(joining.contains("controlPlane: {}"), "{joining}");
+
+    // kubeadm's list of certificates shared with a joining control plane,
+    // and the name each has in the state store.
+    let shared = [
+        ("ca.crt", "ca.crt"),
+        ("ca.key", "ca.key"),
+        ("sa.key", "sa.key"),
+        ("sa.pub", "sa.pub"),
+        ("front-proxy-ca.crt", "front-proxy-ca.crt"),
+        ("front-proxy-ca.key", "front-proxy-ca.key"),
+        ("etcd/ca.crt", "etcd-ca.crt"),
+        ("etcd/ca.key", "etcd-ca.key"),
+    ];
+    let files: std::collections::BTreeMap<&str, String> = pki.machine_files().into_iter().collect();
+    for (kubeadm_name, stored) in shared {
+        let (bytes, _) = store.get(&format!("{}{stored}", join::PKI_PREFIX)).await.unwrap().expect(stored);
+        assert_eq!(String::from_utf8(bytes).unwrap(), files[stored], "{kubeadm_name}");
+        assert!(script.contains(stored), "the bootstrap fetches {stored} ({kubeadm_name})");
+    }
+    assert!(script.contains("/etc/kubernetes/pki/etcd/ca.key"), "{script}");
+
+    let three_hours_later = init_at + chrono::Duration::hours(3);
+    let token = join::ensure_fresh(Some(&up.client), &store, three_hours_later).await.unwrap();
+    assert!(token.expires - three_hours_later >= join::TOKEN_TTL - chrono::Duration::seconds(1), "minted at that hour");
+    up.sim.stop().await;
+}

@@ -1,9 +1,15 @@
-//! Rolling upgrades on moto with the sim's node simulator (one Node per
-//! EC2 machine, Ready after a boot delay): a 20-node roll with surge 2
-//! watched pod by pod (no PodDisruptionBudget violated, capacity never
-//! below min); a replacement that never turns Ready halts; a budget that
-//! never allows eviction halts naming it; kill -9 mid-roll, and a re-run
-//! finishes the job.
+//! Machine lifecycle on moto with the sim's node simulator (one Node per
+//! EC2 machine, Ready after a boot delay):
+//! - rolls: a 20-node roll with surge 2 watched pod by pod (no
+//!   PodDisruptionBudget violated, capacity never below min); a replacement
+//!   that never turns Ready halts; a budget that never allows eviction halts
+//!   naming it; kill -9 mid-roll, and a re-run finishes the job;
+//! - the control plane: the API address follows a roll; etcd keeps its
+//!   quorum through two rolls of three machines (and loses it without
+//!   member removal);
+//! - Kubernetes upgrades 1.32 → 1.33 and 1.31 → 1.33 as plans;
+//! - the machine-health loop: a stopped machine and a NotReady node
+//!   replaced, a storm short-circuited.
 
 mod support;
 
@@ -385,7 +391,7 @@ fn a_control_plane_roll_moves_the_api_address() {
     );
 
     let sim = node_sim(&w, "1s");
-    let _approver = approver(&sim);
+    let _approver = support::approver(&sim.kubeconfig);
     wait_ready_nodes(&sim, 3);
     let yaml =
         std::fs::read_to_string(w.cluster_file()).unwrap().replace("machineType: t3.medium", "machineType: t3.large");
@@ -413,25 +419,9 @@ fn three_control_planes(name: &str) -> (World, NodeSim, std::thread::JoinHandle<
     w.write_cluster(&yaml);
     w.ok(&["bootstrap", name, "--yes"]);
     let sim = node_sim(&w, "1s");
-    let approver = approver(&sim);
+    let approver = support::approver(&sim.kubeconfig);
     wait_ready_nodes(&sim, 4);
     (w, sim, approver)
-}
-
-/// pinfleet's kubelet serving-certificate approver against the sim, as the
-/// workload-controller addon runs it in a cluster (a roll reads etcd from a
-/// pod's log, which needs the kubelet's serving certificate). It ends with
-/// the test process.
-fn approver(sim: &NodeSim) -> std::thread::JoinHandle<()> {
-    let kubeconfig = sim.kubeconfig.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let client =
-                pinfleet::kube::client_from_kubeconfig(&kubeconfig, pinfleet::kube::Retry::Default).await.unwrap();
-            pinfleet::controller::serving::run(client, pinfleet::controller::serving::FromNode).await;
-        })
-    })
 }
 
 /// etcd's members as the roll reads them (an etcdctl pod's log).
@@ -508,7 +498,7 @@ fn versioned_cluster(name: &str, from: &str, to: &str) -> (World, NodeSim, std::
     w.write_cluster(&yaml);
     w.ok(&["bootstrap", name, "--yes"]);
     let sim = node_sim(&w, "1s");
-    let approver = approver(&sim);
+    let approver = support::approver(&sim.kubeconfig);
     wait_ready_nodes(&sim, 3);
     let yaml = std::fs::read_to_string(w.cluster_file())
         .unwrap()
@@ -610,4 +600,137 @@ fn kubernetes_1_31_to_1_33_passes_through_1_32() {
     // Two control-plane machines replaced (1.32, then 1.33), each node once.
     let general = w.instances_in("general");
     assert_eq!(general.len(), 2);
+}
+
+// ---- Machines that heal: `pinfleet controller --machines CLUSTER` ----
+
+/// The machine-health loop for the world's cluster, its stderr in a file; killed on drop.
+struct Healer {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for Healer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Healer {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn healer(w: &World, sim: &NodeSim, extra: &[&str]) -> Healer {
+    let log = w.dir.path().join("healer.log");
+    let mut args = vec![
+        "controller",
+        "--machines",
+        w.cluster.as_str(),
+        "--kubeconfig",
+        sim.kubeconfig.to_str().unwrap(),
+        "--machines-interval",
+        "300ms",
+    ];
+    args.extend_from_slice(extra);
+    let child = w
+        .command(&args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    Healer { child, log }
+}
+
+fn stop_instances(w: &World, ids: &[String]) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
+        std::env::set_var("AWS_ENDPOINT_URL", &w.endpoint);
+        let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
+            region: Some("us-east-1".into()),
+            moto_account: Some(w.account.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        aws.ec2.stop_instances().set_instance_ids(Some(ids.to_vec())).send().await.unwrap();
+    });
+}
+
+fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn ids(instances: &[serde_json::Value]) -> std::collections::BTreeSet<String> {
+    instances.iter().map(|i| i["id"].as_str().unwrap().to_string()).collect()
+}
+
+/// A machine whose instance stopped is terminated and replaced, and the
+/// decision is in history with its reason.
+#[test]
+fn a_stopped_machine_is_replaced() {
+    let (w, sim) = cluster("healstop", 3, 0, "        maxSurge: 1\n", "1s");
+    let before = ids(&w.instances_in("general"));
+    let victim = before.iter().next().unwrap().clone();
+    stop_instances(&w, std::slice::from_ref(&victim));
+    let h = healer(&w, &sim, &[]);
+    wait_for("the stopped machine to be replaced", 60, || {
+        let now = ids(&w.instances_in("general"));
+        now.len() == 3 && !now.contains(&victim)
+    });
+    wait_ready_nodes(&sim, 4);
+    let log = h.log();
+    assert!(log.contains(&format!("machine-health: replaced {victim} (general): instance stopped")), "{log}");
+    let history = w.ok(&["history", "healstop"]);
+    let record = w.json(&["history", "healstop"]);
+    assert!(
+        record.to_string().contains(&format!("machine-health: replaced {victim} (general): instance stopped")),
+        "{history}"
+    );
+}
+
+/// A Node whose kubelet stopped posting (Ready=Unknown) is replaced once
+/// the unhealthy timeout has passed.
+#[test]
+fn a_node_not_ready_past_the_timeout_is_replaced() {
+    let (w, sim) = cluster("healready", 3, 0, "        maxSurge: 1\n", "1s");
+    let victim = ids(&w.instances_in("general")).into_iter().next().unwrap();
+    kubectl(&sim, &["annotate", "node", &victim, "sim.pinfleet.dev/kubelet=stopped"], None);
+    let h = healer(&w, &sim, &["--unhealthy-timeout", "2s"]);
+    wait_for("the NotReady machine to be replaced", 60, || !ids(&w.instances_in("general")).contains(&victim));
+    wait_for("a replacement", 30, || w.instances_in("general").len() == 3);
+    let log = h.log();
+    assert!(
+        log.contains(&format!("machine-health: replaced {victim} (general): Node {victim} Ready=Unknown for")),
+        "{log}"
+    );
+}
+
+/// Three of five machines stopped at once is more than maxUnhealthy (40%):
+/// nothing is replaced, and the loop says why.
+#[test]
+fn a_storm_of_failures_stops_at_the_short_circuit() {
+    let (w, sim) = cluster("healstorm", 5, 0, "        maxSurge: 1\n", "1s");
+    let victims: Vec<String> = ids(&w.instances_in("general")).into_iter().take(3).collect();
+    stop_instances(&w, &victims);
+    let h = healer(&w, &sim, &[]);
+    wait_for("the short-circuit", 30, || h.log().contains("remediation short-circuited"));
+    std::thread::sleep(Duration::from_secs(2));
+    let log = h.log();
+    assert!(log.contains("machine-health: general: 3 of 5 machines unhealthy, more than maxUnhealthy 40% (2): remediation short-circuited"), "{log}");
+    assert!(!log.contains("replaced"), "{log}");
+    assert_eq!(log.matches("short-circuited").count(), 1, "said once, not every pass: {log}");
+    let stopped = w.instances_in("general").iter().filter(|i| i["state"] == "stopped").count();
+    assert_eq!(stopped, 3, "the stopped machines are left alone");
+    let history = w.json(&["history", "healstorm"]).to_string();
+    assert!(history.contains("remediation short-circuited"), "the decision is in history: {history}");
 }

@@ -30,6 +30,25 @@ pub struct ControllerArgs {
     /// machine's addresses from EC2 or from the Node (the sim); or off.
     #[arg(long, value_enum, default_value_t = ServingAddresses::Ec2)]
     pub serving_addresses: ServingAddresses,
+    /// Run the machine-health loop for this cluster (from the clusters
+    /// folder) instead of the workload controllers: replace machines whose
+    /// instance stopped or whose Node is not Ready, keep groups at size.
+    #[arg(long, value_name = "CLUSTER")]
+    pub machines: Option<String>,
+    /// A machine whose Node has not registered this long after launch is unhealthy.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub node_startup_timeout: std::time::Duration,
+    /// A Node Ready=False/Unknown this long is unhealthy.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pub unhealthy_timeout: std::time::Duration,
+    /// Replace nothing in a group with more than this share (or number) unhealthy.
+    #[arg(long, default_value = "40%", value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<crate::spec::IntOrPercent>()))]
+    pub max_unhealthy: crate::spec::IntOrPercent,
+    /// Time between the machine-health loop's passes.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub machines_interval: std::time::Duration,
+    #[command(flatten)]
+    pub cloud: super::cloud::CloudArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -60,7 +79,52 @@ async fn approver(client: kube::Client, source: ServingAddresses) {
     std::future::pending::<()>().await
 }
 
-pub async fn run(_g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
+/// `--machines CLUSTER`: the machine-health loop, each pass shown on stderr.
+async fn machines(g: &GlobalArgs, args: &ControllerArgs, cluster: &str) -> Result<ExitCode> {
+    use std::io::Write as _;
+    let s = super::cloud::Session::open(g, cluster, &args.cloud).await?;
+    let kubeconfig = args.cloud.target.kubeconfig_or(args.kubeconfig.as_deref(), s.name());
+    let (store, _pki, client) = s.roll_target(&kubeconfig).await?;
+    let cfg = crate::rollout::health::Config {
+        node_startup: args.node_startup_timeout,
+        unhealthy: args.unhealthy_timeout,
+        max_unhealthy: args.max_unhealthy,
+    };
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let on = |r: Result<&crate::rollout::health::Pass, &anyhow::Error>| {
+        let mut err = anstream::stderr();
+        match r {
+            Ok(p) => {
+                for line in p.lines() {
+                    let _ = writeln!(err, "{line}");
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(err, "machine-health: {e:#} (next pass retries)");
+            }
+        }
+    };
+    let work = crate::rollout::health::run(
+        s.aws.clone(),
+        s.loaded.cluster.clone(),
+        store,
+        client,
+        cfg,
+        args.machines_interval,
+        command,
+        &on,
+    );
+    tokio::select! {
+        _ = work => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
+    if let Some(cluster) = args.machines.clone() {
+        return machines(g, &args, &cluster).await;
+    }
     let client = match &args.kubeconfig {
         Some(p) => crate::kube::client_from_kubeconfig(p, crate::kube::Retry::Default).await?,
         None => {

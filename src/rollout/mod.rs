@@ -15,6 +15,7 @@
 
 pub mod driver;
 pub mod edges;
+pub mod health;
 pub mod policy;
 pub mod run;
 pub mod simfleet;

@@ -38,6 +38,9 @@ pub const BOOTED: &str = "sim.pinfleet.dev/booted";
 pub const NEEDS_CNI: &str = "sim.pinfleet.dev/needs-cni";
 pub const CNI_READY: &str = "sim.pinfleet.dev/cni-ready";
 pub const SERVING_CSR: &str = "sim.pinfleet.dev/serving-csr";
+/// Set to `stopped` on a Node to stop its kubelet (a fault to rehearse
+/// with): the node lifecycle controller then marks Ready Unknown.
+pub const KUBELET: &str = "sim.pinfleet.dev/kubelet";
 
 /// kubelet's words for a node whose runtime has no pod network.
 pub const NETWORK_NOT_READY: &str = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized";
@@ -145,7 +148,12 @@ pub fn declare(inner: &mut Inner, n: &NodeSpec) {
             }
             let existing = inner.get(&t, "", &n.name).unwrap_or(existing);
             let mut updated = existing.clone();
-            updated["status"]["conditions"] = json!([ready_condition(n.ready, has_network(&existing))]);
+            updated["status"]["conditions"] = if annotation(&existing, KUBELET) == Some("stopped") {
+                // What kube-controller-manager posts once the kubelet is silent.
+                json!([{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown", "message": "Kubelet stopped posting node status.", "lastHeartbeatTime": now(), "lastTransitionTime": now()}])
+            } else {
+                json!([ready_condition(n.ready, has_network(&existing))])
+            };
             if existing.pointer("/status/conditions/0/status") != updated.pointer("/status/conditions/0/status")
                 || existing.pointer("/status/conditions/0/message") != updated.pointer("/status/conditions/0/message")
             {

@@ -377,6 +377,24 @@ impl HistoryRecord {
     }
 
     /// The same record, naming the AWS caller the run acted as.
+    /// The record of actions that are not a plan (the machine-health loop's).
+    pub fn of_actions(revision: u64, command: &str, changes: Vec<String>) -> Self {
+        let (by, host) = whoami();
+        HistoryRecord {
+            revision,
+            applied_at: chrono::Utc::now().to_rfc3339(),
+            by,
+            host,
+            identity: None,
+            command: command.to_string(),
+            created: 0,
+            updated: 0,
+            replaced: 0,
+            deleted: 0,
+            changes,
+        }
+    }
+
     pub fn acting_as(mut self, identity: Option<String>) -> Self {
         self.identity = identity;
         self

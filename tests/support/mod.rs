@@ -226,3 +226,25 @@ pub fn stderr(o: &Output) -> String {
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
+
+/// pinfleet's kubelet serving-certificate approver against a sim, as the
+/// workload-controller addon runs it in a cluster: a control-plane roll
+/// reads etcd from a pod's log, which needs the kubelet's serving
+/// certificate. Waits for the kubeconfig to appear; ends with the test process.
+pub fn approver(kubeconfig: &Path) -> std::thread::JoinHandle<()> {
+    let kubeconfig = kubeconfig.to_path_buf();
+    std::thread::spawn(move || {
+        for _ in 0..200 {
+            if kubeconfig.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let client =
+                pinfleet::kube::client_from_kubeconfig(&kubeconfig, pinfleet::kube::Retry::Default).await.unwrap();
+            pinfleet::controller::serving::run(client, pinfleet::controller::serving::FromNode).await;
+        })
+    })
+}

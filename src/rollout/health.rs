@@ -1,0 +1,433 @@
+//! Machines that heal: the machine-health loop `pinfleet controller
+//! --machines CLUSTER` runs (as Cluster API's MachineHealthCheck does).
+//!
+//! ```text
+//! observe (EC2 machines + their Nodes) ─▶ verdict per machine (pure)
+//!   ─▶ decide per group (pure: short-circuit, rollout budget)
+//!   ─▶ replace: (etcd member removed) ─▶ terminate ─▶ delete Node ─▶ launch to desired
+//!   ─▶ history record with each decision and its reason
+//! ```
+//!
+//! A machine is unhealthy when its instance stopped or is going, when no
+//! Node registered within `node_startup` of its launch, or when its Node's
+//! Ready condition has been False or Unknown for `unhealthy`. A group with
+//! more than `max_unhealthy` of its machines unhealthy is not touched (a
+//! storm is more likely the network or the control plane than the
+//! machines: replacing them would make it worse), and says so.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::spec::{Cluster, IntOrPercent, Role};
+
+/// MachineHealthCheck's knobs, with its defaults (and 40% short-circuit).
+#[derive(Debug, Clone, Serialize)]
+pub struct Config {
+    pub node_startup: Duration,
+    pub unhealthy: Duration,
+    pub max_unhealthy: IntOrPercent,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_startup: Duration::from_secs(600),
+            unhealthy: Duration::from_secs(300),
+            max_unhealthy: IntOrPercent::Percent(40),
+        }
+    }
+}
+
+/// A machine as the loop sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MachineObs {
+    pub id: String,
+    /// EC2's state: pending, running, stopping, stopped, shutting-down, terminated.
+    pub state: String,
+    pub launched_at: Option<DateTime<Utc>>,
+    pub node: Option<NodeObs>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeObs {
+    pub name: String,
+    /// Ready's status: Some(true), Some(false), or None (Unknown / absent).
+    pub ready: Option<bool>,
+    /// When Ready last changed.
+    pub since: Option<DateTime<Utc>>,
+}
+
+/// Why a machine is unhealthy, or None.
+pub fn unhealthy(m: &MachineObs, now: DateTime<Utc>, cfg: &Config) -> Option<String> {
+    let age = |t: Option<DateTime<Utc>>| t.and_then(|t| (now - t).to_std().ok()).unwrap_or_default();
+    if matches!(m.state.as_str(), "stopping" | "stopped" | "shutting-down" | "terminated") {
+        return Some(format!("instance {}", m.state));
+    }
+    match &m.node {
+        None if age(m.launched_at) > cfg.node_startup => {
+            Some(format!("no Node registered within {} of launch", humantime::format_duration(cfg.node_startup)))
+        }
+        None => None,
+        Some(n) if n.ready == Some(true) => None,
+        Some(n) => {
+            let for_ = age(n.since);
+            (for_ > cfg.unhealthy).then(|| {
+                format!(
+                    "Node {} Ready={} for {} (> {})",
+                    n.name,
+                    if n.ready == Some(false) { "False" } else { "Unknown" },
+                    humantime::format_duration(Duration::from_secs(for_.as_secs())),
+                    humantime::format_duration(cfg.unhealthy)
+                )
+            })
+        }
+    }
+}
+
+/// What the loop does with one group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupDecision {
+    pub group: String,
+    pub machines: usize,
+    /// Replaced now: (machine, reason).
+    pub replace: Vec<(String, String)>,
+    /// Unhealthy but left for a later pass (budget) or at all (short-circuit).
+    pub held: Vec<(String, String)>,
+    /// Why nothing is replaced although machines are unhealthy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub short_circuit: Option<String>,
+}
+
+/// The decision for one group: at most `budget` replacements, none when
+/// more than `max_unhealthy` of the group is unhealthy.
+pub fn decide(group: &str, members: &[MachineObs], now: DateTime<Utc>, cfg: &Config, budget: u32) -> GroupDecision {
+    let bad: Vec<(String, String)> =
+        members.iter().filter_map(|m| unhealthy(m, now, cfg).map(|why| (m.id.clone(), why))).collect();
+    let total = members.len() as u32;
+    let allowed = crate::rollout::policy::resolve(&cfg.max_unhealthy, total, false);
+    let mut d = GroupDecision {
+        group: group.to_string(),
+        machines: members.len(),
+        replace: vec![],
+        held: vec![],
+        short_circuit: None,
+    };
+    if bad.len() as u32 > allowed {
+        d.short_circuit = Some(format!(
+            "{} of {total} machines unhealthy, more than maxUnhealthy {} ({allowed}): remediation short-circuited",
+            bad.len(),
+            match cfg.max_unhealthy {
+                IntOrPercent::Int(n) => n.to_string(),
+                IntOrPercent::Percent(p) => format!("{p}%"),
+            }
+        ));
+        d.held = bad;
+        return d;
+    }
+    let (now_, later) = bad.split_at(bad.len().min(budget.max(1) as usize));
+    d.replace = now_.to_vec();
+    d.held =
+        later.iter().map(|(id, why)| (id.clone(), format!("{why}; waits for the group's rollout budget"))).collect();
+    d
+}
+
+/// How many machines of a group may be replaced at once: its rollout's
+/// maxUnavailable (at least one), one for a control plane.
+pub fn budget(cluster: &Cluster, group: &str) -> u32 {
+    match cluster.spec.instance_groups.iter().find(|g| g.name == group) {
+        Some(g) if g.role == Role::Node => {
+            crate::rollout::policy::resolve(&g.rollout.max_unavailable, g.desired_count(), false).max(1)
+        }
+        _ => 1,
+    }
+}
+
+/// One pass's result, as printed and recorded.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pass {
+    pub groups: Vec<GroupDecision>,
+    /// Machines launched to bring groups back to their desired size.
+    pub launched: BTreeMap<String, Vec<String>>,
+}
+
+impl Pass {
+    /// The lines of its history record (empty: nothing done or held).
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for g in &self.groups {
+            for (id, why) in &g.replace {
+                out.push(format!("machine-health: replaced {id} ({}): {why}", g.group));
+            }
+            if let Some(sc) = &g.short_circuit {
+                out.push(format!("machine-health: {}: {sc}", g.group));
+            }
+            for (id, why) in g.held.iter().filter(|_| g.short_circuit.is_none()) {
+                out.push(format!("machine-health: held {id} ({}): {why}", g.group));
+            }
+        }
+        for (g, ids) in &self.launched {
+            out.push(format!("machine-health: launched {} in {g} (back to its desired size)", ids.join(", ")));
+        }
+        out
+    }
+}
+
+/// The machines of `cluster` with their Nodes, by group.
+pub async fn observe(
+    aws: &crate::cloud::aws::Aws,
+    cluster: &Cluster,
+    client: &kube::Client,
+) -> Result<BTreeMap<String, Vec<MachineObs>>> {
+    use k8s_openapi::api::core::v1::Node;
+    let instances = crate::cloud::aws::observe::list_instances(aws, Some(&cluster.metadata.name), false).await?;
+    let nodes = kube::Api::<Node>::all(client.clone()).list(&Default::default()).await?.items;
+    let by_id: BTreeMap<String, NodeObs> = nodes
+        .into_iter()
+        .filter_map(|n| {
+            let id = n.spec.as_ref()?.provider_id.as_deref().and_then(crate::kube::drain::instance_id)?.to_string();
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+            let obs = NodeObs {
+                name: n.metadata.name.clone()?,
+                ready: ready.and_then(|c| match c.status.as_str() {
+                    "True" => Some(true),
+                    "False" => Some(false),
+                    _ => None,
+                }),
+                since: ready
+                    .and_then(|c| c.last_transition_time.as_ref())
+                    .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0)),
+            };
+            Some((id, obs))
+        })
+        .collect();
+    let mut out: BTreeMap<String, Vec<MachineObs>> =
+        cluster.spec.instance_groups.iter().map(|g| (g.name.clone(), vec![])).collect();
+    // Terminated machines are gone already: the group is short, and launching
+    // to its desired size replaces them.
+    for i in instances.into_iter().filter(|i| i.state != "terminated") {
+        let Some(group) = i.group.clone() else { continue };
+        out.entry(group).or_default().push(MachineObs {
+            node: by_id.get(&i.id).cloned(),
+            state: i.state,
+            launched_at: i.launch_time.and_then(|t| DateTime::from_timestamp(t, 0)),
+            id: i.id,
+        });
+    }
+    Ok(out)
+}
+
+/// One pass of the loop: observe, decide, replace, launch to desired.
+/// `machines` and `nodes` are the roll's edges (EC2 and the API).
+pub async fn pass<M: super::driver::Machines, N: super::driver::Nodes>(
+    cluster: &Cluster,
+    observed: &BTreeMap<String, Vec<MachineObs>>,
+    machines: &M,
+    nodes: &N,
+    cfg: &Config,
+    now: DateTime<Utc>,
+) -> Result<Pass> {
+    let mut result = Pass { groups: vec![], launched: BTreeMap::new() };
+    for g in &cluster.spec.instance_groups {
+        let members = observed.get(&g.name).cloned().unwrap_or_default();
+        let d = decide(&g.name, &members, now, cfg, budget(cluster, &g.name));
+        for (id, _) in &d.replace {
+            let node = members.iter().find(|m| &m.id == id).and_then(|m| m.node.clone());
+            if let Some(n) = &node {
+                if g.role == Role::ControlPlane {
+                    nodes.remove_etcd_member(&n.name).await?;
+                }
+            }
+            machines.terminate(id).await?;
+            if let Some(n) = &node {
+                nodes.delete(&n.name).await?;
+            }
+        }
+        // Back to the desired size: replacements for those terminated now
+        // and for machines that ended on their own.
+        let left = members.len() - d.replace.len();
+        let want = g.desired_count() as usize;
+        if left < want && d.short_circuit.is_none() {
+            let ids = machines.launch(&g.name, (want - left) as u32).await?;
+            result.launched.insert(g.name.clone(), ids);
+        }
+        result.groups.push(d);
+    }
+    Ok(result)
+}
+
+/// Whether a pass would act: a machine to replace, or a group short of
+/// its desired size and not short-circuited.
+pub fn needs_action(
+    cluster: &Cluster,
+    observed: &BTreeMap<String, Vec<MachineObs>>,
+    cfg: &Config,
+    now: DateTime<Utc>,
+) -> bool {
+    cluster.spec.instance_groups.iter().any(|g| {
+        let members = observed.get(&g.name).map(Vec::as_slice).unwrap_or_default();
+        let d = decide(&g.name, members, now, cfg, budget(cluster, &g.name));
+        !d.replace.is_empty() || (d.short_circuit.is_none() && members.len() < g.desired_count() as usize)
+    })
+}
+
+/// One pass against the cluster: observe; when there is something to do,
+/// take the cluster lock (a roll holding it is left alone this pass), act
+/// through the roll's edges under a new revision, and record the decisions
+/// in history. A pass that holds machines back (budget, short-circuit) is
+/// recorded when it differs from `last`, the previous such record. `None`:
+/// nothing new to show.
+pub async fn heal(
+    aws: &crate::cloud::aws::Aws,
+    cluster: &Cluster,
+    store: &crate::state::Store,
+    client: &kube::Client,
+    cfg: &Config,
+    command: &str,
+    last: &mut Vec<String>,
+) -> Result<Option<Pass>> {
+    let now = Utc::now();
+    let observed = observe(aws, cluster, client).await?;
+    if !needs_action(cluster, &observed, cfg, now) {
+        // Held machines and short-circuits still show.
+        let groups = cluster
+            .spec
+            .instance_groups
+            .iter()
+            .map(|g| {
+                decide(
+                    &g.name,
+                    observed.get(&g.name).map(Vec::as_slice).unwrap_or_default(),
+                    now,
+                    cfg,
+                    budget(cluster, &g.name),
+                )
+            })
+            .filter(|d| !d.held.is_empty())
+            .collect();
+        let p = Pass { groups, launched: BTreeMap::new() };
+        // A decision not to act is recorded when it first appears.
+        let lines = p.lines();
+        if lines.is_empty() || lines == *last {
+            return Ok(None);
+        }
+        let record = crate::state::HistoryRecord::of_actions(store.next_revision().await?, command, lines.clone());
+        store.record(&record.acting_as(aws.caller_identity().await), cluster).await?;
+        *last = lines;
+        return Ok(Some(p));
+    }
+    let work = async {
+        let revision = store.next_revision().await?;
+        let p = crate::apply::prepare::prepare(aws, cluster).await?;
+        let machines = super::edges::AwsMachines {
+            aws: aws.clone(),
+            cluster: cluster.clone(),
+            desired: p.desired.clone(),
+            observed: p.observed.clone(),
+            versions: p.observed.launch_templates.iter().map(|t| (t.group.clone(), t.latest_version)).collect(),
+            revision,
+        };
+        crate::state::join::ensure_fresh(Some(client), store, now).await?;
+        let nodes = super::edges::KubeNodes::new(client.clone());
+        let result = pass(cluster, &observed, &machines, &nodes, cfg, now).await?;
+        let mut record = crate::state::HistoryRecord::of_actions(revision, command, result.lines());
+        record.replaced = result.groups.iter().map(|g| g.replace.len()).sum();
+        store.record(&record.acting_as(aws.caller_identity().await), cluster).await?;
+        anyhow::Ok(result)
+    };
+    last.clear();
+    match crate::state::lock::Lock::with(store, command, work).await {
+        Ok(r) => Ok(Some(r)),
+        Err(e) if e.downcast_ref::<crate::state::lock::LockError>().is_some() => {
+            tracing::info!("machine-health: {e:#}; this pass is skipped");
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The loop: a pass every `interval` until the process ends; each pass's
+/// decisions shown by `on` (errors too: the next pass tries again).
+pub async fn run(
+    aws: crate::cloud::aws::Aws,
+    cluster: Cluster,
+    store: crate::state::Store,
+    client: kube::Client,
+    cfg: Config,
+    interval: Duration,
+    command: String,
+    on: &dyn Fn(Result<&Pass, &anyhow::Error>),
+) {
+    let mut last = Vec::new();
+    loop {
+        match heal(&aws, &cluster, &store, &client, &cfg, &command, &mut last).await {
+            Ok(Some(p)) => on(Ok(&p)),
+            Ok(None) => {}
+            Err(e) => on(Err(&e)),
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(mins: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + mins * 60, 0).unwrap()
+    }
+
+    fn m(id: &str, state: &str, node: Option<(Option<bool>, i64)>) -> MachineObs {
+        MachineObs {
+            id: id.into(),
+            state: state.into(),
+            launched_at: Some(t(0)),
+            node: node.map(|(ready, since)| NodeObs { name: format!("n-{id}"), ready, since: Some(t(since)) }),
+        }
+    }
+
+    #[test]
+    fn verdicts_follow_machine_health_check_defaults() {
+        let cfg = Config::default();
+        assert_eq!(unhealthy(&m("a", "stopped", None), t(1), &cfg).as_deref(), Some("instance stopped"));
+        assert_eq!(unhealthy(&m("a", "running", None), t(9), &cfg), None, "still starting");
+        assert_eq!(
+            unhealthy(&m("a", "running", None), t(11), &cfg).as_deref(),
+            Some("no Node registered within 10m of launch")
+        );
+        assert_eq!(unhealthy(&m("a", "running", Some((Some(false), 20))), t(24), &cfg), None);
+        assert_eq!(
+            unhealthy(&m("a", "running", Some((None, 20))), t(26), &cfg).as_deref(),
+            Some("Node n-a Ready=Unknown for 6m (> 5m)")
+        );
+        assert_eq!(unhealthy(&m("a", "running", Some((Some(true), 0))), t(60), &cfg), None);
+    }
+
+    #[test]
+    fn a_storm_short_circuits_and_a_few_wait_for_the_budget() {
+        let cfg = Config::default();
+        let ok = |id: &str| m(id, "running", Some((Some(true), 0)));
+        let group: Vec<MachineObs> =
+            vec![m("a", "stopped", None), m("b", "stopped", None), ok("c"), ok("d"), ok("e"), ok("f")];
+        let d = decide("general", &group, t(30), &cfg, 1);
+        assert_eq!(d.replace, [("a".to_string(), "instance stopped".to_string())]);
+        assert_eq!(d.held.len(), 1, "one at a time within the budget");
+        assert!(d.short_circuit.is_none());
+        let storm: Vec<MachineObs> =
+            vec![m("a", "stopped", None), m("b", "stopped", None), m("c", "stopped", None), ok("d"), ok("e")];
+        let d = decide("general", &storm, t(30), &cfg, 5);
+        assert!(d.replace.is_empty());
+        assert_eq!(
+            d.short_circuit.as_deref(),
+            Some("3 of 5 machines unhealthy, more than maxUnhealthy 40% (2): remediation short-circuited")
+        );
+    }
+}
