@@ -104,16 +104,16 @@ async fn machines(g: &GlobalArgs, args: &ControllerArgs, cluster: &str) -> Resul
             }
         }
     };
-    let work = crate::rollout::health::run(
-        s.aws.clone(),
-        s.loaded.cluster.clone(),
+    let healer = crate::rollout::health::Loop {
+        aws: s.aws.clone(),
+        cluster: s.loaded.cluster.clone(),
         store,
         client,
         cfg,
-        args.machines_interval,
+        interval: args.machines_interval,
         command,
-        &on,
-    );
+    };
+    let work = healer.run(&on);
     tokio::select! {
         _ = work => {}
         _ = tokio::signal::ctrl_c() => {}

@@ -354,26 +354,31 @@ pub async fn heal(
     }
 }
 
-/// The loop: a pass every `interval` until the process ends; each pass's
-/// decisions shown by `on` (errors too: the next pass tries again).
-pub async fn run(
-    aws: crate::cloud::aws::Aws,
-    cluster: Cluster,
-    store: crate::state::Store,
-    client: kube::Client,
-    cfg: Config,
-    interval: Duration,
-    command: String,
-    on: &dyn Fn(Result<&Pass, &anyhow::Error>),
-) {
-    let mut last = Vec::new();
-    loop {
-        match heal(&aws, &cluster, &store, &client, &cfg, &command, &mut last).await {
-            Ok(Some(p)) => on(Ok(&p)),
-            Ok(None) => {}
-            Err(e) => on(Err(&e)),
+/// The loop over one cluster: a pass every `interval` until the process ends.
+pub struct Loop {
+    pub aws: crate::cloud::aws::Aws,
+    pub cluster: Cluster,
+    pub store: crate::state::Store,
+    pub client: kube::Client,
+    pub cfg: Config,
+    pub interval: Duration,
+    /// The command line, for history.
+    pub command: String,
+}
+
+impl Loop {
+    /// Runs forever; each pass's decisions shown by `on` (errors too: the
+    /// next pass tries again).
+    pub async fn run(&self, on: &dyn Fn(Result<&Pass, &anyhow::Error>)) {
+        let mut last = Vec::new();
+        loop {
+            match heal(&self.aws, &self.cluster, &self.store, &self.client, &self.cfg, &self.command, &mut last).await {
+                Ok(Some(p)) => on(Ok(&p)),
+                Ok(None) => {}
+                Err(e) => on(Err(&e)),
+            }
+            tokio::time::sleep(self.interval).await;
         }
-        tokio::time::sleep(interval).await;
     }
 }
 
