@@ -30,6 +30,7 @@
 pub mod addons;
 pub mod ami;
 pub mod apply;
+pub mod autoscale;
 pub mod cli;
 pub mod cloud;
 pub mod controller;

@@ -102,6 +102,7 @@ fn applied(d: &Desired) -> Observed {
             name: lt.name.clone(),
             group: g.name.clone(),
             latest_version: 1,
+            scaled_size: None,
             latest: Some(ObservedTemplateData {
                 image_id: data.image_id.clone(),
                 instance_type: data.instance_type.clone(),

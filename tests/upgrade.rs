@@ -734,3 +734,144 @@ fn a_storm_of_failures_stops_at_the_short_circuit() {
     let history = w.json(&["history", "healstorm"]).to_string();
     assert!(history.contains("remediation short-circuited"), "the decision is in history: {history}");
 }
+
+// ---- Machines that scale: cluster-autoscaler's externalgrpc protocol ----
+
+/// `pinfleet autoscaler serve` for the world's cluster; killed on drop.
+struct Autoscaler {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Autoscaler {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn autoscaler(w: &World, sim: &NodeSim) -> Autoscaler {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let child = w
+        .command(&[
+            "autoscaler",
+            "serve",
+            &w.cluster,
+            "--listen",
+            &listen,
+            "--kubeconfig",
+            sim.kubeconfig.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the provider to listen", 30, || std::net::TcpStream::connect(&listen).is_ok());
+    Autoscaler { child, url: format!("http://{listen}") }
+}
+
+/// The standard protocol, driven by a gRPC client as cluster-autoscaler
+/// drives it: node groups (the node group only, desired as its floor),
+/// scale up (machines launched, Nodes registered, listed with their
+/// provider IDs), a scale-up past maxSize refused, `plan` not fighting the
+/// new size, scale down by deleting a named node, the floor kept, and each
+/// change in history.
+#[test]
+fn the_autoscaler_protocol_scales_a_group_up_and_down() {
+    use pinfleet::autoscale::proto;
+    use proto::cloud_provider_client::CloudProviderClient;
+    let (w, sim) = cluster("autoscale", 2, 0, "        maxSurge: 1\n", "1s");
+    let server = autoscaler(&w, &sim);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut c = rt.block_on(CloudProviderClient::connect(server.url.clone())).unwrap();
+    let groups = rt.block_on(c.node_groups(proto::NodeGroupsRequest {})).unwrap().into_inner().node_groups;
+    assert_eq!(
+        groups.iter().map(|g| (g.id.as_str(), g.min_size, g.max_size)).collect::<Vec<_>>(),
+        [("general", 2, 40)]
+    );
+    let target = |c: &mut CloudProviderClient<_>| {
+        rt.block_on(c.node_group_target_size(proto::NodeGroupTargetSizeRequest { id: "general".into() }))
+            .unwrap()
+            .into_inner()
+            .target_size
+    };
+    assert_eq!(target(&mut c), 2);
+
+    // Scale up by three.
+    rt.block_on(c.node_group_increase_size(proto::NodeGroupIncreaseSizeRequest { delta: 3, id: "general".into() }))
+        .unwrap();
+    assert_eq!(target(&mut c), 5);
+    assert_eq!(w.instances_in("general").len(), 5);
+    wait_ready_nodes(&sim, 6);
+    let listed = rt
+        .block_on(c.node_group_nodes(proto::NodeGroupNodesRequest { id: "general".into() }))
+        .unwrap()
+        .into_inner()
+        .instances;
+    assert_eq!(listed.len(), 5);
+    let nodes: serde_json::Value = serde_json::from_str(&kubectl(&sim, &["get", "nodes", "-o", "json"], None)).unwrap();
+    let node = |group: &str| {
+        nodes["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["metadata"]["labels"]["pinfleet.dev/instance-group"] == group)
+            .map(|n| proto::ExternalGrpcNode {
+                provider_id: n["spec"]["providerID"].as_str().unwrap().into(),
+                name: n["metadata"]["name"].as_str().unwrap().into(),
+                ..Default::default()
+            })
+            .unwrap()
+    };
+    let worker = node("general");
+    assert!(listed.iter().any(|i| i.id == worker.provider_id), "instances are named by their Nodes' provider IDs");
+    let for_node = |c: &mut CloudProviderClient<_>, n: proto::ExternalGrpcNode| {
+        rt.block_on(c.node_group_for_node(proto::NodeGroupForNodeRequest { node: Some(n) }))
+            .unwrap()
+            .into_inner()
+            .node_group
+            .unwrap()
+            .id
+    };
+    assert_eq!(for_node(&mut c, worker.clone()), "general");
+    assert_eq!(for_node(&mut c, node("control-plane")), "", "the control plane is not the autoscaler's");
+
+    // Past maxSize: refused, nothing launched.
+    let err = rt
+        .block_on(c.node_group_increase_size(proto::NodeGroupIncreaseSizeRequest { delta: 40, id: "general".into() }))
+        .unwrap_err();
+    assert_eq!(err.message(), "size increase too large - desired:45 max:40");
+    // `plan` keeps the autoscaler's size (desired 2 is only the floor).
+    let plan = w.json(&["plan", "autoscale"]);
+    assert_eq!(plan["changes"].as_array().map(Vec::len), Some(0), "{plan}");
+
+    // Scale down by deleting a named node.
+    rt.block_on(c.node_group_delete_nodes(proto::NodeGroupDeleteNodesRequest {
+        nodes: vec![worker.clone()],
+        id: "general".into(),
+    }))
+    .unwrap();
+    assert_eq!(target(&mut c), 4);
+    let left: Vec<String> = w.instances_in("general").iter().map(|i| i["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(left.len(), 4);
+    assert!(!left.contains(&worker.name));
+    let err = rt
+        .block_on(c.node_group_delete_nodes(proto::NodeGroupDeleteNodesRequest {
+            nodes: vec![node("control-plane")],
+            id: "general".into(),
+        }))
+        .unwrap_err();
+    assert!(err.message().contains("does not belong to node group general"), "{}", err.message());
+    // Lowering the target below what exists would delete machines: refused.
+    let err = rt
+        .block_on(c.node_group_decrease_target_size(proto::NodeGroupDecreaseTargetSizeRequest {
+            delta: -1,
+            id: "general".into(),
+        }))
+        .unwrap_err();
+    assert_eq!(err.message(), "attempt to delete existing nodes targetSize:4 delta:-1 existingNodes: 4");
+    let history = w.json(&["history", "autoscale"]).to_string();
+    assert!(history.contains("autoscaler: general 2 → 5: launched"), "{history}");
+    assert!(history.contains(&format!("autoscaler: general 5 → 4: terminated {}", worker.name)), "{history}");
+}

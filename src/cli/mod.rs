@@ -4,6 +4,7 @@
 pub mod addons;
 pub mod ami;
 pub mod apply;
+pub mod autoscaler;
 pub mod bootstrap;
 pub mod cloud;
 pub mod completions;
@@ -83,6 +84,8 @@ pub enum Command {
     Ami(ami::AmiArgs),
     /// Place one app's replicas over the members of a federation.
     Federation(federation::FederationArgs),
+    /// Serve cluster-autoscaler's externalgrpc cloud provider over the node groups.
+    Autoscaler(autoscaler::AutoscalerArgs),
     /// Replace machines that are not on their group's current version.
     Upgrade(upgrade::UpgradeArgs),
     /// Delete everything tagged for a cluster.
@@ -118,6 +121,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ami(a) => rt()?.block_on(ami::run(g, a)),
         Command::Federation(a) => rt()?.block_on(federation::run(g, a)),
         Command::Upgrade(a) => rt()?.block_on(upgrade::run(g, a)),
+        Command::Autoscaler(a) => rt()?.block_on(autoscaler::run(g, a)),
         Command::Destroy(a) => rt()?.block_on(destroy::run(g, a)),
         Command::Get(a) => rt()?.block_on(get::run(g, a)),
         Command::Orphans(a) => rt()?.block_on(orphans::run(g, a)),

@@ -31,6 +31,8 @@ pub mod tags {
     pub const LT_VERSION: &str = "pinfleet.dev/launch-template-version";
     /// The Kubernetes version a launch template's machines install.
     pub const KUBERNETES_VERSION: &str = "pinfleet.dev/kubernetes-version";
+    /// On a group's launch template: its size as the cluster autoscaler set it.
+    pub const AUTOSCALER_SIZE: &str = "pinfleet.dev/autoscaler-size";
     /// On instances: the apply revision that started them (idempotency).
     pub const REVISION: &str = "pinfleet.dev/revision";
     pub const NAME: &str = "Name";

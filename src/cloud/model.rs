@@ -156,6 +156,9 @@ pub struct DesiredGroup {
     pub name: String,
     pub role: Role,
     pub desired: u32,
+    /// maxSize: the most machines the autoscaler may ask for (0: unknown).
+    #[serde(default)]
+    pub max: u32,
     pub subnets: Vec<String>,
 }
 
@@ -383,6 +386,7 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
             name: g.name.clone(),
             role: g.role,
             desired: g.desired_count(),
+            max: g.max_size,
             subnets: g.subnets.clone(),
         });
     }

@@ -148,6 +148,10 @@ pub struct ObservedLaunchTemplate {
     pub group: String,
     pub latest_version: i64,
     pub latest: Option<ObservedTemplateData>,
+    /// The group's size as the cluster autoscaler last set it (a tag on
+    /// the template): the plan keeps at least this many machines.
+    #[serde(default)]
+    pub scaled_size: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

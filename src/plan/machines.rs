@@ -112,7 +112,9 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) ->
         }
         let live: Vec<&ObservedInstance> = observed.live_instances(&g.name).collect();
         let inst_key = K::Instances(g.name.to_string());
-        let want = g.desired as usize;
+        // The autoscaler moves a group between its desired size (a floor) and its maximum.
+        let scaled = observed_lt.and_then(|o| o.scaled_size).map(|s| if g.max > 0 { s.min(g.max) } else { s });
+        let want = g.desired.max(scaled.unwrap_or(0)) as usize;
         let mut terminating = BTreeSet::new();
         if live.len() < want {
             let count = (want - live.len()) as u32;

@@ -61,14 +61,33 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
     let lts = async {
         let templates = launch_templates(aws, f()).await?;
         if templates.is_empty() {
-            return Ok((templates, Vec::new()));
+            return Ok((templates, Vec::new(), BTreeMap::new()));
         }
         // One call for the latest version of every template (no per-template calls).
-        let versions = all_pages!(
-            "DescribeLaunchTemplateVersions",
-            ec2.describe_launch_template_versions().versions("$Latest").max_results(200)
-        )?;
-        Ok::<_, anyhow::Error>((templates, versions))
+        let versions = async {
+            all_pages!(
+                "DescribeLaunchTemplateVersions",
+                ec2.describe_launch_template_versions().versions("$Latest").max_results(200)
+            )
+        };
+        // The autoscaler's sizes, read where AWS keeps tags (moto's
+        // DescribeLaunchTemplates shows a template's tags as created).
+        let ids: Vec<String> = templates.iter().filter_map(|t| t.launch_template_id().map(str::to_string)).collect();
+        let sizes = async {
+            let name = |n: &str, v: Vec<String>| Filter::builder().name(n).set_values(Some(v)).build();
+            all_pages!(
+                "DescribeTags",
+                ec2.describe_tags()
+                    .filters(name("resource-type", vec!["launch-template".into()]))
+                    .filters(name("key", vec![tags::AUTOSCALER_SIZE.into()]))
+                    .filters(name("resource-id", ids))
+                    .max_results(1000)
+            )
+        };
+        let (versions, sizes) = futures::try_join!(versions, sizes)?;
+        let sizes: BTreeMap<String, u32> =
+            sizes.iter().filter_map(|t| Some((t.resource_id()?.to_string(), t.value()?.parse().ok()?))).collect();
+        Ok::<_, anyhow::Error>((templates, versions, sizes))
     };
     let instances = async { all_pages!("DescribeInstances", ec2.describe_instances().filters(f()).max_results(1000)) };
     let lb = async {
@@ -78,8 +97,19 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
         }
     };
     let iam = super::iam::observe(aws, cluster);
-    let (vpcs, subnets, igws, addresses, nats, rts, sgs, (templates, versions), reservations, (lb, unavailable), iam) =
-        futures::try_join!(vpcs, subnets, igws, addresses, nats, rts, sgs, lts, instances, lb, iam)?;
+    let (
+        vpcs,
+        subnets,
+        igws,
+        addresses,
+        nats,
+        rts,
+        sgs,
+        (templates, versions, sizes),
+        reservations,
+        (lb, unavailable),
+        iam,
+    ) = futures::try_join!(vpcs, subnets, igws, addresses, nats, rts, sgs, lts, instances, lb, iam)?;
 
     let mut o = Observed::default();
     (o.iam_roles, o.instance_profiles) = iam;
@@ -206,9 +236,11 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
         .filter_map(|t| {
             let id = t.launch_template_id()?.to_string();
             let data = latest.get(&id).and_then(|v| v.launch_template_data()).map(template_data);
+            let t_tags = tag_map(t.tags());
             Some(ObservedLaunchTemplate {
                 name: t.launch_template_name().unwrap_or_default().to_string(),
-                group: tag_map(t.tags()).get(tags::INSTANCE_GROUP)?.clone(),
+                group: t_tags.get(tags::INSTANCE_GROUP)?.clone(),
+                scaled_size: sizes.get(&id).copied(),
                 latest_version: t.latest_version_number().unwrap_or(0),
                 latest: data,
                 id,
