@@ -179,3 +179,45 @@ fn the_ami_rollout_job_is_opt_in_and_runs_one_cronjob_per_cluster() {
     );
     assert_eq!(jobs[0].value["spec"]["concurrencyPolicy"], "Forbid");
 }
+
+/// cluster-autoscaler is opt-in; enabled, it renders the provider beside
+/// cluster-autoscaler (snapshot), points the externalgrpc cloud-config at
+/// the provider's Service, and the control plane's IAM policy grows the
+/// launch and terminate permissions the provider needs (and only then).
+#[test]
+fn the_cluster_autoscaler_is_opt_in_and_points_at_pinfleets_provider() {
+    let p = packages();
+    let plain = cluster("dev-local");
+    assert!(addons::render_for(&plain, &p).unwrap().iter().all(|a| a.name != "cluster-autoscaler"), "off by default");
+    let policy = |c: &pinfleet::spec::Cluster| {
+        pinfleet::cloud::iam::desired(c)
+            .into_iter()
+            .find(|r| r.role == pinfleet::spec::Role::ControlPlane)
+            .unwrap()
+            .policy
+    };
+    assert!(!policy(&plain).contains("ec2:RunInstances"));
+
+    let c = with_addons("    - {name: cluster-autoscaler, enabled: true}\n");
+    let set = addons::render_for(&c, &p).unwrap();
+    let a = set.iter().find(|a| a.name == "cluster-autoscaler").unwrap();
+    let mut text = String::new();
+    for o in &a.objects {
+        text.push_str(&format!("---\n# {}\n{}", o.key, serde_saphyr::to_string(&o.value).unwrap()));
+    }
+    insta::assert_snapshot!("addon-cluster-autoscaler", text);
+    let config = a.objects.iter().find(|o| o.key.kind == "ConfigMap").unwrap();
+    assert!(config.value["data"]["cloud-config.yaml"]
+        .as_str()
+        .unwrap()
+        .contains("address: \"pinfleet-autoscaler.kube-system.svc:8086\""));
+    let provider =
+        a.objects.iter().find(|o| o.key.name == "pinfleet-autoscaler" && o.key.kind == "Deployment").unwrap();
+    assert_eq!(
+        provider.value["spec"]["template"]["spec"]["containers"][0]["args"],
+        serde_json::json!(["autoscaler", "serve", "dev-local", "--listen", "0.0.0.0:8086", "--log-json"])
+    );
+    let with = policy(&c);
+    assert!(with.contains("ec2:RunInstances") && with.contains("ec2:TerminateInstances"), "{with}");
+    assert!(with.contains("arn:aws:iam::*:role/pinfleet/pinfleet-dev-local-nodes"), "{with}");
+}

@@ -143,6 +143,30 @@ fn ebs_csi() -> Vec<Value> {
     ]
 }
 
+/// What `pinfleet autoscaler serve` does from a control-plane machine (the
+/// `cluster-autoscaler` addon): observe and plan the cluster, launch and
+/// terminate its machines, record sizes and history in the state store.
+fn autoscaler_provider(cluster: &Cluster) -> Vec<Value> {
+    let name = &cluster.metadata.name;
+    let mut out = vec![
+        json!({"Sid": "AutoscalerObserve", "Effect": "Allow", "Resource": "*",
+            "Action": ["ec2:Describe*", "elasticloadbalancing:Describe*", "iam:GetRole", "iam:GetRolePolicy", "iam:GetInstanceProfile", "sts:GetCallerIdentity"]}),
+        json!({"Sid": "AutoscalerLaunch", "Effect": "Allow", "Resource": "*",
+            "Action": ["ec2:RunInstances", "ec2:CreateTags"]}),
+        json!({"Sid": "AutoscalerPassNodeRole", "Effect": "Allow", "Action": ["iam:PassRole"],
+            "Resource": format!("arn:aws:iam::*:role/pinfleet/{}", role_name(name, Role::Node))}),
+        json!({"Sid": "AutoscalerTerminate", "Effect": "Allow", "Action": ["ec2:TerminateInstances"], "Resource": "*",
+            "Condition": {"StringEquals": {format!("ec2:ResourceTag/{}", crate::cloud::tags::CLUSTER): name}}}),
+    ];
+    if let Some(rest) = cluster.spec.state_store.strip_prefix("s3://") {
+        let (bucket, _) = rest.split_once('/').unwrap_or((rest, ""));
+        out.push(json!({"Sid": "AutoscalerStateStore", "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"],
+            "Resource": [format!("arn:aws:s3:::{bucket}"), format!("arn:aws:s3:::{bucket}/*")]}));
+    }
+    out
+}
+
 fn policy(cluster: &Cluster, role: Role) -> Value {
     let mut statements = Vec::new();
     match role {
@@ -150,6 +174,9 @@ fn policy(cluster: &Cluster, role: Role) -> Value {
             statements.push(cloud_controller());
             statements.extend(ebs_csi());
             statements.extend(state_read(cluster, &["pki", "join"]));
+            if cluster.spec.addons.iter().any(|a| a.name == "cluster-autoscaler" && a.enabled) {
+                statements.extend(autoscaler_provider(cluster));
+            }
         }
         Role::Node => {
             statements.push(json!({"Sid": "DescribeInstances", "Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": "*"}));
