@@ -34,6 +34,7 @@ pub mod autoscale;
 pub mod cli;
 pub mod cloud;
 pub mod controller;
+pub mod e2e;
 pub mod federation;
 pub mod kube;
 pub mod output;

@@ -492,3 +492,57 @@ pub fn version_steps(p: &crate::rollout::run::Preview) -> String {
     }
     out
 }
+
+/// One e2e check as it ends: `cluster  phase  check  result  time  reason`.
+pub fn e2e_line(cluster: &str, c: &crate::e2e::Check) -> String {
+    use crate::e2e::Outcome;
+    let reason = match &c.outcome {
+        Outcome::Pass => String::new(),
+        Outcome::Skip { reason } => reason.clone(),
+        Outcome::Warn { reason, objects } | Outcome::Fail { reason, objects } => {
+            let shown: Vec<&str> = objects.iter().take(5).map(String::as_str).collect();
+            let more = objects.len().saturating_sub(5);
+            format!(
+                "{reason}{}{}",
+                if shown.is_empty() { String::new() } else { format!(": {}", shown.join("; ")) },
+                if more > 0 { format!(" (+{more} more)") } else { String::new() }
+            )
+        }
+    };
+    format!(
+        "{cluster:<16} {:<9} {:<26} {:<4} {:>6.2}s  {reason}",
+        c.phase.as_str(),
+        c.name,
+        c.outcome.label(),
+        c.seconds
+    )
+}
+
+/// Per cluster: checks passed, warned, failed, skipped, and the time; then each failure.
+pub fn e2e_summary(reports: &[crate::e2e::Report]) -> String {
+    use crate::e2e::Outcome;
+    let mut rows = Vec::new();
+    for r in reports {
+        let n = |f: fn(&Outcome) -> bool| r.checks.iter().filter(|c| f(&c.outcome)).count().to_string();
+        rows.push(vec![
+            r.cluster.clone(),
+            n(|o| matches!(o, Outcome::Pass)),
+            n(|o| matches!(o, Outcome::Warn { .. })),
+            n(|o| matches!(o, Outcome::Fail { .. })),
+            n(|o| matches!(o, Outcome::Skip { .. })),
+            format!("{:.1}s", r.seconds),
+        ]);
+    }
+    let mut out = format!("\n{}", table(&["CLUSTER", "PASSED", "WARNED", "FAILED", "SKIPPED", "TIME"], &rows));
+    for r in reports {
+        for c in r.failures() {
+            if let Outcome::Fail { reason, objects } = &c.outcome {
+                out.push_str(&format!("\nFAIL {} {}/{}: {reason}\n", r.cluster, c.phase.as_str(), c.name));
+                for o in objects {
+                    out.push_str(&format!("  - {o}\n"));
+                }
+            }
+        }
+    }
+    out
+}

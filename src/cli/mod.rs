@@ -11,6 +11,7 @@ pub mod completions;
 pub mod controller;
 pub mod crds;
 pub mod destroy;
+pub mod e2e;
 pub mod federation;
 pub mod get;
 pub mod history;
@@ -86,6 +87,8 @@ pub enum Command {
     Federation(federation::FederationArgs),
     /// Serve cluster-autoscaler's externalgrpc cloud provider over the node groups.
     Autoscaler(autoscaler::AutoscalerArgs),
+    /// End-to-end validation of running clusters (pre-flight, cluster, platform smoke).
+    E2e(e2e::E2eArgs),
     /// Replace machines that are not on their group's current version.
     Upgrade(upgrade::UpgradeArgs),
     /// Delete everything tagged for a cluster.
@@ -122,6 +125,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Federation(a) => rt()?.block_on(federation::run(g, a)),
         Command::Upgrade(a) => rt()?.block_on(upgrade::run(g, a)),
         Command::Autoscaler(a) => rt()?.block_on(autoscaler::run(g, a)),
+        Command::E2e(a) => rt()?.block_on(e2e::run(g, a)),
         Command::Destroy(a) => rt()?.block_on(destroy::run(g, a)),
         Command::Get(a) => rt()?.block_on(get::run(g, a)),
         Command::Orphans(a) => rt()?.block_on(orphans::run(g, a)),

@@ -285,8 +285,15 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
     let cached_cm =
         ctx.caches.get().and_then(|c| c.profiles.get(&ObjectRef::new(PROFILE_CONFIGMAP).within(SYSTEM_NAMESPACE)));
     let profile = match cached_cm {
-        Some(cm) => profile_from(cm.data.clone().unwrap_or_default(), pinned)?,
-        None => load_profile(client, pinned).await?,
+        Some(cm) => profile_from(cm.data.clone().unwrap_or_default(), pinned),
+        None => load_profile(client, pinned).await,
+    };
+    // A profile that does not load is the workload's problem to show in its
+    // status (Reconciled=False with the reason), like a refused child.
+    let (profile, profile_error) = match profile {
+        Ok(p) => (p, None),
+        Err(Error::Other(why)) => (RuntimeProfile::default_profile(pinned.unwrap_or("invalid")), Some(why)),
+        Err(e) => return Err(e),
     };
     let cached_ns = ctx.caches.get().and_then(|c| c.namespaces.get(&ObjectRef::new(&ns)));
     let ns_labels = match cached_ns {
@@ -307,9 +314,10 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
         .filter(|v| !v.is_null())
         .and_then(|v| serde_json::from_value(v).ok());
     let mut live_children = Vec::new();
-    let applied: Result<(), String> = match &rendered {
-        Err(e) => Err(e.to_string()),
-        Ok(children) => {
+    let applied: Result<(), String> = match (&profile_error, &rendered) {
+        (Some(why), _) => Err(why.clone()),
+        (None, Err(e)) => Err(e.to_string()),
+        (None, Ok(children)) => {
             let written: Result<(), kube::Error> = async {
                 for child in children {
                     let Some(ar) = child_kind(child, K::CHILDREN) else { continue };

@@ -25,6 +25,8 @@ pub struct Controllers {
     pub statefulsets: bool,
     pub jobs: bool,
     pub cronjobs: bool,
+    /// kube-controller-manager's EndpointSlice controller.
+    pub endpoints: bool,
     /// How long a scheduled pod takes to become Running and Ready.
     pub pod_start: Duration,
     /// How long a Job pod runs before it succeeds.
@@ -42,6 +44,7 @@ impl Default for Controllers {
             statefulsets: true,
             jobs: true,
             cronjobs: true,
+            endpoints: true,
             pod_start: Duration::from_millis(0),
             job_run: Duration::from_millis(200),
         }
@@ -58,6 +61,7 @@ impl Controllers {
             daemonsets: false,
             statefulsets: false,
             jobs: false,
+            endpoints: false,
             ..Default::default()
         }
     }
@@ -68,7 +72,7 @@ impl Controllers {
 pub fn watched(key: &(String, String)) -> bool {
     matches!(
         (key.0.as_str(), key.1.as_str()),
-        ("", "pods" | "nodes")
+        ("", "pods" | "nodes" | "services")
             | ("apps", "deployments" | "replicasets" | "daemonsets" | "statefulsets")
             | ("batch", "jobs" | "cronjobs")
     )
@@ -337,6 +341,9 @@ impl Controllers {
         if self.kubelet {
             self.kubelet(inner);
         }
+        if self.endpoints {
+            self.endpoint_slices(inner);
+        }
         inner.resource_version() != before
     }
 
@@ -531,6 +538,71 @@ impl Controllers {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// One EndpointSlice per Service with a selector: its pods with an
+    /// IP, each with `ready` from the pod's Ready condition.
+    fn endpoint_slices(&self, inner: &mut Inner) {
+        let svc_t = t(inner, "", "services");
+        let slices_t = t(inner, "discovery.k8s.io", "endpointslices");
+        let pods = all(inner, &t(inner, "", "pods"));
+        for svc in all(inner, &svc_t) {
+            let Some(selector) = svc.pointer("/spec/selector").and_then(Value::as_object).filter(|s| !s.is_empty())
+            else {
+                continue;
+            };
+            let (ns_, name_) = (ns(&svc), name(&svc));
+            let matches = |p: &&Value| {
+                ns(p) == ns_
+                    && !terminating(p)
+                    && !s(p, "/status/podIP").is_empty()
+                    && selector.iter().all(|(k, v)| p.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v))
+            };
+            let mut endpoints: Vec<Value> = pods
+                .iter()
+                .filter(matches)
+                .map(|p| {
+                    json!({"addresses": [s(p, "/status/podIP")], "conditions": {"ready": is_ready(p), "serving": is_ready(p), "terminating": false},
+                        "nodeName": s(p, "/spec/nodeName"), "targetRef": {"kind": "Pod", "namespace": ns_, "name": name(p), "uid": uid(p)}})
+                })
+                .collect();
+            endpoints.sort_by(|a, b| a["targetRef"]["name"].as_str().cmp(&b["targetRef"]["name"].as_str()));
+            let ports: Vec<Value> = svc
+                .pointer("/spec/ports")
+                .and_then(Value::as_array)
+                .map(|ps| {
+                    ps.iter()
+                        .map(|p| {
+                            let port = p.get("targetPort").and_then(Value::as_i64).or_else(|| p.get("port").and_then(Value::as_i64));
+                            json!({"name": p.get("name").cloned().unwrap_or(json!("")), "port": port, "protocol": p.get("protocol").cloned().unwrap_or(json!("TCP"))})
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let slice_name = format!("{name_}-sim");
+            let existing = inner.get(&slices_t, &ns_, &slice_name).ok();
+            if existing
+                .as_ref()
+                .is_some_and(|e| e.get("endpoints") == Some(&json!(endpoints)) && e.get("ports") == Some(&json!(ports)))
+            {
+                continue;
+            }
+            let obj = json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": slice_name, "namespace": ns_,
+                    "labels": {"kubernetes.io/service-name": name_, "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"},
+                    "ownerReferences": [owner_ref(&svc, "v1", "Service")]},
+                "addressType": "IPv4", "endpoints": endpoints, "ports": ports,
+            });
+            let _ = match existing {
+                Some(mut e) => {
+                    e["endpoints"] = obj["endpoints"].clone();
+                    e["ports"] = obj["ports"].clone();
+                    inner.update(&slices_t, &ns_, &slice_name, e, "endpointslice-controller", Sub::Main, false)
+                }
+                None => inner.create(&slices_t, &ns_, obj, "endpointslice-controller", false),
+            };
         }
     }
 

@@ -89,6 +89,7 @@ pub fn builtins() -> Vec<ResourceType> {
         rt("", "v1", "Pod", "pods", true, &["po"], true),
         rt("", "v1", "Service", "services", true, &["svc"], true),
         rt("", "v1", "Endpoints", "endpoints", true, &["ep"], false),
+        rt("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", true, &[], false),
         rt("", "v1", "ConfigMap", "configmaps", true, &["cm"], false),
         rt("", "v1", "Secret", "secrets", true, &[], false),
         rt("", "v1", "ServiceAccount", "serviceaccounts", true, &["sa"], false),

@@ -11,6 +11,7 @@ pub mod check;
 pub mod load;
 pub mod merge;
 pub mod schema;
+pub mod selector;
 pub mod types;
 pub mod validate;
 pub mod yaml;

@@ -1,0 +1,188 @@
+//! End-to-end validation of a running cluster: `pinfleet e2e`, the gates
+//! of `upgrade` and `ami rollout`, and the `e2e` addon's CronJob.
+//!
+//! ```text
+//! cluster file (+ rendered addons) + API client
+//!   ─▶ pre-flight (checks) ─▶ cluster (checks) ─▶ platform smoke (smoke)
+//!   ─▶ Report: each check with its phase, duration and outcome
+//!   ─▶ output (table, -o json, JUnit XML via junit)
+//! ```
+//!
+//! The checks judge what they read with pure functions (unit-tested); the
+//! runner times them and stops a phase early only when the API is gone.
+
+pub mod checks;
+pub mod junit;
+pub mod smoke;
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::addons::RenderedAddon;
+use crate::spec::Cluster;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Preflight,
+    Cluster,
+    Smoke,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Preflight => "preflight",
+            Phase::Cluster => "cluster",
+            Phase::Smoke => "smoke",
+        }
+    }
+}
+
+/// How a check ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "result", rename_all = "lowercase")]
+pub enum Outcome {
+    Pass,
+    /// Worth knowing; does not fail the run.
+    Warn {
+        reason: String,
+        objects: Vec<String>,
+    },
+    Fail {
+        reason: String,
+        objects: Vec<String>,
+    },
+    Skip {
+        reason: String,
+    },
+}
+
+impl Outcome {
+    pub fn fail(reason: impl Into<String>, objects: Vec<String>) -> Self {
+        Outcome::Fail { reason: reason.into(), objects }
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Pass => "ok",
+            Outcome::Warn { .. } => "warn",
+            Outcome::Fail { .. } => "FAIL",
+            Outcome::Skip { .. } => "skip",
+        }
+    }
+}
+
+/// One check's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub phase: Phase,
+    pub name: String,
+    pub seconds: f64,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// One cluster's run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub cluster: String,
+    pub seconds: f64,
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    pub fn failed(&self) -> bool {
+        self.checks.iter().any(|c| matches!(c.outcome, Outcome::Fail { .. }))
+    }
+
+    pub fn failures(&self) -> Vec<&Check> {
+        self.checks.iter().filter(|c| matches!(c.outcome, Outcome::Fail { .. })).collect()
+    }
+}
+
+/// What a run checks against.
+pub struct Target {
+    pub cluster: Cluster,
+    pub client: kube::Client,
+    /// The addon set as rendered for the cluster; None skips the comparison.
+    pub addons: Option<Vec<RenderedAddon>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub phases: Vec<Phase>,
+    /// How long the smoke workloads may take to turn Ready or Succeeded.
+    pub smoke_timeout: Duration,
+    /// Run the smoke workloads on this runtime-support profile version
+    /// (to try a new profile before it becomes the default).
+    pub smoke_profile: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            phases: vec![Phase::Preflight, Phase::Cluster, Phase::Smoke],
+            smoke_timeout: Duration::from_secs(300),
+            smoke_profile: None,
+        }
+    }
+}
+
+/// Collects checks as they finish, telling `on` about each.
+pub struct Recorder<'a> {
+    pub checks: Vec<Check>,
+    on: &'a (dyn Fn(&str, &Check) + Sync),
+    cluster: String,
+}
+
+impl<'a> Recorder<'a> {
+    pub fn new(cluster: &str, on: &'a (dyn Fn(&str, &Check) + Sync)) -> Self {
+        Recorder { checks: Vec::new(), on, cluster: cluster.to_string() }
+    }
+
+    /// Runs one check, timing it; an error is a failure with its message.
+    pub async fn check<F>(&mut self, phase: Phase, name: &str, f: F) -> &Outcome
+    where
+        F: std::future::Future<Output = anyhow::Result<Outcome>>,
+    {
+        let start = Instant::now();
+        let outcome = f.await.unwrap_or_else(|e| Outcome::fail(format!("{e:#}"), vec![]));
+        self.push(Check { phase, name: name.to_string(), seconds: start.elapsed().as_secs_f64(), outcome });
+        &self.checks.last().expect("just pushed").outcome
+    }
+
+    pub fn push(&mut self, c: Check) {
+        (self.on)(&self.cluster, &c);
+        self.checks.push(c);
+    }
+}
+
+/// Runs the chosen phases against one cluster. `on` sees each check as it ends.
+pub async fn run(t: &Target, opts: &Options, on: &(dyn Fn(&str, &Check) + Sync)) -> Report {
+    let start = Instant::now();
+    let mut r = Recorder::new(&t.cluster.metadata.name, on);
+    let reachable = checks::preflight(t, &mut r, opts.phases.contains(&Phase::Preflight)).await;
+    if reachable {
+        if opts.phases.contains(&Phase::Cluster) {
+            checks::cluster(t, &mut r).await;
+        }
+        if opts.phases.contains(&Phase::Smoke) {
+            smoke::run(t, &mut r, opts).await;
+        }
+    }
+    Report { cluster: t.cluster.metadata.name.clone(), seconds: start.elapsed().as_secs_f64(), checks: r.checks }
+}
+
+/// Runs several clusters, at most `parallel` at once; reports in the
+/// order given.
+pub async fn run_many(
+    targets: Vec<Target>,
+    opts: &Options,
+    parallel: usize,
+    on: &(dyn Fn(&str, &Check) + Sync),
+) -> Vec<Report> {
+    use futures::StreamExt as _;
+    futures::stream::iter(targets.iter().map(|t| run(t, opts, on))).buffered(parallel.max(1)).collect().await
+}
