@@ -95,6 +95,9 @@ impl RollView {
                         format!("{group}: done, {replaced} replaced in {seconds:.1}s")
                     }
                     Event::VersionStep { step } => format!("step: {step}"),
+                    Event::Validated { after, checks, skipped } => {
+                        format!("e2e gate after {after}: {checks} checks passed ({skipped} skipped)")
+                    }
                 };
                 let _ = writeln!(anstream::stderr(), "{line}");
             }

@@ -875,3 +875,28 @@ fn the_autoscaler_protocol_scales_a_group_up_and_down() {
     assert!(history.contains("autoscaler: general 2 → 5: launched"), "{history}");
     assert!(history.contains(&format!("autoscaler: general 5 → 4: terminated {}", worker.name)), "{history}");
 }
+
+/// The end-to-end gate after each group: a cordoned node elsewhere fails
+/// the cluster phase after the control-plane group and halts the roll,
+/// naming the check and the node; `--skip-e2e` rolls anyway and says so in
+/// history.
+#[test]
+fn the_e2e_gate_halts_a_roll_and_skip_e2e_is_recorded() {
+    let (w, sim) = cluster("e2egate", 2, 0, "        maxSurge: 1\n", "1s");
+    let _approver = support::approver(&sim.kubeconfig);
+    let worker = ids(&w.instances_in("general")).into_iter().next().unwrap();
+    kubectl(&sim, &["cordon", &worker], None);
+    set_control_plane_type(&w, "t3.large");
+    let out = w.run(&upgrade_args(&w, &sim, &["--instance-group", "control-plane"]));
+    assert!(!out.status.success(), "the gate must halt the roll");
+    let err = stderr(&out);
+    assert!(
+        err.contains("the e2e gate after group control-plane failed: cluster/nodes-ready")
+            && err.contains(&format!("{worker} (cordoned)")),
+        "{err}"
+    );
+    let out = w.run(&upgrade_args(&w, &sim, &["--instance-group", "control-plane", "--skip-e2e"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let history = w.json(&["history", "e2egate"]).to_string();
+    assert!(history.contains("e2e gates skipped for this roll (--skip-e2e)"), "{history}");
+}

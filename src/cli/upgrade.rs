@@ -49,6 +49,10 @@ pub struct RollArgs {
     /// first (a rehearsal of the quorum loss this prevents; never on a real cluster).
     #[arg(long, hide = true)]
     pub skip_etcd_member_removal: bool,
+    /// Roll without the end-to-end gates (the cluster phase after each
+    /// group, the platform smoke at the end); recorded in history.
+    #[arg(long)]
+    pub skip_e2e: bool,
     /// Kubeconfig of the cluster (default: the one bootstrap wrote).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -66,6 +70,7 @@ impl RollArgs {
             validate_interval: self.validate_interval,
             canary: !self.no_canary,
             etcd_member_removal: !self.skip_etcd_member_removal,
+            e2e: !self.skip_e2e,
         }
     }
 }

@@ -297,6 +297,18 @@ async fn checks(t: &Target, r: &mut Recorder<'_>, ns: &str, opts: &super::Option
 /// The smoke phase: a namespace, the checks (or Ctrl-C), then the namespace removed.
 pub async fn run(t: &Target, r: &mut Recorder<'_>, opts: &super::Options) {
     let timeout = opts.smoke_timeout;
+    // Without the platform's CRDs there is no platform to smoke.
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(t.client.clone());
+    if let Ok(None) = crds.get_opt("pinterestservices.pinfleet.dev").await {
+        r.push(super::Check {
+            phase: Phase::Smoke,
+            name: "platform".into(),
+            seconds: 0.0,
+            outcome: Outcome::Skip { reason: "the platform CRDs are not installed (the platform-crds addon)".into() },
+        });
+        return;
+    }
     let nss: Api<Namespace> = Api::all(t.client.clone());
     let name = format!("pinfleet-e2e-{:06x}", rand::random::<u32>() & 0xff_ffff);
     let ns: Namespace =

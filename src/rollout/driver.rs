@@ -108,6 +108,12 @@ pub enum Event {
     VersionStep {
         step: String,
     },
+    /// The end-to-end gate passed (`after`: a group, or the roll).
+    Validated {
+        after: String,
+        checks: usize,
+        skipped: usize,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
@@ -268,8 +274,12 @@ pub async fn validate<N: Nodes>(n: &N, cfg: &GroupRoll, joining: &BTreeSet<Strin
     Ok(())
 }
 
+/// A check run after each group (the end-to-end gate); an error halts the roll.
+pub type Gate<'a> = &'a dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
+
 /// Rolls groups in order: the control-plane groups one after another, then
-/// node groups up to `max_parallel` at a time. Stops at the first halt.
+/// node groups up to `max_parallel` at a time, `gate` after each group.
+/// Stops at the first halt.
 pub async fn roll<M: Machines, N: Nodes>(
     m: &M,
     n: &N,
@@ -277,15 +287,23 @@ pub async fn roll<M: Machines, N: Nodes>(
     node_groups: &[GroupRoll],
     max_parallel: usize,
     on: &dyn Fn(Event),
+    gate: Option<Gate<'_>>,
 ) -> Result<Vec<GroupReport>> {
     let mut reports = Vec::new();
     for g in control_plane {
         reports.push(roll_group(m, n, g, on).await?);
+        if let Some(gate) = gate {
+            gate(g.group.clone()).await?;
+        }
     }
     let mut results =
         futures::stream::iter(node_groups.iter().map(|g| roll_group(m, n, g, on))).buffered(max_parallel.max(1));
     while let Some(r) = results.next().await {
-        reports.push(r?);
+        let r = r?;
+        if let Some(gate) = gate {
+            gate(r.group.clone()).await?;
+        }
+        reports.push(r);
     }
     Ok(reports)
 }

@@ -34,6 +34,40 @@ pub struct Options {
     /// Remove a control-plane machine's etcd member before terminating it
     /// (off only for rehearsing what happens without it).
     pub etcd_member_removal: bool,
+    /// Run the end-to-end gates: the cluster phase after each group, the
+    /// platform smoke at the end (`--skip-e2e` turns them off).
+    pub e2e: bool,
+}
+
+/// The end-to-end gate: `phases` of `pinfleet e2e` against the cluster;
+/// a failure halts the roll with the failed checks.
+pub async fn gate(
+    cluster: &Cluster,
+    client: &kube::Client,
+    phases: &[crate::e2e::Phase],
+    after: &str,
+    on: &dyn Fn(Event),
+) -> Result<()> {
+    use crate::e2e::{self, Outcome};
+    let t = e2e::Target { cluster: cluster.clone(), client: client.clone(), addons: None };
+    let opts = e2e::Options { phases: phases.to_vec(), ..Default::default() };
+    let report = e2e::run(&t, &opts, &|_, _| {}).await;
+    let failures: Vec<String> = report
+        .failures()
+        .iter()
+        .map(|c| match &c.outcome {
+            Outcome::Fail { reason, objects } => {
+                format!("{}/{}: {reason} [{}]", c.phase.as_str(), c.name, objects.join("; "))
+            }
+            _ => String::new(),
+        })
+        .collect();
+    if !failures.is_empty() {
+        anyhow::bail!("the e2e gate after {after} failed: {}", failures.join(" | "));
+    }
+    let skipped = report.checks.iter().filter(|c| matches!(c.outcome, Outcome::Skip { .. })).count();
+    on(Event::Validated { after: after.to_string(), checks: report.checks.len() - skipped, skipped });
+    Ok(())
 }
 
 /// One row of the upgrade table.
@@ -218,9 +252,16 @@ pub async fn roll(
         versions: versions(p),
         revision,
     };
-    let nodes = KubeNodes::new(client);
+    let nodes = KubeNodes::new(client.clone());
     let (cp, ng) = group_rolls(cluster, p, opts);
-    driver::roll(&machines, &nodes, &cp, &ng, opts.max_parallel_groups, on).await
+    let after_group = |group: String| -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + '_>> {
+        let client = client.clone();
+        Box::pin(
+            async move { gate(cluster, &client, &[crate::e2e::Phase::Cluster], &format!("group {group}"), on).await },
+        )
+    };
+    let gate_fn: driver::Gate<'_> = &after_group;
+    driver::roll(&machines, &nodes, &cp, &ng, opts.max_parallel_groups, on, opts.e2e.then_some(gate_fn)).await
 }
 
 /// One roll under the cluster lock, as `upgrade` and the AMI job run it:
@@ -272,14 +313,31 @@ pub async fn upgrade(
         let _ = tx.send(e.clone());
         on(e);
     };
+    if !opts.e2e {
+        let revision = store.next_revision().await?;
+        let record = crate::state::HistoryRecord::of_actions(
+            revision,
+            command,
+            vec!["e2e gates skipped for this roll (--skip-e2e)".into()],
+        );
+        store.record(&record.acting_as(aws.caller_identity().await), cluster).await?;
+    }
     let result = match running {
         Some(running) if !steps.is_empty() => {
             version_upgrade(aws, cluster, store, &client, opts, command, &running, &steps, &forward).await
         }
-        _ => {
-            let (p, revision) = apply_recorded(aws, cluster, store, command, false).await?;
-            roll(aws, cluster, &p, client, opts, revision, &forward).await
+        _ => match apply_recorded(aws, cluster, store, command, false).await {
+            Ok((p, revision)) => roll(aws, cluster, &p, client.clone(), opts, revision, &forward).await,
+            Err(e) => Err(e),
+        },
+    };
+    // The platform smoke once the machines are rolled.
+    let result = match result {
+        Ok(r) if opts.e2e => {
+            let phases = [crate::e2e::Phase::Cluster, crate::e2e::Phase::Smoke];
+            gate(cluster, &client, &phases, "the roll", &forward).await.map(|()| r)
         }
+        other => other,
     };
     drop(tx);
     let mut record = writer.await.unwrap_or_else(|_| RollProgress::new(why, chrono::Utc::now()));

@@ -89,7 +89,7 @@ impl RollProgress {
                 None => return false,
             },
             Event::VersionStep { step } => self.version_steps.push(step.clone()),
-            Event::Launched { .. } | Event::Draining { .. } => return false,
+            Event::Launched { .. } | Event::Draining { .. } | Event::Validated { .. } => return false,
         }
         self.updated_at = now;
         true
