@@ -127,12 +127,13 @@ fn install_upgrade_prune_and_refuse_broken_manifests() {
     // Install: every addon ready, in dependency order.
     let events = s.apply();
     let ready = ready_events(&events);
-    assert_eq!(ready.len(), 11, "{events:?}");
+    assert_eq!(ready.len(), 12, "{events:?}");
     assert!(ready.values().all(|r| r["from"].is_null() && r["changed"].as_u64().unwrap() > 0));
     let order: Vec<&str> =
         events.iter().filter(|e| e["event"] == "ready").map(|e| e["name"].as_str().unwrap()).collect();
     let at = |n: &str| order.iter().position(|x| *x == n).unwrap();
     assert!(at("platform-crds") < at("workload-controller") && at("runtime-support") < at("workload-controller"));
+    assert!(at("workload-controller") < at("e2e"), "the e2e job comes after the controller that serves its metrics");
     // The pod network before everything else.
     assert_eq!(order[0], "pod-network");
     let deploy = s.k.ok(&[

@@ -100,8 +100,18 @@ async fn a_healthy_cluster_passes_and_the_smoke_namespace_goes() {
         "smoke namespaces left: {:?}",
         left.items.iter().map(|n| n.metadata.name.clone()).collect::<Vec<_>>()
     );
-    let xml = e2e::junit::render(&[r]);
+    let xml = e2e::junit::render(std::slice::from_ref(&r));
     assert!(xml.contains("<testcase classname=\"dev-local.smoke\" name=\"PinterestService\""), "{xml}");
+    // Recorded in the cluster, the run is what the controller's /metrics adds.
+    let _ = k.kubectl_cmd(&["create", "namespace", pinfleet::controller::SYSTEM_NAMESPACE]).output();
+    e2e::record(&k.client().await, &r).await.unwrap();
+    let metrics = pinfleet::controller::e2e_metrics(&k.client().await).await;
+    assert!(
+        metrics
+            .contains("pinfleet_e2e_check_failed{cluster=\"dev-local\",phase=\"smoke\",check=\"PinterestService\"} 0"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("pinfleet_e2e_checks_failed{cluster=\"dev-local\"} 0"), "{metrics}");
     controller.abort();
 }
 

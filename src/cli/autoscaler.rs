@@ -43,12 +43,7 @@ pub async fn run(g: &GlobalArgs, args: AutoscalerArgs) -> Result<ExitCode> {
     let kubeconfig = a.cloud.target.kubeconfig_or(a.kubeconfig.as_deref(), s.name());
     let store = s.store(false).await?.with_context(|| format!("cluster {} has no state store yet", s.name()))?;
     // In a pod (the addon) without a kubeconfig: the in-cluster configuration.
-    let client = if !kubeconfig.exists() && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
-        crate::kube::install_crypto_provider();
-        kube::Client::try_default().await?
-    } else {
-        crate::kube::client_from_kubeconfig(&kubeconfig, crate::kube::Retry::Default).await?
-    };
+    let client = crate::kube::client_or_in_cluster(&kubeconfig, crate::kube::Retry::Default).await?;
     let listener =
         tokio::net::TcpListener::bind(&a.listen).await.with_context(|| format!("listening on {}", a.listen))?;
     writeln!(

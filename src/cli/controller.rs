@@ -143,7 +143,12 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
             "/metrics",
             axum::routing::get(move || {
                 let (c, l) = (c.clone(), l.clone());
-                async move { c.metrics(l.load(std::sync::atomic::Ordering::SeqCst)) }
+                async move {
+                    let mut out = c.metrics(l.load(std::sync::atomic::Ordering::SeqCst));
+                    // The last end-to-end run, as the e2e addon's job left it.
+                    out.push_str(&crate::controller::e2e_metrics(&c.client).await);
+                    out
+                }
             }),
         );
     let listener = tokio::net::TcpListener::bind(&args.metrics_addr).await?;

@@ -43,6 +43,10 @@ pub struct E2eArgs {
     /// Do not compare the live addon objects with the rendered set.
     #[arg(long, env = "PINFLEET_SKIP_ADDONS")]
     pub no_addons: bool,
+    /// Keep each cluster's results in it (pinfleet-system/pinfleet-e2e-results),
+    /// where the workload controller serves them as metrics.
+    #[arg(long)]
+    pub record: bool,
     /// Kubeconfig (with one cluster; default: the one bootstrap wrote, or the target's).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -59,7 +63,7 @@ pub async fn run(g: &GlobalArgs, a: E2eArgs) -> Result<ExitCode> {
     for name in &names {
         let loaded = super::render::load_one(g, name)?;
         let kubeconfig = a.cloud.target.kubeconfig_or(a.kubeconfig.as_deref(), name);
-        let client = crate::kube::client_from_kubeconfig(&kubeconfig, crate::kube::Retry::Never)
+        let client = crate::kube::client_or_in_cluster(&kubeconfig, crate::kube::Retry::Never)
             .await
             .with_context(|| format!("cluster {name}: no API client (kubeconfig {})", kubeconfig.display()))?;
         let addons = if a.no_addons { None } else { Some(crate::addons::rendered(&g.addons_dir, &loaded.cluster)?) };
@@ -80,7 +84,13 @@ pub async fn run(g: &GlobalArgs, a: E2eArgs) -> Result<ExitCode> {
             let _ = writeln!(anstream::stderr(), "{}", crate::output::e2e_line(cluster, c));
         }
     };
+    let clients: Vec<kube::Client> = targets.iter().map(|t| t.client.clone()).collect();
     let reports = e2e::run_many(targets, &opts, a.parallel, &on).await;
+    if a.record {
+        for (client, r) in clients.iter().zip(&reports) {
+            e2e::record(client, r).await.with_context(|| format!("recording the results in {}", r.cluster))?;
+        }
+    }
     if let Some(path) = &a.junit {
         std::fs::write(path, e2e::junit::render(&reports)).with_context(|| format!("writing {}", path.display()))?;
     }

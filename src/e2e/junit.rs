@@ -98,6 +98,8 @@ mod tests {
                 },
             ],
         };
-        insta::assert_snapshot!(render(&[r]));
+        insta::assert_snapshot!(render(std::slice::from_ref(&r)));
+        let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        insta::assert_snapshot!("metrics", super::super::metrics(&r, at));
     }
 }

@@ -186,3 +186,50 @@ pub async fn run_many(
     use futures::StreamExt as _;
     futures::stream::iter(targets.iter().map(|t| run(t, opts, on))).buffered(parallel.max(1)).collect().await
 }
+
+/// Where the last run's results are kept in the cluster (the `e2e`
+/// addon's CronJob writes them; the workload controller's /metrics serves them).
+pub const RESULTS_CONFIGMAP: &str = "pinfleet-e2e-results";
+
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// The run as Prometheus metrics (pure): when it ran, how long it took,
+/// and each check's failure (1) or not (0).
+pub fn metrics(r: &Report, finished_at: chrono::DateTime<chrono::Utc>) -> String {
+    let c = label(&r.cluster);
+    let mut out = String::new();
+    out.push_str("# HELP pinfleet_e2e_last_run_timestamp_seconds When the last end-to-end run ended.\n# TYPE pinfleet_e2e_last_run_timestamp_seconds gauge\n");
+    out.push_str(&format!("pinfleet_e2e_last_run_timestamp_seconds{{cluster=\"{c}\"}} {}\n", finished_at.timestamp()));
+    out.push_str("# HELP pinfleet_e2e_last_run_duration_seconds How long the last end-to-end run took.\n# TYPE pinfleet_e2e_last_run_duration_seconds gauge\n");
+    out.push_str(&format!("pinfleet_e2e_last_run_duration_seconds{{cluster=\"{c}\"}} {:.3}\n", r.seconds));
+    out.push_str("# HELP pinfleet_e2e_checks_failed Checks that failed in the last run.\n# TYPE pinfleet_e2e_checks_failed gauge\n");
+    out.push_str(&format!("pinfleet_e2e_checks_failed{{cluster=\"{c}\"}} {}\n", r.failures().len()));
+    out.push_str("# HELP pinfleet_e2e_check_failed Whether a check failed in the last run (1) or not (0).\n# TYPE pinfleet_e2e_check_failed gauge\n");
+    for k in &r.checks {
+        let failed = u8::from(matches!(k.outcome, Outcome::Fail { .. }));
+        out.push_str(&format!(
+            "pinfleet_e2e_check_failed{{cluster=\"{c}\",phase=\"{}\",check=\"{}\"}} {failed}\n",
+            k.phase.as_str(),
+            label(&k.name)
+        ));
+    }
+    out
+}
+
+/// Keeps the run in the cluster: `pinfleet-system/pinfleet-e2e-results`
+/// with the metrics and the report.
+pub async fn record(client: &kube::Client, r: &Report) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, Patch, PatchParams};
+    let cm = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": RESULTS_CONFIGMAP, "namespace": crate::controller::SYSTEM_NAMESPACE},
+        "data": {"metrics.prom": metrics(r, chrono::Utc::now()), "report.json": serde_json::to_string_pretty(r)?},
+    });
+    Api::<ConfigMap>::namespaced(client.clone(), crate::controller::SYSTEM_NAMESPACE)
+        .patch(RESULTS_CONFIGMAP, &PatchParams::apply("pinfleet-e2e").force(), &Patch::Apply(cm))
+        .await?;
+    Ok(())
+}

@@ -60,3 +60,15 @@ pub async fn client_from_kubeconfig(path: &Path, retry: Retry) -> Result<kube::C
     config.default_retry = retry == Retry::Default;
     kube::Client::try_from(config).context("building a Kubernetes client")
 }
+
+/// A client from `path`, or, in a pod without that file, the in-cluster
+/// configuration (the addons that run pinfleet).
+pub async fn client_or_in_cluster(path: &Path, retry: Retry) -> Result<kube::Client> {
+    if !path.exists() && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        install_crypto_provider();
+        let mut config = kube::Config::incluster().context("in-cluster configuration")?;
+        config.default_retry = retry == Retry::Default;
+        return kube::Client::try_from(config).context("building a Kubernetes client");
+    }
+    client_from_kubeconfig(path, retry).await
+}
