@@ -36,6 +36,7 @@ pub mod cloud;
 pub mod controller;
 pub mod e2e;
 pub mod federation;
+pub mod fleet;
 pub mod kube;
 pub mod output;
 pub mod plan;

@@ -549,3 +549,47 @@ pub fn e2e_summary(reports: &[crate::e2e::Report]) -> String {
     }
     out
 }
+
+/// A fleet rollout plan: per stage its gate and earliest start, then each
+/// cluster's place, from → to and earliest start.
+pub fn fleet_plan(p: &crate::fleet::FleetPlan) -> String {
+    let mut out = String::new();
+    for (i, s) in p.stages.iter().enumerate() {
+        out.push_str(&format!(
+            "stage {} {} ({}): soak {}, maxFailures {}, {}; earliest {}\n",
+            i + 1,
+            s.name,
+            s.selector,
+            humantime::format_duration(s.soak),
+            s.max_failures,
+            if s.approval { "needs approval" } else { "no approval" },
+            s.earliest.format("%Y-%m-%d %H:%M UTC"),
+        ));
+        if s.clusters.is_empty() {
+            out.push_str("  (no cluster)\n");
+            continue;
+        }
+        let rows: Vec<Vec<String>> = s
+            .clusters
+            .iter()
+            .map(|c| {
+                vec![
+                    format!("{}{}", c.position, if c.canary { " (canary)" } else { "" }),
+                    c.cluster.clone(),
+                    c.region.clone(),
+                    c.from.clone(),
+                    c.to.clone(),
+                    c.earliest.format("%Y-%m-%d %H:%M UTC").to_string(),
+                    if c.windows.is_empty() { "any time".into() } else { c.windows.join("; ") },
+                ]
+            })
+            .collect();
+        for line in table(&["#", "CLUSTER", "REGION", "FROM", "TO", "EARLIEST", "WINDOWS"], &rows).lines() {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
+    if !p.unstaged.is_empty() {
+        out.push_str(&format!("not in any stage (left alone): {}\n", p.unstaged.join(", ")));
+    }
+    out
+}

@@ -32,7 +32,9 @@ impl std::str::FromStr for Window {
         let tz: Tz = if tz.eq_ignore_ascii_case("UTC") {
             Tz::UTC
         } else {
-            tz.parse().map_err(|_| format!("`{tz}` is not an IANA time zone (e.g. Europe/Berlin, America/Los_Angeles, UTC)"))?
+            tz.parse().map_err(|_| {
+                format!("`{tz}` is not an IANA time zone (e.g. Europe/Berlin, America/Los_Angeles, UTC)")
+            })?
         };
         let mut out = Vec::new();
         for d in days.split(',') {

@@ -13,6 +13,7 @@ pub mod crds;
 pub mod destroy;
 pub mod e2e;
 pub mod federation;
+pub mod fleet;
 pub mod get;
 pub mod history;
 pub mod local;
@@ -89,6 +90,8 @@ pub enum Command {
     Autoscaler(autoscaler::AutoscalerArgs),
     /// End-to-end validation of running clusters (pre-flight, cluster, platform smoke).
     E2e(e2e::E2eArgs),
+    /// Fleet-wide staged rollouts: the plan across the clusters folder.
+    Fleet(fleet::FleetArgs),
     /// Replace machines that are not on their group's current version.
     Upgrade(upgrade::UpgradeArgs),
     /// Delete everything tagged for a cluster.
@@ -126,6 +129,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Upgrade(a) => rt()?.block_on(upgrade::run(g, a)),
         Command::Autoscaler(a) => rt()?.block_on(autoscaler::run(g, a)),
         Command::E2e(a) => rt()?.block_on(e2e::run(g, a)),
+        Command::Fleet(a) => rt()?.block_on(fleet::run(g, a)),
         Command::Destroy(a) => rt()?.block_on(destroy::run(g, a)),
         Command::Get(a) => rt()?.block_on(get::run(g, a)),
         Command::Orphans(a) => rt()?.block_on(orphans::run(g, a)),

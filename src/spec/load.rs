@@ -148,6 +148,8 @@ pub fn cluster_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+        // The fleet's rollout stages and windows live beside the clusters.
+        .filter(|p| p.file_stem().and_then(|s| s.to_str()) != Some("fleet"))
         .collect();
     files.sort();
     Ok(files)

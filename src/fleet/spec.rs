@@ -1,0 +1,153 @@
+//! `clusters/fleet.yaml`: the stages of a fleet rollout and the
+//! maintenance windows, with located errors; the default when the file is
+//! absent (dev → staging → production by the `env` label, a production
+//! canary first).
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::ami::window::Window;
+use crate::spec::selector::Selector;
+use crate::spec::IntOrPercent;
+
+#[derive(Debug, Clone)]
+pub struct Stage {
+    pub name: String,
+    pub selector: Selector,
+    pub selector_text: String,
+    pub soak: Duration,
+    pub max_failures: IntOrPercent,
+    pub approval: bool,
+    pub canary: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct WindowRule {
+    pub cluster: Option<String>,
+    pub selector: Option<Selector>,
+    pub window: Window,
+}
+
+#[derive(Debug, Clone)]
+pub struct FleetSpec {
+    pub stages: Vec<Stage>,
+    pub windows: Vec<WindowRule>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawStage {
+    name: String,
+    selector: String,
+    #[serde(default = "default_soak")]
+    soak: String,
+    #[serde(default)]
+    max_failures: Option<serde_json::Value>,
+    #[serde(default)]
+    approval: bool,
+    #[serde(default)]
+    canary: bool,
+}
+
+fn default_soak() -> String {
+    "1h".into()
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawWindow {
+    #[serde(default)]
+    cluster: Option<String>,
+    #[serde(default)]
+    selector: Option<String>,
+    window: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawFleet {
+    #[serde(default)]
+    stages: Vec<RawStage>,
+    #[serde(default)]
+    windows: Vec<RawWindow>,
+}
+
+impl FleetSpec {
+    /// dev → staging → production by `env`, production's canary first.
+    pub fn default_stages() -> FleetSpec {
+        let stage = |name: &str, soak: u64, canary: bool| Stage {
+            name: name.into(),
+            selector: Selector::parse(&format!("env={name}")).expect("a selector"),
+            selector_text: format!("env={name}"),
+            soak: Duration::from_secs(soak),
+            max_failures: IntOrPercent::Int(0),
+            approval: false,
+            canary,
+        };
+        FleetSpec {
+            stages: vec![
+                stage("dev", 3600, false),
+                stage("staging", 4 * 3600, false),
+                stage("production", 24 * 3600, true),
+            ],
+            windows: vec![],
+        }
+    }
+
+    /// The file's stages and windows; the default when it does not exist.
+    pub fn load(path: &Path) -> anyhow::Result<FleetSpec> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default_stages()),
+            Err(e) => return Err(anyhow::anyhow!("reading {}: {e}", path.display())),
+        };
+        Self::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<FleetSpec, String> {
+        let raw: RawFleet = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+        let mut stages = Vec::new();
+        for (i, s) in raw.stages.into_iter().enumerate() {
+            let at = format!("stages[{i}] ({})", s.name);
+            let soak = humantime::parse_duration(&s.soak).map_err(|e| format!("{at}.soak: `{}`: {e}", s.soak))?;
+            let max_failures = match s.max_failures {
+                None => IntOrPercent::Int(0),
+                Some(serde_json::Value::Number(n)) => IntOrPercent::Int(n.as_u64().unwrap_or(0) as u32),
+                Some(serde_json::Value::String(p)) => p.parse().map_err(|e| format!("{at}.maxFailures: {e}"))?,
+                Some(other) => return Err(format!("{at}.maxFailures: `{other}` is neither a count nor a percentage")),
+            };
+            stages.push(Stage {
+                selector: Selector::parse(&s.selector).map_err(|e| format!("{at}.selector: {e}"))?,
+                selector_text: s.selector,
+                name: s.name,
+                soak,
+                max_failures,
+                approval: s.approval,
+                canary: s.canary,
+            });
+        }
+        if stages.is_empty() {
+            stages = Self::default_stages().stages;
+        }
+        let mut windows = Vec::new();
+        for (i, w) in raw.windows.into_iter().enumerate() {
+            let at = format!("windows[{i}]");
+            if w.cluster.is_some() && w.selector.is_some() {
+                return Err(format!("{at}: name a cluster or a selector, not both"));
+            }
+            windows.push(WindowRule {
+                selector: w
+                    .selector
+                    .as_deref()
+                    .map(Selector::parse)
+                    .transpose()
+                    .map_err(|e| format!("{at}.selector: {e}"))?,
+                cluster: w.cluster,
+                window: w.window.parse().map_err(|e| format!("{at}.window: {e}"))?,
+            });
+        }
+        Ok(FleetSpec { stages, windows })
+    }
+}
