@@ -25,17 +25,20 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::watcher;
 use support::{stderr, World};
 
-/// The node simulator for the world's cluster; killed on drop.
-struct NodeSim {
-    child: Child,
-    kubeconfig: PathBuf,
+/// A process this test started; killed (and reaped) on drop.
+struct Spawned(Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
-impl Drop for NodeSim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The node simulator for the world's cluster; killed on drop.
+struct NodeSim {
+    _child: Spawned,
+    kubeconfig: PathBuf,
 }
 
 fn node_sim(w: &World, boot_delay: &str) -> NodeSim {
@@ -63,7 +66,7 @@ fn node_sim(w: &World, boot_delay: &str) -> NodeSim {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    NodeSim { child, kubeconfig }
+    NodeSim { _child: Spawned(child), kubeconfig }
 }
 
 fn kubectl(sim: &NodeSim, args: &[&str], stdin: Option<&str>) -> String {
@@ -606,15 +609,8 @@ fn kubernetes_1_31_to_1_33_passes_through_1_32() {
 
 /// The machine-health loop for the world's cluster, its stderr in a file; killed on drop.
 struct Healer {
-    child: Child,
+    _child: Spawned,
     log: PathBuf,
-}
-
-impl Drop for Healer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Healer {
@@ -642,7 +638,7 @@ fn healer(w: &World, sim: &NodeSim, extra: &[&str]) -> Healer {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    Healer { child, log }
+    Healer { _child: Spawned(child), log }
 }
 
 fn stop_instances(w: &World, ids: &[String]) {
@@ -739,15 +735,8 @@ fn a_storm_of_failures_stops_at_the_short_circuit() {
 
 /// `pinfleet autoscaler serve` for the world's cluster; killed on drop.
 struct Autoscaler {
-    child: Child,
+    _child: Spawned,
     url: String,
-}
-
-impl Drop for Autoscaler {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn autoscaler(w: &World, sim: &NodeSim) -> Autoscaler {
@@ -768,7 +757,7 @@ fn autoscaler(w: &World, sim: &NodeSim) -> Autoscaler {
         .spawn()
         .unwrap();
     wait_for("the provider to listen", 30, || std::net::TcpStream::connect(&listen).is_ok());
-    Autoscaler { child, url: format!("http://{listen}") }
+    Autoscaler { _child: Spawned(child), url: format!("http://{listen}") }
 }
 
 /// The standard protocol, driven by a gRPC client as cluster-autoscaler

@@ -360,24 +360,17 @@ impl HistoryRecord {
     /// and host, with the command line that did it.
     pub fn of_plan(revision: u64, command: &str, plan: &crate::plan::Plan) -> Self {
         use crate::plan::Action;
-        let (by, host) = whoami();
         HistoryRecord {
-            revision,
-            applied_at: chrono::Utc::now().to_rfc3339(),
-            by,
-            host,
-            identity: None,
-            command: command.to_string(),
             created: plan.count(Action::Create),
             updated: plan.count(Action::Update),
             replaced: plan.count(Action::Replace),
             deleted: plan.count(Action::Delete),
-            changes: plan.changes.iter().map(|c| c.key.to_string()).collect(),
+            ..Self::of_actions(revision, command, plan.changes.iter().map(|c| c.key.to_string()).collect())
         }
     }
 
-    /// The same record, naming the AWS caller the run acted as.
-    /// The record of actions that are not a plan (the machine-health loop's).
+    /// The record of actions that are not a plan (the machine-health loop,
+    /// the autoscaler, a roll's skipped gates): what was done, in words.
     pub fn of_actions(revision: u64, command: &str, changes: Vec<String>) -> Self {
         let (by, host) = whoami();
         HistoryRecord {
@@ -395,6 +388,7 @@ impl HistoryRecord {
         }
     }
 
+    /// The same record, naming the AWS caller the run acted as.
     pub fn acting_as(mut self, identity: Option<String>) -> Self {
         self.identity = identity;
         self
