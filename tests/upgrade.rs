@@ -872,6 +872,14 @@ fn the_autoscaler_protocol_scales_a_group_up_and_down() {
 #[test]
 fn the_e2e_gate_halts_a_roll_and_skip_e2e_is_recorded() {
     let (w, sim) = cluster("e2egate", 2, 0, "        maxSurge: 1\n", "1s");
+    // The gate waits as long as the group's validation may take for the
+    // cluster to settle: keep that short here.
+    let yaml = std::fs::read_to_string(w.cluster_file()).unwrap().replacen(
+        "      minSize: 1\n      maxSize: 1\n",
+        "      minSize: 1\n      maxSize: 1\n      rollout: {validationTimeout: 4s}\n",
+        1,
+    );
+    w.write_cluster(&yaml);
     let _approver = support::approver(&sim.kubeconfig);
     let worker = ids(&w.instances_in("general")).into_iter().next().unwrap();
     kubectl(&sim, &["cordon", &worker], None);
@@ -880,7 +888,7 @@ fn the_e2e_gate_halts_a_roll_and_skip_e2e_is_recorded() {
     assert!(!out.status.success(), "the gate must halt the roll");
     let err = stderr(&out);
     assert!(
-        err.contains("the e2e gate after group control-plane failed: cluster/nodes-ready")
+        err.contains("the e2e gate after group control-plane failed (still after 4s): cluster/nodes-ready")
             && err.contains(&format!("{worker} (cordoned)")),
         "{err}"
     );

@@ -39,35 +39,48 @@ pub struct Options {
     pub e2e: bool,
 }
 
-/// The end-to-end gate: `phases` of `pinfleet e2e` against the cluster;
-/// a failure halts the roll with the failed checks.
+/// The end-to-end gate: `phases` of `pinfleet e2e` against the cluster,
+/// run again (every 2s) while they fail, for up to `settle` (machines
+/// launched a moment ago are still joining); failing still then halts the
+/// roll with the failed checks.
 pub async fn gate(
     cluster: &Cluster,
     client: &kube::Client,
     phases: &[crate::e2e::Phase],
     after: &str,
+    settle: Duration,
     on: &dyn Fn(Event),
 ) -> Result<()> {
     use crate::e2e::{self, Outcome};
     let t = e2e::Target { cluster: cluster.clone(), client: client.clone(), addons: None };
     let opts = e2e::Options { phases: phases.to_vec(), ..Default::default() };
-    let report = e2e::run(&t, &opts, &|_, _| {}).await;
-    let failures: Vec<String> = report
-        .failures()
-        .iter()
-        .map(|c| match &c.outcome {
-            Outcome::Fail { reason, objects } => {
-                format!("{}/{}: {reason} [{}]", c.phase.as_str(), c.name, objects.join("; "))
-            }
-            _ => String::new(),
-        })
-        .collect();
-    if !failures.is_empty() {
-        anyhow::bail!("the e2e gate after {after} failed: {}", failures.join(" | "));
+    let deadline = tokio::time::Instant::now() + settle;
+    loop {
+        let report = e2e::run(&t, &opts, &|_, _| {}).await;
+        let failures: Vec<String> = report
+            .failures()
+            .iter()
+            .map(|c| match &c.outcome {
+                Outcome::Fail { reason, objects } => {
+                    format!("{}/{}: {reason} [{}]", c.phase.as_str(), c.name, objects.join("; "))
+                }
+                _ => String::new(),
+            })
+            .collect();
+        if failures.is_empty() {
+            let skipped = report.checks.iter().filter(|c| matches!(c.outcome, Outcome::Skip { .. })).count();
+            on(Event::Validated { after: after.to_string(), checks: report.checks.len() - skipped, skipped });
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "the e2e gate after {after} failed (still after {}): {}",
+                humantime::format_duration(settle),
+                failures.join(" | ")
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    let skipped = report.checks.iter().filter(|c| matches!(c.outcome, Outcome::Skip { .. })).count();
-    on(Event::Validated { after: after.to_string(), checks: report.checks.len() - skipped, skipped });
-    Ok(())
 }
 
 /// One row of the upgrade table.
@@ -256,9 +269,17 @@ pub async fn roll(
     let (cp, ng) = group_rolls(cluster, p, opts);
     let after_group = |group: String| -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + '_>> {
         let client = client.clone();
-        Box::pin(
-            async move { gate(cluster, &client, &[crate::e2e::Phase::Cluster], &format!("group {group}"), on).await },
-        )
+        // As long as the group's own validation may take.
+        let settle = cluster
+            .spec
+            .instance_groups
+            .iter()
+            .find(|g| g.name == group)
+            .map(|g| g.rollout.validation_timeout.0)
+            .unwrap_or(Duration::from_secs(300));
+        Box::pin(async move {
+            gate(cluster, &client, &[crate::e2e::Phase::Cluster], &format!("group {group}"), settle, on).await
+        })
     };
     let gate_fn: driver::Gate<'_> = &after_group;
     driver::roll(&machines, &nodes, &cp, &ng, opts.max_parallel_groups, on, opts.e2e.then_some(gate_fn)).await
@@ -335,7 +356,8 @@ pub async fn upgrade(
     let result = match result {
         Ok(r) if opts.e2e => {
             let phases = [crate::e2e::Phase::Cluster, crate::e2e::Phase::Smoke];
-            gate(cluster, &client, &phases, "the roll", &forward).await.map(|()| r)
+            let settle = opts.boot_timeout;
+            gate(cluster, &client, &phases, "the roll", settle, &forward).await.map(|()| r)
         }
         other => other,
     };
