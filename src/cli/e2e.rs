@@ -79,13 +79,13 @@ pub async fn run(g: &GlobalArgs, a: E2eArgs) -> Result<ExitCode> {
         smoke_profile: a.smoke_profile.clone(),
     };
     let text = g.output == Format::Text;
-    let on = move |cluster: &str, c: &e2e::Check| {
+    let on = std::sync::Arc::new(move |cluster: &str, c: &e2e::Check| {
         if text {
             let _ = writeln!(anstream::stderr(), "{}", crate::output::e2e_line(cluster, c));
         }
-    };
+    });
     let clients: Vec<kube::Client> = targets.iter().map(|t| t.client.clone()).collect();
-    let reports = e2e::run_many(targets, &opts, a.parallel, &on).await;
+    let reports = e2e::run_many(targets, &opts, a.parallel, on).await;
     if a.record {
         for (client, r) in clients.iter().zip(&reports) {
             e2e::record(client, r).await.with_context(|| format!("recording the results in {}", r.cluster))?;

@@ -175,16 +175,33 @@ pub async fn run(t: &Target, opts: &Options, on: &(dyn Fn(&str, &Check) + Sync))
     Report { cluster: t.cluster.metadata.name.clone(), seconds: start.elapsed().as_secs_f64(), checks: r.checks }
 }
 
-/// Runs several clusters, at most `parallel` at once; reports in the
-/// order given.
+/// Runs several clusters, at most `parallel` at once, each in its own task
+/// (so they use every core); reports in the order given.
 pub async fn run_many(
     targets: Vec<Target>,
     opts: &Options,
     parallel: usize,
-    on: &(dyn Fn(&str, &Check) + Sync),
+    on: std::sync::Arc<dyn Fn(&str, &Check) + Send + Sync>,
 ) -> Vec<Report> {
-    use futures::StreamExt as _;
-    futures::stream::iter(targets.iter().map(|t| run(t, opts, on))).buffered(parallel.max(1)).collect().await
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(parallel.max(1)));
+    let tasks: Vec<_> = targets
+        .into_iter()
+        .map(|t| {
+            let (opts, on, permits) = (opts.clone(), on.clone(), permits.clone());
+            tokio::spawn(async move {
+                let _permit = permits.acquire_owned().await.expect("the semaphore is never closed");
+                run(&t, &opts, &*on).await
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        match t.await {
+            Ok(r) => out.push(r),
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+    out
 }
 
 /// Where the last run's results are kept in the cluster (the `e2e`
