@@ -175,13 +175,16 @@ pub async fn run(t: &Target, opts: &Options, on: &(dyn Fn(&str, &Check) + Sync))
     Report { cluster: t.cluster.metadata.name.clone(), seconds: start.elapsed().as_secs_f64(), checks: r.checks }
 }
 
+/// Told about each check as it ends: (cluster, check).
+pub type OnCheck = std::sync::Arc<dyn Fn(&str, &Check) + Send + Sync>;
+
 /// Runs several clusters, at most `parallel` at once, each in its own task
 /// (so they use every core); reports in the order given.
 pub async fn run_many(
     targets: Vec<Target>,
     opts: &Options,
     parallel: usize,
-    on: std::sync::Arc<dyn Fn(&str, &Check) + Send + Sync>,
+    on: OnCheck,
 ) -> Vec<Report> {
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(parallel.max(1)));
     let tasks: Vec<_> = targets
