@@ -221,3 +221,19 @@ fn the_cluster_autoscaler_is_opt_in_and_points_at_pinfleets_provider() {
     assert!(with.contains("ec2:RunInstances") && with.contains("ec2:TerminateInstances"), "{with}");
     assert!(with.contains("arn:aws:iam::*:role/pinfleet/pinfleet-dev-local-nodes"), "{with}");
 }
+
+/// The e2e addon carries the cluster's own definition for its job (no
+/// clusters ConfigMap to provide by hand): it loads back as the same cluster.
+#[test]
+fn the_e2e_job_gets_the_clusters_definition() {
+    let c = cluster("prod-use1");
+    let set = addons::render_for(&c, &packages()).unwrap();
+    let e2e = set.iter().find(|a| a.name == "e2e").expect("the e2e addon is on by default");
+    let cm = e2e.objects.iter().find(|o| o.key.kind == "ConfigMap" && o.key.name == "pinfleet-e2e-cluster").unwrap();
+    let text = cm.value["data"]["prod-use1.yaml"].as_str().unwrap();
+    let loaded = pinfleet::spec::load_source(Path::new("prod-use1.yaml"), text, &LoadOptions::default()).unwrap();
+    // The same cluster, its bases merged in (so no `extends`).
+    let mut want = c.clone();
+    want.extends = None;
+    assert_eq!(loaded.cluster, want);
+}

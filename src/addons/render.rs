@@ -243,6 +243,16 @@ pub fn select<'a>(cluster: &Cluster, packages: &'a [Package]) -> Result<Vec<Sele
     Ok(order)
 }
 
+/// The cluster's definition standing alone: its bases are merged in
+/// already, so the `extends` that named them goes.
+fn standalone(cluster: &Cluster) -> String {
+    let mut v = serde_json::to_value(cluster).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("extends");
+    }
+    v.to_string()
+}
+
 /// The variables every manifest template sees.
 fn template_context(cluster: &Cluster, s: &Selected) -> tera::Context {
     let meta = &s.package.meta;
@@ -260,6 +270,9 @@ fn template_context(cluster: &Cluster, s: &Selected) -> tera::Context {
             "serviceCidr": cluster.spec.network.service_cidr.to_string(),
             "vpcCidr": cluster.spec.network.vpc_cidr.to_string(),
             "labels": cluster.metadata.labels,
+            // The whole definition (extends merged), as JSON (valid YAML),
+            // for addons that run pinfleet against this cluster.
+            "definition": standalone(cluster),
         }),
     );
     ctx.insert("addon", &json!({"name": meta.name, "version": meta.version, "namespace": meta.namespace}));
