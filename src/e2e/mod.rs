@@ -180,12 +180,7 @@ pub type OnCheck = std::sync::Arc<dyn Fn(&str, &Check) + Send + Sync>;
 
 /// Runs several clusters, at most `parallel` at once, each in its own task
 /// (so they use every core); reports in the order given.
-pub async fn run_many(
-    targets: Vec<Target>,
-    opts: &Options,
-    parallel: usize,
-    on: OnCheck,
-) -> Vec<Report> {
+pub async fn run_many(targets: Vec<Target>, opts: &Options, parallel: usize, on: OnCheck) -> Vec<Report> {
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(parallel.max(1)));
     let tasks: Vec<_> = targets
         .into_iter()
