@@ -15,19 +15,8 @@ use support::{stderr, World};
 
 /// Copies one of moto's x86_64 images under `name` into the world's account.
 fn register_image(w: &World, name: &str) -> String {
-    std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
-    std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
-    std::env::set_var("AWS_ENDPOINT_URL", support::moto_url());
-    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
-    let account = w.account.clone();
     tokio::runtime::Runtime::new().unwrap().block_on(async move {
-        let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
-            region: Some("us-east-1".into()),
-            moto_account: Some(account),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+        let aws = w.aws().await;
         let images = aws.ec2.describe_images().owners("099720109477").send().await.unwrap();
         let base = images
             .images()

@@ -58,6 +58,12 @@ async fn platform(k: &KubeEnv) -> tokio::task::JoinHandle<()> {
     tokio::spawn(pinfleet::controller::run(ctx))
 }
 
+/// Patches pinfleet-system/runtime-support (`kind`: merge or json).
+fn patch_runtime_support(k: &KubeEnv, kind: &str, patch: &str) {
+    let ns = pinfleet::controller::SYSTEM_NAMESPACE;
+    k.ok_cmd(&["patch", "configmap", "-n", ns, "runtime-support", "--type", kind, "-p", patch]);
+}
+
 fn opts(phases: &[Phase]) -> e2e::Options {
     e2e::Options { phases: phases.to_vec(), smoke_timeout: Duration::from_secs(60), smoke_profile: None }
 }
@@ -155,17 +161,7 @@ async fn a_runtime_profile_that_breaks_injection_fails_the_smoke() {
     if !cm.status.success() {
         k.ok_cmd(&["create", "configmap", "-n", pinfleet::controller::SYSTEM_NAMESPACE, "runtime-support"]);
     }
-    k.ok_cmd(&[
-        "patch",
-        "configmap",
-        "-n",
-        pinfleet::controller::SYSTEM_NAMESPACE,
-        "runtime-support",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"data":{"profile-e2e-broken.json":"{\"version\": "}}"#,
-    ]);
+    patch_runtime_support(&k, "merge", r#"{"data":{"profile-e2e-broken.json":"{\"version\": "}}"#);
     let mut o = opts(&[Phase::Smoke]);
     o.smoke_profile = Some("e2e-broken".into());
     o.smoke_timeout = Duration::from_secs(20);
@@ -173,16 +169,6 @@ async fn a_runtime_profile_that_breaks_injection_fails_the_smoke() {
     let Outcome::Fail { reason, .. } = &check(&r, "PinterestService").outcome else { panic!("{:#?}", r.checks) };
     assert!(reason.contains("Reconciled=False") && reason.contains("profile-e2e-broken.json"), "{reason}");
     assert_eq!(check(&r, "cleanup").outcome, Outcome::Pass, "the namespace goes after a failed smoke too");
-    k.ok_cmd(&[
-        "patch",
-        "configmap",
-        "-n",
-        pinfleet::controller::SYSTEM_NAMESPACE,
-        "runtime-support",
-        "--type",
-        "json",
-        "-p",
-        r#"[{"op":"remove","path":"/data/profile-e2e-broken.json"}]"#,
-    ]);
+    patch_runtime_support(&k, "json", r#"[{"op":"remove","path":"/data/profile-e2e-broken.json"}]"#);
     controller.abort();
 }

@@ -368,22 +368,13 @@ fn a_control_plane_roll_moves_the_api_address() {
     let address = || -> (String, Option<String>) {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
-                region: Some("us-east-1".into()),
-                moto_account: Some(w.account.clone()),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+            let aws = w.aws().await;
             let observed = pinfleet::cloud::aws::observe::observe(&aws, "eiproll", None).await.unwrap();
             assert!(observed.load_balancer.is_none());
             let a = observed.api_address().expect("the API address exists").clone();
             (a.public_ip.expect("a public IP"), a.instance)
         })
     };
-    std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
-    std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
-    std::env::set_var("AWS_ENDPOINT_URL", &w.endpoint);
     let (ip, on) = address();
     let cp = w.instances_in("control-plane");
     assert_eq!(on.as_deref(), cp[0]["id"].as_str(), "the address is on the control-plane machine");
@@ -644,16 +635,7 @@ fn healer(w: &World, sim: &NodeSim, extra: &[&str]) -> Healer {
 fn stop_instances(w: &World, ids: &[String]) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
-        std::env::set_var("AWS_ENDPOINT_URL", &w.endpoint);
-        let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
-            region: Some("us-east-1".into()),
-            moto_account: Some(w.account.clone()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+        let aws = w.aws().await;
         aws.ec2.stop_instances().set_instance_ids(Some(ids.to_vec())).send().await.unwrap();
     });
 }

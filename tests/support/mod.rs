@@ -215,6 +215,23 @@ impl World {
             .collect()
     }
 
+    /// An SDK client in this world's moto account, with this process's AWS
+    /// environment pointed at moto (every test sets the same values, so
+    /// parallel tests agree).
+    pub async fn aws(&self) -> pinfleet::cloud::aws::Aws {
+        std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
+        std::env::set_var("AWS_ENDPOINT_URL", &self.endpoint);
+        std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+        pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
+            region: Some("us-east-1".into()),
+            moto_account: Some(self.account.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+    }
+
     pub fn instances_in(&self, group: &str) -> Vec<serde_json::Value> {
         self.instances().into_iter().filter(|i| i["group"] == group).collect()
     }
