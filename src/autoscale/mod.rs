@@ -167,18 +167,19 @@ impl Provider {
         Ok(())
     }
 
+    /// The cluster observed and planned (one observation for a change's
+    /// checks and its machines).
+    async fn prepared(&self) -> Result<crate::apply::prepare::Prepared, Status> {
+        crate::apply::prepare::prepare(&self.aws, &self.cluster).await.map_err(internal)
+    }
+
     /// The roll's EC2 edge, for one change recorded as a new revision.
-    async fn machines(&self) -> Result<crate::rollout::edges::AwsMachines, Status> {
+    async fn machines(
+        &self,
+        p: &crate::apply::prepare::Prepared,
+    ) -> Result<crate::rollout::edges::AwsMachines, Status> {
         let revision = self.store.next_revision().await.map_err(internal)?;
-        let p = crate::apply::prepare::prepare(&self.aws, &self.cluster).await.map_err(internal)?;
-        Ok(crate::rollout::edges::AwsMachines {
-            aws: self.aws.clone(),
-            cluster: self.cluster.clone(),
-            versions: p.observed.launch_templates.iter().map(|t| (t.group.clone(), t.latest_version)).collect(),
-            desired: p.desired,
-            observed: p.observed,
-            revision,
-        })
+        Ok(crate::rollout::edges::AwsMachines::new(&self.aws, &self.cluster, p, revision))
     }
 
     async fn record(&self, revision: u64, line: String) {
@@ -273,15 +274,15 @@ impl CloudProvider for Provider {
         let req = req.into_inner();
         let g = self.group(&req.id)?;
         let _one = self.changes.lock().await;
-        let o = self.observe().await?;
-        let size = self.size(&o, g);
+        let p = self.prepared().await?;
+        let size = self.size(&p.observed, g);
         let new = size.increase(req.delta).map_err(Status::invalid_argument)?;
         // Recorded first: an apply meanwhile keeps the new machines.
-        self.record_size(&o, &g.name, new).await?;
+        self.record_size(&p.observed, &g.name, new).await?;
         crate::state::join::ensure_fresh(Some(&self.client), &self.store, chrono::Utc::now())
             .await
             .map_err(internal)?;
-        let machines = self.machines().await?;
+        let machines = self.machines(&p).await?;
         let missing = new.saturating_sub(size.live);
         let ids = if missing > 0 {
             use crate::rollout::driver::Machines as _;
@@ -304,7 +305,8 @@ impl CloudProvider for Provider {
         let req = req.into_inner();
         let g = self.group(&req.id)?;
         let _one = self.changes.lock().await;
-        let o = self.observe().await?;
+        let p = self.prepared().await?;
+        let o = &p.observed;
         let members: BTreeMap<&str, &crate::cloud::observed::ObservedInstance> =
             o.live_instances(&g.name).map(|i| (i.id.as_str(), i)).collect();
         let mut ids = Vec::new();
@@ -319,14 +321,14 @@ impl CloudProvider for Provider {
                 }
             }
         }
-        let size = self.size(&o, g);
+        let size = self.size(o, g);
         let new = size.delete(ids.len() as u32).map_err(Status::failed_precondition)?;
-        let machines = self.machines().await?;
+        let machines = self.machines(&p).await?;
         for id in &ids {
             use crate::rollout::driver::Machines as _;
             machines.terminate(id).await.map_err(internal)?;
         }
-        self.record_size(&o, &g.name, new).await?;
+        self.record_size(o, &g.name, new).await?;
         self.record(
             machines.revision,
             format!("autoscaler: {} {} → {new}: terminated {}", g.name, size.target, ids.join(", ")),

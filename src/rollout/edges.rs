@@ -34,6 +34,19 @@ pub struct AwsMachines {
 }
 
 impl AwsMachines {
+    /// The edge for a prepared cluster, launching under `revision`: each
+    /// group's current launch-template version as observed.
+    pub fn new(aws: &Aws, cluster: &Cluster, p: &crate::apply::prepare::Prepared, revision: u64) -> Self {
+        AwsMachines {
+            aws: aws.clone(),
+            cluster: cluster.clone(),
+            desired: p.desired.clone(),
+            observed: p.observed.clone(),
+            versions: p.observed.launch_templates.iter().map(|t| (t.group.clone(), t.latest_version)).collect(),
+            revision,
+        }
+    }
+
     /// Runs one engine operation. A launch numbers its client tokens after
     /// the machines this revision already started, so it needs a fresh list
     /// of them; a termination does not.

@@ -327,14 +327,7 @@ pub async fn heal(
     let work = async {
         let revision = store.next_revision().await?;
         let p = crate::apply::prepare::prepare(aws, cluster).await?;
-        let machines = super::edges::AwsMachines {
-            aws: aws.clone(),
-            cluster: cluster.clone(),
-            desired: p.desired.clone(),
-            observed: p.observed.clone(),
-            versions: p.observed.launch_templates.iter().map(|t| (t.group.clone(), t.latest_version)).collect(),
-            revision,
-        };
+        let machines = super::edges::AwsMachines::new(aws, cluster, &p, revision);
         crate::state::join::ensure_fresh(Some(client), store, now).await?;
         let nodes = super::edges::KubeNodes::new(client.clone());
         let result = pass(cluster, &observed, &machines, &nodes, cfg, now).await?;

@@ -257,14 +257,7 @@ pub async fn roll(
     revision: u64,
     on: &dyn Fn(Event),
 ) -> Result<Vec<GroupReport>> {
-    let machines = AwsMachines {
-        aws: aws.clone(),
-        cluster: cluster.clone(),
-        desired: p.desired.clone(),
-        observed: p.observed.clone(),
-        versions: versions(p),
-        revision,
-    };
+    let machines = AwsMachines::new(aws, cluster, p, revision);
     let nodes = KubeNodes::new(client.clone());
     let (cp, ng) = group_rolls(cluster, p, opts);
     let after_group = |group: String| -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + '_>> {
