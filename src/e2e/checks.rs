@@ -235,26 +235,23 @@ pub fn unready_workloads(objects: &[(crate::kube::ready::ReadyKind, Value)]) -> 
 /// skipped). With `full` false only reachability is checked.
 pub async fn preflight(t: &Target, r: &mut Recorder<'_>, full: bool) -> bool {
     let client = t.client.clone();
-    let version = r
+    // The API server's version, read once by the reachability check.
+    let mut server = None;
+    let reachable = r
         .check(Phase::Preflight, "api-reachable", async {
             let v = client.apiserver_version().await?;
-            let _ = v;
+            server = Version::parse(&v.git_version);
             Ok(Outcome::Pass)
         })
         .await
         .clone();
-    if !matches!(version, Outcome::Pass) {
+    if !matches!(reachable, Outcome::Pass) {
         return false;
     }
     if !full {
         return true;
     }
-    let server =
-        t.client.apiserver_version().await.ok().and_then(|v| Version::parse(&v.git_version)).unwrap_or(Version {
-            major: 1,
-            minor: 0,
-            patch: 0,
-        });
+    let server = server.unwrap_or(Version { major: 1, minor: 0, patch: 0 });
     let nodes: Api<Node> = Api::all(t.client.clone());
     r.check(Phase::Preflight, "version-skew", async {
         let list = nodes.list(&ListParams::default()).await?;
@@ -302,38 +299,21 @@ pub async fn preflight(t: &Target, r: &mut Recorder<'_>, full: bool) -> bool {
         .unwrap_or_default();
     r.check(Phase::Preflight, "budgets-allow-disruption", async { Ok(blocking_budgets(&pdbs)) }).await;
     r.check(Phase::Preflight, "single-replica-workloads", async {
-        let mut w = Vec::new();
+        type Row = (String, i32, BTreeMap<String, String>);
+        let row =
+            |meta: &kube::api::ObjectMeta, replicas: Option<i32>, template: Option<&kube::api::ObjectMeta>| -> Row {
+                let labels = template.and_then(|m| m.labels.clone()).unwrap_or_default();
+                (name_of(meta.namespace.as_deref(), meta.name.as_deref()), replicas.unwrap_or(1), labels)
+            };
+        let mut w: Vec<Row> = Vec::new();
         for d in Api::<Deployment>::all(t.client.clone()).list(&ListParams::default()).await?.items {
-            let labels = d
-                .spec
-                .as_ref()
-                .and_then(|s| s.template.metadata.as_ref())
-                .and_then(|m| m.labels.clone())
-                .unwrap_or_default();
-            let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-            w.push((
-                format!("Deployment {}", name_of(d.metadata.namespace.as_deref(), d.metadata.name.as_deref())),
-                replicas,
-                labels,
-            ));
+            let spec = d.spec.as_ref();
+            w.push(row(&d.metadata, spec.and_then(|s| s.replicas), spec.and_then(|s| s.template.metadata.as_ref())));
         }
-        for s in Api::<StatefulSet>::all(t.client.clone()).list(&ListParams::default()).await?.items {
-            let labels = s
-                .spec
-                .as_ref()
-                .and_then(|s| s.template.metadata.as_ref())
-                .and_then(|m| m.labels.clone())
-                .unwrap_or_default();
-            let replicas = s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-            w.push((
-                format!("StatefulSet {}", name_of(s.metadata.namespace.as_deref(), s.metadata.name.as_deref())),
-                replicas,
-                labels,
-            ));
+        for x in Api::<StatefulSet>::all(t.client.clone()).list(&ListParams::default()).await?.items {
+            let spec = x.spec.as_ref();
+            w.push(row(&x.metadata, spec.and_then(|s| s.replicas), spec.and_then(|s| s.template.metadata.as_ref())));
         }
-        // Names are "Kind ns/name": the namespace test looks past the kind.
-        let w: Vec<(String, i32, BTreeMap<String, String>)> =
-            w.into_iter().map(|(n, r, l)| (n.split_once(' ').map(|(_, x)| x.to_string()).unwrap_or(n), r, l)).collect();
         Ok(lonely(&w, &pdbs))
     })
     .await;
