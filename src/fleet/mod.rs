@@ -9,9 +9,14 @@
 //! clusters/*.yaml + clusters/fleet.yaml ─▶ spec::load ─▶ plan (pure) ─▶ table / -o json
 //! ```
 //!
-//! Carrying the plan out (gates, approvals, halting at maxFailures,
-//! revert, resumable state under a fleet lock) is not built yet.
+//! The plan becomes a record ([`rollout`]) that one writer carries out
+//! ([`run`]) through each cluster's own roll ([`aws`] on AWS, [`rehearsal`]
+//! in memory on a paused clock).
 
+pub mod aws;
+pub mod rehearsal;
+pub mod rollout;
+pub mod run;
 pub mod spec;
 
 use std::collections::BTreeMap;
@@ -32,7 +37,7 @@ pub struct Member {
 }
 
 /// What a rollout moves to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase", tag = "kind", content = "value")]
 pub enum Target {
     Ami(String),

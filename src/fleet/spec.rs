@@ -21,6 +21,8 @@ pub struct Stage {
     pub max_failures: IntOrPercent,
     pub approval: bool,
     pub canary: bool,
+    /// How many of the stage's clusters roll at once (all when absent).
+    pub max_parallel: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -34,6 +36,9 @@ pub struct WindowRule {
 pub struct FleetSpec {
     pub stages: Vec<Stage>,
     pub windows: Vec<WindowRule>,
+    /// Where a rollout's record and the fleet lock live (default: the
+    /// state store the staged clusters share).
+    pub state_store: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -49,6 +54,8 @@ struct RawStage {
     approval: bool,
     #[serde(default)]
     canary: bool,
+    #[serde(default)]
+    max_parallel: Option<u32>,
 }
 
 fn default_soak() -> String {
@@ -72,6 +79,8 @@ struct RawFleet {
     stages: Vec<RawStage>,
     #[serde(default)]
     windows: Vec<RawWindow>,
+    #[serde(default)]
+    state_store: Option<String>,
 }
 
 impl FleetSpec {
@@ -85,6 +94,7 @@ impl FleetSpec {
             max_failures: IntOrPercent::Int(0),
             approval: false,
             canary,
+            max_parallel: None,
         };
         FleetSpec {
             stages: vec![
@@ -93,6 +103,7 @@ impl FleetSpec {
                 stage("production", 24 * 3600, true),
             ],
             windows: vec![],
+            state_store: None,
         }
     }
 
@@ -126,6 +137,10 @@ impl FleetSpec {
                 max_failures,
                 approval: s.approval,
                 canary: s.canary,
+                max_parallel: match s.max_parallel {
+                    Some(0) => return Err(format!("{at}.maxParallel: 0 would never roll anything")),
+                    other => other,
+                },
             });
         }
         if stages.is_empty() {
@@ -148,6 +163,11 @@ impl FleetSpec {
                 window: w.window.parse().map_err(|e| format!("{at}.window: {e}"))?,
             });
         }
-        Ok(FleetSpec { stages, windows })
+        if let Some(url) = &raw.state_store {
+            if !url.starts_with("s3://") && !url.starts_with("file://") {
+                return Err(format!("stateStore: `{url}` is not a state store URL (s3://bucket/prefix or file://dir)"));
+            }
+        }
+        Ok(FleetSpec { stages, windows, state_store: raw.state_store })
     }
 }

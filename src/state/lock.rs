@@ -2,8 +2,10 @@
 //! runs only one can create it. It records who holds it and until when;
 //! a second run is refused with the holder's name. The holder refreshes
 //! the expiry while it works (`If-Match` on its own ETag) and deletes the
-//! object when done, also on Ctrl-C. A lock whose holder died stays until
-//! `pinfleet state unlock CLUSTER --force` — never broken silently.
+//! object when done, also on Ctrl-C. A lock whose holder was killed on
+//! this same host (its process is gone) is taken over, and the run says
+//! so; any other lock stays until `pinfleet state unlock CLUSTER --force`
+//! — never broken silently.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,12 +34,46 @@ pub struct LockInfo {
     pub expires_at: DateTime<Utc>,
 }
 
+/// The folder the fleet's rollout record and lock live in (no cluster
+/// name can start with a dot).
+pub const FLEET: &str = ".fleet";
+
+fn what(cluster: &str) -> String {
+    if cluster == FLEET {
+        "the fleet".into()
+    } else {
+        format!("cluster {cluster}")
+    }
+}
+
+fn unlock_command(cluster: &str) -> String {
+    if cluster == FLEET {
+        "pinfleet fleet rollout unlock --force".into()
+    } else {
+        format!("pinfleet state unlock {cluster} --force")
+    }
+}
+
+/// Whether the process that took a lock on this host still runs (a zombie
+/// does not). Without /proc, every holder counts as running.
+fn holder_running(info: &LockInfo) -> bool {
+    if !std::path::Path::new("/proc/self").exists() || info.host != whoami().1 {
+        return true;
+    }
+    match std::fs::read_to_string(format!("/proc/{}/stat", info.pid)) {
+        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) != Some("Z"),
+        Err(_) => false,
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     #[error(
-        "cluster {cluster} is locked by {} on {} (pid {}, `{}`) since {}{}; wait for it to finish, or if that run is gone: pinfleet state unlock {cluster} --force",
+        "{} is locked by {} on {} (pid {}, `{}`) since {}{}; wait for it to finish, or if that run is gone: {}",
+        what(.cluster),
         .info.holder, .info.host, .info.pid, .info.command, .info.acquired_at.format("%Y-%m-%d %H:%M:%S UTC"),
-        if .info.expires_at < Utc::now() { format!(" (stale: not refreshed since {})", (.info.expires_at - chrono::Duration::from_std(TTL).unwrap_or_default()).format("%H:%M:%S UTC")) } else { String::new() }
+        if .info.expires_at < Utc::now() { format!(" (stale: not refreshed since {})", (.info.expires_at - chrono::Duration::from_std(TTL).unwrap_or_default()).format("%H:%M:%S UTC")) } else { String::new() },
+        unlock_command(.cluster)
     )]
     Held { cluster: String, info: LockInfo },
 }
@@ -64,17 +100,43 @@ impl Lock {
             acquired_at: now,
             expires_at: now + chrono::Duration::from_std(TTL)?,
         };
-        let etag = match store.put(LOCK_KEY, serde_json::to_vec_pretty(&info)?, Condition::IfAbsent).await {
+        let body = serde_json::to_vec_pretty(&info)?;
+        let etag = match store.put(LOCK_KEY, body.clone(), Condition::IfAbsent).await {
             Ok(etag) => etag,
             Err(e) if e.is::<PreconditionFailed>() => {
-                let held = store.get_json::<LockInfo>(LOCK_KEY).await?;
-                return Err(match held {
-                    Some(info) => LockError::Held { cluster: store.cluster().to_string(), info }.into(),
-                    None => anyhow::anyhow!(
-                        "cluster {} was locked and released while we looked; try again",
-                        store.cluster()
-                    ),
-                });
+                let held = match store.get(LOCK_KEY).await? {
+                    Some((bytes, etag)) => Some((serde_json::from_slice::<LockInfo>(&bytes)?, etag)),
+                    None => None,
+                };
+                match held {
+                    Some((old, etag)) if !holder_running(&old) => {
+                        // Its holder was killed here: take it over, saying so.
+                        let taken = store.put(LOCK_KEY, body, Condition::IfMatch(etag)).await.map_err(|e| {
+                            if e.is::<PreconditionFailed>() {
+                                anyhow::anyhow!("{} was taken over by another run while we looked; try again", what(store.cluster()))
+                            } else {
+                                e
+                            }
+                        })?;
+                        use std::io::Write as _;
+                        let _ = writeln!(
+                            anstream::stderr(),
+                            "{} was locked by pid {} on this host (`{}`, since {}), which is no longer running; this run takes the lock over and picks up where it stopped",
+                            what(store.cluster()),
+                            old.pid,
+                            old.command,
+                            old.acquired_at.format("%H:%M:%S UTC")
+                        );
+                        taken
+                    }
+                    Some((info, _)) => return Err(LockError::Held { cluster: store.cluster().to_string(), info }.into()),
+                    None => {
+                        return Err(anyhow::anyhow!(
+                            "{} was locked and released while we looked; try again",
+                            what(store.cluster())
+                        ))
+                    }
+                }
             }
             Err(e) => return Err(e),
         };
@@ -91,7 +153,7 @@ impl Lock {
                     match store.put(LOCK_KEY, body, Condition::IfMatch(current.clone())).await {
                         Ok(new) => *current = new,
                         Err(e) => {
-                            tracing::warn!("could not refresh the cluster lock: {e:#}");
+                            tracing::warn!("could not refresh the lock of {}: {e:#}", what(store.cluster()));
                             break;
                         }
                     }

@@ -274,7 +274,8 @@ impl Store {
         let mut names: Vec<String> = keys
             .iter()
             .filter_map(|k| k.trim_start_matches('/').split('/').next().map(str::to_string))
-            .filter(|s| !s.is_empty())
+            // `.fleet` and the like are the fleet's, not clusters.
+            .filter(|s| !s.is_empty() && !s.starts_with('.'))
             .collect();
         names.sort();
         names.dedup();

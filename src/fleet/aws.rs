@@ -1,0 +1,160 @@
+//! The fleet driver's clusters on AWS: each cluster read from its launch
+//! templates, rolled by the same roll `upgrade` runs (under the cluster's
+//! own lock, with its e2e gates), and gated with `pinfleet e2e`'s cluster
+//! and smoke phases. A rollout's target becomes each cluster's snapshot
+//! here: an AMI id checked in the cluster's region, `newest` (each group's
+//! own selector), or a name pattern resolved with each group's owners and
+//! architecture.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _, Result};
+use chrono::{DateTime, Utc};
+
+use super::rollout::Snapshot;
+use super::run::Fleet;
+use super::Target;
+use crate::cloud::aws::{images, observe, Aws};
+use crate::rollout::driver::Event;
+use crate::spec::{Cluster, Image, ImageSelector};
+use crate::state::lock::Lock;
+use crate::state::Store;
+
+pub struct Member {
+    pub cluster: Cluster,
+    pub aws: Aws,
+    pub kubeconfig: PathBuf,
+}
+
+pub struct AwsFleet {
+    pub members: BTreeMap<String, Member>,
+    pub roll: crate::rollout::run::Options,
+    pub command: String,
+    /// Each cluster's roll events.
+    pub on: Box<dyn Fn(&str, Event) + Send + Sync>,
+}
+
+impl AwsFleet {
+    fn member(&self, name: &str) -> Result<&Member> {
+        self.members.get(name).with_context(|| format!("cluster {name} is not in the clusters folder"))
+    }
+
+    async fn client(&self, m: &Member) -> Result<kube::Client> {
+        crate::kube::client_from_kubeconfig(&m.kubeconfig, crate::kube::Retry::Never).await.with_context(|| {
+            format!("connecting to {} with {}", m.cluster.metadata.name, m.kubeconfig.display())
+        })
+    }
+
+    /// Each cluster's target snapshot (reads only).
+    pub async fn targets(&self, target: &Target, now: DateTime<Utc>) -> Result<BTreeMap<String, Snapshot>> {
+        let mut out = BTreeMap::new();
+        for (name, m) in &self.members {
+            let snap = to(m, target, now).await.with_context(|| format!("cluster {name}"))?;
+            out.insert(name.clone(), snap);
+        }
+        Ok(out)
+    }
+}
+
+/// What `target` means for one cluster.
+async fn to(m: &Member, target: &Target, now: DateTime<Utc>) -> Result<Snapshot> {
+    let groups = &m.cluster.spec.instance_groups;
+    let images = match target {
+        Target::KubernetesVersion(v) => {
+            return Ok(Snapshot { kubernetes_version: Some(v.clone()), ..Default::default() });
+        }
+        Target::Ami(id) if id.starts_with("ami-") => {
+            let out = m.aws.ec2.describe_images().image_ids(id).send().await;
+            let found = out.ok().is_some_and(|o| o.images().iter().any(|i| i.image_id() == Some(id.as_str())));
+            if !found {
+                bail!("image {id} does not exist in {} (AMI ids are per region)", m.cluster.spec.cloud.region);
+            }
+            groups.iter().map(|g| (g.name.clone(), id.clone())).collect()
+        }
+        Target::Ami(newest) if newest == "newest" => {
+            let (resolved, _) = images::resolve(&m.aws, &m.cluster, now).await?;
+            resolved.into_iter().map(|(g, i)| (g, i.id)).collect()
+        }
+        Target::Ami(pattern) => {
+            let mut out = BTreeMap::new();
+            for g in groups {
+                let Some(sel) = &g.image.selector else {
+                    bail!("group {} pins its image by id; a name pattern needs a selector's owners", g.name)
+                };
+                let sel = ImageSelector { name: pattern.clone(), ..sel.clone() };
+                let found = images::candidates(&m.aws, &sel).await?;
+                let Some(i) = crate::ami::select(&found, pattern, sel.architecture.as_str(), now) else {
+                    bail!("no available image named {pattern} owned by {} for group {}", sel.owners.join(", "), g.name)
+                };
+                out.insert(g.name.clone(), i.id.clone());
+            }
+            out
+        }
+    };
+    Ok(Snapshot { images, ..Default::default() })
+}
+
+/// The cluster as the rollout rolls it: each group on its target image, the
+/// target Kubernetes version.
+pub fn cluster_at(cluster: &Cluster, to: &Snapshot) -> Cluster {
+    let mut c = cluster.clone();
+    for g in &mut c.spec.instance_groups {
+        if let Some(id) = to.images.get(&g.name) {
+            g.image = Image { id: Some(id.clone()), selector: None };
+        }
+    }
+    if let Some(v) = &to.kubernetes_version {
+        c.spec.kubernetes_version = v.clone();
+    }
+    c
+}
+
+impl Fleet for AwsFleet {
+    async fn current(&self, name: &str) -> Result<Snapshot> {
+        let m = self.member(name)?;
+        let observed = observe::observe(&m.aws, name, None).await?;
+        let mut snap = Snapshot::default();
+        for t in &observed.launch_templates {
+            if let Some(d) = &t.latest {
+                snap.images.insert(t.group.clone(), d.image_id.clone());
+                snap.launch_template_versions.insert(t.group.clone(), t.latest_version);
+            }
+        }
+        if snap.images.is_empty() {
+            bail!("cluster {name} has no launch templates: bootstrap it first");
+        }
+        let client = self.client(m).await?;
+        snap.kubernetes_version = match crate::kube::kubeadm::running(&client).await? {
+            Some(r) => Some(r.control_plane.to_string()),
+            None => Some(m.cluster.spec.kubernetes_version.clone()),
+        };
+        Ok(snap)
+    }
+
+    async fn roll(&self, name: &str, to: &Snapshot, why: &str) -> Result<()> {
+        let m = self.member(name)?;
+        let cluster = cluster_at(&m.cluster, to);
+        let url = &cluster.spec.state_store;
+        let store = Store::open(url, name, Some(&m.aws)).await.with_context(|| format!("opening state store {url}"))?;
+        let pki = crate::state::pki::Pki::load(&store)
+            .await?
+            .with_context(|| format!("cluster {name} has not been bootstrapped"))?;
+        let client = self.client(m).await?;
+        let on = |e: Event| (self.on)(name, e);
+        Lock::with(&store, &self.command, async {
+            crate::rollout::run::upgrade(&m.aws, &cluster, &store, &pki, client, &self.roll, why, &self.command, &on)
+                .await
+                .map(|_| ())
+        })
+        .await
+    }
+
+    async fn gate(&self, name: &str) -> Result<()> {
+        let m = self.member(name)?;
+        let client = self.client(m).await?;
+        let phases = [crate::e2e::Phase::Cluster, crate::e2e::Phase::Smoke];
+        let on = |e: Event| (self.on)(name, e);
+        crate::rollout::run::gate(&m.cluster, &client, &phases, "the stage's soak", self.roll.boot_timeout, &on).await
+    }
+}

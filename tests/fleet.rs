@@ -1,0 +1,190 @@
+//! The fleet driver on in-memory clusters (rolled by the real roll driver)
+//! and a real state store on disk, on tokio's paused clock: stages in the
+//! order their labels give, the failure budget halting everything, revert
+//! to the images each cluster had, and a second writer refused with the
+//! holder's name. (Resuming after kill -9, on moto with the sim, is in
+//! tests/fleet_aws.rs.)
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use pinfleet::fleet::rehearsal::{Rehearsal, GROUP};
+use pinfleet::fleet::rollout::{Always, ClusterState, FleetRollout, RolloutState, Snapshot};
+use pinfleet::fleet::run::{self, Book, Clock, Note, Outcome};
+use pinfleet::fleet::{plan, FleetSpec, Member, Target};
+use pinfleet::spec::IntOrPercent;
+use pinfleet::state::lock::Lock;
+
+const FLEET: &[(&str, &str)] = &[
+    ("prod-b", "production"),
+    ("dev-a", "dev"),
+    ("prod-a", "production"),
+    ("staging-a", "staging"),
+    ("prod-c", "production"),
+    ("lab", "lab"),
+];
+
+fn start() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0).unwrap()
+}
+
+struct Setup {
+    fleet: Rehearsal,
+    book: Book,
+    record: FleetRollout,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup(fleet_yaml: &str) -> Setup {
+    let sizes: Vec<(&str, u32)> = FLEET.iter().map(|(n, _)| (*n, 10)).collect();
+    let fleet = Rehearsal::new(&sizes, "ami-old", IntOrPercent::Int(2), Duration::from_secs(60), Duration::from_secs(10));
+    let members: Vec<Member> = FLEET
+        .iter()
+        .map(|(n, env)| Member {
+            name: n.to_string(),
+            labels: [("env".to_string(), env.to_string())].into(),
+            region: "us-east-1".into(),
+        })
+        .collect();
+    let spec = FleetSpec::parse(fleet_yaml).unwrap();
+    let p = plan(&spec, &members, &Target::Ami("ami-new".into()), &BTreeMap::new(), start());
+    let to: BTreeMap<String, Snapshot> = FLEET
+        .iter()
+        .map(|(n, _)| (n.to_string(), Snapshot { images: [(GROUP.into(), "ami-new".into())].into(), ..Default::default() }))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let book = Book::open(&format!("file://{}", dir.path().display()), None).await.unwrap();
+    let record = FleetRollout::new(1, &p, &spec, &to, "test", start());
+    Setup { fleet, book, record, _dir: dir }
+}
+
+const STAGES: &str = "stages:\n  - {name: dev, selector: env=dev, soak: 1h}\n  - {name: staging, selector: env=staging, soak: 2h}\n  - {name: production, selector: env=production, soak: 0s, canary: true, maxFailures: 0}\n";
+
+async fn apply(s: &Setup) -> (FleetRollout, Outcome, Vec<Note>) {
+    let notes = std::sync::Mutex::new(Vec::new());
+    let (r, o) = run::apply(
+        &s.fleet,
+        &s.book,
+        s.record.clone(),
+        &Always,
+        Clock::starting(start()),
+        run::Options::default(),
+        "pinfleet fleet rollout apply --ami ami-new",
+        &|n| notes.lock().unwrap().push(n),
+    )
+    .await
+    .unwrap();
+    (r, o, notes.into_inner().unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn stages_roll_in_label_order_each_after_the_last_ones_soak_and_gate() {
+    let s = setup(STAGES).await;
+    let (r, outcome, notes) = apply(&s).await;
+    assert_eq!(outcome, Outcome::Finished);
+    assert_eq!(r.state, RolloutState::Done);
+    // The order rolls started in: dev, staging, then production's canary (first by region and name) alone, then the rest.
+    let order: Vec<String> = s.fleet.rolls.lock().unwrap().iter().map(|(c, _)| c.clone()).collect();
+    assert_eq!(order, ["dev-a", "staging-a", "prod-a", "prod-b", "prod-c"]);
+    // Nobody outside a stage is touched.
+    assert_eq!(s.fleet.image("lab").0, "ami-old");
+    for (n, _) in FLEET.iter().filter(|(n, _)| *n != "lab") {
+        let (image, all, current) = s.fleet.image(n);
+        assert_eq!((image.as_str(), all, current), ("ami-new", 10, 10), "{n}");
+    }
+    // Staging started only after dev's soak (1h) and its gate passed.
+    let dev = &r.stages[0];
+    let staging = &r.stages[1];
+    assert!(staging.clusters[0].started_at.unwrap() >= dev.rolled_at.unwrap() + chrono::Duration::hours(1));
+    assert!(staging.clusters[0].started_at.unwrap() >= dev.passed_at.unwrap());
+    let prod_b = r.stages[2].clusters.iter().find(|c| c.name == "prod-b").unwrap();
+    let canary = &r.stages[2].clusters[0];
+    assert!(canary.canary && prod_b.started_at.unwrap() >= canary.finished_at.unwrap());
+    // What each cluster ran before is kept with the decision.
+    assert_eq!(canary.from.images[GROUP], "ami-old");
+    assert_eq!(canary.from.launch_template_versions[GROUP], 1);
+    assert!(notes.iter().any(|n| matches!(n, Note::Passed { stage } if stage == "staging")));
+    // The record in the store is the one returned.
+    assert_eq!(s.book.latest().await.unwrap().unwrap(), r);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_beyond_max_failures_halt_the_rollout_then_revert_restores_the_images() {
+    let yaml = "stages:\n  - {name: dev, selector: env=dev, soak: 10m}\n  - {name: production, selector: env=production, soak: 0s, maxFailures: 1}\n  - {name: staging, selector: env=staging}\n";
+    let s = setup(yaml).await;
+    // Two of production's three fail: one roll, one stage gate (with a budget of 1).
+    s.fleet.fail_roll.lock().unwrap().insert("prod-b".into());
+    s.fleet.fail_gate.lock().unwrap().insert("prod-c".into());
+    let (r, outcome, _) = apply(&s).await;
+    let Outcome::Halted(reason) = outcome else { panic!("{outcome:?}") };
+    assert!(reason.contains("stage production: 2 of 3 clusters failed (maxFailures 1 allows 1): prod-b, prod-c"), "{reason}");
+    assert!(matches!(r.state, RolloutState::Halted(_)));
+    // The stage after it never started.
+    assert_eq!(s.fleet.image("staging-a").0, "ami-old");
+    assert!(!s.fleet.rolls.lock().unwrap().iter().any(|(c, _)| c == "staging-a"));
+    // A second apply of a halted rollout does nothing more.
+    let (_, again, _) = apply(&s).await;
+    assert!(matches!(again, Outcome::Halted(_)));
+
+    // Revert (the fault is gone): every touched cluster back on the image it had (a new launch-template version naming it).
+    s.fleet.fail_roll.lock().unwrap().clear();
+    let reverted = run::revert(&s.fleet, &s.book, r, Clock::starting(start()), "revert", &|_| {}).await.unwrap();
+    assert_eq!(reverted.state, RolloutState::Reverted);
+    for n in ["dev-a", "prod-a", "prod-b", "prod-c"] {
+        let (image, all, current) = s.fleet.image(n);
+        assert_eq!((image.as_str(), all, current), ("ami-old", 10, 10), "{n}");
+    }
+    let states: BTreeMap<String, ClusterState> =
+        reverted.clusters().map(|(_, c)| (c.name.clone(), c.state.clone())).collect();
+    assert_eq!(states["prod-b"], ClusterState::Reverted);
+    assert_eq!(states["staging-a"], ClusterState::Pending);
+    // Reverts went latest stage first.
+    let rolls = s.fleet.rolls.lock().unwrap().clone();
+    let back: Vec<&str> = rolls.iter().filter(|(_, i)| i == "ami-old").map(|(c, _)| c.as_str()).collect();
+    assert_eq!(back.last(), Some(&"dev-a"), "{back:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_writer_is_refused_with_the_holders_name() {
+    let s = setup(STAGES).await;
+    let held = Lock::acquire(&s.book.store, "pinfleet fleet rollout apply --ami ami-new").await.unwrap();
+    let err = run::apply(
+        &s.fleet,
+        &s.book,
+        s.record.clone(),
+        &Always,
+        Clock::starting(start()),
+        run::Options::default(),
+        "second",
+        &|_| {},
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    let me = pinfleet::state::whoami().0;
+    assert!(err.starts_with(&format!("the fleet is locked by {me} on")), "{err}");
+    assert!(err.contains("`pinfleet fleet rollout apply --ami ami-new`") && err.contains("fleet rollout unlock --force"), "{err}");
+    // Nothing moved.
+    assert!(s.fleet.rolls.lock().unwrap().is_empty());
+    held.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_wait_a_run_stops_at_the_soak_and_the_next_run_goes_on() {
+    let s = setup(STAGES).await;
+    let opts = run::Options { wait: false, ..Default::default() };
+    let clock = Clock::starting(start());
+    let (fleet, book) = (&s.fleet, &s.book);
+    let run = |record: FleetRollout| async move {
+        run::apply(fleet, book, record, &Always, clock, opts, "cron", &|_| {}).await.unwrap()
+    };
+    let (r, outcome) = run(s.record.clone()).await;
+    let Outcome::Waiting { until, why } = outcome else { panic!("{outcome:?}") };
+    assert_eq!(until, Some(r.stages[0].soak_until().unwrap()));
+    assert_eq!(why["staging-a"].to_string(), format!("stage gate: dev soaking until {}", until.unwrap().format("%a %Y-%m-%d %H:%M UTC")));
+    tokio::time::advance(Duration::from_secs(3700)).await;
+    let (_, outcome) = run(r).await;
+    assert!(matches!(outcome, Outcome::Waiting { .. }), "{outcome:?}");
+    assert_eq!(s.fleet.image("staging-a").0, "ami-new");
+}
