@@ -171,7 +171,9 @@ pub async fn roll_group<M: Machines, N: Nodes>(
         });
         // Replacements that never come up halt the roll.
         let now = Instant::now();
-        booting_since.retain(|id, _| members.iter().any(|x| &x.id == id && x.current && !x.ready));
+        let booting: BTreeSet<&str> =
+            members.iter().filter(|x| x.current && !x.ready).map(|x| x.id.as_str()).collect();
+        booting_since.retain(|id, _| booting.contains(id.as_str()));
         for x in members.iter().filter(|x| x.current && !x.ready) {
             let since = *booting_since.entry(x.id.clone()).or_insert(now);
             if now - since > cfg.boot_timeout {
@@ -211,11 +213,19 @@ pub async fn roll_group<M: Machines, N: Nodes>(
             _ => {}
         }
         tokio::select! {
-            Some((id, r)) = work.next(), if !work.is_empty() => {
-                draining.remove(&id);
-                r.map_err(|e| anyhow!("group {}: {e:#}; the roll is halted ({replaced} of {total} replaced)", cfg.group))?;
-                replaced += 1;
-                on(Event::Replaced { group: cfg.group.clone(), instance: id, done: replaced, total });
+            Some(first) = work.next(), if !work.is_empty() => {
+                // Every replacement finished by now, before looking again
+                // (a wave's replacements tend to finish together).
+                let mut finished = vec![first];
+                while let Some(Some(more)) = futures::FutureExt::now_or_never(work.next()) {
+                    finished.push(more);
+                }
+                for (id, r) in finished {
+                    draining.remove(&id);
+                    r.map_err(|e| anyhow!("group {}: {e:#}; the roll is halted ({replaced} of {total} replaced)", cfg.group))?;
+                    replaced += 1;
+                    on(Event::Replaced { group: cfg.group.clone(), instance: id, done: replaced, total });
+                }
             }
             _ = n.changed(Duration::from_millis(500)) => {}
         }

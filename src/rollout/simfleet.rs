@@ -128,13 +128,18 @@ impl Nodes for SimFleet {
     async fn validate(&self, _ignore: &BTreeSet<String>) -> Result<(), String> {
         Ok(())
     }
-    /// Wakes when the next booting machine turns Ready (or after `max`).
-    async fn changed(&self, max: Duration) {
+    /// Wakes when the next booting machine turns Ready. Nothing else here
+    /// changes by itself (drains end as the driver's own work), so with
+    /// nothing booting it waits for the driver's work instead of waking
+    /// every `max` to find nothing new.
+    async fn changed(&self, _max: Duration) {
         let next = {
             let s = self.state.lock().unwrap();
             s.0.iter().map(|m| m.launched + self.boot).filter(|t| *t > Instant::now()).min()
         };
-        let until = next.map_or(Instant::now() + max, |t| t.min(Instant::now() + max));
-        tokio::time::sleep_until(until).await;
+        match next {
+            Some(t) => tokio::time::sleep_until(t).await,
+            None => std::future::pending().await,
+        }
     }
 }
