@@ -593,3 +593,210 @@ pub fn fleet_plan(p: &crate::fleet::FleetPlan) -> String {
     }
     out
 }
+
+/// One line of a fleet rollout's progress.
+pub fn fleet_note(n: &crate::fleet::run::Note) -> String {
+    use crate::fleet::run::Note;
+    let at = |t: &chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+    match n {
+        Note::Resumed { number, clusters } => {
+            format!(
+                "fleet: picking up rollout #{number}: {} rolling when the last run stopped, rolled again",
+                clusters.join(", ")
+            )
+        }
+        Note::Started { stage, cluster, attempt, from, to } => format!(
+            "fleet: stage {stage}: rolling {cluster}: {from} → {to}{}",
+            if *attempt > 1 { format!(" (attempt {attempt})") } else { String::new() }
+        ),
+        Note::Done { cluster, seconds } => format!(
+            "fleet: {cluster} done ({})",
+            humantime::format_duration(std::time::Duration::from_secs(*seconds as u64))
+        ),
+        Note::Failed { cluster, error } => format!("fleet: {cluster} FAILED: {error}"),
+        Note::Blocked { cluster, holder } => format!("fleet: {cluster} put off: its lock is held by {holder}"),
+        Note::Soaking { stage, until } => format!("fleet: stage {stage} rolled; soaking until {}", at(until)),
+        Note::Gate { stage, clusters } => format!("fleet: stage {stage}: end-to-end gate on {}", clusters.join(", ")),
+        Note::Passed { stage } => format!("fleet: stage {stage} passed its gate"),
+        Note::Waiting { until, why } => {
+            let mut s = match until {
+                Some(t) => format!("fleet: waiting until {}", at(t)),
+                None => "fleet: waiting".to_string(),
+            };
+            for (c, w) in why {
+                s.push_str(&format!("\n  {c}: {w}"));
+            }
+            s
+        }
+        Note::Halted { reason } => format!("fleet: HALTED: {reason}"),
+        Note::Finished { number } => format!("fleet: rollout #{number} finished"),
+        Note::Reverted { cluster, to } => format!("fleet: {cluster} reverted to {to}"),
+        Note::RevertFailed { cluster, error } => format!("fleet: {cluster} revert FAILED: {error}"),
+    }
+}
+
+/// A cluster's roll event as one line of a fleet rollout (the notable ones).
+pub fn fleet_cluster_event(cluster: &str, e: &crate::rollout::driver::Event, json: bool) -> Option<String> {
+    use crate::rollout::driver::Event;
+    if json {
+        let mut v = serde_json::to_value(e).ok()?;
+        v["cluster"] = serde_json::Value::String(cluster.to_string());
+        return Some(v.to_string());
+    }
+    Some(match e {
+        Event::Started { group, outdated, machines } => {
+            format!("  [{cluster}] {group}: {outdated} of {machines} machines to replace")
+        }
+        Event::Finished { group, replaced, .. } => format!("  [{cluster}] {group}: {replaced} replaced"),
+        Event::VersionStep { step } => format!("  [{cluster}] {step}"),
+        Event::Validated { after, checks, .. } => {
+            format!("  [{cluster}] e2e gate after {after}: {checks} checks passed")
+        }
+        Event::Launched { .. } | Event::Draining { .. } | Event::Replaced { .. } => return None,
+    })
+}
+
+/// `fleet rollout status`: the rollout, the fleet lock, and each cluster
+/// with why it is not moving.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetStatusView {
+    pub number: u64,
+    pub target: String,
+    pub state: String,
+    pub by: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// Who holds the fleet lock (a run of apply or revert), if anyone.
+    pub lock: Option<String>,
+    pub stages: Vec<FleetStageRow>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetStageRow {
+    pub name: String,
+    pub state: String,
+    pub clusters: Vec<FleetClusterRow>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetClusterRow {
+    pub cluster: String,
+    pub state: String,
+    pub from: String,
+    pub to: String,
+    /// Why it is not moving now (empty when it is, or is through).
+    pub why: String,
+}
+
+impl FleetStatusView {
+    pub fn new(
+        r: &crate::fleet::rollout::FleetRollout,
+        windows: &dyn crate::fleet::rollout::Windows,
+        approved: &std::collections::BTreeSet<String>,
+        lock: Option<&crate::state::lock::LockInfo>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Self {
+        use crate::fleet::rollout::ClusterState;
+        let d =
+            if r.is_finished() { Default::default() } else { crate::fleet::rollout::decide(r, windows, approved, now) };
+        let stages = r
+            .stages
+            .iter()
+            .map(|s| {
+                let state = if let Some(t) = s.passed_at {
+                    format!("passed {}", t.format("%Y-%m-%d %H:%M UTC"))
+                } else if let Some(until) = s.soak_until() {
+                    if until > now {
+                        format!(
+                            "soaking, {} left",
+                            humantime::format_duration(std::time::Duration::from_secs(
+                                (until - now).num_seconds().max(0) as u64
+                            ))
+                        )
+                    } else {
+                        "soaked; its gate is next".to_string()
+                    }
+                } else if s.approval && !approved.contains(&s.name) {
+                    "needs approval".to_string()
+                } else if s.clusters.iter().any(|c| c.state != ClusterState::Pending) {
+                    "rolling".to_string()
+                } else {
+                    "waiting".to_string()
+                };
+                let failed = s.failed().len();
+                let state =
+                    if failed > 0 { format!("{state}; {failed} failed (budget {})", s.budget()) } else { state };
+                FleetStageRow {
+                    name: s.name.clone(),
+                    state,
+                    clusters: s
+                        .clusters
+                        .iter()
+                        .map(|c| FleetClusterRow {
+                            cluster: c.name.clone(),
+                            state: c.state.to_string(),
+                            from: if c.from.images.is_empty() && c.from.kubernetes_version.is_none() {
+                                "-".into()
+                            } else {
+                                c.from.summary()
+                            },
+                            to: c.to.summary(),
+                            why: match (&c.state, d.why.get(&c.name)) {
+                                (ClusterState::Failed(e) | ClusterState::RevertFailed(e), _) => e.clone(),
+                                (_, Some(w)) => w.to_string(),
+                                _ => String::new(),
+                            },
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        FleetStatusView {
+            number: r.number,
+            target: r.target.to_string(),
+            state: r.state.to_string(),
+            by: r.by.clone(),
+            created_at: r.created_at,
+            lock: lock.map(|l| {
+                format!(
+                    "{} on {} (pid {}, `{}`) since {}",
+                    l.holder,
+                    l.host,
+                    l.pid,
+                    l.command,
+                    l.acquired_at.format("%Y-%m-%d %H:%M:%S UTC")
+                )
+            }),
+            stages,
+        }
+    }
+}
+
+pub fn fleet_status(v: &FleetStatusView) -> String {
+    let mut out = format!(
+        "fleet rollout #{} to {}: {} (started {} by {})\n",
+        v.number,
+        v.target,
+        v.state,
+        v.created_at.format("%Y-%m-%d %H:%M UTC"),
+        v.by
+    );
+    out.push_str(&match &v.lock {
+        Some(l) => format!("fleet lock held by {l}\n"),
+        None => "fleet lock: free (no apply is running)\n".to_string(),
+    });
+    for s in &v.stages {
+        out.push_str(&format!("stage {}: {}\n", s.name, s.state));
+        let rows: Vec<Vec<String>> = s
+            .clusters
+            .iter()
+            .map(|c| vec![c.cluster.clone(), c.state.clone(), c.from.clone(), c.to.clone(), c.why.clone()])
+            .collect();
+        for line in table(&["CLUSTER", "STATE", "FROM", "TO", "WHY NOT MOVING"], &rows).lines() {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
+    out
+}

@@ -158,3 +158,108 @@ fn two_rollout_jobs_started_at_once_write_distinct_records() {
     assert!(statuses.iter().any(|s| s.starts_with("halted:") && s.contains("locked")), "{statuses:?}");
     assert!(w.instances().iter().all(|i| i["image"] == new.as_str()));
 }
+
+/// A fleet rollout of a new image across a dev and a staging cluster (two
+/// node simulators on moto): a second writer refused with the holder's
+/// name, kill -9 during dev's soak, the next run picks up where it stopped
+/// (dev not rolled again) and staging waits for dev's soak and gate; then
+/// revert puts the old image back.
+#[test]
+fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() {
+    use std::io::BufRead;
+    let w = World::new("fdev", 1);
+    select_own_images(&w);
+    let staging =
+        w.cluster_yaml(1, "t3.large").replace("name: fdev", "name: fstage").replace("env: dev", "env: staging");
+    std::fs::write(w.clusters_dir().join("fstage.yaml"), staging).unwrap();
+    std::fs::write(
+        w.clusters_dir().join("fleet.yaml"),
+        "stages:\n  - {name: dev, selector: env=dev, soak: 5s}\n  - {name: staging, selector: env=staging, soak: 0s}\n",
+    )
+    .unwrap();
+    let old = register_image(&w, "pinfleet-node-2026.10.1");
+    w.ok(&["bootstrap", "fdev", "--yes"]);
+    w.ok(&["bootstrap", "fstage", "--yes"]);
+    let kc = w.dir.path().join("kubeconfigs");
+    std::fs::create_dir_all(&kc).unwrap();
+    let mut sims: Vec<std::process::Child> =
+        ["fdev", "fstage"].iter().map(|c| sim(&w, c, &kc.join(format!("{c}.yaml")))).collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let new = register_image(&w, "pinfleet-node-2026.11.1");
+    let images = |c: &str| -> Vec<String> {
+        w.json(&["get", "instances", c])
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["state"] == "running" || i["state"] == "pending")
+            .map(|i| i["image"].as_str().unwrap().to_string())
+            .collect()
+    };
+
+    let plan = w.ok(&["fleet", "rollout", "plan", "--ami", "newest"]);
+    assert!(plan.contains("fdev") && plan.contains("fstage") && plan.contains(&new) && plan.contains(&old), "{plan}");
+
+    let kcd = kc.to_str().unwrap();
+    let args = [
+        "fleet",
+        "rollout",
+        "apply",
+        "--ami",
+        "newest",
+        "--yes",
+        "-o",
+        "json",
+        "--kubeconfig-dir",
+        kcd,
+        "--validate-interval",
+        "200ms",
+    ];
+    let mut first = w.command(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let reader = std::io::BufReader::new(first.stdout.take().unwrap());
+    for line in reader.lines() {
+        let n: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap_or_default();
+        if n["event"] == "soaking" && n["stage"] == "dev" {
+            break;
+        }
+    }
+    // A second writer is refused with the holder's name.
+    let second = w.run(&args);
+    assert!(!second.status.success());
+    assert!(
+        stderr(&second).contains("the fleet is locked by") && stderr(&second).contains("fleet rollout apply"),
+        "{}",
+        stderr(&second)
+    );
+    // Killed during dev's soak (a roll killed mid-way is tests/upgrade.rs's kill -9).
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    // The next run takes the dead run's locks over and finishes the job.
+    let out = w.run(&args);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}\n{}", support::stdout(&out));
+    assert!(err.contains("the fleet was locked by pid") && err.contains("picking up fleet rollout #1"), "{err}");
+    let notes: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let at = |f: &dyn Fn(&serde_json::Value) -> bool| notes.iter().position(f).unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(
+        !notes.iter().any(|n| n["event"] == "started" && n["cluster"] == "fdev"),
+        "dev is not rolled again: {notes:?}"
+    );
+    let dev_passed = at(&|n| n["event"] == "passed" && n["stage"] == "dev");
+    let staging_started = at(&|n| n["event"] == "started" && n["cluster"] == "fstage");
+    assert!(dev_passed < staging_started, "staging waits for dev's gate: {notes:?}");
+    assert!(images("fdev").iter().all(|i| *i == new) && images("fstage").iter().all(|i| *i == new));
+    let status = w.json(&["fleet", "rollout", "status"]);
+    assert_eq!(status["state"], "done", "{status}");
+
+    // Revert: both back on the image they ran.
+    let out = w.run(&["fleet", "rollout", "revert", "--yes", "--kubeconfig-dir", kcd, "--validate-interval", "200ms"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(images("fdev").iter().all(|i| *i == old) && images("fstage").iter().all(|i| *i == old));
+    assert_eq!(w.json(&["fleet", "rollout", "status"])["state"], "reverted");
+    for s in &mut sims {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+}

@@ -38,7 +38,8 @@ struct Setup {
 
 async fn setup(fleet_yaml: &str) -> Setup {
     let sizes: Vec<(&str, u32)> = FLEET.iter().map(|(n, _)| (*n, 10)).collect();
-    let fleet = Rehearsal::new(&sizes, "ami-old", IntOrPercent::Int(2), Duration::from_secs(60), Duration::from_secs(10));
+    let fleet =
+        Rehearsal::new(&sizes, "ami-old", IntOrPercent::Int(2), Duration::from_secs(60), Duration::from_secs(10));
     let members: Vec<Member> = FLEET
         .iter()
         .map(|(n, env)| Member {
@@ -51,7 +52,9 @@ async fn setup(fleet_yaml: &str) -> Setup {
     let p = plan(&spec, &members, &Target::Ami("ami-new".into()), &BTreeMap::new(), start());
     let to: BTreeMap<String, Snapshot> = FLEET
         .iter()
-        .map(|(n, _)| (n.to_string(), Snapshot { images: [(GROUP.into(), "ami-new".into())].into(), ..Default::default() }))
+        .map(|(n, _)| {
+            (n.to_string(), Snapshot { images: [(GROUP.into(), "ami-new".into())].into(), ..Default::default() })
+        })
         .collect();
     let dir = tempfile::tempdir().unwrap();
     let book = Book::open(&format!("file://{}", dir.path().display()), None).await.unwrap();
@@ -118,7 +121,10 @@ async fn failures_beyond_max_failures_halt_the_rollout_then_revert_restores_the_
     s.fleet.fail_gate.lock().unwrap().insert("prod-c".into());
     let (r, outcome, _) = apply(&s).await;
     let Outcome::Halted(reason) = outcome else { panic!("{outcome:?}") };
-    assert!(reason.contains("stage production: 2 of 3 clusters failed (maxFailures 1 allows 1): prod-b, prod-c"), "{reason}");
+    assert!(
+        reason.contains("stage production: 2 of 3 clusters failed (maxFailures 1 allows 1): prod-b, prod-c"),
+        "{reason}"
+    );
     assert!(matches!(r.state, RolloutState::Halted(_)));
     // The stage after it never started.
     assert_eq!(s.fleet.image("staging-a").0, "ami-old");
@@ -164,7 +170,10 @@ async fn a_second_writer_is_refused_with_the_holders_name() {
     .to_string();
     let me = pinfleet::state::whoami().0;
     assert!(err.starts_with(&format!("the fleet is locked by {me} on")), "{err}");
-    assert!(err.contains("`pinfleet fleet rollout apply --ami ami-new`") && err.contains("fleet rollout unlock --force"), "{err}");
+    assert!(
+        err.contains("`pinfleet fleet rollout apply --ami ami-new`") && err.contains("fleet rollout unlock --force"),
+        "{err}"
+    );
     // Nothing moved.
     assert!(s.fleet.rolls.lock().unwrap().is_empty());
     held.release().await.unwrap();
@@ -182,7 +191,10 @@ async fn without_wait_a_run_stops_at_the_soak_and_the_next_run_goes_on() {
     let (r, outcome) = run(s.record.clone()).await;
     let Outcome::Waiting { until, why } = outcome else { panic!("{outcome:?}") };
     assert_eq!(until, Some(r.stages[0].soak_until().unwrap()));
-    assert_eq!(why["staging-a"].to_string(), format!("stage gate: dev soaking until {}", until.unwrap().format("%a %Y-%m-%d %H:%M UTC")));
+    assert_eq!(
+        why["staging-a"].to_string(),
+        format!("stage gate: dev soaking until {}", until.unwrap().format("%a %Y-%m-%d %H:%M UTC"))
+    );
     tokio::time::advance(Duration::from_secs(3700)).await;
     let (_, outcome) = run(r).await;
     assert!(matches!(outcome, Outcome::Waiting { .. }), "{outcome:?}");

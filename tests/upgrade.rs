@@ -335,7 +335,8 @@ fn kill_9_mid_roll_then_a_rerun_finishes_without_double_work() {
     let out = w.run(&upgrade_args(&w, &sim, &["-o", "json"]));
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("cluster killroll was locked by pid") && stderr(&out).contains("which is no longer running"),
+        stderr(&out).contains("cluster killroll was locked by pid")
+            && stderr(&out).contains("which is no longer running"),
         "{}",
         stderr(&out)
     );

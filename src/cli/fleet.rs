@@ -1,15 +1,20 @@
-//! `pinfleet fleet rollout plan --ami ID | --kubernetes-version V`: every
-//! cluster's stage and place in a fleet-wide rollout, what it moves from
-//! and to, and the earliest each stage and cluster can start.
+//! `pinfleet fleet rollout plan|apply|status|approve|revert|unlock`: a
+//! staged rollout of an AMI or a Kubernetes version across the clusters
+//! folder (`fleet::run` carries it out; its record lives in the state store).
 
 use std::io::Write as _;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
+use chrono::Utc;
 use clap::{Args, Subcommand};
 
+use super::cloud::CloudArgs;
 use super::GlobalArgs;
-use crate::fleet::{self, Member, Target};
+use crate::fleet::aws::AwsFleet;
+use crate::fleet::run::{self, Book, Clock, Outcome};
+use crate::fleet::{self, Folder, Target};
 use crate::output::Format;
 
 #[derive(Debug, Args)]
@@ -34,11 +39,21 @@ pub struct RolloutArgs {
 pub enum RolloutCommand {
     /// The stages, each cluster's place, from → to, and the earliest starts.
     Plan(PlanArgs),
+    /// Start the rollout, or pick up the one in progress.
+    Apply(ApplyArgs),
+    /// Where the rollout stands, and why each cluster is not moving.
+    Status(StatusArgs),
+    /// Let a stage that needs approval start.
+    Approve(ApproveArgs),
+    /// Roll every cluster the rollout touched back to what it ran before.
+    Revert(RevertArgs),
+    /// Remove the fleet lock a run left behind (`--force`).
+    Unlock(UnlockArgs),
 }
 
-#[derive(Debug, Args)]
-pub struct PlanArgs {
-    /// Roll this AMI.
+#[derive(Debug, Clone, Args)]
+pub struct TargetArgs {
+    /// Roll this AMI: an id, `newest` (each group's own selector), or a name pattern.
     #[arg(long, conflicts_with = "kubernetes_version", required_unless_present = "kubernetes_version")]
     pub ami: Option<String>,
     /// Move to this Kubernetes version.
@@ -46,41 +61,395 @@ pub struct PlanArgs {
     pub kubernetes_version: Option<String>,
 }
 
-pub async fn run(g: &GlobalArgs, args: FleetArgs) -> Result<ExitCode> {
-    let FleetCommand::Rollout(RolloutArgs { command: RolloutCommand::Plan(a) }) = args.command;
-    let opts = crate::spec::LoadOptions { known_addons: super::validate::known_addons(&g.addons_dir) };
-    let (loaded, diags) = crate::spec::load_paths(std::slice::from_ref(&g.clusters_dir), &opts);
-    if !diags.0.is_empty() {
-        bail!("{diags}");
+impl TargetArgs {
+    fn target(&self) -> Result<Target> {
+        match (&self.ami, &self.kubernetes_version) {
+            (Some(a), _) => Ok(Target::Ami(a.clone())),
+            (None, Some(v)) => Ok(Target::KubernetesVersion(v.clone())),
+            (None, None) => bail!("name what to roll: --ami ID|newest|PATTERN or --kubernetes-version V"),
+        }
     }
-    let spec = fleet::FleetSpec::load(&g.clusters_dir.join("fleet.yaml"))?;
-    let members: Vec<Member> = loaded
-        .iter()
-        .map(|l| Member {
-            name: l.cluster.metadata.name.clone(),
-            labels: l.cluster.metadata.labels.clone(),
-            region: l.cluster.spec.cloud.region.clone(),
-        })
-        .collect();
-    let (target, from) = match (&a.ami, &a.kubernetes_version) {
-        (Some(ami), _) => (Target::Ami(ami.clone()), Default::default()),
-        (None, Some(v)) => (
-            Target::KubernetesVersion(v.clone()),
-            loaded
-                .iter()
-                .map(|l| (l.cluster.metadata.name.clone(), l.cluster.spec.kubernetes_version.clone()))
-                .collect(),
-        ),
-        (None, None) => bail!("name what to roll: --ami ID or --kubernetes-version V"),
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+}
+
+/// How each cluster is rolled (as `upgrade` rolls one).
+#[derive(Debug, Clone, Args)]
+pub struct FleetRollArgs {
+    /// Where each cluster's kubeconfig is: DIR/CLUSTER.yaml (default: where bootstrap wrote it).
+    #[arg(long)]
+    pub kubeconfig_dir: Option<std::path::PathBuf>,
+    /// A replacement not Ready within this halts the cluster's roll.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub boot_timeout: Duration,
+    /// Consecutive passing validations after each replacement.
+    #[arg(long, default_value_t = 1)]
+    pub validate_count: u32,
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub validate_interval: Duration,
+    /// No canary machine per node group.
+    #[arg(long)]
+    pub no_canary: bool,
+    /// Skip the end-to-end gates (recorded in each cluster's history).
+    #[arg(long)]
+    pub skip_e2e: bool,
+}
+
+impl Default for FleetRollArgs {
+    /// The flags' defaults (for commands that read and never roll).
+    fn default() -> Self {
+        FleetRollArgs {
+            kubeconfig_dir: None,
+            boot_timeout: Duration::from_secs(600),
+            validate_count: 1,
+            validate_interval: Duration::from_secs(10),
+            no_canary: false,
+            skip_e2e: false,
+        }
+    }
+}
+
+impl FleetRollArgs {
+    fn options(&self) -> crate::rollout::run::Options {
+        crate::rollout::run::Options {
+            groups: vec![],
+            force: false,
+            max_parallel_groups: 1,
+            force_drain: false,
+            boot_timeout: self.boot_timeout,
+            validate_count: self.validate_count,
+            validate_interval: self.validate_interval,
+            canary: !self.no_canary,
+            etcd_member_removal: true,
+            e2e: !self.skip_e2e,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Do it (without it: the plan, nothing changed).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Stop at the first wait (a soak, a closed window) instead of sleeping
+    /// through it; the next run picks up (for a scheduled job).
+    #[arg(long)]
+    pub no_wait: bool,
+    #[command(flatten)]
+    pub roll: FleetRollArgs,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    pub stage: String,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RevertArgs {
+    /// Do it (without it: what would be rolled back, nothing changed).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    #[command(flatten)]
+    pub roll: FleetRollArgs,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct UnlockArgs {
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+}
+
+pub async fn run(g: &GlobalArgs, args: FleetArgs) -> Result<ExitCode> {
+    let FleetCommand::Rollout(RolloutArgs { command }) = args.command;
+    let opts = crate::spec::LoadOptions { known_addons: super::validate::known_addons(&g.addons_dir) };
+    let folder = Folder::load(&g.clusters_dir, &opts)?;
+    match command {
+        RolloutCommand::Plan(a) => plan(g, &folder, a).await,
+        RolloutCommand::Apply(a) => apply(g, &folder, a).await,
+        RolloutCommand::Status(a) => status(g, &folder, &a.cloud).await,
+        RolloutCommand::Approve(a) => approve(&folder, a).await,
+        RolloutCommand::Revert(a) => revert(g, &folder, a).await,
+        RolloutCommand::Unlock(a) => unlock(&folder, a).await,
+    }
+}
+
+/// The plan at `now` and the fleet's clusters connected (reads only).
+async fn connect(
+    g: &GlobalArgs,
+    folder: &Folder,
+    target: &Target,
+    cloud: &CloudArgs,
+    roll: Option<&FleetRollArgs>,
+) -> Result<(fleet::FleetPlan, AwsFleet)> {
+    let aws_target = cloud.target.aws().context("fleet rollouts work on AWS clusters (--target aws or localstack)")?;
+    let plan = fleet::plan(&folder.spec, &folder.members, target, &Default::default(), Utc::now());
+    let staged = plan.staged();
+    let roll = roll.cloned().unwrap_or_default();
+    let dir = roll.kubeconfig_dir.clone();
+    let kube_target = cloud.target;
+    let kubeconfig = move |c: &str| match &dir {
+        Some(d) => d.join(format!("{c}.yaml")),
+        None => kube_target.kubeconfig(c),
     };
-    let plan = fleet::plan(&spec, &members, &target, &from, chrono::Utc::now());
+    let json = g.output == Format::Json;
+    let on = Box::new(move |cluster: &str, e: crate::rollout::driver::Event| {
+        if let Some(line) = crate::output::fleet_cluster_event(cluster, &e, json) {
+            let _ = writeln!(anstream::stderr(), "{line}");
+        }
+    });
+    let roll = roll.options();
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let fleet = AwsFleet::connect(folder, &staged, aws_target, &kubeconfig, roll, command, on).await?;
+    Ok((plan, fleet))
+}
+
+async fn book(folder: &Folder, staged: &[String], fleet: &AwsFleet) -> Result<Book> {
+    let url = folder.state_store(staged)?;
+    Book::open(&url, fleet.any_aws()).await.with_context(|| format!("opening the fleet's state store {url}"))
+}
+
+async fn plan(g: &GlobalArgs, folder: &Folder, a: PlanArgs) -> Result<ExitCode> {
+    let target = a.target.target()?;
+    let (plan, fleet) = connect(g, folder, &target, &a.cloud, None).await?;
+    let plan = with_snapshots(folder, plan, &fleet, &target).await?;
+    show_plan(g, &plan)?;
+    writeln!(
+        anstream::stderr(),
+        "\nNothing changed. `pinfleet fleet rollout apply` with the same target carries it out."
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The plan with each cluster's from (what it runs) and to (the target there).
+async fn with_snapshots(
+    folder: &Folder,
+    plan: fleet::FleetPlan,
+    fleet: &AwsFleet,
+    target: &Target,
+) -> Result<fleet::FleetPlan> {
+    use crate::fleet::run::Fleet as _;
+    let to = fleet.targets(target, Utc::now()).await?;
+    let mut from = std::collections::BTreeMap::new();
+    for name in plan.staged() {
+        let now = match fleet.current(&name).await {
+            Ok(s) => s.summary(),
+            Err(e) => format!("? ({e:#})"),
+        };
+        from.insert(name, now);
+    }
+    let mut p = fleet::plan(
+        &folder.spec,
+        &folder.members,
+        target,
+        &from,
+        plan.stages.first().map_or(Utc::now(), |s| s.earliest),
+    );
+    for c in p.stages.iter_mut().flat_map(|s| s.clusters.iter_mut()) {
+        if let Some(t) = to.get(&c.cluster) {
+            c.to = t.summary();
+        }
+    }
+    Ok(p)
+}
+
+fn show_plan(g: &GlobalArgs, plan: &fleet::FleetPlan) -> Result<()> {
     match g.output {
-        Format::Text => write!(anstream::stdout(), "{}", crate::output::fleet_plan(&plan))?,
-        other => crate::output::print_data(other, &plan)?,
+        Format::Text => write!(anstream::stdout(), "{}", crate::output::fleet_plan(plan))?,
+        other => crate::output::print_data(other, plan)?,
+    }
+    Ok(())
+}
+
+fn say(g: &GlobalArgs, n: &run::Note) {
+    if g.output == Format::Json {
+        let _ = writeln!(anstream::stdout(), "{}", serde_json::to_string(n).unwrap_or_default());
+    } else {
+        let _ = writeln!(anstream::stderr(), "{}", crate::output::fleet_note(n));
+    }
+}
+
+async fn apply(g: &GlobalArgs, folder: &Folder, a: ApplyArgs) -> Result<ExitCode> {
+    let target = a.target.target()?;
+    let (plan, fleet) = connect(g, folder, &target, &a.cloud, Some(&a.roll)).await?;
+    let book = book(folder, &plan.staged(), &fleet).await?;
+    let record = match book.latest().await? {
+        Some(r) if !r.is_finished() && r.target == target => {
+            writeln!(anstream::stderr(), "picking up fleet rollout #{} ({}), started {} by {}", r.number, r.target, r.created_at.format("%Y-%m-%d %H:%M UTC"), r.by)?;
+            r
+        }
+        Some(r) if !r.is_finished() => bail!(
+            "fleet rollout #{} ({}) is in progress; finish it (`pinfleet fleet rollout apply` with its target) or revert it before starting another",
+            r.number,
+            r.target
+        ),
+        _ => {
+            // Every cluster read before the first write: a cluster that cannot be read stops the run here.
+            let to = fleet.targets(&target, Utc::now()).await?;
+            let shown = with_snapshots(folder, plan.clone(), &fleet, &target).await?;
+            show_plan(g, &shown)?;
+            if !a.yes {
+                writeln!(anstream::stderr(), "\nNothing changed. Run with --yes to start the rollout.")?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let number = book.retire_latest().await?;
+            let (who, host) = crate::state::whoami();
+            fleet::rollout::FleetRollout::new(number, &plan, &folder.spec, &to, &format!("{who}@{host}"), Utc::now())
+        }
+    };
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let windows = (&folder.spec, &folder.members[..]);
+    let opts = run::Options { wait: !a.no_wait, ..Default::default() };
+    let (r, outcome) =
+        run::apply(&fleet, &book, record, &windows, Clock::wall(), opts, &command, &|n| say(g, &n)).await?;
+    match outcome {
+        Outcome::Finished => {
+            writeln!(
+                anstream::stderr(),
+                "fleet rollout #{} is done: every staged cluster runs {}",
+                r.number,
+                r.target
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::Waiting { until, .. } => {
+            let when = until.map_or("an approval".to_string(), |t| t.format("%Y-%m-%d %H:%M UTC").to_string());
+            writeln!(
+                anstream::stderr(),
+                "fleet rollout #{} waits (until {when}); run apply again to go on, `status` says why",
+                r.number
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::Halted(reason) => {
+            writeln!(anstream::stderr(), "fleet rollout #{} halted: {reason}\n`pinfleet fleet rollout revert --yes` rolls the touched clusters back", r.number)?;
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// The latest rollout and its book (without connecting to the clusters' APIs).
+async fn latest(folder: &Folder, cloud: &CloudArgs) -> Result<(Book, fleet::rollout::FleetRollout)> {
+    let aws_target = cloud.target.aws().context("fleet rollouts work on AWS clusters (--target aws or localstack)")?;
+    let staged: Vec<String> = folder.members.iter().map(|m| m.name.clone()).collect();
+    let url = folder.state_store(&staged).or_else(|_| folder.spec.state_store.clone().context("no state store"))?;
+    let region = folder.loaded.first().map(|l| l.cluster.spec.cloud.region.clone());
+    let aws = crate::cloud::aws::Aws::connect(&crate::cloud::aws::AwsOptions::from_env(aws_target, region)?).await?;
+    let book = Book::open(&url, Some(&aws)).await?;
+    let r = book.latest().await?.context("no fleet rollout has been started (`pinfleet fleet rollout apply`)")?;
+    Ok((book, r))
+}
+
+async fn status(g: &GlobalArgs, folder: &Folder, cloud: &CloudArgs) -> Result<ExitCode> {
+    let (book, r) = latest(folder, cloud).await?;
+    let approved = book.approvals(r.number).await?;
+    let lock = book.store.get_json::<crate::state::lock::LockInfo>(crate::state::lock::LOCK_KEY).await?;
+    let windows = (&folder.spec, &folder.members[..]);
+    let view = crate::output::FleetStatusView::new(&r, &windows, &approved, lock.as_ref(), Utc::now());
+    match g.output {
+        Format::Text => write!(anstream::stdout(), "{}", crate::output::fleet_status(&view))?,
+        other => crate::output::print_data(other, &view)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn approve(folder: &Folder, a: ApproveArgs) -> Result<ExitCode> {
+    let (book, r) = latest(folder, &a.cloud).await?;
+    if r.is_finished() {
+        bail!("fleet rollout #{} is {}: nothing to approve", r.number, r.state);
+    }
+    let Some(stage) = r.stages.iter().find(|s| s.name == a.stage) else {
+        bail!(
+            "fleet rollout #{} has no stage {} (its stages: {})",
+            r.number,
+            a.stage,
+            r.stages.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    };
+    if !stage.approval {
+        bail!("stage {} does not need an approval (fleet.yaml: approval: false)", a.stage);
+    }
+    let (who, host) = crate::state::whoami();
+    book.approve(r.number, &a.stage, &format!("{who}@{host}"), Utc::now()).await?;
+    writeln!(
+        anstream::stderr(),
+        "approved stage {} of fleet rollout #{}; the next `apply` starts it",
+        a.stage,
+        r.number
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn revert(g: &GlobalArgs, folder: &Folder, a: RevertArgs) -> Result<ExitCode> {
+    let (_, r) = latest(folder, &a.cloud).await?;
+    let (_, fleet) = connect(g, folder, &r.target, &a.cloud, Some(&a.roll)).await?;
+    let book = book(
+        folder,
+        &r.stages.iter().flat_map(|s| s.clusters.iter().map(|c| c.name.clone())).collect::<Vec<_>>(),
+        &fleet,
+    )
+    .await?;
+    let back: Vec<String> = r
+        .clusters()
+        .filter(|(_, c)| c.touched())
+        .map(|(_, c)| format!("{}: {} → {}", c.name, c.to.summary(), c.from.summary()))
+        .collect();
+    if back.is_empty() {
+        writeln!(anstream::stderr(), "fleet rollout #{} touched no cluster: nothing to revert", r.number)?;
+        return Ok(ExitCode::SUCCESS);
     }
     writeln!(
         anstream::stderr(),
-        "\nNothing changed. Carrying a fleet rollout out (`fleet rollout apply`) is not built yet; roll each cluster with `pinfleet ami rollout` or `pinfleet upgrade` in this order."
+        "fleet rollout #{} ({}): back to what each cluster ran before\n  {}",
+        r.number,
+        r.target,
+        back.join("\n  ")
     )?;
+    if !a.yes {
+        writeln!(anstream::stderr(), "\nNothing changed. Run with --yes to roll them back.")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let r = run::revert(&fleet, &book, r, Clock::wall(), &command, &|n| say(g, &n)).await?;
+    writeln!(anstream::stderr(), "fleet rollout #{} is reverted", r.number)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn unlock(folder: &Folder, a: UnlockArgs) -> Result<ExitCode> {
+    if !a.force {
+        bail!("this removes the fleet lock whoever holds it; say --force");
+    }
+    let (book, _) = latest(folder, &a.cloud).await?;
+    match crate::state::lock::force_unlock(&book.store).await? {
+        Some(info) => writeln!(
+            anstream::stderr(),
+            "removed the fleet lock held by {} on {} (pid {})",
+            info.holder,
+            info.host,
+            info.pid
+        )?,
+        None => writeln!(anstream::stderr(), "the fleet was not locked")?,
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -36,14 +36,49 @@ pub struct AwsFleet {
 }
 
 impl AwsFleet {
+    /// The named clusters of the folder, each with an AWS connection in its
+    /// region (one per region) and its kubeconfig.
+    pub async fn connect(
+        folder: &super::Folder,
+        names: &[String],
+        target: crate::cloud::aws::Target,
+        kubeconfig: &dyn Fn(&str) -> PathBuf,
+        roll: crate::rollout::run::Options,
+        command: String,
+        on: Box<dyn Fn(&str, Event) + Send + Sync>,
+    ) -> Result<AwsFleet> {
+        let mut by_region: BTreeMap<String, Aws> = BTreeMap::new();
+        let mut members = BTreeMap::new();
+        for l in folder.loaded.iter().filter(|l| names.contains(&l.cluster.metadata.name)) {
+            let region = l.cluster.spec.cloud.region.clone();
+            let aws = match by_region.get(&region) {
+                Some(a) => a.clone(),
+                None => {
+                    let opts = crate::cloud::aws::AwsOptions::from_env(target, Some(region.clone()))?;
+                    let a = Aws::connect(&opts).await?;
+                    by_region.insert(region, a.clone());
+                    a
+                }
+            };
+            let name = l.cluster.metadata.name.clone();
+            members.insert(name.clone(), Member { cluster: l.cluster.clone(), aws, kubeconfig: kubeconfig(&name) });
+        }
+        Ok(AwsFleet { members, roll, command, on })
+    }
+
+    /// A connection for the fleet's own state store (the first cluster's).
+    pub fn any_aws(&self) -> Option<&Aws> {
+        self.members.values().next().map(|m| &m.aws)
+    }
+
     fn member(&self, name: &str) -> Result<&Member> {
         self.members.get(name).with_context(|| format!("cluster {name} is not in the clusters folder"))
     }
 
     async fn client(&self, m: &Member) -> Result<kube::Client> {
-        crate::kube::client_from_kubeconfig(&m.kubeconfig, crate::kube::Retry::Never).await.with_context(|| {
-            format!("connecting to {} with {}", m.cluster.metadata.name, m.kubeconfig.display())
-        })
+        crate::kube::client_from_kubeconfig(&m.kubeconfig, crate::kube::Retry::Never)
+            .await
+            .with_context(|| format!("connecting to {} with {}", m.cluster.metadata.name, m.kubeconfig.display()))
     }
 
     /// Each cluster's target snapshot (reads only).
@@ -124,11 +159,13 @@ impl Fleet for AwsFleet {
         if snap.images.is_empty() {
             bail!("cluster {name} has no launch templates: bootstrap it first");
         }
-        let client = self.client(m).await?;
-        snap.kubernetes_version = match crate::kube::kubeadm::running(&client).await? {
-            Some(r) => Some(r.control_plane.to_string()),
-            None => Some(m.cluster.spec.kubernetes_version.clone()),
+        // The version the control plane runs; the file's when the API cannot say.
+        let running = match self.client(m).await {
+            Ok(client) => crate::kube::kubeadm::running(&client).await.ok().flatten(),
+            Err(_) => None,
         };
+        snap.kubernetes_version =
+            Some(running.map_or_else(|| m.cluster.spec.kubernetes_version.clone(), |r| r.control_plane.to_string()));
         Ok(snap)
     }
 

@@ -90,6 +90,70 @@ pub struct FleetPlan {
     pub unstaged: Vec<String>,
 }
 
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Ami(a) => write!(f, "AMI {a}"),
+            Target::KubernetesVersion(v) => write!(f, "Kubernetes {v}"),
+        }
+    }
+}
+
+/// The clusters folder as the fleet sees it: `fleet.yaml` and every cluster.
+pub struct Folder {
+    pub spec: FleetSpec,
+    pub loaded: Vec<crate::spec::Loaded>,
+    pub members: Vec<Member>,
+}
+
+impl Folder {
+    pub fn load(dir: &std::path::Path, opts: &crate::spec::LoadOptions) -> anyhow::Result<Folder> {
+        let (loaded, diags) = crate::spec::load_paths(std::slice::from_ref(&dir.to_path_buf()), opts);
+        if !diags.0.is_empty() {
+            anyhow::bail!("{diags}");
+        }
+        let spec = FleetSpec::load(&dir.join("fleet.yaml"))?;
+        let members = loaded
+            .iter()
+            .map(|l| Member {
+                name: l.cluster.metadata.name.clone(),
+                labels: l.cluster.metadata.labels.clone(),
+                region: l.cluster.spec.cloud.region.clone(),
+            })
+            .collect();
+        Ok(Folder { spec, loaded, members })
+    }
+
+    /// Where the fleet's rollouts live: `stateStore` in fleet.yaml, else the
+    /// one state store every staged cluster shares.
+    pub fn state_store(&self, staged: &[String]) -> anyhow::Result<String> {
+        if let Some(url) = &self.spec.state_store {
+            return Ok(url.clone());
+        }
+        let urls: std::collections::BTreeSet<&str> = self
+            .loaded
+            .iter()
+            .filter(|l| staged.contains(&l.cluster.metadata.name))
+            .map(|l| l.cluster.spec.state_store.as_str())
+            .collect();
+        match urls.len() {
+            1 => Ok(urls.into_iter().next().unwrap_or_default().to_string()),
+            0 => anyhow::bail!("no cluster is in any stage of the rollout: nothing to roll"),
+            _ => anyhow::bail!(
+                "the staged clusters keep their state in different stores ({}); say where the fleet's rollouts live: `stateStore:` in fleet.yaml",
+                urls.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+}
+
+impl FleetPlan {
+    /// Every cluster in a stage, in order.
+    pub fn staged(&self) -> Vec<String> {
+        self.stages.iter().flat_map(|s| s.clusters.iter().map(|c| c.cluster.clone())).collect()
+    }
+}
+
 /// The windows that apply to `m` (by name or selector).
 pub fn windows_for<'a>(spec: &'a FleetSpec, m: &Member) -> Vec<&'a Window> {
     spec.windows

@@ -152,10 +152,7 @@ mod secs {
 impl StageRun {
     /// Failures it may take: `maxFailures` of its cluster count (rounded down).
     pub fn budget(&self) -> u32 {
-        self.max_failures
-            .parse::<IntOrPercent>()
-            .map(|m| m.resolve_down(self.clusters.len() as u32))
-            .unwrap_or(0)
+        self.max_failures.parse::<IntOrPercent>().map(|m| m.resolve_down(self.clusters.len() as u32)).unwrap_or(0)
     }
 
     pub fn failed(&self) -> Vec<&ClusterRun> {
@@ -497,11 +494,7 @@ mod tests {
     use chrono::TimeZone;
 
     fn m(name: &str, env: &str) -> Member {
-        Member {
-            name: name.into(),
-            labels: [("env".to_string(), env.to_string())].into(),
-            region: "us-east-1".into(),
-        }
+        Member { name: name.into(), labels: [("env".to_string(), env.to_string())].into(), region: "us-east-1".into() }
     }
 
     fn record(spec: &FleetSpec, members: &[Member]) -> FleetRollout {
@@ -525,7 +518,9 @@ mod tests {
         let none = BTreeSet::new();
         let d = decide(&r, &Always, &none, t0());
         assert_eq!(d.start, ["d1"]);
-        assert!(matches!(&d.why["p1"], Why::StageGate { stage, waiting: StageWait::Rolling { left: 1 } } if stage == "dev"));
+        assert!(
+            matches!(&d.why["p1"], Why::StageGate { stage, waiting: StageWait::Rolling { left: 1 } } if stage == "dev")
+        );
         r.cluster_mut("d1").unwrap().state = ClusterState::Done;
         assert_eq!(decide(&r, &Always, &none, t0()).rolled, Some(0));
         r.stages[0].rolled_at = Some(t0());

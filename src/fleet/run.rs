@@ -149,7 +149,10 @@ pub enum Note {
 pub enum Outcome {
     Finished,
     /// Nothing can move until then (or until a human approves).
-    Waiting { until: Option<DateTime<Utc>>, why: BTreeMap<String, Why> },
+    Waiting {
+        until: Option<DateTime<Utc>>,
+        why: BTreeMap<String, Why>,
+    },
     Halted(String),
 }
 
@@ -246,7 +249,10 @@ async fn drive<F: Fleet>(
                     c.blocked_until = None;
                     match from {
                         Ok(from) => {
-                            c.from = from;
+                            // A roll started again after a kill keeps what the cluster ran at first.
+                            if c.attempts == 0 {
+                                c.from = from;
+                            }
                             c.state = ClusterState::Rolling;
                             c.attempts += 1;
                             c.started_at = Some(now);
@@ -404,10 +410,9 @@ pub async fn revert<F: Fleet>(
                     (c.name.clone(), to)
                 })
                 .collect();
-            let results = futures::future::join_all(
-                back.iter().map(|(name, to)| fleet.roll(name, to, "fleet rollout revert")),
-            )
-            .await;
+            let results =
+                futures::future::join_all(back.iter().map(|(name, to)| fleet.roll(name, to, "fleet rollout revert")))
+                    .await;
             for ((name, to), result) in back.iter().zip(results) {
                 let c = r.cluster_mut(name).expect("a cluster of the stage");
                 match result {

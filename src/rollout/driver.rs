@@ -171,8 +171,7 @@ pub async fn roll_group<M: Machines, N: Nodes>(
         });
         // Replacements that never come up halt the roll.
         let now = Instant::now();
-        let booting: BTreeSet<&str> =
-            members.iter().filter(|x| x.current && !x.ready).map(|x| x.id.as_str()).collect();
+        let booting: BTreeSet<&str> = members.iter().filter(|x| x.current && !x.ready).map(|x| x.id.as_str()).collect();
         booting_since.retain(|id, _| booting.contains(id.as_str()));
         for x in members.iter().filter(|x| x.current && !x.ready) {
             let since = *booting_since.entry(x.id.clone()).or_insert(now);

@@ -113,7 +113,10 @@ impl Lock {
                         // Its holder was killed here: take it over, saying so.
                         let taken = store.put(LOCK_KEY, body, Condition::IfMatch(etag)).await.map_err(|e| {
                             if e.is::<PreconditionFailed>() {
-                                anyhow::anyhow!("{} was taken over by another run while we looked; try again", what(store.cluster()))
+                                anyhow::anyhow!(
+                                    "{} was taken over by another run while we looked; try again",
+                                    what(store.cluster())
+                                )
                             } else {
                                 e
                             }
@@ -129,7 +132,9 @@ impl Lock {
                         );
                         taken
                     }
-                    Some((info, _)) => return Err(LockError::Held { cluster: store.cluster().to_string(), info }.into()),
+                    Some((info, _)) => {
+                        return Err(LockError::Held { cluster: store.cluster().to_string(), info }.into())
+                    }
                     None => {
                         return Err(anyhow::anyhow!(
                             "{} was locked and released while we looked; try again",
