@@ -8,6 +8,7 @@
 //!    Cluster ─▶ render (cloud-init, kubeadm, kind, kubeconfig)
 //!    Cluster ─▶ cloud::model (desired) ─▶ plan (vs cloud::aws::observe) ─▶ cloud::ops ─▶ apply
 //!    apply::cluster (bootstrap / apply / destroy) ─▶ rollout::upgrade ─▶ ami::job
+//!    clusters/fleet.yaml ─▶ fleet::plan ─▶ fleet::rollout::decide ─▶ fleet::run (each cluster's rollout::upgrade)
 //!    Cluster ─▶ addons ─▶ in-cluster controller ─▶ federation (placement, health, fan-out)
 //! ```
 //!
@@ -17,10 +18,12 @@
 //!   decides), [`cloud::orphans`], [`plan`], [`ami`]'s
 //!   selection, [`rollout::policy`], [`workloads`], [`federation::placement`]
 //!   and [`federation::health`], [`kube::validation`], [`kube::ready`], the
-//!   serving-certificate approver's decision ([`controller::serving::decide`]);
+//!   serving-certificate approver's decision ([`controller::serving::decide`]),
+//!   the fleet rollout's plan and decisions ([`fleet::plan`], [`fleet::rollout`]);
 //! - effects: [`cloud::aws`] (the SDK edge), [`state`] (state store, lock,
 //!   PKI, the join material machines fetch, history, roll progress), [`apply`] (executor and the cluster
 //!   operations), [`rollout`] (driver, roll under the lock), [`ami::job`],
+//!   [`fleet::run`] (the fleet rollout's one writer) and [`fleet::aws`],
 //!   [`kube`] (every Kubernetes mechanic), [`addons`], [`controller`];
 //! - [`cli`]: one file per command, parsing arguments and calling the above;
 //!   [`output`] shows results and progress;

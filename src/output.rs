@@ -699,14 +699,20 @@ impl FleetStatusView {
         now: chrono::DateTime<chrono::Utc>,
     ) -> Self {
         use crate::fleet::rollout::ClusterState;
-        let d =
-            if r.is_finished() { Default::default() } else { crate::fleet::rollout::decide(r, windows, approved, now) };
+        use crate::fleet::rollout::RolloutState;
+        let halted = matches!(r.state, RolloutState::Halted(_));
+        let d = match r.state {
+            RolloutState::Running | RolloutState::Halted(_) => crate::fleet::rollout::decide(r, windows, approved, now),
+            _ => Default::default(),
+        };
         let stages = r
             .stages
             .iter()
             .map(|s| {
                 let state = if let Some(t) = s.passed_at {
                     format!("passed {}", t.format("%Y-%m-%d %H:%M UTC"))
+                } else if halted {
+                    "halted".to_string()
                 } else if let Some(until) = s.soak_until() {
                     if until > now {
                         format!(

@@ -108,6 +108,9 @@ async fn stages_roll_in_label_order_each_after_the_last_ones_soak_and_gate() {
     assert_eq!(canary.from.images[GROUP], "ami-old");
     assert_eq!(canary.from.launch_template_versions[GROUP], 1);
     assert!(notes.iter().any(|n| matches!(n, Note::Passed { stage } if stage == "staging")));
+    // What a run prints, line by line.
+    let lines: Vec<String> = notes.iter().map(pinfleet::output::fleet_note).collect();
+    insta::assert_snapshot!("fleet_apply_notes", lines.join("\n"));
     // The record in the store is the one returned.
     assert_eq!(s.book.latest().await.unwrap().unwrap(), r);
 }
@@ -129,6 +132,15 @@ async fn failures_beyond_max_failures_halt_the_rollout_then_revert_restores_the_
     // The stage after it never started.
     assert_eq!(s.fleet.image("staging-a").0, "ami-old");
     assert!(!s.fleet.rolls.lock().unwrap().iter().any(|(c, _)| c == "staging-a"));
+    // What status says of it: the failures with their reasons, the stage after it halted.
+    let view = pinfleet::output::FleetStatusView::new(
+        &r,
+        &Always,
+        &Default::default(),
+        None,
+        start() + chrono::Duration::hours(2),
+    );
+    insta::assert_snapshot!("fleet_status_halted", pinfleet::output::fleet_status(&view));
     // A second apply of a halted rollout does nothing more.
     let (_, again, _) = apply(&s).await;
     assert!(matches!(again, Outcome::Halted(_)));

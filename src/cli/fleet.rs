@@ -327,7 +327,7 @@ async fn apply(g: &GlobalArgs, folder: &Folder, a: ApplyArgs) -> Result<ExitCode
         Outcome::Finished => {
             writeln!(
                 anstream::stderr(),
-                "fleet rollout #{} is done: every staged cluster runs {}",
+                "fleet rollout #{} is done: every staged cluster is on its target ({})",
                 r.number,
                 r.target
             )?;
@@ -352,9 +352,13 @@ async fn apply(g: &GlobalArgs, folder: &Folder, a: ApplyArgs) -> Result<ExitCode
 /// The latest rollout and its book (without connecting to the clusters' APIs).
 async fn latest(folder: &Folder, cloud: &CloudArgs) -> Result<(Book, fleet::rollout::FleetRollout)> {
     let aws_target = cloud.target.aws().context("fleet rollouts work on AWS clusters (--target aws or localstack)")?;
-    let staged: Vec<String> = folder.members.iter().map(|m| m.name.clone()).collect();
-    let url = folder.state_store(&staged).or_else(|_| folder.spec.state_store.clone().context("no state store"))?;
-    let region = folder.loaded.first().map(|l| l.cluster.spec.cloud.region.clone());
+    let staged = folder.staged();
+    let url = folder.state_store(&staged)?;
+    let region = folder
+        .loaded
+        .iter()
+        .find(|l| staged.contains(&l.cluster.metadata.name))
+        .map(|l| l.cluster.spec.cloud.region.clone());
     let aws = crate::cloud::aws::Aws::connect(&crate::cloud::aws::AwsOptions::from_env(aws_target, region)?).await?;
     let book = Book::open(&url, Some(&aws)).await?;
     let r = book.latest().await?.context("no fleet rollout has been started (`pinfleet fleet rollout apply`)")?;

@@ -27,12 +27,15 @@ pub struct Member {
     pub kubeconfig: PathBuf,
 }
 
+/// Shows one cluster's roll events.
+pub type OnEvent = Box<dyn Fn(&str, Event) + Send + Sync>;
+
 pub struct AwsFleet {
     pub members: BTreeMap<String, Member>,
     pub roll: crate::rollout::run::Options,
     pub command: String,
     /// Each cluster's roll events.
-    pub on: Box<dyn Fn(&str, Event) + Send + Sync>,
+    pub on: OnEvent,
 }
 
 impl AwsFleet {
@@ -45,7 +48,7 @@ impl AwsFleet {
         kubeconfig: &dyn Fn(&str) -> PathBuf,
         roll: crate::rollout::run::Options,
         command: String,
-        on: Box<dyn Fn(&str, Event) + Send + Sync>,
+        on: OnEvent,
     ) -> Result<AwsFleet> {
         let mut by_region: BTreeMap<String, Aws> = BTreeMap::new();
         let mut members = BTreeMap::new();

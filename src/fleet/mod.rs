@@ -124,6 +124,11 @@ impl Folder {
         Ok(Folder { spec, loaded, members })
     }
 
+    /// The clusters some stage selects (whatever the target).
+    pub fn staged(&self) -> Vec<String> {
+        plan(&self.spec, &self.members, &Target::Ami(String::new()), &BTreeMap::new(), chrono::Utc::now()).staged()
+    }
+
     /// Where the fleet's rollouts live: `stateStore` in fleet.yaml, else the
     /// one state store every staged cluster shares.
     pub fn state_store(&self, staged: &[String]) -> anyhow::Result<String> {
