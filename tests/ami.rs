@@ -182,8 +182,17 @@ fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() 
     w.ok(&["bootstrap", "fstage", "--yes"]);
     let kc = w.dir.path().join("kubeconfigs");
     std::fs::create_dir_all(&kc).unwrap();
-    let mut sims: Vec<std::process::Child> =
-        ["fdev", "fstage"].iter().map(|c| sim(&w, c, &kc.join(format!("{c}.yaml")))).collect();
+    /// Killed (and reaped) on drop, also when an assertion fails.
+    struct Sims(Vec<std::process::Child>);
+    impl Drop for Sims {
+        fn drop(&mut self) {
+            for s in &mut self.0 {
+                let _ = s.kill();
+                let _ = s.wait();
+            }
+        }
+    }
+    let _sims = Sims(["fdev", "fstage"].iter().map(|c| sim(&w, c, &kc.join(format!("{c}.yaml")))).collect());
     std::thread::sleep(Duration::from_millis(1500));
     let new = register_image(&w, "pinfleet-node-2026.11.1");
     let images = |c: &str| -> Vec<String> {
@@ -258,8 +267,4 @@ fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() 
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(images("fdev").iter().all(|i| *i == old) && images("fstage").iter().all(|i| *i == old));
     assert_eq!(w.json(&["fleet", "rollout", "status"])["state"], "reverted");
-    for s in &mut sims {
-        let _ = s.kill();
-        let _ = s.wait();
-    }
 }
