@@ -161,9 +161,10 @@ fn two_rollout_jobs_started_at_once_write_distinct_records() {
 
 /// A fleet rollout of a new image across a dev and a staging cluster (two
 /// node simulators on moto): a second writer refused with the holder's
-/// name, kill -9 during dev's soak, the next run picks up where it stopped
-/// (dev not rolled again) and staging waits for dev's soak and gate; then
-/// revert puts the old image back.
+/// name; kill -9 in the middle of dev's roll, and the next run rolls it
+/// again from where it stopped; kill -9 during dev's soak, and the next
+/// run goes on without rolling dev again, staging after dev's soak and
+/// gate; then revert puts the old image back.
 #[test]
 fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() {
     use std::io::BufRead;
@@ -223,25 +224,39 @@ fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() 
         "--validate-interval",
         "200ms",
     ];
-    let mut first = w.command(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-    let reader = std::io::BufReader::new(first.stdout.take().unwrap());
-    for line in reader.lines() {
-        let n: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap_or_default();
-        if n["event"] == "soaking" && n["stage"] == "dev" {
-            break;
+    // Runs apply until `stop` says so of a note, then kill -9; the notes it printed.
+    let run_until_killed = |stop: &dyn Fn(&serde_json::Value) -> bool, during: &dyn Fn()| {
+        let mut child = w.command(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        let reader = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut notes = Vec::new();
+        for line in reader.lines() {
+            let n: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap_or_default();
+            notes.push(n.clone());
+            if stop(&n) {
+                break;
+            }
         }
-    }
-    // A second writer is refused with the holder's name.
-    let second = w.run(&args);
-    assert!(!second.status.success());
-    assert!(
-        stderr(&second).contains("the fleet is locked by") && stderr(&second).contains("fleet rollout apply"),
-        "{}",
-        stderr(&second)
-    );
-    // Killed during dev's soak (a roll killed mid-way is tests/upgrade.rs's kill -9).
-    first.kill().unwrap();
-    first.wait().unwrap();
+        during();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        notes
+    };
+    // The first run is killed in the middle of dev's roll; a second writer is refused meanwhile.
+    run_until_killed(&|n| n["event"] == "started" && n["cluster"] == "fdev", &|| {
+        let second = w.run(&args);
+        assert!(!second.status.success());
+        let err = stderr(&second);
+        assert!(err.contains("the fleet is locked by") && err.contains("fleet rollout apply"), "{err}");
+        std::thread::sleep(Duration::from_millis(1500));
+    });
+    // The second picks up: dev rolled again (its roll resumes), killed during dev's soak.
+    let notes = run_until_killed(&|n| n["event"] == "soaking" && n["stage"] == "dev", &|| {});
+    assert_eq!(notes[0]["event"], "resumed", "{notes:?}");
+    assert_eq!(notes[0]["clusters"], serde_json::json!(["fdev"]));
+    assert!(notes.iter().any(|n| n["event"] == "started" && n["attempt"] == 2), "{notes:?}");
+    assert!(notes.iter().any(|n| n["event"] == "done" && n["cluster"] == "fdev"), "{notes:?}");
+    assert!(images("fdev").iter().all(|i| *i == new));
+    assert_eq!(images("fdev").len(), 2, "one control-plane machine and one node, no surplus left");
 
     // The next run takes the dead run's locks over and finishes the job.
     let out = w.run(&args);
@@ -261,6 +276,7 @@ fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() 
     assert!(images("fdev").iter().all(|i| *i == new) && images("fstage").iter().all(|i| *i == new));
     let status = w.json(&["fleet", "rollout", "status"]);
     assert_eq!(status["state"], "done", "{status}");
+    assert!(status["stages"][0]["clusters"][0]["from"].as_str().unwrap().starts_with(&old), "{status}");
 
     // Revert: both back on the image they ran.
     let out = w.run(&["fleet", "rollout", "revert", "--yes", "--kubeconfig-dir", kcd, "--validate-interval", "200ms"]);

@@ -107,12 +107,35 @@ pub async fn apply_pending(
     version_step: bool,
 ) -> Result<(Prepared, Option<crate::plan::Plan>)> {
     let prepared = prepare::prepare_with(aws, cluster, version_step).await?;
-    if prepared.plan.is_empty() {
+    let plan = without_terminations(&prepared.plan);
+    if plan.is_empty() {
         return Ok((prepared, None));
     }
     let ctx = prepared.context(aws, cluster, revision);
-    crate::apply::execute(&prepared.plan, ctx, &crate::apply::Options::default()).await?;
-    Ok((prepare::prepare_with(aws, cluster, version_step).await?, Some(prepared.plan)))
+    crate::apply::execute(&plan, ctx, &crate::apply::Options::default()).await?;
+    Ok((prepare::prepare_with(aws, cluster, version_step).await?, Some(plan)))
+}
+
+/// The plan without its terminations of surplus machines: the roll replaces
+/// machines itself, draining each and removing a control-plane machine's
+/// etcd member first. A group has a surplus when a run was killed mid-roll
+/// (the replacement launched, the old machine not yet gone); terminating
+/// the old control-plane machine there, member and all, would cost etcd
+/// its quorum.
+fn without_terminations(plan: &crate::plan::Plan) -> crate::plan::Plan {
+    use crate::cloud::ops::Op;
+    let mut plan = plan.clone();
+    let dropped: BTreeSet<crate::cloud::key::ResourceKey> = plan
+        .changes
+        .iter()
+        .filter(|c| matches!(c.op.op(), Some(Op::TerminateInstances { wait: false, .. })))
+        .map(|c| c.key.clone())
+        .collect();
+    plan.changes.retain(|c| !dropped.contains(&c.key));
+    for c in &mut plan.changes {
+        c.depends_on.retain(|d| !dropped.contains(d));
+    }
+    plan
 }
 
 /// The Kubernetes version steps from what the cluster runs to
