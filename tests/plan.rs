@@ -217,6 +217,38 @@ fn scaling_down_terminates_outdated_then_oldest() {
     }
 }
 
+/// A control-plane machine carries an etcd member, which apply cannot
+/// remove: a surplus left by a roll killed mid-way (an outdated machine
+/// beside its replacement) is left to the roll, and a smaller control plane
+/// is refused rather than terminated.
+#[test]
+fn a_control_plane_is_never_shrunk_by_terminating_machines() {
+    let d = desired_with(|_| {});
+    let cp = d.groups.iter().find(|g| g.role == pinfleet::spec::Role::ControlPlane).unwrap().name.clone();
+    let mut o = applied(&d);
+    let old = o.instances.iter().find(|i| i.group.as_deref() == Some(cp.as_str())).unwrap().clone();
+    o.instances.iter_mut().find(|i| i.id == old.id).unwrap().launch_template_version = Some(0);
+    let mut replacement = old.clone();
+    replacement.id = "i-0100".into();
+    replacement.launch_template_version = Some(1);
+    replacement.launch_time = Some(100);
+    o.instances.push(replacement);
+    let p = plan::diff(&d, &o);
+    assert!(
+        p.changes.iter().all(|c| !matches!(c.op.op(), Some(Op::TerminateInstances { .. }))),
+        "{}",
+        show::text(&p, false)
+    );
+    let note = p.needs_rollout.iter().find(|n| n.group == cp).expect("the outdated machine is listed for the roll");
+    assert_eq!(note.instances, [old.id.clone()]);
+    // Two current control-plane machines where one is wanted: refused, with the reason.
+    o.instances.iter_mut().find(|i| i.id == old.id).unwrap().launch_template_version = Some(1);
+    let p = plan::diff(&d, &o);
+    let refused = p.refusals();
+    assert_eq!(refused.len(), 1, "{}", show::text(&p, false));
+    assert!(matches!(&refused[0].op, plan::Step::Refuse { why } if why.contains("etcd member must be removed first")));
+}
+
 #[test]
 fn allowed_cidrs_change_only_the_rules() {
     let before = desired_with(|_| {});

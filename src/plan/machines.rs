@@ -146,19 +146,37 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) ->
         } else if live.len() > want {
             let excess = pick_excess(&live, live.len() - want, current_version);
             let ids: Vec<String> = excess.iter().map(|i| i.id.clone()).collect();
-            terminating.extend(ids.iter().cloned());
-            if g.role == Role::ControlPlane {
-                cp_changed = true;
+            // A control-plane machine carries an etcd member: terminating it
+            // here would leave the member behind (a roll killed mid-way leaves
+            // such a surplus; losing that member's vote can cost the quorum).
+            let cp_outdated =
+                |i: &&ObservedInstance| current_version.is_some() && i.launch_template_version != current_version;
+            if g.role == Role::ControlPlane && excess.iter().all(cp_outdated) {
+                // Outdated machines: the roll (`upgrade`) replaces them, member first; listed below.
+            } else if g.role == Role::ControlPlane {
+                out.push(
+                    inst_key.clone(),
+                    Action::Delete,
+                    format!("terminate {} ({} → {})", ids.len(), live.len(), want),
+                    ids.iter().map(|id| field("instance", Some(id), None::<String>)).collect(),
+                    format!("spec.instanceGroups[{}].desired", g.name),
+                    vec![],
+                    super::Step::Refuse {
+                        why: "a control plane is not made smaller by terminating machines: each one's etcd member must be removed first, and apply does not reach etcd; remove the members (etcdctl member remove) before lowering desired".into(),
+                    },
+                );
+            } else {
+                terminating.extend(ids.iter().cloned());
+                out.push(
+                    inst_key.clone(),
+                    Action::Delete,
+                    format!("terminate {} ({} → {})", ids.len(), live.len(), want),
+                    ids.iter().map(|id| field("instance", Some(id), None::<String>)).collect(),
+                    format!("spec.instanceGroups[{}].desired", g.name),
+                    vec![],
+                    Op::TerminateInstances { group: g.name.clone(), ids, wait: false },
+                );
             }
-            out.push(
-                inst_key.clone(),
-                Action::Delete,
-                format!("terminate {} ({} → {})", ids.len(), live.len(), want),
-                ids.iter().map(|id| field("instance", Some(id), None::<String>)).collect(),
-                format!("spec.instanceGroups[{}].desired", g.name),
-                vec![],
-                Op::TerminateInstances { group: g.name.clone(), ids, wait: false },
-            );
         }
         if g.role == Role::ControlPlane {
             cp_live.extend(live.iter().filter(|i| !terminating.contains(&i.id)).map(|i| i.id.clone()));
