@@ -688,6 +688,48 @@ pub struct FleetClusterRow {
     pub to: String,
     /// Why it is not moving now (empty when it is, or is through).
     pub why: String,
+    /// While it rolls: each group, and why one is not moving.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<FleetGroupRow>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetGroupRow {
+    pub group: String,
+    pub state: String,
+    pub why: String,
+}
+
+/// A rolling cluster's groups from its roll progress record: done, rolling
+/// (replaced of outdated), or waiting for the group before it (control
+/// planes first, one group at a time).
+pub fn fleet_group_rows(
+    cluster: &crate::spec::Cluster,
+    progress: Option<&crate::state::progress::RollProgress>,
+) -> Vec<FleetGroupRow> {
+    use crate::state::progress::GroupState;
+    let mut order: Vec<&crate::spec::InstanceGroup> = cluster.spec.instance_groups.iter().collect();
+    order.sort_by_key(|g| g.role != crate::spec::Role::ControlPlane);
+    let mut before: Option<&str> = None;
+    let mut rows = Vec::new();
+    for g in order {
+        let p = progress.and_then(|p| p.groups.get(&g.name));
+        let (state, why) = match p {
+            Some(p) if p.status == GroupState::Done => (format!("done ({} replaced)", p.replaced), String::new()),
+            Some(p) => (format!("rolling ({} of {} replaced)", p.replaced, p.outdated), String::new()),
+            None => (
+                "waiting".to_string(),
+                match before {
+                    Some(b) => format!("groups roll one at a time (control planes first): after {b}"),
+                    None => "the roll is starting (applying new launch-template versions)".to_string(),
+                },
+            ),
+        };
+        rows.push(FleetGroupRow { group: g.name.clone(), state, why });
+        before = Some(&g.name);
+    }
+    rows
 }
 
 impl FleetStatusView {
@@ -696,6 +738,7 @@ impl FleetStatusView {
         windows: &dyn crate::fleet::rollout::Windows,
         approved: &std::collections::BTreeSet<String>,
         lock: Option<&crate::state::lock::LockInfo>,
+        mut groups: std::collections::BTreeMap<String, Vec<FleetGroupRow>>,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Self {
         use crate::fleet::rollout::ClusterState;
@@ -754,6 +797,7 @@ impl FleetStatusView {
                                 (_, Some(w)) => w.to_string(),
                                 _ => String::new(),
                             },
+                            groups: groups.remove(&c.name).unwrap_or_default(),
                         })
                         .collect(),
                 }
@@ -802,6 +846,14 @@ pub fn fleet_status(v: &FleetStatusView) -> String {
             .collect();
         for line in table(&["CLUSTER", "STATE", "FROM", "TO", "WHY NOT MOVING"], &rows).lines() {
             out.push_str(&format!("  {line}\n"));
+        }
+        for c in s.clusters.iter().filter(|c| !c.groups.is_empty()) {
+            out.push_str(&format!("  {}'s groups:\n", c.cluster));
+            let rows: Vec<Vec<String>> =
+                c.groups.iter().map(|g| vec![g.group.clone(), g.state.clone(), g.why.clone()]).collect();
+            for line in table(&["GROUP", "STATE", "WHY NOT MOVING"], &rows).lines() {
+                out.push_str(&format!("    {line}\n"));
+            }
         }
     }
     out

@@ -138,6 +138,7 @@ async fn failures_beyond_max_failures_halt_the_rollout_then_revert_restores_the_
         &Always,
         &Default::default(),
         None,
+        Default::default(),
         start() + chrono::Duration::hours(2),
     );
     insta::assert_snapshot!("fleet_status_halted", pinfleet::output::fleet_status(&view));
@@ -211,4 +212,51 @@ async fn without_wait_a_run_stops_at_the_soak_and_the_next_run_goes_on() {
     let (_, outcome) = run(r).await;
     assert!(matches!(outcome, Outcome::Waiting { .. }), "{outcome:?}");
     assert_eq!(s.fleet.image("staging-a").0, "ami-new");
+}
+
+/// `status` while a cluster rolls: its groups from its roll progress record.
+#[test]
+fn status_shows_a_rolling_clusters_groups_and_why_the_rest_wait() {
+    use pinfleet::state::progress::RollProgress;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let s = rt.block_on(setup(STAGES));
+    let mut r = s.record.clone();
+    r.cluster_mut("dev-a").unwrap().state = ClusterState::Rolling;
+    r.cluster_mut("dev-a").unwrap().started_at = Some(start());
+    r.cluster_mut("dev-a").unwrap().from =
+        Snapshot { images: [(GROUP.into(), "ami-old".into())].into(), ..Default::default() };
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clusters/dev-local.yaml");
+    let opts = pinfleet::spec::LoadOptions::default();
+    let (loaded, diags) = pinfleet::spec::load_paths(&[path], &opts);
+    assert!(diags.0.is_empty(), "{diags}");
+    let cluster = &loaded[0].cluster;
+    let mut progress = RollProgress::new("fleet rollout (stage dev)", start());
+    use pinfleet::rollout::driver::Event;
+    let _ = progress.record(&Event::Started { group: "control-plane".into(), outdated: 1, machines: 1 }, start());
+    let _ = progress.record(&Event::Finished { group: "control-plane".into(), replaced: 1, seconds: 90.0 }, start());
+    let _ = progress.record(&Event::Started { group: "general".into(), outdated: 3, machines: 3 }, start());
+    let _ = progress
+        .record(&Event::Replaced { group: "general".into(), instance: "i-1".into(), done: 1, total: 3 }, start());
+    let groups = [("dev-a".to_string(), pinfleet::output::fleet_group_rows(cluster, Some(&progress)))].into();
+    let lock = pinfleet::state::lock::LockInfo {
+        id: "1".into(),
+        holder: "ops".into(),
+        host: "jobs-1".into(),
+        pid: 4242,
+        command: "pinfleet fleet rollout apply --ami newest --yes".into(),
+        acquired_at: start(),
+        expires_at: start() + chrono::Duration::minutes(15),
+    };
+    let view = pinfleet::output::FleetStatusView::new(
+        &r,
+        &Always,
+        &Default::default(),
+        Some(&lock),
+        groups,
+        start() + chrono::Duration::minutes(3),
+    );
+    insta::assert_snapshot!("fleet_status_rolling", pinfleet::output::fleet_status(&view));
+    // Before its roll reports anything, every group waits for the start.
+    let rows = pinfleet::output::fleet_group_rows(cluster, None);
+    assert_eq!(rows[0].why, "the roll is starting (applying new launch-template versions)");
 }

@@ -350,7 +350,10 @@ async fn apply(g: &GlobalArgs, folder: &Folder, a: ApplyArgs) -> Result<ExitCode
 }
 
 /// The latest rollout and its book (without connecting to the clusters' APIs).
-async fn latest(folder: &Folder, cloud: &CloudArgs) -> Result<(Book, fleet::rollout::FleetRollout)> {
+async fn latest(
+    folder: &Folder,
+    cloud: &CloudArgs,
+) -> Result<(Book, fleet::rollout::FleetRollout, crate::cloud::aws::Aws)> {
     let aws_target = cloud.target.aws().context("fleet rollouts work on AWS clusters (--target aws or localstack)")?;
     let staged = folder.staged();
     let url = folder.state_store(&staged)?;
@@ -362,15 +365,25 @@ async fn latest(folder: &Folder, cloud: &CloudArgs) -> Result<(Book, fleet::roll
     let aws = crate::cloud::aws::Aws::connect(&crate::cloud::aws::AwsOptions::from_env(aws_target, region)?).await?;
     let book = Book::open(&url, Some(&aws)).await?;
     let r = book.latest().await?.context("no fleet rollout has been started (`pinfleet fleet rollout apply`)")?;
-    Ok((book, r))
+    Ok((book, r, aws))
 }
 
 async fn status(g: &GlobalArgs, folder: &Folder, cloud: &CloudArgs) -> Result<ExitCode> {
-    let (book, r) = latest(folder, cloud).await?;
+    let (book, r, aws) = latest(folder, cloud).await?;
     let approved = book.approvals(r.number).await?;
     let lock = book.store.get_json::<crate::state::lock::LockInfo>(crate::state::lock::LOCK_KEY).await?;
     let windows = (&folder.spec, &folder.members[..]);
-    let view = crate::output::FleetStatusView::new(&r, &windows, &approved, lock.as_ref(), Utc::now());
+    // Each rolling cluster's groups, from its own roll progress record.
+    let mut groups = std::collections::BTreeMap::new();
+    for (_, c) in r.clusters().filter(|(_, c)| c.state == fleet::rollout::ClusterState::Rolling) {
+        let Some(l) = folder.loaded.iter().find(|l| l.cluster.metadata.name == c.name) else { continue };
+        let store = crate::state::Store::open(&l.cluster.spec.state_store, &c.name, Some(&aws)).await?;
+        let progress = store.get_json::<crate::state::progress::RollProgress>(crate::state::progress::KEY).await?;
+        let progress =
+            progress.filter(|p| c.started_at.is_some_and(|t| p.started_at >= t - chrono::Duration::seconds(5)));
+        groups.insert(c.name.clone(), crate::output::fleet_group_rows(&l.cluster, progress.as_ref()));
+    }
+    let view = crate::output::FleetStatusView::new(&r, &windows, &approved, lock.as_ref(), groups, Utc::now());
     match g.output {
         Format::Text => write!(anstream::stdout(), "{}", crate::output::fleet_status(&view))?,
         other => crate::output::print_data(other, &view)?,
@@ -379,7 +392,7 @@ async fn status(g: &GlobalArgs, folder: &Folder, cloud: &CloudArgs) -> Result<Ex
 }
 
 async fn approve(folder: &Folder, a: ApproveArgs) -> Result<ExitCode> {
-    let (book, r) = latest(folder, &a.cloud).await?;
+    let (book, r, _) = latest(folder, &a.cloud).await?;
     if r.is_finished() {
         bail!("fleet rollout #{} is {}: nothing to approve", r.number, r.state);
     }
@@ -406,7 +419,7 @@ async fn approve(folder: &Folder, a: ApproveArgs) -> Result<ExitCode> {
 }
 
 async fn revert(g: &GlobalArgs, folder: &Folder, a: RevertArgs) -> Result<ExitCode> {
-    let (_, r) = latest(folder, &a.cloud).await?;
+    let (_, r, _) = latest(folder, &a.cloud).await?;
     let (_, fleet) = connect(g, folder, &r.target, &a.cloud, Some(&a.roll)).await?;
     let book = book(
         folder,
@@ -444,7 +457,7 @@ async fn unlock(folder: &Folder, a: UnlockArgs) -> Result<ExitCode> {
     if !a.force {
         bail!("this removes the fleet lock whoever holds it; say --force");
     }
-    let (book, _) = latest(folder, &a.cloud).await?;
+    let (book, _, _) = latest(folder, &a.cloud).await?;
     match crate::state::lock::force_unlock(&book.store).await? {
         Some(info) => writeln!(
             anstream::stderr(),

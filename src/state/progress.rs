@@ -84,8 +84,11 @@ impl RollProgress {
                 Some(g) => g.replaced = *done,
                 None => return false,
             },
-            Event::Finished { group, .. } => match self.groups.get_mut(group) {
-                Some(g) => g.status = GroupState::Done,
+            Event::Finished { group, replaced, .. } => match self.groups.get_mut(group) {
+                Some(g) => {
+                    g.status = GroupState::Done;
+                    g.replaced = *replaced;
+                }
                 None => return false,
             },
             Event::VersionStep { step } => self.version_steps.push(step.clone()),
@@ -114,7 +117,8 @@ mod tests {
         assert!(!p.record(&Event::Launched { group: "general".into(), ids: vec![] }, t));
         assert!(p.record(&Event::Replaced { group: "general".into(), instance: "i-1".into(), done: 2, total: 3 }, t));
         assert!(p.record(&Event::Finished { group: "general".into(), replaced: 3, seconds: 1.0 }, t));
-        assert_eq!(p.groups["general"].replaced, 2);
+        // The group's own count at its end (also when a Replaced event was missed).
+        assert_eq!(p.groups["general"].replaced, 3);
         assert_eq!(p.groups["general"].status, GroupState::Done);
         p.finish(Outcome::Halted { error: "x".into() }, t);
         let v = serde_json::to_value(&p).unwrap();
