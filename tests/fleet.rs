@@ -64,21 +64,18 @@ async fn setup(fleet_yaml: &str) -> Setup {
 
 const STAGES: &str = "stages:\n  - {name: dev, selector: env=dev, soak: 1h}\n  - {name: staging, selector: env=staging, soak: 2h}\n  - {name: production, selector: env=production, soak: 0s, canary: true, maxFailures: 0}\n";
 
-async fn apply(s: &Setup) -> (FleetRollout, Outcome, Vec<Note>) {
+/// One run of apply on the setup's record: what it returned and printed.
+async fn try_apply(s: &Setup, command: &str) -> anyhow::Result<(FleetRollout, Outcome, Vec<Note>)> {
     let notes = std::sync::Mutex::new(Vec::new());
-    let (r, o) = run::apply(
-        &s.fleet,
-        &s.book,
-        s.record.clone(),
-        &Always,
-        Clock::starting(start()),
-        run::Options::default(),
-        "pinfleet fleet rollout apply --ami ami-new",
-        &|n| notes.lock().unwrap().push(n),
-    )
-    .await
-    .unwrap();
-    (r, o, notes.into_inner().unwrap())
+    let clock = Clock::starting(start());
+    let on = |n| notes.lock().unwrap().push(n);
+    let (r, o) =
+        run::apply(&s.fleet, &s.book, s.record.clone(), &Always, clock, run::Options::default(), command, &on).await?;
+    Ok((r, o, notes.into_inner().unwrap()))
+}
+
+async fn apply(s: &Setup) -> (FleetRollout, Outcome, Vec<Note>) {
+    try_apply(s, "pinfleet fleet rollout apply --ami ami-new").await.unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -168,19 +165,7 @@ async fn failures_beyond_max_failures_halt_the_rollout_then_revert_restores_the_
 async fn a_second_writer_is_refused_with_the_holders_name() {
     let s = setup(STAGES).await;
     let held = Lock::acquire(&s.book.store, "pinfleet fleet rollout apply --ami ami-new").await.unwrap();
-    let err = run::apply(
-        &s.fleet,
-        &s.book,
-        s.record.clone(),
-        &Always,
-        Clock::starting(start()),
-        run::Options::default(),
-        "second",
-        &|_| {},
-    )
-    .await
-    .unwrap_err()
-    .to_string();
+    let err = try_apply(&s, "second").await.unwrap_err().to_string();
     let me = pinfleet::state::whoami().0;
     assert!(err.starts_with(&format!("the fleet is locked by {me} on")), "{err}");
     assert!(

@@ -4,13 +4,13 @@
 
 use std::io::Write as _;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use chrono::Utc;
 use clap::{Args, Subcommand};
 
 use super::cloud::CloudArgs;
+use super::upgrade::RollTuning;
 use super::GlobalArgs;
 use crate::fleet::aws::AwsFleet;
 use crate::fleet::run::{self, Book, Clock, Outcome};
@@ -85,50 +85,37 @@ pub struct FleetRollArgs {
     /// Where each cluster's kubeconfig is: DIR/CLUSTER.yaml (default: where bootstrap wrote it).
     #[arg(long)]
     pub kubeconfig_dir: Option<std::path::PathBuf>,
-    /// A replacement not Ready within this halts the cluster's roll.
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
-    pub boot_timeout: Duration,
-    /// Consecutive passing validations after each replacement.
-    #[arg(long, default_value_t = 1)]
-    pub validate_count: u32,
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub validate_interval: Duration,
-    /// No canary machine per node group.
-    #[arg(long)]
-    pub no_canary: bool,
-    /// Skip the end-to-end gates (recorded in each cluster's history).
-    #[arg(long)]
-    pub skip_e2e: bool,
-}
-
-impl Default for FleetRollArgs {
-    /// The flags' defaults (for commands that read and never roll).
-    fn default() -> Self {
-        FleetRollArgs {
-            kubeconfig_dir: None,
-            boot_timeout: Duration::from_secs(600),
-            validate_count: 1,
-            validate_interval: Duration::from_secs(10),
-            no_canary: false,
-            skip_e2e: false,
-        }
-    }
+    #[command(flatten)]
+    pub tuning: RollTuning,
 }
 
 impl FleetRollArgs {
     fn options(&self) -> crate::rollout::run::Options {
+        let t = &self.tuning;
         crate::rollout::run::Options {
             groups: vec![],
             force: false,
             max_parallel_groups: 1,
             force_drain: false,
-            boot_timeout: self.boot_timeout,
-            validate_count: self.validate_count,
-            validate_interval: self.validate_interval,
-            canary: !self.no_canary,
+            boot_timeout: t.boot_timeout,
+            validate_count: t.validate_count,
+            validate_interval: t.validate_interval,
+            canary: !t.no_canary,
             etcd_member_removal: true,
-            e2e: !self.skip_e2e,
+            e2e: !t.skip_e2e,
         }
+    }
+
+    /// The flags' defaults (for commands that read and never roll).
+    fn defaults() -> FleetRollArgs {
+        use clap::{FromArgMatches as _, Parser};
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            roll: FleetRollArgs,
+        }
+        let m = <Only as clap::CommandFactory>::command().get_matches_from(["fleet"]);
+        Only::from_arg_matches(&m).expect("the defaults parse").roll
     }
 }
 
@@ -206,7 +193,7 @@ async fn connect(
     let aws_target = cloud.target.aws().context("fleet rollouts work on AWS clusters (--target aws or localstack)")?;
     let plan = fleet::plan(&folder.spec, &folder.members, target, &Default::default(), Utc::now());
     let staged = plan.staged();
-    let roll = roll.cloned().unwrap_or_default();
+    let roll = roll.cloned().unwrap_or_else(FleetRollArgs::defaults);
     let dir = roll.kubeconfig_dir.clone();
     let kube_target = cloud.target;
     let kubeconfig = move |c: &str| match &dir {

@@ -19,6 +19,28 @@ use crate::rollout::run::{self, Options};
 use crate::state::lock::Lock;
 use crate::state::pki::Pki;
 
+/// How each machine's replacement is awaited and checked (shared by
+/// `upgrade`, `ami rollout` and `fleet rollout`).
+#[derive(Debug, Clone, Args)]
+pub struct RollTuning {
+    /// A replacement not Ready within this halts the roll.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub boot_timeout: Duration,
+    /// Consecutive passing validations after each replacement.
+    #[arg(long, default_value_t = 1)]
+    pub validate_count: u32,
+    /// Time between those validations.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub validate_interval: Duration,
+    /// Roll node groups without replacing (and validating) one machine first.
+    #[arg(long)]
+    pub no_canary: bool,
+    /// Roll without the end-to-end gates (the cluster phase after each
+    /// group, the platform smoke at the end); recorded in history.
+    #[arg(long)]
+    pub skip_e2e: bool,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct RollArgs {
     /// Only these instance groups (repeatable).
@@ -33,26 +55,12 @@ pub struct RollArgs {
     /// When a drain times out, delete the remaining pods instead of halting.
     #[arg(long)]
     pub force_drain: bool,
-    /// A replacement not Ready within this halts the roll.
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
-    pub boot_timeout: Duration,
-    /// Consecutive passing validations after each replacement.
-    #[arg(long, default_value_t = 1)]
-    pub validate_count: u32,
-    /// Time between those validations.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub validate_interval: Duration,
-    /// Roll node groups without replacing (and validating) one machine first.
-    #[arg(long)]
-    pub no_canary: bool,
+    #[command(flatten)]
+    pub tuning: RollTuning,
     /// Terminate control-plane machines without removing their etcd members
     /// first (a rehearsal of the quorum loss this prevents; never on a real cluster).
     #[arg(long, hide = true)]
     pub skip_etcd_member_removal: bool,
-    /// Roll without the end-to-end gates (the cluster phase after each
-    /// group, the platform smoke at the end); recorded in history.
-    #[arg(long)]
-    pub skip_e2e: bool,
     /// Kubeconfig of the cluster (default: the one bootstrap wrote).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -65,12 +73,12 @@ impl RollArgs {
             force: self.force,
             max_parallel_groups: self.max_parallel_groups,
             force_drain: self.force_drain,
-            boot_timeout: self.boot_timeout,
-            validate_count: self.validate_count,
-            validate_interval: self.validate_interval,
-            canary: !self.no_canary,
+            boot_timeout: self.tuning.boot_timeout,
+            validate_count: self.tuning.validate_count,
+            validate_interval: self.tuning.validate_interval,
+            canary: !self.tuning.no_canary,
             etcd_member_removal: !self.skip_etcd_member_removal,
-            e2e: !self.skip_e2e,
+            e2e: !self.tuning.skip_e2e,
         }
     }
 }

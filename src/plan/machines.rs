@@ -151,9 +151,18 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) ->
             // such a surplus; losing that member's vote can cost the quorum).
             let cp_outdated =
                 |i: &&ObservedInstance| current_version.is_some() && i.launch_template_version != current_version;
-            if g.role == Role::ControlPlane && excess.iter().all(cp_outdated) {
+            let step: Option<super::Step> = match g.role {
                 // Outdated machines: the roll (`upgrade`) replaces them, member first; listed below.
-            } else if g.role == Role::ControlPlane {
+                Role::ControlPlane if excess.iter().all(cp_outdated) => None,
+                Role::ControlPlane => Some(super::Step::Refuse {
+                    why: "a control plane is not made smaller by terminating machines: each one's etcd member must be removed first, and apply does not reach etcd; remove the members (etcdctl member remove) before lowering desired".into(),
+                }),
+                Role::Node => {
+                    terminating.extend(ids.iter().cloned());
+                    Some(Op::TerminateInstances { group: g.name.clone(), ids: ids.clone(), wait: false }.into())
+                }
+            };
+            if let Some(step) = step {
                 out.push(
                     inst_key.clone(),
                     Action::Delete,
@@ -161,20 +170,7 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) ->
                     ids.iter().map(|id| field("instance", Some(id), None::<String>)).collect(),
                     format!("spec.instanceGroups[{}].desired", g.name),
                     vec![],
-                    super::Step::Refuse {
-                        why: "a control plane is not made smaller by terminating machines: each one's etcd member must be removed first, and apply does not reach etcd; remove the members (etcdctl member remove) before lowering desired".into(),
-                    },
-                );
-            } else {
-                terminating.extend(ids.iter().cloned());
-                out.push(
-                    inst_key.clone(),
-                    Action::Delete,
-                    format!("terminate {} ({} → {})", ids.len(), live.len(), want),
-                    ids.iter().map(|id| field("instance", Some(id), None::<String>)).collect(),
-                    format!("spec.instanceGroups[{}].desired", g.name),
-                    vec![],
-                    Op::TerminateInstances { group: g.name.clone(), ids, wait: false },
+                    step,
                 );
             }
         }
