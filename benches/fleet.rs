@@ -3,8 +3,9 @@
 //! machines and one of 5,000 (surge 10%, boot 90 s, drain 30 s) in three
 //! stages (dev 1 h soak, staging 4 h, production 24 h). Prints the
 //! simulated total against the floor (the sum over stages of soak plus the
-//! slowest cluster's roll floor) and against rolling the clusters one at a
-//! time. Measures; asserts only that every machine was rolled.
+//! slowest cluster's roll floor), with production's canary cluster rolled
+//! first, and against rolling the clusters one at a time. Measures;
+//! asserts only that every machine was rolled.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -34,16 +35,27 @@ fn clusters() -> Vec<(String, &'static str, u32)> {
     v
 }
 
-fn spec(one_at_a_time: bool) -> FleetSpec {
-    let p = if one_at_a_time { ", maxParallel: 1" } else { "" };
+#[derive(Clone, Copy)]
+enum Variant {
+    /// Each stage's clusters at once.
+    Parallel,
+    /// Production's canary cluster first, then the rest at once.
+    Canary,
+    /// maxParallel: 1 everywhere.
+    OneAtATime,
+}
+
+fn spec(v: Variant) -> FleetSpec {
+    let p = if matches!(v, Variant::OneAtATime) { ", maxParallel: 1" } else { "" };
+    let c = if matches!(v, Variant::Canary) { ", canary: true" } else { "" };
     FleetSpec::parse(&format!(
-        "stages:\n  - {{name: dev, selector: env=dev, soak: 1h{p}}}\n  - {{name: staging, selector: env=staging, soak: 4h{p}}}\n  - {{name: production, selector: env=production, soak: 24h{p}}}\n"
+        "stages:\n  - {{name: dev, selector: env=dev, soak: 1h{p}}}\n  - {{name: staging, selector: env=staging, soak: 4h{p}}}\n  - {{name: production, selector: env=production, soak: 24h{p}{c}}}\n"
     ))
     .unwrap()
 }
 
 /// (simulated seconds, real seconds, machines on the new image).
-async fn rehearse(one_at_a_time: bool) -> (f64, f64, usize) {
+async fn rehearse(v: Variant) -> (f64, f64, usize) {
     let cs = clusters();
     let sizes: Vec<(&str, u32)> = cs.iter().map(|(n, _, s)| (n.as_str(), *s)).collect();
     let fleet = Rehearsal::new(&sizes, "ami-old", IntOrPercent::Percent(10), BOOT, DRAIN);
@@ -55,7 +67,7 @@ async fn rehearse(one_at_a_time: bool) -> (f64, f64, usize) {
             region: "us-east-1".into(),
         })
         .collect();
-    let spec = spec(one_at_a_time);
+    let spec = spec(v);
     let start = chrono::Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0).unwrap();
     let target = Target::Ami("ami-new".into());
     let p = plan(&spec, &members, &target, &BTreeMap::new(), start);
@@ -97,7 +109,7 @@ async fn rehearse(one_at_a_time: bool) -> (f64, f64, usize) {
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
     let cs = clusters();
-    let sp = spec(false);
+    let sp = spec(Variant::Parallel);
     let mut floor = 0.0;
     for s in &sp.stages {
         let slowest = cs
@@ -107,8 +119,9 @@ fn main() {
             .fold(0.0, f64::max);
         floor += s.soak.as_secs_f64() + slowest;
     }
-    let (t, real, moved) = rt.block_on(rehearse(false));
-    let (serial, real_serial, _) = rt.block_on(rehearse(true));
+    let (t, real, moved) = rt.block_on(rehearse(Variant::Parallel));
+    let (canary, _, _) = rt.block_on(rehearse(Variant::Canary));
+    let (serial, real_serial, _) = rt.block_on(rehearse(Variant::OneAtATime));
     let h = |s: f64| s / 3600.0;
     println!(
         "fleet rollout of {} clusters ({} machines; 20 x 1,000 + 1 x 5,000), three stages (soak 1h, 4h, 24h), surge 10%, boot {}s, drain {}s (simulated clock)",
@@ -122,6 +135,11 @@ fn main() {
         "  pinfleet fleet rollout apply (stages' clusters at once)         {t:>8.0} s ({:.2} h; {:.3} x floor; {real:.1} s real)",
         h(t),
         t / floor
+    );
+    println!(
+        "  with production's canary cluster first                          {canary:>8.0} s ({:.2} h; {:.3} x floor)",
+        h(canary),
+        canary / floor
     );
     println!(
         "  one cluster at a time (maxParallel: 1)                          {serial:>8.0} s ({:.2} h; {:.3} x floor; {:.2} x pinfleet; {real_serial:.1} s real)",

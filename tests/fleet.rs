@@ -245,3 +245,54 @@ fn status_shows_a_rolling_clusters_groups_and_why_the_rest_wait() {
     let rows = pinfleet::output::fleet_group_rows(cluster, None);
     assert_eq!(rows[0].why, "the roll is starting (applying new launch-template versions)");
 }
+
+/// Nothing starts outside a cluster's windows: a production cluster whose
+/// window is Tuesday 02:00-05:00 in Los Angeles starts at 10:00 UTC on
+/// Tuesday (PST), though its stage was ready on Monday; the others go at once.
+#[tokio::test(start_paused = true)]
+async fn a_closed_window_holds_a_cluster_until_it_opens() {
+    let yaml = "stages:\n  - {name: production, selector: env=production, soak: 0s}\nwindows:\n  - {cluster: prod-b, window: \"Tue 02:00-05:00 America/Los_Angeles\"}\n";
+    let s = setup(yaml).await;
+    let spec = FleetSpec::parse(yaml).unwrap();
+    let members: Vec<Member> = FLEET
+        .iter()
+        .map(|(n, env)| Member {
+            name: n.to_string(),
+            labels: [("env".to_string(), env.to_string())].into(),
+            region: "us-east-1".into(),
+        })
+        .collect();
+    let windows = (&spec, &members[..]);
+    let (r, outcome) = run::apply(
+        &s.fleet,
+        &s.book,
+        s.record.clone(),
+        &windows,
+        Clock::starting(start()),
+        run::Options::default(),
+        "apply",
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome, Outcome::Finished);
+    let started = |n: &str| r.clusters().find(|(_, c)| c.name == n).unwrap().1.started_at.unwrap();
+    assert_eq!(started("prod-a"), start());
+    assert_eq!(started("prod-b"), Utc.with_ymd_and_hms(2026, 11, 24, 10, 0, 0).unwrap());
+}
+
+/// A Kubernetes version is not rolled back: revert refuses, naming the
+/// clusters that moved, and changes nothing.
+#[tokio::test(start_paused = true)]
+async fn revert_refuses_a_kubernetes_version() {
+    let s = setup(STAGES).await;
+    let mut r = s.record.clone();
+    r.target = Target::KubernetesVersion("1.34.0".into());
+    r.cluster_mut("dev-a").unwrap().state = ClusterState::Done;
+    let err = run::revert(&s.fleet, &s.book, r, Clock::starting(start()), "revert", &|_| {}).await.unwrap_err();
+    assert!(
+        err.to_string().contains("kubeadm does not downgrade a control plane, and dev-a already moved towards 1.34.0"),
+        "{err}"
+    );
+    assert!(s.fleet.rolls.lock().unwrap().is_empty());
+}
