@@ -219,9 +219,9 @@ async fn book(folder: &Folder, staged: &[String], fleet: &AwsFleet) -> Result<Bo
 
 async fn plan(g: &GlobalArgs, folder: &Folder, a: PlanArgs) -> Result<ExitCode> {
     let target = a.target.target()?;
-    let (plan, fleet) = connect(g, folder, &target, &a.cloud, None).await?;
-    let plan = with_snapshots(folder, plan, &fleet, &target).await?;
-    show_plan(g, &plan)?;
+    let (_, fleet) = connect(g, folder, &target, &a.cloud, None).await?;
+    let to = fleet.targets(&target, Utc::now()).await?;
+    show_plan(g, &with_snapshots(folder, &fleet, &target, &to).await)?;
     writeln!(
         anstream::stderr(),
         "\nNothing changed. `pinfleet fleet rollout apply` with the same target carries it out."
@@ -229,36 +229,29 @@ async fn plan(g: &GlobalArgs, folder: &Folder, a: PlanArgs) -> Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-/// The plan with each cluster's from (what it runs) and to (the target there).
+/// The plan with each cluster's from (what it runs now) and to (the target there).
 async fn with_snapshots(
     folder: &Folder,
-    plan: fleet::FleetPlan,
     fleet: &AwsFleet,
     target: &Target,
-) -> Result<fleet::FleetPlan> {
+    to: &std::collections::BTreeMap<String, fleet::rollout::Snapshot>,
+) -> fleet::FleetPlan {
     use crate::fleet::run::Fleet as _;
-    let to = fleet.targets(target, Utc::now()).await?;
     let mut from = std::collections::BTreeMap::new();
-    for name in plan.staged() {
+    for name in folder.staged() {
         let now = match fleet.current(&name).await {
             Ok(s) => s.summary(),
             Err(e) => format!("? ({e:#})"),
         };
         from.insert(name, now);
     }
-    let mut p = fleet::plan(
-        &folder.spec,
-        &folder.members,
-        target,
-        &from,
-        plan.stages.first().map_or(Utc::now(), |s| s.earliest),
-    );
+    let mut p = fleet::plan(&folder.spec, &folder.members, target, &from, Utc::now());
     for c in p.stages.iter_mut().flat_map(|s| s.clusters.iter_mut()) {
         if let Some(t) = to.get(&c.cluster) {
             c.to = t.summary();
         }
     }
-    Ok(p)
+    p
 }
 
 fn show_plan(g: &GlobalArgs, plan: &fleet::FleetPlan) -> Result<()> {
@@ -281,21 +274,22 @@ async fn apply(g: &GlobalArgs, folder: &Folder, a: ApplyArgs) -> Result<ExitCode
     let target = a.target.target()?;
     let (plan, fleet) = connect(g, folder, &target, &a.cloud, Some(&a.roll)).await?;
     let book = book(folder, &plan.staged(), &fleet).await?;
-    let record = match book.latest().await? {
-        Some(r) if !r.is_finished() && r.target == target => {
-            writeln!(anstream::stderr(), "picking up fleet rollout #{} ({}), started {} by {}", r.number, r.target, r.created_at.format("%Y-%m-%d %H:%M UTC"), r.by)?;
+    let record = match book.in_progress(&target).await? {
+        Some(r) => {
+            let since = r.created_at.format("%Y-%m-%d %H:%M UTC");
+            writeln!(
+                anstream::stderr(),
+                "picking up fleet rollout #{} ({}), started {since} by {}",
+                r.number,
+                r.target,
+                r.by
+            )?;
             r
         }
-        Some(r) if !r.is_finished() => bail!(
-            "fleet rollout #{} ({}) is in progress; finish it (`pinfleet fleet rollout apply` with its target) or revert it before starting another",
-            r.number,
-            r.target
-        ),
-        _ => {
+        None => {
             // Every cluster read before the first write: a cluster that cannot be read stops the run here.
             let to = fleet.targets(&target, Utc::now()).await?;
-            let shown = with_snapshots(folder, plan.clone(), &fleet, &target).await?;
-            show_plan(g, &shown)?;
+            show_plan(g, &with_snapshots(folder, &fleet, &target, &to).await)?;
             if !a.yes {
                 writeln!(anstream::stderr(), "\nNothing changed. Run with --yes to start the rollout.")?;
                 return Ok(ExitCode::SUCCESS);

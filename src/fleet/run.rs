@@ -95,6 +95,21 @@ impl Book {
         self.store.put_json(CURRENT, r).await.map(|_| ())
     }
 
+    /// The rollout in progress towards `target`, to pick up; none when the
+    /// latest one is finished (or there is none). A rollout in progress
+    /// towards another target is an error: one at a time.
+    pub async fn in_progress(&self, target: &Target) -> Result<Option<FleetRollout>> {
+        match self.latest().await? {
+            Some(r) if !r.is_finished() && &r.target == target => Ok(Some(r)),
+            Some(r) if !r.is_finished() => anyhow::bail!(
+                "fleet rollout #{} ({}) is in progress; finish it (`pinfleet fleet rollout apply` with its target) or revert it before starting another",
+                r.number,
+                r.target
+            ),
+            _ => Ok(None),
+        }
+    }
+
     /// The number a new rollout takes; the latest one moves to `rollouts/`.
     pub async fn retire_latest(&self) -> Result<u64> {
         match self.latest().await? {
