@@ -208,6 +208,13 @@ fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() 
 
     let plan = w.ok(&["fleet", "rollout", "plan", "--ami", "newest"]);
     assert!(plan.contains("fdev") && plan.contains("fstage") && plan.contains(&new) && plan.contains(&old), "{plan}");
+    // An id is checked in each cluster's region before anything is written.
+    let missing = w.run(&["fleet", "rollout", "apply", "--ami", "ami-0123456789abcdef0", "--yes"]);
+    assert!(
+        stderr(&missing).contains("image ami-0123456789abcdef0 does not exist in us-east-1"),
+        "{}",
+        stderr(&missing)
+    );
 
     let kcd = kc.to_str().unwrap();
     let args = [

@@ -103,10 +103,18 @@ async fn to(m: &Member, target: &Target, now: DateTime<Utc>) -> Result<Snapshot>
             return Ok(Snapshot { kubernetes_version: Some(v.clone()), ..Default::default() });
         }
         Target::Ami(id) if id.starts_with("ami-") => {
-            let out = m.aws.ec2.describe_images().image_ids(id).send().await;
-            let found = out.ok().is_some_and(|o| o.images().iter().any(|i| i.image_id() == Some(id.as_str())));
+            let region = &m.cluster.spec.cloud.region;
+            let found = match crate::cloud::aws::sdk(
+                "DescribeImages",
+                m.aws.ec2.describe_images().image_ids(id).send().await,
+            ) {
+                Ok(o) => o.images().iter().any(|i| i.image_id() == Some(id.as_str())),
+                // EC2 answers an unknown or malformed id with an error, not an empty list.
+                Err(e) if format!("{e:#}").contains("InvalidAMIID") => false,
+                Err(e) => return Err(e),
+            };
             if !found {
-                bail!("image {id} does not exist in {} (AMI ids are per region)", m.cluster.spec.cloud.region);
+                bail!("image {id} does not exist in {region} (AMI ids are per region)");
             }
             groups.iter().map(|g| (g.name.clone(), id.clone())).collect()
         }
