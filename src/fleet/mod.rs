@@ -1,4 +1,4 @@
-//! Fleet-wide staged rollouts (the first part: the plan). Clusters are
+//! Fleet-wide staged rollouts; this module is the plan. Clusters are
 //! put in stages by their labels (`clusters/fleet.yaml`, or dev → staging
 //! → production by `env`), ordered within a stage (a canary cluster first
 //! where the stage asks for one, then by region and name), each stage
@@ -6,7 +6,8 @@
 //! windows.
 //!
 //! ```text
-//! clusters/*.yaml + clusters/fleet.yaml ─▶ spec::load ─▶ plan (pure) ─▶ table / -o json
+//! clusters/*.yaml + clusters/fleet.yaml ─▶ Folder::load ─▶ plan (pure) ─▶ table / -o json
+//!                                                          └▶ rollout::FleetRollout ─▶ run::apply
 //! ```
 //!
 //! The plan becomes a record ([`rollout`]) that one writer carries out
