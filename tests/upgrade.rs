@@ -883,3 +883,42 @@ fn the_e2e_gate_halts_a_roll_and_skip_e2e_is_recorded() {
     let history = w.json(&["history", "e2egate"]).to_string();
     assert!(history.contains("e2e gates skipped for this roll (--skip-e2e)"), "{history}");
 }
+
+/// A fleet rollout of a Kubernetes version: the cluster moves 1.32 → 1.33
+/// through upgrade's steps (its file still says 1.32); revert refuses, as
+/// kubeadm does not downgrade.
+#[test]
+fn a_fleet_rollout_moves_a_cluster_to_a_kubernetes_version() {
+    let (w, sim, _approver) = versioned_cluster("fleetk8s", "1.32.6", "1.32.6");
+    std::fs::write(w.clusters_dir().join("fleet.yaml"), "stages:\n  - {name: dev, selector: env=dev, soak: 0s}\n")
+        .unwrap();
+    let dir = w.dir.path().join("kubeconfigs");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(&sim.kubeconfig, dir.join("fleetk8s.yaml")).unwrap();
+    let d = dir.to_str().unwrap();
+    let bad = w.run(&["fleet", "rollout", "apply", "--kubernetes-version", "1.33", "--yes", "--kubeconfig-dir", d]);
+    assert!(stderr(&bad).contains("--kubernetes-version 1.33 is not a version like 1.33.4"), "{}", stderr(&bad));
+    let out = w.run(&[
+        "fleet",
+        "rollout",
+        "apply",
+        "--kubernetes-version",
+        "1.33.4",
+        "--yes",
+        "--kubeconfig-dir",
+        d,
+        "--validate-interval",
+        "200ms",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (kubelets, config, proxy, _) = versions(&sim);
+    assert_eq!(kubelets, ["v1.33.4"; 3]);
+    assert_eq!(config, "v1.33.4");
+    assert_eq!(proxy, "registry.k8s.io/kube-proxy:v1.33.4");
+    let status = w.json(&["fleet", "rollout", "status"]);
+    assert_eq!(status["state"], "done", "{status}");
+    assert!(status["stages"][0]["clusters"][0]["from"].as_str().unwrap().ends_with("1.32.6"), "{status}");
+    let revert = w.run(&["fleet", "rollout", "revert", "--yes", "--kubeconfig-dir", d]);
+    assert!(!revert.status.success());
+    assert!(stderr(&revert).contains("kubeadm does not downgrade a control plane"), "{}", stderr(&revert));
+}
