@@ -265,6 +265,16 @@ fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() 
     assert!(images("fdev").iter().all(|i| *i == new));
     assert_eq!(images("fdev").len(), 2, "one control-plane machine and one node, no surplus left");
 
+    // Meanwhile staging's own scheduled AMI job leaves it to the fleet.
+    let own = w.run(&["ami", "rollout", "fstage", "--yes", "--kubeconfig", kc.join("fstage.yaml").to_str().unwrap()]);
+    assert!(own.status.success(), "{}", stderr(&own));
+    assert!(
+        stderr(&own).contains("cluster fstage is in fleet rollout #1 (AMI newest), stage staging, pending"),
+        "{}",
+        stderr(&own)
+    );
+    assert!(images("fstage").iter().all(|i| *i == old));
+
     // The next run takes the dead run's locks over and finishes the job.
     let out = w.run(&args);
     let err = stderr(&out);

@@ -153,6 +153,43 @@ impl Folder {
     }
 }
 
+/// Why `cluster`'s own scheduled AMI job must leave it alone now, if a
+/// fleet rollout holds it. A clusters folder that does not load, or a fleet
+/// without one state store, holds nothing (the job says why at debug level).
+pub async fn holds(
+    dir: &std::path::Path,
+    opts: &crate::spec::LoadOptions,
+    cluster: &str,
+    aws: &crate::cloud::aws::Aws,
+) -> anyhow::Result<Option<String>> {
+    let folder = match Folder::load(dir, opts) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::debug!("no fleet rollout check: {e:#}");
+            return Ok(None);
+        }
+    };
+    let staged = folder.staged();
+    if !staged.iter().any(|c| c == cluster) {
+        return Ok(None);
+    }
+    let url = match folder.state_store(&staged) {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::debug!("no fleet rollout check: {e:#}");
+            return Ok(None);
+        }
+    };
+    // Only look: a store whose bucket does not exist holds nothing (and is not made here).
+    if let Some(bucket) = url.strip_prefix("s3://").map(|r| r.split('/').next().unwrap_or_default()) {
+        if aws.s3.head_bucket().bucket(bucket).send().await.is_err() {
+            return Ok(None);
+        }
+    }
+    let book = run::Book { store: crate::state::Store::open(&url, crate::state::lock::FLEET, Some(aws)).await? };
+    book.holds(cluster).await
+}
+
 impl FleetPlan {
     /// Every cluster in a stage, in order.
     pub fn staged(&self) -> Vec<String> {

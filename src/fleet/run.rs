@@ -110,6 +110,26 @@ impl Book {
         }
     }
 
+    /// Why a cluster's own scheduled AMI job must leave it alone: a fleet
+    /// rollout in progress has it in a stage it has not finished (the
+    /// fleet rolls it when its stage's turn comes).
+    pub async fn holds(&self, cluster: &str) -> Result<Option<String>> {
+        let Some(r) = self.latest().await? else { return Ok(None) };
+        if r.is_finished() {
+            return Ok(None);
+        }
+        let held = r
+            .clusters()
+            .find(|(_, c)| c.name == cluster && matches!(c.state, ClusterState::Pending | ClusterState::Rolling))
+            .map(|(s, c)| {
+                format!(
+                    "cluster {cluster} is in fleet rollout #{} ({}), stage {}, {}: the fleet rolls it in its turn (`pinfleet fleet rollout status`)",
+                    r.number, r.target, s.name, c.state
+                )
+            });
+        Ok(held)
+    }
+
     /// The number a new rollout takes; the latest one moves to `rollouts/`.
     pub async fn retire_latest(&self) -> Result<u64> {
         match self.latest().await? {

@@ -1,6 +1,7 @@
 //! `pinfleet ami rollout CLUSTER`: the scheduled job. Inside the window, it
 //! rolls a newer AMI onto the cluster: the canary group first, a soak, then
-//! the rest, recorded in the state store.
+//! the rest, recorded in the state store. A cluster a fleet rollout in
+//! progress has not rolled yet is left to the fleet.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -43,6 +44,12 @@ pub async fn rollout(g: &GlobalArgs, a: RolloutArgs) -> Result<ExitCode> {
     use crate::ami::job::Decision;
     let now = Utc::now();
     let s = Session::open(g, &a.cluster, &a.cloud).await?;
+    // A fleet rollout in progress rolls this cluster in its stage's turn, not this job.
+    let opts = crate::spec::LoadOptions { known_addons: super::super::validate::known_addons(&g.addons_dir) };
+    if let Some(why) = crate::fleet::holds(&g.clusters_dir, &opts, &a.cluster, &s.aws).await? {
+        writeln!(anstream::stderr(), "{why}; nothing to do")?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let images = if a.window.as_ref().is_some_and(|w| !w.contains(now)) { Vec::new() } else { resolve(&s).await? };
     let (canary, changed) =
         match crate::ami::job::decide(&s.loaded.cluster, images, a.window.as_ref(), a.canary_group.as_deref(), now)? {
