@@ -296,3 +296,23 @@ async fn revert_refuses_a_kubernetes_version() {
     );
     assert!(s.fleet.rolls.lock().unwrap().is_empty());
 }
+
+/// A stage with `approval: true` waits for `approve STAGE` (an object of
+/// its own in the store): the run ends saying so, and the next one, after
+/// the approval, rolls it.
+#[tokio::test(start_paused = true)]
+async fn a_stage_that_needs_approval_waits_for_it() {
+    let yaml = "stages:\n  - {name: dev, selector: env=dev, soak: 0s}\n  - {name: production, selector: env=production, soak: 0s, approval: true}\n";
+    let s = setup(yaml).await;
+    let (r, outcome, _) = apply(&s).await;
+    let Outcome::Waiting { until: None, why } = outcome else { panic!("{outcome:?}") };
+    assert_eq!(why["prod-a"].to_string(), "approval missing: pinfleet fleet rollout approve production");
+    assert_eq!(s.fleet.image("dev-a").0, "ami-new");
+    assert_eq!(s.fleet.image("prod-a").0, "ami-old");
+    s.book.approve(r.number, "production", "ops@laptop", start()).await.unwrap();
+    assert_eq!(s.book.approvals(r.number).await.unwrap(), ["production".to_string()].into());
+    let (r, outcome, _) = apply(&s).await;
+    assert_eq!(outcome, Outcome::Finished);
+    assert_eq!(r.state, RolloutState::Done);
+    assert_eq!(s.fleet.image("prod-c").0, "ami-new");
+}
