@@ -858,3 +858,20 @@ pub fn fleet_status(v: &FleetStatusView) -> String {
     }
     out
 }
+
+/// What `fleet rollout revert` would roll back: each touched cluster, to → from.
+pub fn fleet_revert_preview(r: &crate::fleet::rollout::FleetRollout) -> Option<String> {
+    let back: Vec<String> = r
+        .clusters()
+        .filter(|(_, c)| c.touched())
+        .map(|(_, c)| format!("  {}: {} → {}", c.name, c.to.summary(), c.from.summary()))
+        .collect();
+    (!back.is_empty()).then(|| {
+        format!(
+            "fleet rollout #{} ({}): back to what each cluster ran before\n{}\n",
+            r.number,
+            r.target,
+            back.join("\n")
+        )
+    })
+}

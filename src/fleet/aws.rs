@@ -69,11 +69,6 @@ impl AwsFleet {
         Ok(AwsFleet { members, roll, command, on })
     }
 
-    /// A connection for the fleet's own state store (the first cluster's).
-    pub fn any_aws(&self) -> Option<&Aws> {
-        self.members.values().next().map(|m| &m.aws)
-    }
-
     fn member(&self, name: &str) -> Result<&Member> {
         self.members.get(name).with_context(|| format!("cluster {name} is not in the clusters folder"))
     }
@@ -82,6 +77,31 @@ impl AwsFleet {
         crate::kube::client_from_kubeconfig(&m.kubeconfig, crate::kube::Retry::Never)
             .await
             .with_context(|| format!("connecting to {} with {}", m.cluster.metadata.name, m.kubeconfig.display()))
+    }
+
+    /// The plan with each cluster's from (what it runs now, or why that
+    /// could not be read) and to (the target there).
+    pub async fn plan(
+        &self,
+        folder: &super::Folder,
+        target: &Target,
+        to: &BTreeMap<String, Snapshot>,
+    ) -> super::FleetPlan {
+        let mut from = BTreeMap::new();
+        for name in folder.staged() {
+            let now = match self.current(&name).await {
+                Ok(s) => s.summary(),
+                Err(e) => format!("? ({e:#})"),
+            };
+            from.insert(name, now);
+        }
+        let mut p = super::plan(&folder.spec, &folder.members, target, &from, Utc::now());
+        for c in p.stages.iter_mut().flat_map(|s| s.clusters.iter_mut()) {
+            if let Some(t) = to.get(&c.cluster) {
+                c.to = t.summary();
+            }
+        }
+        p
     }
 
     /// Each cluster's target snapshot (reads only).
@@ -208,4 +228,42 @@ impl Fleet for AwsFleet {
         let on = |e: Event| (self.on)(name, e);
         crate::rollout::run::gate(&m.cluster, &client, &phases, "the stage's soak", self.roll.boot_timeout, &on).await
     }
+}
+
+/// The fleet's book (its state store, in the first staged cluster's region)
+/// and that AWS connection; no cluster's API is contacted.
+pub async fn open_book(folder: &super::Folder, target: crate::cloud::aws::Target) -> Result<(super::run::Book, Aws)> {
+    let staged = folder.staged();
+    let url = folder.state_store(&staged)?;
+    let region = folder
+        .loaded
+        .iter()
+        .find(|l| staged.contains(&l.cluster.metadata.name))
+        .map(|l| l.cluster.spec.cloud.region.clone());
+    let aws = Aws::connect(&crate::cloud::aws::AwsOptions::from_env(target, region)?).await?;
+    let book = super::run::Book::open(&url, Some(&aws))
+        .await
+        .with_context(|| format!("opening the fleet's state store {url}"))?;
+    Ok((book, aws))
+}
+
+/// Each rolling cluster's roll progress record (from its own state store),
+/// when it belongs to this attempt.
+pub async fn rolling_progress(
+    folder: &super::Folder,
+    r: &super::rollout::FleetRollout,
+    aws: &Aws,
+) -> Result<BTreeMap<String, Option<crate::state::progress::RollProgress>>> {
+    use crate::state::progress::{RollProgress, KEY};
+    let mut out = BTreeMap::new();
+    for (_, c) in r.clusters().filter(|(_, c)| c.state == super::rollout::ClusterState::Rolling) {
+        let Some(l) = folder.loaded.iter().find(|l| l.cluster.metadata.name == c.name) else { continue };
+        let store = Store::open(&l.cluster.spec.state_store, &c.name, Some(aws)).await?;
+        let progress = store.get_json::<RollProgress>(KEY).await?;
+        // An older roll's record says nothing of this one.
+        let progress =
+            progress.filter(|p| c.started_at.is_some_and(|t| p.started_at >= t - chrono::Duration::seconds(5)));
+        out.insert(c.name.clone(), progress);
+    }
+    Ok(out)
 }

@@ -282,6 +282,24 @@ impl FleetRollout {
     pub fn is_finished(&self) -> bool {
         self.state != RolloutState::Running
     }
+
+    /// Whether `stage` can be approved: the rollout runs, has it, and it asks for approval.
+    pub fn approvable(&self, stage: &str) -> Result<(), String> {
+        if self.is_finished() {
+            return Err(format!("fleet rollout #{} is {}: nothing to approve", self.number, self.state));
+        }
+        match self.stages.iter().find(|s| s.name == stage) {
+            None => Err(format!(
+                "fleet rollout #{} has no stage {stage} (its stages: {})",
+                self.number,
+                self.stages.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+            )),
+            Some(s) if !s.approval => {
+                Err(format!("stage {stage} does not need an approval (fleet.yaml: approval: false)"))
+            }
+            Some(_) => Ok(()),
+        }
+    }
 }
 
 /// Why a cluster is not moving now.
