@@ -739,8 +739,20 @@ impl FleetStatusView {
         approved: &std::collections::BTreeSet<String>,
         lock: Option<&crate::state::lock::LockInfo>,
         mut groups: std::collections::BTreeMap<String, Vec<FleetGroupRow>>,
+        cluster_locks: &std::collections::BTreeMap<String, crate::state::lock::LockInfo>,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Self {
+        let holder = |l: &crate::state::lock::LockInfo| {
+            format!(
+                "{} on {} (pid {}, `{}`) since {}",
+                l.holder,
+                l.host,
+                l.pid,
+                l.command,
+                l.acquired_at.format("%Y-%m-%d %H:%M:%S UTC")
+            )
+        };
+        let held = |l: &crate::state::lock::LockInfo| format!("lock held by {}", holder(l));
         use crate::fleet::rollout::ClusterState;
         use crate::fleet::rollout::RolloutState;
         let halted = matches!(r.state, RolloutState::Halted(_));
@@ -792,9 +804,13 @@ impl FleetStatusView {
                                 c.from.summary()
                             },
                             to: c.to.summary(),
-                            why: match (&c.state, d.why.get(&c.name)) {
-                                (ClusterState::Failed(e) | ClusterState::RevertFailed(e), _) => e.clone(),
-                                (_, Some(w)) => w.to_string(),
+                            why: match (&c.state, d.why.get(&c.name), cluster_locks.get(&c.name)) {
+                                (ClusterState::Failed(e) | ClusterState::RevertFailed(e), _, _) => e.clone(),
+                                (ClusterState::Pending, Some(w), Some(l)) => {
+                                    format!("{w}; and its lock is held by {}", holder(l))
+                                }
+                                (ClusterState::Pending, None, Some(l)) => held(l),
+                                (_, Some(w), _) => w.to_string(),
                                 _ => String::new(),
                             },
                             groups: groups.remove(&c.name).unwrap_or_default(),
@@ -810,14 +826,11 @@ impl FleetStatusView {
             by: r.by.clone(),
             created_at: r.created_at,
             lock: lock.map(|l| {
-                format!(
-                    "{} on {} (pid {}, `{}`) since {}",
-                    l.holder,
-                    l.host,
-                    l.pid,
-                    l.command,
-                    l.acquired_at.format("%Y-%m-%d %H:%M:%S UTC")
-                )
+                if crate::state::lock::holder_running(l) {
+                    holder(l)
+                } else {
+                    format!("{} — that process is gone from this host; the next apply takes the lock over", holder(l))
+                }
             }),
             stages,
         }

@@ -265,6 +265,32 @@ fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() 
     assert!(images("fdev").iter().all(|i| *i == new));
     assert_eq!(images("fdev").len(), 2, "one control-plane machine and one node, no surplus left");
 
+    // Status says why staging is not moving, including another run holding its lock (from another host).
+    let bucket = w.bucket();
+    let lock = |put: bool| {
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            let aws = w.aws().await;
+            let store = pinfleet::state::Store::open(&format!("s3://{bucket}/clusters"), "fstage", Some(&aws)).await.unwrap();
+            if put {
+                let info = serde_json::json!({"id": "x", "holder": "ops", "host": "elsewhere", "pid": 7, "command": "pinfleet upgrade fstage --yes",
+                    "acquired_at": "2026-11-23T00:00:00Z", "expires_at": "2099-01-01T00:00:00Z"});
+                store.put_json(pinfleet::state::lock::LOCK_KEY, &info).await.unwrap();
+            } else {
+                store.delete(pinfleet::state::lock::LOCK_KEY).await.unwrap();
+            }
+        })
+    };
+    lock(true);
+    let status = w.ok(&["fleet", "rollout", "status"]);
+    assert!(
+        status.contains("stage gate: dev soaking until")
+            && status.contains("lock is held by ops on elsewhere (pid 7, `pinfleet upgrade fstage --yes`)"),
+        "{status}"
+    );
+    // The killed run's fleet lock: its process is gone, and status says what happens next.
+    assert!(status.contains("that process is gone from this host; the next apply takes the lock over"), "{status}");
+    lock(false);
+
     // Meanwhile staging's own scheduled AMI job leaves it to the fleet.
     let own = w.run(&["ami", "rollout", "fstage", "--yes", "--kubeconfig", kc.join("fstage.yaml").to_str().unwrap()]);
     assert!(own.status.success(), "{}", stderr(&own));

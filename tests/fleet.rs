@@ -136,6 +136,7 @@ async fn failures_beyond_max_failures_halt_the_rollout_then_revert_restores_the_
         &Default::default(),
         None,
         Default::default(),
+        &Default::default(),
         start() + chrono::Duration::hours(2),
     );
     insta::assert_snapshot!("fleet_status_halted", pinfleet::output::fleet_status(&view));
@@ -238,6 +239,16 @@ fn status_shows_a_rolling_clusters_groups_and_why_the_rest_wait() {
         &Default::default(),
         Some(&lock),
         groups,
+        // Someone's upgrade holds a production cluster's own lock.
+        &[(
+            "prod-b".to_string(),
+            pinfleet::state::lock::LockInfo {
+                pid: 77,
+                command: "pinfleet upgrade prod-b --yes".into(),
+                ..lock.clone()
+            },
+        )]
+        .into(),
         start() + chrono::Duration::minutes(3),
     );
     insta::assert_snapshot!("fleet_status_rolling", pinfleet::output::fleet_status(&view));

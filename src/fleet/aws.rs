@@ -267,3 +267,23 @@ pub async fn rolling_progress(
     }
     Ok(out)
 }
+
+/// The cluster locks held on clusters the rollout has not rolled yet (by
+/// an `upgrade`, an AMI job, another tool's run): each such cluster waits
+/// for that run to end.
+pub async fn pending_locks(
+    folder: &super::Folder,
+    r: &super::rollout::FleetRollout,
+    aws: &Aws,
+) -> Result<BTreeMap<String, crate::state::lock::LockInfo>> {
+    use crate::state::lock::{LockInfo, LOCK_KEY};
+    let mut out = BTreeMap::new();
+    for (_, c) in r.clusters().filter(|(_, c)| c.state == super::rollout::ClusterState::Pending) {
+        let Some(l) = folder.loaded.iter().find(|l| l.cluster.metadata.name == c.name) else { continue };
+        let store = Store::open(&l.cluster.spec.state_store, &c.name, Some(aws)).await?;
+        if let Some(info) = store.get_json::<LockInfo>(LOCK_KEY).await? {
+            out.insert(c.name.clone(), info);
+        }
+    }
+    Ok(out)
+}

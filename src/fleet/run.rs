@@ -239,11 +239,13 @@ async fn drive<F: Fleet>(
             r = latest;
         }
     }
+    // Notes are shown once what they say is in the store.
+    let mut said: Vec<Note> = Vec::new();
     let again = r.resume();
     if !again.is_empty() {
-        on(Note::Resumed { number: r.number, clusters: again });
+        said.push(Note::Resumed { number: r.number, clusters: again });
     }
-    book.save(&r).await?;
+    save(book, &r, &mut said, on).await?;
     let mut running: FuturesUnordered<Rolling<'_>> = FuturesUnordered::new();
     loop {
         let approved = book.approvals(r.number).await?;
@@ -253,25 +255,25 @@ async fn drive<F: Fleet>(
             if running.is_empty() {
                 r.state = RolloutState::Halted(reason.clone());
                 r.finished_at = Some(now);
-                book.save(&r).await?;
-                on(Note::Halted { reason: reason.clone() });
+                said.push(Note::Halted { reason: reason.clone() });
+                save(book, &r, &mut said, on).await?;
                 return Ok((r, Outcome::Halted(reason.clone())));
             }
         } else if let Some(i) = d.rolled {
             let s = &mut r.stages[i];
             s.rolled_at = Some(now);
             let until = s.soak_until().unwrap_or(now);
-            on(Note::Soaking { stage: s.name.clone(), until });
-            book.save(&r).await?;
+            said.push(Note::Soaking { stage: s.name.clone(), until });
+            save(book, &r, &mut said, on).await?;
             continue;
         } else if let Some(i) = d.gate {
-            gate_stage(fleet, book, &mut r, i, clock, on).await?;
+            gate_stage(fleet, book, &mut r, i, clock, &mut said, on).await?;
             continue;
         } else if d.finished {
             r.state = RolloutState::Done;
             r.finished_at = Some(now);
-            book.save(&r).await?;
-            on(Note::Finished { number: r.number });
+            said.push(Note::Finished { number: r.number });
+            save(book, &r, &mut said, on).await?;
             return Ok((r, Outcome::Finished));
         } else {
             for name in &d.start {
@@ -296,11 +298,11 @@ async fn drive<F: Fleet>(
                             let error = format!("reading what it runs: {e:#}");
                             c.state = ClusterState::Failed(error.clone());
                             c.finished_at = Some(now);
-                            on(Note::Failed { cluster: name.clone(), error });
+                            said.push(Note::Failed { cluster: name.clone(), error });
                             continue;
                         }
                     }
-                    on(Note::Started {
+                    said.push(Note::Started {
                         stage: stage.clone(),
                         cluster: name.clone(),
                         attempt: c.attempts,
@@ -309,7 +311,7 @@ async fn drive<F: Fleet>(
                     });
                     (stage, c.to.clone())
                 };
-                book.save(&r).await?;
+                save(book, &r, &mut said, on).await?;
                 let name = name.clone();
                 running.push(Box::pin(async move {
                     let started = tokio::time::Instant::now();
@@ -324,6 +326,7 @@ async fn drive<F: Fleet>(
         }
         if running.is_empty() {
             let why: BTreeMap<String, String> = d.why.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+            flush(&mut said, on);
             on(Note::Waiting { until: d.wake, why });
             match d.wake {
                 Some(t) if opts.wait => {
@@ -343,7 +346,7 @@ async fn drive<F: Fleet>(
                     Ok(()) => {
                         c.state = ClusterState::Done;
                         c.finished_at = Some(now);
-                        on(Note::Done { cluster: name, seconds });
+                        said.push(Note::Done { cluster: name, seconds });
                     }
                     Err(e) => match e.downcast_ref::<LockError>() {
                         Some(LockError::Held { info, .. }) => {
@@ -351,20 +354,33 @@ async fn drive<F: Fleet>(
                             c.state = ClusterState::Pending;
                             c.blocked = Some(holder.clone());
                             c.blocked_until = Some(now + chrono::Duration::from_std(opts.lock_retry).unwrap_or_default());
-                            on(Note::Blocked { cluster: name, holder });
+                            said.push(Note::Blocked { cluster: name, holder });
                         }
                         None => {
                             let error = format!("{e:#}");
                             c.state = ClusterState::Failed(error.clone());
                             c.finished_at = Some(now);
-                            on(Note::Failed { cluster: name, error });
+                            said.push(Note::Failed { cluster: name, error });
                         }
                     },
                 }
-                book.save(&r).await?;
+                save(book, &r, &mut said, on).await?;
             }
             _ = sleep_until_or_forever(wake) => {}
         }
+    }
+}
+
+/// Writes the record, then shows what it says.
+async fn save(book: &Book, r: &FleetRollout, said: &mut Vec<Note>, on: &dyn Fn(Note)) -> Result<()> {
+    book.save(r).await?;
+    flush(said, on);
+    Ok(())
+}
+
+fn flush(said: &mut Vec<Note>, on: &dyn Fn(Note)) {
+    for n in said.drain(..) {
+        on(n);
     }
 }
 
@@ -384,10 +400,12 @@ async fn gate_stage<F: Fleet>(
     r: &mut FleetRollout,
     i: usize,
     clock: Clock,
+    said: &mut Vec<Note>,
     on: &dyn Fn(Note),
 ) -> Result<()> {
     let names: Vec<String> =
         r.stages[i].clusters.iter().filter(|c| c.state == ClusterState::Done).map(|c| c.name.clone()).collect();
+    // The gate is about to run: said now.
     on(Note::Gate { stage: r.stages[i].name.clone(), clusters: names.clone() });
     let results = futures::future::join_all(names.iter().map(|n| fleet.gate(n))).await;
     let now = clock.now();
@@ -398,14 +416,14 @@ async fn gate_stage<F: Fleet>(
             let error = format!("stage gate: {e:#}");
             let c = r.cluster_mut(name).expect("a cluster of the stage");
             c.state = ClusterState::Failed(error.clone());
-            on(Note::Failed { cluster: name.clone(), error });
+            said.push(Note::Failed { cluster: name.clone(), error });
         }
     }
     if !failed {
         r.stages[i].passed_at = Some(now);
-        on(Note::Passed { stage: r.stages[i].name.clone() });
+        said.push(Note::Passed { stage: r.stages[i].name.clone() });
     }
-    book.save(r).await
+    save(book, r, said, on).await
 }
 
 /// Rolls every cluster the rollout touched back to what it ran before,
@@ -428,6 +446,7 @@ pub async fn revert<F: Fleet>(
         }
     }
     Lock::with(&book.store, command, async {
+        let mut said: Vec<Note> = Vec::new();
         if let Some(latest) = book.latest().await? {
             if latest.number == r.number {
                 r = latest;
@@ -453,15 +472,15 @@ pub async fn revert<F: Fleet>(
                 match result {
                     Ok(()) => {
                         c.state = ClusterState::Reverted;
-                        on(Note::Reverted { cluster: name.clone(), to: to.summary() });
+                        said.push(Note::Reverted { cluster: name.clone(), to: to.summary() });
                     }
                     Err(e) => {
                         let error = format!("{e:#}");
                         c.state = ClusterState::RevertFailed(error.clone());
-                        on(Note::RevertFailed { cluster: name.clone(), error });
+                        said.push(Note::RevertFailed { cluster: name.clone(), error });
                     }
                 }
-                book.save(&r).await?;
+                save(book, &r, &mut said, on).await?;
             }
         }
         let failed: Vec<&str> = r

@@ -56,7 +56,7 @@ fn unlock_command(cluster: &str) -> String {
 
 /// Whether the process that took a lock on this host still runs (a zombie
 /// does not). Without /proc, every holder counts as running.
-fn holder_running(info: &LockInfo) -> bool {
+pub fn holder_running(info: &LockInfo) -> bool {
     if !std::path::Path::new("/proc/self").exists() || info.host != whoami().1 {
         return true;
     }

@@ -27,7 +27,8 @@ pub async fn status(g: &GlobalArgs, folder: &Folder, cloud: &CloudArgs) -> Resul
             Some((name, crate::output::fleet_group_rows(&l.cluster, progress.as_ref())))
         })
         .collect();
-    let view = crate::output::FleetStatusView::new(&r, &windows, &approved, lock.as_ref(), groups, Utc::now());
+    let locks = crate::fleet::aws::pending_locks(folder, &r, &aws).await?;
+    let view = crate::output::FleetStatusView::new(&r, &windows, &approved, lock.as_ref(), groups, &locks, Utc::now());
     match g.output {
         Format::Text => write!(anstream::stdout(), "{}", crate::output::fleet_status(&view))?,
         other => crate::output::print_data(other, &view)?,
