@@ -84,16 +84,12 @@ impl Session {
     /// commands pass false and see an empty store instead).
     pub async fn store(&self, create: bool) -> Result<Option<Store>> {
         let url = &self.loaded.cluster.spec.state_store;
-        if !create && url.starts_with("s3://") {
-            let bucket = url.trim_start_matches("s3://").split('/').next().unwrap_or_default();
-            if self.aws.s3.head_bucket().bucket(bucket).send().await.is_err() {
-                return Ok(None);
-            }
-        }
-        Store::open(url, self.name(), Some(&self.aws))
-            .await
-            .map(Some)
-            .with_context(|| format!("opening state store {url}"))
+        let opened = if create {
+            Store::open(url, self.name(), Some(&self.aws)).await.map(Some)
+        } else {
+            Store::open_existing(url, self.name(), Some(&self.aws)).await
+        };
+        opened.with_context(|| format!("opening state store {url}"))
     }
 
     /// What a roll needs: the state store and PKI of a bootstrapped cluster,

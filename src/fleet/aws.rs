@@ -231,8 +231,13 @@ impl Fleet for AwsFleet {
 }
 
 /// The fleet's book (its state store, in the first staged cluster's region)
-/// and that AWS connection; no cluster's API is contacted.
-pub async fn open_book(folder: &super::Folder, target: crate::cloud::aws::Target) -> Result<(super::run::Book, Aws)> {
+/// and that AWS connection; no cluster's API is contacted. `create`: make
+/// a missing S3 bucket (else a missing one means no rollout was started).
+pub async fn open_book(
+    folder: &super::Folder,
+    target: crate::cloud::aws::Target,
+    create: bool,
+) -> Result<(super::run::Book, Aws)> {
     let staged = folder.staged();
     let url = folder.state_store(&staged)?;
     let region = folder
@@ -241,10 +246,15 @@ pub async fn open_book(folder: &super::Folder, target: crate::cloud::aws::Target
         .find(|l| staged.contains(&l.cluster.metadata.name))
         .map(|l| l.cluster.spec.cloud.region.clone());
     let aws = Aws::connect(&crate::cloud::aws::AwsOptions::from_env(target, region)?).await?;
-    let book = super::run::Book::open(&url, Some(&aws))
-        .await
+    let store = if create {
+        Some(Store::open(&url, crate::state::lock::FLEET, Some(&aws)).await)
+    } else {
+        Store::open_existing(&url, crate::state::lock::FLEET, Some(&aws)).await.transpose()
+    };
+    let store = store
+        .with_context(|| format!("the fleet's state store {url} does not exist: no fleet rollout has been started"))?
         .with_context(|| format!("opening the fleet's state store {url}"))?;
-    Ok((book, aws))
+    Ok((super::run::Book { store }, aws))
 }
 
 /// Each rolling cluster's roll progress record (from its own state store),
@@ -258,7 +268,9 @@ pub async fn rolling_progress(
     let mut out = BTreeMap::new();
     for (_, c) in r.clusters().filter(|(_, c)| c.state == super::rollout::ClusterState::Rolling) {
         let Some(l) = folder.loaded.iter().find(|l| l.cluster.metadata.name == c.name) else { continue };
-        let store = Store::open(&l.cluster.spec.state_store, &c.name, Some(aws)).await?;
+        let Some(store) = Store::open_existing(&l.cluster.spec.state_store, &c.name, Some(aws)).await? else {
+            continue;
+        };
         let progress = store.get_json::<RollProgress>(KEY).await?;
         // An older roll's record says nothing of this one.
         let progress =
@@ -280,7 +292,9 @@ pub async fn pending_locks(
     let mut out = BTreeMap::new();
     for (_, c) in r.clusters().filter(|(_, c)| c.state == super::rollout::ClusterState::Pending) {
         let Some(l) = folder.loaded.iter().find(|l| l.cluster.metadata.name == c.name) else { continue };
-        let store = Store::open(&l.cluster.spec.state_store, &c.name, Some(aws)).await?;
+        let Some(store) = Store::open_existing(&l.cluster.spec.state_store, &c.name, Some(aws)).await? else {
+            continue;
+        };
         if let Some(info) = store.get_json::<LockInfo>(LOCK_KEY).await? {
             out.insert(c.name.clone(), info);
         }

@@ -181,13 +181,10 @@ pub async fn holds(
         }
     };
     // Only look: a store whose bucket does not exist holds nothing (and is not made here).
-    if let Some(bucket) = url.strip_prefix("s3://").map(|r| r.split('/').next().unwrap_or_default()) {
-        if aws.s3.head_bucket().bucket(bucket).send().await.is_err() {
-            return Ok(None);
-        }
+    match crate::state::Store::open_existing(&url, crate::state::lock::FLEET, Some(aws)).await? {
+        Some(store) => run::Book { store }.holds(cluster).await,
+        None => Ok(None),
     }
-    let book = run::Book { store: crate::state::Store::open(&url, crate::state::lock::FLEET, Some(aws)).await? };
-    book.holds(cluster).await
 }
 
 impl FleetPlan {

@@ -72,6 +72,18 @@ impl Store {
         Ok(Store { backend, cluster: cluster.to_string(), url: url.to_string() })
     }
 
+    /// [`Store::open`] for reading only: an S3 bucket that does not exist
+    /// is no store (None), and is not created.
+    pub async fn open_existing(url: &str, cluster: &str, aws: Option<&Aws>) -> Result<Option<Store>> {
+        if let (Some(rest), Some(aws)) = (url.strip_prefix("s3://"), aws) {
+            let bucket = rest.split('/').next().unwrap_or_default();
+            if aws.s3.head_bucket().bucket(bucket).send().await.is_err() {
+                return Ok(None);
+            }
+        }
+        Store::open(url, cluster, aws).await.map(Some)
+    }
+
     pub fn cluster(&self) -> &str {
         &self.cluster
     }

@@ -16,7 +16,7 @@ use crate::fleet::{self, Folder};
 pub async fn apply(g: &GlobalArgs, folder: &Folder, a: ApplyArgs) -> Result<ExitCode> {
     let target = a.target.target()?;
     let (plan, fleet) = connect(g, folder, &target, &a.cloud, Some(&a.roll)).await?;
-    let (book, _) = crate::fleet::aws::open_book(folder, super::aws_target(&a.cloud)?).await?;
+    let (book, _) = crate::fleet::aws::open_book(folder, super::aws_target(&a.cloud)?, true).await?;
     let record = match book.in_progress(&target).await? {
         Some(r) => {
             let since = r.created_at.format("%Y-%m-%d %H:%M UTC");

@@ -11,7 +11,7 @@ use super::ApproveArgs;
 use crate::fleet::Folder;
 
 pub async fn approve(folder: &Folder, a: ApproveArgs) -> Result<ExitCode> {
-    let (book, _) = crate::fleet::aws::open_book(folder, super::aws_target(&a.cloud)?).await?;
+    let (book, _) = crate::fleet::aws::open_book(folder, super::aws_target(&a.cloud)?, false).await?;
     let r = book.latest().await?.context("no fleet rollout has been started (`pinfleet fleet rollout apply`)")?;
     r.approvable(&a.stage).map_err(anyhow::Error::msg)?;
     let (who, host) = crate::state::whoami();

@@ -14,7 +14,7 @@ use crate::fleet::Folder;
 use crate::output::Format;
 
 pub async fn status(g: &GlobalArgs, folder: &Folder, cloud: &CloudArgs) -> Result<ExitCode> {
-    let (book, aws) = crate::fleet::aws::open_book(folder, super::aws_target(cloud)?).await?;
+    let (book, aws) = crate::fleet::aws::open_book(folder, super::aws_target(cloud)?, false).await?;
     let r = book.latest().await?.context("no fleet rollout has been started (`pinfleet fleet rollout apply`)")?;
     let approved = book.approvals(r.number).await?;
     let lock = book.store.get_json::<crate::state::lock::LockInfo>(crate::state::lock::LOCK_KEY).await?;

@@ -13,7 +13,7 @@ pub async fn unlock(folder: &Folder, a: UnlockArgs) -> Result<ExitCode> {
     if !a.force {
         bail!("this removes the fleet lock whoever holds it; say --force");
     }
-    let (book, _) = crate::fleet::aws::open_book(folder, super::aws_target(&a.cloud)?).await?;
+    let (book, _) = crate::fleet::aws::open_book(folder, super::aws_target(&a.cloud)?, false).await?;
     match crate::state::lock::force_unlock(&book.store).await? {
         Some(info) => writeln!(
             anstream::stderr(),
