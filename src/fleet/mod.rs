@@ -125,9 +125,9 @@ impl Folder {
         Ok(Folder { spec, loaded, members })
     }
 
-    /// The clusters some stage selects (whatever the target).
+    /// The clusters some stage selects, in order.
     pub fn staged(&self) -> Vec<String> {
-        plan(&self.spec, &self.members, &Target::Ami(String::new()), &BTreeMap::new(), chrono::Utc::now()).staged()
+        stage_members(&self.spec, &self.members).into_iter().flatten().map(|m| m.name.clone()).collect()
     }
 
     /// Where the fleet's rollouts live: `stateStore` in fleet.yaml, else the
@@ -217,6 +217,29 @@ pub fn next_opening(spec: &FleetSpec, m: &Member, t: DateTime<Utc>) -> Option<Da
     ws.iter().filter_map(|w| w.next_open(t)).min()
 }
 
+/// Each stage's clusters, in order: a cluster goes to the first stage
+/// whose selector matches it; within a stage by region and name, the
+/// canary (the first labelled `canary: "true"`, else the first) first
+/// where the stage asks for one.
+pub fn stage_members<'a>(spec: &FleetSpec, members: &'a [Member]) -> Vec<Vec<&'a Member>> {
+    let mut taken: std::collections::BTreeSet<&str> = Default::default();
+    let mut out = Vec::new();
+    for s in &spec.stages {
+        let mut chosen: Vec<&Member> =
+            members.iter().filter(|m| !taken.contains(m.name.as_str()) && s.selector.matches(&m.labels)).collect();
+        chosen.sort_by(|a, b| (&a.region, &a.name).cmp(&(&b.region, &b.name)));
+        if s.canary {
+            if let Some(i) = chosen.iter().position(|m| m.labels.get("canary").is_some_and(|v| v == "true")) {
+                let c = chosen.remove(i);
+                chosen.insert(0, c);
+            }
+        }
+        taken.extend(chosen.iter().map(|m| m.name.as_str()));
+        out.push(chosen);
+    }
+    out
+}
+
 /// The plan (pure). `from`: each cluster's present image or version.
 pub fn plan(
     spec: &FleetSpec,
@@ -229,23 +252,10 @@ pub fn plan(
         Target::Ami(a) => a.clone(),
         Target::KubernetesVersion(v) => v.clone(),
     };
-    let mut taken: std::collections::BTreeSet<&str> = Default::default();
     let mut stages = Vec::new();
     let mut start = now;
-    for s in &spec.stages {
-        let mut chosen: Vec<&Member> =
-            members.iter().filter(|m| !taken.contains(m.name.as_str()) && s.selector.matches(&m.labels)).collect();
-        chosen.sort_by(|a, b| (&a.region, &a.name).cmp(&(&b.region, &b.name)));
-        // The canary: the first cluster labelled `canary: "true"`, else the first in order.
-        if s.canary {
-            if let Some(i) = chosen.iter().position(|m| m.labels.get("canary").is_some_and(|v| v == "true")) {
-                let c = chosen.remove(i);
-                chosen.insert(0, c);
-            }
-        }
-        for m in &chosen {
-            taken.insert(m.name.as_str());
-        }
+    let staged = stage_members(spec, members);
+    for (s, chosen) in spec.stages.iter().zip(&staged) {
         let clusters = chosen
             .iter()
             .enumerate()
@@ -272,6 +282,7 @@ pub fn plan(
         // The next stage waits for this one's soak (rolls take their own time on top).
         start += chrono::Duration::from_std(s.soak).unwrap_or_default();
     }
+    let taken: std::collections::BTreeSet<&str> = staged.iter().flatten().map(|m| m.name.as_str()).collect();
     let unstaged = members.iter().filter(|m| !taken.contains(m.name.as_str())).map(|m| m.name.clone()).collect();
     FleetPlan { target: target.clone(), stages, unstaged }
 }
