@@ -87,14 +87,20 @@ impl AwsFleet {
         target: &Target,
         to: &BTreeMap<String, Snapshot>,
     ) -> super::FleetPlan {
-        let mut from = BTreeMap::new();
-        for name in folder.staged() {
-            let now = match self.current(&name).await {
-                Ok(s) => s.summary(),
-                Err(e) => format!("? ({e:#})"),
-            };
-            from.insert(name, now);
-        }
+        // Every cluster read at once (each is an observation and an API call).
+        let staged = folder.staged();
+        let reads = futures::future::join_all(staged.iter().map(|name| self.current(name))).await;
+        let from: BTreeMap<String, String> = staged
+            .into_iter()
+            .zip(reads)
+            .map(|(name, read)| {
+                let now = match read {
+                    Ok(s) => s.summary(),
+                    Err(e) => format!("? ({e:#})"),
+                };
+                (name, now)
+            })
+            .collect();
         let mut p = super::plan(&folder.spec, &folder.members, target, &from, Utc::now());
         for c in p.stages.iter_mut().flat_map(|s| s.clusters.iter_mut()) {
             if let Some(t) = to.get(&c.cluster) {
@@ -106,12 +112,10 @@ impl AwsFleet {
 
     /// Each cluster's target snapshot (reads only).
     pub async fn targets(&self, target: &Target, now: DateTime<Utc>) -> Result<BTreeMap<String, Snapshot>> {
-        let mut out = BTreeMap::new();
-        for (name, m) in &self.members {
-            let snap = to(m, target, now).await.with_context(|| format!("cluster {name}"))?;
-            out.insert(name.clone(), snap);
-        }
-        Ok(out)
+        let reads = self.members.iter().map(|(name, m)| async move {
+            to(m, target, now).await.with_context(|| format!("cluster {name}")).map(|snap| (name.clone(), snap))
+        });
+        futures::future::try_join_all(reads).await.map(|v| v.into_iter().collect())
     }
 }
 
