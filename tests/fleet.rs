@@ -33,6 +33,8 @@ struct Setup {
     fleet: Rehearsal,
     book: Book,
     record: FleetRollout,
+    spec: FleetSpec,
+    members: Vec<Member>,
     _dir: tempfile::TempDir,
 }
 
@@ -59,23 +61,27 @@ async fn setup(fleet_yaml: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let book = Book::open(&format!("file://{}", dir.path().display()), None).await.unwrap();
     let record = FleetRollout::new(1, &p, &spec, &to, "test", start());
-    Setup { fleet, book, record, _dir: dir }
+    Setup { fleet, book, record, spec, members, _dir: dir }
 }
 
 const STAGES: &str = "stages:\n  - {name: dev, selector: env=dev, soak: 1h}\n  - {name: staging, selector: env=staging, soak: 2h}\n  - {name: production, selector: env=production, soak: 0s, canary: true, maxFailures: 0}\n";
 
 /// One run of apply on the setup's record: what it returned and printed.
-async fn try_apply(s: &Setup, command: &str) -> anyhow::Result<(FleetRollout, Outcome, Vec<Note>)> {
+async fn try_apply(
+    s: &Setup,
+    command: &str,
+    windows: &dyn pinfleet::fleet::rollout::Windows,
+) -> anyhow::Result<(FleetRollout, Outcome, Vec<Note>)> {
     let notes = std::sync::Mutex::new(Vec::new());
     let clock = Clock::starting(start());
     let on = |n| notes.lock().unwrap().push(n);
     let (r, o) =
-        run::apply(&s.fleet, &s.book, s.record.clone(), &Always, clock, run::Options::default(), command, &on).await?;
+        run::apply(&s.fleet, &s.book, s.record.clone(), windows, clock, run::Options::default(), command, &on).await?;
     Ok((r, o, notes.into_inner().unwrap()))
 }
 
 async fn apply(s: &Setup) -> (FleetRollout, Outcome, Vec<Note>) {
-    try_apply(s, "pinfleet fleet rollout apply --ami ami-new").await.unwrap()
+    try_apply(s, "pinfleet fleet rollout apply --ami ami-new", &Always).await.unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -166,7 +172,7 @@ async fn failures_beyond_max_failures_halt_the_rollout_then_revert_restores_the_
 async fn a_second_writer_is_refused_with_the_holders_name() {
     let s = setup(STAGES).await;
     let held = Lock::acquire(&s.book.store, "pinfleet fleet rollout apply --ami ami-new").await.unwrap();
-    let err = try_apply(&s, "second").await.unwrap_err().to_string();
+    let err = try_apply(&s, "second", &Always).await.unwrap_err().to_string();
     let me = pinfleet::state::whoami().0;
     assert!(err.starts_with(&format!("the fleet is locked by {me} on")), "{err}");
     assert!(
@@ -264,28 +270,7 @@ fn status_shows_a_rolling_clusters_groups_and_why_the_rest_wait() {
 async fn a_closed_window_holds_a_cluster_until_it_opens() {
     let yaml = "stages:\n  - {name: production, selector: env=production, soak: 0s}\nwindows:\n  - {cluster: prod-b, window: \"Tue 02:00-05:00 America/Los_Angeles\"}\n";
     let s = setup(yaml).await;
-    let spec = FleetSpec::parse(yaml).unwrap();
-    let members: Vec<Member> = FLEET
-        .iter()
-        .map(|(n, env)| Member {
-            name: n.to_string(),
-            labels: [("env".to_string(), env.to_string())].into(),
-            region: "us-east-1".into(),
-        })
-        .collect();
-    let windows = (&spec, &members[..]);
-    let (r, outcome) = run::apply(
-        &s.fleet,
-        &s.book,
-        s.record.clone(),
-        &windows,
-        Clock::starting(start()),
-        run::Options::default(),
-        "apply",
-        &|_| {},
-    )
-    .await
-    .unwrap();
+    let (r, outcome, _) = try_apply(&s, "apply", &(&s.spec, &s.members[..])).await.unwrap();
     assert_eq!(outcome, Outcome::Finished);
     let started = |n: &str| r.clusters().find(|(_, c)| c.name == n).unwrap().1.started_at.unwrap();
     assert_eq!(started("prod-a"), start());
