@@ -18,7 +18,7 @@ fn tagged_resources(w: &World) -> Vec<String> {
     rt.block_on(async {
         std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
         std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
-        let aws = connect(w).await;
+        let aws = w.aws().await;
         let f = || aws_sdk_ec2::types::Filter::builder().name("tag:pinfleet.dev/cluster").values(&w.cluster).build();
         let ec2 = &aws.ec2;
         let mut out = Vec::new();
@@ -92,17 +92,6 @@ fn tagged_resources(w: &World) -> Vec<String> {
         }
         out
     })
-}
-
-/// An SDK client in the test's moto account.
-async fn connect(w: &World) -> pinfleet::cloud::aws::Aws {
-    pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
-        region: Some("us-east-1".into()),
-        moto_account: Some(w.account.clone()),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
 }
 
 /// Runs `f` with this process's AWS environment pointed at the shared moto
@@ -179,7 +168,7 @@ fn bootstrap_creates_the_cluster_and_a_second_plan_has_no_changes() {
     with_aws_env(&w, || {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let aws = connect(&w).await;
+            let aws = w.aws().await;
             let b = w.bucket();
             // moto 5.2.5 answers GetBucketVersioning under a root element the
             // SDK rejects; its body still says whether versioning is on.
@@ -317,7 +306,7 @@ fn destroy_leaves_nothing_tagged() {
     // Nor do the CA keys and the join token machines fetched stay in the bucket.
     let machine = with_aws_env(&w, || {
         tokio::runtime::Runtime::new().unwrap().block_on(async {
-            let aws = connect(&w).await;
+            let aws = w.aws().await;
             let store = pinfleet::state::Store::open(&format!("s3://{}/clusters", w.bucket()), "gone", Some(&aws))
                 .await
                 .unwrap();
@@ -460,7 +449,7 @@ fn orphans_are_resources_whose_cluster_is_gone_and_machines_nobody_owns() {
     let stray = with_aws_env(&w, || {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let aws = connect(&w).await;
+            let aws = w.aws().await;
             let subnet = aws
                 .ec2
                 .describe_subnets()
@@ -529,7 +518,7 @@ fn the_node_simulator_registers_a_node_per_running_instance() {
     with_aws_env(&w, || {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let aws = connect(&w).await;
+            let aws = w.aws().await;
             let instances = pinfleet::cli::get::list_instances(&aws, Some("nodesim"), false).await.unwrap();
             assert_eq!(instances.len(), 5);
             let cfg = pinfleet::sim::nodes::Ec2Nodes {
@@ -630,7 +619,7 @@ fn user_data_says_where_to_look_and_carries_no_key_material() {
     w.ok(&["bootstrap", "secrets", "--yes"]);
     with_aws_env(&w, || {
         tokio::runtime::Runtime::new().unwrap().block_on(async {
-            let aws = connect(&w).await;
+            let aws = w.aws().await;
             let url = format!("s3://{}/clusters", w.bucket());
             let store = pinfleet::state::Store::open(&url, "secrets", Some(&aws)).await.unwrap();
             let pki = pinfleet::state::pki::Pki::load(&store).await.unwrap().unwrap();
@@ -700,7 +689,7 @@ fn the_approver_reads_a_machines_names_from_ec2() {
     let machine = w.instances_in("general")[0]["id"].as_str().unwrap().to_string();
     with_aws_env(&w, || {
         tokio::runtime::Runtime::new().unwrap().block_on(async {
-            let aws = connect(&w).await;
+            let aws = w.aws().await;
             let instances = pinfleet::cli::get::list_instances(&aws, Some("names"), false).await.unwrap();
             let i = instances.iter().find(|i| i.id == machine).unwrap();
             let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
@@ -715,7 +704,7 @@ fn the_approver_reads_a_machines_names_from_ec2() {
             // A node without an AWS provider ID has no machine to check against.
             let bare: k8s_openapi::api::core::v1::Node =
                 serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}})).unwrap();
-            let aws = connect(&w).await;
+            let aws = w.aws().await;
             let err = pinfleet::controller::serving::FromEc2(aws).addresses(&bare).await.unwrap_err().to_string();
             assert!(err.contains("no AWS provider ID"), "{err}");
         })
