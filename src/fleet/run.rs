@@ -276,8 +276,9 @@ async fn drive<F: Fleet>(
             save(book, &r, &mut said, on).await?;
             return Ok((r, Outcome::Finished));
         } else {
-            for name in &d.start {
-                let from = fleet.current(name).await;
+            // What each starting cluster runs, read at once.
+            let froms = futures::future::join_all(d.start.iter().map(|name| fleet.current(name))).await;
+            for (name, from) in d.start.iter().zip(froms) {
                 let (stage, to) = {
                     let stage = r.stages.iter().find(|s| s.clusters.iter().any(|c| &c.name == name));
                     let stage = stage.map(|s| s.name.clone()).unwrap_or_default();
