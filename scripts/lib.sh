@@ -37,10 +37,24 @@ ensure_command() {
     echo "need ${cmd}: run 'sudo apt-get install ${pkg}'" >&2
     return 1
   fi
+  apt_install "${pkg}"
+}
+
+# Installs Debian packages. Another package install running on the machine
+# holds dpkg's lock: apt waits for it (up to 10 minutes) instead of failing,
+# and a failed install is retried once, saying so.
+apt_install() {
+  local apt=(apt-get -o DPkg::Lock::Timeout=600 -q)
   if [[ ! -f /tmp/.pinfleet-apt-updated ]]; then
-    apt-get update -q >/dev/null && touch /tmp/.pinfleet-apt-updated
+    "${apt[@]}" update >/dev/null && touch /tmp/.pinfleet-apt-updated
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${pkg}" >/dev/null
+  if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y --no-install-recommends "$@" >/dev/null; then
+    # dpkg fails a package whose setup raced another install: finish what
+    # was left half-configured, then try once more.
+    log "installing $* failed; finishing half-configured packages and trying once more"
+    DEBIAN_FRONTEND=noninteractive dpkg --configure -a || true
+    DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y --no-install-recommends "$@" >/dev/null
+  fi
 }
 
 # A free TCP port on 127.0.0.1.

@@ -220,10 +220,13 @@ pub fn init_tracing(verbose: u8, json: bool) {
     // kube-client logs every failed request at ERROR before returning the
     // error to its caller, which reports it (or, waiting for a new API
     // server, expects it): shown from -vv on.
+    // The AWS SDK's config loader logs every provider it tried (IMDS
+    // refusals with their debug dumps) at WARN where pinfleet reports the
+    // outcome itself in one line: shown from -vv on.
     let default = match verbose {
-        0 if json => "info,kube_client::client::builder=off",
-        0 => "warn,kube_client::client::builder=off",
-        1 => "info,pinfleet=info,kube_client::client::builder=off",
+        0 if json => "info,kube_client::client::builder=off,aws_config=error",
+        0 => "warn,kube_client::client::builder=off,aws_config=error",
+        1 => "info,pinfleet=info,kube_client::client::builder=off,aws_config=error",
         2 => "info,pinfleet=debug",
         _ => "debug,pinfleet=trace",
     };
@@ -640,6 +643,7 @@ pub fn fleet_cluster_event(cluster: &str, e: &crate::rollout::driver::Event, jso
     use crate::rollout::driver::Event;
     if json {
         let mut v = serde_json::to_value(e).ok()?;
+        v["type"] = serde_json::Value::String("cluster".into());
         v["cluster"] = serde_json::Value::String(cluster.to_string());
         return Some(v.to_string());
     }
@@ -803,7 +807,7 @@ impl FleetStatusView {
                             } else {
                                 c.from.summary()
                             },
-                            to: c.to.summary(),
+                            to: c.to.over(&c.from).summary(),
                             why: match (&c.state, d.why.get(&c.name), cluster_locks.get(&c.name)) {
                                 (ClusterState::Failed(e) | ClusterState::RevertFailed(e), _, _) => e.clone(),
                                 (ClusterState::Pending, Some(w), Some(l)) => {
@@ -877,7 +881,7 @@ pub fn fleet_revert_preview(r: &crate::fleet::rollout::FleetRollout) -> Option<S
     let back: Vec<String> = r
         .clusters()
         .filter(|(_, c)| c.touched())
-        .map(|(_, c)| format!("  {}: {} → {}", c.name, c.to.summary(), c.from.summary()))
+        .map(|(_, c)| format!("  {}: {} → {}", c.name, c.to.over(&c.from).summary(), c.from.summary()))
         .collect();
     (!back.is_empty()).then(|| {
         format!(

@@ -11,7 +11,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use chrono::Datelike;
-use support::{stderr, World};
+use support::{stderr, stdout, World};
 
 /// Copies one of moto's x86_64 images under `name` into the world's account.
 fn register_image(w: &World, name: &str) -> String {
@@ -237,7 +237,14 @@ fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() 
         let reader = std::io::BufReader::new(child.stdout.take().unwrap());
         let mut notes = Vec::new();
         for line in reader.lines() {
-            let n: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap_or_default();
+            // One JSON object per line, each with its type.
+            let line = line.unwrap();
+            let n: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            let kind = n["type"].as_str().unwrap_or_else(|| panic!("no type: {line}")).to_string();
+            assert!(["plan", "note", "cluster", "outcome"].contains(&kind.as_str()), "{line}");
+            if kind != "note" {
+                continue;
+            }
             notes.push(n.clone());
             if stop(&n) {
                 break;
@@ -254,6 +261,8 @@ fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() 
         assert!(!second.status.success());
         let err = stderr(&second);
         assert!(err.contains("the fleet is locked by") && err.contains("fleet rollout apply"), "{err}");
+        // Refused before it says anything else.
+        assert!(!err.contains("picking up") && stdout(&second).is_empty(), "{err}");
         std::thread::sleep(Duration::from_millis(1500));
     });
     // The second picks up: dev rolled again (its roll resumes), killed during dev's soak.

@@ -29,7 +29,7 @@ fn examples_extend_the_shared_base() {
     for l in examples() {
         assert_eq!(l.cluster.extends.as_deref(), Some("bases/aws-standard.yaml"), "{}", l.path.display());
         // Inherited from the base, not repeated in the file.
-        assert_eq!(l.cluster.spec.kubernetes_version, "1.33.4");
+        assert_eq!(l.cluster.spec.kubernetes_version, pinfleet::spec::versions::DEFAULT);
     }
 }
 

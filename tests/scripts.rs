@@ -83,3 +83,43 @@ fn nothing_a_script_starts_outlives_it() {
         assert!(left.is_empty(), "{mode}: processes left running: {left:?}");
     }
 }
+
+/// A package install that fails while another install holds the machine's
+/// package manager (a fresh machine's first `scripts/test`): apt waits for
+/// dpkg's lock, and a failed install is finished and tried once more, saying so.
+#[test]
+fn a_package_install_waits_for_the_lock_and_is_retried_once() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let bin = tempfile::tempdir().unwrap();
+    let calls = bin.path().join("calls");
+    let fake = |name: &str, body: &str| {
+        let p = bin.path().join(name);
+        std::fs::write(&p, format!("#!/usr/bin/env bash\necho \"{name} $*\" >>{}\n{body}\n", calls.display())).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    // The first install fails as dpkg does when another install races it; the next succeeds.
+    let marker = bin.path().join("failed-once");
+    fake(
+        "apt-get",
+        &format!(
+            "if [[ \" $* \" == *' install '* && ! -f {m} ]]; then touch {m}; echo 'E: Sub-process /usr/bin/dpkg returned an error code (1)' >&2; exit 100; fi",
+            m = marker.display()
+        ),
+    );
+    fake("dpkg", "exit 0");
+    let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
+    let out = Command::new("bash")
+        .args(["-c", "source scripts/lib.sh && apt_install cloud-init"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("installing cloud-init failed; finishing half-configured packages and trying once more"), "{err}");
+    let calls = std::fs::read_to_string(&calls).unwrap();
+    let installs: Vec<&str> = calls.lines().filter(|l| l.starts_with("apt-get") && l.contains(" install ")).collect();
+    assert_eq!(installs.len(), 2, "tried once more, not more: {calls}");
+    assert!(installs.iter().all(|l| l.contains("DPkg::Lock::Timeout=")), "waits for the lock: {calls}");
+    assert!(calls.lines().any(|l| l == "dpkg --configure -a"), "{calls}");
+}

@@ -153,21 +153,78 @@ fn on_version(w: &World, group: &str) -> BTreeMap<String, usize> {
 
 /// Watches the app's pods and the group's nodes from another thread and
 /// keeps the lowest counts of ready pods and of Ready, schedulable nodes.
+/// Counting starts only once both watches hold their whole initial list
+/// (`synced`): a count taken while the first list is still arriving, one
+/// object at a time, is a partial view, not a broken budget (on a busy
+/// machine the list took longer than any fixed sleep, and the test read
+/// "saw 1" off its own half-filled map).
 struct Watch {
     armed: Arc<AtomicBool>,
+    synced: Arc<AtomicBool>,
     min_pods: Arc<AtomicI64>,
     min_nodes: Arc<AtomicI64>,
     stop: Arc<AtomicBool>,
 }
 
+impl Watch {
+    /// Waits until both watches hold their initial lists, then starts counting.
+    fn arm(&self) {
+        for _ in 0..1200 {
+            if self.synced.load(Ordering::SeqCst) {
+                self.armed.store(true, Ordering::SeqCst);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the watches never listed the pods and nodes (60s)");
+    }
+}
+
+/// A view kept from a watcher's events: the initial list (and every
+/// re-list) is gathered apart and swapped in whole at InitDone.
+#[derive(Default)]
+struct View {
+    current: BTreeMap<String, bool>,
+    listing: Option<BTreeMap<String, bool>>,
+    listed: bool,
+}
+
+impl View {
+    fn apply<K: kube::Resource>(&mut self, e: watcher::Event<K>, ok: impl Fn(&K) -> bool) {
+        let name = |o: &K| o.meta().name.clone().unwrap_or_default();
+        match e {
+            watcher::Event::Init => self.listing = Some(BTreeMap::new()),
+            watcher::Event::InitApply(o) => {
+                self.listing.get_or_insert_with(BTreeMap::new).insert(name(&o), ok(&o));
+            }
+            watcher::Event::InitDone => {
+                self.current = self.listing.take().unwrap_or_default();
+                self.listed = true;
+            }
+            watcher::Event::Apply(o) => {
+                self.current.insert(name(&o), ok(&o));
+            }
+            watcher::Event::Delete(o) => {
+                self.current.remove(&name(&o));
+            }
+        }
+    }
+
+    fn count(&self) -> i64 {
+        self.current.values().filter(|r| **r).count() as i64
+    }
+}
+
 fn watch(sim: &NodeSim, app: &str, group: &str) -> Watch {
     let w = Watch {
         armed: Arc::new(AtomicBool::new(false)),
+        synced: Arc::new(AtomicBool::new(false)),
         min_pods: Arc::new(AtomicI64::new(i64::MAX)),
         min_nodes: Arc::new(AtomicI64::new(i64::MAX)),
         stop: Arc::new(AtomicBool::new(false)),
     };
-    let (armed, min_pods, min_nodes, stop) = (w.armed.clone(), w.min_pods.clone(), w.min_nodes.clone(), w.stop.clone());
+    let (armed, synced, min_pods, min_nodes, stop) =
+        (w.armed.clone(), w.synced.clone(), w.min_pods.clone(), w.min_nodes.clone(), w.stop.clone());
     let (kc, app, group) = (sim.kubeconfig.clone(), app.to_string(), group.to_string());
     std::thread::spawn(move || {
         tokio::runtime::Runtime::new().unwrap().block_on(async move {
@@ -176,32 +233,32 @@ fn watch(sim: &NodeSim, app: &str, group: &str) -> Watch {
             let nodes = kube::Api::<Node>::all(client);
             let mut ps = std::pin::pin!(watcher(pods, watcher::Config::default().labels(&format!("app={app}"))));
             let mut ns = std::pin::pin!(watcher(nodes, watcher::Config::default().labels(&format!("pinfleet.dev/instance-group={group}"))));
-            let mut pod_ready: BTreeMap<String, bool> = BTreeMap::new();
-            let mut node_ok: BTreeMap<String, bool> = BTreeMap::new();
+            let (mut pod_view, mut node_view) = (View::default(), View::default());
             let cond = |cs: Option<&Vec<serde_json::Value>>, t: &str| {
                 cs.is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"))
             };
+            let pod_ok = |p: &Pod| {
+                let v = serde_json::to_value(p).unwrap();
+                v["metadata"]["deletionTimestamp"].is_null() && cond(v["status"]["conditions"].as_array(), "Ready")
+            };
+            let node_ok = |n: &Node| {
+                let v = serde_json::to_value(n).unwrap();
+                v["spec"]["unschedulable"] != true && cond(v["status"]["conditions"].as_array(), "Ready")
+            };
             while !stop.load(Ordering::SeqCst) {
                 tokio::select! {
-                    Some(Ok(e)) = ps.next() => {
-                        for p in applied(e, &mut pod_ready) {
-                            let v = serde_json::to_value(&p).unwrap();
-                            let ok = v["metadata"]["deletionTimestamp"].is_null() && cond(v["status"]["conditions"].as_array(), "Ready");
-                            pod_ready.insert(p.metadata.name.clone().unwrap(), ok);
-                        }
-                    }
-                    Some(Ok(e)) = ns.next() => {
-                        for n in applied(e, &mut node_ok) {
-                            let v = serde_json::to_value(&n).unwrap();
-                            let ok = v["spec"]["unschedulable"] != true && cond(v["status"]["conditions"].as_array(), "Ready");
-                            node_ok.insert(n.metadata.name.clone().unwrap(), ok);
-                        }
-                    }
+                    Some(Ok(e)) = ps.next() => pod_view.apply(e, pod_ok),
+                    Some(Ok(e)) = ns.next() => node_view.apply(e, node_ok),
                     _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                 }
+                if pod_view.listed && node_view.listed {
+                    synced.store(true, Ordering::SeqCst);
+                }
+                // Between a re-list's Init and InitDone the current view is
+                // the last whole one: still a true count.
                 if armed.load(Ordering::SeqCst) {
-                    min_pods.fetch_min(pod_ready.values().filter(|r| **r).count() as i64, Ordering::SeqCst);
-                    min_nodes.fetch_min(node_ok.values().filter(|r| **r).count() as i64, Ordering::SeqCst);
+                    min_pods.fetch_min(pod_view.count(), Ordering::SeqCst);
+                    min_nodes.fetch_min(node_view.count(), Ordering::SeqCst);
                 }
             }
         })
@@ -209,15 +266,38 @@ fn watch(sim: &NodeSim, app: &str, group: &str) -> Watch {
     w
 }
 
-/// Objects an event adds or changes; deletions are removed from `seen`.
-fn applied<K: kube::Resource + Clone>(e: watcher::Event<K>, seen: &mut BTreeMap<String, bool>) -> Vec<K> {
-    match e {
-        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => vec![o],
-        watcher::Event::Delete(o) => {
-            seen.remove(&o.meta().name.clone().unwrap_or_default());
-            vec![]
+/// Busy loops on every core until dropped: the safety properties under test
+/// must hold on a machine with no time to spare (CI ran at load 7-9).
+struct Busy {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Busy {
+    fn every_core() -> Busy {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let threads = (0..cores)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                    }
+                })
+            })
+            .collect();
+        Busy { stop, threads }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
         }
-        _ => vec![],
     }
 }
 
@@ -229,8 +309,9 @@ fn twenty_nodes_roll_with_surge_two_without_breaking_a_budget() {
     kubectl(&sim, &["apply", "-f", "-"], Some(WEB));
     kubectl(&sim, &["rollout", "status", "deployment/web", "--timeout=60s"], None);
     let watch = watch(&sim, "web", "general");
-    std::thread::sleep(Duration::from_millis(500));
-    watch.armed.store(true, Ordering::SeqCst);
+    watch.arm();
+    // Every core busy for the whole roll: the budget must hold on a slow machine.
+    let busy = Busy::every_core();
 
     change_machine_type(&w);
     // Without --yes: the table, nothing changed.
@@ -243,6 +324,7 @@ fn twenty_nodes_roll_with_surge_two_without_breaking_a_budget() {
     let events: Vec<serde_json::Value> =
         String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     watch.stop.store(true, Ordering::SeqCst);
+    drop(busy);
     let versions = on_version(&w, "general");
     assert_eq!(versions.len(), 1, "every machine on one version: {versions:?}");
     assert_eq!(versions.values().sum::<usize>(), 20);

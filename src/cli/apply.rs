@@ -41,6 +41,9 @@ pub struct ApplyArgs {
 }
 
 pub async fn run(g: &GlobalArgs, args: ApplyArgs) -> Result<ExitCode> {
+    if args.cloud.target.aws().is_none() {
+        anyhow::bail!("apply --target {:?} is run through `local`", args.cloud.target);
+    }
     run_apply(g, args, false).await
 }
 
@@ -52,10 +55,9 @@ fn show(g: &GlobalArgs, plan: &crate::plan::Plan) -> Result<()> {
     Ok(())
 }
 
+/// Apply (or bootstrap) on an AWS target; local targets are `local`'s
+/// (the command's entry chooses).
 pub async fn run_apply(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Result<ExitCode> {
-    if args.cloud.target.aws().is_none() {
-        return super::local::run(g, args, bootstrap).await;
-    }
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
     // Rendered before anything changes: a broken manifest stops the run here.
     let addon_set =

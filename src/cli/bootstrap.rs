@@ -8,5 +8,8 @@ use super::apply::{run_apply, ApplyArgs};
 use super::GlobalArgs;
 
 pub async fn run(g: &GlobalArgs, args: ApplyArgs) -> anyhow::Result<ExitCode> {
+    if args.cloud.target.aws().is_none() {
+        return super::local::run(g, args, true).await;
+    }
     run_apply(g, args, true).await
 }

@@ -28,8 +28,10 @@ pub struct ControllerArgs {
     pub identity: Option<String>,
     /// Approve kubelet serving certificates, checking names against the
     /// machine's addresses from EC2 or from the Node (the sim); or off.
-    #[arg(long, value_enum, default_value_t = ServingAddresses::Ec2)]
-    pub serving_addresses: ServingAddresses,
+    /// Unset: EC2 when AWS can be reached, else off (said once). Set to
+    /// `ec2`, the controller refuses to start without AWS access.
+    #[arg(long, value_enum)]
+    pub serving_addresses: Option<ServingAddresses>,
     /// Run the machine-health loop for this cluster (from the clusters
     /// folder) instead of the workload controllers: replace machines whose
     /// instance stopped or whose Node is not Ready, keep groups at size.
@@ -58,23 +60,67 @@ pub enum ServingAddresses {
     Off,
 }
 
-/// The approver with the chosen address source (it runs on every replica:
-/// a decision is one conditional write, and a decided CSR is skipped).
-/// Without AWS access it cannot check names: it says so once and stays
-/// idle, and the workload controllers keep running.
-async fn approver(client: kube::Client, source: ServingAddresses) {
-    use crate::controller::serving;
-    let ec2 = async {
+/// Where the approver reads machine addresses, decided before anything runs.
+enum Approval {
+    Off,
+    Node,
+    Ec2(crate::cloud::aws::Aws),
+}
+
+/// How long the probe of AWS access may take (credentials from the
+/// environment answer at once; an instance role through IMDS within a
+/// second or two; outside AWS, IMDS does not answer at all).
+const AWS_PROBE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether EC2 can be asked: a region and credentials that STS accepts.
+async fn aws_access() -> Result<crate::cloud::aws::Aws> {
+    let probe = async {
         let opts = crate::cloud::aws::AwsOptions::from_env(crate::cloud::aws::Target::Aws, None)?;
-        crate::cloud::aws::Aws::connect(&opts).await
+        let aws = crate::cloud::aws::Aws::connect(&opts).await?;
+        match aws.sts.get_caller_identity().send().await {
+            Ok(_) => Ok(aws),
+            Err(e) => anyhow::bail!("{}", crate::cloud::aws::client::describe_sdk_error(&e)),
+        }
     };
-    match source {
-        ServingAddresses::Off => {}
-        ServingAddresses::Node => serving::run(client, serving::FromNode).await,
-        ServingAddresses::Ec2 => match ec2.await {
-            Ok(aws) => serving::run(client, serving::FromEc2(aws)).await,
-            Err(e) => tracing::error!("kubelet serving certificates are not approved: no AWS access: {e:#}"),
+    match tokio::time::timeout(AWS_PROBE, probe).await {
+        Ok(r) => r,
+        Err(_) => anyhow::bail!("no answer from AWS within {}", humantime::format_duration(AWS_PROBE)),
+    }
+}
+
+/// The approver's address source: as asked, or (unset) EC2 when AWS can be
+/// reached and otherwise off, said in one line. `ec2` asked for explicitly
+/// without AWS access stops the start: the operator wanted approval.
+async fn approval(asked: Option<ServingAddresses>) -> Result<Approval> {
+    match asked {
+        Some(ServingAddresses::Off) => Ok(Approval::Off),
+        Some(ServingAddresses::Node) => Ok(Approval::Node),
+        Some(ServingAddresses::Ec2) => aws_access().await.map(Approval::Ec2).map_err(|e| {
+            anyhow::anyhow!(
+                "--serving-addresses ec2 needs AWS access, and there is none: {e:#} (on a local cluster, use --serving-addresses node)"
+            )
+        }),
+        None => match aws_access().await {
+            Ok(aws) => Ok(Approval::Ec2(aws)),
+            Err(e) => {
+                let why = format!("{e:#}").lines().next().unwrap_or_default().to_string();
+                tracing::warn!(
+                    "kubelet serving certificates are not approved: no AWS access ({why}); on a local cluster pass --serving-addresses node, or off to say so"
+                );
+                Ok(Approval::Off)
+            }
         },
+    }
+}
+
+/// The approver with its address source (it runs on every replica: a
+/// decision is one conditional write, and a decided CSR is skipped).
+async fn approver(client: kube::Client, approval: Approval) {
+    use crate::controller::serving;
+    match approval {
+        Approval::Off => {}
+        Approval::Node => serving::run(client, serving::FromNode).await,
+        Approval::Ec2(aws) => serving::run(client, serving::FromEc2(aws)).await,
     }
     std::future::pending::<()>().await
 }
@@ -132,6 +178,7 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
             kube::Client::try_default().await?
         }
     };
+    let approval = approval(args.serving_addresses).await?;
     let ctx = crate::controller::Ctx::new(client.clone(), &args.cluster);
     let leading = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(!args.leader_elect));
     // Health and metrics.
@@ -146,7 +193,7 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
                 async move {
                     let mut out = c.metrics(l.load(std::sync::atomic::Ordering::SeqCst));
                     // The last end-to-end run, as the e2e addon's job left it.
-                    out.push_str(&crate::controller::e2e_metrics(&c.client).await);
+                    out.push_str(&crate::e2e::recorded_metrics(&c.client).await);
                     out
                 }
             }),
@@ -174,7 +221,7 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
     };
     tokio::select! {
         _ = work => {}
-        _ = approver(client.clone(), args.serving_addresses) => {}
+        _ = approver(client.clone(), approval) => {}
         _ = tokio::signal::ctrl_c() => {}
     }
     Ok(ExitCode::SUCCESS)

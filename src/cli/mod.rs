@@ -122,6 +122,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Completions(a) => completions::run(g, a),
         Command::Plan(a) => rt()?.block_on(plan::run(g, a)),
         Command::Bootstrap(a) => rt()?.block_on(bootstrap::run(g, a)),
+        // Local targets (the sim, kind) are applied by `local`, which
+        // builds on `apply`'s arguments and addon install: the arrow runs
+        // local → apply only.
+        Command::Apply(a) if a.cloud.target.aws().is_none() => rt()?.block_on(local::run(g, a, false)),
         Command::Apply(a) => rt()?.block_on(apply::run(g, a)),
         Command::Addons(a) => rt()?.block_on(addons::run(g, a)),
         Command::Ami(a) => rt()?.block_on(ami::run(g, a)),

@@ -17,6 +17,12 @@ pub struct SimArgs {
     /// Port on 127.0.0.1 (0 picks a free one).
     #[arg(long, default_value_t = 0)]
     pub port: u16,
+    /// The Kubernetes version to answer as (`/version`, the minor's
+    /// validation rules and messages, the kubelets' versions). Default: the
+    /// cluster's `spec.kubernetesVersion` with --cluster or --nodes-for,
+    /// else pinfleet's default.
+    #[arg(long, value_name = "VERSION")]
+    pub kubernetes_version: Option<String>,
     /// Where to write the kubeconfig.
     #[arg(long, default_value = ".pinfleet/sim/kubeconfig.yaml")]
     pub kubeconfig: PathBuf,
@@ -62,13 +68,38 @@ pub enum Network {
     Preinstalled,
 }
 
+/// A version the sim can answer as: a full version of a minor in the
+/// versions table (`1.36` alone is refused, naming the patch to use).
+fn version_to_serve(v: &str) -> Result<crate::rollout::versions::Version> {
+    let Some(parsed) = crate::rollout::versions::Version::parse(v) else {
+        let hint = crate::spec::validate::parse_kubernetes_version(&format!("{v}.0"))
+            .and_then(|(_, m, _)| crate::spec::versions::minor(m))
+            .map(|m| format!(" (the newest patch of 1.{} is 1.{}.{})", m.minor, m.minor, m.newest_patch))
+            .unwrap_or_default();
+        anyhow::bail!("--kubernetes-version {v} is not a version like {}{hint}", crate::spec::versions::DEFAULT);
+    };
+    if parsed.major != 1 || crate::spec::versions::minor(parsed.minor).is_none() {
+        let (oldest, newest) = crate::spec::versions::range();
+        anyhow::bail!("the sim answers as Kubernetes 1.{oldest} to 1.{newest}, not {v}");
+    }
+    Ok(parsed)
+}
+
 pub async fn run(g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
     let mut inner = match &args.snapshot {
         Some(p) if p.exists() => load_snapshot(p)?,
         _ => Inner::new(),
     };
+    let of_cluster = match args.cluster.as_ref().or(args.nodes_for.as_ref()) {
+        Some(c) => Some(super::render::load_one(g, c)?.cluster.spec.kubernetes_version.clone()),
+        None => None,
+    };
+    let asked = args.kubernetes_version.clone().or(of_cluster).unwrap_or_else(|| crate::spec::versions::DEFAULT.into());
+    inner.kubernetes = version_to_serve(&asked)?;
     for n in 0..args.nodes {
-        crate::sim::nodes::declare(&mut inner, &crate::sim::nodes::NodeSpec::simple(&format!("sim-node-{n}")));
+        let mut node = crate::sim::nodes::NodeSpec::simple(&format!("sim-node-{n}"));
+        node.kubelet_version = format!("v{}", inner.kubernetes);
+        crate::sim::nodes::declare(&mut inner, &node);
     }
     if let Some(cluster) = &args.nodes_for {
         let loaded = super::render::load_one(g, cluster)?;

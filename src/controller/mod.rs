@@ -491,15 +491,3 @@ pub async fn run(ctx: Arc<Ctx>) {
         run_one::<PinterestStatefulSet>(ctx.clone()),
     );
 }
-
-/// The last end-to-end run's metrics, from the ConfigMap the e2e addon's
-/// job writes (empty when there is none).
-pub async fn e2e_metrics(client: &Client) -> String {
-    Api::<ConfigMap>::namespaced(client.clone(), SYSTEM_NAMESPACE)
-        .get_opt(crate::e2e::RESULTS_CONFIGMAP)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|cm| cm.data?.get("metrics.prom").cloned())
-        .unwrap_or_default()
-}

@@ -15,24 +15,6 @@ use crate::kube::kubeadm::{CONTROL_PLANE_LABEL, GROUP_LABEL};
 use crate::rollout::versions::{Version, KUBELET_SKEW};
 use crate::spec::{Cluster, Role};
 
-/// API versions Kubernetes removed, and in which minor: (apiVersion, kind, removed in 1.x).
-pub const REMOVED_APIS: &[(&str, &str, u32)] = &[
-    ("batch/v1beta1", "CronJob", 25),
-    ("discovery.k8s.io/v1beta1", "EndpointSlice", 25),
-    ("events.k8s.io/v1beta1", "Event", 25),
-    ("autoscaling/v2beta1", "HorizontalPodAutoscaler", 25),
-    ("policy/v1beta1", "PodDisruptionBudget", 25),
-    ("policy/v1beta1", "PodSecurityPolicy", 25),
-    ("node.k8s.io/v1beta1", "RuntimeClass", 25),
-    ("flowcontrol.apiserver.k8s.io/v1beta1", "FlowSchema", 26),
-    ("flowcontrol.apiserver.k8s.io/v1beta1", "PriorityLevelConfiguration", 26),
-    ("autoscaling/v2beta2", "HorizontalPodAutoscaler", 26),
-    ("storage.k8s.io/v1beta1", "CSIStorageCapacity", 27),
-    ("flowcontrol.apiserver.k8s.io/v1beta2", "FlowSchema", 29),
-    ("flowcontrol.apiserver.k8s.io/v1beta2", "PriorityLevelConfiguration", 29),
-    ("flowcontrol.apiserver.k8s.io/v1beta3", "FlowSchema", 32),
-    ("flowcontrol.apiserver.k8s.io/v1beta3", "PriorityLevelConfiguration", 32),
-];
 
 fn name_of(ns: Option<&str>, name: Option<&str>) -> String {
     match ns {
@@ -65,9 +47,9 @@ pub fn removed(server_minor: u32, objects: &[(String, String, String)]) -> Outco
     let bad: Vec<String> = objects
         .iter()
         .filter_map(|(api, kind, name)| {
-            REMOVED_APIS
-                .iter()
-                .find(|(a, k, by)| a == api && k == kind && *by <= next)
+            crate::spec::versions::removed_by(next)
+                .into_iter()
+                .find(|(a, k, _)| a == api && k == kind)
                 .map(|(_, _, by)| format!("{kind} {name} uses {api} (removed in 1.{by})"))
         })
         .collect();
@@ -274,7 +256,9 @@ pub async fn preflight(t: &Target, r: &mut Recorder<'_>, full: bool) -> bool {
             }
         }
         // What the server still serves under a version the next minor drops.
-        for (api, kind, by) in REMOVED_APIS.iter().filter(|(_, _, by)| *by == server.minor + 1) {
+        for (api, kind, by) in
+            crate::spec::versions::removed_by(server.minor + 1).into_iter().filter(|(_, _, by)| *by == server.minor + 1)
+        {
             let (group, version) = api.split_once('/').unwrap_or(("", api));
             let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
             if let Ok((ar, _)) = kube::discovery::pinned_kind(&t.client, &gvk).await {

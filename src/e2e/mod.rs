@@ -233,6 +233,19 @@ pub fn metrics(r: &Report, finished_at: chrono::DateTime<chrono::Utc>) -> String
     out
 }
 
+/// The last recorded run's metrics, from the ConfigMap [`record`] writes
+/// (empty when there is none); the controller's /metrics serves them.
+pub async fn recorded_metrics(client: &kube::Client) -> String {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    kube::api::Api::<ConfigMap>::namespaced(client.clone(), crate::controller::SYSTEM_NAMESPACE)
+        .get_opt(RESULTS_CONFIGMAP)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|cm| cm.data?.get("metrics.prom").cloned())
+        .unwrap_or_default()
+}
+
 /// Keeps the run in the cluster: `pinfleet-system/pinfleet-e2e-results`
 /// with the metrics and the report.
 pub async fn record(client: &kube::Client, r: &Report) -> anyhow::Result<()> {

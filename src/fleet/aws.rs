@@ -90,21 +90,24 @@ impl AwsFleet {
         // Every cluster read at once (each is an observation and an API call).
         let staged = folder.staged();
         let reads = futures::future::join_all(staged.iter().map(|name| self.current(name))).await;
-        let from: BTreeMap<String, String> = staged
-            .into_iter()
-            .zip(reads)
+        let present: BTreeMap<String, Result<Snapshot>> = staged.into_iter().zip(reads).collect();
+        let from: BTreeMap<String, String> = present
+            .iter()
             .map(|(name, read)| {
                 let now = match read {
                     Ok(s) => s.summary(),
                     Err(e) => format!("? ({e:#})"),
                 };
-                (name, now)
+                (name.clone(), now)
             })
             .collect();
         let mut p = super::plan(&folder.spec, &folder.members, target, &from, Utc::now());
         for c in p.stages.iter_mut().flat_map(|s| s.clusters.iter_mut()) {
             if let Some(t) = to.get(&c.cluster) {
-                c.to = t.summary();
+                c.to = match present.get(&c.cluster) {
+                    Some(Ok(now)) => t.over(now).summary(),
+                    _ => t.summary(),
+                };
             }
         }
         p

@@ -39,6 +39,20 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// This target as the whole of what the cluster runs after it: what the
+    /// target does not change (the Kubernetes version of an image rollout,
+    /// a group it leaves alone) is the cluster's present. Shown beside
+    /// `from`, both sides read the same way.
+    pub fn over(&self, present: &Snapshot) -> Snapshot {
+        let mut images = present.images.clone();
+        images.extend(self.images.clone());
+        Snapshot {
+            images,
+            launch_template_versions: BTreeMap::new(),
+            kubernetes_version: self.kubernetes_version.clone().or_else(|| present.kubernetes_version.clone()),
+        }
+    }
+
     /// One line: `ami-1 (general, control-plane) · 1.33.4`.
     pub fn summary(&self) -> String {
         let mut by: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -523,6 +537,20 @@ mod tests {
 
     fn t0() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0).unwrap()
+    }
+
+    #[test]
+    fn a_target_reads_like_what_it_replaces() {
+        let from = Snapshot {
+            images: [("general".to_string(), "ami-old".to_string()), ("gpu".to_string(), "ami-gpu".to_string())].into(),
+            launch_template_versions: [("general".to_string(), 3)].into(),
+            kubernetes_version: Some("1.36.2".into()),
+        };
+        let image = Snapshot { images: [("general".to_string(), "ami-new".to_string())].into(), ..Default::default() };
+        assert_eq!(from.summary(), "ami-gpu (gpu) · ami-old (general) · 1.36.2");
+        assert_eq!(image.over(&from).summary(), "ami-gpu (gpu) · ami-new (general) · 1.36.2");
+        let version = Snapshot { kubernetes_version: Some("1.37.0".into()), ..Default::default() };
+        assert_eq!(version.over(&from).summary(), "ami-gpu (gpu) · ami-old (general) · 1.37.0");
     }
 
     #[test]

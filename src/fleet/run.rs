@@ -224,6 +224,20 @@ pub async fn apply<F: Fleet>(
     Lock::with(&book.store, command, drive(fleet, book, record, windows, clock, opts, on)).await
 }
 
+/// [`apply`] for a caller that already holds the fleet lock (taken before
+/// it chose the record, so a refused run says nothing else first).
+pub async fn apply_held<F: Fleet>(
+    fleet: &F,
+    book: &Book,
+    record: FleetRollout,
+    windows: &dyn Windows,
+    clock: Clock,
+    opts: Options,
+    on: &dyn Fn(Note),
+) -> Result<(FleetRollout, Outcome)> {
+    drive(fleet, book, record, windows, clock, opts, on).await
+}
+
 async fn drive<F: Fleet>(
     fleet: &F,
     book: &Book,
@@ -308,7 +322,7 @@ async fn drive<F: Fleet>(
                         cluster: name.clone(),
                         attempt: c.attempts,
                         from: c.from.summary(),
-                        to: c.to.summary(),
+                        to: c.to.over(&c.from).summary(),
                     });
                     (stage, c.to.clone())
                 };

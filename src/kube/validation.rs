@@ -12,6 +12,12 @@
 //! Each rule names the upstream function it mirrors. Rules the platform
 //! never meets (volume sources in depth, security contexts) are left out;
 //! a missing rule makes the sim more permissive, never stricter.
+//!
+//! Rules and wording move between minors; [`validate_as`] answers as a
+//! given minor (the sim passes the cluster's). Where a rule changed, the
+//! minor it changed in is named: from the feature gate's default where one
+//! governs it (read from the v1.36.2 source), else 1.36, the minor it was
+//! observed in on a real API server (the minors between were not checked).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -170,8 +176,50 @@ fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
     out
 }
 
+/// The minor being validated as, for the duration of one [`validate_as`]
+/// (a scoped thread-local keeps the rule functions' shapes upstream's).
+mod answering {
+    use std::cell::Cell;
+    thread_local!(static MINOR: Cell<u32> = const { Cell::new(0) });
+
+    pub fn minor() -> u32 {
+        match MINOR.with(Cell::get) {
+            0 => crate::spec::versions::default_minor(),
+            m => m,
+        }
+    }
+
+    /// Sets the minor until the guard drops.
+    pub fn set(minor: u32) -> Guard {
+        Guard(MINOR.with(|m| m.replace(minor)))
+    }
+
+    pub struct Guard(u32);
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            MINOR.with(|m| m.set(self.0));
+        }
+    }
+}
+
+/// Whether the minor validated as is `minor` or newer.
+fn since(minor: u32) -> bool {
+    answering::minor() >= minor
+}
+
 fn max_len(n: usize) -> String {
     format!("must be no more than {n} characters")
+}
+
+/// Label keys and values say bytes from 1.36 (apimachinery's
+/// `validate/content`, which `IsValidLabelValue` and `IsQualifiedName` became).
+fn max_len_label(n: usize) -> String {
+    if since(36) {
+        format!("must be no more than {n} bytes")
+    } else {
+        max_len(n)
+    }
 }
 
 /// `IsDNS1123Label`.
@@ -269,7 +317,7 @@ pub fn qualified_name(s: &str) -> Vec<String> {
     if name.is_empty() {
         out.push("name part must be non-empty".into());
     } else if name.len() > 63 {
-        out.push(format!("name part {}", max_len(63)));
+        out.push(format!("name part {}", max_len_label(63)));
     }
     if !matches(QUALIFIED_NAME_FMT, name) {
         out.push(format!("name part {}", regex_error(msg, QUALIFIED_NAME_FMT, &examples)));
@@ -281,7 +329,7 @@ pub fn qualified_name(s: &str) -> Vec<String> {
 pub fn label_value(s: &str) -> Vec<String> {
     let mut out = Vec::new();
     if s.len() > 63 {
-        out.push(max_len(63));
+        out.push(max_len_label(63));
     }
     if !matches(LABEL_VALUE_FMT, s) {
         out.push(regex_error(
@@ -403,6 +451,8 @@ enum NameRule {
 fn name_rule(group: &str, kind: &str) -> NameRule {
     match (group, kind) {
         ("", "Namespace") => NameRule::Label,
+        // RelaxedServiceNameValidation (on by default from 1.36): an RFC 1123 label.
+        ("", "Service") if since(36) => NameRule::Label,
         ("", "Service") => NameRule::Dns1035,
         ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
         _ => NameRule::Subdomain,
@@ -449,6 +499,12 @@ pub fn knows(group: &str, kind: &str) -> bool {
 /// Validates a built-in object (`ValidateXxx`, and `ValidateXxxUpdate` when
 /// `old` is given). Kinds this module does not know get only metadata checks.
 pub fn validate(group: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    validate_as(crate::spec::versions::default_minor(), group, kind, obj, old)
+}
+
+/// [`validate`] as the API server of 1.`minor` answers.
+pub fn validate_as(minor: u32, group: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let _minor = answering::set(minor);
     let mut e = Vec::new();
     object_meta(obj.get("metadata").unwrap_or(&Value::Null), name_rule(group, kind), "metadata", &mut e);
     let spec = obj.get("spec").unwrap_or(&Value::Null);
@@ -575,9 +631,15 @@ fn pod_spec(spec: &Value, path: &str, restart: &[&str], e: &mut Vec<FieldError>)
             e.push(required(p, "must specify a volume type"));
         }
     }
-    // Container names are unique across init, regular and ephemeral containers.
+    // Container names are unique across init, regular and ephemeral
+    // containers. From 1.36 the regular containers' names are taken first,
+    // so a clash is reported on the init container (validateInitContainers).
     let mut names = BTreeSet::new();
-    let groups = [("initContainers", true), ("containers", false), ("ephemeralContainers", false)];
+    let groups = if since(36) {
+        [("containers", false), ("initContainers", true), ("ephemeralContainers", false)]
+    } else {
+        [("initContainers", true), ("containers", false), ("ephemeralContainers", false)]
+    };
     if items(spec.get("containers")).is_empty() {
         e.push(required(format!("{path}.containers"), ""));
     }
@@ -692,9 +754,16 @@ fn container(c: &Value, p: &str, init: bool, ephemeral: bool, volumes: &BTreeSet
     // restartPolicy Always; other init containers run to completion and may
     // have no probes or lifecycle hooks.
     let restart = s(c, "/restartPolicy");
+    // ContainerRestartRules (on by default from 1.35): any container may say
+    // Always, OnFailure or Never (validateContainerRestartPolicy).
+    let rules = since(35);
     if init {
-        if let Some(r) = restart.filter(|r| *r != "Always") {
-            e.push(not_supported(format!("{p}.restartPolicy"), r, &["Always"]));
+        match restart {
+            Some(r) if rules && !["Always", "Never", "OnFailure"].contains(&r) => {
+                e.push(not_supported(format!("{p}.restartPolicy"), r, &["Always", "Never", "OnFailure"]))
+            }
+            Some(r) if !rules && r != "Always" => e.push(not_supported(format!("{p}.restartPolicy"), r, &["Always"])),
+            _ => {}
         }
         if restart != Some("Always") {
             for f in ["lifecycle", "livenessProbe", "readinessProbe", "startupProbe"] {
@@ -706,8 +775,12 @@ fn container(c: &Value, p: &str, init: bool, ephemeral: bool, volumes: &BTreeSet
                 }
             }
         }
-    } else if restart.is_some() && !ephemeral {
-        e.push(forbidden(format!("{p}.restartPolicy"), "may not be set for non-init containers"));
+    } else if let (Some(r), false) = (restart, ephemeral) {
+        if !rules {
+            e.push(forbidden(format!("{p}.restartPolicy"), "may not be set for non-init containers"));
+        } else if !["Always", "Never", "OnFailure"].contains(&r) {
+            e.push(not_supported(format!("{p}.restartPolicy"), r, &["Always", "Never", "OnFailure"]));
+        }
     }
 }
 
@@ -817,11 +890,42 @@ fn job_spec(spec: &Value, path: &str, e: &mut Vec<FieldError>) {
     if mode == "Indexed" && spec.get("completions").is_none_or(Value::is_null) {
         e.push(required(format!("{path}.completions"), "when completion mode is Indexed"));
     }
-    if spec.get("backoffLimitPerIndex").is_some_and(|v| !v.is_null()) && mode != "Indexed" {
-        e.push(forbidden(format!("{path}.backoffLimitPerIndex"), "requires indexed completion mode"));
+    if let Some(v) = spec.get("backoffLimitPerIndex").filter(|v| !v.is_null()) {
+        if mode != "Indexed" {
+            let path = format!("{path}.backoffLimitPerIndex");
+            if since(36) {
+                e.push(invalid(path, v.clone(), "requires indexed completion mode"));
+            } else {
+                e.push(forbidden(path, "requires indexed completion mode"));
+            }
+        }
     }
     let template = spec.get("template");
-    pod_template(template, &format!("{path}.template"), &["OnFailure", "Never"], e);
+    if since(36) {
+        // validateJobSpec: a restartPolicy left to its default (Always) is
+        // "Required" with the valid values; another value, "Unsupported".
+        let policy = template.and_then(|t| s(t, "/spec/restartPolicy")).unwrap_or("Always");
+        let mut lenient = template.cloned().unwrap_or(Value::Null);
+        if policy == "Always" {
+            if let Some(spec) = lenient.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.insert("restartPolicy".into(), json!("Never"));
+            }
+        }
+        pod_template(
+            template.map(|_| &lenient).filter(|t| !t.is_null()),
+            &format!("{path}.template"),
+            &["OnFailure", "Never"],
+            e,
+        );
+        if policy == "Always" {
+            e.push(required(
+                format!("{path}.template.spec.restartPolicy"),
+                "valid values: \"OnFailure\", \"Never\"",
+            ));
+        }
+    } else {
+        pod_template(template, &format!("{path}.template"), &["OnFailure", "Never"], e);
+    }
 }
 
 /// `ValidateCronJob`: the name fits the Jobs it makes, the schedule parses.
@@ -953,7 +1057,19 @@ fn pdb(spec: &Value, e: &mut Vec<FieldError>) {
     let min = spec.get("minAvailable").filter(|v| !v.is_null());
     let max = spec.get("maxUnavailable").filter(|v| !v.is_null());
     if min.is_some() && max.is_some() {
-        e.push(invalid("spec", spec.clone(), "minAvailable and maxUnavailable cannot be both set"));
+        // From 1.36 the bad value is the internal Go struct, which has no
+        // JSON tags: its field names, in its order, with nil as null.
+        let shown = if since(36) {
+            json!({
+                "MinAvailable": min,
+                "Selector": spec.get("selector").filter(|v| !v.is_null()),
+                "MaxUnavailable": max,
+                "UnhealthyPodEvictionPolicy": spec.get("unhealthyPodEvictionPolicy").filter(|v| !v.is_null()),
+            })
+        } else {
+            spec.clone()
+        };
+        e.push(invalid("spec", shown, "minAvailable and maxUnavailable cannot be both set"));
     }
     for (field, v) in [("minAvailable", min), ("maxUnavailable", max)] {
         match v {

@@ -45,18 +45,9 @@ impl fmt::Display for Version {
     }
 }
 
-/// The newest patch of each minor this release of pinfleet knows, used for
-/// the minors an upgrade passes through.
-pub const LATEST_PATCH: &[(u32, u32)] = &[(30, 14), (31, 10), (32, 6), (33, 4)];
-
-/// kubeadm's CoreDNS for each minor.
+/// kubeadm's CoreDNS for each minor (the versions table's).
 pub fn coredns_tag(minor: u32) -> Option<&'static str> {
-    match minor {
-        30 => Some("v1.11.1"),
-        31 | 32 => Some("v1.11.3"),
-        33 => Some("v1.12.0"),
-        _ => None,
-    }
+    crate::spec::versions::minor(minor).map(|m| m.coredns)
 }
 
 /// A kubelet may be at most this many minors older than the API server.
@@ -106,7 +97,8 @@ fn version_of_minor(minor: u32, target: Version) -> Version {
     if minor == target.minor {
         return target;
     }
-    let patch = LATEST_PATCH.iter().find(|(m, _)| *m == minor).map(|(_, p)| *p).unwrap_or(0);
+    // The minors an upgrade passes through are installed at the newest patch the table knows.
+    let patch = crate::spec::versions::minor(minor).map_or(0, |m| m.newest_patch);
     Version { major: target.major, minor, patch }
 }
 
@@ -228,4 +220,21 @@ mod tests {
         assert_eq!(steps.len(), 4);
         assert_eq!(Version::parse("v1.33.2-eks-4f4795d"), Some(v("1.33.2")));
     }
+
+    #[test]
+    fn a_cluster_left_on_1_33_climbs_to_the_newest_minor_one_at_a_time() {
+        let target = v(crate::spec::versions::DEFAULT);
+        let steps = plan(&running("1.33.4", &[("general", "1.33.4")]), target).unwrap();
+        let cps: Vec<String> = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::ControlPlane { version } => Some(version.to_string()),
+                _ => None,
+            })
+            .collect();
+        // Each minor on the way at the newest patch the versions table knows.
+        assert_eq!(cps, ["1.34.6", "1.35.4", target.to_string().as_str()]);
+        assert_eq!(steps.last(), Some(&Step::NodeGroups { version: target, groups: vec!["general".into()] }));
+    }
+
 }

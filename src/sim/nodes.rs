@@ -57,7 +57,8 @@ impl NodeSpec {
             ready: true,
             needs_cni: false,
             addresses: vec![("Hostname".into(), name.into())],
-            kubelet_version: super::server::SIM_VERSION.into(),
+            // Kubelets of the sim's default version (`declare` takes the sim's own).
+            kubelet_version: format!("v{}", crate::spec::versions::DEFAULT),
         }
     }
 }

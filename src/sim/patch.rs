@@ -63,6 +63,7 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
             t.remove(k);
             continue;
         }
+        let order = p.get(&format!("$setElementOrder/{k}")).and_then(Value::as_array).cloned();
         match (t.get_mut(k), v) {
             (Some(Value::Array(existing)), Value::Array(items)) => {
                 let sample: Vec<Value> = existing
@@ -71,6 +72,7 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
                     .filter(|i| !i.get("$patch").is_some_and(|p| p == "delete") || i.is_object())
                     .cloned()
                     .collect();
+                let original = existing.clone();
                 match list_kind(Some(k), &sample) {
                     ListKind::Map(keys) => {
                         for item in items {
@@ -89,6 +91,9 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
                                 }
                             }
                         }
+                        let same = |a: &Value, b: &Value| key_matches(a, b, &keys);
+                        let merged = std::mem::take(existing);
+                        *existing = normalize_order(merged, order.as_deref().unwrap_or(items), &original, &same);
                     }
                     ListKind::Set => {
                         for item in items {
@@ -96,6 +101,8 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
                                 existing.push(item.clone());
                             }
                         }
+                        let merged = std::mem::take(existing);
+                        *existing = normalize_order(merged, order.as_deref().unwrap_or(items), &original, &|a, b| a == b);
                     }
                     ListKind::Atomic => *existing = items.clone(),
                 }
@@ -112,6 +119,33 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
             }
         }
     }
+}
+
+/// The order of a merged list, as the API server's strategic merge sets it
+/// (apimachinery's `normalizeElementOrder` and `mergeSortedSlice`): the
+/// patch's items in the patch's order (or its `$setElementOrder`), the
+/// server-only items in the live order, interleaved by the live order where
+/// both sides were there before; an item new to the list goes before the
+/// server-only item it is compared with. So adding a container `side` to
+/// `[web]` gives `[side, web]`, as a real server answers.
+fn normalize_order(merged: Vec<Value>, patch_order: &[Value], live: &[Value], same: &dyn Fn(&Value, &Value) -> bool) -> Vec<Value> {
+    let index = |list: &[Value], v: &Value| list.iter().position(|x| same(x, v));
+    let (mut patched, mut server_only): (Vec<Value>, Vec<Value>) =
+        merged.into_iter().partition(|m| index(patch_order, m).is_some());
+    patched.sort_by_key(|m| index(patch_order, m));
+    server_only.sort_by_key(|m| index(live, m).unwrap_or(usize::MAX));
+    let (mut left, mut right) = (server_only.into_iter().peekable(), patched.into_iter().peekable());
+    let mut out = Vec::new();
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => matches!((index(live, l), index(live, r)), (Some(li), Some(ri)) if li < ri),
+        };
+        out.extend(if take_left { left.next() } else { right.next() });
+    }
+    out
 }
 
 fn strip_directives(v: &Value) -> Value {
@@ -260,7 +294,8 @@ mod tests {
         );
         assert_eq!(
             doc,
-            json!({"spec": {"containers": [{"name": "app", "image": "a:2", "env": [{"name": "X", "value": "1"}, {"name": "Y", "value": "2"}]}]}})
+            // The new env var goes first, as the API server orders a merged list.
+            json!({"spec": {"containers": [{"name": "app", "image": "a:2", "env": [{"name": "Y", "value": "2"}, {"name": "X", "value": "1"}]}]}})
         );
     }
 
@@ -268,9 +303,39 @@ mod tests {
     fn strategic_merge_replaces_atomic_lists_and_unions_finalizers() {
         let mut doc = json!({"metadata": {"finalizers": ["a"]}, "spec": {"args": ["x", "y"]}});
         strategic_merge(&mut doc, &json!({"metadata": {"finalizers": ["b"]}, "spec": {"args": ["z"]}}));
-        assert_eq!(doc, json!({"metadata": {"finalizers": ["a", "b"]}, "spec": {"args": ["z"]}}));
+        // A new item goes before the live one, as apimachinery's mergeSortedSlice orders it.
+        assert_eq!(doc, json!({"metadata": {"finalizers": ["b", "a"]}, "spec": {"args": ["z"]}}));
         strategic_merge(&mut doc, &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}}));
         assert_eq!(doc["metadata"]["finalizers"], json!(["b"]));
+    }
+
+    #[test]
+    fn strategic_merge_orders_lists_as_the_api_server_does() {
+        let web = json!({"name": "web", "image": "w"});
+        let side = json!({"name": "side", "image": "s"});
+        // A container added by a patch goes first (a real v1.36 server: [side, web]).
+        let mut doc = json!({"containers": [web]});
+        strategic_merge(&mut doc, &json!({"containers": [side]}));
+        assert_eq!(names(&doc), ["side", "web"]);
+        // A patch naming both keeps its own order.
+        let mut doc = json!({"containers": [{"name": "a"}, {"name": "b"}]});
+        strategic_merge(&mut doc, &json!({"containers": [{"name": "b", "image": "x"}, {"name": "a", "image": "y"}]}));
+        assert_eq!(names(&doc), ["b", "a"]);
+        // Untouched items keep their places among those the patch changes.
+        let mut doc = json!({"containers": [{"name": "a"}, {"name": "b"}, {"name": "c"}]});
+        strategic_merge(&mut doc, &json!({"containers": [{"name": "c", "image": "x"}]}));
+        assert_eq!(names(&doc), ["a", "b", "c"]);
+        // $setElementOrder decides the patch's order (what kubectl apply sends).
+        let mut doc = json!({"containers": [{"name": "a"}, {"name": "b"}]});
+        strategic_merge(
+            &mut doc,
+            &json!({"$setElementOrder/containers": [{"name": "b"}, {"name": "n"}, {"name": "a"}], "containers": [{"name": "n"}]}),
+        );
+        assert_eq!(names(&doc), ["b", "n", "a"]);
+    }
+
+    fn names(doc: &Value) -> Vec<&str> {
+        doc["containers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect()
     }
 
     #[test]

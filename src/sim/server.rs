@@ -26,7 +26,6 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
 /// randomises between 30 and 60 minutes; clients re-watch.
 const WATCH_MAX: Duration = Duration::from_secs(1800);
 
-pub const SIM_VERSION: &str = "v1.33.0-pinfleet-sim";
 
 fn json_response(code: u16, v: &Value) -> Response {
     let mut r = (StatusCode::from_u16(code).unwrap_or(StatusCode::OK), v.to_string()).into_response();
@@ -133,12 +132,11 @@ fn discovery(inner: &Inner, segs: &[&str], port: u16) -> Option<Value> {
     Some(match segs {
         ["version"] => {
             // A kubeadm cluster's API servers run what its configuration names.
-            let git = match super::kubeadm::configured_version(inner) {
-                Some(v) => format!("v{v}"),
-                None => SIM_VERSION.to_string(),
-            };
-            let minor = git.split('.').nth(1).unwrap_or("33").to_string();
-            json!({"major": "1", "minor": minor, "gitVersion": git, "gitCommit": "pinfleet", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "n/a", "compiler": "rustc", "platform": "linux/amd64"})
+            // As the cluster's minor: a kubeadm cluster's API servers run
+            // what its configuration names; otherwise the sim's own version.
+            let v = inner.serving_version();
+            let git = format!("v{v}");
+            json!({"major": v.major.to_string(), "minor": v.minor.to_string(), "gitVersion": git, "gitCommit": "pinfleet", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "n/a", "compiler": "rustc", "platform": "linux/amd64"})
         }
         ["api"] => {
             json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": format!("127.0.0.1:{port}")}]})

@@ -93,6 +93,10 @@ pub struct Inner {
     pub events: broadcast::Sender<Arc<Event>>,
     /// The control plane's stacked etcd (kubeadm machines only).
     pub etcd: super::etcd::Etcd,
+    /// The Kubernetes version the sim answers as (`/version`, the rules and
+    /// messages of validation, its kubelets), unless a kubeadm cluster's
+    /// configuration names another (then its API servers run that).
+    pub kubernetes: crate::rollout::versions::Version,
 }
 
 pub fn now() -> String {
@@ -173,6 +177,8 @@ impl Inner {
             log_capacity: EVENT_LOG,
             events,
             etcd: Default::default(),
+            kubernetes: crate::rollout::versions::Version::parse(crate::spec::versions::DEFAULT)
+                .expect("the default version parses"),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let t = s.registry.get("", "v1", "namespaces").cloned().expect("namespaces");
@@ -211,7 +217,13 @@ impl Inner {
     /// Validates a built-in object the way kube-apiserver does (custom
     /// resources are checked against their schema instead): a body that does
     /// not decode is a 400, every refused field is in one 422.
-    fn enforce_builtin(t: &ResourceType, name: &str, obj: &Value, old: Option<&Value>) -> R<()> {
+    /// The version the API server answers as: a kubeadm cluster's
+    /// configured one, else the sim's own.
+    pub fn serving_version(&self) -> crate::rollout::versions::Version {
+        super::kubeadm::configured_version(self).unwrap_or(self.kubernetes)
+    }
+
+    fn enforce_builtin(minor: u32, t: &ResourceType, name: &str, obj: &Value, old: Option<&Value>) -> R<()> {
         use crate::kube::validation;
         if t.schema.is_some() || t.plural == "customresourcedefinitions" {
             return Ok(());
@@ -223,7 +235,7 @@ impl Inner {
                 format!("{kind} in version {v:?} cannot be handled as a {kind}: {msg}", kind = t.kind, v = t.version),
             ));
         }
-        let errors = validation::validate(&t.group, &t.kind, obj, old);
+        let errors = validation::validate_as(minor, &t.group, &t.kind, obj, old);
         if errors.is_empty() {
             return Ok(());
         }
@@ -418,7 +430,7 @@ impl Inner {
             self.register_crd(&mut obj)?;
         }
         obj = Self::enforce_schema(t, &name, obj, None)?;
-        Self::enforce_builtin(t, &name, &obj, None)?;
+        Self::enforce_builtin(self.serving_version().minor, t, &name, &obj, None)?;
         Self::merge_string_data(t, &mut obj);
         if obj.pointer("/metadata/managedFields").is_none_or(|m| m.as_array().is_none_or(|a| a.is_empty())) {
             fields::record_update(None, &mut obj, manager, &t.api_version(), &now);
@@ -499,7 +511,7 @@ impl Inner {
             m.insert("generation".into(), json!(gen));
         }
         obj = Self::enforce_schema(t, name, obj, Some(&old))?;
-        Self::enforce_builtin(t, name, &obj, Some(&old))?;
+        Self::enforce_builtin(self.serving_version().minor, t, name, &obj, Some(&old))?;
         Self::merge_string_data(t, &mut obj);
         if spec_part(&old) != spec_part(&obj) {
             let gen = meta(&old).get("generation").and_then(Value::as_i64).unwrap_or(1);
@@ -733,14 +745,31 @@ impl Inner {
         })
     }
 
-    /// Owners in foreground deletion whose dependents are all gone are removed.
+    /// Whether any object still blocks the deletion of the owner `uid`: an
+    /// owner reference to it with `blockOwnerDeletion: true`.
+    fn has_blocking_dependents(&self, uid: &str) -> bool {
+        !uid.is_empty()
+            && self.objects.values().any(|o| {
+                o.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
+                    refs.iter().any(|r| {
+                        r.get("uid").and_then(Value::as_str) == Some(uid)
+                            && r.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true)
+                    })
+                })
+            })
+    }
+
+    /// Owners in foreground deletion are removed once no dependent blocks
+    /// them: as the garbage collector does (processDeletingDependentsItem),
+    /// only dependents with `blockOwnerDeletion: true` hold the owner back;
+    /// the others are deleted too but may outlive it.
     fn complete_foreground(&mut self) {
         loop {
             let ready: Vec<(ObjKey, Value)> = self
                 .objects
                 .iter()
                 .filter(|(_, o)| finalizers(o).iter().any(|f| f == "foregroundDeletion"))
-                .filter(|(_, o)| self.dependents(meta_str(o, "uid").unwrap_or_default()).next().is_none())
+                .filter(|(_, o)| !self.has_blocking_dependents(meta_str(o, "uid").unwrap_or_default()))
                 .map(|(k, o)| (k.clone(), o.clone()))
                 .collect();
             if ready.is_empty() {
@@ -957,11 +986,20 @@ impl Inner {
     }
 
     /// POST pods/NAME/eviction: delete unless a PodDisruptionBudget would
-    /// be violated (429, as the real API server answers).
+    /// be violated (429, as the real API server answers). As the eviction
+    /// REST handler does: a pod that is terminating, Pending, Succeeded or
+    /// Failed ignores budgets (canIgnorePDB); a pod that is not Ready is
+    /// evicted under the default `unhealthyPodEvictionPolicy`
+    /// (IfHealthyBudget) only while its budget is met (currentHealthy ≥
+    /// desiredHealthy > 0), always under `AlwaysAllow`; a Ready pod needs a
+    /// disruption the budget allows.
     pub fn evict(&mut self, ns: &str, name: &str) -> R<Value> {
         let pods = self.registry.get("", "v1", "pods").cloned().expect("pods");
         let pod = self.get(&pods, ns, name)?;
-        if !meta(&pod).contains_key("deletionTimestamp") && is_ready(&pod) {
+        let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("Pending");
+        let ignores_budgets =
+            meta(&pod).contains_key("deletionTimestamp") || matches!(phase, "Pending" | "Succeeded" | "Failed");
+        if !ignores_budgets {
             let pdbs: Vec<Value> = self
                 .in_namespace("policy", "poddisruptionbudgets", ns)
                 .map(|(_, v)| v.clone())
@@ -979,8 +1017,11 @@ impl Inner {
             }
             if let Some(pdb) = pdbs.first() {
                 let status = self.pdb_status(ns, pdb);
-                let allowed = status["disruptionsAllowed"].as_i64().unwrap_or(0);
-                if allowed < 1 {
+                let get = |k: &str| status[k].as_i64().unwrap_or(0);
+                let unhealthy_may_go = !is_ready(&pod)
+                    && (pdb.pointer("/spec/unhealthyPodEvictionPolicy").and_then(Value::as_str) == Some("AlwaysAllow")
+                        || (get("currentHealthy") >= get("desiredHealthy") && get("desiredHealthy") > 0));
+                if !unhealthy_may_go && get("disruptionsAllowed") < 1 {
                     let pdb_name = meta_str(pdb, "name").unwrap_or_default();
                     return Err(ApiError::new(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.").with_details(json!({
                         "causes": [{"reason": "DisruptionBudget", "message": format!("The disruption budget {pdb_name} needs {} healthy pods and has {} currently", status["desiredHealthy"], status["currentHealthy"])}]

@@ -14,6 +14,7 @@ pub mod schema;
 pub mod selector;
 pub mod types;
 pub mod validate;
+pub mod versions;
 pub mod yaml;
 
 use std::fmt;

@@ -11,7 +11,6 @@ use super::load::LoadOptions;
 use super::{Cidr, Cluster, IntOrPercent, Role, Taint};
 
 /// Kubernetes minor versions pinfleet can bootstrap (1.MINOR).
-pub const SUPPORTED_MINORS: std::ops::RangeInclusive<u32> = 30..=37;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -142,6 +141,26 @@ fn check_state_store(p: &mut Problems, url: &str) {
     }
 }
 
+/// What is valid but should be changed, as of `today`: a Kubernetes minor
+/// out of upstream support (with the date it ended and the way out). The
+/// date is a parameter: `validate` passes the wall clock and says which day
+/// it judged by.
+pub fn warnings(c: &Cluster, today: chrono::NaiveDate) -> Vec<(String, String)> {
+    use super::versions::{support, Support};
+    let mut out = Vec::new();
+    if let Some((1, minor, _)) = parse_kubernetes_version(&c.spec.kubernetes_version) {
+        if let Support::Ended { on, newest } = support(minor, today) {
+            out.push((
+                "spec.kubernetesVersion".to_string(),
+                format!(
+                    "Kubernetes 1.{minor} left upstream support on {on} (judged on {today}); the newest minor is 1.{newest}: `pinfleet upgrade` climbs one minor at a time"
+                ),
+            ));
+        }
+    }
+    out
+}
+
 /// Every semantic problem in `c`. Empty means valid.
 pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
     let mut p = Problems::default();
@@ -164,15 +183,17 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
 
     match parse_kubernetes_version(&spec.kubernetes_version) {
         None => p.push("spec.kubernetesVersion", format!("`{}` is not a version like 1.31.2", spec.kubernetes_version)),
-        Some((major, minor, _)) if major != 1 || !SUPPORTED_MINORS.contains(&minor) => p.push(
-            "spec.kubernetesVersion",
-            format!(
-                "Kubernetes {} is not supported (supported: 1.{} to 1.{})",
-                spec.kubernetes_version,
-                SUPPORTED_MINORS.start(),
-                SUPPORTED_MINORS.end()
-            ),
-        ),
+        Some((major, minor, _)) if major != 1 || super::versions::minor(minor).is_none() => {
+            let (oldest, newest) = super::versions::range();
+            p.push(
+                "spec.kubernetesVersion",
+                format!(
+                    "Kubernetes {} is not a version pinfleet can run (it runs 1.{oldest} to 1.{newest}; new clusters get {})",
+                    spec.kubernetes_version,
+                    super::versions::DEFAULT
+                ),
+            )
+        }
         Some(_) => {}
     }
 

@@ -106,6 +106,47 @@ impl KubeEnv {
         self.real
     }
 
+    /// True (and prints why) when the test needs pods to run and the real
+    /// cluster has no Ready, schedulable node to run them (an API server
+    /// with no kubelets: pods stay Pending there). Counted as a skip.
+    pub fn skip_without_running_pods(&self) -> bool {
+        let skip = self.no_running_pods("");
+        if skip {
+            self.skipped.set(true);
+        }
+        skip
+    }
+
+    /// As `skip_without_running_pods`, for one part of a test: the part is
+    /// reported as skipped (with why), the rest of the test as run.
+    pub fn skip_part_without_running_pods(&self, part: &str) -> bool {
+        self.no_running_pods(part)
+    }
+
+    fn no_running_pods(&self, part: &str) -> bool {
+        if !self.real {
+            return false;
+        }
+        let out = self.ok_cmd(&["get", "nodes", "-o", "json"]);
+        let nodes: serde_json::Value = serde_json::from_str(&out).expect("kubectl prints JSON");
+        let can_run = nodes["items"].as_array().is_some_and(|items| {
+            items.iter().any(|n| {
+                n["spec"]["unschedulable"] != true
+                    && n["status"]["conditions"]
+                        .as_array()
+                        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+            })
+        });
+        if can_run {
+            return false;
+        }
+        let why = "needs pods to run, and the cluster has no Ready, schedulable node (no kubelet runs them)";
+        let what = if part.is_empty() { test_name() } else { format!("{} (part: {part})", test_name()) };
+        eprintln!("skipped on a real cluster: {what}: {why}");
+        report(&format!("skipped\t{what}\t{why}"));
+        true
+    }
+
     /// kubectl outside the test's namespace; asserts success.
     pub fn ok_cmd(&self, args: &[&str]) -> String {
         succeeded(args, self.kubectl_cmd(args).output().expect("kubectl is installed (apt-get install kubectl)"))

@@ -214,9 +214,14 @@ pub(super) async fn connect(
         None => kube_target.kubeconfig(c),
     };
     let json = g.output == Format::Json;
+    // Under -o json a cluster's roll events join the run's stream on stdout.
     let on = Box::new(move |cluster: &str, e: crate::rollout::driver::Event| {
         if let Some(line) = crate::output::fleet_cluster_event(cluster, &e, json) {
-            let _ = writeln!(anstream::stderr(), "{line}");
+            if json {
+                let _ = writeln!(anstream::stdout(), "{line}");
+            } else {
+                let _ = writeln!(anstream::stderr(), "{line}");
+            }
         }
     });
     let roll = roll.options();
@@ -235,7 +240,9 @@ pub(super) fn show_plan(g: &GlobalArgs, plan: &fleet::FleetPlan) -> Result<()> {
 
 pub(super) fn say(g: &GlobalArgs, n: &run::Note) {
     if g.output == Format::Json {
-        let _ = writeln!(anstream::stdout(), "{}", serde_json::to_string(n).unwrap_or_default());
+        let mut v = serde_json::to_value(n).unwrap_or_default();
+        v["type"] = serde_json::json!("note");
+        let _ = writeln!(anstream::stdout(), "{v}");
     } else {
         let _ = writeln!(anstream::stderr(), "{}", crate::output::fleet_note(n));
     }

@@ -5,7 +5,7 @@
 
 use aws_sdk_iam::types::Tag;
 
-use super::ops::{call, call_ok_if, OpContext, R};
+use super::context::{call, call_ok_if, OpContext, R};
 use super::Aws;
 use crate::cloud::iam::{self, PATH, POLICY_NAME};
 use crate::cloud::key::ResourceKey as K;

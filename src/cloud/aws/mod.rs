@@ -3,6 +3,7 @@
 //! ([`ops`]). Everything above this module speaks the domain, not the SDK.
 
 pub mod client;
+pub mod context;
 pub mod iam;
 pub mod images;
 pub mod observe;
