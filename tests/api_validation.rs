@@ -1,7 +1,10 @@
 //! What kube-apiserver refuses, table by table: each valid object is
-//! accepted, each broken one is refused with the API server's own message.
-//! The table is sent over HTTP (server-side dry run) to the sim by default,
-//! or to the real cluster PINFLEET_TEST_KUBECONFIG names, unchanged.
+//! accepted, each broken one is refused with the API server's own message
+//! of the minor it runs (rules and wording moved between minors; where a
+//! case changed, the table gives the answer per minor). The table is sent
+//! over HTTP (server-side dry run) to a sim of every minor in upstream
+//! support by default, or once to the real cluster PINFLEET_TEST_KUBECONFIG
+//! names, unchanged, expecting its own minor's answers.
 
 #[path = "support/kube.rs"]
 mod kube_support;
@@ -72,8 +75,18 @@ fn with(mut base: Value, pointer: &str, v: Value) -> Value {
     base
 }
 
-/// (case, object, None when accepted or the exact message of the refusal).
-fn table() -> Vec<(&'static str, Value, Option<String>)> {
+/// The answer from 1.`from` on, and before it.
+fn since(minor: u32, from: u32, then: Option<String>, before: Option<String>) -> Option<String> {
+    if minor >= from {
+        then
+    } else {
+        before
+    }
+}
+
+/// (case, object, None when accepted or the exact message of the refusal),
+/// as the API server of 1.`minor` answers.
+fn table(minor: u32) -> Vec<(&'static str, Value, Option<String>)> {
     let d = deployment;
     let c0 = "/spec/template/spec/containers/0";
     let sixteen = "platform-metrics";
@@ -108,7 +121,13 @@ fn table() -> Vec<(&'static str, Value, Option<String>)> {
         (
             "deployment: two containers with one name",
             with(d(), "/spec/template/spec/containers/1", json!({"name": "setup", "image": "busybox:1.36"})),
-            Some("Deployment.apps \"web\" is invalid: spec.template.spec.containers[1].name: Duplicate value: \"setup\"".into()),
+            // 1.36 takes the regular containers' names first and reports the init container.
+            since(
+                minor,
+                36,
+                Some("Deployment.apps \"web\" is invalid: spec.template.spec.initContainers[0].name: Duplicate value: \"setup\"".into()),
+                Some("Deployment.apps \"web\" is invalid: spec.template.spec.containers[1].name: Duplicate value: \"setup\"".into()),
+            ),
         ),
         (
             "deployment: a container name that is not a DNS label",
@@ -157,7 +176,13 @@ fn table() -> Vec<(&'static str, Value, Option<String>)> {
         (
             "deployment: an init container restartPolicy other than Always",
             with(d(), "/spec/template/spec/initContainers/0/restartPolicy", json!("OnFailure")),
-            Some("Deployment.apps \"web\" is invalid: spec.template.spec.initContainers[0].restartPolicy: Unsupported value: \"OnFailure\": supported values: \"Always\"".into()),
+            // Container restart rules (ContainerRestartRules, on from 1.35).
+            since(
+                minor,
+                35,
+                None,
+                Some("Deployment.apps \"web\" is invalid: spec.template.spec.initContainers[0].restartPolicy: Unsupported value: \"OnFailure\": supported values: \"Always\"".into()),
+            ),
         ),
         (
             "deployment: restartPolicy Never",
@@ -177,7 +202,11 @@ fn table() -> Vec<(&'static str, Value, Option<String>)> {
         (
             "deployment: a label value of 64 characters",
             with(d(), "/metadata/labels", json!({"team": "x".repeat(64)})),
-            Some(format!("Deployment.apps \"web\" is invalid: metadata.labels: Invalid value: \"{}\": must be no more than 63 characters", "x".repeat(64))),
+            Some(format!(
+                "Deployment.apps \"web\" is invalid: metadata.labels: Invalid value: \"{}\": must be no more than 63 {}",
+                "x".repeat(64),
+                if minor >= 36 { "bytes" } else { "characters" }
+            )),
         ),
         (
             "deployment: a name with capitals",
@@ -193,12 +222,22 @@ fn table() -> Vec<(&'static str, Value, Option<String>)> {
         (
             "job: restartPolicy left to its default (Always)",
             with(job(), "/spec/template/spec/restartPolicy", Value::Null),
-            Some("Job.batch \"batch\" is invalid: spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\"".into()),
+            since(
+                minor,
+                36,
+                Some("Job.batch \"batch\" is invalid: spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\"".into()),
+                Some("Job.batch \"batch\" is invalid: spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\"".into()),
+            ),
         ),
         (
             "job: backoffLimitPerIndex without indexed completion",
             with(job(), "/spec/backoffLimitPerIndex", json!(1)),
-            Some("Job.batch \"batch\" is invalid: spec.backoffLimitPerIndex: Forbidden: requires indexed completion mode".into()),
+            since(
+                minor,
+                36,
+                Some("Job.batch \"batch\" is invalid: spec.backoffLimitPerIndex: Invalid value: 1: requires indexed completion mode".into()),
+                Some("Job.batch \"batch\" is invalid: spec.backoffLimitPerIndex: Forbidden: requires indexed completion mode".into()),
+            ),
         ),
         (
             "job: an unknown completion mode",
@@ -245,12 +284,24 @@ fn table() -> Vec<(&'static str, Value, Option<String>)> {
         (
             "service: a name that starts with a digit",
             json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "1web"}, "spec": {"ports": [{"port": 80}]}}),
-            Some("Service \"1web\" is invalid: metadata.name: Invalid value: \"1web\": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".into()),
+            // RelaxedServiceNameValidation (on from 1.36): an RFC 1123 label.
+            since(
+                minor,
+                36,
+                None,
+                Some("Service \"1web\" is invalid: metadata.name: Invalid value: \"1web\": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".into()),
+            ),
         ),
         (
             "pdb: minAvailable and maxUnavailable both set",
             json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"}, "spec": {"minAvailable": 1, "maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
-            Some("PodDisruptionBudget.policy \"web\" is invalid: spec: Invalid value: {\"minAvailable\":1,\"maxUnavailable\":1,\"selector\":{\"matchLabels\":{\"app\":\"web\"}}}: minAvailable and maxUnavailable cannot be both set".into()),
+            // 1.36 prints the internal struct, which has no JSON tags.
+            since(
+                minor,
+                36,
+                Some("PodDisruptionBudget.policy \"web\" is invalid: spec: Invalid value: {\"MinAvailable\":1,\"Selector\":{\"matchLabels\":{\"app\":\"web\"}},\"MaxUnavailable\":1,\"UnhealthyPodEvictionPolicy\":null}: minAvailable and maxUnavailable cannot be both set".into()),
+                Some("PodDisruptionBudget.policy \"web\" is invalid: spec: Invalid value: {\"minAvailable\":1,\"maxUnavailable\":1,\"selector\":{\"matchLabels\":{\"app\":\"web\"}}}: minAvailable and maxUnavailable cannot be both set".into()),
+            ),
         ),
         (
             "configmap: a key with a slash",
@@ -353,22 +404,50 @@ async fn create(k: &KubeEnv, client: &kube::Client, obj: &Value, dry_run: bool) 
     }
 }
 
-#[tokio::test]
-async fn every_rule_accepts_the_valid_object_and_refuses_the_broken_ones_with_the_servers_message() {
-    let k = KubeEnv::start();
+/// Runs the table against `k` as the API server of 1.`minor`; the differences.
+async fn differences(k: &KubeEnv, minor: u32) -> (usize, Vec<String>) {
     let client = k.client().await;
     let mut failures = Vec::new();
-    let cases = table();
+    let cases = table(minor);
     for (case, obj, want) in &cases {
-        let got = create(&k, &client, obj, true).await;
+        let got = create(k, &client, obj, true).await;
         let want = want.as_ref().map(|m| format!("422 {m}"));
         match (&got, &want) {
             (Ok(()), None) => {}
             (Err(g), Some(w)) if g == w => {}
-            _ => failures.push(format!("{case}:\n  want {want:?}\n  got  {got:?}")),
+            _ => failures.push(format!("1.{minor}: {case}:\n  want {want:?}\n  got  {got:?}")),
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    (cases.len(), failures)
+}
+
+#[tokio::test]
+async fn every_rule_accepts_the_valid_object_and_refuses_the_broken_ones_with_the_servers_message() {
+    let probe = KubeEnv::start();
+    let mut failures = Vec::new();
+    let mut ran = Vec::new();
+    if probe.real {
+        // A real cluster answers as its own minor.
+        let minor = probe.minor();
+        let (n, f) = differences(&probe, minor).await;
+        ran.push(format!("1.{minor}: {n} cases"));
+        failures.extend(f);
+    } else {
+        // A sim of every minor in upstream support on the day the table was
+        // checked, and the one before (clusters climbing out of it).
+        let window = pinfleet::spec::versions::supported_on(pinfleet::spec::versions::CHECKED);
+        let minors = std::iter::once(window[0] - 1).chain(window);
+        for minor in minors {
+            let m = pinfleet::spec::versions::minor(minor).unwrap();
+            let k = KubeEnv::start_as(Some(&format!("1.{}.{}", m.minor, m.newest_patch)));
+            assert_eq!(k.minor(), minor, "the sim answers as its minor");
+            let (n, f) = differences(&k, minor).await;
+            ran.push(format!("1.{minor}: {n} cases"));
+            failures.extend(f);
+        }
+    }
+    eprintln!("ran {}", ran.join(", "));
+    assert!(failures.is_empty(), "{} cases differ ({}):\n{}", failures.len(), ran.join(", "), failures.join("\n"));
 }
 
 #[tokio::test]

@@ -39,10 +39,52 @@ pub struct AddonMeta {
     /// What must hold before the addon counts as installed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub readiness: Vec<Readiness>,
+    /// The Kubernetes minors the package supports (`"1.33"` to `"1.36"`);
+    /// a cluster on another minor is refused before anything is written.
+    /// Absent: no range was declared for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<MinorRange>,
     /// The values the templates accept, with their defaults. A cluster
     /// passing any other value is an error.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub values: IndexMap<String, ValueDecl>,
+}
+
+/// An inclusive range of Kubernetes minors, as `1.MINOR` strings; either end may be open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MinorRange {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<String>,
+}
+
+impl MinorRange {
+    fn minor(v: &Option<String>) -> Option<u32> {
+        v.as_deref().and_then(|v| v.strip_prefix("1.")).and_then(|m| m.parse().ok())
+    }
+
+    /// Whether 1.`minor` is in the range.
+    pub fn contains(&self, minor: u32) -> bool {
+        Self::minor(&self.min).is_none_or(|m| minor >= m) && Self::minor(&self.max).is_none_or(|m| minor <= m)
+    }
+
+    /// The newest minor in the range (None when open-ended).
+    pub fn newest(&self) -> Option<u32> {
+        Self::minor(&self.max)
+    }
+}
+
+impl std::fmt::Display for MinorRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.min, &self.max) {
+            (Some(a), Some(b)) => write!(f, "{a} to {b}"),
+            (Some(a), None) => write!(f, "{a} and newer"),
+            (None, Some(b)) => write!(f, "up to {b}"),
+            (None, None) => write!(f, "any minor"),
+        }
+    }
 }
 
 fn yes() -> bool {

@@ -169,6 +169,20 @@ pub fn select<'a>(cluster: &Cluster, packages: &'a [Package]) -> Result<Vec<Sele
         if !r.map_or(p.meta.default, |r| r.enabled) {
             continue;
         }
+        if let (Some(range), Some((_, minor, _))) =
+            (&p.meta.kubernetes, crate::spec::validate::parse_kubernetes_version(&cluster.spec.kubernetes_version))
+        {
+            if !range.contains(minor) {
+                errors.push(err(
+                    name,
+                    None,
+                    format!(
+                        "supports Kubernetes {range}; the cluster runs {} (disable the addon, or use a release of it that supports 1.{minor})",
+                        cluster.spec.kubernetes_version
+                    ),
+                ));
+            }
+        }
         if let Some(pin) = r.and_then(|r| r.version.as_ref()) {
             if pin != &p.meta.version {
                 errors.push(err(
@@ -273,6 +287,20 @@ fn template_context(cluster: &Cluster, s: &Selected) -> tera::Context {
             // The whole definition (extends merged), as JSON (valid YAML),
             // for addons that run pinfleet against this cluster.
             "definition": standalone(cluster),
+        }),
+    );
+    // The builds that track the cluster's minor (the versions table's).
+    let minor = crate::spec::validate::parse_kubernetes_version(&cluster.spec.kubernetes_version)
+        .and_then(|(_, m, _)| crate::spec::versions::minor(m));
+    ctx.insert(
+        "kubernetes",
+        &json!({
+            "version": cluster.spec.kubernetes_version,
+            "minor": minor.map(|m| m.minor),
+            "cloudController": minor.map(|m| m.cloud_controller),
+            "clusterAutoscaler": minor.map(|m| m.cluster_autoscaler),
+            "coredns": minor.map(|m| m.coredns),
+            "etcd": minor.map(|m| m.etcd),
         }),
     );
     ctx.insert("addon", &json!({"name": meta.name, "version": meta.version, "namespace": meta.namespace}));

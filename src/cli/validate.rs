@@ -22,6 +22,10 @@ pub struct ValidateArgs {
 struct Report {
     valid: Vec<Valid>,
     errors: Vec<Problem>,
+    /// Valid, but to be changed (a minor out of upstream support).
+    warnings: Vec<Problem>,
+    /// The day support was judged by.
+    judged_on: chrono::NaiveDate,
 }
 
 #[derive(Serialize)]
@@ -54,7 +58,38 @@ pub fn known_addons(dir: &std::path::Path) -> Option<std::collections::BTreeSet<
 pub fn run(g: &GlobalArgs, args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let paths = if args.paths.is_empty() { vec![g.clusters_dir.clone()] } else { args.paths };
     let opts = spec::LoadOptions { known_addons: known_addons(&g.addons_dir) };
-    let (loaded, problems) = spec::load_paths(&paths, &opts);
+    let (loaded, mut problems) = spec::load_paths(&paths, &opts);
+    let today = chrono::Utc::now().date_naive();
+    // The addons a cluster gets must support its minor: refused here, as
+    // apply refuses them before its first write.
+    let mut refused = std::collections::BTreeSet::new();
+    if let Ok(packages) = crate::addons::load_all(&g.addons_dir) {
+        for l in &loaded {
+            if let Err(errors) = crate::addons::render::select(&l.cluster, &packages) {
+                for e in errors.0.iter().filter(|e| e.message.starts_with("supports Kubernetes")) {
+                    refused.insert(l.path.clone());
+                    problems.0.push(spec::Diagnostic {
+                        loc: l.tree.locate("spec.kubernetesVersion"),
+                        path: "spec.kubernetesVersion".into(),
+                        message: format!("addon {}: {}", e.addon, e.message),
+                    });
+                }
+            }
+        }
+    }
+    let loaded: Vec<_> = loaded
+        .into_iter()
+        .filter(|l| !refused.contains(&l.path))
+        .collect();
+    let warnings: Vec<Problem> = loaded
+        .iter()
+        .flat_map(|l| {
+            spec::validate::warnings(&l.cluster, today).into_iter().map(move |(path, message)| {
+                let loc = l.tree.locate(&path);
+                Problem { file: loc.file.display().to_string(), line: loc.line, column: loc.col, path, message }
+            })
+        })
+        .collect();
     let report = Report {
         valid: loaded
             .iter()
@@ -71,6 +106,8 @@ pub fn run(g: &GlobalArgs, args: ValidateArgs) -> anyhow::Result<ExitCode> {
                 message: d.message.clone(),
             })
             .collect(),
+        warnings,
+        judged_on: today,
     };
     if g.output == Format::Text {
         let mut out = anstream::stdout();
@@ -78,6 +115,9 @@ pub fn run(g: &GlobalArgs, args: ValidateArgs) -> anyhow::Result<ExitCode> {
             writeln!(out, "{} {} ({})", "ok".green(), v.file, v.name)?;
         }
         let mut err = anstream::stderr();
+        for w in &report.warnings {
+            writeln!(err, "{}", format!("warning: {}:{}:{}: {}: {}", w.file, w.line, w.column, w.path, w.message).yellow())?;
+        }
         for d in &problems.0 {
             writeln!(err, "{}", d.to_string().red())?;
         }

@@ -1,7 +1,7 @@
 //! Reading cluster files: the `extends` chain, merge, structural check,
 //! deserialization and semantic validation, with every problem located.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -13,12 +13,7 @@ use super::{validate, Cluster, Diagnostic, Diagnostics};
 /// Longest `extends` chain accepted; deeper is surely a mistake.
 const MAX_EXTENDS_DEPTH: usize = 16;
 
-/// What validation needs to know beyond the file itself.
-#[derive(Debug, Clone, Default)]
-pub struct LoadOptions {
-    /// Addon packages that exist (names under addons/); `None` skips the check.
-    pub known_addons: Option<BTreeSet<String>>,
-}
+pub use super::validate::LoadOptions;
 
 /// A cluster file, loaded, merged, defaulted and valid.
 #[derive(Debug, Clone)]

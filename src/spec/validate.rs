@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 
-use super::load::LoadOptions;
 use super::{Cidr, Cluster, IntOrPercent, Role, Taint};
 
 /// Kubernetes minor versions pinfleet can bootstrap (1.MINOR).
@@ -139,6 +138,13 @@ fn check_state_store(p: &mut Problems, url: &str) {
     } else {
         p.push(path, format!("`{url}` is not a state store URL (expected s3://bucket/prefix or file://dir)"));
     }
+}
+
+/// What validation needs to know beyond the file itself.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Addon packages that exist (names under addons/); `None` skips the check.
+    pub known_addons: Option<BTreeSet<String>>,
 }
 
 /// What is valid but should be changed, as of `today`: a Kubernetes minor

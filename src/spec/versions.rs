@@ -172,9 +172,11 @@ const REMOVED_BEFORE: &[(&str, &str, u32)] = &[
 /// (each addon's `kubernetes` range), at its newest patch.
 pub const DEFAULT: &str = "1.36.2";
 
-/// The minor of [`DEFAULT`].
+/// The minor of [`DEFAULT`] (a test holds them together).
+pub const DEFAULT_MINOR: u32 = 36;
+
 pub fn default_minor() -> u32 {
-    super::validate::parse_kubernetes_version(DEFAULT).map_or(36, |(_, m, _)| m)
+    DEFAULT_MINOR
 }
 
 /// The row of 1.`minor`, if pinfleet runs it.
@@ -243,6 +245,27 @@ mod tests {
         assert_eq!(supported_on(CHECKED), [35, 36, 37]);
         assert!(matches!(support(33, CHECKED), Support::Ended { .. }));
         assert_eq!(support(29, CHECKED), Support::Unknown { oldest: 30, newest: 37 });
+    }
+
+    #[test]
+    fn the_default_is_a_row_at_its_newest_patch() {
+        let m = minor(DEFAULT_MINOR).unwrap();
+        assert_eq!(DEFAULT, format!("1.{}.{}", m.minor, m.newest_patch));
+    }
+
+    /// Fails once the default minor's end of support has passed, judged on
+    /// the later of the day the table was checked and today's date here.
+    #[test]
+    fn the_default_minor_is_in_upstream_support() {
+        let today = CHECKED.max(chrono::Utc::now().date_naive());
+        let m = minor(DEFAULT_MINOR).unwrap();
+        eprintln!("judged on {today} (the table was checked on {CHECKED})");
+        assert!(
+            m.end_of_support >= today,
+            "the default, 1.{}, left upstream support on {} (judged on {today}; the table was checked on {CHECKED}): move DEFAULT to a supported minor and refresh the table",
+            m.minor,
+            m.end_of_support
+        );
     }
 
     #[test]

@@ -62,6 +62,12 @@ fn succeeded(args: &[&str], out: Output) -> String {
 impl KubeEnv {
     /// A cluster to talk to, with a fresh namespace.
     pub fn start() -> KubeEnv {
+        Self::start_as(None)
+    }
+
+    /// As [`KubeEnv::start`], with the sim answering as Kubernetes
+    /// `version` (a real cluster is what it is: ask it with [`KubeEnv::minor`]).
+    pub fn start_as(version: Option<&str>) -> KubeEnv {
         let dir = tempfile::tempdir().unwrap();
         let (kubeconfig, real, shutdown) = match std::env::var("PINFLEET_TEST_KUBECONFIG") {
             Ok(p) if !p.is_empty() => (PathBuf::from(p), true, None),
@@ -70,10 +76,15 @@ impl KubeEnv {
                 let (tx, rx) = std::sync::mpsc::channel::<()>();
                 let (ready_tx, ready_rx) = std::sync::mpsc::channel();
                 let p = path.clone();
+                let version = version.map(|v| pinfleet::rollout::versions::Version::parse(v).expect("a version"));
                 std::thread::spawn(move || {
                     let rt = tokio::runtime::Runtime::new().unwrap();
                     rt.block_on(async move {
-                        let sim = pinfleet::sim::Sim::start(0).await.unwrap();
+                        let mut inner = pinfleet::sim::Inner::new();
+                        if let Some(v) = version {
+                            inner.kubernetes = v;
+                        }
+                        let sim = pinfleet::sim::Sim::start_with(0, inner, Default::default()).await.unwrap();
                         sim.write_kubeconfig(&p).unwrap();
                         ready_tx.send(()).unwrap();
                         let _ = tokio::task::spawn_blocking(move || rx.recv()).await;
@@ -94,6 +105,14 @@ impl KubeEnv {
         };
         env.ok_cmd(&["create", "namespace", &env.namespace.clone()]);
         env
+    }
+
+    /// The minor the API server answers as (its `/version`).
+    pub fn minor(&self) -> u32 {
+        let out = self.ok_cmd(&["version", "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("kubectl version prints JSON");
+        let minor = v["serverVersion"]["minor"].as_str().unwrap_or_default();
+        minor.trim_end_matches('+').parse().unwrap_or_else(|_| panic!("the server's minor: {v}"))
     }
 
     /// True (and prints why) when the test needs the sim and runs on a real cluster.
