@@ -65,7 +65,7 @@ fn patch_runtime_support(k: &KubeEnv, kind: &str, patch: &str) {
 }
 
 fn opts(phases: &[Phase]) -> e2e::Options {
-    e2e::Options { phases: phases.to_vec(), smoke_timeout: Duration::from_secs(60), smoke_profile: None }
+    e2e::Options { phases: phases.to_vec(), smoke_timeout: Duration::from_secs(60), ..Default::default() }
 }
 
 async fn run(k: &KubeEnv, cluster: pinfleet::spec::Cluster, o: &e2e::Options) -> e2e::Report {

@@ -157,3 +157,23 @@ fn the_sim_answers_as_the_minor_it_is_started_for() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn the_cloud_controller_and_autoscaler_follow_the_clusters_minor() {
+    let d = tempfile::tempdir().unwrap();
+    clusters_at(d.path(), "1.35.4");
+    let out = pinfleet(&[
+        "addons",
+        "render",
+        "dev-local",
+        "--addon",
+        "cloud-controller",
+        "--clusters-dir",
+        d.path().to_str().unwrap(),
+        "--addons-dir",
+        addons().to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("image: registry.k8s.io/provider-aws/cloud-controller-manager:v1.35.0"), "{text}");
+}

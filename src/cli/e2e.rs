@@ -66,8 +66,9 @@ pub async fn run(g: &GlobalArgs, a: E2eArgs) -> Result<ExitCode> {
         let client = crate::kube::client_or_in_cluster(&kubeconfig, crate::kube::Retry::Never)
             .await
             .with_context(|| format!("cluster {name}: no API client (kubeconfig {})", kubeconfig.display()))?;
-        let addons = if a.no_addons { None } else { Some(crate::addons::rendered(&g.addons_dir, &loaded.cluster)?) };
-        targets.push(e2e::Target { cluster: loaded.cluster, client, addons });
+        let cluster = super::render::for_target(loaded.cluster, a.cloud.target);
+        let addons = if a.no_addons { None } else { Some(crate::addons::rendered(&g.addons_dir, &cluster)?) };
+        targets.push(e2e::Target { cluster, client, addons });
     }
     let opts = e2e::Options {
         phases: if a.phases.is_empty() {
@@ -77,6 +78,7 @@ pub async fn run(g: &GlobalArgs, a: E2eArgs) -> Result<ExitCode> {
         },
         smoke_timeout: a.smoke_timeout,
         smoke_profile: a.smoke_profile.clone(),
+        rolling_groups: Default::default(),
     };
     let text = g.output == Format::Text;
     let on = std::sync::Arc::new(move |cluster: &str, c: &e2e::Check| {

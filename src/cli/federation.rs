@@ -79,7 +79,11 @@ pub async fn run(g: &GlobalArgs, args: FederationArgs) -> Result<ExitCode> {
         FederationCommand::Status(a) => (a, "status"),
     };
     let w = world(g, a).await?;
-    let store = health::open_store(a.state_store.as_deref(), &w.members).await?;
+    // Local members keep their failover memory beside their sims: no
+    // command on a local target needs AWS.
+    let local = (!matches!(a.target, Target::Aws | Target::Localstack))
+        .then(|| format!("file://{}", crate::state::home().join("federation").display()));
+    let store = health::open_store(a.state_store.as_deref().or(local.as_deref()), &w.members).await?;
     let mut mem = health::load(&store, &a.app).await?;
     let policy = health::Policy { grace: a.grace, rebalance: a.rebalance };
     let (shares, health) = health::assess(&w.fs, &w.members, &w.observed, &mut mem, policy, Utc::now())?;

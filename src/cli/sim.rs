@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::Args;
 
 use super::GlobalArgs;
@@ -23,6 +23,17 @@ pub struct SimArgs {
     /// else pinfleet's default.
     #[arg(long, value_name = "VERSION")]
     pub kubernetes_version: Option<String>,
+    /// Image repositories run as local processes of this binary (pinfleet's
+    /// own image, as the addons name it); other images are simulated.
+    #[arg(long = "own-image", value_name = "REPOSITORY", default_value = crate::sim::procs::OWN_REPOSITORY)]
+    pub own_images: Vec<String>,
+    /// Simulate pinfleet's own containers too (run no process).
+    #[arg(long)]
+    pub no_processes: bool,
+    /// Where the processes keep their files (logs, kubeconfig); default: a
+    /// temporary folder removed when the sim stops.
+    #[arg(long, value_name = "DIR")]
+    pub pods_dir: Option<PathBuf>,
     /// Where to write the kubeconfig.
     #[arg(long, default_value = ".pinfleet/sim/kubeconfig.yaml")]
     pub kubeconfig: PathBuf,
@@ -138,6 +149,26 @@ pub async fn run(g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
         };
         tokio::spawn(crate::sim::nodes::follow_ec2(sim.store.clone(), aws, cfg));
     }
+    // pinfleet's own containers run as processes of this binary.
+    let scratch = std::env::temp_dir().join(format!("pinfleet-sim-{}", std::process::id()));
+    let mut runner = if args.no_processes {
+        None
+    } else {
+        let dir = args.pods_dir.clone().unwrap_or_else(|| scratch.clone());
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let cfg = crate::sim::procs::OwnImages {
+            repositories: args.own_images.iter().filter(|r| !r.is_empty()).cloned().collect(),
+            exe: std::env::current_exe().context("finding the pinfleet binary")?,
+            dir,
+            // Machines that are EC2 instances reach EC2 as the sim does.
+            machine_env: if args.cluster.is_some() {
+                std::env::vars().filter(|(k, _)| k.starts_with("AWS_") || k == "PINFLEET_MOTO_ACCOUNT_ID").collect()
+            } else {
+                Vec::new()
+            },
+        };
+        Some(crate::sim::procs::Runner::start(sim.store.clone(), sim.addr.port(), cfg))
+    };
     sim.write_kubeconfig(&args.kubeconfig)?;
     writeln!(
         anstream::stderr(),
@@ -154,6 +185,10 @@ pub async fn run(g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
         std::fs::write(p, serde_json::to_string(&sim.snapshot())?)?;
         writeln!(anstream::stderr(), "saved {} object(s) to {}", sim.snapshot().len(), p.display())?;
     }
+    if let Some(r) = runner.as_mut() {
+        r.stop();
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
     sim.stop().await;
     Ok(ExitCode::SUCCESS)
 }

@@ -253,7 +253,16 @@ pub async fn run(client: Client, source: impl AddressSource) {
         };
         for csr in csrs {
             if let Err(e) = review(&client, &source, &csr).await {
-                tracing::warn!(csr = csr.metadata.name.as_deref().unwrap_or_default(), "not decided: {e:#}");
+                let name = csr.metadata.name.as_deref().unwrap_or_default();
+                // Every replica reviews; a conflict means another decided first.
+                let lost_race = e.chain().any(|c| {
+                    c.downcast_ref::<kube::Error>().is_some_and(|k| matches!(k, kube::Error::Api(s) if s.code == 409))
+                });
+                if lost_race {
+                    tracing::debug!(csr = name, "decided by another replica");
+                } else {
+                    tracing::warn!(csr = name, "not decided: {e:#}");
+                }
             }
         }
     }

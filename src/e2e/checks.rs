@@ -144,15 +144,19 @@ pub fn surge_room(cluster: &Cluster, usage: &BTreeMap<String, Vec<(i64, i64)>>) 
     }
 }
 
-/// Nodes not Ready, or cordoned.
-pub fn unready_nodes(nodes: &[Node]) -> Outcome {
+/// Nodes not Ready, or cordoned (but for the cordoned nodes of the
+/// groups a roll in progress has yet to reach: its own work).
+pub fn unready_nodes(nodes: &[Node], rolling: &std::collections::BTreeSet<String>) -> Outcome {
     let bad: Vec<String> = nodes
         .iter()
         .filter_map(|n| {
             let name = n.metadata.name.clone()?;
             let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+            let group = n.metadata.labels.as_ref().and_then(|l| l.get(crate::kube::kubeadm::GROUP_LABEL));
+            let roll_work = group.is_some_and(|g| rolling.contains(g));
             match (crate::kube::drain::node_ready(n), cordoned) {
                 (true, false) => None,
+                (true, true) if roll_work => None,
                 (false, _) => Some(format!("{name} (not Ready)")),
                 (true, true) => Some(format!("{name} (cordoned)")),
             }
@@ -354,11 +358,11 @@ pub fn millicores(q: &str) -> i64 {
 }
 
 /// The cluster phase.
-pub async fn cluster(t: &Target, r: &mut Recorder<'_>) {
+pub async fn cluster(t: &Target, r: &mut Recorder<'_>, rolling: &std::collections::BTreeSet<String>) {
     let nodes: Api<Node> = Api::all(t.client.clone());
     let list = nodes.list(&ListParams::default()).await.map(|l| l.items);
     r.check(Phase::Cluster, "nodes-ready", async {
-        Ok(unready_nodes(list.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?))
+        Ok(unready_nodes(list.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?, rolling))
     })
     .await;
     r.check(Phase::Cluster, "group-sizes", async {
@@ -468,4 +472,22 @@ mod tests {
         assert_eq!(millicores("250m"), 250);
         assert_eq!(millicores("1.5"), 1500);
     }
+
+    #[test]
+    fn a_roll_s_own_cordoned_nodes_are_not_a_fault_while_it_is_on_the_way() {
+        let node = |name: &str, group: &str, cordoned: bool| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": {"pinfleet.dev/instance-group": group}},
+                "spec": {"unschedulable": cordoned},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+            }))
+            .unwrap()
+        };
+        let nodes = [node("a", "control-plane", false), node("b", "general", true)];
+        let Outcome::Fail { objects, .. } = unready_nodes(&nodes, &Default::default()) else { panic!() };
+        assert_eq!(objects, ["b (cordoned)"]);
+        let rolling = ["general".to_string()].into();
+        assert_eq!(unready_nodes(&nodes, &rolling), Outcome::Pass, "general's roll resumes its own drain");
+    }
+
 }

@@ -118,6 +118,10 @@ pub struct Options {
     /// Run the smoke workloads on this runtime-support profile version
     /// (to try a new profile before it becomes the default).
     pub smoke_profile: Option<String>,
+    /// Instance groups a roll in progress has yet to reach: their cordoned
+    /// (Ready) nodes are that roll's own work — a drain a killed run
+    /// started, which the roll resumes — not a fault of the cluster.
+    pub rolling_groups: std::collections::BTreeSet<String>,
 }
 
 impl Default for Options {
@@ -126,6 +130,7 @@ impl Default for Options {
             phases: vec![Phase::Preflight, Phase::Cluster, Phase::Smoke],
             smoke_timeout: Duration::from_secs(300),
             smoke_profile: None,
+            rolling_groups: Default::default(),
         }
     }
 }
@@ -166,7 +171,7 @@ pub async fn run(t: &Target, opts: &Options, on: &(dyn Fn(&str, &Check) + Sync))
     let reachable = checks::preflight(t, &mut r, opts.phases.contains(&Phase::Preflight)).await;
     if reachable {
         if opts.phases.contains(&Phase::Cluster) {
-            checks::cluster(t, &mut r).await;
+            checks::cluster(t, &mut r, &opts.rolling_groups).await;
         }
         if opts.phases.contains(&Phase::Smoke) {
             smoke::run(t, &mut r, opts).await;

@@ -51,9 +51,24 @@ pub async fn gate(
     settle: Duration,
     on: &dyn Fn(Event),
 ) -> Result<()> {
+    gate_with(cluster, client, phases, after, settle, Default::default(), on).await
+}
+
+/// [`gate`] during a roll: `rolling` names the groups it has yet to reach,
+/// whose cordoned nodes are its own work (a drain a killed run started and
+/// this run resumes in their group), not a fault to halt on.
+pub async fn gate_with(
+    cluster: &Cluster,
+    client: &kube::Client,
+    phases: &[crate::e2e::Phase],
+    after: &str,
+    settle: Duration,
+    rolling: BTreeSet<String>,
+    on: &dyn Fn(Event),
+) -> Result<()> {
     use crate::e2e::{self, Outcome};
     let t = e2e::Target { cluster: cluster.clone(), client: client.clone(), addons: None };
-    let opts = e2e::Options { phases: phases.to_vec(), ..Default::default() };
+    let opts = e2e::Options { phases: phases.to_vec(), rolling_groups: rolling, ..Default::default() };
     let deadline = tokio::time::Instant::now() + settle;
     loop {
         let report = e2e::run(&t, &opts, &|_, _| {}).await;
@@ -283,8 +298,11 @@ pub async fn roll(
     let machines = AwsMachines::new(aws, cluster, p, revision);
     let nodes = KubeNodes::new(client.clone());
     let (cp, ng) = group_rolls(cluster, p, opts);
+    // The groups in roll order: after one, those behind it are still to come.
+    let order: Vec<String> = cp.iter().chain(ng.iter()).map(|g| g.group.clone()).collect();
     let after_group = |group: String| -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + '_>> {
         let client = client.clone();
+        let rolling: BTreeSet<String> = order.iter().skip_while(|g| **g != group).skip(1).cloned().collect();
         // As long as the group's own validation may take.
         let settle = cluster
             .spec
@@ -294,7 +312,8 @@ pub async fn roll(
             .map(|g| g.rollout.validation_timeout.0)
             .unwrap_or(Duration::from_secs(300));
         Box::pin(async move {
-            gate(cluster, &client, &[crate::e2e::Phase::Cluster], &format!("group {group}"), settle, on).await
+            gate_with(cluster, &client, &[crate::e2e::Phase::Cluster], &format!("group {group}"), settle, rolling, on)
+                .await
         })
     };
     let gate_fn: driver::Gate<'_> = &after_group;

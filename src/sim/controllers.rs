@@ -443,6 +443,10 @@ impl Controllers {
                 }
                 continue;
             };
+            // pinfleet's own containers run as processes: their runner reports them.
+            if !terminating(&pod) && super::procs::is_own(&pod, &inner.own_images) {
+                continue;
+            }
             if terminating(&pod) {
                 // The kubelet stops the containers; with no finalizers left the pod goes.
                 if finalizers(&pod).is_empty() {

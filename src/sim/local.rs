@@ -57,6 +57,9 @@ pub async fn up(cluster: &Cluster, cluster_arg: &str, clusters_dir: &Path, addon
         .arg(clusters_dir)
         .arg("--addons-dir")
         .arg(addons_dir)
+        // pinfleet's own containers (the controller, the e2e and AMI jobs) run as processes here.
+        .arg("--pods-dir")
+        .arg(dir.join("pods"))
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
@@ -78,6 +81,24 @@ pub async fn up(cluster: &Cluster, cluster_arg: &str, clusters_dir: &Path, addon
     }
     writeln!(anstream::stderr(), "sim for {name} started (pid {}, kubeconfig {})", child.id(), kubeconfig.display())?;
     Ok(kubeconfig)
+}
+
+/// On the sim, a machine's addresses are its Node's: the controller's
+/// serving-certificate approver reads them there (unless the cluster file
+/// chose), as there is no EC2 behind the sim's kubelets.
+pub fn for_the_sim(cluster: &mut crate::spec::Cluster) {
+    let addons = &mut cluster.spec.addons;
+    if !addons.iter().any(|a| a.name == "workload-controller") {
+        addons.push(crate::spec::AddonRef {
+            name: "workload-controller".into(),
+            version: None,
+            enabled: true,
+            values: Default::default(),
+        });
+    }
+    for a in addons.iter_mut().filter(|a| a.name == "workload-controller") {
+        a.values.entry("servingAddresses").or_insert_with(|| serde_json::json!("node"));
+    }
 }
 
 /// Stops the cluster's sim and removes its files. Returns whether one ran.

@@ -7,6 +7,7 @@
 //! semantics, [`crate::kube::fields`] and [`patch`] implement server-side apply and the
 //! patch formats, [`server`] is the REST surface.
 
+pub mod auth;
 pub mod controllers;
 pub mod etcd;
 pub mod kubeadm;
@@ -14,6 +15,7 @@ pub mod local;
 pub mod nodes;
 pub mod openapi;
 pub mod patch;
+pub mod procs;
 pub mod protobuf;
 pub mod registry;
 pub mod schema;

@@ -72,6 +72,17 @@ fn pod_log(
         );
         return err(ApiError::new(500, "InternalError", msg));
     }
+    // A container the sim ran as a process ([`super::procs`]): its output.
+    let uid = pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+    if let Some(dir) = inner.pods_dir.as_ref().filter(|_| super::procs::is_own(&pod, &inner.own_images)) {
+        let file = super::procs::log_file(dir, ns, name, uid, &container);
+        let text = std::fs::read(&file).unwrap_or_default();
+        return Response::builder()
+            .status(200)
+            .header("content-type", "text/plain")
+            .body(axum::body::Body::from(text))
+            .expect("a log response");
+    }
     let body = match inner.etcd.output(ns, name, &container) {
         Some((_, out)) => out.clone(),
         None => format!("sim: container {container} of {ns}/{name} runs no process and writes no output\n"),
@@ -280,11 +291,22 @@ pub async fn handle(
     let q = query(&uri);
     let content_type =
         headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
+    // Authentication: a token the sim minted is its service account's; any
+    // other token is refused; no credentials is the sim's administrator.
+    let user = match headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|h| h.strip_prefix("Bearer ")) {
+        None => None,
+        Some(token) => match shared.lock().expect("store lock").tokens.get(token.trim()) {
+            Some((ns, sa)) => Some(super::auth::User::service_account(ns, sa)),
+            None => return err(ApiError::new(401, "Unauthorized", "Unauthorized")),
+        },
+    };
     let target = {
         let inner = shared.lock().expect("store lock");
         if method == Method::GET {
-            if let Some(d) = discovery(&inner, &segs, port) {
-                return json_response(200, &d);
+            if user.is_none() || super::auth::discovery_path(&segs) {
+                if let Some(d) = discovery(&inner, &segs, port) {
+                    return json_response(200, &d);
+                }
             }
         }
         parse_target(&inner, &segs)
@@ -298,6 +320,22 @@ pub async fn handle(
         }
     };
     let ns = t.namespace.clone().unwrap_or_default();
+    if let Some(user) = &user {
+        let watching = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+        let attrs = super::auth::Attributes {
+            verb: super::auth::verb(method.as_str(), t.name.is_some(), watching).to_string(),
+            group: rt.group.clone(),
+            resource: rt.plural.clone(),
+            subresource: t.sub.clone(),
+            namespace: if rt.namespaced { ns.clone() } else { String::new() },
+            name: t.name.clone(),
+        };
+        let inner = shared.lock().expect("store lock");
+        if let Err(msg) = super::auth::authorize(&inner, user, &attrs) {
+            let details = json!({"name": t.name.clone().unwrap_or_default(), "group": rt.group, "kind": rt.plural});
+            return err(ApiError::new(403, "Forbidden", msg).with_details(details));
+        }
+    }
     if q.get("watch").is_some_and(|w| w == "true" || w == "1") && method == Method::GET {
         let as_table = headers.get("accept").and_then(|v| v.to_str().ok()).is_some_and(super::table::wants_table);
         return watch(shared, rt, t.namespace.clone(), t.name.clone(), &q, as_table).await;

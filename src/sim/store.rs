@@ -97,6 +97,14 @@ pub struct Inner {
     /// messages of validation, its kubelets), unless a kubeadm cluster's
     /// configuration names another (then its API servers run that).
     pub kubernetes: crate::rollout::versions::Version,
+    /// Service-account tokens the sim minted for the processes its kubelet
+    /// runs: token → (namespace, service account).
+    pub tokens: BTreeMap<String, (String, String)>,
+    /// Image repositories whose pods run as local processes
+    /// ([`super::procs`]); empty: every container is simulated.
+    pub own_images: Vec<String>,
+    /// Where those processes keep their files (logs served by `pods/log`).
+    pub pods_dir: Option<std::path::PathBuf>,
 }
 
 pub fn now() -> String {
@@ -179,6 +187,9 @@ impl Inner {
             etcd: Default::default(),
             kubernetes: crate::rollout::versions::Version::parse(crate::spec::versions::DEFAULT)
                 .expect("the default version parses"),
+            tokens: BTreeMap::new(),
+            own_images: Vec::new(),
+            pods_dir: None,
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let t = s.registry.get("", "v1", "namespaces").cloned().expect("namespaces");
@@ -217,6 +228,15 @@ impl Inner {
     /// Validates a built-in object the way kube-apiserver does (custom
     /// resources are checked against their schema instead): a body that does
     /// not decode is a 400, every refused field is in one 422.
+    /// A bearer token for a service account (what a projected token volume
+    /// gives a pod), known to the sim's authenticator until it stops.
+    pub fn mint_token(&mut self, namespace: &str, service_account: &str) -> String {
+        let b: [u8; 24] = rand::random();
+        let token = format!("sim.{}", hex::encode(b));
+        self.tokens.insert(token.clone(), (namespace.to_string(), service_account.to_string()));
+        token
+    }
+
     /// The version the API server answers as: a kubeadm cluster's
     /// configured one, else the sim's own.
     pub fn serving_version(&self) -> crate::rollout::versions::Version {
@@ -898,6 +918,26 @@ impl Inner {
 
     /// Recomputes the status of the namespace's PodDisruptionBudgets.
     /// Objects of one type in one namespace, by key range (no full scan).
+    /// One stored object by group, plural, namespace and name (no copy).
+    pub fn peek(&self, group: &str, plural: &str, ns: &str, name: &str) -> Option<&Value> {
+        self.objects.get(&(group.to_string(), plural.to_string(), ns.to_string(), name.to_string()))
+    }
+
+    /// The stored objects of a resource, in one namespace or all (no copies).
+    pub fn scan(&self, group: &str, plural: &str, ns: Option<&str>) -> Vec<&Value> {
+        match ns {
+            Some(ns) => self.in_namespace(group, plural, ns).map(|(_, v)| v).collect(),
+            None => {
+                let (g, p) = (group.to_string(), plural.to_string());
+                self.objects
+                    .range((g.clone(), p.clone(), String::new(), String::new())..)
+                    .take_while(|((kg, kp, _, _), _)| *kg == g && *kp == p)
+                    .map(|(_, v)| v)
+                    .collect()
+            }
+        }
+    }
+
     fn in_namespace<'a>(
         &'a self,
         group: &str,

@@ -152,15 +152,38 @@ fn cells(t: &ResourceType, o: &Value) -> Vec<Value> {
                 .and_then(Value::as_array)
                 .map(|a| a.iter().filter(|c| c["ready"] == true).count())
                 .unwrap_or(0);
-            let phase =
-                if o.pointer("/metadata/deletionTimestamp").is_some() { "Terminating" } else { s(o, "/status/phase") };
-            let phase = if phase.is_empty() { "Pending" } else { phase };
+            // As the server's pod printer: the phase, overridden by a
+            // container's waiting or terminated reason (last container
+            // first), "Terminating" while deleted; restarts summed.
+            let mut reason = s(o, "/status/phase").to_string();
+            if reason.is_empty() {
+                reason = "Pending".into();
+            }
+            let mut restarts = 0;
+            let mut has_running = false;
+            let statuses = o.pointer("/status/containerStatuses").and_then(Value::as_array).cloned().unwrap_or_default();
+            for st in statuses.iter().rev() {
+                restarts += st["restartCount"].as_i64().unwrap_or(0);
+                let waiting = st.pointer("/state/waiting/reason").and_then(Value::as_str).filter(|r| !r.is_empty());
+                let terminated = st.pointer("/state/terminated/reason").and_then(Value::as_str).filter(|r| !r.is_empty());
+                if let Some(r) = waiting.or(terminated) {
+                    reason = r.to_string();
+                } else if st["ready"] == true && st.pointer("/state/running").is_some() {
+                    has_running = true;
+                }
+            }
+            if reason == "Completed" && has_running {
+                reason = "Running".into();
+            }
+            if o.pointer("/metadata/deletionTimestamp").is_some() {
+                reason = "Terminating".into();
+            }
             let ip = s(o, "/status/podIP");
             let node = s(o, "/spec/nodeName");
             c.extend([
                 json!(format!("{ready}/{total}")),
-                json!(phase),
-                json!("0"),
+                json!(reason),
+                json!(restarts.to_string()),
                 json!(age_text),
                 json!(if ip.is_empty() { "<none>" } else { ip }),
                 json!(if node.is_empty() { "<none>" } else { node }),

@@ -1,0 +1,190 @@
+//! A local dry-run cluster runs its own platform, with no AWS account:
+//! `bootstrap --target sim` gives a cluster whose workload controller (the
+//! addon's Deployment of pinfleet's image) runs as processes of the sim, so
+//! `e2e --target sim` passes; with the controller scaled to 0 it fails
+//! naming it; a pod of pinfleet's image that exits 1 crash-loops with its
+//! log; `destroy --target sim` leaves no process. Federation over local
+//! members plans with no AWS environment at all.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// pinfleet with no AWS anywhere in its environment and its own home.
+fn pinfleet(home: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinfleet"));
+    cmd.args(args).env("PINFLEET_HOME", home).env("NO_COLOR", "1").env_remove("KUBECONFIG");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("AWS_CONFIG_FILE", home.join("none")).env("AWS_SHARED_CREDENTIALS_FILE", home.join("none"));
+    cmd.output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn kubectl(kc: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write as _;
+    let mut child = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kc)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl is installed");
+    child.stdin.take().unwrap().write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Processes whose environment names `needle` (the pods' files live under the home).
+fn processes_with(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')));
+        if !zombie && String::from_utf8_lossy(&env).contains(needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if let Some(v) = f() {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Ends the cluster's sim whatever the test's outcome.
+struct Cluster {
+    home: PathBuf,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = pinfleet(&self.home, &["destroy", "dev-local", "--target", "sim", "--yes"]);
+    }
+}
+
+#[test]
+fn a_sim_cluster_runs_its_own_platform_and_leaves_nothing_behind() {
+    if std::env::var("PINFLEET_TEST_KUBECONFIG").is_ok_and(|v| !v.is_empty()) {
+        eprintln!("skipped on a real cluster: tests the sim's own kubelet");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let c = Cluster { home: home.clone() };
+    let out = pinfleet(&home, &["bootstrap", "dev-local", "--target", "sim", "--yes"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let kc = home.join("sim/dev-local/kubeconfig.yaml");
+    let pods_dir = home.join("sim/dev-local/pods");
+    // The controller's pods are processes of pinfleet, under the pods' folder.
+    let running = until("the controller's processes", 60, || {
+        let p = processes_with(&pods_dir.display().to_string());
+        (p.len() >= 2).then_some(p)
+    });
+    assert_eq!(running.len(), 2, "one process per replica: {running:?}");
+
+    let out = pinfleet(&home, &["e2e", "dev-local", "--target", "sim", "--smoke-timeout", "60s"]);
+    assert!(out.status.success(), "e2e on the healthy cluster: {}", text(&out));
+
+    // A pod of pinfleet's image that exits 1: CrashLoopBackOff, with its log.
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: broken, namespace: default}\nspec:\n  containers:\n    - {name: main, image: ghcr.io/pinfleet/pinfleet:0.1.0, args: [validate, /no/such/clusters]}\n";
+    let applied = kubectl(&kc, &["apply", "-f", "-"], Some(pod));
+    assert!(applied.status.success(), "{}", text(&applied));
+    until("CrashLoopBackOff", 60, || {
+        let o = kubectl(&kc, &["get", "pod", "broken", "-o", "jsonpath={.status.containerStatuses[0].state.waiting.reason}"], None);
+        (String::from_utf8_lossy(&o.stdout) == "CrashLoopBackOff").then_some(())
+    });
+    let exit = kubectl(&kc, &["get", "pod", "broken", "-o", "jsonpath={.status.containerStatuses[0].lastState.terminated.exitCode}"], None);
+    assert_eq!(String::from_utf8_lossy(&exit.stdout), "1");
+    let logs = kubectl(&kc, &["logs", "broken"], None);
+    assert!(text(&logs).contains("/no/such/clusters"), "the container's own output: {}", text(&logs));
+    let table = kubectl(&kc, &["get", "pod", "broken"], None);
+    assert!(text(&table).contains("CrashLoopBackOff"), "{}", text(&table));
+
+    // Without the controller, e2e fails and names it.
+    let scaled = kubectl(&kc, &["-n", "pinfleet-system", "scale", "deployment/pinfleet-controller", "--replicas=0"], None);
+    assert!(scaled.status.success(), "{}", text(&scaled));
+    until("the controller's processes to stop", 30, || processes_with(&pods_dir.display().to_string()).len().eq(&1).then_some(()));
+    let out = pinfleet(&home, &["e2e", "dev-local", "--target", "sim", "--phase", "smoke", "--smoke-timeout", "10s"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("is the workload controller running?"), "{}", text(&out));
+
+    drop(c);
+    let left = processes_with(&pods_dir.display().to_string());
+    assert!(left.is_empty(), "processes left after destroy: {left:?}");
+}
+
+#[test]
+fn federation_over_local_members_plans_without_aws() {
+    if std::env::var("PINFLEET_TEST_KUBECONFIG").is_ok_and(|v| !v.is_empty()) {
+        eprintln!("skipped on a real cluster: needs three local sims");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let clusters = dir.path().join("clusters");
+    std::fs::create_dir_all(clusters.join("bases")).unwrap();
+    std::fs::create_dir_all(clusters.join("federations")).unwrap();
+    std::fs::copy(root.join("clusters/bases/aws-standard.yaml"), clusters.join("bases/aws-standard.yaml")).unwrap();
+    let src = std::fs::read_to_string(root.join("clusters/dev-local.yaml")).unwrap();
+    let names = ["local-a", "local-b", "local-c"];
+    for n in names {
+        // The default (s3://) state store stays: a local target must not open it.
+        let text = src.replace("name: dev-local", &format!("name: {n}"));
+        std::fs::write(clusters.join(format!("{n}.yaml")), format!("{text}  federation:\n    name: local\n")).unwrap();
+    }
+    std::fs::write(
+        clusters.join("federations/spread.yaml"),
+        "apiVersion: pinfleet.dev/v1alpha1\nkind: FederatedService\nmetadata: {name: spread, namespace: shop}\nspec:\n  federation: local\n  totalReplicas: 9\n  template:\n    owner: {team: shop, project: web}\n    ports: [{name: http, port: 8080}]\n    template:\n      spec:\n        containers: [{name: app, image: shop/web:2.0}]\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend(["--clusters-dir", clusters.to_str().unwrap()]);
+        pinfleet(&home, &a)
+    };
+    struct Down<'a>(&'a dyn Fn(&[&str]) -> Output);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            for n in ["local-a", "local-b", "local-c"] {
+                let _ = (self.0)(&["destroy", n, "--target", "sim", "--yes"]);
+            }
+        }
+    }
+    let _down = Down(&run);
+    for n in names {
+        let out = run(&["bootstrap", n, "--target", "sim", "--yes"]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let out = run(&["federation", "plan", "spread", "--target", "sim", "-o", "json"]);
+    assert!(out.status.success(), "no AWS needed: {}", text(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shares: Vec<(String, u64)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["cluster"].as_str().unwrap().to_string(), r["desired"].as_u64().unwrap_or_default()))
+        .collect();
+    // KubeFed's documented default: equal weights divide the replicas evenly.
+    assert_eq!(shares, [("local-a".into(), 3), ("local-b".into(), 3), ("local-c".into(), 3)], "{rows}");
+    assert!(!text(&out).contains("s3://"), "{}", text(&out));
+}
