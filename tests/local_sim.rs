@@ -41,8 +41,9 @@ fn kubectl(kc: &Path, args: &[&str], stdin: Option<&str>) -> Output {
     child.wait_with_output().unwrap()
 }
 
-/// Processes whose environment names `needle` (the pods' files live under the home).
-fn processes_with(needle: &str) -> Vec<u32> {
+/// Processes whose environment names `needle` (the pods' files live under
+/// the home) and whose command line has `command` in it.
+fn processes_with(needle: &str, command: &str) -> Vec<u32> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
@@ -52,7 +53,9 @@ fn processes_with(needle: &str) -> Vec<u32> {
         let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
         let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')));
-        if !zombie && String::from_utf8_lossy(&env).contains(needle) {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if !zombie && String::from_utf8_lossy(&env).contains(needle) && cmdline.contains(command) {
             out.push(pid);
         }
     }
@@ -95,8 +98,9 @@ fn a_sim_cluster_runs_its_own_platform_and_leaves_nothing_behind() {
     let kc = home.join("sim/dev-local/kubeconfig.yaml");
     let pods_dir = home.join("sim/dev-local/pods");
     // The controller's pods are processes of pinfleet, under the pods' folder.
-    let running = until("the controller's processes", 60, || {
-        let p = processes_with(&pods_dir.display().to_string());
+    let dir_text = pods_dir.display().to_string();
+    let running = until("the controller's processes", 120, || {
+        let p = processes_with(&dir_text, " controller ");
         (p.len() >= 2).then_some(p)
     });
     assert_eq!(running.len(), 2, "one process per replica: {running:?}");
@@ -108,7 +112,7 @@ fn a_sim_cluster_runs_its_own_platform_and_leaves_nothing_behind() {
     let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: broken, namespace: default}\nspec:\n  containers:\n    - {name: main, image: ghcr.io/pinfleet/pinfleet:0.1.0, args: [validate, /no/such/clusters]}\n";
     let applied = kubectl(&kc, &["apply", "-f", "-"], Some(pod));
     assert!(applied.status.success(), "{}", text(&applied));
-    until("CrashLoopBackOff", 60, || {
+    until("CrashLoopBackOff", 120, || {
         let o = kubectl(&kc, &["get", "pod", "broken", "-o", "jsonpath={.status.containerStatuses[0].state.waiting.reason}"], None);
         (String::from_utf8_lossy(&o.stdout) == "CrashLoopBackOff").then_some(())
     });
@@ -122,13 +126,13 @@ fn a_sim_cluster_runs_its_own_platform_and_leaves_nothing_behind() {
     // Without the controller, e2e fails and names it.
     let scaled = kubectl(&kc, &["-n", "pinfleet-system", "scale", "deployment/pinfleet-controller", "--replicas=0"], None);
     assert!(scaled.status.success(), "{}", text(&scaled));
-    until("the controller's processes to stop", 30, || processes_with(&pods_dir.display().to_string()).len().eq(&1).then_some(()));
+    until("the controller's processes to stop", 60, || processes_with(&dir_text, " controller ").is_empty().then_some(()));
     let out = pinfleet(&home, &["e2e", "dev-local", "--target", "sim", "--phase", "smoke", "--smoke-timeout", "10s"]);
     assert!(!out.status.success());
     assert!(text(&out).contains("is the workload controller running?"), "{}", text(&out));
 
     drop(c);
-    let left = processes_with(&pods_dir.display().to_string());
+    let left = processes_with(&dir_text, "");
     assert!(left.is_empty(), "processes left after destroy: {left:?}");
 }
 
