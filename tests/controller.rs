@@ -474,5 +474,8 @@ fn outside_aws_the_approver_says_once_that_it_is_off_and_refuses_ec2_asked_for()
     let out = controller_without_aws(&k, home.path(), &["--serving-addresses", "ec2"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("--serving-addresses ec2 needs AWS access") && err.contains("--serving-addresses node"), "{err}");
+    assert!(
+        err.contains("--serving-addresses ec2 needs AWS access") && err.contains("--serving-addresses node"),
+        "{err}"
+    );
 }

@@ -3,8 +3,7 @@
 //! addon's Deployment of pinfleet's image) runs as processes of the sim, so
 //! `e2e --target sim` passes; with the controller scaled to 0 it fails
 //! naming it; a pod of pinfleet's image that exits 1 crash-loops with its
-//! log; `destroy --target sim` leaves no process. Federation over local
-//! members plans with no AWS environment at all.
+//! log; `destroy --target sim` leaves no process.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -108,15 +107,41 @@ fn a_sim_cluster_runs_its_own_platform_and_leaves_nothing_behind() {
     let out = pinfleet(&home, &["e2e", "dev-local", "--target", "sim", "--smoke-timeout", "60s"]);
     assert!(out.status.success(), "e2e on the healthy cluster: {}", text(&out));
 
+    // The e2e addon's scheduled job runs too (now, not at its hour) and records its results.
+    let job = kubectl(&kc, &["-n", "pinfleet-system", "create", "job", "e2e-now", "--from=cronjob/pinfleet-e2e"], None);
+    assert!(job.status.success(), "{}", text(&job));
+    until("the e2e job to complete", 180, || {
+        let o = kubectl(
+            &kc,
+            &["-n", "pinfleet-system", "get", "job", "e2e-now", "-o", "jsonpath={.status.succeeded}"],
+            None,
+        );
+        (String::from_utf8_lossy(&o.stdout) == "1").then_some(())
+    });
+    let results = kubectl(
+        &kc,
+        &["-n", "pinfleet-system", "get", "configmap", "pinfleet-e2e-results", "-o", "jsonpath={.data.metrics\\.prom}"],
+        None,
+    );
+    assert!(text(&results).contains("pinfleet_e2e_checks_failed{cluster=\"dev-local\"} 0"), "{}", text(&results));
+
     // A pod of pinfleet's image that exits 1: CrashLoopBackOff, with its log.
     let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: broken, namespace: default}\nspec:\n  containers:\n    - {name: main, image: ghcr.io/pinfleet/pinfleet:0.1.0, args: [validate, /no/such/clusters]}\n";
     let applied = kubectl(&kc, &["apply", "-f", "-"], Some(pod));
     assert!(applied.status.success(), "{}", text(&applied));
     until("CrashLoopBackOff", 120, || {
-        let o = kubectl(&kc, &["get", "pod", "broken", "-o", "jsonpath={.status.containerStatuses[0].state.waiting.reason}"], None);
+        let o = kubectl(
+            &kc,
+            &["get", "pod", "broken", "-o", "jsonpath={.status.containerStatuses[0].state.waiting.reason}"],
+            None,
+        );
         (String::from_utf8_lossy(&o.stdout) == "CrashLoopBackOff").then_some(())
     });
-    let exit = kubectl(&kc, &["get", "pod", "broken", "-o", "jsonpath={.status.containerStatuses[0].lastState.terminated.exitCode}"], None);
+    let exit = kubectl(
+        &kc,
+        &["get", "pod", "broken", "-o", "jsonpath={.status.containerStatuses[0].lastState.terminated.exitCode}"],
+        None,
+    );
     assert_eq!(String::from_utf8_lossy(&exit.stdout), "1");
     let logs = kubectl(&kc, &["logs", "broken"], None);
     assert!(text(&logs).contains("/no/such/clusters"), "the container's own output: {}", text(&logs));
@@ -124,9 +149,12 @@ fn a_sim_cluster_runs_its_own_platform_and_leaves_nothing_behind() {
     assert!(text(&table).contains("CrashLoopBackOff"), "{}", text(&table));
 
     // Without the controller, e2e fails and names it.
-    let scaled = kubectl(&kc, &["-n", "pinfleet-system", "scale", "deployment/pinfleet-controller", "--replicas=0"], None);
+    let scaled =
+        kubectl(&kc, &["-n", "pinfleet-system", "scale", "deployment/pinfleet-controller", "--replicas=0"], None);
     assert!(scaled.status.success(), "{}", text(&scaled));
-    until("the controller's processes to stop", 60, || processes_with(&dir_text, " controller ").is_empty().then_some(()));
+    until("the controller's processes to stop", 60, || {
+        processes_with(&dir_text, " controller ").is_empty().then_some(())
+    });
     let out = pinfleet(&home, &["e2e", "dev-local", "--target", "sim", "--phase", "smoke", "--smoke-timeout", "10s"]);
     assert!(!out.status.success());
     assert!(text(&out).contains("is the workload controller running?"), "{}", text(&out));
@@ -134,61 +162,4 @@ fn a_sim_cluster_runs_its_own_platform_and_leaves_nothing_behind() {
     drop(c);
     let left = processes_with(&dir_text, "");
     assert!(left.is_empty(), "processes left after destroy: {left:?}");
-}
-
-#[test]
-fn federation_over_local_members_plans_without_aws() {
-    if std::env::var("PINFLEET_TEST_KUBECONFIG").is_ok_and(|v| !v.is_empty()) {
-        eprintln!("skipped on a real cluster: needs three local sims");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let clusters = dir.path().join("clusters");
-    std::fs::create_dir_all(clusters.join("bases")).unwrap();
-    std::fs::create_dir_all(clusters.join("federations")).unwrap();
-    std::fs::copy(root.join("clusters/bases/aws-standard.yaml"), clusters.join("bases/aws-standard.yaml")).unwrap();
-    let src = std::fs::read_to_string(root.join("clusters/dev-local.yaml")).unwrap();
-    let names = ["local-a", "local-b", "local-c"];
-    for n in names {
-        // The default (s3://) state store stays: a local target must not open it.
-        let text = src.replace("name: dev-local", &format!("name: {n}"));
-        std::fs::write(clusters.join(format!("{n}.yaml")), format!("{text}  federation:\n    name: local\n")).unwrap();
-    }
-    std::fs::write(
-        clusters.join("federations/spread.yaml"),
-        "apiVersion: pinfleet.dev/v1alpha1\nkind: FederatedService\nmetadata: {name: spread, namespace: shop}\nspec:\n  federation: local\n  totalReplicas: 9\n  template:\n    owner: {team: shop, project: web}\n    ports: [{name: http, port: 8080}]\n    template:\n      spec:\n        containers: [{name: app, image: shop/web:2.0}]\n",
-    )
-    .unwrap();
-    let run = |args: &[&str]| {
-        let mut a = args.to_vec();
-        a.extend(["--clusters-dir", clusters.to_str().unwrap()]);
-        pinfleet(&home, &a)
-    };
-    struct Down<'a>(&'a dyn Fn(&[&str]) -> Output);
-    impl Drop for Down<'_> {
-        fn drop(&mut self) {
-            for n in ["local-a", "local-b", "local-c"] {
-                let _ = (self.0)(&["destroy", n, "--target", "sim", "--yes"]);
-            }
-        }
-    }
-    let _down = Down(&run);
-    for n in names {
-        let out = run(&["bootstrap", n, "--target", "sim", "--yes"]);
-        assert!(out.status.success(), "{}", text(&out));
-    }
-    let out = run(&["federation", "plan", "spread", "--target", "sim", "-o", "json"]);
-    assert!(out.status.success(), "no AWS needed: {}", text(&out));
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let shares: Vec<(String, u64)> = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| (r["cluster"].as_str().unwrap().to_string(), r["desired"].as_u64().unwrap_or_default()))
-        .collect();
-    // KubeFed's documented default: equal weights divide the replicas evenly.
-    assert_eq!(shares, [("local-a".into(), 3), ("local-b".into(), 3), ("local-c".into(), 3)], "{rows}");
-    assert!(!text(&out).contains("s3://"), "{}", text(&out));
 }

@@ -116,7 +116,10 @@ fn a_package_install_waits_for_the_lock_and_is_retried_once() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("installing cloud-init failed; finishing half-configured packages and trying once more"), "{err}");
+    assert!(
+        err.contains("installing cloud-init failed; finishing half-configured packages and trying once more"),
+        "{err}"
+    );
     let calls = std::fs::read_to_string(&calls).unwrap();
     let installs: Vec<&str> = calls.lines().filter(|l| l.starts_with("apt-get") && l.contains(" install ")).collect();
     assert_eq!(installs.len(), 2, "tried once more, not more: {calls}");

@@ -165,7 +165,8 @@ async fn eviction_honours_pod_disruption_budgets() {
 /// A Node the test keeps Ready or not by hand (the sim runs pods on it).
 async fn hand_node(nodes: &Api<k8s_openapi::api::core::v1::Node>, name: &str, ready: bool) {
     if nodes.get_opt(name).await.unwrap().is_none() {
-        let node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})).unwrap();
+        let node =
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})).unwrap();
         nodes.create(&PostParams::default(), &node).await.unwrap();
     }
     let status = json!({"status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}});
@@ -278,9 +279,13 @@ async fn garbage_collection_follows_the_propagation_policy() {
     // that does not block it (d2, here held by a finalizer of its own) may
     // outlive it, as the real garbage collector allows.
     owner_with_dependents(&cms, "fg").await;
-    cms.patch("fg-d2", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}})))
-        .await
-        .unwrap();
+    cms.patch(
+        "fg-d2",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}})),
+    )
+    .await
+    .unwrap();
     let rv = cms.list_metadata(&kube::api::ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
     let mut events = cms.watch(&kube::api::WatchParams::default().timeout(30), &rv).await.unwrap().boxed();
     let answer = cms.delete("fg", &DeleteParams::foreground()).await.unwrap();

@@ -381,3 +381,21 @@ fn a_csr_is_listed_pending_then_approved_with_kubectl_certificate_approve() {
     assert!(listed.contains("Approved") && !listed.contains("Pending"), "{listed}");
     k.ok(&["delete", "csr", &name]);
 }
+
+/// `kubectl create job --from=cronjob/…` sends protobuf: embedded structs
+/// (a volume's source, a ConfigMap reference) decode inline, as in JSON.
+#[test]
+fn a_job_made_from_a_cronjob_keeps_its_volumes() {
+    let k = KubeEnv::start();
+    let cj = "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: nightly}\nspec:\n  schedule: \"0 3 * * *\"\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          containers: [{name: c, image: busybox:1.36, volumeMounts: [{name: cfg, mountPath: /etc/cfg}]}]\n          volumes: [{name: cfg, configMap: {name: settings}}]\n";
+    k.ok_stdin(&["apply", "-f", "-"], cj);
+    k.ok(&["create", "job", "now", "--from=cronjob/nightly"]);
+    let job: serde_json::Value = serde_json::from_str(&k.ok(&["get", "job", "now", "-o", "json"])).unwrap();
+    // (A real server adds its defaults, such as defaultMode: compare what was sent.)
+    let volume = &job["spec"]["template"]["spec"]["volumes"][0];
+    assert_eq!(
+        (&volume["name"], &volume["configMap"]["name"]),
+        (&serde_json::json!("cfg"), &serde_json::json!("settings")),
+        "{job}"
+    );
+}

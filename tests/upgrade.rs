@@ -232,7 +232,10 @@ fn watch(sim: &NodeSim, app: &str, group: &str) -> Watch {
             let pods = kube::Api::<Pod>::default_namespaced(client.clone());
             let nodes = kube::Api::<Node>::all(client);
             let mut ps = std::pin::pin!(watcher(pods, watcher::Config::default().labels(&format!("app={app}"))));
-            let mut ns = std::pin::pin!(watcher(nodes, watcher::Config::default().labels(&format!("pinfleet.dev/instance-group={group}"))));
+            let mut ns = std::pin::pin!(watcher(
+                nodes,
+                watcher::Config::default().labels(&format!("pinfleet.dev/instance-group={group}"))
+            ));
             let (mut pod_view, mut node_view) = (View::default(), View::default());
             let cond = |cs: Option<&Vec<serde_json::Value>>, t: &str| {
                 cs.is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"))

@@ -20,12 +20,16 @@ fn clusters_at(dir: &Path, version: &str) {
         std::fs::copy(e.path(), dir.join("bases").join(e.file_name())).unwrap();
     }
     let dev = std::fs::read_to_string(root.join("clusters/dev-local.yaml")).unwrap();
-    let dev = dev.replace("spec:\n  owner: cloud-platform\n", &format!("spec:\n  owner: cloud-platform\n  kubernetesVersion: \"{version}\"\n"));
+    let dev = dev.replace(
+        "spec:\n  owner: cloud-platform\n",
+        &format!("spec:\n  owner: cloud-platform\n  kubernetesVersion: \"{version}\"\n"),
+    );
     std::fs::write(dir.join("dev-local.yaml"), dev).unwrap();
 }
 
 fn validate(clusters: &Path, addons: &Path) -> (Option<i32>, String) {
-    let out = pinfleet(&["validate", "--clusters-dir", clusters.to_str().unwrap(), "--addons-dir", addons.to_str().unwrap()]);
+    let out =
+        pinfleet(&["validate", "--clusters-dir", clusters.to_str().unwrap(), "--addons-dir", addons.to_str().unwrap()]);
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -40,7 +44,8 @@ fn validate_warns_on_a_minor_out_of_support_and_refuses_one_it_cannot_run() {
     let (code, err) = validate(d.path(), &addons());
     assert_eq!(code, Some(0), "valid, with a warning: {err}");
     assert!(
-        err.contains("warning: ") && err.contains("spec.kubernetesVersion: Kubernetes 1.33 left upstream support on 2026-06-28 (judged on "),
+        err.contains("warning: ")
+            && err.contains("spec.kubernetesVersion: Kubernetes 1.33 left upstream support on 2026-06-28 (judged on "),
         "{err}"
     );
     assert!(err.contains("the newest minor is 1.37: `pinfleet upgrade` climbs one minor at a time"), "{err}");
@@ -72,12 +77,16 @@ fn validate_refuses_a_minor_an_addon_does_not_support() {
     let copy = Command::new("cp").args(["-r"]).arg(addons()).arg(&addons_dir).status().unwrap();
     assert!(copy.success());
     let meta = addons_dir.join("metrics-server/addon.yaml");
-    let text = std::fs::read_to_string(&meta).unwrap().replace("kubernetes: {min: \"1.19\"}", "kubernetes: {min: \"1.19\", max: \"1.35\"}");
+    let text = std::fs::read_to_string(&meta)
+        .unwrap()
+        .replace("kubernetes: {min: \"1.19\"}", "kubernetes: {min: \"1.19\", max: \"1.35\"}");
     std::fs::write(&meta, text).unwrap();
     let (code, err) = validate(&clusters, &addons_dir);
     assert_eq!(code, Some(1), "{err}");
     assert!(
-        err.contains("spec.kubernetesVersion: addon metrics-server: supports Kubernetes 1.19 to 1.35; the cluster runs 1.36.2"),
+        err.contains(
+            "spec.kubernetesVersion: addon metrics-server: supports Kubernetes 1.19 to 1.35; the cluster runs 1.36.2"
+        ),
         "{err}"
     );
 }
@@ -152,7 +161,8 @@ fn the_sim_answers_as_the_minor_it_is_started_for() {
     let out = pinfleet(&["sim", "--kubernetes-version", "1.36"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--kubernetes-version 1.36 is not a version like 1.36.2 (the newest patch of 1.36 is 1.36.2)"),
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--kubernetes-version 1.36 is not a version like 1.36.2 (the newest patch of 1.36 is 1.36.2)"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -27,6 +27,15 @@ pub enum Target {
 }
 
 impl Target {
+    /// The cluster as this target runs it: on the sim, with the sim's addon
+    /// settings ([`crate::sim::local::for_the_sim`]); elsewhere as written.
+    pub fn cluster_as_run(self, mut cluster: crate::spec::Cluster) -> crate::spec::Cluster {
+        if self == Target::Sim {
+            crate::sim::local::for_the_sim(&mut cluster);
+        }
+        cluster
+    }
+
     /// The AWS endpoint, for targets that have one.
     pub fn aws(self) -> Option<crate::cloud::aws::Target> {
         match self {

@@ -66,7 +66,7 @@ pub async fn run(g: &GlobalArgs, a: E2eArgs) -> Result<ExitCode> {
         let client = crate::kube::client_or_in_cluster(&kubeconfig, crate::kube::Retry::Never)
             .await
             .with_context(|| format!("cluster {name}: no API client (kubeconfig {})", kubeconfig.display()))?;
-        let cluster = super::render::for_target(loaded.cluster, a.cloud.target);
+        let cluster = a.cloud.target.cluster_as_run(loaded.cluster);
         let addons = if a.no_addons { None } else { Some(crate::addons::rendered(&g.addons_dir, &cluster)?) };
         targets.push(e2e::Target { cluster, client, addons });
     }

@@ -15,7 +15,7 @@ use super::GlobalArgs;
 pub async fn run(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Result<ExitCode> {
     use super::cloud::Target;
     let loaded = super::render::load_one(g, &args.cluster)?;
-    let cluster = &super::render::for_target(loaded.cluster.clone(), args.cloud.target);
+    let cluster = &args.cloud.target.cluster_as_run(loaded.cluster.clone());
     let name = &cluster.metadata.name;
     let set = crate::addons::rendered(&g.addons_dir, cluster)?;
     if !args.yes {

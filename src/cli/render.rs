@@ -31,15 +31,6 @@ pub fn load_one(g: &GlobalArgs, arg: &str) -> anyhow::Result<spec::Loaded> {
         .map_err(|d| anyhow::anyhow!("{d}").context(format!("{} is not valid", path.display())))
 }
 
-/// The cluster as a target runs it: on the sim, with the sim's addon
-/// settings ([`crate::sim::local::for_the_sim`]); elsewhere as written.
-pub fn for_target(mut cluster: spec::Cluster, target: super::cloud::Target) -> spec::Cluster {
-    if target == super::cloud::Target::Sim {
-        crate::sim::local::for_the_sim(&mut cluster);
-    }
-    cluster
-}
-
 pub fn run(g: &GlobalArgs, args: RenderArgs) -> anyhow::Result<ExitCode> {
     let loaded = load_one(g, &args.cluster)?;
     let cluster = &loaded.cluster;

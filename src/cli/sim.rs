@@ -158,7 +158,13 @@ pub async fn run(g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let cfg = crate::sim::procs::OwnImages {
             repositories: args.own_images.iter().filter(|r| !r.is_empty()).cloned().collect(),
-            exe: std::env::current_exe().context("finding the pinfleet binary")?,
+            // The running image itself (/proc/self/exe still runs it after the
+            // file on disk was replaced, say by a rebuild).
+            exe: if std::path::Path::new("/proc/self/exe").exists() {
+                PathBuf::from("/proc/self/exe")
+            } else {
+                std::env::current_exe().context("finding the pinfleet binary")?
+            },
             dir,
             // Machines that are EC2 instances reach EC2 as the sim does.
             machine_env: if args.cluster.is_some() {

@@ -77,10 +77,7 @@ pub fn run(g: &GlobalArgs, args: ValidateArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let loaded: Vec<_> = loaded
-        .into_iter()
-        .filter(|l| !refused.contains(&l.path))
-        .collect();
+    let loaded: Vec<_> = loaded.into_iter().filter(|l| !refused.contains(&l.path)).collect();
     let warnings: Vec<Problem> = loaded
         .iter()
         .flat_map(|l| {
@@ -116,7 +113,11 @@ pub fn run(g: &GlobalArgs, args: ValidateArgs) -> anyhow::Result<ExitCode> {
         }
         let mut err = anstream::stderr();
         for w in &report.warnings {
-            writeln!(err, "{}", format!("warning: {}:{}:{}: {}: {}", w.file, w.line, w.column, w.path, w.message).yellow())?;
+            writeln!(
+                err,
+                "{}",
+                format!("warning: {}:{}:{}: {}: {}", w.file, w.line, w.column, w.path, w.message).yellow()
+            )?;
         }
         for d in &problems.0 {
             writeln!(err, "{}", d.to_string().red())?;

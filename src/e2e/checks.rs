@@ -15,7 +15,6 @@ use crate::kube::kubeadm::{CONTROL_PLANE_LABEL, GROUP_LABEL};
 use crate::rollout::versions::{Version, KUBELET_SKEW};
 use crate::spec::{Cluster, Role};
 
-
 fn name_of(ns: Option<&str>, name: Option<&str>) -> String {
     match ns {
         Some(ns) => format!("{ns}/{}", name.unwrap_or_default()),
@@ -489,5 +488,4 @@ mod tests {
         let rolling = ["general".to_string()].into();
         assert_eq!(unready_nodes(&nodes, &rolling), Outcome::Pass, "general's roll resumes its own drain");
     }
-
 }

@@ -918,10 +918,7 @@ fn job_spec(spec: &Value, path: &str, e: &mut Vec<FieldError>) {
             e,
         );
         if policy == "Always" {
-            e.push(required(
-                format!("{path}.template.spec.restartPolicy"),
-                "valid values: \"OnFailure\", \"Never\"",
-            ));
+            e.push(required(format!("{path}.template.spec.restartPolicy"), "valid values: \"OnFailure\", \"Never\""));
         }
     } else {
         pod_template(template, &format!("{path}.template"), &["OnFailure", "Never"], e);

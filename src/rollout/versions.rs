@@ -236,5 +236,4 @@ mod tests {
         assert_eq!(cps, ["1.34.6", "1.35.4", target.to_string().as_str()]);
         assert_eq!(steps.last(), Some(&Step::NodeGroups { version: target, groups: vec!["general".into()] }));
     }
-
 }

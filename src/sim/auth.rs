@@ -86,9 +86,7 @@ fn rule_allows(rule: &Value, a: &Attributes) -> bool {
         None => a.resource.clone(),
     };
     let resource_ok = resources.iter().any(|r| {
-        *r == "*"
-            || *r == resource
-            || (a.subresource.is_some() && r.strip_prefix("*/") == a.subresource.as_deref())
+        *r == "*" || *r == resource || (a.subresource.is_some() && r.strip_prefix("*/") == a.subresource.as_deref())
     });
     let name_ok = names.is_empty() || a.name.as_deref().is_some_and(|n| names.contains(&n));
     verbs.iter().any(|v| *v == "*" || *v == a.verb)
@@ -185,7 +183,8 @@ mod tests {
         log.subresource = Some("log".into());
         assert!(rule_allows(&rule, &log));
         assert!(!rule_allows(&rule, &attrs("get", "pods", "x", Some("p"))), "pods/log does not grant pods");
-        let named = json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["only"]});
+        let named =
+            json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["only"]});
         assert!(rule_allows(&named, &attrs("get", "configmaps", "x", Some("only"))));
         assert!(!rule_allows(&named, &attrs("get", "configmaps", "x", Some("other"))));
         assert!(!rule_allows(&named, &attrs("list", "configmaps", "x", None)), "a list has no name to match");

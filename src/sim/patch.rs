@@ -102,7 +102,8 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
                             }
                         }
                         let merged = std::mem::take(existing);
-                        *existing = normalize_order(merged, order.as_deref().unwrap_or(items), &original, &|a, b| a == b);
+                        *existing =
+                            normalize_order(merged, order.as_deref().unwrap_or(items), &original, &|a, b| a == b);
                     }
                     ListKind::Atomic => *existing = items.clone(),
                 }
@@ -128,7 +129,12 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
 /// both sides were there before; an item new to the list goes before the
 /// server-only item it is compared with. So adding a container `side` to
 /// `[web]` gives `[side, web]`, as a real server answers.
-fn normalize_order(merged: Vec<Value>, patch_order: &[Value], live: &[Value], same: &dyn Fn(&Value, &Value) -> bool) -> Vec<Value> {
+fn normalize_order(
+    merged: Vec<Value>,
+    patch_order: &[Value],
+    live: &[Value],
+    same: &dyn Fn(&Value, &Value) -> bool,
+) -> Vec<Value> {
     let index = |list: &[Value], v: &Value| list.iter().position(|x| same(x, v));
     let (mut patched, mut server_only): (Vec<Value>, Vec<Value>) =
         merged.into_iter().partition(|m| index(patch_order, m).is_some());

@@ -19,6 +19,9 @@
 //! between); a readiness probe (HTTP GET) is asked of the process; the
 //! process is stopped when its pod goes, and every process when the sim
 //! stops (and, through the parent-death signal, if the sim is killed).
+//! Volumes are folders under the pod's (ConfigMaps and Secrets written out,
+//! emptyDirs empty), and a mount path in the container's arguments or
+//! environment names its folder: a process shares the host's filesystem.
 //! Init containers are not run (none of pinfleet's pods has one).
 
 use std::collections::BTreeMap;
@@ -87,7 +90,11 @@ pub fn is_own(pod: &Value, repositories: &[String]) -> bool {
 /// (pinfleet itself), then its args; `0.0.0.0:` bound on the pod's address.
 pub fn arguments(container: &Value, pod_ip: &str) -> Vec<String> {
     let list = |k: &str| -> Vec<String> {
-        container.get(k).and_then(Value::as_array).map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()).unwrap_or_default()
+        container
+            .get(k)
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .unwrap_or_default()
     };
     let command = list("command");
     let mut args: Vec<String> = command.into_iter().skip(1).collect();
@@ -135,9 +142,18 @@ pub fn environment(inner: &Inner, pod: &Value, container: &Value, pod_ip: &str) 
 
 /// One container's life.
 enum State {
-    Running { child: Child, started: chrono::DateTime<chrono::Utc>, ready: bool },
+    Running {
+        child: Child,
+        started: chrono::DateTime<chrono::Utc>,
+        ready: bool,
+    },
     /// Exited; restarted at `again` (None: not restarted, its pod is done with it).
-    Exited { code: i32, started: chrono::DateTime<chrono::Utc>, finished: chrono::DateTime<chrono::Utc>, again: Option<Instant> },
+    Exited {
+        code: i32,
+        started: chrono::DateTime<chrono::Utc>,
+        finished: chrono::DateTime<chrono::Utc>,
+        again: Option<Instant>,
+    },
 }
 
 struct Container {
@@ -274,7 +290,10 @@ fn pass(store: &Shared, port: u16, cfg: &OwnImages, pods: &mut BTreeMap<String, 
             if std::fs::create_dir_all(&dir).is_err() {
                 continue;
             }
-            pods.insert(id.clone(), PodRun { ns, name, ip, dir, containers: BTreeMap::new(), started: chrono::Utc::now() });
+            pods.insert(
+                id.clone(),
+                PodRun { ns, name, ip, dir, containers: BTreeMap::new(), started: chrono::Utc::now() },
+            );
         }
         let run = pods.get_mut(&id).expect("just inserted");
         step(store, port, cfg, pod, run);
@@ -321,7 +340,9 @@ fn step(store: &Shared, port: u16, cfg: &OwnImages, pod: &Value, run: &mut PodRu
         if let State::Running { child, started, ready } = &mut entry.state {
             match child.try_wait() {
                 Ok(Some(status)) => {
-                    let code = status.code().unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(9));
+                    let code = status
+                        .code()
+                        .unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(9));
                     let restart = policy == "Always" || (policy == "OnFailure" && code != 0);
                     let again = restart.then(|| Instant::now() + entry.backoff);
                     if restart {
@@ -363,11 +384,21 @@ fn spawn(
 ) -> anyhow::Result<Child> {
     use std::os::unix::process::CommandExt as _;
     let sa = pod.pointer("/spec/serviceAccountName").and_then(Value::as_str).unwrap_or("default").to_string();
-    let (env, token) = {
+    let (env, token, mounts) = {
         let mut inner = store.lock().expect("store lock");
         let env = environment(&inner, pod, container, &run.ip);
-        (env, inner.mint_token(&run.ns, &sa))
+        let mounts = volumes(&inner, pod, container, &run.dir)?;
+        (env, inner.mint_token(&run.ns, &sa), mounts)
     };
+    // A mount path in the arguments or the environment is its volume's folder.
+    let at_host = |v: String| {
+        mounts
+            .iter()
+            .find(|(path, _)| v.starts_with(path.as_str()))
+            .map_or(v.clone(), |(path, host)| format!("{}{}", host.display(), &v[path.len()..]))
+    };
+    let env: Vec<(String, String)> = env.into_iter().map(|(k, v)| (k, at_host(v))).collect();
+    let args: Vec<String> = arguments(container, &run.ip).into_iter().map(at_host).collect();
     // The in-cluster configuration, as a kubeconfig (the client's first
     // choice): the API's address and the service account's token.
     let kubeconfig = run.dir.join("kubeconfig.yaml");
@@ -380,7 +411,7 @@ fn spawn(
     )?;
     let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
     let mut cmd = Command::new(&cfg.exe);
-    cmd.args(arguments(container, &run.ip))
+    cmd.args(args)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", &run.dir)
@@ -404,6 +435,75 @@ fn spawn(
         });
     }
     Ok(cmd.spawn()?)
+}
+
+/// The container's volume mounts made on the host, under the pod's folder:
+/// ConfigMaps and Secrets written out key by key, emptyDirs as empty
+/// folders (other sources: empty folders too). The pairs are (mountPath,
+/// folder), longest path first.
+fn volumes(inner: &Inner, pod: &Value, container: &Value, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)>> {
+    use base64::Engine as _;
+    let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default();
+    let vols: Vec<Value> = pod.pointer("/spec/volumes").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for m in container.get("volumeMounts").and_then(Value::as_array).into_iter().flatten() {
+        let (Some(name), Some(path)) =
+            (m.get("name").and_then(Value::as_str), m.get("mountPath").and_then(Value::as_str))
+        else {
+            continue;
+        };
+        let host = dir.join("volumes").join(name);
+        std::fs::create_dir_all(&host)?;
+        let v = vols.iter().find(|v| v.get("name").and_then(Value::as_str) == Some(name));
+        let files: Vec<(String, Vec<u8>)> = match v {
+            Some(v) if v.get("configMap").is_some() => {
+                let cm_name = v.pointer("/configMap/name").and_then(Value::as_str).unwrap_or_default();
+                let cm = inner.peek("", "configmaps", ns, cm_name);
+                let mut f: Vec<(String, Vec<u8>)> = cm
+                    .and_then(|c| c.get("data"))
+                    .and_then(Value::as_object)
+                    .map(|d| {
+                        d.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().as_bytes().to_vec())).collect()
+                    })
+                    .unwrap_or_default();
+                if let Some(b) = cm.and_then(|c| c.get("binaryData")).and_then(Value::as_object) {
+                    for (k, v) in b {
+                        let bytes = base64::engine::general_purpose::STANDARD
+                            .decode(v.as_str().unwrap_or_default())
+                            .unwrap_or_default();
+                        f.push((k.clone(), bytes));
+                    }
+                }
+                f
+            }
+            Some(v) if v.get("secret").is_some() => {
+                let s_name = v.pointer("/secret/secretName").and_then(Value::as_str).unwrap_or_default();
+                inner
+                    .peek("", "secrets", ns, s_name)
+                    .and_then(|c| c.get("data"))
+                    .and_then(Value::as_object)
+                    .map(|d| {
+                        d.iter()
+                            .map(|(k, v)| {
+                                let bytes = base64::engine::general_purpose::STANDARD
+                                    .decode(v.as_str().unwrap_or_default())
+                                    .unwrap_or_default();
+                                (k.clone(), bytes)
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            }
+            _ => Vec::new(),
+        };
+        for (k, bytes) in files {
+            // Keys are file names (the API refuses '/' and '..' in them).
+            std::fs::write(host.join(&k), bytes)?;
+        }
+        out.push((path.trim_end_matches('/').to_string(), host));
+    }
+    out.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+    Ok(out)
 }
 
 /// A readiness probe's HTTP GET against the pod's address (a probe on a
@@ -455,7 +555,8 @@ fn pod_status(pod: &Value, run: &PodRun, containers: &[Value], policy: &str) -> 
             }
             State::Exited { code, started, finished, again } => {
                 let reason = if *code == 0 { "Completed" } else { "Error" };
-                let terminated = json!({"exitCode": code, "reason": reason, "startedAt": ts(*started), "finishedAt": ts(*finished)});
+                let terminated =
+                    json!({"exitCode": code, "reason": reason, "startedAt": ts(*started), "finishedAt": ts(*finished)});
                 match again {
                     Some(_) => {
                         let waiting = json!({"waiting": {"reason": "CrashLoopBackOff", "message": format!("back-off {}s restarting failed container={cname} pod={}_{}({uid})", entry.backoff.as_secs() / 2, run.name, run.ns)}});

@@ -26,7 +26,6 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
 /// randomises between 30 and 60 minutes; clients re-watch.
 const WATCH_MAX: Duration = Duration::from_secs(1800);
 
-
 fn json_response(code: u16, v: &Value) -> Response {
     let mut r = (StatusCode::from_u16(code).unwrap_or(StatusCode::OK), v.to_string()).into_response();
     r.headers_mut().insert("content-type", "application/json".parse().expect("header"));
@@ -293,7 +292,8 @@ pub async fn handle(
         headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
     // Authentication: a token the sim minted is its service account's; any
     // other token is refused; no credentials is the sim's administrator.
-    let user = match headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|h| h.strip_prefix("Bearer ")) {
+    let user = match headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|h| h.strip_prefix("Bearer "))
+    {
         None => None,
         Some(token) => match shared.lock().expect("store lock").tokens.get(token.trim()) {
             Some((ns, sa)) => Some(super::auth::User::service_account(ns, sa)),

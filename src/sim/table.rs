@@ -161,11 +161,13 @@ fn cells(t: &ResourceType, o: &Value) -> Vec<Value> {
             }
             let mut restarts = 0;
             let mut has_running = false;
-            let statuses = o.pointer("/status/containerStatuses").and_then(Value::as_array).cloned().unwrap_or_default();
+            let statuses =
+                o.pointer("/status/containerStatuses").and_then(Value::as_array).cloned().unwrap_or_default();
             for st in statuses.iter().rev() {
                 restarts += st["restartCount"].as_i64().unwrap_or(0);
                 let waiting = st.pointer("/state/waiting/reason").and_then(Value::as_str).filter(|r| !r.is_empty());
-                let terminated = st.pointer("/state/terminated/reason").and_then(Value::as_str).filter(|r| !r.is_empty());
+                let terminated =
+                    st.pointer("/state/terminated/reason").and_then(Value::as_str).filter(|r| !r.is_empty());
                 if let Some(r) = waiting.or(terminated) {
                     reason = r.to_string();
                 } else if st["ready"] == true && st.pointer("/state/running").is_some() {

@@ -43,7 +43,7 @@ pub async fn apply(g: &GlobalArgs, a: ApplyArgs) -> Result<ExitCode> {
         a.cluster.cloud.target.kubeconfig_or(a.cluster.kubeconfig.as_deref(), &loaded.cluster.metadata.name);
     let opts =
         Options { timeout: a.timeout, prune_crds: a.cluster.prune_crds, progress: std::io::stderr().is_terminal() };
-    let cluster = super::super::render::for_target(loaded.cluster, a.cluster.cloud.target);
+    let cluster = a.cluster.cloud.target.cluster_as_run(loaded.cluster);
     let set = addons::rendered(&g.addons_dir, &cluster)?;
     let report = install(g, &set, &kubeconfig, &opts).await?;
     if a.cluster.cloud.target.aws().is_some() {
@@ -54,7 +54,7 @@ pub async fn apply(g: &GlobalArgs, a: ApplyArgs) -> Result<ExitCode> {
 
 pub async fn diff(g: &GlobalArgs, a: ClusterArgs) -> Result<ExitCode> {
     let loaded = super::super::render::load_one(g, &a.cluster)?;
-    let cluster = super::super::render::for_target(loaded.cluster.clone(), a.cloud.target);
+    let cluster = a.cloud.target.cluster_as_run(loaded.cluster.clone());
     let set = addons::rendered(&g.addons_dir, &cluster)?;
     let kubeconfig = a.cloud.target.kubeconfig_or(a.kubeconfig.as_deref(), &loaded.cluster.metadata.name);
     let client = addons::install::connect(&kubeconfig).await?;

@@ -13,10 +13,10 @@ use chrono::Utc;
 
 use super::{connect, say, show_plan, ApplyArgs};
 use crate::cli::GlobalArgs;
-use crate::output::Format;
-use crate::state::lock::Lock;
 use crate::fleet::run::{self, Clock, Outcome};
 use crate::fleet::{self, Folder};
+use crate::output::Format;
+use crate::state::lock::Lock;
 
 pub async fn apply(g: &GlobalArgs, folder: &Folder, a: ApplyArgs) -> Result<ExitCode> {
     let target = a.target.target()?;
@@ -50,7 +50,14 @@ pub async fn apply(g: &GlobalArgs, folder: &Folder, a: ApplyArgs) -> Result<Exit
                 show(g, &fleet.plan(folder, &target, &to).await)?;
                 let number = book.retire_latest().await?;
                 let (who, host) = crate::state::whoami();
-                fleet::rollout::FleetRollout::new(number, &plan, &folder.spec, &to, &format!("{who}@{host}"), Utc::now())
+                fleet::rollout::FleetRollout::new(
+                    number,
+                    &plan,
+                    &folder.spec,
+                    &to,
+                    &format!("{who}@{host}"),
+                    Utc::now(),
+                )
             }
         };
         let windows = (&folder.spec, &folder.members[..]);

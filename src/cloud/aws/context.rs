@@ -107,4 +107,3 @@ impl OpContext {
         TagSpecification::builder().resource_type(rt).set_tags(Some(self.tags_for(key, extra))).build()
     }
 }
-

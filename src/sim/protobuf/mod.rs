@@ -111,8 +111,9 @@ fn object(bytes: &[u8], message: &str) -> Result<Value, DecodeError> {
         match label {
             Label::One => {
                 let v = value(wire, ty)?;
-                // An embedded message whose fields are inline in JSON.
-                if name == "ephemeralContainerCommon" {
+                // Embedded Go structs whose fields are inline in JSON (a
+                // Volume's source, a key selector's object reference).
+                if matches!(name, "ephemeralContainerCommon" | "volumeSource" | "localObjectReference") {
                     if let Value::Object(inner) = v {
                         out.extend(inner);
                     }
