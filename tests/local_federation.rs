@@ -1,6 +1,7 @@
 //! Federation over local members (`--target sim`) with no AWS environment
-//! at all: the failover memory is kept beside the sims, and the plan gives
-//! the documented shares. (Its own test binary: three local clusters at
+//! at all: the failover memory is kept beside the sims, the plan gives the
+//! documented shares, and apply places them (each member's own controller,
+//! run by its sim, makes the app Ready there). (Its own test binary: three local clusters at
 //! once beside another test's would starve a 2-core machine.)
 
 use std::path::Path;
@@ -78,4 +79,10 @@ fn federation_over_local_members_plans_without_aws() {
     // KubeFed's documented default: equal weights divide the replicas evenly.
     assert_eq!(shares, [("local-a".into(), 3), ("local-b".into(), 3), ("local-c".into(), 3)], "{rows}");
     assert!(!text(&out).contains("s3://"), "{}", text(&out));
+    // Each member runs its own controller (three sims side by side on one
+    // host's loopback, their controllers' pods on addresses of their own):
+    // apply places the app and waits until every member's part is Ready.
+    let out = run(&["federation", "apply", "spread", "--target", "sim", "--yes", "--timeout", "120s"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("spread placed"), "{}", text(&out));
 }

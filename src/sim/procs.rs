@@ -11,7 +11,8 @@
 //! kubeconfig holding a token the sim minted for the pod's service account,
 //! so the process is authorized by RBAC exactly as there (see
 //! [`super::auth`]). Each pod gets an address of its own on loopback
-//! (127.0.x.y, its `podIP`), and what the process would bind on every
+//! (127.P.Q.n, P.Q from the sim's port so that sims side by side differ;
+//! its `podIP`), and what the process would bind on every
 //! address (`0.0.0.0:`) is bound on that one, as a pod network gives every
 //! pod its own. Output goes to a log file `kubectl logs` serves; the exit
 //! code becomes the container's state; the restart policy restarts it with
@@ -191,9 +192,8 @@ impl Runner {
             .name("sim-own-containers".into())
             .spawn(move || {
                 let mut pods: BTreeMap<String, PodRun> = BTreeMap::new();
-                let mut next_ip = 0u32;
                 while !flag.load(Ordering::SeqCst) {
-                    pass(&store, port, &cfg, &mut pods, &mut next_ip);
+                    pass(&store, port, &cfg, &mut pods);
                     std::thread::sleep(TICK);
                 }
                 for (_, p) in std::mem::take(&mut pods) {
@@ -257,7 +257,7 @@ fn node_ready(inner: &Inner, node: &str) -> bool {
     })
 }
 
-fn pass(store: &Shared, port: u16, cfg: &OwnImages, pods: &mut BTreeMap<String, PodRun>, next_ip: &mut u32) {
+fn pass(store: &Shared, port: u16, cfg: &OwnImages, pods: &mut BTreeMap<String, PodRun>) {
     // What should run: own pods bound to a Ready node and not terminating.
     let wanted: Vec<Value> = {
         let inner = store.lock().expect("store lock");
@@ -282,8 +282,13 @@ fn pass(store: &Shared, port: u16, cfg: &OwnImages, pods: &mut BTreeMap<String, 
     for pod in &wanted {
         let id = uid(pod);
         if !pods.contains_key(&id) {
-            *next_ip += 1;
-            let ip = format!("127.0.{}.{}", 1 + (*next_ip / 250) % 250, 1 + *next_ip % 250);
+            // 127.P.Q.n: P.Q from this sim's port (several sims share the
+            // host's loopback), n the lowest free for its pods.
+            let used: std::collections::BTreeSet<&str> = pods.values().map(|p| p.ip.as_str()).collect();
+            let prefix = format!("127.{}.{}", port >> 8, port & 0xff);
+            let Some(ip) = (1..=254).map(|n| format!("{prefix}.{n}")).find(|ip| !used.contains(ip.as_str())) else {
+                continue;
+            };
             let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string();
             let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
             let dir = cfg.dir.join(format!("{ns}_{name}_{id}"));
