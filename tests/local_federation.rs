@@ -4,25 +4,12 @@
 //! run by its sim, makes the app Ready there). (Its own test binary: three local clusters at
 //! once beside another test's would starve a 2-core machine.)
 
+#[path = "support/local.rs"]
+mod local;
+
+use local::{pinfleet, text};
 use std::path::Path;
-use std::process::{Command, Output};
-
-/// pinfleet with no AWS anywhere in its environment and its own home.
-fn pinfleet(home: &Path, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinfleet"));
-    cmd.args(args).env("PINFLEET_HOME", home).env("NO_COLOR", "1").env_remove("KUBECONFIG");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AWS_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("AWS_CONFIG_FILE", home.join("none")).env("AWS_SHARED_CREDENTIALS_FILE", home.join("none"));
-    cmd.output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+use std::process::Output;
 
 #[test]
 fn federation_over_local_members_plans_without_aws() {

@@ -5,26 +5,13 @@
 //! naming it; a pod of pinfleet's image that exits 1 crash-loops with its
 //! log; `destroy --target sim` leaves no process.
 
+#[path = "support/local.rs"]
+mod local;
+
+use local::{pinfleet, text};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-
-/// pinfleet with no AWS anywhere in its environment and its own home.
-fn pinfleet(home: &Path, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinfleet"));
-    cmd.args(args).env("PINFLEET_HOME", home).env("NO_COLOR", "1").env_remove("KUBECONFIG");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AWS_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("AWS_CONFIG_FILE", home.join("none")).env("AWS_SHARED_CREDENTIALS_FILE", home.join("none"));
-    cmd.output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
 
 fn kubectl(kc: &Path, args: &[&str], stdin: Option<&str>) -> Output {
     use std::io::Write as _;

@@ -151,6 +151,24 @@ fn kind_rank(kind: &str) -> u8 {
 /// Chooses the cluster's addons: the packages marked `default` unless the
 /// cluster disables them, plus any it enables; version pins and values
 /// checked; ordered so every addon comes after what it depends on.
+/// Whether the cluster gets `package`: as its addons list says, else the package's default.
+pub fn enabled(cluster: &Cluster, package: &Package) -> bool {
+    cluster.spec.addons.iter().find(|a| a.name == package.meta.name).map_or(package.meta.default, |a| a.enabled)
+}
+
+/// Why `package` cannot run on the cluster's Kubernetes minor (its declared
+/// `kubernetes` range), if it cannot.
+pub fn minor_unsupported(cluster: &Cluster, package: &Package) -> Option<String> {
+    let range = package.meta.kubernetes.as_ref()?;
+    let (_, minor, _) = crate::spec::validate::parse_kubernetes_version(&cluster.spec.kubernetes_version)?;
+    (!range.contains(minor)).then(|| {
+        format!(
+            "supports Kubernetes {range}; the cluster runs {} (disable the addon, or use a release of it that supports 1.{minor})",
+            cluster.spec.kubernetes_version
+        )
+    })
+}
+
 pub fn select<'a>(cluster: &Cluster, packages: &'a [Package]) -> Result<Vec<Selected<'a>>, AddonErrors> {
     let mut errors = Vec::new();
     let by_name: BTreeMap<&str, &Package> = packages.iter().map(|p| (p.meta.name.as_str(), p)).collect();
@@ -166,22 +184,11 @@ pub fn select<'a>(cluster: &Cluster, packages: &'a [Package]) -> Result<Vec<Sele
     for p in packages {
         let name = p.meta.name.as_str();
         let r = refs.get(name);
-        if !r.map_or(p.meta.default, |r| r.enabled) {
+        if !enabled(cluster, p) {
             continue;
         }
-        if let (Some(range), Some((_, minor, _))) =
-            (&p.meta.kubernetes, crate::spec::validate::parse_kubernetes_version(&cluster.spec.kubernetes_version))
-        {
-            if !range.contains(minor) {
-                errors.push(err(
-                    name,
-                    None,
-                    format!(
-                        "supports Kubernetes {range}; the cluster runs {} (disable the addon, or use a release of it that supports 1.{minor})",
-                        cluster.spec.kubernetes_version
-                    ),
-                ));
-            }
+        if let Some(why) = minor_unsupported(cluster, p) {
+            errors.push(err(name, None, why));
         }
         if let Some(pin) = r.and_then(|r| r.version.as_ref()) {
             if pin != &p.meta.version {

@@ -65,13 +65,13 @@ pub fn run(g: &GlobalArgs, args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let mut refused = std::collections::BTreeSet::new();
     if let Ok(packages) = crate::addons::load_all(&g.addons_dir) {
         for l in &loaded {
-            if let Err(errors) = crate::addons::render::select(&l.cluster, &packages) {
-                for e in errors.0.iter().filter(|e| e.message.starts_with("supports Kubernetes")) {
+            for p in packages.iter().filter(|p| crate::addons::render::enabled(&l.cluster, p)) {
+                if let Some(why) = crate::addons::render::minor_unsupported(&l.cluster, p) {
                     refused.insert(l.path.clone());
                     problems.0.push(spec::Diagnostic {
                         loc: l.tree.locate("spec.kubernetesVersion"),
                         path: "spec.kubernetesVersion".into(),
-                        message: format!("addon {}: {}", e.addon, e.message),
+                        message: format!("addon {}: {why}", p.meta.name),
                     });
                 }
             }

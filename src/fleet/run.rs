@@ -221,7 +221,7 @@ pub async fn apply<F: Fleet>(
     command: &str,
     on: &dyn Fn(Note),
 ) -> Result<(FleetRollout, Outcome)> {
-    Lock::with(&book.store, command, drive(fleet, book, record, windows, clock, opts, on)).await
+    Lock::with(&book.store, command, apply_held(fleet, book, record, windows, clock, opts, on)).await
 }
 
 /// [`apply`] for a caller that already holds the fleet lock (taken before

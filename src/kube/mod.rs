@@ -65,16 +65,13 @@ pub async fn client_from_kubeconfig(path: &Path, retry: Retry) -> Result<kube::C
 /// configuration (the addons that run pinfleet).
 pub async fn client_or_in_cluster(path: &Path, retry: Retry) -> Result<kube::Client> {
     if !path.exists() && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
-        install_crypto_provider();
         // A pod's own credentials: a KUBECONFIG its runtime gave it (the
         // sim's kubelet does), else the service account's mounted token.
-        let mut config = match std::env::var_os("KUBECONFIG").filter(|k| Path::new(k).exists()) {
-            Some(k) => {
-                let kc = kube::config::Kubeconfig::read_from(&k).context("reading the pod's KUBECONFIG")?;
-                kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.context("the pod's KUBECONFIG")?
-            }
-            None => kube::Config::incluster().context("in-cluster configuration")?,
-        };
+        if let Some(k) = std::env::var_os("KUBECONFIG").filter(|k| Path::new(k).exists()) {
+            return client_from_kubeconfig(Path::new(&k), retry).await;
+        }
+        install_crypto_provider();
+        let mut config = kube::Config::incluster().context("in-cluster configuration")?;
         config.default_retry = retry == Retry::Default;
         return kube::Client::try_from(config).context("building a Kubernetes client");
     }

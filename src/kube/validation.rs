@@ -184,7 +184,7 @@ mod answering {
 
     pub fn minor() -> u32 {
         match MINOR.with(Cell::get) {
-            0 => crate::spec::versions::default_minor(),
+            0 => crate::spec::versions::DEFAULT_MINOR,
             m => m,
         }
     }
@@ -499,7 +499,7 @@ pub fn knows(group: &str, kind: &str) -> bool {
 /// Validates a built-in object (`ValidateXxx`, and `ValidateXxxUpdate` when
 /// `old` is given). Kinds this module does not know get only metadata checks.
 pub fn validate(group: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
-    validate_as(crate::spec::versions::default_minor(), group, kind, obj, old)
+    validate_as(crate::spec::versions::DEFAULT_MINOR, group, kind, obj, old)
 }
 
 /// [`validate`] as the API server of 1.`minor` answers.

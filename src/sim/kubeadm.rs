@@ -12,8 +12,8 @@ use crate::rollout::versions::{coredns_tag, Version, KUBELET_SKEW};
 
 /// The version the cluster-wide configuration names, if kubeadm init ran.
 pub fn configured_version(inner: &super::Inner) -> Option<Version> {
-    let t = inner.registry.get("", "v1", "configmaps")?;
-    let cm = inner.get(t, "kube-system", CONFIG_MAP).ok()?;
+    // Read in place: every write asks (the version validation answers as).
+    let cm = inner.peek("", "configmaps", "kube-system", CONFIG_MAP)?;
     cluster_configuration_version(cm.pointer("/data/ClusterConfiguration")?.as_str()?)
 }
 

@@ -360,10 +360,10 @@ fn step(store: &Shared, port: u16, cfg: &OwnImages, pod: &Value, run: &mut PodRu
             }
         }
     }
-    let status = pod_status(pod, run, &containers, &policy);
+    let status = pod_status(pod, run, &containers);
     let mut inner = store.lock().expect("store lock");
     let Some(current) = inner.peek("", "pods", &run.ns, &run.name).cloned() else { return };
-    if current.pointer("/metadata/uid") != pod.pointer("/metadata/uid") || same_status(current.get("status"), &status) {
+    if current.pointer("/metadata/uid") != pod.pointer("/metadata/uid") || current.get("status") == Some(&status) {
         return;
     }
     let mut updated = current.clone();
@@ -371,11 +371,6 @@ fn step(store: &Shared, port: u16, cfg: &OwnImages, pod: &Value, run: &mut PodRu
     if let Some(t) = inner.registry.get("", "v1", "pods").cloned() {
         let _ = inner.update(&t, &run.ns, &run.name, updated, "kubelet", Sub::Status, false);
     }
-}
-
-/// Statuses equal but for their timestamps' churn: nothing to write.
-fn same_status(a: Option<&Value>, b: &Value) -> bool {
-    a == Some(b)
 }
 
 fn spawn(
@@ -541,7 +536,7 @@ fn ts(t: chrono::DateTime<chrono::Utc>) -> String {
 }
 
 /// The pod's status as the kubelet reports it.
-fn pod_status(pod: &Value, run: &PodRun, containers: &[Value], policy: &str) -> Value {
+fn pod_status(pod: &Value, run: &PodRun, containers: &[Value]) -> Value {
     let uid = pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
     let mut statuses = Vec::new();
     let (mut all_ready, mut running, mut failed, mut done) = (true, false, false, 0usize);
@@ -583,9 +578,9 @@ fn pod_status(pod: &Value, run: &PodRun, containers: &[Value], policy: &str) -> 
         statuses.push(st);
     }
     let finished = done == containers.len() && !containers.is_empty();
-    let phase = match (finished, failed, policy) {
-        (true, true, _) => "Failed",
-        (true, false, _) => "Succeeded",
+    let phase = match (finished, failed) {
+        (true, true) => "Failed",
+        (true, false) => "Succeeded",
         _ if running || !run.containers.is_empty() => "Running",
         _ => "Pending",
     };

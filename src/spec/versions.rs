@@ -175,10 +175,6 @@ pub const DEFAULT: &str = "1.36.2";
 /// The minor of [`DEFAULT`] (a test holds them together).
 pub const DEFAULT_MINOR: u32 = 36;
 
-pub fn default_minor() -> u32 {
-    DEFAULT_MINOR
-}
-
 /// The row of 1.`minor`, if pinfleet runs it.
 pub fn minor(minor: u32) -> Option<&'static Minor> {
     TABLE.iter().find(|m| m.minor == minor)
