@@ -40,6 +40,7 @@ pub mod controller;
 pub mod e2e;
 pub mod federation;
 pub mod fleet;
+pub mod gateway;
 pub mod kube;
 pub mod output;
 pub mod plan;

@@ -157,7 +157,7 @@ fn table(minor: u32) -> Vec<(&'static str, Value, Option<String>)> {
         (
             "deployment: requests above limits",
             with(d(), &format!("{c0}/resources/requests/cpu"), json!("2")),
-            Some("Deployment.apps \"web\" is invalid: spec.template.spec.containers[0].resources.requests[cpu]: Invalid value: \"2\": must be less than or equal to cpu limit of 1".into()),
+            Some("Deployment.apps \"web\" is invalid: spec.template.spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1".into()),
         ),
         (
             "deployment: a probe on an init container that is not a sidecar",
@@ -316,7 +316,7 @@ fn table(minor: u32) -> Vec<(&'static str, Value, Option<String>)> {
         (
             "priorityclass: a name with the reserved system- prefix",
             json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "system-mine"}, "value": 10}),
-            Some("PriorityClass.scheduling.k8s.io \"system-mine\" is invalid: metadata.name: Forbidden: priority class names with 'system-' prefix are reserved for system use only".into()),
+            Some("PriorityClass.scheduling.k8s.io \"system-mine\" is invalid: metadata.name: Forbidden: priority class names with 'system-' prefix are reserved for system use only. error: system-mine is not a known system priority class".into()),
         ),
         (
             "lease: a duration of 0",
@@ -335,7 +335,9 @@ fn table(minor: u32) -> Vec<(&'static str, Value, Option<String>)> {
         ),
         (
             "job: Indexed without completions",
-            with(job(), "/spec/completionMode", json!("Indexed")),
+            // Parallelism set, so defaulting leaves completions unset (with
+            // neither, the server defaults both to 1 and accepts it).
+            with(with(job(), "/spec/completionMode", json!("Indexed")), "/spec/parallelism", json!(2)),
             Some("Job.batch \"batch\" is invalid: spec.completions: Required value: when completion mode is Indexed".into()),
         ),
         (

@@ -14,6 +14,7 @@ pub mod destroy;
 pub mod e2e;
 pub mod federation;
 pub mod fleet;
+pub mod gateway;
 pub mod get;
 pub mod history;
 pub mod local;
@@ -106,6 +107,16 @@ pub enum Command {
     State(state::StateArgs),
     /// Run the local Kubernetes API emulator.
     Sim(sim::SimArgs),
+    /// The submission gateway: serve it, or install its CRDs on a host cluster.
+    Gateway(gateway::GatewayArgs),
+    /// Submit a workload through the gateway (`--dry-run`: the decision, nothing recorded).
+    Submit(gateway::SubmitArgs),
+    /// Your teams' submissions: list, describe, cancel.
+    Workloads(gateway::WorkloadsArgs),
+    /// What waits for admission: position, expected start and why.
+    Queue(gateway::QueueArgs),
+    /// Your teams' quota per tier: used, guaranteed, maximum, borrowed.
+    Quota(gateway::QueueArgs),
     /// Print shell completions.
     Completions(completions::CompletionsArgs),
 }
@@ -140,6 +151,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::History(a) => rt()?.block_on(history::run(g, a)),
         Command::State(a) => rt()?.block_on(state::run(g, a)),
         Command::Sim(a) => rt()?.block_on(sim::run(g, a)),
+        Command::Gateway(a) => rt()?.block_on(gateway::run(g, a)),
+        Command::Submit(a) => rt()?.block_on(gateway::submit(g, a)),
+        Command::Workloads(a) => rt()?.block_on(gateway::workloads(g, a)),
+        Command::Queue(a) => rt()?.block_on(gateway::queue(g, a)),
+        Command::Quota(a) => rt()?.block_on(gateway::quota(g, a)),
     }
 }
 

@@ -742,8 +742,10 @@ fn container(c: &Value, p: &str, init: bool, ephemeral: bool, volumes: &BTreeSet
         if let (Some(req), Some(lim)) = (parse_quantity(v), limits.get(k)) {
             if req > *lim {
                 let limit = c.pointer(&format!("/resources/limits/{k}")).map(shown_quantity).unwrap_or_default();
+                // Reported at the requests map, not its key (as every
+                // supported minor's `ValidateResourceRequirements` does).
                 e.push(invalid(
-                    format!("{p}.resources.requests[{k}]"),
+                    format!("{p}.resources.requests"),
                     shown_quantity(v),
                     format!("must be less than or equal to {k} limit of {limit}"),
                 ));
@@ -1096,17 +1098,23 @@ fn pdb(spec: &Value, e: &mut Vec<FieldError>) {
 fn priority_class(obj: &Value, old: Option<&Value>, e: &mut Vec<FieldError>) {
     let name = s(obj, "/metadata/name").unwrap_or_default();
     let value = obj.get("value").and_then(Value::as_i64).unwrap_or(0);
-    let system = ["system-node-critical", "system-cluster-critical"].contains(&name);
-    if !system {
-        if name.starts_with("system-") {
-            e.push(forbidden(
-                "metadata.name",
-                "priority class names with 'system-' prefix are reserved for system use only",
-            ));
+    let global_default = obj.get("globalDefault").and_then(Value::as_bool).unwrap_or(false);
+    if name.starts_with("system-") {
+        // `IsKnownSystemPriorityClass`: the two built-in classes, each with
+        // its own value and never the global default.
+        let known = [("system-node-critical", 2_000_001_000), ("system-cluster-critical", 2_000_000_000)];
+        let why = match known.iter().find(|(n, _)| *n == name) {
+            None => Some(format!("{name} is not a known system priority class")),
+            Some((n, v)) if *v != value => Some(format!("value of {n} PriorityClass must be {v}")),
+            Some((n, _)) if global_default => Some(format!("globalDefault of {n} PriorityClass must be false")),
+            Some(_) => None,
+        };
+        if let Some(why) = why {
+            let base = "priority class names with 'system-' prefix are reserved for system use only";
+            e.push(forbidden("metadata.name", &format!("{base}. error: {why}")));
         }
-        if value > 1_000_000_000 {
-            e.push(forbidden("value", "maximum allowed value of a user defined priority is 1000000000"));
-        }
+    } else if value > 1_000_000_000 {
+        e.push(forbidden("value", "maximum allowed value of a user defined priority is 1000000000"));
     }
     if let Some(p) = s(obj, "/preemptionPolicy") {
         if !["Never", "PreemptLowerPriority"].contains(&p) {

@@ -113,6 +113,8 @@ pub fn builtins() -> Vec<ResourceType> {
         rt("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", true, &["netpol"], false),
         rt("networking.k8s.io", "v1", "IngressClass", "ingressclasses", false, &[], false),
         rt("coordination.k8s.io", "v1", "Lease", "leases", true, &[], false),
+        // Create-only and never stored: answered by the authenticator.
+        rt("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", false, &[], false),
         rt(
             "apiextensions.k8s.io",
             "v1",

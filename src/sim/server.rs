@@ -352,11 +352,41 @@ pub async fn handle(
     }
     // An eviction's body names what the URL already names: accept any
     // encoding (kubectl drain sends protobuf) without decoding it.
+    // A TokenRequest's likewise (kubectl create token sends protobuf; the
+    // sim's tokens ignore its audiences and honour no expiry).
     let is_eviction = t.sub.as_deref() == Some("eviction");
-    let body = match if is_eviction { Ok(Value::Null) } else { parse_body(&content_type, &body) } {
+    let opaque = is_eviction
+        || (t.sub.as_deref() == Some("token") && rt.plural == "serviceaccounts" && !content_type.contains("json"));
+    let body = match if opaque { Ok(Value::Null) } else { parse_body(&content_type, &body) } {
         Ok(b) => b,
         Err(e) => return err(e),
     };
+    // TokenReview and TokenRequest: the authenticator's, never stored.
+    if method == Method::POST && rt.group == "authentication.k8s.io" && rt.plural == "tokenreviews" {
+        let inner = shared.lock().expect("store lock");
+        return json_response(201, &token_review(&inner, &body));
+    }
+    if method == Method::POST
+        && rt.plural == "serviceaccounts"
+        && rt.group.is_empty()
+        && t.sub.as_deref() == Some("token")
+    {
+        let mut inner = shared.lock().expect("store lock");
+        let name = t.name.clone().unwrap_or_default();
+        if let Err(e) = inner.get(&rt, &ns, &name) {
+            return err(e);
+        }
+        let token = inner.mint_token(&ns, &name);
+        let secs = body.pointer("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(3600);
+        let expires = (chrono::Utc::now() + chrono::Duration::seconds(secs)).format("%Y-%m-%dT%H:%M:%SZ").to_string();
+        return json_response(
+            201,
+            &json!({"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"audiences": body.pointer("/spec/audiences").cloned().unwrap_or(json!([])), "expirationSeconds": secs},
+                "status": {"token": token, "expirationTimestamp": expires}}),
+        );
+    }
     let mgr = manager(&q, &headers);
     let as_table = headers.get("accept").and_then(|v| v.to_str().ok()).is_some_and(super::table::wants_table);
     let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
@@ -580,4 +610,24 @@ async fn watch(
     r.headers_mut().insert("content-type", "application/json".parse().expect("header"));
     r.headers_mut().insert("transfer-encoding", "chunked".parse().expect("header"));
     r
+}
+
+/// A TokenReview's answer: a token the sim minted is its service
+/// account's, with the groups kube-apiserver gives one; anything else is
+/// not authenticated (and says so without saying more).
+fn token_review(inner: &Inner, body: &Value) -> Value {
+    let token = body.pointer("/spec/token").and_then(Value::as_str).unwrap_or_default();
+    let status = match inner.tokens.get(token.trim()) {
+        Some((ns, sa)) => json!({
+            "authenticated": true,
+            "user": {
+                "username": format!("system:serviceaccount:{ns}:{sa}"),
+                "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{ns}"), "system:authenticated"],
+            },
+            "audiences": body.pointer("/spec/audiences").cloned().unwrap_or(json!([])),
+        }),
+        None => json!({"authenticated": false, "error": "invalid bearer token"}),
+    };
+    json!({"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1", "metadata": {"creationTimestamp": null},
+        "spec": body.get("spec").cloned().unwrap_or(json!({})), "status": status})
 }

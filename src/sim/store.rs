@@ -225,9 +225,6 @@ impl Inner {
             })
     }
 
-    /// Validates a built-in object the way kube-apiserver does (custom
-    /// resources are checked against their schema instead): a body that does
-    /// not decode is a 400, every refused field is in one 422.
     /// A bearer token for a service account (what a projected token volume
     /// gives a pod), known to the sim's authenticator until it stops.
     pub fn mint_token(&mut self, namespace: &str, service_account: &str) -> String {
@@ -243,6 +240,9 @@ impl Inner {
         super::kubeadm::configured_version(self).unwrap_or(self.kubernetes)
     }
 
+    /// Validates a built-in object the way kube-apiserver does (custom
+    /// resources are checked against their schema instead): a body that does
+    /// not decode is a 400, every refused field is in one 422.
     fn enforce_builtin(minor: u32, t: &ResourceType, name: &str, obj: &Value, old: Option<&Value>) -> R<()> {
         use crate::kube::validation;
         if t.schema.is_some() || t.plural == "customresourcedefinitions" {
@@ -261,6 +261,24 @@ impl Inner {
         }
         Err(ApiError::new(422, "Invalid", validation::invalid_message(&t.kind, &t.group, name, &errors))
             .with_details(validation::invalid_details(&t.kind, &t.group, name, &errors)))
+    }
+
+    /// The server's defaulting that validation depends on (`SetDefaults_Job`):
+    /// a Job with neither completions nor parallelism runs once, one pod at a
+    /// time; parallelism alone defaults to 1.
+    fn default_builtin(t: &ResourceType, obj: &mut Value) {
+        if t.plural != "jobs" || t.group != "batch" {
+            return;
+        }
+        let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else { return };
+        let completions = spec.get("completions").is_some_and(|v| !v.is_null());
+        let parallelism = spec.get("parallelism").is_some_and(|v| !v.is_null());
+        if !completions && !parallelism {
+            spec.insert("completions".into(), json!(1));
+        }
+        if !parallelism {
+            spec.insert("parallelism".into(), json!(1));
+        }
     }
 
     /// A Secret's `stringData` is write-only: the API server merges it into
@@ -450,6 +468,7 @@ impl Inner {
             self.register_crd(&mut obj)?;
         }
         obj = Self::enforce_schema(t, &name, obj, None)?;
+        Self::default_builtin(t, &mut obj);
         Self::enforce_builtin(self.serving_version().minor, t, &name, &obj, None)?;
         Self::merge_string_data(t, &mut obj);
         if obj.pointer("/metadata/managedFields").is_none_or(|m| m.as_array().is_none_or(|a| a.is_empty())) {
@@ -531,6 +550,7 @@ impl Inner {
             m.insert("generation".into(), json!(gen));
         }
         obj = Self::enforce_schema(t, name, obj, Some(&old))?;
+        Self::default_builtin(t, &mut obj);
         Self::enforce_builtin(self.serving_version().minor, t, name, &obj, Some(&old))?;
         Self::merge_string_data(t, &mut obj);
         if spec_part(&old) != spec_part(&obj) {

@@ -1,0 +1,423 @@
+//! `pinfleet gateway serve` (the submission gateway) and the developers'
+//! commands that speak to it: `submit`, `workloads`, `queue`, `quota`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use super::GlobalArgs;
+use crate::gateway::client::{Client, Credentials};
+use crate::gateway::identity::{Identity, OidcSettings, Settings};
+use crate::gateway::intake::{Caller, Policy};
+use crate::gateway::{http, render, service};
+use crate::output::Format;
+
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
+    #[command(subcommand)]
+    pub command: GatewayCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GatewayCommand {
+    /// Serve the submission gateway's API.
+    Serve(ServeArgs),
+    /// Install the gateway's CRDs and namespace on a host cluster.
+    Install {
+        #[arg(long, env = "PINFLEET_GATEWAY_HOST_KUBECONFIG")]
+        host_kubeconfig: PathBuf,
+        /// The namespace on the host that holds the records.
+        #[arg(long, default_value = crate::gateway::records::NAMESPACE)]
+        namespace: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The host cluster that keeps the records (default: an embedded sim, for local work).
+    #[arg(long, env = "PINFLEET_GATEWAY_HOST_KUBECONFIG")]
+    pub host_kubeconfig: Option<PathBuf>,
+    /// The namespace on the host that holds the records (and the leader's Lease).
+    #[arg(long, default_value = crate::gateway::records::NAMESPACE)]
+    pub namespace: String,
+    /// A member cluster to place work on: NAME=KUBECONFIG (repeat).
+    #[arg(long = "member", value_name = "NAME=KUBECONFIG")]
+    pub members: Vec<String>,
+    #[arg(long, default_value = "127.0.0.1:8480")]
+    pub listen: String,
+    /// Write the gateway's URL here once it serves.
+    #[arg(long)]
+    pub url_file: Option<PathBuf>,
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Accept client certificates signed by this CA (CN the user, O the groups).
+    #[arg(long, requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
+    /// The OIDC issuer whose tokens identify developers.
+    #[arg(long, requires = "oidc_audience")]
+    pub oidc_issuer: Option<String>,
+    #[arg(long)]
+    pub oidc_audience: Option<String>,
+    /// The issuer's JWKS (default: from its discovery document).
+    #[arg(long)]
+    pub oidc_jwks_url: Option<String>,
+    #[arg(long, default_value = "groups")]
+    pub groups_claim: String,
+    #[arg(long, default_value = "email")]
+    pub username_claim: String,
+    /// Groups naming teams start with this (`team:search` is team search).
+    #[arg(long, default_value = "team:")]
+    pub team_prefix: String,
+    /// Members of this group edit quotas and act for every team.
+    #[arg(long, default_value = "pinfleet:admins")]
+    pub admin_group: String,
+    /// Do not ask the host cluster about service-account tokens (TokenReview).
+    #[arg(long)]
+    pub no_token_review: bool,
+    /// Local work only: callers without credentials are USER of TEAM[,TEAM] (loopback only).
+    #[arg(long, value_name = "USER:TEAMS")]
+    pub anonymous_as: Option<String>,
+    /// Images must come from one of these registries (prefixes; repeat).
+    #[arg(long = "allowed-registry")]
+    pub allowed_registries: Vec<String>,
+    /// Team quotas to write on start (TeamQuota YAML documents), for local work.
+    #[arg(long)]
+    pub quotas: Option<PathBuf>,
+    /// This replica's name in the Lease (default: host name and pid).
+    #[arg(long)]
+    pub identity: Option<String>,
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub interval: Duration,
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub lease_duration: Duration,
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub member_refresh: Duration,
+}
+
+/// Where and as whom the developers' commands speak.
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// The gateway's URL.
+    #[arg(long, env = "PINFLEET_GATEWAY")]
+    pub gateway: Option<String>,
+    /// A bearer token (OIDC or a service account's).
+    #[arg(long, env = "PINFLEET_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// A credentials file (gateway, token, caFile, clientCertificate, clientKey).
+    #[arg(long, env = "PINFLEET_CREDENTIALS")]
+    pub credentials: Option<PathBuf>,
+}
+
+impl ClientArgs {
+    pub fn client(&self) -> Result<Client> {
+        let mut creds = match &self.credentials {
+            Some(p) => Credentials::load(p)?,
+            None => match Credentials::default_path().filter(|p| p.exists()) {
+                Some(p) => Credentials::load(&p)?,
+                None => Credentials::default(),
+            },
+        };
+        if self.token.is_some() {
+            creds.token = self.token.clone();
+        }
+        let url = self
+            .gateway
+            .clone()
+            .or(creds.gateway.clone())
+            .context("no gateway: pass --gateway URL, set PINFLEET_GATEWAY, or write it in the credentials file")?;
+        Client::new(&url, &creds)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The workload (a PinterestService, JobSet, CronJob, TrainingJob or StatefulSet).
+    pub file: PathBuf,
+    /// The submission's id (a retry with the same id is the same submission;
+    /// default: the workload's name and a digest of the file).
+    #[arg(long)]
+    pub id: Option<String>,
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub priority: i32,
+    /// Check everything and say what admission would decide now; record nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkloadsArgs {
+    #[command(subcommand)]
+    pub command: WorkloadsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkloadsCommand {
+    /// Your teams' submissions.
+    List {
+        #[arg(long)]
+        team: Option<String>,
+        #[arg(long)]
+        phase: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// One submission: where it is, why it waits, its latency.
+    Describe {
+        /// TEAM/ID
+        submission: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Cancel a submission (released and removed from its clusters).
+    Cancel {
+        /// TEAM/ID
+        submission: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct QueueArgs {
+    #[arg(long)]
+    pub team: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+fn print(g: &GlobalArgs, v: &Value, text: impl Fn(&Value) -> String) -> Result<()> {
+    match g.output {
+        Format::Text => {
+            print!("{}", text(v));
+            Ok(())
+        }
+        f => crate::output::print_data(f, v),
+    }
+}
+
+fn team_id(s: &str) -> Result<(&str, &str)> {
+    s.split_once('/')
+        .filter(|(t, i)| !t.is_empty() && !i.is_empty())
+        .context(format!("{s:?}: name a submission as TEAM/ID"))
+}
+
+pub async fn submit(g: &GlobalArgs, a: SubmitArgs) -> Result<ExitCode> {
+    let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    let node = crate::spec::yaml::parse_single(&text, &a.file)?;
+    let workload = node.to_json();
+    let id = match a.id {
+        Some(id) => id,
+        None => {
+            use sha2::Digest as _;
+            let name = workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("workload");
+            format!("{name}-{}", &hex::encode(sha2::Sha256::digest(text.as_bytes()))[..10])
+        }
+    };
+    let client = a.client.client()?;
+    let path = if a.dry_run { "/v1/submissions?dryRun=true" } else { "/v1/submissions" };
+    let ans = client.call("POST", path, Some(&json!({"id": id, "priority": a.priority, "workload": workload}))).await?;
+    if ans.status == 401 || ans.status == 403 || ans.status >= 500 {
+        ans.ok()?;
+        unreachable!("an error status");
+    }
+    print(g, &ans.body, render::decision)?;
+    Ok(if (200..300).contains(&ans.status) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+pub async fn workloads(g: &GlobalArgs, a: WorkloadsArgs) -> Result<ExitCode> {
+    match a.command {
+        WorkloadsCommand::List { team, phase, client } => {
+            let mut q = Vec::new();
+            if let Some(t) = team {
+                q.push(format!("team={t}"));
+            }
+            if let Some(p) = phase {
+                q.push(format!("phase={p}"));
+            }
+            let path =
+                if q.is_empty() { "/v1/submissions".to_string() } else { format!("/v1/submissions?{}", q.join("&")) };
+            let v = client.client()?.call("GET", &path, None).await?.ok()?;
+            print(g, &v, render::list)?;
+        }
+        WorkloadsCommand::Describe { submission, client } => {
+            let (t, i) = team_id(&submission)?;
+            let v = client.client()?.call("GET", &format!("/v1/submissions/{t}/{i}"), None).await?.ok()?;
+            print(g, &v, render::describe)?;
+        }
+        WorkloadsCommand::Cancel { submission, client } => {
+            let (t, i) = team_id(&submission)?;
+            let v = client.client()?.call("DELETE", &format!("/v1/submissions/{t}/{i}"), None).await?.ok()?;
+            print(g, &v, |v| {
+                format!("{}: {}\n", v["name"].as_str().unwrap_or(""), v["message"].as_str().unwrap_or(""))
+            })?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn queue(g: &GlobalArgs, a: QueueArgs) -> Result<ExitCode> {
+    let path = a.team.map(|t| format!("/v1/queue?team={t}")).unwrap_or_else(|| "/v1/queue".into());
+    let v = a.client.client()?.call("GET", &path, None).await?.ok()?;
+    print(g, &v, render::queue)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn quota(g: &GlobalArgs, a: QueueArgs) -> Result<ExitCode> {
+    let path = a.team.map(|t| format!("/v1/quota?team={t}")).unwrap_or_else(|| "/v1/quota".into());
+    let v = a.client.client()?.call("GET", &path, None).await?.ok()?;
+    print(g, &v, render::quota)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn run(_g: &GlobalArgs, a: GatewayArgs) -> Result<ExitCode> {
+    match a.command {
+        GatewayCommand::Install { host_kubeconfig, namespace } => {
+            let host = crate::kube::apply::connect(&host_kubeconfig).await?;
+            service::install(&host, &namespace).await?;
+            println!("installed the gateway's CRDs and namespace {namespace} on {}", host_kubeconfig.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        GatewayCommand::Serve(s) => serve(s).await,
+    }
+}
+
+/// TeamQuota documents from a YAML file (for local work and the demo).
+async fn seed_quotas(host: &kube::Client, namespace: &str, path: &std::path::Path) -> Result<usize> {
+    use kube::api::{Api, Patch, PatchParams};
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let docs = crate::spec::yaml::parse_documents(&text, path)?;
+    let api: Api<crate::gateway::records::TeamQuota> = Api::namespaced(host.clone(), namespace);
+    let mut n = 0;
+    for d in docs {
+        let mut v = d.to_json();
+        v["metadata"]["namespace"] = json!(namespace);
+        let tq: crate::gateway::records::TeamQuota = serde_path_to_error::deserialize(v.clone()).map_err(|e| {
+            let p = e.path().to_string();
+            anyhow::anyhow!("{}: {p}: {}", d.locate(&p), e.into_inner())
+        })?;
+        let name = tq
+            .metadata
+            .name
+            .clone()
+            .context(format!("{}: a TeamQuota needs metadata.name (the team)", path.display()))?;
+        api.patch(&name, &PatchParams::apply(service::MANAGER).force(), &Patch::Apply(&v))
+            .await
+            .with_context(|| format!("writing team {name}'s quota"))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+async fn serve(s: ServeArgs) -> Result<ExitCode> {
+    let listener = tokio::net::TcpListener::bind(&s.listen).await.with_context(|| format!("binding {}", s.listen))?;
+    let addr = listener.local_addr()?;
+    if s.tls_cert.is_none() && !addr.ip().is_loopback() {
+        bail!("{addr}: without --tls-cert the gateway serves on a loopback address only");
+    }
+    if s.anonymous_as.is_some() && !addr.ip().is_loopback() {
+        bail!("--anonymous-as is for local work: serve on a loopback address");
+    }
+    // The host cluster: given, or an embedded sim.
+    let mut sim = None;
+    let host = match &s.host_kubeconfig {
+        Some(k) => crate::kube::apply::connect(k).await?,
+        None => {
+            let sm = crate::sim::Sim::start(0).await?;
+            eprintln!("host cluster: an embedded sim at {} (records last as long as this process)", sm.url());
+            let dir = std::env::temp_dir().join(format!("pinfleet-gateway-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)?;
+            let kc = dir.join("host-kubeconfig.yaml");
+            sm.write_kubeconfig(&kc)?;
+            let c = crate::kube::apply::connect(&kc).await?;
+            sim = Some(sm);
+            c
+        }
+    };
+    service::install(&host, &s.namespace).await?;
+    if let Some(q) = &s.quotas {
+        let n = seed_quotas(&host, &s.namespace, q).await?;
+        eprintln!("wrote {n} team quotas from {}", q.display());
+    }
+    let mut members = Vec::new();
+    for m in &s.members {
+        let (name, path) = m.split_once('=').context(format!("--member {m:?}: expected NAME=KUBECONFIG"))?;
+        let client =
+            crate::kube::apply::connect(std::path::Path::new(path)).await.with_context(|| format!("member {name}"))?;
+        members.push(service::MemberCluster { name: name.to_string(), client, labels: BTreeMap::new(), weight: 1 });
+    }
+    let anonymous = match &s.anonymous_as {
+        Some(a) => {
+            let (user, teams) = a.split_once(':').context("--anonymous-as USER:TEAM[,TEAM]")?;
+            Some(Caller {
+                user: user.into(),
+                teams: teams.split(',').map(str::to_string).collect(),
+                admin: false,
+                via: "loopback".into(),
+            })
+        }
+        None => None,
+    };
+    let settings = Settings {
+        oidc: s.oidc_issuer.clone().map(|issuer| OidcSettings {
+            issuer,
+            audience: s.oidc_audience.clone().unwrap_or_default(),
+            jwks_url: s.oidc_jwks_url.clone(),
+            groups_claim: s.groups_claim.clone(),
+            username_claim: s.username_claim.clone(),
+        }),
+        token_review: !s.no_token_review,
+        team_prefix: s.team_prefix.clone(),
+        admin_group: s.admin_group.clone(),
+        anonymous,
+    };
+    let identity = Identity::new(settings, Some(host.clone()));
+    let config = service::Config {
+        namespace: s.namespace.clone(),
+        identity: s.identity.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id())),
+        policy: Policy { allowed_registries: s.allowed_registries.clone() },
+        interval: s.interval,
+        lease_duration: s.lease_duration,
+        member_refresh: s.member_refresh,
+    };
+    let svc = service::Service::start(host, members, identity, config).await?;
+    tokio::spawn(svc.clone().run());
+    let scheme = if s.tls_cert.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{addr}");
+    if let Some(f) = &s.url_file {
+        std::fs::write(f, &url).with_context(|| format!("writing {}", f.display()))?;
+    }
+    eprintln!("gateway serving at {url}");
+    let tls = match (&s.tls_cert, &s.tls_key) {
+        (Some(c), Some(k)) => Some(http::Tls { cert: c, key: k, client_ca: s.client_ca.as_deref() }),
+        _ => None,
+    };
+    let shutdown = async {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a signal handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term.recv() => {},
+        }
+    };
+    http::serve(Arc::clone(&svc), listener, tls, shutdown).await?;
+    if let Some(sm) = sim {
+        sm.stop().await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "gateway".into())
+}

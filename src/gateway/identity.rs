@@ -1,0 +1,319 @@
+//! Who is calling (effects at the edge: the issuer's JWKS, the host
+//! cluster's TokenReview).
+//!
+//! ```text
+//! request ─┬─ client certificate (TLS) ── CN user, O groups
+//!          ├─ Bearer JWT from the OIDC issuer ── JWKS: signature, issuer,
+//!          │                                     audience, expiry; groups claim
+//!          └─ any other Bearer token ── TokenReview on the host cluster
+//!                                       (service accounts, for CI systems)
+//!     ▼
+//! Caller { user, teams, admin, via }   or   Refusal (401, said without leaking)
+//! ```
+//!
+//! Teams are the groups that start with the team prefix (`team:` by
+//! default: `team:search` is team `search`); a service account's team is its
+//! namespace. The admin group edits quotas and acts for every team.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::RwLock;
+
+use super::intake::Caller;
+
+/// The identity a TLS client certificate carries (subject CN and O).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerCertificate {
+    pub common_name: String,
+    pub organizations: Vec<String>,
+}
+
+/// Why a caller is refused: what the caller may be told.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
+
+#[derive(Debug, Clone)]
+pub struct OidcSettings {
+    pub issuer: String,
+    pub audience: String,
+    /// Where the keys are (default: the issuer's discovery document).
+    pub jwks_url: Option<String>,
+    pub groups_claim: String,
+    pub username_claim: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub oidc: Option<OidcSettings>,
+    /// Ask the host cluster about tokens that are not the issuer's.
+    pub token_review: bool,
+    pub team_prefix: String,
+    pub admin_group: String,
+    /// Without credentials, this caller (loopback, local work only).
+    pub anonymous: Option<Caller>,
+}
+
+struct Keys {
+    set: JwkSet,
+    fetched: Option<Instant>,
+}
+
+pub struct Identity {
+    settings: Settings,
+    keys: RwLock<Keys>,
+    host: Option<kube::Client>,
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
+}
+
+type HttpsClient = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    http_body_util::Empty<bytes::Bytes>,
+>;
+
+fn https() -> HttpsClient {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let conn = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_native_roots()
+        .unwrap_or_else(|_| {
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
+                rustls::ClientConfig::builder()
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
+            )
+        })
+        .https_or_http()
+        .enable_http1()
+        .build();
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(conn)
+}
+
+async fn get_json(url: &str) -> anyhow::Result<Value> {
+    use http_body_util::BodyExt;
+    let uri: hyper::Uri = url.parse()?;
+    let resp = tokio::time::timeout(Duration::from_secs(10), https().get(uri)).await??;
+    let status = resp.status();
+    let body = resp.into_body().collect().await?.to_bytes();
+    anyhow::ensure!(status.is_success(), "{url}: HTTP {status}");
+    Ok(serde_json::from_slice(&body)?)
+}
+
+fn teams_of(groups: &[String], prefix: &str) -> Vec<String> {
+    let mut t: Vec<String> = groups.iter().filter_map(|g| g.strip_prefix(prefix)).map(str::to_string).collect();
+    t.sort();
+    t.dedup();
+    t
+}
+
+impl Identity {
+    pub fn new(settings: Settings, host: Option<kube::Client>) -> Arc<Identity> {
+        Arc::new(Identity { settings, keys: RwLock::new(Keys { set: JwkSet { keys: vec![] }, fetched: None }), host })
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    async fn refresh_keys(&self, o: &OidcSettings) -> Result<(), Refusal> {
+        {
+            let k = self.keys.read().await;
+            // At most one fetch every 10 s (an unknown kid must not turn
+            // into a request to the issuer per call).
+            if k.fetched.is_some_and(|f| f.elapsed() < Duration::from_secs(10)) {
+                return Ok(());
+            }
+        }
+        let url = match &o.jwks_url {
+            Some(u) => u.clone(),
+            None => {
+                let disco = format!("{}/.well-known/openid-configuration", o.issuer.trim_end_matches('/'));
+                let d = get_json(&disco).await.map_err(|e| {
+                    tracing::warn!("OIDC discovery {disco}: {e:#}");
+                    Refusal("the identity provider's keys could not be read; try again".into())
+                })?;
+                d.get("jwks_uri").and_then(Value::as_str).map(str::to_string).ok_or_else(|| {
+                    tracing::warn!("OIDC discovery {disco}: no jwks_uri");
+                    Refusal("the identity provider's keys could not be read; try again".into())
+                })?
+            }
+        };
+        let set: JwkSet = match get_json(&url).await.and_then(|v| Ok(serde_json::from_value(v)?)) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("JWKS {url}: {e:#}");
+                return Err(Refusal("the identity provider's keys could not be read; try again".into()));
+            }
+        };
+        let mut k = self.keys.write().await;
+        k.set = set;
+        k.fetched = Some(Instant::now());
+        Ok(())
+    }
+
+    async fn verify_jwt(&self, o: &OidcSettings, token: &str) -> Result<Caller, Refusal> {
+        let header = decode_header(token).map_err(|_| Refusal("the bearer token is not a JWT".into()))?;
+        if !matches!(
+            header.alg,
+            Algorithm::RS256 | Algorithm::ES256 | Algorithm::RS384 | Algorithm::ES384 | Algorithm::PS256
+        ) {
+            return Err(Refusal(format!("tokens signed with {:?} are not accepted", header.alg)));
+        }
+        let kid = header.kid.clone().unwrap_or_default();
+        let find =
+            |set: &JwkSet| set.keys.iter().find(|k| k.common.key_id.as_deref().unwrap_or_default() == kid).cloned();
+        let mut jwk = find(&self.keys.read().await.set);
+        if jwk.is_none() {
+            self.refresh_keys(o).await?;
+            jwk = find(&self.keys.read().await.set);
+        }
+        let jwk = jwk.ok_or_else(|| Refusal("the token's signing key is not the identity provider's".into()))?;
+        let key = DecodingKey::from_jwk(&jwk).map_err(|_| Refusal("the token's signing key is not usable".into()))?;
+        let mut v = Validation::new(header.alg);
+        v.set_issuer(&[o.issuer.as_str()]);
+        v.set_audience(&[o.audience.as_str()]);
+        v.leeway = 30;
+        v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        use jsonwebtoken::errors::ErrorKind as K;
+        let data = decode::<Claims>(token, &key, &v).map_err(|e| {
+            Refusal(
+                match e.kind() {
+                    K::ExpiredSignature => "the token has expired",
+                    K::InvalidAudience => "the token is not for this gateway (audience)",
+                    K::InvalidIssuer => "the token is from another issuer",
+                    K::InvalidSignature => "the token's signature does not verify",
+                    K::ImmatureSignature => "the token is not valid yet",
+                    K::MissingRequiredClaim(_) => "the token lacks a required claim (exp, iss, aud, sub)",
+                    _ => "the token is not valid",
+                }
+                .to_string(),
+            )
+        })?;
+        let claims = data.claims.rest;
+        let user = claims
+            .get(&o.username_claim)
+            .or_else(|| claims.get("sub"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let groups: Vec<String> = match claims.get(&o.groups_claim) {
+            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+            Some(Value::String(s)) => vec![s.clone()],
+            _ => vec![],
+        };
+        Ok(self.caller(user, &groups, "oidc"))
+    }
+
+    fn caller(&self, user: String, groups: &[String], via: &str) -> Caller {
+        Caller {
+            user,
+            teams: teams_of(groups, &self.settings.team_prefix),
+            admin: groups.iter().any(|g| *g == self.settings.admin_group),
+            via: via.to_string(),
+        }
+    }
+
+    async fn token_review(&self, token: &str) -> Result<Caller, Refusal> {
+        let Some(client) = &self.host else {
+            return Err(Refusal("the bearer token is not from the identity provider".into()));
+        };
+        let req = http::Request::post("/apis/authentication.k8s.io/v1/tokenreviews")
+            .header("content-type", "application/json")
+            .body(
+                serde_json::to_vec(
+                    &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}),
+                )
+                .unwrap_or_default(),
+            )
+            .expect("a request");
+        let v: Value = client.request(req).await.map_err(|e| {
+            tracing::warn!("TokenReview: {e}");
+            Refusal("the token could not be checked; try again".into())
+        })?;
+        if v.pointer("/status/authenticated") != Some(&Value::Bool(true)) {
+            return Err(Refusal("the token is not valid".into()));
+        }
+        let user = v.pointer("/status/user/username").and_then(Value::as_str).unwrap_or_default().to_string();
+        let groups: Vec<String> = v
+            .pointer("/status/user/groups")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect();
+        let mut c = self.caller(user.clone(), &groups, "serviceaccount");
+        // A service account acts for the team its namespace is named after.
+        if let Some(ns) = user.strip_prefix("system:serviceaccount:").and_then(|r| r.split(':').next()) {
+            c.teams.push(ns.to_string());
+            c.teams.sort();
+            c.teams.dedup();
+        }
+        Ok(c)
+    }
+
+    /// Authenticates a request: a client certificate first, then a bearer token.
+    pub async fn authenticate(&self, bearer: Option<&str>, cert: Option<&PeerCertificate>) -> Result<Caller, Refusal> {
+        if let Some(c) = cert {
+            return Ok(self.caller(c.common_name.clone(), &c.organizations, "certificate"));
+        }
+        let Some(token) = bearer.map(str::trim).filter(|t| !t.is_empty()) else {
+            return self
+                .settings
+                .anonymous
+                .clone()
+                .ok_or_else(|| Refusal("no credentials: send a bearer token or a client certificate".into()));
+        };
+        if let Some(o) = &self.settings.oidc {
+            // A JWT whose issuer is ours is verified here; anything else
+            // goes to the host cluster.
+            if let Some(iss) = unverified_issuer(token) {
+                if iss == o.issuer || !self.settings.token_review {
+                    return self.verify_jwt(o, token).await;
+                }
+            }
+        }
+        if self.settings.token_review {
+            return self.token_review(token).await;
+        }
+        Err(Refusal("the bearer token is not from the identity provider".into()))
+    }
+}
+
+/// The `iss` of a JWT, unverified (only to route it).
+fn unverified_issuer(token: &str) -> Option<String> {
+    use base64::Engine as _;
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
+    let v: Value = serde_json::from_slice(&bytes).ok()?;
+    v.get("iss").and_then(Value::as_str).map(str::to_string)
+}
+
+/// A certificate's subject as the API server reads it: CN the user, O the groups.
+pub fn peer_identity(der: &[u8]) -> Option<PeerCertificate> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let subject = cert.subject();
+    let common_name = subject.iter_common_name().next()?.as_str().ok()?.to_string();
+    let organizations = subject.iter_organization().filter_map(|o| o.as_str().ok()).map(str::to_string).collect();
+    Some(PeerCertificate { common_name, organizations })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn teams_are_the_groups_with_the_prefix() {
+        let g = vec!["team:search".to_string(), "staff".into(), "team:ads".into(), "team:search".into()];
+        assert_eq!(teams_of(&g, "team:"), ["ads", "search"]);
+    }
+}

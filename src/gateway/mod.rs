@@ -1,0 +1,26 @@
+//! The submission gateway: the developers' front door to the fleet.
+//!
+//! ```text
+//! pinfleet submit / workloads / queue / quota (cli::gateway, HTTP client)
+//!     │ bearer token or client certificate
+//!     ▼
+//! http (axum) ─► identity ─► service ─► records on the host cluster's API
+//!                               │          (Submission, TeamQuota, AdmissionLedger)
+//!                               ├─ intake (pure): what it is, every problem
+//!                               ├─ admission (pure): quota, queue, preemption, estimates
+//!                               │    over quota (pure): amounts, limits, the ledger
+//!                               └─ placement (federation) ─► member clusters (server-side apply)
+//! ```
+//!
+//! Arrows run down: the pure modules know nothing of HTTP or Kubernetes.
+
+pub mod admission;
+pub mod client;
+pub mod http;
+pub mod identity;
+pub mod intake;
+pub mod metrics;
+pub mod quota;
+pub mod records;
+pub mod render;
+pub mod service;

@@ -1,0 +1,1165 @@
+//! The gateway's service (effects): records on the host cluster, the
+//! admission loop under a Lease, placement onto member clusters and the
+//! roll-up of their status.
+//!
+//! ```text
+//! http ──► Service::submit ──► intake::check (pure) + dry run on a member
+//!                │                 + admission::never (pure)
+//!                ▼
+//!          Submission (host cluster, Queued)
+//!                │ leader only: admit_once
+//!                ▼
+//!          admission::decide (pure) ─► AdmissionLedger write (resourceVersion)
+//!                │                      ─► Submission.status Admitted / Preempted
+//!                ▼ place_once
+//!          placement::place (pure) ─► server-side apply on members ─► Placed
+//!                ▼ rollup_once
+//!          members' workload status ─► Running / Succeeded / Failed
+//! ```
+//!
+//! The ledger is written before any submission is told it was admitted,
+//! and it is the truth a new leader starts from: a reservation whose
+//! submission still says Queued is rolled forward, a release whose
+//! submission still holds is finished. So a leader killed anywhere loses no
+//! accepted submission and admits none twice or over quota.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::sync::{Notify, RwLock};
+
+use super::admission::{self, Blocker, Pending, Waiting, World};
+use super::identity::Identity;
+use super::intake::{self, Caller, Policy, Problem};
+use super::metrics::Metrics;
+use super::quota::{self, Amount, Ledger};
+use super::records::{
+    self, AdmissionLedger, AdmissionLedgerSpec, MemberPart, Phase, Submission, SubmissionSpec, SubmissionStatus,
+    TeamQuota,
+};
+use crate::federation::placement::{self, Division, Member as PlacementMember, Policy as PlacementPolicy};
+
+pub const MANAGER: &str = "pinfleet-gateway";
+
+/// A member cluster the gateway places work on.
+#[derive(Clone)]
+pub struct MemberCluster {
+    pub name: String,
+    pub client: kube::Client,
+    pub labels: BTreeMap<String, String>,
+    pub weight: u32,
+}
+
+/// What the gateway last saw of a member.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberView {
+    pub name: String,
+    pub reachable: bool,
+    pub allocatable: Amount,
+    /// When it was last reached.
+    pub seen: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The answer to a submission.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    pub id: String,
+    pub name: String,
+    pub team: String,
+    pub dry_run: bool,
+    /// accepted (queued), admitted, rejected; for a retry, the first answer's.
+    pub outcome: String,
+    pub phase: Phase,
+    pub demand: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<Problem>,
+    /// What admission would do now (dry run) or did: admitted, or why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
+    /// A retry of an earlier submission with the same id.
+    pub retry: bool,
+}
+
+/// One submission as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct View {
+    pub id: String,
+    pub name: String,
+    pub team: String,
+    pub kind: String,
+    pub workload: String,
+    pub tier: String,
+    pub priority: i32,
+    pub submitted_by: String,
+    pub artifact: String,
+    pub demand: String,
+    pub status: SubmissionStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
+    /// Seconds per stage: admitted, placed, pods_created (from the previous stage).
+    pub latency: BTreeMap<String, f64>,
+    pub created: Option<DateTime<Utc>>,
+}
+
+/// Settings the gateway runs with.
+#[derive(Clone)]
+pub struct Config {
+    /// The host cluster namespace that holds the records (and the Lease).
+    pub namespace: String,
+    pub identity: String,
+    pub policy: Policy,
+    pub interval: Duration,
+    pub lease_duration: Duration,
+    /// How stale a member may be before it is shown as such.
+    pub member_refresh: Duration,
+}
+
+/// The last admission pass, as readers see it.
+#[derive(Default)]
+struct QueueView {
+    waiting: BTreeMap<String, Waiting>,
+    computed: Option<Instant>,
+    queued: usize,
+}
+
+pub struct Service {
+    pub host: kube::Client,
+    pub members: Vec<MemberCluster>,
+    pub identity: Arc<Identity>,
+    pub metrics: Metrics,
+    pub config: Config,
+    pub leading: Arc<AtomicBool>,
+    submissions: Store<Submission>,
+    member_views: RwLock<Vec<MemberView>>,
+    queue: RwLock<QueueView>,
+    wake: Notify,
+    audit: tokio::sync::Mutex<()>,
+}
+
+fn subs(host: &kube::Client, ns: &str) -> Api<Submission> {
+    Api::namespaced(host.clone(), ns)
+}
+
+fn workload_api(client: &kube::Client, kind: &str, ns: &str) -> Api<DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk(crate::workloads::GROUP, crate::workloads::VERSION, kind);
+    let ar = ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", kind.to_lowercase()));
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn amount_of(spec: &SubmissionSpec) -> Amount {
+    spec.demand
+}
+
+fn phase(s: &Submission) -> Phase {
+    s.status.as_ref().map(|st| st.phase).unwrap_or_default()
+}
+
+/// Installs the gateway's CRDs and namespace on the host cluster (server-side apply).
+pub async fn install(host: &kube::Client, namespace: &str) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
+    let pp = PatchParams::apply(MANAGER).force();
+    for crd in records::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(&name, &pp, &Patch::Apply(&crd)).await.with_context(|| format!("installing CRD {name}"))?;
+    }
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(host.clone());
+    nss.patch(
+        namespace,
+        &pp,
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})),
+    )
+    .await
+    .context("creating the gateway's namespace")?;
+    // Established before anyone lists them.
+    for _ in 0..50 {
+        if subs(host, namespace).list(&ListParams::default().limit(1)).await.is_ok()
+            && Api::<TeamQuota>::namespaced(host.clone(), namespace).list(&ListParams::default().limit(1)).await.is_ok()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("the gateway's CRDs were not served by the host cluster within 5 s")
+}
+
+impl Service {
+    /// Connects the caches (a watch of every Submission: followers answer
+    /// reads and take over warm) and returns the service.
+    pub async fn start(
+        host: kube::Client,
+        members: Vec<MemberCluster>,
+        identity: Arc<Identity>,
+        config: Config,
+    ) -> Result<Arc<Service>> {
+        let (reader, writer) = reflector::store();
+        let stream = reflector::reflector(
+            writer,
+            watcher(subs(&host, &config.namespace), watcher::Config::default().page_size(500)),
+        )
+        .applied_objects();
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut s = std::pin::pin!(stream);
+            while let Some(ev) = s.next().await {
+                if let Err(e) = ev {
+                    tracing::debug!("submission watch: {e}");
+                }
+            }
+        });
+        let svc = Arc::new(Service {
+            host,
+            members,
+            identity,
+            metrics: Metrics::default(),
+            config,
+            leading: Arc::new(AtomicBool::new(false)),
+            submissions: reader,
+            member_views: RwLock::new(Vec::new()),
+            queue: RwLock::new(QueueView::default()),
+            wake: Notify::new(),
+            audit: tokio::sync::Mutex::new(()),
+        });
+        tokio::time::timeout(Duration::from_secs(30), svc.submissions.wait_until_ready())
+            .await
+            .context("the submissions cache did not fill within 30 s")??;
+        svc.refresh_members().await;
+        Ok(svc)
+    }
+
+    /// Every decision: who, what (the workload and its artifact), when, the answer.
+    pub async fn audit(&self, caller: &Caller, verb: &str, what: &str, artifact: &str, answer: &str) {
+        let _g = self.audit.lock().await;
+        tracing::info!(
+            target: "pinfleet::gateway::audit",
+            user = caller.user,
+            via = caller.via,
+            teams = caller.teams.join(","),
+            verb,
+            what,
+            artifact,
+            answer,
+            at = %Utc::now().to_rfc3339(),
+            "audit"
+        );
+    }
+
+    pub fn all(&self) -> Vec<Arc<Submission>> {
+        self.submissions.state()
+    }
+
+    /// Reads every member's allocatable (Ready nodes); a member that cannot
+    /// be reached keeps its last figures and is marked.
+    pub async fn refresh_members(&self) {
+        let mut out = Vec::new();
+        let before = self.member_views.read().await.clone();
+        for m in &self.members {
+            let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(m.client.clone());
+            let last = before.iter().find(|v| v.name == m.name).cloned();
+            match tokio::time::timeout(Duration::from_secs(5), nodes.list(&ListParams::default())).await {
+                Ok(Ok(list)) => {
+                    let mut a = Amount::default();
+                    for n in list.items {
+                        let ready = n
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                        let unschedulable = n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+                        if !ready || unschedulable {
+                            continue;
+                        }
+                        let al = n.status.and_then(|s| s.allocatable).unwrap_or_default();
+                        let q = |k: &str| al.get(k).map(|q| q.0.clone()).unwrap_or_default();
+                        a = a.plus(Amount::new(
+                            crate::federation::fanout::cpu_millis(&q("cpu")).unwrap_or(0),
+                            crate::federation::fanout::mem_bytes(&q("memory")).unwrap_or(0),
+                            q("pods").parse().unwrap_or(0),
+                        ));
+                    }
+                    out.push(MemberView {
+                        name: m.name.clone(),
+                        reachable: true,
+                        allocatable: a,
+                        seen: Some(Utc::now()),
+                        error: None,
+                    });
+                }
+                Ok(Err(e)) => out.push(MemberView {
+                    name: m.name.clone(),
+                    reachable: false,
+                    allocatable: last.as_ref().map(|l| l.allocatable).unwrap_or_default(),
+                    seen: last.and_then(|l| l.seen),
+                    error: Some(e.to_string()),
+                }),
+                Err(_) => out.push(MemberView {
+                    name: m.name.clone(),
+                    reachable: false,
+                    allocatable: last.as_ref().map(|l| l.allocatable).unwrap_or_default(),
+                    seen: last.and_then(|l| l.seen),
+                    error: Some("no answer within 5 s".into()),
+                }),
+            }
+        }
+        *self.member_views.write().await = out;
+    }
+
+    pub async fn member_views(&self) -> Vec<MemberView> {
+        self.member_views.read().await.clone()
+    }
+
+    /// The fleet's capacity: every member's allocatable, reachable or last seen.
+    pub async fn fleet(&self) -> Amount {
+        self.member_views.read().await.iter().fold(Amount::default(), |a, m| a.plus(m.allocatable))
+    }
+
+    /// Every team's quota against the fleet (a record that does not resolve is skipped and said).
+    pub async fn world(&self) -> Result<(World, BTreeMap<String, Vec<String>>)> {
+        let fleet = self.fleet().await;
+        let list = Api::<TeamQuota>::namespaced(self.host.clone(), &self.config.namespace)
+            .list(&ListParams::default())
+            .await
+            .context("listing team quotas")?;
+        let mut quotas = BTreeMap::new();
+        let mut broken = BTreeMap::new();
+        for tq in list.items {
+            let team = tq.metadata.name.clone().unwrap_or_default();
+            let s = &tq.spec;
+            match quota::resolve(&team, s.cohort.as_deref(), &s.tiers, s.max_workloads, s.pods_per_minute, &fleet) {
+                Ok(q) => {
+                    quotas.insert(team, q);
+                }
+                Err(e) => {
+                    broken.insert(team, e);
+                }
+            }
+        }
+        Ok((World::new(quotas, fleet), broken))
+    }
+
+    async fn read_ledger(&self) -> Result<(Ledger, Option<String>)> {
+        let api: Api<AdmissionLedger> = Api::namespaced(self.host.clone(), &self.config.namespace);
+        match api.get_opt(records::LEDGER).await.context("reading the admission ledger")? {
+            None => Ok((Ledger::default(), None)),
+            Some(l) => {
+                let ledger: Ledger =
+                    serde_json::from_value(l.spec.ledger.clone()).context("the admission ledger does not parse")?;
+                Ok((ledger, l.metadata.resource_version.clone()))
+            }
+        }
+    }
+
+    /// Writes the ledger if nobody else did since `rv`: false when another writer won.
+    async fn write_ledger(&self, ledger: &Ledger, rv: Option<String>) -> Result<bool> {
+        let api: Api<AdmissionLedger> = Api::namespaced(self.host.clone(), &self.config.namespace);
+        let mut obj =
+            AdmissionLedger::new(records::LEDGER, AdmissionLedgerSpec { ledger: serde_json::to_value(ledger)? });
+        obj.metadata.namespace = Some(self.config.namespace.clone());
+        let r = match rv {
+            None => api.create(&PostParams::default(), &obj).await.map(|_| ()),
+            Some(rv) => {
+                obj.metadata.resource_version = Some(rv);
+                api.replace(records::LEDGER, &PostParams::default(), &obj).await.map(|_| ())
+            }
+        };
+        match r {
+            Ok(()) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e).context("writing the admission ledger"),
+        }
+    }
+
+    async fn set_status(&self, name: &str, f: impl FnOnce(&mut SubmissionStatus)) -> Result<()> {
+        let cur = match self.submissions.get(&reflector::ObjectRef::new(name).within(&self.config.namespace)) {
+            Some(s) => s.status.clone().unwrap_or_default(),
+            None => subs(&self.host, &self.config.namespace).get(name).await?.status.unwrap_or_default(),
+        };
+        let mut st = cur.clone();
+        f(&mut st);
+        if st == cur {
+            return Ok(());
+        }
+        subs(&self.host, &self.config.namespace)
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": st})))
+            .await
+            .with_context(|| format!("writing {name}'s status"))?;
+        Ok(())
+    }
+
+    fn pending_of(s: &Submission) -> Pending {
+        Pending {
+            name: s.metadata.name.clone().unwrap_or_default(),
+            team: s.spec.team.clone(),
+            tier: s.spec.tier,
+            priority: s.spec.priority,
+            created: s.metadata.creation_timestamp.as_ref().map(ts).unwrap_or_else(Utc::now),
+            demand: amount_of(&s.spec),
+            expected_duration: s.spec.expected_seconds.map(chrono::Duration::seconds),
+        }
+    }
+
+    /// Checks a submission through every layer and, unless a dry run,
+    /// records it. A retried id returns the first answer.
+    pub async fn submit(
+        &self,
+        caller: &Caller,
+        id: &str,
+        workload: &Value,
+        priority: i32,
+        dry_run: bool,
+    ) -> Result<(u16, Decision)> {
+        let started = Instant::now();
+        let bad = |problems: Vec<Problem>, team: &str, name: String| Decision {
+            id: id.to_string(),
+            name,
+            team: team.to_string(),
+            dry_run,
+            outcome: "rejected".into(),
+            phase: Phase::Queued,
+            demand: String::new(),
+            problems,
+            waiting: None,
+            retry: false,
+        };
+        if id.is_empty() || id.len() > 253 {
+            return Ok((
+                422,
+                bad(vec![Problem::new("request", "id", "a submission id is 1–253 characters")], "", String::new()),
+            ));
+        }
+        let intake = match intake::check(workload, caller, &self.config.policy) {
+            Ok(i) => i,
+            Err(p) => {
+                let team = workload.pointer("/spec/owner/team").and_then(Value::as_str).unwrap_or_default();
+                self.audit(caller, "submit", &format!("{team}/{id}"), "", "rejected: invalid").await;
+                return Ok((422, bad(p, team, String::new())));
+            }
+        };
+        let name = records::submission_name(&intake.team, id);
+        let digest = records::digest(&intake.workload);
+        // A retry: the record the first attempt made answers.
+        if let Some(existing) = subs(&self.host, &self.config.namespace).get_opt(&name).await? {
+            if existing.spec.digest != digest {
+                let p = Problem::new(
+                    "request",
+                    "id",
+                    format!("id {id:?} was used for another workload of team {}: choose a new id", intake.team),
+                );
+                return Ok((409, bad(vec![p], &intake.team, name)));
+            }
+            let mut d = self.decision_of(&existing, dry_run).await;
+            d.retry = true;
+            return Ok((200, d));
+        }
+        let mut problems = Vec::new();
+        // Layer 3: a server-side dry run where it could land.
+        problems.extend(self.dry_run(&intake.workload).await);
+        // Layer 4: can the fleet (and the team's quota) ever hold it.
+        let (world, broken) = self.world().await?;
+        if let Some(errs) = broken.get(&intake.team) {
+            problems.push(Problem::new(
+                "capacity",
+                "",
+                format!("team {}'s quota does not resolve: {}", intake.team, errs.join("; ")),
+            ));
+        } else if let Some(why) = admission::never(&world, &intake.team, intake.tier, &intake.demand) {
+            problems.push(Problem::new("capacity", "", why));
+        }
+        if !problems.is_empty() {
+            self.audit(caller, "submit", &name, &intake.artifact, "rejected").await;
+            return Ok((422, bad(problems, &intake.team, name)));
+        }
+        let spec = SubmissionSpec {
+            id: id.to_string(),
+            team: intake.team.clone(),
+            tier: intake.tier,
+            priority,
+            submitted_by: caller.user.clone(),
+            authenticated_by: caller.via.clone(),
+            workload: intake.workload.clone(),
+            artifact: intake.artifact.clone(),
+            demand: intake.demand,
+            expected_seconds: intake.expected_seconds,
+            digest,
+            cancel: false,
+        };
+        if dry_run {
+            // Exactly what admission would answer now.
+            let (mut ledger, _) = self.read_ledger().await?;
+            let mut queue: Vec<Pending> = self.queued().iter().map(|s| Self::pending_of(s)).collect();
+            let me = Pending {
+                name: name.clone(),
+                team: spec.team.clone(),
+                tier: spec.tier,
+                priority,
+                created: Utc::now(),
+                demand: spec.demand,
+                expected_duration: spec.expected_seconds.map(chrono::Duration::seconds),
+            };
+            queue.push(me);
+            admission::order(&mut queue);
+            let now = Utc::now();
+            let before = ledger.clone();
+            let batch = admission::decide(&world, &mut ledger, &queue, now);
+            let admitted = batch.admitted.iter().any(|(n, _)| *n == name);
+            let waiting = if admitted {
+                None
+            } else {
+                admission::explain(&world, &before, &queue, &batch.waiting, now).remove(&name)
+            };
+            return Ok((
+                200,
+                Decision {
+                    id: id.to_string(),
+                    name,
+                    team: spec.team,
+                    dry_run: true,
+                    outcome: if admitted { "would be admitted" } else { "would wait" }.into(),
+                    phase: if admitted { Phase::Admitted } else { Phase::Queued },
+                    demand: spec.demand.show(),
+                    problems: vec![],
+                    waiting,
+                    retry: false,
+                },
+            ));
+        }
+        let mut obj = Submission::new(&name, spec);
+        obj.metadata.namespace = Some(self.config.namespace.clone());
+        obj.metadata.labels = Some([(records::TEAM_LABEL.to_string(), intake.team.clone())].into());
+        let created = match subs(&self.host, &self.config.namespace).create(&PostParams::default(), &obj).await {
+            Ok(c) => c,
+            // A concurrent retry made it first: answer as a retry.
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let existing = subs(&self.host, &self.config.namespace).get(&name).await?;
+                let mut d = self.decision_of(&existing, false).await;
+                d.retry = true;
+                return Ok((200, d));
+            }
+            Err(e) => return Err(e).context("recording the submission"),
+        };
+        let now = Utc::now();
+        subs(&self.host, &self.config.namespace)
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Queued", "acceptedAt": now}})),
+            )
+            .await
+            .context("recording the submission's acceptance")?;
+        self.audit(caller, "submit", &name, &intake.artifact, "accepted").await;
+        self.metrics.submit_latency(started.elapsed().as_secs_f64());
+        self.wake.notify_one();
+        let mut d = self.decision_of(&created, false).await;
+        d.outcome = "accepted".into();
+        Ok((201, d))
+    }
+
+    async fn dry_run(&self, workload: &Value) -> Vec<Problem> {
+        let views = self.member_views().await;
+        let Some(m) = self.members.iter().find(|m| views.iter().any(|v| v.name == m.name && v.reachable)) else {
+            return vec![];
+        };
+        let kind = workload.get("kind").and_then(Value::as_str).unwrap_or_default();
+        // Validation does not depend on the namespace: `default` always exists.
+        let mut obj = workload.clone();
+        obj["metadata"]["namespace"] = json!("default");
+        let Ok(dynobj) = serde_json::from_value::<DynamicObject>(obj) else { return vec![] };
+        let pp = PostParams { dry_run: true, field_manager: Some(MANAGER.into()) };
+        match workload_api(&m.client, kind, "default").create(&pp, &dynobj).await {
+            Ok(_) => vec![],
+            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 400 => {
+                vec![Problem::new("dry-run", "", format!("cluster {}: {}", m.name, e.message))]
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => vec![],
+            Err(e) => {
+                tracing::warn!("dry run on {}: {e}", m.name);
+                vec![]
+            }
+        }
+    }
+
+    fn queued(&self) -> Vec<Arc<Submission>> {
+        self.all().into_iter().filter(|s| phase(s) == Phase::Queued && !s.spec.cancel).collect()
+    }
+
+    async fn decision_of(&self, s: &Submission, dry_run: bool) -> Decision {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        let waiting = self.queue.read().await.waiting.get(&name).cloned();
+        Decision {
+            id: s.spec.id.clone(),
+            name,
+            team: s.spec.team.clone(),
+            dry_run,
+            outcome: match phase(s) {
+                Phase::Queued => "accepted",
+                p if p.holds() || p == Phase::Succeeded => "admitted",
+                _ => "ended",
+            }
+            .into(),
+            phase: phase(s),
+            demand: s.spec.demand.show(),
+            problems: vec![],
+            waiting,
+            retry: false,
+        }
+    }
+
+    /// A submission as the API shows it.
+    pub async fn view(&self, s: &Submission) -> View {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        let st = s.status.clone().unwrap_or_default();
+        let mut latency = BTreeMap::new();
+        let pairs = [
+            ("admitted", st.accepted_at, st.admitted_at),
+            ("placed", st.admitted_at, st.placed_at),
+            ("pods_created", st.placed_at, st.pods_created_at),
+        ];
+        for (k, a, b) in pairs {
+            if let (Some(a), Some(b)) = (a, b) {
+                latency.insert(k.to_string(), (b - a).num_milliseconds() as f64 / 1000.0);
+            }
+        }
+        View {
+            id: s.spec.id.clone(),
+            name: name.clone(),
+            team: s.spec.team.clone(),
+            kind: s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default().to_string(),
+            workload: s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string(),
+            tier: quota::tier_name(s.spec.tier).to_string(),
+            priority: s.spec.priority,
+            submitted_by: s.spec.submitted_by.clone(),
+            artifact: s.spec.artifact.clone(),
+            demand: s.spec.demand.show(),
+            status: st,
+            waiting: self.queue.read().await.waiting.get(&name).cloned(),
+            latency,
+            created: s.metadata.creation_timestamp.as_ref().map(ts),
+        }
+    }
+
+    /// The submission of `team` with client id `id`.
+    pub async fn find(&self, team: &str, id: &str) -> Result<Option<Submission>> {
+        Ok(subs(&self.host, &self.config.namespace).get_opt(&records::submission_name(team, id)).await?)
+    }
+
+    /// Marks a submission for cancelling; the leader releases it and removes it from the members.
+    pub async fn cancel(&self, name: &str) -> Result<()> {
+        subs(&self.host, &self.config.namespace)
+            .patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"cancel": true}})))
+            .await?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    pub async fn set_priority(&self, name: &str, priority: i32) -> Result<()> {
+        subs(&self.host, &self.config.namespace)
+            .patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"priority": priority}})))
+            .await?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Waiting submissions with their position, estimate and reason.
+    pub async fn waiting(&self) -> BTreeMap<String, Waiting> {
+        self.queue.read().await.waiting.clone()
+    }
+
+    pub async fn queued_count(&self) -> usize {
+        self.queue.read().await.queued
+    }
+
+    /// Usage of a team per tier (from the ledger).
+    pub async fn usage(&self, team: &str) -> Result<BTreeMap<&'static str, Amount>> {
+        let (ledger, _) = self.read_ledger().await?;
+        Ok(quota::TIERS.into_iter().map(|t| (quota::tier_name(t), ledger.usage(team, t))).collect())
+    }
+
+    /// One admission pass (the leader's). Returns (admitted, preempted).
+    pub async fn admit_once(&self) -> Result<(usize, usize)> {
+        let (world, _) = self.world().await?;
+        let (mut ledger, rv) = self.read_ledger().await?;
+        let before = ledger.clone();
+        let now = Utc::now();
+        let all = self.all();
+        let by_name: HashMap<String, Arc<Submission>> =
+            all.iter().map(|s| (s.metadata.name.clone().unwrap_or_default(), s.clone())).collect();
+        let mut roll_admitted = Vec::new();
+        let mut roll_released = Vec::new();
+        let mut cancel_queued = Vec::new();
+        for (name, s) in &by_name {
+            let p = phase(s);
+            let reserved = ledger.reservations.contains_key(name);
+            if reserved && p == Phase::Queued && !s.spec.cancel {
+                roll_admitted.push(name.clone());
+            }
+            if s.spec.cancel && p == Phase::Queued && !reserved {
+                cancel_queued.push(name.clone());
+            }
+            if (s.spec.cancel || p.done()) && reserved {
+                let why = if s.spec.cancel { "cancelled".to_string() } else { format!("{p:?}").to_lowercase() };
+                ledger.release(name, &why);
+            }
+            if let Some(why) = ledger.released.get(name) {
+                if p.holds() || (p == Phase::Queued && !s.spec.cancel) {
+                    roll_released.push((name.clone(), why.clone()));
+                }
+            }
+        }
+        // Releases whose records say so: forgotten.
+        ledger.released.retain(|n, _| by_name.get(n).is_some_and(|s| phase(s).holds() || phase(s) == Phase::Queued));
+        let mut queue: Vec<Pending> = all
+            .iter()
+            .filter(|s| phase(s) == Phase::Queued && !s.spec.cancel)
+            .filter(|s| !ledger.reservations.contains_key(s.metadata.name.as_deref().unwrap_or_default()))
+            .map(|s| Self::pending_of(s))
+            .collect();
+        admission::order(&mut queue);
+        let batch = admission::decide(&world, &mut ledger, &queue, now);
+        if ledger != before && !self.write_ledger(&ledger, rv).await? {
+            tracing::warn!("the admission ledger moved under this pass (another leader?): pass dropped");
+            return Ok((0, 0));
+        }
+        // Only now is anyone told.
+        use futures::StreamExt;
+        let tell: Vec<(String, DateTime<Utc>, Option<DateTime<Utc>>)> = roll_admitted
+            .iter()
+            .chain(batch.admitted.iter().map(|(n, _)| n))
+            .map(|name| {
+                let at = ledger.reservations.get(name).map(|r| r.admitted_at).unwrap_or(now);
+                let accepted = by_name.get(name).and_then(|s| s.status.as_ref()).and_then(|s| s.accepted_at);
+                (name.clone(), at, accepted)
+            })
+            .collect();
+        let told: Vec<Result<()>> = futures::stream::iter(tell)
+            .map(|(name, at, accepted)| async move {
+                self.set_status(&name, |st| {
+                    st.phase = Phase::Admitted;
+                    st.admitted_at = Some(at);
+                    st.message = None;
+                })
+                .await?;
+                if let Some(a) = accepted {
+                    self.metrics.stage("admitted", (at - a).num_milliseconds() as f64 / 1000.0);
+                }
+                Ok(())
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        told.into_iter().collect::<Result<Vec<()>>>()?;
+        for (name, why) in batch.preempted.iter().chain(roll_released.iter()) {
+            let Some(s) = by_name.get(name) else { continue };
+            let ph = if why.starts_with("preempted") {
+                Phase::Preempted
+            } else if why == "cancelled" {
+                Phase::Cancelled
+            } else if why == "failed" {
+                Phase::Failed
+            } else {
+                Phase::Succeeded
+            };
+            self.remove_from_members(s).await;
+            self.set_status(name, |st| {
+                st.phase = ph;
+                st.finished_at.get_or_insert(now);
+                st.message = Some(why.clone());
+            })
+            .await?;
+        }
+        for name in &cancel_queued {
+            self.set_status(name, |st| {
+                st.phase = Phase::Cancelled;
+                st.finished_at = Some(now);
+                st.message = Some("cancelled before admission".into());
+            })
+            .await?;
+        }
+        // Explanations for readers: positions each pass, estimates at most every 2 s.
+        let waiting_names: std::collections::HashSet<&str> = batch.waiting.iter().map(|(n, _)| n.as_str()).collect();
+        let mut view = self.queue.write().await;
+        // New arrivals get their estimate within a quarter second.
+        let arrived = waiting_names.iter().any(|n| !view.waiting.contains_key(*n));
+        let age = view.computed.map(|c| c.elapsed());
+        let stale = age.is_none_or(|a| a > Duration::from_secs(2) || (arrived && a > Duration::from_millis(250)));
+        if stale
+            || view.waiting.keys().any(|k| !waiting_names.contains(k.as_str()))
+            || view.waiting.len() != batch.waiting.len()
+        {
+            let explained = if stale {
+                admission::explain(&world, &ledger, &queue, &batch.waiting, now)
+            } else {
+                let mut w = admission::explain_positions(&queue, &batch.waiting);
+                for (n, x) in w.iter_mut() {
+                    x.estimate = view.waiting.get(n).and_then(|o| o.estimate);
+                }
+                w
+            };
+            view.waiting = explained;
+            if stale {
+                view.computed = Some(Instant::now());
+            }
+        }
+        view.queued = batch.waiting.len();
+        drop(view);
+        self.metrics.cycle(batch.admitted.len(), batch.preempted.len());
+        Ok((batch.admitted.len() + roll_admitted.len(), batch.preempted.len()))
+    }
+
+    async fn remove_from_members(&self, s: &Submission) {
+        let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let name = s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        for part in s.status.as_ref().map(|st| st.placement.clone()).unwrap_or_default() {
+            if let Some(m) = self.members.iter().find(|m| m.name == part.cluster) {
+                let api = workload_api(&m.client, kind, &s.spec.team);
+                if let Err(e) = api.delete(name, &Default::default()).await {
+                    if !matches!(&e, kube::Error::Api(a) if a.code == 404) {
+                        tracing::warn!("removing {name} from {}: {e}", m.name);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Places every admitted submission on the members and writes it there.
+    pub async fn place_once(&self) -> Result<usize> {
+        let views = self.member_views().await;
+        let admitted: Vec<Arc<Submission>> =
+            self.all().into_iter().filter(|s| phase(s) == Phase::Admitted && !s.spec.cancel).collect();
+        if admitted.is_empty() {
+            return Ok(0);
+        }
+        // What each member already holds of placed work.
+        let mut used: HashMap<String, Amount> = HashMap::new();
+        for s in self.all() {
+            let p = phase(&s);
+            if !(p == Phase::Placed || p == Phase::Running) {
+                continue;
+            }
+            let per = per_pod(&s.spec);
+            for part in s.status.as_ref().map(|st| st.placement.clone()).unwrap_or_default() {
+                let e = used.entry(part.cluster).or_default();
+                *e = e.plus(per.times(u64::from(part.replicas)));
+            }
+        }
+        let mut placed = 0;
+        for s in admitted {
+            let name = s.metadata.name.clone().unwrap_or_default();
+            let per = per_pod(&s.spec);
+            let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+            let divisible = kind == "PinterestService";
+            let total = if divisible { s.spec.demand.pods as u32 } else { 1 };
+            let unit = if divisible { per } else { s.spec.demand };
+            let members: Vec<PlacementMember> = self
+                .members
+                .iter()
+                .map(|m| {
+                    let v = views.iter().find(|v| v.name == m.name);
+                    let free = v
+                        .map(|v| v.allocatable)
+                        .unwrap_or_default()
+                        .minus(used.get(&m.name).copied().unwrap_or_default());
+                    let fits = quota::RESOURCES
+                        .iter()
+                        .filter(|r| unit.get(**r) > 0)
+                        .map(|r| free.get(*r) / unit.get(*r))
+                        .min()
+                        .unwrap_or(u64::from(u32::MAX));
+                    PlacementMember {
+                        name: m.name.clone(),
+                        weight: m.weight,
+                        labels: m.labels.clone(),
+                        taints: vec![],
+                        max_share: None,
+                        capacity: Some(fits.min(u64::from(u32::MAX)) as u32),
+                        healthy: v.is_some_and(|v| v.reachable),
+                        current: 0,
+                    }
+                })
+                .collect();
+            let policy = PlacementPolicy {
+                division: if divisible { Division::Capacity } else { Division::Aggregated },
+                ..Default::default()
+            };
+            let shares = match placement::place(&name, total, &policy, &members) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.set_status(&name, |st| st.message = Some(format!("waiting for room on the members: {e}")))
+                        .await?;
+                    continue;
+                }
+            };
+            let mut parts = Vec::new();
+            let mut failed = None;
+            for sh in shares.iter().filter(|s| s.replicas > 0) {
+                let m = self.members.iter().find(|m| m.name == sh.cluster).expect("a member placement chose");
+                let mut w = s.spec.workload.clone();
+                if divisible {
+                    w["spec"]["replicas"] = json!(sh.replicas);
+                }
+                if let Err(e) = write_to_member(m, &s.spec.team, &name, &w).await {
+                    failed = Some(format!("writing to {}: {e:#}", m.name));
+                    break;
+                }
+                let e = used.entry(m.name.clone()).or_default();
+                *e = e.plus(if divisible { per.times(u64::from(sh.replicas)) } else { s.spec.demand });
+                parts.push(MemberPart {
+                    cluster: sh.cluster.clone(),
+                    replicas: if divisible { sh.replicas } else { s.spec.demand.pods as u32 },
+                    reason: sh.reason.clone(),
+                    ..Default::default()
+                });
+            }
+            if let Some(f) = failed {
+                self.set_status(&name, |st| st.message = Some(f)).await?;
+                continue;
+            }
+            let now = Utc::now();
+            let admitted_at = s.status.as_ref().and_then(|st| st.admitted_at);
+            self.set_status(&name, |st| {
+                st.phase = Phase::Placed;
+                st.placed_at = Some(now);
+                st.placement = parts;
+                st.message = None;
+            })
+            .await?;
+            if let Some(a) = admitted_at {
+                self.metrics.stage("placed", (now - a).num_milliseconds() as f64 / 1000.0);
+            }
+            publish_placement_decision(&self.host, &self.config.namespace, &s, &shares).await;
+            placed += 1;
+        }
+        Ok(placed)
+    }
+
+    /// Reads every placed submission's workload on its members and rolls
+    /// their status up.
+    pub async fn rollup_once(&self) -> Result<()> {
+        let now = Utc::now();
+        for s in self.all() {
+            let p = phase(&s);
+            if !(p == Phase::Placed || p == Phase::Running) || s.spec.cancel {
+                continue;
+            }
+            let name = s.metadata.name.clone().unwrap_or_default();
+            let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default();
+            let wname = s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+            let mut parts = s.status.as_ref().map(|st| st.placement.clone()).unwrap_or_default();
+            let mut pods_created = true;
+            let mut all_ready = true;
+            let mut all_succeeded = true;
+            let mut any_failed = None;
+            for part in parts.iter_mut() {
+                let Some(m) = self.members.iter().find(|m| m.name == part.cluster) else { continue };
+                match tokio::time::timeout(
+                    Duration::from_secs(5),
+                    workload_api(&m.client, kind, &s.spec.team).get_opt(wname),
+                )
+                .await
+                {
+                    Ok(Ok(Some(o))) => {
+                        let st = o.data.get("status").cloned().unwrap_or(Value::Null);
+                        let cond = |t: &str| {
+                            st.get("conditions")
+                                .and_then(Value::as_array)
+                                .and_then(|cs| cs.iter().find(|c| c["type"] == t))
+                                .cloned()
+                        };
+                        let ready = cond("Ready").is_some_and(|c| c["status"] == "True");
+                        let succeeded = cond("Succeeded");
+                        let created = st.get("replicas").and_then(Value::as_i64).unwrap_or(0) > 0
+                            || st.pointer("/shards/active").and_then(Value::as_i64).unwrap_or(0) > 0
+                            || st.pointer("/shards/succeeded").and_then(Value::as_i64).unwrap_or(0) > 0
+                            || ready
+                            || succeeded.is_some();
+                        pods_created &= created;
+                        all_ready &= ready;
+                        let succ = succeeded.as_ref().is_some_and(|c| c["status"] == "True");
+                        all_succeeded &= succ;
+                        if succeeded.as_ref().is_some_and(|c| c["status"] == "False" && c["reason"] == "Failed") {
+                            any_failed = Some(format!(
+                                "{}: {}",
+                                part.cluster,
+                                succeeded.as_ref().and_then(|c| c["message"].as_str()).unwrap_or("failed")
+                            ));
+                        }
+                        part.state = Some(
+                            if succ {
+                                "Succeeded"
+                            } else if ready {
+                                "Ready"
+                            } else if created {
+                                "Progressing"
+                            } else {
+                                "Pending"
+                            }
+                            .into(),
+                        );
+                        part.ready_replicas = st.get("readyReplicas").and_then(Value::as_i64).map(|r| r as i32);
+                        part.message =
+                            cond("Ready").or(succeeded).and_then(|c| c["message"].as_str().map(str::to_string));
+                        part.observed_at = Some(now);
+                    }
+                    Ok(Ok(None)) => {
+                        pods_created = false;
+                        all_ready = false;
+                        all_succeeded = false;
+                        part.state = Some("Missing".into());
+                        part.message = Some("the workload is not on this member (deleted by hand?)".into());
+                        part.observed_at = Some(now);
+                    }
+                    _ => {
+                        all_ready = false;
+                        all_succeeded = false;
+                        pods_created = false;
+                        // Stale since it was last seen, not empty.
+                        let since = part.observed_at.map(|t| t.to_rfc3339()).unwrap_or_else(|| "never".into());
+                        part.state = Some("Unreachable".into());
+                        part.message = Some(format!("not reached; last seen {since}"));
+                    }
+                }
+            }
+            let placed_at = s.status.as_ref().and_then(|st| st.placed_at);
+            let had_pods = s.status.as_ref().and_then(|st| st.pods_created_at).is_some();
+            let batch = kind != "PinterestService" && kind != "PinterestStatefulSet";
+            self.set_status(&name, |st| {
+                st.placement = parts;
+                if pods_created && st.pods_created_at.is_none() {
+                    st.pods_created_at = Some(now);
+                }
+                if let Some(f) = &any_failed {
+                    st.phase = Phase::Failed;
+                    st.message = Some(f.clone());
+                    st.finished_at = Some(now);
+                } else if batch && all_succeeded {
+                    st.phase = Phase::Succeeded;
+                    st.finished_at = Some(now);
+                } else if pods_created && (all_ready || batch) {
+                    st.phase = Phase::Running;
+                }
+            })
+            .await?;
+            if pods_created && !had_pods {
+                if let Some(p) = placed_at {
+                    self.metrics.stage("pods_created", (now - p).num_milliseconds() as f64 / 1000.0);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The leader's loop: admit, place, roll up; woken by submissions or every interval.
+    pub async fn lead(self: Arc<Self>) {
+        let mut last_members = Instant::now();
+        loop {
+            if last_members.elapsed() > self.config.member_refresh {
+                self.refresh_members().await;
+                last_members = Instant::now();
+            }
+            if let Err(e) = self.admit_once().await {
+                tracing::warn!("admission pass: {e:#}");
+            }
+            if let Err(e) = self.place_once().await {
+                tracing::warn!("placement pass: {e:#}");
+            }
+            if let Err(e) = self.rollup_once().await {
+                tracing::warn!("status roll-up: {e:#}");
+            }
+            tokio::select! {
+                _ = self.wake.notified() => {},
+                _ = tokio::time::sleep(self.config.interval) => {},
+            }
+        }
+    }
+
+    /// Followers keep their member view fresh and their caches warm.
+    pub async fn follow(self: Arc<Self>) {
+        loop {
+            if !self.leading.load(Ordering::Relaxed) {
+                self.refresh_members().await;
+            }
+            tokio::time::sleep(self.config.member_refresh).await;
+        }
+    }
+
+    /// Runs for ever: elected on a Lease in the gateway's namespace.
+    pub async fn run(self: Arc<Self>) {
+        let lock = crate::controller::leader::LeaseLock {
+            api: Api::namespaced(self.host.clone(), &self.config.namespace),
+            name: "pinfleet-gateway".into(),
+            identity: self.config.identity.clone(),
+            lease_duration: self.config.lease_duration,
+            renew_every: self.config.lease_duration / 3,
+        };
+        let me = self.clone();
+        tokio::spawn(self.clone().follow());
+        crate::controller::leader::run_elected(lock, self.leading.clone(), move || me.clone().lead()).await;
+    }
+
+    /// Cancels and explains nothing: a blocker for a waiting submission, if any.
+    pub async fn why(&self, name: &str) -> Option<Blocker> {
+        self.queue.read().await.waiting.get(name).map(|w| w.why.clone())
+    }
+}
+
+fn per_pod(spec: &SubmissionSpec) -> Amount {
+    let n = spec.demand.pods.max(1);
+    Amount::new(spec.demand.cpu / n, spec.demand.memory / n, 1)
+}
+
+fn ts(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc> {
+    DateTime::<Utc>::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32).unwrap_or_else(Utc::now)
+}
+
+async fn write_to_member(m: &MemberCluster, team: &str, submission: &str, workload: &Value) -> Result<()> {
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(m.client.clone());
+    let pp = PatchParams::apply(MANAGER).force();
+    nss.patch(team, &pp, &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team}})))
+        .await?;
+    let kind = workload.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let name = workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let mut w = workload.clone();
+    w["metadata"]["namespace"] = json!(team);
+    w["metadata"]["labels"][records::SUBMISSION_LABEL] = json!(submission);
+    w["metadata"]["labels"][records::TEAM_LABEL] = json!(team);
+    if let Some(m) = w.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        m.remove("uid");
+        m.remove("creationTimestamp");
+    }
+    workload_api(&m.client, kind, team).patch(name, &pp, &Patch::Apply(&w)).await?;
+    Ok(())
+}
+
+/// Publishes a placement as a SIG-Multicluster `PlacementDecision` on the
+/// host (when its CRD is installed there), so other tools can read it.
+async fn publish_placement_decision(host: &kube::Client, ns: &str, s: &Submission, shares: &[placement::Share]) {
+    let gvk = kube::api::GroupVersionKind::gvk("multicluster.x-k8s.io", "v1alpha1", "PlacementDecision");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "placementdecisions");
+    let api: Api<DynamicObject> = Api::namespaced_with(host.clone(), ns, &ar);
+    let name = s.metadata.name.clone().unwrap_or_default();
+    let decisions: Vec<Value> = shares
+        .iter()
+        .filter(|s| s.replicas > 0)
+        .map(|sh| json!({"clusterName": sh.cluster, "reason": format!("{} replicas: {}", sh.replicas, sh.reason)}))
+        .collect();
+    let obj = json!({"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "PlacementDecision",
+        "metadata": {"name": name, "namespace": ns, "labels": {records::SUBMISSION_LABEL: name}},
+        "decisions": decisions});
+    if let Err(e) = api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj)).await {
+        tracing::debug!("PlacementDecision for {name} not published: {e}");
+    }
+}

@@ -1,0 +1,789 @@
+//! The submission gateway end to end: records on a host cluster (the sim,
+//! or the real one PINFLEET_TEST_KUBECONFIG names), member clusters as
+//! sims with nodes and the workload controller, an OIDC issuer on
+//! loopback, HTTP through the developers' client.
+
+#[path = "support/kube.rs"]
+mod kube_support;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jsonwebtoken::{EncodingKey, Header};
+use kube::api::{Api, Patch, PatchParams};
+use kube_support::KubeEnv;
+use pinfleet::gateway::client::{Client, Credentials};
+use pinfleet::gateway::identity::{Identity, OidcSettings, Settings};
+use pinfleet::gateway::intake::Policy;
+use pinfleet::gateway::records::{Phase, Submission, TeamQuota};
+use pinfleet::gateway::service::{self, MemberCluster, Service};
+use serde_json::{json, Value};
+
+/// A member cluster: a sim with Ready nodes of the given size, the
+/// platform CRDs, and (when asked) the workload controller.
+struct Member {
+    name: String,
+    kubeconfig: PathBuf,
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+fn member(name: &str, nodes: u32, cpu: &str, controller: bool) -> Member {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig.yaml");
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let p = path.clone();
+    let cpu = cpu.to_string();
+    let cluster = name.to_string();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let sim = pinfleet::sim::Sim::start(0).await.unwrap();
+            sim.write_kubeconfig(&p).unwrap();
+            let client = pinfleet::kube::apply::connect(&p).await.unwrap();
+            let pp = PatchParams::apply("test").force();
+            let crds: Api<
+                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+            > = Api::all(client.clone());
+            for c in pinfleet::workloads::crds() {
+                crds.patch(c.metadata.name.as_deref().unwrap(), &pp, &Patch::Apply(&c)).await.unwrap();
+            }
+            let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+            for i in 0..nodes {
+                let n = format!("{cluster}-node-{i}");
+                api.patch(&n, &pp, &Patch::Apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}})))
+                    .await
+                    .unwrap();
+                api.patch_status(
+                    &n,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "allocatable": {"cpu": cpu, "memory": "32Gi", "pods": "110"},
+                    "capacity": {"cpu": cpu, "memory": "32Gi", "pods": "110"}}})),
+                )
+                .await
+                .unwrap();
+            }
+            let running = controller.then(|| {
+                let ctx = pinfleet::controller::Ctx::new(client.clone(), &cluster);
+                tokio::spawn(pinfleet::controller::run(ctx))
+            });
+            ready_tx.send(()).unwrap();
+            let _ = tokio::task::spawn_blocking(move || rx.recv()).await;
+            if let Some(r) = running {
+                r.abort();
+            }
+            sim.stop().await;
+        });
+    });
+    ready_rx.recv().unwrap();
+    Member { name: name.to_string(), kubeconfig: path, stop: Some(tx), _dir: dir }
+}
+
+/// An OIDC issuer on loopback: discovery, JWKS (one EC P-256 key) and tokens.
+struct Issuer {
+    url: String,
+    key: EncodingKey,
+    other: EncodingKey,
+}
+
+fn ec_key() -> (EncodingKey, Value) {
+    use base64::Engine as _;
+    let kp = rcgen::KeyPair::generate().unwrap();
+    let raw = kp.public_key_raw();
+    let b = |s: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let jwk = json!({"kty": "EC", "crv": "P-256", "x": b(&raw[1..33]), "y": b(&raw[33..65]), "kid": "k1", "alg": "ES256", "use": "sig"});
+    (EncodingKey::from_ec_pem(kp.serialize_pem().as_bytes()).unwrap(), jwk)
+}
+
+async fn issuer() -> Issuer {
+    let (key, jwk) = ec_key();
+    let (other, _) = ec_key();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let u = url.clone();
+    let app = axum::Router::new()
+        .route(
+            "/.well-known/openid-configuration",
+            axum::routing::get(move || {
+                let u = u.clone();
+                async move { axum::Json(json!({"issuer": u, "jwks_uri": format!("{u}/keys")})) }
+            }),
+        )
+        .route(
+            "/keys",
+            axum::routing::get(move || {
+                let jwk = jwk.clone();
+                async move { axum::Json(json!({"keys": [jwk]})) }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Issuer { url, key, other }
+}
+
+impl Issuer {
+    fn token_with(&self, key: &EncodingKey, user: &str, groups: &[&str], aud: &str, expires_in: i64) -> String {
+        let now = chrono::Utc::now().timestamp();
+        let claims = json!({"iss": self.url, "sub": user, "email": user, "aud": aud, "groups": groups, "iat": now, "exp": now + expires_in});
+        let mut h = Header::new(jsonwebtoken::Algorithm::ES256);
+        h.kid = Some("k1".into());
+        jsonwebtoken::encode(&h, &claims, key).unwrap()
+    }
+
+    fn token(&self, user: &str, groups: &[&str]) -> String {
+        self.token_with(&self.key, user, groups, "pinfleet", 3600)
+    }
+}
+
+struct Gateway {
+    svc: Arc<Service>,
+    url: String,
+    namespace: String,
+    host: kube::Client,
+}
+
+async fn gateway(host: &KubeEnv, members: &[&Member], issuer: Option<&Issuer>, quotas: Value) -> Gateway {
+    let client = host.client().await;
+    let namespace = host.unique("gw");
+    service::install(&client, &namespace).await.unwrap();
+    let api: Api<TeamQuota> = Api::namespaced(client.clone(), &namespace);
+    for (team, spec) in quotas.as_object().unwrap() {
+        let obj = json!({"apiVersion": "gateway.pinfleet.dev/v1alpha1", "kind": "TeamQuota", "metadata": {"name": team, "namespace": namespace}, "spec": spec});
+        api.patch(team, &PatchParams::apply("test").force(), &Patch::Apply(&obj)).await.unwrap();
+    }
+    let mut ms = Vec::new();
+    for m in members {
+        ms.push(MemberCluster {
+            name: m.name.clone(),
+            client: pinfleet::kube::apply::connect(&m.kubeconfig).await.unwrap(),
+            labels: Default::default(),
+            weight: 1,
+        });
+    }
+    let settings = Settings {
+        oidc: issuer.map(|i| OidcSettings {
+            issuer: i.url.clone(),
+            audience: "pinfleet".into(),
+            jwks_url: None,
+            groups_claim: "groups".into(),
+            username_claim: "email".into(),
+        }),
+        token_review: true,
+        team_prefix: "team:".into(),
+        admin_group: "pinfleet:admins".into(),
+        anonymous: None,
+    };
+    let identity = Identity::new(settings, Some(client.clone()));
+    let config = service::Config {
+        namespace: namespace.clone(),
+        identity: "test".into(),
+        policy: Policy { allowed_registries: vec![] },
+        interval: Duration::from_millis(200),
+        lease_duration: Duration::from_secs(15),
+        member_refresh: Duration::from_secs(1),
+    };
+    let svc = Service::start(client.clone(), ms, identity, config).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let s = svc.clone();
+    tokio::spawn(
+        async move { pinfleet::gateway::http::serve(s, listener, None, std::future::pending()).await.unwrap() },
+    );
+    Gateway { svc, url, namespace, host: client }
+}
+
+impl Gateway {
+    fn client(&self, token: Option<String>) -> Client {
+        Client::new(&self.url, &Credentials { token, ..Default::default() }).unwrap()
+    }
+
+    /// One leader pass after the cache has caught up with what was written.
+    async fn pass(&self) {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.svc.admit_once().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.svc.place_once().await.unwrap();
+    }
+
+    async fn phase(&self, team: &str, id: &str) -> Phase {
+        let s: Submission = Api::namespaced(self.host.clone(), &self.namespace)
+            .get(&pinfleet::gateway::records::submission_name(team, id))
+            .await
+            .unwrap();
+        s.status.map(|s| s.phase).unwrap_or_default()
+    }
+}
+
+fn service_of(team: &str, name: &str, replicas: u32, cpu: &str) -> Value {
+    json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestService", "metadata": {"name": name},
+        "spec": {"owner": {"team": team, "project": name}, "replicas": replicas,
+            "template": {"spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}]}}}})
+}
+
+fn jobset_of(team: &str, name: &str, tier: &str, shards: u32, cpu: &str, minutes: u32) -> Value {
+    json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestJobSet",
+        "metadata": {"name": name, "annotations": {"gateway.pinfleet.dev/expected-duration": format!("{minutes}m")}},
+        "spec": {"owner": {"team": team, "project": name}, "tier": tier, "shards": shards,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "work", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}]}}}})
+}
+
+fn q(g: &str, m: &str) -> Value {
+    json!({"guaranteed": {"cpu": g, "memory": "64Gi", "pods": 100}, "max": {"cpu": m, "memory": "128Gi", "pods": 200}})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_identity_path_is_checked_and_a_refusal_says_why() {
+    let host = KubeEnv::start();
+    let east = member("east", 2, "8", false);
+    let iss = issuer().await;
+    let team = host.namespace.clone();
+    let gw = gateway(&host, &[&east], Some(&iss), json!({ &team: {"tiers": {"OnDemand": q("8", "8")}} })).await;
+    let who = |t: Option<String>| {
+        let c = gw.client(t);
+        async move { c.call("GET", "/v1/whoami", None).await.unwrap() }
+    };
+    let group = format!("team:{team}");
+    // A valid token: the user and the teams from its groups.
+    let ok = who(Some(iss.token("alice@example.com", &[&group, "staff"]))).await;
+    assert_eq!(ok.status, 200, "{:?}", ok.body);
+    assert_eq!(ok.body["user"], "alice@example.com");
+    assert_eq!(ok.body["teams"], json!([team]));
+    assert_eq!(ok.body["via"], "oidc");
+    // Expired, another audience, signed by a key that is not the issuer's, none.
+    let cases = [
+        (iss.token_with(&iss.key, "alice@example.com", &[&group], "pinfleet", -120), "the token has expired"),
+        (
+            iss.token_with(&iss.key, "alice@example.com", &[&group], "someone-else", 3600),
+            "the token is not for this gateway (audience)",
+        ),
+        (
+            iss.token_with(&iss.other, "alice@example.com", &[&group], "pinfleet", 3600),
+            "the token's signature does not verify",
+        ),
+    ];
+    for (token, why) in cases {
+        let a = who(Some(token)).await;
+        assert_eq!((a.status, a.body["error"].as_str().unwrap()), (401, why));
+    }
+    let none = who(None).await;
+    assert_eq!(none.status, 401);
+    assert_eq!(none.body["error"], "no credentials: send a bearer token or a client certificate");
+    // A token nobody issued goes to the host's TokenReview, and is refused there.
+    let junk = who(Some("not-a-token".into())).await;
+    assert_eq!((junk.status, junk.body["error"].as_str().unwrap()), (401, "the token is not valid"));
+    // A service account's token (a CI system): its namespace is its team.
+    host.ok(&["create", "serviceaccount", "ci"]);
+    let sa_token = host.ok(&["create", "token", "ci"]).trim().to_string();
+    let sa = who(Some(sa_token)).await;
+    assert_eq!(sa.status, 200, "{:?}", sa.body);
+    assert_eq!(sa.body["via"], "serviceaccount");
+    assert_eq!(sa.body["user"], format!("system:serviceaccount:{team}:ci"));
+    assert!(sa.body["teams"].as_array().unwrap().contains(&json!(team)));
+    // Another team's workload: refused with the reason, and its records hidden.
+    let bob = gw.client(Some(iss.token("bob@example.com", &["team:ads"])));
+    let a = bob
+        .call("POST", "/v1/submissions", Some(&json!({"id": "x1", "workload": service_of(&team, "web", 1, "100m")})))
+        .await
+        .unwrap();
+    assert_eq!(a.status, 422);
+    assert_eq!(a.body["problems"][0]["field"], "spec.owner.team");
+    assert_eq!(a.body["problems"][0]["message"], format!("\"{team}\" is not a team of bob@example.com (theirs: ads)"));
+    let alice = gw.client(Some(iss.token("alice@example.com", &[&group])));
+    let a = alice
+        .call("POST", "/v1/submissions", Some(&json!({"id": "x1", "workload": service_of(&team, "web", 1, "100m")})))
+        .await
+        .unwrap();
+    assert_eq!(a.status, 201, "{:?}", a.body);
+    let peek = bob.call("GET", &format!("/v1/submissions/{team}/x1"), None).await.unwrap();
+    assert_eq!(peek.status, 403);
+    assert_eq!(peek.body["error"], format!("bob@example.com may not act for team {team}"));
+    // Only the admin group edits quotas.
+    let edit = alice
+        .call("PUT", &format!("/v1/quota/{team}"), Some(&json!({"tiers": {"OnDemand": q("16", "16")}})))
+        .await
+        .unwrap();
+    assert_eq!(edit.status, 403);
+    let admin = gw.client(Some(iss.token("root@example.com", &["pinfleet:admins"])));
+    let edit = admin
+        .call("PUT", &format!("/v1/quota/{team}"), Some(&json!({"tiers": {"OnDemand": q("16", "8")}})))
+        .await
+        .unwrap();
+    assert_eq!(edit.status, 422, "a max below the guarantee: {:?}", edit.body);
+    assert_eq!(edit.body["problems"][0], "spec.tiers.OnDemand.max.cpu: 8 is below the guaranteed 16");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_certificate_names_the_user_and_its_organizations_the_teams() {
+    let host = KubeEnv::start();
+    let east = member("east", 1, "8", false);
+    let gw = gateway(&host, &[&east], None, json!({})).await;
+    let dir = tempfile::tempdir().unwrap();
+    // A CA, the server's certificate and a client's (CN carol, O team:search).
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "test-ca");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let srv_key = rcgen::KeyPair::generate().unwrap();
+    let srv = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+        .unwrap()
+        .signed_by(&srv_key, &issuer)
+        .unwrap();
+    let cli_key = rcgen::KeyPair::generate().unwrap();
+    let mut cp = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    cp.distinguished_name.push(rcgen::DnType::CommonName, "carol");
+    cp.distinguished_name.push(rcgen::DnType::OrganizationName, "team:search");
+    let cli = cp.signed_by(&cli_key, &issuer).unwrap();
+    let w = |n: &str, t: String| {
+        let p = dir.path().join(n);
+        std::fs::write(&p, t).unwrap();
+        p
+    };
+    let (ca_p, srv_p, srv_k, cli_p, cli_k) = (
+        w("ca.pem", ca.pem()),
+        w("srv.pem", srv.pem()),
+        w("srv.key", srv_key.serialize_pem()),
+        w("cli.pem", cli.pem()),
+        w("cli.key", cli_key.serialize_pem()),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    let svc = gw.svc.clone();
+    let (c1, k1, a1) = (srv_p.clone(), srv_k.clone(), ca_p.clone());
+    tokio::spawn(async move {
+        let tls = pinfleet::gateway::http::Tls { cert: &c1, key: &k1, client_ca: Some(&a1) };
+        pinfleet::gateway::http::serve(svc, listener, Some(tls), std::future::pending()).await.unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let with_cert = Client::new(
+        &url,
+        &Credentials {
+            ca_file: Some(ca_p.clone()),
+            client_certificate: Some(cli_p),
+            client_key: Some(cli_k),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let a = with_cert.call("GET", "/v1/whoami", None).await.unwrap();
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    assert_eq!((a.body["user"].as_str(), a.body["via"].as_str()), (Some("carol"), Some("certificate")));
+    assert_eq!(a.body["teams"], json!(["search"]));
+    let without = Client::new(&url, &Credentials { ca_file: Some(ca_p), ..Default::default() }).unwrap();
+    assert_eq!(without.call("GET", "/v1/whoami", None).await.unwrap().status, 401);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_service_is_admitted_placed_across_three_members_and_its_status_rolled_up() {
+    let host = KubeEnv::start();
+    let (east, west, north) =
+        (member("east", 2, "4", true), member("west", 1, "4", true), member("north", 1, "2", true));
+    let team = host.namespace.clone();
+    let gw =
+        gateway(&host, &[&east, &west, &north], None, json!({ &team: {"tiers": {"OnDemand": q("40", "40")}} })).await;
+    let token = {
+        host.ok(&["create", "serviceaccount", "ci"]);
+        host.ok(&["create", "token", "ci"]).trim().to_string()
+    };
+    let c = gw.client(Some(token));
+    // Every problem at once: the schema, the platform's rules, capacity.
+    let mut bad = service_of(&team, "web", 6, "1");
+    bad["spec"]["replicas"] = json!(-2);
+    bad["spec"]["owner"]["team"] = json!("other");
+    let a = c.call("POST", "/v1/submissions", Some(&json!({"id": "bad", "workload": bad}))).await.unwrap();
+    assert_eq!(a.status, 422);
+    let fields: Vec<(&str, &str)> = a.body["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["layer"].as_str().unwrap(), p["field"].as_str().unwrap()))
+        .collect();
+    assert_eq!(fields, [("schema", "spec.replicas"), ("platform", "spec.owner.team")]);
+    let huge = c
+        .call("POST", "/v1/submissions", Some(&json!({"id": "huge", "workload": service_of(&team, "huge", 100, "1")})))
+        .await
+        .unwrap();
+    assert_eq!(huge.status, 422);
+    assert_eq!(huge.body["problems"][0]["layer"], "capacity");
+    // 6 replicas of 1 CPU: east has 8, west 4, north 2.
+    let a = c
+        .call("POST", "/v1/submissions", Some(&json!({"id": "web-1", "workload": service_of(&team, "web", 6, "1")})))
+        .await
+        .unwrap();
+    assert_eq!(a.status, 201, "{:?}", a.body);
+    // The same id again is the same submission, answered as a retry.
+    let again = c
+        .call("POST", "/v1/submissions", Some(&json!({"id": "web-1", "workload": service_of(&team, "web", 6, "1")})))
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.status, again.body["retry"].as_bool(), again.body["name"].clone()),
+        (200, Some(true), a.body["name"].clone())
+    );
+    let other = c
+        .call("POST", "/v1/submissions", Some(&json!({"id": "web-1", "workload": service_of(&team, "web", 5, "1")})))
+        .await
+        .unwrap();
+    assert_eq!(other.status, 409);
+    gw.pass().await;
+    assert_eq!(gw.phase(&team, "web-1").await, Phase::Placed);
+    let mut total = 0;
+    for m in [&east, &west, &north] {
+        let k = pinfleet::kube::apply::connect(&m.kubeconfig).await.unwrap();
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            k,
+            &team,
+            &kube::api::ApiResource::from_gvk_with_plural(
+                &kube::api::GroupVersionKind::gvk("pinfleet.dev", "v1alpha1", "PinterestService"),
+                "pinterestservices",
+            ),
+        );
+        let w = api.get("web").await.unwrap();
+        total += w.data["spec"]["replicas"].as_i64().unwrap();
+    }
+    assert_eq!(total, 6, "the members hold every replica between them");
+    // The members' controllers make it Ready; the gateway rolls that up.
+    for _ in 0..100 {
+        gw.svc.rollup_once().await.unwrap();
+        if gw.phase(&team, "web-1").await == Phase::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let d = c.call("GET", &format!("/v1/submissions/{team}/web-1"), None).await.unwrap().ok().unwrap();
+    assert_eq!(d["status"]["phase"], "Running", "{d:#}");
+    let parts = d["status"]["placement"].as_array().unwrap();
+    assert_eq!(parts.len(), 3, "spread over the three members by capacity: {parts:?}");
+    assert!(parts.iter().all(|p| p["state"] == "Ready"), "{parts:?}");
+    for stage in ["admitted", "placed", "pods_created"] {
+        assert!(d["latency"][stage].as_f64().is_some(), "{stage} measured: {d:#}");
+    }
+    // Cancelled: released and removed from the members.
+    assert_eq!(c.call("DELETE", &format!("/v1/submissions/{team}/web-1"), None).await.unwrap().status, 202);
+    gw.pass().await;
+    assert_eq!(gw.phase(&team, "web-1").await, Phase::Cancelled);
+    let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
+    let api: Api<pinfleet::workloads::PinterestService> = Api::namespaced(k, &team);
+    assert!(api.get_opt("web").await.unwrap().is_none());
+    let metrics = reqwest_free_get(&format!("{}/metrics", gw.url)).await;
+    assert!(metrics.contains("pinfleet_gateway_stage_seconds_count{stage=\"pods_created\"} 1"), "{metrics}");
+}
+
+async fn reqwest_free_get(url: &str) -> String {
+    let c = Client::new(url.rsplit_once('/').unwrap().0, &Credentials::default()).unwrap();
+    let a = c.call("GET", &format!("/{}", url.rsplit_once('/').unwrap().1), None).await.unwrap();
+    a.body.as_str().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn quota_borrows_in_its_cohort_limits_the_rate_explains_the_queue_and_preempts() {
+    let host = KubeEnv::start();
+    // The fleet: 16 CPUs.
+    let east = member("east", 2, "8", false);
+    let ns = host.namespace.clone();
+    let (a, b, r) = (format!("{ns}-a"), format!("{ns}-b"), format!("{ns}-r"));
+    let gw = gateway(
+        &host,
+        &[&east],
+        None,
+        json!({
+            &a: {"cohort": "ml", "tiers": {"OnDemand": q("4", "8"), "Preemptible": q("4", "16")}, "podsPerMinute": 6},
+            &b: {"cohort": "ml", "tiers": {"OnDemand": q("4", "4")}},
+            &r: {"tiers": {"Reserved": q("8", "8")}},
+        }),
+    )
+    .await;
+    let admin =
+        pinfleet::gateway::intake::Caller { user: "ops".into(), teams: vec![], admin: true, via: "test".into() };
+    let submit = |id: &str, w: Value| {
+        let svc = gw.svc.clone();
+        let admin = admin.clone();
+        let id = id.to_string();
+        async move {
+            let (code, d) = svc.submit(&admin, &id, &w, 0, false).await.unwrap();
+            assert_eq!(code, 201, "{d:?}");
+        }
+    };
+    // a borrows b's unused guarantee: 6 of its max 8 (guarantee 4).
+    submit("a1", jobset_of(&a, "a1", "OnDemand", 6, "1", 30)).await;
+    gw.pass().await;
+    assert!(gw.phase(&a, "a1").await.holds());
+    // 4 more would pass a's max (10 > 8): waits, and says so.
+    submit("a2", jobset_of(&a, "a2", "OnDemand", 4, "1", 30)).await;
+    // b asks 2 of its own guarantee: the cohort (8) has 2 left.
+    submit("b1", jobset_of(&b, "b1", "OnDemand", 2, "1", 30)).await;
+    gw.pass().await;
+    assert!(gw.phase(&b, "b1").await.holds());
+    assert_eq!(gw.phase(&a, "a2").await, Phase::Queued);
+    let waiting = gw.svc.waiting().await;
+    let w = &waiting[&pinfleet::gateway::records::submission_name(&a, "a2")];
+    assert_eq!(w.position, 1);
+    assert_eq!(w.why.quota, format!("{a}/OnDemand max"));
+    assert_eq!(w.why.resource.as_deref(), Some("cpu"));
+    assert_eq!(w.why.short, "2");
+    let e = w.estimate.expect("a1 has an expected end, so a2 has an expected start");
+    assert!(e.earliest > chrono::Utc::now() + chrono::Duration::minutes(25) && e.latest >= e.earliest, "{e:?}");
+    // The rate: a has admitted 6 pods this minute, its limit is 6.
+    submit("a3", jobset_of(&a, "a3", "Preemptible", 1, "1", 30)).await;
+    gw.pass().await;
+    let waiting = gw.svc.waiting().await;
+    let w3 = &waiting[&pinfleet::gateway::records::submission_name(&a, "a3")];
+    assert_eq!(w3.why.kind, pinfleet::gateway::admission::Kind::Rate, "{:?}", w3.why);
+    assert!(w3.why.retry_at.is_some());
+    // The queue as a developer reads it: position, expected start, why.
+    let queue = gw.client(None).call("GET", &format!("/v1/queue?team={a}"), None).await.unwrap();
+    assert_eq!(queue.status, 401, "no credentials, no queue");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reserved_work_preempts_preemptible_work_when_the_fleet_is_full() {
+    let host = KubeEnv::start();
+    let east = member("east", 1, "8", false);
+    let ns = host.namespace.clone();
+    let (p, r) = (format!("{ns}-p"), format!("{ns}-r"));
+    let gw = gateway(
+        &host,
+        &[&east],
+        None,
+        json!({
+            &p: {"tiers": {"Preemptible": q("8", "8")}},
+            &r: {"tiers": {"Reserved": q("8", "8")}},
+        }),
+    )
+    .await;
+    let admin =
+        pinfleet::gateway::intake::Caller { user: "ops".into(), teams: vec![], admin: true, via: "test".into() };
+    for (id, n) in [("p1", 3), ("p2", 5)] {
+        let (code, d) =
+            gw.svc.submit(&admin, id, &jobset_of(&p, id, "Preemptible", n, "1", 60), 0, false).await.unwrap();
+        assert_eq!(code, 201, "{d:?}");
+    }
+    gw.pass().await;
+    assert_eq!((gw.phase(&p, "p1").await, gw.phase(&p, "p2").await), (Phase::Placed, Phase::Placed));
+    let (code, _) = gw.svc.submit(&admin, "r1", &jobset_of(&r, "r1", "Reserved", 4, "1", 60), 0, false).await.unwrap();
+    assert_eq!(code, 201);
+    gw.pass().await;
+    // The most recently admitted Preemptible work (p2, 5 CPUs) yields; p1 stays.
+    assert_eq!(gw.phase(&r, "r1").await, Phase::Placed);
+    assert_eq!(gw.phase(&p, "p2").await, Phase::Preempted);
+    assert!(gw.phase(&p, "p1").await.holds());
+    let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
+    let api: Api<pinfleet::workloads::PinterestJobSet> = Api::namespaced(k, &p);
+    assert!(api.get_opt("p2").await.unwrap().is_none(), "the preempted work is gone from its member");
+}
+
+/// Spins every core until dropped (safety must hold on a busy machine).
+struct Busy(Arc<std::sync::atomic::AtomicBool>);
+
+impl Busy {
+    fn start() -> Busy {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        for _ in 0..std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2) {
+            let s = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    std::hint::black_box(x);
+                }
+            });
+        }
+        Busy(stop)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thousand_concurrent_submissions_from_twenty_teams_never_over_admit() {
+    let host = KubeEnv::start();
+    let east = member("east", 4, "16", false);
+    let ns = host.namespace.clone();
+    let teams: Vec<String> = (0..20).map(|i| format!("{ns}-t{i}")).collect();
+    let mut quotas = serde_json::Map::new();
+    for (i, t) in teams.iter().enumerate() {
+        quotas.insert(t.clone(), json!({"cohort": format!("c{}", i % 4), "tiers": {"OnDemand": q("2", "4"), "Preemptible": q("1", "3")}, "maxWorkloads": 6}));
+    }
+    let gw = gateway(&host, &[&east], None, Value::Object(quotas)).await;
+    // A second replica that also believes it leads: the ledger fences them.
+    let gw2 = gateway_on(&gw, &host).await;
+    let _busy = Busy::start();
+    let admin =
+        pinfleet::gateway::intake::Caller { user: "ops".into(), teams: vec![], admin: true, via: "test".into() };
+    let mut tasks = Vec::new();
+    for i in 0..1000 {
+        let svc = if i % 2 == 0 { gw.svc.clone() } else { gw2.clone() };
+        let team = teams[i % 20].clone();
+        let admin = admin.clone();
+        let tier = if i % 3 == 0 { "Preemptible" } else { "OnDemand" };
+        tasks.push(tokio::spawn(async move {
+            let w = jobset_of(&team, &format!("j{i}"), tier, 1, if i % 5 == 0 { "1500m" } else { "500m" }, 10);
+            svc.submit(&admin, &format!("j{i}"), &w, (i % 7) as i32, false).await.unwrap().0
+        }));
+    }
+    // Both replicas admit while the submissions arrive.
+    let (s1, s2) = (gw.svc.clone(), gw2.clone());
+    let admitting = tokio::spawn(async move {
+        for _ in 0..30 {
+            let _ = tokio::join!(s1.admit_once(), s2.admit_once());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut accepted = 0;
+    for t in tasks {
+        if t.await.unwrap() == 201 {
+            accepted += 1;
+        }
+    }
+    admitting.await.unwrap();
+    for _ in 0..5 {
+        gw.pass().await;
+    }
+    assert_eq!(accepted, 1000);
+    let all: Vec<Submission> =
+        Api::<Submission>::namespaced(gw.host.clone(), &gw.namespace).list(&Default::default()).await.unwrap().items;
+    assert_eq!(all.len(), 1000, "every accepted submission is recorded");
+    let ledger: pinfleet::gateway::records::AdmissionLedger =
+        Api::namespaced(gw.host.clone(), &gw.namespace).get(pinfleet::gateway::records::LEDGER).await.unwrap();
+    let ledger: pinfleet::gateway::quota::Ledger = serde_json::from_value(ledger.spec.ledger).unwrap();
+    let holding: std::collections::BTreeSet<String> = all
+        .iter()
+        .filter(|s| s.status.as_ref().is_some_and(|st| st.phase.holds()))
+        .map(|s| s.metadata.name.clone().unwrap())
+        .collect();
+    let reserved: std::collections::BTreeSet<String> = ledger.reservations.keys().cloned().collect();
+    assert_eq!(holding, reserved, "what the records say is admitted is exactly what the ledger reserves");
+    assert!(!reserved.is_empty());
+    for t in &teams {
+        let od = ledger.usage(t, pinfleet::workloads::Tier::OnDemand);
+        let pe = ledger.usage(t, pinfleet::workloads::Tier::Preemptible);
+        assert!(od.cpu <= 4000 && pe.cpu <= 3000, "{t}: {od:?} {pe:?}");
+        assert!(ledger.workloads(t) <= 6, "{t}: {} workloads", ledger.workloads(t));
+    }
+    for c in 0..4 {
+        let members: Vec<&String> = teams.iter().enumerate().filter(|(i, _)| i % 4 == c).map(|(_, t)| t).collect();
+        let od: u64 = members.iter().map(|t| ledger.usage(t, pinfleet::workloads::Tier::OnDemand).cpu).sum();
+        assert!(od <= 5 * 2000, "cohort c{c} within its guarantees: {od}");
+    }
+}
+
+/// A second gateway replica over the same records (its own cache).
+async fn gateway_on(gw: &Gateway, host: &KubeEnv) -> Arc<Service> {
+    let client = host.client().await;
+    let identity = Identity::new(gw.svc.identity.settings().clone(), Some(client.clone()));
+    let mut config = gw.svc.config.clone();
+    config.identity = "test-2".into();
+    Service::start(client, gw.svc.members.clone(), identity, config).await.unwrap()
+}
+
+#[test]
+fn a_gateway_killed_mid_admission_loses_nothing_and_admits_nothing_twice() {
+    use std::process::{Command, Stdio};
+    let host = KubeEnv::start();
+    let dir = tempfile::tempdir().unwrap();
+    let east = member("east", 2, "8", false);
+    let ns = host.unique("gw");
+    let team = host.namespace.clone();
+    let quotas = dir.path().join("quotas.yaml");
+    std::fs::write(&quotas, format!("apiVersion: gateway.pinfleet.dev/v1alpha1\nkind: TeamQuota\nmetadata: {{name: {team}}}\nspec:\n  tiers:\n    OnDemand: {{guaranteed: {{cpu: '6', memory: 64Gi, pods: 100}}}}\n")).unwrap();
+    let start = |n: u32| {
+        let url_file = dir.path().join(format!("url-{n}"));
+        let child = Command::new(env!("CARGO_BIN_EXE_pinfleet"))
+            .args([
+                "gateway",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--namespace",
+                &ns,
+                "--interval",
+                "50ms",
+                "--lease-duration",
+                "2s",
+            ])
+            .arg("--host-kubeconfig")
+            .arg(&host.kubeconfig)
+            .arg("--member")
+            .arg(format!("east={}", east.kubeconfig.display()))
+            .arg("--quotas")
+            .arg(&quotas)
+            .arg("--anonymous-as")
+            .arg(format!("dev:{team}"))
+            .arg("--url-file")
+            .arg(&url_file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..300 {
+            if let Ok(u) = std::fs::read_to_string(&url_file) {
+                return (child, u);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the gateway did not start");
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (mut first, url) = start(1);
+    let c = Client::new(&url, &Credentials::default()).unwrap();
+    // 40 jobs of 500m: 12 fit the team's 6 CPUs.
+    let mut accepted = Vec::new();
+    rt.block_on(async {
+        for i in 0..40 {
+            let a = c.call("POST", "/v1/submissions", Some(&json!({"id": format!("k{i}"), "workload": jobset_of(&team, &format!("k{i}"), "OnDemand", 1, "500m", 60)}))).await.unwrap();
+            if a.status == 201 {
+                accepted.push(format!("k{i}"));
+            }
+            if i == 20 {
+                // Killed while it admits.
+                first.kill().unwrap();
+                first.wait().unwrap();
+                break;
+            }
+        }
+    });
+    let (mut second, url2) = start(2);
+    let c2 = Client::new(&url2, &Credentials::default()).unwrap();
+    rt.block_on(async {
+        for i in 21..40 {
+            let a = c2.call("POST", "/v1/submissions", Some(&json!({"id": format!("k{i}"), "workload": jobset_of(&team, &format!("k{i}"), "OnDemand", 1, "500m", 60)}))).await.unwrap();
+            assert_eq!(a.status, 201);
+            accepted.push(format!("k{i}"));
+        }
+        // The Lease of the killed one expires (2 s), the new one admits.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+    });
+    let client = rt.block_on(host.client());
+    let all: Vec<Submission> =
+        rt.block_on(Api::<Submission>::namespaced(client.clone(), &ns).list(&Default::default())).unwrap().items;
+    for id in &accepted {
+        assert!(all.iter().any(|s| s.spec.id == *id), "accepted {id} is recorded");
+    }
+    let holding = all.iter().filter(|s| s.status.as_ref().is_some_and(|st| st.phase.holds())).count();
+    assert_eq!(holding, 12, "exactly what 6 CPUs hold, once each");
+    let ledger: pinfleet::gateway::records::AdmissionLedger =
+        rt.block_on(Api::namespaced(client, &ns).get(pinfleet::gateway::records::LEDGER)).unwrap();
+    let ledger: pinfleet::gateway::quota::Ledger = serde_json::from_value(ledger.spec.ledger).unwrap();
+    assert_eq!(ledger.reservations.len(), 12);
+    assert!(ledger.usage(&team, pinfleet::workloads::Tier::OnDemand).cpu <= 6000);
+    second.kill().unwrap();
+    second.wait().unwrap();
+}
