@@ -279,7 +279,6 @@ async fn on_the_sim(queued: usize, submits: usize) {
         lat[(lat.len() * 99 / 100).min(lat.len() - 1)]
     );
     // The queue: the rest of the records written straight to the host.
-    let subs: Api<pinfleet::gateway::records::Submission> = Api::namespaced(host.clone(), ns);
     use futures::StreamExt;
     futures::stream::iter(submits..queued)
         .map(|i| {
@@ -299,7 +298,6 @@ async fn on_the_sim(queued: usize, submits: usize) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let _ = subs;
     let start = Instant::now();
     let (admitted, _) = svc.admit_once().await.unwrap();
     let took = start.elapsed().as_secs_f64();

@@ -479,11 +479,11 @@ async fn a_service_is_admitted_placed_across_three_members_and_its_status_rolled
     let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
     let api: Api<pinfleet::workloads::PinterestService> = Api::namespaced(k, &team);
     assert!(api.get_opt("web").await.unwrap().is_none());
-    let metrics = reqwest_free_get(&format!("{}/metrics", gw.url)).await;
+    let metrics = get_text(&format!("{}/metrics", gw.url)).await;
     assert!(metrics.contains("pinfleet_gateway_stage_seconds_count{stage=\"pods_created\"} 1"), "{metrics}");
 }
 
-async fn reqwest_free_get(url: &str) -> String {
+async fn get_text(url: &str) -> String {
     let c = Client::new(url.rsplit_once('/').unwrap().0, &Credentials::default()).unwrap();
     let a = c.call("GET", &format!("/{}", url.rsplit_once('/').unwrap().1), None).await.unwrap();
     a.body.as_str().unwrap_or_default().to_string()

@@ -37,7 +37,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::{Notify, RwLock};
 
-use super::admission::{self, Blocker, Pending, Waiting, World};
+use super::admission::{self, Pending, Waiting, World};
 use super::identity::Identity;
 use super::intake::{self, Caller, Policy, Problem};
 use super::metrics::Metrics;
@@ -158,10 +158,6 @@ fn workload_api(client: &kube::Client, kind: &str, ns: &str) -> Api<DynamicObjec
     let gvk = kube::api::GroupVersionKind::gvk(crate::workloads::GROUP, crate::workloads::VERSION, kind);
     let ar = ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", kind.to_lowercase()));
     Api::namespaced_with(client.clone(), ns, &ar)
-}
-
-fn amount_of(spec: &SubmissionSpec) -> Amount {
-    spec.demand
 }
 
 fn phase(s: &Submission) -> Phase {
@@ -407,7 +403,7 @@ impl Service {
             tier: s.spec.tier,
             priority: s.spec.priority,
             created: s.metadata.creation_timestamp.as_ref().map(ts).unwrap_or_else(Utc::now),
-            demand: amount_of(&s.spec),
+            demand: s.spec.demand,
             expected_duration: s.spec.expected_seconds.map(chrono::Duration::seconds),
         }
     }
@@ -1107,11 +1103,6 @@ impl Service {
         let me = self.clone();
         tokio::spawn(self.clone().follow());
         crate::controller::leader::run_elected(lock, self.leading.clone(), move || me.clone().lead()).await;
-    }
-
-    /// Cancels and explains nothing: a blocker for a waiting submission, if any.
-    pub async fn why(&self, name: &str) -> Option<Blocker> {
-        self.queue.read().await.waiting.get(name).map(|w| w.why.clone())
     }
 }
 
