@@ -10,6 +10,7 @@
 //!    apply::cluster (bootstrap / apply / destroy) ─▶ rollout::upgrade ─▶ ami::job
 //!    clusters/fleet.yaml ─▶ fleet::plan ─▶ fleet::rollout::decide ─▶ fleet::run (each cluster's rollout::upgrade)
 //!    Cluster ─▶ addons ─▶ in-cluster controller ─▶ federation (placement, health, fan-out)
+//!    Cluster + what runs (AWS, the cluster's API) ─▶ diff (drift by layer, clusters compared)
 //! ```
 //!
 //! Where things live:
@@ -19,7 +20,8 @@
 //!   selection, [`rollout::policy`], [`workloads`], [`federation::placement`]
 //!   and [`federation::health`], [`kube::validation`], [`kube::ready`], the
 //!   serving-certificate approver's decision ([`controller::serving::decide`]),
-//!   the fleet rollout's plan and decisions ([`fleet::plan`], [`fleet::rollout`]);
+//!   the fleet rollout's plan and decisions ([`fleet::plan`], [`fleet::rollout`]),
+//!   drift and comparison ([`diff`], all but [`diff::observe`]);
 //! - effects: [`cloud::aws`] (the SDK edge), [`state`] (state store, lock,
 //!   PKI, the join material machines fetch, history, roll progress), [`apply`] (executor and the cluster
 //!   operations), [`rollout`] (driver, roll under the lock), [`ami::job`],
@@ -37,6 +39,7 @@ pub mod autoscale;
 pub mod cli;
 pub mod cloud;
 pub mod controller;
+pub mod diff;
 pub mod e2e;
 pub mod federation;
 pub mod fleet;

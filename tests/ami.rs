@@ -336,3 +336,92 @@ fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() 
     assert!(images("fdev").iter().all(|i| *i == old) && images("fstage").iter().all(|i| *i == old));
     assert_eq!(w.json(&["fleet", "rollout", "status"])["state"], "reverted");
 }
+
+/// `diff` on AWS: in sync after bootstrap; a launch template edited in EC2
+/// is AWS drift (and leaves the machines on an old version); an image newer
+/// than the machines is drift of both, each with the command that fixes it.
+#[test]
+fn diff_sees_a_launch_template_edited_in_ec2_and_an_image_newer_than_the_machines() {
+    let w = World::new("drift", 1);
+    select_own_images(&w);
+    let old = register_image(&w, "pinfleet-node-2026.10.1");
+    w.ok(&["bootstrap", "drift", "--yes"]);
+    let kubeconfig = w.dir.path().join("sim.yaml");
+    let mut sim = sim(&w, "drift", &kubeconfig);
+    let kc = kubeconfig.to_str().unwrap();
+    let diff = |w: &World| {
+        let out = w.run(&["diff", "drift", "--kubeconfig", kc, "--layer", "aws,machines", "-o", "json"]);
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&out), stderr(&out)));
+        (out.status.code(), v[0]["layers"].clone())
+    };
+    let (code, layers) = diff(&w);
+    assert_eq!(code, Some(0), "{layers:#}");
+    assert_eq!(
+        (layers["aws"]["state"].as_str(), layers["machines"]["state"].as_str()),
+        (Some("inSync"), Some("inSync"))
+    );
+
+    // Someone gives the node group's launch template a new version by hand.
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use aws_sdk_ec2::types::{Filter, InstanceType, RequestLaunchTemplateData};
+        let aws = w.aws().await;
+        let lts = aws
+            .ec2
+            .describe_launch_templates()
+            .filters(Filter::builder().name("tag:pinfleet.dev/cluster").values("drift").build())
+            .send()
+            .await
+            .unwrap();
+        let lt = lts
+            .launch_templates()
+            .iter()
+            .find(|t| t.launch_template_name().unwrap_or_default().contains("general"))
+            .expect("the general group's launch template");
+        aws.ec2
+            .create_launch_template_version()
+            .launch_template_id(lt.launch_template_id().unwrap())
+            .source_version("$Latest")
+            .launch_template_data(RequestLaunchTemplateData::builder().instance_type(InstanceType::T3Xlarge).build())
+            .send()
+            .await
+            .unwrap();
+    });
+    let (code, layers) = diff(&w);
+    assert_eq!(code, Some(2), "{layers:#}");
+    let aws = &layers["aws"]["findings"];
+    assert!(
+        aws.as_array().unwrap().iter().any(|f| f["subject"].as_str().unwrap().contains("general")
+            && f["detail"].as_str().unwrap().contains("instanceType t3.xlarge → t3.large")
+            && f["fix"] == "pinfleet apply drift"),
+        "{aws:#}"
+    );
+    let machines = &layers["machines"]["findings"][0];
+    assert_eq!(machines["subject"], "group/general", "{layers:#}");
+    assert!(
+        machines["what"].as_str().unwrap().contains("not on the launch template's current version v2"),
+        "{machines}"
+    );
+    assert_eq!(machines["fix"], "pinfleet upgrade drift --group general --yes");
+
+    // The template put right (the machines still on their old version),
+    // then a newer image for the selector: the machines run the old one.
+    w.ok(&["apply", "drift", "--yes"]);
+    std::thread::sleep(Duration::from_millis(1100));
+    let new = register_image(&w, "pinfleet-node-2026.11.1");
+    let (code, layers) = diff(&w);
+    assert_eq!(code, Some(2), "{layers:#}");
+    let text: Vec<String> = layers["machines"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["what"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        text.iter().any(|t| t.contains("another image than the selector resolves to now")
+            && t.contains(&new)
+            && t.contains(&old)),
+        "{text:#?}"
+    );
+    let _ = sim.kill();
+}

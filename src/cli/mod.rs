@@ -11,6 +11,7 @@ pub mod completions;
 pub mod controller;
 pub mod crds;
 pub mod destroy;
+pub mod diff;
 pub mod e2e;
 pub mod federation;
 pub mod fleet;
@@ -93,6 +94,9 @@ pub enum Command {
     E2e(e2e::E2eArgs),
     /// Fleet-wide staged rollouts: the plan across the clusters folder.
     Fleet(fleet::FleetArgs),
+    /// What drifted from the definitions (by layer), or how clusters that
+    /// should match differ (`diff A B`, `--all-of SELECTOR`).
+    Diff(diff::DiffArgs),
     /// Replace machines that are not on their group's current version.
     Upgrade(upgrade::UpgradeArgs),
     /// Delete everything tagged for a cluster.
@@ -146,6 +150,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::E2e(a) => rt()?.block_on(e2e::run(g, a)),
         Command::Fleet(a) => rt()?.block_on(fleet::run(g, a)),
         Command::Destroy(a) => rt()?.block_on(destroy::run(g, a)),
+        Command::Diff(a) => rt()?.block_on(diff::run(g, a)),
         Command::Get(a) => rt()?.block_on(get::run(g, a)),
         Command::Orphans(a) => rt()?.block_on(orphans::run(g, a)),
         Command::History(a) => rt()?.block_on(history::run(g, a)),

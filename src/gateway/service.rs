@@ -148,6 +148,14 @@ pub struct Service {
     queue: RwLock<QueueView>,
     wake: Notify,
     audit: tokio::sync::Mutex<()>,
+    /// The submissions watch: ends with the service.
+    watch: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.watch.abort();
+    }
 }
 
 fn subs(host: &kube::Client, ns: &str) -> Api<Submission> {
@@ -207,8 +215,12 @@ impl Service {
             writer,
             watcher(subs(&host, &config.namespace), watcher::Config::default().page_size(500)),
         )
+        // Backs off while the host cannot be reached: an error retried at
+        // once never yields, and would hold a core and the runtime's
+        // shutdown with it.
+        .default_backoff()
         .applied_objects();
-        tokio::spawn(async move {
+        let watch = tokio::spawn(async move {
             use futures::StreamExt;
             let mut s = std::pin::pin!(stream);
             while let Some(ev) = s.next().await {
@@ -229,6 +241,7 @@ impl Service {
             queue: RwLock::new(QueueView::default()),
             wake: Notify::new(),
             audit: tokio::sync::Mutex::new(()),
+            watch,
         });
         tokio::time::timeout(Duration::from_secs(30), svc.submissions.wait_until_ready())
             .await

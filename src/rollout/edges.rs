@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use futures::StreamExt as _;
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt as _};
 use tokio::sync::Notify;
 
 use super::driver::{Machine, Machines, Nodes};
@@ -131,7 +131,7 @@ impl KubeNodes {
         let changed = Arc::new(Notify::new());
         let (c, nodes) = (changed.clone(), kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone()));
         let watch = tokio::spawn(async move {
-            let mut s = std::pin::pin!(watcher(nodes, watcher::Config::default()));
+            let mut s = std::pin::pin!(watcher(nodes, watcher::Config::default()).default_backoff());
             while let Some(e) = s.next().await {
                 if e.is_ok() {
                     c.notify_waiters();

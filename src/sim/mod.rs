@@ -85,7 +85,11 @@ impl Sim {
         if let Some(p) = path.parent() {
             std::fs::create_dir_all(p)?;
         }
-        std::fs::write(path, self.kubeconfig()).with_context(|| format!("writing {}", path.display()))
+        // Written whole and renamed into place: a reader waiting for the
+        // file (another process, a test's approver) never sees half of it.
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, self.kubeconfig()).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
     }
 
     /// Every object, for a snapshot file.

@@ -38,6 +38,13 @@ impl Selector {
         Ok(Selector(terms))
     }
 
+    /// The label keys the selector reads.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|t| match t {
+            Term::Eq(k, _) | Term::Ne(k, _) | Term::Has(k) | Term::Lacks(k) => k.as_str(),
+        })
+    }
+
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.0.iter().all(|t| match t {
             Term::Eq(k, v) => labels.get(k) == Some(v),
