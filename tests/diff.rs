@@ -124,6 +124,21 @@ fn a_sim_cluster_in_sync_then_each_hand_edit_is_named_with_its_layer_and_fix() {
         "{what}"
     );
 
+    // The scheduled e2e run records the drift (metrics the monitoring
+    // addon alerts on when it lasts a day), without failing on the edit.
+    let out = pinfleet(&home, &["e2e", "dev-local", "--target", "sim", "--phase", "cluster", "--record"]);
+    assert!(text(&out).contains("children-unedited"), "{}", text(&out));
+    let metrics = kubectl(
+        &kc,
+        &["-n", "pinfleet-system", "get", "configmap", "pinfleet-e2e-results", "-o", "jsonpath={.data.metrics\\.prom}"],
+        None,
+    );
+    let m = text(&metrics);
+    assert!(m.contains("pinfleet_drift_objects{cluster=\"dev-local\",layer=\"addons\"} 2"), "{m}");
+    assert!(m.contains("pinfleet_drift_objects{cluster=\"dev-local\",layer=\"workloads\"} 1"), "{m}");
+    assert!(!m.contains("pinfleet_drift_since_timestamp_seconds{cluster=\"dev-local\"} 0"), "{m}");
+    assert!(m.contains("check=\"children-unedited\"} 0"), "a hand edit warns, it does not fail the run: {m}");
+
     // The fleet's view: dev-local drifted, localstack-dev (the other dev
     // cluster) has no cluster here and is reported, not fatal.
     let out = pinfleet(&home, &["diff", "-l", "env=dev", "--target", "sim", "--layer", "kubernetes,addons"]);

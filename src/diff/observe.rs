@@ -108,7 +108,9 @@ const CHILD_KINDS: &[(&str, &str, &str, &str)] = &[
     ("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets"),
 ];
 
-async fn workloads(client: &kube::Client) -> Result<LayerState> {
+/// The workloads layer of the cluster behind `client` (also run by e2e's
+/// scheduled job, which records drift as metrics).
+pub async fn workloads(client: &kube::Client) -> Result<LayerState> {
     let mut children = Vec::new();
     // Only what the platform made: its children carry these labels.
     let lp = ListParams::default().labels("app.kubernetes.io/managed-by=pinfleet,pinfleet.dev/kind");

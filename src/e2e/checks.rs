@@ -23,6 +23,10 @@ fn name_of(ns: Option<&str>, name: Option<&str>) -> String {
 }
 
 /// Kubelets newer than the API server, or more than three minors older.
+/// The checks whose objects count as drift in the metrics.
+pub const DRIFT_ADDONS_CHECK: &str = "addons-match";
+pub const DRIFT_WORKLOADS_CHECK: &str = "children-unedited";
+
 pub fn skew(server: Version, kubelets: &[(String, Version)]) -> Outcome {
     let bad: Vec<String> = kubelets
         .iter()
@@ -374,7 +378,7 @@ pub async fn cluster(t: &Target, r: &mut Recorder<'_>, rolling: &std::collection
     .await;
     match &t.addons {
         Some(addons) => {
-            r.check(Phase::Cluster, "addons-match", async {
+            r.check(Phase::Cluster, DRIFT_ADDONS_CHECK, async {
                 let diffs = crate::addons::install::Installer::new(t.client.clone()).diff(addons, false).await?;
                 Ok(if diffs.is_empty() {
                     Outcome::Pass
@@ -391,7 +395,7 @@ pub async fn cluster(t: &Target, r: &mut Recorder<'_>, rolling: &std::collection
             .await;
         }
         None => {
-            r.check(Phase::Cluster, "addons-match", async {
+            r.check(Phase::Cluster, DRIFT_ADDONS_CHECK, async {
                 Ok(Outcome::Skip {
                     reason: "no addon set rendered for this run (--no-addons, or PINFLEET_SKIP_ADDONS)".into(),
                 })
@@ -399,6 +403,21 @@ pub async fn cluster(t: &Target, r: &mut Recorder<'_>, rolling: &std::collection
             .await;
         }
     }
+    // Children of platform workloads edited by hand: drift worth a
+    // ticket, not a failed run (the workloads still serve).
+    r.check(Phase::Cluster, DRIFT_WORKLOADS_CHECK, async {
+        Ok(match crate::diff::observe::workloads(&t.client).await? {
+            crate::diff::LayerState::Drifted { findings } => Outcome::Warn {
+                reason: format!(
+                    "{} child object(s) of platform workloads edited by hand (`pinfleet diff` names who and what)",
+                    findings.len()
+                ),
+                objects: findings.iter().map(|f| f.subject.clone()).collect(),
+            },
+            _ => Outcome::Pass,
+        })
+    })
+    .await;
 }
 
 /// kube-system's Deployments, DaemonSets and StatefulSets, and every addon's.

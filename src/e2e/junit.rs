@@ -100,6 +100,27 @@ mod tests {
         };
         insta::assert_snapshot!(render(std::slice::from_ref(&r)));
         let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
-        insta::assert_snapshot!("metrics", super::super::metrics(&r, at));
+        insta::assert_snapshot!("metrics", super::super::metrics(&r, at, None));
+
+        // Drift: two addon objects differ, one child was edited by hand.
+        let mut d = r.clone();
+        d.checks.retain(|c| c.name != "addons-match");
+        d.checks.push(Check {
+            phase: Phase::Cluster,
+            name: "addons-match".into(),
+            seconds: 0.0,
+            outcome: Outcome::fail("2 addon object(s) differ", vec!["a".into(), "b".into()]),
+        });
+        d.checks.push(Check {
+            phase: Phase::Cluster,
+            name: "children-unedited".into(),
+            seconds: 0.0,
+            outcome: Outcome::Warn { reason: "1 edited".into(), objects: vec!["Deployment t/web".into()] },
+        });
+        let earlier = chrono::DateTime::from_timestamp(1_799_900_000, 0).unwrap();
+        assert_eq!(super::super::drift_since(&d, Some(earlier), at), Some(earlier), "drift carries over");
+        assert_eq!(super::super::drift_since(&d, None, at), Some(at), "new drift starts now");
+        assert_eq!(super::super::drift_since(&r, Some(earlier), at), None, "in sync: no drift");
+        insta::assert_snapshot!("metrics_drift", super::super::metrics(&d, at, Some(earlier)));
     }
 }

@@ -15,6 +15,7 @@ pub mod checks;
 pub mod junit;
 pub mod smoke;
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -210,14 +211,49 @@ pub async fn run_many(targets: Vec<Target>, opts: &Options, parallel: usize, on:
 /// Where the last run's results are kept in the cluster (the `e2e`
 /// addon's CronJob writes them; the workload controller's /metrics serves them).
 pub const RESULTS_CONFIGMAP: &str = "pinfleet-e2e-results";
+/// The results' key for since when the cluster has drifted.
+const DRIFT_SINCE_KEY: &str = "drift-since";
 
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
+/// Objects that drifted from what pinfleet declared, by layer, as this run
+/// found them (the addons that differ from the rendered set, the children
+/// of platform workloads edited by hand).
+pub fn drift(r: &Report) -> BTreeMap<&'static str, usize> {
+    let mut out = BTreeMap::new();
+    for (check, layer) in [(checks::DRIFT_ADDONS_CHECK, "addons"), (checks::DRIFT_WORKLOADS_CHECK, "workloads")] {
+        if let Some(c) = r.checks.iter().find(|c| c.name == check) {
+            let n = match &c.outcome {
+                Outcome::Fail { objects, .. } | Outcome::Warn { objects, .. } => objects.len(),
+                Outcome::Pass => 0,
+                Outcome::Skip { .. } => continue,
+            };
+            out.insert(layer, n);
+        }
+    }
+    out
+}
+
+/// Since when the cluster has drifted: the previous run's time when it
+/// had drifted already, `now` when drift is new, none when in sync.
+pub fn drift_since(
+    r: &Report,
+    previous: Option<chrono::DateTime<chrono::Utc>>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    drift(r).values().any(|n| *n > 0).then(|| previous.unwrap_or(now))
+}
+
 /// The run as Prometheus metrics (pure): when it ran, how long it took,
-/// and each check's failure (1) or not (0).
-pub fn metrics(r: &Report, finished_at: chrono::DateTime<chrono::Utc>) -> String {
+/// each check's failure (1) or not (0), and drift by layer with since when
+/// (the monitoring addon alerts on drift older than a day).
+pub fn metrics(
+    r: &Report,
+    finished_at: chrono::DateTime<chrono::Utc>,
+    drifted_since: Option<chrono::DateTime<chrono::Utc>>,
+) -> String {
     let c = label(&r.cluster);
     let mut out = String::new();
     out.push_str("# HELP pinfleet_e2e_last_run_timestamp_seconds When the last end-to-end run ended.\n# TYPE pinfleet_e2e_last_run_timestamp_seconds gauge\n");
@@ -233,6 +269,18 @@ pub fn metrics(r: &Report, finished_at: chrono::DateTime<chrono::Utc>) -> String
             "pinfleet_e2e_check_failed{{cluster=\"{c}\",phase=\"{}\",check=\"{}\"}} {failed}\n",
             k.phase.as_str(),
             label(&k.name)
+        ));
+    }
+    let drift = drift(r);
+    if !drift.is_empty() {
+        out.push_str("# HELP pinfleet_drift_objects Objects that differ from what pinfleet declared, by layer, at the last run.\n# TYPE pinfleet_drift_objects gauge\n");
+        for (layer, n) in &drift {
+            out.push_str(&format!("pinfleet_drift_objects{{cluster=\"{c}\",layer=\"{layer}\"}} {n}\n"));
+        }
+        out.push_str("# HELP pinfleet_drift_since_timestamp_seconds Since when the cluster has drifted (0: in sync).\n# TYPE pinfleet_drift_since_timestamp_seconds gauge\n");
+        out.push_str(&format!(
+            "pinfleet_drift_since_timestamp_seconds{{cluster=\"{c}\"}} {}\n",
+            drifted_since.map_or(0, |t| t.timestamp())
         ));
     }
     out
@@ -256,13 +304,26 @@ pub async fn recorded_metrics(client: &kube::Client) -> String {
 pub async fn record(client: &kube::Client, r: &Report) -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{Api, Patch, PatchParams};
+    let api = Api::<ConfigMap>::namespaced(client.clone(), crate::controller::SYSTEM_NAMESPACE);
+    // Drift carries over from run to run until it is gone.
+    let previous = api
+        .get_opt(RESULTS_CONFIGMAP)
+        .await?
+        .and_then(|cm| cm.data?.get(DRIFT_SINCE_KEY).cloned())
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
+        .map(|t| t.with_timezone(&chrono::Utc));
+    let now = chrono::Utc::now();
+    let since = drift_since(r, previous, now);
+    let mut data =
+        serde_json::json!({"metrics.prom": metrics(r, now, since), "report.json": serde_json::to_string_pretty(r)?});
+    if let Some(t) = since {
+        data[DRIFT_SINCE_KEY] = serde_json::json!(t.to_rfc3339());
+    }
     let cm = serde_json::json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": RESULTS_CONFIGMAP, "namespace": crate::controller::SYSTEM_NAMESPACE},
-        "data": {"metrics.prom": metrics(r, chrono::Utc::now()), "report.json": serde_json::to_string_pretty(r)?},
+        "data": data,
     });
-    Api::<ConfigMap>::namespaced(client.clone(), crate::controller::SYSTEM_NAMESPACE)
-        .patch(RESULTS_CONFIGMAP, &PatchParams::apply("pinfleet-e2e").force(), &Patch::Apply(cm))
-        .await?;
+    api.patch(RESULTS_CONFIGMAP, &PatchParams::apply("pinfleet-e2e").force(), &Patch::Apply(cm)).await?;
     Ok(())
 }
