@@ -347,7 +347,7 @@ fn diff_sees_a_launch_template_edited_in_ec2_and_an_image_newer_than_the_machine
     let old = register_image(&w, "pinfleet-node-2026.10.1");
     w.ok(&["bootstrap", "drift", "--yes"]);
     let kubeconfig = w.dir.path().join("sim.yaml");
-    let mut sim = sim(&w, "drift", &kubeconfig);
+    let _sim = Stopped(sim(&w, "drift", &kubeconfig));
     let kc = kubeconfig.to_str().unwrap();
     let diff = |w: &World| {
         let out = w.run(&["diff", "drift", "--kubeconfig", kc, "--layer", "aws,machines", "-o", "json"]);
@@ -423,5 +423,14 @@ fn diff_sees_a_launch_template_edited_in_ec2_and_an_image_newer_than_the_machine
             && t.contains(&old)),
         "{text:#?}"
     );
-    let _ = sim.kill();
+}
+
+/// A child process stopped when the test ends, passed or failed.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
