@@ -10,6 +10,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${HOME}/.cache/pinfleet/target}"
 PINFLEET_VENV="${PINFLEET_VENV:-${PINFLEET_ROOT}/.venv}"
 export PINFLEET_VENV
 readonly MOTO_VERSION="5.2.5"
+readonly AXE_VERSION="4.14.1"
 # Processes are ended only by the shell that started them: a script run
 # from another (tests/scripts.rs from scripts/test) must not inherit the
 # pids of its parent's servers and stop them on exit.
@@ -38,6 +39,23 @@ ensure_command() {
     return 1
   fi
   apt_install "${pkg}"
+}
+
+# The console's browser tests: Debian's Chromium and its WebDriver, and
+# axe-core (npm) for the accessibility scans, in the build directory.
+ensure_browser() {
+  ensure_command chromium chromium
+  ensure_command chromedriver chromium-driver
+  PINFLEET_AXE_JS="${CARGO_TARGET_DIR}/npm/node_modules/axe-core/axe.min.js"
+  export PINFLEET_AXE_JS
+  if [[ -f "${PINFLEET_AXE_JS}" ]] \
+    && grep -q "\"version\": \"${AXE_VERSION}\"" "${CARGO_TARGET_DIR}/npm/node_modules/axe-core/package.json"; then
+    return
+  fi
+  ensure_command npm npm
+  log "installing axe-core@${AXE_VERSION} into ${CARGO_TARGET_DIR}/npm"
+  mkdir -p "${CARGO_TARGET_DIR}/npm"
+  npm install --silent --no-audit --no-fund --prefix "${CARGO_TARGET_DIR}/npm" "axe-core@${AXE_VERSION}" >/dev/null
 }
 
 # Installs Debian packages. Another package install running on the machine

@@ -3,14 +3,15 @@
 //! sims with nodes and the workload controller, an OIDC issuer on
 //! loopback, HTTP through the developers' client.
 
+#[path = "support/gateway.rs"]
+mod gateway_support;
 #[path = "support/kube.rs"]
 mod kube_support;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use jsonwebtoken::{EncodingKey, Header};
+use gateway_support::{issuer, member, Issuer, Member};
 use kube::api::{Api, Patch, PatchParams};
 use kube_support::KubeEnv;
 use pinfleet::gateway::client::{Client, Credentials};
@@ -19,132 +20,6 @@ use pinfleet::gateway::intake::Policy;
 use pinfleet::gateway::records::{Phase, Submission, TeamQuota};
 use pinfleet::gateway::service::{self, MemberCluster, Service};
 use serde_json::{json, Value};
-
-/// A member cluster: a sim with Ready nodes of the given size, the
-/// platform CRDs, and (when asked) the workload controller.
-struct Member {
-    name: String,
-    kubeconfig: PathBuf,
-    stop: Option<std::sync::mpsc::Sender<()>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
-}
-
-fn member(name: &str, nodes: u32, cpu: &str, controller: bool) -> Member {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("kubeconfig.yaml");
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let p = path.clone();
-    let cpu = cpu.to_string();
-    let cluster = name.to_string();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async move {
-            let sim = pinfleet::sim::Sim::start(0).await.unwrap();
-            sim.write_kubeconfig(&p).unwrap();
-            let client = pinfleet::kube::apply::connect(&p).await.unwrap();
-            let pp = PatchParams::apply("test").force();
-            let crds: Api<
-                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-            > = Api::all(client.clone());
-            for c in pinfleet::workloads::crds() {
-                crds.patch(c.metadata.name.as_deref().unwrap(), &pp, &Patch::Apply(&c)).await.unwrap();
-            }
-            let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-            for i in 0..nodes {
-                let n = format!("{cluster}-node-{i}");
-                api.patch(&n, &pp, &Patch::Apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}})))
-                    .await
-                    .unwrap();
-                api.patch_status(
-                    &n,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {
-                    "conditions": [{"type": "Ready", "status": "True"}],
-                    "allocatable": {"cpu": cpu, "memory": "32Gi", "pods": "110"},
-                    "capacity": {"cpu": cpu, "memory": "32Gi", "pods": "110"}}})),
-                )
-                .await
-                .unwrap();
-            }
-            let running = controller.then(|| {
-                let ctx = pinfleet::controller::Ctx::new(client.clone(), &cluster);
-                tokio::spawn(pinfleet::controller::run(ctx))
-            });
-            ready_tx.send(()).unwrap();
-            let _ = tokio::task::spawn_blocking(move || rx.recv()).await;
-            if let Some(r) = running {
-                r.abort();
-            }
-            sim.stop().await;
-        });
-    });
-    ready_rx.recv().unwrap();
-    Member { name: name.to_string(), kubeconfig: path, stop: Some(tx), _dir: dir }
-}
-
-/// An OIDC issuer on loopback: discovery, JWKS (one EC P-256 key) and tokens.
-struct Issuer {
-    url: String,
-    key: EncodingKey,
-    other: EncodingKey,
-}
-
-fn ec_key() -> (EncodingKey, Value) {
-    use base64::Engine as _;
-    let kp = rcgen::KeyPair::generate().unwrap();
-    let raw = kp.public_key_raw();
-    let b = |s: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
-    let jwk = json!({"kty": "EC", "crv": "P-256", "x": b(&raw[1..33]), "y": b(&raw[33..65]), "kid": "k1", "alg": "ES256", "use": "sig"});
-    (EncodingKey::from_ec_pem(kp.serialize_pem().as_bytes()).unwrap(), jwk)
-}
-
-async fn issuer() -> Issuer {
-    let (key, jwk) = ec_key();
-    let (other, _) = ec_key();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let u = url.clone();
-    let app = axum::Router::new()
-        .route(
-            "/.well-known/openid-configuration",
-            axum::routing::get(move || {
-                let u = u.clone();
-                async move { axum::Json(json!({"issuer": u, "jwks_uri": format!("{u}/keys")})) }
-            }),
-        )
-        .route(
-            "/keys",
-            axum::routing::get(move || {
-                let jwk = jwk.clone();
-                async move { axum::Json(json!({"keys": [jwk]})) }
-            }),
-        );
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Issuer { url, key, other }
-}
-
-impl Issuer {
-    fn token_with(&self, key: &EncodingKey, user: &str, groups: &[&str], aud: &str, expires_in: i64) -> String {
-        let now = chrono::Utc::now().timestamp();
-        let claims = json!({"iss": self.url, "sub": user, "email": user, "aud": aud, "groups": groups, "iat": now, "exp": now + expires_in});
-        let mut h = Header::new(jsonwebtoken::Algorithm::ES256);
-        h.kid = Some("k1".into());
-        jsonwebtoken::encode(&h, &claims, key).unwrap()
-    }
-
-    fn token(&self, user: &str, groups: &[&str]) -> String {
-        self.token_with(&self.key, user, groups, "pinfleet", 3600)
-    }
-}
 
 struct Gateway {
     svc: Arc<Service>,

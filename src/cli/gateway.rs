@@ -98,8 +98,12 @@ pub struct ServeArgs {
     pub interval: Duration,
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     pub lease_duration: Duration,
+    /// How often the members' figures are read again (their nodes are watched).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub member_refresh: Duration,
+    /// Serve the API alone, without the web console at /.
+    #[arg(long)]
+    pub no_console: bool,
 }
 
 /// Where and as whom the developers' commands speak.
@@ -279,6 +283,55 @@ pub async fn quota(g: &GlobalArgs, a: QueueArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    #[command(subcommand)]
+    pub what: ViewWhat,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ViewWhat {
+    /// Every member cluster: reachable, version, images, nodes, last e2e run, drift.
+    Fleet,
+    /// One cluster: machines, addons, the last e2e run's checks, workloads placed there.
+    Cluster { name: String },
+    /// One team: quota per tier, its queue with positions, estimates and reasons.
+    Team { team: String },
+    /// One workload (TEAM/ID): placement and why, status per cluster, latency, what was made.
+    Workload { submission: String },
+}
+
+/// The console's views, drawn for the terminal (or as JSON/YAML with -o).
+pub async fn view(g: &GlobalArgs, a: ViewArgs) -> Result<ExitCode> {
+    use crate::views;
+    let seg = views::html::seg;
+    let path = match &a.what {
+        ViewWhat::Fleet => "/v1/views/fleet".to_string(),
+        ViewWhat::Cluster { name } => format!("/v1/views/clusters/{}", seg(name)),
+        ViewWhat::Team { team } => format!("/v1/views/teams/{}", seg(team)),
+        ViewWhat::Workload { submission } => {
+            let (t, i) = team_id(submission)?;
+            format!("/v1/views/workloads/{}/{}", seg(t), seg(i))
+        }
+    };
+    let v = a.client.client()?.call("GET", &path, None).await?.ok()?;
+    if g.output != Format::Text {
+        crate::output::print_data(g.output, &v)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let what = "the gateway's view (is the gateway older than this client?)";
+    let text = match a.what {
+        ViewWhat::Fleet => serde_json::from_value::<views::fleet::FleetView>(v).context(what)?.text(),
+        ViewWhat::Cluster { .. } => serde_json::from_value::<views::cluster::ClusterView>(v).context(what)?.text(),
+        ViewWhat::Team { .. } => serde_json::from_value::<views::team::TeamView>(v).context(what)?.text(),
+        ViewWhat::Workload { .. } => serde_json::from_value::<views::workload::WorkloadView>(v).context(what)?.text(),
+    };
+    print!("{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
 pub async fn run(_g: &GlobalArgs, a: GatewayArgs) -> Result<ExitCode> {
     match a.command {
         GatewayCommand::Install { host_kubeconfig, namespace } => {
@@ -397,19 +450,34 @@ async fn serve(s: ServeArgs) -> Result<ExitCode> {
         std::fs::write(f, &url).with_context(|| format!("writing {}", f.display()))?;
     }
     eprintln!("gateway serving at {url}");
+    let mut closing = None;
     let tls = match (&s.tls_cert, &s.tls_key) {
         (Some(c), Some(k)) => Some(http::Tls { cert: c, key: k, client_ca: s.client_ca.as_deref() }),
         _ => None,
     };
-    let shutdown = async {
+    let app = if s.no_console {
+        http::router(Arc::clone(&svc))
+    } else {
+        let console = crate::console::Console::new(Arc::clone(&svc), s.member_refresh, s.tls_cert.is_some());
+        eprintln!("console at {url}/");
+        let c = Arc::clone(&console);
+        closing = Some(c);
+        crate::console::app(console)
+    };
+    let shutdown = async move {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a signal handler");
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {},
             _ = term.recv() => {},
         }
+        // Live-update streams stay open until told: end them, or the
+        // graceful shutdown waits for every open browser tab.
+        if let Some(c) = closing {
+            c.close();
+        }
     };
-    http::serve(Arc::clone(&svc), listener, tls, shutdown).await?;
+    http::serve_app(app, listener, tls, shutdown).await?;
     if let Some(sm) = sim {
         sm.stop().await;
     }

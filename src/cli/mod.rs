@@ -121,6 +121,8 @@ pub enum Command {
     Queue(gateway::QueueArgs),
     /// Your teams' quota per tier: used, guaranteed, maximum, borrowed.
     Quota(gateway::QueueArgs),
+    /// What the console shows, in the terminal: the fleet, a cluster, a team or a workload.
+    View(gateway::ViewArgs),
     /// Print shell completions.
     Completions(completions::CompletionsArgs),
 }
@@ -161,6 +163,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Workloads(a) => rt()?.block_on(gateway::workloads(g, a)),
         Command::Queue(a) => rt()?.block_on(gateway::queue(g, a)),
         Command::Quota(a) => rt()?.block_on(gateway::quota(g, a)),
+        Command::View(a) => rt()?.block_on(gateway::view(g, a)),
     }
 }
 

@@ -212,7 +212,7 @@ pub async fn run_many(targets: Vec<Target>, opts: &Options, parallel: usize, on:
 /// addon's CronJob writes them; the workload controller's /metrics serves them).
 pub const RESULTS_CONFIGMAP: &str = "pinfleet-e2e-results";
 /// The results' key for since when the cluster has drifted.
-const DRIFT_SINCE_KEY: &str = "drift-since";
+pub const DRIFT_SINCE_KEY: &str = "drift-since";
 
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")

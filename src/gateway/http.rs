@@ -420,14 +420,24 @@ fn tls_config(t: &Tls) -> Result<rustls::ServerConfig> {
     Ok(builder.with_single_cert(certs, key).context("the certificate and key do not match")?)
 }
 
-/// Serves until `shutdown` resolves. Plain HTTP only on a loopback address.
+/// Serves the API until `shutdown` resolves. Plain HTTP only on a loopback address.
 pub async fn serve(
     svc: S,
     listener: tokio::net::TcpListener,
     tls: Option<Tls<'_>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let app = router(svc);
+    serve_app(router(svc), listener, tls, shutdown).await
+}
+
+/// Serves `app` (the API, with the console when it is mounted) until
+/// `shutdown` resolves. Plain HTTP only on a loopback address.
+pub async fn serve_app(
+    app: Router,
+    listener: tokio::net::TcpListener,
+    tls: Option<Tls<'_>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     let Some(tls) = tls else {
         let addr: SocketAddr = listener.local_addr()?;
         anyhow::ensure!(

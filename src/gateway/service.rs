@@ -150,6 +150,9 @@ pub struct Service {
     audit: tokio::sync::Mutex<()>,
     /// The submissions watch: ends with the service.
     watch: tokio::task::JoinHandle<()>,
+    /// Bumped whenever what readers see may have changed (a submission
+    /// event, an admission pass): the console's live updates follow it.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Drop for Service {
@@ -220,12 +223,15 @@ impl Service {
         // shutdown with it.
         .default_backoff()
         .applied_objects();
+        let (changes, _) = tokio::sync::watch::channel(0u64);
+        let tx = changes.clone();
         let watch = tokio::spawn(async move {
             use futures::StreamExt;
             let mut s = std::pin::pin!(stream);
             while let Some(ev) = s.next().await {
-                if let Err(e) = ev {
-                    tracing::debug!("submission watch: {e}");
+                match ev {
+                    Ok(_) => tx.send_modify(|n| *n += 1),
+                    Err(e) => tracing::debug!("submission watch: {e}"),
                 }
             }
         });
@@ -242,6 +248,7 @@ impl Service {
             wake: Notify::new(),
             audit: tokio::sync::Mutex::new(()),
             watch,
+            changes,
         });
         tokio::time::timeout(Duration::from_secs(30), svc.submissions.wait_until_ready())
             .await
@@ -265,6 +272,11 @@ impl Service {
             at = %Utc::now().to_rfc3339(),
             "audit"
         );
+    }
+
+    /// Follows changes readers may see (submissions, the queue).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     pub fn all(&self) -> Vec<Arc<Submission>> {
@@ -818,6 +830,7 @@ impl Service {
                 w
             };
             view.waiting = explained;
+            self.changes.send_modify(|n| *n += 1);
             if stale {
                 view.computed = Some(Instant::now());
             }

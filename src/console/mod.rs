@@ -1,0 +1,413 @@
+//! The web console: one page from the fleet down to a workload, served by
+//! the gateway beside its API, drawn by the server from the shared view
+//! models (`views`), kept live by server-sent events.
+//!
+//! ```text
+//! browser ─GET /, /clusters/C, /teams/T, /workloads/T/ID─► identity (the gateway's:
+//!     │                                                    bearer, cookie from /login,
+//!     │                                                    client certificate, loopback)
+//!     │                                           build (views from the service and
+//!     │                                           the observer) ─► views::*::html
+//!     └─EventSource /ui/events ◄── changes: submissions watched, the queue,
+//!           │                      members' nodes watched (observe)
+//!           └─► fetch the page's <main> again (x-pinfleet-fragment)
+//! ```
+//!
+//! `/v1/views/...` serves the same views as JSON, which `pinfleet view`
+//! draws as text: one model, every screen.
+
+pub mod build;
+pub mod observe;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use axum::{Extension, Form, Json, Router};
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::gateway::identity::PeerCertificate;
+use crate::gateway::intake::Caller;
+use crate::gateway::service::Service;
+use crate::views::html::{self, esc};
+use crate::views::Viewer;
+use observe::Observer;
+
+/// The cookie `/login` sets: the bearer token a browser cannot send as a header.
+pub const TOKEN_COOKIE: &str = "pinfleet_token";
+/// How long a sign-in lasts in the browser (the token's own expiry still holds).
+const COOKIE_SECONDS: u64 = 8 * 3600;
+/// Changes arriving within this long are one event (a pass of the admission
+/// loop writes many records).
+const SETTLE: Duration = Duration::from_millis(200);
+
+pub struct Console {
+    pub svc: Arc<Service>,
+    pub observer: Arc<Observer>,
+    /// Served over TLS: cookies are Secure.
+    pub secure: bool,
+    closing: tokio::sync::watch::Sender<bool>,
+}
+
+impl Console {
+    pub fn new(svc: Arc<Service>, refresh: Duration, secure: bool) -> Arc<Console> {
+        let observer = Observer::start(&svc.members, refresh);
+        Arc::new(Console { svc, observer, secure, closing: tokio::sync::watch::channel(false).0 })
+    }
+
+    /// Ends every live-update stream (open streams would hold a graceful shutdown).
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+}
+
+type C = Arc<Console>;
+type Peer = Option<Extension<Arc<PeerCertificate>>>;
+
+fn cookie_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == TOKEN_COOKIE)
+        .map(|(_, v)| v.to_string())
+}
+
+/// The caller: a bearer header, else the sign-in cookie, else a client
+/// certificate, else (loopback, local work) the anonymous caller.
+async fn caller(c: &Console, headers: &HeaderMap, peer: &Peer) -> Result<Caller, String> {
+    let header_token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::to_string);
+    let token = header_token.or_else(|| cookie_token(headers));
+    let cert = peer.as_ref().map(|Extension(p)| p.as_ref());
+    c.svc.identity.authenticate(token.as_deref(), cert).await.map_err(|r| r.0)
+}
+
+async fn viewer(c: &Console, who: &Caller) -> Viewer {
+    let mut teams = who.teams.clone();
+    if who.admin {
+        if let Ok((world, _)) = c.svc.world().await {
+            teams.extend(world.quotas.keys().cloned());
+        }
+        teams.sort();
+        teams.dedup();
+    }
+    build::viewer(who, teams)
+}
+
+fn secured(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
+    );
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn page(headers: &HeaderMap, full: String, body: String) -> Response {
+    let fragment = headers.contains_key("x-pinfleet-fragment");
+    secured(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], if fragment { body } else { full }).into_response())
+}
+
+fn problem(status: StatusCode, viewer: Option<&Viewer>, title: &str, message: &str) -> Response {
+    let body = format!("<h1>{}</h1><p>{}</p><p><a href=\"/\">Back to the fleet</a></p>", esc(title), esc(message));
+    let v = viewer.cloned().unwrap_or_default();
+    secured(
+        (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], html::page(title, "", &v, &body))
+            .into_response(),
+    )
+}
+
+/// Not signed in: pages send the browser to sign in; the JSON views say why.
+fn unauthenticated(json_view: bool, why: String) -> Response {
+    if json_view {
+        let mut r = (StatusCode::UNAUTHORIZED, Json(json!({"error": why}))).into_response();
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        r
+    } else {
+        secured(Redirect::to("/login").into_response())
+    }
+}
+
+async fn fleet_page(State(c): State<C>, p: Peer, headers: HeaderMap) -> Response {
+    let who = match caller(&c, &headers, &p).await {
+        Ok(w) => w,
+        Err(e) => return unauthenticated(false, e),
+    };
+    let v = build::fleet(viewer(&c, &who).await, &c.observer.snapshot(), &c.svc.all(), Utc::now());
+    page(&headers, v.html(), v.html_body())
+}
+
+async fn cluster_page(State(c): State<C>, p: Peer, headers: HeaderMap, UrlPath(name): UrlPath<String>) -> Response {
+    let who = match caller(&c, &headers, &p).await {
+        Ok(w) => w,
+        Err(e) => return unauthenticated(false, e),
+    };
+    let viewer = viewer(&c, &who).await;
+    let Some(m) = c.observer.member(&name) else {
+        return problem(
+            StatusCode::NOT_FOUND,
+            Some(&viewer),
+            "No such cluster",
+            &format!("{name} is not a member of this fleet"),
+        );
+    };
+    let v = build::cluster(viewer, &m, &c.svc.all(), |t| who.may_act_for(t), Utc::now());
+    page(&headers, v.html(), v.html_body())
+}
+
+async fn team_page(State(c): State<C>, p: Peer, headers: HeaderMap, UrlPath(team): UrlPath<String>) -> Response {
+    let who = match caller(&c, &headers, &p).await {
+        Ok(w) => w,
+        Err(e) => return unauthenticated(false, e),
+    };
+    let viewer = viewer(&c, &who).await;
+    if !who.may_act_for(&team) {
+        return problem(
+            StatusCode::FORBIDDEN,
+            Some(&viewer),
+            "Not your team",
+            &format!("{} may not see team {team}", who.user),
+        );
+    }
+    match build::team(&c.svc, viewer.clone(), &team, Utc::now()).await {
+        Ok(v) => page(&headers, v.html(), v.html_body()),
+        Err(e) => {
+            tracing::error!("console: team {team}: {e:#}");
+            problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(&viewer),
+                "Not available",
+                "the gateway could not read the quota ledger; try again",
+            )
+        }
+    }
+}
+
+async fn workload_page(
+    State(c): State<C>,
+    p: Peer,
+    headers: HeaderMap,
+    UrlPath((team, id)): UrlPath<(String, String)>,
+) -> Response {
+    let who = match caller(&c, &headers, &p).await {
+        Ok(w) => w,
+        Err(e) => return unauthenticated(false, e),
+    };
+    let viewer = viewer(&c, &who).await;
+    if !who.may_act_for(&team) {
+        return problem(
+            StatusCode::FORBIDDEN,
+            Some(&viewer),
+            "Not your team",
+            &format!("{} may not see team {team}'s workloads", who.user),
+        );
+    }
+    match c.svc.find(&team, &id).await {
+        Ok(Some(s)) => {
+            let v = build::workload(&c.svc, &c.observer.snapshot(), viewer, &s, Utc::now()).await;
+            page(&headers, v.html(), v.html_body())
+        }
+        Ok(None) => problem(
+            StatusCode::NOT_FOUND,
+            Some(&viewer),
+            "No such submission",
+            &format!("team {team} has no submission {id}"),
+        ),
+        Err(e) => {
+            tracing::error!("console: {team}/{id}: {e:#}");
+            problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(&viewer),
+                "Not available",
+                "the gateway could not read its records; try again",
+            )
+        }
+    }
+}
+
+/// The same views as JSON (what `pinfleet view` draws as text).
+async fn view_json(State(c): State<C>, p: Peer, headers: HeaderMap, UrlPath(path): UrlPath<String>) -> Response {
+    let who = match caller(&c, &headers, &p).await {
+        Ok(w) => w,
+        Err(e) => return unauthenticated(true, e),
+    };
+    let viewer = viewer(&c, &who).await;
+    let now = Utc::now();
+    let parts: Vec<&str> = path.split('/').collect();
+    let err = |s: StatusCode, m: String| (s, Json(json!({"error": m}))).into_response();
+    let body = match parts.as_slice() {
+        ["fleet"] => serde_json::to_value(build::fleet(viewer, &c.observer.snapshot(), &c.svc.all(), now)),
+        ["clusters", name] => match c.observer.member(name) {
+            Some(m) => serde_json::to_value(build::cluster(viewer, &m, &c.svc.all(), |t| who.may_act_for(t), now)),
+            None => return err(StatusCode::NOT_FOUND, format!("{name} is not a member of this fleet")),
+        },
+        ["teams", team] if !who.may_act_for(team) => {
+            return err(StatusCode::FORBIDDEN, format!("{} may not see team {team}", who.user))
+        }
+        ["teams", team] => match build::team(&c.svc, viewer, team, now).await {
+            Ok(v) => serde_json::to_value(v),
+            Err(e) => {
+                tracing::error!("console: team {team}: {e:#}");
+                return err(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the gateway could not read the quota ledger; try again".into(),
+                );
+            }
+        },
+        ["workloads", team, _] if !who.may_act_for(team) => {
+            return err(StatusCode::FORBIDDEN, format!("{} may not see team {team}'s workloads", who.user))
+        }
+        ["workloads", team, id] => match c.svc.find(team, id).await {
+            Ok(Some(s)) => serde_json::to_value(build::workload(&c.svc, &c.observer.snapshot(), viewer, &s, now).await),
+            Ok(None) => return err(StatusCode::NOT_FOUND, format!("team {team} has no submission {id:?}")),
+            Err(e) => {
+                tracing::error!("console: {team}/{id}: {e:#}");
+                return err(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the gateway could not read its records; try again".into(),
+                );
+            }
+        },
+        _ => {
+            return err(StatusCode::NOT_FOUND, format!("no view {path:?}: fleet, clusters/C, teams/T, workloads/T/ID"))
+        }
+    };
+    match body {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// "Something changed": the page asks for a fresh copy of itself.
+async fn events(State(c): State<C>, p: Peer, headers: HeaderMap) -> Response {
+    if let Err(e) = caller(&c, &headers, &p).await {
+        return unauthenticated(true, e);
+    }
+    let state = (c.svc.subscribe(), c.observer.subscribe(), c.closing.subscribe());
+    let stream = futures::stream::unfold(state, |(mut a, mut b, mut closing)| async move {
+        if *closing.borrow() {
+            return None;
+        }
+        tokio::select! {
+            r = a.changed() => r.ok()?,
+            r = b.changed() => r.ok()?,
+            _ = closing.changed() => return None,
+        }
+        tokio::time::sleep(SETTLE).await;
+        let n = *a.borrow_and_update() + *b.borrow_and_update();
+        Some((Ok::<_, Infallible>(Event::default().event("change").data(n.to_string())), (a, b, closing)))
+    });
+    secured(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
+}
+
+async fn css() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], html::CSS)
+        .into_response()
+}
+
+async fn js() -> Response {
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], html::JS)
+        .into_response()
+}
+
+fn login_form(message: Option<&str>) -> String {
+    let note = message.map(|m| format!("<p class=\"stale-note\" role=\"alert\">{}</p>", esc(m))).unwrap_or_default();
+    format!(
+        "<h1>Sign in</h1>{note}<p>Paste a token the gateway accepts: an OIDC ID token from your issuer, or a \
+Kubernetes service-account token. A browser holding a client certificate the gateway trusts is signed in already.</p>\
+<form method=\"post\" action=\"/login\"><label for=\"token\">Bearer token</label>\
+<textarea id=\"token\" name=\"token\" autocomplete=\"off\" spellcheck=\"false\" required></textarea>\
+<p><button type=\"submit\">Sign in</button></p></form>"
+    )
+}
+
+async fn login_page() -> Response {
+    let v = Viewer::default();
+    secured(
+        ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html::page("Sign in", "/login", &v, &login_form(None)))
+            .into_response(),
+    )
+}
+
+#[derive(Deserialize, Serialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login(State(c): State<C>, Form(f): Form<LoginForm>) -> Response {
+    let token = f.token.trim();
+    let refuse = |m: &str| {
+        secured(
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                html::page("Sign in", "/login", &Viewer::default(), &login_form(Some(m))),
+            )
+                .into_response(),
+        )
+    };
+    // A token goes into a cookie as it is: only the characters of a JWT.
+    if token.is_empty() || !token.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '.' | '-' | '_')) {
+        return refuse("that is not a token (a JWT: letters, digits, '.', '-' and '_')");
+    }
+    match c.svc.identity.authenticate(Some(token), None).await {
+        Ok(who) => {
+            let secure = if c.secure { "; Secure" } else { "" };
+            let cookie =
+                format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={COOKIE_SECONDS}{secure}");
+            tracing::info!(target: "pinfleet::gateway::audit", user = who.user, via = who.via, verb = "console-login", "audit");
+            let mut r = Redirect::to("/").into_response();
+            if let Ok(v) = HeaderValue::from_str(&cookie) {
+                r.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            secured(r)
+        }
+        Err(e) => refuse(&format!("the gateway refused that token: {}", e.0)),
+    }
+}
+
+async fn logout() -> Response {
+    let mut r = Redirect::to("/login").into_response();
+    r.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_str(&format!("{TOKEN_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"))
+            .expect("a header value"),
+    );
+    secured(r)
+}
+
+pub fn router(c: C) -> Router {
+    Router::new()
+        .route("/", get(fleet_page))
+        .route("/clusters/{name}", get(cluster_page))
+        .route("/teams/{team}", get(team_page))
+        .route("/workloads/{team}/{id}", get(workload_page))
+        .route("/v1/views/{*path}", get(view_json))
+        .route("/ui/events", get(events))
+        .route("/ui/console.css", get(css))
+        .route("/ui/console.js", get(js))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", get(logout))
+        .with_state(c)
+}
+
+/// The gateway's API and the console, on one router.
+pub fn app(c: C) -> Router {
+    crate::gateway::http::router(c.svc.clone()).merge(router(c))
+}

@@ -1,0 +1,328 @@
+//! What the console knows of each member cluster: its nodes (watched, so
+//! a node that goes NotReady shows at once), its version, addons and last
+//! end-to-end run (read every `refresh`: they change rarely), and since
+//! when it has not answered. A member that stops answering keeps its last
+//! figures and is marked stale; it is never shown as empty.
+//!
+//! ```text
+//! member API ─watch nodes─┐
+//!            ─read every refresh (version, addons, e2e results)─┤
+//!                                                   MemberSnapshot ─► console::build
+//!                                                   changes (a counter) ─► server-sent events
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::api::{Api, ListParams};
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use serde_json::Value;
+
+use crate::gateway::service::MemberCluster;
+use crate::views::cluster::{Addon, E2eCheck, E2eRun, Machine};
+use crate::views::Reach;
+
+/// One member as last seen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberSnapshot {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub reach: Reach,
+    pub version: Option<String>,
+    pub machines: Vec<Machine>,
+    pub addons: Vec<Addon>,
+    pub e2e: Option<E2eRun>,
+    pub drift_since: Option<DateTime<Utc>>,
+}
+
+impl MemberSnapshot {
+    fn new(name: &str, labels: &BTreeMap<String, String>) -> MemberSnapshot {
+        MemberSnapshot {
+            name: name.to_string(),
+            labels: labels.clone(),
+            reach: Reach::Stale { since: None, error: "not read yet".into() },
+            version: None,
+            machines: Vec::new(),
+            addons: Vec::new(),
+            e2e: None,
+            drift_since: None,
+        }
+    }
+
+    /// The same figures (when it was last seen aside).
+    fn same(&self, o: &MemberSnapshot) -> bool {
+        let reach = |r: &Reach| match r {
+            Reach::Live { .. } => None,
+            Reach::Stale { since, .. } => Some(*since),
+        };
+        reach(&self.reach) == reach(&o.reach)
+            && self.version == o.version
+            && self.machines == o.machines
+            && self.addons == o.addons
+            && self.e2e == o.e2e
+            && self.drift_since == o.drift_since
+    }
+}
+
+pub struct Observer {
+    members: RwLock<BTreeMap<String, MemberSnapshot>>,
+    changes: tokio::sync::watch::Sender<u64>,
+    tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        for t in self.tasks.lock().map(|mut t| std::mem::take(&mut *t)).unwrap_or_default() {
+            t.abort();
+        }
+    }
+}
+
+/// A node as the console shows it.
+pub fn machine(n: &Node) -> Machine {
+    let labels = n.metadata.labels.clone().unwrap_or_default();
+    let info = n.status.as_ref().and_then(|s| s.node_info.clone());
+    let ready =
+        n.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+    let is_ready = ready.is_some_and(|c| c.status == "True");
+    let reason = if is_ready {
+        None
+    } else {
+        Some(match ready {
+            Some(c) => format!(
+                "{}{}",
+                c.reason.clone().unwrap_or_else(|| "NotReady".into()),
+                c.message.as_ref().map(|m| format!(": {m}")).unwrap_or_default()
+            ),
+            None => "no Ready condition reported yet".into(),
+        })
+    };
+    let os_image = info.as_ref().map(|i| i.os_image.clone()).unwrap_or_default();
+    Machine {
+        name: n.metadata.name.clone().unwrap_or_default(),
+        group: labels.get("pinfleet.dev/instance-group").cloned().unwrap_or_else(|| "(no group)".into()),
+        role: if labels.contains_key("node-role.kubernetes.io/control-plane") { "control-plane" } else { "node" }
+            .into(),
+        image: labels.get("pinfleet.dev/image").cloned().unwrap_or_else(|| {
+            if os_image.is_empty() {
+                "unreported".into()
+            } else {
+                os_image.clone()
+            }
+        }),
+        os_image,
+        kernel: info.as_ref().map(|i| i.kernel_version.clone()).unwrap_or_default(),
+        kubelet: info.as_ref().map(|i| i.kubelet_version.clone()).unwrap_or_default(),
+        runtime: info.as_ref().map(|i| i.container_runtime_version.clone()).unwrap_or_default(),
+        created: n.metadata.creation_timestamp.as_ref().and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0)),
+        ready: is_ready,
+        reason,
+        unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+    }
+}
+
+/// The e2e results ConfigMap's report as the cluster view's run.
+pub fn e2e_run(data: &BTreeMap<String, String>) -> (Option<E2eRun>, Option<DateTime<Utc>>) {
+    let drift = data
+        .get(crate::e2e::DRIFT_SINCE_KEY)
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&Utc));
+    let Some(report) = data.get("report.json").and_then(|r| serde_json::from_str::<Value>(r).ok()) else {
+        return (None, drift);
+    };
+    let finished = data.get("metrics.prom").and_then(|m| {
+        m.lines()
+            .find(|l| l.starts_with("pinfleet_e2e_last_run_timestamp_seconds"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<i64>().ok())
+            .and_then(|s| DateTime::from_timestamp(s, 0))
+    });
+    let checks = report["checks"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .map(|c| E2eCheck {
+                    phase: c["phase"].as_str().unwrap_or_default().to_lowercase(),
+                    name: c["name"].as_str().unwrap_or_default().to_string(),
+                    result: c["result"].as_str().unwrap_or("unknown").to_string(),
+                    reason: c["reason"].as_str().map(str::to_string),
+                    objects: c["objects"]
+                        .as_array()
+                        .map(|o| o.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                        .unwrap_or_default(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    (Some(E2eRun { finished, seconds: report["seconds"].as_f64().unwrap_or(0.0), checks }), drift)
+}
+
+async fn addons(client: &kube::Client) -> kube::Result<Vec<Addon>> {
+    let lp = ListParams::default().labels(crate::kube::ADDON_LABEL);
+    let mut by: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
+    let key = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        let l = m.labels.clone().unwrap_or_default();
+        (
+            l.get(crate::kube::ADDON_LABEL).cloned().unwrap_or_default(),
+            l.get(crate::addons::render::VERSION_LABEL).cloned().unwrap_or_else(|| "-".into()),
+        )
+    };
+    for d in Api::<Deployment>::all(client.clone()).list(&lp).await? {
+        let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let ready = d.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
+        let e = by.entry(key(&d.metadata)).or_default();
+        e.0 += 1;
+        e.1 += usize::from(ready >= want);
+    }
+    for d in Api::<DaemonSet>::all(client.clone()).list(&lp).await? {
+        let st = d.status.unwrap_or_default();
+        let e = by.entry(key(&d.metadata)).or_default();
+        e.0 += 1;
+        e.1 += usize::from(st.number_ready >= st.desired_number_scheduled);
+    }
+    Ok(by.into_iter().map(|((name, version), (workloads, ready))| Addon { name, version, workloads, ready }).collect())
+}
+
+impl Observer {
+    /// Starts watching every member; figures arrive within a refresh.
+    pub fn start(members: &[MemberCluster], refresh: Duration) -> Arc<Observer> {
+        let (changes, _) = tokio::sync::watch::channel(0u64);
+        let o = Arc::new(Observer {
+            members: RwLock::new(
+                members.iter().map(|m| (m.name.clone(), MemberSnapshot::new(&m.name, &m.labels))).collect(),
+            ),
+            changes,
+            tasks: std::sync::Mutex::new(Vec::new()),
+        });
+        let mut tasks = Vec::new();
+        for m in members {
+            tasks.push(tokio::spawn(Self::watch_nodes(Arc::downgrade(&o), m.clone())));
+            tasks.push(tokio::spawn(Self::read_details(Arc::downgrade(&o), m.clone(), refresh)));
+        }
+        *o.tasks.lock().expect("the task list") = tasks;
+        o
+    }
+
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    pub fn snapshot(&self) -> Vec<MemberSnapshot> {
+        self.members.read().map(|m| m.values().cloned().collect()).unwrap_or_default()
+    }
+
+    pub fn member(&self, name: &str) -> Option<MemberSnapshot> {
+        self.members.read().ok().and_then(|m| m.get(name).cloned())
+    }
+
+    fn update(&self, name: &str, f: impl FnOnce(&mut MemberSnapshot)) {
+        let changed = {
+            let Ok(mut all) = self.members.write() else { return };
+            let Some(m) = all.get_mut(name) else { return };
+            let before = m.clone();
+            f(m);
+            !m.same(&before)
+        };
+        if changed {
+            self.changes.send_modify(|n| *n += 1);
+        }
+    }
+
+    fn answered(m: &mut MemberSnapshot) {
+        m.reach = Reach::Live { seen: Utc::now() };
+    }
+
+    fn failed(m: &mut MemberSnapshot, e: String) {
+        let since = match &m.reach {
+            Reach::Live { seen } => Some(*seen),
+            Reach::Stale { since, .. } => *since,
+        };
+        m.reach = Reach::Stale { since, error: e };
+    }
+
+    async fn watch_nodes(me: std::sync::Weak<Observer>, m: MemberCluster) {
+        let (reader, writer) = reflector::store::<Node>();
+        let stream =
+            reflector::reflector(writer, watcher(Api::<Node>::all(m.client.clone()), watcher::Config::default()))
+                .default_backoff();
+        let mut s = std::pin::pin!(stream);
+        // The store is whole once the first list is in (InitDone).
+        let mut listed = false;
+        while let Some(ev) = s.next().await {
+            let Some(o) = me.upgrade() else { return };
+            match ev {
+                Ok(watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                    listed |= matches!(ev, Ok(watcher::Event::InitDone));
+                    if listed {
+                        let mut machines: Vec<Machine> = reader.state().iter().map(|n| machine(n)).collect();
+                        machines.sort_by(|a, b| (&a.group, &a.name).cmp(&(&b.group, &b.name)));
+                        o.update(&m.name, |s| {
+                            s.machines = machines;
+                            Self::answered(s);
+                        });
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => o.update(&m.name, |s| Self::failed(s, format!("watching nodes: {e}"))),
+            }
+        }
+    }
+
+    async fn read_details(me: std::sync::Weak<Observer>, m: MemberCluster, refresh: Duration) {
+        loop {
+            let read = async {
+                let version = m.client.apiserver_version().await?.git_version;
+                let addons = addons(&m.client).await?;
+                let cm = Api::<ConfigMap>::namespaced(m.client.clone(), crate::controller::SYSTEM_NAMESPACE)
+                    .get_opt(crate::e2e::RESULTS_CONFIGMAP)
+                    .await?;
+                let (e2e, drift) = cm.and_then(|c| c.data).map(|d| e2e_run(&d)).unwrap_or((None, None));
+                Ok::<_, kube::Error>((version, addons, e2e, drift))
+            };
+            let r = tokio::time::timeout(Duration::from_secs(5), read).await;
+            let Some(o) = me.upgrade() else { return };
+            match r {
+                Ok(Ok((version, addons, e2e, drift))) => o.update(&m.name, |s| {
+                    s.version = Some(version);
+                    s.addons = addons;
+                    s.e2e = e2e;
+                    s.drift_since = drift;
+                    Self::answered(s);
+                }),
+                Ok(Err(e)) => o.update(&m.name, |s| Self::failed(s, e.to_string())),
+                Err(_) => o.update(&m.name, |s| Self::failed(s, "no answer within 5 s".into())),
+            }
+            drop(o);
+            tokio::time::sleep(refresh).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_e2e_results_configmap_reads_as_a_run() {
+        let data = BTreeMap::from([
+            ("report.json".to_string(), r#"{"cluster":"east","seconds":12.5,"checks":[{"phase":"Cluster","name":"nodes-ready","seconds":0.1,"result":"fail","reason":"1 node not Ready","objects":["n1"]},{"phase":"Smoke","name":"dns","seconds":0.2,"result":"pass"}]}"#.to_string()),
+            ("metrics.prom".to_string(), "# HELP x\npinfleet_e2e_last_run_timestamp_seconds{cluster=\"east\"} 1764000000\n".to_string()),
+            ("drift-since".to_string(), "2026-11-24T09:00:00+00:00".to_string()),
+        ]);
+        let (run, drift) = e2e_run(&data);
+        let run = run.expect("a run");
+        assert_eq!(run.seconds, 12.5);
+        assert_eq!(run.finished, DateTime::from_timestamp(1_764_000_000, 0));
+        assert_eq!(run.checks.len(), 2);
+        assert_eq!(run.checks[0].result, "fail");
+        assert_eq!(run.checks[0].phase, "cluster");
+        assert_eq!(run.checks[0].objects, vec!["n1".to_string()]);
+        assert_eq!(drift, Some("2026-11-24T09:00:00Z".parse().unwrap()));
+        assert_eq!(e2e_run(&BTreeMap::new()), (None, None), "no run recorded");
+    }
+}

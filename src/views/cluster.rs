@@ -1,0 +1,395 @@
+//! One cluster: its groups and machines (image, kubelet, age, health), its
+//! addons with their versions, the checks of its last end-to-end run with
+//! their reasons, and the workloads placed on it.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::html::{self, esc, seg};
+use super::{age, text, Reach, Status, Tone, Viewer};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterView {
+    pub viewer: Viewer,
+    pub at: DateTime<Utc>,
+    pub name: String,
+    pub reach: Reach,
+    pub version: Option<String>,
+    pub machines: Vec<Machine>,
+    pub addons: Vec<Addon>,
+    pub e2e: Option<E2eRun>,
+    pub drift: Status,
+    pub workloads: Vec<PlacedPart>,
+}
+
+/// A node as it reports itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Machine {
+    pub name: String,
+    pub group: String,
+    pub role: String,
+    /// The machine image (AMI) when the node names it, else its OS image.
+    pub image: String,
+    pub os_image: String,
+    pub kernel: String,
+    pub kubelet: String,
+    pub runtime: String,
+    pub created: Option<DateTime<Utc>>,
+    pub ready: bool,
+    /// Why it is not ready, or cordoned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub unschedulable: bool,
+}
+
+impl Machine {
+    pub fn health(&self) -> Status {
+        match (self.ready, self.unschedulable) {
+            (true, false) => Status::new(Tone::Ok, "Ready"),
+            (true, true) => {
+                Status::new(Tone::Warn, "Ready, cordoned").because("unschedulable: being drained or replaced")
+            }
+            (false, _) => Status::new(Tone::Bad, "NotReady")
+                .because(self.reason.clone().unwrap_or_else(|| "the kubelet reports no reason".into())),
+        }
+    }
+}
+
+/// An addon as installed: its objects carry its name and version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Addon {
+    pub name: String,
+    pub version: String,
+    /// Workloads of the addon (Deployments and DaemonSets) and how many are ready.
+    pub workloads: usize,
+    pub ready: usize,
+}
+
+/// The last end-to-end run, as the cluster recorded it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct E2eRun {
+    pub finished: Option<DateTime<Utc>>,
+    pub seconds: f64,
+    pub checks: Vec<E2eCheck>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct E2eCheck {
+    pub phase: String,
+    pub name: String,
+    /// pass, warn, fail, skip.
+    pub result: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<String>,
+}
+
+impl E2eCheck {
+    pub fn anchor(&self) -> String {
+        let s: String = format!("{}-{}", self.phase, self.name)
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        format!("check-{s}")
+    }
+
+    pub fn status(&self) -> Status {
+        let tone = match self.result.as_str() {
+            "pass" => Tone::Ok,
+            "warn" => Tone::Warn,
+            "fail" => Tone::Bad,
+            _ => Tone::Unknown,
+        };
+        let s = Status::new(tone, self.result.clone());
+        match &self.reason {
+            Some(r) => s.because(r.clone()),
+            None => s,
+        }
+    }
+}
+
+impl E2eRun {
+    /// The run in one status, linking to the first check that failed.
+    pub fn status(&self, cluster: &str) -> Status {
+        let fails: Vec<&E2eCheck> = self.checks.iter().filter(|c| c.result == "fail").collect();
+        let warns = self.checks.iter().filter(|c| c.result == "warn").count();
+        let when = self.finished.map(|t| format!(" at {}", t.format("%Y-%m-%d %H:%M UTC"))).unwrap_or_default();
+        let base = format!("/clusters/{}", seg(cluster));
+        match fails.first() {
+            Some(first) => Status::new(Tone::Bad, format!("{} failed", fails.len()))
+                .because(format!("{}: {}{when}", first.name, first.reason.clone().unwrap_or_default()))
+                .at(format!("{base}#{}", first.anchor())),
+            None if warns > 0 => Status::new(Tone::Warn, format!("passed, {warns} warnings"))
+                .because(format!("ran{when}"))
+                .at(format!("{base}#e2e")),
+            None => Status::new(Tone::Ok, "passed").because(format!("ran{when}")).at(format!("{base}#e2e")),
+        }
+    }
+}
+
+/// A workload's part on this cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacedPart {
+    pub team: String,
+    pub id: String,
+    pub workload: String,
+    pub replicas: u32,
+    pub state: String,
+}
+
+impl ClusterView {
+    fn e2e_rows(&self) -> Vec<&E2eCheck> {
+        self.e2e.as_ref().map(|r| r.checks.iter().collect()).unwrap_or_default()
+    }
+
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "cluster {}: {} · Kubernetes {} · drift: {}\n",
+            self.name,
+            self.reach.status().text(),
+            self.version.as_deref().unwrap_or("-"),
+            self.drift.text()
+        );
+        let rows: Vec<Vec<String>> = self
+            .machines
+            .iter()
+            .map(|m| {
+                vec![
+                    m.name.clone(),
+                    m.group.clone(),
+                    m.image.clone(),
+                    m.kernel.clone(),
+                    m.kubelet.clone(),
+                    m.created.map(|c| age((self.at - c).num_seconds())).unwrap_or_else(|| "-".into()),
+                    m.health().text(),
+                ]
+            })
+            .collect();
+        out.push_str(&text::table(&["MACHINE", "GROUP", "IMAGE", "KERNEL", "KUBELET", "AGE", "HEALTH"], &rows));
+        let rows: Vec<Vec<String>> = self
+            .addons
+            .iter()
+            .map(|a| vec![a.name.clone(), a.version.clone(), format!("{}/{}", a.ready, a.workloads)])
+            .collect();
+        out.push('\n');
+        out.push_str(&text::table(&["ADDON", "VERSION", "READY"], &rows));
+        out.push('\n');
+        match &self.e2e {
+            None => out.push_str("no end-to-end run recorded\n"),
+            Some(r) => {
+                let _ = writeln!(out, "last end-to-end run: {}", r.status(&self.name).text());
+                let rows: Vec<Vec<String>> =
+                    self.e2e_rows().iter().map(|c| vec![c.phase.clone(), c.name.clone(), c.status().text()]).collect();
+                out.push_str(&text::table(&["PHASE", "CHECK", "RESULT"], &rows));
+            }
+        }
+        out
+    }
+
+    pub fn html_body(&self) -> String {
+        let mut out = String::new();
+        let _ = write!(out, "<h1>Cluster {}</h1>", esc(&self.name));
+        if let Reach::Stale { .. } = &self.reach {
+            let _ = write!(
+                out,
+                "<p class=\"stale-note\">{} — the figures below are the last ones seen.</p>",
+                html::badge(&self.reach.status())
+            );
+        }
+        out.push_str(&html::facts(&[
+            ("Reachable", html::badge(&self.reach.status())),
+            ("Kubernetes", esc(self.version.as_deref().unwrap_or("-"))),
+            ("Machines", self.machines.len().to_string()),
+            ("Drift", html::badge(&self.drift)),
+            (
+                "Last e2e run",
+                self.e2e.as_ref().map(|r| html::badge(&r.status(&self.name))).unwrap_or_else(|| "none recorded".into()),
+            ),
+        ]));
+        out.push_str("<h2 id=\"machines\">Groups and machines</h2>");
+        let rows: Vec<Vec<String>> = self
+            .machines
+            .iter()
+            .map(|m| {
+                vec![
+                    esc(&m.name),
+                    esc(&m.group),
+                    esc(&m.role),
+                    esc(&m.image),
+                    esc(&m.kernel),
+                    esc(&m.kubelet),
+                    m.created.map(|c| age((self.at - c).num_seconds())).unwrap_or_else(|| "-".into()),
+                    html::badge(&m.health()),
+                ]
+            })
+            .collect();
+        out.push_str(&html::table(
+            "Machines by group",
+            &["Machine", "Group", "Role", "Image", "Kernel", "Kubelet", "Age", "Health"],
+            &rows,
+            "machines-table",
+        ));
+        out.push_str("<h2 id=\"addons\">Addons</h2>");
+        let rows: Vec<Vec<String>> = self
+            .addons
+            .iter()
+            .map(|a| {
+                let st = if a.ready == a.workloads {
+                    Status::new(Tone::Ok, format!("{}/{} ready", a.ready, a.workloads))
+                } else {
+                    Status::new(Tone::Warn, format!("{}/{} ready", a.ready, a.workloads))
+                };
+                vec![esc(&a.name), esc(&a.version), html::badge(&st)]
+            })
+            .collect();
+        out.push_str(&html::table("Installed addons", &["Addon", "Version", "Workloads"], &rows, "addons-table"));
+        out.push_str("<h2 id=\"e2e\">Last end-to-end run</h2>");
+        match &self.e2e {
+            None => out.push_str("<p>No end-to-end run recorded on this cluster.</p>"),
+            Some(r) => {
+                let _ = write!(out, "<p>{} in {:.1} s</p>", html::badge(&r.status(&self.name)), r.seconds);
+                let mut rows = Vec::new();
+                for c in &r.checks {
+                    let objects = if c.objects.is_empty() {
+                        String::new()
+                    } else {
+                        format!("<br><span class=\"why\">{}</span>", esc(&c.objects.join(", ")))
+                    };
+                    rows.push(vec![
+                        format!("<span id=\"{}\">{}</span>", c.anchor(), esc(&c.name)),
+                        esc(&c.phase),
+                        format!("{}{objects}", html::badge(&c.status())),
+                    ]);
+                }
+                out.push_str(&html::table("Checks", &["Check", "Phase", "Result and reason"], &rows, "e2e-table"));
+            }
+        }
+        out.push_str("<h2 id=\"workloads\">Workloads placed here</h2>");
+        let rows: Vec<Vec<String>> = self
+            .workloads
+            .iter()
+            .map(|p| {
+                vec![
+                    format!("<a href=\"/workloads/{}/{}\">{}</a>", seg(&p.team), seg(&p.id), esc(&p.workload)),
+                    esc(&p.team),
+                    p.replicas.to_string(),
+                    esc(&p.state),
+                ]
+            })
+            .collect();
+        out.push_str(&html::table("Workload parts", &["Workload", "Team", "Replicas", "State"], &rows, "parts-table"));
+        out
+    }
+
+    pub fn html(&self) -> String {
+        html::page(
+            &format!("Cluster {}", self.name),
+            &format!("/clusters/{}", seg(&self.name)),
+            &self.viewer,
+            &self.html_body(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::views::fleet::tests::{at, viewer};
+
+    fn cluster() -> ClusterView {
+        ClusterView {
+            viewer: viewer(),
+            at: at(),
+            name: "east".into(),
+            reach: Reach::Live { seen: at() },
+            version: Some("v1.36.2".into()),
+            machines: vec![
+                Machine {
+                    name: "east-cp-0".into(),
+                    group: "control-plane".into(),
+                    role: "control-plane".into(),
+                    image: "ami-0abc".into(),
+                    os_image: "Ubuntu 24.04".into(),
+                    kernel: "6.8.0-1012-aws".into(),
+                    kubelet: "v1.36.2".into(),
+                    runtime: "containerd://2.1".into(),
+                    created: Some(at() - chrono::Duration::hours(50)),
+                    ready: true,
+                    reason: None,
+                    unschedulable: false,
+                },
+                Machine {
+                    name: "east-nodes-1".into(),
+                    group: "nodes".into(),
+                    role: "node".into(),
+                    image: "ami-0abc".into(),
+                    kernel: "6.8.0-1012-aws".into(),
+                    kubelet: "v1.36.2".into(),
+                    created: Some(at() - chrono::Duration::minutes(7)),
+                    ready: false,
+                    reason: Some("KubeletNotReady: container runtime network not ready".into()),
+                    ..Default::default()
+                },
+            ],
+            addons: vec![Addon { name: "cilium".into(), version: "1.18.2".into(), workloads: 2, ready: 2 }],
+            e2e: Some(E2eRun {
+                finished: Some(at()),
+                seconds: 41.2,
+                checks: vec![
+                    E2eCheck {
+                        phase: "cluster".into(),
+                        name: "nodes-ready".into(),
+                        result: "fail".into(),
+                        reason: Some("1 node not Ready".into()),
+                        objects: vec!["east-nodes-1".into()],
+                    },
+                    E2eCheck {
+                        phase: "smoke".into(),
+                        name: "dns".into(),
+                        result: "pass".into(),
+                        reason: None,
+                        objects: vec![],
+                    },
+                ],
+            }),
+            drift: Status::new(Tone::Warn, "drifted").because("addons: 1 object since 2026-11-24 09:00 UTC"),
+            workloads: vec![PlacedPart {
+                team: "search".into(),
+                id: "web-1".into(),
+                workload: "web".into(),
+                replicas: 2,
+                state: "Ready".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_cluster_as_text() {
+        insta::assert_snapshot!(cluster().text());
+    }
+
+    #[test]
+    fn a_cluster_as_html() {
+        insta::assert_snapshot!(cluster().html_body());
+    }
+
+    #[test]
+    fn a_failed_run_links_to_its_first_failed_check() {
+        let s = cluster().e2e.unwrap().status("east");
+        assert_eq!(s.tone, Tone::Bad);
+        assert_eq!(s.link.as_deref(), Some("/clusters/east#check-cluster-nodes-ready"));
+        assert!(
+            cluster().html_body().contains("id=\"check-cluster-nodes-ready\""),
+            "the anchor the link leads to exists"
+        );
+    }
+}

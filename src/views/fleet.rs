@@ -1,0 +1,205 @@
+//! The fleet at a glance: every member cluster with its labels, Kubernetes
+//! version, image per group, nodes, last end-to-end run, drift, and
+//! whether the figures are live or kept from when it last answered.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::html::{self, esc, seg};
+use super::{text, Reach, Status, Viewer};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetView {
+    pub viewer: Viewer,
+    pub at: DateTime<Utc>,
+    pub clusters: Vec<ClusterRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterRow {
+    pub name: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    pub reach: Reach,
+    pub version: Option<String>,
+    /// Each instance group: its nodes and the images they run.
+    pub groups: Vec<GroupImages>,
+    pub nodes: usize,
+    pub ready: usize,
+    pub e2e: Status,
+    pub drift: Status,
+    /// Parts of admitted workloads placed here.
+    pub workloads: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupImages {
+    pub group: String,
+    /// Image (the node's OS image, or its machine image) → nodes running it.
+    pub images: BTreeMap<String, usize>,
+}
+
+impl GroupImages {
+    pub fn summary(&self) -> String {
+        let parts: Vec<String> = self
+            .images
+            .iter()
+            .map(|(i, n)| if self.images.len() == 1 { i.clone() } else { format!("{i} ×{n}") })
+            .collect();
+        format!("{}: {}", self.group, parts.join(", "))
+    }
+}
+
+impl ClusterRow {
+    pub fn nodes_status(&self) -> Status {
+        let tone = if self.nodes == 0 {
+            super::Tone::Unknown
+        } else if self.ready == self.nodes {
+            super::Tone::Ok
+        } else {
+            super::Tone::Warn
+        };
+        Status::new(tone, format!("{}/{} ready", self.ready, self.nodes))
+    }
+
+    fn labels_text(&self) -> String {
+        self.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    }
+}
+
+impl FleetView {
+    pub fn text(&self) -> String {
+        let rows: Vec<Vec<String>> = self
+            .clusters
+            .iter()
+            .map(|c| {
+                vec![
+                    c.name.clone(),
+                    c.reach.status().text(),
+                    c.version.clone().unwrap_or_else(|| "-".into()),
+                    format!("{}/{}", c.ready, c.nodes),
+                    c.groups.iter().map(GroupImages::summary).collect::<Vec<_>>().join("; "),
+                    c.e2e.text(),
+                    c.drift.text(),
+                    c.workloads.to_string(),
+                    c.labels_text(),
+                ]
+            })
+            .collect();
+        text::table(&["CLUSTER", "REACH", "VERSION", "READY", "IMAGES", "E2E", "DRIFT", "WORKLOADS", "LABELS"], &rows)
+    }
+
+    pub fn html_body(&self) -> String {
+        let mut out = String::with_capacity(512 * self.clusters.len() + 1024);
+        let stale = self.clusters.iter().filter(|c| c.reach.stale()).count();
+        let _ = write!(out, "<h1>Fleet</h1>");
+        let summary = vec![
+            ("Clusters", self.clusters.len().to_string()),
+            ("Nodes ready", {
+                let (r, n) = self.clusters.iter().fold((0, 0), |(r, n), c| (r + c.ready, n + c.nodes));
+                format!("{r} of {n}")
+            }),
+            ("Not answering", stale.to_string()),
+            ("As of", self.at.format("%Y-%m-%d %H:%M:%S UTC").to_string()),
+        ];
+        out.push_str(&html::facts(&summary));
+        let rows: Vec<Vec<String>> = self
+            .clusters
+            .iter()
+            .map(|c| {
+                vec![
+                    format!("<a href=\"/clusters/{}\">{}</a>", seg(&c.name), esc(&c.name)),
+                    html::badge(&c.reach.status()),
+                    esc(c.version.as_deref().unwrap_or("-")),
+                    html::badge(&c.nodes_status()),
+                    c.groups.iter().map(|g| esc(&g.summary())).collect::<Vec<_>>().join("<br>"),
+                    html::badge(&c.e2e),
+                    html::badge(&c.drift),
+                    c.workloads.to_string(),
+                    esc(&c.labels_text()),
+                ]
+            })
+            .collect();
+        out.push_str(&html::table(
+            "Member clusters",
+            &[
+                "Cluster",
+                "Reachable",
+                "Kubernetes",
+                "Nodes",
+                "Images by group",
+                "Last e2e run",
+                "Drift",
+                "Workloads",
+                "Labels",
+            ],
+            &rows,
+            "clusters",
+        ));
+        out
+    }
+
+    pub fn html(&self) -> String {
+        html::page("Fleet", "/", &self.viewer, &self.html_body())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::views::Tone;
+
+    pub(crate) fn at() -> DateTime<Utc> {
+        "2026-11-24T12:00:00Z".parse().unwrap()
+    }
+
+    pub(crate) fn viewer() -> Viewer {
+        Viewer { user: "alice".into(), teams: vec!["search".into()], via: "oidc".into(), admin: false }
+    }
+
+    pub(crate) fn fleet() -> FleetView {
+        let row = |name: &str, reach: Reach, kernel: &str| ClusterRow {
+            name: name.into(),
+            labels: BTreeMap::from([("stage".into(), "prod".into())]),
+            reach,
+            version: Some("v1.36.2".into()),
+            groups: vec![GroupImages { group: "nodes".into(), images: BTreeMap::from([(kernel.to_string(), 3)]) }],
+            nodes: 4,
+            ready: 3,
+            e2e: Status::new(Tone::Ok, "passed").at(format!("/clusters/{name}#e2e")),
+            drift: Status::new(Tone::Ok, "in sync"),
+            workloads: 2,
+        };
+        FleetView {
+            viewer: viewer(),
+            at: at(),
+            clusters: vec![
+                row("east", Reach::Live { seen: at() }, "Ubuntu 24.04"),
+                row("west", Reach::Stale { since: Some(at()), error: "connection refused".into() }, "Ubuntu <24.10>"),
+            ],
+        }
+    }
+
+    #[test]
+    fn the_fleet_as_text() {
+        insta::assert_snapshot!(fleet().text());
+    }
+
+    #[test]
+    fn the_fleet_as_html() {
+        insta::assert_snapshot!(fleet().html());
+    }
+
+    #[test]
+    fn a_view_reads_back_what_it_wrote() {
+        let v = fleet();
+        let back: FleetView = serde_json::from_value(serde_json::to_value(&v).unwrap()).unwrap();
+        assert_eq!(back, v);
+    }
+}

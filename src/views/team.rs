@@ -1,0 +1,353 @@
+//! A team: its quota per tier (guaranteed, maximum, used, borrowed), its
+//! admitted work, and its queue with each waiting workload's position,
+//! estimated start and the reason it waits.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::html::{self, esc, seg};
+use super::{age, text, Status, Tone, Viewer};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TeamView {
+    pub viewer: Viewer,
+    pub at: DateTime<Utc>,
+    pub team: String,
+    pub cohort: String,
+    /// None: the team has no quota (nothing it submits is admitted), or its record does not resolve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_problem: Option<String>,
+    pub tiers: Vec<TierRow>,
+    pub workloads: u64,
+    pub max_workloads: Option<u64>,
+    pub pods_per_minute: Option<u64>,
+    pub queue: Vec<Queued>,
+    pub admitted: Vec<WorkloadRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TierRow {
+    pub tier: String,
+    pub guaranteed: String,
+    pub max: String,
+    pub used: String,
+    pub borrowed: String,
+    /// Borrowing beyond the guarantee (work above it is the first to yield).
+    pub borrowing: bool,
+}
+
+/// Why a workload waits: which limit, which resource, by how much, and
+/// what would unblock it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Why {
+    /// quota, cohort, reclaim, fleet, workloads, rate.
+    pub kind: String,
+    pub quota: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    pub requested: String,
+    pub used: String,
+    pub limit: String,
+    pub short: String,
+    pub message: String,
+    pub unblock: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Queued {
+    pub id: String,
+    pub workload: String,
+    pub kind: String,
+    pub tier: String,
+    pub priority: i32,
+    pub demand: String,
+    /// 1-based, in the team's queue.
+    pub position: usize,
+    pub ahead_in_fleet: usize,
+    /// Expected start: earliest and latest; none when it waits on work with no expected end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<(DateTime<Utc>, DateTime<Utc>)>,
+    pub why: Why,
+}
+
+impl Queued {
+    pub fn link(&self, team: &str) -> String {
+        format!("/workloads/{}/{}", seg(team), seg(&self.id))
+    }
+
+    pub fn estimate_text(&self, now: DateTime<Utc>) -> String {
+        match self.estimate {
+            None => "unknown (waits on work with no expected end)".into(),
+            Some((a, b)) => {
+                let ina = age((a - now).num_seconds());
+                let inb = age((b - now).num_seconds());
+                if ina == inb {
+                    format!("in ~{ina} ({})", a.format("%H:%M UTC"))
+                } else {
+                    format!("in {ina}–{inb} ({}–{})", a.format("%H:%M"), b.format("%H:%M UTC"))
+                }
+            }
+        }
+    }
+
+    pub fn status(&self, team: &str) -> Status {
+        Status::new(Tone::Progress, format!("queued #{}", self.position))
+            .because(self.why.message.clone())
+            .at(format!("{}#why", self.link(team)))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadRow {
+    pub id: String,
+    pub workload: String,
+    pub kind: String,
+    pub tier: String,
+    pub demand: String,
+    pub phase: Status,
+    pub clusters: Vec<String>,
+    pub since: Option<DateTime<Utc>>,
+}
+
+impl TeamView {
+    pub fn text(&self) -> String {
+        let mut out = format!("team {} (cohort {})\n", self.team, self.cohort);
+        if let Some(p) = &self.quota_problem {
+            let _ = writeln!(out, "quota: {p}");
+        }
+        let rows: Vec<Vec<String>> = self
+            .tiers
+            .iter()
+            .map(|t| vec![t.tier.clone(), t.guaranteed.clone(), t.max.clone(), t.used.clone(), t.borrowed.clone()])
+            .collect();
+        out.push_str(&text::table(&["TIER", "GUARANTEED", "MAX", "USED", "BORROWED"], &rows));
+        let _ = writeln!(
+            out,
+            "workloads {}/{} · creation rate {}\n",
+            self.workloads,
+            self.max_workloads.map(|m| m.to_string()).unwrap_or_else(|| "∞".into()),
+            self.pods_per_minute.map(|p| format!("{p} pods/min")).unwrap_or_else(|| "unlimited".into())
+        );
+        let rows: Vec<Vec<String>> = self
+            .queue
+            .iter()
+            .map(|q| {
+                vec![
+                    q.position.to_string(),
+                    q.id.clone(),
+                    q.tier.clone(),
+                    q.demand.clone(),
+                    q.estimate_text(self.at),
+                    format!("{} — {}", q.why.message, q.why.unblock),
+                ]
+            })
+            .collect();
+        out.push_str(&text::table(&["#", "ID", "TIER", "DEMAND", "STARTS", "WHY NOT ADMITTED"], &rows));
+        out.push('\n');
+        let rows: Vec<Vec<String>> = self
+            .admitted
+            .iter()
+            .map(|w| vec![w.id.clone(), w.kind.clone(), w.tier.clone(), w.phase.text(), w.clusters.join(",")])
+            .collect();
+        out.push_str(&text::table(&["ID", "KIND", "TIER", "PHASE", "CLUSTERS"], &rows));
+        out
+    }
+
+    pub fn html_body(&self) -> String {
+        let mut out = String::with_capacity(600 * (self.queue.len() + self.admitted.len()) + 2048);
+        let _ = write!(out, "<h1>Team {}</h1>", esc(&self.team));
+        if let Some(p) = &self.quota_problem {
+            let _ = write!(
+                out,
+                "<p class=\"stale-note\">{}</p>",
+                html::badge(&Status::new(Tone::Bad, "no usable quota").because(p.clone()))
+            );
+        }
+        out.push_str(&html::facts(&[
+            ("Cohort", esc(&self.cohort)),
+            (
+                "Workloads",
+                format!(
+                    "{} of {}",
+                    self.workloads,
+                    self.max_workloads.map(|m| m.to_string()).unwrap_or_else(|| "no cap".into())
+                ),
+            ),
+            (
+                "Creation rate",
+                self.pods_per_minute.map(|p| format!("{p} pods per minute")).unwrap_or_else(|| "unlimited".into()),
+            ),
+            ("Waiting", self.queue.len().to_string()),
+        ]));
+        out.push_str("<h2 id=\"quota\">Quota</h2>");
+        let rows: Vec<Vec<String>> = self
+            .tiers
+            .iter()
+            .map(|t| {
+                let used = if t.borrowing {
+                    html::badge(&Status::new(Tone::Warn, t.used.clone()).because("borrowing beyond the guarantee"))
+                } else {
+                    esc(&t.used)
+                };
+                vec![esc(&t.tier), esc(&t.guaranteed), esc(&t.max), used, esc(&t.borrowed)]
+            })
+            .collect();
+        out.push_str(&html::table(
+            "Quota per tier",
+            &["Tier", "Guaranteed", "Maximum", "Used", "Borrowed"],
+            &rows,
+            "quota-table",
+        ));
+        out.push_str("<h2 id=\"queue\">Queue</h2>");
+        let rows: Vec<Vec<String>> = self
+            .queue
+            .iter()
+            .map(|q| {
+                vec![
+                    q.position.to_string(),
+                    format!("<a href=\"{}\">{}</a>", q.link(&self.team), esc(&q.id)),
+                    esc(&q.tier),
+                    q.priority.to_string(),
+                    esc(&q.demand),
+                    esc(&q.estimate_text(self.at)),
+                    format!(
+                        "<a href=\"{}#why\">{}</a><br><span class=\"why\">{}</span>",
+                        q.link(&self.team),
+                        esc(&q.why.message),
+                        esc(&q.why.unblock)
+                    ),
+                ]
+            })
+            .collect();
+        out.push_str(&html::table(
+            "Waiting, in the order they will be admitted",
+            &["Position", "Submission", "Tier", "Priority", "Demand", "Expected start", "Why it waits"],
+            &rows,
+            "queue-table",
+        ));
+        out.push_str("<h2 id=\"admitted\">Admitted</h2>");
+        let rows: Vec<Vec<String>> = self
+            .admitted
+            .iter()
+            .map(|w| {
+                vec![
+                    format!("<a href=\"/workloads/{}/{}\">{}</a>", seg(&self.team), seg(&w.id), esc(&w.id)),
+                    esc(&w.kind),
+                    esc(&w.tier),
+                    esc(&w.demand),
+                    html::badge(&w.phase),
+                    w.clusters
+                        .iter()
+                        .map(|c| format!("<a href=\"/clusters/{}\">{}</a>", seg(c), esc(c)))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    w.since.map(|s| age((self.at - s).num_seconds())).unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect();
+        out.push_str(&html::table(
+            "Admitted and running",
+            &["Submission", "Kind", "Tier", "Demand", "Phase", "Clusters", "Age"],
+            &rows,
+            "admitted-table",
+        ));
+        out
+    }
+
+    pub fn html(&self) -> String {
+        html::page(
+            &format!("Team {}", self.team),
+            &format!("/teams/{}", seg(&self.team)),
+            &self.viewer,
+            &self.html_body(),
+        )
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::views::fleet::tests::{at, viewer};
+
+    pub(crate) fn why() -> Why {
+        Why {
+            kind: "quota".into(),
+            quota: "search/OnDemand max".into(),
+            resource: Some("cpu".into()),
+            requested: "800m".into(),
+            used: "500m".into(),
+            limit: "1".into(),
+            short: "300m".into(),
+            message: "search/OnDemand max: cpu 800m requested, 500m of 1 used, 300m short".into(),
+            unblock: "when search's admitted OnDemand work releases 300m cpu (or the quota is raised)".into(),
+        }
+    }
+
+    pub(crate) fn team() -> TeamView {
+        TeamView {
+            viewer: viewer(),
+            at: at(),
+            team: "search".into(),
+            cohort: "search".into(),
+            quota_problem: None,
+            tiers: vec![TierRow {
+                tier: "OnDemand".into(),
+                guaranteed: "cpu 1, memory 4Gi, pods 10".into(),
+                max: "cpu 1, memory 4Gi, pods 10".into(),
+                used: "cpu 500m, memory 256Mi, pods 2".into(),
+                borrowed: "cpu 0, memory 0, pods 0".into(),
+                borrowing: false,
+            }],
+            workloads: 1,
+            max_workloads: Some(5),
+            pods_per_minute: None,
+            queue: vec![Queued {
+                id: "reindex-1".into(),
+                workload: "reindex".into(),
+                kind: "PinterestJobSet".into(),
+                tier: "OnDemand".into(),
+                priority: 0,
+                demand: "cpu 800m, memory 256Mi, pods 1".into(),
+                position: 1,
+                ahead_in_fleet: 0,
+                estimate: Some((at() + chrono::Duration::minutes(20), at() + chrono::Duration::minutes(40))),
+                why: why(),
+            }],
+            admitted: vec![WorkloadRow {
+                id: "web-1".into(),
+                workload: "web".into(),
+                kind: "PinterestService".into(),
+                tier: "OnDemand".into(),
+                demand: "cpu 500m, memory 256Mi, pods 2".into(),
+                phase: Status::new(Tone::Ok, "Running"),
+                clusters: vec!["east".into(), "west".into()],
+                since: Some(at() - chrono::Duration::minutes(3)),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_team_as_text() {
+        insta::assert_snapshot!(team().text());
+    }
+
+    #[test]
+    fn a_team_as_html() {
+        insta::assert_snapshot!(team().html_body());
+    }
+
+    #[test]
+    fn a_waiting_workload_links_to_its_reason() {
+        let t = team();
+        let s = t.queue[0].status(&t.team);
+        assert_eq!(s.link.as_deref(), Some("/workloads/search/reindex-1#why"));
+        assert!(t.html_body().contains("href=\"/workloads/search/reindex-1#why\""));
+    }
+}

@@ -1,0 +1,319 @@
+//! One submitted workload: what was submitted, what the controller made of
+//! it on each cluster (injected containers marked), where it was placed and
+//! why, its status per cluster, why it waits, and the latency of each stage.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::html::{self, esc, seg};
+use super::team::Why;
+use super::{text, Status, Viewer};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadView {
+    pub viewer: Viewer,
+    pub at: DateTime<Utc>,
+    pub team: String,
+    pub id: String,
+    pub kind: String,
+    pub workload: String,
+    pub tier: String,
+    pub priority: i32,
+    pub submitted_by: String,
+    pub artifact: String,
+    pub demand: String,
+    pub phase: Status,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
+    pub placement: Vec<Part>,
+    /// accepted → admitted → placed → pods created, seconds from the stage before.
+    pub latency: Vec<Stage>,
+    /// The submitted object, as YAML.
+    pub submitted: String,
+    /// What the controller made of it, per cluster.
+    pub made: Vec<Made>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Waiting {
+    pub position: usize,
+    pub estimate: String,
+    pub why: Why,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Part {
+    pub cluster: String,
+    pub replicas: u32,
+    /// Why the placement put this many here.
+    pub reason: String,
+    pub state: Status,
+    pub ready: Option<i32>,
+    pub observed_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Stage {
+    pub stage: String,
+    pub at: Option<DateTime<Utc>>,
+    pub seconds: Option<f64>,
+}
+
+/// A child object on one cluster and its pod template's containers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Made {
+    pub cluster: String,
+    pub kind: String,
+    pub name: String,
+    pub containers: Vec<Container>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Container {
+    pub name: String,
+    pub image: String,
+    pub init: bool,
+    /// Not in what was submitted: the platform's runtime support.
+    pub injected: bool,
+}
+
+impl WorkloadView {
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "{}/{}: {} {} ({}, priority {}) by {}\nartifact {}\ndemand {}\nphase {}\n",
+            self.team,
+            self.id,
+            self.kind,
+            self.workload,
+            self.tier,
+            self.priority,
+            self.submitted_by,
+            self.artifact,
+            self.demand,
+            self.phase.text()
+        );
+        if let Some(w) = &self.waiting {
+            let _ = writeln!(
+                out,
+                "queued #{}; expected start {}\nwhy: {}\nunblocks: {}",
+                w.position, w.estimate, w.why.message, w.why.unblock
+            );
+        }
+        let rows: Vec<Vec<String>> = self
+            .placement
+            .iter()
+            .map(|p| {
+                vec![
+                    p.cluster.clone(),
+                    p.replicas.to_string(),
+                    p.ready.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
+                    p.state.text(),
+                    p.reason.clone(),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&text::table(&["CLUSTER", "REPLICAS", "READY", "STATE", "WHY HERE"], &rows));
+        let rows: Vec<Vec<String>> = self
+            .latency
+            .iter()
+            .map(|s| vec![s.stage.clone(), s.seconds.map(|x| format!("{x:.3}s")).unwrap_or_else(|| "-".into())])
+            .collect();
+        out.push('\n');
+        out.push_str(&text::table(&["STAGE", "AFTER THE STAGE BEFORE"], &rows));
+        for m in &self.made {
+            let _ = writeln!(out, "\n{} {} on {}:", m.kind, m.name, m.cluster);
+            let rows: Vec<Vec<String>> = m
+                .containers
+                .iter()
+                .map(|c| {
+                    vec![
+                        c.name.clone(),
+                        if c.init { "init".into() } else { "container".into() },
+                        c.image.clone(),
+                        if c.injected { "injected by the platform".into() } else { "submitted".into() },
+                    ]
+                })
+                .collect();
+            out.push_str(&text::table(&["CONTAINER", "TYPE", "IMAGE", "FROM"], &rows));
+        }
+        out
+    }
+
+    pub fn html_body(&self) -> String {
+        let mut out = String::new();
+        let _ = write!(out, "<h1>{} {}</h1>", esc(&self.kind), esc(&self.workload));
+        out.push_str(&html::facts(&[
+            ("Submission", format!("<a href=\"/teams/{}\">{}</a>/{}", seg(&self.team), esc(&self.team), esc(&self.id))),
+            ("Phase", html::badge(&self.phase)),
+            ("Tier and priority", format!("{} · {}", esc(&self.tier), self.priority)),
+            ("Submitted by", esc(&self.submitted_by)),
+            ("Artifact", esc(&self.artifact)),
+            ("Demand", esc(&self.demand)),
+        ]));
+        if let Some(w) = &self.waiting {
+            let _ = write!(
+                out,
+                "<h2 id=\"why\">Why it waits</h2><p>Position {} in its team's queue; expected start {}.</p>",
+                w.position,
+                esc(&w.estimate)
+            );
+            out.push_str(&html::facts(&[
+                ("Held by", esc(&w.why.quota)),
+                ("Resource", esc(w.why.resource.as_deref().unwrap_or("-"))),
+                ("Requested", esc(&w.why.requested)),
+                ("Used", esc(&w.why.used)),
+                ("Limit", esc(&w.why.limit)),
+                ("Short by", esc(&w.why.short)),
+            ]));
+            let _ = write!(
+                out,
+                "<p>{}</p><p><strong>What would unblock it:</strong> {}</p>",
+                esc(&w.why.message),
+                esc(&w.why.unblock)
+            );
+        }
+        out.push_str("<h2 id=\"placement\">Placement</h2>");
+        let rows: Vec<Vec<String>> = self
+            .placement
+            .iter()
+            .map(|p| {
+                vec![
+                    format!("<a href=\"/clusters/{}\">{}</a>", seg(&p.cluster), esc(&p.cluster)),
+                    p.replicas.to_string(),
+                    p.ready.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
+                    html::badge(&p.state),
+                    esc(&p.reason),
+                ]
+            })
+            .collect();
+        out.push_str(&html::table(
+            "Where it runs and why",
+            &["Cluster", "Replicas", "Ready", "State", "Why here"],
+            &rows,
+            "placement-table",
+        ));
+        out.push_str("<h2 id=\"latency\">Latency</h2>");
+        let rows: Vec<Vec<String>> = self
+            .latency
+            .iter()
+            .map(|s| {
+                vec![
+                    esc(&s.stage),
+                    s.at.map(|t| t.format("%H:%M:%S%.3f UTC").to_string()).unwrap_or_else(|| "not yet".into()),
+                    s.seconds.map(|x| format!("{x:.3} s")).unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect();
+        out.push_str(&html::table("Stages", &["Stage", "At", "After the stage before"], &rows, "latency-table"));
+        out.push_str("<h2 id=\"made\">What the controller made of it</h2>");
+        if self.made.is_empty() {
+            out.push_str("<p>Nothing yet: it has not been written to a cluster, or its cluster does not answer.</p>");
+        }
+        for (i, m) in self.made.iter().enumerate() {
+            let rows: Vec<Vec<String>> = m
+                .containers
+                .iter()
+                .map(|c| {
+                    let from = if c.injected {
+                        "<span class=\"injected\">injected by the platform</span>".to_string()
+                    } else {
+                        "submitted".to_string()
+                    };
+                    vec![esc(&c.name), if c.init { "init".into() } else { "container".into() }, esc(&c.image), from]
+                })
+                .collect();
+            out.push_str(&html::table(
+                &format!("{} {} on {}", m.kind, m.name, m.cluster),
+                &["Container", "Type", "Image", "From"],
+                &rows,
+                &format!("made-{i}"),
+            ));
+        }
+        let _ = write!(out, "<h2 id=\"submitted\">Submitted</h2><pre>{}</pre>", esc(&self.submitted));
+        out
+    }
+
+    pub fn html(&self) -> String {
+        html::page(
+            &format!("{} {}", self.kind, self.workload),
+            &format!("/workloads/{}/{}", seg(&self.team), seg(&self.id)),
+            &self.viewer,
+            &self.html_body(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::views::fleet::tests::{at, viewer};
+    use crate::views::Tone;
+
+    fn workload() -> WorkloadView {
+        WorkloadView {
+            viewer: viewer(),
+            at: at(),
+            team: "search".into(),
+            id: "web-1".into(),
+            kind: "PinterestService".into(),
+            workload: "web".into(),
+            tier: "OnDemand".into(),
+            priority: 0,
+            submitted_by: "alice".into(),
+            artifact: "registry.k8s.io/pause:3.10".into(),
+            demand: "cpu 500m, memory 256Mi, pods 2".into(),
+            phase: Status::new(Tone::Ok, "Running"),
+            waiting: Some(Waiting {
+                position: 1,
+                estimate: "in 20m–40m".into(),
+                why: crate::views::team::tests::why(),
+            }),
+            placement: vec![Part {
+                cluster: "east".into(),
+                replicas: 2,
+                reason: "weight 1 of 2, room for 8".into(),
+                state: Status::new(Tone::Ok, "Ready"),
+                ready: Some(2),
+                observed_at: Some(at()),
+            }],
+            latency: vec![
+                Stage { stage: "admitted".into(), at: Some(at()), seconds: Some(0.21) },
+                Stage { stage: "pods created".into(), at: None, seconds: None },
+            ],
+            submitted: "kind: PinterestService\nmetadata: {name: web}\n".into(),
+            made: vec![Made {
+                cluster: "east".into(),
+                kind: "Deployment".into(),
+                name: "web".into(),
+                containers: vec![
+                    Container {
+                        name: "app".into(),
+                        image: "registry.k8s.io/pause:3.10".into(),
+                        init: false,
+                        injected: false,
+                    },
+                    Container { name: "log-agent".into(), image: "fluent-bit:4".into(), init: false, injected: true },
+                ],
+            }],
+        }
+    }
+
+    #[test]
+    fn a_workload_as_text() {
+        insta::assert_snapshot!(workload().text());
+    }
+
+    #[test]
+    fn a_workload_as_html() {
+        insta::assert_snapshot!(workload().html_body());
+    }
+}
