@@ -23,7 +23,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path as UrlPath, State};
+use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -144,13 +144,19 @@ fn unauthenticated(json_view: bool, why: String) -> Response {
     }
 }
 
-async fn fleet_page(State(c): State<C>, p: Peer, headers: HeaderMap) -> Response {
+#[derive(Deserialize, Default)]
+struct PageQuery {
+    page: Option<usize>,
+}
+
+async fn fleet_page(State(c): State<C>, p: Peer, headers: HeaderMap, Query(q): Query<PageQuery>) -> Response {
     let who = match caller(&c, &headers, &p).await {
         Ok(w) => w,
         Err(e) => return unauthenticated(false, e),
     };
     let v = build::fleet(viewer(&c, &who).await, &c.observer.snapshot(), &c.svc.all(), Utc::now());
-    page(&headers, v.html(), v.html_body())
+    let n = q.page.unwrap_or(1);
+    page(&headers, v.html(n), v.html_body(n))
 }
 
 async fn cluster_page(State(c): State<C>, p: Peer, headers: HeaderMap, UrlPath(name): UrlPath<String>) -> Response {
@@ -171,7 +177,13 @@ async fn cluster_page(State(c): State<C>, p: Peer, headers: HeaderMap, UrlPath(n
     page(&headers, v.html(), v.html_body())
 }
 
-async fn team_page(State(c): State<C>, p: Peer, headers: HeaderMap, UrlPath(team): UrlPath<String>) -> Response {
+async fn team_page(
+    State(c): State<C>,
+    p: Peer,
+    headers: HeaderMap,
+    UrlPath(team): UrlPath<String>,
+    Query(q): Query<PageQuery>,
+) -> Response {
     let who = match caller(&c, &headers, &p).await {
         Ok(w) => w,
         Err(e) => return unauthenticated(false, e),
@@ -186,7 +198,10 @@ async fn team_page(State(c): State<C>, p: Peer, headers: HeaderMap, UrlPath(team
         );
     }
     match build::team(&c.svc, viewer.clone(), &team, Utc::now()).await {
-        Ok(v) => page(&headers, v.html(), v.html_body()),
+        Ok(v) => {
+            let n = q.page.unwrap_or(1);
+            page(&headers, v.html(n), v.html_body(n))
+        }
         Err(e) => {
             tracing::error!("console: team {team}: {e:#}");
             problem(

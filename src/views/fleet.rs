@@ -95,23 +95,23 @@ impl FleetView {
         text::table(&["CLUSTER", "REACH", "VERSION", "READY", "IMAGES", "E2E", "DRIFT", "WORKLOADS", "LABELS"], &rows)
     }
 
-    pub fn html_body(&self) -> String {
-        let mut out = String::with_capacity(512 * self.clusters.len() + 1024);
-        let stale = self.clusters.iter().filter(|c| c.reach.stale()).count();
-        let _ = write!(out, "<h1>Fleet</h1>");
-        let summary = vec![
-            ("Clusters", self.clusters.len().to_string()),
-            ("Nodes ready", {
-                let (r, n) = self.clusters.iter().fold((0, 0), |(r, n), c| (r + c.ready, n + c.nodes));
-                format!("{r} of {n}")
-            }),
-            ("Not answering", stale.to_string()),
-            ("As of", self.at.format("%Y-%m-%d %H:%M:%S UTC").to_string()),
-        ];
-        out.push_str(&html::facts(&summary));
-        let rows: Vec<Vec<String>> = self
-            .clusters
+    /// Not everything fine: not answering, nodes not ready, a failed or
+    /// warning e2e run, drift.
+    pub fn needs_a_look(&self) -> Vec<&ClusterRow> {
+        use super::Tone;
+        self.clusters
             .iter()
+            .filter(|c| {
+                c.reach.stale()
+                    || c.ready < c.nodes
+                    || matches!(c.e2e.tone, Tone::Bad | Tone::Warn)
+                    || matches!(c.drift.tone, Tone::Bad | Tone::Warn)
+            })
+            .collect()
+    }
+
+    fn rows(rows: &[&ClusterRow]) -> Vec<Vec<String>> {
+        rows.iter()
             .map(|c| {
                 vec![
                     format!("<a href=\"/clusters/{}\">{}</a>", seg(&c.name), esc(&c.name)),
@@ -125,28 +125,53 @@ impl FleetView {
                     esc(&c.labels_text()),
                 ]
             })
-            .collect();
-        out.push_str(&html::table(
-            "Member clusters",
-            &[
-                "Cluster",
-                "Reachable",
-                "Kubernetes",
-                "Nodes",
-                "Images by group",
-                "Last e2e run",
-                "Drift",
-                "Workloads",
-                "Labels",
-            ],
-            &rows,
-            "clusters",
-        ));
+            .collect()
+    }
+
+    const HEAD: [&'static str; 9] = [
+        "Cluster",
+        "Reachable",
+        "Kubernetes",
+        "Nodes",
+        "Images by group",
+        "Last e2e run",
+        "Drift",
+        "Workloads",
+        "Labels",
+    ];
+
+    /// The page's `<main>`: what needs a look first, then every cluster (a page of them).
+    pub fn html_body(&self, page: usize) -> String {
+        let mut out = String::with_capacity(600 * html::PAGE + 4096);
+        let stale = self.clusters.iter().filter(|c| c.reach.stale()).count();
+        let look = self.needs_a_look();
+        let _ = write!(out, "<h1>Fleet</h1>");
+        let summary = vec![
+            ("Clusters", self.clusters.len().to_string()),
+            ("Nodes ready", {
+                let (r, n) = self.clusters.iter().fold((0, 0), |(r, n), c| (r + c.ready, n + c.nodes));
+                format!("{r} of {n}")
+            }),
+            ("Not answering", stale.to_string()),
+            ("Need a look", look.len().to_string()),
+            ("As of", self.at.format("%Y-%m-%d %H:%M:%S UTC").to_string()),
+        ];
+        out.push_str(&html::facts(&summary));
+        if !look.is_empty() {
+            let (r, _) = html::paged(&look, 1, "/", "clusters");
+            let more =
+                if look.len() > r.end { format!(" (the first {} of {})", r.end, look.len()) } else { String::new() };
+            out.push_str(&html::table(&format!("Need a look{more}"), &Self::HEAD, &Self::rows(&look[r]), "look"));
+        }
+        let all: Vec<&ClusterRow> = self.clusters.iter().collect();
+        let (r, pager) = html::paged(&all, page, "/", "clusters");
+        out.push_str(&html::table("Member clusters", &Self::HEAD, &Self::rows(&all[r]), "clusters"));
+        out.push_str(&pager);
         out
     }
 
-    pub fn html(&self) -> String {
-        html::page("Fleet", "/", &self.viewer, &self.html_body())
+    pub fn html(&self, page: usize) -> String {
+        html::page("Fleet", "/", &self.viewer, &self.html_body(page))
     }
 }
 
@@ -193,7 +218,7 @@ pub(crate) mod tests {
 
     #[test]
     fn the_fleet_as_html() {
-        insta::assert_snapshot!(fleet().html());
+        insta::assert_snapshot!(fleet().html(1));
     }
 
     #[test]

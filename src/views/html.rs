@@ -84,6 +84,38 @@ pub fn table(caption: &str, head: &[&str], rows: &[Vec<String>], id: &str) -> St
     out
 }
 
+/// Rows per page in the console's long tables (a page of thousands of rows
+/// takes the browser seconds to lay out; JSON and text carry every row).
+pub const PAGE: usize = 200;
+
+/// The rows of `page` (1-based) and the pager under them: which rows are
+/// shown, of how many, and links to the pages before and after.
+pub fn paged<T>(rows: &[T], page: usize, path: &str, what: &str) -> (std::ops::Range<usize>, String) {
+    let pages = rows.len().div_ceil(PAGE).max(1);
+    let page = page.clamp(1, pages);
+    let range = ((page - 1) * PAGE).min(rows.len())..(page * PAGE).min(rows.len());
+    if pages == 1 {
+        return (range, String::new());
+    }
+    let link = |p: usize, text: &str, rel: &str| format!("<a href=\"{}?page={p}\" rel=\"{rel}\">{text}</a>", esc(path));
+    let mut nav = format!(
+        "<nav class=\"pager\" aria-label=\"Pages of {}\"><p>{}–{} of {} {} · page {page} of {pages}",
+        esc(what),
+        range.start + 1,
+        range.end,
+        rows.len(),
+        esc(what)
+    );
+    if page > 1 {
+        let _ = write!(nav, " · {}", link(page - 1, "‹ previous", "prev"));
+    }
+    if page < pages {
+        let _ = write!(nav, " · {}", link(page + 1, "next ›", "next"));
+    }
+    nav.push_str("</p></nav>");
+    (range, nav)
+}
+
 /// A definition list of label → HTML value.
 pub fn facts(items: &[(&str, String)]) -> String {
     let mut out = String::from("<dl class=\"facts\">");
@@ -162,6 +194,7 @@ td.none{color:var(--muted)}
 a.status{text-decoration:none}
 a.status .badge{text-decoration:underline}
 .why{color:var(--muted);font-size:.92em}
+.pager p{margin:.5em 0}
 .facts{display:grid;grid-template-columns:repeat(auto-fill,minmax(10em,1fr));gap:.4em 1em;margin:0 0 1em}
 .facts dt{color:var(--muted);font-size:.85em}
 .facts dd{margin:0}
@@ -206,6 +239,19 @@ pub const JS: &str = r#"(function () {
 mod tests {
     use super::*;
     use crate::views::Tone;
+
+    #[test]
+    fn long_tables_are_paged() {
+        let rows: Vec<usize> = (0..450).collect();
+        let (r, nav) = paged(&rows, 1, "/teams/a", "queued");
+        assert_eq!(r, 0..200);
+        assert!(nav.contains("1–200 of 450 queued · page 1 of 3") && nav.contains("href=\"/teams/a?page=2\""), "{nav}");
+        let (r, nav) = paged(&rows, 3, "/teams/a", "queued");
+        assert_eq!(r, 400..450);
+        assert!(nav.contains("?page=2") && !nav.contains("next"), "{nav}");
+        assert_eq!(paged(&rows, 9, "/x", "q").0, 400..450, "past the end: the last page");
+        assert_eq!(paged(&rows[..10], 1, "/x", "q"), (0..10, String::new()), "one page: no pager");
+    }
 
     #[test]
     fn text_and_attributes_are_escaped() {

@@ -160,8 +160,10 @@ impl TeamView {
         out
     }
 
-    pub fn html_body(&self) -> String {
-        let mut out = String::with_capacity(600 * (self.queue.len() + self.admitted.len()) + 2048);
+    /// The page's `<main>`; long lists show `page` of their rows.
+    pub fn html_body(&self, page: usize) -> String {
+        let mut out = String::with_capacity(1200 * html::PAGE + 4096);
+        let path = format!("/teams/{}", seg(&self.team));
         let _ = write!(out, "<h1>Team {}</h1>", esc(&self.team));
         if let Some(p) = &self.quota_problem {
             let _ = write!(
@@ -206,8 +208,8 @@ impl TeamView {
             "quota-table",
         ));
         out.push_str("<h2 id=\"queue\">Queue</h2>");
-        let rows: Vec<Vec<String>> = self
-            .queue
+        let (shown, queue_pager) = html::paged(&self.queue, page, &path, "waiting");
+        let rows: Vec<Vec<String>> = self.queue[shown]
             .iter()
             .map(|q| {
                 vec![
@@ -232,9 +234,10 @@ impl TeamView {
             &rows,
             "queue-table",
         ));
+        out.push_str(&queue_pager);
         out.push_str("<h2 id=\"admitted\">Admitted</h2>");
-        let rows: Vec<Vec<String>> = self
-            .admitted
+        let (shown, admitted_pager) = html::paged(&self.admitted, page, &path, "admitted");
+        let rows: Vec<Vec<String>> = self.admitted[shown]
             .iter()
             .map(|w| {
                 vec![
@@ -258,15 +261,16 @@ impl TeamView {
             &rows,
             "admitted-table",
         ));
+        out.push_str(&admitted_pager);
         out
     }
 
-    pub fn html(&self) -> String {
+    pub fn html(&self, page: usize) -> String {
         html::page(
             &format!("Team {}", self.team),
             &format!("/teams/{}", seg(&self.team)),
             &self.viewer,
-            &self.html_body(),
+            &self.html_body(page),
         )
     }
 }
@@ -340,7 +344,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_team_as_html() {
-        insta::assert_snapshot!(team().html_body());
+        insta::assert_snapshot!(team().html_body(1));
     }
 
     #[test]
@@ -348,6 +352,6 @@ pub(crate) mod tests {
         let t = team();
         let s = t.queue[0].status(&t.team);
         assert_eq!(s.link.as_deref(), Some("/workloads/search/reindex-1#why"));
-        assert!(t.html_body().contains("href=\"/workloads/search/reindex-1#why\""));
+        assert!(t.html_body(1).contains("href=\"/workloads/search/reindex-1#why\""));
     }
 }
