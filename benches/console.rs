@@ -62,7 +62,7 @@ fn fleet(n: usize) -> FleetView {
             workloads: i % 40,
         })
         .collect();
-    FleetView { viewer: viewer(), at: now, clusters }
+    FleetView { viewer: viewer(), at: now, clusters, rollout: None, rollout_error: None }
 }
 
 fn team(n: usize) -> TeamView {

@@ -298,6 +298,7 @@ fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() 
     );
     // The killed run's fleet lock: its process is gone, and status says what happens next.
     assert!(status.contains("that process is gone from this host; the next apply takes the lock over"), "{status}");
+    console_shows_the_rollout(&w);
     lock(false);
 
     // Meanwhile staging's own scheduled AMI job leaves it to the fleet.
@@ -335,6 +336,79 @@ fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() 
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(images("fdev").iter().all(|i| *i == old) && images("fstage").iter().all(|i| *i == old));
     assert_eq!(w.json(&["fleet", "rollout", "status"])["state"], "reverted");
+}
+
+/// The console's fleet page reads the same rollout from the fleet's state
+/// store (`gateway serve --fleet-rollouts`): each stage, each cluster and
+/// why it waits, here the lock another run holds on staging.
+fn console_shows_the_rollout(w: &World) {
+    let url_file = w.dir.path().join("gateway-url");
+    let mut gw = w
+        .command(&[
+            "gateway",
+            "serve",
+            "--fleet-rollouts",
+            "--target",
+            "aws",
+            "--listen",
+            "127.0.0.1:0",
+            "--url-file",
+            url_file.to_str().unwrap(),
+            "--anonymous-as",
+            "ops:platform",
+            "--member-refresh",
+            "1s",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ended = |gw: &mut std::process::Child| {
+        // SIGTERM: the gateway stops its embedded host sim and its streams.
+        unsafe { libc::kill(gw.id() as i32, libc::SIGTERM) };
+        gw.wait().unwrap();
+    };
+    let mut url = None;
+    for _ in 0..300 {
+        if let Ok(u) = std::fs::read_to_string(&url_file) {
+            url = Some(u);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let Some(url) = url else {
+        ended(&mut gw);
+        let mut err = String::new();
+        std::io::Read::read_to_string(gw.stderr.as_mut().unwrap(), &mut err).unwrap();
+        panic!("the gateway did not start: {err}");
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = pinfleet::gateway::client::Client::new(&url, &Default::default()).unwrap();
+    let mut view = serde_json::Value::Null;
+    for _ in 0..100 {
+        view = rt.block_on(client.call("GET", "/v1/views/fleet", None)).unwrap().body;
+        if !view["rollout"].is_null() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let page = rt.block_on(async {
+        let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http::<http_body_util::Full<bytes::Bytes>>();
+        let res = http.get(format!("{url}/").parse().unwrap()).await.unwrap();
+        let body = http_body_util::BodyExt::collect(res.into_body()).await.unwrap().to_bytes();
+        String::from_utf8_lossy(&body).into_owned()
+    });
+    ended(&mut gw);
+    let r = &view["rollout"];
+    assert_eq!(r["number"], 1, "{view}");
+    let staging = r["stages"].as_array().unwrap().iter().find(|s| s["name"] == "staging").expect("a staging stage");
+    let why = staging["clusters"][0]["why"].as_str().unwrap();
+    assert!(why.contains("lock is held by ops on elsewhere"), "the console says why staging waits: {why}");
+    assert!(
+        page.contains("Fleet rollout #1") && page.contains("lock is held by ops on elsewhere"),
+        "the page shows it: {page}"
+    );
 }
 
 /// `diff` on AWS: in sync after bootstrap; a launch template edited in EC2

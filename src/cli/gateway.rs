@@ -104,6 +104,12 @@ pub struct ServeArgs {
     /// Serve the API alone, without the web console at /.
     #[arg(long)]
     pub no_console: bool,
+    /// The console shows the fleet's rollouts: fleet.yaml in the clusters
+    /// folder, read from its state store on --target every --member-refresh.
+    #[arg(long)]
+    pub fleet_rollouts: bool,
+    #[command(flatten)]
+    pub cloud: super::cloud::CloudArgs,
 }
 
 /// Where and as whom the developers' commands speak.
@@ -340,7 +346,21 @@ pub async fn run(_g: &GlobalArgs, a: GatewayArgs) -> Result<ExitCode> {
             println!("installed the gateway's CRDs and namespace {namespace} on {}", host_kubeconfig.display());
             Ok(ExitCode::SUCCESS)
         }
-        GatewayCommand::Serve(s) => serve(s).await,
+        GatewayCommand::Serve(s) => {
+            // The fleet is loaded (and refused with located errors) before anything starts.
+            let fleet = if s.fleet_rollouts {
+                let opts = crate::spec::LoadOptions { known_addons: super::validate::known_addons(&_g.addons_dir) };
+                let folder = crate::fleet::Folder::load(&_g.clusters_dir, &opts)?;
+                let target =
+                    s.cloud.target.aws().context(
+                        "--fleet-rollouts reads the fleet's state store on AWS (--target aws or localstack)",
+                    )?;
+                Some(crate::console::observe::FleetSource { folder, target })
+            } else {
+                None
+            };
+            serve(s, fleet).await
+        }
     }
 }
 
@@ -371,7 +391,7 @@ async fn seed_quotas(host: &kube::Client, namespace: &str, path: &std::path::Pat
     Ok(n)
 }
 
-async fn serve(s: ServeArgs) -> Result<ExitCode> {
+async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::FleetSource>) -> Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(&s.listen).await.with_context(|| format!("binding {}", s.listen))?;
     let addr = listener.local_addr()?;
     if s.tls_cert.is_none() && !addr.ip().is_loopback() {
@@ -458,7 +478,7 @@ async fn serve(s: ServeArgs) -> Result<ExitCode> {
     let app = if s.no_console {
         http::router(Arc::clone(&svc))
     } else {
-        let console = crate::console::Console::new(Arc::clone(&svc), s.member_refresh, s.tls_cert.is_some());
+        let console = crate::console::Console::new(Arc::clone(&svc), fleet, s.member_refresh, s.tls_cert.is_some());
         eprintln!("console at {url}/");
         let c = Arc::clone(&console);
         closing = Some(c);

@@ -100,7 +100,7 @@ pub fn fleet(viewer: Viewer, members: &[MemberSnapshot], subs: &[Arc<Submission>
             }
         })
         .collect();
-    FleetView { viewer, at: now, clusters }
+    FleetView { viewer, at: now, clusters, rollout: None, rollout_error: None }
 }
 
 /// One cluster's page; the workloads shown are those of teams the viewer may see.

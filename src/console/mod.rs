@@ -57,8 +57,14 @@ pub struct Console {
 }
 
 impl Console {
-    pub fn new(svc: Arc<Service>, refresh: Duration, secure: bool) -> Arc<Console> {
-        let observer = Observer::start(&svc.members, refresh);
+    /// `fleet`: where to read the fleet's rollouts (none: the page shows members alone).
+    pub fn new(
+        svc: Arc<Service>,
+        fleet: Option<observe::FleetSource>,
+        refresh: Duration,
+        secure: bool,
+    ) -> Arc<Console> {
+        let observer = Observer::start(&svc.members, fleet, refresh);
         Arc::new(Console { svc, observer, secure, closing: tokio::sync::watch::channel(false).0 })
     }
 
@@ -144,6 +150,12 @@ fn unauthenticated(json_view: bool, why: String) -> Response {
     }
 }
 
+fn fleet_view(c: &Console, viewer: Viewer) -> crate::views::fleet::FleetView {
+    let mut v = build::fleet(viewer, &c.observer.snapshot(), &c.svc.all(), Utc::now());
+    (v.rollout, v.rollout_error) = c.observer.rollout();
+    v
+}
+
 #[derive(Deserialize, Default)]
 struct PageQuery {
     page: Option<usize>,
@@ -154,7 +166,7 @@ async fn fleet_page(State(c): State<C>, p: Peer, headers: HeaderMap, Query(q): Q
         Ok(w) => w,
         Err(e) => return unauthenticated(false, e),
     };
-    let v = build::fleet(viewer(&c, &who).await, &c.observer.snapshot(), &c.svc.all(), Utc::now());
+    let v = fleet_view(&c, viewer(&c, &who).await);
     let n = q.page.unwrap_or(1);
     page(&headers, v.html(n), v.html_body(n))
 }
@@ -267,7 +279,7 @@ async fn view_json(State(c): State<C>, p: Peer, headers: HeaderMap, UrlPath(path
     let parts: Vec<&str> = path.split('/').collect();
     let err = |s: StatusCode, m: String| (s, Json(json!({"error": m}))).into_response();
     let body = match parts.as_slice() {
-        ["fleet"] => serde_json::to_value(build::fleet(viewer, &c.observer.snapshot(), &c.svc.all(), now)),
+        ["fleet"] => serde_json::to_value(fleet_view(&c, viewer)),
         ["clusters", name] => match c.observer.member(name) {
             Some(m) => serde_json::to_value(build::cluster(viewer, &m, &c.svc.all(), |t| who.may_act_for(t), now)),
             None => return err(StatusCode::NOT_FOUND, format!("{name} is not a member of this fleet")),

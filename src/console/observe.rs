@@ -69,8 +69,19 @@ impl MemberSnapshot {
     }
 }
 
+/// Where the fleet's rollouts are read: its folder (fleet.yaml and the
+/// clusters) and the AWS side of its state store.
+pub struct FleetSource {
+    pub folder: crate::fleet::Folder,
+    pub target: crate::cloud::aws::Target,
+}
+
+/// The latest fleet rollout as last read, or why it could not be.
+type RolloutRead = (Option<crate::views::fleet::FleetStatusView>, Option<String>);
+
 pub struct Observer {
     members: RwLock<BTreeMap<String, MemberSnapshot>>,
+    rollout: RwLock<RolloutRead>,
     changes: tokio::sync::watch::Sender<u64>,
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -189,13 +200,15 @@ async fn addons(client: &kube::Client) -> kube::Result<Vec<Addon>> {
 }
 
 impl Observer {
-    /// Starts watching every member; figures arrive within a refresh.
-    pub fn start(members: &[MemberCluster], refresh: Duration) -> Arc<Observer> {
+    /// Starts watching every member (and reading the fleet's rollouts when
+    /// given where); figures arrive within a refresh.
+    pub fn start(members: &[MemberCluster], fleet: Option<FleetSource>, refresh: Duration) -> Arc<Observer> {
         let (changes, _) = tokio::sync::watch::channel(0u64);
         let o = Arc::new(Observer {
             members: RwLock::new(
                 members.iter().map(|m| (m.name.clone(), MemberSnapshot::new(&m.name, &m.labels))).collect(),
             ),
+            rollout: RwLock::new((None, None)),
             changes,
             tasks: std::sync::Mutex::new(Vec::new()),
         });
@@ -204,8 +217,43 @@ impl Observer {
             tasks.push(tokio::spawn(Self::watch_nodes(Arc::downgrade(&o), m.clone())));
             tasks.push(tokio::spawn(Self::read_details(Arc::downgrade(&o), m.clone(), refresh)));
         }
+        if let Some(f) = fleet {
+            tasks.push(tokio::spawn(Self::read_rollouts(Arc::downgrade(&o), f, refresh)));
+        }
         *o.tasks.lock().expect("the task list") = tasks;
         o
+    }
+
+    /// The latest fleet rollout, and why it could not be read.
+    pub fn rollout(&self) -> RolloutRead {
+        self.rollout.read().map(|r| r.clone()).unwrap_or((None, None))
+    }
+
+    async fn read_rollouts(me: std::sync::Weak<Observer>, f: FleetSource, refresh: Duration) {
+        loop {
+            let read =
+                tokio::time::timeout(Duration::from_secs(20), crate::fleet::status::read(&f.folder, f.target)).await;
+            let Some(o) = me.upgrade() else { return };
+            let now = match read {
+                Ok(Ok(v)) => (v, None),
+                // The last rollout read stays shown, with why it is not current.
+                Ok(Err(e)) => (o.rollout().0, Some(format!("reading the fleet's state store: {e:#}"))),
+                Err(_) => (o.rollout().0, Some("the fleet's state store did not answer within 20 s".into())),
+            };
+            let changed = o.rollout.write().map(|mut r| {
+                // When it was read aside, only a change is news.
+                let same = r.1 == now.1
+                    && r.0.as_ref().map(|v| (&v.state, &v.stages, &v.lock))
+                        == now.0.as_ref().map(|v| (&v.state, &v.stages, &v.lock));
+                *r = now;
+                !same
+            });
+            if changed.unwrap_or(false) {
+                o.changes.send_modify(|n| *n += 1);
+            }
+            drop(o);
+            tokio::time::sleep(refresh).await;
+        }
     }
 
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {

@@ -19,6 +19,7 @@ pub mod rehearsal;
 pub mod rollout;
 pub mod run;
 pub mod spec;
+pub mod status;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -17,6 +17,12 @@ pub struct FleetView {
     pub viewer: Viewer,
     pub at: DateTime<Utc>,
     pub clusters: Vec<ClusterRow>,
+    /// The latest fleet rollout, when the console reads the fleet's state store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<FleetStatusView>,
+    /// Why the rollout could not be read (the rest of the page still shows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_error: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -157,6 +163,13 @@ impl FleetView {
             ("As of", self.at.format("%Y-%m-%d %H:%M:%S UTC").to_string()),
         ];
         out.push_str(&html::facts(&summary));
+        if let Some(r) = &self.rollout {
+            out.push_str(&r.html_body());
+        }
+        if let Some(e) = &self.rollout_error {
+            let st = Status::new(super::Tone::Stale, "fleet rollout not read").because(e.clone());
+            let _ = write!(out, "<p class=\"stale-note\">{}</p>", html::badge(&st));
+        }
         if !look.is_empty() {
             let (r, _) = html::paged(&look, 1, "/", "clusters");
             let more =
@@ -172,6 +185,147 @@ impl FleetView {
 
     pub fn html(&self, page: usize) -> String {
         html::page("Fleet", "/", &self.viewer, &self.html_body(page))
+    }
+}
+
+/// `fleet rollout status`: the rollout, the fleet lock, and each cluster
+/// with why it is not moving.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetStatusView {
+    pub number: u64,
+    pub target: String,
+    pub state: String,
+    pub by: String,
+    pub created_at: DateTime<Utc>,
+    /// Who holds the fleet lock (a run of apply or revert), if anyone.
+    pub lock: Option<String>,
+    pub stages: Vec<FleetStageRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetStageRow {
+    pub name: String,
+    pub state: String,
+    pub clusters: Vec<FleetClusterRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetClusterRow {
+    pub cluster: String,
+    pub state: String,
+    pub from: String,
+    pub to: String,
+    /// Why it is not moving now (empty when it is, or is through).
+    pub why: String,
+    /// While it rolls: each group, and why one is not moving.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<FleetGroupRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetGroupRow {
+    pub group: String,
+    pub state: String,
+    pub why: String,
+}
+
+impl FleetStatusView {
+    /// `fleet rollout status` as the terminal shows it.
+    pub fn text(&self) -> String {
+        let v = self;
+        let mut out = format!(
+            "fleet rollout #{} to {}: {} (started {} by {})\n",
+            v.number,
+            v.target,
+            v.state,
+            v.created_at.format("%Y-%m-%d %H:%M UTC"),
+            v.by
+        );
+        out.push_str(&match &v.lock {
+            Some(l) => format!("fleet lock held by {l}\n"),
+            None => "fleet lock: free (no apply is running)\n".to_string(),
+        });
+        for s in &v.stages {
+            out.push_str(&format!("stage {}: {}\n", s.name, s.state));
+            let rows: Vec<Vec<String>> = s
+                .clusters
+                .iter()
+                .map(|c| vec![c.cluster.clone(), c.state.clone(), c.from.clone(), c.to.clone(), c.why.clone()])
+                .collect();
+            for line in text::table(&["CLUSTER", "STATE", "FROM", "TO", "WHY NOT MOVING"], &rows).lines() {
+                out.push_str(&format!("  {line}\n"));
+            }
+            for c in s.clusters.iter().filter(|c| !c.groups.is_empty()) {
+                out.push_str(&format!("  {}'s groups:\n", c.cluster));
+                let rows: Vec<Vec<String>> =
+                    c.groups.iter().map(|g| vec![g.group.clone(), g.state.clone(), g.why.clone()]).collect();
+                for line in text::table(&["GROUP", "STATE", "WHY NOT MOVING"], &rows).lines() {
+                    out.push_str(&format!("    {line}\n"));
+                }
+            }
+        }
+        out
+    }
+
+    /// Why a cluster is not moving, as a status.
+    fn cluster_status(c: &FleetClusterRow) -> Status {
+        use super::Tone;
+        let tone = match c.state.as_str() {
+            s if s.starts_with("done") || s.starts_with("rolled") || s == "passed" => Tone::Ok,
+            s if s.contains("fail") => Tone::Bad,
+            s if s.starts_with("rolling") || s.starts_with("soak") => Tone::Progress,
+            _ if !c.why.is_empty() => Tone::Warn,
+            _ => Tone::Unknown,
+        };
+        let s = Status::new(tone, c.state.clone());
+        if c.why.is_empty() {
+            s
+        } else {
+            s.because(c.why.clone())
+        }
+    }
+
+    /// The rollout on the fleet page: each stage, each cluster and why it waits.
+    pub fn html_body(&self) -> String {
+        let mut out = format!("<h2 id=\"rollout\">Fleet rollout #{} to {}</h2>", self.number, esc(&self.target));
+        out.push_str(&html::facts(&[
+            ("State", esc(&self.state)),
+            ("Started", format!("{} by {}", self.created_at.format("%Y-%m-%d %H:%M UTC"), esc(&self.by))),
+            ("Fleet lock", esc(self.lock.as_deref().unwrap_or("free (no apply is running)"))),
+        ]));
+        for (i, s) in self.stages.iter().enumerate() {
+            let rows: Vec<Vec<String>> = s
+                .clusters
+                .iter()
+                .map(|c| {
+                    let groups = c
+                        .groups
+                        .iter()
+                        .map(|g| {
+                            let why = if g.why.is_empty() { String::new() } else { format!(": {}", g.why) };
+                            format!("<br><span class=\"why\">{} {}{}</span>", esc(&g.group), esc(&g.state), esc(&why))
+                        })
+                        .collect::<String>();
+                    vec![
+                        format!("<a href=\"/clusters/{}\">{}</a>", seg(&c.cluster), esc(&c.cluster)),
+                        format!("{}{groups}", html::badge(&Self::cluster_status(c))),
+                        esc(&c.from),
+                        esc(&c.to),
+                    ]
+                })
+                .collect();
+            out.push_str(&html::table(
+                &format!("Stage {}: {}", s.name, s.state),
+                &["Cluster", "State and why it waits", "From", "To"],
+                &rows,
+                &format!("stage-{i}"),
+            ));
+        }
+        out
     }
 }
 
@@ -208,6 +362,27 @@ pub(crate) mod tests {
                 row("east", Reach::Live { seen: at() }, "Ubuntu 24.04"),
                 row("west", Reach::Stale { since: Some(at()), error: "connection refused".into() }, "Ubuntu <24.10>"),
             ],
+            rollout: Some(FleetStatusView {
+                number: 3,
+                target: "kubernetes 1.37.1".into(),
+                state: "running".into(),
+                by: "ops@example.com".into(),
+                created_at: at(),
+                lock: None,
+                stages: vec![FleetStageRow {
+                    name: "prod".into(),
+                    state: "needs approval".into(),
+                    clusters: vec![FleetClusterRow {
+                        cluster: "east".into(),
+                        state: "pending".into(),
+                        from: "1.36.2".into(),
+                        to: "1.37.1".into(),
+                        why: "stage prod needs approval: pinfleet fleet rollout approve prod".into(),
+                        groups: vec![],
+                    }],
+                }],
+            }),
+            rollout_error: None,
         }
     }
 

@@ -1,0 +1,164 @@
+//! Where a fleet rollout stands, as the view every screen draws
+//! ([`crate::views::fleet::FleetStatusView`]): the rollout's record, the
+//! fleet lock, each stage and cluster with why it is not moving, and a
+//! rolling cluster's groups from its roll progress. `fleet rollout status`
+//! prints it; the console shows it on the fleet page.
+
+use anyhow::Result;
+use chrono::Utc;
+
+use crate::views::fleet::{FleetClusterRow, FleetGroupRow, FleetStageRow, FleetStatusView};
+
+/// A rolling cluster's groups from its roll progress record: done, rolling
+/// (replaced of outdated), or waiting for the group before it (control
+/// planes first, one group at a time).
+pub fn group_rows(
+    cluster: &crate::spec::Cluster,
+    progress: Option<&crate::state::progress::RollProgress>,
+) -> Vec<FleetGroupRow> {
+    use crate::state::progress::GroupState;
+    let mut order: Vec<&crate::spec::InstanceGroup> = cluster.spec.instance_groups.iter().collect();
+    order.sort_by_key(|g| g.role != crate::spec::Role::ControlPlane);
+    let mut before: Option<&str> = None;
+    let mut rows = Vec::new();
+    for g in order {
+        let p = progress.and_then(|p| p.groups.get(&g.name));
+        let (state, why) = match p {
+            Some(p) if p.status == GroupState::Done => (format!("done ({} replaced)", p.replaced), String::new()),
+            Some(p) => (format!("rolling ({} of {} replaced)", p.replaced, p.outdated), String::new()),
+            None => (
+                "waiting".to_string(),
+                match before {
+                    Some(b) => format!("groups roll one at a time (control planes first): after {b}"),
+                    None => "the roll is starting (applying new launch-template versions)".to_string(),
+                },
+            ),
+        };
+        rows.push(FleetGroupRow { group: g.name.clone(), state, why });
+        before = Some(&g.name);
+    }
+    rows
+}
+impl FleetStatusView {
+    pub fn new(
+        r: &crate::fleet::rollout::FleetRollout,
+        windows: &dyn crate::fleet::rollout::Windows,
+        approved: &std::collections::BTreeSet<String>,
+        lock: Option<&crate::state::lock::LockInfo>,
+        mut groups: std::collections::BTreeMap<String, Vec<FleetGroupRow>>,
+        cluster_locks: &std::collections::BTreeMap<String, crate::state::lock::LockInfo>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Self {
+        let holder = |l: &crate::state::lock::LockInfo| {
+            format!(
+                "{} on {} (pid {}, `{}`) since {}",
+                l.holder,
+                l.host,
+                l.pid,
+                l.command,
+                l.acquired_at.format("%Y-%m-%d %H:%M:%S UTC")
+            )
+        };
+        let held = |l: &crate::state::lock::LockInfo| format!("lock held by {}", holder(l));
+        use crate::fleet::rollout::ClusterState;
+        use crate::fleet::rollout::RolloutState;
+        let halted = matches!(r.state, RolloutState::Halted(_));
+        let d = match r.state {
+            RolloutState::Running | RolloutState::Halted(_) => crate::fleet::rollout::decide(r, windows, approved, now),
+            _ => Default::default(),
+        };
+        let stages = r
+            .stages
+            .iter()
+            .map(|s| {
+                let state = if let Some(t) = s.passed_at {
+                    format!("passed {}", t.format("%Y-%m-%d %H:%M UTC"))
+                } else if halted {
+                    "halted".to_string()
+                } else if let Some(until) = s.soak_until() {
+                    if until > now {
+                        format!(
+                            "soaking, {} left",
+                            humantime::format_duration(std::time::Duration::from_secs(
+                                (until - now).num_seconds().max(0) as u64
+                            ))
+                        )
+                    } else {
+                        "soaked; its gate is next".to_string()
+                    }
+                } else if s.approval && !approved.contains(&s.name) {
+                    "needs approval".to_string()
+                } else if s.clusters.iter().any(|c| c.state != ClusterState::Pending) {
+                    "rolling".to_string()
+                } else {
+                    "waiting".to_string()
+                };
+                let failed = s.failed().len();
+                let state =
+                    if failed > 0 { format!("{state}; {failed} failed (budget {})", s.budget()) } else { state };
+                FleetStageRow {
+                    name: s.name.clone(),
+                    state,
+                    clusters: s
+                        .clusters
+                        .iter()
+                        .map(|c| FleetClusterRow {
+                            cluster: c.name.clone(),
+                            state: c.state.to_string(),
+                            from: if c.from.images.is_empty() && c.from.kubernetes_version.is_none() {
+                                "-".into()
+                            } else {
+                                c.from.summary()
+                            },
+                            to: c.to.over(&c.from).summary(),
+                            why: match (&c.state, d.why.get(&c.name), cluster_locks.get(&c.name)) {
+                                (ClusterState::Failed(e) | ClusterState::RevertFailed(e), _, _) => e.clone(),
+                                (ClusterState::Pending, Some(w), Some(l)) => {
+                                    format!("{w}; and its lock is held by {}", holder(l))
+                                }
+                                (ClusterState::Pending, None, Some(l)) => held(l),
+                                (_, Some(w), _) => w.to_string(),
+                                _ => String::new(),
+                            },
+                            groups: groups.remove(&c.name).unwrap_or_default(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        FleetStatusView {
+            number: r.number,
+            target: r.target.to_string(),
+            state: r.state.to_string(),
+            by: r.by.clone(),
+            created_at: r.created_at,
+            lock: lock.map(|l| {
+                if crate::state::lock::holder_running(l) {
+                    holder(l)
+                } else {
+                    format!("{} — that process is gone from this host; the next apply takes the lock over", holder(l))
+                }
+            }),
+            stages,
+        }
+    }
+}
+/// The latest rollout of the fleet in `folder` (None: none was started), read
+/// from its state store and each rolling cluster's records (reads only).
+pub async fn read(folder: &super::Folder, target: crate::cloud::aws::Target) -> Result<Option<FleetStatusView>> {
+    let (book, aws) = super::aws::open_book(folder, target, false).await?;
+    let Some(r) = book.latest().await? else { return Ok(None) };
+    let approved = book.approvals(r.number).await?;
+    let lock = book.store.get_json::<crate::state::lock::LockInfo>(crate::state::lock::LOCK_KEY).await?;
+    let windows = (&folder.spec, &folder.members[..]);
+    let groups = super::aws::rolling_progress(folder, &r, &aws)
+        .await?
+        .into_iter()
+        .filter_map(|(name, progress)| {
+            let l = folder.loaded.iter().find(|l| l.cluster.metadata.name == name)?;
+            Some((name, group_rows(&l.cluster, progress.as_ref())))
+        })
+        .collect();
+    let locks = super::aws::pending_locks(folder, &r, &aws).await?;
+    Ok(Some(FleetStatusView::new(&r, &windows, &approved, lock.as_ref(), groups, &locks, Utc::now())))
+}
