@@ -128,6 +128,7 @@ fn team(n: usize) -> TeamView {
                 since: Some(now - chrono::Duration::minutes((i % 600) as i64)),
             })
             .collect(),
+        history: Vec::new(),
     }
 }
 

@@ -218,6 +218,13 @@ async fn the_console_shows_the_fleet_down_to_a_workload_live_and_accessibly() {
     let row = row.as_str().unwrap();
     assert!(row.contains(item["why"]["message"].as_str().unwrap()), "the page's reason is the API's: {row} vs {item}");
     assert!(row.starts_with(&item["position"].to_string()), "the page's position is the API's: {row} vs {item}");
+    // Use over time: sampled since the gateway started, a chart with a text alternative.
+    b.until(
+        "the team's use over time",
+        "const c = document.querySelector('figure.chart svg[role=img]'); return c !== null && /^OnDemand use over time/.test(c.getAttribute('aria-label'))",
+        WAIT,
+    )
+    .await;
     assert_accessible("team", &b.axe(&axe).await);
     b.screenshot("team").await;
 

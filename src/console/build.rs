@@ -17,7 +17,7 @@ use crate::gateway::service::Service;
 use crate::views::cluster::{ClusterView, PlacedPart};
 use crate::views::fleet::{ClusterRow, FleetView, GroupImages};
 use crate::views::html::seg;
-use crate::views::team::{Queued, TeamView, TierRow, Why, WorkloadRow};
+use crate::views::team::{Queued, TeamView, TierRow, UsagePoint, Why, WorkloadRow};
 use crate::views::workload::{Container, Made, Part, Stage, Waiting as WaitingView, WorkloadView};
 use crate::views::{Reach, Status, Tone, Viewer};
 
@@ -166,7 +166,38 @@ fn show(a: Amount) -> String {
 }
 
 /// A team's page: quota per tier, its queue with reasons, its admitted work.
-pub async fn team(svc: &Service, viewer: Viewer, team: &str, now: DateTime<Utc>) -> Result<TeamView> {
+/// A team's use per tier now, as shares of each tier's maximum (for the history).
+pub async fn usage_points(svc: &Service, now: DateTime<Utc>) -> Result<Vec<(String, UsagePoint)>> {
+    let (world, _) = svc.world().await?;
+    let mut out = Vec::new();
+    for (team, q) in &world.quotas {
+        let usage = svc.usage(team).await?;
+        for t in TIERS {
+            let Some(l) = q.limits(t) else { continue };
+            let u = usage.get(tier_name(t)).copied().unwrap_or_default();
+            let share = |used: u64, max: u64| if max == 0 { 0.0 } else { used as f64 / max as f64 };
+            out.push((
+                team.clone(),
+                UsagePoint {
+                    at: now,
+                    tier: tier_name(t).to_string(),
+                    cpu: share(u.cpu, l.max.cpu),
+                    memory: share(u.memory, l.max.memory),
+                    pods: share(u.pods, l.max.pods),
+                },
+            ));
+        }
+    }
+    Ok(out)
+}
+
+pub async fn team(
+    svc: &Service,
+    viewer: Viewer,
+    team: &str,
+    history: Vec<UsagePoint>,
+    now: DateTime<Utc>,
+) -> Result<TeamView> {
     let (world, broken) = svc.world().await?;
     let usage = svc.usage(team).await?;
     let q = world.quotas.get(team);
@@ -245,6 +276,7 @@ pub async fn team(svc: &Service, viewer: Viewer, team: &str, now: DateTime<Utc>)
         pods_per_minute: q.and_then(|q| q.pods_per_minute),
         queue,
         admitted,
+        history,
     })
 }
 

@@ -48,9 +48,18 @@ const COOKIE_SECONDS: u64 = 8 * 3600;
 /// loop writes many records).
 const SETTLE: Duration = Duration::from_millis(200);
 
+/// Samples of each team's use kept in memory: a day at one a minute.
+const HISTORY: usize = 1440;
+const SAMPLE_EVERY: Duration = Duration::from_secs(60);
+
 pub struct Console {
     pub svc: Arc<Service>,
     pub observer: Arc<Observer>,
+    /// Each team's use per tier over time, since this gateway started.
+    history: std::sync::RwLock<
+        std::collections::BTreeMap<String, std::collections::VecDeque<crate::views::team::UsagePoint>>,
+    >,
+    sampler: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Served over TLS: cookies are Secure.
     pub secure: bool,
     closing: tokio::sync::watch::Sender<bool>,
@@ -65,12 +74,54 @@ impl Console {
         secure: bool,
     ) -> Arc<Console> {
         let observer = Observer::start(&svc.members, fleet, refresh);
-        Arc::new(Console { svc, observer, secure, closing: tokio::sync::watch::channel(false).0 })
+        let c = Arc::new(Console {
+            svc,
+            observer,
+            history: Default::default(),
+            sampler: std::sync::Mutex::new(None),
+            secure,
+            closing: tokio::sync::watch::channel(false).0,
+        });
+        let task =
+            tokio::spawn(Self::sample(Arc::downgrade(&c), SAMPLE_EVERY.min(refresh.max(Duration::from_secs(1)))));
+        *c.sampler.lock().expect("the sampler") = Some(task);
+        c
+    }
+
+    /// Keeps each team's use over time (the quota's "used" is the ledger's,
+    /// read every `every`).
+    async fn sample(me: std::sync::Weak<Console>, every: Duration) {
+        loop {
+            let Some(c) = me.upgrade() else { return };
+            match build::usage_points(&c.svc, Utc::now()).await {
+                Ok(points) => {
+                    if let Ok(mut h) = c.history.write() {
+                        for (team, p) in points {
+                            let q = h.entry(team).or_default();
+                            if q.len() == HISTORY {
+                                q.pop_front();
+                            }
+                            q.push_back(p);
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!("console: sampling use: {e:#}"),
+            }
+            drop(c);
+            tokio::time::sleep(every).await;
+        }
+    }
+
+    fn history(&self, team: &str) -> Vec<crate::views::team::UsagePoint> {
+        self.history.read().ok().and_then(|h| h.get(team).map(|q| q.iter().cloned().collect())).unwrap_or_default()
     }
 
     /// Ends every live-update stream (open streams would hold a graceful shutdown).
     pub fn close(&self) {
         self.closing.send_replace(true);
+        if let Some(t) = self.sampler.lock().ok().and_then(|mut s| s.take()) {
+            t.abort();
+        }
     }
 }
 
@@ -209,7 +260,7 @@ async fn team_page(
             &format!("{} may not see team {team}", who.user),
         );
     }
-    match build::team(&c.svc, viewer.clone(), &team, Utc::now()).await {
+    match build::team(&c.svc, viewer.clone(), &team, c.history(&team), Utc::now()).await {
         Ok(v) => {
             let n = q.page.unwrap_or(1);
             page(&headers, v.html(n), v.html_body(n))
@@ -287,7 +338,7 @@ async fn view_json(State(c): State<C>, p: Peer, headers: HeaderMap, UrlPath(path
         ["teams", team] if !who.may_act_for(team) => {
             return err(StatusCode::FORBIDDEN, format!("{} may not see team {team}", who.user))
         }
-        ["teams", team] => match build::team(&c.svc, viewer, team, now).await {
+        ["teams", team] => match build::team(&c.svc, viewer, team, c.history(team), now).await {
             Ok(v) => serde_json::to_value(v),
             Err(e) => {
                 tracing::error!("console: team {team}: {e:#}");

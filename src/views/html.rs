@@ -195,6 +195,13 @@ a.status{text-decoration:none}
 a.status .badge{text-decoration:underline}
 .why{color:var(--muted);font-size:.92em}
 .pager p{margin:.5em 0}
+.chart{margin:.5em 0 1em;max-width:40em}
+.chart svg{width:100%;height:7.5em;border-left:1px solid var(--line)}
+.chart figcaption{font-size:.85em;color:var(--muted)}
+.key{white-space:nowrap}
+.key-cpu{border-bottom:2px solid var(--progress)}
+.key-mem{border-bottom:2px dashed var(--bad)}
+.key-pods{border-bottom:2px dotted var(--ok)}
 .facts{display:grid;grid-template-columns:repeat(auto-fill,minmax(10em,1fr));gap:.4em 1em;margin:0 0 1em}
 .facts dt{color:var(--muted);font-size:.85em}
 .facts dd{margin:0}

@@ -26,6 +26,58 @@ pub struct TeamView {
     pub pods_per_minute: Option<u64>,
     pub queue: Vec<Queued>,
     pub admitted: Vec<WorkloadRow>,
+    /// Use over time per tier, as a share of the tier's maximum (sampled
+    /// by the gateway since it started; oldest first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<UsagePoint>,
+}
+
+/// One sample of a tier's use: cpu, memory and pods as shares of its maximum.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsagePoint {
+    pub at: DateTime<Utc>,
+    pub tier: String,
+    pub cpu: f64,
+    pub memory: f64,
+    pub pods: f64,
+}
+
+/// A tier's use over time as an SVG chart (three lines told apart by their
+/// dashes as well as their colours) with a text alternative.
+fn chart(tier: &str, points: &[&UsagePoint]) -> String {
+    let (w, h) = (600.0, 120.0);
+    let (first, last) = (points[0].at, points[points.len() - 1].at);
+    let span = (last - first).num_seconds().max(1) as f64;
+    let x = |p: &UsagePoint| (p.at - first).num_seconds() as f64 / span * w;
+    let y = |v: f64| h - v.clamp(0.0, 1.0) * h;
+    let line = |f: &dyn Fn(&UsagePoint) -> f64, colour: &str, dash: &str| {
+        let pts: Vec<String> = points.iter().map(|p| format!("{:.1},{:.1}", x(p), y(f(p)))).collect();
+        format!("<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" stroke-dasharray=\"{dash}\" points=\"{}\"/>", pts.join(" "))
+    };
+    let peak = |f: &dyn Fn(&UsagePoint) -> f64| points.iter().map(|p| f(p)).fold(0.0, f64::max) * 100.0;
+    let now = points[points.len() - 1];
+    let label = format!(
+        "{tier} use over time, {} to {} UTC: cpu now {:.0}% of the maximum (peak {:.0}%), memory {:.0}% (peak {:.0}%), pods {:.0}% (peak {:.0}%)",
+        first.format("%H:%M"),
+        last.format("%H:%M"),
+        now.cpu * 100.0,
+        peak(&|p| p.cpu),
+        now.memory * 100.0,
+        peak(&|p| p.memory),
+        now.pods * 100.0,
+        peak(&|p| p.pods)
+    );
+    format!(
+        "<figure class=\"chart\"><svg viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"{}\" preserveAspectRatio=\"none\">\
+<line x1=\"0\" y1=\"0\" x2=\"{w}\" y2=\"0\" stroke=\"#c8c8c8\"/><line x1=\"0\" y1=\"{h}\" x2=\"{w}\" y2=\"{h}\" stroke=\"#c8c8c8\"/>{}{}{}</svg>\
+<figcaption>{} — <span class=\"key key-cpu\">cpu (solid)</span> <span class=\"key key-mem\">memory (dashed)</span> <span class=\"key key-pods\">pods (dotted)</span>; the top line is the maximum.</figcaption></figure>",
+        esc(&label),
+        line(&|p| p.cpu, "#0072B2", "none"),
+        line(&|p| p.memory, "#D55E00", "8 4"),
+        line(&|p| p.pods, "#009E73", "2 3"),
+        esc(&label)
+    )
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,6 +259,13 @@ impl TeamView {
             &rows,
             "quota-table",
         ));
+        let tiers: Vec<&str> = self.tiers.iter().map(|t| t.tier.as_str()).collect();
+        for tier in tiers {
+            let points: Vec<&UsagePoint> = self.history.iter().filter(|p| p.tier == tier).collect();
+            if points.len() >= 2 {
+                out.push_str(&chart(tier, &points));
+            }
+        }
         out.push_str("<h2 id=\"queue\">Queue</h2>");
         let (shown, queue_pager) = html::paged(&self.queue, page, &path, "waiting");
         let rows: Vec<Vec<String>> = self.queue[shown]
@@ -334,6 +393,15 @@ pub(crate) mod tests {
                 clusters: vec!["east".into(), "west".into()],
                 since: Some(at() - chrono::Duration::minutes(3)),
             }],
+            history: (0..4)
+                .map(|i| UsagePoint {
+                    at: at() - chrono::Duration::minutes(30 - 10 * i),
+                    tier: "OnDemand".into(),
+                    cpu: 0.2 * i as f64,
+                    memory: 0.1 * i as f64,
+                    pods: 0.05 * i as f64,
+                })
+                .collect(),
         }
     }
 
@@ -345,6 +413,15 @@ pub(crate) mod tests {
     #[test]
     fn a_team_as_html() {
         insta::assert_snapshot!(team().html_body(1));
+    }
+
+    #[test]
+    fn use_over_time_is_a_chart_with_a_text_alternative() {
+        let body = team().html_body(1);
+        assert!(
+            body.contains("aria-label=\"OnDemand use over time, 11:30 to 12:00 UTC: cpu now 60% of the maximum (peak 60%), memory 30% (peak 30%), pods 15% (peak 15%)\""),
+            "{body}"
+        );
     }
 
     #[test]
