@@ -11,6 +11,9 @@
 //!    clusters/fleet.yaml ─▶ fleet::plan ─▶ fleet::rollout::decide ─▶ fleet::run (each cluster's rollout::upgrade)
 //!    Cluster ─▶ addons ─▶ in-cluster controller ─▶ federation (placement, health, fan-out)
 //!    Cluster + what runs (AWS, the cluster's API) ─▶ diff (drift by layer, clusters compared)
+//!    developers ─▶ gateway (identity, validation, quota, queue, admission, placement) ─▶ member clusters
+//!    gateway + members + the fleet's state store ─▶ console::build ─▶ views (fleet, cluster, team, workload)
+//!        ─▶ pages (console), JSON (/v1/views) and text (`pinfleet view`)
 //! ```
 //!
 //! Where things live:
@@ -21,12 +24,17 @@
 //!   and [`federation::health`], [`kube::validation`], [`kube::ready`], the
 //!   serving-certificate approver's decision ([`controller::serving::decide`]),
 //!   the fleet rollout's plan and decisions ([`fleet::plan`], [`fleet::rollout`]),
-//!   drift and comparison ([`diff`], all but [`diff::observe`]);
+//!   drift and comparison ([`diff`], all but [`diff::observe`]), the
+//!   gateway's quota, admission and intake ([`gateway::quota`],
+//!   [`gateway::admission`], [`gateway::intake`]), and the view models every
+//!   screen draws ([`views`]);
 //! - effects: [`cloud::aws`] (the SDK edge), [`state`] (state store, lock,
 //!   PKI, the join material machines fetch, history, roll progress), [`apply`] (executor and the cluster
 //!   operations), [`rollout`] (driver, roll under the lock), [`ami::job`],
 //!   [`fleet::run`] (the fleet rollout's one writer) and [`fleet::aws`],
-//!   [`kube`] (every Kubernetes mechanic), [`addons`], [`controller`];
+//!   [`kube`] (every Kubernetes mechanic), [`addons`], [`controller`], the
+//!   gateway's service and API ([`gateway::service`], [`gateway::http`]) and
+//!   the web console ([`console`]);
 //! - [`cli`]: one file per command, parsing arguments and calling the above;
 //!   [`output`] shows results and progress;
 //! - [`sim`]: the local Kubernetes API emulator the tests and demos run
