@@ -298,7 +298,7 @@ fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() 
     );
     // The killed run's fleet lock: its process is gone, and status says what happens next.
     assert!(status.contains("that process is gone from this host; the next apply takes the lock over"), "{status}");
-    console_shows_the_rollout(&w);
+    console_shows_the_rollout(&w, &kc.join("fdev.yaml"));
     lock(false);
 
     // Meanwhile staging's own scheduled AMI job leaves it to the fleet.
@@ -341,7 +341,7 @@ fn a_fleet_rollout_resumes_after_kill_9_stages_dev_before_staging_and_reverts() 
 /// The console's fleet page reads the same rollout from the fleet's state
 /// store (`gateway serve --fleet-rollouts`): each stage, each cluster and
 /// why it waits, here the lock another run holds on staging.
-fn console_shows_the_rollout(w: &World) {
+fn console_shows_the_rollout(w: &World, fdev_kubeconfig: &std::path::Path) {
     let url_file = w.dir.path().join("gateway-url");
     let mut gw = w
         .command(&[
@@ -392,6 +392,8 @@ fn console_shows_the_rollout(w: &World) {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    // A cluster of the fleet: its applied revisions, read from its state store.
+    let cluster: serde_json::Value = rt.block_on(client.call("GET", "/v1/views/clusters/fdev", None)).unwrap().body;
     let page = rt.block_on(async {
         let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build_http::<http_body_util::Full<bytes::Bytes>>();

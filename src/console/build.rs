@@ -144,6 +144,22 @@ pub fn cluster(
         e2e: m.e2e.clone(),
         drift: drift_status(m),
         workloads,
+        revisions: Vec::new(),
+        revisions_note: None,
+    }
+}
+
+/// An applied revision as the cluster page shows it.
+pub fn revision(r: &crate::state::HistoryRecord) -> crate::views::cluster::Revision {
+    crate::views::cluster::Revision {
+        revision: r.revision,
+        applied_at: r.applied_at.clone(),
+        by: match &r.identity {
+            Some(arn) => format!("{}@{} as {arn}", r.by, r.host),
+            None => format!("{}@{}", r.by, r.host),
+        },
+        changes: format!("+{} ~{} -/+{} -{}", r.created, r.updated, r.replaced, r.deleted),
+        command: r.command.split_whitespace().skip(1).collect::<Vec<_>>().join(" "),
     }
 }
 

@@ -55,6 +55,8 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(60);
 pub struct Console {
     pub svc: Arc<Service>,
     pub observer: Arc<Observer>,
+    /// Where the fleet's records are (rollouts, each cluster's revisions).
+    fleet: Option<Arc<observe::FleetSource>>,
     /// Each team's use per tier over time, since this gateway started.
     history: std::sync::RwLock<
         std::collections::BTreeMap<String, std::collections::VecDeque<crate::views::team::UsagePoint>>,
@@ -73,10 +75,12 @@ impl Console {
         refresh: Duration,
         secure: bool,
     ) -> Arc<Console> {
-        let observer = Observer::start(&svc.members, fleet, refresh);
+        let fleet = fleet.map(Arc::new);
+        let observer = Observer::start(&svc.members, fleet.clone(), refresh);
         let c = Arc::new(Console {
             svc,
             observer,
+            fleet,
             history: Default::default(),
             sampler: std::sync::Mutex::new(None),
             secure,
@@ -110,6 +114,28 @@ impl Console {
             drop(c);
             tokio::time::sleep(every).await;
         }
+    }
+
+    /// A cluster's view with its applied revisions (read now from its state store).
+    async fn cluster_view(
+        &self,
+        viewer: Viewer,
+        who: &Caller,
+        m: &observe::MemberSnapshot,
+    ) -> crate::views::cluster::ClusterView {
+        let mut v = build::cluster(viewer, m, &self.svc.all(), |t| who.may_act_for(t), Utc::now());
+        match &self.fleet {
+            None => {
+                v.revisions_note =
+                    Some("the gateway reads no fleet folder (--fleet-rollouts): no revisions to show".into())
+            }
+            Some(f) => match f.revisions(&m.name).await {
+                None => v.revisions_note = Some(format!("{} is not a cluster of the fleet's folder", m.name)),
+                Some(Ok(h)) => v.revisions = h.iter().map(build::revision).collect(),
+                Some(Err(e)) => v.revisions_note = Some(format!("reading its state store: {e:#}")),
+            },
+        }
+        v
     }
 
     fn history(&self, team: &str) -> Vec<crate::views::team::UsagePoint> {
@@ -236,7 +262,7 @@ async fn cluster_page(State(c): State<C>, p: Peer, headers: HeaderMap, UrlPath(n
             &format!("{name} is not a member of this fleet"),
         );
     };
-    let v = build::cluster(viewer, &m, &c.svc.all(), |t| who.may_act_for(t), Utc::now());
+    let v = c.cluster_view(viewer, &who, &m).await;
     page(&headers, v.html(), v.html_body())
 }
 
@@ -332,7 +358,7 @@ async fn view_json(State(c): State<C>, p: Peer, headers: HeaderMap, UrlPath(path
     let body = match parts.as_slice() {
         ["fleet"] => serde_json::to_value(fleet_view(&c, viewer)),
         ["clusters", name] => match c.observer.member(name) {
-            Some(m) => serde_json::to_value(build::cluster(viewer, &m, &c.svc.all(), |t| who.may_act_for(t), now)),
+            Some(m) => serde_json::to_value(c.cluster_view(viewer, &who, &m).await),
             None => return err(StatusCode::NOT_FOUND, format!("{name} is not a member of this fleet")),
         },
         ["teams", team] if !who.may_act_for(team) => {

@@ -76,6 +76,31 @@ pub struct FleetSource {
     pub target: crate::cloud::aws::Target,
 }
 
+impl FleetSource {
+    /// The applied revisions of one cluster of the folder, from its state
+    /// store (None: not a cluster of the folder).
+    pub async fn revisions(&self, cluster: &str) -> Option<anyhow::Result<Vec<crate::state::HistoryRecord>>> {
+        use anyhow::Context as _;
+        let l = self.folder.loaded.iter().find(|l| l.cluster.metadata.name == cluster)?;
+        let read = async {
+            let opts = crate::cloud::aws::AwsOptions::from_env(self.target, Some(l.cluster.spec.cloud.region.clone()))?;
+            let aws = crate::cloud::aws::Aws::connect(&opts).await?;
+            let url = &l.cluster.spec.state_store;
+            match crate::state::Store::open_existing(url, cluster, Some(&aws))
+                .await
+                .with_context(|| format!("opening state store {url}"))?
+            {
+                Some(store) => store.history().await,
+                None => Ok(Vec::new()),
+            }
+        };
+        Some(match tokio::time::timeout(Duration::from_secs(10), read).await {
+            Ok(r) => r,
+            Err(_) => Err(anyhow::anyhow!("the state store did not answer within 10 s")),
+        })
+    }
+}
+
 /// The latest fleet rollout as last read, or why it could not be.
 type RolloutRead = (Option<crate::views::fleet::FleetStatusView>, Option<String>);
 
@@ -202,7 +227,7 @@ async fn addons(client: &kube::Client) -> kube::Result<Vec<Addon>> {
 impl Observer {
     /// Starts watching every member (and reading the fleet's rollouts when
     /// given where); figures arrive within a refresh.
-    pub fn start(members: &[MemberCluster], fleet: Option<FleetSource>, refresh: Duration) -> Arc<Observer> {
+    pub fn start(members: &[MemberCluster], fleet: Option<Arc<FleetSource>>, refresh: Duration) -> Arc<Observer> {
         let (changes, _) = tokio::sync::watch::channel(0u64);
         let o = Arc::new(Observer {
             members: RwLock::new(
@@ -229,7 +254,7 @@ impl Observer {
         self.rollout.read().map(|r| r.clone()).unwrap_or((None, None))
     }
 
-    async fn read_rollouts(me: std::sync::Weak<Observer>, f: FleetSource, refresh: Duration) {
+    async fn read_rollouts(me: std::sync::Weak<Observer>, f: Arc<FleetSource>, refresh: Duration) {
         loop {
             let read =
                 tokio::time::timeout(Duration::from_secs(20), crate::fleet::status::read(&f.folder, f.target)).await;

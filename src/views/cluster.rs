@@ -23,6 +23,24 @@ pub struct ClusterView {
     pub e2e: Option<E2eRun>,
     pub drift: Status,
     pub workloads: Vec<PlacedPart>,
+    /// The applied revisions, oldest first (from the cluster's state store).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revisions: Vec<Revision>,
+    /// Why no revisions are shown, when they are not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revisions_note: Option<String>,
+}
+
+/// One applied revision: when, by whom, what changed, the command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Revision {
+    pub revision: u64,
+    pub applied_at: String,
+    pub by: String,
+    /// `+created ~updated -/+replaced -deleted`.
+    pub changes: String,
+    pub command: String,
 }
 
 /// A node as it reports itself.
@@ -192,6 +210,29 @@ impl ClusterView {
                 out.push_str(&text::table(&["PHASE", "CHECK", "RESULT"], &rows));
             }
         }
+        out.push('\n');
+        match &self.revisions_note {
+            Some(n) if self.revisions.is_empty() => {
+                let _ = writeln!(out, "revisions: {n}");
+            }
+            _ => {
+                let rows: Vec<Vec<String>> = self
+                    .revisions
+                    .iter()
+                    .rev()
+                    .map(|r| {
+                        vec![
+                            r.revision.to_string(),
+                            r.applied_at.clone(),
+                            r.by.clone(),
+                            r.changes.clone(),
+                            r.command.clone(),
+                        ]
+                    })
+                    .collect();
+                out.push_str(&text::table(&["REVISION", "APPLIED", "BY", "CHANGES", "COMMAND"], &rows));
+            }
+        }
         out
     }
 
@@ -287,6 +328,31 @@ impl ClusterView {
             })
             .collect();
         out.push_str(&html::table("Workload parts", &["Workload", "Team", "Replicas", "State"], &rows, "parts-table"));
+        out.push_str("<h2 id=\"revisions\">Applied revisions</h2>");
+        if let (true, Some(n)) = (self.revisions.is_empty(), &self.revisions_note) {
+            let _ = write!(out, "<p>{}</p>", esc(n));
+        } else {
+            let rows: Vec<Vec<String>> = self
+                .revisions
+                .iter()
+                .rev()
+                .map(|r| {
+                    vec![
+                        r.revision.to_string(),
+                        esc(&r.applied_at),
+                        esc(&r.by),
+                        esc(&r.changes),
+                        format!("<code>{}</code>", esc(&r.command)),
+                    ]
+                })
+                .collect();
+            out.push_str(&html::table(
+                "Newest first",
+                &["Revision", "Applied", "By", "Changes (+ ~ -/+ -)", "Command"],
+                &rows,
+                "revisions-table",
+            ));
+        }
         out
     }
 
@@ -369,6 +435,14 @@ mod tests {
                 replicas: 2,
                 state: "Ready".into(),
             }],
+            revisions: vec![Revision {
+                revision: 1,
+                applied_at: "2026-11-22T10:00:00Z".into(),
+                by: "ops@laptop".into(),
+                changes: "+14 ~0 -/+0 -0".into(),
+                command: "bootstrap east --yes".into(),
+            }],
+            revisions_note: None,
         }
     }
 
