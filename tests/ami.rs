@@ -393,7 +393,14 @@ fn console_shows_the_rollout(w: &World, fdev_kubeconfig: &std::path::Path) {
         std::thread::sleep(Duration::from_millis(200));
     }
     // A cluster of the fleet: its applied revisions, read from its state store.
-    let cluster: serde_json::Value = rt.block_on(client.call("GET", "/v1/views/clusters/fdev", None)).unwrap().body;
+    let mut cluster = serde_json::Value::Null;
+    for _ in 0..100 {
+        cluster = rt.block_on(client.call("GET", "/v1/views/clusters/fdev", None)).unwrap().body;
+        if cluster["machines"].as_array().is_some_and(|m| !m.is_empty()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let page = rt.block_on(async {
         let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build_http::<http_body_util::Full<bytes::Bytes>>();

@@ -149,6 +149,19 @@ pub fn cluster(
     }
 }
 
+/// Each machine's image and launch-template version as EC2 has them (its
+/// node names its instance).
+pub fn with_instances(
+    machines: &mut [crate::views::cluster::Machine],
+    instances: &[crate::cloud::observed::ObservedInstance],
+) {
+    for m in machines {
+        let Some(i) = m.instance.as_ref().and_then(|id| instances.iter().find(|i| &i.id == id)) else { continue };
+        m.image = i.image_id.clone();
+        m.launch_template_version = i.launch_template_version.map(|v| v.to_string());
+    }
+}
+
 /// An applied revision as the cluster page shows it.
 pub fn revision(r: &crate::state::HistoryRecord) -> crate::views::cluster::Revision {
     crate::views::cluster::Revision {

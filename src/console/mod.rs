@@ -116,7 +116,9 @@ impl Console {
         }
     }
 
-    /// A cluster's view with its applied revisions (read now from its state store).
+    /// A cluster's view with its records when the fleet's folder is read:
+    /// the applied revisions, and each machine's image and launch-template
+    /// version as EC2 has them (read now).
     async fn cluster_view(
         &self,
         viewer: Viewer,
@@ -129,10 +131,13 @@ impl Console {
                 v.revisions_note =
                     Some("the gateway reads no fleet folder (--fleet-rollouts): no revisions to show".into())
             }
-            Some(f) => match f.revisions(&m.name).await {
+            Some(f) => match f.records(&m.name).await {
                 None => v.revisions_note = Some(format!("{} is not a cluster of the fleet's folder", m.name)),
-                Some(Ok(h)) => v.revisions = h.iter().map(build::revision).collect(),
-                Some(Err(e)) => v.revisions_note = Some(format!("reading its state store: {e:#}")),
+                Some(Ok(r)) => {
+                    v.revisions = r.revisions.iter().map(build::revision).collect();
+                    build::with_instances(&mut v.machines, &r.instances);
+                }
+                Some(Err(e)) => v.revisions_note = Some(format!("reading its records: {e:#}")),
             },
         }
         v

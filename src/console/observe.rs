@@ -77,28 +77,37 @@ pub struct FleetSource {
 }
 
 impl FleetSource {
-    /// The applied revisions of one cluster of the folder, from its state
-    /// store (None: not a cluster of the folder).
-    pub async fn revisions(&self, cluster: &str) -> Option<anyhow::Result<Vec<crate::state::HistoryRecord>>> {
+    /// One cluster of the folder as its records say: the applied revisions
+    /// (its state store) and its machines (EC2, by their tags). None: not a
+    /// cluster of the folder.
+    pub async fn records(&self, cluster: &str) -> Option<anyhow::Result<ClusterRecords>> {
         use anyhow::Context as _;
         let l = self.folder.loaded.iter().find(|l| l.cluster.metadata.name == cluster)?;
         let read = async {
             let opts = crate::cloud::aws::AwsOptions::from_env(self.target, Some(l.cluster.spec.cloud.region.clone()))?;
             let aws = crate::cloud::aws::Aws::connect(&opts).await?;
             let url = &l.cluster.spec.state_store;
-            match crate::state::Store::open_existing(url, cluster, Some(&aws))
+            let revisions = match crate::state::Store::open_existing(url, cluster, Some(&aws))
                 .await
                 .with_context(|| format!("opening state store {url}"))?
             {
-                Some(store) => store.history().await,
-                None => Ok(Vec::new()),
-            }
+                Some(store) => store.history().await?,
+                None => Vec::new(),
+            };
+            let instances = crate::cloud::aws::observe::list_instances(&aws, Some(cluster), false).await?;
+            Ok(ClusterRecords { revisions, instances })
         };
         Some(match tokio::time::timeout(Duration::from_secs(10), read).await {
             Ok(r) => r,
-            Err(_) => Err(anyhow::anyhow!("the state store did not answer within 10 s")),
+            Err(_) => Err(anyhow::anyhow!("AWS did not answer within 10 s")),
         })
     }
+}
+
+/// What a cluster's records hold beside its API.
+pub struct ClusterRecords {
+    pub revisions: Vec<crate::state::HistoryRecord>,
+    pub instances: Vec<crate::cloud::observed::ObservedInstance>,
 }
 
 /// The latest fleet rollout as last read, or why it could not be.
@@ -159,6 +168,16 @@ pub fn machine(n: &Node) -> Machine {
         ready: is_ready,
         reason,
         unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+        // `aws:///ZONE/INSTANCE-ID`, as the cloud controller sets it.
+        instance: n
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|p| p.strip_prefix("aws://"))
+            .and_then(|p| p.rsplit('/').next())
+            .filter(|i| i.starts_with("i-"))
+            .map(str::to_string),
+        launch_template_version: None,
     }
 }
 

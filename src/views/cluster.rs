@@ -62,6 +62,12 @@ pub struct Machine {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub unschedulable: bool,
+    /// The EC2 instance behind the node (from its provider ID).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// The launch-template version it was started from (from EC2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_template_version: Option<String>,
 }
 
 impl Machine {
@@ -185,6 +191,7 @@ impl ClusterView {
                     m.name.clone(),
                     m.group.clone(),
                     m.image.clone(),
+                    m.launch_template_version.clone().unwrap_or_else(|| "-".into()),
                     m.kernel.clone(),
                     m.kubelet.clone(),
                     m.created.map(|c| age((self.at - c).num_seconds())).unwrap_or_else(|| "-".into()),
@@ -192,7 +199,10 @@ impl ClusterView {
                 ]
             })
             .collect();
-        out.push_str(&text::table(&["MACHINE", "GROUP", "IMAGE", "KERNEL", "KUBELET", "AGE", "HEALTH"], &rows));
+        out.push_str(&text::table(
+            &["MACHINE", "GROUP", "IMAGE", "TEMPLATE", "KERNEL", "KUBELET", "AGE", "HEALTH"],
+            &rows,
+        ));
         let rows: Vec<Vec<String>> = self
             .addons
             .iter()
@@ -266,6 +276,7 @@ impl ClusterView {
                     esc(&m.group),
                     esc(&m.role),
                     esc(&m.image),
+                    esc(m.launch_template_version.as_deref().unwrap_or("-")),
                     esc(&m.kernel),
                     esc(&m.kubelet),
                     m.created.map(|c| age((self.at - c).num_seconds())).unwrap_or_else(|| "-".into()),
@@ -275,7 +286,7 @@ impl ClusterView {
             .collect();
         out.push_str(&html::table(
             "Machines by group",
-            &["Machine", "Group", "Role", "Image", "Kernel", "Kubelet", "Age", "Health"],
+            &["Machine", "Group", "Role", "Image", "Template version", "Kernel", "Kubelet", "Age", "Health"],
             &rows,
             "machines-table",
         ));
@@ -392,6 +403,8 @@ mod tests {
                     ready: true,
                     reason: None,
                     unschedulable: false,
+                    instance: Some("i-0123".into()),
+                    launch_template_version: Some("3".into()),
                 },
                 Machine {
                     name: "east-nodes-1".into(),
