@@ -229,7 +229,8 @@ async fn the_console_shows_the_fleet_down_to_a_workload_live_and_accessibly() {
     b.screenshot("team").await;
 
     // A reason is one click away: the queue's why leads to the workload's why.
-    b.client.find(Locator::Css("#queue-table tbody tr td:last-child a")).await.unwrap().click().await.unwrap();
+    // Found and clicked in one step: a live update may replace <main> between two WebDriver calls.
+    b.eval("document.querySelector('#queue-table tbody tr td:last-child a').click(); return true").await;
     b.until("the workload's reason", "return location.pathname === '/workloads/search/reindex-1' && location.hash === '#why' && document.getElementById('why') !== null", WAIT).await;
     let why = b.eval("return document.getElementById('content').innerText").await;
     assert!(why.as_str().unwrap().contains("What would unblock it"), "the reason says what would unblock it");
