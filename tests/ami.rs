@@ -358,6 +358,8 @@ fn console_shows_the_rollout(w: &World, fdev_kubeconfig: &std::path::Path) {
             "ops:platform",
             "--member-refresh",
             "1s",
+            "--member",
+            &format!("fdev={}", fdev_kubeconfig.display()),
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -418,6 +420,16 @@ fn console_shows_the_rollout(w: &World, fdev_kubeconfig: &std::path::Path) {
         page.contains("Fleet rollout #1") && page.contains("lock is held by ops on elsewhere"),
         "the page shows it: {page}"
     );
+    let revisions = cluster["revisions"].as_array().unwrap_or_else(|| panic!("fdev's revisions: {cluster}"));
+    assert!(!revisions.is_empty() && revisions[0]["revision"] == 1, "fdev's history starts at revision 1: {cluster}");
+    assert!(revisions[0]["command"].as_str().unwrap().contains("fdev"), "{cluster}");
+    // Each machine with the image and launch-template version EC2 has for it.
+    let machines = cluster["machines"].as_array().unwrap_or_else(|| panic!("fdev's machines: {cluster}"));
+    assert!(!machines.is_empty(), "{cluster}");
+    for m in machines {
+        assert!(m["image"].as_str().unwrap().starts_with("ami-"), "the machine's AMI: {m}");
+        assert!(m["launchTemplateVersion"].as_str().is_some(), "the machine's template version: {m}");
+    }
 }
 
 /// `diff` on AWS: in sync after bootstrap; a launch template edited in EC2
