@@ -208,9 +208,10 @@ async fn main() {
                 .execute_async(
                     "const done = arguments[arguments.length - 1];\
                      const nav = performance.getEntriesByType('navigation')[0];\
-                     const fcp = performance.getEntriesByName('first-contentful-paint')[0];\
-                     new PerformanceObserver(list => { const e = list.getEntries(); done([fcp ? fcp.startTime : -1, nav.domContentLoadedEventEnd, e[e.length - 1].startTime, document.querySelectorAll('tbody tr').length]); })\
-                       .observe({type: 'largest-contentful-paint', buffered: true});",
+                     let fcp = null, lcp = null;\
+                     const finish = () => { if (fcp !== null && lcp !== null) done([fcp, nav.domContentLoadedEventEnd, lcp, document.querySelectorAll('tbody tr').length]); };\
+                     new PerformanceObserver(l => { for (const e of l.getEntries()) if (e.name === 'first-contentful-paint') fcp = e.startTime; finish(); }).observe({type: 'paint', buffered: true});\
+                     new PerformanceObserver(l => { const e = l.getEntries(); lcp = e[e.length - 1].startTime; finish(); }).observe({type: 'largest-contentful-paint', buffered: true});",
                     vec![],
                 )
                 .await
