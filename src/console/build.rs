@@ -198,12 +198,13 @@ fn show(a: Amount) -> String {
 /// A team's use per tier now, as shares of each tier's maximum (for the history).
 pub async fn usage_points(svc: &Service, now: DateTime<Utc>) -> Result<Vec<(String, UsagePoint)>> {
     let (world, _) = svc.world().await?;
+    // One read of the ledger for every team.
+    let ledger = svc.ledger().await?;
     let mut out = Vec::new();
     for (team, q) in &world.quotas {
-        let usage = svc.usage(team).await?;
         for t in TIERS {
             let Some(l) = q.limits(t) else { continue };
-            let u = usage.get(tier_name(t)).copied().unwrap_or_default();
+            let u = ledger.usage(team, t);
             let share = |used: u64, max: u64| if max == 0 { 0.0 } else { used as f64 / max as f64 };
             out.push((
                 team.clone(),
@@ -424,20 +425,10 @@ pub async fn workload(
 ) -> WorkloadView {
     let st = s.status.clone().unwrap_or_default();
     let name = s.metadata.name.clone().unwrap_or_default();
-    let waiting = svc.waiting().await.get(&name).map(|w| {
-        let q = Queued {
-            id: s.spec.id.clone(),
-            workload: String::new(),
-            kind: String::new(),
-            tier: String::new(),
-            priority: 0,
-            demand: String::new(),
-            position: w.position,
-            ahead_in_fleet: w.ahead_in_fleet,
-            estimate: w.estimate.map(|e| (e.earliest, e.latest)),
-            why: why(&w.why),
-        };
-        WaitingView { position: w.position, estimate: q.estimate_text(now), why: q.why }
+    let waiting = svc.waiting_for(&name).await.map(|w| WaitingView {
+        position: w.position,
+        estimate: crate::views::team::estimate_text(w.estimate.map(|e| (e.earliest, e.latest)), now),
+        why: why(&w.why),
     });
     let stages = [
         ("accepted", None, st.accepted_at),

@@ -243,32 +243,84 @@ struct PageQuery {
     page: Option<usize>,
 }
 
-async fn fleet_page(State(c): State<C>, p: Peer, headers: HeaderMap, Query(q): Query<PageQuery>) -> Response {
-    let who = match caller(&c, &headers, &p).await {
+/// A view the caller may see.
+enum Shown {
+    Fleet(crate::views::fleet::FleetView),
+    Cluster(crate::views::cluster::ClusterView),
+    Team(crate::views::team::TeamView),
+    Workload(crate::views::workload::WorkloadView),
+}
+
+/// Why a view is not shown: the status, a title for the page, the reason.
+type Refused = (StatusCode, &'static str, String);
+
+/// The view at `path` (`fleet`, `clusters/C`, `teams/T`, `workloads/T/ID`)
+/// as `who` may see it: the pages and the JSON views both go through here.
+async fn resolve(c: &Console, who: &Caller, viewer: Viewer, path: &[&str]) -> Result<Shown, Refused> {
+    let unavailable = |what: &str| {
+        (StatusCode::SERVICE_UNAVAILABLE, "Not available", format!("the gateway could not read {what}; try again"))
+    };
+    let now = Utc::now();
+    match path {
+        ["fleet"] => Ok(Shown::Fleet(fleet_view(c, viewer))),
+        ["clusters", name] => match c.observer.member(name) {
+            Some(m) => Ok(Shown::Cluster(c.cluster_view(viewer, who, &m).await)),
+            None => Err((StatusCode::NOT_FOUND, "No such cluster", format!("{name} is not a member of this fleet"))),
+        },
+        ["teams", team] if !who.may_act_for(team) => {
+            Err((StatusCode::FORBIDDEN, "Not your team", format!("{} may not see team {team}", who.user)))
+        }
+        ["teams", team] => match build::team(&c.svc, viewer, team, c.history(team), now).await {
+            Ok(v) => Ok(Shown::Team(v)),
+            Err(e) => {
+                tracing::error!("console: team {team}: {e:#}");
+                Err(unavailable("the quota ledger"))
+            }
+        },
+        ["workloads", team, _] if !who.may_act_for(team) => {
+            Err((StatusCode::FORBIDDEN, "Not your team", format!("{} may not see team {team}'s workloads", who.user)))
+        }
+        ["workloads", team, id] => match c.svc.find(team, id).await {
+            Ok(Some(s)) => Ok(Shown::Workload(build::workload(&c.svc, &c.observer.snapshot(), viewer, &s, now).await)),
+            Ok(None) => {
+                Err((StatusCode::NOT_FOUND, "No such submission", format!("team {team} has no submission {id:?}")))
+            }
+            Err(e) => {
+                tracing::error!("console: {team}/{id}: {e:#}");
+                Err(unavailable("its records"))
+            }
+        },
+        _ => Err((
+            StatusCode::NOT_FOUND,
+            "No such page",
+            format!("no view {:?}: fleet, clusters/C, teams/T, workloads/T/ID", path.join("/")),
+        )),
+    }
+}
+
+/// A page: the view drawn as HTML (its `<main>` alone for a live update).
+async fn show(c: &Console, p: &Peer, headers: &HeaderMap, path: &[&str], page_no: Option<usize>) -> Response {
+    let who = match caller(c, headers, p).await {
         Ok(w) => w,
         Err(e) => return unauthenticated(false, e),
     };
-    let v = fleet_view(&c, viewer(&c, &who).await);
-    let n = q.page.unwrap_or(1);
-    page(&headers, v.html(n), v.html_body(n))
+    let viewer = viewer(c, &who).await;
+    let n = page_no.unwrap_or(1);
+    match resolve(c, &who, viewer.clone(), path).await {
+        Ok(Shown::Fleet(v)) => page(headers, v.html(n), v.html_body(n)),
+        Ok(Shown::Cluster(v)) => page(headers, v.html(), v.html_body()),
+        Ok(Shown::Team(v)) => page(headers, v.html(n), v.html_body(n)),
+        Ok(Shown::Workload(v)) => page(headers, v.html(), v.html_body()),
+        Err((status, title, message)) => problem(status, Some(&viewer), title, &message),
+    }
+}
+
+async fn fleet_page(State(c): State<C>, p: Peer, headers: HeaderMap, Query(q): Query<PageQuery>) -> Response {
+    show(&c, &p, &headers, &["fleet"], q.page).await
 }
 
 async fn cluster_page(State(c): State<C>, p: Peer, headers: HeaderMap, UrlPath(name): UrlPath<String>) -> Response {
-    let who = match caller(&c, &headers, &p).await {
-        Ok(w) => w,
-        Err(e) => return unauthenticated(false, e),
-    };
-    let viewer = viewer(&c, &who).await;
-    let Some(m) = c.observer.member(&name) else {
-        return problem(
-            StatusCode::NOT_FOUND,
-            Some(&viewer),
-            "No such cluster",
-            &format!("{name} is not a member of this fleet"),
-        );
-    };
-    let v = c.cluster_view(viewer, &who, &m).await;
-    page(&headers, v.html(), v.html_body())
+    show(&c, &p, &headers, &["clusters", &name], None).await
 }
 
 async fn team_page(
@@ -278,34 +330,7 @@ async fn team_page(
     UrlPath(team): UrlPath<String>,
     Query(q): Query<PageQuery>,
 ) -> Response {
-    let who = match caller(&c, &headers, &p).await {
-        Ok(w) => w,
-        Err(e) => return unauthenticated(false, e),
-    };
-    let viewer = viewer(&c, &who).await;
-    if !who.may_act_for(&team) {
-        return problem(
-            StatusCode::FORBIDDEN,
-            Some(&viewer),
-            "Not your team",
-            &format!("{} may not see team {team}", who.user),
-        );
-    }
-    match build::team(&c.svc, viewer.clone(), &team, c.history(&team), Utc::now()).await {
-        Ok(v) => {
-            let n = q.page.unwrap_or(1);
-            page(&headers, v.html(n), v.html_body(n))
-        }
-        Err(e) => {
-            tracing::error!("console: team {team}: {e:#}");
-            problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some(&viewer),
-                "Not available",
-                "the gateway could not read the quota ledger; try again",
-            )
-        }
-    }
+    show(&c, &p, &headers, &["teams", &team], q.page).await
 }
 
 async fn workload_page(
@@ -314,40 +339,7 @@ async fn workload_page(
     headers: HeaderMap,
     UrlPath((team, id)): UrlPath<(String, String)>,
 ) -> Response {
-    let who = match caller(&c, &headers, &p).await {
-        Ok(w) => w,
-        Err(e) => return unauthenticated(false, e),
-    };
-    let viewer = viewer(&c, &who).await;
-    if !who.may_act_for(&team) {
-        return problem(
-            StatusCode::FORBIDDEN,
-            Some(&viewer),
-            "Not your team",
-            &format!("{} may not see team {team}'s workloads", who.user),
-        );
-    }
-    match c.svc.find(&team, &id).await {
-        Ok(Some(s)) => {
-            let v = build::workload(&c.svc, &c.observer.snapshot(), viewer, &s, Utc::now()).await;
-            page(&headers, v.html(), v.html_body())
-        }
-        Ok(None) => problem(
-            StatusCode::NOT_FOUND,
-            Some(&viewer),
-            "No such submission",
-            &format!("team {team} has no submission {id}"),
-        ),
-        Err(e) => {
-            tracing::error!("console: {team}/{id}: {e:#}");
-            problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some(&viewer),
-                "Not available",
-                "the gateway could not read its records; try again",
-            )
-        }
-    }
+    show(&c, &p, &headers, &["workloads", &team, &id], None).await
 }
 
 /// The same views as JSON (what `pinfleet view` draws as text).
@@ -357,49 +349,17 @@ async fn view_json(State(c): State<C>, p: Peer, headers: HeaderMap, UrlPath(path
         Err(e) => return unauthenticated(true, e),
     };
     let viewer = viewer(&c, &who).await;
-    let now = Utc::now();
     let parts: Vec<&str> = path.split('/').collect();
-    let err = |s: StatusCode, m: String| (s, Json(json!({"error": m}))).into_response();
-    let body = match parts.as_slice() {
-        ["fleet"] => serde_json::to_value(fleet_view(&c, viewer)),
-        ["clusters", name] => match c.observer.member(name) {
-            Some(m) => serde_json::to_value(c.cluster_view(viewer, &who, &m).await),
-            None => return err(StatusCode::NOT_FOUND, format!("{name} is not a member of this fleet")),
-        },
-        ["teams", team] if !who.may_act_for(team) => {
-            return err(StatusCode::FORBIDDEN, format!("{} may not see team {team}", who.user))
-        }
-        ["teams", team] => match build::team(&c.svc, viewer, team, c.history(team), now).await {
-            Ok(v) => serde_json::to_value(v),
-            Err(e) => {
-                tracing::error!("console: team {team}: {e:#}");
-                return err(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the gateway could not read the quota ledger; try again".into(),
-                );
-            }
-        },
-        ["workloads", team, _] if !who.may_act_for(team) => {
-            return err(StatusCode::FORBIDDEN, format!("{} may not see team {team}'s workloads", who.user))
-        }
-        ["workloads", team, id] => match c.svc.find(team, id).await {
-            Ok(Some(s)) => serde_json::to_value(build::workload(&c.svc, &c.observer.snapshot(), viewer, &s, now).await),
-            Ok(None) => return err(StatusCode::NOT_FOUND, format!("team {team} has no submission {id:?}")),
-            Err(e) => {
-                tracing::error!("console: {team}/{id}: {e:#}");
-                return err(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the gateway could not read its records; try again".into(),
-                );
-            }
-        },
-        _ => {
-            return err(StatusCode::NOT_FOUND, format!("no view {path:?}: fleet, clusters/C, teams/T, workloads/T/ID"))
-        }
+    let body = match resolve(&c, &who, viewer, &parts).await {
+        Ok(Shown::Fleet(v)) => serde_json::to_value(v),
+        Ok(Shown::Cluster(v)) => serde_json::to_value(v),
+        Ok(Shown::Team(v)) => serde_json::to_value(v),
+        Ok(Shown::Workload(v)) => serde_json::to_value(v),
+        Err((status, _, message)) => return (status, Json(json!({"error": message}))).into_response(),
     };
     match body {
         Ok(v) => Json(v).into_response(),
-        Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, Json(json!({"error": e.to_string()}))).into_response(),
     }
 }
 

@@ -703,9 +703,19 @@ impl Service {
         self.queue.read().await.queued
     }
 
+    /// One waiting submission's position, estimate and reason.
+    pub async fn waiting_for(&self, name: &str) -> Option<Waiting> {
+        self.queue.read().await.waiting.get(name).cloned()
+    }
+
+    /// The admission ledger as the host holds it now.
+    pub async fn ledger(&self) -> Result<Ledger> {
+        Ok(self.read_ledger().await?.0)
+    }
+
     /// Usage of a team per tier (from the ledger).
     pub async fn usage(&self, team: &str) -> Result<BTreeMap<&'static str, Amount>> {
-        let (ledger, _) = self.read_ledger().await?;
+        let ledger = self.ledger().await?;
         Ok(quota::TIERS.into_iter().map(|t| (quota::tier_name(t), ledger.usage(team, t))).collect())
     }
 

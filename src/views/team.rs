@@ -128,24 +128,29 @@ pub struct Queued {
     pub why: Why,
 }
 
+/// An expected start as people read it: `in 20m–40m (12:20–12:40 UTC)`.
+pub fn estimate_text(estimate: Option<(DateTime<Utc>, DateTime<Utc>)>, now: DateTime<Utc>) -> String {
+    match estimate {
+        None => "unknown (waits on work with no expected end)".into(),
+        Some((a, b)) => {
+            let ina = age((a - now).num_seconds());
+            let inb = age((b - now).num_seconds());
+            if ina == inb {
+                format!("in ~{ina} ({})", a.format("%H:%M UTC"))
+            } else {
+                format!("in {ina}–{inb} ({}–{})", a.format("%H:%M"), b.format("%H:%M UTC"))
+            }
+        }
+    }
+}
+
 impl Queued {
     pub fn link(&self, team: &str) -> String {
         format!("/workloads/{}/{}", seg(team), seg(&self.id))
     }
 
     pub fn estimate_text(&self, now: DateTime<Utc>) -> String {
-        match self.estimate {
-            None => "unknown (waits on work with no expected end)".into(),
-            Some((a, b)) => {
-                let ina = age((a - now).num_seconds());
-                let inb = age((b - now).num_seconds());
-                if ina == inb {
-                    format!("in ~{ina} ({})", a.format("%H:%M UTC"))
-                } else {
-                    format!("in {ina}–{inb} ({}–{})", a.format("%H:%M"), b.format("%H:%M UTC"))
-                }
-            }
-        }
+        estimate_text(self.estimate, now)
     }
 
     pub fn status(&self, team: &str) -> Status {
