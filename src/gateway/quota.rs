@@ -143,9 +143,22 @@ impl Amount {
     }
 }
 
+/// An integer or a string, as Kubernetes types it (`x-kubernetes-int-or-string`):
+/// the untyped union schemars derives is not a structural schema, and a real
+/// API server refuses the CRD.
+impl schemars::JsonSchema for Quantity {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Quantity".into()
+    }
+
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        crate::workloads::types::int_or_string(g)
+    }
+}
+
 /// A quantity as a quota record writes it: absolute, or a percentage of
 /// the fleet's allocatable.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Quantity {
     Count(u64),

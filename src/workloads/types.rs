@@ -17,7 +17,9 @@ fn open_object(_: &mut SchemaGenerator) -> Schema {
     json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
 }
 
-fn int_or_string(_: &mut SchemaGenerator) -> Schema {
+/// Kubernetes' int-or-string (a structural schema: a real API server refuses
+/// an untyped field in a CRD).
+pub(crate) fn int_or_string(_: &mut SchemaGenerator) -> Schema {
     json_schema!({"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]})
 }
 
