@@ -251,6 +251,7 @@ async fn on_the_sim(queued: usize, submits: usize) {
             interval: Duration::from_secs(1),
             lease_duration: Duration::from_secs(15),
             member_refresh: Duration::from_secs(60),
+            api: pinfleet::kube::budget::Budget::GATEWAY,
         },
     )
     .await

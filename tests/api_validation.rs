@@ -528,3 +528,82 @@ fn kubectl_shows_every_cause() {
         "{err}"
     );
 }
+
+fn crd(name: &str, schema: Value) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{name}s.schemas.pinfleet.dev")},
+        "spec": {
+            "group": "schemas.pinfleet.dev", "scope": "Namespaced",
+            "names": {"plural": format!("{name}s"), "singular": name, "kind": name[..1].to_uppercase() + &name[1..]},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": schema}}]
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_crd_whose_schema_is_not_structural_is_refused_with_every_reason() {
+    let k = KubeEnv::start();
+    let client = k.client().await;
+    let spec = |props: Value| json!({"type": "object", "properties": {"spec": {"type": "object", "properties": props}}});
+    // One version's schema is named as the server holds it: spec.validation.
+    let at = "spec.validation.openAPIV3Schema.properties[spec]";
+    let cases: Vec<(&str, Value, Option<String>)> = vec![
+        (
+            "an int-or-string marked as such",
+            crd("quota", spec(json!({"cpu": {"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]}}))),
+            None,
+        ),
+        (
+            "an untyped union of integer and string, as a schema generator derives it",
+            crd("quota", spec(json!({"cpu": {"anyOf": [{"type": "integer", "format": "int64"}, {"type": "string"}]}}))),
+            Some(format!("CustomResourceDefinition.apiextensions.k8s.io \"quotas.schemas.pinfleet.dev\" is invalid: [{at}.properties[cpu].anyOf[0].type: Forbidden: must be empty to be structural, {at}.properties[cpu].anyOf[1].type: Forbidden: must be empty to be structural, {at}.properties[cpu].type: Required value: must not be empty for specified object fields]")),
+        ),
+        (
+            "a field without a type",
+            crd("quota", spec(json!({"owner": {"description": "who"}}))),
+            Some(format!("CustomResourceDefinition.apiextensions.k8s.io \"quotas.schemas.pinfleet.dev\" is invalid: {at}.properties[owner].type: Required value: must not be empty for specified object fields")),
+        ),
+        (
+            "an array without items",
+            crd("quota", spec(json!({"hosts": {"type": "array"}}))),
+            Some(format!("CustomResourceDefinition.apiextensions.k8s.io \"quotas.schemas.pinfleet.dev\" is invalid: {at}.properties[hosts].items: Required value: must be specified")),
+        ),
+        (
+            "a root that is not an object",
+            crd("quota", json!({"type": "string"})),
+            Some("CustomResourceDefinition.apiextensions.k8s.io \"quotas.schemas.pinfleet.dev\" is invalid: spec.validation.openAPIV3Schema.type: Invalid value: \"string\": must be object at the root".into()),
+        ),
+        (
+            "a second version whose schema differs and is broken",
+            {
+                let mut c = crd("quota", spec(json!({"cpu": {"type": "string"}})));
+                let v2 = json!({"name": "v2", "served": true, "storage": false, "schema": {"openAPIV3Schema": spec(json!({"cpu": {}}))}});
+                c["spec"]["versions"].as_array_mut().unwrap().push(v2);
+                c
+            },
+            Some("CustomResourceDefinition.apiextensions.k8s.io \"quotas.schemas.pinfleet.dev\" is invalid: spec.versions[1].schema.openAPIV3Schema.properties[spec].properties[cpu].type: Required value: must not be empty for specified object fields".into()),
+        ),
+    ];
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        "customresourcedefinitions",
+    );
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let mut failures = Vec::new();
+    for (case, obj, want) in &cases {
+        let o: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+        let got = match api.create(&PostParams { dry_run: true, ..Default::default() }, &o).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(ae)) => Err(format!("{} {}", ae.code, ae.message)),
+            Err(e) => panic!("{e}"),
+        };
+        let want = want.as_ref().map(|m| format!("422 {m}"));
+        match (&got, &want) {
+            (Ok(()), None) => {}
+            (Err(g), Some(w)) if g == w => {}
+            _ => failures.push(format!("{case}:\n  want {want:?}\n  got  {got:?}")),
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}

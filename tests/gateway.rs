@@ -67,6 +67,7 @@ async fn gateway(host: &KubeEnv, members: &[&Member], issuer: Option<&Issuer>, q
         interval: Duration::from_millis(200),
         lease_duration: Duration::from_secs(15),
         member_refresh: Duration::from_secs(1),
+        api: pinfleet::kube::budget::Budget::GATEWAY,
     };
     let svc = Service::start(client.clone(), ms, identity, config).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -511,7 +512,7 @@ async fn a_thousand_concurrent_submissions_from_twenty_teams_never_over_admit() 
         let tier = if i % 3 == 0 { "Preemptible" } else { "OnDemand" };
         tasks.push(tokio::spawn(async move {
             let w = jobset_of(&team, &format!("j{i}"), tier, 1, if i % 5 == 0 { "1500m" } else { "500m" }, 10);
-            svc.submit(&admin, &format!("j{i}"), &w, (i % 7) as i32, false).await.unwrap().0
+            svc.submit(&admin, &format!("j{i}"), &w, (i % 7) as i32, false).await.map_err(|e| format!("{e:#}")).unwrap().0
         }));
     }
     // Both replicas admit while the submissions arrive.

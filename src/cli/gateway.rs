@@ -101,6 +101,16 @@ pub struct ServeArgs {
     /// How often the members' figures are read again (their nodes are watched).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub member_refresh: Duration,
+    /// Requests to the host cluster's API in flight at once (watches aside):
+    /// a thousand submissions at once wait here, not at the API server.
+    #[arg(long, default_value_t = crate::kube::budget::Budget::GATEWAY.in_flight)]
+    pub api_in_flight: usize,
+    /// Requests to the host cluster's API started per second (unlimited
+    /// when unset), with --api-burst at once after a quiet spell.
+    #[arg(long)]
+    pub api_qps: Option<f64>,
+    #[arg(long, default_value_t = 100)]
+    pub api_burst: u32,
     /// Serve the API alone, without the web console at /.
     #[arg(long)]
     pub no_console: bool,
@@ -110,6 +120,12 @@ pub struct ServeArgs {
     pub fleet_rollouts: bool,
     #[command(flatten)]
     pub cloud: super::cloud::CloudArgs,
+}
+
+impl ServeArgs {
+    fn api_budget(&self) -> crate::kube::budget::Budget {
+        crate::kube::budget::Budget { in_flight: self.api_in_flight, qps: self.api_qps, burst: self.api_burst }
+    }
 }
 
 /// Where and as whom the developers' commands speak.
@@ -461,6 +477,7 @@ async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::FleetSource>
         interval: s.interval,
         lease_duration: s.lease_duration,
         member_refresh: s.member_refresh,
+        api: s.api_budget(),
     };
     let svc = service::Service::start(host, members, identity, config).await?;
     tokio::spawn(svc.clone().run());

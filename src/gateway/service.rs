@@ -126,6 +126,8 @@ pub struct Config {
     pub lease_duration: Duration,
     /// How stale a member may be before it is shown as such.
     pub member_refresh: Duration,
+    /// The host client's request budget ([`crate::kube::budget`]).
+    pub api: crate::kube::budget::Budget,
 }
 
 /// The last admission pass, as readers see it.
@@ -213,6 +215,7 @@ impl Service {
         identity: Arc<Identity>,
         config: Config,
     ) -> Result<Arc<Service>> {
+        let host = crate::kube::budget::wrap(host, config.api);
         let (reader, writer) = reflector::store();
         let stream = reflector::reflector(
             writer,

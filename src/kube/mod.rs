@@ -9,6 +9,7 @@
 //! federation and rollouts call these; nothing here imports the sim.
 
 pub mod apply;
+pub mod budget;
 pub mod cluster;
 pub mod cron;
 pub mod drain;

@@ -209,6 +209,148 @@ pub fn validate_cel(schema: &Value, obj: &Value, old: Option<&Value>) -> Result<
     })
 }
 
+/// Where a schema sits, for the API server's "type must not be empty" rule.
+#[derive(Clone, Copy, PartialEq)]
+enum Level {
+    Root,
+    Item,
+    Field,
+}
+
+fn flag(s: &Value, k: &str) -> bool {
+    s.get(k).and_then(Value::as_bool) == Some(true)
+}
+
+/// The two int-or-string shapes a structural schema may carry under a
+/// junctor: `anyOf: [{type: integer}, {type: string}]` exactly.
+fn int_or_string_any_of(any_of: Option<&Value>) -> bool {
+    any_of.and_then(Value::as_array).is_some_and(|a| {
+        a.len() == 2 && a[0] == serde_json::json!({"type": "integer"}) && a[1] == serde_json::json!({"type": "string"})
+    })
+}
+
+/// Why a CRD version's schema is not structural, as a v1 API server
+/// refuses the CRD (apiextensions' `ValidateStructural` invariants: a type
+/// on every specified field, item and the root, `object` at the root, no
+/// `additionalProperties` at the root or beside `properties`, and nothing
+/// but value validation under `anyOf`/`allOf`/`oneOf`/`not`), each as
+/// `path: Reason: detail`, sorted as the server sorts them.
+pub fn structural(schema: &Value, path: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    invariants(schema, Level::Root, path, &mut errs);
+    errs.sort();
+    errs
+}
+
+fn invariants(s: &Value, lvl: Level, path: &str, errs: &mut Vec<String>) {
+    let ty = s.get("type").and_then(Value::as_str).unwrap_or_default();
+    if ty == "array" && s.get("items").is_none() {
+        errs.push(format!("{path}.items: Required value: must be specified"));
+    }
+    if let Some(items) = s.get("items") {
+        invariants(items, Level::Item, &format!("{path}.items"), errs);
+    }
+    if let Some(props) = s.get("properties").and_then(Value::as_object) {
+        for (k, v) in props {
+            invariants(v, Level::Field, &format!("{path}.properties[{k}]"), errs);
+        }
+    }
+    if let Some(ap) = s.get("additionalProperties") {
+        if lvl == Level::Root {
+            errs.push(format!("{path}.additionalProperties: Forbidden: must not be used at the root"));
+        }
+        if ap.is_object() {
+            invariants(ap, Level::Field, &format!("{path}.additionalProperties"), errs);
+        }
+        // `additionalProperties: true` beside properties is allowed.
+        let props = s.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty());
+        if props && ap != &Value::Bool(true) {
+            errs.push(format!("{path}.additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive"));
+        }
+    }
+    let int_or_string = flag(s, "x-kubernetes-int-or-string");
+    let preserve = flag(s, "x-kubernetes-preserve-unknown-fields");
+    let embedded = flag(s, "x-kubernetes-embedded-resource");
+    if int_or_string && preserve {
+        errs.push(format!("{path}.x-kubernetes-preserve-unknown-fields: Invalid value: true: must be false if x-kubernetes-int-or-string is true"));
+    }
+    let skip_any_of = int_or_string_any_of(s.get("anyOf"));
+    let skip_first_all_of = s
+        .get("allOf")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+        .is_some_and(|f| int_or_string_any_of(f.get("anyOf")));
+    junctors(s, skip_any_of, skip_first_all_of, path, errs);
+    if embedded && ty != "object" {
+        if ty.is_empty() {
+            errs.push(format!("{path}.type: Required value: must be object if x-kubernetes-embedded-resource is true"));
+        } else {
+            errs.push(format!("{path}.type: Invalid value: {ty:?}: must be object if x-kubernetes-embedded-resource is true"));
+        }
+    } else if ty.is_empty() && !int_or_string && !preserve {
+        let detail = match lvl {
+            Level::Root => "must not be empty at the root",
+            Level::Item => "must not be empty for specified array items",
+            Level::Field => "must not be empty for specified object fields",
+        };
+        errs.push(format!("{path}.type: Required value: {detail}"));
+    }
+    if lvl == Level::Root && !ty.is_empty() && ty != "object" {
+        errs.push(format!("{path}.type: Invalid value: {ty:?}: must be object at the root"));
+    }
+}
+
+/// The value validation under `anyOf`, `allOf`, `oneOf` and `not`.
+fn junctors(s: &Value, skip_any_of: bool, skip_first_all_of: bool, path: &str, errs: &mut Vec<String>) {
+    for (key, skip) in [("anyOf", skip_any_of), ("allOf", false), ("oneOf", false)] {
+        if skip {
+            continue;
+        }
+        for (i, v) in s.get(key).and_then(Value::as_array).into_iter().flatten().enumerate() {
+            let skip_inner = key == "allOf" && i == 0 && skip_first_all_of;
+            nested(v, skip_inner, &format!("{path}.{key}[{i}]"), errs);
+        }
+    }
+    if let Some(not) = s.get("not") {
+        nested(not, false, &format!("{path}.not"), errs);
+    }
+}
+
+fn nested(v: &Value, skip_any_of: bool, path: &str, errs: &mut Vec<String>) {
+    junctors(v, skip_any_of, false, path, errs);
+    if let Some(items) = v.get("items") {
+        nested(items, false, &format!("{path}.items"), errs);
+    }
+    if let Some(props) = v.get("properties").and_then(Value::as_object) {
+        for (k, p) in props {
+            nested(p, false, &format!("{path}.properties[{k}]"), errs);
+        }
+        if props.contains_key("metadata") {
+            errs.push(format!("{path}.properties[metadata]: Forbidden: must not be specified in a nested context"));
+        }
+    }
+    let forbidden = [
+        ("type", "must be empty to be structural"),
+        ("additionalProperties", "must be undefined to be structural"),
+        ("default", "must be undefined to be structural"),
+        ("title", "must be empty to be structural"),
+        ("description", "must be empty to be structural"),
+        ("x-kubernetes-list-map-keys", "must be empty to be structural"),
+        ("x-kubernetes-list-type", "must be undefined to be structural"),
+    ];
+    for (k, detail) in forbidden {
+        if v.get(k).is_some_and(|x| !x.is_null() && x != "" && x != &Value::Array(vec![])) {
+            errs.push(format!("{path}.{k}: Forbidden: {detail}"));
+        }
+    }
+    for k in ["nullable", "x-kubernetes-preserve-unknown-fields", "x-kubernetes-embedded-resource", "x-kubernetes-int-or-string"]
+    {
+        if flag(v, k) {
+            errs.push(format!("{path}.{k}: Forbidden: must be false to be structural"));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -876,6 +876,46 @@ impl Inner {
         if meta_str(crd, "name") != Some(expected.as_str()) {
             return Err(ApiError::new(422, "Invalid", format!("CustomResourceDefinition.apiextensions.k8s.io \"{}\" is invalid: metadata.name: Invalid value: must be spec.names.plural+\".\"+spec.group ({expected})", meta_str(crd, "name").unwrap_or_default())));
         }
+        // A v1 CRD's every schema must be structural, or the CRD is refused.
+        // The server names the schema as its internal version holds it: one
+        // `spec.validation` when every version has the same, else per version.
+        let mut errs = Vec::new();
+        let all: Vec<Option<&Value>> = spec
+            .get("versions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|v| v.pointer("/schema/openAPIV3Schema"))
+            .collect();
+        match all.first() {
+            Some(Some(one)) if all.iter().all(|s| s == &Some(*one)) => {
+                errs.extend(super::schema::structural(one, "spec.validation.openAPIV3Schema"));
+            }
+            _ => {
+                for (i, schema) in all.iter().enumerate() {
+                    if let Some(schema) = schema {
+                        errs.extend(super::schema::structural(schema, &format!("spec.versions[{i}].schema.openAPIV3Schema")));
+                    }
+                }
+            }
+        }
+        if !errs.is_empty() {
+            let name = meta_str(crd, "name").unwrap_or_default();
+            let shown = if errs.len() == 1 { errs[0].clone() } else { format!("[{}]", errs.join(", ")) };
+            let causes: Vec<Value> = errs
+                .iter()
+                .map(|e| {
+                    let (field, msg) = e.split_once(": ").unwrap_or(("", e));
+                    json!({"reason": "FieldValueInvalid", "message": msg, "field": field})
+                })
+                .collect();
+            return Err(ApiError::new(
+                422,
+                "Invalid",
+                format!("CustomResourceDefinition.apiextensions.k8s.io \"{name}\" is invalid: {shown}"),
+            )
+            .with_details(json!({"name": name, "group": "apiextensions.k8s.io", "kind": "CustomResourceDefinition", "causes": causes})));
+        }
         let strs = |v: Option<&Value>| -> Vec<String> {
             v.and_then(Value::as_array)
                 .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
