@@ -23,6 +23,20 @@ pub struct ControllerArgs {
     /// Run the controllers only while holding the Lease (one active replica).
     #[arg(long)]
     pub leader_elect: bool,
+    /// A leader that has not renewed the Lease this long is replaced: a
+    /// standby (its caches warm) takes over within this plus --renew-every.
+    #[arg(long, default_value = "7s", value_parser = humantime::parse_duration)]
+    pub lease_duration: std::time::Duration,
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub renew_every: std::time::Duration,
+    /// The controller's request budget against the API server: requests
+    /// started per second, at once after a quiet spell, and in flight.
+    #[arg(long, default_value_t = 5000.0)]
+    pub api_qps: f64,
+    #[arg(long, default_value_t = 5000)]
+    pub api_burst: u32,
+    #[arg(long, default_value_t = 64)]
+    pub api_in_flight: usize,
     /// This replica's identity in the Lease (default: host name and pid).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
@@ -178,6 +192,12 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
             kube::Client::try_default().await?
         }
     };
+    // The API protected: the controller's requests within a budget (429s
+    // are backed off by the client, honouring Retry-After).
+    let client = crate::kube::budget::wrap(
+        client,
+        crate::kube::budget::Budget { in_flight: args.api_in_flight, qps: Some(args.api_qps), burst: args.api_burst },
+    );
     let approval = approval(args.serving_addresses).await?;
     let ctx = crate::controller::Ctx::new(client.clone(), &args.cluster);
     let leading = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(!args.leader_elect));
@@ -209,12 +229,22 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
                 api: kube::Api::namespaced(client.clone(), crate::controller::SYSTEM_NAMESPACE),
                 name: "pinfleet-controller".into(),
                 identity: args.identity.clone().unwrap_or_else(|| format!("{host}-{}-{user}", std::process::id())),
-                lease_duration: std::time::Duration::from_secs(15),
-                renew_every: std::time::Duration::from_secs(5),
+                lease_duration: args.lease_duration,
+                renew_every: args.renew_every,
             };
-            let c = ctx.clone();
-            crate::controller::leader::run_elected(lock, leading.clone(), move || crate::controller::run(c.clone()))
-                .await;
+            // Every replica watches and keeps its caches warm; the leader acts.
+            let c = ctx.standby();
+            let elected = move || {
+                let c = c.clone();
+                async move {
+                    let _leading = c.lead();
+                    futures::future::pending::<()>().await
+                }
+            };
+            futures::join!(
+                crate::controller::leader::run_elected(lock, leading.clone(), elected),
+                crate::controller::run(ctx.clone())
+            );
         } else {
             crate::controller::run(ctx.clone()).await;
         }

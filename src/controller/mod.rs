@@ -65,6 +65,95 @@ pub struct Ctx {
     /// The runtime-support ConfigMap and the Namespaces, kept by watches
     /// once [`run`] starts (until then, reconciles read them with GETs).
     caches: std::sync::OnceLock<Caches>,
+    /// The owned children, per kind ("apps/v1/Deployment"), as the child
+    /// watches keep them (managed fields dropped): a reconcile compares
+    /// against these instead of reading each child.
+    children: std::sync::RwLock<HashMap<String, kube::runtime::reflector::Store<DynamicObject>>>,
+    /// The resourceVersion of this controller's own last write per object
+    /// ("Deployment/ns/name"): its watch event is not a reason to reconcile.
+    own: Mutex<HashMap<String, String>>,
+    /// Workloads whose change waits for its children (and pods): the
+    /// generation and when the change was seen.
+    pending: Mutex<HashMap<String, Pending>>,
+    /// From a workload's change to its children written, and to its pods created.
+    pub children_latency: Histogram,
+    pub pods_latency: Histogram,
+    /// Whether this replica acts. A standby keeps every watch and cache
+    /// warm and reconciles nothing; when it comes to lead, every workload
+    /// is reconciled at once from the caches (no change made meanwhile is
+    /// lost, and unchanged ones cost no request).
+    leading: tokio::sync::watch::Sender<bool>,
+}
+
+/// Leadership held; dropped when it is lost.
+pub struct LeadGuard(Arc<Ctx>);
+
+impl Drop for LeadGuard {
+    fn drop(&mut self) {
+        self.0.leading.send_replace(false);
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    generation: i64,
+    seen: std::time::Instant,
+    children_written: bool,
+}
+
+/// A latency histogram (seconds) for the reconcile-latency SLO.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    counts: Mutex<(Vec<u64>, f64, Vec<f64>)>,
+}
+
+/// Latency buckets, in seconds: the SLO's bound (10 s) is one of them.
+pub const LATENCY_BUCKETS: [f64; 12] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+
+impl Histogram {
+    pub fn observe(&self, secs: f64) {
+        let mut c = self.counts.lock().expect("histogram");
+        if c.0.is_empty() {
+            c.0 = vec![0; LATENCY_BUCKETS.len() + 1];
+        }
+        let i = LATENCY_BUCKETS.iter().position(|b| secs <= *b).unwrap_or(LATENCY_BUCKETS.len());
+        c.0[i] += 1;
+        c.1 += secs;
+        // Every observation is kept for the benchmark's quantiles (bounded:
+        // the newest 100,000).
+        if c.2.len() >= 100_000 {
+            c.2.remove(0);
+        }
+        c.2.push(secs);
+    }
+
+    /// The q-quantile of the observations kept (None when there are none).
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let mut v = self.counts.lock().expect("histogram").2.clone();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
+        Some(v[i])
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.lock().expect("histogram").0.iter().sum()
+    }
+
+    /// Prometheus text exposition.
+    fn expose(&self, out: &mut String, name: &str, help: &str) {
+        let c = self.counts.lock().expect("histogram");
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} histogram\n"));
+        let mut cumulative = 0;
+        for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
+            cumulative += c.0.get(i).copied().unwrap_or(0);
+            out.push_str(&format!("{name}_bucket{{le=\"{b}\"}} {cumulative}\n"));
+        }
+        cumulative += c.0.get(LATENCY_BUCKETS.len()).copied().unwrap_or(0);
+        out.push_str(&format!("{name}_bucket{{le=\"+Inf\"}} {cumulative}\n{name}_sum {}\n{name}_count {cumulative}\n", c.1));
+    }
 }
 
 /// In-memory copies that spare every reconcile two GETs.
@@ -117,6 +206,16 @@ impl Ctx {
         out.push_str(&format!("pinfleet_controller_reconcile_duration_seconds_bucket{{le=\"+Inf\"}} {cumulative}\n"));
         out.push_str(&format!("pinfleet_controller_reconcile_duration_seconds_sum {}\n", d.1 as f64 / 1e6));
         out.push_str(&format!("pinfleet_controller_reconcile_duration_seconds_count {cumulative}\n"));
+        self.children_latency.expose(
+            &mut out,
+            "pinfleet_workload_children_latency_seconds",
+            "From a workload's change to its children written.",
+        );
+        self.pods_latency.expose(
+            &mut out,
+            "pinfleet_workload_pods_latency_seconds",
+            "From a workload's change to its pods created.",
+        );
         out.push_str(&format!("# HELP pinfleet_controller_leader Whether this replica leads.\n# TYPE pinfleet_controller_leader gauge\npinfleet_controller_leader {}\n", u8::from(leading)));
         out
     }
@@ -135,8 +234,89 @@ impl Ctx {
             ),
             client,
             caches: std::sync::OnceLock::new(),
+            children: Default::default(),
+            own: Default::default(),
+            pending: Default::default(),
+            children_latency: Histogram::default(),
+            pods_latency: Histogram::default(),
+            leading: tokio::sync::watch::Sender::new(true),
         })
     }
+
+    /// A standby: it leads only once [`Ctx::lead`] says so.
+    pub fn standby(self: &Arc<Self>) -> Arc<Self> {
+        self.leading.send_replace(false);
+        self.clone()
+    }
+
+    /// This replica leads until the returned guard is dropped (the elected
+    /// task ends or is aborted when leadership is lost).
+    pub fn lead(self: &Arc<Self>) -> LeadGuard {
+        self.leading.send_replace(true);
+        LeadGuard(self.clone())
+    }
+
+    pub fn is_leading(&self) -> bool {
+        *self.leading.borrow()
+    }
+
+    /// Notes this controller's own write of an object.
+    fn wrote(&self, key: String, rv: Option<String>) {
+        if let Some(rv) = rv {
+            self.own.lock().expect("own").insert(key, rv);
+        }
+    }
+
+    /// Whether a watch event is this controller's own last write (and no
+    /// reason to reconcile). Each write is recognised once.
+    fn is_own(&self, key: &str, rv: Option<&str>) -> bool {
+        let mut own = self.own.lock().expect("own");
+        match (own.get(key), rv) {
+            (Some(w), Some(rv)) if w == rv => {
+                own.remove(key);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A workload's change seen on the watch: its latency starts now.
+    fn seen(&self, key: &str, generation: i64) {
+        let mut p = self.pending.lock().expect("pending");
+        match p.get(key) {
+            Some(x) if x.generation >= generation => {}
+            _ => {
+                p.insert(
+                    key.to_string(),
+                    Pending { generation, seen: std::time::Instant::now(), children_written: false },
+                );
+            }
+        }
+    }
+
+    /// The reconcile of `generation` wrote every child; `pods` whether the
+    /// pods it wants exist. Observes the latencies once each.
+    fn progressed(&self, key: &str, generation: i64, pods: bool) {
+        let mut p = self.pending.lock().expect("pending");
+        let Some(x) = p.get_mut(key).filter(|x| x.generation == generation) else { return };
+        let took = x.seen.elapsed().as_secs_f64();
+        if !x.children_written {
+            x.children_written = true;
+            self.children_latency.observe(took);
+        }
+        if pods {
+            self.pods_latency.observe(took);
+            p.remove(key);
+        }
+    }
+
+    fn child_store(&self, kind: &str) -> Option<kube::runtime::reflector::Store<DynamicObject>> {
+        self.children.read().expect("children").get(kind).cloned()
+    }
+}
+
+fn obj_key(kind: &str, ns: &str, name: &str) -> String {
+    format!("{kind}/{ns}/{name}")
 }
 
 /// A child kind: apiVersion, kind, plural.
@@ -267,6 +447,10 @@ pub fn profile_from(
 }
 
 async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    if !ctx.is_leading() {
+        // A standby: the leader acts; this one is reconciled when it leads.
+        return Ok(Action::await_change());
+    }
     let start = std::time::Instant::now();
     let result = reconcile_inner(obj, ctx.clone()).await;
     ctx.observe(start.elapsed());
@@ -323,9 +507,22 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
                     let Some(ar) = child_kind(child, K::CHILDREN) else { continue };
                     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
                     let child_name = child["metadata"]["name"].as_str().unwrap_or_default();
-                    let (live, wrote) = crate::kube::apply::apply_if_changed(&api, child_name, child, MANAGER).await?;
+                    let kind_key = format!("{}/{}", ar.api_version, ar.kind);
+                    // The child as its watch holds it: up to date, no request.
+                    let store = ctx.child_store(&format!("{}/{kind_key}", K::KIND.name()));
+                    let cached = store.as_ref().and_then(|s| {
+                        s.get(&ObjectRef::<DynamicObject>::new_with(child_name, ar.clone()).within(&ns))
+                    });
+                    let current = cached.as_deref().filter(|c| {
+                        crate::kube::apply::up_to_date(child, &serde_json::to_value(c).unwrap_or_default())
+                    });
+                    let (live, wrote) = match current {
+                        Some(c) => (c.clone(), false),
+                        None => crate::kube::apply::apply_if_changed(&api, child_name, child, MANAGER).await?,
+                    };
                     if wrote {
                         ctx.writes.fetch_add(1, Ordering::Relaxed);
+                        ctx.wrote(obj_key(&kind_key, &ns, child_name), live.metadata.resource_version.clone());
                     }
                     live_children.push(serde_json::to_value(&live).unwrap_or_default());
                 }
@@ -401,7 +598,8 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
             "kind": K::kind(&()),
             "status": new_status,
         });
-        api.patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(doc)).await?;
+        let written = api.patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(doc)).await?;
+        ctx.wrote(obj_key(K::KIND.name(), &ns, &name), written.meta().resource_version.clone());
         let reference = obj.object_ref(&());
         for t in status::transitions(previous.as_ref(), &new_status) {
             let event = Event {
@@ -418,6 +616,11 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
         }
     }
     ctx.attempts.lock().expect("attempts").remove(&format!("{}/{ns}/{name}", K::KIND.name()));
+    if applied.is_ok() {
+        let want = obj.want();
+        let pods = want > 0 && summary.replicas.unwrap_or(0) >= want;
+        ctx.progressed(&obj_key(K::KIND.name(), &ns, &name), generation, pods);
+    }
     match (applied, rendered) {
         // A spec the controller refuses waits for the next change.
         (Err(_), Err(_)) => Ok(Action::await_change()),
@@ -444,15 +647,68 @@ fn error_policy<K: Workload>(obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> Action 
     Action::requeue(delay)
 }
 
+/// Page size for the controller's lists (a relist of 20,000 objects is
+/// 40 requests, not one answer of hundreds of megabytes).
+const PAGE: u32 = 500;
+
+/// Drops what a cache never reads: managed fields are often half an object.
+fn slim<R: Resource>(o: &mut R) {
+    o.meta_mut().managed_fields = None;
+}
+
 async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
+    use futures::TryStreamExt as _;
+    use kube::runtime::{reflector, WatchStreamExt as _};
     let client = ctx.client.clone();
-    let mut controller = Controller::new(Api::<K>::all(client.clone()), watcher::Config::default());
+    let (reader, writer) = reflector::store::<K>();
+    let c = ctx.clone();
+    // The workloads: every change but the controller's own status writes
+    // is a reason to reconcile; a new generation starts its latency clock.
+    let main = watcher(Api::<K>::all(client.clone()), watcher::Config::default().page_size(PAGE))
+        .default_backoff()
+        .modify(slim::<K>)
+        .reflect(writer)
+        .applied_objects()
+        .try_filter(move |o| {
+            let key = obj_key(K::KIND.name(), &o.namespace().unwrap_or_default(), &o.name_any());
+            let own = c.is_own(&key, o.meta().resource_version.as_deref());
+            if !own {
+                c.seen(&key, o.meta().generation.unwrap_or(1));
+            }
+            futures::future::ready(!own)
+        });
+    let mut controller = Controller::for_stream(main, reader);
     for (av, kind, plural) in K::CHILDREN {
         let ar = api_resource(av, kind, plural);
-        let cfg = watcher::Config::default().labels(&format!("pinfleet.dev/kind={}", K::KIND.name()));
-        controller = controller.owns_with(Api::<DynamicObject>::all_with(client.clone(), &ar), ar, cfg);
+        let kind_key = format!("{av}/{kind}");
+        // Several workload kinds own the same child kinds (ConfigMaps …):
+        // each watches its own, by the kind label.
+        let cfg =
+            watcher::Config::default().labels(&format!("pinfleet.dev/kind={}", K::KIND.name())).page_size(PAGE);
+        let w = reflector::store::Writer::new(ar.clone());
+        let store = w.as_reader();
+        let c = ctx.clone();
+        let key_kind = kind_key.clone();
+        let stream = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), cfg)
+            .default_backoff()
+            .modify(slim::<DynamicObject>)
+            .reflect(w)
+            .touched_objects()
+            .try_filter(move |o| {
+                let key = obj_key(&key_kind, &o.namespace().unwrap_or_default(), &o.name_any());
+                futures::future::ready(!c.is_own(&key, o.meta().resource_version.as_deref()))
+            });
+        controller = controller.owns_stream_with(stream, ar);
+        ctx.children.write().expect("children").insert(format!("{}/{}", K::KIND.name(), kind_key), store);
     }
-    controller.run(reconcile::<K>, error_policy::<K>, ctx).for_each(|_| async {}).await;
+    // Coming to lead reconciles every workload (from the warm caches).
+    let became_leader = futures::stream::unfold(ctx.leading.subscribe(), |mut rx| async move {
+        rx.changed().await.ok()?;
+        let leads = *rx.borrow_and_update();
+        Some((leads, rx))
+    })
+    .filter_map(|leads| futures::future::ready(leads.then_some(())));
+    controller.reconcile_all_on(became_leader).run(reconcile::<K>, error_policy::<K>, ctx).for_each(|_| async {}).await;
 }
 
 /// Starts the watches behind the caches and waits until they are filled.
