@@ -72,6 +72,10 @@ pub struct Ctx {
     /// The resourceVersion of this controller's own last write per object
     /// ("Deployment/ns/name"): its watch event is not a reason to reconcile.
     own: Mutex<HashMap<String, String>>,
+    /// What each workload's last meaningful change looked like (a hash).
+    last_seen: Mutex<HashMap<String, u64>>,
+    /// What each child last looked like (a hash of what its workload reads).
+    child_hashes: Mutex<HashMap<String, u64>>,
     /// Workloads whose change waits for its children (and pods): the
     /// generation and when the change was seen.
     pending: Mutex<HashMap<String, Pending>>,
@@ -136,6 +140,11 @@ impl Histogram {
         v.sort_by(f64::total_cmp);
         let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
         Some(v[i])
+    }
+
+    /// The observations kept so far, removed (the benchmark's phases).
+    pub fn take(&self) -> Vec<f64> {
+        std::mem::take(&mut self.counts.lock().expect("histogram").2)
     }
 
     pub fn count(&self) -> u64 {
@@ -236,6 +245,8 @@ impl Ctx {
             caches: std::sync::OnceLock::new(),
             children: Default::default(),
             own: Default::default(),
+            last_seen: Default::default(),
+            child_hashes: Default::default(),
             pending: Default::default(),
             children_latency: Histogram::default(),
             pods_latency: Histogram::default(),
@@ -260,11 +271,19 @@ impl Ctx {
         *self.leading.borrow()
     }
 
-    /// Notes this controller's own write of an object.
+    /// Notes that this controller is about to write an object: its watch
+    /// event may arrive before the write's answer does.
+    fn writing(&self, key: &str) {
+        self.own.lock().expect("own").insert(key.to_string(), WRITING.to_string());
+    }
+
+    /// Notes this controller's own write of an object (None: it failed).
     fn wrote(&self, key: String, rv: Option<String>) {
-        if let Some(rv) = rv {
-            self.own.lock().expect("own").insert(key, rv);
-        }
+        let mut own = self.own.lock().expect("own");
+        match rv {
+            Some(rv) => own.insert(key, rv),
+            None => own.remove(&key),
+        };
     }
 
     /// Whether a watch event is this controller's own last write (and no
@@ -272,12 +291,46 @@ impl Ctx {
     fn is_own(&self, key: &str, rv: Option<&str>) -> bool {
         let mut own = self.own.lock().expect("own");
         match (own.get(key), rv) {
+            // The answer is still on its way: this is the write's own event.
+            (Some(w), _) if w == WRITING => true,
             (Some(w), Some(rv)) if w == rv => {
                 own.remove(key);
                 true
             }
             _ => false,
         }
+    }
+
+    /// Whether a workload's watch event changes what the controller renders
+    /// from (its uid, generation, labels or annotations): its status, which
+    /// only this controller writes, is no reason to reconcile.
+    fn changed(&self, key: &str, meta: &kube::api::ObjectMeta) -> bool {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&meta.uid, meta.generation, &meta.labels, &meta.annotations).hash(&mut h);
+        let h = h.finish();
+        self.last_seen.lock().expect("last seen").insert(key.to_string(), h) != Some(h)
+    }
+
+    /// Whether a child's watch event changes anything the workload reads:
+    /// its content, and its status only where the workload's status reads it
+    /// (a PodDisruptionBudget's counts or a Service's load balancer do not).
+    fn child_changed(&self, key: &str, o: &DynamicObject, status_read: bool) -> bool {
+        use std::hash::{Hash, Hasher};
+        let mut v = serde_json::to_value(o).unwrap_or_default();
+        if let Some(m) = v.as_object_mut() {
+            if !status_read {
+                m.remove("status");
+            }
+            if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("resourceVersion");
+                meta.remove("managedFields");
+            }
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        v.to_string().hash(&mut h);
+        let h = h.finish();
+        self.child_hashes.lock().expect("child hashes").insert(key.to_string(), h) != Some(h)
     }
 
     /// A workload's change seen on the watch: its latency starts now.
@@ -314,6 +367,9 @@ impl Ctx {
         self.children.read().expect("children").get(kind).cloned()
     }
 }
+
+/// The mark of a write whose answer has not come back yet.
+const WRITING: &str = "(writing)";
 
 fn obj_key(kind: &str, ns: &str, name: &str) -> String {
     format!("{kind}/{ns}/{name}")
@@ -516,13 +572,26 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
                     let current = cached.as_deref().filter(|c| {
                         crate::kube::apply::up_to_date(child, &serde_json::to_value(c).unwrap_or_default())
                     });
+                    let key = obj_key(&kind_key, &ns, child_name);
                     let (live, wrote) = match current {
                         Some(c) => (c.clone(), false),
-                        None => crate::kube::apply::apply_if_changed(&api, child_name, child, MANAGER).await?,
+                        None => {
+                            ctx.writing(&key);
+                            match crate::kube::apply::apply_if_changed(&api, child_name, child, MANAGER).await {
+                                Ok(r) => r,
+                                Err(e) => {
+                                    ctx.wrote(key, None);
+                                    return Err(e);
+                                }
+                            }
+                        }
                     };
                     if wrote {
                         ctx.writes.fetch_add(1, Ordering::Relaxed);
-                        ctx.wrote(obj_key(&kind_key, &ns, child_name), live.metadata.resource_version.clone());
+                        ctx.wrote(key, live.metadata.resource_version.clone());
+                    } else if current.is_none() {
+                        // Read and found up to date: nothing of ours is coming.
+                        ctx.wrote(key, None);
                     }
                     live_children.push(serde_json::to_value(&live).unwrap_or_default());
                 }
@@ -598,8 +667,7 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
             "kind": K::kind(&()),
             "status": new_status,
         });
-        let written = api.patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(doc)).await?;
-        ctx.wrote(obj_key(K::KIND.name(), &ns, &name), written.meta().resource_version.clone());
+        api.patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(doc)).await?;
         let reference = obj.object_ref(&());
         for t in status::transitions(previous.as_ref(), &new_status) {
             let event = Event {
@@ -671,11 +739,11 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
         .applied_objects()
         .try_filter(move |o| {
             let key = obj_key(K::KIND.name(), &o.namespace().unwrap_or_default(), &o.name_any());
-            let own = c.is_own(&key, o.meta().resource_version.as_deref());
-            if !own {
+            let changed = c.changed(&key, o.meta());
+            if changed {
                 c.seen(&key, o.meta().generation.unwrap_or(1));
             }
-            futures::future::ready(!own)
+            futures::future::ready(changed)
         });
     let mut controller = Controller::for_stream(main, reader);
     for (av, kind, plural) in K::CHILDREN {
@@ -689,14 +757,32 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
         let store = w.as_reader();
         let c = ctx.clone();
         let key_kind = kind_key.clone();
+        // The workload's status reads only these children's status.
+        let status_read = matches!(
+            *kind,
+            "Deployment" | "StatefulSet" | "DaemonSet" | "Job" | "CronJob" | "PersistentVolumeClaim"
+        );
         let stream = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), cfg)
             .default_backoff()
             .modify(slim::<DynamicObject>)
             .reflect(w)
-            .touched_objects()
-            .try_filter(move |o| {
-                let key = obj_key(&key_kind, &o.namespace().unwrap_or_default(), &o.name_any());
-                futures::future::ready(!c.is_own(&key, o.meta().resource_version.as_deref()))
+            .try_filter_map(move |ev| {
+                let trigger = match ev {
+                    // A child gone is always a reason: it is made again.
+                    watcher::Event::Delete(o) => {
+                        let key = obj_key(&key_kind, &o.namespace().unwrap_or_default(), &o.name_any());
+                        c.child_hashes.lock().expect("child hashes").remove(&key);
+                        Some(o)
+                    }
+                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                        let key = obj_key(&key_kind, &o.namespace().unwrap_or_default(), &o.name_any());
+                        let changed = c.child_changed(&key, &o, status_read);
+                        let own = c.is_own(&key, o.meta().resource_version.as_deref());
+                        (changed && !own).then_some(o)
+                    }
+                    _ => None,
+                };
+                futures::future::ready(Ok(trigger))
             });
         controller = controller.owns_stream_with(stream, ar);
         ctx.children.write().expect("children").insert(format!("{}/{}", K::KIND.name(), kind_key), store);

@@ -238,6 +238,46 @@ mod served {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_429_is_backed_off_for_as_long_as_retry_after_says() {
+        crate::kube::install_crypto_provider();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<std::time::Instant>::new()));
+        let s = seen.clone();
+        let app = axum::Router::new().fallback(move || {
+            let s = s.clone();
+            async move {
+                let n = {
+                    let mut v = s.lock().unwrap();
+                    v.push(std::time::Instant::now());
+                    v.len()
+                };
+                if n <= 2 {
+                    let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "TooManyRequests", "code": 429, "message": "too many requests, please try again later"});
+                    (http::StatusCode::TOO_MANY_REQUESTS, [("retry-after", "1")], axum::Json(body))
+                } else {
+                    let ok = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Success"});
+                    (http::StatusCode::OK, [("retry-after", "0")], axum::Json(ok))
+                }
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        // As the controller and the gateway make theirs: kube-rs's retries
+        // (Retry::Default) inside the budget.
+        let config = kube::Config::new(url.parse().unwrap());
+        assert!(config.default_retry);
+        let client = wrap(kube::Client::try_from(config).unwrap(), Budget { in_flight: 4, qps: Some(100.0), burst: 10 });
+        let req = Request::get("/api/v1/namespaces/default").body(Vec::new()).unwrap();
+        client.request_text(req).await.expect("answered once the server lets it through");
+        let at = seen.lock().unwrap().clone();
+        assert_eq!(at.len(), 3, "two 429s, then the answer");
+        for w in at.windows(2) {
+            let gap = w[1] - w[0];
+            assert!(gap >= Duration::from_millis(900), "waited as Retry-After said (1 s), not {gap:?}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_thousand_requests_at_once_never_exceed_the_budget_in_flight() {
         crate::kube::install_crypto_provider();
         let (url, seen) = counting_server().await;
