@@ -517,6 +517,8 @@ async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::FleetSource>
     http::serve_app(app, listener, tls, shutdown).await?;
     if let Some(sm) = sim {
         sm.stop().await;
+        // The embedded sim's kubeconfig lived as long as it did.
+        let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("pinfleet-gateway-{}", std::process::id())));
     }
     Ok(ExitCode::SUCCESS)
 }
