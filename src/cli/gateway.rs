@@ -371,7 +371,8 @@ pub async fn run(_g: &GlobalArgs, a: GatewayArgs) -> Result<ExitCode> {
                     s.cloud.target.aws().context(
                         "--fleet-rollouts reads the fleet's state store on AWS (--target aws or localstack)",
                     )?;
-                Some(crate::console::observe::FleetSource { folder, target })
+                let packages = crate::addons::load_all(&_g.addons_dir)?;
+                Some(crate::console::observe::FleetSource { folder, target, packages })
             } else {
                 None
             };

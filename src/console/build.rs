@@ -146,6 +146,7 @@ pub fn cluster(
         workloads,
         revisions: Vec::new(),
         revisions_note: None,
+        addons_note: None,
     }
 }
 
@@ -160,6 +161,31 @@ pub fn with_instances(
         m.image = i.image_id.clone();
         m.launch_template_version = i.launch_template_version.map(|v| v.to_string());
     }
+}
+
+/// The addons compared with what the cluster's definition selects: each
+/// installed one marked as defined (at which version) or not, and each
+/// defined one nobody installed added as not installed.
+pub fn with_defined_addons(
+    addons: &mut Vec<crate::views::cluster::Addon>,
+    defined: &std::collections::BTreeMap<String, String>,
+) {
+    use crate::views::cluster::{Addon, Defined, NOT_INSTALLED};
+    for a in addons.iter_mut() {
+        a.defined = Some(Defined { version: defined.get(&a.name).cloned() });
+    }
+    for (name, version) in defined {
+        if !addons.iter().any(|a| &a.name == name) {
+            addons.push(Addon {
+                name: name.clone(),
+                version: NOT_INSTALLED.into(),
+                workloads: 0,
+                ready: 0,
+                defined: Some(Defined { version: Some(version.clone()) }),
+            });
+        }
+    }
+    addons.sort_by(|a, b| a.name.cmp(&b.name));
 }
 
 /// An applied revision as the cluster page shows it.
@@ -487,6 +513,39 @@ pub async fn workload(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn addons_are_compared_with_what_the_definition_selects() {
+        use crate::views::cluster::{Addon, NOT_INSTALLED};
+        let installed = |name: &str, version: &str| Addon {
+            name: name.into(),
+            version: version.into(),
+            workloads: 1,
+            ready: 1,
+            defined: None,
+        };
+        let mut addons = vec![installed("log-agent", "4.0.1"), installed("cilium", "1.18.2"), installed("extra", "1")];
+        let defined: std::collections::BTreeMap<String, String> =
+            [("cilium", "1.18.2"), ("log-agent", "4.1.0"), ("metrics-server", "0.8.0")]
+                .into_iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect();
+        with_defined_addons(&mut addons, &defined);
+        let got: Vec<(String, String, String)> = addons
+            .iter()
+            .map(|a| (a.name.clone(), a.version.clone(), a.drift().unwrap().text()))
+            .collect();
+        let want = |a: &str, v: &str, d: &str| (a.to_string(), v.to_string(), d.to_string());
+        assert_eq!(
+            got,
+            vec![
+                want("cilium", "1.18.2", "✓ as defined"),
+                want("extra", "1", "! not defined: the cluster's definition has no such addon"),
+                want("log-agent", "4.0.1", "! drifted: the definition selects 4.1.0: pinfleet addons apply"),
+                want("metrics-server", NOT_INSTALLED, "! not installed: the definition selects 0.8.0: pinfleet addons apply"),
+            ]
+        );
+    }
 
     #[test]
     fn containers_not_submitted_are_marked_injected() {

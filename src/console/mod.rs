@@ -126,19 +126,22 @@ impl Console {
         m: &observe::MemberSnapshot,
     ) -> crate::views::cluster::ClusterView {
         let mut v = build::cluster(viewer, m, &self.svc.all(), |t| who.may_act_for(t), Utc::now());
-        match &self.fleet {
-            None => {
-                v.revisions_note =
-                    Some("the gateway reads no fleet folder (--fleet-rollouts): no revisions to show".into())
+        let Some(f) = &self.fleet else {
+            v.revisions_note = Some("the gateway reads no fleet folder (--fleet-rollouts): no revisions to show".into());
+            return v;
+        };
+        match f.defined_addons(&m.name) {
+            Some(Ok(d)) => build::with_defined_addons(&mut v.addons, &d),
+            Some(Err(e)) => v.addons_note = Some(format!("its definition's addons do not resolve: {e:#}")),
+            None => {}
+        }
+        match f.records(&m.name).await {
+            None => v.revisions_note = Some(format!("{} is not a cluster of the fleet's folder", m.name)),
+            Some(Ok(r)) => {
+                v.revisions = r.revisions.iter().map(build::revision).collect();
+                build::with_instances(&mut v.machines, &r.instances);
             }
-            Some(f) => match f.records(&m.name).await {
-                None => v.revisions_note = Some(format!("{} is not a cluster of the fleet's folder", m.name)),
-                Some(Ok(r)) => {
-                    v.revisions = r.revisions.iter().map(build::revision).collect();
-                    build::with_instances(&mut v.machines, &r.instances);
-                }
-                Some(Err(e)) => v.revisions_note = Some(format!("reading its records: {e:#}")),
-            },
+            Some(Err(e)) => v.revisions_note = Some(format!("reading its records: {e:#}")),
         }
         v
     }

@@ -74,9 +74,22 @@ impl MemberSnapshot {
 pub struct FleetSource {
     pub folder: crate::fleet::Folder,
     pub target: crate::cloud::aws::Target,
+    /// The addon packages, for what each cluster's definition selects.
+    pub packages: Vec<crate::addons::package::Package>,
 }
 
 impl FleetSource {
+    /// The addon versions a cluster's definition selects (None: not a
+    /// cluster of the folder; an error: its selection does not resolve).
+    pub fn defined_addons(&self, cluster: &str) -> Option<anyhow::Result<BTreeMap<String, String>>> {
+        let l = self.folder.loaded.iter().find(|l| l.cluster.metadata.name == cluster)?;
+        Some(
+            crate::addons::select(&l.cluster, &self.packages)
+                .map(|sel| sel.iter().map(|s| (s.package.meta.name.clone(), s.package.meta.version.clone())).collect())
+                .map_err(|e| anyhow::anyhow!("{e}")),
+        )
+    }
+
     /// One cluster of the folder as its records say: the applied revisions
     /// (its state store) and its machines (EC2, by their tags). None: not a
     /// cluster of the folder.
@@ -240,7 +253,7 @@ async fn addons(client: &kube::Client) -> kube::Result<Vec<Addon>> {
         e.0 += 1;
         e.1 += usize::from(st.number_ready >= st.desired_number_scheduled);
     }
-    Ok(by.into_iter().map(|((name, version), (workloads, ready))| Addon { name, version, workloads, ready }).collect())
+    Ok(by.into_iter().map(|((name, version), (workloads, ready))| Addon { name, version, workloads, ready, defined: None }).collect())
 }
 
 impl Observer {

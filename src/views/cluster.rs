@@ -29,6 +29,9 @@ pub struct ClusterView {
     /// Why no revisions are shown, when they are not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revisions_note: Option<String>,
+    /// Why the addons are not compared with the definition, when they are not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addons_note: Option<String>,
 }
 
 /// One applied revision: when, by whom, what changed, the command.
@@ -92,6 +95,35 @@ pub struct Addon {
     /// Workloads of the addon (Deployments and DaemonSets) and how many are ready.
     pub workloads: usize,
     pub ready: usize,
+    /// Compared with the cluster's definition (when the fleet folder is read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defined: Option<Defined>,
+}
+
+/// What the cluster's definition selects of an addon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Defined {
+    /// The version the definition selects; None: the definition has no such addon.
+    pub version: Option<String>,
+}
+
+/// The version shown for an addon the definition selects but nobody installed.
+pub const NOT_INSTALLED: &str = "-";
+
+impl Addon {
+    /// Whether it is as its cluster's definition says (None: not compared).
+    pub fn drift(&self) -> Option<Status> {
+        let d = self.defined.as_ref()?;
+        Some(match &d.version {
+            Some(v) if self.version == NOT_INSTALLED => {
+                Status::new(Tone::Warn, "not installed").because(format!("the definition selects {v}: pinfleet addons apply"))
+            }
+            Some(v) if *v == self.version => Status::new(Tone::Ok, "as defined"),
+            Some(v) => Status::new(Tone::Warn, "drifted").because(format!("the definition selects {v}: pinfleet addons apply")),
+            None => Status::new(Tone::Warn, "not defined").because("the cluster's definition has no such addon"),
+        })
+    }
 }
 
 /// The last end-to-end run, as the cluster recorded it.
@@ -203,13 +235,24 @@ impl ClusterView {
             &["MACHINE", "GROUP", "IMAGE", "TEMPLATE", "KERNEL", "KUBELET", "AGE", "HEALTH"],
             &rows,
         ));
+        let compared = self.addons.iter().any(|a| a.defined.is_some());
         let rows: Vec<Vec<String>> = self
             .addons
             .iter()
-            .map(|a| vec![a.name.clone(), a.version.clone(), format!("{}/{}", a.ready, a.workloads)])
+            .map(|a| {
+                let mut row = vec![a.name.clone(), a.version.clone(), format!("{}/{}", a.ready, a.workloads)];
+                if compared {
+                    row.push(a.drift().map(|d| d.text()).unwrap_or_default());
+                }
+                row
+            })
             .collect();
         out.push('\n');
-        out.push_str(&text::table(&["ADDON", "VERSION", "READY"], &rows));
+        let heads: &[&str] = if compared { &["ADDON", "VERSION", "READY", "DRIFT"] } else { &["ADDON", "VERSION", "READY"] };
+        out.push_str(&text::table(heads, &rows));
+        if let Some(n) = &self.addons_note {
+            let _ = writeln!(out, "addons not compared with the definition: {n}");
+        }
         out.push('\n');
         match &self.e2e {
             None => out.push_str("no end-to-end run recorded\n"),
@@ -291,6 +334,7 @@ impl ClusterView {
             "machines-table",
         ));
         out.push_str("<h2 id=\"addons\">Addons</h2>");
+        let compared = self.addons.iter().any(|a| a.defined.is_some());
         let rows: Vec<Vec<String>> = self
             .addons
             .iter()
@@ -300,10 +344,26 @@ impl ClusterView {
                 } else {
                     Status::new(Tone::Warn, format!("{}/{} ready", a.ready, a.workloads))
                 };
-                vec![esc(&a.name), esc(&a.version), html::badge(&st)]
+                let mut row = vec![esc(&a.name), esc(&a.version), html::badge(&st)];
+                if compared {
+                    row.push(a.drift().map(|d| html::badge(&d)).unwrap_or_default());
+                }
+                row
             })
             .collect();
-        out.push_str(&html::table("Installed addons", &["Addon", "Version", "Workloads"], &rows, "addons-table"));
+        if compared {
+            out.push_str(&html::table(
+                "Addons against the cluster's definition",
+                &["Addon", "Version", "Workloads", "Drift"],
+                &rows,
+                "addons-table",
+            ));
+        } else {
+            out.push_str(&html::table("Installed addons", &["Addon", "Version", "Workloads"], &rows, "addons-table"));
+        }
+        if let Some(n) = &self.addons_note {
+            out.push_str(&format!("<p>Addons not compared with the definition: {}</p>", esc(n)));
+        }
         out.push_str("<h2 id=\"e2e\">Last end-to-end run</h2>");
         match &self.e2e {
             None => out.push_str("<p>No end-to-end run recorded on this cluster.</p>"),
@@ -419,7 +479,7 @@ mod tests {
                     ..Default::default()
                 },
             ],
-            addons: vec![Addon { name: "cilium".into(), version: "1.18.2".into(), workloads: 2, ready: 2 }],
+            addons: vec![Addon { name: "cilium".into(), version: "1.18.2".into(), workloads: 2, ready: 2, defined: None }],
             e2e: Some(E2eRun {
                 finished: Some(at()),
                 seconds: 41.2,
@@ -456,12 +516,39 @@ mod tests {
                 command: "bootstrap east --yes".into(),
             }],
             revisions_note: None,
+            addons_note: None,
         }
     }
 
     #[test]
     fn a_cluster_as_text() {
         insta::assert_snapshot!(cluster().text());
+    }
+
+    /// Against its definition: cilium as defined, an old log agent, an
+    /// addon nobody defined, and a defined one nobody installed.
+    fn compared() -> ClusterView {
+        let mut c = cluster();
+        let defined = |v: Option<&str>| Some(Defined { version: v.map(str::to_string) });
+        c.addons = vec![
+            Addon { name: "cilium".into(), version: "1.18.2".into(), workloads: 2, ready: 2, defined: defined(Some("1.18.2")) },
+            Addon { name: "debug-tools".into(), version: "0.1.0".into(), workloads: 1, ready: 1, defined: defined(None) },
+            Addon { name: "log-agent".into(), version: "4.0.1".into(), workloads: 1, ready: 1, defined: defined(Some("4.1.0")) },
+            Addon { name: "metrics-server".into(), version: NOT_INSTALLED.into(), workloads: 0, ready: 0, defined: defined(Some("0.8.0")) },
+        ];
+        c
+    }
+
+    #[test]
+    fn addons_against_the_definition_as_text() {
+        insta::assert_snapshot!(compared().text());
+    }
+
+    #[test]
+    fn addons_against_the_definition_as_html() {
+        let html = compared().html_body();
+        let table = &html[html.find("id=\"addons\"").unwrap()..html.find("id=\"e2e\"").unwrap()];
+        insta::assert_snapshot!(table);
     }
 
     #[test]
