@@ -339,7 +339,8 @@ async fn run(n: usize) {
     }
 
     let objects = n * (children + 1);
-    println!("converge: {n} PinterestServices on the sim (workload controller only; release)");
+    let build = if cfg!(debug_assertions) { "debug" } else { "release" };
+    println!("converge: {n} PinterestServices on the sim (workload controller only; {build} build)");
     println!(
         "  floor: {needed} writes ({children} children + status per service) at the sim's {rate:.0} writes/s = {floor:.1} s"
     );
