@@ -325,8 +325,10 @@ async fn run(n: usize) {
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), "default");
     loop {
         let d = deploys.get("svc-00001").await.unwrap();
-        let image =
-            d.spec.and_then(|s| s.template.spec).and_then(|p| p.containers.into_iter().find(|c| c.name == "app")?.image);
+        let image = d
+            .spec
+            .and_then(|s| s.template.spec)
+            .and_then(|p| p.containers.into_iter().find(|c| c.name == "app")?.image);
         if image.as_deref() == Some("app:1-v3") {
             break;
         }
@@ -344,10 +346,7 @@ async fn run(n: usize) {
     println!(
         "  floor: {needed} writes ({children} children + status per service) at the sim's {rate:.0} writes/s = {floor:.1} s"
     );
-    println!(
-        "  created in {created:.1} s; all Reconciled after {converged:.1} s = {:.2} x floor",
-        converged / floor
-    );
+    println!("  created in {created:.1} s; all Reconciled after {converged:.1} s = {:.2} x floor", converged / floor);
     println!(
         "  per service: {:.2} reconciles, {:.2} writes ({children} children it owns + its status); {errors} reconciles failed (retried)",
         reconciles as f64 / n as f64,

@@ -545,7 +545,8 @@ fn crd(name: &str, schema: Value) -> Value {
 async fn a_crd_whose_schema_is_not_structural_is_refused_with_every_reason() {
     let k = KubeEnv::start();
     let client = k.client().await;
-    let spec = |props: Value| json!({"type": "object", "properties": {"spec": {"type": "object", "properties": props}}});
+    let spec =
+        |props: Value| json!({"type": "object", "properties": {"spec": {"type": "object", "properties": props}}});
     // One version's schema is named as the server holds it: spec.validation.
     let at = "spec.validation.openAPIV3Schema.properties[spec]";
     let cases: Vec<(&str, Value, Option<String>)> = vec![

@@ -104,7 +104,13 @@ async fn a_sigkilled_leader_is_replaced_within_the_lease_and_no_change_is_lost()
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), &k.namespace);
     until("the leader to make the Deployment", || {
         let deploys = deploys.clone();
-        async move { deploys.get_opt("home").await.unwrap().filter(|d| image_of(d).as_deref() == Some("registry.k8s.io/pause:3.9")) }
+        async move {
+            deploys
+                .get_opt("home")
+                .await
+                .unwrap()
+                .filter(|d| image_of(d).as_deref() == Some("registry.k8s.io/pause:3.9"))
+        }
     })
     .await;
 
@@ -125,7 +131,9 @@ async fn a_sigkilled_leader_is_replaced_within_the_lease_and_no_change_is_lost()
 
     until("the standby to carry out the change made after the kill", || {
         let deploys = deploys.clone();
-        async move { deploys.get("home").await.ok().filter(|d| image_of(d).as_deref() == Some("registry.k8s.io/pause:3.10")) }
+        async move {
+            deploys.get("home").await.ok().filter(|d| image_of(d).as_deref() == Some("registry.k8s.io/pause:3.10"))
+        }
     })
     .await;
     let took = killed.elapsed();

@@ -512,7 +512,11 @@ async fn a_thousand_concurrent_submissions_from_twenty_teams_never_over_admit() 
         let tier = if i % 3 == 0 { "Preemptible" } else { "OnDemand" };
         tasks.push(tokio::spawn(async move {
             let w = jobset_of(&team, &format!("j{i}"), tier, 1, if i % 5 == 0 { "1500m" } else { "500m" }, 10);
-            svc.submit(&admin, &format!("j{i}"), &w, (i % 7) as i32, false).await.map_err(|e| format!("{e:#}")).unwrap().0
+            svc.submit(&admin, &format!("j{i}"), &w, (i % 7) as i32, false)
+                .await
+                .map_err(|e| format!("{e:#}"))
+                .unwrap()
+                .0
         }));
     }
     // Both replicas admit while the submissions arrive.

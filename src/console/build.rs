@@ -531,10 +531,8 @@ mod tests {
                 .map(|(a, b)| (a.to_string(), b.to_string()))
                 .collect();
         with_defined_addons(&mut addons, &defined);
-        let got: Vec<(String, String, String)> = addons
-            .iter()
-            .map(|a| (a.name.clone(), a.version.clone(), a.drift().unwrap().text()))
-            .collect();
+        let got: Vec<(String, String, String)> =
+            addons.iter().map(|a| (a.name.clone(), a.version.clone(), a.drift().unwrap().text())).collect();
         let want = |a: &str, v: &str, d: &str| (a.to_string(), v.to_string(), d.to_string());
         assert_eq!(
             got,
@@ -542,7 +540,11 @@ mod tests {
                 want("cilium", "1.18.2", "✓ as defined"),
                 want("extra", "1", "! not defined: the cluster's definition has no such addon"),
                 want("log-agent", "4.0.1", "! drifted: the definition selects 4.1.0: pinfleet addons apply"),
-                want("metrics-server", NOT_INSTALLED, "! not installed: the definition selects 0.8.0: pinfleet addons apply"),
+                want(
+                    "metrics-server",
+                    NOT_INSTALLED,
+                    "! not installed: the definition selects 0.8.0: pinfleet addons apply"
+                ),
             ]
         );
     }

@@ -127,7 +127,8 @@ impl Console {
     ) -> crate::views::cluster::ClusterView {
         let mut v = build::cluster(viewer, m, &self.svc.all(), |t| who.may_act_for(t), Utc::now());
         let Some(f) = &self.fleet else {
-            v.revisions_note = Some("the gateway reads no fleet folder (--fleet-rollouts): no revisions to show".into());
+            v.revisions_note =
+                Some("the gateway reads no fleet folder (--fleet-rollouts): no revisions to show".into());
             return v;
         };
         match f.defined_addons(&m.name) {

@@ -253,7 +253,10 @@ async fn addons(client: &kube::Client) -> kube::Result<Vec<Addon>> {
         e.0 += 1;
         e.1 += usize::from(st.number_ready >= st.desired_number_scheduled);
     }
-    Ok(by.into_iter().map(|((name, version), (workloads, ready))| Addon { name, version, workloads, ready, defined: None }).collect())
+    Ok(by
+        .into_iter()
+        .map(|((name, version), (workloads, ready))| Addon { name, version, workloads, ready, defined: None })
+        .collect())
 }
 
 impl Observer {

@@ -171,7 +171,10 @@ impl Histogram {
             out.push_str(&format!("{name}_bucket{{le=\"{b}\"}} {cumulative}\n"));
         }
         cumulative += c.0.get(LATENCY_BUCKETS.len()).copied().unwrap_or(0);
-        out.push_str(&format!("{name}_bucket{{le=\"+Inf\"}} {cumulative}\n{name}_sum {}\n{name}_count {cumulative}\n", c.1));
+        out.push_str(&format!(
+            "{name}_bucket{{le=\"+Inf\"}} {cumulative}\n{name}_sum {}\n{name}_count {cumulative}\n",
+            c.1
+        ));
     }
 }
 
@@ -576,9 +579,9 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
                     let kind_key = format!("{}/{}", ar.api_version, ar.kind);
                     // The child as its watch holds it: up to date, no request.
                     let store = ctx.child_store(&format!("{}/{kind_key}", K::KIND.name()));
-                    let cached = store.as_ref().and_then(|s| {
-                        s.get(&ObjectRef::<DynamicObject>::new_with(child_name, ar.clone()).within(&ns))
-                    });
+                    let cached = store
+                        .as_ref()
+                        .and_then(|s| s.get(&ObjectRef::<DynamicObject>::new_with(child_name, ar.clone()).within(&ns)));
                     let current = cached.as_deref().filter(|c| {
                         crate::kube::apply::up_to_date(child, &serde_json::to_value(c).unwrap_or_default())
                     });
@@ -761,17 +764,14 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
         let kind_key = format!("{av}/{kind}");
         // Several workload kinds own the same child kinds (ConfigMaps …):
         // each watches its own, by the kind label.
-        let cfg =
-            watcher::Config::default().labels(&format!("pinfleet.dev/kind={}", K::KIND.name())).page_size(PAGE);
+        let cfg = watcher::Config::default().labels(&format!("pinfleet.dev/kind={}", K::KIND.name())).page_size(PAGE);
         let w = reflector::store::Writer::new(ar.clone());
         let store = w.as_reader();
         let c = ctx.clone();
         let key_kind = kind_key.clone();
         // The workload's status reads only these children's status.
-        let status_read = matches!(
-            *kind,
-            "Deployment" | "StatefulSet" | "DaemonSet" | "Job" | "CronJob" | "PersistentVolumeClaim"
-        );
+        let status_read =
+            matches!(*kind, "Deployment" | "StatefulSet" | "DaemonSet" | "Job" | "CronJob" | "PersistentVolumeClaim");
         let stream = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), cfg)
             .default_backoff()
             .modify(slim::<DynamicObject>)

@@ -64,7 +64,11 @@ impl Shared {
             b.tokens -= 1.0;
             // A negative balance is the time this request waits; the
             // tokens it borrowed are owed by the next ones.
-            if b.tokens < 0.0 { Duration::from_secs_f64(-b.tokens / qps) } else { Duration::ZERO }
+            if b.tokens < 0.0 {
+                Duration::from_secs_f64(-b.tokens / qps)
+            } else {
+                Duration::ZERO
+            }
         };
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
@@ -266,7 +270,8 @@ mod served {
         // (Retry::Default) inside the budget.
         let config = kube::Config::new(url.parse().unwrap());
         assert!(config.default_retry);
-        let client = wrap(kube::Client::try_from(config).unwrap(), Budget { in_flight: 4, qps: Some(100.0), burst: 10 });
+        let client =
+            wrap(kube::Client::try_from(config).unwrap(), Budget { in_flight: 4, qps: Some(100.0), burst: 10 });
         let req = Request::get("/api/v1/namespaces/default").body(Vec::new()).unwrap();
         client.request_text(req).await.expect("answered once the server lets it through");
         let at = seen.lock().unwrap().clone();

@@ -265,7 +265,9 @@ fn invariants(s: &Value, lvl: Level, path: &str, errs: &mut Vec<String>) {
         // `additionalProperties: true` beside properties is allowed.
         let props = s.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty());
         if props && ap != &Value::Bool(true) {
-            errs.push(format!("{path}.additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive"));
+            errs.push(format!(
+                "{path}.additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive"
+            ));
         }
     }
     let int_or_string = flag(s, "x-kubernetes-int-or-string");
@@ -285,7 +287,9 @@ fn invariants(s: &Value, lvl: Level, path: &str, errs: &mut Vec<String>) {
         if ty.is_empty() {
             errs.push(format!("{path}.type: Required value: must be object if x-kubernetes-embedded-resource is true"));
         } else {
-            errs.push(format!("{path}.type: Invalid value: {ty:?}: must be object if x-kubernetes-embedded-resource is true"));
+            errs.push(format!(
+                "{path}.type: Invalid value: {ty:?}: must be object if x-kubernetes-embedded-resource is true"
+            ));
         }
     } else if ty.is_empty() && !int_or_string && !preserve {
         let detail = match lvl {
@@ -343,8 +347,12 @@ fn nested(v: &Value, skip_any_of: bool, path: &str, errs: &mut Vec<String>) {
             errs.push(format!("{path}.{k}: Forbidden: {detail}"));
         }
     }
-    for k in ["nullable", "x-kubernetes-preserve-unknown-fields", "x-kubernetes-embedded-resource", "x-kubernetes-int-or-string"]
-    {
+    for k in [
+        "nullable",
+        "x-kubernetes-preserve-unknown-fields",
+        "x-kubernetes-embedded-resource",
+        "x-kubernetes-int-or-string",
+    ] {
         if flag(v, k) {
             errs.push(format!("{path}.{k}: Forbidden: must be false to be structural"));
         }

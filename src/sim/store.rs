@@ -894,7 +894,10 @@ impl Inner {
             _ => {
                 for (i, schema) in all.iter().enumerate() {
                     if let Some(schema) = schema {
-                        errs.extend(super::schema::structural(schema, &format!("spec.versions[{i}].schema.openAPIV3Schema")));
+                        errs.extend(super::schema::structural(
+                            schema,
+                            &format!("spec.versions[{i}].schema.openAPIV3Schema"),
+                        ));
                     }
                 }
             }

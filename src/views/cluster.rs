@@ -116,11 +116,12 @@ impl Addon {
     pub fn drift(&self) -> Option<Status> {
         let d = self.defined.as_ref()?;
         Some(match &d.version {
-            Some(v) if self.version == NOT_INSTALLED => {
-                Status::new(Tone::Warn, "not installed").because(format!("the definition selects {v}: pinfleet addons apply"))
-            }
+            Some(v) if self.version == NOT_INSTALLED => Status::new(Tone::Warn, "not installed")
+                .because(format!("the definition selects {v}: pinfleet addons apply")),
             Some(v) if *v == self.version => Status::new(Tone::Ok, "as defined"),
-            Some(v) => Status::new(Tone::Warn, "drifted").because(format!("the definition selects {v}: pinfleet addons apply")),
+            Some(v) => {
+                Status::new(Tone::Warn, "drifted").because(format!("the definition selects {v}: pinfleet addons apply"))
+            }
             None => Status::new(Tone::Warn, "not defined").because("the cluster's definition has no such addon"),
         })
     }
@@ -248,7 +249,8 @@ impl ClusterView {
             })
             .collect();
         out.push('\n');
-        let heads: &[&str] = if compared { &["ADDON", "VERSION", "READY", "DRIFT"] } else { &["ADDON", "VERSION", "READY"] };
+        let heads: &[&str] =
+            if compared { &["ADDON", "VERSION", "READY", "DRIFT"] } else { &["ADDON", "VERSION", "READY"] };
         out.push_str(&text::table(heads, &rows));
         if let Some(n) = &self.addons_note {
             let _ = writeln!(out, "addons not compared with the definition: {n}");
@@ -479,7 +481,13 @@ mod tests {
                     ..Default::default()
                 },
             ],
-            addons: vec![Addon { name: "cilium".into(), version: "1.18.2".into(), workloads: 2, ready: 2, defined: None }],
+            addons: vec![Addon {
+                name: "cilium".into(),
+                version: "1.18.2".into(),
+                workloads: 2,
+                ready: 2,
+                defined: None,
+            }],
             e2e: Some(E2eRun {
                 finished: Some(at()),
                 seconds: 41.2,
@@ -531,10 +539,34 @@ mod tests {
         let mut c = cluster();
         let defined = |v: Option<&str>| Some(Defined { version: v.map(str::to_string) });
         c.addons = vec![
-            Addon { name: "cilium".into(), version: "1.18.2".into(), workloads: 2, ready: 2, defined: defined(Some("1.18.2")) },
-            Addon { name: "debug-tools".into(), version: "0.1.0".into(), workloads: 1, ready: 1, defined: defined(None) },
-            Addon { name: "log-agent".into(), version: "4.0.1".into(), workloads: 1, ready: 1, defined: defined(Some("4.1.0")) },
-            Addon { name: "metrics-server".into(), version: NOT_INSTALLED.into(), workloads: 0, ready: 0, defined: defined(Some("0.8.0")) },
+            Addon {
+                name: "cilium".into(),
+                version: "1.18.2".into(),
+                workloads: 2,
+                ready: 2,
+                defined: defined(Some("1.18.2")),
+            },
+            Addon {
+                name: "debug-tools".into(),
+                version: "0.1.0".into(),
+                workloads: 1,
+                ready: 1,
+                defined: defined(None),
+            },
+            Addon {
+                name: "log-agent".into(),
+                version: "4.0.1".into(),
+                workloads: 1,
+                ready: 1,
+                defined: defined(Some("4.1.0")),
+            },
+            Addon {
+                name: "metrics-server".into(),
+                version: NOT_INSTALLED.into(),
+                workloads: 0,
+                ready: 0,
+                defined: defined(Some("0.8.0")),
+            },
         ];
         c
     }
