@@ -80,6 +80,11 @@ fn service(i: usize, image: &str) -> Value {
             "template": {"spec": {"containers": [{"name": "app", "image": image}]}}}})
 }
 
+/// Service `i` applied with `image`, as its team would.
+async fn put(svcs: Api<PinterestService>, i: usize, image: String) {
+    svcs.patch(&format!("svc-{i:05}"), &PatchParams::apply("bench"), &Patch::Apply(&service(i, &image))).await.unwrap();
+}
+
 fn reconciled(s: &PinterestService) -> bool {
     let generation = s.metadata.generation.unwrap_or(1);
     s.status.as_ref().is_some_and(|st| {
@@ -226,18 +231,7 @@ async fn run(n: usize) {
     let svcs: Api<PinterestService> = Api::namespaced(client.clone(), "default");
     let start = Instant::now();
     futures::stream::iter(0..n)
-        .map(|i| {
-            let svcs = svcs.clone();
-            async move {
-                svcs.patch(
-                    &format!("svc-{i:05}"),
-                    &PatchParams::apply("bench"),
-                    &Patch::Apply(&service(i, &format!("app:{i}"))),
-                )
-                .await
-                .unwrap();
-            }
-        })
+        .map(|i| put(svcs.clone(), i, format!("app:{i}")))
         .buffer_unordered(64)
         .collect::<Vec<_>>()
         .await;
@@ -257,16 +251,7 @@ async fn run(n: usize) {
     for step in 0..10 {
         for j in 0..rate_changes {
             let i = (step * rate_changes + j) * 7919 % n;
-            let svcs = svcs.clone();
-            tokio::spawn(async move {
-                svcs.patch(
-                    &format!("svc-{i:05}"),
-                    &PatchParams::apply("bench"),
-                    &Patch::Apply(&service(i, &format!("app:{i}-v2"))),
-                )
-                .await
-                .unwrap();
-            });
+            tokio::spawn(put(svcs.clone(), i, format!("app:{i}-v2")));
         }
         tokio::time::sleep_until((stream_start + Duration::from_secs(step as u64 + 1)).into()).await;
     }
@@ -321,7 +306,7 @@ async fn run(n: usize) {
     dead.1.abort();
     dead.2.abort();
     let killed = Instant::now();
-    svcs.patch("svc-00001", &PatchParams::apply("bench"), &Patch::Apply(&service(1, "app:1-v3"))).await.unwrap();
+    put(svcs.clone(), 1, "app:1-v3".into()).await;
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), "default");
     loop {
         let d = deploys.get("svc-00001").await.unwrap();

@@ -119,9 +119,18 @@ async fn a_service_becomes_its_children_and_follows_changes() {
     })
     .await;
 
-    // A resync with nothing to do writes nothing.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = ctx.writes.load(Ordering::Relaxed);
+    // A resync with nothing to do writes nothing. First the controller is
+    // let settle: on a real cluster the Deployment's status moves for a
+    // while after the edit, and the workload's status follows it.
+    let mut before = ctx.writes.load(Ordering::Relaxed);
+    loop {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let now = ctx.writes.load(Ordering::Relaxed);
+        if now == before {
+            break;
+        }
+        before = now;
+    }
     let reconciles = ctx.reconciles.load(Ordering::Relaxed);
     svcs.patch("home", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"touch": "1"}}})))
         .await

@@ -118,7 +118,7 @@ struct Pending {
 /// A latency histogram (seconds) for the reconcile-latency SLO.
 #[derive(Debug, Default)]
 pub struct Histogram {
-    counts: Mutex<(Vec<u64>, f64, Vec<f64>)>,
+    counts: Mutex<(Vec<u64>, f64, std::collections::VecDeque<f64>)>,
 }
 
 /// Latency buckets, in seconds: the SLO's bound (10 s) is one of them.
@@ -136,14 +136,14 @@ impl Histogram {
         // Every observation is kept for the benchmark's quantiles (bounded:
         // the newest 100,000).
         if c.2.len() >= 100_000 {
-            c.2.remove(0);
+            c.2.pop_front();
         }
-        c.2.push(secs);
+        c.2.push_back(secs);
     }
 
     /// The q-quantile of the observations kept (None when there are none).
     pub fn quantile(&self, q: f64) -> Option<f64> {
-        let mut v = self.counts.lock().expect("histogram").2.clone();
+        let mut v: Vec<f64> = self.counts.lock().expect("histogram").2.iter().copied().collect();
         if v.is_empty() {
             return None;
         }
@@ -154,7 +154,7 @@ impl Histogram {
 
     /// The observations kept so far, removed (the benchmark's phases).
     pub fn take(&self) -> Vec<f64> {
-        std::mem::take(&mut self.counts.lock().expect("histogram").2)
+        std::mem::take(&mut self.counts.lock().expect("histogram").2).into()
     }
 
     pub fn count(&self) -> u64 {
@@ -344,6 +344,12 @@ impl Ctx {
         v.to_string().hash(&mut h);
         let h = h.finish();
         self.child_hashes.lock().expect("child hashes").insert(key.to_string(), h) != Some(h)
+    }
+
+    /// Drops what was noted of a deleted workload.
+    fn forget(&self, key: &str) {
+        self.last_seen.lock().expect("last seen").remove(key);
+        self.pending.lock().expect("pending").remove(key);
     }
 
     /// A workload's change seen on the watch: its latency starts now.
@@ -743,20 +749,32 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
     let client = ctx.client.clone();
     let (reader, writer) = reflector::store::<K>();
     let c = ctx.clone();
-    // The workloads: every change but the controller's own status writes
-    // is a reason to reconcile; a new generation starts its latency clock.
+    // The workloads: a change to what the controller renders from is a
+    // reason to reconcile (not its status, which only the controller
+    // writes); a new generation starts its latency clock.
     let main = watcher(Api::<K>::all(client.clone()), watcher::Config::default().page_size(PAGE))
         .default_backoff()
         .modify(slim::<K>)
         .reflect(writer)
-        .applied_objects()
-        .try_filter(move |o| {
-            let key = obj_key(K::KIND.name(), &o.namespace().unwrap_or_default(), &o.name_any());
-            let changed = c.changed(&key, o.meta());
-            if changed {
-                c.seen(&key, o.meta().generation.unwrap_or(1));
-            }
-            futures::future::ready(changed)
+        .try_filter_map(move |ev| {
+            let trigger = match ev {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                    let key = obj_key(K::KIND.name(), &o.namespace().unwrap_or_default(), &o.name_any());
+                    let changed = c.changed(&key, o.meta());
+                    if changed {
+                        c.seen(&key, o.meta().generation.unwrap_or(1));
+                    }
+                    changed.then_some(o)
+                }
+                // A workload gone: its children go by their owner
+                // references; what the controller noted of it goes now.
+                watcher::Event::Delete(o) => {
+                    c.forget(&obj_key(K::KIND.name(), &o.namespace().unwrap_or_default(), &o.name_any()));
+                    None
+                }
+                _ => None,
+            };
+            futures::future::ready(Ok(trigger))
         });
     let mut controller = Controller::for_stream(main, reader);
     for (av, kind, plural) in K::CHILDREN {
@@ -769,9 +787,7 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
         let store = w.as_reader();
         let c = ctx.clone();
         let key_kind = kind_key.clone();
-        // The workload's status reads only these children's status.
-        let status_read =
-            matches!(*kind, "Deployment" | "StatefulSet" | "DaemonSet" | "Job" | "CronJob" | "PersistentVolumeClaim");
+        let status_read = status::reads_status(kind);
         let stream = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), cfg)
             .default_backoff()
             .modify(slim::<DynamicObject>)

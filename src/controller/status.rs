@@ -106,6 +106,12 @@ fn batch(jobs: &[&Value]) -> Summary {
     }
 }
 
+/// Whether a workload's status reads this child kind's status (the
+/// controller reconciles on those children's status changes only).
+pub fn reads_status(kind: &str) -> bool {
+    crate::kube::ready::ReadyKind::of(kind).is_some() || matches!(kind, "PersistentVolumeClaim" | "CronJob")
+}
+
 /// Whether one child is ready: a controller has rolled it out, a Job has
 /// completed, a CronJob or config object exists.
 fn child_ready(c: &Value) -> bool {

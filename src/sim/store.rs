@@ -210,19 +210,7 @@ impl Inner {
         let Some(schema) = &t.schema else { return Ok(obj) };
         super::schema::validate(schema, &obj)
             .and_then(|out| super::schema::validate_cel(schema, &out, old).map(|()| out))
-            .map_err(|errors| {
-                let what = format!("{}.{}", t.kind, t.group);
-                let msg = if errors.len() == 1 { errors[0].clone() } else { format!("[{}]", errors.join(", ")) };
-                let causes: Vec<Value> = errors
-                    .iter()
-                    .map(|e| {
-                        let (field, rest) = e.split_once(": ").unwrap_or(("", e));
-                        json!({"reason": "FieldValueInvalid", "message": rest, "field": field})
-                    })
-                    .collect();
-                ApiError::new(422, "Invalid", format!("{what} \"{name}\" is invalid: {msg}"))
-                    .with_details(json!({"name": name, "group": t.group, "kind": t.kind, "causes": causes}))
-            })
+            .map_err(|errors| invalid_all(&t.kind, &t.group, name, &errors))
     }
 
     /// A bearer token for a service account (what a projected token volume
@@ -904,20 +892,7 @@ impl Inner {
         }
         if !errs.is_empty() {
             let name = meta_str(crd, "name").unwrap_or_default();
-            let shown = if errs.len() == 1 { errs[0].clone() } else { format!("[{}]", errs.join(", ")) };
-            let causes: Vec<Value> = errs
-                .iter()
-                .map(|e| {
-                    let (field, msg) = e.split_once(": ").unwrap_or(("", e));
-                    json!({"reason": "FieldValueInvalid", "message": msg, "field": field})
-                })
-                .collect();
-            return Err(ApiError::new(
-                422,
-                "Invalid",
-                format!("CustomResourceDefinition.apiextensions.k8s.io \"{name}\" is invalid: {shown}"),
-            )
-            .with_details(json!({"name": name, "group": "apiextensions.k8s.io", "kind": "CustomResourceDefinition", "causes": causes})));
+            return Err(invalid_all("CustomResourceDefinition", "apiextensions.k8s.io", name, &errs));
         }
         let strs = |v: Option<&Value>| -> Vec<String> {
             v.and_then(Value::as_array)
@@ -1228,6 +1203,21 @@ pub fn is_ready(pod: &Value) -> bool {
     pod.pointer("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+/// Every violation of one object in one 422, as the API server aggregates
+/// them (`path: reason` each; several in brackets).
+fn invalid_all(kind: &str, group: &str, name: &str, errors: &[String]) -> ApiError {
+    let msg = if errors.len() == 1 { errors[0].clone() } else { format!("[{}]", errors.join(", ")) };
+    let causes: Vec<Value> = errors
+        .iter()
+        .map(|e| {
+            let (field, rest) = e.split_once(": ").unwrap_or(("", e));
+            json!({"reason": "FieldValueInvalid", "message": rest, "field": field})
+        })
+        .collect();
+    ApiError::new(422, "Invalid", format!("{kind}.{group} \"{name}\" is invalid: {msg}"))
+        .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes}))
 }
 
 fn invalid(t: &ResourceType, name: &str, field: &str, msg: &str) -> ApiError {
