@@ -32,6 +32,11 @@ where
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_service_becomes_its_children_and_follows_changes() {
+    // RUST_LOG=pinfleet::controller=debug says why each write happened.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let k = KubeEnv::start();
     k.ok_stdin(
         &["apply", "--server-side", "-f", "-"],

@@ -162,6 +162,80 @@ async fn eviction_honours_pod_disruption_budgets() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_services_endpoint_slices_follow_its_pods() {
+    let k = KubeEnv::start();
+    if k.skip_without_running_pods() {
+        return;
+    }
+    let client = k.client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &k.namespace);
+    let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), &k.namespace);
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> = Api::namespaced(client.clone(), &k.namespace);
+    if !k.real {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client);
+        hand_node(&nodes, &k.unique("n"), true).await;
+    }
+    let pod = |name: &str, app: &str| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": app}},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}))
+        .unwrap()
+    };
+    for name in ["a", "b"] {
+        pods.create(&PostParams::default(), &pod(name, "x")).await.unwrap();
+    }
+    let svc = serde_json::from_value(json!({"metadata": {"name": "web"},
+        "spec": {"selector": {"app": "x"}, "ports": [{"port": 80, "targetPort": 8080}]}}))
+    .unwrap();
+    svcs.create(&PostParams::default(), &svc).await.unwrap();
+    // The pods a Service's slices list as ready, by name.
+    let listed = || {
+        let slices = slices.clone();
+        async move {
+            let mut names: Vec<String> = slices
+                .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .flat_map(|s| s.endpoints.iter())
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+                .filter_map(|e| e.target_ref.as_ref()?.name.clone())
+                .collect();
+            names.sort();
+            names
+        }
+    };
+    let expect = |want: &'static [&'static str], what: &'static str| {
+        let listed = listed.clone();
+        async move {
+            eventually(what, || {
+                let listed = listed.clone();
+                async move { listed().await == want }
+            })
+            .await
+        }
+    };
+    expect(&["a", "b"], "both pods in the Service's slice").await;
+    // A pod relabelled out of the selector leaves; a deleted one too; a new one joins.
+    pods.patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "y"}}})))
+        .await
+        .unwrap();
+    expect(&["b"], "the relabelled pod to leave the slice").await;
+    pods.delete("b", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
+    expect(&[], "the deleted pod to leave the slice").await;
+    pods.create(&PostParams::default(), &pod("c", "x")).await.unwrap();
+    pods.patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "x"}}})))
+        .await
+        .unwrap();
+    expect(&["a", "c"], "a new pod and the pod relabelled back to join").await;
+    // A Service whose selector changes follows it.
+    svcs.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"selector": {"app": "y"}}})))
+        .await
+        .unwrap();
+    expect(&[], "the slice to follow the Service's new selector").await;
+}
+
 /// A Node the test keeps Ready or not by hand (the sim runs pods on it).
 async fn hand_node(nodes: &Api<k8s_openapi::api::core::v1::Node>, name: &str, ready: bool) {
     if nodes.get_opt(name).await.unwrap().is_none() {

@@ -41,7 +41,7 @@ pub struct SimArgs {
     #[arg(long)]
     pub snapshot: Option<PathBuf>,
     /// Simulated controllers to switch off.
-    #[arg(long, value_delimiter = ',', value_parser = ["scheduler", "kubelet", "replicasets", "deployments", "daemonsets", "statefulsets", "jobs", "cronjobs"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["scheduler", "kubelet", "replicasets", "deployments", "daemonsets", "statefulsets", "jobs", "cronjobs", "endpoints"])]
     pub disable: Vec<String>,
     /// How long a scheduled pod takes to become Ready.
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
@@ -129,6 +129,7 @@ pub async fn run(g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
             "daemonsets" => controllers.daemonsets = false,
             "statefulsets" => controllers.statefulsets = false,
             "cronjobs" => controllers.cronjobs = false,
+            "endpoints" => controllers.endpoints = false,
             _ => controllers.jobs = false,
         }
     }

@@ -606,6 +606,12 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
                         }
                     };
                     if wrote {
+                        if tracing::enabled!(tracing::Level::DEBUG) {
+                            let stale = cached.as_deref().map(|c| {
+                                crate::kube::apply::stale_fields(child, &serde_json::to_value(c).unwrap_or_default())
+                            });
+                            tracing::debug!(workload = name, child = key, ?stale, "child written");
+                        }
                         ctx.writes.fetch_add(1, Ordering::Relaxed);
                         ctx.wrote(key, live.metadata.resource_version.clone());
                     } else if current.is_none() {
@@ -678,6 +684,10 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
     };
     let new_status = status::status(&observation, previous.as_ref());
     if previous.as_ref() != Some(&new_status) {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let (was, now) = (json!(previous), json!(new_status));
+            tracing::debug!(workload = name, "status written: {}", crate::kube::apply::differences(&was, &now));
+        }
         ctx.writes.fetch_add(1, Ordering::Relaxed);
         let api: Api<K> = Api::namespaced(client.clone(), &ns);
         // The whole status, typed, under the controller's field manager.
@@ -737,6 +747,12 @@ fn error_policy<K: Workload>(obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> Action 
 /// Page size for the controller's lists (a relist of 20,000 objects is
 /// 40 requests, not one answer of hundreds of megabytes).
 const PAGE: u32 = 500;
+
+/// Reconciles at once per workload kind. Each holds its rendered children
+/// while it waits on the API, so a backlog of thousands (a fresh start, a
+/// new runtime profile) costs memory by this bound, not by its length;
+/// above the client's in-flight budget, more would only wait in line.
+const CONCURRENCY: u16 = 32;
 
 /// Drops what a cache never reads: managed fields are often half an object.
 fn slim<R: Resource>(o: &mut R) {
@@ -820,7 +836,12 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
         Some((leads, rx))
     })
     .filter_map(|leads| futures::future::ready(leads.then_some(())));
-    controller.reconcile_all_on(became_leader).run(reconcile::<K>, error_policy::<K>, ctx).for_each(|_| async {}).await;
+    controller
+        .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY))
+        .reconcile_all_on(became_leader)
+        .run(reconcile::<K>, error_policy::<K>, ctx)
+        .for_each(|_| async {})
+        .await;
 }
 
 /// Starts the watches behind the caches and waits until they are filled.

@@ -125,10 +125,42 @@ impl Applier {
     }
 }
 
-/// Whether every field `desired` sets already has its value in `live`.
+/// Whether every field `desired` sets already has its value in `live`, as
+/// a real API server returns it: an element of a keyed list (a container
+/// by name) is there when an element with that key is (the server fills
+/// in its defaults), and a zero value the server leaves out of what it
+/// returns (`paused: false`, an empty list) counts as set.
 pub fn up_to_date(desired: &Value, live: &Value) -> bool {
-    use super::fields::{get, leaves};
-    leaves(desired).iter().all(|p| get(desired, p) == get(live, p))
+    stale(desired, live).next().is_none()
+}
+
+fn stale<'a>(desired: &'a Value, live: &'a Value) -> impl Iterator<Item = super::fields::Path> + 'a {
+    use super::fields::{get, leaves, Seg};
+    leaves(desired).into_iter().filter(move |p| {
+        let (want, have) = (get(desired, p), get(live, p));
+        match (p.last(), want, have) {
+            (Some(Seg::K(_) | Seg::V(_)), _, have) => have.is_none(),
+            (_, Some(w), None) => !is_zero(w),
+            (_, w, h) => w != h,
+        }
+    })
+}
+
+/// A value Go's `omitempty` leaves out of what the server returns.
+fn is_zero(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    }
+}
+
+/// The fields `desired` sets whose value `live` does not have (for logs).
+pub fn stale_fields(desired: &Value, live: &Value) -> Vec<String> {
+    stale(desired, live).map(|p| format!("{p:?}")).collect()
 }
 
 /// Server-side apply of `desired` through `api` under `manager` (forced),
@@ -148,6 +180,35 @@ pub async fn apply_if_changed(
         }
     }
     Ok((api.patch(name, &PatchParams::apply(manager).force(), &Patch::Apply(desired)).await?, true))
+}
+
+/// Where two values differ, as JSON pointers (`/conditions/0/status`), at
+/// most ten and then how many more: for logs that say why a write happened.
+pub fn differences(a: &Value, b: &Value) -> String {
+    fn walk(a: Option<&Value>, b: Option<&Value>, at: &str, out: &mut Vec<String>) {
+        match (a, b) {
+            (Some(Value::Object(x)), Some(Value::Object(y))) => {
+                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                for k in keys {
+                    walk(x.get(k), y.get(k), &format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")), out);
+                }
+            }
+            (Some(Value::Array(x)), Some(Value::Array(y))) if x.len() == y.len() => {
+                for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                    walk(Some(p), Some(q), &format!("{at}/{i}"), out);
+                }
+            }
+            (p, q) if p != q => out.push(if at.is_empty() { "/".into() } else { at.to_string() }),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(Some(a), Some(b), "", &mut out);
+    match out.len() {
+        0 => "no differences".into(),
+        n if n > 10 => format!("{} and {} more", out[..10].join(", "), n - 10),
+        _ => out.join(", "),
+    }
 }
 
 /// An object without what the server owns (status, bookkeeping metadata).
@@ -179,4 +240,41 @@ pub async fn connect(kubeconfig: &std::path::Path) -> Result<Client> {
         .map_err(|_| anyhow!("the API server in {} did not answer within 20s", kubeconfig.display()))?
         .with_context(|| format!("reaching the API server in {}", kubeconfig.display()))?;
     Ok(client)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn up_to_date_reads_live_objects_as_a_real_server_returns_them() {
+        let desired = json!({"spec": {"paused": false, "replicas": 2, "template": {"spec": {
+            "containers": [{"name": "app", "image": "a:1", "env": [{"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}]}}}});
+        // Defaults filled in, zero values left out.
+        let live = json!({"spec": {"replicas": 2, "template": {"spec": {
+            "containers": [{"name": "app", "image": "a:1", "imagePullPolicy": "IfNotPresent",
+                "env": [{"name": "N", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}}}]}]}}}});
+        assert!(up_to_date(&desired, &live), "{:?}", stale_fields(&desired, &live));
+        // A changed value, a missing element and a non-zero value left out are not.
+        let mut edited = live.clone();
+        edited["spec"]["replicas"] = json!(7);
+        assert!(!up_to_date(&desired, &edited));
+        let mut gone = live.clone();
+        gone["spec"]["template"]["spec"]["containers"][0]["env"] = json!([]);
+        assert_eq!(stale_fields(&desired, &gone).len(), 3, "{:?}", stale_fields(&desired, &gone));
+        let paused = json!({"spec": {"paused": true}});
+        assert!(!up_to_date(&paused, &json!({"spec": {}})));
+    }
+
+    #[test]
+    fn differences_name_each_changed_leaf() {
+        let a = json!({"replicas": 2, "conditions": [{"type": "Ready", "status": "False"}], "a/b": 1});
+        let b = json!({"replicas": 2, "conditions": [{"type": "Ready", "status": "True"}], "a/b": 2, "new": true});
+        assert_eq!(differences(&a, &b), "/a~1b, /conditions/0/status, /new");
+        assert_eq!(differences(&a, &a), "no differences");
+        assert_eq!(differences(&json!([1]), &json!([1, 2])), "/");
+        let many_a = json!((0..12).map(|i| (i.to_string(), json!(i))).collect::<serde_json::Map<_, _>>());
+        assert!(differences(&many_a, &json!({})).ends_with("and 2 more"));
+    }
 }

@@ -6,7 +6,7 @@
 //! status`, `kubectl wait` and pinfleet's own readiness checks behave as
 //! they would against a real cluster.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -76,6 +76,35 @@ pub fn watched(key: &(String, String)) -> bool {
             | ("apps", "deployments" | "replicasets" | "daemonsets" | "statefulsets")
             | ("batch", "jobs" | "cronjobs")
     )
+}
+
+/// What changed since the controllers' last pass, for those that work
+/// incrementally: the Services and Pods named by events, or everything
+/// (at start, and after events were lost).
+#[derive(Debug, Default)]
+pub struct Changed {
+    pub all: bool,
+    /// (namespace, name)
+    services: BTreeSet<(String, String)>,
+    pods: BTreeSet<(String, String)>,
+}
+
+impl Changed {
+    pub fn everything() -> Self {
+        Changed { all: true, ..Default::default() }
+    }
+
+    pub fn note(&mut self, ev: &super::store::Event) {
+        if self.all || ev.key.0 != "" {
+            return;
+        }
+        let set = match ev.key.1.as_str() {
+            "services" => &mut self.services,
+            "pods" => &mut self.pods,
+            _ => return,
+        };
+        set.insert((ev.namespace.clone(), name(&ev.object)));
+    }
 }
 
 /// Pods whose template asks to fail (tests of failure handling).
@@ -315,7 +344,7 @@ fn unfit(pod: &Value, node: &Value, used: (i64, i64)) -> Option<&'static str> {
 
 impl Controllers {
     /// One pass over everything; true when something was written.
-    pub fn reconcile(&self, inner: &mut Inner) -> bool {
+    pub fn reconcile(&self, inner: &mut Inner, changed: &Changed) -> bool {
         let before = inner.resource_version();
         if self.deployments {
             self.deployments(inner);
@@ -342,7 +371,7 @@ impl Controllers {
             self.kubelet(inner);
         }
         if self.endpoints {
-            self.endpoint_slices(inner);
+            self.endpoint_slices(inner, changed);
         }
         inner.resource_version() != before
     }
@@ -546,26 +575,58 @@ impl Controllers {
     }
 
     /// One EndpointSlice per Service with a selector: its pods with an
-    /// IP, each with `ready` from the pod's Ready condition.
-    fn endpoint_slices(&self, inner: &mut Inner) {
+    /// IP, each with `ready` from the pod's Ready condition. Like the real
+    /// controller, it looks only at what changed: the Services named, and
+    /// for a changed Pod the Services that select it now or listed it
+    /// before; everything is looked at only after lost events.
+    fn endpoint_slices(&self, inner: &mut Inner, changed: &Changed) {
         let svc_t = t(inner, "", "services");
         let slices_t = t(inner, "discovery.k8s.io", "endpointslices");
-        let pods = all(inner, &t(inner, "", "pods"));
-        for svc in all(inner, &svc_t) {
-            let Some(selector) = svc.pointer("/spec/selector").and_then(Value::as_object).filter(|s| !s.is_empty())
-            else {
+        let pods_t = t(inner, "", "pods");
+        let selects = |svc: &Value, pod: &Value| {
+            svc.pointer("/spec/selector").and_then(Value::as_object).filter(|s| !s.is_empty()).is_some_and(|sel| {
+                sel.iter().all(|(k, v)| pod.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v))
+            })
+        };
+        // The Services to look at, as (namespace, name).
+        let mut todo: BTreeSet<(String, String)> = BTreeSet::new();
+        if changed.all {
+            todo.extend(inner.iter(&svc_t, None).map(|s| (ns(s), name(s))));
+        } else {
+            todo.extend(changed.services.iter().cloned());
+            let mut pods_by_ns: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+            for (n, p) in &changed.pods {
+                pods_by_ns.entry(n.as_str()).or_default().push(p.as_str());
+            }
+            for (n, pods) in pods_by_ns {
+                let live: Vec<&Value> = pods.iter().filter_map(|p| inner.peek("", "pods", n, p)).collect();
+                for svc in inner.iter(&svc_t, Some(n)) {
+                    let svc_name = name(svc);
+                    let listed = || {
+                        inner.peek("discovery.k8s.io", "endpointslices", n, &format!("{svc_name}-sim")).is_some_and(
+                            |slice| {
+                                slice
+                                    .get("endpoints")
+                                    .and_then(Value::as_array)
+                                    .is_some_and(|eps| eps.iter().any(|e| pods.contains(&s(e, "/targetRef/name"))))
+                            },
+                        )
+                    };
+                    if live.iter().any(|p| selects(svc, p)) || listed() {
+                        todo.insert((n.to_string(), svc_name));
+                    }
+                }
+            }
+        }
+        let mut writes = Vec::new();
+        for (ns_, name_) in todo {
+            let Some(svc) = inner.peek("", "services", &ns_, &name_) else { continue };
+            if svc.pointer("/spec/selector").and_then(Value::as_object).is_none_or(|s| s.is_empty()) {
                 continue;
-            };
-            let (ns_, name_) = (ns(&svc), name(&svc));
-            let matches = |p: &&Value| {
-                ns(p) == ns_
-                    && !terminating(p)
-                    && !s(p, "/status/podIP").is_empty()
-                    && selector.iter().all(|(k, v)| p.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v))
-            };
-            let mut endpoints: Vec<Value> = pods
-                .iter()
-                .filter(matches)
+            }
+            let mut endpoints: Vec<Value> = inner
+                .iter(&pods_t, Some(&ns_))
+                .filter(|p| !terminating(p) && !s(p, "/status/podIP").is_empty() && selects(svc, p))
                 .map(|p| {
                     json!({"addresses": [s(p, "/status/podIP")], "conditions": {"ready": is_ready(p), "serving": is_ready(p), "terminating": false},
                         "nodeName": s(p, "/spec/nodeName"), "targetRef": {"kind": "Pod", "namespace": ns_, "name": name(p), "uid": uid(p)}})
@@ -585,27 +646,29 @@ impl Controllers {
                 })
                 .unwrap_or_default();
             let slice_name = format!("{name_}-sim");
-            let existing = inner.get(&slices_t, &ns_, &slice_name).ok();
-            if existing
-                .as_ref()
-                .is_some_and(|e| e.get("endpoints") == Some(&json!(endpoints)) && e.get("ports") == Some(&json!(ports)))
-            {
+            let (endpoints, ports) = (json!(endpoints), json!(ports));
+            let existing = inner.peek("discovery.k8s.io", "endpointslices", &ns_, &slice_name);
+            if existing.is_some_and(|e| e.get("endpoints") == Some(&endpoints) && e.get("ports") == Some(&ports)) {
                 continue;
             }
-            let obj = json!({
-                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                "metadata": {"name": slice_name, "namespace": ns_,
-                    "labels": {"kubernetes.io/service-name": name_, "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"},
-                    "ownerReferences": [owner_ref(&svc, "v1", "Service")]},
-                "addressType": "IPv4", "endpoints": endpoints, "ports": ports,
-            });
-            let _ = match existing {
-                Some(mut e) => {
-                    e["endpoints"] = obj["endpoints"].clone();
-                    e["ports"] = obj["ports"].clone();
-                    inner.update(&slices_t, &ns_, &slice_name, e, "endpointslice-controller", Sub::Main, false)
-                }
-                None => inner.create(&slices_t, &ns_, obj, "endpointslice-controller", false),
+            let owner = owner_ref(svc, "v1", "Service");
+            writes.push((ns_, name_, slice_name, existing.is_some(), endpoints, ports, owner));
+        }
+        for (ns_, name_, slice_name, exists, endpoints, ports, owner) in writes {
+            let _ = if exists {
+                let Ok(mut e) = inner.get(&slices_t, &ns_, &slice_name) else { continue };
+                e["endpoints"] = endpoints;
+                e["ports"] = ports;
+                inner.update(&slices_t, &ns_, &slice_name, e, "endpointslice-controller", Sub::Main, false)
+            } else {
+                let obj = json!({
+                    "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                    "metadata": {"name": slice_name, "namespace": ns_,
+                        "labels": {"kubernetes.io/service-name": name_, "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"},
+                        "ownerReferences": [owner]},
+                    "addressType": "IPv4", "endpoints": endpoints, "ports": ports,
+                });
+                inner.create(&slices_t, &ns_, obj, "endpointslice-controller", false)
             };
         }
     }

@@ -111,19 +111,23 @@ impl Sim {
 fn spawn_controllers(store: server::Shared, controllers: Controllers) {
     let mut events = store.lock().expect("store lock").events.subscribe();
     tokio::spawn(async move {
+        let mut changed = controllers::Changed::everything();
         loop {
             tokio::select! {
                 r = events.recv() => {
-                    let relevant = match r {
+                    let mut any = match r {
                         Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                        Err(_) => true,
-                        Ok(ev) => controllers::watched(&ev.key),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                            changed = controllers::Changed::everything();
+                            true
+                        }
+                        Ok(ev) => {
+                            changed.note(&ev);
+                            controllers::watched(&ev.key)
+                        }
                     };
                     // Coalesce a burst of events into one pass.
-                    let mut any = relevant;
-                    while let Ok(ev) = events.try_recv() {
-                        any |= controllers::watched(&ev.key);
-                    }
+                    any |= drain(&mut events, &mut changed);
                     if !any {
                         continue;
                     }
@@ -132,14 +136,34 @@ fn spawn_controllers(store: server::Shared, controllers: Controllers) {
             }
             let mut inner = store.lock().expect("store lock");
             for _ in 0..MAX_PASSES {
-                if !controllers.reconcile(&mut inner) {
+                let wrote = controllers.reconcile(&mut inner, &changed);
+                // The next pass reacts to this one's writes.
+                changed = controllers::Changed::default();
+                drain(&mut events, &mut changed);
+                if !wrote {
                     break;
                 }
             }
-            drop(inner);
-            while events.try_recv().is_ok() {}
         }
     });
+}
+
+/// Takes every event waiting; true when one can give the controllers work.
+fn drain(events: &mut tokio::sync::broadcast::Receiver<Arc<store::Event>>, changed: &mut controllers::Changed) -> bool {
+    let mut any = false;
+    loop {
+        match events.try_recv() {
+            Ok(ev) => {
+                changed.note(&ev);
+                any |= controllers::watched(&ev.key);
+            }
+            Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {
+                *changed = controllers::Changed::everything();
+                any = true;
+            }
+            Err(_) => return any,
+        }
+    }
 }
 
 pub fn kubeconfig_for(server: &str) -> String {

@@ -328,6 +328,16 @@ impl Inner {
         o
     }
 
+    /// The stored objects of a type, in one namespace or all, by reference.
+    pub fn iter<'a>(&'a self, t: &ResourceType, ns: Option<&'a str>) -> impl Iterator<Item = &'a Value> + 'a {
+        let (group, plural) = (t.group.clone(), t.plural.clone());
+        let start = (group.clone(), plural.clone(), ns.unwrap_or_default().to_string(), String::new());
+        self.objects
+            .range(start..)
+            .take_while(move |((g, p, n, _), _)| *g == group && *p == plural && ns.is_none_or(|ns| ns == n))
+            .map(|(_, o)| o)
+    }
+
     pub fn get(&self, t: &ResourceType, ns: &str, name: &str) -> R<Value> {
         self.objects
             .get(&Self::key(t, ns, name))
