@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use kube::ResourceExt as _;
 use pinfleet::workloads::PinterestService;
 use serde_json::{json, Value};
 
@@ -93,28 +94,40 @@ fn reconciled(s: &PinterestService) -> bool {
     })
 }
 
-/// How many services are reconciled at their generation (read in pages).
-async fn count_reconciled(svcs: &Api<PinterestService>) -> usize {
-    let mut done = 0;
-    let mut lp = ListParams::default().limit(500);
-    loop {
-        let page = svcs.list(&lp).await.unwrap();
-        done += page.items.iter().filter(|s| reconciled(s)).count();
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(c) => lp = lp.continue_token(&c),
-            None => return done,
-        }
-    }
+/// Which services are reconciled at their generation, kept from a watch:
+/// a LIST of every service each half second would cost the sim about as
+/// much as the controller's own work, and hide its figures.
+type Progress = Arc<std::sync::Mutex<std::collections::HashMap<String, bool>>>;
+
+fn follow(svcs: &Api<PinterestService>) -> (Progress, tokio::task::JoinHandle<()>) {
+    use kube::runtime::{watcher, WatchStreamExt as _};
+    let progress: Progress = Default::default();
+    let p = progress.clone();
+    let task = tokio::spawn(
+        watcher(svcs.clone(), watcher::Config::default().page_size(500)).default_backoff().applied_objects().for_each(
+            move |s| {
+                if let Ok(s) = s {
+                    p.lock().unwrap().insert(s.name_any(), reconciled(&s));
+                }
+                futures::future::ready(())
+            },
+        ),
+    );
+    (progress, task)
 }
 
-async fn wait_reconciled(svcs: &Api<PinterestService>, n: usize, start: Instant) -> f64 {
+async fn wait_reconciled(progress: &Progress, n: usize, start: Instant) -> f64 {
+    let mut last_report = Instant::now();
     loop {
-        let done = count_reconciled(svcs).await;
+        let done = progress.lock().unwrap().values().filter(|r| **r).count();
         if done >= n {
             return start.elapsed().as_secs_f64();
         }
-        eprintln!("  {done}/{n} reconciled after {:.0} s", start.elapsed().as_secs_f64());
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        if last_report.elapsed() >= Duration::from_secs(2) {
+            eprintln!("  {done}/{n} reconciled after {:.0} s", start.elapsed().as_secs_f64());
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -229,6 +242,7 @@ async fn run(n: usize) {
     let ctx = pinfleet::controller::Ctx::new(budgeted(client.clone()), "bench");
     let controller = tokio::spawn(pinfleet::controller::run(ctx.clone()));
     let svcs: Api<PinterestService> = Api::namespaced(client.clone(), "default");
+    let (progress, following) = follow(&svcs);
     let start = Instant::now();
     futures::stream::iter(0..n)
         .map(|i| put(svcs.clone(), i, format!("app:{i}")))
@@ -236,7 +250,7 @@ async fn run(n: usize) {
         .collect::<Vec<_>>()
         .await;
     let created = start.elapsed().as_secs_f64();
-    let converged = wait_reconciled(&svcs, n, start).await;
+    let converged = wait_reconciled(&progress, n, start).await;
     let writes = ctx.writes.load(Ordering::Relaxed);
     let reconciles = ctx.reconciles.load(Ordering::Relaxed);
     let errors = ctx.errors.load(Ordering::Relaxed);
@@ -255,9 +269,10 @@ async fn run(n: usize) {
         }
         tokio::time::sleep_until((stream_start + Duration::from_secs(step as u64 + 1)).into()).await;
     }
-    let _ = wait_reconciled(&svcs, n, Instant::now()).await;
+    let _ = wait_reconciled(&progress, n, Instant::now()).await;
     let under_changes = ctx.children_latency.take();
     controller.abort();
+    following.abort();
 
     // A fresh controller: every object reconciled again, nothing changed.
     let fresh = pinfleet::controller::Ctx::new(budgeted(client.clone()), "bench");

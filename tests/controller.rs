@@ -64,7 +64,7 @@ async fn a_service_becomes_its_children_and_follows_changes() {
         }
     }
     let client = k.client().await;
-    let ctx = pinfleet::controller::Ctx::new(client.clone(), "test-cluster");
+    let ctx = pinfleet::controller::Ctx::new(client.clone(), "test-cluster").only_in(&k.namespace);
     let running = tokio::spawn(pinfleet::controller::run(ctx.clone()));
 
     let svcs: Api<PinterestService> = Api::namespaced(client.clone(), &k.namespace);
@@ -124,29 +124,50 @@ async fn a_service_becomes_its_children_and_follows_changes() {
     })
     .await;
 
+    // A child no longer rendered goes (no ports, no Service); it comes
+    // back with the ports.
+    let ports = svcs.get("home").await.unwrap().spec.ports.clone();
+    assert!(!ports.is_empty() && services.get_opt("home").await.unwrap().is_some());
+    svcs.patch("home", &PatchParams::default(), &Patch::Merge(json!({"spec": {"ports": []}}))).await.unwrap();
+    until("the Service no longer rendered to be pruned", || {
+        let services = services.clone();
+        async move { services.get_opt("home").await.unwrap().is_none().then_some(()) }
+    })
+    .await;
+    assert!(deploys.get_opt("home").await.unwrap().is_some(), "only what is no longer rendered goes");
+    svcs.patch("home", &PatchParams::default(), &Patch::Merge(json!({"spec": {"ports": ports}}))).await.unwrap();
+    until("the Service to come back with the ports", || {
+        let services = services.clone();
+        async move { services.get_opt("home").await.unwrap().map(|_| ()) }
+    })
+    .await;
+
     // A resync with nothing to do writes nothing. First the controller is
     // let settle: on a real cluster the Deployment's status moves for a
     // while after the edit, and the workload's status follows it.
-    let mut before = ctx.writes.load(Ordering::Relaxed);
+    // Counted in this test's namespace: on a real cluster the controller
+    // also sees the workloads of tests running beside this one.
+    let mut before = ctx.writes_in(&k.namespace);
     loop {
         tokio::time::sleep(Duration::from_millis(1000)).await;
-        let now = ctx.writes.load(Ordering::Relaxed);
+        let now = ctx.writes_in(&k.namespace);
         if now == before {
             break;
         }
         before = now;
     }
-    let reconciles = ctx.reconciles.load(Ordering::Relaxed);
+    let reconciles = ctx.reconciles_in(&k.namespace);
     svcs.patch("home", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"touch": "1"}}})))
         .await
         .unwrap();
     until("a reconcile", || {
         let ctx = ctx.clone();
-        async move { (ctx.reconciles.load(Ordering::Relaxed) > reconciles).then_some(()) }
+        let ns = k.namespace.clone();
+        async move { (ctx.reconciles_in(&ns) > reconciles).then_some(()) }
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(ctx.writes.load(Ordering::Relaxed), before, "a no-op resync must not write");
+    assert_eq!(ctx.writes_in(&k.namespace), before, "a no-op resync must not write");
 
     // A new runtime-support profile rolls the pods.
     let nss: Api<Namespace> = Api::all(client.clone());
@@ -201,6 +222,9 @@ async fn a_service_becomes_its_children_and_follows_changes() {
     let d = deploys.get("home").await.unwrap();
     let annotations = d.spec.unwrap().template.metadata.unwrap().annotations.unwrap();
     assert_eq!(annotations["pinfleet.dev/runtime-profile"], "2026.12.0", "a broken profile must not roll the pods");
+    // The profile is the cluster's, not this test's: on a real cluster the
+    // next run (and the other tests) must not find it broken.
+    cms.delete(pinfleet::controller::PROFILE_CONFIGMAP, &Default::default()).await.unwrap();
 
     // Deleting the workload removes its children.
     svcs.delete("home", &Default::default()).await.unwrap();
@@ -271,7 +295,7 @@ async fn every_batch_and_stateful_kind_becomes_its_native_object() {
         &std::fs::read_to_string("addons/platform-crds/manifests/crds.yaml").unwrap(),
     );
     k.ok(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=30s"]);
-    let ctx = pinfleet::controller::Ctx::new(k.client().await, "test-cluster");
+    let ctx = pinfleet::controller::Ctx::new(k.client().await, "test-cluster").only_in(&k.namespace);
     let running = tokio::spawn(pinfleet::controller::run(ctx));
 
     let common = "owner: {team: feeds, project: home}\n  template: {spec: {containers: [{name: app, image: registry.k8s.io/pause:3.10}]}}";
@@ -331,7 +355,7 @@ async fn a_failing_shard_retries_then_the_jobset_reports_failure() {
     k.ok(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=30s"]);
     k.ok_stdin(&["apply", "-f", "-"], "apiVersion: v1\nkind: Node\nmetadata: {name: batch-node}\n");
     k.ok(&["patch", "node/batch-node", "--subresource=status", "--type", "merge", "-p", r#"{"status":{"conditions":[{"type":"Ready","status":"True"}],"allocatable":{"cpu":"8","memory":"32Gi","pods":"110"}}}"#]);
-    let ctx = pinfleet::controller::Ctx::new(k.client().await, "test-cluster");
+    let ctx = pinfleet::controller::Ctx::new(k.client().await, "test-cluster").only_in(&k.namespace);
     let running = tokio::spawn(pinfleet::controller::run(ctx));
     // Every pod of this shard set fails; each shard may retry once.
     let manifest = "apiVersion: pinfleet.dev/v1alpha1\nkind: PinterestJobSet\nmetadata: {name: flaky}\nspec:\n  owner: {team: search, project: index}\n  shards: 2\n  parallelism: 2\n  backoffLimitPerIndex: 1\n  template:\n    metadata: {annotations: {sim.pinfleet.dev/fail: \"true\"}}\n    spec:\n      containers: [{name: indexer, image: search/indexer:7.1}]\n";
@@ -372,7 +396,7 @@ async fn a_refused_child_shows_in_status_until_the_next_good_reconcile() {
     // Someone else's Deployment holds the name, with another selector: the
     // controller's apply must change the selector, which is immutable.
     k.ok(&["create", "deployment", "squat", "--image=registry.k8s.io/pause:3.10"]);
-    let ctx = pinfleet::controller::Ctx::new(k.client().await, "test-cluster");
+    let ctx = pinfleet::controller::Ctx::new(k.client().await, "test-cluster").only_in(&k.namespace);
     let running = tokio::spawn(pinfleet::controller::run(ctx));
     let long = "n".repeat(60);
     let common = "owner: {team: feeds, project: home}\n  template: {spec: {containers: [{name: app, image: registry.k8s.io/pause:3.10}]}}";

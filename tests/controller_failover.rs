@@ -52,6 +52,7 @@ fn replica(k: &KubeEnv, id: &str) -> Child {
         .args(["controller", "--kubeconfig", k.kubeconfig.to_str().unwrap(), "--metrics-addr", "127.0.0.1:0"])
         .args(["--serving-addresses", "off", "--leader-elect", "--identity", id])
         .args(["--lease-duration", "3s", "--renew-every", "500ms"])
+        .args(["--watch-namespace", &k.namespace])
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -426,6 +426,47 @@ async fn quota_borrows_in_its_cohort_limits_the_rate_explains_the_queue_and_pree
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn each_teams_use_over_time_is_kept_on_the_host_for_a_day() {
+    use pinfleet::gateway::records::UsageHistory;
+    let host = KubeEnv::start();
+    let east = member("east", 2, "8", false);
+    let a = format!("{}-a", host.namespace);
+    let gw = gateway(&host, &[&east], None, json!({&a: {"tiers": {"OnDemand": q("4", "8")}}})).await;
+    let admin =
+        pinfleet::gateway::intake::Caller { user: "ops".into(), teams: vec![], admin: true, via: "test".into() };
+    let (code, d) = gw.svc.submit(&admin, "a1", &jobset_of(&a, "a1", "OnDemand", 2, "1", 30), 0, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    gw.pass().await;
+    assert!(gw.phase(&a, "a1").await.holds());
+    let t0: chrono::DateTime<chrono::Utc> = "2026-11-25T06:58:00Z".parse().unwrap();
+    let minutes = |m: i64| t0 + chrono::Duration::minutes(m);
+    // A replica that does not lead records nothing.
+    assert_eq!(gw.svc.record_usage(t0).await.unwrap(), 0);
+    gw.svc.leading.store(true, std::sync::atomic::Ordering::Relaxed);
+    for m in [0, 1, 2] {
+        assert_eq!(gw.svc.record_usage(minutes(m)).await.unwrap(), 1, "one tier, one sample");
+    }
+    let history = gw.svc.usage_history(&a, minutes(3)).await.unwrap();
+    assert_eq!(history.iter().map(|s| s.at).collect::<Vec<_>>(), vec![minutes(0), minutes(1), minutes(2)]);
+    assert!(history.iter().all(|s| s.tier == "OnDemand" && s.cpu == 0.25), "2 of a maximum of 8 CPUs: {history:?}");
+    // The samples span two hours' records, on the host: another replica
+    // (or this one restarted) reads the same history.
+    let records: Api<UsageHistory> = Api::namespaced(gw.host.clone(), &gw.namespace);
+    assert_eq!(records.list(&Default::default()).await.unwrap().items.len(), 2);
+    let other = gateway_on(&gw, &host).await;
+    assert_eq!(other.usage_history(&a, minutes(3)).await.unwrap(), history);
+    // A day on, the hours past keeping are dropped.
+    let later = t0 + chrono::Duration::hours(25);
+    assert_eq!(gw.svc.record_usage(later).await.unwrap(), 1);
+    let mut hours: Vec<String> =
+        records.list(&Default::default()).await.unwrap().items.iter().map(|h| h.spec.hour.to_rfc3339()).collect();
+    hours.sort();
+    assert_eq!(hours, ["2026-11-25T07:00:00+00:00", "2026-11-26T07:00:00+00:00"]);
+    let kept = gw.svc.usage_history(&a, later).await.unwrap();
+    assert_eq!(kept.iter().map(|s| s.at).collect::<Vec<_>>(), vec![later], "older than a day is not shown");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn reserved_work_preempts_preemptible_work_when_the_fleet_is_full() {
     let host = KubeEnv::start();
     let east = member("east", 1, "8", false);

@@ -17,6 +17,9 @@ pub struct ControllerArgs {
     /// Cluster name injected into workloads (CLUSTER env).
     #[arg(long, env = "PINFLEET_CLUSTER", default_value = "local")]
     pub cluster: String,
+    /// Watch and reconcile this namespace only (default: every namespace).
+    #[arg(long, env = "PINFLEET_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
     /// Serve /metrics, /healthz and /readyz here.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub metrics_addr: String,
@@ -200,6 +203,9 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
     );
     let approval = approval(args.serving_addresses).await?;
     let ctx = crate::controller::Ctx::new(client.clone(), &args.cluster);
+    if let Some(ns) = &args.watch_namespace {
+        ctx.only_in(ns);
+    }
     let leading = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(!args.leader_elect));
     // Health and metrics.
     let (c, l) = (ctx.clone(), leading.clone());

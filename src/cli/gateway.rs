@@ -276,9 +276,18 @@ pub async fn workloads(g: &GlobalArgs, a: WorkloadsArgs) -> Result<ExitCode> {
             print(g, &v, render::list)?;
         }
         WorkloadsCommand::Describe { submission, client } => {
+            // The console's workload view: what was made of it, placement and
+            // why, latency, its wait.
             let (t, i) = team_id(&submission)?;
-            let v = client.client()?.call("GET", &format!("/v1/submissions/{t}/{i}"), None).await?.ok()?;
-            print(g, &v, render::describe)?;
+            let seg = crate::views::html::seg;
+            let path = format!("/v1/views/workloads/{}/{}", seg(t), seg(i));
+            let v = client.client()?.call("GET", &path, None).await?.ok()?;
+            if g.output != Format::Text {
+                crate::output::print_data(g.output, &v)?;
+            } else {
+                let w: crate::views::workload::WorkloadView = serde_json::from_value(v).context(OLDER)?;
+                print!("{}", w.text());
+            }
         }
         WorkloadsCommand::Cancel { submission, client } => {
             let (t, i) = team_id(&submission)?;
@@ -291,17 +300,63 @@ pub async fn workloads(g: &GlobalArgs, a: WorkloadsArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What a view that does not parse says.
+const OLDER: &str = "the gateway's view (is the gateway older than this client?)";
+
+/// The team views a command shows: the team named, else every team the
+/// caller may see (as the quota API lists them). With `-o`, their JSON.
+async fn team_views(g: &GlobalArgs, a: &QueueArgs) -> Result<Option<Vec<crate::views::team::TeamView>>> {
+    let client = a.client.client()?;
+    let teams: Vec<String> = match &a.team {
+        Some(t) => vec![t.clone()],
+        None => client.call("GET", "/v1/quota", None).await?.ok()?["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["team"].as_str().map(str::to_string))
+            .collect(),
+    };
+    let mut raw = Vec::new();
+    for t in &teams {
+        raw.push(client.call("GET", &format!("/v1/views/teams/{}", crate::views::html::seg(t)), None).await?.ok()?);
+    }
+    if g.output != Format::Text {
+        crate::output::print_data(g.output, &json!({"items": raw}))?;
+        return Ok(None);
+    }
+    let views = raw.into_iter().map(serde_json::from_value).collect::<Result<Vec<_>, _>>().context(OLDER)?;
+    Ok(Some(views))
+}
+
+/// Each team's queue, from the team view the console shows.
 pub async fn queue(g: &GlobalArgs, a: QueueArgs) -> Result<ExitCode> {
-    let path = a.team.map(|t| format!("/v1/queue?team={t}")).unwrap_or_else(|| "/v1/queue".into());
-    let v = a.client.client()?.call("GET", &path, None).await?.ok()?;
-    print(g, &v, render::queue)?;
+    if let Some(views) = team_views(g, &a).await? {
+        if views.is_empty() {
+            println!("no teams to show");
+        }
+        for (i, v) in views.iter().enumerate() {
+            if i > 0 {
+                println!();
+            }
+            if !v.queue.is_empty() {
+                println!("team {}", v.team);
+            }
+            print!("{}", v.queue_text());
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
+/// Each team's quota per tier, from the team view the console shows.
 pub async fn quota(g: &GlobalArgs, a: QueueArgs) -> Result<ExitCode> {
-    let path = a.team.map(|t| format!("/v1/quota?team={t}")).unwrap_or_else(|| "/v1/quota".into());
-    let v = a.client.client()?.call("GET", &path, None).await?.ok()?;
-    print(g, &v, render::quota)?;
+    if let Some(views) = team_views(g, &a).await? {
+        if views.is_empty() {
+            println!("no teams to show");
+        }
+        for v in &views {
+            print!("{}", v.quota_text());
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -343,7 +398,7 @@ pub async fn view(g: &GlobalArgs, a: ViewArgs) -> Result<ExitCode> {
         crate::output::print_data(g.output, &v)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let what = "the gateway's view (is the gateway older than this client?)";
+    let what = OLDER;
     let text = match a.what {
         ViewWhat::Fleet => serde_json::from_value::<views::fleet::FleetView>(v).context(what)?.text(),
         ViewWhat::Cluster { .. } => serde_json::from_value::<views::cluster::ClusterView>(v).context(what)?.text(),

@@ -220,33 +220,12 @@ fn show(a: Amount) -> String {
     a.show()
 }
 
-/// A team's page: quota per tier, its queue with reasons, its admitted work.
-/// A team's use per tier now, as shares of each tier's maximum (for the history).
-pub async fn usage_points(svc: &Service, now: DateTime<Utc>) -> Result<Vec<(String, UsagePoint)>> {
-    let (world, _) = svc.world().await?;
-    // One read of the ledger for every team.
-    let ledger = svc.ledger().await?;
-    let mut out = Vec::new();
-    for (team, q) in &world.quotas {
-        for t in TIERS {
-            let Some(l) = q.limits(t) else { continue };
-            let u = ledger.usage(team, t);
-            let share = |used: u64, max: u64| if max == 0 { 0.0 } else { used as f64 / max as f64 };
-            out.push((
-                team.clone(),
-                UsagePoint {
-                    at: now,
-                    tier: tier_name(t).to_string(),
-                    cpu: share(u.cpu, l.max.cpu),
-                    memory: share(u.memory, l.max.memory),
-                    pods: share(u.pods, l.max.pods),
-                },
-            ));
-        }
-    }
-    Ok(out)
+/// A sample of a team's use as the team page draws it.
+pub fn usage_point(s: crate::gateway::records::UsageSample) -> UsagePoint {
+    UsagePoint { at: s.at, tier: s.tier, cpu: s.cpu, memory: s.memory, pods: s.pods }
 }
 
+/// A team's page: quota per tier, its queue with reasons, its admitted work.
 pub async fn team(
     svc: &Service,
     viewer: Viewer,

@@ -48,8 +48,7 @@ const COOKIE_SECONDS: u64 = 8 * 3600;
 /// loop writes many records).
 const SETTLE: Duration = Duration::from_millis(200);
 
-/// Samples of each team's use kept in memory: a day at one a minute.
-const HISTORY: usize = 1440;
+/// How often the leader samples each team's use (kept on the host a day).
 const SAMPLE_EVERY: Duration = Duration::from_secs(60);
 
 pub struct Console {
@@ -57,10 +56,6 @@ pub struct Console {
     pub observer: Arc<Observer>,
     /// Where the fleet's records are (rollouts, each cluster's revisions).
     fleet: Option<Arc<observe::FleetSource>>,
-    /// Each team's use per tier over time, since this gateway started.
-    history: std::sync::RwLock<
-        std::collections::BTreeMap<String, std::collections::VecDeque<crate::views::team::UsagePoint>>,
-    >,
     sampler: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Served over TLS: cookies are Secure.
     pub secure: bool,
@@ -81,7 +76,6 @@ impl Console {
             svc,
             observer,
             fleet,
-            history: Default::default(),
             sampler: std::sync::Mutex::new(None),
             secure,
             closing: tokio::sync::watch::channel(false).0,
@@ -92,24 +86,13 @@ impl Console {
         c
     }
 
-    /// Keeps each team's use over time (the quota's "used" is the ledger's,
-    /// read every `every`).
+    /// Samples each team's use over time into the host's records, while
+    /// this replica's gateway leads (the quota's "used" is the ledger's).
     async fn sample(me: std::sync::Weak<Console>, every: Duration) {
         loop {
             let Some(c) = me.upgrade() else { return };
-            match build::usage_points(&c.svc, Utc::now()).await {
-                Ok(points) => {
-                    if let Ok(mut h) = c.history.write() {
-                        for (team, p) in points {
-                            let q = h.entry(team).or_default();
-                            if q.len() == HISTORY {
-                                q.pop_front();
-                            }
-                            q.push_back(p);
-                        }
-                    }
-                }
-                Err(e) => tracing::debug!("console: sampling use: {e:#}"),
+            if let Err(e) = c.svc.record_usage(Utc::now()).await {
+                tracing::warn!("console: recording each team's use: {e:#}");
             }
             drop(c);
             tokio::time::sleep(every).await;
@@ -147,8 +130,16 @@ impl Console {
         v
     }
 
-    fn history(&self, team: &str) -> Vec<crate::views::team::UsagePoint> {
-        self.history.read().ok().and_then(|h| h.get(team).map(|q| q.iter().cloned().collect())).unwrap_or_default()
+    /// A team's use over time as the host keeps it (a page without it
+    /// still shows; the failure is logged).
+    async fn history(&self, team: &str) -> Vec<crate::views::team::UsagePoint> {
+        match self.svc.usage_history(team, Utc::now()).await {
+            Ok(samples) => samples.into_iter().map(build::usage_point).collect(),
+            Err(e) => {
+                tracing::warn!("console: {e:#}");
+                Vec::new()
+            }
+        }
     }
 
     /// Ends every live-update stream (open streams would hold a graceful shutdown).
@@ -274,7 +265,7 @@ async fn resolve(c: &Console, who: &Caller, viewer: Viewer, path: &[&str]) -> Re
         ["teams", team] if !who.may_act_for(team) => {
             Err((StatusCode::FORBIDDEN, "Not your team", format!("{} may not see team {team}", who.user)))
         }
-        ["teams", team] => match build::team(&c.svc, viewer, team, c.history(team), now).await {
+        ["teams", team] => match build::team(&c.svc, viewer, team, c.history(team).await, now).await {
             Ok(v) => Ok(Shown::Team(v)),
             Err(e) => {
                 tracing::error!("console: team {team}: {e:#}");

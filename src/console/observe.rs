@@ -166,7 +166,7 @@ pub fn machine(n: &Node) -> Machine {
         group: labels.get("pinfleet.dev/instance-group").cloned().unwrap_or_else(|| "(no group)".into()),
         role: if labels.contains_key("node-role.kubernetes.io/control-plane") { "control-plane" } else { "node" }
             .into(),
-        image: labels.get("pinfleet.dev/image").cloned().unwrap_or_else(|| {
+        image: labels.get(crate::render::IMAGE_LABEL).cloned().unwrap_or_else(|| {
             if os_image.is_empty() {
                 "unreported".into()
             } else {

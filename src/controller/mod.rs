@@ -9,8 +9,9 @@
 //! Failures back off exponentially per object.
 //!
 //! At scale: every child kind is watched (paged lists, managed fields
-//! dropped) into a cache the reconcile compares against, so an unchanged
-//! child costs no request; a watch event is a reason to reconcile only when
+//! dropped, kept compact by [`child`]) into a cache the reconcile compares
+//! against, so an unchanged child costs no request, and pruning reads the
+//! children the caches hold per owner instead of listing; a watch event is a reason to reconcile only when
 //! it changes what the workload renders from (not its status, which only
 //! this controller writes), or a child in a way the workload reads (not a
 //! PodDisruptionBudget's counts), and not when it is the controller's own
@@ -18,6 +19,7 @@
 //! everything when it comes to lead. Each workload's change-to-children and
 //! change-to-pods latency is a Prometheus histogram (the reconcile SLO).
 
+pub mod child;
 pub mod leader;
 pub mod serving;
 pub mod status;
@@ -65,6 +67,9 @@ pub struct Ctx {
     pub client: Client,
     pub cluster: String,
     pub writes: AtomicU64,
+    /// Writes per namespace (what one team's, or one test's, workloads cost).
+    writes_by_namespace: Mutex<HashMap<String, u64>>,
+    reconciles_by_namespace: Mutex<HashMap<String, u64>>,
     pub reconciles: AtomicU64,
     pub errors: AtomicU64,
     /// Reconcile durations: counts per bucket of [`BUCKETS`], then the sum in µs.
@@ -78,7 +83,7 @@ pub struct Ctx {
     /// The owned children, per kind ("apps/v1/Deployment"), as the child
     /// watches keep them (managed fields dropped): a reconcile compares
     /// against these instead of reading each child.
-    children: std::sync::RwLock<HashMap<String, kube::runtime::reflector::Store<DynamicObject>>>,
+    children: std::sync::RwLock<HashMap<String, kube::runtime::reflector::Store<child::Child>>>,
     /// The resourceVersion of this controller's own last write per object
     /// ("Deployment/ns/name"): its watch event is not a reason to reconcile.
     own: Mutex<HashMap<String, String>>,
@@ -86,6 +91,10 @@ pub struct Ctx {
     last_seen: Mutex<HashMap<String, u64>>,
     /// What each child last looked like (a hash of what its workload reads).
     child_hashes: Mutex<HashMap<String, u64>>,
+    /// The children the watches hold per owner (its uid), as (kind, name):
+    /// what a reconcile prunes from, with no LIST (a LIST by label scans
+    /// every object of its kind in the namespace, on a real server too).
+    owned: Mutex<HashMap<String, std::collections::BTreeSet<(String, String)>>>,
     /// Workloads whose change waits for its children (and pods): the
     /// generation and when the change was seen.
     pending: Mutex<HashMap<String, Pending>>,
@@ -97,6 +106,8 @@ pub struct Ctx {
     /// is reconciled at once from the caches (no change made meanwhile is
     /// lost, and unchanged ones cost no request).
     leading: tokio::sync::watch::Sender<bool>,
+    /// The one namespace watched, if not all.
+    namespace: std::sync::OnceLock<String>,
 }
 
 /// Leadership held; dropped when it is lost.
@@ -260,11 +271,22 @@ impl Ctx {
             own: Default::default(),
             last_seen: Default::default(),
             child_hashes: Default::default(),
+            owned: Default::default(),
+            writes_by_namespace: Default::default(),
+            reconciles_by_namespace: Default::default(),
             pending: Default::default(),
             children_latency: Histogram::default(),
             pods_latency: Histogram::default(),
             leading: tokio::sync::watch::Sender::new(true),
+            namespace: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Watches and reconciles one namespace only (`--namespace`): set
+    /// before [`run`]. Without it, every namespace.
+    pub fn only_in(self: &Arc<Self>, namespace: &str) -> Arc<Self> {
+        let _ = self.namespace.set(namespace.to_string());
+        self.clone()
     }
 
     /// A standby: it leads only once [`Ctx::lead`] says so.
@@ -328,22 +350,55 @@ impl Ctx {
     /// Whether a child's watch event changes anything the workload reads:
     /// its content, and its status only where the workload's status reads it
     /// (a PodDisruptionBudget's counts or a Service's load balancer do not).
-    fn child_changed(&self, key: &str, o: &DynamicObject, status_read: bool) -> bool {
+    fn child_changed(&self, key: &str, o: &child::Child, status_read: bool) -> bool {
         use std::hash::{Hash, Hasher};
-        let mut v = serde_json::to_value(o).unwrap_or_default();
-        if let Some(m) = v.as_object_mut() {
-            if !status_read {
-                m.remove("status");
-            }
-            if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
-                meta.remove("resourceVersion");
-                meta.remove("managedFields");
-            }
-        }
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        v.to_string().hash(&mut h);
+        let mut meta = o.metadata.clone();
+        meta.resource_version = None;
+        meta.managed_fields = None;
+        serde_json::to_string(&meta).unwrap_or_default().hash(&mut h);
+        o.body().hash(&mut h);
+        if status_read {
+            o.status.as_ref().map(Value::to_string).hash(&mut h);
+        }
         let h = h.finish();
         self.child_hashes.lock().expect("child hashes").insert(key.to_string(), h) != Some(h)
+    }
+
+    /// Counts one write for a workload in `ns`.
+    fn wrote_in(&self, ns: &str) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        *self.writes_by_namespace.lock().expect("writes").entry(ns.to_string()).or_default() += 1;
+    }
+
+    /// The writes made for workloads in one namespace.
+    pub fn writes_in(&self, ns: &str) -> u64 {
+        self.writes_by_namespace.lock().expect("writes").get(ns).copied().unwrap_or(0)
+    }
+
+    /// The reconciles of workloads in one namespace.
+    pub fn reconciles_in(&self, ns: &str) -> u64 {
+        self.reconciles_by_namespace.lock().expect("reconciles").get(ns).copied().unwrap_or(0)
+    }
+
+    /// Notes a child as its watch shows it (`present`) or its deletion.
+    fn index_child(&self, kind: &str, o: &child::Child, present: bool) {
+        let Some(owner) = o.owner_references().iter().find(|r| r.controller == Some(true)) else { return };
+        let kind = kind.to_string();
+        let mut owned = self.owned.lock().expect("owned");
+        if present {
+            owned.entry(owner.uid.clone()).or_default().insert((kind, o.name_any()));
+        } else if let Some(set) = owned.get_mut(&owner.uid) {
+            set.remove(&(kind, o.name_any()));
+            if set.is_empty() {
+                owned.remove(&owner.uid);
+            }
+        }
+    }
+
+    /// The children the watches hold for an owner, as (kind, name).
+    fn owned_by(&self, uid: &str) -> Vec<(String, String)> {
+        self.owned.lock().expect("owned").get(uid).map(|s| s.iter().cloned().collect()).unwrap_or_default()
     }
 
     /// Drops what was noted of a deleted workload.
@@ -382,7 +437,7 @@ impl Ctx {
         }
     }
 
-    fn child_store(&self, kind: &str) -> Option<kube::runtime::reflector::Store<DynamicObject>> {
+    fn child_store(&self, kind: &str) -> Option<kube::runtime::reflector::Store<child::Child>> {
         self.children.read().expect("children").get(kind).cloned()
     }
 }
@@ -533,9 +588,10 @@ async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Er
 }
 
 async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    ctx.reconciles.fetch_add(1, Ordering::Relaxed);
     let name = obj.name_any();
     let ns = obj.namespace().unwrap_or_else(|| "default".into());
+    ctx.reconciles.fetch_add(1, Ordering::Relaxed);
+    *ctx.reconciles_by_namespace.lock().expect("reconciles").entry(ns.clone()).or_default() += 1;
     let generation = obj.meta().generation.unwrap_or(1);
     let client = &ctx.client;
     let pinned = obj.common().runtime.version.as_deref();
@@ -587,17 +643,16 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
                     let store = ctx.child_store(&format!("{}/{kind_key}", K::KIND.name()));
                     let cached = store
                         .as_ref()
-                        .and_then(|s| s.get(&ObjectRef::<DynamicObject>::new_with(child_name, ar.clone()).within(&ns)));
-                    let current = cached.as_deref().filter(|c| {
-                        crate::kube::apply::up_to_date(child, &serde_json::to_value(c).unwrap_or_default())
-                    });
+                        .and_then(|s| s.get(&ObjectRef::<child::Child>::new_with(child_name, ar.clone()).within(&ns)))
+                        .map(|c| c.to_value());
+                    let current = cached.as_ref().is_some_and(|c| crate::kube::apply::up_to_date(child, c));
                     let key = obj_key(&kind_key, &ns, child_name);
-                    let (live, wrote) = match current {
-                        Some(c) => (c.clone(), false),
-                        None => {
+                    let (live, wrote) = match (current, &cached) {
+                        (true, Some(c)) => (c.clone(), false),
+                        _ => {
                             ctx.writing(&key);
                             match crate::kube::apply::apply_if_changed(&api, child_name, child, MANAGER).await {
-                                Ok(r) => r,
+                                Ok((live, wrote)) => (serde_json::to_value(&live).unwrap_or_default(), wrote),
                                 Err(e) => {
                                     ctx.wrote(key, None);
                                     return Err(e);
@@ -607,43 +662,64 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
                     };
                     if wrote {
                         if tracing::enabled!(tracing::Level::DEBUG) {
-                            let stale = cached.as_deref().map(|c| {
-                                crate::kube::apply::stale_fields(child, &serde_json::to_value(c).unwrap_or_default())
-                            });
+                            let stale = cached.as_ref().map(|c| crate::kube::apply::stale_fields(child, c));
                             tracing::debug!(workload = name, child = key, ?stale, "child written");
                         }
-                        ctx.writes.fetch_add(1, Ordering::Relaxed);
-                        ctx.wrote(key, live.metadata.resource_version.clone());
-                    } else if current.is_none() {
+                        ctx.wrote_in(&ns);
+                        let rv = live.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
+                        ctx.wrote(key, rv);
+                    } else if !current {
                         // Read and found up to date: nothing of ours is coming.
                         ctx.wrote(key, None);
                     }
-                    live_children.push(serde_json::to_value(&live).unwrap_or_default());
+                    live_children.push(live);
                 }
-                // Prune what this workload no longer renders. The set of children
-                // changes only with the spec: when status says this generation was
-                // already reconciled cleanly, there is nothing to prune (and no
-                // need for a LIST per child kind on every resync).
-                let selector = format!("pinfleet.dev/kind={},pinfleet.dev/name={name}", K::KIND.name());
-                let done_before = previous.as_ref().is_some_and(|st| {
-                    st.observed_generation == Some(generation)
-                        && st.conditions.iter().any(|c| c.type_ == "Reconciled" && c.status == "True")
-                });
-                // A workload never reconciled (no status) at its first generation
-                // has no children from an earlier spec: nothing to prune either.
-                let first = previous.is_none() && generation <= 1;
-                let prune_kinds: &[ChildKind] = if done_before || first { &[] } else { K::CHILDREN };
-                for (av, kind, plural) in prune_kinds {
+                // Prune what this workload no longer renders: the children the
+                // watches hold for it, and those its last status listed (made
+                // by a write whose watch event may not have come yet). With
+                // the watches running this needs no LIST; each candidate is
+                // read before it goes (only what it owns is deleted).
+                let uid = obj.meta().uid.clone().unwrap_or_default();
+                let rendered: std::collections::HashSet<(&str, &str)> = children
+                    .iter()
+                    .map(|c| {
+                        (c["kind"].as_str().unwrap_or_default(), c["metadata"]["name"].as_str().unwrap_or_default())
+                    })
+                    .collect();
+                let watched = K::CHILDREN
+                    .iter()
+                    .all(|(av, kind, _)| ctx.child_store(&format!("{}/{av}/{kind}", K::KIND.name())).is_some());
+                let mut candidates: std::collections::BTreeSet<(String, String)> = if watched {
+                    ctx.owned_by(&uid).into_iter().collect()
+                } else {
+                    // No watches (a reconcile outside `run`): LIST by the labels.
+                    let selector = format!("pinfleet.dev/kind={},pinfleet.dev/name={name}", K::KIND.name());
+                    let mut found = std::collections::BTreeSet::new();
+                    for (av, kind, plural) in K::CHILDREN {
+                        let api: Api<DynamicObject> =
+                            Api::namespaced_with(client.clone(), &ns, &api_resource(av, kind, plural));
+                        for o in api.list_metadata(&ListParams::default().labels(&selector)).await?.items {
+                            found.insert((kind.to_string(), o.name_any()));
+                        }
+                    }
+                    found
+                };
+                if let Some(st) = &previous {
+                    candidates.extend(st.children.iter().map(|c| (c.kind.clone(), c.name.clone())));
+                }
+                candidates.retain(|(k, n)| !rendered.contains(&(k.as_str(), n.as_str())));
+                for (kind, child_name) in candidates {
+                    let Some((av, kind, plural)) = K::CHILDREN.iter().find(|(_, k, _)| *k == kind) else { continue };
                     let api: Api<DynamicObject> =
                         Api::namespaced_with(client.clone(), &ns, &api_resource(av, kind, plural));
-                    for o in api.list(&ListParams::default().labels(&selector)).await?.items {
-                        let o_name = o.name_any();
-                        let wanted =
-                            children.iter().any(|c| c["kind"] == *kind && c["metadata"]["name"] == o_name.as_str());
-                        let ours = o.owner_references().iter().any(|r| Some(&r.uid) == obj.meta().uid.as_ref());
-                        if !wanted && ours {
-                            ctx.writes.fetch_add(1, Ordering::Relaxed);
-                            api.delete(&o_name, &DeleteParams::background()).await?;
+                    let Some(o) = api.get_metadata_opt(&child_name).await? else { continue };
+                    if o.owner_references().iter().any(|r| r.uid == uid) {
+                        ctx.wrote_in(&ns);
+                        tracing::debug!(workload = name, child = child_name, kind, "child no longer rendered: deleted");
+                        match api.delete(&child_name, &DeleteParams::background()).await {
+                            Ok(_) => {}
+                            Err(kube::Error::Api(e)) if e.code == 404 => {}
+                            Err(e) => return Err(e),
                         }
                     }
                 }
@@ -688,7 +764,7 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
             let (was, now) = (json!(previous), json!(new_status));
             tracing::debug!(workload = name, "status written: {}", crate::kube::apply::differences(&was, &now));
         }
-        ctx.writes.fetch_add(1, Ordering::Relaxed);
+        ctx.wrote_in(&ns);
         let api: Api<K> = Api::namespaced(client.clone(), &ns);
         // The whole status, typed, under the controller's field manager.
         let doc = json!({
@@ -768,7 +844,12 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
     // The workloads: a change to what the controller renders from is a
     // reason to reconcile (not its status, which only the controller
     // writes); a new generation starts its latency clock.
-    let main = watcher(Api::<K>::all(client.clone()), watcher::Config::default().page_size(PAGE))
+    let scope = ctx.namespace.get().cloned();
+    let workloads: Api<K> = match &scope {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let main = watcher(workloads, watcher::Config::default().page_size(PAGE))
         .default_backoff()
         .modify(slim::<K>)
         .reflect(writer)
@@ -804,19 +885,22 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
         let c = ctx.clone();
         let key_kind = kind_key.clone();
         let status_read = status::reads_status(kind);
-        let stream = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), cfg)
-            .default_backoff()
-            .modify(slim::<DynamicObject>)
-            .reflect(w)
-            .try_filter_map(move |ev| {
+        let api: Api<child::Child> = match &scope {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        let stream =
+            watcher(api, cfg).default_backoff().modify(slim::<child::Child>).reflect(w).try_filter_map(move |ev| {
                 let trigger = match ev {
                     // A child gone is always a reason: it is made again.
                     watcher::Event::Delete(o) => {
                         let key = obj_key(&key_kind, &o.namespace().unwrap_or_default(), &o.name_any());
                         c.child_hashes.lock().expect("child hashes").remove(&key);
+                        c.index_child(kind, &o, false);
                         Some(o)
                     }
                     watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                        c.index_child(kind, &o, true);
                         let key = obj_key(&key_kind, &o.namespace().unwrap_or_default(), &o.name_any());
                         let changed = c.child_changed(&key, &o, status_read);
                         let own = c.is_own(&key, o.meta().resource_version.as_deref());

@@ -187,10 +187,54 @@ pub struct AdmissionLedgerSpec {
     pub ledger: serde_json::Value,
 }
 
+/// A team's use of its quota over one hour, sampled by the admitting
+/// leader (so every replica's console shows the same history, and a
+/// restart loses none of it). Named by team and hour; kept a day.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "gateway.pinfleet.dev",
+    version = "v1alpha1",
+    kind = "UsageHistory",
+    namespaced,
+    printcolumn(name = "Team", type_ = "string", json_path = ".spec.team"),
+    printcolumn(name = "Hour", type_ = "string", json_path = ".spec.hour"),
+    doc = "A team's use of its quota over one hour: samples per tier as shares of the tier's maximum."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageHistorySpec {
+    pub team: String,
+    /// The hour the samples fall in (its first instant).
+    pub hour: DateTime<Utc>,
+    #[serde(default)]
+    pub samples: Vec<UsageSample>,
+}
+
+/// One tier's use at one time: cpu, memory and pods as shares of its maximum.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageSample {
+    pub at: DateTime<Utc>,
+    pub tier: String,
+    pub cpu: f64,
+    pub memory: f64,
+    pub pods: f64,
+}
+
+/// The hour a time falls in.
+pub fn hour_of(at: DateTime<Utc>) -> DateTime<Utc> {
+    use chrono::{DurationRound as _, TimeDelta};
+    at.duration_trunc(TimeDelta::hours(1)).unwrap_or(at)
+}
+
+/// The record of a team's use in an hour.
+pub fn usage_history_name(team: &str, hour: DateTime<Utc>) -> String {
+    format!("{team}-{}", hour.format("%Y%m%d%H"))
+}
+
 /// Every record's CRD, in a stable order.
 pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
     use kube::CustomResourceExt;
-    vec![Submission::crd(), TeamQuota::crd(), AdmissionLedger::crd()]
+    vec![Submission::crd(), TeamQuota::crd(), AdmissionLedger::crd(), UsageHistory::crd()]
 }
 
 /// The record's name for a team's client id: DNS-safe, stable.
@@ -213,5 +257,12 @@ mod tests {
         assert_eq!(submission_name("search", "build-42"), submission_name("search", "build-42"));
         assert_ne!(submission_name("search", "build-42"), submission_name("ads", "build-42"));
         assert!(submission_name("search", "x").len() <= 63);
+    }
+
+    #[test]
+    fn use_is_kept_by_team_and_hour() {
+        let at: DateTime<Utc> = "2026-11-25T06:41:07Z".parse().unwrap();
+        assert_eq!(hour_of(at).to_rfc3339(), "2026-11-25T06:00:00+00:00");
+        assert_eq!(usage_history_name("search", hour_of(at)), "search-2026112506");
     }
 }

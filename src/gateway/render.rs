@@ -1,5 +1,7 @@
 //! The gateway's answers as text for the terminal (pure): what
-//! `pinfleet submit|workloads|queue|quota` print from the API's JSON.
+//! `pinfleet submit` and `pinfleet workloads list` print from the API's
+//! JSON. What a team or a workload looks like (`queue`, `quota`,
+//! `workloads describe`) is the console's views, drawn as text.
 
 use std::fmt::Write as _;
 
@@ -136,117 +138,6 @@ pub fn list(v: &Value) -> String {
     table(&["TEAM", "ID", "WORKLOAD", "TIER", "PHASE", "PLACED", "NOTE"], &rows)
 }
 
-/// `pinfleet workloads describe`.
-pub fn describe(i: &Value) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "{} {} (team {}, id {})", s(i, "/kind"), s(i, "/workload"), s(i, "/team"), s(i, "/id"));
-    let _ = writeln!(out, "  record:     {}", s(i, "/name"));
-    let _ = writeln!(out, "  submitted:  by {} at {}", s(i, "/submittedBy"), when(&i["created"]));
-    let _ = writeln!(out, "  artifact:   {}", s(i, "/artifact"));
-    let _ = writeln!(out, "  tier:       {} (priority {})", s(i, "/tier"), i["priority"]);
-    let _ = writeln!(out, "  asks:       {}", s(i, "/demand"));
-    let _ = writeln!(out, "  phase:      {}", s(i, "/status/phase"));
-    if !s(i, "/status/message").is_empty() {
-        let _ = writeln!(out, "  message:    {}", s(i, "/status/message"));
-    }
-    if let Some(w) = i.get("waiting").filter(|w| !w.is_null()) {
-        out.push_str(&waiting(w));
-    }
-    let parts = i["status"]["placement"].as_array().cloned().unwrap_or_default();
-    if !parts.is_empty() {
-        out.push_str("  placement:\n");
-        for p in parts {
-            let _ = writeln!(
-                out,
-                "    {:<14} {:>3} replicas  {:<11} {}{}",
-                s(&p, "/cluster"),
-                p["replicas"],
-                p.get("state").and_then(Value::as_str).unwrap_or("-"),
-                s(&p, "/reason"),
-                p.get("message").and_then(Value::as_str).map(|m| format!(" ({m})")).unwrap_or_default()
-            );
-        }
-    }
-    out.push_str("  latency:\n");
-    for (stage, label) in [
-        ("admitted", "accepted → admitted"),
-        ("placed", "admitted → placed"),
-        ("pods_created", "placed → pods created"),
-    ] {
-        let v =
-            i["latency"].get(stage).and_then(Value::as_f64).map(|x| format!("{x:.2} s")).unwrap_or_else(|| "-".into());
-        let _ = writeln!(out, "    {label:<22} {v}");
-    }
-    out
-}
-
-/// `pinfleet queue`.
-pub fn queue(v: &Value) -> String {
-    let rows: Vec<Vec<String>> = v["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|i| {
-            vec![
-                s(i, "/team").into(),
-                i["position"].to_string(),
-                s(i, "/id").into(),
-                s(i, "/tier").into(),
-                i["priority"].to_string(),
-                s(i, "/demand").into(),
-                estimate(&i["estimate"]),
-                format!("{} — {}", s(i, "/why/message"), s(i, "/why/unblock")),
-            ]
-        })
-        .collect();
-    if rows.is_empty() {
-        return "nothing waiting\n".into();
-    }
-    table(&["TEAM", "POS", "ID", "TIER", "PRIO", "ASKS", "EXPECTED START", "WHY"], &rows)
-}
-
-/// `pinfleet quota`.
-pub fn quota(v: &Value) -> String {
-    let mut rows = Vec::new();
-    for t in v["items"].as_array().into_iter().flatten() {
-        if let Some(e) = t.get("error").and_then(Value::as_str) {
-            rows.push(vec![s(t, "/team").into(), "-".into(), e.into(), String::new(), String::new(), String::new()]);
-            continue;
-        }
-        for (tier, q) in t["tiers"].as_object().into_iter().flatten() {
-            let r = |k: &str| {
-                format!(
-                    "{} cpu, {} mem, {} pods",
-                    q[k]["cpu"].as_str().unwrap_or(""),
-                    q[k]["memory"].as_str().unwrap_or(""),
-                    q[k]["pods"]
-                )
-            };
-            rows.push(vec![s(t, "/team").into(), tier.clone(), r("used"), r("guaranteed"), r("max"), r("borrowed")]);
-        }
-    }
-    let mut out = table(&["TEAM", "TIER", "USED", "GUARANTEED", "MAX", "BORROWED"], &rows);
-    for t in v["items"].as_array().into_iter().flatten().filter(|t| t.get("error").is_none()) {
-        let _ = writeln!(
-            out,
-            "{}: cohort {}, {} workloads admitted (cap {}), creation rate {} pods/min",
-            s(t, "/team"),
-            s(t, "/cohort"),
-            t["workloads"],
-            t["maxWorkloads"].as_u64().map(|n| n.to_string()).unwrap_or_else(|| "none".into()),
-            t["podsPerMinute"].as_u64().map(|n| n.to_string()).unwrap_or_else(|| "unlimited".into())
-        );
-    }
-    let _ = writeln!(
-        out,
-        "fleet: {} cpu, {} memory, {} pods",
-        s(v, "/fleet/cpu"),
-        s(v, "/fleet/memory"),
-        v["fleet"]["pods"]
-    );
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,23 +158,13 @@ mod tests {
     }
 
     #[test]
-    fn list_queue_describe_and_quota_as_tables() {
+    fn a_list_of_submissions_as_a_table() {
         let item = json!({"team": "search", "id": "web-1", "name": "search-0a1b", "kind": "PinterestService", "workload": "web", "tier": "OnDemand", "priority": 0,
             "submittedBy": "alice", "artifact": "registry.example.com/web:1.2", "demand": "cpu 1500m, memory 3Gi, pods 3", "created": "2026-11-24T10:00:00Z",
             "status": {"phase": "Running", "placement": [{"cluster": "east-1", "replicas": 2, "reason": "capacity 40", "state": "Ready"}, {"cluster": "east-2", "replicas": 1, "reason": "capacity 12", "state": "Unreachable", "message": "not reached; last seen 2026-11-24T10:01:00Z"}]},
             "latency": {"admitted": 0.41, "placed": 0.2, "pods_created": 1.5}});
         let queued = json!({"team": "ads", "id": "train-7", "name": "ads-9c8d", "kind": "PinterestJobSet", "workload": "train", "tier": "OnDemand", "priority": 5,
             "status": {"phase": "Queued"}, "waiting": waiting(), "latency": {}});
-        let q = json!({"items": [{"team": "ads", "position": 1, "id": "train-7", "tier": "OnDemand", "priority": 5, "demand": "cpu 4, memory 4Gi, pods 4", "estimate": waiting()["estimate"], "why": waiting()["why"]}]});
-        let quota_v = json!({"items": [{"team": "ads", "cohort": "ml", "workloads": 2, "maxWorkloads": 10, "podsPerMinute": 100,
-            "tiers": {"OnDemand": {"used": {"cpu": "6", "memory": "6Gi", "pods": 6}, "guaranteed": {"cpu": "4", "memory": "8Gi", "pods": 20}, "max": {"cpu": "8", "memory": "16Gi", "pods": 40}, "borrowed": {"cpu": "2", "memory": "0", "pods": 0}}}}],
-            "fleet": {"cpu": "64", "memory": "256Gi", "pods": 440}});
-        insta::assert_snapshot!(format!(
-            "{}\n{}\n{}\n{}",
-            list(&json!({"items": [item.clone(), queued]})),
-            describe(&item),
-            queue(&q),
-            quota(&quota_v)
-        ));
+        insta::assert_snapshot!(list(&json!({"items": [item, queued]})));
     }
 }

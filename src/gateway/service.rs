@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde::Serialize;
@@ -150,6 +150,8 @@ pub struct Service {
     queue: RwLock<QueueView>,
     wake: Notify,
     audit: tokio::sync::Mutex<()>,
+    /// The last hour whose expired use records were dropped.
+    usage_pruned: std::sync::Mutex<Option<DateTime<Utc>>>,
     /// The submissions watch: ends with the service.
     watch: tokio::task::JoinHandle<()>,
     /// Bumped whenever what readers see may have changed (a submission
@@ -250,6 +252,7 @@ impl Service {
             queue: RwLock::new(QueueView::default()),
             wake: Notify::new(),
             audit: tokio::sync::Mutex::new(()),
+            usage_pruned: std::sync::Mutex::new(None),
             watch,
             changes,
         });
@@ -722,6 +725,107 @@ impl Service {
         Ok(quota::TIERS.into_iter().map(|t| (quota::tier_name(t), ledger.usage(team, t))).collect())
     }
 
+    /// Each team's use per tier now, as shares of each tier's maximum.
+    pub async fn usage_now(&self, now: DateTime<Utc>) -> Result<Vec<(String, records::UsageSample)>> {
+        let (world, _) = self.world().await?;
+        // One read of the ledger for every team.
+        let ledger = self.ledger().await?;
+        let mut out = Vec::new();
+        for (team, q) in &world.quotas {
+            for t in quota::TIERS {
+                let Some(l) = q.limits(t) else { continue };
+                let u = ledger.usage(team, t);
+                let share = |used: u64, max: u64| if max == 0 { 0.0 } else { used as f64 / max as f64 };
+                out.push((
+                    team.clone(),
+                    records::UsageSample {
+                        at: now,
+                        tier: quota::tier_name(t).to_string(),
+                        cpu: share(u.cpu, l.max.cpu),
+                        memory: share(u.memory, l.max.memory),
+                        pods: share(u.pods, l.max.pods),
+                    },
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The leader samples every team's use into its hour's `UsageHistory`
+    /// on the host, and drops hours older than [`USAGE_KEPT`]; a follower
+    /// does nothing (the leader's records are everyone's). Returns the
+    /// samples written.
+    pub async fn record_usage(&self, now: DateTime<Utc>) -> Result<usize> {
+        use records::{UsageHistory, UsageHistorySpec};
+        if !self.leading.load(Ordering::Relaxed) {
+            return Ok(0);
+        }
+        let api: Api<UsageHistory> = Api::namespaced(self.host.clone(), &self.config.namespace);
+        let hour = records::hour_of(now);
+        let mut by_team: BTreeMap<String, Vec<records::UsageSample>> = BTreeMap::new();
+        for (team, sample) in self.usage_now(now).await? {
+            by_team.entry(team).or_default().push(sample);
+        }
+        let mut written = 0;
+        for (team, samples) in by_team {
+            let name = records::usage_history_name(&team, hour);
+            let n = samples.len();
+            match api.get_opt(&name).await? {
+                Some(mut h) => {
+                    h.spec.samples.extend(samples);
+                    h.metadata.managed_fields = None;
+                    // Replace at the read version: a write in between is a conflict, and
+                    // this sample is dropped rather than another one lost.
+                    match api.replace(&name, &PostParams::default(), &h).await {
+                        Ok(_) => written += n,
+                        Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                        Err(e) => return Err(e).with_context(|| format!("writing {name}")),
+                    }
+                }
+                None => {
+                    let mut h = UsageHistory::new(&name, UsageHistorySpec { team: team.clone(), hour, samples });
+                    h.metadata.labels = Some([(records::TEAM_LABEL.to_string(), team.clone())].into());
+                    match api.create(&PostParams::default(), &h).await {
+                        Ok(_) => written += n,
+                        Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                        Err(e) => return Err(e).with_context(|| format!("writing {name}")),
+                    }
+                }
+            }
+        }
+        // Once an hour: the hours past keeping go.
+        let pruned_hour = *self.usage_pruned.lock().expect("usage pruned");
+        if pruned_hour != Some(hour) {
+            let oldest = records::hour_of(now - USAGE_KEPT);
+            for h in api.list(&ListParams::default()).await?.items {
+                if h.spec.hour < oldest {
+                    let name = h.metadata.name.clone().unwrap_or_default();
+                    api.delete(&name, &DeleteParams::default()).await.map(|_| ()).or_else(not_found_ok)?;
+                }
+            }
+            *self.usage_pruned.lock().expect("usage pruned") = Some(hour);
+        }
+        Ok(written)
+    }
+
+    /// A team's use over the last [`USAGE_KEPT`], oldest first, as the host keeps it.
+    pub async fn usage_history(&self, team: &str, now: DateTime<Utc>) -> Result<Vec<records::UsageSample>> {
+        let api: Api<records::UsageHistory> = Api::namespaced(self.host.clone(), &self.config.namespace);
+        let since = now - USAGE_KEPT;
+        let mut out: Vec<records::UsageSample> = api
+            .list(&ListParams::default().labels(&format!("{}={team}", records::TEAM_LABEL)))
+            .await
+            .context("reading the team's use over time")?
+            .items
+            .into_iter()
+            .filter(|h| h.spec.team == team)
+            .flat_map(|h| h.spec.samples)
+            .filter(|s| s.at >= since)
+            .collect();
+        out.sort_by_key(|s| s.at);
+        Ok(out)
+    }
+
     /// One admission pass (the leader's). Returns (admitted, preempted).
     pub async fn admit_once(&self) -> Result<(usize, usize)> {
         let (world, _) = self.world().await?;
@@ -1142,6 +1246,17 @@ impl Service {
         let me = self.clone();
         tokio::spawn(self.clone().follow());
         crate::controller::leader::run_elected(lock, self.leading.clone(), move || me.clone().lead()).await;
+    }
+}
+
+/// How long a team's use over time is kept on the host.
+pub const USAGE_KEPT: chrono::TimeDelta = chrono::TimeDelta::hours(24);
+
+/// A delete of what is already gone is done.
+fn not_found_ok(e: kube::Error) -> Result<(), kube::Error> {
+    match e {
+        kube::Error::Api(ae) if ae.code == 404 => Ok(()),
+        e => Err(e),
     }
 }
 

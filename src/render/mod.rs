@@ -131,6 +131,10 @@ pub fn kubelet_may_set(key: &str) -> bool {
         || prefix.ends_with(".node.kubernetes.io")
 }
 
+/// The label a machine's Node carries with its image (the AMI ID), set
+/// by the machine itself at boot from its instance metadata.
+pub const IMAGE_LABEL: &str = "pinfleet.dev/image";
+
 /// The labels every node of a group carries, group labels last (they win).
 pub fn node_labels(cluster: &Cluster, group: &InstanceGroup) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::new();
@@ -207,7 +211,13 @@ impl Renderer {
         let (_, minor, _) = parse_kubernetes_version(version).unwrap_or((1, 0, 0));
         let labels = node_labels(cluster, group);
         let kubelet_labels: BTreeMap<_, _> = labels.iter().filter(|(k, _)| kubelet_may_set(k)).collect();
-        let node_labels_arg = kubelet_labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+        // The machine's image, filled in on the machine from its metadata.
+        let node_labels_arg = kubelet_labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .chain([format!("{IMAGE_LABEL}=@@IMAGE_ID@@")])
+            .collect::<Vec<_>>()
+            .join(",");
         let mut sans =
             vec![params.api_endpoint.rsplit_once(':').map(|(h, _)| h).unwrap_or(&params.api_endpoint).to_string()];
         sans.extend(spec.api.dns_name.clone());

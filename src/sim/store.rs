@@ -377,12 +377,19 @@ impl Inner {
             None => (None, self.rv),
         };
         let prefix = (t.group.clone(), t.plural.clone());
+        // A namespaced list reads its namespace's range only.
+        let from = match (ns, &start_after) {
+            (_, Some((n, name))) => (prefix.0.clone(), prefix.1.clone(), n.clone(), name.clone()),
+            (Some(ns), None) => (prefix.0.clone(), prefix.1.clone(), ns.to_string(), String::new()),
+            (None, None) => (prefix.0.clone(), prefix.1.clone(), String::new(), String::new()),
+        };
         let mut matching = self
             .objects
-            .range((prefix.0.clone(), prefix.1.clone(), String::new(), String::new())..)
-            .take_while(|((g, p, _, _), _)| *g == prefix.0 && *p == prefix.1)
-            .filter(|((_, _, n, _), _)| ns.is_none_or(|ns| ns == n))
-            .filter(|((_, _, n, name), _)| start_after.as_ref().is_none_or(|s| (n.clone(), name.clone()) > *s))
+            .range(from..)
+            .take_while(|((g, p, n, _), _)| *g == prefix.0 && *p == prefix.1 && ns.is_none_or(|ns| ns == n))
+            .filter(|((_, _, n, name), _)| {
+                start_after.as_ref().is_none_or(|s| (n.as_str(), name.as_str()) > (s.0.as_str(), s.1.as_str()))
+            })
             .filter(|(_, o)| labels.matches(o) && fieldsel.matches(o));
         let mut items = Vec::new();
         let mut last = None;

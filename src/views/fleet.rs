@@ -47,7 +47,9 @@ pub struct ClusterRow {
 #[serde(rename_all = "camelCase")]
 pub struct GroupImages {
     pub group: String,
-    /// Image (the node's OS image, or its machine image) → nodes running it.
+    /// Image → nodes running it: the machine's AMI (its `pinfleet.dev/image`
+    /// label, which pinfleet's machines set at boot), else the OS image the
+    /// node reports (machines pinfleet did not boot, the sim's).
     pub images: BTreeMap<String, usize>,
 }
 

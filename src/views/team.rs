@@ -27,7 +27,7 @@ pub struct TeamView {
     pub queue: Vec<Queued>,
     pub admitted: Vec<WorkloadRow>,
     /// Use over time per tier, as a share of the tier's maximum (sampled
-    /// by the gateway since it started; oldest first).
+    /// by the gateway's leader a minute apart, kept on the host a day; oldest first).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<UsagePoint>,
 }
@@ -175,6 +175,15 @@ pub struct WorkloadRow {
 
 impl TeamView {
     pub fn text(&self) -> String {
+        let mut out = self.quota_text();
+        out.push_str(&self.queue_text());
+        out.push('\n');
+        out.push_str(&self.admitted_text());
+        out
+    }
+
+    /// The team, its quota per tier and its caps (`pinfleet quota`).
+    pub fn quota_text(&self) -> String {
         let mut out = format!("team {} (cohort {})\n", self.team, self.cohort);
         if let Some(p) = &self.quota_problem {
             let _ = writeln!(out, "quota: {p}");
@@ -192,6 +201,14 @@ impl TeamView {
             self.max_workloads.map(|m| m.to_string()).unwrap_or_else(|| "∞".into()),
             self.pods_per_minute.map(|p| format!("{p} pods/min")).unwrap_or_else(|| "unlimited".into())
         );
+        out
+    }
+
+    /// The queue in admission order, with why each waits (`pinfleet queue`).
+    pub fn queue_text(&self) -> String {
+        if self.queue.is_empty() {
+            return format!("nothing of team {} waits\n", self.team);
+        }
         let rows: Vec<Vec<String>> = self
             .queue
             .iter()
@@ -206,15 +223,17 @@ impl TeamView {
                 ]
             })
             .collect();
-        out.push_str(&text::table(&["#", "ID", "TIER", "DEMAND", "STARTS", "WHY NOT ADMITTED"], &rows));
-        out.push('\n');
+        text::table(&["#", "ID", "TIER", "DEMAND", "STARTS", "WHY NOT ADMITTED"], &rows)
+    }
+
+    /// What is admitted and where it runs.
+    pub fn admitted_text(&self) -> String {
         let rows: Vec<Vec<String>> = self
             .admitted
             .iter()
             .map(|w| vec![w.id.clone(), w.kind.clone(), w.tier.clone(), w.phase.text(), w.clusters.join(",")])
             .collect();
-        out.push_str(&text::table(&["ID", "KIND", "TIER", "PHASE", "CLUSTERS"], &rows));
-        out
+        text::table(&["ID", "KIND", "TIER", "PHASE", "CLUSTERS"], &rows)
     }
 
     /// The page's `<main>`; long lists show `page` of their rows.
