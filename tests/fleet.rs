@@ -112,7 +112,7 @@ async fn stages_roll_in_label_order_each_after_the_last_ones_soak_and_gate() {
     assert_eq!(canary.from.launch_template_versions[GROUP], 1);
     assert!(notes.iter().any(|n| matches!(n, Note::Passed { stage } if stage == "staging")));
     // What a run prints, line by line.
-    let lines: Vec<String> = notes.iter().map(pinfleet::output::fleet_note).collect();
+    let lines: Vec<String> = notes.iter().map(pinfleet::fleet::text::fleet_note).collect();
     insta::assert_snapshot!("fleet_apply_notes", lines.join("\n"));
     // The record in the store is the one returned.
     assert_eq!(s.book.latest().await.unwrap().unwrap(), r);
@@ -136,7 +136,7 @@ async fn failures_beyond_max_failures_halt_the_rollout_then_revert_restores_the_
     assert_eq!(s.fleet.image("staging-a").0, "ami-old");
     assert!(!s.fleet.rolls.lock().unwrap().iter().any(|(c, _)| c == "staging-a"));
     // What status says of it: the failures with their reasons, the stage after it halted.
-    let view = pinfleet::output::FleetStatusView::new(
+    let view = pinfleet::views::fleet::FleetStatusView::new(
         &r,
         &Always,
         &Default::default(),
@@ -145,7 +145,7 @@ async fn failures_beyond_max_failures_halt_the_rollout_then_revert_restores_the_
         &Default::default(),
         start() + chrono::Duration::hours(2),
     );
-    insta::assert_snapshot!("fleet_status_halted", pinfleet::output::fleet_status(&view));
+    insta::assert_snapshot!("fleet_status_halted", view.text());
     // A second apply of a halted rollout does nothing more.
     let (_, again, _) = apply(&s).await;
     assert!(matches!(again, Outcome::Halted(_)));
@@ -229,7 +229,7 @@ fn status_shows_a_rolling_clusters_groups_and_why_the_rest_wait() {
     let _ = progress.record(&Event::Started { group: "general".into(), outdated: 3, machines: 3 }, start());
     let _ = progress
         .record(&Event::Replaced { group: "general".into(), instance: "i-1".into(), done: 1, total: 3 }, start());
-    let groups = [("dev-a".to_string(), pinfleet::output::fleet_group_rows(cluster, Some(&progress)))].into();
+    let groups = [("dev-a".to_string(), pinfleet::fleet::status::group_rows(cluster, Some(&progress)))].into();
     let lock = pinfleet::state::lock::LockInfo {
         id: "1".into(),
         holder: "ops".into(),
@@ -239,7 +239,7 @@ fn status_shows_a_rolling_clusters_groups_and_why_the_rest_wait() {
         acquired_at: start(),
         expires_at: start() + chrono::Duration::minutes(15),
     };
-    let view = pinfleet::output::FleetStatusView::new(
+    let view = pinfleet::views::fleet::FleetStatusView::new(
         &r,
         &Always,
         &Default::default(),
@@ -257,9 +257,9 @@ fn status_shows_a_rolling_clusters_groups_and_why_the_rest_wait() {
         .into(),
         start() + chrono::Duration::minutes(3),
     );
-    insta::assert_snapshot!("fleet_status_rolling", pinfleet::output::fleet_status(&view));
+    insta::assert_snapshot!("fleet_status_rolling", view.text());
     // Before its roll reports anything, every group waits for the start.
-    let rows = pinfleet::output::fleet_group_rows(cluster, None);
+    let rows = pinfleet::fleet::status::group_rows(cluster, None);
     assert_eq!(rows[0].why, "the roll is starting (applying new launch-template versions)");
 }
 

@@ -65,7 +65,7 @@ fn list(g: &GlobalArgs, a: ListArgs) -> Result<ExitCode> {
     };
     let rows = addons::catalog(&packages, chosen.as_ref())?;
     match g.output {
-        Format::Text => write!(anstream::stdout(), "{}", crate::output::addon_catalog_table(&rows))?,
+        Format::Text => write!(anstream::stdout(), "{}", crate::views::cluster::tables::addon_catalog_table(&rows))?,
         other => print_data(other, &rows)?,
     }
     Ok(ExitCode::SUCCESS)
@@ -81,7 +81,7 @@ fn render(g: &GlobalArgs, a: RenderArgs) -> Result<ExitCode> {
         }
     }
     match g.output {
-        Format::Text => write!(anstream::stdout(), "{}", crate::output::rendered_addons(&set)?)?,
+        Format::Text => write!(anstream::stdout(), "{}", crate::views::cluster::tables::rendered_addons(&set)?)?,
         other => print_data(other, &set)?,
     }
     Ok(ExitCode::SUCCESS)

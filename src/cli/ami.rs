@@ -67,7 +67,7 @@ pub(super) async fn resolve(s: &Session) -> Result<Vec<GroupImage>> {
 
 pub(super) fn show(g: &GlobalArgs, rows: &[GroupImage]) -> Result<()> {
     match g.output {
-        Format::Text => Ok(write!(anstream::stdout(), "{}", crate::output::images_table(rows))?),
+        Format::Text => Ok(write!(anstream::stdout(), "{}", crate::views::cluster::tables::images_table(rows))?),
         other => print_data(other, &rows),
     }
 }
@@ -83,6 +83,6 @@ async fn history(g: &GlobalArgs, a: ResolveArgs) -> Result<ExitCode> {
         print_data(g.output, &rows)?;
         return Ok(ExitCode::SUCCESS);
     }
-    write!(anstream::stdout(), "{}", crate::output::ami_history_table(&rows))?;
+    write!(anstream::stdout(), "{}", crate::views::cluster::tables::ami_history_table(&rows))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -83,7 +83,7 @@ pub async fn run(g: &GlobalArgs, a: E2eArgs) -> Result<ExitCode> {
     let text = g.output == Format::Text;
     let on = std::sync::Arc::new(move |cluster: &str, c: &e2e::Check| {
         if text {
-            let _ = writeln!(anstream::stderr(), "{}", crate::output::e2e_line(cluster, c));
+            let _ = writeln!(anstream::stderr(), "{}", crate::views::cluster::tables::e2e_line(cluster, c));
         }
     });
     let clients: Vec<kube::Client> = targets.iter().map(|t| t.client.clone()).collect();
@@ -97,7 +97,7 @@ pub async fn run(g: &GlobalArgs, a: E2eArgs) -> Result<ExitCode> {
         std::fs::write(path, e2e::junit::render(&reports)).with_context(|| format!("writing {}", path.display()))?;
     }
     match g.output {
-        Format::Text => write!(anstream::stdout(), "{}", crate::output::e2e_summary(&reports))?,
+        Format::Text => write!(anstream::stdout(), "{}", crate::views::cluster::tables::e2e_summary(&reports))?,
         other => crate::output::print_data(other, &reports)?,
     }
     Ok(if reports.iter().any(e2e::Report::failed) { ExitCode::FAILURE } else { ExitCode::SUCCESS })

@@ -89,8 +89,12 @@ pub async fn run(g: &GlobalArgs, args: FederationArgs) -> Result<ExitCode> {
     let (shares, health) = health::assess(&w.fs, &w.members, &w.observed, &mut mem, policy, Utc::now())?;
     let rows = health::rows(&shares, &health, &w.observed);
     match g.output {
-        Format::Text if kind == "status" => write!(anstream::stdout(), "{}", crate::output::federation_status(&rows))?,
-        Format::Text => write!(anstream::stdout(), "{}", crate::output::federation_plan(&w.fs, &rows))?,
+        Format::Text if kind == "status" => {
+            write!(anstream::stdout(), "{}", crate::views::workload::tables::federation_status(&rows))?
+        }
+        Format::Text => {
+            write!(anstream::stdout(), "{}", crate::views::workload::tables::federation_plan(&w.fs, &rows))?
+        }
         other => print_data(other, &rows)?,
     }
     if kind == "status" {

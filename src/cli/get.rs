@@ -39,7 +39,7 @@ pub struct InstancesArgs {
 }
 
 pub use crate::cloud::aws::observe::list_instances;
-use crate::output::InstanceRow;
+use crate::views::cluster::tables::InstanceRow;
 
 pub async fn run(g: &GlobalArgs, args: GetArgs) -> Result<ExitCode> {
     let GetWhat::Instances(a) = args.what;
@@ -65,7 +65,7 @@ pub async fn run(g: &GlobalArgs, args: GetArgs) -> Result<ExitCode> {
     }
     rows.sort_by(|a, b| (&a.cluster, &a.group, &a.id).cmp(&(&b.cluster, &b.group, &b.id)));
     match g.output {
-        Format::Text => write!(anstream::stdout(), "{}", crate::output::instances_table(&rows))?,
+        Format::Text => write!(anstream::stdout(), "{}", crate::views::cluster::tables::instances_table(&rows))?,
         other => print_data(other, &rows)?,
     }
     Ok(ExitCode::SUCCESS)

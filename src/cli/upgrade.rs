@@ -105,8 +105,8 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
         let pending = preview.pending;
         match g.output {
             Format::Text => {
-                write!(anstream::stdout(), "{}", crate::output::roll_status_table(&preview.groups))?;
-                write!(anstream::stdout(), "{}", crate::output::version_steps(&preview))?;
+                write!(anstream::stdout(), "{}", crate::views::cluster::tables::roll_status_table(&preview.groups))?;
+                write!(anstream::stdout(), "{}", crate::views::cluster::tables::version_steps(&preview))?;
             }
             other => print_data(other, &preview)?,
         }

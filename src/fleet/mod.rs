@@ -20,6 +20,7 @@ pub mod rollout;
 pub mod run;
 pub mod spec;
 pub mod status;
+pub mod text;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

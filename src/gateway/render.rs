@@ -7,36 +7,10 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use crate::views::text::table;
+
 fn s<'a>(v: &'a Value, p: &str) -> &'a str {
     v.pointer(p).and_then(Value::as_str).unwrap_or("")
-}
-
-fn table(head: &[&str], rows: &[Vec<String>]) -> String {
-    let mut w: Vec<usize> = head.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            w[i] = w[i].max(c.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let line = |cells: Vec<&str>, out: &mut String| {
-        let last = cells.len() - 1;
-        for (i, c) in cells.iter().enumerate() {
-            if i == last {
-                out.push_str(c);
-            } else {
-                let _ = write!(out, "{c:<width$}  ", width = w[i]);
-            }
-        }
-        let trimmed = out.trim_end_matches(' ').len();
-        out.truncate(trimmed);
-        out.push('\n');
-    };
-    line(head.to_vec(), &mut out);
-    for r in rows {
-        line(r.iter().map(String::as_str).collect(), &mut out);
-    }
-    out
 }
 
 fn when(v: &Value) -> String {

@@ -2,6 +2,8 @@
 //! addons with their versions, the checks of its last end-to-end run with
 //! their reasons, and the workloads placed on it.
 
+pub mod tables;
+
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};

@@ -34,3 +34,21 @@ pub fn table(head: &[&str], rows: &[Vec<String>]) -> String {
     }
     out
 }
+
+/// A unified diff, coloured for a terminal: additions green, removals red,
+/// hunk headers cyan.
+pub fn colored_diff(unified: &str) -> String {
+    use owo_colors::OwoColorize as _;
+    let mut out = String::new();
+    for line in unified.lines() {
+        let line = match line.chars().next() {
+            Some('+') if !line.starts_with("+++") => line.green().to_string(),
+            Some('-') if !line.starts_with("---") => line.red().to_string(),
+            Some('@') => line.cyan().to_string(),
+            _ => line.to_string(),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}

@@ -2,6 +2,8 @@
 //! it on each cluster (injected containers marked), where it was placed and
 //! why, its status per cluster, why it waits, and the latency of each stage.
 
+pub mod tables;
+
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};

@@ -61,7 +61,7 @@ pub async fn diff(g: &GlobalArgs, a: ClusterArgs) -> Result<ExitCode> {
     let diffs = Installer::new(client).diff(&set, a.prune_crds).await?;
     match g.output {
         Format::Text => {
-            let (diff, summary) = crate::output::addon_diffs(&loaded.cluster.metadata.name, &diffs);
+            let (diff, summary) = crate::views::cluster::tables::addon_diffs(&loaded.cluster.metadata.name, &diffs);
             write!(anstream::stdout(), "{diff}")?;
             writeln!(anstream::stderr(), "{summary}")?;
         }

@@ -216,7 +216,7 @@ pub(super) async fn connect(
     let json = g.output == Format::Json;
     // Under -o json a cluster's roll events join the run's stream on stdout.
     let on = Box::new(move |cluster: &str, e: crate::rollout::driver::Event| {
-        if let Some(line) = crate::output::fleet_cluster_event(cluster, &e, json) {
+        if let Some(line) = crate::fleet::text::fleet_cluster_event(cluster, &e, json) {
             if json {
                 let _ = writeln!(anstream::stdout(), "{line}");
             } else {
@@ -232,7 +232,7 @@ pub(super) async fn connect(
 
 pub(super) fn show_plan(g: &GlobalArgs, plan: &fleet::FleetPlan) -> Result<()> {
     match g.output {
-        Format::Text => write!(anstream::stdout(), "{}", crate::output::fleet_plan(plan))?,
+        Format::Text => write!(anstream::stdout(), "{}", crate::fleet::text::fleet_plan(plan))?,
         other => crate::output::print_data(other, plan)?,
     }
     Ok(())
@@ -244,6 +244,6 @@ pub(super) fn say(g: &GlobalArgs, n: &run::Note) {
         v["type"] = serde_json::json!("note");
         let _ = writeln!(anstream::stdout(), "{v}");
     } else {
-        let _ = writeln!(anstream::stderr(), "{}", crate::output::fleet_note(n));
+        let _ = writeln!(anstream::stderr(), "{}", crate::fleet::text::fleet_note(n));
     }
 }

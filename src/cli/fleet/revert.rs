@@ -14,7 +14,7 @@ use crate::fleet::Folder;
 pub async fn revert(g: &GlobalArgs, folder: &Folder, a: RevertArgs) -> Result<ExitCode> {
     let (book, _) = crate::fleet::aws::open_book(folder, super::aws_target(&a.cloud)?, false).await?;
     let r = book.latest().await?.context("no fleet rollout has been started (`pinfleet fleet rollout apply`)")?;
-    let Some(preview) = crate::output::fleet_revert_preview(&r) else {
+    let Some(preview) = crate::fleet::text::fleet_revert_preview(&r) else {
         writeln!(anstream::stderr(), "fleet rollout #{} touched no cluster: nothing to revert", r.number)?;
         return Ok(ExitCode::SUCCESS);
     };
