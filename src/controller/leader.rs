@@ -26,9 +26,23 @@ fn micro(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
+/// What a round of election found: whether this candidate holds the
+/// lease, and, when another does, when its lease runs out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Round {
+    Held,
+    /// Another holds it until this instant (None: unknown, e.g. a conflict).
+    HeldByAnother(Option<DateTime<Utc>>),
+}
+
 impl LeaseLock {
     /// One round: acquire or renew. True when this candidate holds the lease.
     pub async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
+        Ok(self.round().await? == Round::Held)
+    }
+
+    /// One round of election, saying when another holder's lease runs out.
+    pub async fn round(&self) -> Result<Round, kube::Error> {
         let now = Utc::now();
         let spec = |acquired: String, transitions: i32| json!({"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_duration.as_secs().max(1), "acquireTime": acquired, "renewTime": micro(now), "leaseTransitions": transitions});
         let Some(lease) = self.api.get_opt(&self.name).await? else {
@@ -36,22 +50,20 @@ impl LeaseLock {
                 serde_json::from_value(json!({"metadata": {"name": self.name}, "spec": spec(micro(now), 0)}))
                     .expect("lease");
             return match self.api.create(&PostParams::default(), &fresh).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+                Ok(_) => Ok(Round::Held),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(Round::HeldByAnother(None)),
                 Err(e) => Err(e),
             };
         };
         let s = lease.spec.clone().unwrap_or_default();
         let holder = s.holder_identity.clone().unwrap_or_default();
-        let renewed = s
-            .renew_time
-            .as_ref()
-            .map(|t| t.0)
-            .map(|t| DateTime::<Utc>::from_timestamp(t.as_second(), 0).unwrap_or(now));
+        let renewed = s.renew_time.as_ref().map(|t| t.0).map(|t| {
+            DateTime::<Utc>::from_timestamp(t.as_second(), t.subsec_nanosecond().max(0) as u32).unwrap_or(now)
+        });
         let duration = chrono::Duration::seconds(i64::from(s.lease_duration_seconds.unwrap_or(15)));
         let expired = renewed.is_none_or(|r| r + duration < now);
         if holder != self.identity && !expired {
-            return Ok(false);
+            return Ok(Round::HeldByAnother(renewed.map(|r| r + duration)));
         }
         let transitions = s.lease_transitions.unwrap_or(0) + i32::from(holder != self.identity);
         let acquired = if holder == self.identity {
@@ -65,10 +77,27 @@ impl LeaseLock {
         let mut next = lease.clone();
         next.spec = Some(serde_json::from_value(spec(acquired, transitions)).expect("lease spec"));
         match self.api.replace(&self.name, &PostParams::default(), &next).await {
-            Ok(_) => Ok(true),
+            Ok(_) => Ok(Round::Held),
             // Someone else wrote first (resourceVersion moved): not ours this round.
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Round::HeldByAnother(None)),
             Err(e) => Err(e),
+        }
+    }
+}
+
+/// How long to wait before the next round: the holder renews every
+/// `renew_every`; a candidate tries again at the moment the holder's lease
+/// runs out (client-go retries every RetryPeriod whatever the expiry, so a
+/// standby takes over up to a RetryPeriod late), never later than
+/// `renew_every`.
+pub fn next_round(renew_every: Duration, round: Round, now: DateTime<Utc>) -> Duration {
+    /// Past the expiry, so the round sees it expired (the check is strict).
+    const PAST_EXPIRY: Duration = Duration::from_millis(50);
+    match round {
+        Round::Held | Round::HeldByAnother(None) => renew_every,
+        Round::HeldByAnother(Some(until)) => {
+            let left = (until - now).to_std().unwrap_or(Duration::ZERO) + PAST_EXPIRY;
+            left.min(renew_every)
         }
     }
 }
@@ -82,13 +111,14 @@ where
 {
     let mut task: Option<tokio::task::JoinHandle<()>> = None;
     loop {
-        let won = match lock.try_acquire_or_renew().await {
-            Ok(w) => w,
+        let round = match lock.round().await {
+            Ok(r) => r,
             Err(e) => {
                 tracing::warn!("leader election: {e}");
-                false
+                Round::HeldByAnother(None)
             }
         };
+        let won = round == Round::Held;
         match (won, task.is_some()) {
             (true, false) => {
                 tracing::info!(identity = lock.identity, "became leader");
@@ -103,6 +133,31 @@ where
             _ => {}
         }
         leading.store(won, Ordering::SeqCst);
-        tokio::time::sleep(lock.renew_every).await;
+        tokio::time::sleep(next_round(lock.renew_every, round, Utc::now())).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_standby_tries_again_when_the_lease_runs_out_never_later_than_a_renewal() {
+        let now = DateTime::<Utc>::from_timestamp(1_800_000_000, 0).unwrap();
+        let every = Duration::from_secs(2);
+        let ms = |n: i64| now + chrono::Duration::milliseconds(n);
+        let cases = [
+            (Round::Held, every),
+            (Round::HeldByAnother(None), every),
+            // Runs out in 700 ms: try 50 ms after.
+            (Round::HeldByAnother(Some(ms(700))), Duration::from_millis(750)),
+            // Runs out in 6 s: a renewal's wait, then look again.
+            (Round::HeldByAnother(Some(ms(6_000))), every),
+            // Already out: at once (past the strict check).
+            (Round::HeldByAnother(Some(ms(-300))), Duration::from_millis(50)),
+        ];
+        for (round, want) in cases {
+            assert_eq!(next_round(every, round, now), want, "{round:?}");
+        }
     }
 }
