@@ -80,11 +80,24 @@ pub const EXPECTED_DURATION: &str = "gateway.pinfleet.dev/expected-duration";
 const KINDS: [&str; 5] =
     ["PinterestService", "PinterestJobSet", "PinterestCronJob", "PinterestTrainingJob", "PinterestStatefulSet"];
 
-fn schema_of(kind: &str) -> Option<Value> {
-    crate::workloads::crds().into_iter().find(|c| c.spec.names.kind == kind).and_then(|c| {
-        let v = serde_json::to_value(&c.spec.versions[0].schema).ok()?;
-        v.get("openAPIV3Schema").cloned()
-    })
+/// Each kind's schema, its CEL rules compiled, built once (generating the
+/// CRDs and compiling their rules on every submission cost more than the
+/// rest of the checks).
+fn schema_of(kind: &str) -> Option<&'static crate::sim::schema::CrdSchema> {
+    static SCHEMAS: std::sync::OnceLock<std::collections::HashMap<String, crate::sim::schema::CrdSchema>> =
+        std::sync::OnceLock::new();
+    SCHEMAS
+        .get_or_init(|| {
+            crate::workloads::crds()
+                .into_iter()
+                .filter_map(|c| {
+                    let v = serde_json::to_value(&c.spec.versions[0].schema).ok()?;
+                    let schema = v.get("openAPIV3Schema").cloned()?;
+                    Some((c.spec.names.kind.clone(), crate::sim::schema::CrdSchema::new(schema)))
+                })
+                .collect()
+        })
+        .get(kind)
 }
 
 /// Requests of one pod from a pod template: the runtime-support defaults
@@ -138,10 +151,10 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy) -> Result<Intak
     // Layer 1: the CRD's schema and its CEL rules.
     let schema = schema_of(&kind).expect("a CRD for every kind the gateway takes");
     let mut obj = workload.clone();
-    match crate::sim::schema::validate(&schema, workload) {
+    match crate::sim::schema::validate(&schema.json, workload) {
         Ok(defaulted) => {
             obj = defaulted;
-            if let Err(errs) = crate::sim::schema::validate_cel(&schema, &obj, None) {
+            if let Err(errs) = crate::sim::schema::validate_cel(schema, &obj, None) {
                 problems.extend(errs.into_iter().map(|m| schema_problem(&m)));
             }
         }

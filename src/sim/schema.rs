@@ -192,10 +192,13 @@ pub fn validate(schema: &Value, obj: &Value) -> Result<Value, Vec<String>> {
 /// Evaluates the schema's `x-kubernetes-validations` CEL rules (transition
 /// rules see `oldSelf` on updates), as the API server does after the
 /// structural checks. Messages read like the API server's.
-pub fn validate_cel(schema: &Value, obj: &Value, old: Option<&Value>) -> Result<(), Vec<String>> {
+pub fn validate_cel(schema: &CrdSchema, obj: &Value, old: Option<&Value>) -> Result<(), Vec<String>> {
     static VALIDATOR: std::sync::OnceLock<kube_cel::Validator> = std::sync::OnceLock::new();
     let v = VALIDATOR.get_or_init(kube_cel::Validator::new);
-    v.validate(schema, obj, old).map_err(|errs| {
+    if !schema.has_rules {
+        return Ok(());
+    }
+    v.validate_compiled(&schema.cel, obj, old).map_err(|errs| {
         let mut out: Vec<String> = errs
             .into_vec()
             .into_iter()
@@ -208,6 +211,38 @@ pub fn validate_cel(schema: &Value, obj: &Value, old: Option<&Value>) -> Result<
         out
     })
 }
+
+/// A CRD version's schema as the store keeps it: shared, since resource
+/// types are copied for every request, and its CEL rules compiled once
+/// when the CRD is written (as the API server compiles them when it
+/// serves a CRD), not on every write of a custom resource.
+pub struct CrdSchema {
+    pub json: Value,
+    cel: kube_cel::CompiledSchema,
+    has_rules: bool,
+}
+
+impl CrdSchema {
+    pub fn new(json: Value) -> Self {
+        let has_rules = json.to_string().contains("x-kubernetes-validations");
+        let cel = kube_cel::compile_schema(&json);
+        CrdSchema { json, cel, has_rules }
+    }
+}
+
+impl std::fmt::Debug for CrdSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.json.fmt(f)
+    }
+}
+
+impl PartialEq for CrdSchema {
+    fn eq(&self, other: &Self) -> bool {
+        self.json == other.json
+    }
+}
+
+impl Eq for CrdSchema {}
 
 /// Where a schema sits, for the API server's "type must not be empty" rule.
 #[derive(Clone, Copy, PartialEq)]

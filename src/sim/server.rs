@@ -492,10 +492,8 @@ pub async fn handle(
 }
 
 fn event_json(ev: &Event, table: Option<&ResourceType>) -> Bytes {
-    let object = match table {
-        Some(rt) => super::table::table(rt, std::slice::from_ref(&ev.object), "", None),
-        None => ev.object.clone(),
-    };
+    let Some(rt) = table else { return ev.line() };
+    let object = super::table::table(rt, std::slice::from_ref(&ev.object), "", None);
     let mut line = json!({"type": ev.kind.as_str(), "object": object}).to_string();
     line.push('\n');
     Bytes::from(line)
@@ -550,16 +548,9 @@ async fn watch(
                     .map(|r| r.items)
                     .unwrap_or_default();
                 all.into_iter()
-                    .map(|o| Event {
-                        rv: current,
-                        kind: super::store::EventType::Added,
-                        key: rt.key(),
-                        namespace: o
-                            .pointer("/metadata/namespace")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string(),
-                        object: o,
+                    .map(|o| {
+                        let ns = o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string();
+                        Event::new(current, super::store::EventType::Added, rt.key(), ns, o)
                     })
                     .filter(|e| matches(e))
                     .map(|e| event_json(&e, table_rt.as_ref()))

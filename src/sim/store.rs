@@ -78,6 +78,26 @@ pub struct Event {
     pub key: (String, String),
     pub namespace: String,
     pub object: Value,
+    /// The event as a watch sends it, serialized once for every watcher.
+    pub line: std::sync::OnceLock<bytes::Bytes>,
+}
+
+impl Event {
+    pub fn new(rv: u64, kind: EventType, key: (String, String), namespace: String, object: Value) -> Self {
+        Event { rv, kind, key, namespace, object, line: Default::default() }
+    }
+
+    /// `{"type": …, "object": …}` and a newline, as a watch streams it.
+    pub fn line(&self) -> bytes::Bytes {
+        self.line
+            .get_or_init(|| {
+                let mut line = format!("{{\"type\":\"{}\",\"object\":", self.kind.as_str());
+                line.push_str(&self.object.to_string());
+                line.push_str("}\n");
+                bytes::Bytes::from(line)
+            })
+            .clone()
+    }
 }
 
 type ObjKey = (String, String, String, String); // group, plural, namespace, name
@@ -208,7 +228,7 @@ impl Inner {
     /// version's schema (a no-op for types without one).
     fn enforce_schema(t: &ResourceType, name: &str, obj: Value, old: Option<&Value>) -> R<Value> {
         let Some(schema) = &t.schema else { return Ok(obj) };
-        super::schema::validate(schema, &obj)
+        super::schema::validate(&schema.json, &obj)
             .and_then(|out| super::schema::validate_cel(schema, &out, old).map(|()| out))
             .map_err(|errors| invalid_all(&t.kind, &t.group, name, &errors))
     }
@@ -298,7 +318,7 @@ impl Inner {
     }
 
     fn emit(&mut self, kind: EventType, t: &ResourceType, ns: &str, object: Value) {
-        let ev = Arc::new(Event { rv: self.rv, kind, key: t.key(), namespace: ns.to_string(), object });
+        let ev = Arc::new(Event::new(self.rv, kind, t.key(), ns.to_string(), object));
         self.log.push_back(ev.clone());
         while self.log.len() > self.log_capacity {
             if let Some(old) = self.log.pop_front() {
@@ -950,7 +970,9 @@ impl Inner {
                 status: sub.and_then(|s| s.get("status")).is_some(),
                 scale,
                 columns: v.get("additionalPrinterColumns").and_then(Value::as_array).cloned().unwrap_or_default(),
-                schema: v.pointer("/schema/openAPIV3Schema").cloned(),
+                schema: v
+                    .pointer("/schema/openAPIV3Schema")
+                    .map(|s| std::sync::Arc::new(super::schema::CrdSchema::new(s.clone()))),
             });
         }
         // Conditions keep their transition time while they hold (a re-apply
