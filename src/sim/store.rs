@@ -154,13 +154,16 @@ fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
 }
 
 /// Spec-like content (everything but metadata and status), for generation.
-fn spec_part(obj: &Value) -> Value {
-    let mut v = obj.clone();
-    if let Some(m) = v.as_object_mut() {
-        m.remove("metadata");
-        m.remove("status");
+/// Whether two objects differ outside metadata and status (what moves
+/// `generation`), compared in place: no copy of either.
+fn spec_differs(old: &Value, new: &Value) -> bool {
+    fn outside(v: &Value) -> Vec<(&String, &Value)> {
+        v.as_object()
+            .map(|m| m.iter().filter(|(k, _)| *k != "metadata" && *k != "status").collect())
+            .unwrap_or_default()
     }
-    v
+    let (o, n) = (outside(old), outside(new));
+    o.len() != n.len() || o.iter().any(|(k, v)| new.get(k.as_str()) != Some(*v))
 }
 
 pub fn finalizers(obj: &Value) -> Vec<String> {
@@ -578,7 +581,7 @@ impl Inner {
         Self::default_builtin(t, &mut obj);
         Self::enforce_builtin(self.serving_version().minor, t, name, &obj, Some(&old))?;
         Self::merge_string_data(t, &mut obj);
-        if spec_part(&old) != spec_part(&obj) {
+        if spec_differs(&old, &obj) {
             let gen = meta(&old).get("generation").and_then(Value::as_i64).unwrap_or(1);
             meta_mut(&mut obj).insert("generation".into(), json!(gen + 1));
         }
@@ -590,13 +593,7 @@ impl Inner {
         if t.plural == "customresourcedefinitions" {
             self.register_crd(&mut obj)?;
         }
-        let mut unchanged_obj = obj.clone();
-        meta_mut(&mut unchanged_obj).insert("resourceVersion".into(), old["metadata"]["resourceVersion"].clone());
-        let mut old_cmp = old.clone();
-        strip_times(&mut old_cmp);
-        let mut new_cmp = unchanged_obj.clone();
-        strip_times(&mut new_cmp);
-        if old_cmp == new_cmp {
+        if unchanged(&old, &obj) {
             // A no-op write does not move the resourceVersion.
             return Ok(old);
         }
@@ -1227,14 +1224,51 @@ fn with_status_rules(t: &ResourceType, old: &Value, new: Value, sub: Sub) -> Val
 
 /// What a no-op check compares of managedFields: entries without their
 /// times, in a fixed order (the order of entries carries no meaning).
-fn strip_times(v: &mut Value) {
-    if let Some(mf) = v.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) {
-        for e in mf.iter_mut() {
-            if let Some(o) = e.as_object_mut() {
-                o.remove("time");
-            }
-        }
-        mf.sort_by_key(|e| format!("{}|{}|{}", e["manager"], e["operation"], e["subresource"]));
+/// Whether a write leaves the object as it was but for what a no-op write
+/// may move: its resourceVersion and the times (and order) of its
+/// managed-field entries. Compared in place; only the managed fields are
+/// copied, to set their times aside.
+fn unchanged(old: &Value, new: &Value) -> bool {
+    let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else { return old == new };
+    if o.len() != n.len() {
+        return false;
+    }
+    o.iter().all(|(k, ov)| match (k.as_str(), n.get(k)) {
+        (_, None) => false,
+        ("metadata", Some(nv)) => same_metadata(ov, nv),
+        (_, Some(nv)) => ov == nv,
+    })
+}
+
+fn same_metadata(old: &Value, new: &Value) -> bool {
+    let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else { return old == new };
+    let skip = |k: &str| k == "resourceVersion" || k == "managedFields";
+    if o.keys().filter(|k| !skip(k)).count() != n.keys().filter(|k| !skip(k)).count() {
+        return false;
+    }
+    if !o.iter().filter(|(k, _)| !skip(k)).all(|(k, v)| n.get(k) == Some(v)) {
+        return false;
+    }
+    let timeless = |v: &Value| -> Vec<Value> {
+        let mut entries: Vec<Value> = v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let mut e = e.clone();
+                if let Some(m) = e.as_object_mut() {
+                    m.remove("time");
+                }
+                e
+            })
+            .collect();
+        entries.sort_by_key(|e| format!("{}|{}|{}", e["manager"], e["operation"], e["subresource"]));
+        entries
+    };
+    match (o.get("managedFields"), n.get("managedFields")) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a == b || timeless(a) == timeless(b),
+        _ => false,
     }
 }
 
