@@ -198,6 +198,15 @@ pub fn validate_cel(schema: &CrdSchema, obj: &Value, old: Option<&Value>) -> Res
     if !schema.has_rules {
         return Ok(());
     }
+    // Validation ratcheting (GA in 1.33): the errors of a value an update
+    // leaves as it was are not reported. Where the root has no rule of its
+    // own and every top-level field that holds rules is unchanged (a status
+    // write), nothing is evaluated.
+    if let Some(old) = old {
+        if schema.cel.validations.is_empty() && schema.cel.properties.keys().all(|k| obj.get(k) == old.get(k)) {
+            return Ok(());
+        }
+    }
     v.validate_compiled(&schema.cel, obj, old).map_err(|errs| {
         let mut out: Vec<String> = errs
             .into_vec()
@@ -225,9 +234,34 @@ pub struct CrdSchema {
 impl CrdSchema {
     pub fn new(json: Value) -> Self {
         let has_rules = json.to_string().contains("x-kubernetes-validations");
-        let cel = kube_cel::compile_schema(&json);
+        let mut cel = kube_cel::compile_schema(&json);
+        prune(&mut cel);
         CrdSchema { json, cel, has_rules }
     }
+}
+
+/// Keeps only the parts of a compiled schema that hold a rule or a default
+/// (a rule may read a defaulted field below it): the validator converts the
+/// value at every node it walks, so walking a pod template with no rule in
+/// it cost more than every rule together. The outcome is the same.
+fn prune(c: &mut kube_cel::CompiledSchema) -> bool {
+    c.properties.retain(|_, p| prune(p));
+    if c.items.as_mut().is_some_and(|i| !prune(i)) {
+        c.items = None;
+    }
+    if c.additional_properties.as_mut().is_some_and(|a| !prune(a)) {
+        c.additional_properties = None;
+    }
+    // allOf/oneOf/anyOf branches are kept whole: rare in CRDs, and their
+    // shape decides which branch applies.
+    !c.validations.is_empty()
+        || c.default.is_some()
+        || !c.properties.is_empty()
+        || c.items.is_some()
+        || c.additional_properties.is_some()
+        || !c.all_of.is_empty()
+        || !c.one_of.is_empty()
+        || !c.any_of.is_empty()
 }
 
 impl std::fmt::Debug for CrdSchema {
@@ -398,6 +432,49 @@ fn nested(v: &Value, skip_any_of: bool, path: &str, errs: &mut Vec<String>) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The kept parts of a compiled schema answer as the whole schema does,
+    /// on creates and on updates, for every platform CRD.
+    #[test]
+    fn pruned_rules_answer_as_the_whole_schema_does() {
+        let whole = kube_cel::Validator::new();
+        let crds = crate::workloads::crds();
+        let schema_of = |kind: &str| {
+            let c = crds.iter().find(|c| c.spec.names.kind == kind).expect("a CRD");
+            serde_json::to_value(&c.spec.versions[0].schema).unwrap()["openAPIV3Schema"].clone()
+        };
+        let messages = |r: Result<(), kube_cel::ValidationErrors>| -> Vec<String> {
+            let mut v: Vec<String> = r
+                .err()
+                .map(|e| e.into_vec().into_iter().map(|e| format!("{}: {}", e.field_path, e.message)).collect())
+                .unwrap_or_default();
+            v.sort();
+            v
+        };
+        let jobset = |shards: i64, parallelism: i64, team: &str| {
+            json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestJobSet", "metadata": {"name": "j"},
+                "spec": {"owner": {"team": team, "project": "p"}, "shards": shards, "parallelism": parallelism,
+                    "template": {"spec": {"containers": [{"name": "app", "image": "a:1"}]}}}})
+        };
+        let cases: Vec<(Value, Option<Value>)> = vec![
+            (jobset(4, 2, "ads"), None),
+            (jobset(2, 4, "ads"), None),
+            (jobset(4, 2, "search"), Some(jobset(4, 2, "ads"))),
+            (jobset(2, 8, "ads"), Some(jobset(4, 2, "ads"))),
+            (jobset(4, 2, "ads"), Some(jobset(4, 2, "ads"))),
+        ];
+        let json = schema_of("PinterestJobSet");
+        let kept = CrdSchema::new(json.clone());
+        let mut refused = 0;
+        for (obj, old) in &cases {
+            let want = messages(whole.validate(&json, obj, old.as_ref()));
+            let got = messages(kube_cel::Validator::new().validate_compiled(&kept.cel, obj, old.as_ref()));
+            assert_eq!(got, want, "{obj} (was {old:?})");
+            refused += usize::from(!want.is_empty());
+        }
+        // The cases exercise both rules: shards, and the immutable owner.
+        assert_eq!(refused, 3);
+    }
 
     fn schema() -> Value {
         json!({"type": "object", "properties": {"spec": {"type": "object", "required": ["owner"], "properties": {
