@@ -250,6 +250,10 @@ pub struct Managed {
     pub api_version: String,
     pub time: String,
     pub fields: FieldSet,
+    /// Its FieldsV1 as read, while `fields` is unchanged: written back as
+    /// it was instead of built again from the set (most writes change one
+    /// manager's fields, and an object carries several).
+    pub raw: Option<Value>,
 }
 
 pub fn read_managed(obj: &Value) -> Vec<Managed> {
@@ -263,6 +267,7 @@ pub fn read_managed(obj: &Value) -> Vec<Managed> {
                     api_version: e.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string(),
                     time: e.get("time").and_then(Value::as_str).unwrap_or_default().to_string(),
                     fields: e.get("fieldsV1").map(from_fields_v1).unwrap_or_default(),
+                    raw: e.get("fieldsV1").cloned(),
                 })
                 .collect()
         })
@@ -276,7 +281,8 @@ pub fn write_managed(obj: &mut Value, managed: &[Managed]) {
         .map(|m| {
             json!({
                 "manager": m.manager, "operation": m.operation, "apiVersion": m.api_version,
-                "time": m.time, "fieldsType": "FieldsV1", "fieldsV1": to_fields_v1(&m.fields),
+                "time": m.time, "fieldsType": "FieldsV1",
+                "fieldsV1": m.raw.clone().unwrap_or_else(|| to_fields_v1(&m.fields)),
             })
         })
         .collect();
@@ -367,6 +373,9 @@ pub fn apply(
             for p in &contested {
                 m.fields.remove(p);
             }
+            if !contested.is_empty() {
+                m.raw = None;
+            }
         } else {
             conflicts.extend(contested.iter().map(|p| Conflict { manager: m.manager.clone(), path: display(p) }));
         }
@@ -406,6 +415,7 @@ pub fn apply(
         api_version: api_version.into(),
         time: now.into(),
         fields: applied_fields,
+        raw: None,
     });
     write_managed(&mut obj, &managed);
     Ok(obj)
@@ -419,11 +429,15 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, api_ve
     let changed: FieldSet =
         new_leaves.iter().filter(|p| old.is_none_or(|o| get(o, p) != get(new, p))).cloned().collect();
     for m in &mut managed {
+        let before = m.fields.len();
         m.fields.retain(|p| new_leaves.contains(p));
         if m.manager != manager {
             for p in &changed {
                 m.fields.remove(p);
             }
+        }
+        if m.fields.len() != before {
+            m.raw = None;
         }
     }
     if !changed.is_empty() {
@@ -431,6 +445,7 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, api_ve
             Some(m) => {
                 m.fields.extend(changed);
                 m.time = now.into();
+                m.raw = None;
             }
             None => managed.push(Managed {
                 manager: manager.into(),
@@ -438,6 +453,7 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, api_ve
                 api_version: api_version.into(),
                 time: now.into(),
                 fields: changed,
+                raw: None,
             }),
         }
     }
