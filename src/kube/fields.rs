@@ -191,22 +191,42 @@ pub fn remove(v: &mut Value, path: &[Seg]) {
 
 /// FieldsV1 JSON for a field set.
 pub fn to_fields_v1(set: &FieldSet) -> Value {
-    let mut root = Value::Object(Map::new());
-    for path in set {
-        let mut cur = &mut root;
-        for seg in path {
-            let key = match seg {
+    // The set is sorted, so paths under one field are neighbours: each
+    // node's key is built once, not once per path through it.
+    fn node(paths: &[&[Seg]]) -> Map<String, Value> {
+        let mut out = Map::new();
+        let mut i = 0;
+        while i < paths.len() {
+            let first = &paths[i][0];
+            let mut j = i;
+            while j < paths.len() && &paths[j][0] == first {
+                j += 1;
+            }
+            let rest: Vec<&[Seg]> = paths[i..j].iter().filter(|p| p.len() > 1).map(|p| &p[1..]).collect();
+            // A keyed element's "." comes first, where the element itself sorts.
+            let mut child = Map::new();
+            if matches!(first, Seg::K(_)) && paths[i..j].iter().any(|p| p.len() == 1) {
+                child.insert(".".into(), json!({}));
+            }
+            child.extend(node(&rest));
+            let key = match first {
                 Seg::F(f) => format!("f:{f}"),
                 Seg::K(k) => format!("k:{k}"),
                 Seg::V(v) => format!("v:{v}"),
             };
-            cur = cur.as_object_mut().expect("object").entry(key).or_insert_with(|| Value::Object(Map::new()));
+            match out.get_mut(&key) {
+                // Not reached for a sorted set; kept so the result never depends on it.
+                Some(Value::Object(m)) => m.extend(child),
+                _ => {
+                    out.insert(key, Value::Object(child));
+                }
+            }
+            i = j;
         }
-        if matches!(path.last(), Some(Seg::K(_))) {
-            cur.as_object_mut().expect("object").entry(".").or_insert_with(|| json!({}));
-        }
+        out
     }
-    root
+    let paths: Vec<&[Seg]> = set.iter().filter(|p| !p.is_empty()).map(Vec::as_slice).collect();
+    Value::Object(node(&paths))
 }
 
 /// The field set a FieldsV1 document describes.
@@ -502,6 +522,40 @@ mod tests {
         assert_eq!(o2["spec"]["containers"], json!([{"name": "app", "image": "a"}]));
         let set = from_fields_v1(&to_fields_v1(&leaves(&a)));
         assert_eq!(set, leaves(&a));
+    }
+
+    /// Built node by node, FieldsV1 reads exactly as when built path by
+    /// path (the order of its keys included).
+    #[test]
+    fn fields_v1_is_built_once_per_node_and_reads_as_path_by_path() {
+        fn path_by_path(set: &FieldSet) -> Value {
+            let mut root = Value::Object(Map::new());
+            for path in set {
+                let mut cur = &mut root;
+                for seg in path {
+                    let key = match seg {
+                        Seg::F(f) => format!("f:{f}"),
+                        Seg::K(k) => format!("k:{k}"),
+                        Seg::V(v) => format!("v:{v}"),
+                    };
+                    cur = cur.as_object_mut().unwrap().entry(key).or_insert_with(|| Value::Object(Map::new()));
+                }
+                if matches!(path.last(), Some(Seg::K(_))) {
+                    cur.as_object_mut().unwrap().entry(".").or_insert_with(|| json!({}));
+                }
+            }
+            root
+        }
+        let d = json!({"metadata": {"labels": {"a": "1", "b": "2"}, "finalizers": ["x", "y"],
+            "ownerReferences": [{"uid": "u1", "kind": "K", "name": "n"}]},
+            "spec": {"replicas": 2, "template": {"spec": {
+                "containers": [{"name": "app", "image": "a", "ports": [{"containerPort": 80, "name": "http"}],
+                    "env": [{"name": "E", "value": "1"}], "volumeMounts": [{"mountPath": "/m", "name": "v"}]},
+                    {"name": "side", "image": "s"}],
+                "volumes": [{"name": "v", "emptyDir": {}}]}}}});
+        let set = leaves(&d);
+        assert_eq!(to_fields_v1(&set).to_string(), path_by_path(&set).to_string());
+        assert_eq!(from_fields_v1(&to_fields_v1(&set)), set);
     }
 
     #[test]
