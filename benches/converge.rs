@@ -198,7 +198,9 @@ async fn run(n: usize) {
     };
     let sample: PinterestService = serde_json::from_value(service(0, "app:0")).unwrap();
     let children = pinfleet::workloads::render::service(&sample, &rctx).unwrap().len();
-    let probe = 400.min(n);
+    // Enough writes to be a rate (1,000 services' children), after a
+    // warm-up that opens the connections and grows the sim's heap.
+    let probe = 1_000.min(n);
     let mut docs = Vec::new();
     for i in 0..probe {
         let mut cr: PinterestService = serde_json::from_value(service(i, &format!("app:{i}"))).unwrap();
@@ -210,29 +212,35 @@ async fn run(n: usize) {
             docs.push(c);
         }
     }
+    let warm_up: Vec<Value> = docs.drain(..docs.len() / 10).collect();
     let writes_probe = docs.len();
-    let started = Instant::now();
-    futures::stream::iter(docs)
-        .map(|c| {
-            let client = client.clone();
-            async move {
-                let av = c["apiVersion"].as_str().unwrap();
-                let (g, v) = av.split_once('/').unwrap_or(("", av));
-                let kind = c["kind"].as_str().unwrap();
-                let plural = match kind {
-                    "Ingress" => "ingresses".to_string(),
-                    "PodDisruptionBudget" => "poddisruptionbudgets".to_string(),
-                    k => format!("{}s", k.to_lowercase()),
-                };
-                let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, kind), &plural);
-                let api: Api<DynamicObject> = Api::namespaced_with(client, "floor", &ar);
-                let name = c["metadata"]["name"].as_str().unwrap().to_string();
-                api.patch(&name, &PatchParams::apply("bench").force(), &Patch::Apply(&c)).await.unwrap();
-            }
-        })
-        .buffer_unordered(64)
-        .collect::<Vec<_>>()
-        .await;
+    let mut started = Instant::now();
+    for (round, docs) in [warm_up, docs].into_iter().enumerate() {
+        if round == 1 {
+            started = Instant::now();
+        }
+        futures::stream::iter(docs)
+            .map(|c| {
+                let client = client.clone();
+                async move {
+                    let av = c["apiVersion"].as_str().unwrap();
+                    let (g, v) = av.split_once('/').unwrap_or(("", av));
+                    let kind = c["kind"].as_str().unwrap();
+                    let plural = match kind {
+                        "Ingress" => "ingresses".to_string(),
+                        "PodDisruptionBudget" => "poddisruptionbudgets".to_string(),
+                        k => format!("{}s", k.to_lowercase()),
+                    };
+                    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, kind), &plural);
+                    let api: Api<DynamicObject> = Api::namespaced_with(client, "floor", &ar);
+                    let name = c["metadata"]["name"].as_str().unwrap().to_string();
+                    api.patch(&name, &PatchParams::apply("bench").force(), &Patch::Apply(&c)).await.unwrap();
+                }
+            })
+            .buffer_unordered(64)
+            .collect::<Vec<_>>()
+            .await;
+    }
     let rate = writes_probe as f64 / started.elapsed().as_secs_f64();
     let needed = n * (children + 1);
     let floor = needed as f64 / rate;

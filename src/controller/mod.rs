@@ -646,9 +646,28 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
                         .and_then(|s| s.get(&ObjectRef::<child::Child>::new_with(child_name, ar.clone()).within(&ns)))
                         .map(|c| c.to_value());
                     let current = cached.as_ref().is_some_and(|c| crate::kube::apply::up_to_date(child, c));
+                    // A child a filled cache does not hold is new: applied
+                    // without reading it first (the apply is the same
+                    // either way; the read only saves a write of what is
+                    // already there, which a filled cache rules out but for
+                    // a write whose event is still on its way).
+                    let filled = store.as_ref().is_some_and(|s| {
+                        futures::FutureExt::now_or_never(s.wait_until_ready()).is_some_and(|r| r.is_ok())
+                    });
                     let key = obj_key(&kind_key, &ns, child_name);
                     let (live, wrote) = match (current, &cached) {
                         (true, Some(c)) => (c.clone(), false),
+                        (_, None) if filled => {
+                            ctx.writing(&key);
+                            let params = PatchParams::apply(MANAGER).force();
+                            match api.patch(child_name, &params, &Patch::Apply(child)).await {
+                                Ok(live) => (serde_json::to_value(&live).unwrap_or_default(), true),
+                                Err(e) => {
+                                    ctx.wrote(key, None);
+                                    return Err(e);
+                                }
+                            }
+                        }
                         _ => {
                             ctx.writing(&key);
                             match crate::kube::apply::apply_if_changed(&api, child_name, child, MANAGER).await {

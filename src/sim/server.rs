@@ -549,7 +549,8 @@ async fn watch(
                     .unwrap_or_default();
                 all.into_iter()
                     .map(|o| {
-                        let ns = o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string();
+                        let ns =
+                            o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string();
                         Event::new(current, super::store::EventType::Added, rt.key(), ns, o)
                     })
                     .filter(|e| matches(e))
