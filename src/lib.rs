@@ -36,7 +36,8 @@
 //!   gateway's service and API ([`gateway::service`], [`gateway::http`]) and
 //!   the web console ([`console`]);
 //! - [`cli`]: one file per command, parsing arguments and calling the above;
-//!   [`output`] shows results and progress;
+//!   [`output`] prints the formats and progress (every domain's text is
+//!   drawn by its [`views`], and a fleet rollout's by [`fleet::text`]);
 //! - [`sim`]: the local Kubernetes API emulator the tests and demos run
 //!   against; nothing outside it (and the commands that start it) imports it.
 
