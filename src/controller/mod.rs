@@ -506,6 +506,8 @@ pub trait Workload:
     fn common(&self) -> &Common;
     fn want(&self) -> i64;
     fn render(&self, ctx: &render::Context) -> Result<Vec<Value>, RenderError>;
+    /// The generation its status last reported done.
+    fn observed(&self) -> Option<i64>;
 }
 
 macro_rules! workload {
@@ -522,6 +524,9 @@ macro_rules! workload {
             }
             fn render(&self, ctx: &render::Context) -> Result<Vec<Value>, RenderError> {
                 $render(self, ctx)
+            }
+            fn observed(&self) -> Option<i64> {
+                self.status.as_ref().and_then(|s| s.observed_generation)
             }
         }
     };
@@ -864,6 +869,12 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
     // reason to reconcile (not its status, which only the controller
     // writes); a new generation starts its latency clock.
     let scope = ctx.namespace.get().cloned();
+    // What changed while this replica stood by and the leader has not
+    // reported done: reconciled first when this replica comes to lead,
+    // before everything else is (a change made as the leader died waits
+    // for its own reconcile, not for every workload's).
+    let waiting: Arc<Mutex<HashMap<String, ObjectRef<K>>>> = Default::default();
+    let w = waiting.clone();
     let workloads: Api<K> = match &scope {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -879,6 +890,15 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
                     let changed = c.changed(&key, o.meta());
                     if changed {
                         c.seen(&key, o.meta().generation.unwrap_or(1));
+                    }
+                    if !c.is_leading() {
+                        let done = o.observed() == Some(o.meta().generation.unwrap_or(1));
+                        let mut w = w.lock().expect("waiting");
+                        if done {
+                            w.remove(&key);
+                        } else if changed {
+                            w.insert(key, ObjectRef::from_obj(&o));
+                        }
                     }
                     changed.then_some(o)
                 }
@@ -904,6 +924,7 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
         let c = ctx.clone();
         let key_kind = kind_key.clone();
         let status_read = status::reads_status(kind);
+        let wait = waiting.clone();
         let api: Api<child::Child> = match &scope {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
             None => Api::all_with(client.clone(), &ar),
@@ -923,6 +944,14 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
                         let key = obj_key(&key_kind, &o.namespace().unwrap_or_default(), &o.name_any());
                         let changed = c.child_changed(&key, &o, status_read);
                         let own = c.is_own(&key, o.meta().resource_version.as_deref());
+                        if changed && !own && !c.is_leading() {
+                            let ns = o.namespace().unwrap_or_default();
+                            for r in o.owner_references().iter().filter(|r| r.kind == K::KIND.name()) {
+                                wait.lock()
+                                    .expect("waiting")
+                                    .insert(obj_key(K::KIND.name(), &ns, &r.name), ObjectRef::new(&r.name).within(&ns));
+                            }
+                        }
                         (changed && !own).then_some(o)
                     }
                     _ => None,
@@ -932,19 +961,52 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
         controller = controller.owns_stream_with(stream, ar);
         ctx.children.write().expect("children").insert(format!("{}/{}", K::KIND.name(), kind_key), store);
     }
-    // Coming to lead reconciles every workload (from the warm caches).
-    let became_leader = futures::stream::unfold(ctx.leading.subscribe(), |mut rx| async move {
-        rx.changed().await.ok()?;
-        let leads = *rx.borrow_and_update();
-        Some((leads, rx))
-    })
-    .filter_map(|leads| futures::future::ready(leads.then_some(())));
+    // Coming to lead reconciles what waits first, then every workload
+    // (from the warm caches: unchanged ones cost no request).
+    let (first_tx, first_rx) = futures::channel::mpsc::unbounded::<ObjectRef<K>>();
+    let (all_tx, all_rx) = futures::channel::mpsc::unbounded::<()>();
+    let c = ctx.clone();
+    let mut leading = ctx.leading.subscribe();
+    let takeover = tokio::spawn(async move {
+        while leading.changed().await.is_ok() {
+            if !*leading.borrow_and_update() {
+                continue;
+            }
+            let first: Vec<ObjectRef<K>> = waiting.lock().expect("waiting").drain().map(|(_, r)| r).collect();
+            let (n, before) = (first.len() as u64, c.reconciles.load(Ordering::Relaxed));
+            for r in first {
+                let _ = first_tx.unbounded_send(r);
+            }
+            // Everything else once those are done (or after a while: the
+            // count is shared by the kinds).
+            let since = tokio::time::Instant::now();
+            while c.reconciles.load(Ordering::Relaxed) < before + n && since.elapsed() < TAKEOVER_FIRST {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let _ = all_tx.unbounded_send(());
+        }
+    });
+    let _stop_takeover = AbortOnDrop(takeover);
     controller
         .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY))
-        .reconcile_all_on(became_leader)
+        .reconcile_on(first_rx)
+        .reconcile_all_on(all_rx)
         .run(reconcile::<K>, error_policy::<K>, ctx)
         .for_each(|_| async {})
         .await;
+}
+
+/// How long a new leader lets what waited go first before reconciling
+/// every workload.
+const TAKEOVER_FIRST: Duration = Duration::from_secs(3);
+
+/// Ends a task when dropped (the takeover watcher ends with its controller).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Starts the watches behind the caches and waits until they are filled.
