@@ -32,6 +32,23 @@ fn alive(pid: u32) -> bool {
         .is_ok_and(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
 }
 
+/// Waits (up to 30 s) until process `pid` has a child running `cmdline`
+/// (NUL-separated as /proc has it).
+fn waiting_on(pid: u32, cmdline: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        if children.split_whitespace().any(|c| {
+            std::fs::read(format!("/proc/{c}/cmdline"))
+                .is_ok_and(|b| String::from_utf8_lossy(&b).trim_end_matches('\0') == cmdline)
+        }) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("process {pid} never ran {cmdline:?}");
+}
+
 fn run(mode: &str) -> (Vec<u32>, Option<i32>) {
     let home = tempfile::tempdir().unwrap();
     let mut child = Command::new("bash")
@@ -54,7 +71,11 @@ fn run(mode: &str) -> (Vec<u32>, Option<i32>) {
         }
         if line == "ready" {
             if mode == "interrupt" {
-                std::thread::sleep(Duration::from_millis(200));
+                // Once the script waits on its foreground command, as a
+                // person's Ctrl-C finds it (a fixed pause could end before
+                // a busy machine had started it, and the signal went to a
+                // script between commands).
+                waiting_on(child.id(), "sleep\060");
                 // SAFETY: signals the child's own process group.
                 unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
             }
