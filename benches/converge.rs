@@ -322,8 +322,11 @@ async fn run(n: usize) {
     while !replicas.iter().any(|r| r.0.load(Ordering::SeqCst)) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Both caches warm before the kill.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Both caches warm before the kill: as long as a fresh controller took
+    // to fill its caches and reconcile everything, and a margin (a fixed
+    // pause left a standby of 20,000 services still listing when the
+    // leader died).
+    tokio::time::sleep(Duration::from_secs_f64(resync) + Duration::from_secs(3)).await;
     let i = replicas.iter().position(|r| r.0.load(Ordering::SeqCst)).unwrap();
     let dead = replicas.remove(i);
     dead.1.abort();
