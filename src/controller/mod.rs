@@ -350,13 +350,9 @@ impl Ctx {
     /// Whether a child's watch event changes anything the workload reads:
     /// its content, and its status only where the workload's status reads it
     /// (a PodDisruptionBudget's counts or a Service's load balancer do not).
-    /// Whether a child has been seen before (its first sighting, in a
-    /// cache's initial list, is no change of anyone's).
-    fn child_known(&self, key: &str) -> bool {
-        self.child_hashes.lock().expect("child hashes").contains_key(key)
-    }
-
-    fn child_changed(&self, key: &str, o: &child::Child, status_read: bool) -> bool {
+    /// A first sighting (a cache's initial list, or a child new since) is
+    /// told apart from a change to a child seen before.
+    fn child_changed(&self, key: &str, o: &child::Child, status_read: bool) -> Sighting {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         let mut meta = o.metadata.clone();
@@ -368,7 +364,11 @@ impl Ctx {
             o.status.as_ref().map(Value::to_string).hash(&mut h);
         }
         let h = h.finish();
-        self.child_hashes.lock().expect("child hashes").insert(key.to_string(), h) != Some(h)
+        match self.child_hashes.lock().expect("child hashes").insert(key.to_string(), h) {
+            None => Sighting::First,
+            Some(before) if before != h => Sighting::Changed,
+            Some(_) => Sighting::Same,
+        }
     }
 
     /// Counts one write for a workload in `ns`.
@@ -948,15 +948,15 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
                     watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
                         c.index_child(kind, &o, true);
                         let key = obj_key(&key_kind, &o.namespace().unwrap_or_default(), &o.name_any());
-                        let known = c.child_known(&key);
-                        let changed = c.child_changed(&key, &o, status_read);
+                        let sighting = c.child_changed(&key, &o, status_read);
+                        let changed = sighting != Sighting::Same;
                         let own = c.is_own(&key, o.meta().resource_version.as_deref());
                         // A child first seen (a standby's initial list) is
                         // no reason for its owner to go first: counted so,
                         // every owner whose children listed after it waited
                         // first, and at 20,000 services the change made as
                         // the leader died queued behind thousands.
-                        if changed && known && !own && !c.is_leading() {
+                        if sighting == Sighting::Changed && !own && !c.is_leading() {
                             let ns = o.namespace().unwrap_or_default();
                             for r in o.owner_references().iter().filter(|r| r.kind == K::KIND.name()) {
                                 wait.lock()
@@ -1006,6 +1006,14 @@ async fn run_one<K: Workload>(ctx: Arc<Ctx>) {
         .run(reconcile::<K>, error_policy::<K>, ctx)
         .for_each(|_| async {})
         .await;
+}
+
+/// What a child's watch event is, against what was seen of it before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sighting {
+    First,
+    Changed,
+    Same,
 }
 
 /// How long a new leader lets what waited go first before reconciling
