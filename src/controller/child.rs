@@ -19,8 +19,9 @@ use std::borrow::Cow;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{ApiResource, DynamicResourceScope, TypeMeta};
 use kube::Resource;
-use serde::de::Error as _;
+use serde::de::{Error as _, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 #[derive(Debug, Clone)]
@@ -55,21 +56,75 @@ impl Child {
 }
 
 impl<'de> Deserialize<'de> for Child {
+    /// Read in one pass over the object: metadata typed (its managed fields
+    /// skipped, never built: the caches drop them), status as JSON, and
+    /// every other field kept as the text it arrived in, not parsed into a
+    /// tree and written out again.
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut m = Map::<String, Value>::deserialize(d)?;
-        let api_version = m.remove("apiVersion").and_then(|v| v.as_str().map(str::to_string));
-        let kind = m.remove("kind").and_then(|v| v.as_str().map(str::to_string));
-        let types = match (api_version, kind) {
-            (Some(api_version), Some(kind)) => Some(TypeMeta { api_version, kind }),
-            _ => None,
-        };
-        let metadata: ObjectMeta = match m.remove("metadata") {
-            Some(v) => serde_json::from_value(v).map_err(D::Error::custom)?,
-            None => return Err(D::Error::missing_field("metadata")),
-        };
-        let status = m.remove("status").filter(|s| !s.is_null());
-        let body = serde_json::to_string(&m).map_err(D::Error::custom)?.into_boxed_str();
-        Ok(Child { types, metadata, status, body })
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = Child;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a Kubernetes object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Child, A::Error> {
+                let (mut api_version, mut kind, mut metadata, mut status) = (None, None, None, None);
+                let mut body = String::from("{");
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "apiVersion" => api_version = map.next_value::<Value>()?.as_str().map(str::to_string),
+                        "kind" => kind = map.next_value::<Value>()?.as_str().map(str::to_string),
+                        "metadata" => metadata = Some(map.next_value::<Unmanaged>()?.0),
+                        "status" => status = Some(map.next_value::<Value>()?).filter(|s| !s.is_null()),
+                        _ => {
+                            let raw: Box<RawValue> = map.next_value()?;
+                            if body.len() > 1 {
+                                body.push(',');
+                            }
+                            body.push_str(&serde_json::to_string(&key).map_err(A::Error::custom)?);
+                            body.push(':');
+                            body.push_str(raw.get());
+                        }
+                    }
+                }
+                body.push('}');
+                let types = match (api_version, kind) {
+                    (Some(api_version), Some(kind)) => Some(TypeMeta { api_version, kind }),
+                    _ => None,
+                };
+                let metadata = metadata.ok_or_else(|| A::Error::missing_field("metadata"))?;
+                Ok(Child { types, metadata, status, body: body.into_boxed_str() })
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+/// ObjectMeta without its managed fields: they are passed over as they are
+/// read, not built and then dropped.
+struct Unmanaged(ObjectMeta);
+
+impl<'de> Deserialize<'de> for Unmanaged {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = Unmanaged;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object's metadata")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unmanaged, A::Error> {
+                let mut m = Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "managedFields" {
+                        map.next_value::<IgnoredAny>()?;
+                    } else {
+                        m.insert(key, map.next_value::<Value>()?);
+                    }
+                }
+                serde_json::from_value(Value::Object(m)).map(Unmanaged).map_err(A::Error::custom)
+            }
+        }
+        d.deserialize_map(Fields)
     }
 }
 
@@ -127,5 +182,14 @@ mod tests {
         assert_eq!((c.types.is_none(), c.status.is_none()), (true, true));
         assert_eq!(c.to_value(), item);
         assert!(serde_json::from_value::<Child>(json!({"spec": {}})).is_err(), "no metadata: refused");
+        // From the text a watch sends: managed fields passed over, the rest
+        // of the body kept as it came.
+        let text = r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"s","managedFields":[{"manager":"m","operation":"Apply","fieldsV1":{"f:spec":{}}}],"resourceVersion":"7"},"spec":{"ports":[{"port":80}],"type":"ClusterIP"},"status":null}"#;
+        let c: Child = serde_json::from_str(text).unwrap();
+        assert_eq!(c.metadata.managed_fields, None);
+        assert_eq!(c.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(c.body(), r#"{"spec":{"ports":[{"port":80}],"type":"ClusterIP"}}"#);
+        assert_eq!(c.status, None);
+        assert!(serde_json::from_str::<Child>(r#"{"metadata":{"name":7}}"#).is_err(), "a mistyped name: refused");
     }
 }

@@ -229,6 +229,100 @@ pub fn to_fields_v1(set: &FieldSet) -> Value {
     Value::Object(node(&paths))
 }
 
+/// FieldsV1 for every leaf of `v`: what `to_fields_v1(&leaves(v))` gives,
+/// built in one walk of the object, without the set of paths between (an
+/// apply records the applied configuration's fields on every write).
+pub fn fields_v1_of(v: &Value) -> Value {
+    /// The children of the node at `v` (None: `v` is a leaf).
+    fn node(v: &Value, field: Option<&str>, root: bool, under_metadata: bool) -> Option<Map<String, Value>> {
+        let mut entries: Vec<(String, Value)> = Vec::new();
+        match v {
+            Value::Object(m) if !m.is_empty() => {
+                for (k, child) in m {
+                    // The root's apiVersion and kind are the server's (when leaves).
+                    let typemeta = root && (k == "apiVersion" || k == "kind");
+                    if under_metadata
+                        && matches!(
+                            k.as_str(),
+                            "name"
+                                | "namespace"
+                                | "uid"
+                                | "resourceVersion"
+                                | "generation"
+                                | "creationTimestamp"
+                                | "managedFields"
+                                | "deletionTimestamp"
+                                | "deletionGracePeriodSeconds"
+                                | "selfLink"
+                        )
+                    {
+                        continue;
+                    }
+                    let entry = match node(child, Some(k), false, root && k == "metadata") {
+                        None if typemeta => continue,
+                        None => Map::new(),
+                        // A field whose every leaf is the server's is not the manager's.
+                        Some(c) if c.is_empty() => continue,
+                        Some(c) => c,
+                    };
+                    entries.push((format!("f:{k}"), Value::Object(entry)));
+                }
+            }
+            Value::Array(items) => match list_kind(field, items) {
+                ListKind::Map(keys) => {
+                    if items.is_empty() {
+                        return None;
+                    }
+                    for item in items {
+                        let mut element = Map::new();
+                        element.insert(".".into(), Value::Object(Map::new()));
+                        if let Some(children) = node(item, None, false, false) {
+                            element.extend(children);
+                        }
+                        entries.push((format!("k:{}", key_of(item, &keys)), Value::Object(element)));
+                    }
+                }
+                ListKind::Set => {
+                    for item in items {
+                        entries.push((format!("v:{item}"), Value::Object(Map::new())));
+                    }
+                }
+                ListKind::Atomic => return None,
+            },
+            _ => return None,
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut out = Map::new();
+        for (k, v) in entries {
+            match out.get_mut(&k) {
+                // Two list elements with one key: their fields are one set.
+                Some(existing) => union(existing, v),
+                None => {
+                    out.insert(k, v);
+                }
+            }
+        }
+        Some(out)
+    }
+    /// The union of two FieldsV1 nodes, keys in order.
+    fn union(into: &mut Value, from: Value) {
+        let (Value::Object(a), Value::Object(b)) = (into, from) else { return };
+        for (k, v) in b {
+            match a.get_mut(&k) {
+                Some(existing) => union(existing, v),
+                None => {
+                    a.insert(k, v);
+                }
+            }
+        }
+        let mut sorted: Vec<(String, Value)> = std::mem::take(a).into_iter().collect();
+        // "." first, where a keyed element itself sorts.
+        sorted.sort_by(|x, y| (x.0 != ".", &x.0).cmp(&(y.0 != ".", &y.0)));
+        a.extend(sorted);
+    }
+    Value::Object(node(v, None, true, false).unwrap_or_default())
+}
+
 /// The field set a FieldsV1 document describes.
 pub fn from_fields_v1(v: &Value) -> FieldSet {
     let mut out = FieldSet::new();
@@ -297,7 +391,10 @@ pub fn read_managed(obj: &Value) -> Vec<Managed> {
 pub fn write_managed(obj: &mut Value, managed: &[Managed]) {
     let entries: Vec<Value> = managed
         .iter()
-        .filter(|m| !m.fields.is_empty())
+        .filter(|m| match &m.raw {
+            Some(raw) => raw.as_object().is_some_and(|o| !o.is_empty()),
+            None => !m.fields.is_empty(),
+        })
         .map(|m| {
             json!({
                 "manager": m.manager, "operation": m.operation, "apiVersion": m.api_version,
@@ -376,7 +473,10 @@ pub fn apply(
     force: bool,
     now: &str,
 ) -> Result<Value, Vec<Conflict>> {
-    let applied_fields = leaves(applied);
+    // The applied configuration's FieldsV1, made from it directly; its set
+    // of paths is needed only where there are fields already (a create has none).
+    let raw = fields_v1_of(applied);
+    let applied_fields = if live.is_some() { leaves(applied) } else { FieldSet::new() };
     let mut managed = live.map(read_managed).unwrap_or_default();
     let mut obj = live.cloned().unwrap_or_else(|| json!({}));
     let mut conflicts = Vec::new();
@@ -435,7 +535,7 @@ pub fn apply(
         api_version: api_version.into(),
         time: now.into(),
         fields: applied_fields,
-        raw: None,
+        raw: Some(raw),
     });
     write_managed(&mut obj, &managed);
     Ok(obj)
@@ -556,6 +656,71 @@ mod tests {
         let set = leaves(&d);
         assert_eq!(to_fields_v1(&set).to_string(), path_by_path(&set).to_string());
         assert_eq!(from_fields_v1(&to_fields_v1(&set)), set);
+    }
+
+    /// FieldsV1 made in one walk of an object is what its set of leaf
+    /// paths gives, for any object: keyed lists (with repeated keys), sets,
+    /// atomic lists, empty objects and the server's own metadata.
+    #[test]
+    fn fields_v1_of_an_object_is_its_leaves_fields_v1() {
+        use proptest::prelude::*;
+        fn value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::from),
+                (0i64..5).prop_map(Value::from),
+                "[a-c]{0,2}".prop_map(Value::from),
+            ];
+            let names = prop_oneof![
+                Just("name"), Just("image"), Just("containers"), Just("ports"), Just("port"),
+                Just("containerPort"), Just("finalizers"), Just("env"), Just("conditions"), Just("type"),
+                Just("volumeMounts"), Just("mountPath"), Just("labels"), Just("spec"), Just("x")
+            ];
+            leaf.prop_recursive(4, 48, 5, move |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                    prop::collection::vec((names.clone(), inner), 0..5)
+                        .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
+                ]
+            })
+        }
+        let top = prop::collection::vec(
+            (
+                prop_oneof![
+                    Just("apiVersion"), Just("kind"), Just("metadata"), Just("spec"), Just("status"),
+                    Just("data")
+                ],
+                value(),
+            ),
+            0..5,
+        )
+        .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect()));
+        let meta = prop::collection::vec(
+            (
+                prop_oneof![
+                    Just("name"), Just("namespace"), Just("uid"), Just("labels"), Just("finalizers"),
+                    Just("ownerReferences"), Just("managedFields"), Just("annotations")
+                ],
+                value(),
+            ),
+            0..4,
+        );
+        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config::with_cases(2000));
+        runner
+            .run(&(top, meta), |(mut v, meta)| {
+                v["metadata"] = Value::Object(meta.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+                prop_assert_eq!(fields_v1_of(&v).to_string(), to_fields_v1(&leaves(&v)).to_string(), "{}", v);
+                Ok(())
+            })
+            .unwrap();
+        // A Deployment as the workload controller applies one.
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "w", "namespace": "n", "labels": {"a": "1"}, "finalizers": [],
+                "ownerReferences": [{"uid": "u", "kind": "K", "name": "n", "controller": true}]},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"a": "1"}}, "template": {"metadata": {}, "spec": {
+                "containers": [{"name": "app", "image": "a", "ports": [{"containerPort": 80}], "env": [],
+                    "args": ["x", "y"]}, {"name": "app", "resources": {}}]}}}});
+        assert_eq!(fields_v1_of(&d), to_fields_v1(&leaves(&d)));
     }
 
     #[test]

@@ -36,6 +36,38 @@ fn join(path: &str, key: &str) -> String {
 
 /// Applies schema defaults, prunes unknown fields and collects violations.
 pub fn check(schema: &Value, v: &mut Value, path: &str, errors: &mut Vec<String>) {
+    check_at(schema, v, path, errors, false)
+}
+
+/// A schema's `pattern`, compiled once per thread rather than at every
+/// value it checks (a CRD's patterns are few; its writes are many).
+fn pattern_matches(p: &str, s: &str) -> Option<bool> {
+    thread_local! {
+        static COMPILED: std::cell::RefCell<std::collections::HashMap<String, Option<regex_lite::Regex>>> =
+            Default::default();
+    }
+    COMPILED.with(|c| {
+        let mut c = c.borrow_mut();
+        if !c.contains_key(p) {
+            if c.len() > 4096 {
+                c.clear();
+            }
+            c.insert(p.to_string(), regex_lite::Regex::new(p).ok());
+        }
+        c.get(p).and_then(|re| re.as_ref().map(|re| re.is_match(s)))
+    })
+}
+
+/// The fields of a custom resource the server owns: the schema's entries
+/// for them are neither defaulted, required nor walked.
+fn server_owned(k: &str) -> bool {
+    matches!(k, "metadata" | "apiVersion" | "kind")
+}
+
+/// [`check`]; at the root of a custom resource (`root`), the server-owned
+/// fields' schema entries are passed over, as if removed from the schema
+/// (which is not copied for it).
+fn check_at(schema: &Value, v: &mut Value, path: &str, errors: &mut Vec<String>, root: bool) {
     let preserve = schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true);
     let nullable = schema.get("nullable").and_then(Value::as_bool) == Some(true);
     if v.is_null() && nullable {
@@ -70,7 +102,7 @@ pub fn check(schema: &Value, v: &mut Value, path: &str, errors: &mut Vec<String>
         Value::Object(obj) => {
             let props = schema.get("properties").and_then(Value::as_object);
             if let Some(props) = props {
-                for (k, sub) in props {
+                for (k, sub) in props.iter().filter(|(k, _)| !(root && server_owned(k))) {
                     if !obj.contains_key(k) {
                         if let Some(d) = sub.get("default") {
                             obj.insert(k.clone(), d.clone());
@@ -79,7 +111,7 @@ pub fn check(schema: &Value, v: &mut Value, path: &str, errors: &mut Vec<String>
                 }
             }
             if let Some(required) = schema.get("required").and_then(Value::as_array) {
-                for r in required.iter().filter_map(Value::as_str) {
+                for r in required.iter().filter_map(Value::as_str).filter(|r| !(root && server_owned(r))) {
                     if !obj.contains_key(r) {
                         errors.push(format!("{}: Required value", join(path, r)));
                     }
@@ -89,7 +121,7 @@ pub fn check(schema: &Value, v: &mut Value, path: &str, errors: &mut Vec<String>
             let keys: Vec<String> = obj.keys().cloned().collect();
             for k in keys {
                 let child = join(path, &k);
-                match (props.and_then(|p| p.get(&k)), additional) {
+                match (props.and_then(|p| p.get(&k)).filter(|_| !(root && server_owned(&k))), additional) {
                     (Some(sub), _) => check(sub, obj.get_mut(&k).expect("key"), &child, errors),
                     (None, Some(sub)) if sub.is_object() => check(sub, obj.get_mut(&k).expect("key"), &child, errors),
                     (None, Some(Value::Bool(true))) => {}
@@ -133,10 +165,8 @@ pub fn check(schema: &Value, v: &mut Value, path: &str, errors: &mut Vec<String>
                 errors.push(format!("{path}: Too long: may not be more than {max} bytes"));
             }
             if let Some(p) = schema.get("pattern").and_then(Value::as_str) {
-                if let Ok(re) = regex_lite::Regex::new(p) {
-                    if !re.is_match(s) {
-                        errors.push(format!("{path}: Invalid value: {s:?}: {path} in body should match '{p}'"));
-                    }
+                if pattern_matches(p, s) == Some(false) {
+                    errors.push(format!("{path}: Invalid value: {s:?}: {path} in body should match '{p}'"));
                 }
             }
         }
@@ -160,33 +190,38 @@ pub fn check(schema: &Value, v: &mut Value, path: &str, errors: &mut Vec<String>
 /// Checks a whole custom resource (metadata, apiVersion and kind are the
 /// server's); returns the defaulted, pruned object or the messages.
 pub fn validate(schema: &Value, obj: &Value) -> Result<Value, Vec<String>> {
-    let mut out = obj.clone();
-    let mut body = Map::new();
-    if let Some(o) = obj.as_object() {
-        for (k, v) in o {
-            if !matches!(k.as_str(), "metadata" | "apiVersion" | "kind") {
-                body.insert(k.clone(), v.clone());
-            }
+    validate_owned(schema, obj.clone())
+}
+
+/// [`validate`] of an object the caller gives up (the store's writes): no
+/// copy of it, nor of the schema, is made.
+pub fn validate_owned(schema: &Value, obj: Value) -> Result<Value, Vec<String>> {
+    let Value::Object(whole) = obj else {
+        let mut body = Value::Object(Map::new());
+        let mut errors = Vec::new();
+        check_at(schema, &mut body, "", &mut errors, true);
+        errors.sort();
+        return if errors.is_empty() { Ok(obj) } else { Err(errors) };
+    };
+    let (mut out, mut body) = (Map::new(), Map::new());
+    for (k, v) in whole {
+        if server_owned(&k) {
+            out.insert(k, v);
+        } else {
+            body.insert(k, v);
         }
     }
     let mut body = Value::Object(body);
-    let mut top = schema.clone();
-    if let Some(props) = top.get_mut("properties").and_then(Value::as_object_mut) {
-        props.remove("metadata");
-        props.remove("apiVersion");
-        props.remove("kind");
-    }
     let mut errors = Vec::new();
-    check(&top, &mut body, "", &mut errors);
+    check_at(schema, &mut body, "", &mut errors, true);
     errors.sort();
     if !errors.is_empty() {
         return Err(errors);
     }
-    if let (Some(o), Value::Object(b)) = (out.as_object_mut(), body) {
-        o.retain(|k, _| matches!(k.as_str(), "metadata" | "apiVersion" | "kind"));
-        o.extend(b);
+    if let Value::Object(b) = body {
+        out.extend(b);
     }
-    Ok(out)
+    Ok(Value::Object(out))
 }
 
 /// Evaluates the schema's `x-kubernetes-validations` CEL rules (transition

@@ -400,7 +400,13 @@ pub async fn handle(
         Some(_) => return not_found_path(&path),
     };
     let mut inner = shared.lock().expect("store lock");
-    let result: R<(u16, Value)> = (|| match (&method, t.name.as_deref()) {
+    // A write answers with the stored object; its event's text is the
+    // answer's (serialized once, for the response and every watcher).
+    let stored = |inner: &Inner, code: u16, o: std::sync::Arc<Value>| match inner.event_of(&o) {
+        Some(ev) => Answer::Text(code, ev.object_json()),
+        None => Answer::Value(code, std::sync::Arc::unwrap_or_clone(o)),
+    };
+    let result: R<Answer> = (|| match (&method, t.name.as_deref()) {
         (&Method::GET, None) => {
             let (l, f) = selectors(&q)?;
             let limit = q.get("limit").and_then(|l| l.parse().ok());
@@ -414,7 +420,7 @@ pub async fn handle(
                 q.get("continue").map(String::as_str).filter(|c| !c.is_empty()),
             )?;
             if as_table {
-                return Ok((
+                return Ok(Answer::Value(
                     200,
                     super::table::table(&rt, &r.items, &r.resource_version.to_string(), r.continue_token.as_deref()),
                 ));
@@ -426,31 +432,37 @@ pub async fn handle(
             if let Some(n) = r.remaining {
                 metadata["remainingItemCount"] = json!(n);
             }
-            Ok((
+            Ok(Answer::Value(
                 200,
                 json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": metadata, "items": r.items}),
             ))
         }
         (&Method::GET, Some(name)) => match sub {
-            Sub::Scale => Ok((200, inner.get_scale(&rt, &ns, name)?)),
+            Sub::Scale => Ok(Answer::Value(200, inner.get_scale(&rt, &ns, name)?)),
             _ if as_table => {
                 let o = inner.get(&rt, &ns, name)?;
                 let rv = o.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default().to_string();
-                Ok((200, super::table::table(&rt, &[o], &rv, None)))
+                Ok(Answer::Value(200, super::table::table(&rt, &[o], &rv, None)))
             }
-            _ => Ok((200, inner.get(&rt, &ns, name)?)),
+            _ => Ok(Answer::Value(200, inner.get(&rt, &ns, name)?)),
         },
-        (&Method::POST, None) => Ok((201, inner.create(&rt, &ns, body, &mgr, dry_run)?)),
-        (&Method::POST, Some(name)) if t.sub.as_deref() == Some("eviction") => Ok((201, inner.evict(&ns, name)?)),
+        (&Method::POST, None) => {
+            let out = inner.create_shared(&rt, &ns, body, &mgr, dry_run)?;
+            Ok(stored(&inner, 201, out))
+        }
+        (&Method::POST, Some(name)) if t.sub.as_deref() == Some("eviction") => Ok(Answer::Value(201, inner.evict(&ns, name)?)),
         (&Method::PUT, Some(name)) => match sub {
-            Sub::Scale => Ok((200, inner.update_scale(&rt, &ns, name, &body, &mgr)?)),
-            s => Ok((200, inner.update(&rt, &ns, name, body, &mgr, s, dry_run)?)),
+            Sub::Scale => Ok(Answer::Value(200, inner.update_scale(&rt, &ns, name, &body, &mgr)?)),
+            s => {
+                let out = inner.update_shared(&rt, &ns, name, body, &mgr, s, dry_run)?;
+                Ok(stored(&inner, 200, out))
+            }
         },
         (&Method::PATCH, Some(name)) => {
             let force = q.get("force").is_some_and(|f| f == "true");
-            let exists = inner.get(&rt, &ns, name).is_ok();
-            let out = inner.patch(&rt, &ns, name, &content_type, &body, &mgr, force, sub, dry_run)?;
-            Ok((if exists { 200 } else { 201 }, out))
+            let exists = inner.contains(&rt, &ns, name);
+            let out = inner.patch_shared(&rt, &ns, name, &content_type, &body, &mgr, force, sub, dry_run)?;
+            Ok(stored(&inner, if exists { 200 } else { 201 }, out))
         }
         (&Method::DELETE, Some(name)) => {
             let policy = q
@@ -465,7 +477,7 @@ pub async fn handle(
             };
             let precondition =
                 body.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
-            Ok((200, inner.delete(&rt, &ns, name, propagation, precondition.as_deref(), dry_run)?))
+            Ok(Answer::Value(200, inner.delete(&rt, &ns, name, propagation, precondition.as_deref(), dry_run)?))
         }
         (&Method::DELETE, None) => {
             let (l, f) = selectors(&q)?;
@@ -477,7 +489,7 @@ pub async fn handle(
                 let ins = it.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string();
                 deleted.push(inner.delete(&rt, &ins, &name, Propagation::Background, None, dry_run)?);
             }
-            Ok((
+            Ok(Answer::Value(
                 200,
                 json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": {}, "items": deleted}),
             ))
@@ -486,10 +498,24 @@ pub async fn handle(
     })();
     drop(inner);
     match result {
-        Ok((code, v)) => json_response(code, &v),
+        Ok(Answer::Value(code, v)) => json_response(code, &v),
+        Ok(Answer::Text(code, text)) => {
+            let mut r = (StatusCode::from_u16(code).unwrap_or(StatusCode::OK), text).into_response();
+            r.headers_mut().insert("content-type", "application/json".parse().expect("header"));
+            r
+        }
         Err(e) => err(e),
     }
 }
+
+/// A resource request's answer: a value to serialize, or an object's
+/// JSON text already made (a write's, by its event).
+enum Answer {
+    Value(u16, Value),
+    Text(u16, Bytes),
+}
+
+
 
 fn event_json(ev: &Event, table: Option<&ResourceType>) -> Bytes {
     let Some(rt) = table else { return ev.line() };

@@ -77,26 +77,48 @@ pub struct Event {
     /// (group, plural)
     pub key: (String, String),
     pub namespace: String,
-    pub object: Value,
+    pub object: Arc<Value>,
     /// The event as a watch sends it, serialized once for every watcher.
     pub line: std::sync::OnceLock<bytes::Bytes>,
 }
 
 impl Event {
-    pub fn new(rv: u64, kind: EventType, key: (String, String), namespace: String, object: Value) -> Self {
-        Event { rv, kind, key, namespace, object, line: Default::default() }
+    pub fn new(
+        rv: u64,
+        kind: EventType,
+        key: (String, String),
+        namespace: String,
+        object: impl Into<Arc<Value>>,
+    ) -> Self {
+        Event { rv, kind, key, namespace, object: object.into(), line: Default::default() }
     }
 
     /// `{"type": …, "object": …}` and a newline, as a watch streams it.
     pub fn line(&self) -> bytes::Bytes {
         self.line
             .get_or_init(|| {
-                let mut line = format!("{{\"type\":\"{}\",\"object\":", self.kind.as_str());
-                line.push_str(&self.object.to_string());
-                line.push_str("}\n");
+                let mut line = Vec::with_capacity(1024);
+                line.extend_from_slice(self.prefix().as_bytes());
+                serde_json::to_writer(&mut line, &*self.object).expect("a JSON value serializes");
+                line.extend_from_slice(b"}\n");
                 bytes::Bytes::from(line)
             })
             .clone()
+    }
+
+    fn prefix(&self) -> &'static str {
+        match self.kind {
+            EventType::Added => "{\"type\":\"ADDED\",\"object\":",
+            EventType::Modified => "{\"type\":\"MODIFIED\",\"object\":",
+            EventType::Deleted => "{\"type\":\"DELETED\",\"object\":",
+        }
+    }
+
+    /// The object alone as JSON: a part of [`Event::line`], not a second
+    /// serialization (the write's response is the same text its watchers get).
+    pub fn object_json(&self) -> bytes::Bytes {
+        let line = self.line();
+        line.slice(self.prefix().len()..line.len() - 2)
     }
 }
 
@@ -104,13 +126,16 @@ type ObjKey = (String, String, String, String); // group, plural, namespace, nam
 
 pub struct Inner {
     pub registry: Registry,
-    objects: BTreeMap<ObjKey, Value>,
+    /// Shared with the events that carry them: a write copies nothing.
+    objects: BTreeMap<ObjKey, Arc<Value>>,
     rv: u64,
     log: VecDeque<Arc<Event>>,
     /// The resourceVersion before the oldest logged event.
     compacted: u64,
     log_capacity: usize,
     pub events: broadcast::Sender<Arc<Event>>,
+    /// The newest event: a write's response is served from its text.
+    last_event: Option<Arc<Event>>,
     /// The control plane's stacked etcd (kubeadm machines only).
     pub etcd: super::etcd::Etcd,
     /// The Kubernetes version the sim answers as (`/version`, the rules and
@@ -207,6 +232,7 @@ impl Inner {
             compacted: 0,
             log_capacity: EVENT_LOG,
             events,
+            last_event: None,
             etcd: Default::default(),
             kubernetes: crate::rollout::versions::Version::parse(crate::spec::versions::DEFAULT)
                 .expect("the default version parses"),
@@ -231,7 +257,7 @@ impl Inner {
     /// version's schema (a no-op for types without one).
     fn enforce_schema(t: &ResourceType, name: &str, obj: Value, old: Option<&Value>) -> R<Value> {
         let Some(schema) = &t.schema else { return Ok(obj) };
-        super::schema::validate(&schema.json, &obj)
+        super::schema::validate_owned(&schema.json, obj)
             .and_then(|out| super::schema::validate_cel(schema, &out, old).map(|()| out))
             .map_err(|errors| invalid_all(&t.kind, &t.group, name, &errors))
     }
@@ -320,8 +346,9 @@ impl Inner {
         self.rv
     }
 
-    fn emit(&mut self, kind: EventType, t: &ResourceType, ns: &str, object: Value) {
+    fn emit(&mut self, kind: EventType, t: &ResourceType, ns: &str, object: impl Into<Arc<Value>>) {
         let ev = Arc::new(Event::new(self.rv, kind, t.key(), ns.to_string(), object));
+        self.last_event = Some(ev.clone());
         self.log.push_back(ev.clone());
         while self.log.len() > self.log_capacity {
             if let Some(old) = self.log.pop_front() {
@@ -358,7 +385,18 @@ impl Inner {
         self.objects
             .range(start..)
             .take_while(move |((g, p, n, _), _)| *g == group && *p == plural && ns.is_none_or(|ns| ns == n))
-            .map(|(_, o)| o)
+            .map(|(_, o)| &**o)
+    }
+
+    /// Whether the object is stored (no copy of it made).
+    pub fn contains(&self, t: &ResourceType, ns: &str, name: &str) -> bool {
+        self.objects.contains_key(&Self::key(t, ns, name))
+    }
+
+    /// The newest event, when it carries exactly `object` (the same
+    /// allocation): the write that returned it answers with its text.
+    pub fn event_of(&self, object: &Arc<Value>) -> Option<Arc<Event>> {
+        self.last_event.as_ref().filter(|e| Arc::ptr_eq(&e.object, object)).cloned()
     }
 
     pub fn get(&self, t: &ResourceType, ns: &str, name: &str) -> R<Value> {
@@ -430,7 +468,20 @@ impl Inner {
     }
 
     /// Creates an object. `manager` owns all its fields (operation Update).
-    pub fn create(&mut self, t: &ResourceType, ns: &str, mut obj: Value, manager: &str, dry_run: bool) -> R<Value> {
+    pub fn create(&mut self, t: &ResourceType, ns: &str, obj: Value, manager: &str, dry_run: bool) -> R<Value> {
+        self.create_shared(t, ns, obj, manager, dry_run).map(Arc::unwrap_or_clone)
+    }
+
+    /// [`Inner::create`], answering with the stored object itself (shared,
+    /// not copied: the server answers from its event's text).
+    pub fn create_shared(
+        &mut self,
+        t: &ResourceType,
+        ns: &str,
+        mut obj: Value,
+        manager: &str,
+        dry_run: bool,
+    ) -> R<Arc<Value>> {
         if !obj.is_object() {
             return Err(ApiError::new(400, "BadRequest", "the body must be an object"));
         }
@@ -503,10 +554,11 @@ impl Inner {
             fields::record_update(None, &mut obj, manager, &t.api_version(), &now);
         }
         if dry_run {
-            return Ok(obj);
+            return Ok(Arc::new(obj));
         }
         self.rv += 1;
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
+        let obj = Arc::new(obj);
         self.objects.insert(key, obj.clone());
         self.emit(EventType::Added, t, ns, obj.clone());
         self.after_change(t, ns, &obj);
@@ -524,8 +576,23 @@ impl Inner {
         sub: Sub,
         dry_run: bool,
     ) -> R<Value> {
+        self.update_shared(t, ns, name, obj, manager, sub, dry_run).map(Arc::unwrap_or_clone)
+    }
+
+    /// [`Inner::update`], answering with the stored object itself.
+    #[allow(clippy::too_many_arguments)]
+    pub fn update_shared(
+        &mut self,
+        t: &ResourceType,
+        ns: &str,
+        name: &str,
+        obj: Value,
+        manager: &str,
+        sub: Sub,
+        dry_run: bool,
+    ) -> R<Arc<Value>> {
         let key = Self::key(t, ns, name);
-        let Some(old) = self.objects.get(&key).cloned() else { return Err(ApiError::not_found(t, name)) };
+        let Some(old) = self.objects.get(&key).map(|o| Value::clone(o)) else { return Err(ApiError::not_found(t, name)) };
         if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|r| !r.is_empty()) {
             if Some(rv) != meta_str(&old, "resourceVersion") {
                 return Err(conflict(t, name));
@@ -558,7 +625,7 @@ impl Inner {
         manager: &str,
         dry_run: bool,
         applied: bool,
-    ) -> R<Value> {
+    ) -> R<Arc<Value>> {
         {
             let old_meta = meta(&old).clone();
             let m = meta_mut(&mut obj);
@@ -595,20 +662,22 @@ impl Inner {
         }
         if unchanged(&old, &obj) {
             // A no-op write does not move the resourceVersion.
-            return Ok(old);
+            return Ok(Arc::new(old));
         }
         if dry_run {
-            return Ok(obj);
+            return Ok(Arc::new(obj));
         }
         self.rv += 1;
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
         let key = Self::key(t, ns, name);
         if meta(&obj).contains_key("deletionTimestamp") && finalizers(&obj).is_empty() {
             self.objects.remove(&key);
+            let obj = Arc::new(obj);
             self.emit(EventType::Deleted, t, ns, obj.clone());
             self.after_delete(t, ns, &obj);
             return Ok(obj);
         }
+        let obj = Arc::new(obj);
         self.objects.insert(key, obj.clone());
         self.emit(EventType::Modified, t, ns, obj.clone());
         self.after_change(t, ns, &obj);
@@ -629,8 +698,25 @@ impl Inner {
         sub: Sub,
         dry_run: bool,
     ) -> R<Value> {
+        self.patch_shared(t, ns, name, content_type, body, manager, force, sub, dry_run).map(Arc::unwrap_or_clone)
+    }
+
+    /// [`Inner::patch`], answering with the stored object itself.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch_shared(
+        &mut self,
+        t: &ResourceType,
+        ns: &str,
+        name: &str,
+        content_type: &str,
+        body: &Value,
+        manager: &str,
+        force: bool,
+        sub: Sub,
+        dry_run: bool,
+    ) -> R<Arc<Value>> {
         let key = Self::key(t, ns, name);
-        let existing = self.objects.get(&key).cloned();
+        let existing = self.objects.get(&key).map(|o| Value::clone(o));
         if content_type.starts_with("application/apply-patch") {
             return self.apply(t, ns, name, existing, body, manager, force, sub, dry_run);
         }
@@ -644,7 +730,7 @@ impl Inner {
                 set_path(&mut new, &scale.spec_replicas, r.clone());
             }
             let out = self.commit(t, ns, name, old, new, manager, dry_run, false)?;
-            return Ok(scale_object(t, &out, &scale));
+            return Ok(Arc::new(scale_object(t, &out, &scale)));
         }
         let mut new = old.clone();
         apply_patch(content_type, &mut new, body)?;
@@ -669,7 +755,7 @@ impl Inner {
         force: bool,
         sub: Sub,
         dry_run: bool,
-    ) -> R<Value> {
+    ) -> R<Arc<Value>> {
         if manager.is_empty() {
             return Err(ApiError::new(400, "BadRequest", "PATCH with apply-patch requires a fieldManager"));
         }
@@ -714,7 +800,7 @@ impl Inner {
             None => {
                 let mut obj = obj;
                 meta_mut(&mut obj).insert("name".into(), json!(name));
-                self.create(t, ns, obj, manager, dry_run)
+                self.create_shared(t, ns, obj, manager, dry_run)
             }
             Some(old) => self.commit(t, ns, name, old, obj, manager, dry_run, true),
         }
@@ -732,7 +818,7 @@ impl Inner {
         dry_run: bool,
     ) -> R<Value> {
         let key = Self::key(t, ns, name);
-        let Some(mut obj) = self.objects.get(&key).cloned() else { return Err(ApiError::not_found(t, name)) };
+        let Some(mut obj) = self.objects.get(&key).map(|o| Value::clone(o)) else { return Err(ApiError::not_found(t, name)) };
         if let Some(rv) = precondition_rv {
             if Some(rv) != meta_str(&obj, "resourceVersion") {
                 return Err(conflict(t, name));
@@ -753,18 +839,18 @@ impl Inner {
             m.entry("deletionTimestamp").or_insert_with(|| json!(now()));
             self.rv += 1;
             meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
-            self.objects.insert(key, obj.clone());
+            self.objects.insert(key, Arc::new(obj.clone()));
             self.emit(EventType::Modified, t, ns, obj.clone());
             for (dt, dns, dname) in self.dependents(&uid).collect::<Vec<_>>() {
                 let _ = self.delete(&dt, &dns, &dname, Propagation::Background, None, false);
             }
             self.complete_foreground();
-            return Ok(self.objects.get(&Self::key(t, ns, name)).cloned().unwrap_or(obj));
+            return Ok(self.objects.get(&Self::key(t, ns, name)).map(|o| Value::clone(o)).unwrap_or(obj));
         }
         if propagation == Propagation::Orphan {
             for (dt, dns, dname) in self.dependents(&uid).collect::<Vec<_>>() {
                 let dkey = Self::key(&dt, &dns, &dname);
-                if let Some(d) = self.objects.get(&dkey).cloned() {
+                if let Some(d) = self.objects.get(&dkey).map(|o| Value::clone(o)) {
                     let mut nd = d.clone();
                     if let Some(refs) = nd.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) {
                         refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
@@ -779,7 +865,7 @@ impl Inner {
                 meta_mut(&mut obj).insert("deletionGracePeriodSeconds".into(), json!(0));
                 self.rv += 1;
                 meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
-                self.objects.insert(key, obj.clone());
+                self.objects.insert(key, Arc::new(obj.clone()));
                 self.emit(EventType::Modified, t, ns, obj.clone());
             }
             return Ok(obj);
@@ -832,7 +918,7 @@ impl Inner {
                 .iter()
                 .filter(|(_, o)| finalizers(o).iter().any(|f| f == "foregroundDeletion"))
                 .filter(|(_, o)| !self.has_blocking_dependents(meta_str(o, "uid").unwrap_or_default()))
-                .map(|(k, o)| (k.clone(), o.clone()))
+                .map(|(k, o)| (k.clone(), Value::clone(o)))
                 .collect();
             if ready.is_empty() {
                 return;
@@ -875,7 +961,7 @@ impl Inner {
         } else if t.plural == "poddisruptionbudgets" {
             // Only this budget's status can have changed.
             let key = Self::key(t, ns, meta_str(obj, "name").unwrap_or_default());
-            if let Some(pdb) = self.objects.get(&key).cloned() {
+            if let Some(pdb) = self.objects.get(&key).map(|o| Value::clone(o)) {
                 self.refresh_pdb(t, ns, key, pdb);
             }
         }
@@ -994,7 +1080,7 @@ impl Inner {
     /// Objects of one type in one namespace, by key range (no full scan).
     /// One stored object by group, plural, namespace and name (no copy).
     pub fn peek(&self, group: &str, plural: &str, ns: &str, name: &str) -> Option<&Value> {
-        self.objects.get(&(group.to_string(), plural.to_string(), ns.to_string(), name.to_string()))
+        self.objects.get(&(group.to_string(), plural.to_string(), ns.to_string(), name.to_string())).map(|o| &**o)
     }
 
     /// The stored objects of a resource, in one namespace or all (no copies).
@@ -1006,7 +1092,7 @@ impl Inner {
                 self.objects
                     .range((g.clone(), p.clone(), String::new(), String::new())..)
                     .take_while(|((kg, kp, _, _), _)| *kg == g && *kp == p)
-                    .map(|(_, v)| v)
+                    .map(|(_, v)| &**v)
                     .collect()
             }
         }
@@ -1022,6 +1108,7 @@ impl Inner {
         self.objects
             .range((g.clone(), p.clone(), n.clone(), String::new())..)
             .take_while(move |((kg, kp, kn, _), _)| *kg == g && *kp == p && *kn == n)
+            .map(|(k, v)| (k, &**v))
     }
 
     /// Recomputes the status of the namespace's PodDisruptionBudgets that
@@ -1050,6 +1137,7 @@ impl Inner {
             n["status"] = status;
             self.rv += 1;
             meta_mut(&mut n).insert("resourceVersion".into(), json!(self.rv.to_string()));
+            let n = Arc::new(n);
             self.objects.insert(key, n.clone());
             self.emit(EventType::Modified, t, ns, n);
         }
@@ -1155,7 +1243,7 @@ impl Inner {
     pub fn update_scale(&mut self, t: &ResourceType, ns: &str, name: &str, body: &Value, manager: &str) -> R<Value> {
         let scale = t.scale.clone().ok_or_else(|| ApiError::not_found(t, name))?;
         let key = Self::key(t, ns, name);
-        let old = self.objects.get(&key).cloned().ok_or_else(|| ApiError::not_found(t, name))?;
+        let old = self.objects.get(&key).map(|o| Value::clone(o)).ok_or_else(|| ApiError::not_found(t, name))?;
         let mut new = old.clone();
         set_path(&mut new, &scale.spec_replicas, body.pointer("/spec/replicas").cloned().unwrap_or(json!(0)));
         let out = self.commit(t, ns, name, old, new, manager, false, false)?;
@@ -1166,7 +1254,7 @@ impl Inner {
 impl Inner {
     /// Every object, oldest first (CRDs before their resources).
     pub fn export(&self) -> Vec<Value> {
-        let mut all: Vec<Value> = self.objects.values().cloned().collect();
+        let mut all: Vec<Value> = self.objects.values().map(|o| Value::clone(o)).collect();
         all.sort_by_key(|o| meta_str(o, "resourceVersion").and_then(|r| r.parse::<u64>().ok()).unwrap_or(0));
         all
     }
@@ -1184,7 +1272,7 @@ impl Inner {
             self.rv = self.rv.max(rv);
             let ns = meta_str(&obj, "namespace").unwrap_or_default().to_string();
             let name = meta_str(&obj, "name").unwrap_or_default().to_string();
-            self.objects.insert(Self::key(&t, &ns, &name), obj);
+            self.objects.insert(Self::key(&t, &ns, &name), Arc::new(obj));
         }
         self.compacted = self.rv;
     }
