@@ -76,7 +76,11 @@ pub struct Ctx {
     durations: Mutex<([u64; BUCKETS.len() + 1], u64)>,
     attempts: Mutex<HashMap<String, u32>>,
     /// Records condition changes as Kubernetes Events on the workload.
-    recorder: Recorder,
+    /// Event recorders, an object's events always through the same one (its
+    /// series counted there). Each recorder sweeps its whole cache of recent
+    /// events on every publish: one for the fleet made each workload's
+    /// event cost as much as the number of workloads.
+    recorders: Vec<Recorder>,
     /// The runtime-support ConfigMap and the Namespaces, kept by watches
     /// once [`run`] starts (until then, reconciles read them with GETs).
     caches: std::sync::OnceLock<Caches>,
@@ -261,10 +265,14 @@ impl Ctx {
             errors: AtomicU64::new(0),
             durations: Mutex::new(([0; BUCKETS.len() + 1], 0)),
             attempts: Mutex::new(HashMap::new()),
-            recorder: Recorder::new(
-                client.clone(),
-                Reporter { controller: MANAGER.into(), instance: std::env::var("POD_NAME").ok() },
-            ),
+            recorders: (0..RECORDERS)
+                .map(|_| {
+                    Recorder::new(
+                        client.clone(),
+                        Reporter { controller: MANAGER.into(), instance: std::env::var("POD_NAME").ok() },
+                    )
+                })
+                .collect(),
             client,
             caches: std::sync::OnceLock::new(),
             children: Default::default(),
@@ -369,6 +377,14 @@ impl Ctx {
             Some(before) if before != h => Sighting::Changed,
             Some(_) => Sighting::Same,
         }
+    }
+
+    /// The recorder for an object's events.
+    fn recorder(&self, reference: &k8s_openapi::api::core::v1::ObjectReference) -> &Recorder {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&reference.namespace, &reference.name, &reference.kind).hash(&mut h);
+        &self.recorders[h.finish() as usize % self.recorders.len()]
     }
 
     /// Counts one write for a workload in `ns`.
@@ -514,6 +530,8 @@ pub trait Workload:
     fn render(&self, ctx: &render::Context) -> Result<Vec<Value>, RenderError>;
     /// The generation its status last reported done.
     fn observed(&self) -> Option<i64>;
+    /// Its status as last written.
+    fn last_status(&self) -> Option<crate::workloads::WorkloadStatus>;
 }
 
 macro_rules! workload {
@@ -533,6 +551,9 @@ macro_rules! workload {
             }
             fn observed(&self) -> Option<i64> {
                 self.status.as_ref().and_then(|s| s.observed_generation)
+            }
+            fn last_status(&self) -> Option<crate::workloads::WorkloadStatus> {
+                self.status.clone()
             }
         }
     };
@@ -634,11 +655,7 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
     let rendered = obj.render(&rctx);
     // The status as last written: both the prune decision and the status
     // write compare against it.
-    let previous: Option<crate::workloads::WorkloadStatus> = serde_json::to_value(obj.as_ref())
-        .ok()
-        .and_then(|mut v| v.get_mut("status").map(Value::take))
-        .filter(|v| !v.is_null())
-        .and_then(|v| serde_json::from_value(v).ok());
+    let previous: Option<crate::workloads::WorkloadStatus> = obj.last_status();
     let mut live_children = Vec::new();
     let applied: Result<(), String> = match (&profile_error, &rendered) {
         (Some(why), _) => Err(why.clone()),
@@ -671,8 +688,11 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
                         (_, None) if filled => {
                             ctx.writing(&key);
                             let params = PatchParams::apply(MANAGER).force();
-                            match api.patch(child_name, &params, &Patch::Apply(child)).await {
-                                Ok(live) => (serde_json::to_value(&live).unwrap_or_default(), true),
+                            // The answer read as the caches read a child: its
+                            // managed fields passed over, not built.
+                            let answers: Api<child::Child> = Api::namespaced_with(client.clone(), &ns, &ar);
+                            match answers.patch(child_name, &params, &Patch::Apply(child)).await {
+                                Ok(live) => (live.to_value(), true),
                                 Err(e) => {
                                     ctx.wrote(key, None);
                                     return Err(e);
@@ -813,7 +833,7 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
                 secondary: None,
             };
             // Events are best effort: a cluster that refuses them still converges.
-            if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+            if let Err(e) = ctx.recorder(&reference).publish(&event, &reference).await {
                 tracing::debug!(object = name, "event not recorded: {e}");
             }
         }
@@ -853,6 +873,9 @@ fn error_policy<K: Workload>(obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> Action 
 /// Page size for the controller's lists (a relist of 20,000 objects is
 /// 40 requests, not one answer of hundreds of megabytes).
 const PAGE: u32 = 500;
+
+/// Event recorders a controller keeps (see `Ctx::recorders`).
+const RECORDERS: usize = 64;
 
 /// Reconciles at once per workload kind. Each holds its rendered children
 /// while it waits on the API, so a backlog of thousands (a fresh start, a

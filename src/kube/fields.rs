@@ -18,7 +18,13 @@ pub enum ListKind {
 /// The merge strategy of a list field, judged by its name and items (the
 /// emulator has no OpenAPI schema; these are Kubernetes' declared keys).
 pub fn list_kind(field: Option<&str>, items: &[Value]) -> ListKind {
-    let all_have = |k: &str| !items.is_empty() && items.iter().all(|i| i.get(k).is_some());
+    list_kind_of(field, items.iter())
+}
+
+/// [`list_kind`] of items read in place (two lists' together, uncopied).
+fn list_kind_of<'a>(field: Option<&str>, items: impl Iterator<Item = &'a Value> + Clone) -> ListKind {
+    let mut items = items;
+    let all_have = |k: &str| items.clone().next().is_some() && items.clone().all(|i| i.get(k).is_some());
     let keys: Option<Vec<&'static str>> = match field {
         Some("containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env" | "imagePullSecrets") => {
             Some(vec!["name"])
@@ -34,7 +40,7 @@ pub fn list_kind(field: Option<&str>, items: &[Value]) -> ListKind {
         _ => None,
     };
     match keys {
-        Some(k) if items.iter().all(|i| i.is_object()) => ListKind::Map(k),
+        Some(k) if items.all(|i| i.is_object()) => ListKind::Map(k),
         _ => ListKind::Atomic,
     }
 }
@@ -438,12 +444,14 @@ pub fn merge_applied(live: &mut Value, applied: &Value, field: Option<&str>) {
             }
         }
         (Value::Array(l), Value::Array(a)) => {
-            let sample: Vec<Value> = l.iter().chain(a.iter()).cloned().collect();
-            match list_kind(field, &sample) {
+            match list_kind_of(field, l.iter().chain(a.iter())) {
                 ListKind::Map(keys) => {
                     for item in a {
-                        let k = key_of(item, &keys);
-                        match l.iter_mut().find(|i| key_of(i, &keys) == k) {
+                        // Same key: every key field equal (absent reads as null).
+                        let same = |i: &Value| {
+                            keys.iter().all(|k| i.get(*k).unwrap_or(&Value::Null) == item.get(*k).unwrap_or(&Value::Null))
+                        };
+                        match l.iter_mut().find(|i| same(i)) {
                             Some(existing) => merge_applied(existing, item, None),
                             None => l.push(item.clone()),
                         }

@@ -627,7 +627,7 @@ impl Inner {
         applied: bool,
     ) -> R<Arc<Value>> {
         {
-            let old_meta = meta(&old).clone();
+            let old_meta = meta(&old);
             let m = meta_mut(&mut obj);
             for f in
                 ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace", "name"]
