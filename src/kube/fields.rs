@@ -449,7 +449,8 @@ pub fn merge_applied(live: &mut Value, applied: &Value, field: Option<&str>) {
                     for item in a {
                         // Same key: every key field equal (absent reads as null).
                         let same = |i: &Value| {
-                            keys.iter().all(|k| i.get(*k).unwrap_or(&Value::Null) == item.get(*k).unwrap_or(&Value::Null))
+                            keys.iter()
+                                .all(|k| i.get(*k).unwrap_or(&Value::Null) == item.get(*k).unwrap_or(&Value::Null))
                         };
                         match l.iter_mut().find(|i| same(i)) {
                             Some(existing) => merge_applied(existing, item, None),
@@ -680,9 +681,21 @@ mod tests {
                 "[a-c]{0,2}".prop_map(Value::from),
             ];
             let names = prop_oneof![
-                Just("name"), Just("image"), Just("containers"), Just("ports"), Just("port"),
-                Just("containerPort"), Just("finalizers"), Just("env"), Just("conditions"), Just("type"),
-                Just("volumeMounts"), Just("mountPath"), Just("labels"), Just("spec"), Just("x")
+                Just("name"),
+                Just("image"),
+                Just("containers"),
+                Just("ports"),
+                Just("port"),
+                Just("containerPort"),
+                Just("finalizers"),
+                Just("env"),
+                Just("conditions"),
+                Just("type"),
+                Just("volumeMounts"),
+                Just("mountPath"),
+                Just("labels"),
+                Just("spec"),
+                Just("x")
             ];
             leaf.prop_recursive(4, 48, 5, move |inner| {
                 prop_oneof![
@@ -695,7 +708,11 @@ mod tests {
         let top = prop::collection::vec(
             (
                 prop_oneof![
-                    Just("apiVersion"), Just("kind"), Just("metadata"), Just("spec"), Just("status"),
+                    Just("apiVersion"),
+                    Just("kind"),
+                    Just("metadata"),
+                    Just("spec"),
+                    Just("status"),
                     Just("data")
                 ],
                 value(),
@@ -706,8 +723,14 @@ mod tests {
         let meta = prop::collection::vec(
             (
                 prop_oneof![
-                    Just("name"), Just("namespace"), Just("uid"), Just("labels"), Just("finalizers"),
-                    Just("ownerReferences"), Just("managedFields"), Just("annotations")
+                    Just("name"),
+                    Just("namespace"),
+                    Just("uid"),
+                    Just("labels"),
+                    Just("finalizers"),
+                    Just("ownerReferences"),
+                    Just("managedFields"),
+                    Just("annotations")
                 ],
                 value(),
             ),

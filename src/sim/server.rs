@@ -450,7 +450,9 @@ pub async fn handle(
             let out = inner.create_shared(&rt, &ns, body, &mgr, dry_run)?;
             Ok(stored(&inner, 201, out))
         }
-        (&Method::POST, Some(name)) if t.sub.as_deref() == Some("eviction") => Ok(Answer::Value(201, inner.evict(&ns, name)?)),
+        (&Method::POST, Some(name)) if t.sub.as_deref() == Some("eviction") => {
+            Ok(Answer::Value(201, inner.evict(&ns, name)?))
+        }
         (&Method::PUT, Some(name)) => match sub {
             Sub::Scale => Ok(Answer::Value(200, inner.update_scale(&rt, &ns, name, &body, &mgr)?)),
             s => {
@@ -514,8 +516,6 @@ enum Answer {
     Value(u16, Value),
     Text(u16, Bytes),
 }
-
-
 
 fn event_json(ev: &Event, table: Option<&ResourceType>) -> Bytes {
     let Some(rt) = table else { return ev.line() };

@@ -592,7 +592,9 @@ impl Inner {
         dry_run: bool,
     ) -> R<Arc<Value>> {
         let key = Self::key(t, ns, name);
-        let Some(old) = self.objects.get(&key).map(|o| Value::clone(o)) else { return Err(ApiError::not_found(t, name)) };
+        let Some(old) = self.objects.get(&key).map(|o| Value::clone(o)) else {
+            return Err(ApiError::not_found(t, name));
+        };
         if let Some(rv) = meta_str(&obj, "resourceVersion").filter(|r| !r.is_empty()) {
             if Some(rv) != meta_str(&old, "resourceVersion") {
                 return Err(conflict(t, name));
@@ -818,7 +820,9 @@ impl Inner {
         dry_run: bool,
     ) -> R<Value> {
         let key = Self::key(t, ns, name);
-        let Some(mut obj) = self.objects.get(&key).map(|o| Value::clone(o)) else { return Err(ApiError::not_found(t, name)) };
+        let Some(mut obj) = self.objects.get(&key).map(|o| Value::clone(o)) else {
+            return Err(ApiError::not_found(t, name));
+        };
         if let Some(rv) = precondition_rv {
             if Some(rv) != meta_str(&obj, "resourceVersion") {
                 return Err(conflict(t, name));
@@ -1454,4 +1458,42 @@ fn decode_continue(token: &str) -> Option<(u64, (String, String))> {
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).ok()?;
     let v: Value = serde_json::from_slice(&raw).ok()?;
     Some((v["rv"].as_u64()?, (v["ns"].as_str()?.to_string(), v["name"].as_str()?.to_string())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write answers with the object its watchers are sent: the same
+    /// allocation, and the answer's text is the object's part of the
+    /// event's line (serialized once for both).
+    #[test]
+    fn a_write_answers_with_its_events_object() {
+        let mut s = Inner::new();
+        let t = s.registry.get("", "v1", "configmaps").cloned().expect("configmaps");
+        let applied = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}});
+        let out = s
+            .patch_shared(&t, "default", "c", "application/apply-patch+yaml", &applied, "m", false, Sub::Main, false)
+            .unwrap();
+        let ev = s.event_of(&out).expect("the create's event");
+        assert_eq!(ev.kind, EventType::Added);
+        let text: Value = serde_json::from_slice(&ev.object_json()).unwrap();
+        assert_eq!(text, *out);
+        assert_eq!(ev.line(), format!("{{\"type\":\"ADDED\",\"object\":{}}}\n", out).as_bytes());
+        // A no-op apply writes nothing: its answer has no event.
+        let again = s
+            .patch_shared(&t, "default", "c", "application/apply-patch+yaml", &applied, "m", false, Sub::Main, false)
+            .unwrap();
+        assert!(s.event_of(&again).is_none());
+        assert_eq!(again.pointer("/metadata/resourceVersion"), out.pointer("/metadata/resourceVersion"));
+        // An update's event carries the stored object.
+        let changed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "2"}});
+        let out = s
+            .patch_shared(&t, "default", "c", "application/apply-patch+yaml", &changed, "m", false, Sub::Main, false)
+            .unwrap();
+        let ev = s.event_of(&out).expect("the update's event");
+        assert_eq!(ev.kind, EventType::Modified);
+        assert_eq!(serde_json::from_slice::<Value>(&ev.object_json()).unwrap(), *out);
+        assert_eq!(s.get(&t, "default", "c").unwrap(), *out);
+    }
 }
