@@ -376,6 +376,28 @@ pub struct Managed {
     pub raw: Option<Value>,
 }
 
+/// Takes `metadata.managedFields` out of an object the caller owns: each
+/// manager's FieldsV1 moved into its entry, not copied (a write puts them
+/// back with [`write_managed`]).
+pub fn take_managed(obj: &mut Value) -> Vec<Managed> {
+    let Some(Value::Array(entries)) = obj.pointer_mut("/metadata/managedFields").map(Value::take) else {
+        return Vec::new();
+    };
+    entries
+        .into_iter()
+        .map(|mut e| {
+            let mut text = |k: &str| e.get_mut(k).and_then(|v| v.as_str().map(str::to_string));
+            let manager = text("manager").unwrap_or_default();
+            let operation = text("operation").unwrap_or_else(|| "Update".into());
+            let api_version = text("apiVersion").unwrap_or_default();
+            let time = text("time").unwrap_or_default();
+            let raw = e.get_mut("fieldsV1").map(Value::take);
+            let fields = raw.as_ref().map(from_fields_v1).unwrap_or_default();
+            Managed { manager, operation, api_version, time, fields, raw }
+        })
+        .collect()
+}
+
 pub fn read_managed(obj: &Value) -> Vec<Managed> {
     obj.pointer("/metadata/managedFields")
         .and_then(Value::as_array)
@@ -394,19 +416,23 @@ pub fn read_managed(obj: &Value) -> Vec<Managed> {
         .unwrap_or_default()
 }
 
-pub fn write_managed(obj: &mut Value, managed: &[Managed]) {
+pub fn write_managed(obj: &mut Value, managed: Vec<Managed>) {
     let entries: Vec<Value> = managed
-        .iter()
+        .into_iter()
         .filter(|m| match &m.raw {
             Some(raw) => raw.as_object().is_some_and(|o| !o.is_empty()),
             None => !m.fields.is_empty(),
         })
         .map(|m| {
-            json!({
-                "manager": m.manager, "operation": m.operation, "apiVersion": m.api_version,
-                "time": m.time, "fieldsType": "FieldsV1",
-                "fieldsV1": m.raw.clone().unwrap_or_else(|| to_fields_v1(&m.fields)),
-            })
+            let fields_v1 = m.raw.unwrap_or_else(|| to_fields_v1(&m.fields));
+            let mut e = Map::new();
+            e.insert("manager".into(), Value::String(m.manager));
+            e.insert("operation".into(), Value::String(m.operation));
+            e.insert("apiVersion".into(), Value::String(m.api_version));
+            e.insert("time".into(), Value::String(m.time));
+            e.insert("fieldsType".into(), Value::String("FieldsV1".into()));
+            e.insert("fieldsV1".into(), fields_v1);
+            Value::Object(e)
         })
         .collect();
     if !obj.get("metadata").is_some_and(Value::is_object) {
@@ -430,15 +456,16 @@ pub struct Conflict {
     pub path: String,
 }
 
-/// Merges an applied configuration into `live` (keyed lists by key).
-pub fn merge_applied(live: &mut Value, applied: &Value, field: Option<&str>) {
+/// Merges an applied configuration into `live` (keyed lists by key); what
+/// is applied is moved in, not copied.
+pub fn merge_applied(live: &mut Value, applied: Value, field: Option<&str>) {
     match (live, applied) {
         (Value::Object(l), Value::Object(a)) => {
             for (k, v) in a {
-                match l.get_mut(k) {
-                    Some(existing) => merge_applied(existing, v, Some(k)),
+                match l.get_mut(&k) {
+                    Some(existing) => merge_applied(existing, v, Some(&k)),
                     None => {
-                        l.insert(k.clone(), v.clone());
+                        l.insert(k, v);
                     }
                 }
             }
@@ -454,21 +481,21 @@ pub fn merge_applied(live: &mut Value, applied: &Value, field: Option<&str>) {
                         };
                         match l.iter_mut().find(|i| same(i)) {
                             Some(existing) => merge_applied(existing, item, None),
-                            None => l.push(item.clone()),
+                            None => l.push(item),
                         }
                     }
                 }
                 ListKind::Set => {
                     for item in a {
-                        if !l.contains(item) {
-                            l.push(item.clone());
+                        if !l.contains(&item) {
+                            l.push(item);
                         }
                     }
                 }
-                ListKind::Atomic => *l = a.clone(),
+                ListKind::Atomic => *l = a,
             }
         }
-        (l, a) => *l = a.clone(),
+        (l, a) => *l = a,
     }
 }
 
@@ -482,12 +509,26 @@ pub fn apply(
     force: bool,
     now: &str,
 ) -> Result<Value, Vec<Conflict>> {
+    apply_owned(live, applied.clone(), manager, api_version, force, now)
+}
+
+/// [`apply`] of a configuration the caller gives up: merged in by moving
+/// its values, and the managers' FieldsV1 moved from the live object's copy
+/// to the new one, nothing copied twice.
+pub fn apply_owned(
+    live: Option<&Value>,
+    applied: Value,
+    manager: &str,
+    api_version: &str,
+    force: bool,
+    now: &str,
+) -> Result<Value, Vec<Conflict>> {
     // The applied configuration's FieldsV1, made from it directly; its set
     // of paths is needed only where there are fields already (a create has none).
-    let raw = fields_v1_of(applied);
-    let applied_fields = if live.is_some() { leaves(applied) } else { FieldSet::new() };
-    let mut managed = live.map(read_managed).unwrap_or_default();
+    let raw = fields_v1_of(&applied);
+    let applied_fields = if live.is_some() { leaves(&applied) } else { FieldSet::new() };
     let mut obj = live.cloned().unwrap_or_else(|| json!({}));
+    let mut managed = take_managed(&mut obj);
     let mut conflicts = Vec::new();
     for m in managed.iter_mut().filter(|m| !(m.manager == manager && m.operation == "Apply")) {
         let contested: Vec<Path> = m
@@ -495,7 +536,7 @@ pub fn apply(
             .iter()
             .filter(|p| applied_fields.contains(*p))
             .filter(|p| !matches!(p.last(), Some(Seg::K(_) | Seg::V(_))))
-            .filter(|p| get(&obj, p) != get(applied, p))
+            .filter(|p| get(&obj, p) != get(&applied, p))
             .cloned()
             .collect();
         if force {
@@ -513,18 +554,11 @@ pub fn apply(
         return Err(conflicts);
     }
     // Fields this manager applied before and omits now go, unless someone else owns them.
-    let previous: FieldSet = managed
-        .iter()
-        .filter(|m| m.manager == manager && m.operation == "Apply")
-        .flat_map(|m| m.fields.iter().cloned())
-        .collect();
-    let others: FieldSet = managed
-        .iter()
-        .filter(|m| !(m.manager == manager && m.operation == "Apply"))
-        .flat_map(|m| m.fields.iter().cloned())
-        .collect();
+    let mine = |m: &&Managed| m.manager == manager && m.operation == "Apply";
+    let previous: BTreeSet<&Path> = managed.iter().filter(mine).flat_map(|m| m.fields.iter()).collect();
+    let others: BTreeSet<&Path> = managed.iter().filter(|m| !mine(m)).flat_map(|m| m.fields.iter()).collect();
     let mut dropped: Vec<&Path> =
-        previous.iter().filter(|p| !applied_fields.contains(*p) && !others.contains(*p)).collect();
+        previous.iter().copied().filter(|p| !applied_fields.contains(*p) && !others.contains(p)).collect();
     // Shallowest first; a removed element or field takes its children with
     // it (removing children first would strip a list element's key).
     dropped.sort_by_key(|p| p.len());
@@ -546,7 +580,7 @@ pub fn apply(
         fields: applied_fields,
         raw: Some(raw),
     });
-    write_managed(&mut obj, &managed);
+    write_managed(&mut obj, managed);
     Ok(obj)
 }
 
@@ -586,7 +620,7 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, api_ve
             }),
         }
     }
-    write_managed(new, &managed);
+    write_managed(new, managed);
 }
 
 #[cfg(test)]

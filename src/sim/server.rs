@@ -404,7 +404,7 @@ pub async fn handle(
     // answer's (serialized once, for the response and every watcher).
     let stored = |inner: &Inner, code: u16, o: std::sync::Arc<Value>| match inner.event_of(&o) {
         Some(ev) => Answer::Text(code, ev.object_json()),
-        None => Answer::Value(code, std::sync::Arc::unwrap_or_clone(o)),
+        None => Answer::Shared(code, o),
     };
     let result: R<Answer> = (|| match (&method, t.name.as_deref()) {
         (&Method::GET, None) => {
@@ -463,7 +463,7 @@ pub async fn handle(
         (&Method::PATCH, Some(name)) => {
             let force = q.get("force").is_some_and(|f| f == "true");
             let exists = inner.contains(&rt, &ns, name);
-            let out = inner.patch_shared(&rt, &ns, name, &content_type, &body, &mgr, force, sub, dry_run)?;
+            let out = inner.patch_shared(&rt, &ns, name, &content_type, body, &mgr, force, sub, dry_run)?;
             Ok(stored(&inner, if exists { 200 } else { 201 }, out))
         }
         (&Method::DELETE, Some(name)) => {
@@ -501,6 +501,7 @@ pub async fn handle(
     drop(inner);
     match result {
         Ok(Answer::Value(code, v)) => json_response(code, &v),
+        Ok(Answer::Shared(code, v)) => json_response(code, &v),
         Ok(Answer::Text(code, text)) => {
             let mut r = (StatusCode::from_u16(code).unwrap_or(StatusCode::OK), text).into_response();
             r.headers_mut().insert("content-type", "application/json".parse().expect("header"));
@@ -514,6 +515,8 @@ pub async fn handle(
 /// JSON text already made (a write's, by its event).
 enum Answer {
     Value(u16, Value),
+    /// A stored object no event carries (a write that changed nothing).
+    Shared(u16, std::sync::Arc<Value>),
     Text(u16, Bytes),
 }
 

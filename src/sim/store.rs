@@ -566,6 +566,7 @@ impl Inner {
     }
 
     /// Replaces an object (PUT), or its status, honouring resourceVersion.
+    #[allow(clippy::too_many_arguments)]
     pub fn update(
         &mut self,
         t: &ResourceType,
@@ -622,12 +623,13 @@ impl Inner {
         t: &ResourceType,
         ns: &str,
         name: &str,
-        old: Value,
+        old: impl Into<Arc<Value>>,
         mut obj: Value,
         manager: &str,
         dry_run: bool,
         applied: bool,
     ) -> R<Arc<Value>> {
+        let old: Arc<Value> = old.into();
         {
             let old_meta = meta(&old);
             let m = meta_mut(&mut obj);
@@ -664,7 +666,7 @@ impl Inner {
         }
         if unchanged(&old, &obj) {
             // A no-op write does not move the resourceVersion.
-            return Ok(Arc::new(old));
+            return Ok(old);
         }
         if dry_run {
             return Ok(Arc::new(obj));
@@ -700,7 +702,8 @@ impl Inner {
         sub: Sub,
         dry_run: bool,
     ) -> R<Value> {
-        self.patch_shared(t, ns, name, content_type, body, manager, force, sub, dry_run).map(Arc::unwrap_or_clone)
+        self.patch_shared(t, ns, name, content_type, body.clone(), manager, force, sub, dry_run)
+            .map(Arc::unwrap_or_clone)
     }
 
     /// [`Inner::patch`], answering with the stored object itself.
@@ -711,14 +714,14 @@ impl Inner {
         ns: &str,
         name: &str,
         content_type: &str,
-        body: &Value,
+        body: Value,
         manager: &str,
         force: bool,
         sub: Sub,
         dry_run: bool,
     ) -> R<Arc<Value>> {
         let key = Self::key(t, ns, name);
-        let existing = self.objects.get(&key).map(|o| Value::clone(o));
+        let existing = self.objects.get(&key).cloned();
         if content_type.starts_with("application/apply-patch") {
             return self.apply(t, ns, name, existing, body, manager, force, sub, dry_run);
         }
@@ -726,16 +729,16 @@ impl Inner {
         if sub == Sub::Scale {
             let scale = t.scale.clone().ok_or_else(|| ApiError::not_found(t, name))?;
             let mut s = scale_object(t, &old, &scale);
-            apply_patch(content_type, &mut s, body)?;
-            let mut new = old.clone();
+            apply_patch(content_type, &mut s, &body)?;
+            let mut new = Value::clone(&old);
             if let Some(r) = s.pointer("/spec/replicas") {
                 set_path(&mut new, &scale.spec_replicas, r.clone());
             }
             let out = self.commit(t, ns, name, old, new, manager, dry_run, false)?;
             return Ok(Arc::new(scale_object(t, &out, &scale)));
         }
-        let mut new = old.clone();
-        apply_patch(content_type, &mut new, body)?;
+        let mut new = Value::clone(&old);
+        apply_patch(content_type, &mut new, &body)?;
         if let Some(rv) = meta_str(&new, "resourceVersion") {
             if Some(rv) != meta_str(&old, "resourceVersion") {
                 return Err(conflict(t, name));
@@ -751,8 +754,8 @@ impl Inner {
         t: &ResourceType,
         ns: &str,
         name: &str,
-        existing: Option<Value>,
-        body: &Value,
+        existing: Option<Arc<Value>>,
+        body: Value,
         manager: &str,
         force: bool,
         sub: Sub,
@@ -761,14 +764,14 @@ impl Inner {
         if manager.is_empty() {
             return Err(ApiError::new(400, "BadRequest", "PATCH with apply-patch requires a fieldManager"));
         }
-        if meta_str(body, "name").is_some_and(|n| n != name) {
+        if meta_str(&body, "name").is_some_and(|n| n != name) {
             return Err(ApiError::new(
                 400,
                 "BadRequest",
                 "the name in the applied configuration does not match the URL",
             ));
         }
-        let mut applied = body.clone();
+        let mut applied = body;
         if let Some(m) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("managedFields");
             m.remove("resourceVersion");
@@ -778,7 +781,7 @@ impl Inner {
                 o.remove("status");
             }
         }
-        let result = fields::apply(existing.as_ref(), &applied, manager, &t.api_version(), force, &now());
+        let result = fields::apply_owned(existing.as_deref(), applied, manager, &t.api_version(), force, &now());
         let obj = match result {
             Ok(o) => o,
             Err(conflicts) => {
@@ -1473,23 +1476,44 @@ mod tests {
         let t = s.registry.get("", "v1", "configmaps").cloned().expect("configmaps");
         let applied = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}});
         let out = s
-            .patch_shared(&t, "default", "c", "application/apply-patch+yaml", &applied, "m", false, Sub::Main, false)
+            .patch_shared(
+                &t,
+                "default",
+                "c",
+                "application/apply-patch+yaml",
+                applied.clone(),
+                "m",
+                false,
+                Sub::Main,
+                false,
+            )
             .unwrap();
         let ev = s.event_of(&out).expect("the create's event");
         assert_eq!(ev.kind, EventType::Added);
         let text: Value = serde_json::from_slice(&ev.object_json()).unwrap();
         assert_eq!(text, *out);
         assert_eq!(ev.line(), format!("{{\"type\":\"ADDED\",\"object\":{}}}\n", out).as_bytes());
-        // A no-op apply writes nothing: its answer has no event.
+        // A no-op apply writes nothing: it answers with the stored object itself.
+        let rv = s.resource_version();
         let again = s
-            .patch_shared(&t, "default", "c", "application/apply-patch+yaml", &applied, "m", false, Sub::Main, false)
+            .patch_shared(
+                &t,
+                "default",
+                "c",
+                "application/apply-patch+yaml",
+                applied.clone(),
+                "m",
+                false,
+                Sub::Main,
+                false,
+            )
             .unwrap();
-        assert!(s.event_of(&again).is_none());
-        assert_eq!(again.pointer("/metadata/resourceVersion"), out.pointer("/metadata/resourceVersion"));
+        assert!(Arc::ptr_eq(&again, &out));
+        assert_eq!(s.resource_version(), rv);
         // An update's event carries the stored object.
         let changed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "2"}});
         let out = s
-            .patch_shared(&t, "default", "c", "application/apply-patch+yaml", &changed, "m", false, Sub::Main, false)
+            .patch_shared(&t, "default", "c", "application/apply-patch+yaml", changed, "m", false, Sub::Main, false)
             .unwrap();
         let ev = s.event_of(&out).expect("the update's event");
         assert_eq!(ev.kind, EventType::Modified);
