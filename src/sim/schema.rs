@@ -3,7 +3,8 @@
 //! (unless `x-kubernetes-preserve-unknown-fields`), and every violation
 //! reported in one 422 with the real message format, e.g.
 //! `spec.replicas: Invalid value: "string": spec.replicas in body must be of type integer: "string"`.
-//! CEL rules (`x-kubernetes-validations`) are not evaluated.
+//! CEL rules (`x-kubernetes-validations`) are evaluated after the structural
+//! checks ([`validate_cel`]), compiled once per CRD ([`CrdSchema`]).
 
 use serde_json::{Map, Value};
 

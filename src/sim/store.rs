@@ -5,6 +5,10 @@
 //! apply, finalizers and deletionTimestamp, ownerReference garbage
 //! collection (background, foreground, orphan), pods/eviction honouring
 //! PodDisruptionBudgets, and CRDs that extend the registry.
+//!
+//! A stored object is shared (`Arc`) with the watch events that carry it,
+//! and a write's answer is the text of its event's object: one copy and one
+//! serialization per write, however many watch it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
