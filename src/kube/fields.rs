@@ -64,23 +64,26 @@ pub type FieldSet = BTreeSet<Path>;
 fn ignored(path: &[Seg]) -> bool {
     match path {
         [Seg::F(a)] if a == "apiVersion" || a == "kind" => true,
-        [Seg::F(m), Seg::F(f), ..] if m == "metadata" => {
-            matches!(
-                f.as_str(),
-                "name"
-                    | "namespace"
-                    | "uid"
-                    | "resourceVersion"
-                    | "generation"
-                    | "creationTimestamp"
-                    | "managedFields"
-                    | "deletionTimestamp"
-                    | "deletionGracePeriodSeconds"
-                    | "selfLink"
-            )
-        }
+        [Seg::F(m), Seg::F(f), ..] if m == "metadata" => server_metadata(f),
         _ => false,
     }
+}
+
+/// The fields of `metadata` the server sets (with all below them).
+fn server_metadata(field: &str) -> bool {
+    matches!(
+        field,
+        "name"
+            | "namespace"
+            | "uid"
+            | "resourceVersion"
+            | "generation"
+            | "creationTimestamp"
+            | "managedFields"
+            | "deletionTimestamp"
+            | "deletionGracePeriodSeconds"
+            | "selfLink"
+    )
 }
 
 pub fn display(path: &[Seg]) -> String {
@@ -247,21 +250,7 @@ pub fn fields_v1_of(v: &Value) -> Value {
                 for (k, child) in m {
                     // The root's apiVersion and kind are the server's (when leaves).
                     let typemeta = root && (k == "apiVersion" || k == "kind");
-                    if under_metadata
-                        && matches!(
-                            k.as_str(),
-                            "name"
-                                | "namespace"
-                                | "uid"
-                                | "resourceVersion"
-                                | "generation"
-                                | "creationTimestamp"
-                                | "managedFields"
-                                | "deletionTimestamp"
-                                | "deletionGracePeriodSeconds"
-                                | "selfLink"
-                        )
-                    {
+                    if under_metadata && server_metadata(k) {
                         continue;
                     }
                     let entry = match node(child, Some(k), false, root && k == "metadata") {
@@ -383,37 +372,27 @@ pub fn take_managed(obj: &mut Value) -> Vec<Managed> {
     let Some(Value::Array(entries)) = obj.pointer_mut("/metadata/managedFields").map(Value::take) else {
         return Vec::new();
     };
-    entries
-        .into_iter()
-        .map(|mut e| {
-            let mut text = |k: &str| e.get_mut(k).and_then(|v| v.as_str().map(str::to_string));
-            let manager = text("manager").unwrap_or_default();
-            let operation = text("operation").unwrap_or_else(|| "Update".into());
-            let api_version = text("apiVersion").unwrap_or_default();
-            let time = text("time").unwrap_or_default();
-            let raw = e.get_mut("fieldsV1").map(Value::take);
-            let fields = raw.as_ref().map(from_fields_v1).unwrap_or_default();
-            Managed { manager, operation, api_version, time, fields, raw }
-        })
-        .collect()
+    entries.into_iter().map(managed_entry).collect()
 }
 
 pub fn read_managed(obj: &Value) -> Vec<Managed> {
     obj.pointer("/metadata/managedFields")
         .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .map(|e| Managed {
-                    manager: e.get("manager").and_then(Value::as_str).unwrap_or_default().to_string(),
-                    operation: e.get("operation").and_then(Value::as_str).unwrap_or("Update").to_string(),
-                    api_version: e.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string(),
-                    time: e.get("time").and_then(Value::as_str).unwrap_or_default().to_string(),
-                    fields: e.get("fieldsV1").map(from_fields_v1).unwrap_or_default(),
-                    raw: e.get("fieldsV1").cloned(),
-                })
-                .collect()
-        })
+        .map(|a| a.iter().cloned().map(managed_entry).collect())
         .unwrap_or_default()
+}
+
+/// One `managedFields` entry, its FieldsV1 moved into the result.
+fn managed_entry(mut e: Value) -> Managed {
+    let text = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).map(str::to_string);
+    Managed {
+        manager: text(&e, "manager").unwrap_or_default(),
+        operation: text(&e, "operation").unwrap_or_else(|| "Update".into()),
+        api_version: text(&e, "apiVersion").unwrap_or_default(),
+        time: text(&e, "time").unwrap_or_default(),
+        fields: e.get("fieldsV1").map(from_fields_v1).unwrap_or_default(),
+        raw: e.get_mut("fieldsV1").map(Value::take),
+    }
 }
 
 pub fn write_managed(obj: &mut Value, managed: Vec<Managed>) {

@@ -197,27 +197,31 @@ pub fn validate(schema: &Value, obj: &Value) -> Result<Value, Vec<String>> {
 /// [`validate`] of an object the caller gives up (the store's writes): no
 /// copy of it, nor of the schema, is made.
 pub fn validate_owned(schema: &Value, obj: Value) -> Result<Value, Vec<String>> {
-    let Value::Object(whole) = obj else {
-        let mut body = Value::Object(Map::new());
-        let mut errors = Vec::new();
-        check_at(schema, &mut body, "", &mut errors, true);
-        errors.sort();
-        return if errors.is_empty() { Ok(obj) } else { Err(errors) };
-    };
+    // The body checked is the object without the server's fields (nothing,
+    // for a value that is not an object: that is answered as it came).
     let (mut out, mut body) = (Map::new(), Map::new());
-    for (k, v) in whole {
-        if server_owned(&k) {
-            out.insert(k, v);
-        } else {
-            body.insert(k, v);
+    let not_an_object = match obj {
+        Value::Object(whole) => {
+            for (k, v) in whole {
+                if server_owned(&k) {
+                    out.insert(k, v);
+                } else {
+                    body.insert(k, v);
+                }
+            }
+            None
         }
-    }
+        other => Some(other),
+    };
     let mut body = Value::Object(body);
     let mut errors = Vec::new();
     check_at(schema, &mut body, "", &mut errors, true);
     errors.sort();
     if !errors.is_empty() {
         return Err(errors);
+    }
+    if let Some(other) = not_an_object {
+        return Ok(other);
     }
     if let Value::Object(b) = body {
         out.extend(b);

@@ -1478,20 +1478,12 @@ mod tests {
     fn a_write_answers_with_its_events_object() {
         let mut s = Inner::new();
         let t = s.registry.get("", "v1", "configmaps").cloned().expect("configmaps");
+        let apply = |s: &mut Inner, body: Value| {
+            s.patch_shared(&t, "default", "c", "application/apply-patch+yaml", body, "m", false, Sub::Main, false)
+                .unwrap()
+        };
         let applied = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}});
-        let out = s
-            .patch_shared(
-                &t,
-                "default",
-                "c",
-                "application/apply-patch+yaml",
-                applied.clone(),
-                "m",
-                false,
-                Sub::Main,
-                false,
-            )
-            .unwrap();
+        let out = apply(&mut s, applied.clone());
         let ev = s.event_of(&out).expect("the create's event");
         assert_eq!(ev.kind, EventType::Added);
         let text: Value = serde_json::from_slice(&ev.object_json()).unwrap();
@@ -1499,26 +1491,12 @@ mod tests {
         assert_eq!(ev.line(), format!("{{\"type\":\"ADDED\",\"object\":{}}}\n", out).as_bytes());
         // A no-op apply writes nothing: it answers with the stored object itself.
         let rv = s.resource_version();
-        let again = s
-            .patch_shared(
-                &t,
-                "default",
-                "c",
-                "application/apply-patch+yaml",
-                applied.clone(),
-                "m",
-                false,
-                Sub::Main,
-                false,
-            )
-            .unwrap();
+        let again = apply(&mut s, applied);
         assert!(Arc::ptr_eq(&again, &out));
         assert_eq!(s.resource_version(), rv);
         // An update's event carries the stored object.
         let changed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "2"}});
-        let out = s
-            .patch_shared(&t, "default", "c", "application/apply-patch+yaml", changed, "m", false, Sub::Main, false)
-            .unwrap();
+        let out = apply(&mut s, changed);
         let ev = s.event_of(&out).expect("the update's event");
         assert_eq!(ev.kind, EventType::Modified);
         assert_eq!(serde_json::from_slice::<Value>(&ev.object_json()).unwrap(), *out);
