@@ -213,7 +213,9 @@ fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
 
 /// The minor being validated as, for the duration of one [`validate_as`]
 /// (a scoped thread-local keeps the rule functions' shapes upstream's).
-mod answering {
+/// The minor whose rules and messages validation answers with (the
+/// sim's serving version while it validates a write).
+pub mod answering {
     use std::cell::Cell;
     thread_local!(static MINOR: Cell<u32> = const { Cell::new(0) });
 

@@ -253,12 +253,44 @@ pub fn validate_cel(schema: &CrdSchema, obj: &Value, old: Option<&Value>) -> Res
             .into_iter()
             .map(|e| {
                 let field = if e.field_path.is_empty() { "<root>".to_string() } else { e.field_path.clone() };
-                format!("{field}: Invalid value: \"object\": {}", e.message)
+                format!("{field}: {}", invalid_value(value_at(obj, &e.field_path), &e.message))
             })
             .collect();
         out.sort();
         out
     })
+}
+
+/// A failed rule's "Invalid value" as the answering minor words it: up to
+/// 1.34 the field's type in place of its value; from 1.35 a scalar's value,
+/// and nothing for an object or a list (kubernetes/kubernetes#132798).
+fn invalid_value(value: Option<&Value>, message: &str) -> String {
+    let v = value.filter(|v| !v.is_null());
+    if crate::kube::validation::answering::minor() < 35 {
+        return format!("Invalid value: \"{}\": {message}", v.map_or("object", type_name));
+    }
+    match v {
+        Some(v) if !v.is_object() && !v.is_array() => format!("Invalid value: {}: {message}", shown(v)),
+        _ => format!("Invalid value: {message}"),
+    }
+}
+
+/// The value at a rule's field path (`spec.roles[0].name`; empty: the root).
+fn value_at<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = obj;
+    for part in path.split('.').filter(|p| !p.is_empty()) {
+        let (name, indices) = part.split_once('[').map_or((part, ""), |(n, rest)| (n, rest));
+        if !name.is_empty() {
+            cur = cur.get(name)?;
+        }
+        for index in indices.split('[').map(|i| i.trim_end_matches(']')).filter(|i| !i.is_empty()) {
+            cur = match index.parse::<usize>() {
+                Ok(i) => cur.get(i)?,
+                Err(_) => cur.get(index.trim_matches('"'))?,
+            };
+        }
+    }
+    Some(cur)
 }
 
 /// A CRD version's schema as the store keeps it: shared, since resource
@@ -547,5 +579,33 @@ mod tests {
                 "spec.tier: Unsupported value: \"gold\": supported values: \"critical\", \"standard\"".to_string(),
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod rule_message_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A failed rule's value as each minor words it: the field's type up to
+    /// 1.34; from 1.35 a scalar's value, and none for an object or a list.
+    #[test]
+    fn a_failed_rules_value_is_worded_as_the_minor_does() {
+        let obj = json!({"spec": {"owner": {"team": "a"}, "roles": [{"name": "w", "replicas": 2}]}});
+        let owner = value_at(&obj, "spec.owner");
+        let name = value_at(&obj, "spec.roles[0].name");
+        assert_eq!(name, Some(&json!("w")));
+        assert_eq!(value_at(&obj, "spec.roles[0].replicas"), Some(&json!(2)));
+        assert_eq!(value_at(&obj, ""), Some(&obj));
+        {
+            let _m = crate::kube::validation::answering::set(34);
+            assert_eq!(invalid_value(owner, "m"), "Invalid value: \"object\": m");
+            assert_eq!(invalid_value(name, "m"), "Invalid value: \"string\": m");
+        }
+        let _m = crate::kube::validation::answering::set(36);
+        assert_eq!(invalid_value(owner, "m"), "Invalid value: m");
+        assert_eq!(invalid_value(value_at(&obj, "spec.roles"), "m"), "Invalid value: m");
+        assert_eq!(invalid_value(name, "m"), "Invalid value: \"w\": m");
+        assert_eq!(invalid_value(value_at(&obj, "spec.roles[0].replicas"), "m"), "Invalid value: 2: m");
     }
 }

@@ -259,8 +259,9 @@ impl Inner {
 
     /// Defaults, prunes and validates a custom resource against its CRD
     /// version's schema (a no-op for types without one).
-    fn enforce_schema(t: &ResourceType, name: &str, obj: Value, old: Option<&Value>) -> R<Value> {
+    fn enforce_schema(minor: u32, t: &ResourceType, name: &str, obj: Value, old: Option<&Value>) -> R<Value> {
         let Some(schema) = &t.schema else { return Ok(obj) };
+        let _minor = crate::kube::validation::answering::set(minor);
         super::schema::validate_owned(&schema.json, obj)
             .and_then(|out| super::schema::validate_cel(schema, &out, old).map(|()| out))
             .map_err(|errors| invalid_all(&t.kind, &t.group, name, &errors))
@@ -550,7 +551,7 @@ impl Inner {
         if t.plural == "customresourcedefinitions" {
             self.register_crd(&mut obj)?;
         }
-        obj = Self::enforce_schema(t, &name, obj, None)?;
+        obj = Self::enforce_schema(self.serving_version().minor, t, &name, obj, None)?;
         Self::default_builtin(t, &mut obj);
         Self::enforce_builtin(self.serving_version().minor, t, &name, &obj, None)?;
         Self::merge_string_data(t, &mut obj);
@@ -652,7 +653,7 @@ impl Inner {
             let gen = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
             m.insert("generation".into(), json!(gen));
         }
-        obj = Self::enforce_schema(t, name, obj, Some(&old))?;
+        obj = Self::enforce_schema(self.serving_version().minor, t, name, obj, Some(&old))?;
         Self::default_builtin(t, &mut obj);
         Self::enforce_builtin(self.serving_version().minor, t, name, &obj, Some(&old))?;
         Self::merge_string_data(t, &mut obj);
