@@ -97,11 +97,12 @@ async fn the_console_shows_the_fleet_down_to_a_workload_live_and_accessibly() {
     let config = service::Config {
         namespace: namespace.clone(),
         identity: "console-test".into(),
-        policy: Policy { allowed_registries: vec![] },
+        policy: Policy::default(),
         interval: Duration::from_millis(200),
         lease_duration: Duration::from_secs(15),
         member_refresh: Duration::from_secs(1),
         api: pinfleet::kube::budget::Budget::GATEWAY,
+        audit_log: None,
     };
     let svc: Arc<Service> =
         Service::start(client.clone(), ms, Identity::new(settings, Some(client.clone())), config).await.unwrap();

@@ -26,6 +26,9 @@ struct Gateway {
     url: String,
     namespace: String,
     host: kube::Client,
+    /// The audit trail, one JSON line per decision.
+    audit: std::path::PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 async fn gateway(host: &KubeEnv, members: &[&Member], issuer: Option<&Issuer>, quotas: Value) -> Gateway {
@@ -60,14 +63,17 @@ async fn gateway(host: &KubeEnv, members: &[&Member], issuer: Option<&Issuer>, q
         anonymous: None,
     };
     let identity = Identity::new(settings, Some(client.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.log");
     let config = service::Config {
         namespace: namespace.clone(),
         identity: "test".into(),
-        policy: Policy { allowed_registries: vec![] },
+        policy: Policy::default(),
         interval: Duration::from_millis(200),
         lease_duration: Duration::from_secs(15),
         member_refresh: Duration::from_secs(1),
         api: pinfleet::kube::budget::Budget::GATEWAY,
+        audit_log: Some(audit.clone()),
     };
     let svc = Service::start(client.clone(), ms, identity, config).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -76,7 +82,7 @@ async fn gateway(host: &KubeEnv, members: &[&Member], issuer: Option<&Issuer>, q
     tokio::spawn(
         async move { pinfleet::gateway::http::serve(s, listener, None, std::future::pending()).await.unwrap() },
     );
-    Gateway { svc, url, namespace, host: client }
+    Gateway { svc, url, namespace, host: client, audit, _dir: dir }
 }
 
 impl Gateway {
@@ -101,9 +107,15 @@ impl Gateway {
     }
 }
 
+/// Runtime support off: a pod asks what its one container asks (platform-init,
+/// 50m and 64Mi, runs alone before it), so the tests' figures stay round.
+fn no_sidecars() -> Value {
+    json!({"identity": {"enabled": false}, "traffic": {"enabled": false}, "logging": {"enabled": false}, "metrics": {"enabled": false}})
+}
+
 fn service_of(team: &str, name: &str, replicas: u32, cpu: &str) -> Value {
     json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestService", "metadata": {"name": name},
-        "spec": {"owner": {"team": team, "project": name}, "replicas": replicas,
+        "spec": {"owner": {"team": team, "project": name}, "replicas": replicas, "runtime": no_sidecars(),
             "template": {"spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
                 "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}]}}}})
 }
@@ -111,7 +123,7 @@ fn service_of(team: &str, name: &str, replicas: u32, cpu: &str) -> Value {
 fn jobset_of(team: &str, name: &str, tier: &str, shards: u32, cpu: &str, minutes: u32) -> Value {
     json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestJobSet",
         "metadata": {"name": name, "annotations": {"gateway.pinfleet.dev/expected-duration": format!("{minutes}m")}},
-        "spec": {"owner": {"team": team, "project": name}, "tier": tier, "shards": shards,
+        "spec": {"owner": {"team": team, "project": name}, "tier": tier, "shards": shards, "runtime": no_sidecars(),
             "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "work", "image": "registry.k8s.io/pause:3.10",
                 "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}]}}}})
 }
@@ -390,7 +402,7 @@ async fn quota_borrows_in_its_cohort_limits_the_rate_explains_the_queue_and_pree
         let admin = admin.clone();
         let id = id.to_string();
         async move {
-            let (code, d) = svc.submit(&admin, &id, &w, 0, false).await.unwrap();
+            let (code, d) = svc.submit(&admin, &id, &w, None, false).await.unwrap();
             assert_eq!(code, 201, "{d:?}");
         }
     };
@@ -434,7 +446,8 @@ async fn each_teams_use_over_time_is_kept_on_the_host_for_a_day() {
     let gw = gateway(&host, &[&east], None, json!({&a: {"tiers": {"OnDemand": q("4", "8")}}})).await;
     let admin =
         pinfleet::gateway::intake::Caller { user: "ops".into(), teams: vec![], admin: true, via: "test".into() };
-    let (code, d) = gw.svc.submit(&admin, "a1", &jobset_of(&a, "a1", "OnDemand", 2, "1", 30), 0, false).await.unwrap();
+    let (code, d) =
+        gw.svc.submit(&admin, "a1", &jobset_of(&a, "a1", "OnDemand", 2, "1", 30), None, false).await.unwrap();
     assert_eq!(code, 201, "{d:?}");
     gw.pass().await;
     assert!(gw.phase(&a, "a1").await.holds());
@@ -486,12 +499,13 @@ async fn reserved_work_preempts_preemptible_work_when_the_fleet_is_full() {
         pinfleet::gateway::intake::Caller { user: "ops".into(), teams: vec![], admin: true, via: "test".into() };
     for (id, n) in [("p1", 3), ("p2", 5)] {
         let (code, d) =
-            gw.svc.submit(&admin, id, &jobset_of(&p, id, "Preemptible", n, "1", 60), 0, false).await.unwrap();
+            gw.svc.submit(&admin, id, &jobset_of(&p, id, "Preemptible", n, "1", 60), None, false).await.unwrap();
         assert_eq!(code, 201, "{d:?}");
     }
     gw.pass().await;
     assert_eq!((gw.phase(&p, "p1").await, gw.phase(&p, "p2").await), (Phase::Placed, Phase::Placed));
-    let (code, _) = gw.svc.submit(&admin, "r1", &jobset_of(&r, "r1", "Reserved", 4, "1", 60), 0, false).await.unwrap();
+    let (code, _) =
+        gw.svc.submit(&admin, "r1", &jobset_of(&r, "r1", "Reserved", 4, "1", 60), None, false).await.unwrap();
     assert_eq!(code, 201);
     gw.pass().await;
     // The most recently admitted Preemptible work (p2, 5 CPUs) yields; p1 stays.
@@ -557,7 +571,7 @@ async fn a_thousand_concurrent_submissions_from_twenty_teams_never_over_admit() 
             // 503) sends it again with the same id, as the id is for.
             let mut last = String::new();
             for _ in 0..5 {
-                match svc.submit(&admin, &format!("j{i}"), &w, (i % 7) as i32, false).await {
+                match svc.submit(&admin, &format!("j{i}"), &w, Some(["low", "normal", "high"][i % 3]), false).await {
                     Ok((code, d)) => return (code, d.retry),
                     Err(e) => last = format!("{e:#}"),
                 }
@@ -715,4 +729,426 @@ fn a_gateway_killed_mid_admission_loses_nothing_and_admits_nothing_twice() {
     assert!(ledger.usage(&team, pinfleet::workloads::Tier::OnDemand).cpu <= 6000);
     second.kill().unwrap();
     second.wait().unwrap();
+}
+
+// ---- a hostile team member --------------------------------------------------
+
+/// A workload written as a hostile submitter would: the JSON given, with
+/// runtime support off (so the figures are the containers' own).
+fn hostile(team: &str, name: &str, kind: &str, spec: Value) -> Value {
+    let mut s = spec;
+    s["owner"] = json!({"team": team, "project": name});
+    s["runtime"] = no_sidecars();
+    json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": s})
+}
+
+fn containers(cs: Value) -> Value {
+    json!({"spec": {"containers": cs}})
+}
+
+/// Reads the audit trail's lines.
+fn audit_lines(gw: &Gateway) -> Vec<Value> {
+    std::fs::read_to_string(&gw.audit)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["audit"].clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_submitter_cannot_write_around_the_quota_and_what_is_admitted_will_run() {
+    let host = KubeEnv::start();
+    // The fleet: 3 nodes of 16 CPUs, the workload controller on the member.
+    let east = member("east", 3, "16", true);
+    let iss = issuer().await;
+    let ns = host.namespace.clone();
+    let (red, blue) = (format!("{ns}-red"), format!("{ns}-blue"));
+    let gw = gateway(
+        &host,
+        &[&east],
+        Some(&iss),
+        json!({ &red: {"tiers": {"OnDemand": q("2", "40")}}, &blue: {"tiers": {"OnDemand": q("2", "2")}} }),
+    )
+    .await;
+    let c = gw.client(Some(iss.token("mallory@example.com", &[&format!("team:{red}")])));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.svc.refresh_members().await;
+    let dry = |w: Value| {
+        let c = &c;
+        async move {
+            c.call("POST", "/v1/submissions?dryRun=true", Some(&json!({"id": "probe", "workload": w}))).await.unwrap()
+        }
+    };
+    let fields = |b: &Value| -> Vec<String> {
+        b["problems"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| p["field"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+
+    // Requests written as JSON numbers: 8 CPUs and 8 GiB in bytes, three replicas.
+    let numbers = hostile(
+        &red,
+        "numbers",
+        "PinterestService",
+        json!({"replicas": 3,
+        "template": containers(json!([{"name": "app", "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": {"cpu": 8, "memory": 8589934592u64}}}]))}),
+    );
+    let a = dry(numbers).await;
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    assert!(a.body["demand"].as_str().unwrap().starts_with("cpu 24, memory 24Gi, pods 3"), "{:?}", a.body);
+    // Every quantity form Kubernetes reads counts as what it says.
+    let forms = hostile(
+        &red,
+        "forms",
+        "PinterestService",
+        json!({"replicas": 1,
+        "template": containers(json!([{"name": "a", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "0.1k", "memory": "4e9"}}}]))}),
+    );
+    let a = dry(forms).await;
+    assert!(a.body["demand"].as_str().unwrap().starts_with("cpu 100,"), "{:?}", a.body);
+    // What Kubernetes would refuse is refused here, at its field, never a default.
+    for (q, needle) in [(json!("lots"), "quantities must match"), (json!("1E"), "too large")] {
+        let w = hostile(
+            &red,
+            "lots",
+            "PinterestService",
+            json!({"replicas": 1,
+            "template": containers(json!([{"name": "a", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": q}}}]))}),
+        );
+        let a = dry(w).await;
+        assert_eq!(a.status, 422, "{q}: {:?}", a.body);
+        assert!(
+            fields(&a.body).contains(&"spec.template.spec.containers[0].resources.requests.cpu".to_string()),
+            "{:?}",
+            a.body
+        );
+        assert!(a.body.to_string().contains(needle), "{q}: {:?}", a.body);
+    }
+    // A CronJob of 500 shards is 500 pods (more than the fleet: never admitted).
+    let cron = |shards: u32, policy: &str| {
+        hostile(
+            &red,
+            "cron",
+            "PinterestCronJob",
+            json!({"schedule": "*/10 * * * *", "concurrencyPolicy": policy,
+        "job": {"shards": shards}, "template": containers(json!([{"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "1"}}}]))}),
+        )
+    };
+    let a = dry(cron(500, "Forbid")).await;
+    assert_eq!(a.status, 422, "{:?}", a.body);
+    assert_eq!(a.body["problems"][0]["layer"], "capacity", "{:?}", a.body);
+    let a = dry(cron(20, "Forbid")).await;
+    assert!(a.body["demand"].as_str().unwrap().starts_with("cpu 20,"), "{:?}", a.body);
+    // Allow lets runs overlap: without a deadline there is no bound.
+    let a = dry(cron(2, "Allow")).await;
+    assert_eq!(a.status, 422);
+    assert_eq!(fields(&a.body), ["spec.concurrencyPolicy"]);
+    // A 16-CPU native sidecar beside a 200m app: 16.2 CPUs.
+    let sidecar = hostile(
+        &red,
+        "sidecar",
+        "PinterestService",
+        json!({"replicas": 1, "template": {"spec": {
+        "initContainers": [{"name": "proxy", "image": "registry.k8s.io/pause:3.10", "restartPolicy": "Always", "resources": {"requests": {"cpu": "16"}}}],
+        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "200m"}}}]}}}),
+    );
+    let a = dry(sidecar).await;
+    assert!(a.body["demand"].as_str().unwrap().starts_with("cpu 16200m,"), "{:?}", a.body);
+    // Overflow: an answer with the reason, never a dropped connection.
+    for (cpu, replicas) in [("18446744073709551615m", 3), ("10000000", 2147483647)] {
+        let w = hostile(
+            &red,
+            "big",
+            "PinterestService",
+            json!({"replicas": replicas,
+            "template": containers(json!([{"name": "a", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu}}}]))}),
+        );
+        let a = dry(w).await;
+        assert_eq!(a.status, 422, "{cpu} × {replicas}: {:?}", a.body);
+    }
+    // Work every member would refuse is refused at the door, each at its field.
+    let refused = hostile(
+        &red,
+        "refused",
+        "PinterestService",
+        json!({"replicas": 1,
+        "template": containers(json!([{"name": "Not_A_Label", "image": "registry.k8s.io/pause:3.10"}, {"name": "noimage"}]))}),
+    );
+    let a = dry(refused).await;
+    assert_eq!(a.status, 422, "{:?}", a.body);
+    let f = fields(&a.body);
+    assert!(f.contains(&"spec.template.spec.containers[0].name".to_string()), "{f:?}");
+    assert!(f.contains(&"spec.template.spec.containers[1].image".to_string()), "{f:?}");
+
+    // Priority is a class the team may use, never a number it writes.
+    let ok = hostile(
+        &red,
+        "web",
+        "PinterestService",
+        json!({"replicas": 2,
+        "template": containers(json!([{"name": "app", "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": {"cpu": 1, "memory": "256Mi"}}}]))}),
+    );
+    let a = c
+        .call("POST", "/v1/submissions", Some(&json!({"id": "web", "priority": 2147483647, "workload": ok})))
+        .await
+        .unwrap();
+    assert_eq!(a.status, 400, "{:?}", a.body);
+    let a = c
+        .call("POST", "/v1/submissions", Some(&json!({"id": "web", "priorityClass": "high", "workload": ok})))
+        .await
+        .unwrap();
+    assert_eq!(a.status, 422, "{:?}", a.body);
+    assert!(
+        a.body["problems"][0]["message"].as_str().unwrap().contains("may not use priority class \"high\""),
+        "{:?}",
+        a.body
+    );
+    // Ids a terminal would act on are refused.
+    for id in ["x\u{1b}]52;c;ZXZpbA==\u{7}", "\u{202e}abc", "a\u{200b}b", "   "] {
+        let a = c.call("POST", "/v1/submissions", Some(&json!({"id": id, "workload": ok}))).await.unwrap();
+        assert_eq!(a.status, 422, "{id:?}: {:?}", a.body);
+        assert_eq!(fields(&a.body), ["id"]);
+    }
+    let a = c.call("POST", "/v1/submissions", Some(&json!({"id": "web", "workload": ok}))).await.unwrap();
+    assert_eq!(a.status, 201, "{:?}", a.body);
+    let a =
+        c.call("PATCH", &format!("/v1/submissions/{red}/web"), Some(&json!({"priorityClass": "high"}))).await.unwrap();
+    assert!(a.status == 422 || a.status == 409, "{:?}", a.body);
+    // Another team's work: refused and audited.
+    let a = c.call("DELETE", &format!("/v1/submissions/{blue}/x"), None).await.unwrap();
+    assert_eq!(a.status, 403);
+    // What is admitted is what runs: the pods the member's controller made
+    // ask, by Kubernetes' rule, exactly the demand the gateway counted.
+    gw.pass().await;
+    let demand = gw.svc.find(&red, "web").await.unwrap().unwrap().spec.demand;
+    assert_eq!((demand.cpu, demand.pods), (2000, 2));
+    if !host.skip_without_running_pods() {
+        let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(k, &red);
+        let mut counted = (0, 0, 0);
+        for _ in 0..100 {
+            let list = pods.list(&Default::default()).await.unwrap();
+            counted = list.items.iter().fold((0, 0, 0), |(c, m, n), p| {
+                let v = serde_json::to_value(p).unwrap();
+                let r = pinfleet::workloads::demand::pod_requests(&v, "pod", None).unwrap();
+                (c + r.cpu, m + r.memory, n + 1)
+            });
+            if counted.2 == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(counted, (demand.cpu, demand.memory, demand.pods), "the pods on the member against the demand");
+    }
+    // The audit trail holds every kind of decision.
+    let lines = audit_lines(&gw);
+    let answers: Vec<(String, u64)> =
+        lines.iter().map(|l| (l["verb"].as_str().unwrap().to_string(), l["answer"].as_u64().unwrap())).collect();
+    for want in [("submit", 201), ("submit", 422), ("cancel", 403)] {
+        assert!(answers.contains(&(want.0.to_string(), want.1)), "{want:?} in {answers:?}");
+    }
+    assert!(
+        lines.iter().any(|l| l["user"] == "mallory@example.com" && l["object"] == format!("{blue}/x")),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_refusal_is_audited_and_the_rest_answers_with_its_reason() {
+    let host = KubeEnv::start();
+    let east = member("east", 1, "8", false);
+    let iss = issuer().await;
+    let team = format!("{}-t", host.namespace);
+    let gw = gateway(&host, &[&east], Some(&iss), json!({ &team: {"tiers": {"OnDemand": q("2", "4")}} })).await;
+    let anonymous = gw.client(None);
+    // /metrics is behind the same authentication as every route.
+    assert_eq!(anonymous.call("GET", "/metrics", None).await.unwrap().status, 401);
+    let admin = gw.client(Some(iss.token("ops@example.com", &["pinfleet:admins"])));
+    assert_eq!(admin.call("GET", "/metrics", None).await.unwrap().status, 200);
+    // A quota for a name that cannot be a team: 422 with the reason.
+    let a = admin.call("PUT", "/v1/quota/Red%20X", Some(&json!({"tiers": {"OnDemand": q("1", "1")}}))).await.unwrap();
+    assert_eq!(a.status, 422, "{:?}", a.body);
+    assert!(a.body["error"].as_str().unwrap().contains("not a team name"), "{:?}", a.body);
+    // A token not valid yet, or issued in the future: refused, saying why.
+    let now = chrono::Utc::now().timestamp();
+    let early = {
+        let claims = json!({"iss": iss.url, "sub": "u", "email": "u", "aud": "pinfleet", "groups": [format!("team:{team}")], "iat": now, "nbf": now + 3600, "exp": now + 7200});
+        let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        h.kid = Some("k1".into());
+        jsonwebtoken::encode(&h, &claims, &iss.key).unwrap()
+    };
+    let a = gw.client(Some(early)).call("GET", "/v1/whoami", None).await.unwrap();
+    assert_eq!(a.status, 401);
+    assert!(a.body["error"].as_str().unwrap().contains("not valid yet"), "{:?}", a.body);
+    let future = {
+        let claims = json!({"iss": iss.url, "sub": "u", "email": "u", "aud": "pinfleet", "groups": [], "iat": now + 3600, "exp": now + 7200});
+        let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        h.kid = Some("k1".into());
+        jsonwebtoken::encode(&h, &claims, &iss.key).unwrap()
+    };
+    let a = gw.client(Some(future)).call("GET", "/v1/whoami", None).await.unwrap();
+    assert_eq!(a.status, 401);
+    assert!(a.body["error"].as_str().unwrap().contains("issued in the future"), "{:?}", a.body);
+    let lines = audit_lines(&gw);
+    let refusals: Vec<u64> = lines.iter().filter_map(|l| l["answer"].as_u64()).collect();
+    assert!(refusals.iter().filter(|a| **a == 401).count() >= 3, "{lines:?}");
+    assert!(lines.iter().any(|l| l["verb"] == "edit-quota" && l["answer"] == 422), "{lines:?}");
+}
+
+/// One raw HTTP/1.1 request (headers as given); the status code.
+async fn raw(url: &str, request: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.strip_prefix("http://").unwrap();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 64];
+    let n = s.read(&mut buf).await.unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]).to_string();
+    head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status in {head:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_page_on_another_origin_or_a_rebound_name_changes_nothing() {
+    let host = KubeEnv::start();
+    let east = member("east", 1, "8", false);
+    let team = format!("{}-t", host.namespace);
+    let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("2", "4")}} })).await;
+    let port = gw.url.rsplit(':').next().unwrap().to_string();
+    let body = json!({"id": "x", "workload": service_of(&team, "x", 1, "100m")}).to_string();
+    let post = |host: &str, extra: &str, ct: &str| {
+        format!("POST /v1/submissions HTTP/1.1\r\nHost: {host}\r\n{extra}Content-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+    };
+    let local = format!("127.0.0.1:{port}");
+    // DNS rebinding: the attacker's name for 127.0.0.1.
+    let rebound = format!(
+        "DELETE /v1/submissions/{team}/x HTTP/1.1\r\nHost: rebind.attacker.example:{port}\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(raw(&gw.url, &rebound).await, 421);
+    // A cross-site form or text/plain post.
+    assert_eq!(
+        raw(&gw.url, &post(&local, "Origin: http://attacker.example\r\nSec-Fetch-Site: cross-site\r\n", "text/plain"))
+            .await,
+        403
+    );
+    assert_eq!(raw(&gw.url, &post(&local, "", "text/plain")).await, 415);
+    assert_eq!(raw(&gw.url, &post(&local, "Origin: null\r\n", "application/json")).await, 403);
+    // Nothing was recorded.
+    assert!(gw.svc.find(&team, "x").await.unwrap().is_none());
+    // A body past the limit is refused before it is read whole.
+    let big = format!("POST /v1/submissions HTTP/1.1\r\nHost: {local}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", 8 << 20);
+    assert_eq!(raw(&gw.url, &big).await, 413);
+}
+
+#[test]
+fn idle_connections_past_the_cap_under_a_low_open_file_limit_stop_no_one() {
+    use std::process::{Command, Stdio};
+    let host = KubeEnv::start();
+    let dir = tempfile::tempdir().unwrap();
+    let team = format!("{}-t", host.namespace);
+    let east = member("east", 1, "8", false);
+    // A CA, the gateway's certificate, and a client's (CN carol, O team:TEAM).
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "test-ca");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let srv_key = rcgen::KeyPair::generate().unwrap();
+    let srv =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().signed_by(&srv_key, &issuer).unwrap();
+    let cli_key = rcgen::KeyPair::generate().unwrap();
+    let mut cp = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    cp.distinguished_name.push(rcgen::DnType::CommonName, "carol");
+    cp.distinguished_name.push(rcgen::DnType::OrganizationName, format!("team:{team}"));
+    let cli = cp.signed_by(&cli_key, &issuer).unwrap();
+    let w = |n: &str, t: String| {
+        let p = dir.path().join(n);
+        std::fs::write(&p, t).unwrap();
+        p
+    };
+    let (ca_p, srv_p, srv_k, cli_p, cli_k) = (
+        w("ca.pem", ca.pem()),
+        w("srv.pem", srv.pem()),
+        w("srv.key", srv_key.serialize_pem()),
+        w("cli.pem", cli.pem()),
+        w("cli.key", cli_key.serialize_pem()),
+    );
+    let quotas = w(
+        "quotas.yaml",
+        format!("apiVersion: gateway.pinfleet.dev/v1alpha1\nkind: TeamQuota\nmetadata: {{name: {team}}}\nspec:\n  tiers:\n    OnDemand:\n      guaranteed: {{cpu: '2', memory: 8Gi, pods: 10}}\n      max: {{cpu: '4', memory: 8Gi, pods: 10}}\n"),
+    );
+    let url_file = dir.path().join("url");
+    // The gateway under `ulimit -n 256`, its own embedded host.
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 256 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_pinfleet"))
+        .args(["gateway", "serve", "--listen", "127.0.0.1:0", "--no-console"])
+        .arg("--url-file")
+        .arg(&url_file)
+        .arg("--tls-cert")
+        .arg(&srv_p)
+        .arg("--tls-key")
+        .arg(&srv_k)
+        .arg("--client-ca")
+        .arg(&ca_p)
+        .arg("--quotas")
+        .arg(&quotas)
+        .arg("--member")
+        .arg(format!("east={}", east.kubeconfig.display()))
+        .arg("--audit-log")
+        .arg(dir.path().join("audit.log"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("gateway.log")).unwrap())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Kill(child);
+    let mut url = String::new();
+    for _ in 0..600 {
+        if let Ok(u) = std::fs::read_to_string(&url_file) {
+            url = u;
+            break;
+        }
+        assert!(child.0.try_wait().unwrap().is_none(), "the gateway ended before it served");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(url.starts_with("https://"), "no URL: {url:?}");
+    let addr = url.trim_start_matches("https://").to_string();
+    // More idle connections than the process has descriptors: no handshake, no request.
+    let idle: Vec<std::net::TcpStream> = (0..300).filter_map(|_| std::net::TcpStream::connect(&addr).ok()).collect();
+    assert!(idle.len() >= 260, "opened {}", idle.len());
+    std::thread::sleep(Duration::from_millis(500));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let with_cert = Client::new(
+            &url,
+            &Credentials {
+                ca_file: Some(ca_p.clone()),
+                client_certificate: Some(cli_p.clone()),
+                client_key: Some(cli_k.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let ready = with_cert.call("GET", "/readyz", None).await.unwrap();
+        assert_eq!(ready.status, 200);
+        let w = service_of(&team, "web", 1, "100m");
+        let a = with_cert.call("POST", "/v1/submissions", Some(&json!({"id": "web", "workload": w}))).await.unwrap();
+        assert_eq!(a.status, 201, "{:?}", a.body);
+    });
+    drop(idle);
+    let log = std::fs::read_to_string(dir.path().join("gateway.log")).unwrap_or_default();
+    assert!(child.0.try_wait().unwrap().is_none(), "the gateway is still serving: {log}");
 }

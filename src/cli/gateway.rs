@@ -88,6 +88,10 @@ pub struct ServeArgs {
     /// Images must come from one of these registries (prefixes; repeat).
     #[arg(long = "allowed-registry")]
     pub allowed_registries: Vec<String>,
+    /// A priority class submitters may name: NAME=VALUE[,team=TEAM]…[,tier=TIER]…
+    /// (repeat; default: low=-100 and normal=0 for all, high=100 for Reserved work).
+    #[arg(long = "priority-class", value_name = "NAME=VALUE[,team=T][,tier=T]", value_parser = crate::gateway::intake::PriorityClass::parse)]
+    pub priority_classes: Vec<crate::gateway::intake::PriorityClass>,
     /// Team quotas to write on start (TeamQuota YAML documents), for local work.
     #[arg(long)]
     pub quotas: Option<PathBuf>,
@@ -114,6 +118,20 @@ pub struct ServeArgs {
     /// Serve the API alone, without the web console at /.
     #[arg(long)]
     pub no_console: bool,
+    /// Append the audit trail (one JSON line per decision) to this file
+    /// instead of standard error.
+    #[arg(long)]
+    pub audit_log: Option<PathBuf>,
+    /// Connections open at once, in all (kept below the open-file limit);
+    /// past it a new connection closes the oldest one with no request in flight.
+    #[arg(long, default_value_t = crate::gateway::listen::Limits::default().connections)]
+    pub max_connections: usize,
+    /// Connections open at once from one address.
+    #[arg(long, default_value_t = crate::gateway::listen::Limits::default().per_peer)]
+    pub max_connections_per_peer: usize,
+    /// A connection with nothing read or written for this long is closed.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Duration,
     /// The console shows the fleet's rollouts: fleet.yaml in the clusters
     /// folder, read from its state store on --target every --member-refresh.
     #[arg(long)]
@@ -171,8 +189,10 @@ pub struct SubmitArgs {
     /// default: the workload's name and a digest of the file).
     #[arg(long)]
     pub id: Option<String>,
-    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-    pub priority: i32,
+    /// A priority class the admins defined (default: normal); the gateway
+    /// says which classes the workload's team may use.
+    #[arg(long)]
+    pub priority_class: Option<String>,
     /// Check everything and say what admission would decide now; record nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -224,7 +244,7 @@ pub struct QueueArgs {
 fn print(g: &GlobalArgs, v: &Value, text: impl Fn(&Value) -> String) -> Result<()> {
     match g.output {
         Format::Text => {
-            print!("{}", text(v));
+            print!("{}", crate::views::text::safe(&text(v)));
             Ok(())
         }
         f => crate::output::print_data(f, v),
@@ -251,7 +271,19 @@ pub async fn submit(g: &GlobalArgs, a: SubmitArgs) -> Result<ExitCode> {
     };
     let client = a.client.client()?;
     let path = if a.dry_run { "/v1/submissions?dryRun=true" } else { "/v1/submissions" };
-    let ans = client.call("POST", path, Some(&json!({"id": id, "priority": a.priority, "workload": workload}))).await?;
+    let ans = client
+        .call(
+            "POST",
+            path,
+            Some(&{
+                let mut body = json!({"id": id, "workload": workload});
+                if let Some(c) = &a.priority_class {
+                    body["priorityClass"] = json!(c);
+                }
+                body
+            }),
+        )
+        .await?;
     if ans.status == 401 || ans.status == 403 || ans.status >= 500 {
         ans.ok()?;
         unreachable!("an error status");
@@ -286,7 +318,7 @@ pub async fn workloads(g: &GlobalArgs, a: WorkloadsArgs) -> Result<ExitCode> {
                 crate::output::print_data(g.output, &v)?;
             } else {
                 let w: crate::views::workload::WorkloadView = serde_json::from_value(v).context(OLDER)?;
-                print!("{}", w.text());
+                print!("{}", crate::views::text::safe(&w.text()));
             }
         }
         WorkloadsCommand::Cancel { submission, client } => {
@@ -339,9 +371,9 @@ pub async fn queue(g: &GlobalArgs, a: QueueArgs) -> Result<ExitCode> {
                 println!();
             }
             if !v.queue.is_empty() {
-                println!("team {}", v.team);
+                println!("team {}", crate::views::text::safe(&v.team));
             }
-            print!("{}", v.queue_text());
+            print!("{}", crate::views::text::safe(&v.queue_text()));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -354,7 +386,7 @@ pub async fn quota(g: &GlobalArgs, a: QueueArgs) -> Result<ExitCode> {
             println!("no teams to show");
         }
         for v in &views {
-            print!("{}", v.quota_text());
+            print!("{}", crate::views::text::safe(&v.quota_text()));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -405,7 +437,7 @@ pub async fn view(g: &GlobalArgs, a: ViewArgs) -> Result<ExitCode> {
         ViewWhat::Team { .. } => serde_json::from_value::<views::team::TeamView>(v).context(what)?.text(),
         ViewWhat::Workload { .. } => serde_json::from_value::<views::workload::WorkloadView>(v).context(what)?.text(),
     };
-    print!("{text}");
+    print!("{}", crate::views::text::safe(&text));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -529,13 +561,18 @@ async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::FleetSource>
     let config = service::Config {
         namespace: s.namespace.clone(),
         identity: s.identity.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id())),
-        policy: Policy { allowed_registries: s.allowed_registries.clone() },
+        policy: Policy {
+            allowed_registries: s.allowed_registries.clone(),
+            priority_classes: s.priority_classes.clone(),
+        },
         interval: s.interval,
         lease_duration: s.lease_duration,
         member_refresh: s.member_refresh,
         api: s.api_budget(),
+        audit_log: s.audit_log.clone(),
     };
     let svc = service::Service::start(host, members, identity, config).await?;
+    let audit = svc.audit_log.clone();
     tokio::spawn(svc.clone().run());
     let scheme = if s.tls_cert.is_some() { "https" } else { "http" };
     let url = format!("{scheme}://{addr}");
@@ -570,7 +607,13 @@ async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::FleetSource>
             c.close();
         }
     };
-    http::serve_app(app, listener, tls, shutdown).await?;
+    let limits = crate::gateway::listen::Limits {
+        connections: s.max_connections,
+        per_peer: s.max_connections_per_peer,
+        idle: s.idle_timeout,
+        ..Default::default()
+    };
+    http::serve_with(app, listener, tls, limits, Some(audit), shutdown).await?;
     if let Some(sm) = sim {
         sm.stop().await;
         // The embedded sim's kubeconfig lived as long as it did.

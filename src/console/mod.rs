@@ -47,6 +47,8 @@ const COOKIE_SECONDS: u64 = 8 * 3600;
 /// Changes arriving within this long are one event (a pass of the admission
 /// loop writes many records).
 const SETTLE: Duration = Duration::from_millis(200);
+/// At most one live update a second per page: each one rebuilds the page.
+const COALESCE: Duration = Duration::from_secs(1);
 
 /// How often the leader samples each team's use (kept on the host a day).
 const SAMPLE_EVERY: Duration = Duration::from_secs(60);
@@ -359,23 +361,55 @@ async fn view_json(State(c): State<C>, p: Peer, headers: HeaderMap, UrlPath(path
 }
 
 /// "Something changed": the page asks for a fresh copy of itself.
+/// Live updates: an event when something this viewer may see changed —
+/// their teams' submissions and queue positions (every team's for an
+/// admin), the fleet's members and rollouts — at most one a second.
 async fn events(State(c): State<C>, p: Peer, headers: HeaderMap) -> Response {
-    if let Err(e) = caller(&c, &headers, &p).await {
-        return unauthenticated(true, e);
-    }
-    let state = (c.svc.subscribe(), c.observer.subscribe(), c.closing.subscribe());
-    let stream = futures::stream::unfold(state, |(mut a, mut b, mut closing)| async move {
-        if *closing.borrow() {
-            return None;
+    let who = match caller(&c, &headers, &p).await {
+        Ok(who) => who,
+        Err(e) => return unauthenticated(true, e),
+    };
+    let teams: Option<Vec<String>> = (!who.admin).then(|| who.teams.clone());
+    let visible = move |m: &std::collections::BTreeMap<String, u64>| -> u64 {
+        match &teams {
+            None => m.values().sum(),
+            Some(ts) => ts.iter().filter_map(|t| m.get(t)).sum(),
         }
-        tokio::select! {
-            r = a.changed() => r.ok()?,
-            r = b.changed() => r.ok()?,
-            _ = closing.changed() => return None,
+    };
+    let mut mine = c.svc.subscribe_teams();
+    let seen = visible(&mine.borrow_and_update());
+    let state = (mine, c.observer.subscribe(), c.closing.subscribe(), seen, None::<tokio::time::Instant>);
+    let stream = futures::stream::unfold(state, move |(mut a, mut b, mut closing, mut seen, last)| {
+        let visible = visible.clone();
+        async move {
+            loop {
+                if *closing.borrow() {
+                    return None;
+                }
+                tokio::select! {
+                    r = a.changed() => {
+                        r.ok()?;
+                        if visible(&a.borrow_and_update()) == seen {
+                            continue;
+                        }
+                    }
+                    r = b.changed() => { r.ok()?; b.borrow_and_update(); }
+                    _ = closing.changed() => return None,
+                }
+                // Coalesced: what arrives within a second of the last
+                // event is told once, at the second's end.
+                let due = last
+                    .map(|l| l + COALESCE)
+                    .unwrap_or_else(tokio::time::Instant::now)
+                    .max(tokio::time::Instant::now() + SETTLE);
+                tokio::time::sleep_until(due).await;
+                seen = visible(&a.borrow_and_update());
+                b.borrow_and_update();
+                let n = seen + *b.borrow();
+                let ev = Event::default().event("change").data(n.to_string());
+                return Some((Ok::<_, Infallible>(ev), (a, b, closing, seen, Some(tokio::time::Instant::now()))));
+            }
         }
-        tokio::time::sleep(SETTLE).await;
-        let n = *a.borrow_and_update() + *b.borrow_and_update();
-        Some((Ok::<_, Infallible>(Event::default().event("change").data(n.to_string())), (a, b, closing)))
     });
     secured(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
 }
@@ -467,7 +501,7 @@ pub fn router(c: C) -> Router {
         .route("/ui/console.css", get(css))
         .route("/ui/console.js", get(js))
         .route("/login", get(login_page).post(login))
-        .route("/logout", get(logout))
+        .route("/logout", axum::routing::post(logout))
         .with_state(c)
 }
 

@@ -54,6 +54,7 @@ async fn caller(svc: &Service, headers: &HeaderMap, cert: Option<&PeerCertificat
         Ok(c) => Ok(c),
         Err(r) => {
             svc.metrics.answered("auth", 401);
+            svc.audit_log.write(&super::audit::Entry::new(None, "authenticate", "", 401, &r.0));
             Err(error(StatusCode::UNAUTHORIZED, r.0))
         }
     }
@@ -66,10 +67,12 @@ fn peer(p: &Peer) -> Option<&PeerCertificate> {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SubmitBody {
     id: String,
+    /// A class the admins defined (default: `normal`); a number is never taken.
     #[serde(default)]
-    priority: i32,
+    priority_class: Option<String>,
     workload: Value,
 }
 
@@ -95,12 +98,12 @@ async fn submit(
         Err(e) => {
             return error(
                 StatusCode::BAD_REQUEST,
-                format!("the body is not a submission ({{id, priority?, workload}}): {e}"),
+                format!("the body is not a submission ({{id, priorityClass?, workload}}): {e}"),
             )
         }
     };
     let dry = q.dry_run.as_deref().is_some_and(|d| d == "true" || d == "All" || d.is_empty());
-    match svc.submit(&c, &body.id, &body.workload, body.priority, dry).await {
+    match svc.submit(&c, &body.id, &body.workload, body.priority_class.as_deref(), dry).await {
         Ok((code, d)) => {
             svc.metrics.answered("submit", code);
             (StatusCode::from_u16(code).unwrap_or(StatusCode::OK), Json(d)).into_response()
@@ -144,13 +147,26 @@ async fn list(State(svc): State<S>, p: Peer, headers: HeaderMap, Query(q): Query
 }
 
 /// The submission, when the caller may see it.
-async fn owned(svc: &Service, c: &Caller, team: &str, id: &str) -> Result<super::records::Submission, Response> {
+async fn owned(
+    svc: &Service,
+    c: &Caller,
+    verb: &str,
+    team: &str,
+    id: &str,
+) -> Result<super::records::Submission, Response> {
+    let object = format!("{team}/{id}");
     if !c.may_act_for(team) {
-        return Err(error(StatusCode::FORBIDDEN, format!("{} may not act for team {team}", c.user)));
+        let why = format!("{} may not act for team {team}", c.user);
+        svc.audit(c, verb, &object, "", 403, &why).await;
+        return Err(error(StatusCode::FORBIDDEN, why));
     }
     match svc.find(team, id).await {
         Ok(Some(s)) => Ok(s),
-        Ok(None) => Err(error(StatusCode::NOT_FOUND, format!("team {team} has no submission {id:?}"))),
+        Ok(None) => {
+            let why = format!("team {team} has no submission {id:?}");
+            svc.audit(c, verb, &object, "", 404, &why).await;
+            Err(error(StatusCode::NOT_FOUND, why))
+        }
         Err(e) => Err(internal(e)),
     }
 }
@@ -165,7 +181,7 @@ async fn describe(
         Ok(c) => c,
         Err(r) => return r,
     };
-    match owned(&svc, &c, &team, &id).await {
+    match owned(&svc, &c, "get", &team, &id).await {
         Ok(s) => {
             let mut v = serde_json::to_value(svc.view(&s).await).unwrap_or_default();
             v["submitted"] = s.spec.workload.clone();
@@ -185,7 +201,7 @@ async fn cancel(
         Ok(c) => c,
         Err(r) => return r,
     };
-    let s = match owned(&svc, &c, &team, &id).await {
+    let s = match owned(&svc, &c, "cancel", &team, &id).await {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -196,7 +212,7 @@ async fn cancel(
     }
     match svc.cancel(&name).await {
         Ok(()) => {
-            svc.audit(&c, "cancel", &name, &s.spec.artifact, "accepted").await;
+            svc.audit(&c, "cancel", &name, &s.spec.artifact, 202, "cancelled").await;
             (StatusCode::ACCEPTED, Json(json!({"name": name, "phase": ph, "message": "cancelling: released and removed from its clusters within a pass"}))).into_response()
         }
         Err(e) => internal(e),
@@ -204,8 +220,9 @@ async fn cancel(
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct PriorityBody {
-    priority: i32,
+    priority_class: String,
 }
 
 async fn reprioritize(
@@ -219,7 +236,7 @@ async fn reprioritize(
         Ok(c) => c,
         Err(r) => return r,
     };
-    let s = match owned(&svc, &c, &team, &id).await {
+    let s = match owned(&svc, &c, "priority", &team, &id).await {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -227,10 +244,26 @@ async fn reprioritize(
     if s.status.as_ref().map(|s| s.phase).unwrap_or_default() != Phase::Queued {
         return error(StatusCode::CONFLICT, "only a queued submission's priority can change");
     }
-    match svc.set_priority(&name, b.priority).await {
+    let class = match svc.config.policy.class(Some(&b.priority_class), &s.spec.team, s.spec.tier, &c) {
+        Ok(class) => class,
+        Err(p) => {
+            svc.audit(&c, "priority", &name, &s.spec.artifact, 422, &p.message).await;
+            return (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({"error": p.message, "problems": [p]})))
+                .into_response();
+        }
+    };
+    match svc.set_priority(&name, &class).await {
         Ok(()) => {
-            svc.audit(&c, "priority", &name, &s.spec.artifact, &format!("set to {}", b.priority)).await;
-            Json(json!({"name": name, "priority": b.priority})).into_response()
+            svc.audit(
+                &c,
+                "priority",
+                &name,
+                &s.spec.artifact,
+                200,
+                &format!("set to {} ({})", class.name, class.value),
+            )
+            .await;
+            Json(json!({"name": name, "priorityClass": class.name, "priority": class.value})).into_response()
         }
         Err(e) => internal(e),
     }
@@ -327,8 +360,13 @@ async fn put_quota(
         Err(r) => return r,
     };
     if !c.admin {
-        svc.audit(&c, "edit-quota", &team, "", "refused: not an admin").await;
+        svc.audit(&c, "edit-quota", &team, "", 403, "not an admin").await;
         return error(StatusCode::FORBIDDEN, format!("only the admin group edits quotas; {} is not in it", c.user));
+    }
+    if !super::intake::team_name(&team) {
+        let why = format!("{team:?} is not a team name (a DNS label: 1–63 lowercase letters, digits and '-')");
+        svc.audit(&c, "edit-quota", &team, "", 422, &why).await;
+        return (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({"error": why}))).into_response();
     }
     let fleet = svc.fleet().await;
     if let Err(errs) =
@@ -345,7 +383,7 @@ async fn put_quota(
     let api: Api<TeamQuota> = Api::namespaced(svc.host.clone(), &svc.config.namespace);
     match api.patch(&team, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj)).await {
         Ok(_) => {
-            svc.audit(&c, "edit-quota", &team, "", "written").await;
+            svc.audit(&c, "edit-quota", &team, "", 200, "written").await;
             Json(json!({"team": team, "written": true})).into_response()
         }
         Err(e) => internal(e.into()),
@@ -366,7 +404,12 @@ async fn whoami(State(svc): State<S>, p: Peer, headers: HeaderMap) -> Response {
     }
 }
 
-async fn metrics(State(svc): State<S>) -> Response {
+/// Behind the same authentication as every other route: any caller the
+/// gateway identifies may scrape it (a Prometheus service-account token).
+async fn metrics(State(svc): State<S>, p: Peer, headers: HeaderMap) -> Response {
+    if let Err(r) = caller(&svc, &headers, peer(&p)).await {
+        return r;
+    }
     let body = svc.metrics.render(svc.leading.load(Ordering::Relaxed), svc.queued_count().await);
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
@@ -427,55 +470,45 @@ pub async fn serve(
     tls: Option<Tls<'_>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    serve_app(router(svc), listener, tls, shutdown).await
+    let audit = svc.audit_log.clone();
+    serve_with(router(svc), listener, tls, super::listen::Limits::default(), Some(audit), shutdown).await
 }
 
 /// Serves `app` (the API, with the console when it is mounted) until
-/// `shutdown` resolves. Plain HTTP only on a loopback address.
+/// `shutdown` resolves, under the listener's limits ([`super::listen`]).
+/// Plain HTTP only on a loopback address.
 pub async fn serve_app(
     app: Router,
     listener: tokio::net::TcpListener,
     tls: Option<Tls<'_>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let Some(tls) = tls else {
-        let addr: SocketAddr = listener.local_addr()?;
-        anyhow::ensure!(
-            addr.ip().is_loopback(),
-            "{addr}: without --tls-cert the gateway serves on a loopback address only"
-        );
-        axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
-        return Ok(());
+    serve_with(app, listener, tls, super::listen::Limits::default(), None, shutdown).await
+}
+
+/// [`serve_app`] with chosen limits.
+pub async fn serve_with(
+    app: Router,
+    listener: tokio::net::TcpListener,
+    tls: Option<Tls<'_>>,
+    limits: super::listen::Limits,
+    audit: Option<Arc<super::audit::AuditLog>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let addr: SocketAddr = listener.local_addr()?;
+    let acceptor = match tls {
+        Some(tls) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(&tls)?))),
+        None => {
+            anyhow::ensure!(
+                addr.ip().is_loopback(),
+                "{addr}: without --tls-cert the gateway serves on a loopback address only"
+            );
+            None
+        }
     };
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(&tls)?));
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => r?,
-            _ = &mut shutdown => return Ok(()),
-        };
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        tokio::spawn(async move {
-            let Ok(tls) = acceptor.accept(stream).await else { return };
-            let peer = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .and_then(|c| super::identity::peer_identity(c.as_ref()))
-                .map(Arc::new);
-            let svc = tower::ServiceExt::map_request(app, move |mut req: http::Request<hyper::body::Incoming>| {
-                if let Some(p) = &peer {
-                    req.extensions_mut().insert(p.clone());
-                }
-                req
-            });
-            let io = hyper_util::rt::TokioIo::new(tls);
-            let hyper_svc = hyper_util::service::TowerToHyperService::new(svc);
-            let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                .serve_connection(io, hyper_svc)
-                .await;
-        });
-    }
+    let guard = super::guard::Guard { local: addr, plain: acceptor.is_none(), audit };
+    let app = app
+        .layer(axum::middleware::from_fn_with_state(guard, super::guard::check))
+        .layer(axum::extract::DefaultBodyLimit::max(super::guard::BODY_LIMIT));
+    super::listen::serve(app, listener, acceptor, limits, shutdown).await
 }

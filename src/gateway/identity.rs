@@ -181,7 +181,10 @@ impl Identity {
         let mut v = Validation::new(header.alg);
         v.set_issuer(&[o.issuer.as_str()]);
         v.set_audience(&[o.audience.as_str()]);
+        // Clocks drift: 30 s either way, as the API server's OIDC authenticator allows.
         v.leeway = 30;
+        // A token not valid yet (`nbf` ahead) is refused, not taken early.
+        v.validate_nbf = true;
         v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         use jsonwebtoken::errors::ErrorKind as K;
         let data = decode::<Claims>(token, &key, &v).map_err(|e| {
@@ -199,6 +202,13 @@ impl Identity {
             )
         })?;
         let claims = data.claims.rest;
+        // Issued in the future: a clock or an issuer gone wrong; refused.
+        if let Some(iat) = claims.get("iat").and_then(Value::as_f64) {
+            let now = chrono::Utc::now().timestamp() as f64;
+            if iat > now + v.leeway as f64 {
+                return Err(Refusal("the token was issued in the future (iat); check the issuer's clock".into()));
+            }
+        }
         let user = claims
             .get(&o.username_claim)
             .or_else(|| claims.get("sub"))

@@ -5,19 +5,37 @@
 //!     │ layer 1, schema: the CRD's structural schema and its CEL rules
 //!     │ layer 2, platform: the owner team is the caller's, known tier,
 //!     │          images from allowed registries, a kind the gateway takes
+//!     │ layer 3, the children: the controller's own render of it under
+//!     │          each member's runtime profile, checked by the API
+//!     │          server's rules of each member's minor, its demand
+//!     │          counted from those children (workloads::demand)
 //!     ▼
 //! Intake { team, tier, demand, artifact, … }  or  [Problem { layer, field, message }]
 //! ```
 //!
-//! Layers 3 (a server-side dry run on the member clusters it would land
-//! on) and 4 (can the fleet ever hold it) need the world; the server adds
-//! them.
+//! A server-side dry run of the children on the member clusters (once per
+//! minor) and whether the fleet can ever hold it need the world; the
+//! service adds them.
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::quota::Amount;
+use crate::workloads::demand::{self, Demand, PodSet, Requests};
+use crate::workloads::render::{self, RuntimeProfile};
 use crate::workloads::Tier;
+
+/// What the gateway knows of the members a workload may land on: the
+/// runtime profiles their controllers render with, their minors, and
+/// their RuntimeClasses' pod overheads (`None`: not known).
+#[derive(Debug, Clone, Default)]
+pub struct Members<'a> {
+    /// Each member's runtime-support ConfigMap data (the controller picks
+    /// the workload's pinned profile or the default from it).
+    pub profiles: &'a [std::collections::BTreeMap<String, String>],
+    pub minors: &'a [u32],
+    pub overheads: Option<&'a std::collections::BTreeMap<String, Requests>>,
+}
 
 /// One problem with a submission.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -41,6 +59,112 @@ pub struct Policy {
     /// Image registries workloads may pull from (`registry.example.com/`);
     /// empty: any.
     pub allowed_registries: Vec<String>,
+    /// The priority classes submitters choose from (empty: [`default_classes`]).
+    pub priority_classes: Vec<PriorityClass>,
+}
+
+/// A named priority the admins define, as Kueue's WorkloadPriorityClass:
+/// its value orders the queue and decides who yields to whom; who may use
+/// it is limited to teams and tiers. Submitters name a class, never a value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PriorityClass {
+    pub name: String,
+    pub value: i32,
+    /// Teams allowed to use it (empty: every team).
+    pub teams: Vec<String>,
+    /// Tiers it may be used in (empty: every tier).
+    pub tiers: Vec<Tier>,
+}
+
+/// The class a submission gets when it names none.
+pub const DEFAULT_CLASS: &str = "normal";
+
+/// Values an admin may give a class: beyond them is a typo, not a policy.
+pub const CLASS_VALUES: std::ops::RangeInclusive<i32> = -1_000_000..=1_000_000;
+
+/// The classes when the admins define none: `low` (-100) and `normal`
+/// (0) for everyone, `high` (100) for Reserved work only.
+pub fn default_classes() -> Vec<PriorityClass> {
+    vec![
+        PriorityClass { name: "low".into(), value: -100, teams: vec![], tiers: vec![] },
+        PriorityClass { name: DEFAULT_CLASS.into(), value: 0, teams: vec![], tiers: vec![] },
+        PriorityClass { name: "high".into(), value: 100, teams: vec![], tiers: vec![Tier::Reserved] },
+    ]
+}
+
+impl PriorityClass {
+    /// `NAME=VALUE[,team=T]…[,tier=TIER]…` (the gateway's `--priority-class`).
+    pub fn parse(s: &str) -> Result<PriorityClass, String> {
+        let mut parts = s.split(',');
+        let head = parts.next().unwrap_or_default();
+        let (name, value) =
+            head.split_once('=').ok_or_else(|| format!("{s:?}: expected NAME=VALUE[,team=TEAM][,tier=TIER]"))?;
+        if !dns_label(name) {
+            return Err(format!("{name:?}: a class name is a DNS label"));
+        }
+        let value: i32 = value.parse().map_err(|_| format!("{value:?}: a class value is an integer"))?;
+        if !CLASS_VALUES.contains(&value) {
+            return Err(format!(
+                "{value}: a class value is between {} and {}",
+                CLASS_VALUES.start(),
+                CLASS_VALUES.end()
+            ));
+        }
+        let mut class = PriorityClass { name: name.into(), value, teams: vec![], tiers: vec![] };
+        for p in parts {
+            match p.split_once('=') {
+                Some(("team", t)) if dns_label(t) => class.teams.push(t.into()),
+                Some(("tier", t)) => class.tiers.push(
+                    serde_json::from_value(Value::String(t.into()))
+                        .map_err(|_| format!("{t:?}: not a tier (Reserved, OnDemand, Preemptible)"))?,
+                ),
+                _ => return Err(format!("{p:?}: expected team=TEAM or tier=TIER")),
+            }
+        }
+        Ok(class)
+    }
+
+    fn allows(&self, team: &str, tier: Tier) -> bool {
+        (self.teams.is_empty() || self.teams.iter().any(|t| t == team))
+            && (self.tiers.is_empty() || self.tiers.contains(&tier))
+    }
+}
+
+impl Policy {
+    pub fn classes(&self) -> std::borrow::Cow<'_, [PriorityClass]> {
+        if self.priority_classes.is_empty() {
+            std::borrow::Cow::Owned(default_classes())
+        } else {
+            std::borrow::Cow::Borrowed(&self.priority_classes)
+        }
+    }
+
+    /// The class `name` (default: [`DEFAULT_CLASS`]) for work of `team` in
+    /// `tier` asked by `caller`: admins may use any class, others only the
+    /// classes their team and tier are allowed.
+    pub fn class(&self, name: Option<&str>, team: &str, tier: Tier, caller: &Caller) -> Result<PriorityClass, Problem> {
+        let classes = self.classes();
+        let name = name.unwrap_or(DEFAULT_CLASS);
+        let usable: Vec<&PriorityClass> = classes.iter().filter(|c| caller.admin || c.allows(team, tier)).collect();
+        let names = || usable.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ");
+        match classes.iter().find(|c| c.name == name) {
+            None => Err(Problem::new(
+                "platform",
+                "priorityClass",
+                format!("{name:?} is not a priority class (team {team} may use: {})", names()),
+            )),
+            Some(c) if !(caller.admin || c.allows(team, tier)) => Err(Problem::new(
+                "platform",
+                "priorityClass",
+                format!(
+                    "team {team} may not use priority class {name:?} for {} work (it may use: {})",
+                    crate::gateway::quota::tier_name(tier),
+                    names()
+                ),
+            )),
+            Some(c) => Ok(c.clone()),
+        }
+    }
 }
 
 /// Who is asking, as identity established it.
@@ -71,6 +195,8 @@ pub struct Intake {
     pub per_pod: Amount,
     pub pods: u64,
     pub demand: Amount,
+    /// What the demand counts: each pod template, how many run at once, each pod's requests.
+    pub sets: Vec<PodSet>,
     pub artifact: String,
     pub expected_seconds: Option<i64>,
 }
@@ -100,11 +226,34 @@ fn schema_of(kind: &str) -> Option<&'static crate::sim::schema::CrdSchema> {
         .get(kind)
 }
 
-/// Requests of one pod from a pod template: the runtime-support defaults
-/// where a container gives none (as placement counts them).
-fn pod_requests(template: &Value) -> Amount {
-    let (cpu, mem) = crate::federation::fanout::replica_requests(&serde_json::json!({"template": template}));
-    Amount::new(cpu, mem, 1)
+/// The most characters a submission id holds.
+pub const ID_MAX_CHARS: usize = 253;
+
+/// A submission id: 1–253 characters (counted as characters, as the
+/// message says), printable, with no control, bidirectional or zero-width
+/// characters (they hide or reorder what a terminal or page shows) and not
+/// only spaces.
+pub fn check_id(id: &str) -> Result<(), Problem> {
+    let bad = |m: String| Err(Problem::new("request", "id", m));
+    let n = id.chars().count();
+    if n == 0 || n > ID_MAX_CHARS {
+        return bad(format!("a submission id is 1–{ID_MAX_CHARS} characters; this one is {n}"));
+    }
+    if id.chars().all(char::is_whitespace) {
+        return bad("a submission id is not only spaces".into());
+    }
+    if let Some(c) = id.chars().find(|c| crate::views::text::hidden(*c) || (c.is_whitespace() && *c != ' ')) {
+        return bad(format!(
+            "a submission id holds printable characters only; U+{:04X} is a control, bidirectional, zero-width or spacing character",
+            c as u32
+        ));
+    }
+    Ok(())
+}
+
+/// A team's name: a DNS label (it names the team's namespace on every member).
+pub fn team_name(s: &str) -> bool {
+    dns_label(s)
 }
 
 fn dns_label(s: &str) -> bool {
@@ -117,7 +266,7 @@ fn dns_label(s: &str) -> bool {
 
 /// Checks a submitted workload for `caller`: every problem of layers 1
 /// and 2 at once, or what the submission is.
-pub fn check(workload: &Value, caller: &Caller, policy: &Policy) -> Result<Intake, Vec<Problem>> {
+pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Members) -> Result<Intake, Vec<Problem>> {
     let mut problems = Vec::new();
     let api = workload.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
     let kind = workload.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
@@ -224,31 +373,82 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy) -> Result<Intak
         }
     }
     let i = |p: &str| obj.pointer(p).and_then(Value::as_i64);
-    let (per_pod, pods) = match kind.as_str() {
-        "PinterestService" | "PinterestStatefulSet" => {
-            (pod_requests(&templates[0].1), i("/spec/replicas").unwrap_or(1))
+    // Demand and validation: the controller's own children of this
+    // workload, under every runtime profile the members run (the most
+    // each asks), checked by the API server's rules of every minor.
+    let mut named = obj.clone();
+    named["metadata"]["namespace"] = Value::String(if team.is_empty() { "default".into() } else { team.clone() });
+    let pinned = obj.pointer("/spec/runtime/version").and_then(Value::as_str);
+    let mut profiles: Vec<RuntimeProfile> = Vec::new();
+    for data in members.profiles.iter().chain(members.profiles.is_empty().then_some(&Default::default())) {
+        match crate::controller::profile_from(data.clone(), pinned) {
+            Ok(p) if !profiles.contains(&p) => profiles.push(p),
+            Ok(_) => {}
+            Err(e) => problems.push(Problem::new("platform", "spec.runtime.version", e.to_string())),
         }
-        "PinterestJobSet" => {
-            let shards = i("/spec/shards").unwrap_or(1);
-            (pod_requests(&templates[0].1), i("/spec/parallelism").unwrap_or(shards).min(shards))
-        }
-        "PinterestCronJob" => (pod_requests(&templates[0].1), 1),
-        _ => {
-            // Training: every role's replicas, each with its own template.
-            let mut total = Amount::default();
-            let mut n = 0;
-            for (r, (_, t)) in
-                obj.pointer("/spec/roles").and_then(Value::as_array).into_iter().flatten().zip(&templates)
-            {
-                let reps = r.get("replicas").and_then(Value::as_i64).unwrap_or(1).max(0) as u64;
-                total = total.plus(pod_requests(t).times(reps));
-                n += reps;
+    }
+    let mut demand: Option<Demand> = None;
+    let mut validated = false;
+    if problems.is_empty() {
+        for profile in &profiles {
+            let ctx = render::Context {
+                cluster: "gateway".into(),
+                profile: profile.clone(),
+                namespace_labels: Default::default(),
+            };
+            let children = match demand::children(&kind, &named, &ctx) {
+                Ok(c) => c,
+                Err(located) => {
+                    problems.extend(located.into_iter().map(|l| Problem::new("schema", l.field, l.message)));
+                    break;
+                }
+            };
+            if !validated {
+                validated = true;
+                let mut minors: Vec<u32> = members.minors.to_vec();
+                if minors.is_empty() {
+                    minors.push(crate::spec::versions::DEFAULT_MINOR);
+                }
+                minors.sort_unstable();
+                minors.dedup();
+                let mut seen = std::collections::BTreeSet::new();
+                for minor in minors {
+                    for l in demand::refusals(&named, &children, minor) {
+                        if seen.insert((l.field.clone(), l.message.clone())) {
+                            problems.push(Problem::new("validation", l.field, l.message));
+                        }
+                    }
+                }
             }
-            let per = if n > 0 { Amount::new(total.cpu / n, total.memory / n, 1) } else { Amount::new(0, 0, 1) };
-            (per, n as i64)
+            match demand::demand(&named, &children, members.overheads) {
+                Ok(d) => {
+                    demand = Some(match demand {
+                        Some(before) if (before.cpu, before.memory) >= (d.cpu, d.memory) => before,
+                        _ => d,
+                    })
+                }
+                Err(located) => {
+                    let mut seen = std::collections::BTreeSet::new();
+                    problems.extend(
+                        located
+                            .into_iter()
+                            .filter(|l| seen.insert((l.field.clone(), l.message.clone())))
+                            .map(|l| Problem::new("demand", l.field, l.message)),
+                    );
+                    break;
+                }
+            }
         }
+    }
+    let demand = demand.unwrap_or_default();
+    let pods = demand.pods;
+    // One pod's share for placement (replicas of one template are alike;
+    // a training job's roles are averaged, rounded up).
+    let per_pod = if pods > 0 {
+        Amount::new(demand.cpu.div_ceil(pods), demand.memory.div_ceil(pods), 1)
+    } else {
+        Amount::new(0, 0, 1)
     };
-    let pods = pods.max(0) as u64;
     let expected_seconds = match obj.pointer(&format!("/metadata/annotations/{}", EXPECTED_DURATION.replace('/', "~1")))
     {
         Some(Value::String(s)) => match humantime::parse_duration(s) {
@@ -270,8 +470,9 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy) -> Result<Intak
     if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         m.insert("namespace".into(), Value::String(team.clone()));
     }
-    let demand = Amount::new(per_pod.cpu * pods, per_pod.memory * pods, pods);
-    Ok(Intake { workload: obj, kind, name, team, tier, per_pod, pods, demand, artifact, expected_seconds })
+    let sets = demand.sets.clone();
+    let demand = Amount::new(demand.cpu, demand.memory, pods);
+    Ok(Intake { workload: obj, kind, name, team, tier, per_pod, pods, demand, sets, artifact, expected_seconds })
 }
 
 /// `spec.replicas: Invalid value: …` → field and message.
@@ -300,8 +501,9 @@ mod tests {
 
     #[test]
     fn a_service_asks_for_its_requests_times_its_replicas() {
-        let i = check(&service(), &alice(), &Policy::default()).unwrap();
-        assert_eq!(i.demand, Amount::new(1500, 3 << 30, 3));
+        let i = check(&service(), &alice(), &Policy::default(), &Members::default()).unwrap();
+        // The app's requests and the four sidecars injected beside it (50m, 64Mi each).
+        assert_eq!(i.demand, Amount::new(3 * (500 + 4 * 50), 3 * ((1 << 30) + (4 * 64 << 20)), 3));
         assert_eq!(
             (i.team.as_str(), i.tier, i.artifact.as_str()),
             ("search", Tier::OnDemand, "registry.example.com/web:1.2")
@@ -315,8 +517,8 @@ mod tests {
         w["spec"]["owner"]["team"] = json!("ads");
         w["spec"]["replicas"] = json!(-1);
         w["spec"]["template"]["spec"]["containers"][0]["image"] = json!("docker.io/web:latest");
-        let policy = Policy { allowed_registries: vec!["registry.example.com/".into()] };
-        let problems = check(&w, &alice(), &policy).unwrap_err();
+        let policy = Policy { allowed_registries: vec!["registry.example.com/".into()], ..Policy::default() };
+        let problems = check(&w, &alice(), &policy, &Members::default()).unwrap_err();
         let fields: Vec<(&str, &str)> = problems.iter().map(|p| (p.layer, p.field.as_str())).collect();
         assert_eq!(
             fields,
@@ -333,10 +535,10 @@ mod tests {
     fn daemons_and_unknown_kinds_are_refused_with_the_reason() {
         let mut w = service();
         w["kind"] = json!("PinterestDaemon");
-        assert!(check(&w, &alice(), &Policy::default()).unwrap_err()[0]
+        assert!(check(&w, &alice(), &Policy::default(), &Members::default()).unwrap_err()[0]
             .message
             .contains("the platform team installs daemons"));
         w["kind"] = json!("Deployment");
-        assert_eq!(check(&w, &alice(), &Policy::default()).unwrap_err()[0].field, "kind");
+        assert_eq!(check(&w, &alice(), &Policy::default(), &Members::default()).unwrap_err()[0].field, "kind");
     }
 }

@@ -15,10 +15,13 @@
 //! Arrows run down: the pure modules know nothing of HTTP or Kubernetes.
 
 pub mod admission;
+pub mod audit;
 pub mod client;
+pub mod guard;
 pub mod http;
 pub mod identity;
 pub mod intake;
+pub mod listen;
 pub mod metrics;
 pub mod quota;
 pub mod records;

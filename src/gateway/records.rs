@@ -57,8 +57,12 @@ pub struct SubmissionSpec {
     pub id: String,
     pub team: String,
     pub tier: Tier,
+    /// The value of its priority class (what orders the queue and preemption).
     #[serde(default)]
     pub priority: i32,
+    /// The class the priority comes from (see intake::PriorityClass).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class: Option<String>,
     pub submitted_by: String,
     /// How the caller proved who they are (oidc, serviceaccount, certificate).
     pub authenticated_by: String,
@@ -243,6 +247,15 @@ pub fn submission_name(team: &str, id: &str) -> String {
     format!("{team}-{}", &hex::encode(h)[..12])
 }
 
+/// The team a record name of [`submission_name`] belongs to.
+pub fn team_of(name: &str) -> String {
+    name.len()
+        .checked_sub(13)
+        .filter(|i| name.as_bytes().get(*i) == Some(&b'-'))
+        .map_or(name, |i| &name[..i])
+        .to_string()
+}
+
 /// Digest of a workload, for telling a retry from a reused id.
 pub fn digest(workload: &serde_json::Value) -> String {
     hex::encode(Sha256::digest(serde_json::to_vec(workload).unwrap_or_default()))[..16].to_string()
@@ -251,6 +264,11 @@ pub fn digest(workload: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_name_gives_back_its_team() {
+        assert_eq!(team_of(&submission_name("red-team", "job 1")), "red-team");
+    }
 
     #[test]
     fn a_retry_names_the_same_record_and_teams_never_collide() {

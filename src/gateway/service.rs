@@ -70,6 +70,49 @@ pub struct MemberView {
     pub seen: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The member's Kubernetes minor (`36`), as its API server says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub minor: Option<u32>,
+    /// Its runtime-support ConfigMap data: the profiles its controller renders with.
+    #[serde(skip)]
+    pub profiles: Option<BTreeMap<String, String>>,
+    /// Its RuntimeClasses' pod overheads (None: not listed).
+    #[serde(skip)]
+    pub overheads: Option<BTreeMap<String, crate::workloads::demand::Requests>>,
+}
+
+/// What a member's API server says of itself beyond its nodes: its minor,
+/// its runtime-support profiles and its RuntimeClasses' overheads. Each
+/// part that cannot be read is left unknown (the gateway then counts with
+/// the built-in profile and checks as the default minor).
+async fn describe_member(
+    client: &kube::Client,
+) -> (Option<u32>, Option<BTreeMap<String, String>>, Option<BTreeMap<String, crate::workloads::demand::Requests>>) {
+    let minor = client.apiserver_version().await.ok().and_then(|v| v.minor.trim_end_matches('+').parse::<u32>().ok());
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), crate::controller::SYSTEM_NAMESPACE);
+    let profiles = match cms.get_opt(crate::controller::PROFILE_CONFIGMAP).await {
+        Ok(cm) => Some(cm.and_then(|c| c.data).unwrap_or_default()),
+        Err(_) => None,
+    };
+    let classes: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(client.clone());
+    let overheads = match classes.list(&ListParams::default()).await {
+        Ok(list) => Some(
+            list.items
+                .into_iter()
+                .filter_map(|rc| {
+                    let name = rc.metadata.name?;
+                    let fixed = rc.overhead.and_then(|o| o.pod_fixed).unwrap_or_default();
+                    let q = |k: &str| fixed.get(k).map(|q| Value::String(q.0.clone()));
+                    let cpu = q("cpu").map(|v| crate::kube::quantity::cpu_millis(&v).unwrap_or(0)).unwrap_or(0);
+                    let memory = q("memory").map(|v| crate::kube::quantity::bytes(&v).unwrap_or(0)).unwrap_or(0);
+                    Some((name, crate::workloads::demand::Requests { cpu, memory }))
+                })
+                .collect(),
+        ),
+        Err(_) => None,
+    };
+    (minor, profiles, overheads)
 }
 
 /// The answer to a submission.
@@ -128,6 +171,8 @@ pub struct Config {
     pub member_refresh: Duration,
     /// The host client's request budget ([`crate::kube::budget`]).
     pub api: crate::kube::budget::Budget,
+    /// The audit trail's file (None: standard error).
+    pub audit_log: Option<std::path::PathBuf>,
 }
 
 /// The last admission pass, as readers see it.
@@ -149,14 +194,18 @@ pub struct Service {
     member_views: RwLock<Vec<MemberView>>,
     queue: RwLock<QueueView>,
     wake: Notify,
-    audit: tokio::sync::Mutex<()>,
+    /// Where every decision is written.
+    pub audit_log: Arc<super::audit::AuditLog>,
     /// The last hour whose expired use records were dropped.
     usage_pruned: std::sync::Mutex<Option<DateTime<Utc>>>,
     /// The submissions watch: ends with the service.
     watch: tokio::task::JoinHandle<()>,
     /// Bumped whenever what readers see may have changed (a submission
-    /// event, an admission pass): the console's live updates follow it.
+    /// event, an admission pass).
     changes: tokio::sync::watch::Sender<u64>,
+    /// The same, per team: the console tells each viewer only of changes
+    /// to what they may see.
+    team_changes: tokio::sync::watch::Sender<BTreeMap<String, u64>>,
 }
 
 impl Drop for Service {
@@ -217,6 +266,7 @@ impl Service {
         identity: Arc<Identity>,
         config: Config,
     ) -> Result<Arc<Service>> {
+        let audit_log = Arc::new(super::audit::AuditLog::open(config.audit_log.as_deref())?);
         let host = crate::kube::budget::wrap(host, config.api);
         let (reader, writer) = reflector::store();
         let stream = reflector::reflector(
@@ -229,13 +279,18 @@ impl Service {
         .default_backoff()
         .applied_objects();
         let (changes, _) = tokio::sync::watch::channel(0u64);
+        let (team_changes, _) = tokio::sync::watch::channel(BTreeMap::<String, u64>::new());
         let tx = changes.clone();
+        let ttx = team_changes.clone();
         let watch = tokio::spawn(async move {
             use futures::StreamExt;
             let mut s = std::pin::pin!(stream);
             while let Some(ev) = s.next().await {
                 match ev {
-                    Ok(_) => tx.send_modify(|n| *n += 1),
+                    Ok(sub) => {
+                        tx.send_modify(|n| *n += 1);
+                        ttx.send_modify(|m| *m.entry(sub.spec.team.clone()).or_default() += 1);
+                    }
                     Err(e) => tracing::debug!("submission watch: {e}"),
                 }
             }
@@ -251,10 +306,11 @@ impl Service {
             member_views: RwLock::new(Vec::new()),
             queue: RwLock::new(QueueView::default()),
             wake: Notify::new(),
-            audit: tokio::sync::Mutex::new(()),
+            audit_log,
             usage_pruned: std::sync::Mutex::new(None),
             watch,
             changes,
+            team_changes,
         });
         tokio::time::timeout(Duration::from_secs(30), svc.submissions.wait_until_ready())
             .await
@@ -264,25 +320,19 @@ impl Service {
     }
 
     /// Every decision: who, what (the workload and its artifact), when, the answer.
-    pub async fn audit(&self, caller: &Caller, verb: &str, what: &str, artifact: &str, answer: &str) {
-        let _g = self.audit.lock().await;
-        tracing::info!(
-            target: "pinfleet::gateway::audit",
-            user = caller.user,
-            via = caller.via,
-            teams = caller.teams.join(","),
-            verb,
-            what,
-            artifact,
-            answer,
-            at = %Utc::now().to_rfc3339(),
-            "audit"
-        );
+    /// Writes one decision to the audit trail ([`super::audit`]).
+    pub async fn audit(&self, caller: &Caller, verb: &str, what: &str, artifact: &str, answer: u16, reason: &str) {
+        self.audit_log.write(&super::audit::Entry::new(Some(caller), verb, what, answer, reason).artifact(artifact));
     }
 
     /// Follows changes readers may see (submissions, the queue).
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+
+    /// Follows changes per team (each team's submissions and queue positions).
+    pub fn subscribe_teams(&self) -> tokio::sync::watch::Receiver<BTreeMap<String, u64>> {
+        self.team_changes.subscribe()
     }
 
     pub fn all(&self) -> Vec<Arc<Submission>> {
@@ -318,27 +368,41 @@ impl Service {
                             q("pods").parse().unwrap_or(0),
                         ));
                     }
+                    let (minor, profiles, overheads) =
+                        match tokio::time::timeout(Duration::from_secs(5), describe_member(&m.client)).await {
+                            Ok(d) => d,
+                            Err(_) => (None, None, None),
+                        };
                     out.push(MemberView {
                         name: m.name.clone(),
                         reachable: true,
                         allocatable: a,
                         seen: Some(Utc::now()),
                         error: None,
+                        minor: minor.or(last.as_ref().and_then(|l| l.minor)),
+                        profiles: profiles.or(last.as_ref().and_then(|l| l.profiles.clone())),
+                        overheads: overheads.or(last.as_ref().and_then(|l| l.overheads.clone())),
                     });
                 }
                 Ok(Err(e)) => out.push(MemberView {
                     name: m.name.clone(),
                     reachable: false,
                     allocatable: last.as_ref().map(|l| l.allocatable).unwrap_or_default(),
-                    seen: last.and_then(|l| l.seen),
+                    seen: last.as_ref().and_then(|l| l.seen),
                     error: Some(e.to_string()),
+                    minor: last.as_ref().and_then(|l| l.minor),
+                    profiles: last.as_ref().and_then(|l| l.profiles.clone()),
+                    overheads: last.and_then(|l| l.overheads),
                 }),
                 Err(_) => out.push(MemberView {
                     name: m.name.clone(),
                     reachable: false,
                     allocatable: last.as_ref().map(|l| l.allocatable).unwrap_or_default(),
-                    seen: last.and_then(|l| l.seen),
+                    seen: last.as_ref().and_then(|l| l.seen),
                     error: Some("no answer within 5 s".into()),
+                    minor: last.as_ref().and_then(|l| l.minor),
+                    profiles: last.as_ref().and_then(|l| l.profiles.clone()),
+                    overheads: last.and_then(|l| l.overheads),
                 }),
             }
         }
@@ -446,7 +510,7 @@ impl Service {
         caller: &Caller,
         id: &str,
         workload: &Value,
-        priority: i32,
+        priority_class: Option<&str>,
         dry_run: bool,
     ) -> Result<(u16, Decision)> {
         let started = Instant::now();
@@ -462,20 +526,61 @@ impl Service {
             waiting: None,
             retry: false,
         };
-        if id.is_empty() || id.len() > 253 {
-            return Ok((
-                422,
-                bad(vec![Problem::new("request", "id", "a submission id is 1–253 characters")], "", String::new()),
-            ));
+        if let Err(p) = intake::check_id(id) {
+            let team = workload.pointer("/spec/owner/team").and_then(Value::as_str).unwrap_or_default();
+            self.audit(caller, "submit", team, "", 422, &p.message).await;
+            return Ok((422, bad(vec![p], team, String::new())));
         }
-        let intake = match intake::check(workload, caller, &self.config.policy) {
+        let views = self.member_views().await;
+        let reachable: Vec<&MemberView> = views.iter().filter(|v| v.reachable).collect();
+        let profiles: Vec<BTreeMap<String, String>> = reachable.iter().filter_map(|v| v.profiles.clone()).collect();
+        let minors: Vec<u32> = reachable.iter().filter_map(|v| v.minor).collect();
+        // RuntimeClasses: known only when every reachable member listed them
+        // (a class on one member but not another is refused on that one).
+        let overheads: Option<BTreeMap<String, crate::workloads::demand::Requests>> =
+            if !reachable.is_empty() && reachable.iter().all(|v| v.overheads.is_some()) {
+                let mut all: Option<BTreeMap<String, crate::workloads::demand::Requests>> = None;
+                for v in &reachable {
+                    let o = v.overheads.clone().unwrap_or_default();
+                    all = Some(match all {
+                        None => o,
+                        Some(a) => a
+                            .into_iter()
+                            .filter_map(|(k, r)| {
+                                o.get(&k).map(|s| {
+                                    (
+                                        k,
+                                        crate::workloads::demand::Requests {
+                                            cpu: r.cpu.max(s.cpu),
+                                            memory: r.memory.max(s.memory),
+                                        },
+                                    )
+                                })
+                            })
+                            .collect(),
+                    });
+                }
+                all
+            } else {
+                None
+            };
+        let members = intake::Members { profiles: &profiles, minors: &minors, overheads: overheads.as_ref() };
+        let intake = match intake::check(workload, caller, &self.config.policy, &members) {
             Ok(i) => i,
             Err(p) => {
                 let team = workload.pointer("/spec/owner/team").and_then(Value::as_str).unwrap_or_default();
-                self.audit(caller, "submit", &format!("{team}/{id}"), "", "rejected: invalid").await;
+                self.audit(caller, "submit", &format!("{team}/{id}"), "", 422, &problems_text(&p)).await;
                 return Ok((422, bad(p, team, String::new())));
             }
         };
+        let class = match self.config.policy.class(priority_class, &intake.team, intake.tier, caller) {
+            Ok(c) => c,
+            Err(p) => {
+                self.audit(caller, "submit", &format!("{}/{id}", intake.team), &intake.artifact, 422, &p.message).await;
+                return Ok((422, bad(vec![p], &intake.team, String::new())));
+            }
+        };
+        let priority = class.value;
         let name = records::submission_name(&intake.team, id);
         let digest = records::digest(&intake.workload);
         // A retry: the record the first attempt made answers.
@@ -494,7 +599,7 @@ impl Service {
         }
         let mut problems = Vec::new();
         // Layer 3: a server-side dry run where it could land.
-        problems.extend(self.dry_run(&intake.workload).await);
+        problems.extend(self.dry_run(&intake.workload, &views).await);
         // Layer 4: can the fleet (and the team's quota) ever hold it.
         let (world, broken) = self.world().await?;
         if let Some(errs) = broken.get(&intake.team) {
@@ -507,7 +612,7 @@ impl Service {
             problems.push(Problem::new("capacity", "", why));
         }
         if !problems.is_empty() {
-            self.audit(caller, "submit", &name, &intake.artifact, "rejected").await;
+            self.audit(caller, "submit", &name, &intake.artifact, 422, &problems_text(&problems)).await;
             return Ok((422, bad(problems, &intake.team, name)));
         }
         let spec = SubmissionSpec {
@@ -515,6 +620,7 @@ impl Service {
             team: intake.team.clone(),
             tier: intake.tier,
             priority,
+            priority_class: Some(class.name.clone()),
             submitted_by: caller.user.clone(),
             authenticated_by: caller.via.clone(),
             workload: intake.workload.clone(),
@@ -587,7 +693,7 @@ impl Service {
             )
             .await
             .context("recording the submission's acceptance")?;
-        self.audit(caller, "submit", &name, &intake.artifact, "accepted").await;
+        self.audit(caller, "submit", &name, &intake.artifact, 201, "accepted").await;
         self.metrics.submit_latency(started.elapsed().as_secs_f64());
         self.wake.notify_one();
         let mut d = self.decision_of(&created, false).await;
@@ -595,28 +701,72 @@ impl Service {
         Ok((201, d))
     }
 
-    async fn dry_run(&self, workload: &Value) -> Vec<Problem> {
-        let views = self.member_views().await;
-        let Some(m) = self.members.iter().find(|m| views.iter().any(|v| v.name == m.name && v.reachable)) else {
-            return vec![];
-        };
-        let kind = workload.get("kind").and_then(Value::as_str).unwrap_or_default();
-        // Validation does not depend on the namespace: `default` always exists.
-        let mut obj = workload.clone();
-        obj["metadata"]["namespace"] = json!("default");
-        let Ok(dynobj) = serde_json::from_value::<DynamicObject>(obj) else { return vec![] };
-        let pp = PostParams { dry_run: true, field_manager: Some(MANAGER.into()) };
-        match workload_api(&m.client, kind, "default").create(&pp, &dynobj).await {
-            Ok(_) => vec![],
-            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 400 => {
-                vec![Problem::new("dry-run", "", format!("cluster {}: {}", m.name, e.message))]
-            }
-            Err(kube::Error::Api(e)) if e.code == 409 => vec![],
-            Err(e) => {
-                tracing::warn!("dry run on {}: {e}", m.name);
-                vec![]
+    /// A server-side dry run of the workload and of every child the
+    /// controller would create from it, on one reachable member of each
+    /// Kubernetes minor among them; each refusal at the workload's field.
+    async fn dry_run(&self, workload: &Value, views: &[MemberView]) -> Vec<Problem> {
+        let mut by_minor: BTreeMap<Option<u32>, &MemberCluster> = BTreeMap::new();
+        for v in views.iter().filter(|v| v.reachable) {
+            if let Some(m) = self.members.iter().find(|m| m.name == v.name) {
+                by_minor.entry(v.minor).or_insert(m);
             }
         }
+        let kind = workload.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+        let mut problems: Vec<Problem> = Vec::new();
+        for (minor, m) in by_minor {
+            let at = match minor {
+                Some(n) => format!("cluster {} (1.{n})", m.name),
+                None => format!("cluster {}", m.name),
+            };
+            // Validation does not depend on the namespace: `default` always exists.
+            let mut obj = workload.clone();
+            obj["metadata"]["namespace"] = json!("default");
+            let pp = PostParams { dry_run: true, field_manager: Some(MANAGER.into()) };
+            let mut objects = vec![(workload_api(&m.client, &kind, "default"), obj.clone(), None)];
+            let data = views.iter().find(|v| v.name == m.name).and_then(|v| v.profiles.clone()).unwrap_or_default();
+            let pinned = obj.pointer("/spec/runtime/version").and_then(Value::as_str);
+            if let Ok(profile) = crate::controller::profile_from(data, pinned) {
+                let ctx = crate::workloads::render::Context {
+                    cluster: m.name.clone(),
+                    profile,
+                    namespace_labels: Default::default(),
+                };
+                if let Ok(children) = crate::workloads::demand::children(&kind, &obj, &ctx) {
+                    for mut c in children {
+                        // Owned by a workload that does not exist yet: the
+                        // reference would be refused for its empty uid.
+                        if let Some(meta) = c.get_mut("metadata").and_then(Value::as_object_mut) {
+                            meta.remove("ownerReferences");
+                        }
+                        let api = child_api(&m.client, &c);
+                        objects.push((api, c.clone(), Some(c)));
+                    }
+                }
+            }
+            for (api, body, child) in objects {
+                let Ok(dynobj) = serde_json::from_value::<DynamicObject>(body) else { continue };
+                match api.create(&pp, &dynobj).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 422 || e.code == 400 => {
+                        for (field, message) in refusal_causes(&e.message) {
+                            let field = match &child {
+                                Some(c) if !field.is_empty() => crate::workloads::demand::field_of(workload, c, &field),
+                                _ => field,
+                            };
+                            // The gateway's own check of the same rule said it already.
+                            if !field.is_empty() && problems.iter().any(|p| p.field == field) {
+                                continue;
+                            }
+                            problems.push(Problem::new("dry-run", field, format!("{at}: {message}")));
+                        }
+                    }
+                    // 409: a child of that name exists in `default`: not a problem of this workload.
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => tracing::warn!("dry run on {}: {e}", m.name),
+                }
+            }
+        }
+        problems
     }
 
     fn queued(&self) -> Vec<Arc<Submission>> {
@@ -692,9 +842,13 @@ impl Service {
         Ok(())
     }
 
-    pub async fn set_priority(&self, name: &str, priority: i32) -> Result<()> {
+    pub async fn set_priority(&self, name: &str, class: &intake::PriorityClass) -> Result<()> {
         subs(&self.host, &self.config.namespace)
-            .patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"priority": priority}})))
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"priority": class.value, "priorityClass": class.name}})),
+            )
             .await?;
         self.wake.notify_one();
         Ok(())
@@ -946,8 +1100,25 @@ impl Service {
                 }
                 w
             };
+            // Only the teams whose waiting work reads differently hear of it.
+            let mut moved: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+            for (n, w) in &explained {
+                if view.waiting.get(n) != Some(w) {
+                    moved.insert(team_of_record(n));
+                }
+            }
+            for n in view.waiting.keys().filter(|n| !explained.contains_key(*n)) {
+                moved.insert(team_of_record(n));
+            }
             view.waiting = explained;
             self.changes.send_modify(|n| *n += 1);
+            if !moved.is_empty() {
+                self.team_changes.send_modify(|m| {
+                    for t in moved {
+                        *m.entry(t).or_default() += 1;
+                    }
+                });
+            }
             if stale {
                 view.computed = Some(Instant::now());
             }
@@ -1253,6 +1424,59 @@ impl Service {
 pub const USAGE_KEPT: chrono::TimeDelta = chrono::TimeDelta::hours(24);
 
 /// A delete of what is already gone is done.
+/// The API resource of a child the controller renders.
+fn child_api(client: &kube::Client, child: &Value) -> Api<DynamicObject> {
+    let av = child["apiVersion"].as_str().unwrap_or_default();
+    let kind = child["kind"].as_str().unwrap_or_default();
+    let (group, version) = av.rsplit_once('/').unwrap_or(("", av));
+    let lower = kind.to_ascii_lowercase();
+    let plural = if lower.ends_with('s') { format!("{lower}es") } else { format!("{lower}s") };
+    let ar = ApiResource::from_gvk_with_plural(&kube::core::GroupVersionKind::gvk(group, version, kind), &plural);
+    Api::namespaced_with(client.clone(), "default", &ar)
+}
+
+/// `Deployment.apps "web" is invalid: [spec.a: Invalid value: …, spec.b: Required value]`
+/// → each cause's field and message (the whole message when it has no list).
+fn refusal_causes(message: &str) -> Vec<(String, String)> {
+    let Some((_, list)) = message.split_once(" is invalid: ") else {
+        return vec![(String::new(), message.to_string())];
+    };
+    let list = list.strip_prefix('[').and_then(|l| l.strip_suffix(']')).unwrap_or(list);
+    let mut out: Vec<(String, String)> = Vec::new();
+    for part in list.split(", ") {
+        let field_like = |f: &str| {
+            !f.is_empty()
+                && !f.contains(' ')
+                && f.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+                && f.contains('.')
+                || f == "metadata"
+                || f == "spec"
+        };
+        match part.split_once(": ") {
+            Some((f, m)) if field_like(f) => out.push((f.to_string(), m.to_string())),
+            _ => match out.last_mut() {
+                Some(last) => {
+                    last.1.push_str(", ");
+                    last.1.push_str(part);
+                }
+                None => out.push((String::new(), part.to_string())),
+            },
+        }
+    }
+    out
+}
+
+/// The team of a submission's record name (`<team>-<id digest>`), as
+/// [`records::submission_name`] makes it.
+fn team_of_record(name: &str) -> String {
+    records::team_of(name)
+}
+
+/// Problems as one audit reason: `field: message; …`.
+fn problems_text(problems: &[Problem]) -> String {
+    problems.iter().map(|p| format!("{}: {}", p.field, p.message)).collect::<Vec<_>>().join("; ")
+}
+
 fn not_found_ok(e: kube::Error) -> Result<(), kube::Error> {
     match e {
         kube::Error::Api(ae) if ae.code == 404 => Ok(()),

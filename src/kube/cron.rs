@@ -91,6 +91,39 @@ impl Schedule {
             && dow.contains(&t.weekday().num_days_from_sunday())
     }
 
+    /// The most runs that start within any `window` (at most a year): how
+    /// many Jobs of a CronJob with `concurrencyPolicy: Allow` can be alive
+    /// at once when each ends by its `activeDeadlineSeconds`. Counted over
+    /// two calendar years from a leap year's first day, each day's matching
+    /// hours and minutes taken from the fields rather than minute by minute.
+    pub fn most_in_window(&self, window: Duration) -> usize {
+        let [min, hour, _, _, _] = &self.fields;
+        let window = window.min(Duration::days(366)).num_minutes().max(1);
+        let start = DateTime::parse_from_rfc3339("2028-01-01T00:00:00Z").expect("date").with_timezone(&Utc);
+        let mut fires: Vec<i64> = Vec::new();
+        for day in 0..731 {
+            let d = start + Duration::days(day);
+            // A day matches when its midnight would, but for the time fields.
+            let midnight = d.with_minute(min[0]).and_then(|t| t.with_hour(hour[0]));
+            if !midnight.is_some_and(|t| self.matches(t)) {
+                continue;
+            }
+            for h in hour {
+                for m in min {
+                    fires.push(day * 1440 + i64::from(*h) * 60 + i64::from(*m));
+                }
+            }
+        }
+        let (mut most, mut first) = (0, 0);
+        for last in 0..fires.len() {
+            while fires[last] - fires[first] >= window {
+                first += 1;
+            }
+            most = most.max(last - first + 1);
+        }
+        most
+    }
+
     /// The latest scheduled minute in (after, now], looking back at most a day.
     pub fn last_between(&self, after: DateTime<Utc>, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let start = after.max(now - Duration::days(1));
@@ -108,6 +141,21 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_alive_at_once_are_counted_from_the_schedule_and_the_deadline() {
+        let n = |s: &str, minutes: i64| Schedule::parse(s).unwrap().most_in_window(Duration::minutes(minutes));
+        assert_eq!(n("*/5 * * * *", 1), 1);
+        assert_eq!(n("*/5 * * * *", 5), 1);
+        assert_eq!(n("*/5 * * * *", 6), 2);
+        assert_eq!(n("* * * * *", 60), 60);
+        assert_eq!(n("@daily", 60 * 24 * 3), 3);
+        assert_eq!(n("0 9,10 * * MON", 120), 2);
+        assert_eq!(n("@monthly", 60 * 24 * 31), 2);
+        // Every minute for a year is bounded by the year.
+        assert_eq!(n("0 0 29 2 *", 60 * 24 * 366 * 5), 1);
+    }
+
     use chrono::TimeZone;
 
     #[test]

@@ -2,7 +2,7 @@
 //! sim's or a real cluster's, with or without kube-rs's own retries),
 //! server-side apply with discovery and dry-run ([`apply`]), the
 //! API server's validation rules ([`validation`], [`cron`]), server-side
-//! apply's field semantics ([`fields`]), readiness ([`ready`]), cluster
+//! apply's field semantics ([`fields`]), resource quantities ([`quantity`]), readiness ([`ready`]), cluster
 //! validation ([`cluster`]), drain through evictions ([`drain`]), the
 //! control plane's etcd membership ([`etcd`]) and
 //! waiting for a new API server ([`wait`]). Addons, the controller,
@@ -17,6 +17,7 @@ pub mod etcd;
 pub mod fields;
 pub mod kind;
 pub mod kubeadm;
+pub mod quantity;
 pub mod ready;
 pub mod validation;
 pub mod wait;

@@ -8,6 +8,7 @@
 //! [`crds`] generates them, and the YAML under addons/platform-crds/ is
 //! checked against it by a test.
 
+pub mod demand;
 pub mod render;
 pub mod types;
 

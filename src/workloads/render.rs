@@ -281,13 +281,29 @@ pub fn inject(w: &Workload, ctx: &Context, sharding: Option<Sharding>, extra_env
                 }
             }
             c["volumeMounts"] = Value::Array(vm);
-            // Default requests and limits where the user gave none.
-            if c.pointer("/resources/requests").is_none() {
-                c["resources"]["requests"] =
-                    json!({"cpu": p.default_requests.cpu, "memory": p.default_requests.memory});
+            // Default requests where the user gave neither a request nor a
+            // limit for the resource (as a LimitRange's defaultRequest does,
+            // resource by resource; a limit alone becomes the request by the
+            // API server's own defaulting): no container runs unaccounted.
+            for (resource, default) in [("cpu", &p.default_requests.cpu), ("memory", &p.default_requests.memory)] {
+                if c.pointer(&format!("/resources/requests/{resource}")).is_none()
+                    && c.pointer(&format!("/resources/limits/{resource}")).is_none()
+                {
+                    c["resources"]["requests"][resource] = json!(default);
+                }
             }
             if c.pointer("/resources/limits").is_none() {
-                c["resources"]["limits"] = json!({"memory": p.default_limits.memory});
+                // The default limit, or the request where it asks for more
+                // (a request above its limit is refused by the API server).
+                let request = c.pointer("/resources/requests/memory").cloned();
+                let above = request.as_ref().is_some_and(|r| {
+                    let default = Value::String(p.default_limits.memory.clone());
+                    matches!((crate::kube::quantity::bytes(r), crate::kube::quantity::bytes(&default)), (Ok(r), Ok(d)) if r > d)
+                });
+                c["resources"]["limits"] = match request {
+                    Some(r) if above => json!({"memory": r}),
+                    _ => json!({"memory": p.default_limits.memory}),
+                };
             }
         }
     }
@@ -406,6 +422,12 @@ fn workload<'a>(kind: Kind, m: &'a kube::api::ObjectMeta, common: &'a Common) ->
 }
 
 pub fn service(cr: &PinterestService, ctx: &Context) -> Result<Vec<Value>, RenderError> {
+    checked(service_children(cr, ctx)?)
+}
+
+/// The children of [`service`] before the API server's rules are checked
+/// (the gateway checks them itself, to say which field of the workload is wrong).
+pub fn service_children(cr: &PinterestService, ctx: &Context) -> Result<Vec<Value>, RenderError> {
     let s = &cr.spec;
     let w = workload(Kind::Service, &cr.metadata, &s.common)?;
     let mut out = base(&w);
@@ -464,7 +486,7 @@ pub fn service(cr: &PinterestService, ctx: &Context) -> Result<Vec<Value>, Rende
         let max_unavailable = s.disruption.max_unavailable.clone().unwrap_or(json!(1));
         out.push(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(&w, w.name), "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": selector(&w)}}}));
     }
-    checked(out)
+    Ok(out)
 }
 
 fn claims(w: &Workload, templates: &[VolumeClaimTemplate], out: &mut Vec<Value>, pod: &mut Value) {
@@ -485,6 +507,12 @@ fn claims(w: &Workload, templates: &[VolumeClaimTemplate], out: &mut Vec<Value>,
 }
 
 pub fn jobset(cr: &PinterestJobSet, ctx: &Context) -> Result<Vec<Value>, RenderError> {
+    checked(jobset_children(cr, ctx)?)
+}
+
+/// The children of [`jobset`] before the API server's rules are checked
+/// (the gateway checks them itself, to say which field of the workload is wrong).
+pub fn jobset_children(cr: &PinterestJobSet, ctx: &Context) -> Result<Vec<Value>, RenderError> {
     let s = &cr.spec;
     let w = workload(Kind::JobSet, &cr.metadata, &s.common)?;
     let parallelism = s.parallelism.unwrap_or(s.shards);
@@ -516,10 +544,16 @@ pub fn jobset(cr: &PinterestJobSet, ctx: &Context) -> Result<Vec<Value>, RenderE
         ("metadata", meta(&w, w.name)),
         ("spec", spec),
     ]));
-    checked(out)
+    Ok(out)
 }
 
 pub fn cronjob(cr: &PinterestCronJob, ctx: &Context) -> Result<Vec<Value>, RenderError> {
+    checked(cronjob_children(cr, ctx)?)
+}
+
+/// The children of [`cronjob`] before the API server's rules are checked
+/// (the gateway checks them itself, to say which field of the workload is wrong).
+pub fn cronjob_children(cr: &PinterestCronJob, ctx: &Context) -> Result<Vec<Value>, RenderError> {
     let s = &cr.spec;
     let w = workload(Kind::CronJob, &cr.metadata, &s.common)?;
     let mut out = base(&w);
@@ -563,10 +597,16 @@ pub fn cronjob(cr: &PinterestCronJob, ctx: &Context) -> Result<Vec<Value>, Rende
         ("metadata", meta(&w, w.name)),
         ("spec", spec),
     ]));
-    checked(out)
+    Ok(out)
 }
 
 pub fn daemon(cr: &PinterestDaemon, ctx: &Context) -> Result<Vec<Value>, RenderError> {
+    checked(daemon_children(cr, ctx)?)
+}
+
+/// The children of [`daemon`] before the API server's rules are checked
+/// (the gateway checks them itself, to say which field of the workload is wrong).
+pub fn daemon_children(cr: &PinterestDaemon, ctx: &Context) -> Result<Vec<Value>, RenderError> {
     let s = &cr.spec;
     let w = workload(Kind::Daemon, &cr.metadata, &s.common)?;
     if (s.privileged || s.host_network)
@@ -613,13 +653,19 @@ pub fn daemon(cr: &PinterestDaemon, ctx: &Context) -> Result<Vec<Value>, RenderE
             obj([("selector", json!({"matchLabels": selector(&w)})), ("updateStrategy", update), ("template", pod)]),
         ),
     ]));
-    checked(out)
+    Ok(out)
 }
 
 /// Port the rendezvous listens on (PyTorch's MASTER_PORT, TensorFlow's gRPC port).
 pub const RENDEZVOUS_PORT: i32 = 23456;
 
 pub fn training(cr: &PinterestTrainingJob, ctx: &Context) -> Result<Vec<Value>, RenderError> {
+    checked(training_children(cr, ctx)?)
+}
+
+/// The children of [`training`] before the API server's rules are checked
+/// (the gateway checks them itself, to say which field of the workload is wrong).
+pub fn training_children(cr: &PinterestTrainingJob, ctx: &Context) -> Result<Vec<Value>, RenderError> {
     let s = &cr.spec;
     let w = workload(Kind::TrainingJob, &cr.metadata, &s.common)?;
     let mut out = base(&w);
@@ -687,10 +733,16 @@ pub fn training(cr: &PinterestTrainingJob, ctx: &Context) -> Result<Vec<Value>, 
         ]));
         offset += role.replicas;
     }
-    checked(out)
+    Ok(out)
 }
 
 pub fn statefulset(cr: &PinterestStatefulSet, ctx: &Context) -> Result<Vec<Value>, RenderError> {
+    checked(statefulset_children(cr, ctx)?)
+}
+
+/// The children of [`statefulset`] before the API server's rules are checked
+/// (the gateway checks them itself, to say which field of the workload is wrong).
+pub fn statefulset_children(cr: &PinterestStatefulSet, ctx: &Context) -> Result<Vec<Value>, RenderError> {
     let s = &cr.spec;
     let w = workload(Kind::StatefulSet, &cr.metadata, &s.common)?;
     let mut out = base(&w);
@@ -730,7 +782,7 @@ pub fn statefulset(cr: &PinterestStatefulSet, ctx: &Context) -> Result<Vec<Value
     if s.replicas > 1 {
         out.push(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(&w, w.name), "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(&w)}}}));
     }
-    checked(out)
+    Ok(out)
 }
 
 /// The tier's PriorityClass name (the runtime-support addon creates them).

@@ -1,0 +1,406 @@
+//! What a workload will really ask of a cluster (pure): the children the
+//! controller's render makes from it, their pods counted, and each pod's
+//! requests by Kubernetes' own rule. The gateway's quota counts this, so a
+//! submission cannot be written to count less than what it runs.
+//!
+//! ```text
+//! submitted workload (JSON, any quantity form)
+//!     │ typed as the controller types it (serde, located errors)
+//!     ▼ render::<kind>_children (the controller's own code)
+//! children (Deployment, Job, CronJob, StatefulSet, …)
+//!     │ pod templates × how many pods of each run at once
+//!     ▼ effective request per pod (resourcehelper.PodRequests)
+//! Demand { sets, cpu, memory, pods }  or  [Located { field, message }]
+//! ```
+//!
+//! A pod's effective request is Kubernetes': the sum of its containers
+//! and its restartable init containers (sidecars), or the largest a
+//! one-shot init container needs while the sidecars started before it
+//! run, whichever is more; plus the pod's overhead (its own, or its
+//! RuntimeClass's). A request left out takes the limit's value, as the
+//! API server defaults it. Pods at once: a Deployment's or StatefulSet's
+//! replicas, a Job's parallelism (at most its completions), a CronJob's
+//! Job times the runs that may be alive together (one under `Forbid` or
+//! `Replace`; under `Allow`, as many as start within the Job's
+//! `activeDeadlineSeconds`, and refused without one).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::render::{self, Context, RenderError};
+use crate::kube::quantity;
+
+/// A problem, at its field of the submitted workload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Located {
+    pub field: String,
+    pub message: String,
+}
+
+impl Located {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Located {
+        Located { field: field.into(), message: message.into() }
+    }
+}
+
+/// What one pod reserves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Requests {
+    /// Millicores.
+    pub cpu: u64,
+    /// Bytes.
+    pub memory: u64,
+}
+
+/// Pods of one template that run at once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodSet {
+    /// `Deployment/web`.
+    pub child: String,
+    /// The workload's field the pods come from (`spec.template`).
+    pub field: String,
+    pub pods: u64,
+    pub per_pod: Requests,
+}
+
+/// Everything a workload runs at once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Demand {
+    pub sets: Vec<PodSet>,
+    pub cpu: u64,
+    pub memory: u64,
+    pub pods: u64,
+}
+
+/// No single workload may ask for more pods than this: past it the
+/// submission is refused as a mistake, before any multiplication.
+pub const MAX_PODS: u64 = 1_000_000;
+
+/// The controller's children of a submitted workload, without the API
+/// server's checks (the caller runs them, per minor): typed exactly as
+/// the controller types the custom resource.
+pub fn children(kind: &str, workload: &Value, ctx: &Context) -> Result<Vec<Value>, Vec<Located>> {
+    fn typed<T: serde::de::DeserializeOwned>(w: &Value) -> Result<T, Vec<Located>> {
+        serde_path_to_error::deserialize(w).map_err(|e| {
+            let path = e.path().to_string();
+            vec![Located::new(if path == "." { String::new() } else { path }, e.into_inner().to_string())]
+        })
+    }
+    // Quantities first, where the user wrote them: typed, a wrong one would
+    // be reported at the flattened spec, not at its field.
+    let located = quantities(workload);
+    if !located.is_empty() {
+        return Err(located);
+    }
+    let rendered = match kind {
+        "PinterestService" => render::service_children(&typed(workload)?, ctx),
+        "PinterestJobSet" => render::jobset_children(&typed(workload)?, ctx),
+        "PinterestCronJob" => render::cronjob_children(&typed(workload)?, ctx),
+        "PinterestDaemon" => render::daemon_children(&typed(workload)?, ctx),
+        "PinterestTrainingJob" => render::training_children(&typed(workload)?, ctx),
+        "PinterestStatefulSet" => render::statefulset_children(&typed(workload)?, ctx),
+        other => return Err(vec![Located::new("kind", format!("{other:?} is not a platform workload"))]),
+    };
+    rendered.map_err(|e| match e {
+        RenderError::Invalid(m) | RenderError::PolicyDenied(m) => vec![Located::new("spec", m)],
+    })
+}
+
+/// Every quantity in the workload's pod templates that Kubernetes would
+/// not read, at its field.
+fn quantities(workload: &Value) -> Vec<Located> {
+    let mut out = Vec::new();
+    let mut templates = vec![("spec.template".to_string(), workload.pointer("/spec/template"))];
+    for (i, r) in workload.pointer("/spec/roles").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        templates.push((format!("spec.roles[{i}].template"), r.get("template")));
+    }
+    for (at, t) in templates {
+        let Some(spec) = t.and_then(|t| t.get("spec")) else { continue };
+        let mut check = |field: String, q: &Value| {
+            if let Err(e) = quantity::Quantity::from_json(q) {
+                out.push(Located::new(field, e.to_string()));
+            }
+        };
+        for list in ["containers", "initContainers"] {
+            for (i, c) in spec.get(list).and_then(Value::as_array).into_iter().flatten().enumerate() {
+                for which in ["requests", "limits"] {
+                    for (r, q) in
+                        c.pointer(&format!("/resources/{which}")).and_then(Value::as_object).into_iter().flatten()
+                    {
+                        check(format!("{at}.spec.{list}[{i}].resources.{which}.{r}"), q);
+                    }
+                }
+            }
+        }
+        for (r, q) in spec.get("overhead").and_then(Value::as_object).into_iter().flatten() {
+            check(format!("{at}.spec.overhead.{r}"), q);
+        }
+    }
+    out
+}
+
+/// The API server's rules (as `minor` applies them) over every child,
+/// each refusal at the workload's field it comes from.
+pub fn refusals(workload: &Value, children: &[Value], minor: u32) -> Vec<Located> {
+    use crate::kube::validation;
+    let mut out = Vec::new();
+    for c in children {
+        let (group, _) = c["apiVersion"].as_str().unwrap_or_default().rsplit_once('/').unwrap_or(("", ""));
+        let kind = c["kind"].as_str().unwrap_or_default();
+        let name = c["metadata"]["name"].as_str().unwrap_or_default();
+        if let Some(why) = validation::decode_error(c) {
+            out.push(Located::new("", format!("{kind} {name:?}: {why}")));
+        }
+        for e in validation::validate_as(minor, group, kind, c, None) {
+            let field = field_of(workload, c, &e.field);
+            out.push(Located::new(field, format!("{kind} {name:?}: {}", e.body())));
+        }
+    }
+    out.dedup();
+    out
+}
+
+/// Where in a child its pod template is.
+fn template_root(child: &Value) -> Option<&'static str> {
+    match child["kind"].as_str()? {
+        "Deployment" | "StatefulSet" | "Job" | "DaemonSet" => Some("spec.template"),
+        "CronJob" => Some("spec.jobTemplate.spec.template"),
+        _ => None,
+    }
+}
+
+/// The workload's field of the pod template a child's pods come from.
+fn template_field(workload: &Value, child: &Value) -> String {
+    if workload["kind"] == "PinterestTrainingJob" {
+        let name = workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        let child_name = child.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        let role = child_name.strip_prefix(name).and_then(|r| r.strip_prefix('-')).unwrap_or_default();
+        let roles = workload.pointer("/spec/roles").and_then(Value::as_array).cloned().unwrap_or_default();
+        if let Some(i) = roles.iter().position(|r| r["name"] == role) {
+            if roles[i].get("template").is_some_and(|t| !t.is_null()) {
+                return format!("spec.roles[{i}].template");
+            }
+        }
+    }
+    "spec.template".into()
+}
+
+/// A child's field (`spec.template.spec.initContainers[6].name`) as the
+/// workload's (`spec.template.spec.initContainers[1].name`): injected init
+/// containers come first, so the user's are shifted by their number.
+pub fn field_of(workload: &Value, child: &Value, field: &str) -> String {
+    let Some(root) = template_root(child) else { return field.to_string() };
+    let Some(rest) = field.strip_prefix(root) else { return field.to_string() };
+    let at = template_field(workload, child);
+    let user_template =
+        workload.pointer(&format!("/{}", at.replace('.', "/").replace("roles[", "roles/").replace(']', "")));
+    if let Some(after) = rest.strip_prefix(".spec.initContainers[") {
+        if let Some((index, tail)) = after.split_once(']') {
+            let k: usize = index.parse().unwrap_or(0);
+            let total = child
+                .pointer(&format!("/{}/spec/initContainers", root.replace('.', "/")))
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let user = user_template
+                .and_then(|t| t.pointer("/spec/initContainers"))
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let injected = total.saturating_sub(user);
+            if k < injected {
+                let name = child
+                    .pointer(&format!("/{}/spec/initContainers/{k}/name", root.replace('.', "/")))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                return format!("spec.runtime ({name}, injected by the platform)");
+            }
+            return format!("{at}.spec.initContainers[{}]{tail}", k - injected);
+        }
+    }
+    format!("{at}{rest}")
+}
+
+/// A pod template's effective request (`resourcehelper.PodRequests`).
+pub fn pod_requests(
+    template: &Value,
+    at: &str,
+    overheads: Option<&BTreeMap<String, Requests>>,
+) -> Result<Requests, Vec<Located>> {
+    let mut problems = Vec::new();
+    let mut read = |c: &Value, field: String| -> Requests {
+        let mut r = Requests::default();
+        for (resource, milli) in [("cpu", true), ("memory", false)] {
+            // A request left out is the limit's (the API server's defaulting).
+            let (q, which) = match c.pointer(&format!("/resources/requests/{resource}")) {
+                Some(q) => (Some(q), "requests"),
+                None => (c.pointer(&format!("/resources/limits/{resource}")), "limits"),
+            };
+            let Some(q) = q else { continue };
+            let n = if milli { quantity::cpu_millis(q) } else { quantity::bytes(q) };
+            match n {
+                Ok(n) if milli => r.cpu = n,
+                Ok(n) => r.memory = n,
+                Err(e) => problems.push(Located::new(format!("{field}.resources.{which}.{resource}"), e)),
+            }
+        }
+        r
+    };
+    let add = |a: Requests, b: Requests| -> Option<Requests> {
+        Some(Requests { cpu: a.cpu.checked_add(b.cpu)?, memory: a.memory.checked_add(b.memory)? })
+    };
+    let max = |a: Requests, b: Requests| Requests { cpu: a.cpu.max(b.cpu), memory: a.memory.max(b.memory) };
+    let too_large =
+        || vec![Located::new(format!("{at}.spec"), "the pod's requests add up to more than can be counted")];
+    let spec = template.get("spec").unwrap_or(&Value::Null);
+    let mut sum = Requests::default();
+    for (i, c) in spec.get("containers").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let r = read(c, format!("{at}.spec.containers[{i}]"));
+        sum = add(sum, r).ok_or_else(too_large)?;
+    }
+    let mut sidecars = Requests::default();
+    let mut init_peak = Requests::default();
+    for (i, c) in spec.get("initContainers").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let r = read(c, format!("{at}.spec.initContainers[{i}]"));
+        let running = if c.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
+            sum = add(sum, r).ok_or_else(too_large)?;
+            sidecars = add(sidecars, r).ok_or_else(too_large)?;
+            sidecars
+        } else {
+            add(r, sidecars).ok_or_else(too_large)?
+        };
+        init_peak = max(init_peak, running);
+    }
+    let mut total = max(sum, init_peak);
+    let mut overhead = Requests::default();
+    if let Some(o) = spec.get("overhead").filter(|o| !o.is_null()) {
+        overhead = read(&serde_json::json!({"resources": {"requests": o}}), format!("{at}.spec.overhead"));
+    } else if let Some(class) = spec.get("runtimeClassName").and_then(Value::as_str) {
+        match overheads.map(|o| o.get(class)) {
+            Some(Some(o)) => overhead = *o,
+            Some(None) => problems.push(Located::new(
+                format!("{at}.spec.runtimeClassName"),
+                format!("RuntimeClass {class:?} not found on the member clusters: its pods would be refused"),
+            )),
+            None => {}
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    total = add(total, overhead).ok_or_else(too_large)?;
+    Ok(total)
+}
+
+/// How many pods of a child run at once, or why that cannot be bounded.
+fn pods_at_once(child: &Value, workload: &Value) -> Result<u64, Located> {
+    let n = |p: &str| child.pointer(p).and_then(Value::as_i64);
+    let count = |v: Option<i64>, default: i64| u64::try_from(v.unwrap_or(default).max(0)).unwrap_or(0);
+    Ok(match child["kind"].as_str().unwrap_or_default() {
+        "Deployment" | "StatefulSet" => count(n("/spec/replicas"), 1),
+        "Job" => job_pods(n("/spec/parallelism"), n("/spec/completions")),
+        "CronJob" => {
+            let job = job_pods(n("/spec/jobTemplate/spec/parallelism"), n("/spec/jobTemplate/spec/completions"));
+            let policy = child.pointer("/spec/concurrencyPolicy").and_then(Value::as_str).unwrap_or("Allow");
+            let runs = if policy == "Allow" {
+                let schedule = child.pointer("/spec/schedule").and_then(Value::as_str).unwrap_or_default();
+                let Some(deadline) = n("/spec/jobTemplate/spec/activeDeadlineSeconds").filter(|d| *d > 0) else {
+                    return Err(Located::new(
+                        "spec.concurrencyPolicy",
+                        "Allow lets runs overlap without bound: give spec.job.activeDeadlineSeconds (runs alive at once are counted from it and the schedule) or use Forbid or Replace",
+                    ));
+                };
+                let s = crate::kube::cron::Schedule::parse(schedule)
+                    .map_err(|e| Located::new("spec.schedule", format!("{schedule:?}: {e}")))?;
+                s.most_in_window(chrono::Duration::seconds(deadline)).max(1) as u64
+            } else {
+                1
+            };
+            let _ = workload;
+            job.saturating_mul(runs)
+        }
+        // A daemon's pods follow the nodes; nothing the gateway places.
+        _ => 0,
+    })
+}
+
+/// A Job's pods at once: its parallelism (default 1), at most its completions.
+fn job_pods(parallelism: Option<i64>, completions: Option<i64>) -> u64 {
+    let p = parallelism.unwrap_or(1).max(0);
+    let c = completions.unwrap_or(p).max(0);
+    u64::try_from(p.min(c)).unwrap_or(0)
+}
+
+/// The demand of a workload from its children (see the module doc).
+pub fn demand(
+    workload: &Value,
+    children: &[Value],
+    overheads: Option<&BTreeMap<String, Requests>>,
+) -> Result<Demand, Vec<Located>> {
+    let mut problems = Vec::new();
+    let mut out = Demand::default();
+    for c in children {
+        let Some(root) = template_root(c) else { continue };
+        let at = template_field(workload, c);
+        let pods = match pods_at_once(c, workload) {
+            Ok(p) => p,
+            Err(l) => {
+                problems.push(l);
+                continue;
+            }
+        };
+        let template = c.pointer(&format!("/{}", root.replace('.', "/"))).unwrap_or(&Value::Null);
+        let per_pod = match pod_requests(template, &at, overheads) {
+            Ok(r) => r,
+            Err(mut l) => {
+                // Fields named by the workload's template, as the user wrote it.
+                for p in &mut l {
+                    p.field = field_of(workload, c, &p.field.replacen(&at, root, 1));
+                }
+                problems.append(&mut l);
+                continue;
+            }
+        };
+        let kind = c["kind"].as_str().unwrap_or_default();
+        let name = c["metadata"]["name"].as_str().unwrap_or_default();
+        out.sets.push(PodSet { child: format!("{kind}/{name}"), field: at, pods, per_pod });
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let mut pods: u64 = 0;
+    for s in &out.sets {
+        pods = pods.saturating_add(s.pods);
+    }
+    if pods > MAX_PODS {
+        return Err(vec![Located::new(
+            "spec",
+            format!("{pods} pods at once: more than {MAX_PODS}, the most one workload may run"),
+        )]);
+    }
+    for s in &out.sets {
+        let sum = s
+            .per_pod
+            .cpu
+            .checked_mul(s.pods)
+            .and_then(|c| out.cpu.checked_add(c))
+            .zip(s.per_pod.memory.checked_mul(s.pods).and_then(|m| out.memory.checked_add(m)));
+        match sum {
+            Some((cpu, memory)) => {
+                out.cpu = cpu;
+                out.memory = memory;
+            }
+            None => {
+                return Err(vec![Located::new(
+                    s.field.clone(),
+                    format!("{} pods of {}: their requests add up to more than can be counted", s.pods, s.child),
+                )])
+            }
+        }
+    }
+    out.pods = pods;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

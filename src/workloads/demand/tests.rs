@@ -1,0 +1,288 @@
+//! Demand against an oracle that knows only what it generated: each
+//! number is written in a random one of the forms Kubernetes reads, and
+//! the expected demand is worked out from the numbers by Kubernetes' rule.
+
+use super::*;
+use proptest::prelude::*;
+use serde_json::json;
+
+fn ctx() -> Context {
+    Context {
+        cluster: "c1".into(),
+        profile: render::RuntimeProfile::default_profile("v1"),
+        namespace_labels: Default::default(),
+    }
+}
+
+fn demand_of(w: &Value) -> Result<Demand, Vec<Located>> {
+    let kind = w["kind"].as_str().unwrap();
+    let children = children(kind, w, &ctx())?;
+    demand(w, &children, None)
+}
+
+fn service(containers: Value, replicas: Value) -> Value {
+    json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestService", "metadata": {"name": "web", "namespace": "red"},
+        "spec": {"owner": {"team": "red", "project": "web"}, "replicas": replicas,
+            "template": {"spec": {"containers": containers}}}})
+}
+
+/// The default profile's sidecar: 50m and 64Mi.
+const SIDECAR: Requests = Requests { cpu: 50, memory: 64 << 20 };
+
+#[test]
+fn requests_written_as_numbers_count_as_what_they_say() {
+    // Issue: `cpu: 8` and memory in bytes as JSON numbers were counted as the defaults.
+    let w = service(
+        json!([{"name": "app", "image": "r/app:1", "resources": {"requests": {"cpu": 8, "memory": 8589934592u64}}}]),
+        json!(3),
+    );
+    let d = demand_of(&w).unwrap();
+    // platform-init runs alone first; then 4 sidecars (identity, traffic,
+    // logging, metrics) beside the app.
+    let per_pod = Requests { cpu: 8000 + 4 * SIDECAR.cpu, memory: (8 << 30) + 4 * SIDECAR.memory };
+    assert_eq!(
+        d.sets,
+        vec![PodSet { child: "Deployment/web".into(), field: "spec.template".into(), pods: 3, per_pod }]
+    );
+    assert_eq!((d.cpu, d.memory, d.pods), (3 * per_pod.cpu, 3 * per_pod.memory, 3));
+}
+
+#[test]
+fn a_sidecar_and_an_init_container_count_as_kubernetes_counts_them() {
+    // Issue: a 16-cpu sidecar was counted as 200m.
+    let mut w = service(
+        json!([{"name": "app", "image": "r/app:1", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]),
+        json!(1),
+    );
+    w["spec"]["runtime"] = json!({"identity": {"enabled": false}, "traffic": {"enabled": false}, "logging": {"enabled": false}, "metrics": {"enabled": false}});
+    w["spec"]["template"]["spec"]["initContainers"] = json!([
+        {"name": "warm", "image": "r/warm:1", "resources": {"requests": {"cpu": "20", "memory": "1Mi"}}},
+        {"name": "proxy", "image": "r/proxy:1", "restartPolicy": "Always", "resources": {"requests": {"cpu": "16", "memory": "2Gi"}}},
+    ]);
+    let d = demand_of(&w).unwrap();
+    // Containers plus the sidecar: 17 cpu; the one-shot init container runs
+    // alone (20 cpu, before the sidecar starts): the pod needs 20.
+    assert_eq!(d.sets[0].per_pod, Requests { cpu: 20_000, memory: (1 << 30) + (2 << 30) });
+}
+
+#[test]
+fn a_limit_alone_is_the_request_and_a_missing_one_the_default() {
+    let w = service(
+        json!([{"name": "app", "image": "r/app:1", "resources": {"limits": {"cpu": "3", "memory": "1Gi"}}},
+        {"name": "b", "image": "r/b:1", "resources": {"requests": {"memory": "1Gi"}}}]),
+        json!(1),
+    );
+    let d = demand_of(&w).unwrap();
+    // b: 100m by default (no cpu request or limit), 1Gi.
+    assert_eq!(d.sets[0].per_pod, Requests { cpu: 3000 + 100 + 4 * 50, memory: (2 << 30) + 4 * SIDECAR.memory });
+}
+
+#[test]
+fn a_cronjob_counts_its_shards_and_the_runs_that_overlap() {
+    let cron = |policy: &str, deadline: Option<i64>| {
+        let mut job = json!({"shards": 500});
+        if let Some(d) = deadline {
+            job["activeDeadlineSeconds"] = json!(d);
+        }
+        json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestCronJob", "metadata": {"name": "nightly", "namespace": "red"},
+            "spec": {"owner": {"team": "red", "project": "x"}, "schedule": "*/10 * * * *", "concurrencyPolicy": policy, "job": job,
+                "template": {"spec": {"containers": [{"name": "c", "image": "r/c:1", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}}})
+    };
+    assert_eq!(demand_of(&cron("Forbid", None)).unwrap().pods, 500);
+    assert_eq!(demand_of(&cron("Replace", None)).unwrap().pods, 500);
+    // A run may last 25 minutes: three start in any 25 minutes.
+    assert_eq!(demand_of(&cron("Allow", Some(1500))).unwrap().pods, 1500);
+    let e = demand_of(&cron("Allow", None)).unwrap_err();
+    assert_eq!(e[0].field, "spec.concurrencyPolicy");
+    assert!(e[0].message.contains("activeDeadlineSeconds"), "{}", e[0].message);
+}
+
+#[test]
+fn a_jobset_runs_its_parallelism_and_a_training_job_every_role() {
+    let js = json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestJobSet", "metadata": {"name": "b", "namespace": "red"},
+        "spec": {"owner": {"team": "red", "project": "x"}, "shards": 40, "parallelism": 8,
+            "template": {"spec": {"containers": [{"name": "c", "image": "r/c:1"}]}}}});
+    assert_eq!(demand_of(&js).unwrap().pods, 8);
+    let tj = json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestTrainingJob", "metadata": {"name": "t", "namespace": "red"},
+        "spec": {"owner": {"team": "red", "project": "x"}, "framework": "PyTorch",
+            "template": {"spec": {"containers": [{"name": "c", "image": "r/c:1"}]}},
+            "roles": [{"name": "master", "replicas": 1}, {"name": "worker", "replicas": 6,
+                "template": {"spec": {"containers": [{"name": "c", "image": "r/c:1", "resources": {"requests": {"cpu": "4"}}}]}}}]}});
+    let d = demand_of(&tj).unwrap();
+    assert_eq!(d.pods, 7);
+    assert_eq!(
+        d.sets.iter().map(|s| (s.field.as_str(), s.pods)).collect::<Vec<_>>(),
+        [("spec.template", 1), ("spec.roles[1].template", 6)]
+    );
+}
+
+#[test]
+fn what_does_not_parse_or_overflows_is_a_located_problem() {
+    for (q, needle) in
+        [(json!("lots"), "quantities must match"), (json!("1e40"), "too large"), (json!(true), "a boolean")]
+    {
+        let w = service(json!([{"name": "app", "image": "r/app:1", "resources": {"requests": {"cpu": q}}}]), json!(1));
+        let e = demand_of(&w).unwrap_err();
+        assert!(e.iter().any(|p| p.message.contains(needle)), "{q}: {e:?}");
+    }
+    // u64::MAX millicores times 2^31 replicas: refused, not wrapped or panicking.
+    let w = service(
+        json!([{"name": "app", "image": "r/app:1", "resources": {"requests": {"cpu": "18446744073709551615m"}}}]),
+        json!(3),
+    );
+    let e = demand_of(&w).unwrap_err();
+    assert!(e[0].message.contains("more than can be counted"), "{e:?}");
+    let w = service(
+        json!([{"name": "app", "image": "r/app:1", "resources": {"requests": {"cpu": "10000000"}}}]),
+        json!(2147483647),
+    );
+    let e = demand_of(&w).unwrap_err();
+    assert!(e[0].message.contains("more than 1000000"), "{e:?}");
+}
+
+#[test]
+fn the_api_servers_refusals_come_back_at_the_workloads_fields() {
+    let mut w = service(json!([{"name": "Not_A_Label", "image": "r/app:1"}, {"name": "noimage"}]), json!(1));
+    w["spec"]["template"]["spec"]["initContainers"] = json!([{"name": "Init!", "image": "r/i:1"}]);
+    let children = children("PinterestService", &w, &ctx()).unwrap();
+    let fields: Vec<String> = refusals(&w, &children, 36).into_iter().map(|l| l.field).collect();
+    assert!(fields.contains(&"spec.template.spec.containers[0].name".to_string()), "{fields:?}");
+    assert!(fields.contains(&"spec.template.spec.containers[1].image".to_string()), "{fields:?}");
+    assert!(fields.contains(&"spec.template.spec.initContainers[0].name".to_string()), "{fields:?}");
+}
+
+// ---- the property -----------------------------------------------------------
+
+/// A generated number in one of the forms the API server reads.
+#[derive(Debug, Clone)]
+struct Q {
+    millis: u64,
+    form: u8,
+}
+
+impl Q {
+    /// As CPU: millicores.
+    fn cpu(&self) -> Value {
+        let m = self.millis;
+        match self.form % 4 {
+            0 => json!(format!("{m}m")),
+            1 if m % 1000 == 0 => json!(m / 1000),
+            2 => json!(format!("{m}e-3")),
+            3 if m % 100 == 0 => json!(format!("{}.{}", m / 1000, (m % 1000) / 100)),
+            _ => json!(format!("{m}m")),
+        }
+    }
+    /// As memory: the number is Mi.
+    fn memory(&self) -> Value {
+        let mi = self.millis;
+        match self.form % 4 {
+            0 => json!(format!("{mi}Mi")),
+            1 => json!(mi << 20),
+            2 if mi % 1024 == 0 => json!(format!("{}Gi", mi / 1024)),
+            3 => json!(format!("{}Ki", mi << 10)),
+            _ => json!(format!("{}", mi << 20)),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct C {
+    cpu: Option<Q>,
+    memory: Option<Q>,
+    /// Written as a limit only (the request defaults to it).
+    as_limit: bool,
+    sidecar: bool,
+}
+
+fn q() -> impl Strategy<Value = Q> {
+    (prop_oneof![1u64..5000, (1u64..64).prop_map(|n| n * 1000)], any::<u8>())
+        .prop_map(|(millis, form)| Q { millis, form })
+}
+
+fn c() -> impl Strategy<Value = C> {
+    (proptest::option::of(q()), proptest::option::of(q()), any::<bool>(), any::<bool>())
+        .prop_map(|(cpu, memory, as_limit, sidecar)| C { cpu, memory, as_limit, sidecar })
+}
+
+fn container(name: String, c: &C) -> Value {
+    let mut r = json!({});
+    let key = if c.as_limit { "limits" } else { "requests" };
+    if let Some(q) = &c.cpu {
+        r[key]["cpu"] = q.cpu();
+    }
+    if let Some(q) = &c.memory {
+        r[key]["memory"] = q.memory();
+    }
+    json!({"name": name, "image": "registry.example.com/x:1", "resources": r})
+}
+
+/// Kubernetes' rule, from the generated numbers (the profile's defaults
+/// for what the generator left out: 100m, 128Mi; each injected sidecar
+/// and platform-init 50m, 64Mi).
+fn expected_per_pod(containers: &[C], inits: &[C], sidecars_on: u64) -> (u64, u64) {
+    let r = |c: &C| (c.cpu.as_ref().map_or(100, |q| q.millis), c.memory.as_ref().map_or(128, |q| q.millis) << 20);
+    let side = (50u64, 64u64 << 20);
+    let mut sum = containers.iter().map(r).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    // platform-init runs first, alone; then the injected sidecars start.
+    let mut peak = side;
+    let mut running = (side.0 * sidecars_on, side.1 * sidecars_on);
+    sum = (sum.0 + running.0, sum.1 + running.1);
+    for c in inits {
+        // A user's init container left without requests gets no default
+        // (render defaults only `containers`): 0.
+        let req = (c.cpu.as_ref().map_or(0, |q| q.millis), c.memory.as_ref().map_or(0, |q| q.millis) << 20);
+        if c.sidecar {
+            sum = (sum.0 + req.0, sum.1 + req.1);
+            running = (running.0 + req.0, running.1 + req.1);
+            peak = (peak.0.max(running.0), peak.1.max(running.1));
+        } else {
+            peak = (peak.0.max(running.0 + req.0), peak.1.max(running.1 + req.1));
+        }
+    }
+    (sum.0.max(peak.0), sum.1.max(peak.1))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// For generated workloads of every kind the gateway takes, the demand
+    /// equals the sum of requests over the pods the controller's objects
+    /// would create.
+    #[test]
+    fn demand_is_the_sum_over_the_pods_that_will_run(
+        kind in 0u8..4,
+        containers in proptest::collection::vec(c(), 1..4),
+        inits in proptest::collection::vec(c(), 0..3),
+        count in 0i64..40,
+        parallel in 1i64..40,
+        toggles in proptest::collection::vec(any::<bool>(), 4),
+    ) {
+        let cs: Vec<Value> = containers.iter().enumerate().map(|(i, c)| container(format!("c{i}"), c)).collect();
+        let is: Vec<Value> = inits.iter().enumerate().map(|(i, c)| {
+            let mut v = container(format!("i{i}"), c);
+            if c.sidecar { v["restartPolicy"] = json!("Always"); }
+            v
+        }).collect();
+        let runtime = json!({"identity": {"enabled": toggles[0]}, "traffic": {"enabled": toggles[1]},
+            "logging": {"enabled": toggles[2]}, "metrics": {"enabled": toggles[3]}});
+        let template = json!({"spec": {"containers": cs, "initContainers": is}});
+        let common = json!({"owner": {"team": "red", "project": "p"}, "template": template, "runtime": runtime});
+        let (kind_name, extra, pods, serves) = match kind {
+            0 => ("PinterestService", json!({"replicas": count}), count as u64, true),
+            1 => ("PinterestStatefulSet", json!({"replicas": count}), count as u64, true),
+            2 => {
+                let shards = count.max(1);
+                ("PinterestJobSet", json!({"shards": shards, "parallelism": parallel.min(shards)}), parallel.min(shards) as u64, false)
+            }
+            _ => ("PinterestCronJob", json!({"schedule": "0 * * * *", "concurrencyPolicy": "Forbid", "job": {"shards": parallel}}), parallel as u64, false),
+        };
+        let mut spec = common;
+        for (k, v) in extra.as_object().unwrap() { spec[k] = v.clone(); }
+        let w = json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": kind_name, "metadata": {"name": "w", "namespace": "red"}, "spec": spec});
+        let sidecars_on = u64::from(toggles[0]) + u64::from(toggles[1] && serves) + u64::from(toggles[2]) + u64::from(toggles[3]);
+        let (cpu, memory) = expected_per_pod(&containers, &inits, sidecars_on);
+        let d = demand_of(&w).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+        prop_assert_eq!(d.pods, pods);
+        prop_assert_eq!((d.cpu, d.memory), (cpu * pods, memory * pods));
+    }
+}
