@@ -32,9 +32,15 @@ use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// Runtime support off: a pod asks what its container asks, so the
+/// figures the pages show stay the test's own.
+fn no_sidecars() -> Value {
+    json!({"identity": {"enabled": false}, "traffic": {"enabled": false}, "logging": {"enabled": false}, "metrics": {"enabled": false}})
+}
+
 fn service_of(team: &str, name: &str, replicas: u32, cpu: &str) -> Value {
     json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestService", "metadata": {"name": name},
-        "spec": {"owner": {"team": team, "project": name}, "replicas": replicas,
+        "spec": {"owner": {"team": team, "project": name}, "replicas": replicas, "runtime": no_sidecars(),
         "template": {"spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
         "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}}}})
 }
@@ -42,7 +48,7 @@ fn service_of(team: &str, name: &str, replicas: u32, cpu: &str) -> Value {
 fn jobset_of(team: &str, name: &str, cpu: &str) -> Value {
     json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestJobSet",
         "metadata": {"name": name, "annotations": {"gateway.pinfleet.dev/expected-duration": "20m"}},
-        "spec": {"owner": {"team": team, "project": name}, "shards": 1,
+        "spec": {"owner": {"team": team, "project": name}, "shards": 1, "runtime": no_sidecars(),
         "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "work", "image": "registry.k8s.io/pause:3.10",
         "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}}}})
 }
@@ -322,4 +328,117 @@ async fn the_console_shows_the_fleet_down_to_a_workload_live_and_accessibly() {
         .unwrap()
         .unwrap();
     drop((east, west));
+}
+
+/// A page on another origin tries what a hostile site would against a
+/// gateway on loopback in anonymous mode (credentials are ambient there):
+/// a cross-site form, a `text/plain` fetch, a login form with the
+/// attacker's token, and a name of the attacker's resolving to 127.0.0.1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_page_on_another_origin_changes_nothing_and_a_rebound_name_is_refused() {
+    let host = KubeEnv::start();
+    let members = [member("east", 1, "4", false)];
+    let client = host.client().await;
+    let namespace = host.unique("csrf");
+    service::install(&client, &namespace).await.unwrap();
+    let team = "search";
+    let api: Api<TeamQuota> = Api::namespaced(client.clone(), &namespace);
+    let obj = json!({"apiVersion": "gateway.pinfleet.dev/v1alpha1", "kind": "TeamQuota", "metadata": {"name": team, "namespace": namespace},
+        "spec": {"tiers": {"OnDemand": {"guaranteed": {"cpu": "2", "memory": "4Gi", "pods": 10}}}}});
+    api.patch(team, &PatchParams::apply("test").force(), &Patch::Apply(&obj)).await.unwrap();
+    let ms = vec![MemberCluster {
+        name: "east".into(),
+        client: pinfleet::kube::apply::connect(&members[0].kubeconfig).await.unwrap(),
+        labels: Default::default(),
+        weight: 1,
+    }];
+    let settings = Settings {
+        oidc: None,
+        token_review: false,
+        team_prefix: "team:".into(),
+        admin_group: "pinfleet:admins".into(),
+        anonymous: Some(pinfleet::gateway::intake::Caller {
+            user: "alice".into(),
+            teams: vec![team.into()],
+            admin: false,
+            via: "loopback".into(),
+        }),
+    };
+    let config = service::Config {
+        namespace: namespace.clone(),
+        identity: "csrf-test".into(),
+        policy: Policy::default(),
+        interval: Duration::from_millis(200),
+        lease_duration: Duration::from_secs(15),
+        member_refresh: Duration::from_secs(1),
+        api: pinfleet::kube::budget::Budget::GATEWAY,
+        audit_log: None,
+    };
+    let svc: Arc<Service> =
+        Service::start(client.clone(), ms, Identity::new(settings, Some(client.clone())), config).await.unwrap();
+    let console = pinfleet::console::Console::new(svc.clone(), None, Duration::from_secs(1), false);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let gw = format!("http://127.0.0.1:{port}");
+    let c2 = console.clone();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(pinfleet::gateway::http::serve_app(
+        pinfleet::console::app(console.clone()),
+        listener,
+        None,
+        async move {
+            let _ = stop_rx.await;
+            c2.close();
+        },
+    ));
+    // The attacker's page, on another port of loopback (another origin).
+    let workload = service_of(team, "csrf", 1, "100m");
+    let body = json!({"id": "csrf-fetch", "workload": workload}).to_string();
+    let form_name = json!({"id": "csrf-form", "workload": workload}).to_string();
+    let page = format!(
+        "<!doctype html><title>cute cats</title>\
+<form id=f method=post enctype=text/plain action=\"{gw}/v1/submissions\" target=sink><input type=hidden name='{}' value=''></form>\
+<form id=l method=post action=\"{gw}/login\" target=sink2><input type=hidden name=token value=attacker.token.value></form>\
+<iframe name=sink></iframe><iframe name=sink2></iframe>\
+<script>fetch('{gw}/v1/submissions', {{method: 'POST', mode: 'no-cors', headers: {{'content-type': 'text/plain'}}, body: {}}}).finally(() => {{ window.__fetched = true; }});\
+document.getElementById('f').submit(); document.getElementById('l').submit();</script>",
+        form_name.replace('\'', "&#39;"),
+        serde_json::to_string(&body).unwrap()
+    );
+    let evil = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let evil_url = format!("http://127.0.0.1:{}", evil.local_addr().unwrap().port());
+    let evil_app = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            let page = page.clone();
+            async move { axum::response::Html(page) }
+        }),
+    );
+    let evil_server = tokio::spawn(async move { axum::serve(evil, evil_app).await.unwrap() });
+
+    let b = Browser::start_with(1024, 768, &["--host-resolver-rules=MAP rebind.attacker.example 127.0.0.1"]).await;
+    b.client.goto(&format!("{evil_url}/")).await.unwrap();
+    b.until("the attacker's fetch settled", "return window.__fetched === true", WAIT).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for id in ["csrf-fetch", "csrf-form"] {
+        assert!(svc.find(team, id).await.unwrap().is_none(), "{id}: a page on another origin created work");
+    }
+    // The browser's own session on the gateway holds no attacker cookie.
+    b.client.goto(&format!("{gw}/login")).await.unwrap();
+    let cookies = b.client.get_all_cookies().await.unwrap();
+    assert!(
+        cookies.iter().all(|c| c.value() != "attacker.token.value"),
+        "login CSRF set the attacker's token: {cookies:?}"
+    );
+    // DNS rebinding: the attacker's name, resolving to 127.0.0.1, reaches the port but not the gateway.
+    b.client.goto(&format!("http://rebind.attacker.example:{port}/v1/submissions")).await.unwrap();
+    let text = b.eval("return document.body.innerText").await;
+    assert!(text.as_str().unwrap_or_default().contains("answers to 127.0.0.1"), "{text}");
+    // The same from its own origin works: the console is usable.
+    b.client.goto(&format!("{gw}/")).await.unwrap();
+    assert_eq!(b.client.current_url().await.unwrap().path(), "/");
+    b.stop().await;
+    evil_server.abort();
+    let _ = stop_tx.send(());
+    let _ = server.await;
 }

@@ -367,14 +367,8 @@ async fn a_service_is_admitted_placed_across_three_members_and_its_status_rolled
     let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
     let api: Api<pinfleet::workloads::PinterestService> = Api::namespaced(k, &team);
     assert!(api.get_opt("web").await.unwrap().is_none());
-    let metrics = get_text(&format!("{}/metrics", gw.url)).await;
+    let metrics = c.call("GET", "/metrics", None).await.unwrap().body.as_str().unwrap_or_default().to_string();
     assert!(metrics.contains("pinfleet_gateway_stage_seconds_count{stage=\"pods_created\"} 1"), "{metrics}");
-}
-
-async fn get_text(url: &str) -> String {
-    let c = Client::new(url.rsplit_once('/').unwrap().0, &Credentials::default()).unwrap();
-    let a = c.call("GET", &format!("/{}", url.rsplit_once('/').unwrap().1), None).await.unwrap();
-    a.body.as_str().unwrap_or_default().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -806,10 +800,10 @@ async fn a_hostile_submitter_cannot_write_around_the_quota_and_what_is_admitted_
         "forms",
         "PinterestService",
         json!({"replicas": 1,
-        "template": containers(json!([{"name": "a", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "0.1k", "memory": "4e9"}}}]))}),
+        "template": containers(json!([{"name": "a", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "0.001k", "memory": "4e9"}}}]))}),
     );
     let a = dry(forms).await;
-    assert!(a.body["demand"].as_str().unwrap().starts_with("cpu 100,"), "{:?}", a.body);
+    assert!(a.body["demand"].as_str().unwrap().starts_with("cpu 1, memory 3906250Ki,"), "{:?}", a.body);
     // What Kubernetes would refuse is refused here, at its field, never a default.
     for (q, needle) in [(json!("lots"), "quantities must match"), (json!("1E"), "too large")] {
         let w = hostile(
@@ -1009,7 +1003,10 @@ async fn raw(url: &str, request: &str) -> u16 {
     let mut buf = vec![0u8; 64];
     let n = s.read(&mut buf).await.unwrap();
     let head = String::from_utf8_lossy(&buf[..n]).to_string();
-    head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status in {head:?}"))
+    head.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status for {request:?}: {head:?}"))
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -100,10 +100,13 @@ pub fn decide(
     if !changes {
         return None;
     }
-    if let Some(site) = fetch_site {
-        if site != "same-origin" && site != "none" {
-            return Some((StatusCode::FORBIDDEN, format!("a {site} request may not change anything here")));
-        }
+    // Sec-Fetch-Site, where the browser sends it, says it outright (a page
+    // served with `Referrer-Policy: no-referrer` posts `Origin: null`
+    // even to itself); otherwise the Origin must be this one.
+    match fetch_site {
+        Some("same-origin" | "none") => return content_check(guard, method, path, content_type),
+        Some(site) => return Some((StatusCode::FORBIDDEN, format!("a {site} request may not change anything here"))),
+        None => {}
     }
     if let Some(origin) = origin {
         let scheme = if guard.plain { "http" } else { "https" };
@@ -115,6 +118,16 @@ pub fn decide(
             ));
         }
     }
+    content_check(guard, method, path, content_type)
+}
+
+/// The API takes JSON bodies only.
+fn content_check(
+    _guard: &Guard,
+    method: &Method,
+    path: &str,
+    content_type: Option<&str>,
+) -> Option<(StatusCode, String)> {
     let has_body = matches!(*method, Method::POST | Method::PUT | Method::PATCH);
     if has_body && path.starts_with("/v1/") {
         let json = content_type
@@ -130,6 +143,13 @@ pub fn decide(
 pub async fn check(State(guard): State<Guard>, req: Request, next: Next) -> Response {
     let refusal = {
         let headers = req.headers();
+        // A declared body past the limit is refused before it is read (a
+        // client that never sends it would otherwise hold the connection).
+        let declared = headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > BODY_LIMIT as u64) {
+            let why = format!("a request body is at most {} KiB", BODY_LIMIT / 1024);
+            return refuse(&guard, req.method(), req.uri().path(), StatusCode::PAYLOAD_TOO_LARGE, &why);
+        }
         let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let host = h("host").map(str::to_string).or_else(|| req.uri().authority().map(|a| a.to_string()));
         decide(

@@ -52,6 +52,11 @@ fn free_port() -> u16 {
 impl Browser {
     /// Headless Chromium at this window size, with a fresh profile.
     pub async fn start(width: u32, height: u32) -> Browser {
+        Browser::start_with(width, height, &[]).await
+    }
+
+    /// [`Browser::start`] with more Chromium flags (`--host-resolver-rules=…`).
+    pub async fn start_with(width: u32, height: u32, extra: &[&str]) -> Browser {
         let chromium = which("chromium", "PINFLEET_CHROMIUM", "/usr/bin/chromium");
         let chromedriver = which("chromedriver", "PINFLEET_CHROMEDRIVER", "/usr/bin/chromedriver");
         let port = free_port();
@@ -77,7 +82,10 @@ impl Browser {
             "--disable-extensions".into(),
             format!("--user-data-dir={}", profile.path().display()),
             format!("--window-size={width},{height}"),
-        ];
+        ]
+        .into_iter()
+        .chain(extra.iter().map(|a| a.to_string()))
+        .collect::<Vec<_>>();
         let mut caps = serde_json::Map::new();
         caps.insert("browserName".into(), json!("chrome"));
         caps.insert("goog:chromeOptions".into(), json!({"binary": chromium, "args": args}));
