@@ -2,10 +2,8 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = pinfleet::cli::Cli::parse();
+    let cli = pinfleet::cli::parse();
     pinfleet::cli::init_tracing(cli.global.verbose, cli.global.log_json);
     match pinfleet::cli::run(cli) {
         Ok(code) => code,

@@ -307,7 +307,8 @@ fn template_context(cluster: &Cluster, s: &Selected) -> tera::Context {
             "cloudController": minor.map(|m| m.cloud_controller),
             "clusterAutoscaler": minor.map(|m| m.cluster_autoscaler),
             "coredns": minor.map(|m| m.coredns),
-            "etcd": minor.map(|m| m.etcd),
+            "etcd": crate::spec::validate::parse_kubernetes_version(&cluster.spec.kubernetes_version)
+                .and_then(|(_, m, p)| crate::spec::versions::minor(m).map(|row| row.etcd_at(p))),
         }),
     );
     ctx.insert("addon", &json!({"name": meta.name, "version": meta.version, "namespace": meta.namespace}));

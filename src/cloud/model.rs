@@ -160,6 +160,21 @@ pub struct DesiredGroup {
     #[serde(default)]
     pub max: u32,
     pub subnets: Vec<String>,
+    /// Where the group's machines may come from when it names more than
+    /// its launch template's type (`capacity` in its file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<GroupCapacity>,
+}
+
+/// A group's offerings, as launches try them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupCapacity {
+    pub types: Vec<String>,
+    pub markets: Vec<crate::cloud::capacity::Market>,
+    pub fallback: Vec<crate::cloud::capacity::Fallback>,
+    /// The state store holding the fleet-wide capacity ledger.
+    pub ledger: String,
 }
 
 impl Desired {
@@ -388,6 +403,12 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
             desired: g.desired_count(),
             max: g.max_size,
             subnets: g.subnets.clone(),
+            capacity: g.capacity.as_ref().map(|c| GroupCapacity {
+                types: g.instance_types(),
+                markets: g.markets(),
+                fallback: c.fallback.clone(),
+                ledger: spec.state_store.clone(),
+            }),
         });
     }
 

@@ -50,6 +50,15 @@ pub fn coredns_tag(minor: u32) -> Option<&'static str> {
     crate::spec::versions::minor(minor).map(|m| m.coredns)
 }
 
+/// The etcd tags (previous minor's newest, this version's) when a control
+/// plane stepping into `version` moves etcd to another minor (1.36 → 1.37:
+/// 3.6 → 3.7).
+pub fn etcd_move(version: Version) -> Option<(&'static str, &'static str)> {
+    let to = crate::spec::versions::minor(version.minor)?.etcd_at(version.patch);
+    let from = crate::spec::versions::minor(version.minor.checked_sub(1)?)?.etcd_newest();
+    (crate::spec::versions::etcd_minor(from) != crate::spec::versions::etcd_minor(to)).then_some((from, to))
+}
+
 /// A kubelet may be at most this many minors older than the API server.
 pub const KUBELET_SKEW: u32 = 3;
 
@@ -86,7 +95,16 @@ impl fmt::Display for Step {
                     "cluster configuration to v{version} (kubeadm-config: what joining control-plane machines run)"
                 )
             }
-            Step::ControlPlane { version } => write!(f, "control-plane machines to v{version}"),
+            Step::ControlPlane { version } => {
+                write!(f, "control-plane machines to v{version}")?;
+                match etcd_move(*version) {
+                    Some((from, to)) => write!(
+                        f,
+                        " (etcd {from} → {to}: a minor of etcd, moved by kubeadm with the first control-plane machine; snapshot etcd before it)"
+                    ),
+                    None => Ok(()),
+                }
+            }
             Step::ClusterAddons { version } => write!(f, "kube-proxy and CoreDNS to v{version}'s"),
             Step::NodeGroups { version, groups } => write!(f, "node groups {} to v{version}", groups.join(", ")),
         }
@@ -184,6 +202,16 @@ mod tests {
     }
 
     #[test]
+    fn stepping_into_1_37_says_etcd_moves_a_minor() {
+        let steps = plan(&running("1.36.4", &[("general", "1.36.4")]), v("1.37.1")).unwrap();
+        assert_eq!(
+            show(&steps)[1],
+            "control-plane machines to v1.37.1 (etcd 3.6.8-0 → 3.7.0-0: a minor of etcd, moved by kubeadm with the first control-plane machine; snapshot etcd before it)"
+        );
+        assert_eq!(etcd_move(v("1.36.4")), None);
+    }
+
+    #[test]
     fn two_minors_pass_through_the_middle_and_nodes_roll_once() {
         let steps = plan(&running("1.31.10", &[("general", "1.31.10"), ("gpu", "1.31.10")]), v("1.33.2")).unwrap();
         let cps: Vec<&Step> = steps.iter().filter(|s| matches!(s, Step::ControlPlane { .. })).collect();
@@ -233,7 +261,7 @@ mod tests {
             })
             .collect();
         // Each minor on the way at the newest patch the versions table knows.
-        assert_eq!(cps, ["1.34.6", "1.35.4", target.to_string().as_str()]);
+        assert_eq!(cps, ["1.34.10", "1.35.9", target.to_string().as_str()]);
         assert_eq!(steps.last(), Some(&Step::NodeGroups { version: target, groups: vec!["general".into()] }));
     }
 }

@@ -249,6 +249,11 @@ pub struct InstanceGroup {
     pub instance_profile: Option<String>,
     #[serde(default)]
     pub rollout: RolloutSpec,
+    /// Where the group's machines may come from besides `machineType`:
+    /// more instance types, the market, and the fallback order when EC2
+    /// refuses an offering (see the README's "Capacity").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacitySpec>,
     /// The Kubernetes version this group's machines install when it is not
     /// `spec.kubernetesVersion`: set by a version upgrade for one of its
     /// steps, never read from files.
@@ -266,6 +271,78 @@ impl InstanceGroup {
     /// The Kubernetes version its machines install.
     pub fn kubernetes_version<'a>(&'a self, spec: &'a ClusterSpec) -> &'a str {
         self.kubernetes_version.as_deref().unwrap_or(&spec.kubernetes_version).trim_start_matches('v')
+    }
+}
+
+/// An instance group's capacity: the instance types and markets it may
+/// launch on, in the order it tries them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CapacitySpec {
+    /// More instance types, tried after `machineType` in this order (all of
+    /// the image's architecture).
+    #[serde(default)]
+    pub types: Vec<String>,
+    /// OnDemand (default), Spot, or Mixed (an On-Demand base and a Spot share).
+    #[serde(default)]
+    pub market: MarketSpec,
+    /// Mixed: this many machines are always On-Demand.
+    #[serde(default)]
+    pub on_demand_base: u32,
+    /// Mixed: the percentage of machines above the base on Spot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot_percent: Option<u32>,
+    /// What changes first when EC2 refuses an offering: `market`, `zone`,
+    /// `type` (default: market, then zone, then type).
+    #[serde(default = "default_fallback")]
+    pub fallback: Vec<crate::cloud::capacity::Fallback>,
+    /// Launch attempts a minute at most while every offering is refused.
+    #[serde(default = "default_launches_per_minute")]
+    pub launches_per_minute: u32,
+}
+
+fn default_fallback() -> Vec<crate::cloud::capacity::Fallback> {
+    use crate::cloud::capacity::Fallback;
+    vec![Fallback::Market, Fallback::Zone, Fallback::Type]
+}
+
+fn default_launches_per_minute() -> u32 {
+    6
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum MarketSpec {
+    #[default]
+    OnDemand,
+    Spot,
+    Mixed,
+}
+
+impl InstanceGroup {
+    /// Every instance type of the group, in the order tried.
+    pub fn instance_types(&self) -> Vec<String> {
+        let mut out = vec![self.machine_type.clone()];
+        for t in self.capacity.iter().flat_map(|c| c.types.iter()) {
+            if !out.contains(t) {
+                out.push(t.clone());
+            }
+        }
+        out
+    }
+
+    /// The markets the group launches on, in the order tried.
+    pub fn markets(&self) -> Vec<crate::cloud::capacity::Market> {
+        use crate::cloud::capacity::Market;
+        match self.capacity.as_ref().map(|c| c.market).unwrap_or_default() {
+            MarketSpec::OnDemand => vec![Market::OnDemand],
+            MarketSpec::Spot => vec![Market::Spot, Market::OnDemand],
+            MarketSpec::Mixed => vec![Market::Spot, Market::OnDemand],
+        }
+    }
+
+    /// Whether the group may run Spot machines.
+    pub fn allows_spot(&self) -> bool {
+        matches!(self.capacity.as_ref().map(|c| c.market), Some(MarketSpec::Spot | MarketSpec::Mixed))
     }
 }
 

@@ -110,6 +110,13 @@ fn overlaps(a: &IpNet, b: &IpNet) -> bool {
 }
 
 /// Parses `1.31.2` (or `v1.31.2`) into (major, minor, patch).
+fn arch_name(a: crate::spec::types::Architecture) -> &'static str {
+    match a {
+        crate::spec::types::Architecture::X86_64 => "x86_64",
+        crate::spec::types::Architecture::Arm64 => "arm64",
+    }
+}
+
 pub fn parse_kubernetes_version(v: &str) -> Option<(u32, u32, u32)> {
     let v = v.strip_prefix('v').unwrap_or(v);
     let mut it = v.split('.');
@@ -306,6 +313,67 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
         });
         if !mt_ok {
             p.push(format!("{gp}.machineType"), format!("`{mt}` is not an EC2 instance type (e.g. m6i.large)"));
+        }
+        if let Some(c) = &g.capacity {
+            let cp = format!("{gp}.capacity");
+            for (j, t) in c.types.iter().enumerate() {
+                if let Err(why) = crate::cloud::capacity::known_type(t) {
+                    p.push(format!("{cp}.types[{j}]"), why);
+                }
+            }
+            // An image given by id has no architecture here: checked at plan time.
+            let arch = g.image.selector.as_ref().map(|s| s.architecture);
+            for (j, t) in g.instance_types().iter().enumerate() {
+                let Some(arch) = arch else { break };
+                if crate::cloud::capacity::known_type(t).is_ok() && crate::cloud::capacity::architecture_of(t) != arch {
+                    let at = if j == 0 { format!("{gp}.machineType") } else { format!("{cp}.types[{}]", j - 1) };
+                    p.push(at, format!("`{t}` is not a {} type, the group's image architecture", arch_name(arch)));
+                }
+            }
+            let n = g.instance_types().len();
+            if g.allows_spot() && n < crate::cloud::capacity::MIN_SPOT_TYPES {
+                p.push(
+                    format!("{cp}.types"),
+                    format!(
+                        "a group that may run Spot needs at least {} instance types (it has {n}): Spot capacity is reclaimed per type and zone, and one type runs out together",
+                        crate::cloud::capacity::MIN_SPOT_TYPES
+                    ),
+                );
+            }
+            match (c.market, c.spot_percent) {
+                (crate::spec::types::MarketSpec::Mixed, None) => p.push(
+                    format!("{cp}.spotPercent"),
+                    "a Mixed market needs spotPercent (the Spot share above onDemandBase)",
+                ),
+                (crate::spec::types::MarketSpec::Mixed, Some(pc)) if pc > 100 => {
+                    p.push(format!("{cp}.spotPercent"), format!("{pc} is not a percentage (0–100)"))
+                }
+                (crate::spec::types::MarketSpec::OnDemand, Some(_)) => p.push(
+                    format!("{cp}.spotPercent"),
+                    "a Spot share without Spot: set market to Mixed (or Spot) to run Spot machines",
+                ),
+                _ => {}
+            }
+            if c.on_demand_base > 0 && c.market != crate::spec::types::MarketSpec::Mixed {
+                p.push(format!("{cp}.onDemandBase"), "an On-Demand base is part of a Mixed market");
+            }
+            if c.launches_per_minute == 0 {
+                p.push(format!("{cp}.launchesPerMinute"), "must be at least 1, or the group never launches");
+            }
+            let mut seen = BTreeSet::new();
+            for (j, f) in c.fallback.iter().enumerate() {
+                if !seen.insert(format!("{f:?}")) {
+                    p.push(format!("{cp}.fallback[{j}]"), format!("{f:?} is named twice"));
+                }
+            }
+        } else if let (true, Some(sel)) = (mt_ok && crate::cloud::capacity::known_type(mt).is_ok(), &g.image.selector) {
+            let arch = sel.architecture;
+            if crate::cloud::capacity::architecture_of(mt) != arch {
+                p.push(
+                    format!("{gp}.machineType"),
+                    format!("`{mt}` is not a {} type, the group's image architecture", arch_name(arch)),
+                );
+            }
         }
         if g.min_size > g.max_size {
             p.push(format!("{gp}.minSize"), format!("{} is greater than maxSize {}", g.min_size, g.max_size));

@@ -27,14 +27,49 @@ pub struct Minor {
     pub end_of_support: NaiveDate,
     /// kubeadm's CoreDNS image tag for the minor.
     pub coredns: &'static str,
-    /// kubeadm's etcd image tag for the minor.
-    pub etcd: &'static str,
+    /// kubeadm's etcd image tag by patch: (first patch, tag), ascending
+    /// (kubeadm moves etcd within a minor; see [`Minor::etcd_at`]).
+    pub etcd: &'static [(u32, &'static str)],
     /// cloud-provider-aws's release for the minor (its releases track Kubernetes minors).
     pub cloud_controller: &'static str,
     /// cluster-autoscaler's release for the minor (likewise).
     pub cluster_autoscaler: &'static str,
     /// (apiVersion, kind) the API server of this minor no longer serves.
     pub removed_apis: &'static [(&'static str, &'static str)],
+    /// What of this row was checked, against which source, on which day.
+    pub checked: Checked,
+}
+
+/// The provenance of a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked {
+    pub on: NaiveDate,
+    /// What was read where (`kubeadm config images list`, a release page, …).
+    pub what: &'static str,
+}
+
+/// A row older than this (days before [`CHECKED`]… or today) is due for a refresh.
+pub const CHECK_POLICY_DAYS: i64 = 90;
+
+impl Minor {
+    /// kubeadm's etcd tag at 1.`minor`.`patch`.
+    pub fn etcd_at(&self, patch: u32) -> &'static str {
+        self.etcd.iter().rev().find(|(from, _)| *from <= patch).or(self.etcd.first()).map_or("", |(_, t)| t)
+    }
+
+    /// The etcd tag at the newest patch.
+    pub fn etcd_newest(&self) -> &'static str {
+        self.etcd_at(self.newest_patch)
+    }
+}
+
+/// etcd's minor (`3.6`) of a kubeadm tag (`3.6.8-0`).
+pub fn etcd_minor(tag: &str) -> &str {
+    let mut parts = tag.splitn(3, '.');
+    match (parts.next(), parts.next()) {
+        (Some(a), Some(b)) => &tag[..a.len() + 1 + b.len()],
+        _ => tag,
+    }
 }
 
 const fn date(y: i32, m: u32, d: u32) -> NaiveDate {
@@ -45,28 +80,28 @@ const fn date(y: i32, m: u32, d: u32) -> NaiveDate {
 }
 
 /// The day this table was last checked against upstream.
-pub const CHECKED: NaiveDate = date(2026, 11, 23);
+pub const CHECKED: NaiveDate = date(2026, 11, 26);
 
 /// Every minor pinfleet can run, oldest first: the supported window and the
 /// minors before it, so a cluster left behind can climb out one minor at a
 /// time. Dates follow upstream's yearly support (about 14 months from the
-/// release, ending on the 28th). What was checked where: 1.36's kubeadm
-/// constants and patch were read from the v1.36.2 source the real API
-/// server here is built from; the patches of 1.34, 1.35 and 1.37 and
-/// 1.37's CoreDNS and etcd (1.36's, here) were not checked against a
-/// source here, and are the first thing to refresh. The cloud controller
-/// and cluster-autoscaler are pinned to the first release of each minor.
+/// release, ending on the 28th, but where kubernetes.io gives another day).
+/// Each row says what was checked against which source, and when; a test
+/// fails once a row in support is older than [`CHECK_POLICY_DAYS`]. The
+/// cloud controller and cluster-autoscaler are pinned to the first release
+/// of each minor.
 pub const TABLE: &[Minor] = &[
     Minor {
         minor: 30,
         newest_patch: 14,
         released: date(2024, 4, 17),
-        end_of_support: date(2025, 6, 28),
+        end_of_support: date(2025, 7, 15),
         coredns: "v1.11.1",
-        etcd: "3.5.12-0",
+        etcd: &[(0, "3.5.12-0")],
         cloud_controller: "v1.30.0",
         cluster_autoscaler: "v1.30.0",
         removed_apis: &[],
+        checked: Checked { on: date(2026, 11, 26), what: "end of support from kubernetes.io/releases (2025-07-15); patches and images from the last table" },
     },
     Minor {
         minor: 31,
@@ -74,10 +109,11 @@ pub const TABLE: &[Minor] = &[
         released: date(2024, 8, 13),
         end_of_support: date(2025, 10, 28),
         coredns: "v1.11.3",
-        etcd: "3.5.15-0",
+        etcd: &[(0, "3.5.15-0")],
         cloud_controller: "v1.31.0",
         cluster_autoscaler: "v1.31.0",
         removed_apis: &[],
+        checked: Checked { on: date(2026, 11, 23), what: "as carried from the last table; not re-read here" },
     },
     Minor {
         minor: 32,
@@ -85,68 +121,74 @@ pub const TABLE: &[Minor] = &[
         released: date(2024, 12, 11),
         end_of_support: date(2026, 2, 28),
         coredns: "v1.11.3",
-        etcd: "3.5.16-0",
+        etcd: &[(0, "3.5.16-0")],
         cloud_controller: "v1.32.0",
         cluster_autoscaler: "v1.32.0",
         removed_apis: &[
             ("flowcontrol.apiserver.k8s.io/v1beta3", "FlowSchema"),
             ("flowcontrol.apiserver.k8s.io/v1beta3", "PriorityLevelConfiguration"),
         ],
+        checked: Checked { on: date(2026, 11, 23), what: "as carried from the last table; not re-read here" },
     },
     Minor {
         minor: 33,
-        newest_patch: 4,
+        newest_patch: 13,
         released: date(2025, 4, 23),
         end_of_support: date(2026, 6, 28),
         coredns: "v1.12.0",
-        etcd: "3.5.21-0",
+        etcd: &[(0, "3.5.21-0"), (6, "3.5.24-0")],
         cloud_controller: "v1.33.0",
         cluster_autoscaler: "v1.33.0",
         removed_apis: &[],
+        checked: Checked { on: date(2026, 11, 26), what: "final patch 1.33.13 and etcd by patch (3.5.21-0 to 1.33.5, 3.5.24-0 from 1.33.6) from kubeadm's image lists, as issue 40 reports them" },
     },
     Minor {
         minor: 34,
-        newest_patch: 6,
+        newest_patch: 10,
         released: date(2025, 8, 27),
         end_of_support: date(2026, 10, 27),
         coredns: "v1.12.1",
-        etcd: "3.6.4-0",
+        etcd: &[(0, "3.6.4-0"), (2, "3.6.5-0")],
         cloud_controller: "v1.34.0",
         cluster_autoscaler: "v1.34.0",
         removed_apis: &[],
+        checked: Checked { on: date(2026, 11, 26), what: "patch 1.34.10 and etcd by patch (3.6.4-0 to 1.34.1, 3.6.5-0 from 1.34.2) from kubeadm's image lists, as issue 40 reports them" },
     },
     Minor {
         minor: 35,
-        newest_patch: 4,
+        newest_patch: 9,
         released: date(2025, 12, 17),
         end_of_support: date(2027, 2, 28),
         coredns: "v1.13.1",
-        etcd: "3.6.6-0",
+        etcd: &[(0, "3.6.6-0")],
         cloud_controller: "v1.35.0",
         cluster_autoscaler: "v1.35.0",
         removed_apis: &[],
+        checked: Checked { on: date(2026, 11, 26), what: "patch 1.35.9 from the release page, as issue 40 reports it; images carried" },
     },
     Minor {
         minor: 36,
-        newest_patch: 2,
+        newest_patch: 4,
         released: date(2026, 4, 22),
         end_of_support: date(2027, 6, 28),
         coredns: "v1.14.2",
-        etcd: "3.6.8-0",
+        etcd: &[(0, "3.6.8-0")],
         cloud_controller: "v1.36.0",
         cluster_autoscaler: "v1.36.0",
         removed_apis: &[],
+        checked: Checked { on: date(2026, 11, 26), what: "kubeadm constants read from the v1.36.2 source the real API server here is built from; patch 1.36.4 from the release page, as issue 40 reports it" },
     },
     Minor {
         minor: 37,
-        newest_patch: 0,
+        newest_patch: 1,
         released: date(2026, 8, 26),
         end_of_support: date(2027, 10, 28),
-        coredns: "v1.14.2",
-        etcd: "3.6.8-0",
+        coredns: "v1.14.6",
+        etcd: &[(0, "3.7.0-0")],
         cloud_controller: "v1.37.0",
         cluster_autoscaler: "v1.37.0",
         removed_apis: &[],
+        checked: Checked { on: date(2026, 11, 26), what: "CoreDNS v1.14.6, etcd 3.7.0-0 and patch 1.37.1 from kubeadm's image list and the release page, as issue 40 reports them" },
     },
 ];
 
@@ -170,7 +212,7 @@ const REMOVED_BEFORE: &[(&str, &str, u32)] = &[
 
 /// The version a new cluster gets: the newest minor the addon set supports
 /// (each addon's `kubernetes` range), at its newest patch.
-pub const DEFAULT: &str = "1.36.2";
+pub const DEFAULT: &str = "1.36.4";
 
 /// The minor of [`DEFAULT`] (a test holds them together).
 pub const DEFAULT_MINOR: u32 = 36;
@@ -262,6 +304,36 @@ mod tests {
             m.minor,
             m.end_of_support
         );
+    }
+
+    #[test]
+    fn etcd_follows_kubeadm_by_patch_and_moves_a_minor_into_1_37() {
+        let m33 = minor(33).unwrap();
+        assert_eq!((m33.etcd_at(5), m33.etcd_at(6), m33.etcd_newest()), ("3.5.21-0", "3.5.24-0", "3.5.24-0"));
+        let m34 = minor(34).unwrap();
+        assert_eq!((m34.etcd_at(1), m34.etcd_at(2)), ("3.6.4-0", "3.6.5-0"));
+        assert_eq!(etcd_minor(minor(36).unwrap().etcd_newest()), "3.6");
+        assert_eq!(etcd_minor(minor(37).unwrap().etcd_newest()), "3.7");
+        for m in TABLE {
+            assert!(m.etcd.windows(2).all(|w| w[0].0 < w[1].0) && m.etcd[0].0 == 0, "{m:?}");
+        }
+    }
+
+    /// Every row in upstream support was checked within the policy, judged
+    /// on today's date here: a stale row fails the build until refreshed.
+    #[test]
+    fn every_supported_row_was_checked_within_the_policy() {
+        let today = chrono::Utc::now().date_naive().max(CHECKED);
+        for m in TABLE.iter().filter(|m| m.end_of_support >= today) {
+            let age = (today - m.checked.on).num_days();
+            assert!(
+                age <= CHECK_POLICY_DAYS,
+                "1.{}: checked {age} days ago ({}: {}); the policy is {CHECK_POLICY_DAYS} days: refresh the row",
+                m.minor,
+                m.checked.on,
+                m.checked.what
+            );
+        }
     }
 
     #[test]

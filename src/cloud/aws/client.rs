@@ -73,6 +73,8 @@ pub struct AwsOptions {
     /// Sent as `x-moto-account-id` (isolates tests sharing one moto server).
     pub moto_account: Option<String>,
     pub faults: Option<Faults>,
+    /// Capacity refusals to inject on EC2 launches ([`super::inject`]).
+    pub capacity_faults: Option<Arc<super::inject::CapacityFaults>>,
 }
 
 impl AwsOptions {
@@ -82,7 +84,13 @@ impl AwsOptions {
             Ok(s) if !s.is_empty() => Some(Faults::parse(&s)?),
             _ => None,
         };
-        Ok(AwsOptions { target, region, moto_account: std::env::var("PINFLEET_MOTO_ACCOUNT_ID").ok(), faults })
+        Ok(AwsOptions {
+            target,
+            region,
+            moto_account: std::env::var("PINFLEET_MOTO_ACCOUNT_ID").ok(),
+            faults,
+            capacity_faults: super::inject::CapacityFaults::from_env()?,
+        })
     }
 }
 
@@ -223,9 +231,13 @@ impl Aws {
             server_errors_left: AtomicU32::new(faults.server_errors),
         });
         let shared_interceptor = SharedInterceptorHandle(interceptor);
-        let ec2 = aws_sdk_ec2::Client::from_conf(
-            aws_sdk_ec2::config::Builder::from(&shared).interceptor(shared_interceptor.clone()).build(),
-        );
+        let mut ec2_config = aws_sdk_ec2::config::Builder::from(&shared)
+            .interceptor(shared_interceptor.clone())
+            .retry_classifier(super::inject::CapacityIsFinal);
+        if let Some(f) = &opts.capacity_faults {
+            ec2_config = ec2_config.interceptor(super::inject::Injector(f.clone()));
+        }
+        let ec2 = aws_sdk_ec2::Client::from_conf(ec2_config.build());
         let elb = aws_sdk_elasticloadbalancingv2::Client::from_conf(
             aws_sdk_elasticloadbalancingv2::config::Builder::from(&shared)
                 .interceptor(shared_interceptor.clone())

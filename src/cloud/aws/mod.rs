@@ -6,6 +6,7 @@ pub mod client;
 pub mod context;
 pub mod iam;
 pub mod images;
+pub mod inject;
 pub mod observe;
 pub mod ops;
 

@@ -862,46 +862,162 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
         .unwrap_or_default();
     let mut ids = Vec::new();
     let mut seq = seq_start;
-    for (subnet, n, init) in batches {
-        let subnet_id = ctx.id(&K::Subnet(subnet.to_string())).await?;
-        let key = K::Instance(group.to_string());
-        let mut req = ec2
-            .run_instances()
-            // All or nothing (moto launches MinCount, AWS up to MaxCount):
-            // a failed batch is retried or re-planned by the next run.
-            .min_count(n)
-            .max_count(n)
-            .client_token(client_token(cluster, group, ctx.revision, seq))
-            .launch_template(
-                LaunchTemplateSpecification::builder().launch_template_id(&lt_id).version(version.to_string()).build(),
-            )
-            .subnet_id(subnet_id)
-            .tag_specifications(ctx.spec(
-                ResourceType::Instance,
-                &key,
-                &[
-                    (tags::INSTANCE_GROUP, group),
-                    (tags::KUBERNETES_VERSION, kubernetes_version),
-                    (tags::LT_VERSION, &version.to_string()),
-                    (tags::REVISION, &ctx.revision.to_string()),
-                    (tags::NAME, &format!("{cluster}-{group}")),
-                ],
-            ))
-            .tag_specifications(ctx.spec(ResourceType::Volume, &key, &[(tags::INSTANCE_GROUP, group)]));
-        if init {
-            if let Some(user_data) = &ctx.init_user_data {
-                let host = ctx.lb_dns.lock().await.clone().unwrap_or_default();
-                req = req.user_data(base64::engine::general_purpose::STANDARD.encode(with_api_host(user_data, &host)));
-            }
+    // A group with several offerings tries them in its file's order, each
+    // refused one recorded in the fleet-wide ledger (and skipped while it
+    // is there): see cloud::capacity.
+    let capacity = ctx.desired.groups.iter().find(|g| g.name == group).and_then(|g| g.capacity.clone());
+    let zone_of: BTreeMap<String, String> =
+        ctx.desired.subnets.iter().map(|s| (s.name.clone(), s.zone.clone())).collect();
+    let (account, ledger) = match &capacity {
+        Some(c) => {
+            let account = ctx
+                .aws
+                .caller_identity()
+                .await
+                .and_then(|arn| arn.split(':').nth(4).map(str::to_string))
+                .unwrap_or_else(|| "unknown".into());
+            let ledger = crate::state::capacity::load(&c.ledger, Some(&ctx.aws), &account, &ctx.aws.region)
+                .await
+                .map_err(|e| OpError { retriable: true, error: e.context("reading the capacity ledger") })?;
+            (account, ledger)
         }
-        // A profile IAM made seconds ago is not yet visible to EC2: retry.
-        let out = call("RunInstances", req.send().await).map_err(|mut e| {
-            e.retriable |= format!("{:#}", e.error).contains("Invalid IAM Instance Profile");
-            e
-        })?;
-        for i in out.instances() {
-            if let Some(id) = i.instance_id() {
-                ids.push(id.to_string());
+        None => (String::new(), Default::default()),
+    };
+    let by = format!("{cluster}/{group}");
+    for (subnet, n, init) in batches {
+        // (offering, subnet) in the order to try; one plain launch without capacity.
+        let attempts: Vec<(Option<crate::cloud::capacity::Offering>, String)> = match &capacity {
+            None => vec![(None, subnet.clone())],
+            Some(c) => {
+                let own = zone_of.get(&subnet).cloned().unwrap_or_default();
+                let mut zones = vec![own.clone()];
+                for s in subnets {
+                    if let Some(z) = zone_of.get(s) {
+                        if !zones.contains(z) {
+                            zones.push(z.clone());
+                        }
+                    }
+                }
+                let all = crate::cloud::capacity::offerings(&c.markets, &c.types, &zones, &c.fallback);
+                let now = chrono::Utc::now();
+                let usable = crate::cloud::capacity::usable(&all, &ledger, now);
+                if usable.is_empty() {
+                    let first = all.iter().find_map(|o| ledger.out(o, now));
+                    let why = first
+                        .map(|e| crate::cloud::capacity::blocked_reason(e, None))
+                        .unwrap_or_else(|| "blocked on capacity: the group names no offering".into());
+                    return Err(OpError { retriable: false, error: anyhow::anyhow!("{group}: {why}") });
+                }
+                usable
+                    .into_iter()
+                    .map(|o| {
+                        let s = if o.zone == own {
+                            subnet.clone()
+                        } else {
+                            subnets.iter().find(|s| zone_of.get(*s) == Some(&o.zone)).cloned().unwrap_or(subnet.clone())
+                        };
+                        (Some(o.clone()), s)
+                    })
+                    .collect()
+            }
+        };
+        let mut refusals: Vec<(crate::cloud::capacity::Offering, String, String)> = Vec::new();
+        let mut launched = false;
+        for (offering, subnet) in attempts {
+            let subnet_id = ctx.id(&K::Subnet(subnet.to_string())).await?;
+            let key = K::Instance(group.to_string());
+            // Each offering has its own token: a retried call of the same
+            // offering returns its instances, another offering is a new call.
+            let token_group = match &offering {
+                Some(o) => format!("{group}/{o}"),
+                None => group.to_string(),
+            };
+            let mut req = ec2
+                .run_instances()
+                // All or nothing (moto launches MinCount, AWS up to MaxCount):
+                // a failed batch is retried or re-planned by the next run.
+                .min_count(n)
+                .max_count(n)
+                .client_token(client_token(cluster, &token_group, ctx.revision, seq))
+                .launch_template(
+                    LaunchTemplateSpecification::builder()
+                        .launch_template_id(&lt_id)
+                        .version(version.to_string())
+                        .build(),
+                )
+                .subnet_id(subnet_id)
+                .tag_specifications(ctx.spec(
+                    ResourceType::Instance,
+                    &key,
+                    &[
+                        (tags::INSTANCE_GROUP, group),
+                        (tags::KUBERNETES_VERSION, kubernetes_version),
+                        (tags::LT_VERSION, &version.to_string()),
+                        (tags::REVISION, &ctx.revision.to_string()),
+                        (tags::NAME, &format!("{cluster}-{group}")),
+                    ],
+                ))
+                .tag_specifications(ctx.spec(ResourceType::Volume, &key, &[(tags::INSTANCE_GROUP, group)]));
+            if let Some(o) = &offering {
+                req = req
+                    .instance_type(aws_sdk_ec2::types::InstanceType::from(o.instance_type.as_str()))
+                    .placement(aws_sdk_ec2::types::Placement::builder().availability_zone(&o.zone).build());
+                if o.market == crate::cloud::capacity::Market::Spot {
+                    req = req.instance_market_options(
+                        aws_sdk_ec2::types::InstanceMarketOptionsRequest::builder()
+                            .market_type(aws_sdk_ec2::types::MarketType::Spot)
+                            .build(),
+                    );
+                }
+            }
+            if init {
+                if let Some(user_data) = &ctx.init_user_data {
+                    let host = ctx.lb_dns.lock().await.clone().unwrap_or_default();
+                    req = req
+                        .user_data(base64::engine::general_purpose::STANDARD.encode(with_api_host(user_data, &host)));
+                }
+            }
+            let sent = req.send().await;
+            if let (Err(e), Some(o)) = (&sent, &offering) {
+                if let Some(code) = super::error_code(e).filter(|c| crate::cloud::capacity::unfulfillable(c)) {
+                    tracing::warn!("{by}: {o}: {code}; trying the next offering");
+                    refusals.push((o.clone(), code.to_string(), by.clone()));
+                    continue;
+                }
+            }
+            // A profile IAM made seconds ago is not yet visible to EC2: retry.
+            let out = call("RunInstances", sent).map_err(|mut e| {
+                e.retriable |= format!("{:#}", e.error).contains("Invalid IAM Instance Profile");
+                e
+            })?;
+            for i in out.instances() {
+                if let Some(id) = i.instance_id() {
+                    ids.push(id.to_string());
+                }
+            }
+            launched = true;
+            break;
+        }
+        if let Some(c) = &capacity {
+            if !refusals.is_empty() {
+                let now = chrono::Utc::now();
+                let written = crate::state::capacity::record(
+                    &c.ledger,
+                    Some(&ctx.aws),
+                    &account,
+                    &ctx.aws.region,
+                    &refusals,
+                    now,
+                )
+                .await
+                .map_err(|e| OpError { retriable: true, error: e.context("writing the capacity ledger") })?;
+                if !launched {
+                    let why = written
+                        .out(&refusals[0].0, now)
+                        .map(|e| crate::cloud::capacity::blocked_reason(e, None))
+                        .unwrap_or_default();
+                    return Err(OpError { retriable: false, error: anyhow::anyhow!("{group}: {why}") });
+                }
             }
         }
         seq += n as usize;

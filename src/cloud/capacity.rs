@@ -1,0 +1,406 @@
+//! Capacity as EC2 gives it (pure): offerings (market, instance type,
+//! zone), the error codes that mean "EC2 cannot serve this offering now",
+//! the order an instance group tries its offerings in, and the fleet-wide
+//! ledger of offerings EC2 just refused, with their time to live.
+//!
+//! ```text
+//! spec InstanceGroup { machineType, capacity { types, market, fallback } }
+//!     │ offerings(group, zones): the group's file order
+//!     ▼
+//! [Offering] ─ ledger.usable(now) ─▶ the next offering to launch on
+//!     ▲                                   │ RunInstances (aws::ops::launch)
+//!     └── ledger.mark(offering, code) ◀───┘ an unfulfillable code
+//! ```
+//!
+//! The ledger lives in the state store (one object per account and
+//! region), so a second cluster, the machine-health loop, a rollout and a
+//! restarted run all skip what EC2 just refused. An entry lives 3 minutes,
+//! doubled for each refusal of the same offering within the hour, at most
+//! 30 minutes (Karpenter keeps 3 minutes in memory; cluster-autoscaler
+//! backs a group off 5 minutes doubling to 30).
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+
+/// On-Demand or Spot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum Market {
+    OnDemand,
+    Spot,
+}
+
+impl Market {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Market::OnDemand => "on-demand",
+            Market::Spot => "spot",
+        }
+    }
+}
+
+/// One way to launch a machine.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Offering {
+    pub market: Market,
+    pub instance_type: String,
+    pub zone: String,
+}
+
+impl std::fmt::Display for Offering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} in {}", self.market.as_str(), self.instance_type, self.zone)
+    }
+}
+
+/// Codes EC2 answers when it cannot serve an offering now: the next one is
+/// tried at once, never the same one again until its entry expires.
+pub const UNFULFILLABLE: &[(&str, &str)] = &[
+    ("InsufficientInstanceCapacity", "EC2 has no capacity of this type in this zone now"),
+    ("InsufficientHostCapacity", "no Dedicated Host capacity of this type in this zone now"),
+    ("InsufficientReservedInstanceCapacity", "the reservation has no capacity left"),
+    ("MaxSpotInstanceCountExceeded", "the account's Spot limit is reached"),
+    ("SpotMaxPriceTooLow", "the Spot price is above the maximum price"),
+    ("Unsupported", "this type is not offered in this zone"),
+    ("UnfulfillableCapacity", "the fleet could not be fulfilled with this offering"),
+    ("InsufficientFreeAddressesInSubnet", "the zone's subnet has no free addresses"),
+    ("InsufficientCapacityOnOutpost", "the Outpost has no capacity of this type"),
+    ("VcpuLimitExceeded", "the account's vCPU limit for this market is reached"),
+];
+
+/// Whether a code means the offering cannot be served now.
+pub fn unfulfillable(code: &str) -> bool {
+    UNFULFILLABLE.iter().any(|(c, _)| *c == code)
+}
+
+/// The first time an offering is refused it is skipped this long.
+pub const FIRST_TTL: Duration = Duration::minutes(3);
+/// However often it is refused, at most this long.
+pub const MAX_TTL: Duration = Duration::minutes(30);
+/// Refusals within this window double the time to live.
+pub const REPEAT_WINDOW: Duration = Duration::hours(1);
+
+/// One offering EC2 refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub offering: Offering,
+    pub code: String,
+    /// The first refusal of the current streak.
+    pub since: DateTime<Utc>,
+    /// The latest refusal.
+    pub last: DateTime<Utc>,
+    /// Skipped until then.
+    pub until: DateTime<Utc>,
+    /// Refusals in the streak (each within an hour of the last).
+    pub strikes: u32,
+    /// Who met it (`cluster/group`), for `pinfleet capacity`.
+    pub by: String,
+}
+
+/// Offerings EC2 refused, for one account and region.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ledger {
+    pub account: String,
+    pub region: String,
+    pub entries: Vec<Entry>,
+}
+
+impl Ledger {
+    /// Records a refusal: 3 minutes, doubled for each refusal within the
+    /// hour since the last one, at most 30 minutes.
+    pub fn mark(&mut self, offering: &Offering, code: &str, by: &str, now: DateTime<Utc>) -> &Entry {
+        let i = match self.entries.iter().position(|e| e.offering == *offering) {
+            Some(i) => {
+                let e = &mut self.entries[i];
+                if now - e.last <= REPEAT_WINDOW {
+                    e.strikes = e.strikes.saturating_add(1);
+                } else {
+                    e.strikes = 1;
+                    e.since = now;
+                }
+                e.last = now;
+                e.code = code.to_string();
+                e.by = by.to_string();
+                e.until = now + ttl(e.strikes);
+                i
+            }
+            None => {
+                self.entries.push(Entry {
+                    offering: offering.clone(),
+                    code: code.to_string(),
+                    since: now,
+                    last: now,
+                    until: now + ttl(1),
+                    strikes: 1,
+                    by: by.to_string(),
+                });
+                self.entries.len() - 1
+            }
+        };
+        &self.entries[i]
+    }
+
+    /// The live entry for an offering, if EC2 refused it recently.
+    pub fn out(&self, offering: &Offering, now: DateTime<Utc>) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.offering == *offering && e.until > now)
+    }
+
+    /// Entries whose streak ended over an hour ago are forgotten (an
+    /// expired one stays within the hour: a repeat doubles its time).
+    pub fn prune(&mut self, now: DateTime<Utc>) {
+        self.entries.retain(|e| now - e.last <= REPEAT_WINDOW || e.until > now);
+    }
+
+    /// Merges another copy (a concurrent writer's): per offering, the later refusal.
+    pub fn merge(&mut self, other: &Ledger) {
+        for o in &other.entries {
+            match self.entries.iter_mut().find(|e| e.offering == o.offering) {
+                Some(e) if o.last > e.last => *e = o.clone(),
+                Some(_) => {}
+                None => self.entries.push(o.clone()),
+            }
+        }
+        self.entries.sort_by(|a, b| a.offering.cmp(&b.offering));
+    }
+}
+
+/// Time to live after `strikes` refusals in a streak.
+pub fn ttl(strikes: u32) -> Duration {
+    let doubled = FIRST_TTL.num_seconds().saturating_mul(1i64 << strikes.saturating_sub(1).min(20));
+    Duration::seconds(doubled.min(MAX_TTL.num_seconds()))
+}
+
+/// A group that may run Spot names at least this many instance types:
+/// Spot capacity is reclaimed by type and zone, and the price-capacity
+/// allocation needs pools to choose from (AWS's own advice is "at least 10").
+pub const MIN_SPOT_TYPES: usize = 5;
+
+/// EC2's instance families by their leading letters (`m` general purpose,
+/// `c` compute, `r` memory, `g`/`p` accelerated, …).
+const FAMILY_PREFIXES: &[&str] = &[
+    "a", "c", "d", "dl", "f", "g", "gr", "h", "hpc", "i", "im", "inf", "is", "m", "mac", "p", "r", "t", "trn", "u",
+    "vt", "x", "z",
+];
+
+/// Whether `t` reads as an EC2 instance type: a known family (letters, a
+/// generation, options) and a size (`nano` … `metal`, `NxlargeN`).
+pub fn known_type(t: &str) -> Result<(), String> {
+    let bad = || Err(format!("`{t}` is not an EC2 instance type (family.size, e.g. m6i.large)"));
+    let Some((family, size)) = t.split_once('.') else { return bad() };
+    let letters: String = family.chars().take_while(|c| c.is_ascii_lowercase()).collect();
+    let rest = &family[letters.len()..];
+    let generation: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let options = &rest[generation.len()..];
+    let family_ok = FAMILY_PREFIXES.contains(&letters.as_str())
+        && !generation.is_empty()
+        && options.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    let sizes = ["nano", "micro", "small", "medium", "large", "xlarge", "metal"];
+    let size_ok = sizes.contains(&size)
+        || size.strip_suffix("xlarge").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        || size.strip_prefix("metal-").is_some_and(|n| n.ends_with("xl"));
+    if family_ok && size_ok {
+        Ok(())
+    } else if family_ok {
+        Err(format!("`{size}` is not an instance size (nano … 48xlarge, metal) in `{t}`"))
+    } else {
+        bad()
+    }
+}
+
+/// The architecture of an instance type: Graviton families carry a `g`
+/// right after their generation (`m7g`, `c6gn`, `g5g`, `im4gn`), and `a1`.
+pub fn architecture_of(t: &str) -> crate::spec::types::Architecture {
+    let family = t.split('.').next().unwrap_or_default();
+    let letters = family.chars().take_while(|c| c.is_ascii_lowercase()).count();
+    let rest = &family[letters..];
+    let options = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+    if family == "a1" || options.starts_with('g') {
+        crate::spec::types::Architecture::Arm64
+    } else {
+        crate::spec::types::Architecture::X86_64
+    }
+}
+
+/// What a group falls back across first when an offering is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Fallback {
+    /// Another market (Spot → On-Demand) before anything else.
+    Market,
+    /// Another zone of the group's subnets.
+    Zone,
+    /// Another instance type of the group.
+    Type,
+}
+
+/// The offerings of a group in the order its file gives: `fallback` names
+/// which dimension changes fastest (the first is tried first). `markets`,
+/// `types` and `zones` are each in preference order.
+pub fn offerings(markets: &[Market], types: &[String], zones: &[String], fallback: &[Fallback]) -> Vec<Offering> {
+    // The dimensions from slowest to fastest changing: the last of
+    // `fallback` varies slowest.
+    let mut order: Vec<Fallback> = fallback.to_vec();
+    for f in [Fallback::Market, Fallback::Zone, Fallback::Type] {
+        if !order.contains(&f) {
+            order.push(f);
+        }
+    }
+    let len = |f: Fallback| match f {
+        Fallback::Market => markets.len(),
+        Fallback::Zone => zones.len(),
+        Fallback::Type => types.len(),
+    };
+    let total: usize = [Fallback::Market, Fallback::Zone, Fallback::Type].iter().map(|f| len(*f)).product();
+    let mut out = Vec::with_capacity(total);
+    for n in 0..total {
+        let mut rest = n;
+        let (mut m, mut z, mut t) = (0, 0, 0);
+        for f in &order {
+            let l = len(*f).max(1);
+            let i = rest % l;
+            rest /= l;
+            match f {
+                Fallback::Market => m = i,
+                Fallback::Zone => z = i,
+                Fallback::Type => t = i,
+            }
+        }
+        out.push(Offering { market: markets[m], instance_type: types[t].clone(), zone: zones[z].clone() });
+    }
+    out
+}
+
+/// The offerings not held back by the ledger, in order.
+pub fn usable<'a>(all: &'a [Offering], ledger: &Ledger, now: DateTime<Utc>) -> Vec<&'a Offering> {
+    all.iter().filter(|o| ledger.out(o, now).is_none()).collect()
+}
+
+/// Why a group cannot launch now, as `plan`, `get instances` and the
+/// rollouts say it: "blocked on capacity: m6i.large in us-east-1a,
+/// InsufficientInstanceCapacity since 10:42, trying m6a.large".
+pub fn blocked_reason(entry: &Entry, next: Option<&Offering>) -> String {
+    let mut s = format!(
+        "blocked on capacity: {} in {}, {} since {}",
+        entry.offering.instance_type,
+        entry.offering.zone,
+        entry.code,
+        entry.since.format("%H:%M")
+    );
+    match next {
+        Some(n) if n.zone != entry.offering.zone && n.instance_type == entry.offering.instance_type => {
+            s.push_str(&format!(", trying {}", n.zone))
+        }
+        Some(n) if n.market != entry.offering.market && n.instance_type == entry.offering.instance_type => {
+            s.push_str(&format!(", trying {}", n.market.as_str()))
+        }
+        Some(n) => s.push_str(&format!(", trying {}", n.instance_type)),
+        None => s.push_str(", every offering of the group is out"),
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn o(m: Market, ty: &str, z: &str) -> Offering {
+        Offering { market: m, instance_type: ty.into(), zone: z.into() }
+    }
+
+    #[test]
+    fn a_refusal_is_skipped_3_minutes_doubled_on_repeats_within_the_hour_capped_at_30() {
+        let mut l = Ledger::default();
+        let a = o(Market::OnDemand, "m6i.large", "us-east-1a");
+        let now = t("2026-11-26T10:42:00Z");
+        assert_eq!(l.mark(&a, "InsufficientInstanceCapacity", "c/g", now).until, now + Duration::minutes(3));
+        assert!(l.out(&a, now + Duration::minutes(2)).is_some());
+        assert!(l.out(&a, now + Duration::minutes(3)).is_none(), "expired: tried again");
+        let now2 = now + Duration::minutes(4);
+        assert_eq!(l.mark(&a, "InsufficientInstanceCapacity", "c/g", now2).until, now2 + Duration::minutes(6));
+        let mut last = now2;
+        for _ in 0..5 {
+            last += Duration::minutes(10);
+            l.mark(&a, "InsufficientInstanceCapacity", "c/g", last);
+        }
+        assert_eq!(l.out(&a, last).unwrap().until, last + Duration::minutes(30), "capped");
+        assert_eq!(l.out(&a, last).unwrap().since, now, "one streak");
+        // Over an hour later a refusal starts a new streak of 3 minutes.
+        let later = last + Duration::minutes(61);
+        let e = l.mark(&a, "Unsupported", "c/g", later).clone();
+        assert_eq!((e.strikes, e.until, e.since), (1, later + Duration::minutes(3), later));
+        l.prune(later + Duration::hours(2));
+        assert!(l.entries.is_empty());
+    }
+
+    #[test]
+    fn instance_types_are_read_with_their_architecture() {
+        use crate::spec::types::Architecture::*;
+        for (t, arch) in [
+            ("m6i.large", X86_64),
+            ("m7g.xlarge", Arm64),
+            ("c6gn.2xlarge", Arm64),
+            ("g5.xlarge", X86_64),
+            ("g5g.xlarge", Arm64),
+            ("g4dn.12xlarge", X86_64),
+            ("im4gn.large", Arm64),
+            ("a1.medium", Arm64),
+            ("m5.metal", X86_64),
+        ] {
+            assert_eq!(known_type(t), Ok(()), "{t}");
+            assert_eq!(architecture_of(t), arch, "{t}");
+        }
+        for t in ["m6i", "foo9.large", "m6i.huge", "M6i.large", "m.large"] {
+            assert!(known_type(t).is_err(), "{t}");
+        }
+    }
+
+    #[test]
+    fn offerings_follow_the_files_fallback_order() {
+        let types = vec!["m6i.large".to_string(), "m6a.large".to_string()];
+        let zones = vec!["a".to_string(), "b".to_string()];
+        let shown = |v: Vec<Offering>| {
+            v.iter().map(|o| format!("{}/{}/{}", o.market.as_str(), o.instance_type, o.zone)).collect::<Vec<_>>()
+        };
+        // Zone first, then type: a zone out of a type tries the other zone, then the next type.
+        assert_eq!(
+            shown(offerings(&[Market::OnDemand], &types, &zones, &[Fallback::Zone, Fallback::Type])),
+            ["on-demand/m6i.large/a", "on-demand/m6i.large/b", "on-demand/m6a.large/a", "on-demand/m6a.large/b"]
+        );
+        // Spot → On-Demand first, then zone, then type.
+        let v = offerings(&[Market::Spot, Market::OnDemand], &types, &zones, &[Fallback::Market, Fallback::Zone]);
+        assert_eq!(shown(v)[..3], ["spot/m6i.large/a", "on-demand/m6i.large/a", "spot/m6i.large/b"]);
+    }
+
+    #[test]
+    fn the_ledger_holds_back_what_ec2_refused_and_says_why() {
+        let types = vec!["m6i.large".to_string(), "m6a.large".to_string()];
+        let zones = vec!["us-east-1a".to_string(), "us-east-1b".to_string()];
+        let all = offerings(&[Market::OnDemand], &types, &zones, &[Fallback::Zone, Fallback::Type]);
+        let now = t("2026-11-26T10:42:00Z");
+        let mut l = Ledger::default();
+        let e = l.mark(&all[0], "InsufficientInstanceCapacity", "c/general", now).clone();
+        let next = usable(&all, &l, now);
+        assert_eq!(next[0], &all[1]);
+        assert_eq!(
+            blocked_reason(&e, Some(next[0])),
+            "blocked on capacity: m6i.large in us-east-1a, InsufficientInstanceCapacity since 10:42, trying us-east-1b"
+        );
+        l.mark(&all[1], "InsufficientInstanceCapacity", "c/general", now);
+        assert_eq!(
+            blocked_reason(&e, usable(&all, &l, now).first().copied()),
+            "blocked on capacity: m6i.large in us-east-1a, InsufficientInstanceCapacity since 10:42, trying m6a.large"
+        );
+        // Two writers' copies merge to the later refusal of each offering.
+        let mut other = Ledger::default();
+        other.mark(&all[0], "Unsupported", "d/general", now + Duration::minutes(1));
+        l.merge(&other);
+        assert_eq!(l.out(&all[0], now).unwrap().code, "Unsupported");
+        assert!(unfulfillable("InsufficientInstanceCapacity") && !unfulfillable("RequestLimitExceeded"));
+    }
+}
