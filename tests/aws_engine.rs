@@ -710,3 +710,64 @@ fn the_approver_reads_a_machines_names_from_ec2() {
         })
     });
 }
+
+/// A group with several types: `t3.large` refused in us-east-1a falls back
+/// to us-east-1b, then (both zones out) to the next type; the refusals land
+/// in the fleet-wide ledger, which a second cluster on the same state store
+/// reads and skips, and `pinfleet capacity` shows.
+#[test]
+fn capacity_refusals_fall_back_across_zones_then_types_and_the_ledger_is_shared() {
+    let mut w = World::new("ice", 2);
+    let with_capacity = |yaml: String| {
+        yaml.replace(
+            "      rollout:\n        maxSurge: 1\n",
+            "      rollout:\n        maxSurge: 1\n      capacity:\n        types: [m6i.large, m6a.large]\n        fallback: [zone, type]\n",
+        )
+    };
+    w.write_cluster(&with_capacity(w.cluster_yaml(2, "t3.large")));
+    w.extra_env.push(("PINFLEET_CAPACITY_FAULTS".into(), "InsufficientInstanceCapacity@*/t3.large/us-east-1a".into()));
+    let out = w.run(&["bootstrap", "ice", "--yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let general = w.instances_in("general");
+    assert_eq!(general.len(), 2);
+    for i in &general {
+        assert_eq!((i["instance_type"].as_str(), i["zone"].as_str()), (Some("t3.large"), Some("us-east-1b")), "{i}");
+    }
+    let ledger = w.json(&["capacity", "ice"]);
+    let entries = ledger["ledgers"][0]["entries"].as_array().unwrap().clone();
+    assert_eq!(entries.len(), 1, "{ledger}");
+    assert_eq!(entries[0]["offering"]["zone"], "us-east-1a");
+    assert_eq!(entries[0]["code"], "InsufficientInstanceCapacity");
+    assert_eq!(entries[0]["by"], "ice/general");
+    // Both zones out of t3.large: the next type.
+    w.extra_env = vec![(
+        "PINFLEET_CAPACITY_FAULTS".into(),
+        "InsufficientInstanceCapacity@*/t3.large/us-east-1a;Unsupported@*/t3.large/us-east-1b".into(),
+    )];
+    w.write_cluster(&with_capacity(w.cluster_yaml(4, "t3.large")));
+    let out = w.run(&["apply", "ice", "--yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let types: Vec<String> =
+        w.instances_in("general").iter().map(|i| i["instance_type"].as_str().unwrap().to_string()).collect();
+    assert_eq!(types.iter().filter(|t| *t == "m6i.large").count(), 2, "{types:?}");
+    let text = String::from_utf8_lossy(&w.run(&["capacity", "ice"]).stdout).to_string();
+    assert!(text.contains("t3.large") && text.contains("Unsupported"), "{text}");
+    // A second cluster on the same state store skips what the ledger holds:
+    // it never asks for t3.large in us-east-1a, even with the fault lifted.
+    let first = w.cluster.clone();
+    w.cluster = "ice2".into();
+    let yaml = with_capacity(w.cluster_yaml(1, "t3.large"))
+        .replace("name: ice2", "name: ice2")
+        .replace(
+            &format!("s3://pf-test-{}-ice2/clusters", w.account),
+            &format!("s3://pf-test-{}-{first}/clusters", w.account),
+        )
+        .replace("10.10.", "10.20.");
+    w.write_cluster(&yaml);
+    w.extra_env.clear();
+    let out = w.run(&["bootstrap", "ice2", "--yes", "-v"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ice2 = w.instances_in("general");
+    assert_eq!(ice2.len(), 1);
+    assert_eq!(ice2[0]["instance_type"], "m6i.large", "t3.large is held back in both zones: {ice2:?}");
+}

@@ -6,6 +6,7 @@ pub mod ami;
 pub mod apply;
 pub mod autoscaler;
 pub mod bootstrap;
+pub mod capacity;
 pub mod cloud;
 pub mod completions;
 pub mod controller;
@@ -125,6 +126,8 @@ pub enum Command {
     Orphans(orphans::OrphansArgs),
     /// Applied revisions of a cluster.
     History(history::HistoryArgs),
+    /// Offerings EC2 refused recently (the fleet-wide ledger) and the groups they hold back.
+    Capacity(capacity::CapacityArgs),
     /// Look after the state store (locks).
     State(state::StateArgs),
     /// Run the local Kubernetes API emulator.
@@ -167,7 +170,7 @@ pub const GROUPS: &[(&str, &[&str])] = &[
             "state",
         ],
     ),
-    ("Fleet and images", &["fleet", "ami", "federation", "autoscaler"]),
+    ("Fleet and images", &["fleet", "capacity", "ami", "federation", "autoscaler"]),
     ("Platform and developers", &["crds", "controller", "gateway", "submit", "workloads", "queue", "quota", "view"]),
     ("Local rehearsal and diagnostics", &["sim", "e2e", "completions"]),
 ];
@@ -247,6 +250,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Get(a) => rt()?.block_on(get::run(g, a)),
         Command::Orphans(a) => rt()?.block_on(orphans::run(g, a)),
         Command::History(a) => rt()?.block_on(history::run(g, a)),
+        Command::Capacity(a) => rt()?.block_on(capacity::run(g, a)),
         Command::State(a) => rt()?.block_on(state::run(g, a)),
         Command::Sim(a) => rt()?.block_on(sim::run(g, a)),
         Command::Gateway(a) => rt()?.block_on(gateway::run(g, a)),

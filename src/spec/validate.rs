@@ -327,7 +327,14 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
                 let Some(arch) = arch else { break };
                 if crate::cloud::capacity::known_type(t).is_ok() && crate::cloud::capacity::architecture_of(t) != arch {
                     let at = if j == 0 { format!("{gp}.machineType") } else { format!("{cp}.types[{}]", j - 1) };
-                    p.push(at, format!("`{t}` is not a {} type, the group's image architecture", arch_name(arch)));
+                    p.push(
+                        at,
+                        format!(
+                            "`{t}` is {} but the group's image is {}",
+                            arch_name(crate::cloud::capacity::architecture_of(t)),
+                            arch_name(arch)
+                        ),
+                    );
                 }
             }
             let n = g.instance_types().len();
