@@ -97,6 +97,7 @@ impl RollView {
                         format!("{group}: done, {replaced} replaced in {seconds:.1}s")
                     }
                     Event::VersionStep { step } => format!("step: {step}"),
+                    Event::BlockedOnCapacity { group, reason } => format!("{group}: waiting, {reason}"),
                     Event::Validated { after, checks, skipped } => {
                         format!("e2e gate after {after}: {checks} checks passed ({skipped} skipped)")
                     }

@@ -107,6 +107,7 @@ pub fn fleet_cluster_event(cluster: &str, e: &crate::rollout::driver::Event, jso
         Event::Validated { after, checks, .. } => {
             format!("  [{cluster}] e2e gate after {after}: {checks} checks passed")
         }
+        Event::BlockedOnCapacity { group, reason } => format!("  [{cluster}] {group}: waiting, {reason}"),
         Event::Launched { .. } | Event::Draining { .. } | Event::Replaced { .. } => return None,
     })
 }

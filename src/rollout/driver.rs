@@ -114,6 +114,25 @@ pub enum Event {
         checks: usize,
         skipped: usize,
     },
+    /// Every offering of the group is refused by EC2: the roll waits (this
+    /// is no machine's failure, and counts toward no `maxFailures`).
+    BlockedOnCapacity {
+        group: String,
+        reason: String,
+    },
+}
+
+/// How long a roll blocked on capacity waits before it asks again: the
+/// ledger's shortest time to live, so the first offering to expire is the
+/// next one tried.
+pub const CAPACITY_RETRY: Duration = Duration::from_secs(180);
+/// A roll blocked on capacity longer than this halts, saying so.
+pub const CAPACITY_PATIENCE: Duration = Duration::from_secs(3600);
+
+/// Whether a launch failed because EC2 refused every offering of the group.
+pub fn blocked_on_capacity(e: &anyhow::Error) -> Option<String> {
+    let text = format!("{e:#}");
+    text.find("blocked on capacity").map(|at| text[at..].to_string())
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
@@ -197,7 +216,20 @@ pub async fn roll_group<M: Machines, N: Nodes>(
             }
             Step::Act { launch, drain } => {
                 if launch > 0 {
-                    let ids = m.launch(&cfg.group, launch).await?;
+                    let mut waited = Duration::ZERO;
+                    let ids = loop {
+                        match m.launch(&cfg.group, launch).await {
+                            Ok(ids) => break ids,
+                            Err(e) => match blocked_on_capacity(&e) {
+                                Some(reason) if waited < CAPACITY_PATIENCE => {
+                                    on(Event::BlockedOnCapacity { group: cfg.group.clone(), reason });
+                                    tokio::time::sleep(CAPACITY_RETRY).await;
+                                    waited += CAPACITY_RETRY;
+                                }
+                                _ => return Err(e),
+                            },
+                        }
+                    };
                     launched += ids.len();
                     expected.extend(ids.iter().cloned());
                     on(Event::Launched { group: cfg.group.clone(), ids });

@@ -25,6 +25,8 @@ pub struct SimFleet {
     pub boot: Duration,
     pub drain: Duration,
     state: Mutex<(Vec<SimMachine>, u64, BTreeMap<String, u32>)>,
+    /// The next this-many launches fail as EC2 refusing every offering.
+    pub refuse_launches: std::sync::atomic::AtomicU32,
 }
 
 impl SimFleet {
@@ -46,7 +48,12 @@ impl SimFleet {
             }
         }
         let versions = groups.iter().map(|(g, _)| (g.to_string(), 1)).collect();
-        SimFleet { boot, drain, state: Mutex::new((machines, seq, versions)) }
+        SimFleet {
+            boot,
+            drain,
+            state: Mutex::new((machines, seq, versions)),
+            refuse_launches: std::sync::atomic::AtomicU32::new(0),
+        }
     }
 
     /// A new launch-template version for a group (its machines are outdated).
@@ -78,6 +85,12 @@ impl Machines for SimFleet {
             .collect())
     }
     async fn launch(&self, group: &str, n: u32) -> Result<Vec<String>> {
+        use std::sync::atomic::Ordering;
+        if self.refuse_launches.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1)).is_ok() {
+            anyhow::bail!(
+                "{group}: blocked on capacity: m6i.large in us-east-1a, InsufficientInstanceCapacity since 10:42, every offering of the group is out"
+            );
+        }
         let mut s = self.state.lock().unwrap();
         let v = s.2[group];
         let mut ids = Vec::new();
@@ -141,5 +154,56 @@ impl Nodes for SimFleet {
             Some(t) => tokio::time::sleep_until(t).await,
             None => std::future::pending().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::driver::{self, Event, GroupRoll};
+
+    /// A surge that meets a refusal of every offering waits, saying why,
+    /// and finishes once capacity returns: no machine failed.
+    #[tokio::test(start_paused = true)]
+    async fn a_roll_blocked_on_capacity_waits_and_counts_no_failure() {
+        let fleet = SimFleet::new(&[("general", 4)], Duration::from_secs(90), Duration::from_secs(30));
+        fleet.bump("general");
+        fleet.refuse_launches.store(2, std::sync::atomic::Ordering::SeqCst);
+        let cfg = GroupRoll {
+            group: "general".into(),
+            limits: crate::rollout::policy::node_group_limits(
+                4,
+                4,
+                &crate::spec::IntOrPercent::Int(1),
+                &crate::spec::IntOrPercent::Int(0),
+                false,
+            ),
+            drain_timeout: Duration::from_secs(900),
+            force_drain: false,
+            boot_timeout: Duration::from_secs(900),
+            validate_count: 1,
+            validate_interval: Duration::from_secs(0),
+            validation_timeout: Duration::from_secs(900),
+            force_ids: BTreeSet::new(),
+            etcd_members: false,
+        };
+        let events = Mutex::new(Vec::new());
+        let start = Instant::now();
+        let report =
+            driver::roll_group(&fleet, &fleet, &cfg, &|e| events.lock().unwrap().push(e.clone())).await.unwrap();
+        assert_eq!(report.replaced, 4);
+        assert_eq!(fleet.count("general"), (4, 4));
+        let blocked: Vec<String> = events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| match e {
+                Event::BlockedOnCapacity { reason, .. } => Some(reason.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(blocked.len(), 2);
+        assert!(blocked[0].starts_with("blocked on capacity: m6i.large in us-east-1a"), "{blocked:?}");
+        assert!(start.elapsed() >= 2 * driver::CAPACITY_RETRY);
     }
 }

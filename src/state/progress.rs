@@ -92,7 +92,10 @@ impl RollProgress {
                 None => return false,
             },
             Event::VersionStep { step } => self.version_steps.push(step.clone()),
-            Event::Launched { .. } | Event::Draining { .. } | Event::Validated { .. } => return false,
+            Event::Launched { .. }
+            | Event::Draining { .. }
+            | Event::Validated { .. }
+            | Event::BlockedOnCapacity { .. } => return false,
         }
         self.updated_at = now;
         true
