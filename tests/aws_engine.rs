@@ -771,3 +771,90 @@ fn capacity_refusals_fall_back_across_zones_then_types_and_the_ledger_is_shared(
     assert_eq!(ice2.len(), 1);
     assert_eq!(ice2[0]["instance_type"], "m6i.large", "t3.large is held back in both zones: {ice2:?}");
 }
+
+/// The injector answers CreateFleet `instant` as EC2 does when offerings
+/// are out: HTTP 200, an `errorSet` item per refused override, the rest
+/// launched (or no instance at all) — a launcher that reads the status
+/// alone would see success.
+#[test]
+fn create_fleet_answers_200_with_an_error_per_refused_override() {
+    use pinfleet::cloud::aws::inject::{CapacityFaults, Rule};
+    let w = World::new("fleetice", 1);
+    w.ok(&["bootstrap", "fleetice", "--yes"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    with_aws_env(&w, || {
+        rt.block_on(async {
+            let faults =
+                CapacityFaults::new(vec![Rule::parse("InsufficientInstanceCapacity@*/t3.large/us-east-1a").unwrap()]);
+            let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
+                region: Some("us-east-1".into()),
+                moto_account: Some(w.account.clone()),
+                capacity_faults: Some(faults.clone()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            use aws_sdk_ec2::types::*;
+            let fleet = |overrides: Vec<(&'static str, &'static str)>| {
+                let aws = aws.clone();
+                async move {
+                    let config = FleetLaunchTemplateConfigRequest::builder()
+                        .launch_template_specification(
+                            FleetLaunchTemplateSpecificationRequest::builder()
+                                .launch_template_name("fleetice-general")
+                                .version("$Latest")
+                                .build(),
+                        )
+                        .set_overrides(Some(
+                            overrides
+                                .iter()
+                                .map(|(t, z)| {
+                                    FleetLaunchTemplateOverridesRequest::builder()
+                                        .instance_type(InstanceType::from(*t))
+                                        .availability_zone(*z)
+                                        .build()
+                                })
+                                .collect(),
+                        ))
+                        .build();
+                    aws.ec2
+                        .create_fleet()
+                        .r#type(FleetType::Instant)
+                        .launch_template_configs(config)
+                        .target_capacity_specification(
+                            TargetCapacitySpecificationRequest::builder()
+                                .total_target_capacity(1)
+                                .default_target_capacity_type(DefaultTargetCapacityType::OnDemand)
+                                .build(),
+                        )
+                        .send()
+                        .await
+                }
+            };
+            // Every override out: 200, no instance, one error each.
+            let out = fleet(vec![("t3.large", "us-east-1a")]).await.expect("CreateFleet answers 200");
+            assert!(out.instances().iter().all(|i| i.instance_ids().is_empty()), "{out:?}");
+            let errors: Vec<(String, String)> = out
+                .errors()
+                .iter()
+                .map(|e| {
+                    (e.error_code().unwrap_or_default().to_string(), e.error_message().unwrap_or_default().to_string())
+                })
+                .collect();
+            assert_eq!(errors.len(), 1, "{out:?}");
+            assert_eq!(errors[0].0, "InsufficientInstanceCapacity");
+            assert!(errors[0]
+                .1
+                .contains("sufficient t3.large capacity in the Availability Zone you requested (us-east-1a)"));
+            // One out, one not: 200, the refused override in errorSet, the other to moto.
+            let out = fleet(vec![("t3.large", "us-east-1a"), ("m6i.large", "us-east-1b")])
+                .await
+                .expect("CreateFleet answers 200");
+            let codes: Vec<&str> = out.errors().iter().filter_map(|e| e.error_code()).collect();
+            assert_eq!(codes, ["InsufficientInstanceCapacity"], "{out:?}");
+            let refused = out.errors()[0].launch_template_and_overrides().and_then(|l| l.overrides()).cloned();
+            assert_eq!(refused.and_then(|o| o.availability_zone().map(str::to_string)).as_deref(), Some("us-east-1a"));
+            assert_eq!(faults.answered().len(), 2);
+        })
+    });
+}

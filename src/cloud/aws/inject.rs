@@ -2,9 +2,10 @@
 //! own edge (an `Intercept` on the EC2 client; the request never reaches
 //! moto): chosen offerings (market, instance type, zone) are answered with
 //! a capacity code and EC2's wording. RunInstances answers the error;
-//! CreateFleet `instant` answers HTTP 200 with an `errorSet` item per
-//! refused override (moto launches the rest), as EC2 does — a launcher
-//! that reads only the status sees success.
+//! CreateFleet `instant` answers HTTP 200 with an error per refused
+//! override (moto launches the rest; when none is left, the answer is an
+//! empty fleet with its `errorSet`), as EC2 does — a launcher that reads
+//! only the status sees success.
 //!
 //! Also here: the retry classifier that stops the SDK from retrying a
 //! capacity refusal (EC2 answers some with HTTP 500, which the standard
@@ -289,22 +290,70 @@ impl Intercept for Injector {
                         )
                     })
                     .collect();
-                let body = if empty {
-                    format!(
+                // Moto's own answer (some overrides launched) is still a
+                // stream here: its errors are added to the parsed output
+                // instead (modify_before_attempt_completion).
+                if empty {
+                    let body = format!(
                         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CreateFleetResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>injected</requestId><fleetId>fleet-injected</fleetId><errorSet>{items}</errorSet><fleetInstanceSet/></CreateFleetResponse>"
-                    )
-                } else {
-                    let moto = resp.body().bytes().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
-                    match moto.rfind("</CreateFleetResponse>") {
-                        Some(at) => format!("{}<errorSet>{items}</errorSet>{}", &moto[..at], &moto[at..]),
-                        None => moto,
-                    }
-                };
-                *resp.status_mut() = 200u16.try_into()?;
-                *resp.body_mut() = SdkBody::from(body);
+                    );
+                    *resp.status_mut() = 200u16.try_into()?;
+                    *resp.body_mut() = SdkBody::from(body);
+                }
             }
         }
         Ok(())
+    }
+
+    fn modify_before_attempt_completion(
+        &self,
+        ctx: &mut aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextMut<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.add_fleet_errors(ctx, cfg);
+        Ok(())
+    }
+}
+
+impl Injector {
+    /// CreateFleet with some overrides launched by moto: the refused ones
+    /// join its answer's `errors`, as EC2 lists them.
+    fn add_fleet_errors(
+        &self,
+        ctx: &mut aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextMut<'_>,
+        cfg: &ConfigBag,
+    ) {
+        let Some(Planned::Fleet { errors, empty: false }) = cfg.load::<Planned>().cloned() else { return };
+        let Some(Ok(output)) = ctx.output_or_error_mut() else { return };
+        let Some(out) = output.downcast_mut::<aws_sdk_ec2::operation::create_fleet::CreateFleetOutput>() else {
+            return;
+        };
+        use aws_sdk_ec2::types::{
+            CreateFleetError, FleetLaunchTemplateOverrides, InstanceLifecycle, InstanceType,
+            LaunchTemplateAndOverridesResponse,
+        };
+        let list = out.errors.get_or_insert_with(Vec::new);
+        for (o, code) in errors {
+            let overrides = FleetLaunchTemplateOverrides::builder()
+                .instance_type(InstanceType::from(o.instance_type.as_str()))
+                .availability_zone(&o.zone)
+                .build();
+            list.push(
+                CreateFleetError::builder()
+                    .launch_template_and_overrides(
+                        LaunchTemplateAndOverridesResponse::builder().overrides(overrides).build(),
+                    )
+                    .lifecycle(if o.market == Market::Spot {
+                        InstanceLifecycle::Spot
+                    } else {
+                        InstanceLifecycle::OnDemand
+                    })
+                    .error_code(&code)
+                    .error_message(message(&code, &o))
+                    .build(),
+            );
+        }
     }
 }
 
