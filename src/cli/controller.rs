@@ -32,6 +32,9 @@ pub struct ControllerArgs {
     pub lease_duration: std::time::Duration,
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub renew_every: std::time::Duration,
+    /// The namespace of the Lease (it must exist).
+    #[arg(long, default_value = crate::controller::SYSTEM_NAMESPACE)]
+    pub lease_namespace: String,
     /// The controller's request budget against the API server: requests
     /// started per second, at once after a quiet spell, and in flight.
     #[arg(long, default_value_t = 5000.0)]
@@ -232,7 +235,7 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
         if args.leader_elect {
             let (user, host) = crate::state::whoami();
             let lock = crate::controller::leader::LeaseLock {
-                api: kube::Api::namespaced(client.clone(), crate::controller::SYSTEM_NAMESPACE),
+                api: kube::Api::namespaced(client.clone(), &args.lease_namespace),
                 name: "pinfleet-controller".into(),
                 identity: args.identity.clone().unwrap_or_else(|| format!("{host}-{}-{user}", std::process::id())),
                 lease_duration: args.lease_duration,

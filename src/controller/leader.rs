@@ -102,6 +102,24 @@ pub fn next_round(renew_every: Duration, round: Round, now: DateTime<Utc>) -> Du
     }
 }
 
+/// What stops the election, in one line: a missing namespace says how to
+/// fix it; an API error is its message, never the debug dump of its Status.
+pub fn election_problem(lock: &LeaseLock, e: &kube::Error) -> String {
+    let ns = lock.api.namespace().unwrap_or("default").to_string();
+    match e {
+        kube::Error::Api(s) if s.code == 404 => format!(
+            "namespace {ns} does not exist, so the Lease {} cannot be created: create it (kubectl create namespace {ns}) or pass --lease-namespace; waiting for it",
+            lock.name
+        ),
+        kube::Error::Api(s) if s.code == 403 => format!(
+            "not allowed to read or write Leases in namespace {ns} ({}): grant get, create and update on leases.coordination.k8s.io",
+            s.message
+        ),
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
+    }
+}
+
 /// Runs `work` only while this candidate leads; stops it when leadership
 /// is lost, restarts it when regained. `leading` mirrors the state.
 pub async fn run_elected<F, Fut>(lock: LeaseLock, leading: Arc<AtomicBool>, work: F)
@@ -110,11 +128,22 @@ where
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let mut task: Option<tokio::task::JoinHandle<()>> = None;
+    // A problem is said once, in one line, until it changes or goes away.
+    let mut said: Option<String> = None;
     loop {
         let round = match lock.round().await {
-            Ok(r) => r,
+            Ok(r) => {
+                if said.take().is_some() {
+                    tracing::info!("leader election: the Lease {} can be read and written again", lock.name);
+                }
+                r
+            }
             Err(e) => {
-                tracing::warn!("leader election: {e}");
+                let why = election_problem(&lock, &e);
+                if said.as_deref() != Some(why.as_str()) {
+                    tracing::warn!("leader election: {why}");
+                    said = Some(why);
+                }
                 Round::HeldByAnother(None)
             }
         };
@@ -140,6 +169,37 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_missing_namespace_is_said_in_one_line_with_the_fix() {
+        crate::kube::install_crypto_provider();
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let lock = LeaseLock {
+            api: Api::namespaced(client, "pinfleet-system"),
+            name: "pinfleet-controller".into(),
+            identity: "a".into(),
+            lease_duration: Duration::from_secs(7),
+            renew_every: Duration::from_secs(2),
+        };
+        let status = |code: u16, reason: &str, message: &str| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                reason: reason.into(),
+                message: message.into(),
+                ..Default::default()
+            }))
+        };
+        let e = status(404, "NotFound", "namespaces \"pinfleet-system\" not found");
+        let said = election_problem(&lock, &e);
+        assert_eq!(
+            said,
+            "namespace pinfleet-system does not exist, so the Lease pinfleet-controller cannot be created: create it (kubectl create namespace pinfleet-system) or pass --lease-namespace; waiting for it"
+        );
+        assert!(!said.contains('\n') && !said.contains("Status {"));
+        let e = status(500, "InternalError", "etcdserver: request timed out");
+        assert_eq!(election_problem(&lock, &e), "etcdserver: request timed out (500 InternalError)");
+    }
 
     #[test]
     fn a_standby_tries_again_when_the_lease_runs_out_never_later_than_a_renewal() {
