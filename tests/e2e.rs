@@ -155,23 +155,33 @@ async fn a_group_short_of_nodes_fails_group_sizes() {
 async fn a_runtime_profile_that_breaks_injection_fails_the_smoke() {
     let k = KubeEnv::start();
     let controller = platform(&k).await;
-    // A profile version whose document does not parse.
-    k.ok_cmd(&["create", "namespace", pinfleet::controller::SYSTEM_NAMESPACE]);
+    // A profile version whose document does not parse, named for this run:
+    // on a shared cluster another run may hold the namespace and the
+    // ConfigMap already, and its own broken version.
+    let ns = k.kubectl(&["create", "namespace", pinfleet::controller::SYSTEM_NAMESPACE]);
+    assert!(
+        ns.status.success() || String::from_utf8_lossy(&ns.stderr).contains("AlreadyExists"),
+        "{}",
+        String::from_utf8_lossy(&ns.stderr)
+    );
+    let version = k.unique("e2e-broken");
+    let key = format!("profile-{version}.json");
     let cm = k
         .kubectl_cmd(&["get", "configmap", "-n", pinfleet::controller::SYSTEM_NAMESPACE, "runtime-support"])
         .output()
         .unwrap();
     if !cm.status.success() {
-        k.ok_cmd(&["create", "configmap", "-n", pinfleet::controller::SYSTEM_NAMESPACE, "runtime-support"]);
+        let made = k.kubectl(&["create", "configmap", "-n", pinfleet::controller::SYSTEM_NAMESPACE, "runtime-support"]);
+        assert!(made.status.success() || String::from_utf8_lossy(&made.stderr).contains("AlreadyExists"));
     }
-    patch_runtime_support(&k, "merge", r#"{"data":{"profile-e2e-broken.json":"{\"version\": "}}"#);
+    patch_runtime_support(&k, "merge", &serde_json::json!({"data": {&key: "{\"version\": "}}).to_string());
     let mut o = opts(&[Phase::Smoke]);
-    o.smoke_profile = Some("e2e-broken".into());
+    o.smoke_profile = Some(version.clone());
     o.smoke_timeout = Duration::from_secs(20);
     let r = run(&k, cluster(&[]), &o).await;
     let Outcome::Fail { reason, .. } = &check(&r, "PinterestService").outcome else { panic!("{:#?}", r.checks) };
-    assert!(reason.contains("Reconciled=False") && reason.contains("profile-e2e-broken.json"), "{reason}");
+    assert!(reason.contains("Reconciled=False") && reason.contains(&key), "{reason}");
     assert_eq!(check(&r, "cleanup").outcome, Outcome::Pass, "the namespace goes after a failed smoke too");
-    patch_runtime_support(&k, "json", r#"[{"op":"remove","path":"/data/profile-e2e-broken.json"}]"#);
+    patch_runtime_support(&k, "json", &serde_json::json!([{"op": "remove", "path": format!("/data/{key}")}]).to_string());
     controller.abort();
 }
