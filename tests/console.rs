@@ -330,6 +330,16 @@ async fn the_console_shows_the_fleet_down_to_a_workload_live_and_accessibly() {
     drop((east, west));
 }
 
+/// What arrives on a stream within `within` (empty: nothing).
+async fn heard(sse: &mut tokio::net::TcpStream, within: Duration) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0u8; 4096];
+    match tokio::time::timeout(within, sse.read(&mut buf)).await {
+        Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n]).to_string(),
+        _ => String::new(),
+    }
+}
+
 /// A page on another origin tries what a hostile site would against a
 /// gateway on loopback in anonymous mode (credentials are ambient there):
 /// a cross-site form, a `text/plain` fetch, a login form with the
@@ -346,6 +356,9 @@ async fn a_page_on_another_origin_changes_nothing_and_a_rebound_name_is_refused(
     let obj = json!({"apiVersion": "gateway.pinfleet.dev/v1alpha1", "kind": "TeamQuota", "metadata": {"name": team, "namespace": namespace},
         "spec": {"tiers": {"OnDemand": {"guaranteed": {"cpu": "2", "memory": "4Gi", "pods": 10}}}}});
     api.patch(team, &PatchParams::apply("test").force(), &Patch::Apply(&obj)).await.unwrap();
+    let mut other = obj.clone();
+    other["metadata"]["name"] = json!("ads");
+    api.patch("ads", &PatchParams::apply("test").force(), &Patch::Apply(&other)).await.unwrap();
     let ms = vec![MemberCluster {
         name: "east".into(),
         client: pinfleet::kube::apply::connect(&members[0].kubeconfig).await.unwrap(),
@@ -438,6 +451,32 @@ document.getElementById('f').submit(); document.getElementById('l').submit();</s
     b.client.goto(&format!("{gw}/")).await.unwrap();
     assert_eq!(b.client.current_url().await.unwrap().path(), "/");
     b.stop().await;
+
+    // Live updates tell a viewer of their own teams' work only: alice
+    // (team search) hears nothing when team ads submits, and hears of her own.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut sse = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    sse.write_all(
+        format!("GET /ui/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = sse.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..n]));
+    // Whatever the fleet's first observation announced has passed.
+    while heard(&mut sse, Duration::from_millis(1500)).await.contains("event: change") {}
+    let admin =
+        pinfleet::gateway::intake::Caller { user: "ops".into(), teams: vec![], admin: true, via: "test".into() };
+    let (code, d) = svc.submit(&admin, "theirs", &service_of("ads", "theirs", 1, "100m"), None, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    let got = heard(&mut sse, Duration::from_secs(3)).await;
+    assert!(!got.contains("event: change"), "alice heard of team ads's submission: {got:?}");
+    let (code, d) = svc.submit(&admin, "mine", &service_of(team, "mine", 1, "100m"), None, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    let got = heard(&mut sse, Duration::from_secs(5)).await;
+    assert!(got.contains("event: change"), "alice did not hear of her own team's submission: {got:?}");
+    drop(sse);
     evil_server.abort();
     let _ = stop_tx.send(());
     let _ = server.await;

@@ -182,6 +182,10 @@ async fn a_runtime_profile_that_breaks_injection_fails_the_smoke() {
     let Outcome::Fail { reason, .. } = &check(&r, "PinterestService").outcome else { panic!("{:#?}", r.checks) };
     assert!(reason.contains("Reconciled=False") && reason.contains(&key), "{reason}");
     assert_eq!(check(&r, "cleanup").outcome, Outcome::Pass, "the namespace goes after a failed smoke too");
-    patch_runtime_support(&k, "json", &serde_json::json!([{"op": "remove", "path": format!("/data/{key}")}]).to_string());
+    patch_runtime_support(
+        &k,
+        "json",
+        &serde_json::json!([{"op": "remove", "path": format!("/data/{key}")}]).to_string(),
+    );
     controller.abort();
 }
