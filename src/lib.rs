@@ -45,6 +45,7 @@ pub mod addons;
 pub mod ami;
 pub mod apply;
 pub mod autoscale;
+pub mod capacity;
 pub mod cli;
 pub mod cloud;
 pub mod console;

@@ -34,12 +34,12 @@ pub async fn run(g: &GlobalArgs, args: CapacityArgs) -> Result<ExitCode> {
             grp.subnets.iter().filter_map(|n| zones.get(n.as_str()).map(|z| z.to_string())).collect();
         gz.dedup();
         let fallback = grp.capacity.as_ref().map(|c| c.fallback.clone()).unwrap_or_default();
-        let all = crate::cloud::capacity::offerings(&grp.markets(), &grp.instance_types(), &gz, &fallback);
-        let out: Vec<&crate::cloud::capacity::Entry> =
+        let all = crate::capacity::offerings(&grp.markets(), &grp.instance_types(), &gz, &fallback);
+        let out: Vec<&crate::capacity::Entry> =
             all.iter().filter_map(|o| ledgers.iter().find_map(|l| l.out(o, now))).collect();
         if !out.is_empty() {
             let next = all.iter().find(|o| ledgers.iter().all(|l| l.out(o, now).is_none()));
-            held.push((grp.name.clone(), out.len(), all.len(), crate::cloud::capacity::blocked_reason(out[0], next)));
+            held.push((grp.name.clone(), out.len(), all.len(), crate::capacity::blocked_reason(out[0], next)));
         }
     }
     if g.output == Format::Text {

@@ -11,7 +11,7 @@
 //! safely recycles machines.
 
 pub mod aws;
-pub mod capacity;
+
 pub mod iam;
 pub mod key;
 pub mod model;

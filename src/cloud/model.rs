@@ -171,10 +171,8 @@ pub struct DesiredGroup {
 #[serde(rename_all = "camelCase")]
 pub struct GroupCapacity {
     pub types: Vec<String>,
-    pub markets: Vec<crate::cloud::capacity::Market>,
-    pub fallback: Vec<crate::cloud::capacity::Fallback>,
-    /// The state store holding the fleet-wide capacity ledger.
-    pub ledger: String,
+    pub markets: Vec<crate::capacity::Market>,
+    pub fallback: Vec<crate::capacity::Fallback>,
 }
 
 impl Desired {
@@ -407,7 +405,6 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
                 types: g.instance_types(),
                 markets: g.markets(),
                 fallback: c.fallback.clone(),
-                ledger: spec.state_store.clone(),
             }),
         });
     }

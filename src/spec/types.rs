@@ -295,14 +295,14 @@ pub struct CapacitySpec {
     /// What changes first when EC2 refuses an offering: `market`, `zone`,
     /// `type` (default: market, then zone, then type).
     #[serde(default = "default_fallback")]
-    pub fallback: Vec<crate::cloud::capacity::Fallback>,
+    pub fallback: Vec<crate::capacity::Fallback>,
     /// Launch attempts a minute at most while every offering is refused.
     #[serde(default = "default_launches_per_minute")]
     pub launches_per_minute: u32,
 }
 
-fn default_fallback() -> Vec<crate::cloud::capacity::Fallback> {
-    use crate::cloud::capacity::Fallback;
+fn default_fallback() -> Vec<crate::capacity::Fallback> {
+    use crate::capacity::Fallback;
     vec![Fallback::Market, Fallback::Zone, Fallback::Type]
 }
 
@@ -331,8 +331,8 @@ impl InstanceGroup {
     }
 
     /// The markets the group launches on, in the order tried.
-    pub fn markets(&self) -> Vec<crate::cloud::capacity::Market> {
-        use crate::cloud::capacity::Market;
+    pub fn markets(&self) -> Vec<crate::capacity::Market> {
+        use crate::capacity::Market;
         match self.capacity.as_ref().map(|c| c.market).unwrap_or_default() {
             MarketSpec::OnDemand => vec![Market::OnDemand],
             MarketSpec::Spot => vec![Market::Spot, Market::OnDemand],

@@ -117,6 +117,13 @@ fn arch_name(a: crate::spec::types::Architecture) -> &'static str {
     }
 }
 
+fn arch_of(t: &str) -> crate::spec::types::Architecture {
+    match crate::capacity::architecture_of(t) {
+        crate::capacity::Arch::X86_64 => crate::spec::types::Architecture::X86_64,
+        crate::capacity::Arch::Arm64 => crate::spec::types::Architecture::Arm64,
+    }
+}
+
 pub fn parse_kubernetes_version(v: &str) -> Option<(u32, u32, u32)> {
     let v = v.strip_prefix('v').unwrap_or(v);
     let mut it = v.split('.');
@@ -317,7 +324,7 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
         if let Some(c) = &g.capacity {
             let cp = format!("{gp}.capacity");
             for (j, t) in c.types.iter().enumerate() {
-                if let Err(why) = crate::cloud::capacity::known_type(t) {
+                if let Err(why) = crate::capacity::known_type(t) {
                     p.push(format!("{cp}.types[{j}]"), why);
                 }
             }
@@ -325,25 +332,21 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
             let arch = g.image.selector.as_ref().map(|s| s.architecture);
             for (j, t) in g.instance_types().iter().enumerate() {
                 let Some(arch) = arch else { break };
-                if crate::cloud::capacity::known_type(t).is_ok() && crate::cloud::capacity::architecture_of(t) != arch {
+                if crate::capacity::known_type(t).is_ok() && arch_of(t) != arch {
                     let at = if j == 0 { format!("{gp}.machineType") } else { format!("{cp}.types[{}]", j - 1) };
                     p.push(
                         at,
-                        format!(
-                            "`{t}` is {} but the group's image is {}",
-                            arch_name(crate::cloud::capacity::architecture_of(t)),
-                            arch_name(arch)
-                        ),
+                        format!("`{t}` is {} but the group's image is {}", arch_name(arch_of(t)), arch_name(arch)),
                     );
                 }
             }
             let n = g.instance_types().len();
-            if g.allows_spot() && n < crate::cloud::capacity::MIN_SPOT_TYPES {
+            if g.allows_spot() && n < crate::capacity::MIN_SPOT_TYPES {
                 p.push(
                     format!("{cp}.types"),
                     format!(
                         "a group that may run Spot needs at least {} instance types (it has {n}): Spot capacity is reclaimed per type and zone, and one type runs out together",
-                        crate::cloud::capacity::MIN_SPOT_TYPES
+                        crate::capacity::MIN_SPOT_TYPES
                     ),
                 );
             }
@@ -373,9 +376,9 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
                     p.push(format!("{cp}.fallback[{j}]"), format!("{f:?} is named twice"));
                 }
             }
-        } else if let (true, Some(sel)) = (mt_ok && crate::cloud::capacity::known_type(mt).is_ok(), &g.image.selector) {
+        } else if let (true, Some(sel)) = (mt_ok && crate::capacity::known_type(mt).is_ok(), &g.image.selector) {
             let arch = sel.architecture;
-            if crate::cloud::capacity::architecture_of(mt) != arch {
+            if arch_of(mt) != arch {
                 p.push(
                     format!("{gp}.machineType"),
                     format!("`{mt}` is not a {} type, the group's image architecture", arch_name(arch)),

@@ -9,8 +9,8 @@ use anyhow::Result;
 use chrono::{DateTime, Utc};
 
 use super::{Condition, PreconditionFailed, Store};
+use crate::capacity::{Ledger, Offering};
 use crate::cloud::aws::Aws;
-use crate::cloud::capacity::{Ledger, Offering};
 
 /// The pseudo-cluster folder the ledgers live in.
 pub const FOLDER: &str = ".capacity";
@@ -63,6 +63,55 @@ pub async fn record(
         }
     }
     anyhow::bail!("the capacity ledger {} kept changing under eight writes", store.describe(&key(account, region)))
+}
+
+/// The ledger of the caller's account in the client's region, in the state
+/// store at `url`: what launches read and write (see [`crate::capacity::LedgerStore`]).
+pub struct StoreLedger {
+    url: String,
+    aws: Aws,
+    account: tokio::sync::OnceCell<String>,
+}
+
+impl StoreLedger {
+    pub fn new(url: &str, aws: &Aws) -> StoreLedger {
+        StoreLedger { url: url.to_string(), aws: aws.clone(), account: tokio::sync::OnceCell::new() }
+    }
+
+    /// The account from STS (`unknown` when it cannot say: moto and
+    /// LocalStack answer, a misconfigured profile may not).
+    async fn account(&self) -> String {
+        self.account
+            .get_or_init(|| async {
+                self.aws
+                    .caller_identity()
+                    .await
+                    .and_then(|arn| arn.split(':').nth(4).map(str::to_string))
+                    .unwrap_or_else(|| "unknown".into())
+            })
+            .await
+            .clone()
+    }
+}
+
+impl crate::capacity::LedgerStore for StoreLedger {
+    fn load(&self) -> futures::future::BoxFuture<'_, Result<Ledger>> {
+        Box::pin(async move {
+            let account = self.account().await;
+            load(&self.url, Some(&self.aws), &account, &self.aws.region).await
+        })
+    }
+
+    fn record<'a>(
+        &'a self,
+        refusals: &'a [(Offering, String, String)],
+        now: DateTime<Utc>,
+    ) -> futures::future::BoxFuture<'a, Result<Ledger>> {
+        Box::pin(async move {
+            let account = self.account().await;
+            record(&self.url, Some(&self.aws), &account, &self.aws.region, refusals, now).await
+        })
+    }
 }
 
 /// Every ledger in the store (for `pinfleet capacity`).

@@ -81,6 +81,9 @@ pub struct OpContext {
     pub versions: Mutex<BTreeMap<String, i64>>,
     pub lb_dns: Mutex<Option<String>>,
     pub launched: Mutex<Vec<String>>,
+    /// The fleet-wide capacity ledger launches read and write (None: kept
+    /// for this apply only).
+    pub ledger: Option<std::sync::Arc<dyn crate::capacity::LedgerStore>>,
 }
 
 impl OpContext {

@@ -24,7 +24,7 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 
-use crate::cloud::capacity::{Market, Offering};
+use crate::capacity::{Market, Offering};
 
 /// One injected refusal: offerings that match answer `code`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -371,9 +371,8 @@ impl ClassifyRetry for CapacityIsFinal {
     fn classify_retry(&self, ctx: &InterceptorContext) -> RetryAction {
         let Some(body) = ctx.response().and_then(|r| r.body().bytes()) else { return RetryAction::NoActionIndicated };
         let text = String::from_utf8_lossy(body);
-        let refused = crate::cloud::capacity::UNFULFILLABLE
-            .iter()
-            .any(|(code, _)| text.contains(&format!("<Code>{code}</Code>")));
+        let refused =
+            crate::capacity::UNFULFILLABLE.iter().any(|(code, _)| text.contains(&format!("<Code>{code}</Code>")));
         if refused {
             RetryAction::RetryForbidden
         } else {

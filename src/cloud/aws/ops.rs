@@ -868,25 +868,17 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
     let capacity = ctx.desired.groups.iter().find(|g| g.name == group).and_then(|g| g.capacity.clone());
     let zone_of: BTreeMap<String, String> =
         ctx.desired.subnets.iter().map(|s| (s.name.clone(), s.zone.clone())).collect();
-    let (account, ledger) = match &capacity {
-        Some(c) => {
-            let account = ctx
-                .aws
-                .caller_identity()
-                .await
-                .and_then(|arn| arn.split(':').nth(4).map(str::to_string))
-                .unwrap_or_else(|| "unknown".into());
-            let ledger = crate::state::capacity::load(&c.ledger, Some(&ctx.aws), &account, &ctx.aws.region)
-                .await
-                .map_err(|e| OpError { retriable: true, error: e.context("reading the capacity ledger") })?;
-            (account, ledger)
-        }
-        None => (String::new(), Default::default()),
+    let ledger = match (&capacity, &ctx.ledger) {
+        (Some(_), Some(store)) => store
+            .load()
+            .await
+            .map_err(|e| OpError { retriable: true, error: e.context("reading the capacity ledger") })?,
+        _ => Default::default(),
     };
     let by = format!("{cluster}/{group}");
     for (subnet, n, init) in batches {
         // (offering, subnet) in the order to try; one plain launch without capacity.
-        let attempts: Vec<(Option<crate::cloud::capacity::Offering>, String)> = match &capacity {
+        let attempts: Vec<(Option<crate::capacity::Offering>, String)> = match &capacity {
             None => vec![(None, subnet.clone())],
             Some(c) => {
                 let own = zone_of.get(&subnet).cloned().unwrap_or_default();
@@ -898,13 +890,13 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                         }
                     }
                 }
-                let all = crate::cloud::capacity::offerings(&c.markets, &c.types, &zones, &c.fallback);
+                let all = crate::capacity::offerings(&c.markets, &c.types, &zones, &c.fallback);
                 let now = chrono::Utc::now();
-                let usable = crate::cloud::capacity::usable(&all, &ledger, now);
+                let usable = crate::capacity::usable(&all, &ledger, now);
                 if usable.is_empty() {
                     let first = all.iter().find_map(|o| ledger.out(o, now));
                     let why = first
-                        .map(|e| crate::cloud::capacity::blocked_reason(e, None))
+                        .map(|e| crate::capacity::blocked_reason(e, None))
                         .unwrap_or_else(|| "blocked on capacity: the group names no offering".into());
                     return Err(OpError { retriable: false, error: anyhow::anyhow!("{group}: {why}") });
                 }
@@ -921,7 +913,7 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                     .collect()
             }
         };
-        let mut refusals: Vec<(crate::cloud::capacity::Offering, String, String)> = Vec::new();
+        let mut refusals: Vec<(crate::capacity::Offering, String, String)> = Vec::new();
         let mut launched = false;
         for (offering, subnet) in attempts {
             let subnet_id = ctx.id(&K::Subnet(subnet.to_string())).await?;
@@ -962,7 +954,7 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                 req = req
                     .instance_type(aws_sdk_ec2::types::InstanceType::from(o.instance_type.as_str()))
                     .placement(aws_sdk_ec2::types::Placement::builder().availability_zone(&o.zone).build());
-                if o.market == crate::cloud::capacity::Market::Spot {
+                if o.market == crate::capacity::Market::Spot {
                     req = req.instance_market_options(
                         aws_sdk_ec2::types::InstanceMarketOptionsRequest::builder()
                             .market_type(aws_sdk_ec2::types::MarketType::Spot)
@@ -979,7 +971,7 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
             }
             let sent = req.send().await;
             if let (Err(e), Some(o)) = (&sent, &offering) {
-                if let Some(code) = super::error_code(e).filter(|c| crate::cloud::capacity::unfulfillable(c)) {
+                if let Some(code) = super::error_code(e).filter(|c| crate::capacity::unfulfillable(c)) {
                     tracing::warn!("{by}: {o}: {code}; trying the next offering");
                     refusals.push((o.clone(), code.to_string(), by.clone()));
                     continue;
@@ -998,26 +990,27 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
             launched = true;
             break;
         }
-        if let Some(c) = &capacity {
-            if !refusals.is_empty() {
-                let now = chrono::Utc::now();
-                let written = crate::state::capacity::record(
-                    &c.ledger,
-                    Some(&ctx.aws),
-                    &account,
-                    &ctx.aws.region,
-                    &refusals,
-                    now,
-                )
-                .await
-                .map_err(|e| OpError { retriable: true, error: e.context("writing the capacity ledger") })?;
-                if !launched {
-                    let why = written
-                        .out(&refusals[0].0, now)
-                        .map(|e| crate::cloud::capacity::blocked_reason(e, None))
-                        .unwrap_or_default();
-                    return Err(OpError { retriable: false, error: anyhow::anyhow!("{group}: {why}") });
+        if capacity.is_some() && !refusals.is_empty() {
+            let now = chrono::Utc::now();
+            let written = match &ctx.ledger {
+                Some(store) => store
+                    .record(&refusals, now)
+                    .await
+                    .map_err(|e| OpError { retriable: true, error: e.context("writing the capacity ledger") })?,
+                None => {
+                    let mut l = ledger.clone();
+                    for (o, code, by) in &refusals {
+                        l.mark(o, code, by, now);
+                    }
+                    l
                 }
+            };
+            if !launched {
+                let why = written
+                    .out(&refusals[0].0, now)
+                    .map(|e| crate::capacity::blocked_reason(e, None))
+                    .unwrap_or_default();
+                return Err(OpError { retriable: false, error: anyhow::anyhow!("{group}: {why}") });
             }
         }
         seq += n as usize;

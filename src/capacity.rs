@@ -12,8 +12,10 @@
 //!     └── ledger.mark(offering, code) ◀───┘ an unfulfillable code
 //! ```
 //!
+//! Pure, and below both the spec (which names a group's types, markets and
+//! fallback with these types) and the cloud (which launches with them).
 //! The ledger lives in the state store (one object per account and
-//! region), so a second cluster, the machine-health loop, a rollout and a
+//! region, behind [`LedgerStore`]), so a second cluster, the machine-health loop, a rollout and a
 //! restarted run all skip what EC2 just refused. An entry lives 3 minutes,
 //! doubled for each refusal of the same offering within the hour, at most
 //! 30 minutes (Karpenter keeps 3 minutes in memory; cluster-autoscaler
@@ -166,6 +168,19 @@ impl Ledger {
     }
 }
 
+/// Where the fleet-wide ledger is kept (the state store: `state::capacity`);
+/// launches read it and record refusals through this, so the cloud side
+/// does not depend on the store.
+pub trait LedgerStore: Send + Sync {
+    fn load(&self) -> futures::future::BoxFuture<'_, anyhow::Result<Ledger>>;
+    /// Records `(offering, code, who)` refusals at `now`; the ledger as written.
+    fn record<'a>(
+        &'a self,
+        refusals: &'a [(Offering, String, String)],
+        now: DateTime<Utc>,
+    ) -> futures::future::BoxFuture<'a, anyhow::Result<Ledger>>;
+}
+
 /// Time to live after `strikes` refusals in a streak.
 pub fn ttl(strikes: u32) -> Duration {
     let doubled = FIRST_TTL.num_seconds().saturating_mul(1i64 << strikes.saturating_sub(1).min(20));
@@ -209,17 +224,33 @@ pub fn known_type(t: &str) -> Result<(), String> {
     }
 }
 
+/// An instance type's processor architecture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    X86_64,
+    Arm64,
+}
+
+impl Arch {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+}
+
 /// The architecture of an instance type: Graviton families carry a `g`
 /// right after their generation (`m7g`, `c6gn`, `g5g`, `im4gn`), and `a1`.
-pub fn architecture_of(t: &str) -> crate::spec::types::Architecture {
+pub fn architecture_of(t: &str) -> Arch {
     let family = t.split('.').next().unwrap_or_default();
     let letters = family.chars().take_while(|c| c.is_ascii_lowercase()).count();
     let rest = &family[letters..];
     let options = rest.trim_start_matches(|c: char| c.is_ascii_digit());
     if family == "a1" || options.starts_with('g') {
-        crate::spec::types::Architecture::Arm64
+        Arch::Arm64
     } else {
-        crate::spec::types::Architecture::X86_64
+        Arch::X86_64
     }
 }
 
@@ -340,7 +371,7 @@ mod tests {
 
     #[test]
     fn instance_types_are_read_with_their_architecture() {
-        use crate::spec::types::Architecture::*;
+        use Arch::*;
         for (t, arch) in [
             ("m6i.large", X86_64),
             ("m7g.xlarge", Arm64),
