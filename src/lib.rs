@@ -7,6 +7,7 @@
 //! clusters/*.yaml ─▶ spec (extends → check → defaults → validate) ─▶ Cluster
 //!    Cluster ─▶ render (cloud-init, kubeadm, kind, kubeconfig)
 //!    Cluster ─▶ cloud::model (desired) ─▶ plan (vs cloud::aws::observe) ─▶ cloud::ops ─▶ apply
+//!        launches try a group's offerings in order, skipping the capacity ledger's (capacity, state::capacity)
 //!    apply::cluster (bootstrap / apply / destroy) ─▶ rollout::upgrade ─▶ ami::job
 //!    clusters/fleet.yaml ─▶ fleet::plan ─▶ fleet::rollout::decide ─▶ fleet::run (each cluster's rollout::upgrade)
 //!    Cluster ─▶ addons ─▶ in-cluster controller ─▶ federation (placement, health, fan-out)
@@ -17,7 +18,8 @@
 //! ```
 //!
 //! Where things live:
-//! - pure: [`spec`], [`render`], [`cloud::model`], [`cloud::iam`] (the
+//! - pure: [`spec`], [`capacity`] (offerings, refusal codes, the
+//!   fallback order and the capacity ledger), [`render`], [`cloud::model`], [`cloud::iam`] (the
 //!   machines' roles and policies), [`cloud::ops`] (the operations a plan
 //!   decides), [`cloud::orphans`], [`plan`], [`ami`]'s
 //!   selection, [`rollout::policy`], [`workloads`], [`federation::placement`]
@@ -33,7 +35,8 @@
 //!   operations), [`rollout`] (driver, roll under the lock), [`ami::job`],
 //!   [`fleet::run`] (the fleet rollout's one writer) and [`fleet::aws`],
 //!   [`kube`] (every Kubernetes mechanic), [`addons`], [`controller`], the
-//!   gateway's service and API ([`gateway::service`], [`gateway::http`]) and
+//!   gateway's service and API ([`gateway::service`], [`gateway::http`],
+//!   its listener, guard and audit trail) and
 //!   the web console ([`console`]);
 //! - [`cli`]: one file per command, parsing arguments and calling the above;
 //!   [`output`] prints the formats and progress (every domain's text is
