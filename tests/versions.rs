@@ -55,7 +55,7 @@ fn validate_warns_on_a_minor_out_of_support_and_refuses_one_it_cannot_run() {
     let (code, err) = validate(d.path(), &addons());
     assert_eq!(code, Some(1), "{err}");
     assert!(
-        err.contains("spec.kubernetesVersion: Kubernetes 1.29.9 is not a version pinfleet can run (it runs 1.30 to 1.37; new clusters get 1.36.4)"),
+        err.contains("spec.kubernetesVersion: Kubernetes 1.29.9 is not a version pinfleet can run (it runs 1.30 to 1.37; new clusters get 1.36.2)"),
         "{err}"
     );
 
@@ -162,7 +162,7 @@ fn the_sim_answers_as_the_minor_it_is_started_for() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&out.stderr)
-            .contains("--kubernetes-version 1.36 is not a version like 1.36.4 (the newest patch of 1.36 is 1.36.4)"),
+            .contains("--kubernetes-version 1.36 is not a version like 1.36.2 (the newest patch of 1.36 is 1.36.2)"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
