@@ -270,10 +270,7 @@ impl Intercept for Injector {
         let resp = ctx.response_mut();
         match planned {
             Planned::Error { status, code, message } => {
-                let body = format!(
-                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>{}</Message></Error></Errors><RequestID>injected</RequestID></Response>",
-                    xml_escape(&message)
-                );
+                let body = super::client::ec2_error_body(&code, &message);
                 *resp.status_mut() = status.try_into()?;
                 *resp.body_mut() = SdkBody::from(body);
             }
