@@ -172,22 +172,13 @@ impl Intercept for Interceptor {
             None
         };
         if let Some((status, code, message)) = injected {
-            let body = ec2_error_body(code, message);
+            let body = super::inject::ec2_error_body(code, message);
             let resp = ctx.response_mut();
             *resp.status_mut() = status.try_into()?;
             *resp.body_mut() = SdkBody::from(body);
         }
         Ok(())
     }
-}
-
-/// EC2's error document (what its error parser and retry classifier read),
-/// for faults injected at this edge.
-pub(super) fn ec2_error_body(code: &str, message: &str) -> String {
-    let message = message.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-    format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error></Errors><RequestID>injected</RequestID></Response>"
-    )
 }
 
 /// The clients pinfleet uses, sharing one configuration and call counter.

@@ -270,7 +270,7 @@ impl Intercept for Injector {
         let resp = ctx.response_mut();
         match planned {
             Planned::Error { status, code, message } => {
-                let body = super::client::ec2_error_body(&code, &message);
+                let body = ec2_error_body(&code, &message);
                 *resp.status_mut() = status.try_into()?;
                 *resp.body_mut() = SdkBody::from(body);
             }
@@ -384,6 +384,15 @@ impl ClassifyRetry for CapacityIsFinal {
     fn priority(&self) -> RetryClassifierPriority {
         RetryClassifierPriority::run_after(RetryClassifierPriority::transient_error_classifier())
     }
+}
+
+/// EC2's error document (what its error parser and retry classifier read),
+/// for faults injected at this edge.
+pub(super) fn ec2_error_body(code: &str, message: &str) -> String {
+    let message = message.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error></Errors><RequestID>injected</RequestID></Response>"
+    )
 }
 
 #[cfg(test)]
