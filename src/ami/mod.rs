@@ -1,11 +1,20 @@
-//! Image selection (pure): which AMI a group's selector resolves to.
+//! Images: made ([`recipe`], [`bake`]), proven ([`gate`]), promoted
+//! through channels ([`channel`]) and waves ([`waves`]), collected by
+//! reference ([`gc`]); and selection (pure, below): which AMI a group's
+//! selector resolves to.
 //!
 //! Newest creation date among available images matching owners, name and
 //! architecture; deprecated images are skipped (AWS deprecates public AMIs
 //! after two years and filtered lookups stop returning them — the failure
 //! kops users hit), unless pinned by id, which only warns.
 
+pub mod bake;
+pub mod channel;
+pub mod gate;
+pub mod gc;
 pub mod job;
+pub mod recipe;
+pub mod waves;
 pub mod window;
 
 use chrono::{DateTime, Utc};

@@ -1,4 +1,4 @@
-//! SDK clients for EC2, ELBv2 and S3, configured the standard way
+//! SDK clients for EC2, ELBv2, S3, IAM, STS and SSM, configured the standard way
 //! (profiles, credential chain, `AWS_ENDPOINT_URL`, region) so one command
 //! runs against AWS, LocalStack or moto.
 //!
@@ -41,11 +41,15 @@ pub const LOCALSTACK_ENDPOINT: &str = "http://localhost:4566";
 const MAX_ATTEMPTS: u32 = 8;
 
 /// Injected failures, for tests: the first `throttle` attempts answer
-/// `RequestLimitExceeded` and the next `server_errors` answer 503.
+/// `RequestLimitExceeded` and the next `server_errors` answer 503;
+/// `copy_limit` names a region whose every `CopyImage` answers
+/// `ResourceLimitExceeded` (EC2's limit on concurrent copies), so a bake
+/// stops mid-copy.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Faults {
     pub throttle: u32,
     pub server_errors: u32,
+    pub copy_limit: Option<String>,
 }
 
 impl Faults {
@@ -53,12 +57,16 @@ impl Faults {
     pub fn parse(s: &str) -> anyhow::Result<Self> {
         let mut f = Faults::default();
         for part in s.split(',').filter(|p| !p.is_empty()) {
-            let (k, v) = part.split_once('=').ok_or_else(|| anyhow::anyhow!("fault `{part}` is not key=count"))?;
+            let (k, v) = part.split_once('=').ok_or_else(|| anyhow::anyhow!("fault `{part}` is not key=value"))?;
+            if k == "copy-limit" {
+                f.copy_limit = Some(v.to_string());
+                continue;
+            }
             let n: u32 = v.parse()?;
             match k {
                 "throttle" => f.throttle = n,
                 "5xx" => f.server_errors = n,
-                _ => anyhow::bail!("unknown fault `{k}` (known: throttle, 5xx)"),
+                _ => anyhow::bail!("unknown fault `{k}` (known: throttle, 5xx, copy-limit)"),
             }
         }
         Ok(f)
@@ -116,6 +124,7 @@ struct Interceptor {
     moto_account: Option<String>,
     throttle_left: AtomicU32,
     server_errors_left: AtomicU32,
+    refuse_copies: bool,
 }
 
 impl Intercept for Interceptor {
@@ -163,8 +172,11 @@ impl Intercept for Interceptor {
         if cfg.load::<Metadata>().map(|m| m.service().to_lowercase()) != Some("ec2".into()) {
             return Ok(());
         }
+        let copying = cfg.load::<Metadata>().is_some_and(|m| m.name() == "CopyImage");
         let take = |n: &AtomicU32| n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1)).is_ok();
-        let injected = if take(&self.throttle_left) {
+        let injected = if copying && self.refuse_copies {
+            Some((400, "ResourceLimitExceeded", "You have reached the maximum number of concurrent copy operations (injected)"))
+        } else if take(&self.throttle_left) {
             Some((400, "RequestLimitExceeded", "Request limit exceeded (injected)"))
         } else if take(&self.server_errors_left) {
             Some((503, "ServiceUnavailable", "Service unavailable (injected)"))
@@ -189,6 +201,7 @@ pub struct Aws {
     pub s3: aws_sdk_s3::Client,
     pub sts: aws_sdk_sts::Client,
     pub iam: aws_sdk_iam::Client,
+    pub ssm: aws_sdk_ssm::Client,
     pub calls: CallCounter,
     pub region: String,
     identity: tokio::sync::OnceCell<Option<String>>,
@@ -227,6 +240,7 @@ impl Aws {
             moto_account: opts.moto_account.clone(),
             throttle_left: AtomicU32::new(faults.throttle),
             server_errors_left: AtomicU32::new(faults.server_errors),
+            refuse_copies: faults.copy_limit.as_deref() == Some(region.as_str()),
         });
         let shared_interceptor = SharedInterceptorHandle(interceptor);
         let mut ec2_config = aws_sdk_ec2::config::Builder::from(&shared)
@@ -247,6 +261,9 @@ impl Aws {
         let iam = aws_sdk_iam::Client::from_conf(
             aws_sdk_iam::config::Builder::from(&shared).interceptor(shared_interceptor.clone()).build(),
         );
+        let ssm = aws_sdk_ssm::Client::from_conf(
+            aws_sdk_ssm::config::Builder::from(&shared).interceptor(shared_interceptor.clone()).build(),
+        );
         // Path-style addressing works against AWS and is needed for IP endpoints.
         let path_style = shared.endpoint_url().is_some();
         let s3 = aws_sdk_s3::Client::from_conf(
@@ -255,7 +272,7 @@ impl Aws {
                 .interceptor(shared_interceptor)
                 .build(),
         );
-        Ok(Aws { ec2, elb, s3, sts, iam, calls, region, identity: tokio::sync::OnceCell::new() })
+        Ok(Aws { ec2, elb, s3, sts, iam, ssm, calls, region, identity: tokio::sync::OnceCell::new() })
     }
 
     /// Who the credentials are (STS GetCallerIdentity's ARN), for history;
