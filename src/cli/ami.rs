@@ -1,7 +1,9 @@
 //! `pinfleet ami resolve|rollout|history CLUSTER`: which AMI each group's
 //! selector resolves to now, the scheduled rollout of a newer one (canary
 //! group first, a soak, then the rest, inside a maintenance window), and the
-//! rollouts recorded in the state store.
+//! rollouts recorded in the state store; and the pipeline that makes the
+//! images (`bake`, `promote`, `rollback`, `channels`, `gc`, `waves`, in
+//! [`pipeline`]).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -14,6 +16,7 @@ use owo_colors::OwoColorize;
 use super::cloud::{CloudArgs, Session};
 use super::GlobalArgs;
 
+mod pipeline;
 mod rollout;
 use crate::output::{print_data, Format};
 pub use rollout::RolloutArgs;
@@ -32,6 +35,18 @@ pub enum AmiCommand {
     Rollout(RolloutArgs),
     /// Past AMI rollouts of the cluster.
     History(ResolveArgs),
+    /// Bake an image from a recipe (images/RECIPE.yaml): builder, checks, image, copies.
+    Bake(pipeline::BakeArgs),
+    /// Point a channel at a baked image (or at what another channel holds), in every region.
+    Promote(pipeline::PromoteArgs),
+    /// Point a channel back at its previous image: one write per region.
+    Rollback(pipeline::RollbackArgs),
+    /// The channels, what each holds and what a rollback would restore.
+    Channels(pipeline::ChannelsArgs),
+    /// Deprecate, disable and deregister baked images nothing refers to any more.
+    Gc(pipeline::GcArgs),
+    /// The waves a channel's new image takes through the fleet.
+    Waves(pipeline::WavesArgs),
 }
 
 #[derive(Debug, Args)]
@@ -53,6 +68,12 @@ pub async fn run(g: &GlobalArgs, args: AmiArgs) -> Result<ExitCode> {
         }
         AmiCommand::History(a) => history(g, a).await,
         AmiCommand::Rollout(a) => rollout::rollout(g, a).await,
+        AmiCommand::Bake(a) => pipeline::bake(g, a).await,
+        AmiCommand::Promote(a) => pipeline::promote(g, a).await,
+        AmiCommand::Rollback(a) => pipeline::rollback(g, a).await,
+        AmiCommand::Channels(a) => pipeline::channels_cmd(g, a).await,
+        AmiCommand::Gc(a) => pipeline::gc(g, a).await,
+        AmiCommand::Waves(a) => pipeline::waves(g, a),
     }
 }
 

@@ -362,7 +362,8 @@ impl Role {
     }
 }
 
-/// Exactly one of `id` and `selector`.
+/// Exactly one of `id`, `selector` and `channel` (with its `recipe`).
+/// A file that extends a base choosing another way says `$patch: replace`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Image {
@@ -372,6 +373,13 @@ pub struct Image {
     /// Newest non-deprecated image matching this selector.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<ImageSelector>,
+    /// The image a pinfleet channel holds in the cluster's region
+    /// (`pinfleet ami promote`), read at every plan: `stable`, `candidate`…
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// The recipe (`images/RECIPE.yaml`) whose channel this is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

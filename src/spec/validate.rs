@@ -399,9 +399,28 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
         if g.max_size == 0 {
             p.push(format!("{gp}.maxSize"), "must be at least 1");
         }
+        let channel_name_ok = |s: &str| {
+            !s.is_empty() && s.len() <= 40 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        };
+        for (field, v) in [("channel", &g.image.channel), ("recipe", &g.image.recipe)] {
+            if let Some(v) = v.as_deref().filter(|v| !channel_name_ok(v)) {
+                p.push(format!("{gp}.image.{field}"), format!("`{v}`: use lowercase letters, digits and `-`"));
+            }
+        }
+        match (&g.image.channel, &g.image.recipe) {
+            (Some(_), None) => p.push(format!("{gp}.image.recipe"), "a channel belongs to a recipe: name it"),
+            (None, Some(_)) => p.push(format!("{gp}.image.channel"), "name the recipe's channel to follow"),
+            _ => {}
+        }
+        let ways = [g.image.id.is_some(), g.image.selector.is_some(), g.image.channel.is_some()];
         match (&g.image.id, &g.image.selector) {
-            (Some(_), Some(_)) => p.push(format!("{gp}.image"), "give either id or selector, not both"),
-            (None, None) => p.push(format!("{gp}.image"), "give an AMI id or a selector"),
+            _ if ways.iter().filter(|w| **w).count() > 1 => p.push(
+                format!("{gp}.image"),
+                "give one of id, selector and channel (a file extending a base that chose another way says `$patch: replace`)",
+            ),
+            (None, None) if g.image.channel.is_some() => {}
+            (Some(_), Some(_)) => {}
+            (None, None) => p.push(format!("{gp}.image"), "give an AMI id, a selector or a channel"),
             (Some(id), None) => {
                 let ok = id.strip_prefix("ami-").is_some_and(|h| {
                     (8..=17).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())

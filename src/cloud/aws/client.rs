@@ -118,6 +118,14 @@ impl CallCounter {
     }
 }
 
+/// The fault decided for this attempt (None: the call goes through).
+#[derive(Debug, Clone)]
+struct Injected(Option<(u16, &'static str, &'static str)>);
+
+impl aws_smithy_types::config_bag::Storable for Injected {
+    type Storer = aws_smithy_types::config_bag::StoreReplace<Injected>;
+}
+
 #[derive(Debug)]
 struct Interceptor {
     counter: CallCounter,
@@ -136,11 +144,37 @@ impl Intercept for Interceptor {
         &self,
         ctx: &mut BeforeTransmitInterceptorContextMut<'_>,
         _rc: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
+        cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         if let Some(account) = &self.moto_account {
             ctx.request_mut().headers_mut().insert("x-moto-account-id", account.clone());
         }
+        // Faults are injected into EC2 calls only (the answer is EC2's error
+        // document, which its retry classifier reads), decided per attempt
+        // here; a refused call never reaches the endpoint: a harmless one
+        // goes instead, and its answer is replaced.
+        let Some(meta) = cfg.load::<Metadata>() else { return Ok(()) };
+        if meta.service().to_lowercase() != "ec2" {
+            return Ok(());
+        }
+        let copying = meta.name() == "CopyImage";
+        let take = |n: &AtomicU32| n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1)).is_ok();
+        let injected = if copying && self.refuse_copies {
+            Some((400, "ResourceLimitExceeded", "You have reached the maximum number of concurrent copy operations (injected)"))
+        } else if take(&self.throttle_left) {
+            Some((400, "RequestLimitExceeded", "Request limit exceeded (injected)"))
+        } else if take(&self.server_errors_left) {
+            Some((503, "ServiceUnavailable", "Service unavailable (injected)"))
+        } else {
+            None
+        };
+        if injected.is_some() {
+            let body = super::inject::HARMLESS;
+            let req = ctx.request_mut();
+            *req.body_mut() = SdkBody::from(body);
+            req.headers_mut().insert("content-length", body.len().to_string());
+        }
+        cfg.interceptor_state().store_put(Injected(injected));
         Ok(())
     }
 
@@ -167,28 +201,10 @@ impl Intercept for Interceptor {
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        // Faults are injected into EC2 calls only: the body below is EC2's
-        // error format, which its retry classifier reads.
-        if cfg.load::<Metadata>().map(|m| m.service().to_lowercase()) != Some("ec2".into()) {
-            return Ok(());
-        }
-        let copying = cfg.load::<Metadata>().is_some_and(|m| m.name() == "CopyImage");
-        let take = |n: &AtomicU32| n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1)).is_ok();
-        let injected = if copying && self.refuse_copies {
-            Some((400, "ResourceLimitExceeded", "You have reached the maximum number of concurrent copy operations (injected)"))
-        } else if take(&self.throttle_left) {
-            Some((400, "RequestLimitExceeded", "Request limit exceeded (injected)"))
-        } else if take(&self.server_errors_left) {
-            Some((503, "ServiceUnavailable", "Service unavailable (injected)"))
-        } else {
-            None
-        };
-        if let Some((status, code, message)) = injected {
-            let body = super::inject::ec2_error_body(code, message);
-            let resp = ctx.response_mut();
-            *resp.status_mut() = status.try_into()?;
-            *resp.body_mut() = SdkBody::from(body);
-        }
+        let Some(Injected(Some((status, code, message)))) = cfg.load::<Injected>().cloned() else { return Ok(()) };
+        let resp = ctx.response_mut();
+        *resp.status_mut() = status.try_into()?;
+        *resp.body_mut() = SdkBody::from(super::inject::ec2_error_body(code, message));
         Ok(())
     }
 }

@@ -1,5 +1,5 @@
 //! Resolving each group's image: pinned ids in one DescribeImages call,
-//! one call per distinct selector (deprecated images included so they can be
+//! a channel through its SSM parameter, one call per distinct selector (deprecated images included so they can be
 //! skipped deliberately, with a reason, rather than vanish).
 
 use std::collections::BTreeMap;
@@ -105,6 +105,34 @@ pub async fn resolve(
                         )
                     }
                 }
+            }
+            (None, None) if g.image.channel.is_some() => {
+                let (ch, recipe) = (g.image.channel.as_deref().unwrap_or_default(), g.image.recipe.as_deref().unwrap_or_default());
+                let Some(id) = super::channels::current(aws, recipe, ch).await? else {
+                    bail!(
+                        "instance group {}: channel {ch} of recipe {recipe} has never been written in {} (pinfleet ami promote {recipe} --to {ch})",
+                        g.name,
+                        aws.region
+                    )
+                };
+                if !by_id.contains_key(&id) {
+                    let out = sdk(
+                        "DescribeImages",
+                        aws.ec2.describe_images().image_ids(&id).include_deprecated(true).send().await,
+                    )
+                    .map_err(|e| anyhow::anyhow!("instance group {}: channel {ch} of recipe {recipe} holds {id}: {e}", g.name))?;
+                    for i in out.images() {
+                        let i = info(i);
+                        by_id.insert(i.id.clone(), i);
+                    }
+                }
+                let Some(i) = by_id.get(&id) else {
+                    bail!("instance group {}: channel {ch} of recipe {recipe} holds {id}, which no longer exists (pinfleet ami rollback {recipe} {ch})", g.name)
+                };
+                if i.state != "available" {
+                    bail!("instance group {}: channel {ch} of recipe {recipe} holds {id}, which is {}", g.name, i.state);
+                }
+                i.clone()
             }
             (None, None) => bail!("instance group {} has no image", g.name),
         };

@@ -158,7 +158,7 @@ fn encode(pairs: &[(String, String)]) -> String {
 }
 
 /// A call that changes nothing, sent instead of a refused launch.
-const HARMLESS: &str = "Action=DescribeRegions&Version=2016-11-15";
+pub(super) const HARMLESS: &str = "Action=DescribeRegions&Version=2016-11-15";
 
 #[derive(Debug)]
 pub struct Injector(pub Arc<CapacityFaults>);

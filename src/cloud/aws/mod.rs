@@ -1,10 +1,14 @@
 //! The AWS edge: SDK clients ([`client`]), observation ([`observe`]),
-//! image resolution ([`images`]) and the operations the executor runs
+//! images — resolution ([`images`]), baking ([`bake`]), channels
+//! ([`channels`]) and collection ([`imagegc`]) — and the operations the executor runs
 //! ([`ops`]). Everything above this module speaks the domain, not the SDK.
 
+pub mod bake;
+pub mod channels;
 pub mod client;
 pub mod context;
 pub mod iam;
+pub mod imagegc;
 pub mod images;
 pub mod inject;
 pub mod observe;

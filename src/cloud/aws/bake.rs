@@ -1,0 +1,551 @@
+//! The bake at the AWS edge: observe what a build left (by its tags and
+//! the image's name), ask [`crate::ami::bake::next`] what to do, do it,
+//! and observe again. The builder and its security group are removed
+//! however the bake ends.
+//!
+//! Data flow: recipe ([`crate::ami::recipe`]) → base image resolved →
+//! loop { observe → step → act } → the image in its home region and its
+//! copies, tagged with recipe, digest, base, Kubernetes version, build id,
+//! the builder's facts and the checks' verdict.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use aws_sdk_ec2::types::{
+    BlockDeviceMapping, EbsBlockDevice, Filter, InstanceStateName, ResourceType, Tag, TagSpecification,
+};
+use base64::Engine as _;
+use chrono::Utc;
+use serde::Serialize;
+
+use super::{images, sdk, Aws};
+use crate::ami::bake::{self as plan, BuilderSeen, CheckResult, ImageFacts, ImageSeen, Observed, Step};
+use crate::ami::recipe::{image_name, user_data, Loaded};
+
+/// How long each wait may last before the bake stops (it resumes later).
+#[derive(Debug, Clone, Copy)]
+pub struct Waits {
+    /// The builder's report (packages, the script): Packer's default of an hour.
+    pub report: Duration,
+    /// An image or a copy to become available (AWS allows hours for large ones).
+    pub image: Duration,
+    /// Between looks.
+    pub poll: Duration,
+}
+
+impl Default for Waits {
+    fn default() -> Self {
+        Waits { report: Duration::from_secs(3600), image: Duration::from_secs(4 * 3600), poll: Duration::from_secs(15) }
+    }
+}
+
+/// What a finished bake made.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Baked {
+    pub recipe: String,
+    pub build_id: String,
+    pub base_image: String,
+    pub name: String,
+    /// Region → image id (home first in `regions`).
+    pub images: BTreeMap<String, String>,
+    pub regions: Vec<String>,
+    pub checks: Vec<CheckResult>,
+    /// Steps taken by this run (a resumed bake takes fewer).
+    pub steps: Vec<String>,
+}
+
+fn tag(k: &str, v: &str) -> Tag {
+    Tag::builder().key(k).value(v.chars().take(255).collect::<String>()).build()
+}
+
+fn tags_of(t: &[Tag]) -> BTreeMap<String, String> {
+    t.iter().map(|t| (t.key().unwrap_or_default().to_string(), t.value().unwrap_or_default().to_string())).collect()
+}
+
+/// The base image the recipe starts from now; an error before any write.
+pub async fn base_image(aws: &Aws, l: &Loaded) -> Result<crate::ami::ImageInfo> {
+    let sel = &l.recipe.base;
+    let cands = images::candidates(aws, sel).await?;
+    crate::ami::select(&cands, &sel.name, sel.architecture.as_str(), Utc::now()).cloned().ok_or_else(|| {
+        anyhow!(
+            "{}: base: no available {} image named `{}` owned by {} in {}",
+            l.path.display(),
+            sel.architecture.as_str(),
+            sel.name,
+            sel.owners.join(", "),
+            aws.region
+        )
+    })
+}
+
+async fn image_by_name(aws: &Aws, name: &str) -> Result<Option<aws_sdk_ec2::types::Image>> {
+    let out = sdk(
+        "DescribeImages",
+        aws.ec2
+            .describe_images()
+            .owners("self")
+            .filters(Filter::builder().name("name").values(name).build())
+            .send()
+            .await,
+    )?;
+    Ok(out.images().iter().max_by_key(|i| i.creation_date().unwrap_or_default().to_string()).cloned())
+}
+
+fn seen(i: &aws_sdk_ec2::types::Image) -> ImageSeen {
+    ImageSeen {
+        id: i.image_id().unwrap_or_default().into(),
+        state: i.state().map(|s| s.as_str().to_string()).unwrap_or_else(|| "available".into()),
+        checks: tags_of(i.tags()).remove(plan::TAG_CHECKS),
+    }
+}
+
+async fn observe(home: &Aws, copies: &BTreeMap<String, Aws>, build_id: &str, name: &str) -> Result<Observed> {
+    let out = sdk(
+        "DescribeInstances",
+        home.ec2
+            .describe_instances()
+            .filters(Filter::builder().name(format!("tag:{}", plan::TAG_BUILD)).values(build_id).build())
+            .filters(Filter::builder().name(format!("tag:{}", plan::TAG_ROLE)).values("builder").build())
+            .send()
+            .await,
+    )?;
+    let mut builders: Vec<BuilderSeen> = out
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .map(|i| {
+            let t = tags_of(i.tags());
+            BuilderSeen {
+                id: i.instance_id().unwrap_or_default().into(),
+                state: i.state().and_then(|s| s.name()).map(|n| n.as_str().to_string()).unwrap_or_default(),
+                status: t.get(plan::TAG_STATUS).cloned(),
+                report: t.get(plan::TAG_REPORT).cloned(),
+            }
+        })
+        .collect();
+    // A live builder first; else the last one seen (its report, if any).
+    builders.sort_by_key(|b| matches!(b.state.as_str(), "terminated" | "shutting-down"));
+    let image = image_by_name(home, name).await?.map(|i| seen(&i));
+    let mut copied = BTreeMap::new();
+    for (region, aws) in copies {
+        copied.insert(region.clone(), image_by_name(aws, name).await?.map(|i| seen(&i)));
+    }
+    Ok(Observed { builder: builders.into_iter().next(), image, copies: copied })
+}
+
+/// The subnet the builder runs in: the recipe's, or the default VPC's first.
+async fn subnet(aws: &Aws, l: &Loaded) -> Result<(String, String)> {
+    let mut q = aws.ec2.describe_subnets();
+    q = match &l.recipe.builder.subnet {
+        Some(s) => q.subnet_ids(s),
+        None => q.filters(Filter::builder().name("default-for-az").values("true").build()),
+    };
+    let out = sdk("DescribeSubnets", q.send().await)?;
+    let s = out.subnets().iter().min_by_key(|s| s.availability_zone().unwrap_or_default().to_string()).ok_or_else(|| {
+        anyhow!(
+            "{}: builder.subnet: {} in {}",
+            l.path.display(),
+            match &l.recipe.builder.subnet {
+                Some(s) => format!("subnet {s} does not exist"),
+                None => "no default VPC to build in; name a subnet".into(),
+            },
+            aws.region
+        )
+    })?;
+    Ok((s.subnet_id().unwrap_or_default().into(), s.vpc_id().unwrap_or_default().into()))
+}
+
+fn sg_name(build_id: &str) -> String {
+    format!("pinfleet-bake-{build_id}")
+}
+
+async fn find_sg(aws: &Aws, build_id: &str) -> Result<Option<String>> {
+    let out = sdk(
+        "DescribeSecurityGroups",
+        aws.ec2
+            .describe_security_groups()
+            .filters(Filter::builder().name("group-name").values(sg_name(build_id)).build())
+            .send()
+            .await,
+    )?;
+    Ok(out.security_groups().first().and_then(|g| g.group_id()).map(str::to_string))
+}
+
+async fn launch(aws: &Aws, l: &Loaded, build_id: &str, base: &crate::ami::ImageInfo) -> Result<String> {
+    let (subnet, vpc) = subnet(aws, l).await?;
+    let sg = match find_sg(aws, build_id).await? {
+        Some(g) => g,
+        None => sdk(
+            "CreateSecurityGroup",
+            aws.ec2
+                .create_security_group()
+                .group_name(sg_name(build_id))
+                .description(format!("pinfleet bake {build_id}: no ingress"))
+                .vpc_id(vpc)
+                .tag_specifications(
+                    TagSpecification::builder()
+                        .resource_type(ResourceType::SecurityGroup)
+                        .tags(tag(plan::TAG_BUILD, build_id))
+                        .build(),
+                )
+                .send()
+                .await,
+        )?
+        .group_id()
+        .unwrap_or_default()
+        .to_string(),
+    };
+    let r = &l.recipe;
+    let mut req = aws
+        .ec2
+        .run_instances()
+        .image_id(&base.id)
+        .instance_type(r.builder.instance_type.as_str().into())
+        .min_count(1)
+        .max_count(1)
+        .subnet_id(subnet)
+        .security_group_ids(sg)
+        .user_data(base64::engine::general_purpose::STANDARD.encode(user_data(l, build_id)))
+        .block_device_mappings(
+            BlockDeviceMapping::builder()
+                .device_name(&base.root_device)
+                .ebs(
+                    EbsBlockDevice::builder()
+                        .volume_size(r.builder.volume_gib as i32)
+                        .encrypted(r.encrypted)
+                        .delete_on_termination(true)
+                        .build(),
+                )
+                .build(),
+        )
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .tags(tag(plan::TAG_BUILD, build_id))
+                .tags(tag(plan::TAG_ROLE, "builder"))
+                .tags(tag(plan::TAG_RECIPE, &l.name))
+                .tags(tag("Name", &format!("pinfleet-bake-{build_id}")))
+                .build(),
+        );
+    if let Some(p) = &r.builder.instance_profile {
+        req = req.iam_instance_profile(aws_sdk_ec2::types::IamInstanceProfileSpecification::builder().name(p).build());
+    }
+    let out = sdk("RunInstances", req.send().await)?;
+    Ok(out.instances().first().and_then(|i| i.instance_id()).unwrap_or_default().to_string())
+}
+
+fn image_tags(l: &Loaded, build_id: &str, base: &str, facts: &str) -> Vec<Tag> {
+    let r = &l.recipe;
+    let mut t = vec![
+        tag(plan::TAG_BUILD, build_id),
+        tag(plan::TAG_RECIPE, &l.name),
+        tag(plan::TAG_DIGEST, &l.digest()),
+        tag(plan::TAG_BASE, base),
+        tag(plan::TAG_KUBERNETES, &r.kubernetes_version),
+        tag(plan::TAG_FACTS, facts),
+        tag("Name", &image_name(&l.name, build_id)),
+    ];
+    t.extend(r.tags.iter().map(|(k, v)| tag(k, v)));
+    t
+}
+
+async fn facts_of(aws: &Aws, id: &str) -> Result<ImageFacts> {
+    let out = sdk("DescribeImages", aws.ec2.describe_images().image_ids(id).send().await)?;
+    let img = out.images().first().ok_or_else(|| anyhow!("image {id} vanished"))?;
+    let mut volumes = Vec::new();
+    let snaps: Vec<String> =
+        img.block_device_mappings().iter().filter_map(|m| m.ebs().and_then(|e| e.snapshot_id())).map(str::to_string).collect();
+    let encrypted: BTreeMap<String, bool> = if snaps.is_empty() {
+        BTreeMap::new()
+    } else {
+        let out = sdk("DescribeSnapshots", aws.ec2.describe_snapshots().set_snapshot_ids(Some(snaps)).send().await)?;
+        out.snapshots()
+            .iter()
+            .map(|s| (s.snapshot_id().unwrap_or_default().to_string(), s.encrypted().unwrap_or(false)))
+            .collect()
+    };
+    for m in img.block_device_mappings() {
+        if let Some(s) = m.ebs().and_then(|e| e.snapshot_id()) {
+            let enc = encrypted.get(s).copied().or(m.ebs().and_then(|e| e.encrypted())).unwrap_or(false);
+            volumes.push((m.device_name().unwrap_or_default().to_string(), s.to_string(), enc));
+        }
+    }
+    Ok(ImageFacts {
+        architecture: img.architecture().map(|a| a.as_str().to_string()).unwrap_or_default(),
+        boot_mode: img.boot_mode().map(|b| b.as_str().to_string()),
+        volumes,
+        tags: tags_of(img.tags()),
+    })
+}
+
+async fn instance_state(aws: &Aws, id: &str) -> Result<String> {
+    let out = sdk("DescribeInstances", aws.ec2.describe_instances().instance_ids(id).send().await)?;
+    Ok(out
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .next()
+        .and_then(|i| i.state())
+        .and_then(|s| s.name())
+        .map(|n| n.as_str().to_string())
+        .unwrap_or_else(|| "terminated".into()))
+}
+
+/// Terminates the builder and removes its security group (once the
+/// instance no longer holds it).
+async fn cleanup(aws: &Aws, build_id: &str, builder: Option<&str>, waits: &Waits) -> Result<()> {
+    if let Some(b) = builder {
+        if instance_state(aws, b).await? != InstanceStateName::Terminated.as_str() {
+            sdk("TerminateInstances", aws.ec2.terminate_instances().instance_ids(b).send().await)?;
+        }
+        let start = Instant::now();
+        while instance_state(aws, b).await? != InstanceStateName::Terminated.as_str() {
+            if start.elapsed() > Duration::from_secs(900) {
+                bail!("builder {b} is not terminated after 15 minutes; its security group is left for the next run");
+            }
+            tokio::time::sleep(waits.poll).await;
+        }
+    }
+    if let Some(sg) = find_sg(aws, build_id).await? {
+        sdk("DeleteSecurityGroup", aws.ec2.delete_security_group().group_id(sg).send().await)?;
+    }
+    Ok(())
+}
+
+fn waiting(what: &str, start: Instant, limit: Duration) -> String {
+    let secs = |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string();
+    format!("waiting for {what} ({} so far, up to {})", secs(start.elapsed()), secs(limit))
+}
+
+/// Bakes the recipe: resumes whatever an earlier run left, and ends with
+/// the builder gone whether it succeeds or fails.
+pub async fn bake(
+    home: &Aws,
+    copies: &BTreeMap<String, Aws>,
+    l: &Loaded,
+    waits: Waits,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<Baked> {
+    let base = base_image(home, l).await?;
+    let build_id = l.build_id(&base.id);
+    let name = image_name(&l.name, &build_id);
+    progress(&format!("bake {build_id}: recipe {} on {} ({})", l.name, base.id, base.name));
+    let result = run(home, copies, l, &base, &build_id, &name, waits, progress).await;
+    // However it ended: the builder and its security group go.
+    let o = observe(home, copies, &build_id, &name).await;
+    let live = o.as_ref().ok().and_then(|o| o.builder.as_ref()).filter(|b| b.state != "terminated").map(|b| b.id.clone());
+    let cleaned = cleanup(home, &build_id, live.as_deref(), &waits).await;
+    if let Some(b) = &live {
+        progress(&format!("removed the builder {b} and its security group"));
+    }
+    let baked = result?;
+    cleaned.context("removing the builder")?;
+    Ok(baked)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    home: &Aws,
+    copies: &BTreeMap<String, Aws>,
+    l: &Loaded,
+    base: &crate::ami::ImageInfo,
+    build_id: &str,
+    name: &str,
+    waits: Waits,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<Baked> {
+    let mut steps: Vec<String> = Vec::new();
+    let mut checks: Vec<CheckResult> = Vec::new();
+    let mut since: Option<(String, Instant)> = None;
+    loop {
+        let o = observe(home, copies, build_id, name).await?;
+        let step = plan::next(&o);
+        let label = match &step {
+            Step::AwaitReport { .. } | Step::AwaitStopped { .. } | Step::AwaitImage { .. } | Step::AwaitCopies { .. } => None,
+            s => Some(serde_json::to_value(s).ok().and_then(|v| v["step"].as_str().map(str::to_string)).unwrap_or_default()),
+        };
+        if let Some(s) = &label {
+            if s != "done" && s != "cleanup" {
+                steps.push(s.clone());
+            }
+        }
+        // A wait's clock runs from its first look.
+        let mut wait = |what: String, limit: Duration| -> Result<String> {
+            let key = what.clone();
+            let start = match &since {
+                Some((k, t)) if *k == key => *t,
+                _ => {
+                    since = Some((key, Instant::now()));
+                    Instant::now()
+                }
+            };
+            if start.elapsed() > limit {
+                bail!("gave up {} (the bake resumes from here when run again)", waiting(&what, start, limit));
+            }
+            Ok(waiting(&what, start, limit))
+        };
+        match step {
+            Step::Launch => {
+                let id = launch(home, l, build_id, base).await?;
+                progress(&format!("launched the builder {id} ({})", l.recipe.builder.instance_type));
+            }
+            Step::AwaitReport { builder } => {
+                progress(&wait(format!("the builder {builder} to report"), waits.report)?);
+                tokio::time::sleep(waits.poll).await;
+            }
+            Step::Stop { builder } => {
+                let b = o.builder.as_ref().expect("a builder to stop");
+                let facts = plan::parse_report(b.report.as_deref().unwrap_or_default());
+                checks = plan::judge_report(l, &facts);
+                for c in &checks {
+                    progress(&format!("  {} {}: {}", if c.ok { "ok  " } else { "FAIL" }, c.check, c.detail));
+                }
+                if checks.iter().any(|c| !c.ok) {
+                    bail!("the builder's checks failed ({}); no image was made", plan::verdict(&checks));
+                }
+                sdk("StopInstances", home.ec2.stop_instances().instance_ids(&builder).send().await)?;
+                progress(&format!("stopping the builder {builder}"));
+            }
+            Step::AwaitStopped { builder } => {
+                progress(&wait(format!("the builder {builder} to stop"), Duration::from_secs(900))?);
+                tokio::time::sleep(waits.poll).await;
+            }
+            Step::CreateImage { builder } => {
+                let b = o.builder.as_ref().expect("a builder");
+                let report = b.report.clone().unwrap_or_default();
+                if checks.is_empty() {
+                    checks = plan::judge_report(l, &plan::parse_report(&report));
+                    if checks.iter().any(|c| !c.ok) {
+                        bail!("the builder's checks failed ({}); no image was made", plan::verdict(&checks));
+                    }
+                }
+                let out = sdk(
+                    "CreateImage",
+                    home.ec2
+                        .create_image()
+                        .instance_id(&builder)
+                        .name(name)
+                        .description(format!("pinfleet recipe {} (build {build_id}) from {}", l.name, base.id))
+                        .tag_specifications(
+                            TagSpecification::builder()
+                                .resource_type(ResourceType::Image)
+                                .set_tags(Some(image_tags(l, build_id, &base.id, &report)))
+                                .build(),
+                        )
+                        .send()
+                        .await,
+                )?;
+                progress(&format!("creating image {} ({name})", out.image_id().unwrap_or_default()));
+            }
+            Step::AwaitImage { image } => {
+                progress(&wait(format!("image {image}"), waits.image)?);
+                tokio::time::sleep(waits.poll).await;
+            }
+            Step::Check { image } => {
+                let facts = facts_of(home, &image).await?;
+                let report = facts.tags.get(plan::TAG_FACTS).cloned().unwrap_or_default();
+                checks = plan::judge_report(l, &plan::parse_report(&report));
+                checks.extend(plan::static_checks(l, &l.digest(), &facts));
+                for c in &checks {
+                    progress(&format!("  {} {}: {}", if c.ok { "ok  " } else { "FAIL" }, c.check, c.detail));
+                }
+                let verdict = plan::verdict(&checks);
+                // The verdict is written on the image and its snapshots, pass or fail.
+                let mut resources = vec![image.clone()];
+                resources.extend(facts.volumes.iter().map(|(_, s, _)| s.clone()));
+                sdk(
+                    "CreateTags",
+                    home.ec2
+                        .create_tags()
+                        .set_resources(Some(resources))
+                        .tags(tag(plan::TAG_CHECKS, &verdict))
+                        .tags(tag(plan::TAG_BUILD, build_id))
+                        .tags(tag(plan::TAG_RECIPE, &l.name))
+                        .send()
+                        .await,
+                )?;
+                progress(&format!("image {image}: {verdict}"));
+            }
+            Step::Copy { regions } => {
+                let image = o.image.as_ref().expect("an image to copy").id.clone();
+                let facts = facts_of(home, &image).await?;
+                let verdict = facts.tags.get(plan::TAG_CHECKS).cloned().unwrap_or_default();
+                let report = facts.tags.get(plan::TAG_FACTS).cloned().unwrap_or_default();
+                let copies_now = regions.iter().map(|region| {
+                    let aws = &copies[region];
+                    let (image, verdict, report) = (image.clone(), verdict.clone(), report.clone());
+                    async move {
+                        let out = sdk(
+                            "CopyImage",
+                            aws.ec2
+                                .copy_image()
+                                .source_image_id(&image)
+                                .source_region(&home.region)
+                                .name(name)
+                                .description(format!("pinfleet recipe {} (build {build_id}), copy of {image}", l.name))
+                                .encrypted(l.recipe.encrypted)
+                                .client_token(format!("{build_id}-{region}"))
+                                .send()
+                                .await,
+                        )
+                        .with_context(|| format!("copying {image} to {region}"))?;
+                        let id = out.image_id().unwrap_or_default().to_string();
+                        let mut t = image_tags(l, build_id, &base.id, &report);
+                        t.push(tag(plan::TAG_CHECKS, &verdict));
+                        t.push(tag("pinfleet:copied-from", &format!("{}/{image}", home.region)));
+                        sdk("CreateTags", aws.ec2.create_tags().resources(&id).set_tags(Some(t)).send().await)?;
+                        anyhow::Ok((region.clone(), id))
+                    }
+                });
+                let results = futures::future::join_all(copies_now).await;
+                let mut failed = Vec::new();
+                for r in results {
+                    match r {
+                        Ok((region, id)) => progress(&format!("copying to {region} as {id}")),
+                        Err(e) => failed.push(format!("{e:#}")),
+                    }
+                }
+                if !failed.is_empty() {
+                    bail!("{} (the copies made are kept; run the bake again to finish)", failed.join("; "));
+                }
+            }
+            Step::AwaitCopies { pending } => {
+                progress(&wait(format!("copies in {}", pending.join(", ")), waits.image)?);
+                tokio::time::sleep(waits.poll).await;
+            }
+            Step::Cleanup { builder } => {
+                cleanup(home, build_id, Some(&builder), &waits).await?;
+                progress(&format!("removed the builder {builder} and its security group"));
+            }
+            Step::Done { image } => {
+                if checks.is_empty() {
+                    let facts = facts_of(home, &image).await?;
+                    checks = plan::judge_report(
+                        l,
+                        &plan::parse_report(facts.tags.get(plan::TAG_FACTS).map(String::as_str).unwrap_or_default()),
+                    );
+                    checks.extend(plan::static_checks(l, &l.digest(), &facts));
+                }
+                let mut images = BTreeMap::from([(home.region.clone(), image)]);
+                for (region, c) in &o.copies {
+                    if let Some(c) = c {
+                        images.insert(region.clone(), c.id.clone());
+                    }
+                }
+                return Ok(Baked {
+                    recipe: l.name.clone(),
+                    build_id: build_id.to_string(),
+                    base_image: base.id.clone(),
+                    name: name.to_string(),
+                    images,
+                    regions: l.recipe.regions.clone(),
+                    checks,
+                    steps,
+                });
+            }
+            Step::Fail { reason } => bail!("bake {build_id}: {reason}"),
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! The image pipeline on moto, through the real `pinfleet` binary: a bake
+//! killed while its builder works and then stopped mid-copy resumes
+//! without a second builder or image; promotion and rollback move every
+//! `channel:` group; GC keeps an image a launch template still names and
+//! removes the rest with their snapshots; bad input stops before a write.
+//!
+//! moto boots nothing: no machine runs the builder's user-data, so a
+//! thread here plays the builder's last step — it tags the builder with
+//! the report the script would write (`pinfleet:bake-status`,
+//! `pinfleet:bake-report`). Every other step is pinfleet's, through the
+//! SDK. moto's snapshots are never encrypted, so the recipes here say
+//! `encrypted: false`; a recipe that wants encryption is refused by the
+//! static check (tested below).
+
+mod support;
+
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::{stderr, stdout, World};
+
+const REPORT: &str = "kernel=6.8.0-1015-aws;osImage=Ubuntu 24.04.1 LTS;kubelet=v1.36.2;containerd=2.1.4;cgroup=v2;machineId=0;sshHostKeys=0;freeGiB=11;failedUnits=";
+
+fn recipe(packages: &str, encrypted: bool) -> String {
+    format!(
+        r#"# The node image.
+base:
+  owners: ["099720109477"]
+  name: "ubuntu/images/hvm-ssd*/ubuntu-*-amd64-server-*"
+kubernetesVersion: "1.36.2"
+components:
+  containerd: "2.1.4"
+packages: [{packages}]
+script: |
+  echo baked > /etc/motd
+regions: [us-east-1, eu-west-1]
+encrypted: {encrypted}
+builder:
+  instanceType: t3.large
+"#
+    )
+}
+
+fn images_dir(w: &World) -> std::path::PathBuf {
+    let d = w.dir.path().join("images");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn cmd(w: &World, args: &[&str]) -> std::process::Command {
+    let mut c = w.command(args);
+    c.env("PINFLEET_IMAGES_DIR", images_dir(w));
+    c
+}
+
+fn run(w: &World, args: &[&str]) -> std::process::Output {
+    cmd(w, args).output().unwrap()
+}
+
+fn ok(w: &World, args: &[&str]) -> String {
+    let o = run(w, args);
+    assert!(o.status.success(), "pinfleet {args:?} failed:\n{}\n{}", stdout(&o), stderr(&o));
+    stdout(&o)
+}
+
+async fn client(w: &World, region: &str) -> pinfleet::cloud::aws::Aws {
+    let _ = w.aws().await; // sets this process's AWS environment to moto
+    pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
+        region: Some(region.into()),
+        moto_account: Some(w.account.clone()),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn filter(name: &str, value: &str) -> aws_sdk_ec2::types::Filter {
+    aws_sdk_ec2::types::Filter::builder().name(name).values(value).build()
+}
+
+/// Builders (any state) and this account's images named like the recipe's.
+async fn census(w: &World) -> (Vec<(String, String)>, usize, usize, usize) {
+    let home = client(w, "us-east-1").await;
+    let eu = client(w, "eu-west-1").await;
+    let out = home.ec2.describe_instances().filters(filter("tag:pinfleet:role", "builder")).send().await.unwrap();
+    let builders: Vec<(String, String)> = out
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .map(|i| (i.instance_id().unwrap().to_string(), i.state().unwrap().name().unwrap().as_str().to_string()))
+        .collect();
+    let count = |aws: pinfleet::cloud::aws::Aws| async move {
+        aws.ec2.describe_images().owners("self").filters(filter("name", "pinfleet/node/*")).send().await.unwrap().images().len()
+    };
+    let sgs = home
+        .ec2
+        .describe_security_groups()
+        .filters(filter("group-name", "pinfleet-bake-*"))
+        .send()
+        .await
+        .unwrap()
+        .security_groups()
+        .len();
+    (builders, count(home).await, count(eu).await, sgs)
+}
+
+/// Plays the builder's last step: once `go`, tags every running builder
+/// that has not reported with `report`.
+fn builder_stand_in(w: &World, go: Arc<AtomicBool>, stop: Arc<AtomicBool>, report: &'static str) -> std::thread::JoinHandle<()> {
+    let (endpoint, account) = (w.endpoint.clone(), w.account.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            std::env::set_var("AWS_ENDPOINT_URL", &endpoint);
+            let aws = pinfleet::cloud::aws::Aws::connect(&pinfleet::cloud::aws::AwsOptions {
+                region: Some("us-east-1".into()),
+                moto_account: Some(account),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                if go.load(Ordering::SeqCst) {
+                    let out = aws
+                        .ec2
+                        .describe_instances()
+                        .filters(filter("tag:pinfleet:role", "builder"))
+                        .filters(filter("instance-state-name", "running"))
+                        .send()
+                        .await
+                        .unwrap();
+                    for i in out.reservations().iter().flat_map(|r| r.instances()) {
+                        if i.tags().iter().any(|t| t.key() == Some("pinfleet:bake-status")) {
+                            continue;
+                        }
+                        aws.ec2
+                            .create_tags()
+                            .resources(i.instance_id().unwrap())
+                            .tags(aws_sdk_ec2::types::Tag::builder().key("pinfleet:bake-status").value("done").build())
+                            .tags(aws_sdk_ec2::types::Tag::builder().key("pinfleet:bake-report").value(report).build())
+                            .send()
+                            .await
+                            .unwrap();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    })
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Runtime::new().unwrap()
+}
+
+#[test]
+fn a_bake_killed_then_stopped_mid_copy_resumes_without_a_second_builder_or_image() {
+    let w = World::new("bake", 1);
+    std::fs::write(images_dir(&w).join("node.yaml"), recipe("conntrack", false)).unwrap();
+    let (go, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let stand_in = builder_stand_in(&w, go.clone(), stop.clone(), REPORT);
+
+    // 1. Killed (SIGKILL) while the builder works: the builder is left.
+    let mut child = cmd(&w, &["ami", "bake", "node", "--poll", "200ms"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let rtm = rt();
+    let mut launched = false;
+    for _ in 0..200 {
+        if !rtm.block_on(census(&w)).0.is_empty() {
+            launched = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(launched, "the bake launched no builder");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (builders, ..) = rtm.block_on(census(&w));
+    assert_eq!(builders.len(), 1, "{builders:?}");
+    let first = builders[0].0.clone();
+
+    // 2. Resumed with the same builder; then EC2 refuses the copy to eu-west-1.
+    go.store(true, Ordering::SeqCst);
+    let o = cmd(&w, &["ami", "bake", "node", "--poll", "200ms"]).env("PINFLEET_FAULTS", "copy-limit=eu-west-1").output().unwrap();
+    assert!(!o.status.success(), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert!(err.contains("ResourceLimitExceeded") && err.contains("run the bake again"), "{err}");
+    assert!(!err.contains("launched the builder"), "a second builder was launched:\n{err}");
+    let (builders, home, eu, sgs) = rtm.block_on(census(&w));
+    assert_eq!(builders, vec![(first.clone(), "terminated".to_string())], "the builder goes however the bake ends");
+    assert_eq!((home, eu, sgs), (1, 0, 0), "one image at home, no copy, no security group left");
+
+    // 3. Run again: only the copy is made.
+    let o = cmd(&w, &["ami", "bake", "node", "--poll", "200ms"]).output().unwrap();
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("steps this run: copy"), "{out}");
+    assert!(out.contains("eu-west-1") && out.contains("no machine identity"), "{out}");
+    let (builders, home, eu, _) = rtm.block_on(census(&w));
+    assert_eq!((builders.len(), home, eu), (1, 1, 1));
+
+    // 4. And again: found complete.
+    let out = ok(&w, &["ami", "bake", "node"]);
+    assert!(out.contains("found complete, nothing to do"), "{out}");
+    stop.store(true, Ordering::SeqCst);
+    stand_in.join().unwrap();
+}
+
+fn baked_id(json: &str) -> (String, String) {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    (v["images"]["us-east-1"].as_str().unwrap().to_string(), v["images"]["eu-west-1"].as_str().unwrap().to_string())
+}
+
+/// The cluster's groups follow `node`'s `candidate` channel.
+fn follow_channel(w: &World) {
+    let base = w.clusters_dir().join("bases/aws-standard.yaml");
+    let text = std::fs::read_to_string(&base).unwrap().replace(
+        "        selector:\n          owners: [\"099720109477\"]\n          name: \"ubuntu/images/hvm-ssd*/ubuntu-*-amd64-server-*\"\n          architecture: x86_64\n",
+        "        channel: candidate\n        recipe: node\n",
+    );
+    assert!(text.contains("channel: candidate"));
+    std::fs::write(&base, text).unwrap();
+}
+
+fn resolved(w: &World) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(&ok(w, &["ami", "resolve", &w.cluster, "-o", "json"])).unwrap();
+    v.as_array().unwrap().iter().map(|g| g["resolved"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn channels_move_groups_rollback_is_one_write_and_gc_goes_by_reference() {
+    let w = World::new("chan", 1);
+    std::fs::write(images_dir(&w).join("node.yaml"), recipe("conntrack", false)).unwrap();
+    let (go, stop) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicBool::new(false)));
+    let stand_in = builder_stand_in(&w, go, stop.clone(), REPORT);
+    let rtm = rt();
+
+    // Bad input first: nothing is written by any of these.
+    std::fs::write(images_dir(&w).join("typo.yaml"), recipe("conntrack", false).replace("packages:", "pakages:")).unwrap();
+    let o = run(&w, &["ami", "bake", "typo"]);
+    assert!(!o.status.success() && stderr(&o).contains("typo.yaml:") && stderr(&o).contains("pakages"), "{}", stderr(&o));
+    std::fs::write(images_dir(&w).join("nobase.yaml"), recipe("conntrack", false).replace("ubuntu/images", "nothing-like-this")).unwrap();
+    let o = run(&w, &["ami", "bake", "nobase"]);
+    assert!(!o.status.success() && stderr(&o).contains("base: no available x86_64 image named"), "{}", stderr(&o));
+    let o = run(&w, &["ami", "rollback", "node", "stable", "--yes"]);
+    assert!(!o.status.success() && stderr(&o).contains("never been written"), "{}", stderr(&o));
+    assert!(rtm.block_on(census(&w)).0.is_empty(), "no builder was launched by bad input");
+
+    // A recipe that wants encryption is refused by the static check (moto's snapshots are plain).
+    std::fs::write(images_dir(&w).join("sealed.yaml"), recipe("conntrack", true)).unwrap();
+    let o = run(&w, &["ami", "bake", "sealed", "--poll", "200ms"]);
+    assert!(!o.status.success() && stderr(&o).contains("failed its checks: failed: encrypted volumes"), "{}", stderr(&o));
+    let o = run(&w, &["ami", "promote", "sealed", "--from", "candidate", "--yes"]);
+    assert!(!o.status.success(), "{}", stdout(&o));
+
+    // Two bakes of `node`: the recipe changes, so the build does.
+    let (a_home, a_eu) = baked_id(&ok(&w, &["ami", "bake", "node", "--poll", "200ms", "-o", "json"]));
+    std::fs::write(images_dir(&w).join("node.yaml"), recipe("conntrack, socat", false)).unwrap();
+    let (b_home, b_eu) = baked_id(&ok(&w, &["ami", "bake", "node", "--poll", "200ms", "-o", "json"]));
+    assert_ne!(a_home, b_home);
+
+    // Promote a to candidate: without --yes nothing is written.
+    let out = ok(&w, &["ami", "promote", "node", "--image", &a_home, "--to", "candidate"]);
+    assert!(out.contains("would write") && out.contains(&a_eu), "each region gets its own copy's id: {out}");
+    let o = run(&w, &["ami", "rollback", "node", "candidate"]);
+    assert!(stderr(&o).contains("never been written"), "{}", stderr(&o));
+    ok(&w, &["ami", "promote", "node", "--image", &a_home, "--to", "candidate", "--reason", "first", "--yes"]);
+    let o = run(&w, &["ami", "rollback", "node", "candidate", "--yes"]);
+    assert!(!o.status.success() && stderr(&o).contains("no previous image"), "{}", stderr(&o));
+
+    // The cluster's groups follow candidate.
+    follow_channel(&w);
+    assert!(resolved(&w).iter().all(|i| *i == a_home));
+    ok(&w, &["ami", "promote", "node", "--image", &b_home, "--to", "candidate", "--yes"]);
+    assert!(resolved(&w).iter().all(|i| *i == b_home), "promotion moves every channel group");
+    // candidate → stable, the recipe's next channel.
+    let out = ok(&w, &["ami", "promote", "node", "--from", "candidate", "--yes"]);
+    assert!(out.contains("/pinfleet/images/node/stable") && out.contains(&b_eu), "{out}");
+    // Rollback: one write per region, and every group follows.
+    let out = ok(&w, &["ami", "rollback", "node", "candidate", "--reason", "bad kernel", "--yes"]);
+    assert!(out.contains("written") && out.contains(&a_home) && out.contains(&a_eu), "{out}");
+    assert!(resolved(&w).iter().all(|i| *i == a_home), "rollback moves every channel group");
+    let out = ok(&w, &["ami", "channels", "node"]);
+    assert!(out.contains("rolled back by") && out.contains("bad kernel"), "{out}");
+    let out = ok(&w, &["ami", "channels", "node", "--history", "candidate"]);
+    let held = out.lines().filter(|l| l.split_whitespace().nth(1) == Some(a_home.as_str())).count();
+    assert_eq!(held, 2, "a, b, then a again: {out}");
+
+    // GC. A third bake, c, goes to stable (b leaves every channel); one
+    // cluster's launch template still runs b in us-east-1, none in
+    // eu-west-1; `sealed` failed its checks and was never promoted.
+    std::fs::write(images_dir(&w).join("node.yaml"), recipe("conntrack, ebtables", false)).unwrap();
+    let (c_home, c_eu) = baked_id(&ok(&w, &["ami", "bake", "node", "--poll", "200ms", "-o", "json"]));
+    ok(&w, &["ami", "promote", "node", "--image", &c_home, "--to", "stable", "--yes"]);
+    rtm.block_on(async {
+        let aws = client(&w, "us-east-1").await;
+        aws.ec2
+            .create_launch_template()
+            .launch_template_name("other-cluster-nodes")
+            .launch_template_data(aws_sdk_ec2::types::RequestLaunchTemplateData::builder().image_id(&b_home).build())
+            .send()
+            .await
+            .unwrap();
+    });
+    let out = ok(&w, &["ami", "gc", "--dry-run", "--retention", "0s", "--disable-after", "0s"]);
+    assert!(out.starts_with("dry run"), "{out}");
+    let line = |id: &str| out.lines().filter(|l| l.contains(id)).collect::<Vec<_>>().join("\n");
+    assert!(line(&b_home).contains("launch template -/other-cluster-nodes v1 names it"), "{out}");
+    assert!(line(&a_home).contains("channel node/candidate holds it"), "{out}");
+    assert!(line(&c_eu).contains("channel node/stable holds it"), "{out}");
+    assert!(line(&b_eu).contains("deregister"), "{out}");
+    let b_eu_snaps = rtm.block_on(async {
+        let aws = client(&w, "eu-west-1").await;
+        let imgs = aws.ec2.describe_images().image_ids(&b_eu).send().await.unwrap();
+        imgs.images()[0].block_device_mappings().iter().filter_map(|m| m.ebs().and_then(|e| e.snapshot_id())).map(str::to_string).collect::<Vec<_>>()
+    });
+    assert!(!b_eu_snaps.is_empty());
+    let out = ok(&w, &["ami", "gc", "--retention", "0s", "--disable-after", "0s"]);
+    assert!(out.contains(&format!("eu-west-1 {b_eu}: deregistered; deleted")), "{out}");
+    rtm.block_on(async {
+        let names = |aws: pinfleet::cloud::aws::Aws| async move {
+            aws.ec2
+                .describe_images()
+                .owners("self")
+                .filters(filter("name", "pinfleet/*"))
+                .send()
+                .await
+                .unwrap()
+                .images()
+                .iter()
+                .map(|i| i.image_id().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        let mut home = names(client(&w, "us-east-1").await).await;
+        home.sort();
+        let mut want = vec![a_home.clone(), b_home.clone(), c_home.clone()];
+        want.sort();
+        assert_eq!(home, want, "kept: candidate's, the launch template's, stable's; the failed bake's is gone");
+        let mut eu = names(client(&w, "eu-west-1").await).await;
+        eu.sort();
+        let mut want = vec![a_eu.clone(), c_eu.clone()];
+        want.sort();
+        assert_eq!(eu, want);
+        let aws = client(&w, "eu-west-1").await;
+        let snaps = aws.ec2.describe_snapshots().owner_ids("self").send().await.unwrap();
+        let ids: Vec<&str> = snaps.snapshots().iter().filter_map(|s| s.snapshot_id()).collect();
+        assert!(b_eu_snaps.iter().all(|s| !ids.contains(&s.as_str())), "b's snapshots are deleted with it");
+    });
+    stop.store(true, Ordering::SeqCst);
+    stand_in.join().unwrap();
+}
