@@ -120,7 +120,7 @@ fn main() {
 
         // The node simulator's own path: 5,000 EC2 machines become Nodes.
         let cluster = pinfleet::spec::load_cluster(std::path::Path::new("clusters/dev-local.yaml"), &Default::default()).unwrap().cluster;
-        let cfg = pinfleet::sim::nodes::Ec2Nodes { cluster, needs_cni: false, boot_delay: std::time::Duration::from_secs(0), fail_fraction: 0.0, poll: std::time::Duration::from_secs(1) };
+        let cfg = pinfleet::sim::nodes::Ec2Nodes { cluster, needs_cni: false, boot_delay: std::time::Duration::from_secs(0), fail_fraction: 0.0, poll: std::time::Duration::from_secs(1), image_facts: Default::default() };
         let instances: Vec<pinfleet::cloud::observed::ObservedInstance> = (0..NODES)
             .map(|i| pinfleet::cloud::observed::ObservedInstance {
                 id: format!("i-{:017x}", 0x100000 + i),

@@ -109,7 +109,18 @@ async fn census(w: &World) -> (Vec<(String, String)>, usize, usize, usize) {
 /// Plays the builder's last step: once `go`, tags every running builder
 /// that has not reported with `report`.
 fn builder_stand_in(w: &World, go: Arc<AtomicBool>, stop: Arc<AtomicBool>, report: &'static str) -> std::thread::JoinHandle<()> {
+    builder_reporting(w, go, stop, Arc::new(std::sync::Mutex::new(report.to_string())))
+}
+
+/// [`builder_stand_in`] with a report the test may change between bakes.
+fn builder_reporting(
+    w: &World,
+    go: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    report: Arc<std::sync::Mutex<String>>,
+) -> std::thread::JoinHandle<()> {
     let (endpoint, account) = (w.endpoint.clone(), w.account.clone());
+    rt().block_on(w.aws()); // this process's AWS environment, pointed at moto
     std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async move {
@@ -139,7 +150,12 @@ fn builder_stand_in(w: &World, go: Arc<AtomicBool>, stop: Arc<AtomicBool>, repor
                             .create_tags()
                             .resources(i.instance_id().unwrap())
                             .tags(aws_sdk_ec2::types::Tag::builder().key("pinfleet:bake-status").value("done").build())
-                            .tags(aws_sdk_ec2::types::Tag::builder().key("pinfleet:bake-report").value(report).build())
+                            .tags(
+                                aws_sdk_ec2::types::Tag::builder()
+                                    .key("pinfleet:bake-report")
+                                    .value(report.lock().unwrap().clone())
+                                    .build(),
+                            )
                             .send()
                             .await
                             .unwrap();
@@ -347,6 +363,87 @@ fn channels_move_groups_rollback_is_one_write_and_gc_goes_by_reference() {
         let ids: Vec<&str> = snaps.snapshots().iter().filter_map(|s| s.snapshot_id()).collect();
         assert!(b_eu_snaps.iter().all(|s| !ids.contains(&s.as_str())), "b's snapshots are deleted with it");
     });
+    stop.store(true, Ordering::SeqCst);
+    stand_in.join().unwrap();
+}
+
+/// The cluster's node simulator (Nodes for its machines, reporting what
+/// their image's builder measured), as tests/ami.rs runs it.
+fn sim(w: &World, kubeconfig: &std::path::Path) -> std::process::Child {
+    let child = cmd(w, &["sim", "--cluster", &w.cluster, "--kubeconfig", kubeconfig.to_str().unwrap(), "--boot-delay", "1s", "--network", "preinstalled"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    support::approver(kubeconfig);
+    child
+}
+
+#[test]
+fn a_gate_stops_on_a_failed_unit_and_promotes_what_differs_only_where_allowed() {
+    let w = World::new("gate", 1);
+    let report = Arc::new(std::sync::Mutex::new(REPORT.to_string()));
+    let (go, stop) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicBool::new(false)));
+    let stand_in = builder_reporting(&w, go, stop.clone(), report.clone());
+    let write_recipe = |packages: &str| {
+        let r = recipe(packages, false).replace("regions: [us-east-1, eu-west-1]", "regions: [us-east-1]");
+        std::fs::write(images_dir(&w).join("node.yaml"), format!("{r}allowDifferences: [kernel]\n")).unwrap();
+    };
+    // a: the cluster's image, through candidate.
+    write_recipe("conntrack");
+    let bake = |w: &World| -> String {
+        let v: serde_json::Value =
+            serde_json::from_str(&ok(w, &["ami", "bake", "node", "--poll", "200ms", "--report-timeout", "30s", "-o", "json"])).unwrap();
+        v["images"]["us-east-1"].as_str().unwrap().to_string()
+    };
+    let a = bake(&w);
+    ok(&w, &["ami", "promote", "node", "--image", &a, "--to", "candidate", "--yes"]);
+    follow_channel(&w);
+    ok(&w, &["bootstrap", &w.cluster, "--yes"]);
+    let kubeconfig = w.dir.path().join("sim.yaml");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _sim = Kill(sim(&w, &kubeconfig));
+    let kc = kubeconfig.to_str().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let gate = |w: &World| {
+        run(w, &[
+            "ami", "gate", "node", "--cluster", &w.cluster, "--canary-group", "general", "--soak", "1s",
+            "--e2e-phases", "preflight,cluster", "--kubeconfig", kc, "--validate-interval", "200ms", "--yes",
+        ])
+    };
+
+    // b: a unit that fails on its nodes. The gate stops; candidate stays, stable is never written.
+    *report.lock().unwrap() = REPORT.replace("failedUnits=", "failedUnits=fwupd-refresh.service");
+    write_recipe("conntrack, socat");
+    let b = bake(&w);
+    ok(&w, &["ami", "promote", "node", "--image", &b, "--to", "candidate", "--yes"]);
+    let o = gate(&w);
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("gate stopped") && out.contains("failedUnits") && out.contains("fwupd-refresh.service failed on"), "{out}");
+    assert!(stderr(&o).contains("rolling general back to"), "{}", stderr(&o));
+    let o = run(&w, &["ami", "channels", "node", "--history", "stable"]);
+    assert!(!o.status.success() && stderr(&o).contains("never been written"), "{}", stderr(&o));
+    // The downgrade left the canary on the previous image.
+    assert!(w.instances_in("general").iter().all(|i| i["image"] == a.as_str()), "{:?}", w.instances_in("general"));
+
+    // c: only the kernel differs, which the recipe allows: promoted to stable.
+    *report.lock().unwrap() = REPORT.replace("6.8.0-1015-aws", "6.8.0-1021-aws");
+    write_recipe("conntrack, ebtables");
+    let c = bake(&w);
+    ok(&w, &["ami", "promote", "node", "--image", &c, "--to", "candidate", "--yes"]);
+    let o = gate(&w);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("gate passed") && stdout(&o).contains("/pinfleet/images/node/stable"), "{}", stdout(&o));
+    assert!(stderr(&o).contains("kernel differs (allowed): 6.8.0-1015-aws → 6.8.0-1021-aws"), "{}", stderr(&o));
+    let out = ok(&w, &["ami", "channels", "node"]);
+    assert!(out.lines().any(|l| l.contains("stable") && l.contains(&c) && l.contains("gate passed on gate (general)")), "{out}");
     stop.store(true, Ordering::SeqCst);
     stand_in.join().unwrap();
 }

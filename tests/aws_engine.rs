@@ -527,6 +527,7 @@ fn the_node_simulator_registers_a_node_per_running_instance() {
                 fail_fraction: 0.0,
                 poll: Duration::from_secs(1),
                 needs_cni: false,
+                image_facts: Default::default(),
             };
             let mut inner = pinfleet::sim::Inner::new();
             let nodes_t = inner.registry.get("", "v1", "nodes").cloned().unwrap();

@@ -324,7 +324,7 @@ pub async fn rollout(
 
 /// The canary must keep validating (all nodes Ready, system and addon
 /// workloads ready) for the whole soak.
-async fn soak(client: &kube::Client, soak: Duration) -> Result<()> {
+pub async fn soak(client: &kube::Client, soak: Duration) -> Result<()> {
     let end = tokio::time::Instant::now() + soak;
     writeln!(anstream::stderr(), "ami: soaking for {}", humantime::format_duration(soak))?;
     loop {

@@ -11,6 +11,7 @@
 pub mod bake;
 pub mod channel;
 pub mod gate;
+pub mod gating;
 pub mod gc;
 pub mod job;
 pub mod recipe;

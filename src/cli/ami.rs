@@ -47,6 +47,8 @@ pub enum AmiCommand {
     Gc(pipeline::GcArgs),
     /// The waves a channel's new image takes through the fleet.
     Waves(pipeline::WavesArgs),
+    /// Try a channel's candidate on a canary cluster (roll, soak, e2e, compare nodes, downgrade), then promote.
+    Gate(pipeline::GateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -74,6 +76,7 @@ pub async fn run(g: &GlobalArgs, args: AmiArgs) -> Result<ExitCode> {
         AmiCommand::Channels(a) => pipeline::channels_cmd(g, a).await,
         AmiCommand::Gc(a) => pipeline::gc(g, a).await,
         AmiCommand::Waves(a) => pipeline::waves(g, a),
+        AmiCommand::Gate(a) => pipeline::gate(g, a).await,
     }
 }
 

@@ -147,6 +147,7 @@ pub async fn run(g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
             fail_fraction: args.fail_fraction,
             poll: std::time::Duration::from_millis(500),
             needs_cni: args.network == Network::Cni,
+            image_facts: Default::default(),
         };
         tokio::spawn(crate::sim::nodes::follow_ec2(sim.store.clone(), aws, cfg));
     }

@@ -31,6 +31,11 @@ pub struct NodeSpec {
     pub addresses: Vec<(String, String)>,
     /// `status.nodeInfo.kubeletVersion`, e.g. `v1.33.2`.
     pub kubelet_version: String,
+    /// What the machine's image holds, as its builder measured it (the
+    /// image's `pinfleet:facts` tag): kernel, osImage, containerd, cgroup,
+    /// failedUnits. A kubelet reports the first three in `nodeInfo`; the
+    /// node bootstrap writes the last two as annotations.
+    pub image_facts: BTreeMap<String, String>,
 }
 
 /// Annotations the sim keeps on its Nodes (what a kubelet knows about its machine).
@@ -59,6 +64,7 @@ impl NodeSpec {
             addresses: vec![("Hostname".into(), name.into())],
             // Kubelets of the sim's default version (`declare` takes the sim's own).
             kubelet_version: format!("v{}", crate::spec::versions::DEFAULT),
+            image_facts: BTreeMap::new(),
         }
     }
 }
@@ -133,9 +139,22 @@ pub fn declare(inner: &mut Inner, n: &NodeSpec) {
         "allocatable": {"cpu": n.cpu, "memory": n.memory, "pods": "110"},
         "conditions": [ready_condition(n.ready, !n.needs_cni)],
         "addresses": addresses,
-        "nodeInfo": {"kubeletVersion": n.kubelet_version, "containerRuntimeVersion": "containerd://sim", "operatingSystem": "linux", "architecture": "amd64"},
+        "nodeInfo": {
+            "kubeletVersion": n.kubelet_version,
+            "containerRuntimeVersion": n.image_facts.get("containerd").map_or_else(|| "containerd://sim".to_string(), |v| format!("containerd://{}", v.trim_start_matches('v'))),
+            "kernelVersion": n.image_facts.get("kernel").cloned().unwrap_or_default(),
+            "osImage": n.image_facts.get("osImage").cloned().unwrap_or_default(),
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
     });
-    let annotations = json!({BOOTED: n.ready.to_string(), NEEDS_CNI: n.needs_cni.to_string()});
+    let mut annotations = json!({BOOTED: n.ready.to_string(), NEEDS_CNI: n.needs_cni.to_string()});
+    if let Some(u) = n.image_facts.get("failedUnits") {
+        annotations[crate::ami::gate::ANNOTATION_FAILED_UNITS] = json!(u);
+    }
+    if let Some(c) = n.image_facts.get("cgroup") {
+        annotations[crate::ami::gate::ANNOTATION_CGROUP] = json!(c);
+    }
     let obj = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n.name, "labels": labels, "annotations": annotations}, "spec": spec, "status": status});
     match inner.get(&t, "", &n.name) {
         Err(_) => {
@@ -180,6 +199,8 @@ pub struct Ec2Nodes {
     /// Machines have no pod network until its agent runs on them (true, as
     /// kubeadm machines); false for rehearsals that install no addons.
     pub needs_cni: bool,
+    /// Image id → its builder's facts (filled as new images are seen).
+    pub image_facts: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// Deterministic per instance: the same machine always fails or not.
@@ -204,6 +225,9 @@ pub fn node_for(cfg: &Ec2Nodes, i: &crate::cloud::observed::ObservedInstance, no
     n.needs_cni = cfg.needs_cni;
     if let Some(v) = &i.kubernetes_version {
         n.kubelet_version = format!("v{}", v.trim_start_matches('v'));
+    }
+    if let Some(f) = cfg.image_facts.get(&i.image_id) {
+        n.image_facts = f.clone();
     }
     if let Some(ip) = &i.private_ip {
         // EC2's private DNS names: `ec2.internal` in us-east-1, `<region>.compute.internal` elsewhere.
@@ -250,6 +274,7 @@ pub fn group_node(
         needs_cni: true,
         addresses: vec![("Hostname".into(), name.to_string())],
         kubelet_version: format!("v{}", group.kubernetes_version(&cluster.spec)),
+        image_facts: BTreeMap::new(),
     }
 }
 
@@ -334,13 +359,25 @@ fn warn_once(machine: &str, what: &str) {
 /// the sim runs: a Node per running instance, Ready after the boot delay,
 /// gone with the instance. An endpoint that stopped answering (moto ended)
 /// is asked again with backoff up to 30s and reported once, not every poll.
-pub async fn follow_ec2(store: super::server::Shared, aws: crate::cloud::aws::Aws, cfg: Ec2Nodes) {
+pub async fn follow_ec2(store: super::server::Shared, aws: crate::cloud::aws::Aws, mut cfg: Ec2Nodes) {
     let name = cfg.cluster.metadata.name.clone();
     let mut failures = 0u32;
     loop {
         match crate::cloud::aws::observe::list_instances(&aws, Some(&name), false).await {
             Ok(instances) => {
                 failures = 0;
+                let unseen: Vec<String> = instances
+                    .iter()
+                    .map(|i| i.image_id.clone())
+                    .filter(|id| !id.is_empty() && !cfg.image_facts.contains_key(id))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                if !unseen.is_empty() {
+                    if let Ok(facts) = crate::cloud::aws::images::facts(&aws, &unseen).await {
+                        cfg.image_facts.extend(facts);
+                    }
+                }
                 let mut inner = store.lock().expect("store lock");
                 sync(&mut inner, &cfg, &instances, chrono::Utc::now().timestamp());
             }

@@ -314,6 +314,9 @@ async fn cleanup(aws: &Aws, build_id: &str, builder: Option<&str>, waits: &Waits
     Ok(())
 }
 
+/// How often a long wait says it is still waiting.
+const TELL_EVERY: Duration = Duration::from_secs(30);
+
 fn waiting(what: &str, start: Instant, limit: Duration) -> String {
     let secs = |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string();
     format!("waiting for {what} ({} so far, up to {})", secs(start.elapsed()), secs(limit))
@@ -358,7 +361,7 @@ async fn run(
 ) -> Result<Baked> {
     let mut steps: Vec<String> = Vec::new();
     let mut checks: Vec<CheckResult> = Vec::new();
-    let mut since: Option<(String, Instant)> = None;
+    let mut since: Option<(String, Instant, Instant)> = None;
     loop {
         let o = observe(home, copies, build_id, name).await?;
         let step = plan::next(&o);
@@ -371,20 +374,25 @@ async fn run(
                 steps.push(s.clone());
             }
         }
-        // A wait's clock runs from its first look.
-        let mut wait = |what: String, limit: Duration| -> Result<String> {
+        // A wait's clock runs from its first look; it is told at its start
+        // and then every [`TELL_EVERY`].
+        let mut wait = |what: String, limit: Duration| -> Result<Option<String>> {
             let key = what.clone();
-            let start = match &since {
-                Some((k, t)) if *k == key => *t,
+            let (start, told) = match &since {
+                Some((k, t, told)) if *k == key => (*t, *told),
                 _ => {
-                    since = Some((key, Instant::now()));
-                    Instant::now()
+                    since = Some((key.clone(), Instant::now(), Instant::now()));
+                    return Ok(Some(waiting(&what, Instant::now(), limit)));
                 }
             };
             if start.elapsed() > limit {
                 bail!("gave up {} (the bake resumes from here when run again)", waiting(&what, start, limit));
             }
-            Ok(waiting(&what, start, limit))
+            if told.elapsed() >= TELL_EVERY {
+                since = Some((key, start, Instant::now()));
+                return Ok(Some(waiting(&what, start, limit)));
+            }
+            Ok(None)
         };
         match step {
             Step::Launch => {
@@ -392,7 +400,9 @@ async fn run(
                 progress(&format!("launched the builder {id} ({})", l.recipe.builder.instance_type));
             }
             Step::AwaitReport { builder } => {
-                progress(&wait(format!("the builder {builder} to report"), waits.report)?);
+                if let Some(line) = wait(format!("the builder {builder} to report"), waits.report)? {
+                    progress(&line);
+                }
                 tokio::time::sleep(waits.poll).await;
             }
             Step::Stop { builder } => {
@@ -409,7 +419,9 @@ async fn run(
                 progress(&format!("stopping the builder {builder}"));
             }
             Step::AwaitStopped { builder } => {
-                progress(&wait(format!("the builder {builder} to stop"), Duration::from_secs(900))?);
+                if let Some(line) = wait(format!("the builder {builder} to stop"), Duration::from_secs(900))? {
+                    progress(&line);
+                }
                 tokio::time::sleep(waits.poll).await;
             }
             Step::CreateImage { builder } => {
@@ -440,7 +452,9 @@ async fn run(
                 progress(&format!("creating image {} ({name})", out.image_id().unwrap_or_default()));
             }
             Step::AwaitImage { image } => {
-                progress(&wait(format!("image {image}"), waits.image)?);
+                if let Some(line) = wait(format!("image {image}"), waits.image)? {
+                    progress(&line);
+                }
                 tokio::time::sleep(waits.poll).await;
             }
             Step::Check { image } => {
@@ -512,7 +526,9 @@ async fn run(
                 }
             }
             Step::AwaitCopies { pending } => {
-                progress(&wait(format!("copies in {}", pending.join(", ")), waits.image)?);
+                if let Some(line) = wait(format!("copies in {}", pending.join(", ")), waits.image)? {
+                    progress(&line);
+                }
                 tokio::time::sleep(waits.poll).await;
             }
             Step::Cleanup { builder } => {

@@ -140,3 +140,26 @@ pub async fn resolve(
     }
     Ok((out, warnings))
 }
+
+/// Each image's builder facts (its `pinfleet:facts` tag, parsed; empty
+/// for images pinfleet did not bake): what a kubelet on it will report.
+pub async fn facts(aws: &Aws, ids: &[String]) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
+    let out = sdk(
+        "DescribeImages",
+        aws.ec2.describe_images().set_image_ids(Some(ids.to_vec())).include_deprecated(true).send().await,
+    )?;
+    Ok(out
+        .images()
+        .iter()
+        .map(|i| {
+            let facts = i
+                .tags()
+                .iter()
+                .find(|t| t.key() == Some(crate::ami::bake::TAG_FACTS))
+                .and_then(|t| t.value())
+                .map(crate::ami::bake::parse_report)
+                .unwrap_or_default();
+            (i.image_id().unwrap_or_default().to_string(), facts)
+        })
+        .collect())
+}

@@ -1,0 +1,190 @@
+//! The soak gate, run (effects): roll a canary group to a channel's
+//! candidate, soak, run e2e, read what the new nodes report and compare it
+//! with what the previous image's nodes reported; roll back to the
+//! previous image and run e2e again (the downgrade), then promote the
+//! candidate to the recipe's next channel or stop with the reason.
+//!
+//! Data flow: recipe + cluster → candidate and previous images (channel,
+//! launch template) → baseline [`super::gate::NodeReport`]s → roll (the
+//! rollout engine, with the group pinned to the candidate) → soak → e2e →
+//! reports → roll back → e2e → [`super::gate::decide`] → channel writes
+//! (`cloud::aws::channels`).
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Result};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use serde::Serialize;
+
+use super::gate::{self, Difference, NodeReport, Verdict};
+use super::recipe::Loaded;
+use crate::cloud::aws::Aws;
+use crate::rollout::driver::Event;
+use crate::spec::{Cluster, Image};
+use crate::state::pki::Pki;
+use crate::state::Store;
+
+/// What the gate works with.
+pub struct Gate<'a> {
+    pub aws: &'a Aws,
+    pub cluster: &'a Cluster,
+    pub store: &'a Store,
+    pub pki: &'a Pki,
+    pub client: kube::Client,
+    pub roll: crate::rollout::run::Options,
+    pub recipe: &'a Loaded,
+    /// The channel whose image is tried (`candidate`).
+    pub from: String,
+    pub canary_group: Option<String>,
+    pub soak: Duration,
+    pub e2e: crate::e2e::Options,
+    pub command: String,
+}
+
+/// The gate's outcome, for the record and the screen.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Outcome {
+    pub recipe: String,
+    pub cluster: String,
+    pub group: String,
+    pub candidate: String,
+    pub previous: String,
+    pub before: Vec<NodeReport>,
+    pub after: Vec<NodeReport>,
+    pub differences: Vec<Difference>,
+    pub upgrade_e2e: Result<(), String>,
+    pub downgrade_e2e: Result<(), String>,
+    pub verdict: Verdict,
+}
+
+/// The group the gate rolls: the one named, else the first node group
+/// following one of the recipe's channels, else the first node group.
+pub fn canary_group(cluster: &Cluster, recipe: &str, named: Option<&str>) -> Result<String> {
+    let groups = &cluster.spec.instance_groups;
+    if let Some(n) = named {
+        return groups.iter().find(|g| g.name == n).map(|g| g.name.clone()).ok_or_else(|| {
+            anyhow!(
+                "no instance group {n} in {} (groups: {})",
+                cluster.metadata.name,
+                groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ")
+            )
+        });
+    }
+    let nodes = || groups.iter().filter(|g| g.role == crate::spec::Role::Node);
+    nodes()
+        .find(|g| g.image.recipe.as_deref() == Some(recipe))
+        .or_else(|| nodes().next())
+        .map(|g| g.name.clone())
+        .ok_or_else(|| anyhow!("{} has no node group to gate on", cluster.metadata.name))
+}
+
+async fn reports(client: &kube::Client, cluster: &str, group: &str) -> Result<Vec<NodeReport>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let sel = format!("pinfleet.dev/cluster={cluster},pinfleet.dev/instance-group={group}");
+    let list = nodes.list(&ListParams::default().labels(&sel)).await?;
+    let mut out: Vec<NodeReport> =
+        list.items.iter().filter_map(|n| serde_json::to_value(n).ok()).map(|v| gate::report_of(&v)).collect();
+    out.sort_by(|a, b| a.node.cmp(&b.node));
+    Ok(out)
+}
+
+fn pinned(cluster: &Cluster, group: &str, image: &str) -> Cluster {
+    let mut c = cluster.clone();
+    for g in c.spec.instance_groups.iter_mut().filter(|g| g.name == group) {
+        g.image = Image { id: Some(image.to_string()), selector: None, channel: None, recipe: None };
+    }
+    c
+}
+
+async fn e2e(g: &Gate<'_>, cluster: &Cluster) -> Result<(), String> {
+    let target = crate::e2e::Target { cluster: cluster.clone(), client: g.client.clone(), addons: None };
+    let report = crate::e2e::run(&target, &g.e2e, &|_, _| {}).await;
+    let failed: Vec<String> = report
+        .failures()
+        .iter()
+        .map(|c| match &c.outcome {
+            crate::e2e::Outcome::Fail { reason, .. } => format!("{}: {reason}", c.name),
+            _ => c.name.clone(),
+        })
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
+    }
+}
+
+/// Runs the gate; `say` hears each step. Channel writes are the caller's
+/// (they span the recipe's regions).
+pub async fn run(g: &Gate<'_>, on: &dyn Fn(Event), say: &dyn Fn(&str)) -> Result<Outcome> {
+    let recipe = &g.recipe.name;
+    let name = &g.cluster.metadata.name;
+    let Some(candidate) = crate::cloud::aws::channels::current(g.aws, recipe, &g.from).await? else {
+        bail!("channel {} of recipe {recipe} has never been written in {} (promote a baked image to it first)", g.from, g.aws.region)
+    };
+    let group = canary_group(g.cluster, recipe, g.canary_group.as_deref())?;
+    let images = super::job::resolve(g.aws, g.cluster, chrono::Utc::now()).await?.0;
+    let previous = images
+        .iter()
+        .find(|i| i.group == group)
+        .and_then(|i| i.current.clone())
+        .ok_or_else(|| anyhow!("instance group {group} of {name} has no machines yet: bootstrap the cluster first"))?;
+    if previous == candidate {
+        bail!("instance group {group} of {name} already runs {candidate}: the gate needs a group on the previous image to compare with");
+    }
+    let before = reports(&g.client, name, &group).await?;
+    if before.is_empty() {
+        bail!("instance group {group} of {name} has no Nodes to compare with");
+    }
+    let next = {
+        let chans = &g.recipe.recipe.channels;
+        chans.iter().position(|c| *c == g.from).and_then(|i| chans.get(i + 1)).cloned()
+    };
+    let roll = |image: String, why: &'static str| {
+        let mut opts = g.roll.clone();
+        opts.groups = vec![group.clone()];
+        let cluster = pinned(g.cluster, &group, &image);
+        async move {
+            crate::rollout::run::upgrade(g.aws, &cluster, g.store, g.pki, g.client.clone(), &opts, why, &g.command, on)
+                .await
+        }
+    };
+    let outcome = crate::state::lock::Lock::with(g.store, &g.command, async {
+        say(&format!("gate: rolling {group} of {name} to {candidate} ({recipe}/{}), from {previous}", g.from));
+        roll(candidate.clone(), "ami gate (candidate)").await?;
+        super::job::soak(&g.client, g.soak).await?;
+        let after = reports(&g.client, name, &group).await?;
+        let upgrade_e2e = e2e(g, &pinned(g.cluster, &group, &candidate)).await;
+        let differences = gate::compare(&before, &after, &g.recipe.recipe.allow_differences);
+        for d in &differences {
+            say(&format!(
+                "gate: {} differs{}: {} → {}",
+                d.aspect,
+                if d.allowed { " (allowed)" } else { "" },
+                d.before,
+                d.after
+            ));
+        }
+        say(&format!("gate: rolling {group} back to {previous} (the downgrade)"));
+        roll(previous.clone(), "ami gate (downgrade)").await?;
+        let downgrade_e2e = e2e(g, &pinned(g.cluster, &group, &previous)).await;
+        let verdict = gate::decide(&differences, upgrade_e2e.clone(), downgrade_e2e.clone(), next.as_deref());
+        anyhow::Ok(Outcome {
+            recipe: recipe.clone(),
+            cluster: name.clone(),
+            group: group.clone(),
+            candidate: candidate.clone(),
+            previous: previous.clone(),
+            before: before.clone(),
+            after,
+            differences,
+            upgrade_e2e,
+            downgrade_e2e,
+            verdict,
+        })
+    })
+    .await?;
+    Ok(outcome)
+}
