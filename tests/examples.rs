@@ -189,3 +189,15 @@ fn scripts_pass_shellcheck() {
         .unwrap();
     assert!(out.status.success(), "shellcheck:\n{}", String::from_utf8_lossy(&out.stdout));
 }
+
+/// Every image recipe in the repository loads (the README and the demo bake them).
+#[test]
+fn every_image_recipe_loads() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("images");
+    let names = pinfleet::ami::recipe::list(&dir).unwrap();
+    assert!(names.contains(&"node".to_string()), "{names:?}");
+    for n in names {
+        let l = pinfleet::ami::recipe::load(&dir, &n).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(l.recipe.kubernetes_version, pinfleet::spec::versions::DEFAULT, "{n} bakes the default version");
+    }
+}

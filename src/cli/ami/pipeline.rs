@@ -366,6 +366,9 @@ pub struct GateArgs {
     /// e2e phases run after the upgrade and after the downgrade.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "preflight,cluster,smoke")]
     pub e2e_phases: Vec<crate::e2e::Phase>,
+    /// How long e2e's smoke workloads may take.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pub smoke_timeout: Duration,
     /// Promote to the recipe's next channel when the gate passes (without: say what would be written).
     #[arg(long, short = 'y')]
     pub yes: bool,
@@ -396,7 +399,7 @@ pub async fn gate(g: &GlobalArgs, a: GateArgs) -> Result<ExitCode> {
         from: from.clone(),
         canary_group: a.canary_group.clone(),
         soak: a.soak,
-        e2e: crate::e2e::Options { phases: a.e2e_phases.clone(), ..Default::default() },
+        e2e: crate::e2e::Options { phases: a.e2e_phases.clone(), smoke_timeout: a.smoke_timeout, ..Default::default() },
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let view = crate::output::RollView::new(g.output == Format::Json);
