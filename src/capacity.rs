@@ -107,7 +107,27 @@ pub struct Ledger {
     pub account: String,
     pub region: String,
     pub entries: Vec<Entry>,
+    /// Launch attempts of groups with capacity settings, the last hour's:
+    /// the rate cap and the churn halt read them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub launches: Vec<Launch>,
 }
+
+/// One launch of a group: every offering refused (`ok: false`) or not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Launch {
+    /// `cluster/group`.
+    pub by: String,
+    pub at: DateTime<Utc>,
+    pub ok: bool,
+    /// RunInstances calls it made (one per offering tried).
+    pub calls: u32,
+}
+
+/// Of a group's last [`CHURN_OF`] launches, this many failed halts its rollouts.
+pub const CHURN_FAILURES: usize = 2;
+pub const CHURN_OF: usize = 4;
 
 impl Ledger {
     /// Records a refusal: 3 minutes, doubled for each refusal within the
@@ -150,9 +170,49 @@ impl Ledger {
     }
 
     /// Entries whose streak ended over an hour ago are forgotten (an
-    /// expired one stays within the hour: a repeat doubles its time).
+    /// expired one stays within the hour: a repeat doubles its time), and
+    /// launches older than an hour beyond each group's last [`CHURN_OF`].
     pub fn prune(&mut self, now: DateTime<Utc>) {
         self.entries.retain(|e| now - e.last <= REPEAT_WINDOW || e.until > now);
+        self.launches.sort_by(|a, b| (&a.by, a.at).cmp(&(&b.by, b.at)));
+        let mut keep = Vec::new();
+        for (i, l) in self.launches.iter().enumerate() {
+            let later = self.launches[i + 1..].iter().filter(|x| x.by == l.by).count();
+            if later < CHURN_OF || now - l.at <= REPEAT_WINDOW {
+                keep.push(l.clone());
+            }
+        }
+        self.launches = keep;
+    }
+
+    /// Records one launch of `by`.
+    pub fn launched(&mut self, by: &str, ok: bool, calls: u32, now: DateTime<Utc>) {
+        self.launches.push(Launch { by: by.to_string(), at: now, ok, calls });
+    }
+
+    /// RunInstances calls `by` made in the minute before `now`.
+    pub fn calls_last_minute(&self, by: &str, now: DateTime<Utc>) -> u32 {
+        self.launches
+            .iter()
+            .filter(|l| l.by == by && now - l.at < Duration::minutes(1) && l.at <= now)
+            .map(|l| l.calls)
+            .sum()
+    }
+
+    /// Why rollouts of `by` halt: [`CHURN_FAILURES`] of its last
+    /// [`CHURN_OF`] launches failed (None otherwise).
+    pub fn churn(&self, by: &str) -> Option<String> {
+        let mut mine: Vec<&Launch> = self.launches.iter().filter(|l| l.by == by).collect();
+        mine.sort_by_key(|l| l.at);
+        let last: Vec<&&Launch> = mine.iter().rev().take(CHURN_OF).collect();
+        let failed = last.iter().filter(|l| !l.ok).count();
+        (failed >= CHURN_FAILURES).then(|| {
+            format!(
+                "{failed} of the last {} launches of {by} failed (the last at {}): halting rollouts of the group",
+                last.len(),
+                last.iter().find(|l| !l.ok).map(|l| l.at.format("%H:%M").to_string()).unwrap_or_default()
+            )
+        })
     }
 
     /// Merges another copy (a concurrent writer's): per offering, the later refusal.
@@ -165,6 +225,12 @@ impl Ledger {
             }
         }
         self.entries.sort_by(|a, b| a.offering.cmp(&b.offering));
+        for l in &other.launches {
+            if !self.launches.contains(l) {
+                self.launches.push(l.clone());
+            }
+        }
+        self.launches.sort_by(|a, b| (&a.by, a.at).cmp(&(&b.by, b.at)));
     }
 }
 
@@ -173,10 +239,12 @@ impl Ledger {
 /// does not depend on the store.
 pub trait LedgerStore: Send + Sync {
     fn load(&self) -> futures::future::BoxFuture<'_, anyhow::Result<Ledger>>;
-    /// Records `(offering, code, who)` refusals at `now`; the ledger as written.
+    /// Records `(offering, code, who)` refusals and launches at `now`;
+    /// the ledger as written.
     fn record<'a>(
         &'a self,
         refusals: &'a [(Offering, String, String)],
+        launches: &'a [Launch],
         now: DateTime<Utc>,
     ) -> futures::future::BoxFuture<'a, anyhow::Result<Ledger>>;
 }
@@ -335,6 +403,37 @@ pub fn blocked_reason(entry: &Entry, next: Option<&Offering>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn churn_halts_after_two_failed_launches_of_four_and_the_rate_counts_calls() {
+        let now = t("2026-11-26T10:00:00Z");
+        let mut l = Ledger::default();
+        let at = |m: i64| now + Duration::seconds(m);
+        l.launched("dev/general", true, 1, at(0));
+        l.launched("dev/general", false, 3, at(10));
+        assert_eq!(l.churn("dev/general"), None);
+        l.launched("dev/other", false, 3, at(15));
+        l.launched("dev/general", false, 3, at(20));
+        let why = l.churn("dev/general").unwrap();
+        assert!(why.starts_with("2 of the last 3 launches of dev/general failed"), "{why}");
+        assert_eq!(l.churn("dev/other"), None, "another group is not blocked");
+        assert_eq!(l.calls_last_minute("dev/general", at(30)), 7);
+        assert_eq!(l.calls_last_minute("dev/general", at(75)), 3, "only the last minute's");
+        // Two good launches: the last four hold two failures still; a third clears it.
+        l.launched("dev/general", true, 1, at(100));
+        l.launched("dev/general", true, 1, at(110));
+        assert!(l.churn("dev/general").is_some());
+        l.launched("dev/general", true, 1, at(120));
+        assert_eq!(l.churn("dev/general"), None);
+        // Pruning keeps each group's last four whatever their age.
+        l.prune(now + Duration::hours(3));
+        assert_eq!(l.launches.iter().filter(|x| x.by == "dev/general").count(), 4);
+        let mut other = Ledger::default();
+        other.launched("dev/general", false, 2, at(130));
+        l.merge(&other);
+        l.merge(&other);
+        assert_eq!(l.launches.iter().filter(|x| x.by == "dev/general").count(), 5, "merge adds each launch once");
+    }
 
     fn t(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)

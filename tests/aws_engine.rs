@@ -773,6 +773,41 @@ fn capacity_refusals_fall_back_across_zones_then_types_and_the_ledger_is_shared(
     assert_eq!(ice2[0]["instance_type"], "m6i.large", "t3.large is held back in both zones: {ice2:?}");
 }
 
+/// Bounded churn: with every offering of the group out, a launch makes at
+/// most `launchesPerMinute` calls, the next run within the minute makes
+/// none, and the failed launches are in the ledger (where two of the last
+/// four halt the group's rollouts; see `capacity::Ledger::churn`).
+#[test]
+fn under_total_ice_launch_calls_are_capped_per_minute() {
+    let mut w = World::new("churn", 2);
+    let yaml = w.cluster_yaml(2, "t3.large").replace(
+        "      rollout:\n        maxSurge: 1\n",
+        "      rollout:\n        maxSurge: 1\n      capacity:\n        types: [m6i.large, m6a.large]\n        fallback: [zone, type]\n        launchesPerMinute: 3\n",
+    );
+    assert!(yaml.contains("launchesPerMinute: 3"));
+    w.write_cluster(&yaml);
+    w.extra_env.push((
+        "PINFLEET_CAPACITY_FAULTS".into(),
+        "InsufficientInstanceCapacity@*/t3.large/*;InsufficientInstanceCapacity@*/m6i.large/*;InsufficientInstanceCapacity@*/m6a.large/*".into(),
+    ));
+    let out = w.run(&["bootstrap", "churn", "--yes"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("blocked on capacity"), "{}", stderr(&out));
+    let ledger = w.json(&["capacity", "churn"]);
+    let l = &ledger["ledgers"][0];
+    assert_eq!(l["entries"].as_array().unwrap().len(), 3, "three offerings tried, then the cap: {ledger}");
+    let launches = l["launches"].as_array().unwrap();
+    assert_eq!(launches.len(), 1, "{ledger}");
+    assert_eq!((launches[0]["ok"].as_bool(), launches[0]["calls"].as_u64()), (Some(false), Some(3)));
+    // Within the minute: the three offerings left are not asked for.
+    let out = w.run(&["apply", "churn", "--yes"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("launch calls in the last minute"), "{}", stderr(&out));
+    let ledger = w.json(&["capacity", "churn"]);
+    assert_eq!(ledger["ledgers"][0]["entries"].as_array().unwrap().len(), 3, "no call was made: {ledger}");
+    assert!(w.instances_in("general").is_empty());
+}
+
 /// The injector answers CreateFleet `instant` as EC2 does when offerings
 /// are out: HTTP 200, an `errorSet` item per refused override, the rest
 /// launched (or no instance at all) — a launcher that reads the status

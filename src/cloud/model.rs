@@ -173,6 +173,8 @@ pub struct GroupCapacity {
     pub types: Vec<String>,
     pub markets: Vec<crate::capacity::Market>,
     pub fallback: Vec<crate::capacity::Fallback>,
+    /// RunInstances calls the group may make a minute (`capacity.launchesPerMinute`).
+    pub launches_per_minute: u32,
 }
 
 impl Desired {
@@ -405,6 +407,7 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
                 types: g.instance_types(),
                 markets: g.markets(),
                 fallback: c.fallback.clone(),
+                launches_per_minute: c.launches_per_minute,
             }),
         });
     }

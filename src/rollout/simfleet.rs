@@ -27,6 +27,8 @@ pub struct SimFleet {
     state: Mutex<(Vec<SimMachine>, u64, BTreeMap<String, u32>)>,
     /// The next this-many launches fail as EC2 refusing every offering.
     pub refuse_launches: std::sync::atomic::AtomicU32,
+    /// Refusals also say the group's launches keep failing (the ledger's churn rule).
+    pub churning: std::sync::atomic::AtomicBool,
 }
 
 impl SimFleet {
@@ -53,6 +55,7 @@ impl SimFleet {
             drain,
             state: Mutex::new((machines, seq, versions)),
             refuse_launches: std::sync::atomic::AtomicU32::new(0),
+            churning: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -87,8 +90,13 @@ impl Machines for SimFleet {
     async fn launch(&self, group: &str, n: u32) -> Result<Vec<String>> {
         use std::sync::atomic::Ordering;
         if self.refuse_launches.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1)).is_ok() {
+            let churn = if self.churning.load(Ordering::SeqCst) {
+                format!("; 2 of the last 2 launches of sim/{group} failed (the last at 10:42): halting rollouts of the group")
+            } else {
+                String::new()
+            };
             anyhow::bail!(
-                "{group}: blocked on capacity: m6i.large in us-east-1a, InsufficientInstanceCapacity since 10:42, every offering of the group is out"
+                "{group}: blocked on capacity: m6i.large in us-east-1a, InsufficientInstanceCapacity since 10:42, every offering of the group is out{churn}"
             );
         }
         let mut s = self.state.lock().unwrap();
@@ -162,14 +170,8 @@ mod tests {
     use super::*;
     use crate::rollout::driver::{self, Event, GroupRoll};
 
-    /// A surge that meets a refusal of every offering waits, saying why,
-    /// and finishes once capacity returns: no machine failed.
-    #[tokio::test(start_paused = true)]
-    async fn a_roll_blocked_on_capacity_waits_and_counts_no_failure() {
-        let fleet = SimFleet::new(&[("general", 4)], Duration::from_secs(90), Duration::from_secs(30));
-        fleet.bump("general");
-        fleet.refuse_launches.store(2, std::sync::atomic::Ordering::SeqCst);
-        let cfg = GroupRoll {
+    fn roll_cfg() -> GroupRoll {
+        GroupRoll {
             group: "general".into(),
             limits: crate::rollout::policy::node_group_limits(
                 4,
@@ -186,7 +188,17 @@ mod tests {
             validation_timeout: Duration::from_secs(900),
             force_ids: BTreeSet::new(),
             etcd_members: false,
-        };
+        }
+    }
+
+    /// A surge that meets a refusal of every offering waits, saying why,
+    /// and finishes once capacity returns: no machine failed.
+    #[tokio::test(start_paused = true)]
+    async fn a_roll_blocked_on_capacity_waits_and_counts_no_failure() {
+        let fleet = SimFleet::new(&[("general", 4)], Duration::from_secs(90), Duration::from_secs(30));
+        fleet.bump("general");
+        fleet.refuse_launches.store(2, std::sync::atomic::Ordering::SeqCst);
+        let cfg = roll_cfg();
         let events = Mutex::new(Vec::new());
         let start = Instant::now();
         let report =
@@ -205,5 +217,20 @@ mod tests {
         assert_eq!(blocked.len(), 2);
         assert!(blocked[0].starts_with("blocked on capacity: m6i.large in us-east-1a"), "{blocked:?}");
         assert!(start.elapsed() >= 2 * driver::CAPACITY_RETRY);
+    }
+
+    /// A group whose launches keep failing (two of its last four) halts
+    /// its roll at once with the reason, instead of waiting.
+    #[tokio::test(start_paused = true)]
+    async fn a_roll_of_a_churning_group_halts_with_the_reason() {
+        let fleet = SimFleet::new(&[("general", 4)], Duration::from_secs(90), Duration::from_secs(30));
+        fleet.bump("general");
+        fleet.refuse_launches.store(1, std::sync::atomic::Ordering::SeqCst);
+        fleet.churning.store(true, std::sync::atomic::Ordering::SeqCst);
+        let start = Instant::now();
+        let err = driver::roll_group(&fleet, &fleet, &roll_cfg(), &|_| {}).await.unwrap_err().to_string();
+        assert!(err.contains("halting rollouts of the group"), "{err}");
+        assert!(start.elapsed() < driver::CAPACITY_RETRY, "no wait");
+        assert_eq!(fleet.count("general").0, 4, "nothing was drained");
     }
 }

@@ -32,7 +32,7 @@ async fn read(store: &Store, account: &str, region: &str) -> Result<(Ledger, Opt
                 .map_err(|e| anyhow::anyhow!("{}: {e}", store.describe(&key(account, region))))?;
             Ok((ledger, Some(etag)))
         }
-        None => Ok((Ledger { account: account.into(), region: region.into(), entries: vec![] }, None)),
+        None => Ok((Ledger { account: account.into(), region: region.into(), ..Default::default() }, None)),
     }
 }
 
@@ -43,6 +43,7 @@ pub async fn record(
     account: &str,
     region: &str,
     refusals: &[(Offering, String, String)],
+    launches: &[crate::capacity::Launch],
     now: DateTime<Utc>,
 ) -> Result<Ledger> {
     let store = Store::open(url, FOLDER, aws).await?;
@@ -51,6 +52,7 @@ pub async fn record(
         for (o, code, by) in refusals {
             ledger.mark(o, code, by, now);
         }
+        ledger.launches.extend(launches.iter().cloned());
         ledger.prune(now);
         let cond = match etag {
             Some(e) => Condition::IfMatch(e),
@@ -105,11 +107,12 @@ impl crate::capacity::LedgerStore for StoreLedger {
     fn record<'a>(
         &'a self,
         refusals: &'a [(Offering, String, String)],
+        launches: &'a [crate::capacity::Launch],
         now: DateTime<Utc>,
     ) -> futures::future::BoxFuture<'a, Result<Ledger>> {
         Box::pin(async move {
             let account = self.account().await;
-            record(&self.url, Some(&self.aws), &account, &self.aws.region, refusals, now).await
+            record(&self.url, Some(&self.aws), &account, &self.aws.region, refusals, launches, now).await
         })
     }
 }

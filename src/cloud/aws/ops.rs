@@ -876,6 +876,10 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
         _ => Default::default(),
     };
     let by = format!("{cluster}/{group}");
+    // Bounded churn: a group whose last launches failed halts the rollouts
+    // that need it (the reason carries "blocked on capacity" and "halting",
+    // which the rollout driver reads), and its calls a minute are capped.
+    let mut calls_made: u32 = 0;
     for (subnet, n, init) in batches {
         // (offering, subnet) in the order to try; one plain launch without capacity.
         let attempts: Vec<(Option<crate::capacity::Offering>, String)> = match &capacity {
@@ -915,7 +919,21 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
         };
         let mut refusals: Vec<(crate::capacity::Offering, String, String)> = Vec::new();
         let mut launched = false;
+        let mut capped = None;
+        let mut batch_calls: u32 = 0;
         for (offering, subnet) in attempts {
+            if let Some(c) = &capacity {
+                let made = ledger.calls_last_minute(&by, chrono::Utc::now()) + calls_made;
+                if made >= c.launches_per_minute {
+                    capped = Some(format!(
+                        "blocked on capacity: {made} launch calls in the last minute, the group's limit (capacity.launchesPerMinute: {}); waiting",
+                        c.launches_per_minute
+                    ));
+                    break;
+                }
+                calls_made += 1;
+                batch_calls += 1;
+            }
             let subnet_id = ctx.id(&K::Subnet(subnet.to_string())).await?;
             let key = K::Instance(group.to_string());
             // Each offering has its own token: a retried call of the same
@@ -990,11 +1008,16 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
             launched = true;
             break;
         }
-        if capacity.is_some() && !refusals.is_empty() {
+        if capacity.is_some() && (!refusals.is_empty() || batch_calls > 0) {
             let now = chrono::Utc::now();
+            let launches = if batch_calls > 0 {
+                vec![crate::capacity::Launch { by: by.clone(), at: now, ok: launched, calls: batch_calls }]
+            } else {
+                Vec::new()
+            };
             let written = match &ctx.ledger {
                 Some(store) => store
-                    .record(&refusals, now)
+                    .record(&refusals, &launches, now)
                     .await
                     .map_err(|e| OpError { retriable: true, error: e.context("writing the capacity ledger") })?,
                 None => {
@@ -1002,16 +1025,26 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                     for (o, code, by) in &refusals {
                         l.mark(o, code, by, now);
                     }
+                    l.launches.extend(launches);
                     l
                 }
             };
             if !launched {
-                let why = written
-                    .out(&refusals[0].0, now)
-                    .map(|e| crate::capacity::blocked_reason(e, None))
-                    .unwrap_or_default();
+                let mut why = match (&capped, refusals.first()) {
+                    (Some(c), None) => c.clone(),
+                    (_, Some(r)) => {
+                        written.out(&r.0, now).map(|e| crate::capacity::blocked_reason(e, None)).unwrap_or_default()
+                    }
+                    (None, None) => "blocked on capacity".into(),
+                };
+                if let Some(churn) = written.churn(&by) {
+                    why = format!("{why}; {churn}");
+                }
                 return Err(OpError { retriable: false, error: anyhow::anyhow!("{group}: {why}") });
             }
+        }
+        if let (Some(c), false) = (&capped, launched) {
+            return Err(OpError { retriable: false, error: anyhow::anyhow!("{group}: {c}") });
         }
         seq += n as usize;
     }
