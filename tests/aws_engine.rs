@@ -806,6 +806,14 @@ fn under_total_ice_launch_calls_are_capped_per_minute() {
     let ledger = w.json(&["capacity", "churn"]);
     assert_eq!(ledger["ledgers"][0]["entries"].as_array().unwrap().len(), 3, "no call was made: {ledger}");
     assert!(w.instances_in("general").is_empty());
+    // Said where people look: plan and get instances name the group and why.
+    for args in [&["plan", "churn"][..], &["get", "instances", "churn"][..]] {
+        let out = String::from_utf8_lossy(&w.run(args).stdout).to_string();
+        assert!(
+            out.contains("group general: 3 of 6 offerings out; blocked on capacity: t3.large in us-east-1a, InsufficientInstanceCapacity since"),
+            "{args:?}: {out}"
+        );
+    }
 }
 
 /// The injector answers CreateFleet `instant` as EC2 does when offerings

@@ -25,23 +25,14 @@ pub async fn run(g: &GlobalArgs, args: CapacityArgs) -> Result<ExitCode> {
     let spec = &s.loaded.cluster.spec;
     let ledgers = crate::state::capacity::all(&spec.state_store, Some(&s.aws)).await?;
     let now = chrono::Utc::now();
-    let zones: std::collections::BTreeMap<&str, &str> =
-        spec.network.subnets.iter().map(|n| (n.name.as_str(), n.zone.as_str())).collect();
-    // A group is held back when every offering it has is in the ledger.
-    let mut held = Vec::new();
-    for grp in &spec.instance_groups {
-        let mut gz: Vec<String> =
-            grp.subnets.iter().filter_map(|n| zones.get(n.as_str()).map(|z| z.to_string())).collect();
-        gz.dedup();
-        let fallback = grp.capacity.as_ref().map(|c| c.fallback.clone()).unwrap_or_default();
-        let all = crate::capacity::offerings(&grp.markets(), &grp.instance_types(), &gz, &fallback);
-        let out: Vec<&crate::capacity::Entry> =
-            all.iter().filter_map(|o| ledgers.iter().find_map(|l| l.out(o, now))).collect();
-        if !out.is_empty() {
-            let next = all.iter().find(|o| ledgers.iter().all(|l| l.out(o, now).is_none()));
-            held.push((grp.name.clone(), out.len(), all.len(), crate::capacity::blocked_reason(out[0], next)));
-        }
-    }
+    // A group is held back when some offering it has is in the ledger.
+    let held: Vec<(String, usize, usize, String)> = spec
+        .instance_groups
+        .iter()
+        .filter_map(|grp| {
+            grp.capacity_held(s.name(), spec, &ledgers, now).map(|(n, of, why)| (grp.name.clone(), n, of, why))
+        })
+        .collect();
     if g.output == Format::Text {
         let rows: Vec<Vec<String>> = ledgers
             .iter()
@@ -85,4 +76,22 @@ pub async fn run(g: &GlobalArgs, args: CapacityArgs) -> Result<ExitCode> {
         print_data(g.output, &serde_json::json!({"ledgers": ledgers, "groups": groups}))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// "group G: N of M offerings out; blocked on capacity: …" for each of the
+/// cluster's groups the ledger holds back (nothing when there is no state
+/// store yet or it cannot be read: this is a note, not the command's work).
+pub(super) async fn held_lines(s: &Session) -> Vec<String> {
+    let spec = &s.loaded.cluster.spec;
+    if !spec.instance_groups.iter().any(|g| g.capacity.is_some()) {
+        return Vec::new();
+    }
+    let Ok(ledgers) = crate::state::capacity::all(&spec.state_store, Some(&s.aws)).await else { return Vec::new() };
+    let now = chrono::Utc::now();
+    spec.instance_groups
+        .iter()
+        .filter_map(|g| {
+            g.capacity_held(s.name(), spec, &ledgers, now).map(|(n, of, why)| format!("group {}: {n} of {of} offerings out; {why}", g.name))
+        })
+        .collect()
 }

@@ -65,7 +65,17 @@ pub async fn run(g: &GlobalArgs, args: GetArgs) -> Result<ExitCode> {
     }
     rows.sort_by(|a, b| (&a.cluster, &a.group, &a.id).cmp(&(&b.cluster, &b.group, &b.id)));
     match g.output {
-        Format::Text => write!(anstream::stdout(), "{}", crate::views::cluster::tables::instances_table(&rows))?,
+        Format::Text => {
+            write!(anstream::stdout(), "{}", crate::views::cluster::tables::instances_table(&rows))?;
+            // A named cluster's groups the capacity ledger holds back, and why.
+            if let Some(c) = &a.cluster {
+                if let Ok(s) = super::cloud::Session::open(g, c, &a.cloud).await {
+                    for line in super::capacity::held_lines(&s).await {
+                        writeln!(anstream::stdout(), "{line}")?;
+                    }
+                }
+            }
+        }
         other => print_data(other, &rows)?,
     }
     Ok(ExitCode::SUCCESS)

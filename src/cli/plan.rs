@@ -27,7 +27,12 @@ pub async fn run(g: &GlobalArgs, args: PlanArgs) -> anyhow::Result<ExitCode> {
         tracing::warn!("{w}");
     }
     match g.output {
-        Format::Text => write!(anstream::stdout(), "{}", crate::plan::show::text(&prepared.plan, true))?,
+        Format::Text => {
+            write!(anstream::stdout(), "{}", crate::plan::show::text(&prepared.plan, true))?;
+            for line in super::capacity::held_lines(&s).await {
+                writeln!(anstream::stdout(), "{line}")?;
+            }
+        }
         other => print_data(other, &prepared.plan)?,
     }
     s.report_calls(g);

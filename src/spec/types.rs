@@ -340,6 +340,34 @@ impl InstanceGroup {
         }
     }
 
+    /// When the capacity ledgers hold back some of the group's offerings:
+    /// (offerings out, offerings in all, why — with what is tried next).
+    pub fn capacity_held(
+        &self,
+        cluster: &str,
+        spec: &ClusterSpec,
+        ledgers: &[crate::capacity::Ledger],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Option<(usize, usize, String)> {
+        let mut zones: Vec<String> = self
+            .subnets
+            .iter()
+            .filter_map(|n| spec.network.subnets.iter().find(|s| &s.name == n).map(|s| s.zone.clone()))
+            .collect();
+        zones.dedup();
+        let fallback = self.capacity.as_ref().map(|c| c.fallback.clone()).unwrap_or_default();
+        let all = crate::capacity::offerings(&self.markets(), &self.instance_types(), &zones, &fallback);
+        let out: Vec<&crate::capacity::Entry> =
+            all.iter().filter_map(|o| ledgers.iter().find_map(|l| l.out(o, now))).collect();
+        let first = out.first()?;
+        let next = all.iter().find(|o| ledgers.iter().all(|l| l.out(o, now).is_none()));
+        let mut why = crate::capacity::blocked_reason(first, next);
+        if let Some(churn) = ledgers.iter().find_map(|l| l.churn(&format!("{cluster}/{}", self.name))) {
+            why = format!("{why}; {churn}");
+        }
+        Some((out.len(), all.len(), why))
+    }
+
     /// Whether the group may run Spot machines.
     pub fn allows_spot(&self) -> bool {
         matches!(self.capacity.as_ref().map(|c| c.market), Some(MarketSpec::Spot | MarketSpec::Mixed))
