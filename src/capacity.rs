@@ -234,6 +234,56 @@ impl Ledger {
     }
 }
 
+/// One launch's calls, kept by the launcher as it tries offerings: the
+/// rate cap before each call, the refusals, and what the ledger records
+/// at the end. The same for the AWS launcher and the capacity benchmark.
+#[derive(Debug, Clone)]
+pub struct Attempts {
+    pub by: String,
+    cap: u32,
+    before: u32,
+    pub calls: u32,
+    pub refusals: Vec<(Offering, String, String)>,
+}
+
+impl Attempts {
+    /// `cap` calls a minute; `before`, the calls the ledger saw in the last minute.
+    pub fn new(by: &str, cap: u32, ledger: &Ledger, now: DateTime<Utc>) -> Attempts {
+        Attempts { by: by.to_string(), cap, before: ledger.calls_last_minute(by, now), calls: 0, refusals: Vec::new() }
+    }
+
+    /// Counts a call about to go out, or says why none may.
+    pub fn call(&mut self) -> Result<(), String> {
+        let made = self.before + self.calls;
+        if made >= self.cap {
+            return Err(format!(
+                "blocked on capacity: {made} launch calls in the last minute, the group's limit (capacity.launchesPerMinute: {}); waiting",
+                self.cap
+            ));
+        }
+        self.calls += 1;
+        Ok(())
+    }
+
+    /// EC2 refused `o` with `code` (one of [`UNFULFILLABLE`]).
+    pub fn refused(&mut self, o: &Offering, code: &str) {
+        self.refusals.push((o.clone(), code.to_string(), self.by.clone()));
+    }
+
+    /// The launch record for the ledger (None when no call went out).
+    pub fn launch(&self, ok: bool, now: DateTime<Utc>) -> Option<Launch> {
+        (self.calls > 0).then(|| Launch { by: self.by.clone(), at: now, ok, calls: self.calls })
+    }
+
+    /// Starts the next batch of the same launch: the calls so far count
+    /// toward the cap, the refusals are recorded per batch.
+    pub fn next_batch(&mut self) {
+        self.before += self.calls;
+        self.calls = 0;
+        self.refusals.clear();
+    }
+}
+
 /// Where the fleet-wide ledger is kept (the state store: `state::capacity`);
 /// launches read it and record refusals through this, so the cloud side
 /// does not depend on the store.

@@ -879,8 +879,11 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
     // Bounded churn: a group whose last launches failed halts the rollouts
     // that need it (the reason carries "blocked on capacity" and "halting",
     // which the rollout driver reads), and its calls a minute are capped.
-    let mut calls_made: u32 = 0;
+    let mut tries = capacity.as_ref().map(|c| crate::capacity::Attempts::new(&by, c.launches_per_minute, &ledger, chrono::Utc::now()));
     for (subnet, n, init) in batches {
+        if let Some(t) = tries.as_mut() {
+            t.next_batch();
+        }
         // (offering, subnet) in the order to try; one plain launch without capacity.
         let attempts: Vec<(Option<crate::capacity::Offering>, String)> = match &capacity {
             None => vec![(None, subnet.clone())],
@@ -917,22 +920,14 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                     .collect()
             }
         };
-        let mut refusals: Vec<(crate::capacity::Offering, String, String)> = Vec::new();
         let mut launched = false;
         let mut capped = None;
-        let mut batch_calls: u32 = 0;
         for (offering, subnet) in attempts {
-            if let Some(c) = &capacity {
-                let made = ledger.calls_last_minute(&by, chrono::Utc::now()) + calls_made;
-                if made >= c.launches_per_minute {
-                    capped = Some(format!(
-                        "blocked on capacity: {made} launch calls in the last minute, the group's limit (capacity.launchesPerMinute: {}); waiting",
-                        c.launches_per_minute
-                    ));
+            if let Some(t) = tries.as_mut() {
+                if let Err(why) = t.call() {
+                    capped = Some(why);
                     break;
                 }
-                calls_made += 1;
-                batch_calls += 1;
             }
             let subnet_id = ctx.id(&K::Subnet(subnet.to_string())).await?;
             let key = K::Instance(group.to_string());
@@ -991,7 +986,9 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
             if let (Err(e), Some(o)) = (&sent, &offering) {
                 if let Some(code) = super::error_code(e).filter(|c| crate::capacity::unfulfillable(c)) {
                     tracing::warn!("{by}: {o}: {code}; trying the next offering");
-                    refusals.push((o.clone(), code.to_string(), by.clone()));
+                    if let Some(t) = tries.as_mut() {
+                        t.refused(o, code);
+                    }
                     continue;
                 }
             }
@@ -1008,13 +1005,12 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
             launched = true;
             break;
         }
-        if capacity.is_some() && (!refusals.is_empty() || batch_calls > 0) {
-            let now = chrono::Utc::now();
-            let launches = if batch_calls > 0 {
-                vec![crate::capacity::Launch { by: by.clone(), at: now, ok: launched, calls: batch_calls }]
-            } else {
-                Vec::new()
-            };
+        let now = chrono::Utc::now();
+        let (refusals, launches) = match &tries {
+            Some(t) => (t.refusals.clone(), t.launch(launched, now).into_iter().collect::<Vec<_>>()),
+            None => (Vec::new(), Vec::new()),
+        };
+        if !refusals.is_empty() || !launches.is_empty() {
             let written = match &ctx.ledger {
                 Some(store) => store
                     .record(&refusals, &launches, now)
