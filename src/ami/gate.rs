@@ -85,7 +85,9 @@ pub fn compare(before: &[NodeReport], after: &[NodeReport], allow: &[String]) ->
     for a in ASPECTS.iter().filter(|a| **a != "failedUnits") {
         let (b, n) = (values(before, a), values(after, a));
         if b != n {
-            let join = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(" | ");
+            let join = |s: &BTreeSet<String>| {
+                s.iter().map(|v| if v.is_empty() { "(not reported)".to_string() } else { v.clone() }).collect::<Vec<_>>().join(" | ")
+            };
             out.push(Difference { aspect: a.to_string(), before: join(&b), after: join(&n), allowed: allow.iter().any(|x| x == a) });
         }
     }

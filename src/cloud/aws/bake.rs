@@ -460,11 +460,14 @@ async fn run(
             Step::Check { image } => {
                 let facts = facts_of(home, &image).await?;
                 let report = facts.tags.get(plan::TAG_FACTS).cloned().unwrap_or_default();
+                // The builder's checks were told when it stopped, unless that was an earlier run.
+                let told = !checks.is_empty();
                 checks = plan::judge_report(l, &plan::parse_report(&report));
-                checks.extend(plan::static_checks(l, &l.digest(), &facts));
-                for c in &checks {
+                let statics = plan::static_checks(l, &l.digest(), &facts);
+                for c in checks.iter().filter(|_| !told).chain(&statics) {
                     progress(&format!("  {} {}: {}", if c.ok { "ok  " } else { "FAIL" }, c.check, c.detail));
                 }
+                checks.extend(statics);
                 let verdict = plan::verdict(&checks);
                 // The verdict is written on the image and its snapshots, pass or fail.
                 let mut resources = vec![image.clone()];
