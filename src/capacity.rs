@@ -123,6 +123,9 @@ pub struct Launch {
     pub ok: bool,
     /// RunInstances calls it made (one per offering tried).
     pub calls: u32,
+    /// Of those, the ones EC2 refused for capacity.
+    #[serde(default)]
+    pub refused: u32,
 }
 
 /// Of a group's last [`CHURN_OF`] launches, this many failed halts its rollouts.
@@ -186,16 +189,18 @@ impl Ledger {
     }
 
     /// Records one launch of `by`.
-    pub fn launched(&mut self, by: &str, ok: bool, calls: u32, now: DateTime<Utc>) {
-        self.launches.push(Launch { by: by.to_string(), at: now, ok, calls });
+    pub fn launched(&mut self, by: &str, ok: bool, calls: u32, refused: u32, now: DateTime<Utc>) {
+        self.launches.push(Launch { by: by.to_string(), at: now, ok, calls, refused });
     }
 
-    /// RunInstances calls `by` made in the minute before `now`.
-    pub fn calls_last_minute(&self, by: &str, now: DateTime<Utc>) -> u32 {
+    /// RunInstances calls of `by` EC2 refused for capacity in the minute
+    /// before `now` (what the rate cap counts: a healthy scale-up is never
+    /// held back, a group under ICE is).
+    pub fn refused_last_minute(&self, by: &str, now: DateTime<Utc>) -> u32 {
         self.launches
             .iter()
             .filter(|l| l.by == by && now - l.at < Duration::minutes(1) && l.at <= now)
-            .map(|l| l.calls)
+            .map(|l| l.refused)
             .sum()
     }
 
@@ -235,8 +240,9 @@ impl Ledger {
 }
 
 /// One launch's calls, kept by the launcher as it tries offerings: the
-/// rate cap before each call, the refusals, and what the ledger records
-/// at the end. The same for the AWS launcher and the capacity benchmark.
+/// rate cap before each call (refused calls a minute), the refusals, and
+/// what the ledger records at the end. The same for the AWS launcher and
+/// the capacity benchmark.
 #[derive(Debug, Clone)]
 pub struct Attempts {
     pub by: String,
@@ -249,15 +255,15 @@ pub struct Attempts {
 impl Attempts {
     /// `cap` calls a minute; `before`, the calls the ledger saw in the last minute.
     pub fn new(by: &str, cap: u32, ledger: &Ledger, now: DateTime<Utc>) -> Attempts {
-        Attempts { by: by.to_string(), cap, before: ledger.calls_last_minute(by, now), calls: 0, refusals: Vec::new() }
+        Attempts { by: by.to_string(), cap, before: ledger.refused_last_minute(by, now), calls: 0, refusals: Vec::new() }
     }
 
     /// Counts a call about to go out, or says why none may.
     pub fn call(&mut self) -> Result<(), String> {
-        let made = self.before + self.calls;
+        let made = self.before + self.refusals.len() as u32;
         if made >= self.cap {
             return Err(format!(
-                "blocked on capacity: {made} launch calls in the last minute, the group's limit (capacity.launchesPerMinute: {}); waiting",
+                "blocked on capacity: {made} refused launch calls in the last minute, the group's limit (capacity.launchesPerMinute: {}); waiting",
                 self.cap
             ));
         }
@@ -272,13 +278,19 @@ impl Attempts {
 
     /// The launch record for the ledger (None when no call went out).
     pub fn launch(&self, ok: bool, now: DateTime<Utc>) -> Option<Launch> {
-        (self.calls > 0).then(|| Launch { by: self.by.clone(), at: now, ok, calls: self.calls })
+        (self.calls > 0).then(|| Launch {
+            by: self.by.clone(),
+            at: now,
+            ok,
+            calls: self.calls,
+            refused: self.refusals.len() as u32,
+        })
     }
 
     /// Starts the next batch of the same launch: the calls so far count
     /// toward the cap, the refusals are recorded per batch.
     pub fn next_batch(&mut self) {
-        self.before += self.calls;
+        self.before += self.refusals.len() as u32;
         self.calls = 0;
         self.refusals.clear();
     }
@@ -459,27 +471,27 @@ mod tests {
         let now = t("2026-11-26T10:00:00Z");
         let mut l = Ledger::default();
         let at = |m: i64| now + Duration::seconds(m);
-        l.launched("dev/general", true, 1, at(0));
-        l.launched("dev/general", false, 3, at(10));
+        l.launched("dev/general", true, 1, 0, at(0));
+        l.launched("dev/general", false, 3, 3, at(10));
         assert_eq!(l.churn("dev/general"), None);
-        l.launched("dev/other", false, 3, at(15));
-        l.launched("dev/general", false, 3, at(20));
+        l.launched("dev/other", false, 3, 3, at(15));
+        l.launched("dev/general", false, 3, 3, at(20));
         let why = l.churn("dev/general").unwrap();
         assert!(why.starts_with("2 of the last 3 launches of dev/general failed"), "{why}");
         assert_eq!(l.churn("dev/other"), None, "another group is not blocked");
-        assert_eq!(l.calls_last_minute("dev/general", at(30)), 7);
-        assert_eq!(l.calls_last_minute("dev/general", at(75)), 3, "only the last minute's");
+        assert_eq!(l.refused_last_minute("dev/general", at(30)), 6);
+        assert_eq!(l.refused_last_minute("dev/general", at(75)), 3, "only the last minute's");
         // Two good launches: the last four hold two failures still; a third clears it.
-        l.launched("dev/general", true, 1, at(100));
-        l.launched("dev/general", true, 1, at(110));
+        l.launched("dev/general", true, 1, 0, at(100));
+        l.launched("dev/general", true, 1, 0, at(110));
         assert!(l.churn("dev/general").is_some());
-        l.launched("dev/general", true, 1, at(120));
+        l.launched("dev/general", true, 1, 0, at(120));
         assert_eq!(l.churn("dev/general"), None);
         // Pruning keeps each group's last four whatever their age.
         l.prune(now + Duration::hours(3));
         assert_eq!(l.launches.iter().filter(|x| x.by == "dev/general").count(), 4);
         let mut other = Ledger::default();
-        other.launched("dev/general", false, 2, at(130));
+        other.launched("dev/general", false, 2, 2, at(130));
         l.merge(&other);
         l.merge(&other);
         assert_eq!(l.launches.iter().filter(|x| x.by == "dev/general").count(), 5, "merge adds each launch once");

@@ -774,7 +774,7 @@ fn capacity_refusals_fall_back_across_zones_then_types_and_the_ledger_is_shared(
 }
 
 /// Bounded churn: with every offering of the group out, a launch makes at
-/// most `launchesPerMinute` calls, the next run within the minute makes
+/// most `launchesPerMinute` refused calls, the next run within the minute makes
 /// none, and the failed launches are in the ledger (where two of the last
 /// four halt the group's rollouts; see `capacity::Ledger::churn`).
 #[test]
@@ -802,7 +802,7 @@ fn under_total_ice_launch_calls_are_capped_per_minute() {
     // Within the minute: the three offerings left are not asked for.
     let out = w.run(&["apply", "churn", "--yes"]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("launch calls in the last minute"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("3 refused launch calls in the last minute"), "{}", stderr(&out));
     let ledger = w.json(&["capacity", "churn"]);
     assert_eq!(ledger["ledgers"][0]["entries"].as_array().unwrap().len(), 3, "no call was made: {ledger}");
     assert!(w.instances_in("general").is_empty());

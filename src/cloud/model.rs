@@ -173,7 +173,7 @@ pub struct GroupCapacity {
     pub types: Vec<String>,
     pub markets: Vec<crate::capacity::Market>,
     pub fallback: Vec<crate::capacity::Fallback>,
-    /// RunInstances calls the group may make a minute (`capacity.launchesPerMinute`).
+    /// Refused RunInstances calls the group may make a minute (`capacity.launchesPerMinute`).
     pub launches_per_minute: u32,
 }
 

@@ -296,7 +296,8 @@ pub struct CapacitySpec {
     /// `type` (default: market, then zone, then type).
     #[serde(default = "default_fallback")]
     pub fallback: Vec<crate::capacity::Fallback>,
-    /// Launch attempts a minute at most while every offering is refused.
+    /// Launch calls EC2 refuses for capacity, at most, a minute (calls it
+    /// serves are never held back).
     #[serde(default = "default_launches_per_minute")]
     pub launches_per_minute: u32,
 }
