@@ -109,8 +109,26 @@ pub struct PromoteArgs {
     /// Write it (without: what would be written).
     #[arg(long, short = 'y')]
     pub yes: bool,
+    /// Deprecate the image the channel held before, this long from now,
+    /// unless another channel holds it.
+    #[arg(long, default_value = "7d", value_parser = humantime::parse_duration)]
+    pub deprecate_after: Duration,
     #[command(flatten)]
     pub images: ImagesArgs,
+}
+
+/// After a promotion: the images it superseded are deprecated later.
+async fn deprecate_superseded(regions: &[&Aws], writes: &[channels::Write], after: Duration) -> Result<()> {
+    let at = chrono::Utc::now() + chrono::Duration::seconds(after.as_secs() as i64);
+    for w in writes {
+        let (Some(from), Some(aws)) = (&w.from, regions.iter().find(|r| r.region == w.region)) else { continue };
+        if *from == w.to {
+            continue;
+        }
+        let said = crate::cloud::aws::imagegc::deprecate_superseded(aws, from, at).await?;
+        writeln!(anstream::stderr(), "{}", crate::views::text::safe(&said))?;
+    }
+    Ok(())
 }
 
 async fn who(aws: &Aws) -> String {
@@ -159,6 +177,9 @@ pub async fn promote(g: &GlobalArgs, a: PromoteArgs) -> Result<ExitCode> {
         channels::write_all(&refs, &writes).await?;
     }
     show_writes(g, &writes, a.yes)?;
+    if a.yes {
+        deprecate_superseded(&refs, &writes, a.deprecate_after).await?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -139,7 +139,7 @@ pub async fn carry_out(regions: &[&Aws], plan: &Plan) -> Result<Vec<Done>> {
                 Action::Keep { .. } => {}
                 Action::Deprecate { at, .. } => {
                     let when = aws_smithy_types::DateTime::from_secs(at.timestamp());
-                    let r = aws.ec2.enable_image_deprecation().image_id(id).deprecate_at(when).send().await;
+                    let r = enable_deprecation(aws, id, when).await;
                     out.push(done(
                         "deprecate",
                         match r {
@@ -173,4 +173,51 @@ pub async fn carry_out(regions: &[&Aws], plan: &Plan) -> Result<Vec<Done>> {
         }
     }
     Ok(out)
+}
+
+/// Deprecates `image` at `at` unless a channel of the region still holds
+/// it (what a promotion does to the image it superseded); the outcome in
+/// words (the endpoint may not offer deprecation: moto does not).
+pub async fn deprecate_superseded(aws: &Aws, image: &str, at: DateTime<Utc>) -> Result<String> {
+    let held: Vec<String> = super::channels::list(aws, None)
+        .await?
+        .into_iter()
+        .filter(|c| c.current().is_some_and(|v| v.image == image))
+        .map(|c| format!("{}/{}", c.recipe, c.channel))
+        .collect();
+    if !held.is_empty() {
+        return Ok(format!("{image} in {}: still held by {}, not deprecated", aws.region, held.join(", ")));
+    }
+    let when = aws_smithy_types::DateTime::from_secs(at.timestamp());
+    Ok(match enable_deprecation(aws, image, when).await {
+        Ok(_) => format!("{image} in {}: deprecated from {}", aws.region, at.format("%Y-%m-%d")),
+        Err(e) => format!(
+            "{image} in {}: not deprecated, the endpoint refused EnableImageDeprecation ({}); `pinfleet ami gc` tries again",
+            aws.region,
+            super::client::describe_sdk_error(&e)
+        ),
+    })
+}
+
+/// EnableImageDeprecation, asked once: an endpoint that does not offer it
+/// (moto answers 500) is not a fault to retry through the SDK's backoff.
+async fn enable_deprecation(
+    aws: &Aws,
+    image: &str,
+    when: aws_smithy_types::DateTime,
+) -> Result<
+    aws_sdk_ec2::operation::enable_image_deprecation::EnableImageDeprecationOutput,
+    aws_sdk_ec2::error::SdkError<
+        aws_sdk_ec2::operation::enable_image_deprecation::EnableImageDeprecationError,
+        aws_smithy_runtime_api::http::Response,
+    >,
+> {
+    aws.ec2
+        .enable_image_deprecation()
+        .image_id(image)
+        .deprecate_at(when)
+        .customize()
+        .config_override(aws_sdk_ec2::config::Config::builder().retry_config(aws_config::retry::RetryConfig::disabled()))
+        .send()
+        .await
 }
