@@ -120,8 +120,11 @@ fn simulate(nothing_out: bool, memory: bool, cap: u32) -> Run {
         }
         clock = clock.max(pass_start + RECONCILE);
     }
-    let max_per_minute =
-        calls_at.iter().map(|t| calls_at.iter().filter(|u| **u >= *t && **u < t + 60).count() as u32).max().unwrap_or(0);
+    let max_per_minute = calls_at
+        .iter()
+        .map(|t| calls_at.iter().filter(|u| **u >= *t && **u < t + 60).count() as u32)
+        .max()
+        .unwrap_or(0);
     Run { ready_at: last_launch + BOOT, calls: calls_at.len() as u32, refused, max_per_minute }
 }
 
@@ -135,7 +138,10 @@ fn main() {
     ];
     println!("bench-capacity: {NODES} nodes, batches of {BATCH} per subnet, two of three zones out of the first three of four types");
     println!("floor (nothing out): all Ready at {} s, {} calls", floor.ready_at, floor.calls);
-    println!("{:<30} {:>10} {:>8} {:>7} {:>8} {:>9} {:>12}", "variant", "all Ready", "× floor", "calls", "refused", "wasted %", "max calls/min");
+    println!(
+        "{:<30} {:>10} {:>8} {:>7} {:>8} {:>9} {:>12}",
+        "variant", "all Ready", "× floor", "calls", "refused", "wasted %", "max calls/min"
+    );
     for (name, memory, cap) in variants {
         let r = simulate(false, memory, cap);
         println!(

@@ -255,7 +255,13 @@ pub struct Attempts {
 impl Attempts {
     /// `cap` calls a minute; `before`, the calls the ledger saw in the last minute.
     pub fn new(by: &str, cap: u32, ledger: &Ledger, now: DateTime<Utc>) -> Attempts {
-        Attempts { by: by.to_string(), cap, before: ledger.refused_last_minute(by, now), calls: 0, refusals: Vec::new() }
+        Attempts {
+            by: by.to_string(),
+            cap,
+            before: ledger.refused_last_minute(by, now),
+            calls: 0,
+            refusals: Vec::new(),
+        }
     }
 
     /// Counts a call about to go out, or says why none may.

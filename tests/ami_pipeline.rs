@@ -92,7 +92,15 @@ async fn census(w: &World) -> (Vec<(String, String)>, usize, usize, usize) {
         .map(|i| (i.instance_id().unwrap().to_string(), i.state().unwrap().name().unwrap().as_str().to_string()))
         .collect();
     let count = |aws: pinfleet::cloud::aws::Aws| async move {
-        aws.ec2.describe_images().owners("self").filters(filter("name", "pinfleet/node/*")).send().await.unwrap().images().len()
+        aws.ec2
+            .describe_images()
+            .owners("self")
+            .filters(filter("name", "pinfleet/node/*"))
+            .send()
+            .await
+            .unwrap()
+            .images()
+            .len()
     };
     let sgs = home
         .ec2
@@ -108,7 +116,12 @@ async fn census(w: &World) -> (Vec<(String, String)>, usize, usize, usize) {
 
 /// Plays the builder's last step: once `go`, tags every running builder
 /// that has not reported with `report`.
-fn builder_stand_in(w: &World, go: Arc<AtomicBool>, stop: Arc<AtomicBool>, report: &'static str) -> std::thread::JoinHandle<()> {
+fn builder_stand_in(
+    w: &World,
+    go: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    report: &'static str,
+) -> std::thread::JoinHandle<()> {
     builder_reporting(w, go, stop, Arc::new(std::sync::Mutex::new(report.to_string())))
 }
 
@@ -179,7 +192,11 @@ fn a_bake_killed_then_stopped_mid_copy_resumes_without_a_second_builder_or_image
     let stand_in = builder_stand_in(&w, go.clone(), stop.clone(), REPORT);
 
     // 1. Killed (SIGKILL) while the builder works: the builder is left.
-    let mut child = cmd(&w, &["ami", "bake", "node", "--poll", "200ms"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = cmd(&w, &["ami", "bake", "node", "--poll", "200ms"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let rtm = rt();
     let mut launched = false;
     for _ in 0..200 {
@@ -198,7 +215,10 @@ fn a_bake_killed_then_stopped_mid_copy_resumes_without_a_second_builder_or_image
 
     // 2. Resumed with the same builder; then EC2 refuses the copy to eu-west-1.
     go.store(true, Ordering::SeqCst);
-    let o = cmd(&w, &["ami", "bake", "node", "--poll", "200ms"]).env("PINFLEET_FAULTS", "copy-limit=eu-west-1").output().unwrap();
+    let o = cmd(&w, &["ami", "bake", "node", "--poll", "200ms"])
+        .env("PINFLEET_FAULTS", "copy-limit=eu-west-1")
+        .output()
+        .unwrap();
     assert!(!o.status.success(), "{}", stdout(&o));
     let err = stderr(&o);
     assert!(err.contains("ResourceLimitExceeded") && err.contains("run the bake again"), "{err}");
@@ -253,10 +273,19 @@ fn channels_move_groups_rollback_is_one_write_and_gc_goes_by_reference() {
     let rtm = rt();
 
     // Bad input first: nothing is written by any of these.
-    std::fs::write(images_dir(&w).join("typo.yaml"), recipe("conntrack", false).replace("packages:", "pakages:")).unwrap();
+    std::fs::write(images_dir(&w).join("typo.yaml"), recipe("conntrack", false).replace("packages:", "pakages:"))
+        .unwrap();
     let o = run(&w, &["ami", "bake", "typo"]);
-    assert!(!o.status.success() && stderr(&o).contains("typo.yaml:") && stderr(&o).contains("pakages"), "{}", stderr(&o));
-    std::fs::write(images_dir(&w).join("nobase.yaml"), recipe("conntrack", false).replace("ubuntu/images", "nothing-like-this")).unwrap();
+    assert!(
+        !o.status.success() && stderr(&o).contains("typo.yaml:") && stderr(&o).contains("pakages"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(
+        images_dir(&w).join("nobase.yaml"),
+        recipe("conntrack", false).replace("ubuntu/images", "nothing-like-this"),
+    )
+    .unwrap();
     let o = run(&w, &["ami", "bake", "nobase"]);
     assert!(!o.status.success() && stderr(&o).contains("base: no available x86_64 image named"), "{}", stderr(&o));
     let o = run(&w, &["ami", "rollback", "node", "stable", "--yes"]);
@@ -266,7 +295,11 @@ fn channels_move_groups_rollback_is_one_write_and_gc_goes_by_reference() {
     // A recipe that wants encryption is refused by the static check (moto's snapshots are plain).
     std::fs::write(images_dir(&w).join("sealed.yaml"), recipe("conntrack", true)).unwrap();
     let o = run(&w, &["ami", "bake", "sealed", "--poll", "200ms"]);
-    assert!(!o.status.success() && stderr(&o).contains("failed its checks: failed: encrypted volumes"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("failed its checks: failed: encrypted volumes"),
+        "{}",
+        stderr(&o)
+    );
     let o = run(&w, &["ami", "promote", "sealed", "--from", "candidate", "--yes"]);
     assert!(!o.status.success(), "{}", stdout(&o));
 
@@ -292,7 +325,10 @@ fn channels_move_groups_rollback_is_one_write_and_gc_goes_by_reference() {
     assert!(o.status.success(), "{}", stderr(&o));
     // The superseded image is deprecated a week on (moto has no such call, and it says so).
     let said = stderr(&o);
-    assert!(said.contains(&format!("{a_home} in us-east-1: not deprecated, the endpoint refused EnableImageDeprecation")), "{said}");
+    assert!(
+        said.contains(&format!("{a_home} in us-east-1: not deprecated, the endpoint refused EnableImageDeprecation")),
+        "{said}"
+    );
     assert!(resolved(&w).iter().all(|i| *i == b_home), "promotion moves every channel group");
     // candidate → stable, the recipe's next channel.
     let out = ok(&w, &["ami", "promote", "node", "--from", "candidate", "--yes"]);
@@ -333,7 +369,12 @@ fn channels_move_groups_rollback_is_one_write_and_gc_goes_by_reference() {
     let b_eu_snaps = rtm.block_on(async {
         let aws = client(&w, "eu-west-1").await;
         let imgs = aws.ec2.describe_images().image_ids(&b_eu).send().await.unwrap();
-        imgs.images()[0].block_device_mappings().iter().filter_map(|m| m.ebs().and_then(|e| e.snapshot_id())).map(str::to_string).collect::<Vec<_>>()
+        imgs.images()[0]
+            .block_device_mappings()
+            .iter()
+            .filter_map(|m| m.ebs().and_then(|e| e.snapshot_id()))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
     });
     assert!(!b_eu_snaps.is_empty());
     let out = ok(&w, &["ami", "gc", "--retention", "0s", "--disable-after", "0s"]);
@@ -374,11 +415,24 @@ fn channels_move_groups_rollback_is_one_write_and_gc_goes_by_reference() {
 /// The cluster's node simulator (Nodes for its machines, reporting what
 /// their image's builder measured), as tests/ami.rs runs it.
 fn sim(w: &World, kubeconfig: &std::path::Path) -> std::process::Child {
-    let child = cmd(w, &["sim", "--cluster", &w.cluster, "--kubeconfig", kubeconfig.to_str().unwrap(), "--boot-delay", "1s", "--network", "preinstalled"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = cmd(
+        w,
+        &[
+            "sim",
+            "--cluster",
+            &w.cluster,
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--boot-delay",
+            "1s",
+            "--network",
+            "preinstalled",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
     support::approver(kubeconfig);
     child
 }
@@ -396,8 +450,11 @@ fn a_gate_stops_on_a_failed_unit_and_promotes_what_differs_only_where_allowed() 
     // a: the cluster's image, through candidate.
     write_recipe("conntrack");
     let bake = |w: &World| -> String {
-        let v: serde_json::Value =
-            serde_json::from_str(&ok(w, &["ami", "bake", "node", "--poll", "200ms", "--report-timeout", "30s", "-o", "json"])).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&ok(
+            w,
+            &["ami", "bake", "node", "--poll", "200ms", "--report-timeout", "30s", "-o", "json"],
+        ))
+        .unwrap();
         v["images"]["us-east-1"].as_str().unwrap().to_string()
     };
     let a = bake(&w);
@@ -416,10 +473,27 @@ fn a_gate_stops_on_a_failed_unit_and_promotes_what_differs_only_where_allowed() 
     let kc = kubeconfig.to_str().unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     let gate = |w: &World| {
-        run(w, &[
-            "ami", "gate", "node", "--cluster", &w.cluster, "--canary-group", "general", "--soak", "1s",
-            "--e2e-phases", "preflight,cluster", "--kubeconfig", kc, "--validate-interval", "200ms", "--yes",
-        ])
+        run(
+            w,
+            &[
+                "ami",
+                "gate",
+                "node",
+                "--cluster",
+                &w.cluster,
+                "--canary-group",
+                "general",
+                "--soak",
+                "1s",
+                "--e2e-phases",
+                "preflight,cluster",
+                "--kubeconfig",
+                kc,
+                "--validate-interval",
+                "200ms",
+                "--yes",
+            ],
+        )
     };
 
     // b: a unit that fails on its nodes. The gate stops; candidate stays, stable is never written.
@@ -430,7 +504,10 @@ fn a_gate_stops_on_a_failed_unit_and_promotes_what_differs_only_where_allowed() 
     let o = gate(&w);
     assert_eq!(o.status.code(), Some(1), "{}\n{}", stdout(&o), stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("gate stopped") && out.contains("failedUnits") && out.contains("fwupd-refresh.service failed on"), "{out}");
+    assert!(
+        out.contains("gate stopped") && out.contains("failedUnits") && out.contains("fwupd-refresh.service failed on"),
+        "{out}"
+    );
     assert!(stderr(&o).contains("rolling general back to"), "{}", stderr(&o));
     let o = run(&w, &["ami", "channels", "node", "--history", "stable"]);
     assert!(!o.status.success() && stderr(&o).contains("never been written"), "{}", stderr(&o));
@@ -444,10 +521,17 @@ fn a_gate_stops_on_a_failed_unit_and_promotes_what_differs_only_where_allowed() 
     ok(&w, &["ami", "promote", "node", "--image", &c, "--to", "candidate", "--yes"]);
     let o = gate(&w);
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("gate passed") && stdout(&o).contains("/pinfleet/images/node/stable"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("gate passed") && stdout(&o).contains("/pinfleet/images/node/stable"),
+        "{}",
+        stdout(&o)
+    );
     assert!(stderr(&o).contains("kernel differs (allowed): 6.8.0-1015-aws → 6.8.0-1021-aws"), "{}", stderr(&o));
     let out = ok(&w, &["ami", "channels", "node"]);
-    assert!(out.lines().any(|l| l.contains("stable") && l.contains(&c) && l.contains("gate passed on gate (general)")), "{out}");
+    assert!(
+        out.lines().any(|l| l.contains("stable") && l.contains(&c) && l.contains("gate passed on gate (general)")),
+        "{out}"
+    );
     stop.store(true, Ordering::SeqCst);
     stand_in.join().unwrap();
 }

@@ -87,7 +87,10 @@ pub fn next(o: &Observed) -> Step {
         let id = b.id.clone();
         return match (b.status.as_deref(), b.state.as_str()) {
             (Some("failed"), _) => Step::Fail {
-                reason: format!("the builder {id} reported a failure: {}", b.report.as_deref().unwrap_or("(no report)")),
+                reason: format!(
+                    "the builder {id} reported a failure: {}",
+                    b.report.as_deref().unwrap_or("(no report)")
+                ),
             },
             (Some("done"), "running" | "pending") => Step::Stop { builder: id },
             (Some("done"), "stopping") => Step::AwaitStopped { builder: id },
@@ -95,9 +98,9 @@ pub fn next(o: &Observed) -> Step {
             (Some(other), _) if other != "done" => {
                 Step::Fail { reason: format!("the builder {id} reported `{other}` (known: done, failed)") }
             }
-            (_, "stopped" | "stopping") => Step::Fail {
-                reason: format!("the builder {id} stopped before reporting (see its console output)"),
-            },
+            (_, "stopped" | "stopping") => {
+                Step::Fail { reason: format!("the builder {id} stopped before reporting (see its console output)") }
+            }
             _ => Step::AwaitReport { builder: id },
         };
     };

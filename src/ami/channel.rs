@@ -126,6 +126,9 @@ mod tests {
         assert_eq!(left_at(&c, "ami-a"), Some(None), "left at version 4 (no time here)");
         assert_eq!(left_at(&c, "ami-c"), None, "current");
         assert_eq!(left_at(&c, "ami-z"), None, "never held");
-        assert_eq!(note("promoted from candidate", "arn:x\u{1b}[31m", "gate passed"), "promoted from candidate by arn:x[31m: gate passed");
+        assert_eq!(
+            note("promoted from candidate", "arn:x\u{1b}[31m", "gate passed"),
+            "promoted from candidate by arn:x[31m: gate passed"
+        );
     }
 }

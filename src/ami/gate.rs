@@ -86,9 +86,17 @@ pub fn compare(before: &[NodeReport], after: &[NodeReport], allow: &[String]) ->
         let (b, n) = (values(before, a), values(after, a));
         if b != n {
             let join = |s: &BTreeSet<String>| {
-                s.iter().map(|v| if v.is_empty() { "(not reported)".to_string() } else { v.clone() }).collect::<Vec<_>>().join(" | ")
+                s.iter()
+                    .map(|v| if v.is_empty() { "(not reported)".to_string() } else { v.clone() })
+                    .collect::<Vec<_>>()
+                    .join(" | ")
             };
-            out.push(Difference { aspect: a.to_string(), before: join(&b), after: join(&n), allowed: allow.iter().any(|x| x == a) });
+            out.push(Difference {
+                aspect: a.to_string(),
+                before: join(&b),
+                after: join(&n),
+                allowed: allow.iter().any(|x| x == a),
+            });
         }
     }
     let old: BTreeSet<&String> = before.iter().flat_map(|r| &r.failed_units).collect();
@@ -119,7 +127,12 @@ pub enum Verdict {
 
 /// The verdict from the differences and the e2e runs on the candidate
 /// (upgrade) and back on the previous image (downgrade).
-pub fn decide(diffs: &[Difference], upgrade_e2e: Result<(), String>, downgrade_e2e: Result<(), String>, next: Option<&str>) -> Verdict {
+pub fn decide(
+    diffs: &[Difference],
+    upgrade_e2e: Result<(), String>,
+    downgrade_e2e: Result<(), String>,
+    next: Option<&str>,
+) -> Verdict {
     if let Err(e) = upgrade_e2e {
         return Verdict::Stop { reason: format!("e2e on the candidate failed: {e}") };
     }
@@ -127,7 +140,10 @@ pub fn decide(diffs: &[Difference], upgrade_e2e: Result<(), String>, downgrade_e
         diffs.iter().filter(|d| !d.allowed).map(|d| format!("{}: {} → {}", d.aspect, d.before, d.after)).collect();
     if !refused.is_empty() {
         return Verdict::Stop {
-            reason: format!("the candidate's nodes differ where the recipe allows no difference: {}", refused.join("; ")),
+            reason: format!(
+                "the candidate's nodes differ where the recipe allows no difference: {}",
+                refused.join("; ")
+            ),
         };
     }
     if let Err(e) = downgrade_e2e {
@@ -167,8 +183,12 @@ mod tests {
         assert!(matches!(&v, Verdict::Stop { reason } if reason.contains("fwupd.service failed on c")), "{v:?}");
         let ok = compare(&before, &[node("c", "6.8.0-1021-aws", &[])], &["kernel".to_string()]);
         assert_eq!(decide(&ok, Ok(()), Ok(()), Some("stable")), Verdict::Promote { to: "stable".into() });
-        assert!(matches!(decide(&ok, Ok(()), Err("x".into()), Some("stable")), Verdict::Stop { reason } if reason.contains("rolling back")));
-        assert!(matches!(decide(&ok, Err("pods pending".into()), Ok(()), Some("stable")), Verdict::Stop { reason } if reason.contains("pods pending")));
+        assert!(
+            matches!(decide(&ok, Ok(()), Err("x".into()), Some("stable")), Verdict::Stop { reason } if reason.contains("rolling back"))
+        );
+        assert!(
+            matches!(decide(&ok, Err("pods pending".into()), Ok(()), Some("stable")), Verdict::Stop { reason } if reason.contains("pods pending"))
+        );
     }
 
     #[test]

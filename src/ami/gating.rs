@@ -122,15 +122,18 @@ pub async fn run(g: &Gate<'_>, on: &dyn Fn(Event), say: &dyn Fn(&str)) -> Result
     let recipe = &g.recipe.name;
     let name = &g.cluster.metadata.name;
     let Some(candidate) = crate::cloud::aws::channels::current(g.aws, recipe, &g.from).await? else {
-        bail!("channel {} of recipe {recipe} has never been written in {} (promote a baked image to it first)", g.from, g.aws.region)
+        bail!(
+            "channel {} of recipe {recipe} has never been written in {} (promote a baked image to it first)",
+            g.from,
+            g.aws.region
+        )
     };
     let group = canary_group(g.cluster, recipe, g.canary_group.as_deref())?;
     let images = super::job::resolve(g.aws, g.cluster, chrono::Utc::now()).await?.0;
-    let previous = images
-        .iter()
-        .find(|i| i.group == group)
-        .and_then(|i| i.current.clone())
-        .ok_or_else(|| anyhow!("instance group {group} of {name} has no machines yet: bootstrap the cluster first"))?;
+    let previous =
+        images.iter().find(|i| i.group == group).and_then(|i| i.current.clone()).ok_or_else(|| {
+            anyhow!("instance group {group} of {name} has no machines yet: bootstrap the cluster first")
+        })?;
     if previous == candidate {
         bail!("instance group {group} of {name} already runs {candidate}: the gate needs a group on the previous image to compare with");
     }

@@ -211,7 +211,12 @@ mod tests {
             history: history
                 .iter()
                 .enumerate()
-                .map(|(i, (im, d))| Version { version: i as i64 + 1, image: im.to_string(), at: Some(day(*d)), note: String::new() })
+                .map(|(i, (im, d))| Version {
+                    version: i as i64 + 1,
+                    image: im.to_string(),
+                    at: Some(day(*d)),
+                    note: String::new(),
+                })
                 .collect(),
         }
     }
@@ -234,7 +239,8 @@ mod tests {
         // stable: a (day 0) → b (day 1) → c (day 20); d never promoted.
         let ch = vec![stable(&[("a", 0), ("b", 1), ("c", 20)])];
         // One cluster's launch template still runs a.
-        let refs = vec![LaunchTemplateRef { region: "us-east-1".into(), image: "a".into(), what: "prod/nodes v3".into() }];
+        let refs =
+            vec![LaunchTemplateRef { region: "us-east-1".into(), image: "a".into(), what: "prod/nodes v3".into() }];
         let p = plan(&images, &refs, &ch, &BTreeMap::new(), Policy::default(), day(60));
         let by: BTreeMap<&str, Vec<&str>> = p.decisions.iter().map(|d| (d.image.id.as_str(), kinds(d))).collect();
         assert_eq!(by["a"], ["keep"], "a launch template names it");

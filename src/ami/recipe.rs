@@ -146,7 +146,12 @@ fn default_volume() -> u32 {
 
 impl Default for Builder {
     fn default() -> Self {
-        Builder { instance_type: default_builder_type(), volume_gib: default_volume(), subnet: None, instance_profile: None }
+        Builder {
+            instance_type: default_builder_type(),
+            volume_gib: default_volume(),
+            subnet: None,
+            instance_profile: None,
+        }
     }
 }
 
@@ -227,7 +232,9 @@ pub fn path_of(dir: &Path, name: &str) -> PathBuf {
 pub fn load(dir: &Path, name: &str) -> Result<Loaded, Diagnostics> {
     let path = path_of(dir, name);
     let file = Arc::new(path.clone());
-    let at = |message: String| Diagnostics(vec![Diagnostic { loc: Loc::new(file.clone(), 1, 1), path: String::new(), message }]);
+    let at = |message: String| {
+        Diagnostics(vec![Diagnostic { loc: Loc::new(file.clone(), 1, 1), path: String::new(), message }])
+    };
     if !valid_name(name) {
         return Err(at(format!("recipe name `{name}`: use lowercase letters, digits and `-` (at most 40)")));
     }
@@ -251,10 +258,7 @@ pub fn parse(name: &str, path: &Path, src: &str) -> Result<Loaded, Diagnostics> 
     let problems = validate(&recipe);
     if !problems.is_empty() {
         return Err(Diagnostics(
-            problems
-                .into_iter()
-                .map(|(p, message)| Diagnostic { loc: tree.locate(&p), path: p, message })
-                .collect(),
+            problems.into_iter().map(|(p, message)| Diagnostic { loc: tree.locate(&p), path: p, message }).collect(),
         ));
     }
     Ok(Loaded { name: name.to_string(), path: path.to_path_buf(), recipe })
@@ -344,7 +348,10 @@ pub fn validate(r: &Recipe) -> Vec<(String, String)> {
         say("builder.volumeGib", format!("{} GiB is outside 8–16384", r.builder.volume_gib));
     }
     if r.checks.min_free_gib >= r.builder.volume_gib {
-        say("checks.minFreeGib", format!("{} GiB cannot be free on a {} GiB volume", r.checks.min_free_gib, r.builder.volume_gib));
+        say(
+            "checks.minFreeGib",
+            format!("{} GiB cannot be free on a {} GiB volume", r.checks.min_free_gib, r.builder.volume_gib),
+        );
     }
     out
 }
@@ -485,7 +492,10 @@ regions: [us-east-1, eu-west-1]
         assert!(l.recipe.encrypted);
         assert_eq!(l.home(), "us-east-1");
         // Comments, spacing and key order do not change the digest; content does.
-        let reordered = format!("# the node image\nregions: [us-east-1, eu-west-1]\n{}", GOOD.replace("regions: [us-east-1, eu-west-1]\n", ""));
+        let reordered = format!(
+            "# the node image\nregions: [us-east-1, eu-west-1]\n{}",
+            GOOD.replace("regions: [us-east-1, eu-west-1]\n", "")
+        );
         assert_eq!(at(&reordered).unwrap().digest(), l.digest());
         assert_ne!(at(&GOOD.replace("socat", "ebtables")).unwrap().digest(), l.digest());
         // The build id follows the base image too.

@@ -91,7 +91,8 @@ pub(super) async fn held_lines(s: &Session) -> Vec<String> {
     spec.instance_groups
         .iter()
         .filter_map(|g| {
-            g.capacity_held(s.name(), spec, &ledgers, now).map(|(n, of, why)| format!("group {}: {n} of {of} offerings out; {why}", g.name))
+            g.capacity_held(s.name(), spec, &ledgers, now)
+                .map(|(n, of, why)| format!("group {}: {n} of {of} offerings out; {why}", g.name))
         })
         .collect()
 }

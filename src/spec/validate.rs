@@ -400,7 +400,9 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
             p.push(format!("{gp}.maxSize"), "must be at least 1");
         }
         let channel_name_ok = |s: &str| {
-            !s.is_empty() && s.len() <= 40 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            !s.is_empty()
+                && s.len() <= 40
+                && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         };
         for (field, v) in [("channel", &g.image.channel), ("recipe", &g.image.recipe)] {
             if let Some(v) = v.as_deref().filter(|v| !channel_name_ok(v)) {

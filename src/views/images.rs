@@ -21,10 +21,21 @@ pub fn checks(results: &[CheckResult]) -> String {
 }
 
 /// A finished bake: the image per region, then its checks.
-pub fn baked(build_id: &str, name: &str, base: &str, images: &[(String, String)], results: &[CheckResult], steps: &[String]) -> String {
+pub fn baked(
+    build_id: &str,
+    name: &str,
+    base: &str,
+    images: &[(String, String)],
+    results: &[CheckResult],
+    steps: &[String],
+) -> String {
     let mut out = format!(
         "baked {build_id} ({name}) from {base}{}\n",
-        if steps.is_empty() { " — found complete, nothing to do".to_string() } else { format!(" — steps this run: {}", steps.join(", ")) }
+        if steps.is_empty() {
+            " — found complete, nothing to do".to_string()
+        } else {
+            format!(" — steps this run: {}", steps.join(", "))
+        }
     );
     out += &table(&["REGION", "IMAGE"], &images.iter().map(|(r, i)| vec![r.clone(), i.clone()]).collect::<Vec<_>>());
     out += &checks(results);
@@ -78,7 +89,10 @@ pub fn writes(rows: &[(String, String, Option<String>, String)], done: bool) -> 
     let mut out = String::from(if done { "written:\n" } else { "would write (add --yes):\n" });
     out += &table(
         &["REGION", "PARAMETER", "FROM", "TO"],
-        &rows.iter().map(|(r, p, f, t)| vec![r.clone(), p.clone(), f.clone().unwrap_or_else(|| "-".into()), t.clone()]).collect::<Vec<_>>(),
+        &rows
+            .iter()
+            .map(|(r, p, f, t)| vec![r.clone(), p.clone(), f.clone().unwrap_or_else(|| "-".into()), t.clone()])
+            .collect::<Vec<_>>(),
     );
     out
 }
@@ -90,10 +104,16 @@ pub fn gc(plan: &Plan, dry_run: bool) -> String {
         for a in &d.actions {
             let (what, why) = match a {
                 Action::Keep { reasons } => ("keep".to_string(), reasons.join("; ")),
-                Action::Deprecate { at, reasons } => (format!("deprecate {}", at.format("%Y-%m-%d")), reasons.join("; ")),
+                Action::Deprecate { at, reasons } => {
+                    (format!("deprecate {}", at.format("%Y-%m-%d")), reasons.join("; "))
+                }
                 Action::Disable { reasons } => ("disable".to_string(), reasons.join("; ")),
                 Action::Deregister { snapshots, reason } => (
-                    if snapshots.is_empty() { "deregister".into() } else { format!("deregister + {}", snapshots.join(",")) },
+                    if snapshots.is_empty() {
+                        "deregister".into()
+                    } else {
+                        format!("deregister + {}", snapshots.join(","))
+                    },
                     reason.clone(),
                 ),
             };
@@ -148,7 +168,12 @@ mod tests {
             region: "us-east-1".into(),
             history: vec![
                 Version { version: 1, image: "ami-0aaa".into(), at: Some(at), note: "promoted by ci".into() },
-                Version { version: 2, image: "ami-0bbb".into(), at: Some(at), note: "promoted from candidate by ci: gate passed".into() },
+                Version {
+                    version: 2,
+                    image: "ami-0bbb".into(),
+                    at: Some(at),
+                    note: "promoted from candidate by ci: gate passed".into(),
+                },
             ],
         };
         let img = Baked {
@@ -166,21 +191,43 @@ mod tests {
                 image: img,
                 actions: vec![
                     Action::Deprecate { at, reasons: vec!["superseded".into()] },
-                    Action::Deregister { snapshots: vec!["snap-1".into()], reason: "left node/stable 40 days ago".into() },
+                    Action::Deregister {
+                        snapshots: vec!["snap-1".into()],
+                        reason: "left node/stable 40 days ago".into(),
+                    },
                 ],
             }],
             warnings: vec!["us-east-1: 40000 images, 80% of the 50000 quota".into()],
         };
-        let checks_ = vec![CheckResult { check: "encrypted volumes".into(), ok: false, detail: "not encrypted: /dev/sda1 (snap-1)".into() }];
+        let checks_ = vec![CheckResult {
+            check: "encrypted volumes".into(),
+            ok: false,
+            detail: "not encrypted: /dev/sda1 (snap-1)".into(),
+        }];
         let waves_ = crate::ami::waves::plan(crate::ami::waves::Profile::Urgent, &["a".into(), "b".into(), "c".into()]);
         insta::assert_snapshot!(format!(
             "{}\n{}\n{}\n{}\n{}\n{}",
             channels(&[ch.clone()]),
             history(&ch),
-            writes(&[("us-east-1".into(), "/pinfleet/images/node/stable".into(), Some("ami-0bbb".into()), "ami-0aaa".into())], false),
+            writes(
+                &[(
+                    "us-east-1".into(),
+                    "/pinfleet/images/node/stable".into(),
+                    Some("ami-0bbb".into()),
+                    "ami-0aaa".into()
+                )],
+                false
+            ),
             gc(&plan, true),
             waves(&waves_),
-            baked("node-1", "pinfleet/node/node-1", "ami-base", &[("us-east-1".into(), "ami-0aaa".into())], &checks_, &["launch".into()]),
+            baked(
+                "node-1",
+                "pinfleet/node/node-1",
+                "ami-base",
+                &[("us-east-1".into(), "ami-0aaa".into())],
+                &checks_,
+                &["launch".into()]
+            ),
         ));
     }
 }

@@ -85,7 +85,14 @@ pub async fn bake(g: &GlobalArgs, a: BakeArgs) -> Result<ExitCode> {
     write!(
         anstream::stdout(),
         "{}",
-        crate::views::images::baked(&baked.build_id, &baked.name, &baked.base_image, &images, &baked.checks, &baked.steps)
+        crate::views::images::baked(
+            &baked.build_id,
+            &baked.name,
+            &baked.base_image,
+            &images,
+            &baked.checks,
+            &baked.steps
+        )
     )?;
     Ok(ExitCode::SUCCESS)
 }
@@ -139,7 +146,8 @@ fn show_writes(g: &GlobalArgs, writes: &[channels::Write], done: bool) -> Result
     if g.output != Format::Text {
         return print_data(g.output, &writes);
     }
-    let rows: Vec<_> = writes.iter().map(|w| (w.region.clone(), w.parameter.clone(), w.from.clone(), w.to.clone())).collect();
+    let rows: Vec<_> =
+        writes.iter().map(|w| (w.region.clone(), w.parameter.clone(), w.from.clone(), w.to.clone())).collect();
     write!(anstream::stdout(), "{}", crate::views::images::writes(&rows, done))?;
     Ok(())
 }
@@ -151,7 +159,11 @@ pub async fn promote(g: &GlobalArgs, a: PromoteArgs) -> Result<ExitCode> {
         (Some(t), _) => t.clone(),
         (None, Some(f)) => {
             let i = chans.iter().position(|c| c == f).ok_or_else(|| {
-                anyhow!("{}: channel {f} is not in the recipe's channels ({}); say --to", l.path.display(), chans.join(", "))
+                anyhow!(
+                    "{}: channel {f} is not in the recipe's channels ({}); say --to",
+                    l.path.display(),
+                    chans.join(", ")
+                )
             })?;
             chans.get(i + 1).cloned().ok_or_else(|| anyhow!("{f} is the recipe's last channel; say --to"))?
         }
@@ -237,8 +249,9 @@ async fn regions_for(images: &ImagesArgs, recipe: Option<&str>, given: &[String]
         all.sort();
         all.dedup();
         if all.is_empty() {
-            let region = std::env::var("AWS_REGION")
-                .map_err(|_| anyhow!("no recipes in {} and no AWS_REGION: say --regions", images.images_dir.display()))?;
+            let region = std::env::var("AWS_REGION").map_err(|_| {
+                anyhow!("no recipes in {} and no AWS_REGION: say --regions", images.images_dir.display())
+            })?;
             all.push(region);
         }
         all
@@ -451,14 +464,25 @@ pub async fn gate(g: &GlobalArgs, a: GateArgs) -> Result<ExitCode> {
         match &outcome.verdict {
             crate::ami::gate::Verdict::Promote { to } => {
                 writeln!(out, "gate passed: {} ({}/{from}) may go to {to}", outcome.candidate, l.name)?;
-                let rows: Vec<_> =
-                    written.iter().map(|w| (w.region.clone(), w.parameter.clone(), w.from.clone(), w.to.clone())).collect();
+                let rows: Vec<_> = written
+                    .iter()
+                    .map(|w| (w.region.clone(), w.parameter.clone(), w.from.clone(), w.to.clone()))
+                    .collect();
                 write!(out, "{}", crate::views::images::writes(&rows, a.yes))?;
             }
             crate::ami::gate::Verdict::Stop { reason } => {
-                writeln!(out, "gate stopped: {} stays on {from}: {}", outcome.candidate, crate::views::text::safe(reason))?;
+                writeln!(
+                    out,
+                    "gate stopped: {} stays on {from}: {}",
+                    outcome.candidate,
+                    crate::views::text::safe(reason)
+                )?;
             }
         }
     }
-    Ok(if matches!(outcome.verdict, crate::ami::gate::Verdict::Promote { .. }) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if matches!(outcome.verdict, crate::ami::gate::Verdict::Promote { .. }) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -143,17 +143,19 @@ async fn subnet(aws: &Aws, l: &Loaded) -> Result<(String, String)> {
         None => q.filters(Filter::builder().name("default-for-az").values("true").build()),
     };
     let out = sdk("DescribeSubnets", q.send().await)?;
-    let s = out.subnets().iter().min_by_key(|s| s.availability_zone().unwrap_or_default().to_string()).ok_or_else(|| {
-        anyhow!(
-            "{}: builder.subnet: {} in {}",
-            l.path.display(),
-            match &l.recipe.builder.subnet {
-                Some(s) => format!("subnet {s} does not exist"),
-                None => "no default VPC to build in; name a subnet".into(),
-            },
-            aws.region
-        )
-    })?;
+    let s = out.subnets().iter().min_by_key(|s| s.availability_zone().unwrap_or_default().to_string()).ok_or_else(
+        || {
+            anyhow!(
+                "{}: builder.subnet: {} in {}",
+                l.path.display(),
+                match &l.recipe.builder.subnet {
+                    Some(s) => format!("subnet {s} does not exist"),
+                    None => "no default VPC to build in; name a subnet".into(),
+                },
+                aws.region
+            )
+        },
+    )?;
     Ok((s.subnet_id().unwrap_or_default().into(), s.vpc_id().unwrap_or_default().into()))
 }
 
@@ -255,8 +257,12 @@ async fn facts_of(aws: &Aws, id: &str) -> Result<ImageFacts> {
     let out = sdk("DescribeImages", aws.ec2.describe_images().image_ids(id).send().await)?;
     let img = out.images().first().ok_or_else(|| anyhow!("image {id} vanished"))?;
     let mut volumes = Vec::new();
-    let snaps: Vec<String> =
-        img.block_device_mappings().iter().filter_map(|m| m.ebs().and_then(|e| e.snapshot_id())).map(str::to_string).collect();
+    let snaps: Vec<String> = img
+        .block_device_mappings()
+        .iter()
+        .filter_map(|m| m.ebs().and_then(|e| e.snapshot_id()))
+        .map(str::to_string)
+        .collect();
     let encrypted: BTreeMap<String, bool> = if snaps.is_empty() {
         BTreeMap::new()
     } else {
@@ -338,7 +344,8 @@ pub async fn bake(
     let result = run(home, copies, l, &base, &build_id, &name, waits, progress).await;
     // However it ended: the builder and its security group go.
     let o = observe(home, copies, &build_id, &name).await;
-    let live = o.as_ref().ok().and_then(|o| o.builder.as_ref()).filter(|b| b.state != "terminated").map(|b| b.id.clone());
+    let live =
+        o.as_ref().ok().and_then(|o| o.builder.as_ref()).filter(|b| b.state != "terminated").map(|b| b.id.clone());
     let cleaned = cleanup(home, &build_id, live.as_deref(), &waits).await;
     if let Some(b) = &live {
         progress(&format!("removed the builder {b} and its security group"));
@@ -366,8 +373,13 @@ async fn run(
         let o = observe(home, copies, build_id, name).await?;
         let step = plan::next(&o);
         let label = match &step {
-            Step::AwaitReport { .. } | Step::AwaitStopped { .. } | Step::AwaitImage { .. } | Step::AwaitCopies { .. } => None,
-            s => Some(serde_json::to_value(s).ok().and_then(|v| v["step"].as_str().map(str::to_string)).unwrap_or_default()),
+            Step::AwaitReport { .. }
+            | Step::AwaitStopped { .. }
+            | Step::AwaitImage { .. }
+            | Step::AwaitCopies { .. } => None,
+            s => Some(
+                serde_json::to_value(s).ok().and_then(|v| v["step"].as_str().map(str::to_string)).unwrap_or_default(),
+            ),
         };
         if let Some(s) = &label {
             if s != "done" && s != "cleanup" {

@@ -23,11 +23,9 @@ fn ssm_err<E: aws_sdk_ssm::error::ProvideErrorMetadata + std::error::Error + 'st
     e: aws_sdk_ssm::error::SdkError<E, aws_smithy_runtime_api::http::Response>,
 ) -> anyhow::Error {
     match &e {
-        aws_sdk_ssm::error::SdkError::ServiceError(s) => anyhow!(
-            "{what}: {}: {}",
-            s.err().code().unwrap_or("error"),
-            s.err().message().unwrap_or_default()
-        ),
+        aws_sdk_ssm::error::SdkError::ServiceError(s) => {
+            anyhow!("{what}: {}: {}", s.err().code().unwrap_or("error"), s.err().message().unwrap_or_default())
+        }
         other => anyhow!("{what}: {}", aws_sdk_ssm::error::DisplayErrorContext(other)),
     }
 }
@@ -143,7 +141,11 @@ async fn baked_image(aws: &Aws, recipe: &str, filter: (&str, &str)) -> Result<(S
     let tags: BTreeMap<&str, &str> =
         img.tags().iter().map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())).collect();
     if tags.get(TAG_RECIPE) != Some(&recipe) {
-        bail!("image {id} in {} was not baked from recipe {recipe} (its {TAG_RECIPE} tag: {:?})", aws.region, tags.get(TAG_RECIPE));
+        bail!(
+            "image {id} in {} was not baked from recipe {recipe} (its {TAG_RECIPE} tag: {:?})",
+            aws.region,
+            tags.get(TAG_RECIPE)
+        );
     }
     let state = img.state().map(|s| s.as_str()).unwrap_or("available");
     if state != "available" {
@@ -185,7 +187,9 @@ pub async fn plan_promotion(
         } else {
             baked_image(aws, recipe, (&format!("tag:{TAG_BUILD}"), &build))
                 .await
-                .map_err(|e| anyhow!("{e} (the bake copies to every recipe region; run it again to finish the copies)"))?
+                .map_err(|e| {
+                    anyhow!("{e} (the bake copies to every recipe region; run it again to finish the copies)")
+                })?
                 .0
         };
         let from = current(aws, recipe, to).await?;

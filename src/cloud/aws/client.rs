@@ -160,7 +160,11 @@ impl Intercept for Interceptor {
         let copying = meta.name() == "CopyImage";
         let take = |n: &AtomicU32| n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1)).is_ok();
         let injected = if copying && self.refuse_copies {
-            Some((400, "ResourceLimitExceeded", "You have reached the maximum number of concurrent copy operations (injected)"))
+            Some((
+                400,
+                "ResourceLimitExceeded",
+                "You have reached the maximum number of concurrent copy operations (injected)",
+            ))
         } else if take(&self.throttle_left) {
             Some((400, "RequestLimitExceeded", "Request limit exceeded (injected)"))
         } else if take(&self.server_errors_left) {

@@ -217,7 +217,9 @@ async fn enable_deprecation(
         .image_id(image)
         .deprecate_at(when)
         .customize()
-        .config_override(aws_sdk_ec2::config::Config::builder().retry_config(aws_config::retry::RetryConfig::disabled()))
+        .config_override(
+            aws_sdk_ec2::config::Config::builder().retry_config(aws_config::retry::RetryConfig::disabled()),
+        )
         .send()
         .await
 }

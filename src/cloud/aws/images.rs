@@ -107,7 +107,8 @@ pub async fn resolve(
                 }
             }
             (None, None) if g.image.channel.is_some() => {
-                let (ch, recipe) = (g.image.channel.as_deref().unwrap_or_default(), g.image.recipe.as_deref().unwrap_or_default());
+                let (ch, recipe) =
+                    (g.image.channel.as_deref().unwrap_or_default(), g.image.recipe.as_deref().unwrap_or_default());
                 let Some(id) = super::channels::current(aws, recipe, ch).await? else {
                     bail!(
                         "instance group {}: channel {ch} of recipe {recipe} has never been written in {} (pinfleet ami promote {recipe} --to {ch})",
@@ -120,7 +121,9 @@ pub async fn resolve(
                         "DescribeImages",
                         aws.ec2.describe_images().image_ids(&id).include_deprecated(true).send().await,
                     )
-                    .map_err(|e| anyhow::anyhow!("instance group {}: channel {ch} of recipe {recipe} holds {id}: {e}", g.name))?;
+                    .map_err(|e| {
+                        anyhow::anyhow!("instance group {}: channel {ch} of recipe {recipe} holds {id}: {e}", g.name)
+                    })?;
                     for i in out.images() {
                         let i = info(i);
                         by_id.insert(i.id.clone(), i);
@@ -130,7 +133,11 @@ pub async fn resolve(
                     bail!("instance group {}: channel {ch} of recipe {recipe} holds {id}, which no longer exists (pinfleet ami rollback {recipe} {ch})", g.name)
                 };
                 if i.state != "available" {
-                    bail!("instance group {}: channel {ch} of recipe {recipe} holds {id}, which is {}", g.name, i.state);
+                    bail!(
+                        "instance group {}: channel {ch} of recipe {recipe} holds {id}, which is {}",
+                        g.name,
+                        i.state
+                    );
                 }
                 i.clone()
             }

@@ -879,7 +879,9 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
     // Bounded churn: a group whose last launches failed halts the rollouts
     // that need it (the reason carries "blocked on capacity" and "halting",
     // which the rollout driver reads), and its calls a minute are capped.
-    let mut tries = capacity.as_ref().map(|c| crate::capacity::Attempts::new(&by, c.launches_per_minute, &ledger, chrono::Utc::now()));
+    let mut tries = capacity
+        .as_ref()
+        .map(|c| crate::capacity::Attempts::new(&by, c.launches_per_minute, &ledger, chrono::Utc::now()));
     for (subnet, n, init) in batches {
         if let Some(t) = tries.as_mut() {
             t.next_batch();
