@@ -231,3 +231,32 @@ impl Drop for KubeEnv {
         }
     }
 }
+
+/// Waits on what a server's controllers do (garbage collection, say) by
+/// following their progress, not a fixed deadline: `progress` says what
+/// is left (0 ends the wait) and a score that moves whenever anything
+/// happens (objects marked for deletion, objects gone). The wait fails
+/// only when the score stayed put for `stall`, saying what was left — a
+/// busy shared server is slow, not stuck.
+pub async fn until_done<F, Fut>(what: &str, stall: std::time::Duration, mut progress: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (usize, usize)>,
+{
+    let mut last: Option<usize> = None;
+    let mut since = std::time::Instant::now();
+    loop {
+        let (left, score) = progress().await;
+        if left == 0 {
+            return;
+        }
+        if last != Some(score) {
+            last = Some(score);
+            since = std::time::Instant::now();
+        }
+        if since.elapsed() > stall {
+            panic!("waiting for {what}: {left} left, no progress for {}s", stall.as_secs());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
