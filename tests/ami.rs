@@ -41,19 +41,8 @@ fn select_own_images(w: &World) {
     std::fs::write(&base, text).unwrap();
 }
 
-/// The cluster's node simulator, Nodes for its machines (with a pod network
-/// already: no addons are installed here), and the serving-certificate approver.
 fn sim(w: &World, cluster: &str, kubeconfig: &std::path::Path) -> std::process::Child {
-    let kc = kubeconfig.to_str().unwrap();
-    let child = w
-        .command(&["sim", "--cluster", cluster, "--kubeconfig", kc, "--boot-delay", "1s", "--network", "preinstalled"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Control-plane rolls read etcd through a pod's log (see support::approver).
-    support::approver(kubeconfig);
-    child
+    w.node_sim(cluster, kubeconfig)
 }
 
 #[test]

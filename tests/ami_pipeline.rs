@@ -412,31 +412,6 @@ fn channels_move_groups_rollback_is_one_write_and_gc_goes_by_reference() {
     stand_in.join().unwrap();
 }
 
-/// The cluster's node simulator (Nodes for its machines, reporting what
-/// their image's builder measured), as tests/ami.rs runs it.
-fn sim(w: &World, kubeconfig: &std::path::Path) -> std::process::Child {
-    let child = cmd(
-        w,
-        &[
-            "sim",
-            "--cluster",
-            &w.cluster,
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--boot-delay",
-            "1s",
-            "--network",
-            "preinstalled",
-        ],
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    support::approver(kubeconfig);
-    child
-}
-
 #[test]
 fn a_gate_stops_on_a_failed_unit_and_promotes_what_differs_only_where_allowed() {
     let w = World::new("gate", 1);
@@ -469,7 +444,7 @@ fn a_gate_stops_on_a_failed_unit_and_promotes_what_differs_only_where_allowed() 
             let _ = self.0.wait();
         }
     }
-    let _sim = Kill(sim(&w, &kubeconfig));
+    let _sim = Kill(w.node_sim(&w.cluster, &kubeconfig));
     let kc = kubeconfig.to_str().unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     let gate = |w: &World| {

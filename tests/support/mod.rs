@@ -232,6 +232,31 @@ impl World {
         .unwrap()
     }
 
+    /// The cluster's node simulator (Nodes for its machines, with a pod
+    /// network already: no addons are installed) and the serving-certificate
+    /// approver (control-plane rolls read etcd through a pod's log).
+    pub fn node_sim(&self, cluster: &str, kubeconfig: &Path) -> Child {
+        let kc = kubeconfig.to_str().unwrap();
+        let child = self
+            .command(&[
+                "sim",
+                "--cluster",
+                cluster,
+                "--kubeconfig",
+                kc,
+                "--boot-delay",
+                "1s",
+                "--network",
+                "preinstalled",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        approver(kubeconfig);
+        child
+    }
+
     pub fn instances_in(&self, group: &str) -> Vec<serde_json::Value> {
         self.instances().into_iter().filter(|i| i["group"] == group).collect()
     }
