@@ -507,6 +507,77 @@ fn a_gate_stops_on_a_failed_unit_and_promotes_what_differs_only_where_allowed() 
         out.lines().any(|l| l.contains("stable") && l.contains(&c) && l.contains("gate passed on gate (general)")),
         "{out}"
     );
+    // Both gates are recorded in the cluster's state store, each with its verdict and reason.
+    rt().block_on(async {
+        let aws = w.aws().await;
+        let url = format!("s3://{}/clusters", w.bucket());
+        let store = pinfleet::state::Store::open(&url, &w.cluster, Some(&aws)).await.unwrap();
+        let get = |id: String| {
+            let store = store.clone();
+            async move {
+                let key = pinfleet::ami::gating::record_key("node", &id);
+                let r: Option<pinfleet::ami::gating::Record> = store.get_json(&key).await.unwrap();
+                r.unwrap_or_else(|| panic!("no gate record at {key}"))
+            }
+        };
+        let stopped = get(b.clone()).await;
+        assert!(
+            matches!(&stopped.outcome.verdict, pinfleet::ami::gate::Verdict::Stop { reason } if reason.contains("fwupd-refresh.service")),
+            "{:?}",
+            stopped.outcome.verdict
+        );
+        assert_eq!((stopped.outcome.previous.as_str(), stopped.outcome.group.as_str()), (a.as_str(), "general"));
+        let passed = get(c.clone()).await;
+        assert!(matches!(passed.outcome.verdict, pinfleet::ami::gate::Verdict::Promote { .. }));
+    });
+
+    // The channel reaches the fleet through a fleet rollout in waves: the
+    // plan names the waves and what candidate holds; apply rolls the
+    // groups that follow it and stops at the wave's soak.
+    let bad = run(&w, &["fleet", "rollout", "plan", "--channel", "node/nowhere"]);
+    assert!(
+        !bad.status.success() && stderr(&bad).contains("no instance group of the fleet follows channel node/nowhere"),
+        "{}",
+        stderr(&bad)
+    );
+    let bad = run(&w, &["fleet", "rollout", "plan", "--channel", "node"]);
+    assert!(!bad.status.success() && stderr(&bad).contains("RECIPE/CHANNEL"), "{}", stderr(&bad));
+    let plan: serde_json::Value = serde_json::from_str(&ok(
+        &w,
+        &["fleet", "rollout", "plan", "--channel", "node/candidate", "--waves", "urgent", "-o", "json"],
+    ))
+    .unwrap();
+    assert_eq!(plan["target"], serde_json::json!({"kind": "channel", "value": "node/candidate"}));
+    assert_eq!(plan["stages"][0]["name"], "wave-1");
+    assert_eq!(plan["stages"][0]["soak"], "1h");
+    assert!(plan["stages"][0]["clusters"][0]["to"].as_str().unwrap().contains(&c), "{plan}");
+    let kcd = w.dir.path().join("kubeconfigs");
+    std::fs::create_dir_all(&kcd).unwrap();
+    std::fs::copy(&kubeconfig, kcd.join(format!("{}.yaml", w.cluster))).unwrap();
+    let o = run(
+        &w,
+        &[
+            "fleet",
+            "rollout",
+            "apply",
+            "--channel",
+            "node/candidate",
+            "--waves",
+            "urgent",
+            "--yes",
+            "--no-wait",
+            "--skip-e2e",
+            "--kubeconfig-dir",
+            kcd.to_str().unwrap(),
+            "--validate-interval",
+            "200ms",
+        ],
+    );
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("waits") || stderr(&o).contains("waits"), "{}\n{}", stdout(&o), stderr(&o));
+    assert!(w.instances_in("general").iter().all(|i| i["image"] == c.as_str()), "{:?}", w.instances_in("general"));
+    let status = ok(&w, &["fleet", "rollout", "status"]);
+    assert!(status.contains("image channel node/candidate") && status.contains("wave-1"), "{status}");
     stop.store(true, Ordering::SeqCst);
     stand_in.join().unwrap();
 }

@@ -39,6 +39,10 @@ struct Setup {
 }
 
 async fn setup(fleet_yaml: &str) -> Setup {
+    setup_with(FleetSpec::parse(fleet_yaml).unwrap()).await
+}
+
+async fn setup_with(spec: FleetSpec) -> Setup {
     let sizes: Vec<(&str, u32)> = FLEET.iter().map(|(n, _)| (*n, 10)).collect();
     let fleet =
         Rehearsal::new(&sizes, "ami-old", IntOrPercent::Int(2), Duration::from_secs(60), Duration::from_secs(10));
@@ -50,7 +54,6 @@ async fn setup(fleet_yaml: &str) -> Setup {
             region: "us-east-1".into(),
         })
         .collect();
-    let spec = FleetSpec::parse(fleet_yaml).unwrap();
     let p = plan(&spec, &members, &Target::Ami("ami-new".into()), &BTreeMap::new(), start());
     let to: BTreeMap<String, Snapshot> = FLEET
         .iter()
@@ -311,4 +314,58 @@ async fn a_stage_that_needs_approval_waits_for_it() {
     assert_eq!(outcome, Outcome::Finished);
     assert_eq!(r.state, RolloutState::Done);
     assert_eq!(s.fleet.image("prod-c").0, "ami-new");
+}
+
+/// Waves instead of stages: the staged clusters in their order (dev,
+/// staging, production's canary first), split by share; each wave soaks
+/// until the next one's start; one failure in a wave halts the rest.
+#[tokio::test(start_paused = true)]
+async fn waves_roll_by_share_with_their_soaks_and_a_failed_gate_halts_the_rest() {
+    let stages = FleetSpec::parse(STAGES).unwrap();
+    let members: Vec<Member> = FLEET
+        .iter()
+        .map(|(n, env)| Member {
+            name: n.to_string(),
+            labels: [("env".to_string(), env.to_string())].into(),
+            region: "us-east-1".into(),
+        })
+        .collect();
+    let order: Vec<String> =
+        pinfleet::fleet::stage_members(&stages, &members).into_iter().flatten().map(|m| m.name.clone()).collect();
+    assert_eq!(order, ["dev-a", "staging-a", "prod-a", "prod-b", "prod-c"]);
+    let waves = stages.in_waves(pinfleet::ami::waves::Profile::Standard, &order);
+    // Five clusters: a wave each (every wave takes at least one more), soaking 3 h, 20 h, 2 d, 3 d, then an hour.
+    let soaks: Vec<u64> = waves.stages.iter().map(|s| s.soak.as_secs() / 3600).collect();
+    assert_eq!(soaks, [3, 20, 48, 72, 1]);
+
+    // All well: the waves in order, each after the last one's soak and gate.
+    let s = setup_with(waves.clone()).await;
+    let (r, outcome, _) = apply(&s).await;
+    assert_eq!(outcome, Outcome::Finished);
+    let order_rolled: Vec<String> = s.fleet.rolls.lock().unwrap().iter().map(|(c, _)| c.clone()).collect();
+    assert_eq!(order_rolled, order);
+    let names: Vec<&str> = r.stages.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["wave-1", "wave-2", "wave-3", "wave-4", "wave-5"]);
+    for pair in r.stages.windows(2) {
+        let soak =
+            chrono::Duration::from_std(waves.stages.iter().find(|s| s.name == pair[0].name).unwrap().soak).unwrap();
+        assert!(
+            pair[1].clusters[0].started_at.unwrap() >= pair[0].rolled_at.unwrap() + soak,
+            "{} after {}",
+            pair[1].name,
+            pair[0].name
+        );
+    }
+
+    // Wave 2's gate fails: the rollout halts there; production never moves.
+    let s = setup_with(waves).await;
+    s.fleet.fail_gate.lock().unwrap().insert("staging-a".into());
+    let (r, outcome, _) = apply(&s).await;
+    let Outcome::Halted(reason) = outcome else { panic!("{outcome:?}") };
+    assert!(reason.contains("wave-2") && reason.contains("staging-a"), "{reason}");
+    assert!(matches!(r.state, RolloutState::Halted(_)));
+    for n in ["prod-a", "prod-b", "prod-c"] {
+        assert_eq!(s.fleet.image(n).0, "ami-old", "{n}");
+    }
+    assert_eq!(s.fleet.image("dev-a").0, "ami-new");
 }

@@ -43,7 +43,7 @@ pub struct Gate<'a> {
 }
 
 /// The gate's outcome, for the record and the screen.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Outcome {
     pub recipe: String,
@@ -189,5 +189,25 @@ pub async fn run(g: &Gate<'_>, on: &dyn Fn(Event), say: &dyn Fn(&str)) -> Result
         })
     })
     .await?;
+    // The record: what was compared and why it passed or stopped, kept
+    // beside the cluster's other state (one object per candidate; a gate
+    // run again on the same candidate replaces it).
+    let key = record_key(recipe, &outcome.candidate);
+    g.store.put_json(&key, &Record { at: chrono::Utc::now(), by: g.command.clone(), outcome: outcome.clone() }).await?;
+    say(&format!("gate: recorded in the state store as {key}"));
     Ok(outcome)
+}
+
+/// Where a gate's outcome is kept in the cluster's state store.
+pub fn record_key(recipe: &str, candidate: &str) -> String {
+    format!("images/gates/{recipe}/{candidate}.json")
+}
+
+/// A gate's outcome as the state store keeps it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub by: String,
+    pub outcome: Outcome,
 }

@@ -118,7 +118,15 @@ impl AwsFleet {
         let reads = self.members.iter().map(|(name, m)| async move {
             to(m, target, now).await.with_context(|| format!("cluster {name}")).map(|snap| (name.clone(), snap))
         });
-        futures::future::try_join_all(reads).await.map(|v| v.into_iter().collect())
+        let to: BTreeMap<String, Snapshot> = futures::future::try_join_all(reads).await?.into_iter().collect();
+        if let Target::Channel(rc) = target {
+            if to.values().all(|s| s.images.is_empty()) {
+                bail!(
+                    "no instance group of the fleet follows channel {rc} (a group follows one with `image: {{channel: CHANNEL, recipe: RECIPE}}`)"
+                );
+            }
+        }
+        Ok(to)
     }
 }
 
@@ -147,6 +155,27 @@ async fn to(m: &Member, target: &Target, now: DateTime<Utc>) -> Result<Snapshot>
                 bail!("image {id} does not exist in {region} (AMI ids are per region)");
             }
             groups.iter().map(|g| (g.name.clone(), id.clone())).collect()
+        }
+        Target::Channel(rc) => {
+            let Some((recipe, channel)) = target.channel() else {
+                bail!("--channel {rc} is not RECIPE/CHANNEL (e.g. node/stable)")
+            };
+            let region = &m.cluster.spec.cloud.region;
+            let following: Vec<&str> = groups
+                .iter()
+                .filter(|g| g.image.channel.as_deref() == Some(channel) && g.image.recipe.as_deref() == Some(recipe))
+                .map(|g| g.name.as_str())
+                .collect();
+            if following.is_empty() {
+                // Nothing of this cluster follows the channel: its target is what it runs.
+                return Ok(Snapshot::default());
+            }
+            let Some(id) = crate::cloud::aws::channels::current(&m.aws, recipe, channel).await? else {
+                bail!(
+                    "channel {channel} of recipe {recipe} has never been written in {region} (`pinfleet ami promote`)"
+                )
+            };
+            following.into_iter().map(|g| (g.to_string(), id.clone())).collect()
         }
         Target::Ami(newest) if newest == "newest" => {
             let (resolved, _) = images::resolve(&m.aws, &m.cluster, now).await?;

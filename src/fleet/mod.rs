@@ -45,6 +45,19 @@ pub struct Member {
 pub enum Target {
     Ami(String),
     KubernetesVersion(String),
+    /// `RECIPE/CHANNEL`: the image the channel holds in each cluster's
+    /// region, for the groups that follow that channel.
+    Channel(String),
+}
+
+impl Target {
+    /// A channel target's recipe and channel.
+    pub fn channel(&self) -> Option<(&str, &str)> {
+        match self {
+            Target::Channel(rc) => rc.split_once('/'),
+            _ => None,
+        }
+    }
 }
 
 /// One cluster's place in the plan.
@@ -98,6 +111,7 @@ impl std::fmt::Display for Target {
         match self {
             Target::Ami(a) => write!(f, "AMI {a}"),
             Target::KubernetesVersion(v) => write!(f, "Kubernetes {v}"),
+            Target::Channel(rc) => write!(f, "image channel {rc}"),
         }
     }
 }
@@ -227,6 +241,15 @@ pub fn stage_members<'a>(spec: &FleetSpec, members: &'a [Member]) -> Vec<Vec<&'a
     let mut taken: std::collections::BTreeSet<&str> = Default::default();
     let mut out = Vec::new();
     for s in &spec.stages {
+        if let Some(names) = &s.clusters {
+            let chosen: Vec<&Member> = names
+                .iter()
+                .filter_map(|n| members.iter().find(|m| &m.name == n && !taken.contains(m.name.as_str())))
+                .collect();
+            taken.extend(chosen.iter().map(|m| m.name.as_str()));
+            out.push(chosen);
+            continue;
+        }
         let mut chosen: Vec<&Member> =
             members.iter().filter(|m| !taken.contains(m.name.as_str()) && s.selector.matches(&m.labels)).collect();
         chosen.sort_by(|a, b| (&a.region, &a.name).cmp(&(&b.region, &b.name)));
@@ -253,6 +276,7 @@ pub fn plan(
     let to = match target {
         Target::Ami(a) => a.clone(),
         Target::KubernetesVersion(v) => v.clone(),
+        Target::Channel(rc) => format!("channel {rc}"),
     };
     let mut stages = Vec::new();
     let mut start = now;

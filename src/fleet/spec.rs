@@ -23,6 +23,9 @@ pub struct Stage {
     pub canary: bool,
     /// How many of the stage's clusters roll at once (all when absent).
     pub max_parallel: Option<u32>,
+    /// The clusters by name, in order, instead of the selector's (a wave
+    /// of an image's rollout: a share of the fleet, not a label).
+    pub clusters: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -84,6 +87,34 @@ struct RawFleet {
 }
 
 impl FleetSpec {
+    /// The same fleet rolled in waves (`crate::ami::waves`) instead of its
+    /// stages: `order` (the staged clusters, stage by stage, canaries
+    /// first) split by share; each wave soaks until the next one's start
+    /// (the last for an hour), and one failure in a wave halts the rest.
+    /// Windows and the state store stay the file's.
+    pub fn in_waves(&self, profile: crate::ami::waves::Profile, order: &[String]) -> FleetSpec {
+        let waves = crate::ami::waves::plan(profile, order);
+        let stages = waves
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let soak = waves.get(i + 1).map_or(Duration::from_secs(3600), |n| n.starts_after - w.starts_after);
+                Stage {
+                    name: format!("wave-{}", w.number),
+                    selector: Selector::default(),
+                    selector_text: format!("{}% of the fleet", w.share),
+                    soak,
+                    max_failures: IntOrPercent::Int(0),
+                    approval: false,
+                    canary: i == 0,
+                    max_parallel: None,
+                    clusters: Some(w.clusters.clone()),
+                }
+            })
+            .collect();
+        FleetSpec { stages, windows: self.windows.clone(), state_store: self.state_store.clone() }
+    }
+
     /// dev → staging → production by `env`, production's canary first.
     pub fn default_stages() -> FleetSpec {
         let stage = |name: &str, soak: u64, canary: bool| Stage {
@@ -95,6 +126,7 @@ impl FleetSpec {
             approval: false,
             canary,
             max_parallel: None,
+            clusters: None,
         };
         FleetSpec {
             stages: vec![
@@ -141,6 +173,7 @@ impl FleetSpec {
                     Some(0) => return Err(format!("{at}.maxParallel: 0 would never roll anything")),
                     other => other,
                 },
+                clusters: None,
             });
         }
         if stages.is_empty() {

@@ -63,19 +63,35 @@ pub enum RolloutCommand {
 #[derive(Debug, Clone, Args)]
 pub struct TargetArgs {
     /// Roll this AMI: an id, `newest` (each group's own selector), or a name pattern.
-    #[arg(long, conflicts_with = "kubernetes_version", required_unless_present = "kubernetes_version")]
+    #[arg(long, conflicts_with_all = ["kubernetes_version", "channel"], required_unless_present_any = ["kubernetes_version", "channel"])]
     pub ami: Option<String>,
     /// Move to this Kubernetes version.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "channel")]
     pub kubernetes_version: Option<String>,
+    /// Roll what an image channel holds (RECIPE/CHANNEL, e.g. node/stable)
+    /// to the groups that follow it, each region its own image.
+    #[arg(long, value_name = "RECIPE/CHANNEL")]
+    pub channel: Option<String>,
+    /// Roll in waves by share of the fleet instead of fleet.yaml's stages
+    /// (standard: 1%, 5%, 10%, 25%, all, soaking 3 h, 20 h, 2 d, 3 d
+    /// between; urgent: 10%, then the rest an hour later). A failure in a
+    /// wave halts the rest.
+    #[arg(long, value_enum, value_name = "PROFILE")]
+    pub waves: Option<crate::ami::waves::Profile>,
 }
 
 impl TargetArgs {
     fn target(&self) -> Result<Target> {
-        match (&self.ami, &self.kubernetes_version) {
-            (Some(a), _) => Ok(Target::Ami(a.clone())),
-            (None, Some(v)) => Ok(Target::KubernetesVersion(v.clone())),
-            (None, None) => bail!("name what to roll: --ami ID|newest|PATTERN or --kubernetes-version V"),
+        match (&self.ami, &self.kubernetes_version, &self.channel) {
+            (Some(a), _, _) => Ok(Target::Ami(a.clone())),
+            (None, Some(v), _) => Ok(Target::KubernetesVersion(v.clone())),
+            (None, None, Some(c)) => match c.split_once('/') {
+                Some((r, ch)) if !r.is_empty() && !ch.is_empty() && !ch.contains('/') => Ok(Target::Channel(c.clone())),
+                _ => bail!("--channel {c}: name a recipe and a channel as RECIPE/CHANNEL (e.g. node/stable)"),
+            },
+            (None, None, None) => {
+                bail!("name what to roll: --ami ID|newest|PATTERN, --kubernetes-version V or --channel RECIPE/CHANNEL")
+            }
         }
     }
 }
@@ -180,7 +196,17 @@ pub struct UnlockArgs {
 pub async fn run(g: &GlobalArgs, args: FleetArgs) -> Result<ExitCode> {
     let FleetCommand::Rollout(RolloutArgs { command }) = args.command;
     let opts = crate::spec::LoadOptions { known_addons: super::validate::known_addons(&g.addons_dir) };
-    let folder = Folder::load(&g.clusters_dir, &opts)?;
+    let mut folder = Folder::load(&g.clusters_dir, &opts)?;
+    // Waves replace the file's stages for a new rollout (a rollout in
+    // progress keeps the stages its record copied).
+    let waves = match &command {
+        RolloutCommand::Plan(a) => a.target.waves,
+        RolloutCommand::Apply(a) => a.target.waves,
+        _ => None,
+    };
+    if let Some(p) = waves {
+        folder.spec = folder.spec.in_waves(p, &folder.staged());
+    }
     match command {
         RolloutCommand::Plan(a) => plan::plan(g, &folder, a).await,
         RolloutCommand::Apply(a) => apply::apply(g, &folder, a).await,
