@@ -215,13 +215,7 @@ fn recipe_schema() -> &'static serde_json::Value {
 
 /// Names of recipes and channels: lowercase letters, digits and `-`, as
 /// they become SSM parameter path segments and image names.
-pub fn valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 40
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
+pub use crate::spec::validate::image_name_ok as valid_name;
 
 /// The recipe file for `name` in `dir` (`images/NAME.yaml`).
 pub fn path_of(dir: &Path, name: &str) -> PathBuf {

@@ -399,14 +399,12 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
         if g.max_size == 0 {
             p.push(format!("{gp}.maxSize"), "must be at least 1");
         }
-        let channel_name_ok = |s: &str| {
-            !s.is_empty()
-                && s.len() <= 40
-                && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        };
         for (field, v) in [("channel", &g.image.channel), ("recipe", &g.image.recipe)] {
-            if let Some(v) = v.as_deref().filter(|v| !channel_name_ok(v)) {
-                p.push(format!("{gp}.image.{field}"), format!("`{v}`: use lowercase letters, digits and `-`"));
+            if let Some(v) = v.as_deref().filter(|v| !image_name_ok(v)) {
+                p.push(
+                    format!("{gp}.image.{field}"),
+                    format!("`{v}`: use lowercase letters, digits and `-` (at most 40, not at either end)"),
+                );
             }
         }
         match (&g.image.channel, &g.image.recipe) {
@@ -592,4 +590,16 @@ mod tests {
         assert_eq!(parse_kubernetes_version("v1.31.2"), Some((1, 31, 2)));
         assert_eq!(parse_kubernetes_version("1.31"), None);
     }
+}
+
+/// A recipe's or a channel's name (they are path segments of SSM
+/// parameters and tags): lowercase letters, digits and `-`, at most 40,
+/// not starting or ending with `-`. The one rule for files, recipes and
+/// the command line.
+pub fn image_name_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 40
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
 }
