@@ -179,7 +179,10 @@ async fn machines(g: &GlobalArgs, args: &ControllerArgs, cluster: &str) -> Resul
         interval: args.machines_interval,
         command,
     };
-    let work = healer.run(&on);
+    let say = |line: &str| {
+        let _ = writeln!(anstream::stderr(), "{}", crate::views::text::safe(line));
+    };
+    let work = healer.run(&on, &say);
     tokio::select! {
         _ = work => {}
         _ = tokio::signal::ctrl_c() => {}

@@ -48,6 +48,10 @@ pub enum ResourceKey {
     RolePolicy(String),
     /// Its instance profile.
     InstanceProfile(String),
+    /// The interruption events' SQS queue.
+    EventQueue,
+    /// An EventBridge rule feeding it, by kind (`spot-interruption`, …).
+    EventRule(String),
 }
 
 impl fmt::Display for ResourceKey {
@@ -73,6 +77,8 @@ impl fmt::Display for ResourceKey {
             IamRole(r) => format!("iam-role/{r}"),
             RolePolicy(r) => format!("iam-role/{r}/policy"),
             InstanceProfile(r) => format!("instance-profile/{r}"),
+            EventQueue => "events/queue".to_string(),
+            EventRule(k) => format!("events/rule/{k}"),
         };
         // Honours width and alignment, so plans line keys up.
         f.pad(&text)
@@ -105,6 +111,8 @@ impl FromStr for ResourceKey {
             ["iam-role", r] => IamRole(own(r)),
             ["iam-role", r, "policy"] => RolePolicy(own(r)),
             ["instance-profile", r] => InstanceProfile(own(r)),
+            ["events", "queue"] => EventQueue,
+            ["events", "rule", k] => EventRule(own(k)),
             _ => return Err(format!("not a resource key: {s:?}")),
         })
     }

@@ -12,6 +12,7 @@
 
 pub mod aws;
 
+pub mod events;
 pub mod iam;
 pub mod key;
 pub mod model;

@@ -35,6 +35,9 @@ pub struct Desired {
     /// The IAM roles and instance profiles pinfleet manages.
     #[serde(default)]
     pub iam: Vec<crate::cloud::iam::DesiredRole>,
+    /// The interruption queue and its rules (a group may run Spot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<crate::cloud::events::DesiredEvents>,
     /// Launch templates may move to another Kubernetes minor (a step of
     /// `pinfleet upgrade`); otherwise such a change is refused.
     #[serde(default)]
@@ -200,6 +203,7 @@ impl Desired {
             launch_templates: vec![],
             groups: vec![],
             iam: vec![],
+            events: None,
             version_step: false,
         }
     }
@@ -431,6 +435,7 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
         launch_templates,
         groups,
         iam: crate::cloud::iam::desired(cluster),
+        events: crate::cloud::events::desired(cluster),
         version_step: false,
     })
 }

@@ -24,6 +24,11 @@ pub struct Observed {
     pub iam_roles: Vec<ObservedRole>,
     #[serde(default)]
     pub instance_profiles: Vec<ObservedProfile>,
+    /// The cluster's interruption queue and rules (found by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events_queue: Option<ObservedQueue>,
+    #[serde(default)]
+    pub event_rules: Vec<ObservedEventRule>,
     /// Set when the endpoint does not offer ELBv2 (LocalStack Community
     /// answers 501 "not included in your current license plan"): what it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -214,4 +219,21 @@ pub struct ObservedProfile {
     pub key: String,
     pub name: String,
     pub roles: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedQueue {
+    pub name: String,
+    pub url: String,
+    pub arn: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedEventRule {
+    /// One of `cloud::events::KINDS`.
+    pub kind: String,
+    pub name: String,
+    pub pattern: String,
+    /// The ARNs its targets send to.
+    pub targets: Vec<String>,
 }

@@ -153,6 +153,24 @@ pub enum Op {
     DeleteRole {
         name: String,
     },
+    /// The interruption queue (its policy lets the cluster's rules send).
+    CreateEventQueue {
+        name: String,
+        rules: Vec<String>,
+    },
+    /// A rule with its pattern, targeting the queue.
+    PutEventRule {
+        name: String,
+        pattern: String,
+        queue: String,
+    },
+    /// Removes the rule's targets, then the rule.
+    DeleteEventRule {
+        name: String,
+    },
+    DeleteEventQueue {
+        url: String,
+    },
 }
 
 /// An observed rule to revoke, with the source as AWS knows it.

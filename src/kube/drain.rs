@@ -114,6 +114,17 @@ fn key(p: &Pod) -> (String, String) {
 /// Evicts every pod from the node (the client must not retry 429s itself:
 /// see [`super::Retry::Never`]). Finished pods are deleted outright.
 pub async fn drain(client: &Client, node: &str, timeout: Duration, force: bool) -> Result<()> {
+    drain_with(client, node, timeout, force, None).await
+}
+
+/// Drains a machine that is about to go (a Spot interruption): each pod's
+/// grace period capped to `within` (its own when shorter), and whatever is
+/// left at the end deleted (the machine takes it anyway).
+pub async fn drain_before(client: &Client, node: &str, within: Duration) -> Result<()> {
+    drain_with(client, node, within, true, Some(within.as_secs() as i64)).await
+}
+
+async fn drain_with(client: &Client, node: &str, timeout: Duration, force: bool, grace_cap: Option<i64>) -> Result<()> {
     let deadline = Instant::now() + timeout;
     let mut backoff: BTreeMap<(String, String), (Instant, Duration)> = BTreeMap::new();
     loop {
@@ -130,7 +141,11 @@ pub async fn drain(client: &Client, node: &str, timeout: Duration, force: bool) 
             for p in &pods {
                 let (ns, name) = key(p);
                 let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-                let _ = api.delete(&name, &DeleteParams::default()).await;
+                let dp = match grace_cap {
+                    Some(_) => DeleteParams::default().grace_period(0),
+                    None => DeleteParams::default(),
+                };
+                let _ = api.delete(&name, &dp).await;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
@@ -144,10 +159,14 @@ pub async fn drain(client: &Client, node: &str, timeout: Duration, force: bool) 
         let results = futures::stream::iter(due.iter().map(|p| async move {
             let (ns, name) = key(p);
             let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            // The pod's own grace, capped to the time the machine has left.
+            let own = p.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
+            let dp = grace_cap.map(|cap| DeleteParams::default().grace_period(own.min(cap).max(0) as u32));
             let r = if finished(p) {
-                api.delete(&name, &DeleteParams::default()).await.map(|_| ())
+                api.delete(&name, &dp.clone().unwrap_or_default()).await.map(|_| ())
             } else {
-                api.evict(&name, &EvictParams::default()).await.map(|_| ())
+                let ep = EvictParams { delete_options: dp, ..Default::default() };
+                api.evict(&name, &ep).await.map(|_| ())
             };
             ((ns, name), r)
         }))

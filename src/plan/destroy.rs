@@ -156,6 +156,14 @@ pub fn destroy(cluster: &str, observed: &Observed) -> Plan {
         deps.push(K::InstanceProfile(r.key.clone()));
         add!(K::IamRole(r.key.clone()), r.name.clone(), deps, Op::DeleteRole { name: r.name.clone() });
     }
+    // Interruption events: the rules, then their queue.
+    for r in &observed.event_rules {
+        add!(K::EventRule(r.kind.clone()), r.name.clone(), vec![], Op::DeleteEventRule { name: r.name.clone() });
+    }
+    if let Some(q) = &observed.events_queue {
+        let deps = observed.event_rules.iter().map(|r| K::EventRule(r.kind.clone())).collect();
+        add!(K::EventQueue, q.name.clone(), deps, Op::DeleteEventQueue { url: q.url.clone() });
+    }
     let keys: BTreeSet<K> = changes.iter().map(|c| c.key.clone()).collect();
     for c in &mut changes {
         c.depends_on.retain(|d| keys.contains(d));

@@ -6,6 +6,7 @@
 
 mod destroy;
 mod endpoint;
+mod events;
 mod iam;
 mod machines;
 mod network;
@@ -279,6 +280,7 @@ pub fn diff(desired: &Desired, observed: &Observed) -> Plan {
     network::diff(desired, observed, &mut out);
     security::diff(desired, observed, &mut out);
     iam::diff(desired, observed, &mut out);
+    events::diff(desired, observed, &mut out);
     endpoint::diff(desired, observed, &mut out);
     let needs_rollout = machines::diff(desired, observed, &mut out);
     network::removed_subnets(desired, observed, &mut out);

@@ -361,8 +361,13 @@ pub struct Loop {
 
 impl Loop {
     /// Runs forever; each pass's decisions shown by `on` (errors too: the
-    /// next pass tries again).
-    pub async fn run(&self, on: &dyn Fn(Result<&Pass, &anyhow::Error>)) {
+    /// next pass tries again), and beside the passes, for a cluster with a
+    /// group that may run Spot, the interruption listener (its lines to `say`).
+    pub async fn run(&self, on: &dyn Fn(Result<&Pass, &anyhow::Error>), say: &dyn Fn(&str)) {
+        futures::join!(self.passes(on), self.listen(say));
+    }
+
+    async fn passes(&self, on: &dyn Fn(Result<&Pass, &anyhow::Error>)) {
         let mut last = Vec::new();
         loop {
             match heal(&self.aws, &self.cluster, &self.store, &self.client, &self.cfg, &self.command, &mut last).await {
@@ -372,6 +377,217 @@ impl Loop {
             }
             tokio::time::sleep(self.interval).await;
         }
+    }
+}
+
+impl Loop {
+    /// Reads the cluster's interruption queue (long polls) and answers each
+    /// notice at once ([`super::interruptions::respond`]): a warning is
+    /// cordoned within the poll, its offering marked out in the capacity
+    /// ledger, the replacement launched and the machine drained within its
+    /// time left, then ended; a rebalance recommendation launches the
+    /// replacement and drains the old machine only when it is Ready. A
+    /// message is deleted once handled (a pass that dies leaves it to come
+    /// back). Returns never; a cluster without Spot groups has nothing to read.
+    pub async fn listen(&self, say: &dyn Fn(&str)) {
+        if !self.cluster.spec.instance_groups.iter().any(|g| g.allows_spot()) {
+            return std::future::pending().await;
+        }
+        let name = crate::cloud::events::queue_name(&self.cluster.metadata.name);
+        // Old machine → its replacement, launched on a rebalance recommendation.
+        let mut prelaunched: BTreeMap<String, String> = BTreeMap::new();
+        loop {
+            let url = match crate::cloud::aws::events::queue(&self.aws, &name).await {
+                Ok(Some(q)) => q.url,
+                Ok(None) => {
+                    say(&format!("interruption: queue {name} does not exist yet (`pinfleet apply` makes it); looking again"));
+                    tokio::time::sleep(self.interval.max(Duration::from_secs(5))).await;
+                    continue;
+                }
+                Err(e) => {
+                    say(&format!("interruption: {e:#}; looking again"));
+                    tokio::time::sleep(self.interval.max(Duration::from_secs(5))).await;
+                    continue;
+                }
+            };
+            let messages = match crate::cloud::aws::events::receive(&self.aws, &url, Duration::from_secs(2)).await {
+                Ok(m) => m,
+                Err(e) => {
+                    say(&format!("interruption: {e:#}; looking again"));
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    continue;
+                }
+            };
+            for m in messages {
+                let notice = match super::interruptions::parse(&m.body) {
+                    Ok(n) => n,
+                    Err(why) => {
+                        // Not an event: dropped (it would come back forever).
+                        say(&format!("interruption: a message on {name} is dropped: {why}"));
+                        let _ = crate::cloud::aws::events::delete(&self.aws, &url, &m.receipt).await;
+                        continue;
+                    }
+                };
+                match self.answer(&notice, &mut prelaunched, say).await {
+                    Ok(()) => {
+                        let _ = crate::cloud::aws::events::delete(&self.aws, &url, &m.receipt).await;
+                    }
+                    Err(e) => say(&format!("interruption: {e:#} (the message comes back in a minute)")),
+                }
+            }
+            if let Err(e) = self.retire_replaced(&mut prelaunched, say).await {
+                say(&format!("interruption: {e:#}"));
+            }
+        }
+    }
+
+    async fn answer(
+        &self,
+        notice: &super::interruptions::Notice,
+        prelaunched: &mut BTreeMap<String, String>,
+        say: &dyn Fn(&str),
+    ) -> Result<()> {
+        use super::interruptions::{respond, Kind, Machine, Step};
+        let cluster = &self.cluster.metadata.name;
+        let instances = crate::cloud::aws::observe::list_instances(&self.aws, Some(cluster), false).await?;
+        let nodes = crate::kube::drain::nodes_by_instance(&self.client).await?;
+        for id in &notice.instances {
+            let machine = instances.iter().find(|i| &i.id == id && i.is_live()).and_then(|i| {
+                Some(Machine {
+                    id: i.id.clone(),
+                    group: i.group.clone()?,
+                    node: nodes.get(&i.id).map(|n| n.name.clone()),
+                    spot: matches!(notice.kind, Kind::Warning | Kind::Rebalance).then(|| crate::capacity::Offering {
+                        market: crate::capacity::Market::Spot,
+                        instance_type: i.instance_type.clone(),
+                        zone: i.zone.clone().unwrap_or_default(),
+                    }),
+                })
+            });
+            let steps = respond(notice, id, machine.as_ref(), prelaunched.contains_key(id), Utc::now());
+            if steps.is_empty() {
+                continue;
+            }
+            // Cordoned before anything else, without waiting for the lock.
+            for s in &steps {
+                match s {
+                    Step::Say { line } => say(line),
+                    Step::Cordon { node } => {
+                        crate::kube::drain::cordon(&self.client, node).await?;
+                        say(&format!("interruption: cordoned {node}"));
+                    }
+                    _ => {}
+                }
+            }
+            let lines = std::sync::Mutex::new(Vec::<String>::new());
+            let note = |l: String| {
+                say(&l);
+                lines.lock().unwrap_or_else(|e| e.into_inner()).push(l);
+            };
+            let work = async {
+                let revision = self.store.next_revision().await?;
+                let p = crate::apply::prepare::prepare(&self.aws, &self.cluster).await?;
+                let machines = super::edges::AwsMachines::new(&self.aws, &self.cluster, &p, revision);
+                use super::driver::Machines as _;
+                for s in &steps {
+                    match s {
+                        Step::MarkOut { offering } => {
+                            let ledger = crate::state::capacity::StoreLedger::new(&self.cluster.spec.state_store, &self.aws);
+                            use crate::capacity::LedgerStore as _;
+                            let by = format!("{cluster}/{}", machine.as_ref().map(|m| m.group.as_str()).unwrap_or("?"));
+                            ledger.record(&[(offering.clone(), super::interruptions::CODE.to_string(), by)], &[], Utc::now()).await?;
+                            note(format!("interruption: {offering} marked out in the capacity ledger"));
+                        }
+                        Step::Launch { group } => {
+                            let ids = machines.launch(group, 1).await?;
+                            note(format!("interruption: launched {} in {group} to replace {id}", ids.join(", ")));
+                            if notice.kind == Kind::Rebalance {
+                                if let Some(r) = ids.first() {
+                                    prelaunched.insert(id.clone(), r.clone());
+                                }
+                            }
+                        }
+                        Step::Drain { node, within } => {
+                            let t = std::time::Instant::now();
+                            crate::kube::drain::drain_before(&self.client, node, *within).await?;
+                            note(format!(
+                                "interruption: drained {node} in {:.1}s (each pod's grace at most {}s)",
+                                t.elapsed().as_secs_f64(),
+                                within.as_secs()
+                            ));
+                        }
+                        Step::DeleteNode { node } => crate::kube::drain::delete_node(&self.client, node).await?,
+                        Step::Terminate { id } => {
+                            machines.terminate(id).await?;
+                            prelaunched.remove(id);
+                            note(format!("interruption: ended {id}"));
+                        }
+                        Step::Say { .. } | Step::Cordon { .. } => {}
+                    }
+                }
+                let record = crate::state::HistoryRecord::of_actions(
+                    revision,
+                    &self.command,
+                    lines.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+                );
+                self.store.record(&record.acting_as(self.aws.caller_identity().await), &self.cluster).await?;
+                anyhow::Ok(())
+            };
+            match crate::state::lock::Lock::with(&self.store, &self.command, work).await {
+                Ok(()) => {}
+                Err(e) if e.downcast_ref::<crate::state::lock::LockError>().is_some() => {
+                    // A roll holds the cluster: the pods still leave before the machine goes.
+                    say(&format!("interruption: {e:#}; draining only (the roll or the next pass replaces {id})"));
+                    for s in &steps {
+                        if let Step::Drain { node, within } = s {
+                            crate::kube::drain::drain_before(&self.client, node, *within).await?;
+                        }
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Machines whose replacement (launched on a rebalance recommendation)
+    /// is Ready: drained and ended now.
+    async fn retire_replaced(&self, prelaunched: &mut BTreeMap<String, String>, say: &dyn Fn(&str)) -> Result<()> {
+        if prelaunched.is_empty() {
+            return Ok(());
+        }
+        let nodes = crate::kube::drain::nodes_by_instance(&self.client).await?;
+        let ready: Vec<(String, String)> = prelaunched
+            .iter()
+            .filter(|(_, r)| nodes.get(*r).is_some_and(|n| n.ready))
+            .map(|(o, r)| (o.clone(), r.clone()))
+            .collect();
+        for (old, replacement) in ready {
+            let work = async {
+                if let Some(n) = nodes.get(&old) {
+                    crate::kube::drain::cordon(&self.client, &n.name).await?;
+                    crate::kube::drain::drain(&self.client, &n.name, Duration::from_secs(300), false).await?;
+                    crate::kube::drain::delete_node(&self.client, &n.name).await?;
+                }
+                let revision = self.store.next_revision().await?;
+                let p = crate::apply::prepare::prepare(&self.aws, &self.cluster).await?;
+                use super::driver::Machines as _;
+                super::edges::AwsMachines::new(&self.aws, &self.cluster, &p, revision).terminate(&old).await?;
+                let line = format!("rebalance: {replacement} is Ready; drained and ended {old}");
+                say(&line);
+                let record = crate::state::HistoryRecord::of_actions(revision, &self.command, vec![line]);
+                self.store.record(&record.acting_as(self.aws.caller_identity().await), &self.cluster).await?;
+                anyhow::Ok(())
+            };
+            match crate::state::lock::Lock::with(&self.store, &self.command, work).await {
+                Ok(()) => {
+                    prelaunched.remove(&old);
+                }
+                Err(e) if e.downcast_ref::<crate::state::lock::LockError>().is_some() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 }
 

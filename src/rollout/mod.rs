@@ -16,6 +16,7 @@
 pub mod driver;
 pub mod edges;
 pub mod health;
+pub mod interruptions;
 pub mod policy;
 pub mod run;
 pub mod simfleet;

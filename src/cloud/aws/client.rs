@@ -222,6 +222,8 @@ pub struct Aws {
     pub sts: aws_sdk_sts::Client,
     pub iam: aws_sdk_iam::Client,
     pub ssm: aws_sdk_ssm::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    pub events: aws_sdk_eventbridge::Client,
     pub calls: CallCounter,
     pub region: String,
     identity: tokio::sync::OnceCell<Option<String>>,
@@ -284,6 +286,12 @@ impl Aws {
         let ssm = aws_sdk_ssm::Client::from_conf(
             aws_sdk_ssm::config::Builder::from(&shared).interceptor(shared_interceptor.clone()).build(),
         );
+        let sqs = aws_sdk_sqs::Client::from_conf(
+            aws_sdk_sqs::config::Builder::from(&shared).interceptor(shared_interceptor.clone()).build(),
+        );
+        let events = aws_sdk_eventbridge::Client::from_conf(
+            aws_sdk_eventbridge::config::Builder::from(&shared).interceptor(shared_interceptor.clone()).build(),
+        );
         // Path-style addressing works against AWS and is needed for IP endpoints.
         let path_style = shared.endpoint_url().is_some();
         let s3 = aws_sdk_s3::Client::from_conf(
@@ -292,7 +300,7 @@ impl Aws {
                 .interceptor(shared_interceptor)
                 .build(),
         );
-        Ok(Aws { ec2, elb, s3, sts, iam, ssm, calls, region, identity: tokio::sync::OnceCell::new() })
+        Ok(Aws { ec2, elb, s3, sts, iam, ssm, sqs, events, calls, region, identity: tokio::sync::OnceCell::new() })
     }
 
     /// Who the credentials are (STS GetCallerIdentity's ARN), for history;

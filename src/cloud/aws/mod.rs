@@ -7,6 +7,7 @@ pub mod bake;
 pub mod channels;
 pub mod client;
 pub mod context;
+pub mod events;
 pub mod iam;
 pub mod imagegc;
 pub mod images;

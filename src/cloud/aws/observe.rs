@@ -97,6 +97,7 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
         }
     };
     let iam = super::iam::observe(aws, cluster);
+    let events = super::events::observe(aws, cluster);
     let (
         vpcs,
         subnets,
@@ -109,10 +110,12 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
         reservations,
         (lb, unavailable),
         iam,
-    ) = futures::try_join!(vpcs, subnets, igws, addresses, nats, rts, sgs, lts, instances, lb, iam)?;
+        events,
+    ) = futures::try_join!(vpcs, subnets, igws, addresses, nats, rts, sgs, lts, instances, lb, iam, events)?;
 
     let mut o = Observed::default();
     (o.iam_roles, o.instance_profiles) = iam;
+    (o.events_queue, o.event_rules) = events;
     o.vpc = vpcs.vpcs().iter().find_map(|v| {
         Some(ObservedVpc { id: v.vpc_id()?.to_string(), cidr: v.cidr_block().unwrap_or_default().to_string() })
     });

@@ -158,6 +158,10 @@ pub async fn run(ctx: &OpContext, key: &K, op: &Op) -> R<String> {
         | Op::CreateInstanceProfile { .. }
         | Op::DeleteInstanceProfile { .. }
         | Op::DeleteRole { .. } => super::iam::run(ctx, key, op).await,
+        Op::CreateEventQueue { .. }
+        | Op::PutEventRule { .. }
+        | Op::DeleteEventRule { .. }
+        | Op::DeleteEventQueue { .. } => super::events::run(ctx, key, op).await,
         Op::CreateVpc { cidr } => {
             let out = call(
                 "CreateVpc",
