@@ -1007,3 +1007,168 @@ fn a_fleet_rollout_moves_a_cluster_to_a_kubernetes_version() {
     assert!(!revert.status.success());
     assert!(stderr(&revert).contains("kubeadm does not downgrade a control plane"), "{}", stderr(&revert));
 }
+
+/// A Spot interruption warning, sent through EventBridge as EC2 sends it
+/// (100 s into its two minutes), reaches the loop through the queue and
+/// rules `bootstrap` made: the Node is cordoned, the offering marked out in
+/// the capacity ledger, a replacement launched on another offering, the
+/// pod (600 s of grace of its own) drained within the 5 s left, and the
+/// machine ended — each step in the log and history.
+#[test]
+fn a_spot_interruption_warning_cordons_drains_within_its_time_and_replaces_elsewhere() {
+    let spot = "        maxSurge: 1\n      capacity:\n        types: [t3a.large, m5.large, m5a.large, m6i.large]\n        market: Spot\n        fallback: [zone, type]\n";
+    let (w, sim) = cluster("spotwarn", 2, 0, spot, "1s");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // The queue and its four rules exist, and the plan has nothing more to make.
+    rt.block_on(async {
+        let aws = w.aws().await;
+        aws.sqs.get_queue_url().queue_name("pinfleet-spotwarn-interruptions").send().await.unwrap();
+        let rules = aws.events.list_rules().name_prefix("pinfleet-spotwarn-").send().await.unwrap();
+        let mut names: Vec<&str> = rules.rules().iter().filter_map(|r| r.name()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "pinfleet-spotwarn-rebalance",
+                "pinfleet-spotwarn-scheduled-change",
+                "pinfleet-spotwarn-spot-interruption",
+                "pinfleet-spotwarn-state-change"
+            ]
+        );
+    });
+    let plan = w.ok(&["plan", "spotwarn"]);
+    assert!(!plan.contains("events/"), "{plan}");
+
+    let general = w.instances_in("general");
+    let victim = general[0]["id"].as_str().unwrap().to_string();
+    let offering = |i: &serde_json::Value| (i["instance_type"].to_string(), i["zone"].to_string());
+    let victim_offering = offering(&general[0]);
+    kubectl(
+        &sim,
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: slow-to-stop, namespace: default, annotations: {{sim.pinfleet.dev/ignores-sigterm: \"true\"}}}}\nspec:\n  nodeName: {victim}\n  terminationGracePeriodSeconds: 600\n  containers: [{{name: c, image: registry.k8s.io/pause:3.10}}]\n"
+        )),
+    );
+    let h = healer(&w, &sim, &[]);
+    let sent = std::time::Instant::now();
+    send_ec2_event(
+        &w,
+        "EC2 Spot Instance Interruption Warning",
+        serde_json::json!({"instance-id": victim, "instance-action": "terminate"}),
+        100,
+    );
+    wait_for("the warned Node to be cordoned (or gone)", 60, || {
+        let v: serde_json::Value = serde_json::from_str(&kubectl(&sim, &["get", "nodes", "-o", "json"], None)).unwrap();
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["metadata"]["name"] == victim.as_str())
+            .is_none_or(|n| n["spec"]["unschedulable"] == true)
+    });
+    println!("cordoned {:.1}s after the warning was sent", sent.elapsed().as_secs_f64());
+    // The pod (it ignores SIGTERM) stays terminating for the grace it was
+    // given: what is left of the two minutes, not its own 600 s.
+    let mut given = None;
+    wait_for("the slow pod to go", 60, || {
+        let out = kubectl(&sim, &["get", "pods", "-n", "default", "-o", "json"], None);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let pod = v["items"].as_array().unwrap().iter().find(|p| p["metadata"]["name"] == "slow-to-stop").cloned();
+        if let Some(g) = pod.as_ref().and_then(|p| p["metadata"]["deletionGracePeriodSeconds"].as_i64()) {
+            given = Some(g);
+        }
+        pod.is_none()
+    });
+    let given = given.expect("the pod was seen terminating with a grace period");
+    assert!((1..=5).contains(&given), "grace given {given}");
+    wait_for("the warned machine to be ended and replaced", 120, || {
+        let now = ids(&w.instances_in("general"));
+        now.len() == 2 && !now.contains(&victim)
+    });
+    let log = h.log();
+    for line in [
+        format!("interruption: cordoned {victim}"),
+        "marked out in the capacity ledger".to_string(),
+        format!("to replace {victim}"),
+        format!("interruption: ended {victim}"),
+    ] {
+        assert!(log.contains(&line), "{line}:\n{log}");
+    }
+    // The pods' grace was capped to what was left of the two minutes (the pod asked for 600 s).
+    let cap: u64 = log
+        .split("each pod's grace at most ")
+        .nth(1)
+        .and_then(|r| r.split('s').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no drain line:\n{log}"));
+    assert!(cap <= 5, "{log}");
+    // The replacement is on another offering than the one EC2 took back.
+    let after = w.instances_in("general");
+    let replacement = after.iter().find(|i| !general.iter().any(|g| g["id"] == i["id"])).unwrap();
+    assert_ne!(offering(replacement), victim_offering, "{replacement}");
+    let pods = kubectl(&sim, &["get", "pods", "-n", "default", "-o", "name"], None);
+    assert!(!pods.contains("slow-to-stop"), "{pods}");
+    let ledger = w.ok(&["capacity", "spotwarn"]);
+    assert!(ledger.contains("SpotInterruption"), "{ledger}");
+    let history = w.json(&["history", "spotwarn"]).to_string();
+    assert!(history.contains(&format!("interruption: ended {victim}")), "{history}");
+}
+
+/// An EC2 event about this world's machines, put on EventBridge `ago`
+/// seconds after it happened (EventBridge routes it to the rules' queue).
+fn send_ec2_event(w: &World, detail_type: &str, detail: serde_json::Value, ago: i64) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let aws = w.aws().await;
+        let id = detail["instance-id"].as_str().unwrap_or_default().to_string();
+        let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+            .source("aws.ec2")
+            .detail_type(detail_type)
+            .detail(detail.to_string())
+            .resources(format!("arn:aws:ec2:us-east-1:{}:instance/{id}", w.account))
+            .time(aws_sdk_eventbridge::primitives::DateTime::from_secs(chrono::Utc::now().timestamp() - ago))
+            .build();
+        let out = aws.events.put_events().entries(entry).send().await.unwrap();
+        assert_eq!(out.failed_entry_count(), 0);
+    });
+}
+
+/// A rebalance recommendation launches the replacement at once and drains
+/// nothing while it boots; once it is Ready the old machine is drained and
+/// ended, and the group is back to its size. A message that is not an
+/// event is dropped with a line, and the loop goes on.
+#[test]
+fn a_rebalance_recommendation_replaces_first_and_drains_once_the_replacement_is_ready() {
+    let spot = "        maxSurge: 1\n      capacity:\n        types: [t3a.large, m5.large, m5a.large, m6i.large]\n        market: Spot\n        fallback: [zone, type]\n";
+    let (w, sim) = cluster("spotrebal", 2, 0, spot, "3s");
+    let before = ids(&w.instances_in("general"));
+    let victim = before.iter().next().unwrap().clone();
+    let h = healer(&w, &sim, &[]);
+    // Hostile first: a body that is not an event.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let aws = w.aws().await;
+        let url = aws.sqs.get_queue_url().queue_name("pinfleet-spotrebal-interruptions").send().await.unwrap();
+        aws.sqs
+            .send_message()
+            .queue_url(url.queue_url().unwrap())
+            .message_body(r#"{"detail-type": "\u001b[2J", "time": "2026-11-26T10:00:00Z"}"#)
+            .send()
+            .await
+            .unwrap();
+    });
+    send_ec2_event(&w, "EC2 Instance Rebalance Recommendation", serde_json::json!({"instance-id": victim}), 0);
+    wait_for("the replacement to be launched", 60, || w.instances_in("general").len() == 3);
+    // While it boots (3 s), the old machine is neither cordoned nor drained.
+    let node = kubectl(&sim, &["get", "node", &victim, "-o", "jsonpath={.spec.unschedulable}"], None);
+    assert_ne!(node.trim(), "true", "cordoned before the replacement was Ready");
+    wait_for("the old machine to be ended", 90, || {
+        let now = ids(&w.instances_in("general"));
+        now.len() == 2 && !now.contains(&victim)
+    });
+    let log = h.log();
+    assert!(log.contains("is dropped: detail-type"), "{log}");
+    assert!(log.contains(&format!("rebalance: {victim} (general) is at risk")), "{log}");
+    assert!(log.contains("is Ready; drained and ended"), "{log}");
+}

@@ -58,7 +58,9 @@ pub fn rule_name(cluster: &str, kind: &str) -> String {
 /// The event pattern of a kind.
 pub fn pattern(kind: &str) -> serde_json::Value {
     match kind {
-        "spot-interruption" => json!({"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]}),
+        "spot-interruption" => {
+            json!({"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]})
+        }
         "rebalance" => json!({"source": ["aws.ec2"], "detail-type": ["EC2 Instance Rebalance Recommendation"]}),
         "state-change" => json!({"source": ["aws.ec2"], "detail-type": ["EC2 Instance State-change Notification"]}),
         _ => json!({
@@ -130,7 +132,10 @@ mod tests {
         assert!(rule_name(&long, "scheduled-change").len() <= 64);
         assert_ne!(rule_name(&long, "scheduled-change"), rule_name(&format!("{long}x"), "scheduled-change"));
         assert!(queue_name(&long).len() <= 80);
-        assert!(same_pattern(&pattern("rebalance").to_string(), r#"{"detail-type":["EC2 Instance Rebalance Recommendation"],"source":["aws.ec2"]}"#));
+        assert!(same_pattern(
+            &pattern("rebalance").to_string(),
+            r#"{"detail-type":["EC2 Instance Rebalance Recommendation"],"source":["aws.ec2"]}"#
+        ));
         assert_eq!(
             rule_arn("arn:aws:sqs:us-east-1:123456789012:q", "r").as_deref(),
             Some("arn:aws:events:us-east-1:123456789012:rule/r")

@@ -164,9 +164,25 @@ async fn drain_with(client: &Client, node: &str, timeout: Duration, force: bool,
             let dp = grace_cap.map(|cap| DeleteParams::default().grace_period(own.min(cap).max(0) as u32));
             let r = if finished(p) {
                 api.delete(&name, &dp.clone().unwrap_or_default()).await.map(|_| ())
+            } else if let Some(grace) = dp.as_ref().and_then(|d| d.grace_period_seconds) {
+                // Written out: kube's EvictParams sends `delete_options`,
+                // which an API server ignores (the field is `deleteOptions`).
+                let body = serde_json::json!({
+                    "apiVersion": "policy/v1",
+                    "kind": "Eviction",
+                    "metadata": {"name": name, "namespace": ns},
+                    "deleteOptions": {"gracePeriodSeconds": grace},
+                });
+                api.create_subresource::<_, serde_json::Value>(
+                    "eviction",
+                    &name,
+                    &kube::api::PostParams::default(),
+                    &body,
+                )
+                .await
+                .map(|_| ())
             } else {
-                let ep = EvictParams { delete_options: dp, ..Default::default() };
-                api.evict(&name, &ep).await.map(|_| ())
+                api.evict(&name, &EvictParams::default()).await.map(|_| ())
             };
             ((ns, name), r)
         }))

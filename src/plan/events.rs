@@ -28,9 +28,8 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
     let queue_arn = observed.events_queue.as_ref().map(|q| q.arn.as_str());
     for r in &d.rules {
         let have = observed.event_rules.iter().find(|o| o.name == r.name);
-        let targets_queue = |o: &crate::cloud::observed::ObservedEventRule| {
-            queue_arn.is_some_and(|a| o.targets.iter().any(|t| t == a))
-        };
+        let targets_queue =
+            |o: &crate::cloud::observed::ObservedEventRule| queue_arn.is_some_and(|a| o.targets.iter().any(|t| t == a));
         let (action, why) = match have {
             None => (Action::Create, "EventBridge sends these events to the queue"),
             Some(o) if !crate::cloud::events::same_pattern(&o.pattern, &r.pattern) => {

@@ -400,7 +400,9 @@ impl Loop {
             let url = match crate::cloud::aws::events::queue(&self.aws, &name).await {
                 Ok(Some(q)) => q.url,
                 Ok(None) => {
-                    say(&format!("interruption: queue {name} does not exist yet (`pinfleet apply` makes it); looking again"));
+                    say(&format!(
+                        "interruption: queue {name} does not exist yet (`pinfleet apply` makes it); looking again"
+                    ));
                     tokio::time::sleep(self.interval.max(Duration::from_secs(5))).await;
                     continue;
                 }
@@ -492,10 +494,17 @@ impl Loop {
                 for s in &steps {
                     match s {
                         Step::MarkOut { offering } => {
-                            let ledger = crate::state::capacity::StoreLedger::new(&self.cluster.spec.state_store, &self.aws);
+                            let ledger =
+                                crate::state::capacity::StoreLedger::new(&self.cluster.spec.state_store, &self.aws);
                             use crate::capacity::LedgerStore as _;
                             let by = format!("{cluster}/{}", machine.as_ref().map(|m| m.group.as_str()).unwrap_or("?"));
-                            ledger.record(&[(offering.clone(), super::interruptions::CODE.to_string(), by)], &[], Utc::now()).await?;
+                            ledger
+                                .record(
+                                    &[(offering.clone(), super::interruptions::CODE.to_string(), by)],
+                                    &[],
+                                    Utc::now(),
+                                )
+                                .await?;
                             note(format!("interruption: {offering} marked out in the capacity ledger"));
                         }
                         Step::Launch { group } => {

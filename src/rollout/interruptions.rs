@@ -107,7 +107,13 @@ pub enum Step {
 /// What to do about `notice` for one of its machines (`None`: not the
 /// cluster's). `prelaunched`: a replacement was launched already (on a
 /// rebalance recommendation).
-pub fn respond(notice: &Notice, id: &str, machine: Option<&Machine>, prelaunched: bool, now: DateTime<Utc>) -> Vec<Step> {
+pub fn respond(
+    notice: &Notice,
+    id: &str,
+    machine: Option<&Machine>,
+    prelaunched: bool,
+    now: DateTime<Utc>,
+) -> Vec<Step> {
     let Some(m) = machine else { return vec![] };
     let mut out = Vec::new();
     match &notice.kind {
@@ -145,9 +151,7 @@ pub fn respond(notice: &Notice, id: &str, machine: Option<&Machine>, prelaunched
         }
         Kind::Rebalance => {}
         Kind::StateChange { state } => out.push(Step::Say { line: format!("state: {id} ({}) is {state}", m.group) }),
-        Kind::Scheduled { event } => {
-            out.push(Step::Say { line: format!("scheduled: {id} ({}) has {event}", m.group) })
-        }
+        Kind::Scheduled { event } => out.push(Step::Say { line: format!("scheduled: {id} ({}) has {event}", m.group) }),
     }
     out
 }
@@ -163,13 +167,19 @@ mod tests {
 
     #[test]
     fn a_warning_cordons_first_marks_launches_then_drains_within_the_time_left() {
-        let n = parse(&event("EC2 Spot Instance Interruption Warning", serde_json::json!({"instance-id": "i-0abc", "instance-action": "terminate"}))).unwrap();
+        let n = parse(&event(
+            "EC2 Spot Instance Interruption Warning",
+            serde_json::json!({"instance-id": "i-0abc", "instance-action": "terminate"}),
+        ))
+        .unwrap();
         assert_eq!((n.kind.clone(), n.instances.clone()), (Kind::Warning, vec!["i-0abc".to_string()]));
         let o = Offering { market: Market::Spot, instance_type: "m6i.large".into(), zone: "us-east-1a".into() };
-        let m = Machine { id: "i-0abc".into(), group: "general".into(), node: Some("n1".into()), spot: Some(o.clone()) };
+        let m =
+            Machine { id: "i-0abc".into(), group: "general".into(), node: Some("n1".into()), spot: Some(o.clone()) };
         let now = n.time + chrono::Duration::seconds(5);
         let steps = respond(&n, "i-0abc", Some(&m), false, now);
-        let kinds: Vec<String> = steps.iter().map(|s| serde_json::to_value(s).unwrap()["step"].as_str().unwrap().to_string()).collect();
+        let kinds: Vec<String> =
+            steps.iter().map(|s| serde_json::to_value(s).unwrap()["step"].as_str().unwrap().to_string()).collect();
         assert_eq!(kinds, ["say", "cordon", "markOut", "launch", "drain", "deleteNode", "terminate"]);
         assert!(steps.contains(&Step::Drain { node: "n1".into(), within: Duration::from_secs(100) }));
         // Late: nothing left for grace, still drained (at once) and ended.
@@ -182,15 +192,27 @@ mod tests {
 
     #[test]
     fn a_rebalance_launches_once_and_drains_nothing_and_hostile_bodies_are_refused() {
-        let n = parse(&event("EC2 Instance Rebalance Recommendation", serde_json::json!({"instance-id": "i-1"}))).unwrap();
+        let n =
+            parse(&event("EC2 Instance Rebalance Recommendation", serde_json::json!({"instance-id": "i-1"}))).unwrap();
         let m = Machine { id: "i-1".into(), group: "g".into(), node: Some("n".into()), spot: None };
         let s = respond(&n, "i-1", Some(&m), false, n.time);
-        assert!(s.contains(&Step::Launch { group: "g".into() }) && !s.iter().any(|s| matches!(s, Step::Drain { .. } | Step::Cordon { .. })));
+        assert!(
+            s.contains(&Step::Launch { group: "g".into() })
+                && !s.iter().any(|s| matches!(s, Step::Drain { .. } | Step::Cordon { .. }))
+        );
         assert!(respond(&n, "i-1", Some(&m), true, n.time).is_empty());
         assert!(parse("{").unwrap_err().starts_with("not an event"));
-        assert!(parse(&event("EC2 Spot Instance Interruption Warning", serde_json::json!({}))).unwrap_err().contains("detail.instance-id"));
-        assert!(parse(&event("Something Else", serde_json::json!({}))).unwrap_err().contains("not an event pinfleet acts on"));
-        assert!(parse(&event("EC2 Instance Rebalance Recommendation", serde_json::json!({"instance-id": "i-1\u{1b}[2J"}))).is_err());
+        assert!(parse(&event("EC2 Spot Instance Interruption Warning", serde_json::json!({})))
+            .unwrap_err()
+            .contains("detail.instance-id"));
+        assert!(parse(&event("Something Else", serde_json::json!({})))
+            .unwrap_err()
+            .contains("not an event pinfleet acts on"));
+        assert!(parse(&event(
+            "EC2 Instance Rebalance Recommendation",
+            serde_json::json!({"instance-id": "i-1\u{1b}[2J"})
+        ))
+        .is_err());
         let h = serde_json::json!({"source": "aws.health", "detail-type": "AWS Health Event", "time": "2026-11-26T10:00:00Z",
             "detail": {"eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED", "affectedEntities": [{"entityValue": "i-2"}]}});
         let n = parse(&h.to_string()).unwrap();

@@ -109,6 +109,9 @@ impl Changed {
 
 /// Pods whose template asks to fail (tests of failure handling).
 pub const FAIL_ANNOTATION: &str = "sim.pinfleet.dev/fail";
+/// A pod whose containers ignore SIGTERM: its kubelet ends it only when
+/// its grace period is over (a pause container exits at once).
+pub const IGNORES_SIGTERM: &str = "sim.pinfleet.dev/ignores-sigterm";
 
 fn t(inner: &Inner, group: &str, plural: &str) -> ResourceType {
     let version = "v1";
@@ -477,7 +480,16 @@ impl Controllers {
                 continue;
             }
             if terminating(&pod) {
-                // The kubelet stops the containers; with no finalizers left the pod goes.
+                // The kubelet stops the containers (one that ignores SIGTERM
+                // at the end of its grace); with no finalizers left the pod goes.
+                let until = pod
+                    .pointer("/metadata/deletionTimestamp")
+                    .and_then(Value::as_str)
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                    .map(|d| d.with_timezone(&chrono::Utc));
+                if super::store::ignores_sigterm(&pod) && until.is_some_and(|u| u > now_ts) {
+                    continue;
+                }
                 if finalizers(&pod).is_empty() {
                     let _ = inner.delete(&pods_t, &ns(&pod), &name(&pod), Propagation::Background, None, false);
                 }

@@ -357,7 +357,14 @@ pub async fn handle(
     let is_eviction = t.sub.as_deref() == Some("eviction");
     let opaque = is_eviction
         || (t.sub.as_deref() == Some("token") && rt.plural == "serviceaccounts" && !content_type.contains("json"));
-    let body = match if opaque { Ok(Value::Null) } else { parse_body(&content_type, &body) } {
+    // A JSON eviction is read for its deleteOptions (the grace period).
+    let body = match if is_eviction && content_type.contains("json") {
+        Ok(parse_body(&content_type, &body).unwrap_or(Value::Null))
+    } else if opaque {
+        Ok(Value::Null)
+    } else {
+        parse_body(&content_type, &body)
+    } {
         Ok(b) => b,
         Err(e) => return err(e),
     };
@@ -451,7 +458,8 @@ pub async fn handle(
             Ok(stored(&inner, 201, out))
         }
         (&Method::POST, Some(name)) if t.sub.as_deref() == Some("eviction") => {
-            Ok(Answer::Value(201, inner.evict(&ns, name)?))
+            let grace = body.pointer("/deleteOptions/gracePeriodSeconds").and_then(Value::as_i64);
+            Ok(Answer::Value(201, inner.evict(&ns, name, grace)?))
         }
         (&Method::PUT, Some(name)) => match sub {
             Sub::Scale => Ok(Answer::Value(200, inner.update_scale(&rt, &ns, name, &body, &mgr)?)),
@@ -479,6 +487,16 @@ pub async fn handle(
             };
             let precondition =
                 body.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
+            if rt.group.is_empty() && rt.plural == "pods" {
+                let grace = q
+                    .get("gracePeriodSeconds")
+                    .and_then(|g| g.parse::<i64>().ok())
+                    .or_else(|| body.get("gracePeriodSeconds").and_then(Value::as_i64));
+                return Ok(Answer::Value(
+                    200,
+                    inner.delete_pod(&ns, name, grace, propagation, precondition.as_deref(), dry_run)?,
+                ));
+            }
             Ok(Answer::Value(200, inner.delete(&rt, &ns, name, propagation, precondition.as_deref(), dry_run)?))
         }
         (&Method::DELETE, None) => {

@@ -156,6 +156,14 @@ pub struct Inner {
     pub pods_dir: Option<std::path::PathBuf>,
 }
 
+/// Whether a pod's containers ignore SIGTERM (`sim.pinfleet.dev/ignores-sigterm: "true"`).
+pub fn ignores_sigterm(pod: &Value) -> bool {
+    pod.pointer("/metadata/annotations")
+        .and_then(|a| a.get(super::controllers::IGNORES_SIGTERM))
+        .and_then(Value::as_str)
+        == Some("true")
+}
+
 pub fn now() -> String {
     chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
@@ -816,6 +824,57 @@ impl Inner {
         }
     }
 
+    /// DELETE of a pod: as [`Self::delete`], except that a running pod
+    /// whose containers ignore SIGTERM ([`ignores_sigterm`]) is kept,
+    /// terminating, until its grace period is over (the request's
+    /// `gracePeriodSeconds`, else the pod's own, else 30 s), as a kubelet
+    /// keeps it; a later delete with a shorter grace brings the end nearer,
+    /// and 0 removes it at once.
+    #[allow(clippy::too_many_arguments)]
+    pub fn delete_pod(
+        &mut self,
+        ns: &str,
+        name: &str,
+        grace: Option<i64>,
+        propagation: Propagation,
+        precondition_rv: Option<&str>,
+        dry_run: bool,
+    ) -> R<Value> {
+        let pods = self.registry.get("", "v1", "pods").cloned().expect("pods");
+        if let (false, Ok(pod)) = (dry_run, self.get(&pods, ns, name)) {
+            let bound = pod.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+            let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("Pending");
+            let own = pod.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(30);
+            let grace = grace.unwrap_or(own).max(0);
+            if bound && ignores_sigterm(&pod) && !matches!(phase, "Succeeded" | "Failed") && grace > 0 {
+                let end = chrono::Utc::now() + chrono::Duration::seconds(grace);
+                let current = pod
+                    .pointer("/metadata/deletionTimestamp")
+                    .and_then(Value::as_str)
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                    .map(|d| d.with_timezone(&chrono::Utc));
+                if current.is_some_and(|c| c <= end) {
+                    return Ok(pod);
+                }
+                if let Some(rv) = precondition_rv {
+                    if Some(rv) != meta_str(&pod, "resourceVersion") {
+                        return Err(conflict(&pods, name));
+                    }
+                }
+                let mut obj = pod;
+                self.rv += 1;
+                let m = meta_mut(&mut obj);
+                m.insert("deletionTimestamp".into(), json!(end.format("%Y-%m-%dT%H:%M:%SZ").to_string()));
+                m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+                m.insert("resourceVersion".into(), json!(self.rv.to_string()));
+                self.objects.insert(Self::key(&pods, ns, name), Arc::new(obj.clone()));
+                self.emit(EventType::Modified, &pods, ns, obj.clone());
+                return Ok(obj);
+            }
+        }
+        self.delete(&pods, ns, name, propagation, precondition_rv, dry_run)
+    }
+
     /// DELETE: finalizers defer it (deletionTimestamp); dependents follow
     /// the propagation policy.
     pub fn delete(
@@ -1207,7 +1266,7 @@ impl Inner {
     /// (IfHealthyBudget) only while its budget is met (currentHealthy ≥
     /// desiredHealthy > 0), always under `AlwaysAllow`; a Ready pod needs a
     /// disruption the budget allows.
-    pub fn evict(&mut self, ns: &str, name: &str) -> R<Value> {
+    pub fn evict(&mut self, ns: &str, name: &str, grace: Option<i64>) -> R<Value> {
         let pods = self.registry.get("", "v1", "pods").cloned().expect("pods");
         let pod = self.get(&pods, ns, name)?;
         let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("Pending");
@@ -1243,7 +1302,7 @@ impl Inner {
                 }
             }
         }
-        self.delete(&pods, ns, name, Propagation::Background, None, false)?;
+        self.delete_pod(ns, name, grace, Propagation::Background, None, false)?;
         Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
     }
 

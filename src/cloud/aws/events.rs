@@ -59,13 +59,10 @@ pub async fn observe(aws: &Aws, cluster: &str) -> anyhow::Result<(Option<Observe
         for r in listed.rules() {
             let Some(name) = r.name() else { continue };
             let Some(kind) = KINDS.iter().find(|k| events::rule_name(cluster, k) == name) else { continue };
-            let targets = aws
-                .events
-                .list_targets_by_rule()
-                .rule(name)
-                .send()
-                .await
-                .map_err(|e| anyhow::anyhow!("ListTargetsByRule {name}: {}", super::client::describe_sdk_error(&e)))?;
+            let targets =
+                aws.events.list_targets_by_rule().rule(name).send().await.map_err(|e| {
+                    anyhow::anyhow!("ListTargetsByRule {name}: {}", super::client::describe_sdk_error(&e))
+                })?;
             out.push(ObservedEventRule {
                 kind: kind.to_string(),
                 name: name.to_string(),
