@@ -109,9 +109,6 @@ impl Changed {
 
 /// Pods whose template asks to fail (tests of failure handling).
 pub const FAIL_ANNOTATION: &str = "sim.pinfleet.dev/fail";
-/// A pod whose containers ignore SIGTERM: its kubelet ends it only when
-/// its grace period is over (a pause container exits at once).
-pub const IGNORES_SIGTERM: &str = "sim.pinfleet.dev/ignores-sigterm";
 
 fn t(inner: &Inner, group: &str, plural: &str) -> ResourceType {
     let version = "v1";

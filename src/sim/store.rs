@@ -156,10 +156,14 @@ pub struct Inner {
     pub pods_dir: Option<std::path::PathBuf>,
 }
 
-/// Whether a pod's containers ignore SIGTERM (`sim.pinfleet.dev/ignores-sigterm: "true"`).
+/// A pod whose containers ignore SIGTERM: its kubelet ends it only when
+/// its grace period is over (a pause container exits at once).
+pub const IGNORES_SIGTERM: &str = "sim.pinfleet.dev/ignores-sigterm";
+
+/// Whether a pod's containers ignore SIGTERM ([`IGNORES_SIGTERM`] is `"true"`).
 pub fn ignores_sigterm(pod: &Value) -> bool {
     pod.pointer("/metadata/annotations")
-        .and_then(|a| a.get(super::controllers::IGNORES_SIGTERM))
+        .and_then(|a| a.get(IGNORES_SIGTERM))
         .and_then(Value::as_str)
         == Some("true")
 }
