@@ -390,6 +390,131 @@ pub fn architecture_of(t: &str) -> Arch {
     }
 }
 
+/// A group's instance types by what they offer instead of by name:
+/// vCPU and memory ranges over the families and generations named (the
+/// architecture is the group's image's). Expanded by [`matching`] from the
+/// shapes EC2 gives its general (m), compute (c) and memory (r) families.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Requirements {
+    /// vCPUs per machine.
+    pub vcpu: Range,
+    /// Memory per machine, in GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gib: Option<Range>,
+    /// Instance families: `m` (4 GiB a vCPU), `c` (2), `r` (8).
+    #[serde(default = "default_families")]
+    pub families: Vec<String>,
+    /// Generations, newest first by default: 7, 6 (5 too if named).
+    #[serde(default = "default_generations")]
+    pub generations: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Range {
+    #[serde(default)]
+    pub min: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u32>,
+}
+
+impl Range {
+    fn holds(&self, n: u32) -> bool {
+        n >= self.min && self.max.is_none_or(|m| n <= m)
+    }
+}
+
+impl std::fmt::Display for Range {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.max {
+            Some(m) => write!(f, "{}–{m}", self.min),
+            None => write!(f, "at least {}", self.min),
+        }
+    }
+}
+
+fn default_families() -> Vec<String> {
+    vec!["m".into(), "c".into(), "r".into()]
+}
+
+fn default_generations() -> Vec<u32> {
+    vec![7, 6]
+}
+
+/// GiB of memory a vCPU of each family has.
+pub const FAMILY_SHAPES: &[(&str, u32)] = &[("m", 4), ("c", 2), ("r", 8)];
+/// The generations [`matching`] knows.
+pub const GENERATIONS: &[u32] = &[5, 6, 7];
+const SIZES: &[(&str, u32)] = &[
+    ("large", 2),
+    ("xlarge", 4),
+    ("2xlarge", 8),
+    ("4xlarge", 16),
+    ("8xlarge", 32),
+    ("12xlarge", 48),
+    ("16xlarge", 64),
+];
+
+/// What is wrong with the requirements (besides matching nothing).
+pub fn requirement_errors(r: &Requirements) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (field, range) in [("vcpu", Some(&r.vcpu)), ("memoryGib", r.memory_gib.as_ref())] {
+        if let Some(Range { min, max: Some(max) }) = range {
+            if min > max {
+                out.push((field.to_string(), format!("min {min} is above max {max}")));
+            }
+        }
+    }
+    for (i, f) in r.families.iter().enumerate() {
+        if !FAMILY_SHAPES.iter().any(|(k, _)| k == f) {
+            out.push((
+                format!("families[{i}]"),
+                format!("`{f}`: requirements know the m, c and r families; name other types in `types`"),
+            ));
+        }
+    }
+    for (i, g) in r.generations.iter().enumerate() {
+        if !GENERATIONS.contains(g) {
+            out.push((format!("generations[{i}]"), format!("{g}: requirements know generations 5, 6 and 7")));
+        }
+    }
+    out
+}
+
+/// The instance types that meet `r` on `arch`, smallest first, then in
+/// the order of the families and generations named.
+pub fn matching(r: &Requirements, arch: Arch) -> Vec<String> {
+    let mut out = Vec::new();
+    for (size, vcpu) in SIZES {
+        if !r.vcpu.holds(*vcpu) {
+            continue;
+        }
+        for family in &r.families {
+            let Some((_, per)) = FAMILY_SHAPES.iter().find(|(k, _)| k == family) else { continue };
+            if r.memory_gib.is_some_and(|m| !m.holds(vcpu * per)) {
+                continue;
+            }
+            for g in &r.generations {
+                let options: &[&str] = match (arch, g) {
+                    (Arch::X86_64, 5) => &["", "a"],
+                    (Arch::X86_64, 6 | 7) => &["i", "a"],
+                    (Arch::Arm64, 6 | 7) => &["g"],
+                    _ => &[],
+                };
+                for o in options {
+                    // c5 has 9xlarge and 18xlarge instead.
+                    if (family, g, *o) == (&"c".to_string(), &5, "") && matches!(*size, "8xlarge" | "16xlarge") {
+                        continue;
+                    }
+                    out.push(format!("{family}{g}{o}.{size}"));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// What a group falls back across first when an offering is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -471,6 +596,50 @@ pub fn blocked_reason(entry: &Entry, next: Option<&Offering>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requirements_expand_to_the_shapes_that_meet_them_smallest_first() {
+        let r: Requirements =
+            serde_json::from_value(serde_json::json!({"vcpu": {"min": 2, "max": 4}, "memoryGib": {"min": 8}})).unwrap();
+        assert_eq!(
+            matching(&r, Arch::X86_64),
+            [
+                "m7i.large",
+                "m7a.large",
+                "m6i.large",
+                "m6a.large",
+                "r7i.large",
+                "r7a.large",
+                "r6i.large",
+                "r6a.large",
+                "m7i.xlarge",
+                "m7a.xlarge",
+                "m6i.xlarge",
+                "m6a.xlarge",
+                "c7i.xlarge",
+                "c7a.xlarge",
+                "c6i.xlarge",
+                "c6a.xlarge",
+                "r7i.xlarge",
+                "r7a.xlarge",
+                "r6i.xlarge",
+                "r6a.xlarge"
+            ]
+        );
+        assert!(matching(&r, Arch::Arm64).iter().all(|t| architecture_of(t) == Arch::Arm64 && known_type(t).is_ok()));
+        let c5: Requirements = serde_json::from_value(
+            serde_json::json!({"vcpu": {"min": 32, "max": 32}, "families": ["c"], "generations": [5]}),
+        )
+        .unwrap();
+        assert!(matching(&c5, Arch::X86_64) == ["c5a.8xlarge"], "c5 has no 8xlarge");
+        let none: Requirements = serde_json::from_value(serde_json::json!({"vcpu": {"min": 128}})).unwrap();
+        assert!(matching(&none, Arch::X86_64).is_empty());
+        assert_eq!(
+            requirement_errors(&serde_json::from_value(serde_json::json!({"vcpu": {"min": 8, "max": 2}})).unwrap())
+                .len(),
+            1
+        );
+    }
 
     #[test]
     fn churn_halts_after_two_failed_launches_of_four_and_the_rate_counts_calls() {

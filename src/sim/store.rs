@@ -162,10 +162,7 @@ pub const IGNORES_SIGTERM: &str = "sim.pinfleet.dev/ignores-sigterm";
 
 /// Whether a pod's containers ignore SIGTERM ([`IGNORES_SIGTERM`] is `"true"`).
 pub fn ignores_sigterm(pod: &Value) -> bool {
-    pod.pointer("/metadata/annotations")
-        .and_then(|a| a.get(IGNORES_SIGTERM))
-        .and_then(Value::as_str)
-        == Some("true")
+    pod.pointer("/metadata/annotations").and_then(|a| a.get(IGNORES_SIGTERM)).and_then(Value::as_str) == Some("true")
 }
 
 pub fn now() -> String {

@@ -283,6 +283,10 @@ pub struct CapacitySpec {
     /// the image's architecture).
     #[serde(default)]
     pub types: Vec<String>,
+    /// More instance types by what they offer (vCPU, memory, families,
+    /// generations), tried after `types`, smallest first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requirements: Option<crate::capacity::Requirements>,
     /// OnDemand (default), Spot, or Mixed (an On-Demand base and a Spot share).
     #[serde(default)]
     pub market: MarketSpec,
@@ -323,12 +327,28 @@ impl InstanceGroup {
     /// Every instance type of the group, in the order tried.
     pub fn instance_types(&self) -> Vec<String> {
         let mut out = vec![self.machine_type.clone()];
-        for t in self.capacity.iter().flat_map(|c| c.types.iter()) {
-            if !out.contains(t) {
-                out.push(t.clone());
+        let arch = self.arch();
+        let by_shape = self
+            .capacity
+            .iter()
+            .filter_map(|c| c.requirements.as_ref())
+            .flat_map(|r| crate::capacity::matching(r, arch));
+        for t in self.capacity.iter().flat_map(|c| c.types.iter().cloned()).chain(by_shape) {
+            if !out.contains(&t) {
+                out.push(t);
             }
         }
         out
+    }
+
+    /// The processor architecture its types must have: its image
+    /// selector's, else its machine type's.
+    pub fn arch(&self) -> crate::capacity::Arch {
+        match &self.image.selector {
+            Some(s) if s.architecture == Architecture::Arm64 => crate::capacity::Arch::Arm64,
+            Some(_) => crate::capacity::Arch::X86_64,
+            None => crate::capacity::architecture_of(&self.machine_type),
+        }
     }
 
     /// The markets the group launches on, in the order tried.

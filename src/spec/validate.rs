@@ -328,6 +328,26 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
                     p.push(format!("{cp}.types[{j}]"), why);
                 }
             }
+            if let Some(r) = &c.requirements {
+                let rp = format!("{cp}.requirements");
+                let errors = crate::capacity::requirement_errors(r);
+                let none = errors.is_empty() && crate::capacity::matching(r, g.arch()).is_empty();
+                for (field, why) in errors {
+                    p.push(format!("{rp}.{field}"), why);
+                }
+                if none {
+                    p.push(
+                        rp,
+                        format!(
+                            "no instance type meets it: {} vCPU{} in families {} of generations {}",
+                            r.vcpu,
+                            r.memory_gib.map(|m| format!(" and {m} GiB")).unwrap_or_default(),
+                            r.families.join(", "),
+                            r.generations.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+                        ),
+                    );
+                }
+            }
             // An image given by id has no architecture here: checked at plan time.
             let arch = g.image.selector.as_ref().map(|s| s.architecture);
             for (j, t) in g.instance_types().iter().enumerate() {
