@@ -138,6 +138,7 @@ fn main() {
                 revision: Some(1),
                 launch_time: Some(0),
                 kubernetes_version: None,
+                spot: false,
             })
             .collect();
         let mut inner = pinfleet::sim::Inner::new();

@@ -515,6 +515,17 @@ pub fn matching(r: &Requirements, arch: Arch) -> Vec<String> {
     out
 }
 
+/// Of `n` new machines of a Mixed group already running `on_demand` and
+/// `spot`, how many must be On-Demand so that the group keeps its base
+/// On-Demand and at most `spot_percent` of the rest on Spot (rounded down,
+/// as EC2 Fleet and Auto Scaling round the Spot share).
+pub fn on_demand_needed(base: u32, spot_percent: u32, on_demand: u32, spot: u32, n: u32) -> u32 {
+    let total = on_demand + spot + n;
+    let above = total.saturating_sub(base);
+    let want_spot = (above as u64 * spot_percent.min(100) as u64 / 100) as u32;
+    (total - want_spot).saturating_sub(on_demand).min(n)
+}
+
 /// What a group falls back across first when an offering is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -596,6 +607,25 @@ pub fn blocked_reason(entry: &Entry, next: Option<&Offering>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mixed_group_keeps_its_base_and_share_however_it_grows() {
+        // Base 2, 50% Spot above it: the first two On-Demand, then alternating.
+        let (mut od, mut sp) = (0, 0);
+        for _ in 0..10 {
+            let k = on_demand_needed(2, 50, od, sp, 1);
+            od += k;
+            sp += 1 - k;
+        }
+        assert_eq!((od, sp), (6, 4));
+        // At once: the same split.
+        assert_eq!(on_demand_needed(2, 50, 0, 0, 10), 6);
+        // Spot machines that went (interruptions) are replaced by Spot again; a missing base by On-Demand.
+        assert_eq!(on_demand_needed(2, 50, 6, 2, 2), 0);
+        assert_eq!(on_demand_needed(2, 50, 1, 4, 1), 1);
+        assert_eq!(on_demand_needed(0, 100, 0, 0, 5), 0);
+        assert_eq!(on_demand_needed(3, 0, 0, 0, 5), 5);
+    }
 
     #[test]
     fn requirements_expand_to_the_shapes_that_meet_them_smallest_first() {

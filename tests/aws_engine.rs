@@ -902,3 +902,34 @@ fn create_fleet_answers_200_with_an_error_per_refused_override() {
         })
     });
 }
+
+/// A Mixed group keeps its On-Demand base and Spot's share above it as it
+/// grows; Spot refused everywhere (MaxSpotInstanceCountExceeded), the Spot
+/// share falls back to On-Demand rather than not launching.
+#[test]
+fn a_mixed_group_keeps_its_on_demand_base_and_spot_share() {
+    let mut w = World::new("mixed", 3);
+    let mixed = |yaml: String| {
+        yaml.replace(
+            "      rollout:\n        maxSurge: 1\n",
+            "      rollout:\n        maxSurge: 1\n      capacity:\n        types: [t3a.large, m5.large, m5a.large, m6i.large]\n        market: Mixed\n        onDemandBase: 1\n        spotPercent: 50\n",
+        )
+    };
+    w.write_cluster(&mixed(w.cluster_yaml(3, "t3.large")));
+    w.ok(&["bootstrap", "mixed", "--yes"]);
+    let markets = |w: &World| {
+        let g = w.instances_in("general");
+        (g.iter().filter(|i| i["market"] == "on-demand").count(), g.iter().filter(|i| i["market"] == "spot").count())
+    };
+    // 3 machines: 1 base, 2 above it, half of those on Spot.
+    assert_eq!(markets(&w), (2, 1));
+    w.write_cluster(&mixed(w.cluster_yaml(7, "t3.large")));
+    w.ok(&["apply", "mixed", "--yes"]);
+    // 7: 1 base, 6 above, 3 on Spot.
+    assert_eq!(markets(&w), (4, 3));
+    // No Spot anywhere: what would have been Spot is On-Demand.
+    w.extra_env.push(("PINFLEET_CAPACITY_FAULTS".into(), "MaxSpotInstanceCountExceeded@spot/*/*".into()));
+    w.write_cluster(&mixed(w.cluster_yaml(9, "t3.large")));
+    w.ok(&["apply", "mixed", "--yes"]);
+    assert_eq!(markets(&w), (6, 3));
+}

@@ -140,6 +140,7 @@ fn applied(d: &Desired) -> Observed {
                 revision: Some(1),
                 launch_time: Some(n),
                 kubernetes_version: None,
+                spot: false,
             });
         }
     }

@@ -178,6 +178,9 @@ pub struct GroupCapacity {
     pub fallback: Vec<crate::capacity::Fallback>,
     /// Refused RunInstances calls the group may make a minute (`capacity.launchesPerMinute`).
     pub launches_per_minute: u32,
+    /// A Mixed market: (machines always On-Demand, Spot's share above them in percent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixed: Option<(u32, u32)>,
 }
 
 impl Desired {
@@ -412,6 +415,8 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
                 markets: g.markets(),
                 fallback: c.fallback.clone(),
                 launches_per_minute: c.launches_per_minute,
+                mixed: (c.market == crate::spec::types::MarketSpec::Mixed)
+                    .then(|| (c.on_demand_base, c.spot_percent.unwrap_or(0))),
             }),
         });
     }

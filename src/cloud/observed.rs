@@ -179,6 +179,9 @@ pub struct ObservedInstance {
     /// The Kubernetes version it was launched with (its tag).
     #[serde(default)]
     pub kubernetes_version: Option<String>,
+    /// A Spot machine (EC2's instance lifecycle `spot`).
+    #[serde(default)]
+    pub spot: bool,
 }
 
 impl ObservedInstance {

@@ -275,6 +275,7 @@ pub fn instance(i: &aws_sdk_ec2::types::Instance) -> ObservedInstance {
         revision: t.get(tags::REVISION).and_then(|v| v.parse().ok()),
         kubernetes_version: t.get(tags::KUBERNETES_VERSION).cloned(),
         launch_time: i.launch_time().map(|d| d.secs()),
+        spot: i.instance_lifecycle() == Some(&aws_sdk_ec2::types::InstanceLifecycleType::Spot),
     }
 }
 

@@ -886,7 +886,29 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
     let mut tries = capacity
         .as_ref()
         .map(|c| crate::capacity::Attempts::new(&by, c.launches_per_minute, &ledger, chrono::Utc::now()));
+    // A Mixed group: each batch split into the machines that must be
+    // On-Demand (its base, and the share above it) and those that go to
+    // Spot first.
+    let mut split: Vec<(String, i32, bool, Option<Vec<crate::capacity::Market>>)> = Vec::new();
+    let live = || ctx.observed_instances.iter().filter(|i| i.is_live() && i.group.as_deref() == Some(group));
+    let (mut on_demand, mut spot) = (live().filter(|i| !i.spot).count() as u32, live().filter(|i| i.spot).count() as u32);
     for (subnet, n, init) in batches {
+        match capacity.as_ref().and_then(|c| c.mixed) {
+            Some((base, percent)) => {
+                let k = crate::capacity::on_demand_needed(base, percent, on_demand, spot, n as u32) as i32;
+                on_demand += k as u32;
+                spot += (n - k) as u32;
+                if k > 0 {
+                    split.push((subnet.clone(), k, init, Some(vec![crate::capacity::Market::OnDemand])));
+                }
+                if n - k > 0 {
+                    split.push((subnet, n - k, init && k == 0, None));
+                }
+            }
+            None => split.push((subnet, n, init, None)),
+        }
+    }
+    for (subnet, n, init, markets) in split {
         if let Some(t) = tries.as_mut() {
             t.next_batch();
         }
@@ -903,7 +925,7 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                         }
                     }
                 }
-                let all = crate::capacity::offerings(&c.markets, &c.types, &zones, &c.fallback);
+                let all = crate::capacity::offerings(markets.as_ref().unwrap_or(&c.markets), &c.types, &zones, &c.fallback);
                 let now = chrono::Utc::now();
                 let usable = crate::capacity::usable(&all, &ledger, now);
                 if usable.is_empty() {

@@ -89,6 +89,8 @@ pub struct InstanceRow {
     pub owner: String,
     pub image: String,
     pub instance_type: String,
+    /// `spot` or `on-demand`.
+    pub market: String,
     pub state: String,
     pub launch_template_version: String,
     pub zone: String,
@@ -106,6 +108,7 @@ impl InstanceRow {
             owner: i.owner.clone().unwrap_or_else(|| "(none)".into()),
             image: i.image_id.clone(),
             instance_type: i.instance_type.clone(),
+            market: if i.spot { "spot" } else { "on-demand" }.to_string(),
             state: i.state.clone(),
             launch_template_version: i.launch_template_version.map(|v| v.to_string()).unwrap_or_else(dash),
             zone: i.zone.clone().unwrap_or_default(),
@@ -138,6 +141,7 @@ pub fn instances_table(rows: &[InstanceRow]) -> String {
                 r.owner.clone(),
                 r.image.clone(),
                 r.instance_type.clone(),
+                r.market.clone(),
                 r.state.clone(),
                 r.launch_template_version.clone(),
                 r.zone.clone(),
@@ -145,7 +149,7 @@ pub fn instances_table(rows: &[InstanceRow]) -> String {
             ]
         })
         .collect();
-    table(&["INSTANCE", "CLUSTER", "GROUP", "OWNER", "AMI", "TYPE", "STATE", "LT-VERSION", "ZONE", "AGE"], &cells)
+    table(&["INSTANCE", "CLUSTER", "GROUP", "OWNER", "AMI", "TYPE", "MARKET", "STATE", "LT-VERSION", "ZONE", "AGE"], &cells)
 }
 
 /// `addons list` as a table (ENABLED is `-` when no cluster was named).
