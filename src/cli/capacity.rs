@@ -87,12 +87,5 @@ pub(super) async fn held_lines(s: &Session) -> Vec<String> {
         return Vec::new();
     }
     let Ok(ledgers) = crate::state::capacity::all(&spec.state_store, Some(&s.aws)).await else { return Vec::new() };
-    let now = chrono::Utc::now();
-    spec.instance_groups
-        .iter()
-        .filter_map(|g| {
-            g.capacity_held(s.name(), spec, &ledgers, now)
-                .map(|(n, of, why)| format!("group {}: {n} of {of} offerings out; {why}", g.name))
-        })
-        .collect()
+    s.loaded.cluster.capacity_held_lines(&ledgers, chrono::Utc::now())
 }

@@ -147,6 +147,7 @@ pub fn cluster(
         revisions: Vec::new(),
         revisions_note: None,
         addons_note: None,
+        capacity: Vec::new(),
     }
 }
 

@@ -125,6 +125,7 @@ impl Console {
             None => v.revisions_note = Some(format!("{} is not a cluster of the fleet's folder", m.name)),
             Some(Ok(r)) => {
                 v.revisions = r.revisions.iter().map(build::revision).collect();
+                v.capacity = r.capacity;
                 build::with_instances(&mut v.machines, &r.instances);
             }
             Some(Err(e)) => v.revisions_note = Some(format!("reading its records: {e:#}")),

@@ -108,7 +108,12 @@ impl FleetSource {
                 None => Vec::new(),
             };
             let instances = crate::cloud::aws::observe::list_instances(&aws, Some(cluster), false).await?;
-            Ok(ClusterRecords { revisions, instances })
+            // The capacity ledger: a note, never the page's failure.
+            let capacity = match crate::state::capacity::all(url, Some(&aws)).await {
+                Ok(ledgers) => l.cluster.capacity_held_lines(&ledgers, chrono::Utc::now()),
+                Err(e) => vec![format!("the capacity ledger could not be read: {e:#}")],
+            };
+            Ok(ClusterRecords { revisions, instances, capacity })
         };
         Some(match tokio::time::timeout(Duration::from_secs(10), read).await {
             Ok(r) => r,
@@ -121,6 +126,8 @@ impl FleetSource {
 pub struct ClusterRecords {
     pub revisions: Vec<crate::state::HistoryRecord>,
     pub instances: Vec<crate::cloud::observed::ObservedInstance>,
+    /// "group G: N of M offerings out; blocked on capacity: …" per held-back group.
+    pub capacity: Vec<String>,
 }
 
 /// The latest fleet rollout as last read, or why it could not be.

@@ -816,3 +816,23 @@ mod tests {
         );
     }
 }
+
+impl Cluster {
+    /// "group G: N of M offerings out; blocked on capacity: …" for each
+    /// group the capacity ledgers hold back (what `plan`, `get instances`,
+    /// `capacity` and the console's cluster page say).
+    pub fn capacity_held_lines(
+        &self,
+        ledgers: &[crate::capacity::Ledger],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Vec<String> {
+        self.spec
+            .instance_groups
+            .iter()
+            .filter_map(|g| {
+                g.capacity_held(&self.metadata.name, &self.spec, ledgers, now)
+                    .map(|(n, of, why)| format!("group {}: {n} of {of} offerings out; {why}", g.name))
+            })
+            .collect()
+    }
+}

@@ -34,6 +34,9 @@ pub struct ClusterView {
     /// Why the addons are not compared with the definition, when they are not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub addons_note: Option<String>,
+    /// Each group the capacity ledger holds back, with why and what is tried next.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity: Vec<String>,
 }
 
 /// One applied revision: when, by whom, what changed, the command.
@@ -218,6 +221,9 @@ impl ClusterView {
             self.version.as_deref().unwrap_or("-"),
             self.drift.text()
         );
+        for line in &self.capacity {
+            let _ = writeln!(out, "{line}");
+        }
         let rows: Vec<Vec<String>> = self
             .machines
             .iter()
@@ -313,6 +319,13 @@ impl ClusterView {
                 self.e2e.as_ref().map(|r| html::badge(&r.status(&self.name))).unwrap_or_else(|| "none recorded".into()),
             ),
         ]));
+        if !self.capacity.is_empty() {
+            out.push_str("<h2 id=\"capacity\">Held back by capacity</h2><ul class=\"capacity\">");
+            for line in &self.capacity {
+                let _ = write!(out, "<li>{}</li>", esc(line));
+            }
+            out.push_str("</ul>");
+        }
         out.push_str("<h2 id=\"machines\">Groups and machines</h2>");
         let rows: Vec<Vec<String>> = self
             .machines
@@ -527,6 +540,7 @@ mod tests {
             }],
             revisions_note: None,
             addons_note: None,
+            capacity: vec![],
         }
     }
 
@@ -583,6 +597,18 @@ mod tests {
         let html = compared().html_body();
         let table = &html[html.find("id=\"addons\"").unwrap()..html.find("id=\"e2e\"").unwrap()];
         insta::assert_snapshot!(table);
+    }
+
+    /// A group the capacity ledger holds back says so at the top of the
+    /// page, in text and HTML (escaped).
+    #[test]
+    fn a_group_held_back_by_capacity() {
+        let mut v = cluster();
+        v.capacity = vec!["group general: 1 of 6 offerings out; blocked on capacity: m6i.large in us-east-1a, InsufficientInstanceCapacity since 10:42, trying us-east-1b <now>".into()];
+        insta::assert_snapshot!(v.text().lines().take(2).collect::<Vec<_>>().join("\n"));
+        let html = v.html_body();
+        let part = &html[html.find("id=\"capacity\"").unwrap()..html.find("id=\"machines\"").unwrap()];
+        insta::assert_snapshot!(part);
     }
 
     #[test]

@@ -891,7 +891,8 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
     // Spot first.
     let mut split: Vec<(String, i32, bool, Option<Vec<crate::capacity::Market>>)> = Vec::new();
     let live = || ctx.observed_instances.iter().filter(|i| i.is_live() && i.group.as_deref() == Some(group));
-    let (mut on_demand, mut spot) = (live().filter(|i| !i.spot).count() as u32, live().filter(|i| i.spot).count() as u32);
+    let (mut on_demand, mut spot) =
+        (live().filter(|i| !i.spot).count() as u32, live().filter(|i| i.spot).count() as u32);
     for (subnet, n, init) in batches {
         match capacity.as_ref().and_then(|c| c.mixed) {
             Some((base, percent)) => {
@@ -925,7 +926,8 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                         }
                     }
                 }
-                let all = crate::capacity::offerings(markets.as_ref().unwrap_or(&c.markets), &c.types, &zones, &c.fallback);
+                let all =
+                    crate::capacity::offerings(markets.as_ref().unwrap_or(&c.markets), &c.types, &zones, &c.fallback);
                 let now = chrono::Utc::now();
                 let usable = crate::capacity::usable(&all, &ledger, now);
                 if usable.is_empty() {

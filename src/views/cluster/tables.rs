@@ -149,7 +149,10 @@ pub fn instances_table(rows: &[InstanceRow]) -> String {
             ]
         })
         .collect();
-    table(&["INSTANCE", "CLUSTER", "GROUP", "OWNER", "AMI", "TYPE", "MARKET", "STATE", "LT-VERSION", "ZONE", "AGE"], &cells)
+    table(
+        &["INSTANCE", "CLUSTER", "GROUP", "OWNER", "AMI", "TYPE", "MARKET", "STATE", "LT-VERSION", "ZONE", "AGE"],
+        &cells,
+    )
 }
 
 /// `addons list` as a table (ENABLED is `-` when no cluster was named).
