@@ -39,6 +39,22 @@ pub fn group_rows(
     }
     rows
 }
+/// Each group row the capacity ledgers hold back gets the reason.
+pub fn with_capacity(
+    rows: &mut [FleetGroupRow],
+    cluster: &crate::spec::Cluster,
+    ledgers: &[crate::capacity::Ledger],
+    now: chrono::DateTime<Utc>,
+) {
+    for row in rows {
+        let Some(g) = cluster.spec.instance_groups.iter().find(|g| g.name == row.group) else { continue };
+        if let Some((n, of, why)) = g.capacity_held(&cluster.metadata.name, &cluster.spec, ledgers, now) {
+            let held = format!("{n} of {of} offerings out; {why}");
+            row.why = if row.why.is_empty() { held } else { format!("{}; {held}", row.why) };
+        }
+    }
+}
+
 impl FleetStatusView {
     pub fn new(
         r: &crate::fleet::rollout::FleetRollout,
@@ -151,14 +167,62 @@ pub async fn read(folder: &super::Folder, target: crate::cloud::aws::Target) -> 
     let approved = book.approvals(r.number).await?;
     let lock = book.store.get_json::<crate::state::lock::LockInfo>(crate::state::lock::LOCK_KEY).await?;
     let windows = (&folder.spec, &folder.members[..]);
-    let groups = super::aws::rolling_progress(folder, &r, &aws)
-        .await?
-        .into_iter()
-        .filter_map(|(name, progress)| {
-            let l = folder.loaded.iter().find(|l| l.cluster.metadata.name == name)?;
-            Some((name, group_rows(&l.cluster, progress.as_ref())))
-        })
-        .collect();
+    let mut groups: std::collections::BTreeMap<String, Vec<FleetGroupRow>> =
+        super::aws::rolling_progress(folder, &r, &aws)
+            .await?
+            .into_iter()
+            .filter_map(|(name, progress)| {
+                let l = folder.loaded.iter().find(|l| l.cluster.metadata.name == name)?;
+                Some((name, group_rows(&l.cluster, progress.as_ref())))
+            })
+            .collect();
+    // A rolling cluster's group the capacity ledger holds back says so
+    // (each state store's ledgers read once; one that cannot be read adds nothing).
+    let mut ledgers: std::collections::BTreeMap<String, Vec<crate::capacity::Ledger>> = Default::default();
+    for (name, rows) in groups.iter_mut() {
+        let Some(l) = folder.loaded.iter().find(|l| &l.cluster.metadata.name == name) else { continue };
+        let url = &l.cluster.spec.state_store;
+        if !ledgers.contains_key(url) {
+            let read = crate::state::capacity::all(url, Some(&aws)).await.unwrap_or_default();
+            ledgers.insert(url.clone(), read);
+        }
+        with_capacity(rows, &l.cluster, &ledgers[url], Utc::now());
+    }
     let locks = super::aws::pending_locks(folder, &r, &aws).await?;
     Ok(Some(FleetStatusView::new(&r, &windows, &approved, lock.as_ref(), groups, &locks, Utc::now())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rolling_group_the_ledger_holds_back_says_why() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clusters/dev-local.yaml");
+        let mut cluster = crate::spec::load_cluster(&path, &Default::default()).unwrap().cluster;
+        let g = cluster.spec.instance_groups.iter_mut().find(|g| g.name == "general").unwrap();
+        g.capacity = Some(serde_json::from_value(serde_json::json!({"types": ["m6a.large"]})).unwrap());
+        let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let zone = cluster.spec.network.subnets[0].zone.clone();
+        let mut ledger = crate::capacity::Ledger::default();
+        let o = crate::capacity::Offering {
+            market: crate::capacity::Market::OnDemand,
+            instance_type: g_type(&cluster),
+            zone,
+        };
+        ledger.mark(&o, "InsufficientInstanceCapacity", "other/general", now);
+        let mut rows = group_rows(&cluster, None);
+        with_capacity(&mut rows, &cluster, &[ledger], now);
+        let general = rows.iter().find(|r| r.group == "general").unwrap();
+        assert!(
+            general.why.contains("offerings out; blocked on capacity:") && general.why.contains("InsufficientInstanceCapacity"),
+            "{}",
+            general.why
+        );
+        assert!(rows.iter().filter(|r| r.group != "general").all(|r| !r.why.contains("capacity")));
+    }
+
+    fn g_type(c: &crate::spec::Cluster) -> String {
+        c.spec.instance_groups.iter().find(|g| g.name == "general").unwrap().machine_type.clone()
+    }
 }
