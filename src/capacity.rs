@@ -128,6 +128,59 @@ pub struct Launch {
     pub refused: u32,
 }
 
+/// The ledgers as Prometheus metrics, per group (`cluster/group`) and code:
+/// offerings held back now, and the last hour's launches and calls by
+/// outcome. Served by the machine-health loop (`controller --machines`).
+pub fn metrics(ledgers: &[Ledger], now: DateTime<Utc>) -> String {
+    use std::collections::BTreeMap;
+    use std::fmt::Write as _;
+    let esc = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+    let mut out = String::new();
+    let mut out_now: BTreeMap<(String, String, String), u32> = BTreeMap::new();
+    let mut launches: BTreeMap<(String, String, &str), u32> = BTreeMap::new();
+    let mut calls: BTreeMap<(String, String, &str), u32> = BTreeMap::new();
+    for l in ledgers {
+        for e in l.entries.iter().filter(|e| e.until > now) {
+            *out_now.entry((l.region.clone(), e.by.clone(), e.code.clone())).or_default() += 1;
+        }
+        for x in l.launches.iter().filter(|x| now - x.at <= Duration::hours(1)) {
+            let result = if x.ok { "launched" } else { "failed" };
+            *launches.entry((l.region.clone(), x.by.clone(), result)).or_default() += 1;
+            *calls.entry((l.region.clone(), x.by.clone(), "refused")).or_default() += x.refused;
+            *calls.entry((l.region.clone(), x.by.clone(), "served")).or_default() += x.calls.saturating_sub(x.refused);
+        }
+    }
+    out.push_str("# HELP pinfleet_capacity_offerings_out Offerings the capacity ledger holds back now, by the group that met the refusal and EC2's code.\n# TYPE pinfleet_capacity_offerings_out gauge\n");
+    for ((region, group, code), n) in &out_now {
+        let _ = writeln!(
+            out,
+            "pinfleet_capacity_offerings_out{{region=\"{}\",group=\"{}\",code=\"{}\"}} {n}",
+            esc(region),
+            esc(group),
+            esc(code)
+        );
+    }
+    out.push_str("# HELP pinfleet_capacity_launches Launches of groups with capacity settings in the last hour, by outcome.\n# TYPE pinfleet_capacity_launches gauge\n");
+    for ((region, group, result), n) in &launches {
+        let _ = writeln!(
+            out,
+            "pinfleet_capacity_launches{{region=\"{}\",group=\"{}\",result=\"{result}\"}} {n}",
+            esc(region),
+            esc(group)
+        );
+    }
+    out.push_str("# HELP pinfleet_capacity_launch_calls RunInstances calls in the last hour, served or refused for capacity.\n# TYPE pinfleet_capacity_launch_calls gauge\n");
+    for ((region, group, result), n) in &calls {
+        let _ = writeln!(
+            out,
+            "pinfleet_capacity_launch_calls{{region=\"{}\",group=\"{}\",result=\"{result}\"}} {n}",
+            esc(region),
+            esc(group)
+        );
+    }
+    out
+}
+
 /// Of a group's last [`CHURN_OF`] launches, this many failed halts its rollouts.
 pub const CHURN_FAILURES: usize = 2;
 pub const CHURN_OF: usize = 4;
@@ -607,6 +660,19 @@ pub fn blocked_reason(entry: &Entry, next: Option<&Offering>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metrics_count_by_group_and_code() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let mut l = Ledger { account: "1".into(), region: "us-east-1".into(), ..Default::default() };
+        let o = |t: &str| Offering { market: Market::Spot, instance_type: t.into(), zone: "us-east-1a".into() };
+        l.mark(&o("m6i.large"), "InsufficientInstanceCapacity", "prod/gen\"eral", now);
+        l.mark(&o("m6a.large"), "InsufficientInstanceCapacity", "prod/gen\"eral", now);
+        l.mark(&o("m5.large"), "SpotInterruption", "prod/batch", now - Duration::hours(2));
+        l.launched("prod/batch", false, 3, 3, now);
+        l.launched("prod/batch", true, 2, 1, now);
+        insta::assert_snapshot!(metrics(&[l], now));
+    }
 
     #[test]
     fn a_mixed_group_keeps_its_base_and_share_however_it_grows() {

@@ -709,6 +709,8 @@ fn healer(w: &World, sim: &NodeSim, extra: &[&str]) -> Healer {
         sim.kubeconfig.to_str().unwrap(),
         "--machines-interval",
         "300ms",
+        "--metrics-addr",
+        "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
     let child = w
@@ -1111,6 +1113,22 @@ fn a_spot_interruption_warning_cordons_drains_within_its_time_and_replaces_elsew
     assert!(!pods.contains("slow-to-stop"), "{pods}");
     let ledger = w.ok(&["capacity", "spotwarn"]);
     assert!(ledger.contains("SpotInterruption"), "{ledger}");
+    // And in the loop's metrics, by group and code.
+    let addr = log
+        .split("capacity metrics on http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address:\n{log}"))
+        .to_string();
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    use std::io::{Read as _, Write as _};
+    write!(conn, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut body = String::new();
+    conn.read_to_string(&mut body).unwrap();
+    assert!(
+        body.contains("pinfleet_capacity_offerings_out{region=\"us-east-1\",group=\"spotwarn/general\",code=\"SpotInterruption\"} 1"),
+        "{body}"
+    );
     let history = w.json(&["history", "spotwarn"]).to_string();
     assert!(history.contains(&format!("interruption: ended {victim}")), "{history}");
 }

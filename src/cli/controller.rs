@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::Args;
 
 use super::GlobalArgs;
@@ -182,6 +182,32 @@ async fn machines(g: &GlobalArgs, args: &ControllerArgs, cluster: &str) -> Resul
     let say = |line: &str| {
         let _ = writeln!(anstream::stderr(), "{}", crate::views::text::safe(line));
     };
+    // The capacity ledger as metrics, read at each scrape.
+    let (url, aws) = (s.loaded.cluster.spec.state_store.clone(), s.aws.clone());
+    let app = axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" })).route(
+        "/metrics",
+        axum::routing::get(move || {
+            let (url, aws) = (url.clone(), aws.clone());
+            async move {
+                match crate::state::capacity::all(&url, Some(&aws)).await {
+                    Ok(ledgers) => (axum::http::StatusCode::OK, crate::capacity::metrics(&ledgers, chrono::Utc::now())),
+                    Err(e) => (
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        format!("# the capacity ledger could not be read: {}\n", e.to_string().replace('\n', " ")),
+                    ),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(&args.metrics_addr)
+        .await
+        .with_context(|| format!("serving metrics on --metrics-addr {}", args.metrics_addr))?;
+    if let Ok(a) = listener.local_addr() {
+        say(&format!("machine-health: capacity metrics on http://{a}/metrics"));
+    }
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
     let work = healer.run(&on, &say);
     tokio::select! {
         _ = work => {}

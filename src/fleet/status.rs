@@ -215,7 +215,8 @@ mod tests {
         with_capacity(&mut rows, &cluster, &[ledger], now);
         let general = rows.iter().find(|r| r.group == "general").unwrap();
         assert!(
-            general.why.contains("offerings out; blocked on capacity:") && general.why.contains("InsufficientInstanceCapacity"),
+            general.why.contains("offerings out; blocked on capacity:")
+                && general.why.contains("InsufficientInstanceCapacity"),
             "{}",
             general.why
         );
