@@ -302,6 +302,8 @@ pub struct Attempts {
     cap: u32,
     before: u32,
     pub calls: u32,
+    /// Calls EC2 refused for capacity (a CreateFleet that launched nothing is one).
+    refused_calls: u32,
     pub refusals: Vec<(Offering, String, String)>,
 }
 
@@ -313,13 +315,14 @@ impl Attempts {
             cap,
             before: ledger.refused_last_minute(by, now),
             calls: 0,
+            refused_calls: 0,
             refusals: Vec::new(),
         }
     }
 
     /// Counts a call about to go out, or says why none may.
     pub fn call(&mut self) -> Result<(), String> {
-        let made = self.before + self.refusals.len() as u32;
+        let made = self.before + self.refused_calls;
         if made >= self.cap {
             return Err(format!(
                 "blocked on capacity: {made} refused launch calls in the last minute, the group's limit (capacity.launchesPerMinute: {}); waiting",
@@ -333,6 +336,18 @@ impl Attempts {
     /// EC2 refused `o` with `code` (one of [`UNFULFILLABLE`]).
     pub fn refused(&mut self, o: &Offering, code: &str) {
         self.refusals.push((o.clone(), code.to_string(), self.by.clone()));
+        self.refused_calls += 1;
+    }
+
+    /// A fleet's answer refused `o` with `code` (the call itself counts
+    /// as refused only when it launched nothing: [`Self::fleet_refused`]).
+    pub fn refused_override(&mut self, o: &Offering, code: &str) {
+        self.refusals.push((o.clone(), code.to_string(), self.by.clone()));
+    }
+
+    /// The fleet call launched nothing: one refused call.
+    pub fn fleet_refused(&mut self) {
+        self.refused_calls += 1;
     }
 
     /// The launch record for the ledger (None when no call went out).
@@ -342,15 +357,16 @@ impl Attempts {
             at: now,
             ok,
             calls: self.calls,
-            refused: self.refusals.len() as u32,
+            refused: self.refused_calls,
         })
     }
 
     /// Starts the next batch of the same launch: the calls so far count
     /// toward the cap, the refusals are recorded per batch.
     pub fn next_batch(&mut self) {
-        self.before += self.refusals.len() as u32;
+        self.before += self.refused_calls;
         self.calls = 0;
+        self.refused_calls = 0;
         self.refusals.clear();
     }
 }

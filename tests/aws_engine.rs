@@ -904,8 +904,11 @@ fn create_fleet_answers_200_with_an_error_per_refused_override() {
 }
 
 /// A Mixed group keeps its On-Demand base and Spot's share above it as it
-/// grows; Spot refused everywhere (MaxSpotInstanceCountExceeded), the Spot
-/// share falls back to On-Demand rather than not launching.
+/// grows. Its Spot machines come from one CreateFleet (instant,
+/// price-capacity-optimized): the pools the fleet's 200 answer refuses go to
+/// the ledger and the rest serve; Spot refused everywhere
+/// (MaxSpotInstanceCountExceeded, a 200 with no instance), the Spot share
+/// falls back to On-Demand rather than not launching.
 #[test]
 fn a_mixed_group_keeps_its_on_demand_base_and_spot_share() {
     let mut w = World::new("mixed", 3);
@@ -923,10 +926,23 @@ fn a_mixed_group_keeps_its_on_demand_base_and_spot_share() {
     };
     // 3 machines: 1 base, 2 above it, half of those on Spot.
     assert_eq!(markets(&w), (2, 1));
+    // t3.large's Spot pools out in both zones: the fleet serves from the others.
+    let before: Vec<serde_json::Value> = w.instances_in("general").iter().map(|i| i["id"].clone()).collect();
+    w.extra_env.push(("PINFLEET_CAPACITY_FAULTS".into(), "InsufficientInstanceCapacity@spot/t3.large/*".into()));
     w.write_cluster(&mixed(w.cluster_yaml(7, "t3.large")));
     w.ok(&["apply", "mixed", "--yes"]);
     // 7: 1 base, 6 above, 3 on Spot.
     assert_eq!(markets(&w), (4, 3));
+    let spot_types: Vec<String> = w
+        .instances_in("general")
+        .iter()
+        .filter(|i| i["market"] == "spot" && !before.contains(&i["id"]))
+        .map(|i| i["instance_type"].as_str().unwrap().to_string())
+        .collect();
+    assert!(spot_types.iter().all(|t| t != "t3.large"), "{spot_types:?}");
+    let ledger = w.json(&["capacity", "mixed"]).to_string();
+    assert!(ledger.contains("\"market\":\"Spot\"") && ledger.contains("InsufficientInstanceCapacity"), "{ledger}");
+    w.extra_env.pop();
     // No Spot anywhere: what would have been Spot is On-Demand.
     w.extra_env.push(("PINFLEET_CAPACITY_FAULTS".into(), "MaxSpotInstanceCountExceeded@spot/*/*".into()));
     w.write_cluster(&mixed(w.cluster_yaml(9, "t3.large")));

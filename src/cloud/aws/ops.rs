@@ -952,7 +952,138 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
         };
         let mut launched = false;
         let mut capped = None;
+        // Spot first, all its offerings in one CreateFleet (instant,
+        // price-capacity-optimized): EC2 picks the pools least likely to be
+        // interrupted and answers 200 with an error per override it could
+        // not serve; what it could not launch goes on to the next offerings.
+        let mut n = n;
+        let spot: Vec<(crate::capacity::Offering, String)> = attempts
+            .iter()
+            .filter_map(|(o, s)| {
+                o.clone().filter(|o| o.market == crate::capacity::Market::Spot).map(|o| (o, s.clone()))
+            })
+            .collect();
+        let attempts: Vec<(Option<crate::capacity::Offering>, String)> = if spot.is_empty() || init {
+            attempts
+        } else {
+            let mut called = true;
+            if let Some(t) = tries.as_mut() {
+                if let Err(why) = t.call() {
+                    capped = Some(why);
+                    called = false;
+                }
+            }
+            if called {
+                let mut overrides = Vec::new();
+                for (o, s) in &spot {
+                    overrides.push(
+                        aws_sdk_ec2::types::FleetLaunchTemplateOverridesRequest::builder()
+                            .instance_type(aws_sdk_ec2::types::InstanceType::from(o.instance_type.as_str()))
+                            .subnet_id(ctx.id(&K::Subnet(s.to_string())).await?)
+                            .availability_zone(&o.zone)
+                            .build(),
+                    );
+                }
+                let key = K::Instance(group.to_string());
+                let out = call(
+                    "CreateFleet",
+                    ec2.create_fleet()
+                        .r#type(aws_sdk_ec2::types::FleetType::Instant)
+                        .client_token(client_token(cluster, &format!("{group}/spot-fleet"), ctx.revision, seq))
+                        .launch_template_configs(
+                            aws_sdk_ec2::types::FleetLaunchTemplateConfigRequest::builder()
+                                .launch_template_specification(
+                                    aws_sdk_ec2::types::FleetLaunchTemplateSpecificationRequest::builder()
+                                        .launch_template_id(&lt_id)
+                                        .version(version.to_string())
+                                        .build(),
+                                )
+                                .set_overrides(Some(overrides))
+                                .build(),
+                        )
+                        .target_capacity_specification(
+                            aws_sdk_ec2::types::TargetCapacitySpecificationRequest::builder()
+                                .total_target_capacity(n)
+                                .spot_target_capacity(n)
+                                .default_target_capacity_type(aws_sdk_ec2::types::DefaultTargetCapacityType::Spot)
+                                .build(),
+                        )
+                        .spot_options(
+                            aws_sdk_ec2::types::SpotOptionsRequest::builder()
+                                .allocation_strategy(aws_sdk_ec2::types::SpotAllocationStrategy::PriceCapacityOptimized)
+                                .build(),
+                        )
+                        .tag_specifications(ctx.spec(
+                            ResourceType::Instance,
+                            &key,
+                            &[
+                                (tags::INSTANCE_GROUP, group),
+                                (tags::KUBERNETES_VERSION, kubernetes_version),
+                                (tags::LT_VERSION, &version.to_string()),
+                                (tags::REVISION, &ctx.revision.to_string()),
+                                (tags::NAME, &format!("{cluster}-{group}")),
+                            ],
+                        ))
+                        .send()
+                        .await,
+                )?;
+                // The 200 may carry errors and no instance: each override it
+                // names is an offering EC2 could not serve now.
+                let zone_by_subnet_id: BTreeMap<&String, &String> =
+                    subnet_ids.iter().filter_map(|(id, name)| zone_of.get(name).map(|z| (id, z))).collect();
+                for e in out.errors() {
+                    let Some(code) = e.error_code().filter(|c| crate::capacity::unfulfillable(c)) else {
+                        tracing::warn!(
+                            "{by}: CreateFleet: {}: {}",
+                            e.error_code().unwrap_or("?"),
+                            e.error_message().unwrap_or_default()
+                        );
+                        continue;
+                    };
+                    let ov = e.launch_template_and_overrides().and_then(|l| l.overrides());
+                    let o = crate::capacity::Offering {
+                        market: crate::capacity::Market::Spot,
+                        instance_type: ov
+                            .and_then(|o| o.instance_type())
+                            .map(|t| t.as_str().to_string())
+                            .unwrap_or_default(),
+                        zone: ov
+                            .and_then(|o| o.availability_zone().map(str::to_string))
+                            .or_else(|| {
+                                ov.and_then(|o| o.subnet_id())
+                                    .and_then(|s| zone_by_subnet_id.get(&s.to_string()).map(|z| z.to_string()))
+                            })
+                            .unwrap_or_default(),
+                    };
+                    tracing::warn!("{by}: {o}: {code}; the next offering is tried");
+                    if let Some(t) = tries.as_mut() {
+                        t.refused_override(&o, code);
+                    }
+                }
+                let got: Vec<String> = out.instances().iter().flat_map(|i| i.instance_ids().iter().cloned()).collect();
+                let k = got.len() as i32;
+                if k == 0 && !out.errors().is_empty() {
+                    if let Some(t) = tries.as_mut() {
+                        t.fleet_refused();
+                    }
+                }
+                ids.extend(got);
+                seq += k as usize;
+                n -= k.min(n);
+            }
+            if n == 0 {
+                launched = true;
+            }
+            // What the fleet did not launch: the other markets' offerings, one at a time.
+            attempts
+                .into_iter()
+                .filter(|(o, _)| o.as_ref().is_none_or(|o| o.market != crate::capacity::Market::Spot))
+                .collect()
+        };
         for (offering, subnet) in attempts {
+            if launched || capped.is_some() {
+                break;
+            }
             if let Some(t) = tries.as_mut() {
                 if let Err(why) = t.call() {
                     capped = Some(why);
