@@ -399,3 +399,26 @@ fn a_job_made_from_a_cronjob_keeps_its_volumes() {
         "{job}"
     );
 }
+
+/// `kubectl apply -f` of a `kind: List` (what `kubectl get -o yaml` and
+/// many generators print): kubectl validates the items through OpenAPI v2
+/// before applying each; what `get -o yaml` printed applies again, and a
+/// list with an item kubectl cannot place is refused whole.
+#[test]
+fn apply_a_list_as_kubectl_get_prints_it() {
+    let k = KubeEnv::start();
+    let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: one}\n  data: {a: \"1\"}\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: two}\n  data: {b: \"2\"}\n";
+    let out = k.ok_stdin(&["apply", "-f", "-"], list);
+    assert!(out.contains("configmap/one created") && out.contains("configmap/two created"), "{out}");
+    // Round trip: the list `get -o yaml` prints applies unchanged.
+    let printed = k.ok(&["get", "configmap", "one", "two", "-o", "yaml"]);
+    assert!(printed.contains("kind: List"), "{printed}");
+    let again = k.ok_stdin(&["apply", "-f", "-"], &printed);
+    assert!(again.contains("configmap/one") && again.contains("configmap/two"), "{again}");
+    // An item without a kind: kubectl's own validation of the list says so, nothing is applied.
+    let bad = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: three}\n- apiVersion: v1\n  metadata: {name: four}\n";
+    let refused = k.kubectl_stdin(&["apply", "-f", "-"], bad);
+    assert!(!refused.status.success(), "{}", stdout(&refused));
+    assert!(stderr(&refused).contains("kind not set"), "{}", stderr(&refused));
+    assert!(!k.kubectl(&["get", "configmap", "three"]).status.success(), "nothing of a refused list is applied");
+}

@@ -304,6 +304,15 @@ pub async fn handle(
         let inner = shared.lock().expect("store lock");
         if method == Method::GET {
             if user.is_none() || super::auth::discovery_path(&segs) {
+                if segs == ["openapi", "v2"] {
+                    let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or_default();
+                    if accept.contains("protobuf") {
+                        let mut r = (StatusCode::OK, super::openapi::v2_protobuf(&inner.registry)).into_response();
+                        r.headers_mut().insert("content-type", super::openapi::V2_PROTOBUF.parse().expect("header"));
+                        return r;
+                    }
+                    return json_response(200, &super::openapi::v2(&inner.registry));
+                }
                 if let Some(d) = discovery(&inner, &segs, port) {
                     return json_response(200, &d);
                 }
