@@ -53,6 +53,17 @@ fn jobset_of(team: &str, name: &str, cpu: &str) -> Value {
         "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}}}})
 }
 
+/// No text of the page is drawn over other text, at a desktop's width and
+/// at a phone's (the page is left at the desktop's).
+async fn assert_no_text_overlap(b: &Browser, page: &str) {
+    for (w, h) in [(1280, 900), (390, 844)] {
+        b.client.set_window_size(w, h).await.unwrap();
+        let found = b.text_overlaps().await;
+        assert!(found.is_empty(), "{page} at {w}px: text drawn over text: {found:#?}");
+    }
+    b.client.set_window_size(1280, 900).await.unwrap();
+}
+
 fn assert_accessible(page: &str, violations: &[(String, String, String, u64)]) {
     let bad: Vec<_> = violations.iter().filter(|v| v.1 == "serious" || v.1 == "critical").collect();
     assert!(bad.is_empty(), "{page}: axe-core found serious or critical violations: {bad:#?}");
@@ -180,6 +191,7 @@ async fn the_console_shows_the_fleet_down_to_a_workload_live_and_accessibly() {
         assert_eq!(j["nodes"], json!(nodes), "the JSON view says the same");
     }
     assert_accessible("fleet", &b.axe(&axe).await);
+    assert_no_text_overlap(&b, "fleet").await;
     b.screenshot("fleet").await;
 
     // Keyboard: the first Tab lands on the skip link.
@@ -234,6 +246,7 @@ async fn the_console_shows_the_fleet_down_to_a_workload_live_and_accessibly() {
     )
     .await;
     assert_accessible("team", &b.axe(&axe).await);
+    assert_no_text_overlap(&b, "team").await;
     b.screenshot("team").await;
 
     // A reason is one click away: the queue's why leads to the workload's why.
@@ -267,6 +280,7 @@ async fn the_console_shows_the_fleet_down_to_a_workload_live_and_accessibly() {
     let made: Vec<String> = made.as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_string()).collect();
     assert!(made.iter().any(|r| r.starts_with("app") && r.contains("submitted")), "the submitted container: {made:?}");
     assert_accessible("workload", &b.axe(&axe).await);
+    assert_no_text_overlap(&b, "workload").await;
     b.screenshot("workload").await;
 
     // A cluster: machines and the parts placed there; links lead back to the workload.
@@ -279,6 +293,7 @@ async fn the_console_shows_the_fleet_down_to_a_workload_live_and_accessibly() {
     b.client.goto(&format!("{url}/clusters/{first}")).await.unwrap();
     b.until("the cluster's machines and its workload parts", "return document.querySelectorAll('#machines-table tbody tr').length >= 1 && /web/.test(document.getElementById('parts-table').innerText)", WAIT).await;
     assert_accessible("cluster", &b.axe(&axe).await);
+    assert_no_text_overlap(&b, "cluster").await;
     b.screenshot("cluster").await;
 
     // Another team's page is refused; so is its view.

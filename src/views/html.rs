@@ -204,7 +204,10 @@ a.status .badge{text-decoration:underline}
 .key-pods{border-bottom:2px dotted var(--ok)}
 .facts{display:grid;grid-template-columns:repeat(auto-fill,minmax(10em,1fr));gap:.4em 1em;margin:0 0 1em}
 .facts dt{color:var(--muted);font-size:.85em}
-.facts dd{margin:0}
+.facts>div{min-width:0}
+.facts dd{margin:0;overflow-wrap:anywhere}
+td{overflow-wrap:anywhere}
+td code,td a{overflow-wrap:anywhere}
 .injected{background:var(--warn-bg);border-left:4px solid var(--warn)}
 pre{background:#f4f4f4;padding:.8em;overflow-x:auto;font-size:.9em}
 .stale-note{background:var(--stale-bg);border-left:4px solid var(--stale);padding:.5em .8em}

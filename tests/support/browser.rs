@@ -138,6 +138,15 @@ impl Browser {
         panic!("{what}: not within {within:?} (last: {last})\npage text:\n{}", text.as_str().unwrap_or_default());
     }
 
+    /// Pieces of text drawn over other text on the current page, at its
+    /// current width: each text node's own boxes (one per line it wraps
+    /// to), clipped by the scrolling or hidden-overflow boxes around it,
+    /// compared with every other text node's. Each overlap as "`a` over `b`".
+    pub async fn text_overlaps(&self) -> Vec<String> {
+        let v = self.eval(TEXT_OVERLAPS).await;
+        v.as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+    }
+
     /// axe-core's violations on the current page: (rule, impact, help, nodes).
     pub async fn axe(&self, source: &str) -> Vec<(String, String, String, u64)> {
         self.client.execute(&format!("{source}\n;return true;"), vec![]).await.expect("loading axe-core");
@@ -190,3 +199,43 @@ impl Drop for Browser {
         let _ = Command::new("pkill").arg("-f").arg(self._profile.path()).status();
     }
 }
+
+const TEXT_OVERLAPS: &str = r#"
+const boxes = [];
+const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+let n;
+while ((n = walker.nextNode())) {
+  if (!n.textContent.trim()) continue;
+  const el = n.parentElement;
+  if (!el || el.closest('script,style,noscript,title')) continue;
+  const st = getComputedStyle(el);
+  if (st.visibility === 'hidden' || st.display === 'none') continue;
+  const range = document.createRange();
+  range.selectNodeContents(n);
+  for (const b of range.getClientRects()) {
+    let r = {l: b.left, t: b.top, r: b.right, b: b.bottom};
+    // What a scrolling or clipping box around it hides is not drawn.
+    for (let e = el; e && e !== document.documentElement; e = e.parentElement) {
+      const s = getComputedStyle(e);
+      if (/(hidden|clip|auto|scroll)/.test(s.overflowX + ' ' + s.overflowY)) {
+        const c = e.getBoundingClientRect();
+        r = {l: Math.max(r.l, c.left), t: Math.max(r.t, c.top), r: Math.min(r.r, c.right), b: Math.min(r.b, c.bottom)};
+      }
+    }
+    if (r.r - r.l > 2 && r.b - r.t > 2) boxes.push({r, n});
+  }
+}
+const out = [];
+for (let i = 0; i < boxes.length && out.length < 20; i++) {
+  for (let j = i + 1; j < boxes.length; j++) {
+    const a = boxes[i], b = boxes[j];
+    if (a.n === b.n) continue;
+    const w = Math.min(a.r.r, b.r.r) - Math.max(a.r.l, b.r.l);
+    const h = Math.min(a.r.b, b.r.b) - Math.max(a.r.t, b.r.t);
+    if (w > 1 && h > 1) {
+      out.push('`' + a.n.textContent.trim().slice(0, 60) + '` over `' + b.n.textContent.trim().slice(0, 60) + '` (' + Math.round(w) + 'x' + Math.round(h) + ' px)');
+    }
+  }
+}
+return out;
+"#;
