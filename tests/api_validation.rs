@@ -504,6 +504,28 @@ async fn immutable_fields_are_refused_on_update() {
         ae.message,
         "StatefulSet.apps \"db\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"
     );
+    // A Job's pod template is as it was created (a controller that rolls
+    // a new profile into a running Job's template is refused).
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "once"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.37"}]}}}});
+    create(&k, &client, &job, false).await.unwrap();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &k.namespace, &resource(&job));
+    let err = api
+        .patch(
+            "once",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&json!({"spec": {"template": {"metadata": {"annotations": {"profile": "2"}}}}})),
+        )
+        .await
+        .expect_err("a running Job's template is immutable");
+    let kube::Error::Api(ae) = err else { panic!("{err}") };
+    assert_eq!(ae.code, 422);
+    assert!(
+        ae.message.starts_with("Job.batch \"once\" is invalid: spec.template: Invalid value: ")
+            && ae.message.ends_with(": field is immutable"),
+        "{}",
+        ae.message
+    );
 }
 
 /// kubectl lists every cause of a 422 from `details.causes`, one a line.

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube_support::KubeEnv;
 use pinfleet::workloads::PinterestService;
@@ -64,7 +64,10 @@ async fn a_service_becomes_its_children_and_follows_changes() {
         }
     }
     let client = k.client().await;
-    let ctx = pinfleet::controller::Ctx::new(client.clone(), "test-cluster").only_in(&k.namespace);
+    // The runtime-support profile is read from this test's namespace: the
+    // cluster's own (pinfleet-system) is shared with every other run.
+    let ctx =
+        pinfleet::controller::Ctx::new(client.clone(), "test-cluster").only_in(&k.namespace).profiles_in(&k.namespace);
     let running = tokio::spawn(pinfleet::controller::run(ctx.clone()));
 
     let svcs: Api<PinterestService> = Api::namespaced(client.clone(), &k.namespace);
@@ -170,16 +173,7 @@ async fn a_service_becomes_its_children_and_follows_changes() {
     assert_eq!(ctx.writes_in(&k.namespace), before, "a no-op resync must not write");
 
     // A new runtime-support profile rolls the pods.
-    let nss: Api<Namespace> = Api::all(client.clone());
-    if nss.get_opt(pinfleet::controller::SYSTEM_NAMESPACE).await.unwrap().is_none() {
-        nss.create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": pinfleet::controller::SYSTEM_NAMESPACE}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    }
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), pinfleet::controller::SYSTEM_NAMESPACE);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &k.namespace);
     let profile = pinfleet::workloads::render::RuntimeProfile::default_profile("2026.12.0");
     let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": pinfleet::controller::PROFILE_CONFIGMAP},
         "data": {"default": "2026.12.0", "profile-2026.12.0.json": serde_json::to_string(&profile).unwrap()}}))
@@ -222,9 +216,6 @@ async fn a_service_becomes_its_children_and_follows_changes() {
     let d = deploys.get("home").await.unwrap();
     let annotations = d.spec.unwrap().template.metadata.unwrap().annotations.unwrap();
     assert_eq!(annotations["pinfleet.dev/runtime-profile"], "2026.12.0", "a broken profile must not roll the pods");
-    // The profile is the cluster's, not this test's: on a real cluster the
-    // next run (and the other tests) must not find it broken.
-    cms.delete(pinfleet::controller::PROFILE_CONFIGMAP, &Default::default()).await.unwrap();
 
     // Deleting the workload removes its children.
     svcs.delete("home", &Default::default()).await.unwrap();
@@ -302,8 +293,10 @@ async fn every_batch_and_stateful_kind_becomes_its_native_object() {
         &std::fs::read_to_string("addons/platform-crds/manifests/crds.yaml").unwrap(),
     );
     k.ok(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=30s"]);
-    let ctx = pinfleet::controller::Ctx::new(k.client().await, "test-cluster").only_in(&k.namespace);
-    let running = tokio::spawn(pinfleet::controller::run(ctx));
+    let ctx = pinfleet::controller::Ctx::new(k.client().await, "test-cluster")
+        .only_in(&k.namespace)
+        .profiles_in(&k.namespace);
+    let running = tokio::spawn(pinfleet::controller::run(ctx.clone()));
 
     let common = "owner: {team: feeds, project: home}\n  template: {spec: {containers: [{name: app, image: registry.k8s.io/pause:3.10}]}}";
     let crs = [
@@ -346,6 +339,35 @@ async fn every_batch_and_stateful_kind_becomes_its_native_object() {
     for (kind, name, _, _) in crs {
         assert!(events.contains(&format!("{kind}/{name}:Applied:Normal")), "no event for {kind}/{name}:\n{events}");
     }
+    // A new runtime-support profile: a running Job keeps its pod template
+    // (the API server refuses a change to it), and the workload stays
+    // Reconciled; the StatefulSet's template rolls to it.
+    let profile = pinfleet::workloads::render::RuntimeProfile::default_profile("2026.12.0");
+    let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": pinfleet::controller::PROFILE_CONFIGMAP},
+        "data": {"default": "2026.12.0", "profile-2026.12.0.json": serde_json::to_string(&profile).unwrap()}});
+    k.ok_stdin(&["apply", "-f", "-"], &cm.to_string());
+    let annotation = |child: &str| {
+        k.ok(&["get", child, "-o", "jsonpath={.spec.template.metadata.annotations.pinfleet\\.dev/runtime-profile}"])
+            .trim()
+            .to_string()
+    };
+    let before = annotation("job/index");
+    let reconciles = ctx.reconciles_in(&k.namespace);
+    k.ok(&["annotate", "pinterestjobset/index", "pintereststatefulset/cache", "touch=1"]);
+    k.ok(&[
+        "wait",
+        "--for=jsonpath={.spec.template.metadata.annotations.pinfleet\\.dev/runtime-profile}=2026.12.0",
+        "statefulset/cache",
+        "--timeout=60s",
+    ]);
+    until("both workloads reconciled again", || {
+        let ctx = ctx.clone();
+        let ns = k.namespace.clone();
+        async move { (ctx.reconciles_in(&ns) >= reconciles + 2).then_some(()) }
+    })
+    .await;
+    k.ok(&["wait", "--for=condition=Reconciled", "pinterestjobset/index", "--timeout=30s"]);
+    assert_eq!(annotation("job/index"), before, "a running Job keeps its template");
     running.abort();
 }
 

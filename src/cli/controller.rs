@@ -35,6 +35,9 @@ pub struct ControllerArgs {
     /// The namespace of the Lease (it must exist).
     #[arg(long, default_value = crate::controller::SYSTEM_NAMESPACE)]
     pub lease_namespace: String,
+    /// Where the runtime-support profiles are read (the `runtime-support` ConfigMap).
+    #[arg(long, default_value = crate::controller::SYSTEM_NAMESPACE)]
+    pub profile_namespace: String,
     /// The controller's request budget against the API server: requests
     /// started per second, at once after a quiet spell, and in flight.
     #[arg(long, default_value_t = 5000.0)]
@@ -238,6 +241,7 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
     if let Some(ns) = &args.watch_namespace {
         ctx.only_in(ns);
     }
+    ctx.profiles_in(&args.profile_namespace);
     let leading = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(!args.leader_elect));
     // Health and metrics.
     let (c, l) = (ctx.clone(), leading.clone());

@@ -112,6 +112,19 @@ pub struct Ctx {
     leading: tokio::sync::watch::Sender<bool>,
     /// The one namespace watched, if not all.
     namespace: std::sync::OnceLock<String>,
+    /// Where the runtime-support profiles are read (default [`SYSTEM_NAMESPACE`]).
+    profile_namespace: std::sync::OnceLock<String>,
+}
+
+/// The desired Job with the live Job's pod template: a Job's template is
+/// immutable, so a change to it (a new runtime profile, an edited
+/// workload) reaches the next Job, never the one that runs.
+fn keep_job_template(desired: &Value, live: &Value) -> Value {
+    let mut d = desired.clone();
+    if let (Some(t), Some(spec)) = (live.pointer("/spec/template"), d.get_mut("spec").and_then(Value::as_object_mut)) {
+        spec.insert("template".into(), t.clone());
+    }
+    d
 }
 
 /// Leadership held; dropped when it is lost.
@@ -287,6 +300,7 @@ impl Ctx {
             pods_latency: Histogram::default(),
             leading: tokio::sync::watch::Sender::new(true),
             namespace: std::sync::OnceLock::new(),
+            profile_namespace: std::sync::OnceLock::new(),
         })
     }
 
@@ -295,6 +309,18 @@ impl Ctx {
     pub fn only_in(self: &Arc<Self>, namespace: &str) -> Arc<Self> {
         let _ = self.namespace.set(namespace.to_string());
         self.clone()
+    }
+
+    /// Reads the runtime-support profiles from `namespace` instead of
+    /// [`SYSTEM_NAMESPACE`] (set before [`run`]).
+    pub fn profiles_in(self: &Arc<Self>, namespace: &str) -> Arc<Self> {
+        let _ = self.profile_namespace.set(namespace.to_string());
+        self.clone()
+    }
+
+    /// Where the runtime-support profiles are read.
+    pub fn profile_namespace(&self) -> &str {
+        self.profile_namespace.get().map(String::as_str).unwrap_or(SYSTEM_NAMESPACE)
     }
 
     /// A standby: it leads only once [`Ctx::lead`] says so.
@@ -586,12 +612,12 @@ fn child_kind(obj: &Value, children: &[ChildKind]) -> Option<ApiResource> {
 
 /// The runtime-support profile: the CR's pinned version or the cluster
 /// default from the runtime-support ConfigMap, else the built-in one.
-pub async fn load_profile(client: &Client, pinned: Option<&str>) -> Result<RuntimeProfile, Error> {
+pub async fn load_profile(client: &Client, namespace: &str, pinned: Option<&str>) -> Result<RuntimeProfile, Error> {
     // An API error must not fall back to the built-in profile: that would
     // change every pod template and roll the fleet. It fails the reconcile,
     // which retries with backoff.
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
-    profile_from(cms.get_opt(PROFILE_CONFIGMAP).await?.and_then(|cm| cm.data).unwrap_or_default(), pinned)
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    profile_in(namespace, cms.get_opt(PROFILE_CONFIGMAP).await?.and_then(|cm| cm.data).unwrap_or_default(), pinned)
 }
 
 /// The profile a workload gets from the runtime-support data (pure).
@@ -599,11 +625,21 @@ pub fn profile_from(
     data: std::collections::BTreeMap<String, String>,
     pinned: Option<&str>,
 ) -> Result<RuntimeProfile, Error> {
+    profile_in(SYSTEM_NAMESPACE, data, pinned)
+}
+
+/// [`profile_from`] with the data read from `namespace` (named in errors).
+pub fn profile_in(
+    namespace: &str,
+    data: std::collections::BTreeMap<String, String>,
+    pinned: Option<&str>,
+) -> Result<RuntimeProfile, Error> {
     let version = pinned.map(str::to_string).or_else(|| data.get("default").cloned());
     let key = version.as_ref().map(|v| format!("profile-{v}.json"));
     match key.as_ref().and_then(|k| data.get(k).map(|json| (k, json))) {
-        Some((k, json)) => serde_json::from_str(json)
-            .map_err(|e| Error::Other(format!("{SYSTEM_NAMESPACE}/{PROFILE_CONFIGMAP} {k}: {e}"))),
+        Some((k, json)) => {
+            serde_json::from_str(json).map_err(|e| Error::Other(format!("{namespace}/{PROFILE_CONFIGMAP} {k}: {e}")))
+        }
         None => Ok(RuntimeProfile::default_profile(version.as_deref().unwrap_or("builtin"))),
     }
 }
@@ -629,11 +665,13 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
     let pinned = obj.common().runtime.version.as_deref();
     // From the caches; what they don't hold (yet) is read from the API,
     // so an object created a moment ago is never taken for a missing one.
-    let cached_cm =
-        ctx.caches.get().and_then(|c| c.profiles.get(&ObjectRef::new(PROFILE_CONFIGMAP).within(SYSTEM_NAMESPACE)));
+    let cached_cm = ctx
+        .caches
+        .get()
+        .and_then(|c| c.profiles.get(&ObjectRef::new(PROFILE_CONFIGMAP).within(ctx.profile_namespace())));
     let profile = match cached_cm {
-        Some(cm) => profile_from(cm.data.clone().unwrap_or_default(), pinned),
-        None => load_profile(client, pinned).await,
+        Some(cm) => profile_in(ctx.profile_namespace(), cm.data.clone().unwrap_or_default(), pinned),
+        None => load_profile(client, ctx.profile_namespace(), pinned).await,
     };
     // A profile that does not load is the workload's problem to show in its
     // status (Reconciled=False with the reason), like a refused child.
@@ -673,6 +711,24 @@ async fn reconcile_inner<K: Workload>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
                         .as_ref()
                         .and_then(|s| s.get(&ObjectRef::<child::Child>::new_with(child_name, ar.clone()).within(&ns)))
                         .map(|c| c.to_value());
+                    // A Job's pod template cannot change once it exists (the
+                    // API server refuses it): a Job that runs keeps its
+                    // template, and the workload's next Job takes the new one.
+                    let kept;
+                    let child = match (ar.kind.as_str(), &cached) {
+                        ("Job", Some(live)) => {
+                            kept = keep_job_template(child, live);
+                            &kept
+                        }
+                        ("Job", None) => match api.get_opt(child_name).await? {
+                            Some(live) => {
+                                kept = keep_job_template(child, &serde_json::to_value(&live).unwrap_or_default());
+                                &kept
+                            }
+                            None => child,
+                        },
+                        _ => child,
+                    };
                     let current = cached.as_ref().is_some_and(|c| crate::kube::apply::up_to_date(child, c));
                     // A child a filled cache does not hold is new: applied
                     // without reading it first (the apply is the same
@@ -1059,7 +1115,7 @@ async fn start_caches(ctx: &Ctx) {
     let (profiles, pw) = reflector::store::<ConfigMap>();
     let (namespaces, nw) = reflector::store::<Namespace>();
     // Only the one ConfigMap: the controller's Role names it (resourceNames).
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ctx.profile_namespace());
     let cfg = watcher::Config::default().fields(&format!("metadata.name={PROFILE_CONFIGMAP}"));
     tokio::spawn(reflector(pw, watcher(cms, cfg)).default_backoff().for_each(|_| async {}));
     let nss: Api<Namespace> = Api::all(client);

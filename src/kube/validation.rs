@@ -554,7 +554,12 @@ pub fn validate_as(minor: u32, group: &str, kind: &str, obj: &Value, old: Option
         ("apps", "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet") => {
             replicated(kind, spec, old.map(|o| o.get("spec").unwrap_or(&Value::Null)), &mut e)
         }
-        ("batch", "Job") => job_spec(spec, "spec", &mut e),
+        ("batch", "Job") => {
+            job_spec(spec, "spec", &mut e);
+            if let Some(old) = old.and_then(|o| o.get("spec")) {
+                job_update(spec, old, &mut e);
+            }
+        }
         ("batch", "CronJob") => cronjob(obj, &mut e),
         ("policy", "PodDisruptionBudget") => pdb(spec, &mut e),
         ("scheduling.k8s.io", "PriorityClass") => priority_class(obj, old, &mut e),
@@ -910,6 +915,25 @@ fn replicated(kind: &str, spec: &Value, old: Option<&Value>, e: &mut Vec<FieldEr
     } else if let (Some(new), Some(was)) = (spec.get("selector"), old.get("selector")) {
         if new != was {
             e.push(invalid("spec.selector", new.clone(), "field is immutable"));
+        }
+    }
+}
+
+/// `ValidateJobUpdate`: a Job's selector, completion mode and pod template
+/// stay as created (the template may change while the Job is suspended,
+/// as the mutable scheduling directives allow).
+fn job_update(spec: &Value, old: &Value, e: &mut Vec<FieldError>) {
+    for f in ["selector", "completionMode"] {
+        if let (Some(new), Some(was)) = (spec.get(f), old.get(f)) {
+            if new != was {
+                e.push(invalid(format!("spec.{f}"), new.clone(), "field is immutable"));
+            }
+        }
+    }
+    let suspended = old.get("suspend").and_then(Value::as_bool) == Some(true);
+    if let (false, Some(new), Some(was)) = (suspended, spec.get("template"), old.get("template")) {
+        if new != was {
+            e.push(invalid("spec.template", new.clone(), "field is immutable"));
         }
     }
 }
