@@ -1,5 +1,13 @@
 //! `pinfleet controller`: run the workload controllers against a cluster
 //! (in-cluster config, or --kubeconfig).
+//! Its modes each in a file: the workload controllers (here), the serving
+//! certificate approver beside them (`approver`), the machine-health loop
+//! (`machines`).
+
+mod approver;
+mod machines;
+
+pub use approver::ServingAddresses;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -76,152 +84,9 @@ pub struct ControllerArgs {
     pub cloud: super::cloud::CloudArgs,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ServingAddresses {
-    Ec2,
-    Node,
-    Off,
-}
-
-/// Where the approver reads machine addresses, decided before anything runs.
-enum Approval {
-    Off,
-    Node,
-    Ec2(crate::cloud::aws::Aws),
-}
-
-/// How long the probe of AWS access may take (credentials from the
-/// environment answer at once; an instance role through IMDS within a
-/// second or two; outside AWS, IMDS does not answer at all).
-const AWS_PROBE: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Whether EC2 can be asked: a region and credentials that STS accepts.
-async fn aws_access() -> Result<crate::cloud::aws::Aws> {
-    let probe = async {
-        let opts = crate::cloud::aws::AwsOptions::from_env(crate::cloud::aws::Target::Aws, None)?;
-        let aws = crate::cloud::aws::Aws::connect(&opts).await?;
-        match aws.sts.get_caller_identity().send().await {
-            Ok(_) => Ok(aws),
-            Err(e) => anyhow::bail!("{}", crate::cloud::aws::client::describe_sdk_error(&e)),
-        }
-    };
-    match tokio::time::timeout(AWS_PROBE, probe).await {
-        Ok(r) => r,
-        Err(_) => anyhow::bail!("no answer from AWS within {}", humantime::format_duration(AWS_PROBE)),
-    }
-}
-
-/// The approver's address source: as asked, or (unset) EC2 when AWS can be
-/// reached and otherwise off, said in one line. `ec2` asked for explicitly
-/// without AWS access stops the start: the operator wanted approval.
-async fn approval(asked: Option<ServingAddresses>) -> Result<Approval> {
-    match asked {
-        Some(ServingAddresses::Off) => Ok(Approval::Off),
-        Some(ServingAddresses::Node) => Ok(Approval::Node),
-        Some(ServingAddresses::Ec2) => aws_access().await.map(Approval::Ec2).map_err(|e| {
-            anyhow::anyhow!(
-                "--serving-addresses ec2 needs AWS access, and there is none: {e:#} (on a local cluster, use --serving-addresses node)"
-            )
-        }),
-        None => match aws_access().await {
-            Ok(aws) => Ok(Approval::Ec2(aws)),
-            Err(e) => {
-                let why = format!("{e:#}").lines().next().unwrap_or_default().to_string();
-                tracing::warn!(
-                    "kubelet serving certificates are not approved: no AWS access ({why}); on a local cluster pass --serving-addresses node, or off to say so"
-                );
-                Ok(Approval::Off)
-            }
-        },
-    }
-}
-
-/// The approver with its address source (it runs on every replica: a
-/// decision is one conditional write, and a decided CSR is skipped).
-async fn approver(client: kube::Client, approval: Approval) {
-    use crate::controller::serving;
-    match approval {
-        Approval::Off => {}
-        Approval::Node => serving::run(client, serving::FromNode).await,
-        Approval::Ec2(aws) => serving::run(client, serving::FromEc2(aws)).await,
-    }
-    std::future::pending::<()>().await
-}
-
-/// `--machines CLUSTER`: the machine-health loop, each pass shown on stderr.
-async fn machines(g: &GlobalArgs, args: &ControllerArgs, cluster: &str) -> Result<ExitCode> {
-    use std::io::Write as _;
-    let s = super::cloud::Session::open(g, cluster, &args.cloud).await?;
-    let kubeconfig = args.cloud.target.kubeconfig_or(args.kubeconfig.as_deref(), s.name());
-    let (store, _pki, client) = s.roll_target(&kubeconfig).await?;
-    let cfg = crate::rollout::health::Config {
-        node_startup: args.node_startup_timeout,
-        unhealthy: args.unhealthy_timeout,
-        max_unhealthy: args.max_unhealthy,
-    };
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let on = |r: Result<&crate::rollout::health::Pass, &anyhow::Error>| {
-        let mut err = anstream::stderr();
-        match r {
-            Ok(p) => {
-                for line in p.lines() {
-                    let _ = writeln!(err, "{line}");
-                }
-            }
-            Err(e) => {
-                let _ = writeln!(err, "machine-health: {e:#} (next pass retries)");
-            }
-        }
-    };
-    let healer = crate::rollout::health::Loop {
-        aws: s.aws.clone(),
-        cluster: s.loaded.cluster.clone(),
-        store,
-        client,
-        cfg,
-        interval: args.machines_interval,
-        command,
-    };
-    let say = |line: &str| {
-        let _ = writeln!(anstream::stderr(), "{}", crate::views::text::safe(line));
-    };
-    // The capacity ledger as metrics, read at each scrape.
-    let (url, aws) = (s.loaded.cluster.spec.state_store.clone(), s.aws.clone());
-    let app = axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" })).route(
-        "/metrics",
-        axum::routing::get(move || {
-            let (url, aws) = (url.clone(), aws.clone());
-            async move {
-                match crate::state::capacity::all(&url, Some(&aws)).await {
-                    Ok(ledgers) => (axum::http::StatusCode::OK, crate::capacity::metrics(&ledgers, chrono::Utc::now())),
-                    Err(e) => (
-                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                        format!("# the capacity ledger could not be read: {}\n", e.to_string().replace('\n', " ")),
-                    ),
-                }
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind(&args.metrics_addr)
-        .await
-        .with_context(|| format!("serving metrics on --metrics-addr {}", args.metrics_addr))?;
-    if let Ok(a) = listener.local_addr() {
-        say(&format!("machine-health: capacity metrics on http://{a}/metrics"));
-    }
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    let work = healer.run(&on, &say);
-    tokio::select! {
-        _ = work => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
 pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
     if let Some(cluster) = args.machines.clone() {
-        return machines(g, &args, &cluster).await;
+        return machines::machines(g, &args, &cluster).await;
     }
     let client = match &args.kubeconfig {
         Some(p) => crate::kube::client_from_kubeconfig(p, crate::kube::Retry::Default).await?,
@@ -236,7 +101,7 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
         client,
         crate::kube::budget::Budget { in_flight: args.api_in_flight, qps: Some(args.api_qps), burst: args.api_burst },
     );
-    let approval = approval(args.serving_addresses).await?;
+    let approval = approver::approval(args.serving_addresses).await?;
     let ctx = crate::controller::Ctx::new(client.clone(), &args.cluster);
     if let Some(ns) = &args.watch_namespace {
         ctx.only_in(ns);
@@ -293,7 +158,7 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
     };
     tokio::select! {
         _ = work => {}
-        _ = approver(client.clone(), approval) => {}
+        _ = approver::approver(client.clone(), approval) => {}
         _ = tokio::signal::ctrl_c() => {}
     }
     Ok(ExitCode::SUCCESS)

@@ -1,0 +1,273 @@
+//! `pinfleet gateway serve`: the submission gateway's API and console on
+//! a host cluster (or an embedded sim), its quotas seeded from a file.
+
+#[allow(unused_imports)]
+use super::*;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The host cluster that keeps the records (default: an embedded sim, for local work).
+    #[arg(long, env = "PINFLEET_GATEWAY_HOST_KUBECONFIG")]
+    pub host_kubeconfig: Option<PathBuf>,
+    /// The namespace on the host that holds the records (and the leader's Lease).
+    #[arg(long, default_value = crate::gateway::records::NAMESPACE)]
+    pub namespace: String,
+    /// A member cluster to place work on: NAME=KUBECONFIG (repeat).
+    #[arg(long = "member", value_name = "NAME=KUBECONFIG")]
+    pub members: Vec<String>,
+    #[arg(long, default_value = "127.0.0.1:8480")]
+    pub listen: String,
+    /// Write the gateway's URL here once it serves.
+    #[arg(long)]
+    pub url_file: Option<PathBuf>,
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Accept client certificates signed by this CA (CN the user, O the groups).
+    #[arg(long, requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
+    /// The OIDC issuer whose tokens identify developers.
+    #[arg(long, requires = "oidc_audience")]
+    pub oidc_issuer: Option<String>,
+    #[arg(long)]
+    pub oidc_audience: Option<String>,
+    /// The issuer's JWKS (default: from its discovery document).
+    #[arg(long)]
+    pub oidc_jwks_url: Option<String>,
+    #[arg(long, default_value = "groups")]
+    pub groups_claim: String,
+    #[arg(long, default_value = "email")]
+    pub username_claim: String,
+    /// Groups naming teams start with this (`team:search` is team search).
+    #[arg(long, default_value = "team:")]
+    pub team_prefix: String,
+    /// Members of this group edit quotas and act for every team.
+    #[arg(long, default_value = "pinfleet:admins")]
+    pub admin_group: String,
+    /// Do not ask the host cluster about service-account tokens (TokenReview).
+    #[arg(long)]
+    pub no_token_review: bool,
+    /// Local work only: callers without credentials are USER of TEAM[,TEAM] (loopback only).
+    #[arg(long, value_name = "USER:TEAMS")]
+    pub anonymous_as: Option<String>,
+    /// Images must come from one of these registries (prefixes; repeat).
+    #[arg(long = "allowed-registry")]
+    pub allowed_registries: Vec<String>,
+    /// A priority class submitters may name: NAME=VALUE[,team=TEAM]…[,tier=TIER]…
+    /// (repeat; default: low=-100 and normal=0 for all, high=100 for Reserved work).
+    #[arg(long = "priority-class", value_name = "NAME=VALUE[,team=T][,tier=T]", value_parser = crate::gateway::intake::PriorityClass::parse)]
+    pub priority_classes: Vec<crate::gateway::intake::PriorityClass>,
+    /// Team quotas to write on start (TeamQuota YAML documents), for local work.
+    #[arg(long)]
+    pub quotas: Option<PathBuf>,
+    /// This replica's name in the Lease (default: host name and pid).
+    #[arg(long)]
+    pub identity: Option<String>,
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub interval: Duration,
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub lease_duration: Duration,
+    /// How often the members' figures are read again (their nodes are watched).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub member_refresh: Duration,
+    /// Requests to the host cluster's API in flight at once (watches aside):
+    /// a thousand submissions at once wait here, not at the API server.
+    #[arg(long, default_value_t = crate::kube::budget::Budget::GATEWAY.in_flight)]
+    pub api_in_flight: usize,
+    /// Requests to the host cluster's API started per second (unlimited
+    /// when unset), with --api-burst at once after a quiet spell.
+    #[arg(long)]
+    pub api_qps: Option<f64>,
+    #[arg(long, default_value_t = 100)]
+    pub api_burst: u32,
+    /// Serve the API alone, without the web console at /.
+    #[arg(long)]
+    pub no_console: bool,
+    /// Append the audit trail (one JSON line per decision) to this file
+    /// instead of standard error.
+    #[arg(long)]
+    pub audit_log: Option<PathBuf>,
+    /// Connections open at once, in all (kept below the open-file limit);
+    /// past it a new connection closes the oldest one with no request in flight.
+    #[arg(long, default_value_t = crate::gateway::listen::Limits::default().connections)]
+    pub max_connections: usize,
+    /// Connections open at once from one address.
+    #[arg(long, default_value_t = crate::gateway::listen::Limits::default().per_peer)]
+    pub max_connections_per_peer: usize,
+    /// A connection with nothing read or written for this long is closed.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Duration,
+    /// The console shows the fleet's rollouts: fleet.yaml in the clusters
+    /// folder, read from its state store on --target every --member-refresh.
+    #[arg(long)]
+    pub fleet_rollouts: bool,
+    #[command(flatten)]
+    pub cloud: crate::cli::cloud::CloudArgs,
+}
+
+impl ServeArgs {
+    fn api_budget(&self) -> crate::kube::budget::Budget {
+        crate::kube::budget::Budget { in_flight: self.api_in_flight, qps: self.api_qps, burst: self.api_burst }
+    }
+}
+
+/// TeamQuota documents from a YAML file (for local work and the demo).
+async fn seed_quotas(host: &kube::Client, namespace: &str, path: &std::path::Path) -> Result<usize> {
+    use kube::api::{Api, Patch, PatchParams};
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let docs = crate::spec::yaml::parse_documents(&text, path)?;
+    let api: Api<crate::gateway::records::TeamQuota> = Api::namespaced(host.clone(), namespace);
+    let mut n = 0;
+    for d in docs {
+        let mut v = d.to_json();
+        v["metadata"]["namespace"] = json!(namespace);
+        let tq: crate::gateway::records::TeamQuota = serde_path_to_error::deserialize(v.clone()).map_err(|e| {
+            let p = e.path().to_string();
+            anyhow::anyhow!("{}: {p}: {}", d.locate(&p), e.into_inner())
+        })?;
+        let name = tq
+            .metadata
+            .name
+            .clone()
+            .context(format!("{}: a TeamQuota needs metadata.name (the team)", path.display()))?;
+        api.patch(&name, &PatchParams::apply(service::MANAGER).force(), &Patch::Apply(&v))
+            .await
+            .with_context(|| format!("writing team {name}'s quota"))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::FleetSource>) -> Result<ExitCode> {
+    let listener = tokio::net::TcpListener::bind(&s.listen).await.with_context(|| format!("binding {}", s.listen))?;
+    let addr = listener.local_addr()?;
+    if s.tls_cert.is_none() && !addr.ip().is_loopback() {
+        bail!("{addr}: without --tls-cert the gateway serves on a loopback address only");
+    }
+    if s.anonymous_as.is_some() && !addr.ip().is_loopback() {
+        bail!("--anonymous-as is for local work: serve on a loopback address");
+    }
+    // The host cluster: given, or an embedded sim.
+    let mut sim = None;
+    let host = match &s.host_kubeconfig {
+        Some(k) => crate::kube::apply::connect(k).await?,
+        None => {
+            let sm = crate::sim::Sim::start(0).await?;
+            eprintln!("host cluster: an embedded sim at {} (records last as long as this process)", sm.url());
+            let dir = std::env::temp_dir().join(format!("pinfleet-gateway-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)?;
+            let kc = dir.join("host-kubeconfig.yaml");
+            sm.write_kubeconfig(&kc)?;
+            let c = crate::kube::apply::connect(&kc).await?;
+            sim = Some(sm);
+            c
+        }
+    };
+    service::install(&host, &s.namespace).await?;
+    if let Some(q) = &s.quotas {
+        let n = seed_quotas(&host, &s.namespace, q).await?;
+        eprintln!("wrote {n} team quotas from {}", q.display());
+    }
+    let mut members = Vec::new();
+    for m in &s.members {
+        let (name, path) = m.split_once('=').context(format!("--member {m:?}: expected NAME=KUBECONFIG"))?;
+        let client =
+            crate::kube::apply::connect(std::path::Path::new(path)).await.with_context(|| format!("member {name}"))?;
+        members.push(service::MemberCluster { name: name.to_string(), client, labels: BTreeMap::new(), weight: 1 });
+    }
+    let anonymous = match &s.anonymous_as {
+        Some(a) => {
+            let (user, teams) = a.split_once(':').context("--anonymous-as USER:TEAM[,TEAM]")?;
+            Some(Caller {
+                user: user.into(),
+                teams: teams.split(',').map(str::to_string).collect(),
+                admin: false,
+                via: "loopback".into(),
+            })
+        }
+        None => None,
+    };
+    let settings = Settings {
+        oidc: s.oidc_issuer.clone().map(|issuer| OidcSettings {
+            issuer,
+            audience: s.oidc_audience.clone().unwrap_or_default(),
+            jwks_url: s.oidc_jwks_url.clone(),
+            groups_claim: s.groups_claim.clone(),
+            username_claim: s.username_claim.clone(),
+        }),
+        token_review: !s.no_token_review,
+        team_prefix: s.team_prefix.clone(),
+        admin_group: s.admin_group.clone(),
+        anonymous,
+    };
+    let identity = Identity::new(settings, Some(host.clone()));
+    let config = service::Config {
+        namespace: s.namespace.clone(),
+        identity: s.identity.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id())),
+        policy: Policy {
+            allowed_registries: s.allowed_registries.clone(),
+            priority_classes: s.priority_classes.clone(),
+        },
+        interval: s.interval,
+        lease_duration: s.lease_duration,
+        member_refresh: s.member_refresh,
+        api: s.api_budget(),
+        audit_log: s.audit_log.clone(),
+    };
+    let svc = service::Service::start(host, members, identity, config).await?;
+    let audit = svc.audit_log.clone();
+    tokio::spawn(svc.clone().run());
+    let scheme = if s.tls_cert.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{addr}");
+    if let Some(f) = &s.url_file {
+        std::fs::write(f, &url).with_context(|| format!("writing {}", f.display()))?;
+    }
+    eprintln!("gateway serving at {url}");
+    let mut closing = None;
+    let tls = match (&s.tls_cert, &s.tls_key) {
+        (Some(c), Some(k)) => Some(http::Tls { cert: c, key: k, client_ca: s.client_ca.as_deref() }),
+        _ => None,
+    };
+    let app = if s.no_console {
+        http::router(Arc::clone(&svc))
+    } else {
+        let console = crate::console::Console::new(Arc::clone(&svc), fleet, s.member_refresh, s.tls_cert.is_some());
+        eprintln!("console at {url}/");
+        let c = Arc::clone(&console);
+        closing = Some(c);
+        crate::console::app(console)
+    };
+    let shutdown = async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a signal handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term.recv() => {},
+        }
+        // Live-update streams stay open until told: end them, or the
+        // graceful shutdown waits for every open browser tab.
+        if let Some(c) = closing {
+            c.close();
+        }
+    };
+    let limits = crate::gateway::listen::Limits {
+        connections: s.max_connections,
+        per_peer: s.max_connections_per_peer,
+        idle: s.idle_timeout,
+        ..Default::default()
+    };
+    http::serve_with(app, listener, tls, limits, Some(audit), shutdown).await?;
+    if let Some(sm) = sim {
+        sm.stop().await;
+        // The embedded sim's kubeconfig lived as long as it did.
+        let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("pinfleet-gateway-{}", std::process::id())));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "gateway".into())
+}
