@@ -81,8 +81,8 @@ pub enum Network {
 
 /// A version the sim can answer as: a full version of a minor in the
 /// versions table (`1.36` alone is refused, naming the patch to use).
-fn version_to_serve(v: &str) -> Result<crate::rollout::versions::Version> {
-    let Some(parsed) = crate::rollout::versions::Version::parse(v) else {
+fn version_to_serve(v: &str) -> Result<crate::spec::versions::Version> {
+    let Some(parsed) = crate::spec::versions::Version::parse(v) else {
         let hint = crate::spec::validate::parse_kubernetes_version(&format!("{v}.0"))
             .and_then(|(_, m, _)| crate::spec::versions::minor(m))
             .map(|m| format!(" (the newest patch of 1.{} is 1.{}.{})", m.minor, m.minor, m.newest_patch))

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::{Outcome, Phase, Recorder, Target};
 use crate::kube::kubeadm::{CONTROL_PLANE_LABEL, GROUP_LABEL};
-use crate::rollout::versions::{Version, KUBELET_SKEW};
+use crate::spec::versions::{Version, KUBELET_SKEW};
 use crate::spec::{Cluster, Role};
 
 fn name_of(ns: Option<&str>, name: Option<&str>) -> String {

@@ -135,7 +135,7 @@ async fn to(m: &Member, target: &Target, now: DateTime<Utc>) -> Result<Snapshot>
     let groups = &m.cluster.spec.instance_groups;
     let images = match target {
         Target::KubernetesVersion(v) => {
-            if crate::rollout::versions::Version::parse(v).is_none() {
+            if crate::spec::versions::Version::parse(v).is_none() {
                 bail!("--kubernetes-version {v} is not a version like 1.33.4");
             }
             return Ok(Snapshot { kubernetes_version: Some(v.clone()), ..Default::default() });

@@ -21,46 +21,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::spec::validate::parse_kubernetes_version;
-
-/// A Kubernetes release: 1.MINOR.PATCH.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct Version {
-    pub major: u32,
-    pub minor: u32,
-    pub patch: u32,
-}
-
-impl Version {
-    pub fn parse(s: &str) -> Option<Version> {
-        // kubelets report e.g. `v1.33.2` or `v1.33.2-eks-1234`.
-        let s = s.split(['-', '+']).next().unwrap_or(s);
-        parse_kubernetes_version(s).map(|(major, minor, patch)| Version { major, minor, patch })
-    }
-}
-
-impl fmt::Display for Version {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
-    }
-}
-
-/// kubeadm's CoreDNS for each minor (the versions table's).
-pub fn coredns_tag(minor: u32) -> Option<&'static str> {
-    crate::spec::versions::minor(minor).map(|m| m.coredns)
-}
-
-/// The etcd tags (previous minor's newest, this version's) when a control
-/// plane stepping into `version` moves etcd to another minor (1.36 → 1.37:
-/// 3.6 → 3.7).
-pub fn etcd_move(version: Version) -> Option<(&'static str, &'static str)> {
-    let to = crate::spec::versions::minor(version.minor)?.etcd_at(version.patch);
-    let from = crate::spec::versions::minor(version.minor.checked_sub(1)?)?.etcd_newest();
-    (crate::spec::versions::etcd_minor(from) != crate::spec::versions::etcd_minor(to)).then_some((from, to))
-}
-
-/// A kubelet may be at most this many minors older than the API server.
-pub const KUBELET_SKEW: u32 = 3;
+pub use crate::spec::versions::{coredns_tag, etcd_move, Version, KUBELET_SKEW};
 
 /// What a cluster runs now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

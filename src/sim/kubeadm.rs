@@ -8,7 +8,7 @@
 use serde_json::{json, Value};
 
 use crate::kube::kubeadm::{cluster_configuration_version, CONFIG_MAP};
-use crate::rollout::versions::{coredns_tag, Version, KUBELET_SKEW};
+use crate::spec::versions::{coredns_tag, Version, KUBELET_SKEW};
 
 /// The version the cluster-wide configuration names, if kubeadm init ran.
 pub fn configured_version(inner: &super::Inner) -> Option<Version> {

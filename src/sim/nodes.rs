@@ -326,7 +326,7 @@ pub fn sync(
     for i in instances {
         if let Some(spec) = node_for(cfg, i, now) {
             // kubeadm join's preflight, before the kubelet ever registers.
-            let machine = crate::rollout::versions::Version::parse(&spec.kubelet_version);
+            let machine = crate::spec::versions::Version::parse(&spec.kubelet_version);
             if let (false, Some(m), Some(c)) = (existing.contains(&spec.name), machine, configured) {
                 if let Some(why) = super::kubeadm::join_refusal(m, c) {
                     warn_once(&spec.name, &format!("sim: kubeadm join on {} failed: {why}", spec.name));
@@ -509,7 +509,7 @@ fn control_plane_etcd(inner: &mut Inner, nodes: &[Value], pods: &[Value]) {
                 .iter()
                 .find(|n| n.pointer("/metadata/name").and_then(Value::as_str) == Some(init.as_str()))
                 .and_then(|n| n.pointer("/status/nodeInfo/kubeletVersion").and_then(Value::as_str))
-                .and_then(crate::rollout::versions::Version::parse);
+                .and_then(crate::spec::versions::Version::parse);
             if let Some(v) = version {
                 super::kubeadm::init(inner, v, "10.244.0.0/16");
             }

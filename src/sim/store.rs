@@ -145,7 +145,7 @@ pub struct Inner {
     /// The Kubernetes version the sim answers as (`/version`, the rules and
     /// messages of validation, its kubelets), unless a kubeadm cluster's
     /// configuration names another (then its API servers run that).
-    pub kubernetes: crate::rollout::versions::Version,
+    pub kubernetes: crate::spec::versions::Version,
     /// Service-account tokens the sim minted for the processes its kubelet
     /// runs: token → (namespace, service account).
     pub tokens: BTreeMap<String, (String, String)>,
@@ -247,7 +247,7 @@ impl Inner {
             events,
             last_event: None,
             etcd: Default::default(),
-            kubernetes: crate::rollout::versions::Version::parse(crate::spec::versions::DEFAULT)
+            kubernetes: crate::spec::versions::Version::parse(crate::spec::versions::DEFAULT)
                 .expect("the default version parses"),
             tokens: BTreeMap::new(),
             own_images: Vec::new(),
@@ -287,7 +287,7 @@ impl Inner {
 
     /// The version the API server answers as: a kubeadm cluster's
     /// configured one, else the sim's own.
-    pub fn serving_version(&self) -> crate::rollout::versions::Version {
+    pub fn serving_version(&self) -> crate::spec::versions::Version {
         super::kubeadm::configured_version(self).unwrap_or(self.kubernetes)
     }
 

@@ -124,12 +124,7 @@ fn arch_of(t: &str) -> crate::spec::types::Architecture {
     }
 }
 
-pub fn parse_kubernetes_version(v: &str) -> Option<(u32, u32, u32)> {
-    let v = v.strip_prefix('v').unwrap_or(v);
-    let mut it = v.split('.');
-    let parsed = (it.next()?.parse().ok()?, it.next()?.parse().ok()?, it.next()?.parse().ok()?);
-    it.next().is_none().then_some(parsed)
-}
+pub use super::versions::parse_kubernetes_version;
 
 fn check_state_store(p: &mut Problems, url: &str) {
     let path = "spec.stateStore";

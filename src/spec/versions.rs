@@ -262,6 +262,53 @@ pub fn supported_on(today: NaiveDate) -> Vec<u32> {
     TABLE.iter().filter(|m| m.released <= today && m.end_of_support >= today).map(|m| m.minor).collect()
 }
 
+/// A Kubernetes release: 1.MINOR.PATCH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Version {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl Version {
+    pub fn parse(s: &str) -> Option<Version> {
+        // kubelets report e.g. `v1.33.2` or `v1.33.2-eks-1234`.
+        let s = s.split(['-', '+']).next().unwrap_or(s);
+        parse_kubernetes_version(s).map(|(major, minor, patch)| Version { major, minor, patch })
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// kubeadm's CoreDNS for each minor (the versions table's).
+pub fn coredns_tag(m: u32) -> Option<&'static str> {
+    minor(m).map(|m| m.coredns)
+}
+
+/// The etcd tags (previous minor's newest, this version's) when a control
+/// plane stepping into `version` moves etcd to another minor (1.36 → 1.37:
+/// 3.6 → 3.7).
+pub fn etcd_move(version: Version) -> Option<(&'static str, &'static str)> {
+    let to = minor(version.minor)?.etcd_at(version.patch);
+    let from = minor(version.minor.checked_sub(1)?)?.etcd_newest();
+    (etcd_minor(from) != etcd_minor(to)).then_some((from, to))
+}
+
+/// A kubelet may be at most this many minors older than the API server.
+pub const KUBELET_SKEW: u32 = 3;
+
+/// `1.33.4` or `v1.33.4` as (major, minor, patch); anything else is None.
+pub fn parse_kubernetes_version(v: &str) -> Option<(u32, u32, u32)> {
+    let v = v.strip_prefix('v').unwrap_or(v);
+    let mut it = v.split('.');
+    let parsed = (it.next()?.parse().ok()?, it.next()?.parse().ok()?, it.next()?.parse().ok()?);
+    it.next().is_none().then_some(parsed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
