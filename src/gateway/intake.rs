@@ -209,8 +209,8 @@ const KINDS: [&str; 5] =
 /// Each kind's schema, its CEL rules compiled, built once (generating the
 /// CRDs and compiling their rules on every submission cost more than the
 /// rest of the checks).
-fn schema_of(kind: &str) -> Option<&'static crate::sim::schema::CrdSchema> {
-    static SCHEMAS: std::sync::OnceLock<std::collections::HashMap<String, crate::sim::schema::CrdSchema>> =
+fn schema_of(kind: &str) -> Option<&'static crate::kube::schema::CrdSchema> {
+    static SCHEMAS: std::sync::OnceLock<std::collections::HashMap<String, crate::kube::schema::CrdSchema>> =
         std::sync::OnceLock::new();
     SCHEMAS
         .get_or_init(|| {
@@ -219,7 +219,7 @@ fn schema_of(kind: &str) -> Option<&'static crate::sim::schema::CrdSchema> {
                 .filter_map(|c| {
                     let v = serde_json::to_value(&c.spec.versions[0].schema).ok()?;
                     let schema = v.get("openAPIV3Schema").cloned()?;
-                    Some((c.spec.names.kind.clone(), crate::sim::schema::CrdSchema::new(schema)))
+                    Some((c.spec.names.kind.clone(), crate::kube::schema::CrdSchema::new(schema)))
                 })
                 .collect()
         })
@@ -300,10 +300,10 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
     // Layer 1: the CRD's schema and its CEL rules.
     let schema = schema_of(&kind).expect("a CRD for every kind the gateway takes");
     let mut obj = workload.clone();
-    match crate::sim::schema::validate(&schema.json, workload) {
+    match crate::kube::schema::validate(&schema.json, workload) {
         Ok(defaulted) => {
             obj = defaulted;
-            if let Err(errs) = crate::sim::schema::validate_cel(schema, &obj, None) {
+            if let Err(errs) = crate::kube::schema::validate_cel(schema, &obj, None) {
                 problems.extend(errs.into_iter().map(|m| schema_problem(&m)));
             }
         }

@@ -18,6 +18,7 @@ pub mod fields;
 pub mod kind;
 pub mod kubeadm;
 pub mod quantity;
+pub mod schema;
 pub mod ready;
 pub mod validation;
 pub mod wait;

@@ -18,7 +18,6 @@ pub mod patch;
 pub mod procs;
 pub mod protobuf;
 pub mod registry;
-pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod store;

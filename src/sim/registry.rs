@@ -23,7 +23,7 @@ pub struct ResourceType {
     /// Printer columns (CRDs), as given.
     pub columns: Vec<Value>,
     /// A CRD version's structural schema (openAPIV3Schema), enforced on writes.
-    pub schema: Option<std::sync::Arc<super::schema::CrdSchema>>,
+    pub schema: Option<std::sync::Arc<crate::kube::schema::CrdSchema>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

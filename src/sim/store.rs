@@ -271,8 +271,8 @@ impl Inner {
     fn enforce_schema(minor: u32, t: &ResourceType, name: &str, obj: Value, old: Option<&Value>) -> R<Value> {
         let Some(schema) = &t.schema else { return Ok(obj) };
         let _minor = crate::kube::validation::answering::set(minor);
-        super::schema::validate_owned(&schema.json, obj)
-            .and_then(|out| super::schema::validate_cel(schema, &out, old).map(|()| out))
+        crate::kube::schema::validate_owned(&schema.json, obj)
+            .and_then(|out| crate::kube::schema::validate_cel(schema, &out, old).map(|()| out))
             .map_err(|errors| invalid_all(&t.kind, &t.group, name, &errors))
     }
 
@@ -1069,12 +1069,12 @@ impl Inner {
             .collect();
         match all.first() {
             Some(Some(one)) if all.iter().all(|s| s == &Some(*one)) => {
-                errs.extend(super::schema::structural(one, "spec.validation.openAPIV3Schema"));
+                errs.extend(crate::kube::schema::structural(one, "spec.validation.openAPIV3Schema"));
             }
             _ => {
                 for (i, schema) in all.iter().enumerate() {
                     if let Some(schema) = schema {
-                        errs.extend(super::schema::structural(
+                        errs.extend(crate::kube::schema::structural(
                             schema,
                             &format!("spec.versions[{i}].schema.openAPIV3Schema"),
                         ));
@@ -1127,7 +1127,7 @@ impl Inner {
                 columns: v.get("additionalPrinterColumns").and_then(Value::as_array).cloned().unwrap_or_default(),
                 schema: v
                     .pointer("/schema/openAPIV3Schema")
-                    .map(|s| std::sync::Arc::new(super::schema::CrdSchema::new(s.clone()))),
+                    .map(|s| std::sync::Arc::new(crate::kube::schema::CrdSchema::new(s.clone()))),
             });
         }
         // Conditions keep their transition time while they hold (a re-apply

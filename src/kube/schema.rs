@@ -5,6 +5,9 @@
 //! `spec.replicas: Invalid value: "string": spec.replicas in body must be of type integer: "string"`.
 //! CEL rules (`x-kubernetes-validations`) are evaluated after the structural
 //! checks ([`validate_cel`]), compiled once per CRD ([`CrdSchema`]).
+//!
+//! A library room both the sim (on every write) and the gateway (on every
+//! submission) use: no production path enters the emulator.
 
 use serde_json::{Map, Value};
 
