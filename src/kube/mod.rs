@@ -18,8 +18,8 @@ pub mod fields;
 pub mod kind;
 pub mod kubeadm;
 pub mod quantity;
-pub mod schema;
 pub mod ready;
+pub mod schema;
 pub mod validation;
 pub mod wait;
 

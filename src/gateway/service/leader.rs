@@ -1,0 +1,556 @@
+//! The leader's loop of the gateway's service (effects): under the Lease,
+//! each pass admits ([`Service::admit_once`]: the ledger first, then the
+//! statuses), places ([`Service::place_once`]), rolls members' status up
+//! ([`Service::rollup_once`]) and samples each team's use
+//! ([`Service::record_usage`]); a follower keeps its caches and waits.
+
+#[allow(unused_imports)]
+use super::*;
+
+impl Service {
+    /// Usage of a team per tier (from the ledger).
+    pub async fn usage(&self, team: &str) -> Result<BTreeMap<&'static str, Amount>> {
+        let ledger = self.ledger().await?;
+        Ok(quota::TIERS.into_iter().map(|t| (quota::tier_name(t), ledger.usage(team, t))).collect())
+    }
+
+    /// Each team's use per tier now, as shares of each tier's maximum.
+    pub async fn usage_now(&self, now: DateTime<Utc>) -> Result<Vec<(String, records::UsageSample)>> {
+        let (world, _) = self.world().await?;
+        // One read of the ledger for every team.
+        let ledger = self.ledger().await?;
+        let mut out = Vec::new();
+        for (team, q) in &world.quotas {
+            for t in quota::TIERS {
+                let Some(l) = q.limits(t) else { continue };
+                let u = ledger.usage(team, t);
+                let share = |used: u64, max: u64| if max == 0 { 0.0 } else { used as f64 / max as f64 };
+                out.push((
+                    team.clone(),
+                    records::UsageSample {
+                        at: now,
+                        tier: quota::tier_name(t).to_string(),
+                        cpu: share(u.cpu, l.max.cpu),
+                        memory: share(u.memory, l.max.memory),
+                        pods: share(u.pods, l.max.pods),
+                    },
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The leader samples every team's use into its hour's `UsageHistory`
+    /// on the host, and drops hours older than [`USAGE_KEPT`]; a follower
+    /// does nothing (the leader's records are everyone's). Returns the
+    /// samples written.
+    pub async fn record_usage(&self, now: DateTime<Utc>) -> Result<usize> {
+        use records::{UsageHistory, UsageHistorySpec};
+        if !self.leading.load(Ordering::Relaxed) {
+            return Ok(0);
+        }
+        let api: Api<UsageHistory> = Api::namespaced(self.host.clone(), &self.config.namespace);
+        let hour = records::hour_of(now);
+        let mut by_team: BTreeMap<String, Vec<records::UsageSample>> = BTreeMap::new();
+        for (team, sample) in self.usage_now(now).await? {
+            by_team.entry(team).or_default().push(sample);
+        }
+        let mut written = 0;
+        for (team, samples) in by_team {
+            let name = records::usage_history_name(&team, hour);
+            let n = samples.len();
+            match api.get_opt(&name).await? {
+                Some(mut h) => {
+                    h.spec.samples.extend(samples);
+                    h.metadata.managed_fields = None;
+                    // Replace at the read version: a write in between is a conflict, and
+                    // this sample is dropped rather than another one lost.
+                    match api.replace(&name, &PostParams::default(), &h).await {
+                        Ok(_) => written += n,
+                        Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                        Err(e) => return Err(e).with_context(|| format!("writing {name}")),
+                    }
+                }
+                None => {
+                    let mut h = UsageHistory::new(&name, UsageHistorySpec { team: team.clone(), hour, samples });
+                    h.metadata.labels = Some([(records::TEAM_LABEL.to_string(), team.clone())].into());
+                    match api.create(&PostParams::default(), &h).await {
+                        Ok(_) => written += n,
+                        Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                        Err(e) => return Err(e).with_context(|| format!("writing {name}")),
+                    }
+                }
+            }
+        }
+        // Once an hour: the hours past keeping go.
+        let pruned_hour = *self.usage_pruned.lock().expect("usage pruned");
+        if pruned_hour != Some(hour) {
+            let oldest = records::hour_of(now - USAGE_KEPT);
+            for h in api.list(&ListParams::default()).await?.items {
+                if h.spec.hour < oldest {
+                    let name = h.metadata.name.clone().unwrap_or_default();
+                    api.delete(&name, &DeleteParams::default()).await.map(|_| ()).or_else(not_found_ok)?;
+                }
+            }
+            *self.usage_pruned.lock().expect("usage pruned") = Some(hour);
+        }
+        Ok(written)
+    }
+
+    /// A team's use over the last [`USAGE_KEPT`], oldest first, as the host keeps it.
+    pub async fn usage_history(&self, team: &str, now: DateTime<Utc>) -> Result<Vec<records::UsageSample>> {
+        let api: Api<records::UsageHistory> = Api::namespaced(self.host.clone(), &self.config.namespace);
+        let since = now - USAGE_KEPT;
+        let mut out: Vec<records::UsageSample> = api
+            .list(&ListParams::default().labels(&format!("{}={team}", records::TEAM_LABEL)))
+            .await
+            .context("reading the team's use over time")?
+            .items
+            .into_iter()
+            .filter(|h| h.spec.team == team)
+            .flat_map(|h| h.spec.samples)
+            .filter(|s| s.at >= since)
+            .collect();
+        out.sort_by_key(|s| s.at);
+        Ok(out)
+    }
+
+    /// One admission pass (the leader's). Returns (admitted, preempted).
+    pub async fn admit_once(&self) -> Result<(usize, usize)> {
+        let (world, _) = self.world().await?;
+        let (mut ledger, rv) = self.read_ledger().await?;
+        let before = ledger.clone();
+        let now = Utc::now();
+        let all = self.all();
+        let by_name: HashMap<String, Arc<Submission>> =
+            all.iter().map(|s| (s.metadata.name.clone().unwrap_or_default(), s.clone())).collect();
+        let mut roll_admitted = Vec::new();
+        let mut roll_released = Vec::new();
+        let mut cancel_queued = Vec::new();
+        for (name, s) in &by_name {
+            let p = phase(s);
+            let reserved = ledger.reservations.contains_key(name);
+            if reserved && p == Phase::Queued && !s.spec.cancel {
+                roll_admitted.push(name.clone());
+            }
+            if s.spec.cancel && p == Phase::Queued && !reserved {
+                cancel_queued.push(name.clone());
+            }
+            if (s.spec.cancel || p.done()) && reserved {
+                let why = if s.spec.cancel { "cancelled".to_string() } else { format!("{p:?}").to_lowercase() };
+                ledger.release(name, &why);
+            }
+            if let Some(why) = ledger.released.get(name) {
+                if p.holds() || (p == Phase::Queued && !s.spec.cancel) {
+                    roll_released.push((name.clone(), why.clone()));
+                }
+            }
+        }
+        // Releases whose records say so: forgotten.
+        ledger.released.retain(|n, _| by_name.get(n).is_some_and(|s| phase(s).holds() || phase(s) == Phase::Queued));
+        let mut queue: Vec<Pending> = all
+            .iter()
+            .filter(|s| phase(s) == Phase::Queued && !s.spec.cancel)
+            .filter(|s| !ledger.reservations.contains_key(s.metadata.name.as_deref().unwrap_or_default()))
+            .map(|s| Self::pending_of(s))
+            .collect();
+        admission::order(&mut queue);
+        let batch = admission::decide(&world, &mut ledger, &queue, now);
+        if ledger != before && !self.write_ledger(&ledger, rv).await? {
+            tracing::warn!("the admission ledger moved under this pass (another leader?): pass dropped");
+            return Ok((0, 0));
+        }
+        // Only now is anyone told.
+        use futures::StreamExt;
+        let tell: Vec<(String, DateTime<Utc>, Option<DateTime<Utc>>)> = roll_admitted
+            .iter()
+            .chain(batch.admitted.iter().map(|(n, _)| n))
+            .map(|name| {
+                let at = ledger.reservations.get(name).map(|r| r.admitted_at).unwrap_or(now);
+                let accepted = by_name.get(name).and_then(|s| s.status.as_ref()).and_then(|s| s.accepted_at);
+                (name.clone(), at, accepted)
+            })
+            .collect();
+        let told: Vec<Result<()>> = futures::stream::iter(tell)
+            .map(|(name, at, accepted)| async move {
+                self.set_status(&name, |st| {
+                    st.phase = Phase::Admitted;
+                    st.admitted_at = Some(at);
+                    st.message = None;
+                })
+                .await?;
+                if let Some(a) = accepted {
+                    self.metrics.stage("admitted", (at - a).num_milliseconds() as f64 / 1000.0);
+                }
+                Ok(())
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        told.into_iter().collect::<Result<Vec<()>>>()?;
+        for (name, why) in batch.preempted.iter().chain(roll_released.iter()) {
+            let Some(s) = by_name.get(name) else { continue };
+            let ph = if why.starts_with("preempted") {
+                Phase::Preempted
+            } else if why == "cancelled" {
+                Phase::Cancelled
+            } else if why == "failed" {
+                Phase::Failed
+            } else {
+                Phase::Succeeded
+            };
+            self.remove_from_members(s).await;
+            self.set_status(name, |st| {
+                st.phase = ph;
+                st.finished_at.get_or_insert(now);
+                st.message = Some(why.clone());
+            })
+            .await?;
+        }
+        for name in &cancel_queued {
+            self.set_status(name, |st| {
+                st.phase = Phase::Cancelled;
+                st.finished_at = Some(now);
+                st.message = Some("cancelled before admission".into());
+            })
+            .await?;
+        }
+        // Explanations for readers: positions each pass, estimates at most every 2 s.
+        let waiting_names: std::collections::HashSet<&str> = batch.waiting.iter().map(|(n, _)| n.as_str()).collect();
+        let mut view = self.queue.write().await;
+        // New arrivals get their estimate within a quarter second.
+        let arrived = waiting_names.iter().any(|n| !view.waiting.contains_key(*n));
+        let age = view.computed.map(|c| c.elapsed());
+        let stale = age.is_none_or(|a| a > Duration::from_secs(2) || (arrived && a > Duration::from_millis(250)));
+        if stale
+            || view.waiting.keys().any(|k| !waiting_names.contains(k.as_str()))
+            || view.waiting.len() != batch.waiting.len()
+        {
+            let explained = if stale {
+                admission::explain(&world, &ledger, &queue, &batch.waiting, now)
+            } else {
+                let mut w = admission::explain_positions(&queue, &batch.waiting);
+                for (n, x) in w.iter_mut() {
+                    x.estimate = view.waiting.get(n).and_then(|o| o.estimate);
+                }
+                w
+            };
+            // Only the teams whose waiting work reads differently hear of it.
+            let mut moved: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+            for (n, w) in &explained {
+                if view.waiting.get(n) != Some(w) {
+                    moved.insert(team_of_record(n));
+                }
+            }
+            for n in view.waiting.keys().filter(|n| !explained.contains_key(*n)) {
+                moved.insert(team_of_record(n));
+            }
+            view.waiting = explained;
+            self.changes.send_modify(|n| *n += 1);
+            if !moved.is_empty() {
+                self.team_changes.send_modify(|m| {
+                    for t in moved {
+                        *m.entry(t).or_default() += 1;
+                    }
+                });
+            }
+            if stale {
+                view.computed = Some(Instant::now());
+            }
+        }
+        view.queued = batch.waiting.len();
+        drop(view);
+        self.metrics.cycle(batch.admitted.len(), batch.preempted.len());
+        Ok((batch.admitted.len() + roll_admitted.len(), batch.preempted.len()))
+    }
+
+    async fn remove_from_members(&self, s: &Submission) {
+        let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let name = s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        for part in s.status.as_ref().map(|st| st.placement.clone()).unwrap_or_default() {
+            if let Some(m) = self.members.iter().find(|m| m.name == part.cluster) {
+                let api = workload_api(&m.client, kind, &s.spec.team);
+                if let Err(e) = api.delete(name, &Default::default()).await {
+                    if !matches!(&e, kube::Error::Api(a) if a.code == 404) {
+                        tracing::warn!("removing {name} from {}: {e}", m.name);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Places every admitted submission on the members and writes it there.
+    pub async fn place_once(&self) -> Result<usize> {
+        let views = self.member_views().await;
+        let admitted: Vec<Arc<Submission>> =
+            self.all().into_iter().filter(|s| phase(s) == Phase::Admitted && !s.spec.cancel).collect();
+        if admitted.is_empty() {
+            return Ok(0);
+        }
+        // What each member already holds of placed work.
+        let mut used: HashMap<String, Amount> = HashMap::new();
+        for s in self.all() {
+            let p = phase(&s);
+            if !(p == Phase::Placed || p == Phase::Running) {
+                continue;
+            }
+            let per = per_pod(&s.spec);
+            for part in s.status.as_ref().map(|st| st.placement.clone()).unwrap_or_default() {
+                let e = used.entry(part.cluster).or_default();
+                *e = e.plus(per.times(u64::from(part.replicas)));
+            }
+        }
+        let mut placed = 0;
+        for s in admitted {
+            let name = s.metadata.name.clone().unwrap_or_default();
+            let per = per_pod(&s.spec);
+            let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+            let divisible = kind == "PinterestService";
+            let total = if divisible { s.spec.demand.pods as u32 } else { 1 };
+            let unit = if divisible { per } else { s.spec.demand };
+            let members: Vec<PlacementMember> = self
+                .members
+                .iter()
+                .map(|m| {
+                    let v = views.iter().find(|v| v.name == m.name);
+                    let free = v
+                        .map(|v| v.allocatable)
+                        .unwrap_or_default()
+                        .minus(used.get(&m.name).copied().unwrap_or_default());
+                    let fits = quota::RESOURCES
+                        .iter()
+                        .filter(|r| unit.get(**r) > 0)
+                        .map(|r| free.get(*r) / unit.get(*r))
+                        .min()
+                        .unwrap_or(u64::from(u32::MAX));
+                    PlacementMember {
+                        name: m.name.clone(),
+                        weight: m.weight,
+                        labels: m.labels.clone(),
+                        taints: vec![],
+                        max_share: None,
+                        capacity: Some(fits.min(u64::from(u32::MAX)) as u32),
+                        healthy: v.is_some_and(|v| v.reachable),
+                        current: 0,
+                    }
+                })
+                .collect();
+            let policy = PlacementPolicy {
+                division: if divisible { Division::Capacity } else { Division::Aggregated },
+                ..Default::default()
+            };
+            let shares = match placement::place(&name, total, &policy, &members) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.set_status(&name, |st| st.message = Some(format!("waiting for room on the members: {e}")))
+                        .await?;
+                    continue;
+                }
+            };
+            let mut parts = Vec::new();
+            let mut failed = None;
+            for sh in shares.iter().filter(|s| s.replicas > 0) {
+                let m = self.members.iter().find(|m| m.name == sh.cluster).expect("a member placement chose");
+                let mut w = s.spec.workload.clone();
+                if divisible {
+                    w["spec"]["replicas"] = json!(sh.replicas);
+                }
+                if let Err(e) = write_to_member(m, &s.spec.team, &name, &w).await {
+                    failed = Some(format!("writing to {}: {e:#}", m.name));
+                    break;
+                }
+                let e = used.entry(m.name.clone()).or_default();
+                *e = e.plus(if divisible { per.times(u64::from(sh.replicas)) } else { s.spec.demand });
+                parts.push(MemberPart {
+                    cluster: sh.cluster.clone(),
+                    replicas: if divisible { sh.replicas } else { s.spec.demand.pods as u32 },
+                    reason: sh.reason.clone(),
+                    ..Default::default()
+                });
+            }
+            if let Some(f) = failed {
+                self.set_status(&name, |st| st.message = Some(f)).await?;
+                continue;
+            }
+            let now = Utc::now();
+            let admitted_at = s.status.as_ref().and_then(|st| st.admitted_at);
+            self.set_status(&name, |st| {
+                st.phase = Phase::Placed;
+                st.placed_at = Some(now);
+                st.placement = parts;
+                st.message = None;
+            })
+            .await?;
+            if let Some(a) = admitted_at {
+                self.metrics.stage("placed", (now - a).num_milliseconds() as f64 / 1000.0);
+            }
+            publish_placement_decision(&self.host, &self.config.namespace, &s, &shares).await;
+            placed += 1;
+        }
+        Ok(placed)
+    }
+
+    /// Reads every placed submission's workload on its members and rolls
+    /// their status up.
+    pub async fn rollup_once(&self) -> Result<()> {
+        let now = Utc::now();
+        for s in self.all() {
+            let p = phase(&s);
+            if !(p == Phase::Placed || p == Phase::Running) || s.spec.cancel {
+                continue;
+            }
+            let name = s.metadata.name.clone().unwrap_or_default();
+            let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default();
+            let wname = s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+            let mut parts = s.status.as_ref().map(|st| st.placement.clone()).unwrap_or_default();
+            let mut pods_created = true;
+            let mut all_ready = true;
+            let mut all_succeeded = true;
+            let mut any_failed = None;
+            for part in parts.iter_mut() {
+                let Some(m) = self.members.iter().find(|m| m.name == part.cluster) else { continue };
+                match tokio::time::timeout(
+                    Duration::from_secs(5),
+                    workload_api(&m.client, kind, &s.spec.team).get_opt(wname),
+                )
+                .await
+                {
+                    Ok(Ok(Some(o))) => {
+                        let st = o.data.get("status").cloned().unwrap_or(Value::Null);
+                        let cond = |t: &str| {
+                            st.get("conditions")
+                                .and_then(Value::as_array)
+                                .and_then(|cs| cs.iter().find(|c| c["type"] == t))
+                                .cloned()
+                        };
+                        let ready = cond("Ready").is_some_and(|c| c["status"] == "True");
+                        let succeeded = cond("Succeeded");
+                        let created = st.get("replicas").and_then(Value::as_i64).unwrap_or(0) > 0
+                            || st.pointer("/shards/active").and_then(Value::as_i64).unwrap_or(0) > 0
+                            || st.pointer("/shards/succeeded").and_then(Value::as_i64).unwrap_or(0) > 0
+                            || ready
+                            || succeeded.is_some();
+                        pods_created &= created;
+                        all_ready &= ready;
+                        let succ = succeeded.as_ref().is_some_and(|c| c["status"] == "True");
+                        all_succeeded &= succ;
+                        if succeeded.as_ref().is_some_and(|c| c["status"] == "False" && c["reason"] == "Failed") {
+                            any_failed = Some(format!(
+                                "{}: {}",
+                                part.cluster,
+                                succeeded.as_ref().and_then(|c| c["message"].as_str()).unwrap_or("failed")
+                            ));
+                        }
+                        part.state = Some(
+                            if succ {
+                                "Succeeded"
+                            } else if ready {
+                                "Ready"
+                            } else if created {
+                                "Progressing"
+                            } else {
+                                "Pending"
+                            }
+                            .into(),
+                        );
+                        part.ready_replicas = st.get("readyReplicas").and_then(Value::as_i64).map(|r| r as i32);
+                        part.message =
+                            cond("Ready").or(succeeded).and_then(|c| c["message"].as_str().map(str::to_string));
+                        part.observed_at = Some(now);
+                    }
+                    Ok(Ok(None)) => {
+                        pods_created = false;
+                        all_ready = false;
+                        all_succeeded = false;
+                        part.state = Some("Missing".into());
+                        part.message = Some("the workload is not on this member (deleted by hand?)".into());
+                        part.observed_at = Some(now);
+                    }
+                    _ => {
+                        all_ready = false;
+                        all_succeeded = false;
+                        pods_created = false;
+                        // Stale since it was last seen, not empty.
+                        let since = part.observed_at.map(|t| t.to_rfc3339()).unwrap_or_else(|| "never".into());
+                        part.state = Some("Unreachable".into());
+                        part.message = Some(format!("not reached; last seen {since}"));
+                    }
+                }
+            }
+            let placed_at = s.status.as_ref().and_then(|st| st.placed_at);
+            let had_pods = s.status.as_ref().and_then(|st| st.pods_created_at).is_some();
+            let batch = kind != "PinterestService" && kind != "PinterestStatefulSet";
+            self.set_status(&name, |st| {
+                st.placement = parts;
+                if pods_created && st.pods_created_at.is_none() {
+                    st.pods_created_at = Some(now);
+                }
+                if let Some(f) = &any_failed {
+                    st.phase = Phase::Failed;
+                    st.message = Some(f.clone());
+                    st.finished_at = Some(now);
+                } else if batch && all_succeeded {
+                    st.phase = Phase::Succeeded;
+                    st.finished_at = Some(now);
+                } else if pods_created && (all_ready || batch) {
+                    st.phase = Phase::Running;
+                }
+            })
+            .await?;
+            if pods_created && !had_pods {
+                if let Some(p) = placed_at {
+                    self.metrics.stage("pods_created", (now - p).num_milliseconds() as f64 / 1000.0);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The leader's loop: admit, place, roll up; woken by submissions or every interval.
+    pub async fn lead(self: Arc<Self>) {
+        let mut last_members = Instant::now();
+        loop {
+            if last_members.elapsed() > self.config.member_refresh {
+                self.refresh_members().await;
+                last_members = Instant::now();
+            }
+            if let Err(e) = self.admit_once().await {
+                tracing::warn!("admission pass: {e:#}");
+            }
+            if let Err(e) = self.place_once().await {
+                tracing::warn!("placement pass: {e:#}");
+            }
+            if let Err(e) = self.rollup_once().await {
+                tracing::warn!("status roll-up: {e:#}");
+            }
+            tokio::select! {
+                _ = self.wake.notified() => {},
+                _ = tokio::time::sleep(self.config.interval) => {},
+            }
+        }
+    }
+
+    /// Followers keep their member view fresh and their caches warm.
+    pub async fn follow(self: Arc<Self>) {
+        loop {
+            if !self.leading.load(Ordering::Relaxed) {
+                self.refresh_members().await;
+            }
+            tokio::time::sleep(self.config.member_refresh).await;
+        }
+    }
+
+    /// Runs for ever: elected on a Lease in the gateway's namespace.
+    pub async fn run(self: Arc<Self>) {
+        let lock = crate::controller::leader::LeaseLock {
+            api: Api::namespaced(self.host.clone(), &self.config.namespace),
+            name: "pinfleet-gateway".into(),
+            identity: self.config.identity.clone(),
+            lease_duration: self.config.lease_duration,
+            renew_every: self.config.lease_duration / 3,
+        };
+        let me = self.clone();
+        tokio::spawn(self.clone().follow());
+        crate::controller::leader::run_elected(lock, self.leading.clone(), move || me.clone().lead()).await;
+    }
+}
