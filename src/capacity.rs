@@ -584,6 +584,27 @@ pub fn matching(r: &Requirements, arch: Arch) -> Vec<String> {
     out
 }
 
+/// A launch EC2 could not serve on any offering the group may use now,
+/// or that the group's own limits held back: the roll waits ("blocked on
+/// capacity: …") and counts no failure, unless the group's launches keep
+/// failing (`churn`), which halts the rollouts that need it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{group}: {reason}{}", churn.as_ref().map(|c| format!("; {c}")).unwrap_or_default())]
+pub struct Blocked {
+    pub group: String,
+    /// "blocked on capacity: …" with what was refused and since when.
+    pub reason: String,
+    /// Why the group's rollouts halt ("2 of the last 4 launches … failed").
+    pub churn: Option<String>,
+}
+
+impl Blocked {
+    /// The capacity refusal somewhere in `e`'s chain, if there is one.
+    pub fn find(e: &anyhow::Error) -> Option<&Blocked> {
+        e.chain().find_map(|c| c.downcast_ref::<Blocked>())
+    }
+}
+
 /// Of `n` new machines of a Mixed group already running `on_demand` and
 /// `spot`, how many must be On-Demand so that the group keeps its base
 /// On-Demand and at most `spot_percent` of the rest on Spot (rounded down,

@@ -131,13 +131,8 @@ pub const CAPACITY_PATIENCE: Duration = Duration::from_secs(3600);
 
 /// Whether a launch failed because EC2 refused every offering of the group.
 pub fn blocked_on_capacity(e: &anyhow::Error) -> Option<String> {
-    let text = format!("{e:#}");
-    // A group whose launches keep failing halts its rollouts (the launch
-    // says so); other groups roll on.
-    if text.contains("halting rollouts of the group") {
-        return None;
-    }
-    text.find("blocked on capacity").map(|at| text[at..].to_string())
+    // A group whose launches keep failing halts its rollouts; other groups roll on.
+    crate::capacity::Blocked::find(e).filter(|b| b.churn.is_none()).map(|b| b.reason.clone())
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]

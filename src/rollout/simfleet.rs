@@ -90,14 +90,17 @@ impl Machines for SimFleet {
     async fn launch(&self, group: &str, n: u32) -> Result<Vec<String>> {
         use std::sync::atomic::Ordering;
         if self.refuse_launches.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1)).is_ok() {
-            let churn = if self.churning.load(Ordering::SeqCst) {
-                format!("; 2 of the last 2 launches of sim/{group} failed (the last at 10:42): halting rollouts of the group")
-            } else {
-                String::new()
-            };
-            anyhow::bail!(
-                "{group}: blocked on capacity: m6i.large in us-east-1a, InsufficientInstanceCapacity since 10:42, every offering of the group is out{churn}"
-            );
+            let churn = self.churning.load(Ordering::SeqCst).then(|| {
+                format!(
+                    "2 of the last 2 launches of sim/{group} failed (the last at 10:42): halting rollouts of the group"
+                )
+            });
+            return Err(crate::capacity::Blocked {
+                group: group.to_string(),
+                reason: "blocked on capacity: m6i.large in us-east-1a, InsufficientInstanceCapacity since 10:42, every offering of the group is out".into(),
+                churn,
+            }
+            .into());
         }
         let mut s = self.state.lock().unwrap();
         let v = s.2[group];

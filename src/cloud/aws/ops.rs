@@ -935,7 +935,9 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                     let why = first
                         .map(|e| crate::capacity::blocked_reason(e, None))
                         .unwrap_or_else(|| "blocked on capacity: the group names no offering".into());
-                    return Err(OpError { retriable: false, error: anyhow::anyhow!("{group}: {why}") });
+                    let blocked =
+                        crate::capacity::Blocked { group: group.to_string(), reason: why, churn: ledger.churn(&by) };
+                    return Err(OpError { retriable: false, error: blocked.into() });
                 }
                 usable
                     .into_iter()
@@ -1187,21 +1189,21 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                 }
             };
             if !launched {
-                let mut why = match (&capped, refusals.first()) {
+                let why = match (&capped, refusals.first()) {
                     (Some(c), None) => c.clone(),
                     (_, Some(r)) => {
                         written.out(&r.0, now).map(|e| crate::capacity::blocked_reason(e, None)).unwrap_or_default()
                     }
                     (None, None) => "blocked on capacity".into(),
                 };
-                if let Some(churn) = written.churn(&by) {
-                    why = format!("{why}; {churn}");
-                }
-                return Err(OpError { retriable: false, error: anyhow::anyhow!("{group}: {why}") });
+                let blocked =
+                    crate::capacity::Blocked { group: group.to_string(), reason: why, churn: written.churn(&by) };
+                return Err(OpError { retriable: false, error: blocked.into() });
             }
         }
         if let (Some(c), false) = (&capped, launched) {
-            return Err(OpError { retriable: false, error: anyhow::anyhow!("{group}: {c}") });
+            let blocked = crate::capacity::Blocked { group: group.to_string(), reason: c.clone(), churn: None };
+            return Err(OpError { retriable: false, error: blocked.into() });
         }
         seq += n as usize;
     }
