@@ -25,6 +25,18 @@ const FLEET: &[(&str, &str)] = &[
     ("lab", "lab"),
 ];
 
+/// The fleet's clusters, labelled by their `env`, all in us-east-1.
+fn members() -> Vec<Member> {
+    FLEET
+        .iter()
+        .map(|(n, env)| Member {
+            name: n.to_string(),
+            labels: [("env".to_string(), env.to_string())].into(),
+            region: "us-east-1".into(),
+        })
+        .collect()
+}
+
 fn start() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0).unwrap()
 }
@@ -46,14 +58,7 @@ async fn setup_with(spec: FleetSpec) -> Setup {
     let sizes: Vec<(&str, u32)> = FLEET.iter().map(|(n, _)| (*n, 10)).collect();
     let fleet =
         Rehearsal::new(&sizes, "ami-old", IntOrPercent::Int(2), Duration::from_secs(60), Duration::from_secs(10));
-    let members: Vec<Member> = FLEET
-        .iter()
-        .map(|(n, env)| Member {
-            name: n.to_string(),
-            labels: [("env".to_string(), env.to_string())].into(),
-            region: "us-east-1".into(),
-        })
-        .collect();
+    let members = members();
     let p = plan(&spec, &members, &Target::Ami("ami-new".into()), &BTreeMap::new(), start());
     let to: BTreeMap<String, Snapshot> = FLEET
         .iter()
@@ -322,14 +327,7 @@ async fn a_stage_that_needs_approval_waits_for_it() {
 #[tokio::test(start_paused = true)]
 async fn waves_roll_by_share_with_their_soaks_and_a_failed_gate_halts_the_rest() {
     let stages = FleetSpec::parse(STAGES).unwrap();
-    let members: Vec<Member> = FLEET
-        .iter()
-        .map(|(n, env)| Member {
-            name: n.to_string(),
-            labels: [("env".to_string(), env.to_string())].into(),
-            region: "us-east-1".into(),
-        })
-        .collect();
+    let members = members();
     let order: Vec<String> =
         pinfleet::fleet::stage_members(&stages, &members).into_iter().flatten().map(|m| m.name.clone()).collect();
     assert_eq!(order, ["dev-a", "staging-a", "prod-a", "prod-b", "prod-c"]);

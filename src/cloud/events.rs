@@ -104,7 +104,7 @@ pub fn queue_policy(queue_arn: &str, rule_arns: &[String]) -> String {
         "Statement": [{
             "Sid": "pinfleet-interruption-events",
             "Effect": "Allow",
-            "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
+            "Principal": {"Service": "events.amazonaws.com"},
             "Action": "sqs:SendMessage",
             "Resource": queue_arn,
             "Condition": {"ArnEquals": {"aws:SourceArn": rule_arns}}

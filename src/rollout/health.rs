@@ -396,9 +396,18 @@ impl Loop {
         let name = crate::cloud::events::queue_name(&self.cluster.metadata.name);
         // Old machine → its replacement, launched on a rebalance recommendation.
         let mut prelaunched: BTreeMap<String, String> = BTreeMap::new();
+        // Found once; looked up again only after a receive fails.
+        let mut found: Option<String> = None;
         loop {
-            let url = match crate::cloud::aws::events::queue(&self.aws, &name).await {
-                Ok(Some(q)) => q.url,
+            let url = match found.clone() {
+                Some(u) => Ok(Some(u)),
+                None => crate::cloud::aws::events::queue(&self.aws, &name).await.map(|q| q.map(|q| q.url)),
+            };
+            let url = match url {
+                Ok(Some(u)) => {
+                    found = Some(u.clone());
+                    u
+                }
                 Ok(None) => {
                     say(&format!(
                         "interruption: queue {name} does not exist yet (`pinfleet apply` makes it); looking again"
@@ -416,6 +425,7 @@ impl Loop {
                 Ok(m) => m,
                 Err(e) => {
                     say(&format!("interruption: {e:#}; looking again"));
+                    found = None;
                     tokio::time::sleep(Duration::from_secs(2)).await;
                     continue;
                 }
@@ -466,7 +476,7 @@ impl Loop {
                     }),
                 })
             });
-            let steps = respond(notice, id, machine.as_ref(), prelaunched.contains_key(id), Utc::now());
+            let steps = respond(notice, machine.as_ref(), prelaunched.contains_key(id), Utc::now());
             if steps.is_empty() {
                 continue;
             }

@@ -107,14 +107,9 @@ pub enum Step {
 /// What to do about `notice` for one of its machines (`None`: not the
 /// cluster's). `prelaunched`: a replacement was launched already (on a
 /// rebalance recommendation).
-pub fn respond(
-    notice: &Notice,
-    id: &str,
-    machine: Option<&Machine>,
-    prelaunched: bool,
-    now: DateTime<Utc>,
-) -> Vec<Step> {
+pub fn respond(notice: &Notice, machine: Option<&Machine>, prelaunched: bool, now: DateTime<Utc>) -> Vec<Step> {
     let Some(m) = machine else { return vec![] };
+    let id = m.id.as_str();
     let mut out = Vec::new();
     match &notice.kind {
         Kind::Warning => {
@@ -177,17 +172,17 @@ mod tests {
         let m =
             Machine { id: "i-0abc".into(), group: "general".into(), node: Some("n1".into()), spot: Some(o.clone()) };
         let now = n.time + chrono::Duration::seconds(5);
-        let steps = respond(&n, "i-0abc", Some(&m), false, now);
+        let steps = respond(&n, Some(&m), false, now);
         let kinds: Vec<String> =
             steps.iter().map(|s| serde_json::to_value(s).unwrap()["step"].as_str().unwrap().to_string()).collect();
         assert_eq!(kinds, ["say", "cordon", "markOut", "launch", "drain", "deleteNode", "terminate"]);
         assert!(steps.contains(&Step::Drain { node: "n1".into(), within: Duration::from_secs(100) }));
         // Late: nothing left for grace, still drained (at once) and ended.
-        let late = respond(&n, "i-0abc", Some(&m), true, n.time + chrono::Duration::minutes(3));
+        let late = respond(&n, Some(&m), true, n.time + chrono::Duration::minutes(3));
         assert!(late.contains(&Step::Drain { node: "n1".into(), within: Duration::ZERO }));
         assert!(!late.iter().any(|s| matches!(s, Step::Launch { .. })), "already replaced on the recommendation");
         // Another cluster's machine: nothing.
-        assert!(respond(&n, "i-0abc", None, false, now).is_empty());
+        assert!(respond(&n, None, false, now).is_empty());
     }
 
     #[test]
@@ -195,12 +190,12 @@ mod tests {
         let n =
             parse(&event("EC2 Instance Rebalance Recommendation", serde_json::json!({"instance-id": "i-1"}))).unwrap();
         let m = Machine { id: "i-1".into(), group: "g".into(), node: Some("n".into()), spot: None };
-        let s = respond(&n, "i-1", Some(&m), false, n.time);
+        let s = respond(&n, Some(&m), false, n.time);
         assert!(
             s.contains(&Step::Launch { group: "g".into() })
                 && !s.iter().any(|s| matches!(s, Step::Drain { .. } | Step::Cordon { .. }))
         );
-        assert!(respond(&n, "i-1", Some(&m), true, n.time).is_empty());
+        assert!(respond(&n, Some(&m), true, n.time).is_empty());
         assert!(parse("{").unwrap_err().starts_with("not an event"));
         assert!(parse(&event("EC2 Spot Instance Interruption Warning", serde_json::json!({})))
             .unwrap_err()

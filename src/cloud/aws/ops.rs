@@ -864,6 +864,18 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
         .and_then(|t| t.data.tags.get(tags::KUBERNETES_VERSION))
         .map(String::as_str)
         .unwrap_or_default();
+    // The tags every machine of this launch carries, by RunInstances or CreateFleet.
+    let instance_tags = ctx.spec(
+        ResourceType::Instance,
+        &K::Instance(group.to_string()),
+        &[
+            (tags::INSTANCE_GROUP, group),
+            (tags::KUBERNETES_VERSION, kubernetes_version),
+            (tags::LT_VERSION, &version.to_string()),
+            (tags::REVISION, &ctx.revision.to_string()),
+            (tags::NAME, &format!("{cluster}-{group}")),
+        ],
+    );
     let mut ids = Vec::new();
     let mut seq = seq_start;
     // A group with several offerings tries them in its file's order, each
@@ -986,7 +998,6 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                             .build(),
                     );
                 }
-                let key = K::Instance(group.to_string());
                 let out = call(
                     "CreateFleet",
                     ec2.create_fleet()
@@ -1015,17 +1026,7 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                                 .allocation_strategy(aws_sdk_ec2::types::SpotAllocationStrategy::PriceCapacityOptimized)
                                 .build(),
                         )
-                        .tag_specifications(ctx.spec(
-                            ResourceType::Instance,
-                            &key,
-                            &[
-                                (tags::INSTANCE_GROUP, group),
-                                (tags::KUBERNETES_VERSION, kubernetes_version),
-                                (tags::LT_VERSION, &version.to_string()),
-                                (tags::REVISION, &ctx.revision.to_string()),
-                                (tags::NAME, &format!("{cluster}-{group}")),
-                            ],
-                        ))
+                        .tag_specifications(instance_tags.clone())
                         .send()
                         .await,
                 )?;
@@ -1114,17 +1115,7 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                         .build(),
                 )
                 .subnet_id(subnet_id)
-                .tag_specifications(ctx.spec(
-                    ResourceType::Instance,
-                    &key,
-                    &[
-                        (tags::INSTANCE_GROUP, group),
-                        (tags::KUBERNETES_VERSION, kubernetes_version),
-                        (tags::LT_VERSION, &version.to_string()),
-                        (tags::REVISION, &ctx.revision.to_string()),
-                        (tags::NAME, &format!("{cluster}-{group}")),
-                    ],
-                ))
+                .tag_specifications(instance_tags.clone())
                 .tag_specifications(ctx.spec(ResourceType::Volume, &key, &[(tags::INSTANCE_GROUP, group)]));
             if let Some(o) = &offering {
                 req = req
