@@ -147,3 +147,112 @@ fn a_package_install_waits_for_the_lock_and_is_retried_once() {
     assert!(installs.iter().all(|l| l.contains("DPkg::Lock::Timeout=")), "waits for the lock: {calls}");
     assert!(calls.lines().any(|l| l == "dpkg --configure -a"), "{calls}");
 }
+
+/// scripts/prune-build keeps, in a shared build directory, only the build
+/// that just ran: other builds of this package (other checkouts, older
+/// changes) and untouched incremental caches go; other packages' artifacts
+/// stay; and nothing goes when the build did not finish.
+#[test]
+fn a_build_directory_keeps_only_the_build_that_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("debug");
+    let files = [
+        "deps/libpinfleet-1111111111111111.rlib",
+        "deps/pinfleet-1111111111111111.d",
+        "deps/aws_engine-2222222222222222",
+        "deps/pinfleet-3333333333333333",
+        "deps/libpinfleet-aaaaaaaaaaaaaaaa.rlib",
+        "deps/aws_engine-bbbbbbbbbbbbbbbb",
+        "deps/libserde-cccccccccccccccc.rlib",
+        ".fingerprint/pinfleet-1111111111111111/lib-pinfleet",
+        ".fingerprint/pinfleet-2222222222222222/test-integration-test-aws_engine",
+        ".fingerprint/pinfleet-3333333333333333/bin-pinfleet",
+        ".fingerprint/pinfleet-4444444444444444/run-build-script",
+        ".fingerprint/pinfleet-aaaaaaaaaaaaaaaa/lib-pinfleet",
+        ".fingerprint/pinfleet-bbbbbbbbbbbbbbbb/test-integration-test-aws_engine",
+        ".fingerprint/serde-cccccccccccccccc/lib-serde",
+        "build/pinfleet-4444444444444444/out/x",
+        "incremental/pinfleet-old/s-1/x",
+        "incremental/aws_engine-fresh/s-1/x",
+        "build/pinfleet-5555555555555555/build-script-build",
+        ".fingerprint/pinfleet-5555555555555555/build-script-build-script-build",
+    ];
+    for f in files {
+        let p = profile.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, b"x").unwrap();
+    }
+    // The binary cargo uplifts (target/debug/pinfleet) is a hard link of its deps file.
+    std::fs::hard_link(profile.join("deps/pinfleet-3333333333333333"), profile.join("pinfleet")).unwrap();
+    let stamp = dir.path().join("stamp");
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(&stamp, b"").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::create_dir_all(profile.join("incremental/pinfleet-new/s-2")).unwrap();
+    let p = |f: &str| profile.join(f).display().to_string();
+    let package = "path+file:///src/pinfleet#pinfleet@0.1.0";
+    let messages = |finished: bool| {
+        let mut m = vec![
+            serde_json::json!({"reason": "compiler-artifact", "package_id": package,
+                "filenames": [p("deps/libpinfleet-1111111111111111.rlib")], "executable": null}),
+            serde_json::json!({"reason": "compiler-artifact", "package_id": package,
+                "filenames": [p("deps/aws_engine-2222222222222222")], "executable": p("deps/aws_engine-2222222222222222")}),
+            serde_json::json!({"reason": "compiler-artifact", "package_id": package,
+                "filenames": [p("pinfleet")], "executable": p("pinfleet")}),
+            serde_json::json!({"reason": "compiler-artifact", "package_id": package,
+                "filenames": [p("build/pinfleet-5555555555555555/build-script-build")], "executable": null}),
+            serde_json::json!({"reason": "build-script-executed", "package_id": package,
+                "out_dir": p("build/pinfleet-4444444444444444/out")}),
+        ];
+        if finished {
+            m.push(serde_json::json!({"reason": "build-finished", "success": true}));
+        }
+        m.iter().map(|v| v.to_string() + "\n").collect::<String>()
+    };
+    let prune = |input: String| {
+        let mut child = Command::new("scripts/prune-build")
+            .arg(&profile)
+            .arg(&stamp)
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let present = |f: &str| profile.join(f).exists();
+
+    // A build that did not finish removes nothing.
+    prune(messages(false));
+    assert!(files.iter().all(|f| present(f)));
+
+    prune(messages(true));
+    for kept in [
+        "deps/libpinfleet-1111111111111111.rlib",
+        "deps/pinfleet-1111111111111111.d",
+        "deps/aws_engine-2222222222222222",
+        "deps/pinfleet-3333333333333333",
+        "deps/libserde-cccccccccccccccc.rlib",
+        ".fingerprint/pinfleet-4444444444444444/run-build-script",
+        ".fingerprint/serde-cccccccccccccccc/lib-serde",
+        "build/pinfleet-4444444444444444/out/x",
+        "incremental/pinfleet-new/s-2",
+        // A crate the build found fresh keeps its cache.
+        "incremental/aws_engine-fresh/s-1/x",
+        "build/pinfleet-5555555555555555/build-script-build",
+        ".fingerprint/pinfleet-5555555555555555",
+    ] {
+        assert!(present(kept), "{kept} was removed");
+    }
+    for gone in [
+        "deps/libpinfleet-aaaaaaaaaaaaaaaa.rlib",
+        "deps/aws_engine-bbbbbbbbbbbbbbbb",
+        ".fingerprint/pinfleet-aaaaaaaaaaaaaaaa",
+        ".fingerprint/pinfleet-bbbbbbbbbbbbbbbb",
+        "incremental/pinfleet-old",
+    ] {
+        assert!(!present(gone), "{gone} was kept");
+    }
+}
