@@ -308,13 +308,20 @@ async fn run(n: usize) {
         let c = pinfleet::controller::Ctx::new(budgeted(client.clone()), "bench").standby();
         let leading = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let cc = c.clone();
-        let elected = tokio::spawn(pinfleet::controller::leader::run_elected(lease(id), leading.clone(), move || {
-            let c = cc.clone();
-            async move {
-                let _l = c.lead();
-                futures::future::pending::<()>().await
-            }
-        }));
+        // Never told to stop: the benchmark kills the leader's tasks.
+        let never = tokio::sync::watch::channel(false).1;
+        let elected = tokio::spawn(pinfleet::controller::leader::run_elected(
+            lease(id),
+            leading.clone(),
+            move || {
+                let c = cc.clone();
+                async move {
+                    let _l = c.lead();
+                    futures::future::pending::<()>().await
+                }
+            },
+            never,
+        ));
         let running = tokio::spawn(pinfleet::controller::run(c.clone()));
         replicas.push((leading, elected, running));
         tokio::time::sleep(Duration::from_millis(300)).await;

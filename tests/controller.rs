@@ -259,9 +259,11 @@ async fn two_replicas_elect_one_leader_and_fail_over() {
             }
         }
     };
-    let ta = tokio::spawn(run_elected(lock("replica-a"), a.clone(), work(started.clone())));
+    let (_stop_a, never) = tokio::sync::watch::channel(false);
+    let ta = tokio::spawn(run_elected(lock("replica-a"), a.clone(), work(started.clone()), never));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let tb = tokio::spawn(run_elected(lock("replica-b"), b.clone(), work(started.clone())));
+    let (stop_b, stop) = tokio::sync::watch::channel(false);
+    let tb = tokio::spawn(run_elected(lock("replica-b"), b.clone(), work(started.clone()), stop));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(a.load(Ordering::SeqCst) ^ b.load(Ordering::SeqCst), "exactly one leads");
     assert!(a.load(Ordering::SeqCst), "the first candidate won");
@@ -282,7 +284,26 @@ async fn two_replicas_elect_one_leader_and_fail_over() {
         leases.get("pinfleet-controller").await.unwrap().spec.unwrap().holder_identity.as_deref(),
         Some("replica-b")
     );
-    tb.abort();
+    // Told to stop, the leader stops leading and gives the lease up: no
+    // holder, so the next candidate need not wait for it to run out.
+    stop_b.send(true).unwrap();
+    tb.await.unwrap();
+    assert!(!b.load(Ordering::SeqCst));
+    let spec = leases.get("pinfleet-controller").await.unwrap().spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref().unwrap_or_default(), "", "released: {spec:?}");
+    let (_stop_c, never) = tokio::sync::watch::channel(false);
+    let c = Arc::new(AtomicBool::new(false));
+    let tc = tokio::spawn(run_elected(lock("replica-c"), c.clone(), work(started.clone()), never));
+    until("replica-c to take the released lease", || {
+        let c = c.clone();
+        async move { c.load(Ordering::SeqCst).then_some(()) }
+    })
+    .await;
+    let spec = leases.get("pinfleet-controller").await.unwrap().spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("replica-c"));
+    // a → b, then b → c (through the release): two changes of holder.
+    assert_eq!(spec.lease_transitions, Some(2));
+    tc.abort();
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -158,3 +158,145 @@ async fn a_sigkilled_leader_is_replaced_within_the_lease_and_no_change_is_lost()
     );
     eprintln!("failover: the change made after SIGKILL was carried out {:.1} s after the kill (lease {LEASE:?}, renew {RENEW:?}); Lease taken {:.1} s after the last renewal", took.as_secs_f64(), waited.as_secs_f64());
 }
+
+/// Keeps every core busy until dropped (the machine as slow as it gets:
+/// a renewal must hold however slow the machine is).
+struct BusyCores(std::sync::Arc<std::sync::atomic::AtomicBool>, Vec<std::thread::JoinHandle<()>>);
+
+impl BusyCores {
+    fn start() -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                    }
+                })
+            })
+            .collect();
+        BusyCores(stop, threads)
+    }
+}
+
+impl Drop for BusyCores {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.1.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Item 9's loop, small: two replicas while hundreds of services arrive by
+/// `kubectl apply --server-side` in chunks, every core busy. The leader
+/// holds the Lease throughout (no hand-over while busy: a lost renewal
+/// would start the other replica's full pass, which starved the next
+/// renewal, and leadership flapped), every service converges, and a leader
+/// told to stop (SIGTERM) releases the Lease before it exits.
+#[tokio::test(flavor = "multi_thread")]
+async fn leadership_holds_while_busy_and_a_stopping_leader_releases_the_lease() {
+    const SERVICES: usize = 240;
+    const CHUNK: usize = 60;
+    let k = KubeEnv::start();
+    k.ok_stdin(
+        &["apply", "--server-side", "-f", "-"],
+        &std::fs::read_to_string("addons/platform-crds/manifests/crds.yaml").unwrap(),
+    );
+    k.ok(&["wait", "--for=condition=Established", "crd/pinterestservices.pinfleet.dev", "--timeout=30s"]);
+    k.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {}}}\n", pinfleet::controller::SYSTEM_NAMESPACE),
+    );
+    let client = k.client().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), pinfleet::controller::SYSTEM_NAMESPACE);
+    let mut replicas = Replicas(vec![]);
+    for id in ["busy-a", "busy-b"] {
+        let id = k.unique(id);
+        replicas.0.push((id.clone(), replica(&k, &id)));
+    }
+    let ids: Vec<String> = replicas.0.iter().map(|(id, _)| id.clone()).collect();
+    let leader = until("a replica to hold the Lease", || {
+        let (leases, ids) = (leases.clone(), ids.clone());
+        async move {
+            let h = leases.get_opt("pinfleet-controller").await.unwrap()?.spec?.holder_identity?;
+            ids.contains(&h).then_some(h)
+        }
+    })
+    .await;
+    let before = leases.get("pinfleet-controller").await.unwrap().spec.unwrap();
+
+    let busy = BusyCores::start();
+    let doc = |i: usize| {
+        format!(
+            "---\napiVersion: pinfleet.dev/v1alpha1\nkind: PinterestService\nmetadata: {{name: busy-{i:04}, namespace: {ns}}}\nspec:\n  owner: {{team: team-{t}, project: p}}\n  replicas: 2\n  ports: [{{name: http, port: 8080}}]\n  template: {{spec: {{containers: [{{name: app, image: registry.k8s.io/pause:3.9}}]}}}}\n",
+            ns = k.namespace,
+            t = i % 7
+        )
+    };
+    for start in (0..SERVICES).step_by(CHUNK) {
+        let chunk: String = (start..(start + CHUNK).min(SERVICES)).map(doc).collect();
+        k.ok_stdin(&["apply", "--server-side", "-f", "-"], &chunk);
+    }
+    // Every service reconciled at its generation, followed while it moves.
+    let svcs: Api<PinterestService> = Api::namespaced(client.clone(), &k.namespace);
+    let mut last = (0, Instant::now());
+    loop {
+        let done = svcs
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|s| {
+                s.status.as_ref().is_some_and(|st| {
+                    st.observed_generation == s.metadata.generation
+                        && st.conditions.iter().any(|c| c.type_ == "Reconciled" && c.status == "True")
+                })
+            })
+            .count();
+        if done == SERVICES {
+            break;
+        }
+        if done > last.0 {
+            last = (done, Instant::now());
+        }
+        assert!(
+            last.1.elapsed() < Duration::from_secs(120),
+            "no progress for 2 minutes at {done}/{SERVICES} reconciled"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let after = leases.get("pinfleet-controller").await.unwrap().spec.unwrap();
+    drop(busy);
+    assert_eq!(after.holder_identity.as_ref(), Some(&leader), "the leader held the Lease while busy");
+    assert_eq!(
+        after.lease_transitions.unwrap_or(0),
+        before.lease_transitions.unwrap_or(0),
+        "no hand-over while busy (lease {LEASE:?}, renew {RENEW:?})"
+    );
+
+    // SIGTERM: the leader stops its controllers and releases the Lease
+    // before it exits. Read the moment it has gone, the Lease names no
+    // one or the standby already; an unreleased one would still name the
+    // dead leader for a whole lease duration.
+    let i = replicas.0.iter().position(|(id, _)| *id == leader).unwrap();
+    unsafe { libc::kill(replicas.0[i].1.id() as i32, libc::SIGTERM) };
+    let status = replicas.0[i].1.wait().unwrap();
+    assert!(status.success(), "the leader ended cleanly on SIGTERM: {status:?}");
+    let released = leases.get("pinfleet-controller").await.unwrap().spec.unwrap();
+    let standby = ids.iter().find(|id| **id != leader).unwrap().clone();
+    let holder = released.holder_identity.clone().unwrap_or_default();
+    assert!(holder.is_empty() || holder == standby, "the Lease was released on SIGTERM: {released:?}");
+    until("the standby to take the released Lease", || {
+        let (leases, standby) = (leases.clone(), standby.clone());
+        async move {
+            let h = leases.get("pinfleet-controller").await.unwrap().spec?.holder_identity?;
+            (h == standby).then_some(())
+        }
+    })
+    .await;
+}

@@ -176,6 +176,21 @@ pub const GROUPS: &[(&str, &[&str])] = &[
 ];
 
 /// The command line, with `--help` listing the commands by group.
+/// Resolves on SIGTERM (how a pod is told to end) or Ctrl-C.
+pub(crate) async fn shutdown_signal() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
 pub fn command() -> clap::Command {
     use clap::CommandFactory;
     let cmd = Cli::command();

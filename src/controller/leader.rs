@@ -3,6 +3,14 @@
 //! `renew_every`; another replica takes the lease only once it has gone
 //! unrenewed for `lease_duration`. Writes use the Lease's resourceVersion,
 //! so two candidates can never both win a round.
+//!
+//! A leader keeps leading through a slow or failed renewal (a busy API
+//! server) and retries at once, but steps down when it has not renewed for
+//! the renew deadline (two thirds of the lease, as client-go's 10 s of
+//! 15 s): before any standby may take the lease, so two never lead at once.
+//! A replica that stops releases what it holds (holder emptied, as
+//! client-go's ReleaseOnCancel): a standby takes over at once instead of a
+//! lease later.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -62,9 +70,11 @@ impl LeaseLock {
         });
         let duration = chrono::Duration::seconds(i64::from(s.lease_duration_seconds.unwrap_or(15)));
         let expired = renewed.is_none_or(|r| r + duration < now);
-        if holder != self.identity && !expired {
+        // An empty holder is a released lease: free at once.
+        if !holder.is_empty() && holder != self.identity && !expired {
             return Ok(Round::HeldByAnother(renewed.map(|r| r + duration)));
         }
+        // Any change of holder counts, a released lease's taking too (as client-go).
         let transitions = s.lease_transitions.unwrap_or(0) + i32::from(holder != self.identity);
         let acquired = if holder == self.identity {
             s.acquire_time
@@ -83,6 +93,48 @@ impl LeaseLock {
             Err(e) => Err(e),
         }
     }
+}
+
+impl LeaseLock {
+    /// A leader that has not renewed this long steps down: before the
+    /// lease runs out for the others (two thirds of it, as client-go's
+    /// 10 s renew deadline of a 15 s lease).
+    pub fn renew_deadline(&self) -> Duration {
+        self.lease_duration.mul_f64(2.0 / 3.0)
+    }
+
+    /// After a failed renewal, the next try comes this soon.
+    pub fn retry_every(&self) -> Duration {
+        (self.renew_every / 4).max(Duration::from_millis(100))
+    }
+
+    /// Gives the lease up if this candidate holds it: the holder emptied,
+    /// a one-second duration (client-go's release). Ok(false) when another
+    /// holds it (nothing to release).
+    pub async fn release(&self) -> Result<bool, kube::Error> {
+        let Some(lease) = self.api.get_opt(&self.name).await? else { return Ok(false) };
+        let s = lease.spec.clone().unwrap_or_default();
+        if s.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(false);
+        }
+        let now = micro(Utc::now());
+        let mut next = lease.clone();
+        next.spec = Some(
+            serde_json::from_value(json!({"leaseDurationSeconds": 1, "acquireTime": now, "renewTime": now,
+                "leaseTransitions": s.lease_transitions.unwrap_or(0)}))
+            .expect("lease spec"),
+        );
+        self.api.replace(&self.name, &PostParams::default(), &next).await?;
+        Ok(true)
+    }
+}
+
+/// What a leader does after a round that did not renew (an error, a
+/// timeout, a conflict): keep leading and try again soon while within the
+/// renew deadline; step down past it. A round that saw another holder is
+/// not this: that leader has lost.
+pub fn keep_leading(lock: &LeaseLock, since_renewed: Duration) -> bool {
+    since_renewed < lock.renew_deadline()
 }
 
 /// How long to wait before the next round: the holder renews every
@@ -120,34 +172,76 @@ pub fn election_problem(lock: &LeaseLock, e: &kube::Error) -> String {
     }
 }
 
+/// Resolves when `stop` turns true (never, when its sender is gone).
+pub async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        futures::future::pending::<()>().await;
+    }
+}
+
 /// Runs `work` only while this candidate leads; stops it when leadership
-/// is lost, restarts it when regained. `leading` mirrors the state.
-pub async fn run_elected<F, Fut>(lock: LeaseLock, leading: Arc<AtomicBool>, work: F)
-where
+/// is lost, restarts it when regained. `leading` mirrors the state. Ends
+/// when `stop` turns true: the work stopped first, then the lease released.
+pub async fn run_elected<F, Fut>(
+    lock: LeaseLock,
+    leading: Arc<AtomicBool>,
+    work: F,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let mut task: Option<tokio::task::JoinHandle<()>> = None;
     // A problem is said once, in one line, until it changes or goes away.
     let mut said: Option<String> = None;
+    // When the lease this replica holds was last written (the start of the
+    // round that wrote it: its renewTime is no earlier).
+    let mut renewed: Option<std::time::Instant> = None;
     loop {
-        let round = match lock.round().await {
-            Ok(r) => {
+        let started = std::time::Instant::now();
+        // A round is bounded: a leader's by what is left of its deadline,
+        // a standby's by a renewal period.
+        let limit = match (task.is_some(), renewed) {
+            (true, Some(at)) => lock.renew_deadline().saturating_sub(at.elapsed()).max(Duration::from_millis(100)),
+            _ => lock.renew_every.max(Duration::from_secs(1)),
+        };
+        let outcome = tokio::select! {
+            r = tokio::time::timeout(limit, lock.round()) => r,
+            _ = stopped(&mut stop) => break,
+        };
+        let round = match outcome {
+            Ok(Ok(r)) => {
                 if said.take().is_some() {
                     tracing::info!("leader election: the Lease {} can be read and written again", lock.name);
                 }
-                r
+                Some(r)
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 let why = election_problem(&lock, &e);
                 if said.as_deref() != Some(why.as_str()) {
                     tracing::warn!("leader election: {why}");
                     said = Some(why);
                 }
-                Round::HeldByAnother(None)
+                None
+            }
+            Err(_) => {
+                tracing::debug!(after = ?limit, "leader election: a round timed out");
+                None
             }
         };
-        let won = round == Round::Held;
+        let won = match round {
+            Some(Round::Held) => {
+                renewed = Some(started);
+                true
+            }
+            // Another holds it for certain.
+            Some(Round::HeldByAnother(Some(_))) => false,
+            // Not known this round (a conflict, an error, a timeout): a
+            // leader keeps leading within its deadline.
+            Some(Round::HeldByAnother(None)) | None => {
+                task.is_some() && renewed.is_some_and(|at| keep_leading(&lock, at.elapsed()))
+            }
+        };
         match (won, task.is_some()) {
             (true, false) => {
                 tracing::info!(identity = lock.identity, "became leader");
@@ -158,11 +252,37 @@ where
                 if let Some(t) = task.take() {
                     t.abort();
                 }
+                renewed = None;
             }
             _ => {}
         }
         leading.store(won, Ordering::SeqCst);
-        tokio::time::sleep(next_round(lock.renew_every, round, Utc::now())).await;
+        let wait = match round {
+            Some(r) => next_round(lock.renew_every, r, Utc::now()),
+            None if won => lock.retry_every(),
+            None => lock.renew_every,
+        };
+        // A leader never sleeps past its deadline.
+        let wait = match (won, renewed) {
+            (true, Some(at)) => wait.min(lock.renew_deadline().saturating_sub(at.elapsed())),
+            _ => wait,
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stopped(&mut stop) => break,
+        }
+    }
+    // Stopping: the work first, then the lease, so no two lead at once.
+    if let Some(t) = task.take() {
+        t.abort();
+        let _ = t.await;
+    }
+    leading.store(false, Ordering::SeqCst);
+    match tokio::time::timeout(lock.renew_deadline(), lock.release()).await {
+        Ok(Ok(true)) => tracing::info!(identity = lock.identity, "released the Lease {}", lock.name),
+        Ok(Ok(false)) => {}
+        Ok(Err(e)) => tracing::warn!("could not release the Lease {}: {}", lock.name, election_problem(&lock, &e)),
+        Err(_) => tracing::warn!("could not release the Lease {}: the API server did not answer", lock.name),
     }
 }
 

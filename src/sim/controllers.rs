@@ -6,13 +6,13 @@
 //! status`, `kubectl wait` and pinfleet's own readiness checks behave as
 //! they would against a real cluster.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::registry::ResourceType;
-use super::selector::LabelSelector;
 use super::store::{finalizers, is_ready, now, Inner, Propagation, Sub};
 
 #[derive(Debug, Clone)]
@@ -79,14 +79,21 @@ pub fn watched(key: &(String, String)) -> bool {
 }
 
 /// What changed since the controllers' last pass, for those that work
-/// incrementally: the Services and Pods named by events, or everything
-/// (at start, and after events were lost).
+/// incrementally: the objects named by events (and, for a ReplicaSet or a
+/// Pod, the owner its change concerns), or everything (at start, and after
+/// events were lost). The Deployment and ReplicaSet controllers look at
+/// these only, as kube-controller-manager's work from their queues: a
+/// quiet cluster of thousands costs them nothing on a tick.
 #[derive(Debug, Default)]
 pub struct Changed {
     pub all: bool,
     /// (namespace, name)
     services: BTreeSet<(String, String)>,
     pods: BTreeSet<(String, String)>,
+    deployments: BTreeSet<(String, String)>,
+    replicasets: BTreeSet<(String, String)>,
+    /// A Node was added, changed or removed.
+    nodes: bool,
 }
 
 impl Changed {
@@ -95,16 +102,47 @@ impl Changed {
     }
 
     pub fn note(&mut self, ev: &super::store::Event) {
-        if self.all || ev.key.0 != "" {
+        if self.all {
             return;
         }
-        let set = match ev.key.1.as_str() {
-            "services" => &mut self.services,
-            "pods" => &mut self.pods,
-            _ => return,
+        let key = (ev.namespace.clone(), name(&ev.object));
+        // The owner a change concerns: a ReplicaSet's Deployment, a Pod's ReplicaSet.
+        let owner = |kind: &str| {
+            ev.object
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true) && s(r, "/kind") == kind)
+                .map(|r| (ev.namespace.clone(), s(r, "/name").to_string()))
         };
-        set.insert((ev.namespace.clone(), name(&ev.object)));
+        match (ev.key.0.as_str(), ev.key.1.as_str()) {
+            ("", "services") => {
+                self.services.insert(key);
+            }
+            ("", "pods") => {
+                self.replicasets.extend(owner("ReplicaSet"));
+                self.pods.insert(key);
+            }
+            ("", "nodes") => self.nodes = true,
+            ("apps", "deployments") => {
+                self.deployments.insert(key);
+            }
+            ("apps", "replicasets") => {
+                self.deployments.extend(owner("Deployment"));
+                self.replicasets.insert(key);
+            }
+            _ => {}
+        }
     }
+}
+
+/// The objects of a type a pass looks at: every one, or those `changed` names.
+fn dirty(inner: &Inner, rt: &ResourceType, changed: &Changed, named: &BTreeSet<(String, String)>) -> Vec<Arc<Value>> {
+    if changed.all {
+        return all(inner, rt);
+    }
+    named.iter().filter_map(|(n, name)| inner.peek_shared(&rt.group, &rt.plural, n, name).cloned()).collect()
 }
 
 /// Pods whose template asks to fail (tests of failure handling).
@@ -149,11 +187,23 @@ fn owner_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
     json!({"apiVersion": api_version, "kind": kind, "name": name(owner), "uid": uid(owner), "controller": true, "blockOwnerDeletion": true})
 }
 
-fn all(inner: &Inner, rt: &ResourceType) -> Vec<Value> {
-    inner
-        .list(rt, None, &LabelSelector::default(), &Default::default(), None, None)
-        .map(|r| r.items)
-        .unwrap_or_default()
+/// Every object of a type, shared with the store (no copy of one is made:
+/// a pass over thousands of objects costs their count, not their size).
+fn all(inner: &Inner, rt: &ResourceType) -> Vec<Arc<Value>> {
+    inner.iter_shared(rt, None).cloned().collect()
+}
+
+/// Objects by the uid of their controller (ownerReference with
+/// `controller: true`): what each owner has, found once per pass instead
+/// of by a scan per owner.
+fn by_controller(items: Vec<Arc<Value>>) -> HashMap<String, Vec<Arc<Value>>> {
+    let mut out: HashMap<String, Vec<Arc<Value>>> = HashMap::new();
+    for o in items {
+        if let Some(owner) = controller_uid(&o) {
+            out.entry(owner).or_default().push(o);
+        }
+    }
+    out
 }
 
 /// Stable short hash of a pod template (the pod-template-hash label).
@@ -347,10 +397,10 @@ impl Controllers {
     pub fn reconcile(&self, inner: &mut Inner, changed: &Changed) -> bool {
         let before = inner.resource_version();
         if self.deployments {
-            self.deployments(inner);
+            self.deployments(inner, changed);
         }
         if self.replicasets {
-            self.replicasets(inner);
+            self.replicasets(inner, changed);
         }
         if self.daemonsets {
             self.daemonsets(inner);
@@ -365,7 +415,7 @@ impl Controllers {
             self.jobs(inner);
         }
         if self.scheduler {
-            self.schedule(inner);
+            self.schedule(inner, changed);
         }
         if self.kubelet {
             self.kubelet(inner);
@@ -376,7 +426,13 @@ impl Controllers {
         inner.resource_version() != before
     }
 
-    fn schedule(&self, inner: &mut Inner) {
+    fn schedule(&self, inner: &mut Inner, changed: &Changed) {
+        // As kube-scheduler, a pod that did not fit is tried again when
+        // the cluster changes (a pod or a node), not on every tick: a
+        // thousand pending pods cost nothing while nothing moves.
+        if !changed.all && changed.pods.is_empty() && !changed.nodes {
+            return;
+        }
         let pods_t = t(inner, "", "pods");
         let pods = all(inner, &pods_t);
         if !pods.iter().any(|p| s(p, "/spec/nodeName").is_empty() && !terminating(p)) {
@@ -417,7 +473,7 @@ impl Controllers {
             }
             match best {
                 Some((node, _)) => {
-                    let mut n = pod.clone();
+                    let mut n = Value::clone(pod);
                     n["spec"]["nodeName"] = json!(name(node));
                     n["status"]["conditions"] =
                         json!([{"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}]);
@@ -452,7 +508,6 @@ impl Controllers {
 
     fn kubelet(&self, inner: &mut Inner) {
         let pods_t = t(inner, "", "pods");
-        let nodes_t = t(inner, "", "nodes");
         let now_ts = chrono::Utc::now();
         // One listing of the pods for the node pass and the pod pass (the
         // node pass writes Nodes and CSRs only).
@@ -464,7 +519,7 @@ impl Controllers {
                 continue;
             }
             // One lookup per bound pod, not a copy of every node per pass.
-            let found = inner.get(&nodes_t, "", &node).ok();
+            let found = inner.peek_shared("", "nodes", "", &node).cloned();
             let Some(n) = found.as_ref() else {
                 // Pod garbage collection: pods bound to a node that is gone.
                 if !terminating(&pod) {
@@ -682,23 +737,24 @@ impl Controllers {
         }
     }
 
-    fn replicasets(&self, inner: &mut Inner) {
+    fn replicasets(&self, inner: &mut Inner, changed: &Changed) {
         let rs_t = t(inner, "apps", "replicasets");
         let pods_t = t(inner, "", "pods");
-        let replicasets = all(inner, &rs_t);
+        let replicasets = dirty(inner, &rs_t, changed, &changed.replicasets);
         if replicasets.is_empty() {
             return;
         }
-        let pods = all(inner, &pods_t);
+        let mut pods = by_controller(all(inner, &pods_t));
         for rs in replicasets.into_iter().filter(|r| !terminating(r)) {
             let want = i(&rs, "/spec/replicas", 1);
-            let owned: Vec<&Value> = pods
+            let rs_uid = uid(&rs);
+            let mine = pods.remove(&rs_uid).unwrap_or_default();
+            // The pods as they are after this pass's writes: these, and the new ones.
+            let mut names: Vec<String> = mine.iter().map(|p| name(p)).collect();
+            let owned: Vec<&Value> = mine
                 .iter()
-                .filter(|p| {
-                    controller_uid(p).as_deref() == Some(uid(&rs).as_str())
-                        && !terminating(p)
-                        && !matches!(s(p, "/status/phase"), "Succeeded" | "Failed")
-                })
+                .map(|p| &**p)
+                .filter(|p| !terminating(p) && !matches!(s(p, "/status/phase"), "Succeeded" | "Failed"))
                 .collect();
             let have = owned.len() as i64;
             if have < want {
@@ -716,7 +772,9 @@ impl Controllers {
                         owner_ref(&rs, "apps/v1", "ReplicaSet"),
                         &extra,
                     );
-                    let _ = inner.create(&pods_t, &ns(&rs), pod, "replicaset-controller", false);
+                    if let Ok(p) = inner.create_shared(&pods_t, &ns(&rs), pod, "replicaset-controller", false) {
+                        names.push(name(&p));
+                    }
                 }
             } else if have > want {
                 // Unscheduled, then not ready, then newest go first.
@@ -732,30 +790,36 @@ impl Controllers {
                     let _ = inner.delete(&pods_t, &ns(p), &name(p), Propagation::Background, None, false);
                 }
             }
-            let owned: Vec<Value> = all(inner, &pods_t)
-                .into_iter()
-                .filter(|p| controller_uid(p).as_deref() == Some(uid(&rs).as_str()) && !terminating(p))
+            let namespace = ns(&rs);
+            let now: Vec<&Value> = names
+                .iter()
+                .filter_map(|n| inner.peek("", "pods", &namespace, n))
+                .filter(|p| controller_uid(p).as_deref() == Some(rs_uid.as_str()) && !terminating(p))
                 .collect();
-            let ready = owned.iter().filter(|p| is_ready(p)).count();
-            let status = json!({"replicas": owned.len(), "fullyLabeledReplicas": owned.len(), "readyReplicas": ready, "availableReplicas": ready, "observedGeneration": i(&rs, "/metadata/generation", 1)});
+            let ready = now.iter().filter(|p| is_ready(p)).count();
+            let status = json!({"replicas": now.len(), "fullyLabeledReplicas": now.len(), "readyReplicas": ready, "availableReplicas": ready, "observedGeneration": i(&rs, "/metadata/generation", 1)});
             set_status(inner, &rs_t, &rs, status, "replicaset-controller");
         }
     }
 
-    fn deployments(&self, inner: &mut Inner) {
+    fn deployments(&self, inner: &mut Inner, changed: &Changed) {
         let d_t = t(inner, "apps", "deployments");
         let rs_t = t(inner, "apps", "replicasets");
-        for d in all(inner, &d_t).into_iter().filter(|d| !terminating(d)) {
+        let deployments = dirty(inner, &d_t, changed, &changed.deployments);
+        if deployments.is_empty() {
+            return;
+        }
+        let mut owned = by_controller(all(inner, &rs_t));
+        for d in deployments.into_iter().filter(|d| !terminating(d)) {
             let replicas = i(&d, "/spec/replicas", 1);
             let hash = template_hash(&d["spec"]["template"]);
             let namespace = ns(&d);
-            let rss: Vec<Value> = all(inner, &rs_t)
-                .into_iter()
-                .filter(|r| controller_uid(r).as_deref() == Some(uid(&d).as_str()) && !terminating(r))
-                .collect();
+            let d_uid = uid(&d);
+            let mine = owned.remove(&d_uid).unwrap_or_default();
+            let rss: Vec<Arc<Value>> = mine.iter().filter(|r| !terminating(r)).cloned().collect();
             let new_name = format!("{}-{}", name(&d), hash);
             let new_rs = rss.iter().find(|r| name(r) == new_name).cloned();
-            let old: Vec<&Value> = rss.iter().filter(|r| name(r) != new_name).collect();
+            let old: Vec<&Arc<Value>> = rss.iter().filter(|r| name(r) != new_name).collect();
             let paused = d.pointer("/spec/paused").and_then(Value::as_bool) == Some(true);
             let revision = rss
                 .iter()
@@ -798,7 +862,7 @@ impl Controllers {
                                 "ownerReferences": [owner_ref(&d, "apps/v1", "Deployment")]},
                             "spec": {"replicas": initial, "selector": selector, "template": template},
                         });
-                        match inner.create(&rs_t, &namespace, rs, "deployment-controller", false) {
+                        match inner.create_shared(&rs_t, &namespace, rs, "deployment-controller", false) {
                             Ok(r) => r,
                             Err(_) => continue,
                         }
@@ -818,7 +882,7 @@ impl Controllers {
                     new_target = replicas;
                 }
                 if new_target != rs_replicas(&new_rs) {
-                    let mut n = new_rs.clone();
+                    let mut n = Value::clone(&new_rs);
                     n["spec"]["replicas"] = json!(new_target);
                     let _ =
                         inner.update(&rs_t, &namespace, &name(&new_rs), n, "deployment-controller", Sub::Main, false);
@@ -833,16 +897,19 @@ impl Controllers {
                         if recreate { rs_replicas(r) } else { (unavailable_here + can_remove).min(rs_replicas(r)) };
                     if cut > 0 {
                         can_remove -= (cut - unavailable_here).max(0);
-                        let mut n = (*r).clone();
+                        let mut n = Value::clone(r);
                         n["spec"]["replicas"] = json!(rs_replicas(r) - cut);
                         let _ = inner.update(&rs_t, &namespace, &name(r), n, "deployment-controller", Sub::Main, false);
                     }
                 }
             }
             // Status from the ReplicaSets as they are now.
-            let rss: Vec<Value> = all(inner, &rs_t)
-                .into_iter()
-                .filter(|r| controller_uid(r).as_deref() == Some(uid(&d).as_str()))
+            let mut names: BTreeSet<String> = mine.iter().map(|r| name(r)).collect();
+            names.insert(new_name.clone());
+            let rss: Vec<&Value> = names
+                .iter()
+                .filter_map(|n| inner.peek("apps", "replicasets", &namespace, n))
+                .filter(|r| controller_uid(r).as_deref() == Some(d_uid.as_str()))
                 .collect();
             let sum = |f: &str| rss.iter().map(|r| i(r, f, 0)).sum::<i64>();
             let updated = rss.iter().find(|r| name(r) == new_name).map(|r| i(r, "/status/replicas", 0)).unwrap_or(0);
@@ -872,12 +939,13 @@ impl Controllers {
         let nodes = all(inner, &t(inner, "", "nodes"));
         for ds in daemonsets.into_iter().filter(|d| !terminating(d)) {
             let hash = template_hash(&ds["spec"]["template"]);
-            let pods: Vec<Value> = all(inner, &pods_t)
+            let pods: Vec<Arc<Value>> = all(inner, &pods_t)
                 .into_iter()
                 .filter(|p| controller_uid(p).as_deref() == Some(uid(&ds).as_str()) && !terminating(p))
                 .collect();
             let eligible: Vec<&Value> = nodes
                 .iter()
+                .map(|n| &**n)
                 .filter(|n| {
                     let probe = json!({"spec": ds["spec"]["template"]["spec"].clone()});
                     affinity_ok(&probe, n)
@@ -890,7 +958,7 @@ impl Controllers {
                 .collect();
             let mut outdated_ready = 0;
             for node in &eligible {
-                let on_node: Vec<&Value> = pods.iter().filter(|p| s(p, "/spec/nodeName") == name(node)).collect();
+                let on_node: Vec<&Arc<Value>> = pods.iter().filter(|p| s(p, "/spec/nodeName") == name(node)).collect();
                 if on_node.is_empty() {
                     let mut pod = pod_from_template(
                         &ds["spec"]["template"],
@@ -917,7 +985,7 @@ impl Controllers {
             for p in pods.iter().filter(|p| !eligible.iter().any(|n| name(n) == s(p, "/spec/nodeName"))) {
                 let _ = inner.delete(&pods_t, &ns(p), &name(p), Propagation::Background, None, false);
             }
-            let pods: Vec<Value> = all(inner, &pods_t)
+            let pods: Vec<Arc<Value>> = all(inner, &pods_t)
                 .into_iter()
                 .filter(|p| controller_uid(p).as_deref() == Some(uid(&ds).as_str()) && !terminating(p))
                 .collect();
@@ -936,7 +1004,7 @@ impl Controllers {
             let hash = template_hash(&ss["spec"]["template"]);
             let revision = format!("{}-{hash}", name(&ss));
             let parallel = s(&ss, "/spec/podManagementPolicy") == "Parallel";
-            let pods: BTreeMap<i64, Value> = all(inner, &pods_t)
+            let pods: BTreeMap<i64, Arc<Value>> = all(inner, &pods_t)
                 .into_iter()
                 .filter(|p| controller_uid(p).as_deref() == Some(uid(&ss).as_str()))
                 .filter_map(|p| name(&p).rsplit_once('-').and_then(|(_, o)| o.parse().ok()).map(|o| (o, p)))
@@ -946,7 +1014,7 @@ impl Controllers {
                     continue;
                 }
                 // OrderedReady: the next ordinal waits for the previous to be Ready.
-                if !parallel && ordinal > 0 && !pods.get(&(ordinal - 1)).is_some_and(is_ready) {
+                if !parallel && ordinal > 0 && !pods.get(&(ordinal - 1)).is_some_and(|p| is_ready(p)) {
                     break;
                 }
                 let pod_name = format!("{}-{ordinal}", name(&ss));
@@ -980,7 +1048,7 @@ impl Controllers {
                 }
             }
             // RollingUpdate: highest ordinal first, one at a time, when all are Ready.
-            let live: Vec<&Value> = pods.values().filter(|p| !terminating(p)).collect();
+            let live: Vec<&Arc<Value>> = pods.values().filter(|p| !terminating(p)).collect();
             if live.len() as i64 == replicas && live.iter().all(|p| is_ready(p)) {
                 if let Some((_, p)) = pods
                     .iter()
@@ -990,7 +1058,7 @@ impl Controllers {
                     let _ = inner.delete(&pods_t, &ns(p), &name(p), Propagation::Background, None, false);
                 }
             }
-            let pods: Vec<Value> = all(inner, &pods_t)
+            let pods: Vec<Arc<Value>> = all(inner, &pods_t)
                 .into_iter()
                 .filter(|p| controller_uid(p).as_deref() == Some(uid(&ss).as_str()) && !terminating(p))
                 .collect();
@@ -1008,7 +1076,7 @@ impl Controllers {
             let done = job.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|c| {
                 c.iter().any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
             });
-            let pods: Vec<Value> = all(inner, &pods_t)
+            let pods: Vec<Arc<Value>> = all(inner, &pods_t)
                 .into_iter()
                 .filter(|p| controller_uid(p).as_deref() == Some(uid(&job).as_str()))
                 .collect();
@@ -1019,7 +1087,7 @@ impl Controllers {
             let idx =
                 |p: &Value| s(p, "/metadata/annotations/batch.kubernetes.io~1job-completion-index").parse::<i64>().ok();
             let succeeded_idx: std::collections::BTreeSet<i64> =
-                pods.iter().filter(|p| s(p, "/status/phase") == "Succeeded").filter_map(idx).collect();
+                pods.iter().filter(|p| s(p, "/status/phase") == "Succeeded").filter_map(|p| idx(p)).collect();
             let succeeded = if indexed {
                 succeeded_idx.len() as i64
             } else {
@@ -1028,6 +1096,7 @@ impl Controllers {
             let failed = pods.iter().filter(|p| s(p, "/status/phase") == "Failed").count() as i64;
             let active: Vec<&Value> = pods
                 .iter()
+                .map(|p| &**p)
                 .filter(|p| !matches!(s(p, "/status/phase"), "Succeeded" | "Failed") && !terminating(p))
                 .collect();
             let suspended = job.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true);
@@ -1114,7 +1183,7 @@ impl Controllers {
         let job_t = t(inner, "batch", "jobs");
         let parse_time = |v: &str| chrono::DateTime::parse_from_rfc3339(v).ok().map(|d| d.with_timezone(&chrono::Utc));
         for cj in all(inner, &cj_t).into_iter().filter(|c| !terminating(c)) {
-            let jobs: Vec<Value> = all(inner, &job_t)
+            let jobs: Vec<Arc<Value>> = all(inner, &job_t)
                 .into_iter()
                 .filter(|j| controller_uid(j).as_deref() == Some(uid(&cj).as_str()))
                 .collect();
@@ -1126,7 +1195,8 @@ impl Controllers {
                     })
                     .map(|c| c["type"] == "Complete")
             };
-            let active: Vec<&Value> = jobs.iter().filter(|j| finished(j).is_none() && !terminating(j)).collect();
+            let active: Vec<&Value> =
+                jobs.iter().map(|j| &**j).filter(|j| finished(j).is_none() && !terminating(j)).collect();
             let mut last = cj.pointer("/status/lastScheduleTime").and_then(Value::as_str).and_then(parse_time);
             let suspended = cj.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true);
             if let (false, Ok(schedule)) = (suspended, crate::kube::cron::Schedule::parse(s(&cj, "/spec/schedule"))) {
@@ -1159,14 +1229,14 @@ impl Controllers {
             let keep_ok = i(&cj, "/spec/successfulJobsHistoryLimit", 3) as usize;
             let keep_failed = i(&cj, "/spec/failedJobsHistoryLimit", 1) as usize;
             for (want, limit) in [(true, keep_ok), (false, keep_failed)] {
-                let mut done: Vec<&Value> = jobs.iter().filter(|j| finished(j) == Some(want)).collect();
+                let mut done: Vec<&Value> = jobs.iter().map(|j| &**j).filter(|j| finished(j) == Some(want)).collect();
                 done.sort_by_key(|j| s(j, "/metadata/creationTimestamp").to_string());
                 let excess = done.len().saturating_sub(limit);
                 for j in done.into_iter().take(excess) {
                     let _ = inner.delete(&job_t, &ns(j), &name(j), Propagation::Background, None, false);
                 }
             }
-            let jobs: Vec<Value> = all(inner, &job_t)
+            let jobs: Vec<Arc<Value>> = all(inner, &job_t)
                 .into_iter()
                 .filter(|j| controller_uid(j).as_deref() == Some(uid(&cj).as_str()))
                 .collect();
@@ -1214,7 +1284,7 @@ mod tests {
             "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "t", "image": "t:1"}]}}}}}});
         inner.create(&cj_t, "default", cj, "test", false).unwrap();
         let c = Controllers::default();
-        let jobs = |inner: &Inner| all(inner, &job_t).iter().map(name).collect::<Vec<_>>();
+        let jobs = |inner: &Inner| all(inner, &job_t).iter().map(|j| name(j)).collect::<Vec<_>>();
         let now = chrono::Utc::now();
         c.cronjobs(&mut inner, now);
         assert!(jobs(&inner).is_empty(), "nothing is due before the first slot after creation");

@@ -133,15 +133,18 @@ fn spawn_controllers(store: server::Shared, controllers: Controllers) {
                 }
                 _ = tokio::time::sleep(TICK) => {}
             }
-            let mut inner = store.lock().expect("store lock");
             for _ in 0..MAX_PASSES {
-                let wrote = controllers.reconcile(&mut inner, &changed);
+                // The store is held for one pass at a time: between passes
+                // the requests waiting for it (a Lease renewal among them)
+                // are served.
+                let wrote = controllers.reconcile(&mut store.lock().expect("store lock"), &changed);
                 // The next pass reacts to this one's writes.
                 changed = controllers::Changed::default();
                 drain(&mut events, &mut changed);
                 if !wrote {
                     break;
                 }
+                tokio::task::yield_now().await;
             }
         }
     });

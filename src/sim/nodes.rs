@@ -402,7 +402,7 @@ pub async fn follow_ec2(store: super::server::Shared, aws: crate::cloud::aws::Aw
 ///   its addresses, and serves logs only once it is issued;
 /// - a node that is not Ready carries `node.kubernetes.io/not-ready:NoSchedule`;
 /// - an approved kubelet-serving CSR gets its certificate.
-pub fn kubelets(inner: &mut Inner, pods: &[Value]) {
+pub fn kubelets(inner: &mut Inner, pods: &[std::sync::Arc<Value>]) {
     let nodes_t = inner.registry.get("", "v1", "nodes").cloned().expect("nodes");
     let csr_t = inner.registry.get("certificates.k8s.io", "v1", "certificatesigningrequests").cloned().expect("csrs");
     let list = |inner: &Inner, t| inner.list(t, None, &Default::default(), &Default::default(), None, None);
@@ -478,7 +478,7 @@ pub const KUBELET_SERVING: &str = "kubernetes.io/kubelet-serving";
 /// kubeadm's etcd on the control-plane machines the sim registered: which
 /// are up, members for new ones, and the etcd static pod's mirror pod on
 /// each member's node.
-fn control_plane_etcd(inner: &mut Inner, nodes: &[Value], pods: &[Value]) {
+fn control_plane_etcd(inner: &mut Inner, nodes: &[Value], pods: &[std::sync::Arc<Value>]) {
     let machines: Vec<(String, String, bool)> = nodes
         .iter()
         .filter(|n| annotation(n, BOOTED).is_some())

@@ -394,12 +394,22 @@ impl Inner {
 
     /// The stored objects of a type, in one namespace or all, by reference.
     pub fn iter<'a>(&'a self, t: &ResourceType, ns: Option<&'a str>) -> impl Iterator<Item = &'a Value> + 'a {
+        self.iter_shared(t, ns).map(|o| &**o)
+    }
+
+    /// The stored objects of a type, shared: a controller keeps them past
+    /// its own writes without copying one.
+    pub fn iter_shared<'a>(
+        &'a self,
+        t: &ResourceType,
+        ns: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a Arc<Value>> + 'a {
         let (group, plural) = (t.group.clone(), t.plural.clone());
         let start = (group.clone(), plural.clone(), ns.unwrap_or_default().to_string(), String::new());
         self.objects
             .range(start..)
             .take_while(move |((g, p, n, _), _)| *g == group && *p == plural && ns.is_none_or(|ns| ns == n))
-            .map(|(_, o)| &**o)
+            .map(|(_, o)| o)
     }
 
     /// Whether the object is stored (no copy of it made).
@@ -1148,11 +1158,14 @@ impl Inner {
         Ok(())
     }
 
-    /// Recomputes the status of the namespace's PodDisruptionBudgets.
-    /// Objects of one type in one namespace, by key range (no full scan).
     /// One stored object by group, plural, namespace and name (no copy).
     pub fn peek(&self, group: &str, plural: &str, ns: &str, name: &str) -> Option<&Value> {
-        self.objects.get(&(group.to_string(), plural.to_string(), ns.to_string(), name.to_string())).map(|o| &**o)
+        self.peek_shared(group, plural, ns, name).map(|o| &**o)
+    }
+
+    /// [`Inner::peek`], shared: kept past the caller's writes without a copy.
+    pub fn peek_shared(&self, group: &str, plural: &str, ns: &str, name: &str) -> Option<&Arc<Value>> {
+        self.objects.get(&(group.to_string(), plural.to_string(), ns.to_string(), name.to_string()))
     }
 
     /// The stored objects of a resource, in one namespace or all (no copies).

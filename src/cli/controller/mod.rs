@@ -95,6 +95,11 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
             kube::Client::try_default().await?
         }
     };
+    // The Lease is renewed outside the budget: a renewal queued behind the
+    // controller's own writes in a busy spell would lose the lease and
+    // start the other replica's full pass, the loop that makes leadership
+    // flap.
+    let lease_client = client.clone();
     // The API protected: the controller's requests within a budget (429s
     // are backed off by the client, honouring Retry-After).
     let client = crate::kube::budget::wrap(
@@ -129,11 +134,18 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
+    // SIGTERM (a pod's end) or Ctrl-C: the controllers stop, and a leader
+    // releases the Lease before the process ends.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        super::shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
     let work = async {
         if args.leader_elect {
             let (user, host) = crate::state::whoami();
             let lock = crate::controller::leader::LeaseLock {
-                api: kube::Api::namespaced(client.clone(), &args.lease_namespace),
+                api: kube::Api::namespaced(lease_client.clone(), &args.lease_namespace),
                 name: "pinfleet-controller".into(),
                 identity: args.identity.clone().unwrap_or_else(|| format!("{host}-{}-{user}", std::process::id())),
                 lease_duration: args.lease_duration,
@@ -148,18 +160,21 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
                     futures::future::pending::<()>().await
                 }
             };
-            futures::join!(
-                crate::controller::leader::run_elected(lock, leading.clone(), elected),
-                crate::controller::run(ctx.clone())
-            );
+            tokio::select! {
+                _ = crate::controller::leader::run_elected(lock, leading.clone(), elected, stop_rx.clone()) => {}
+                _ = crate::controller::run(ctx.clone()) => {}
+            }
         } else {
-            crate::controller::run(ctx.clone()).await;
+            let mut stop = stop_rx.clone();
+            tokio::select! {
+                _ = crate::controller::run(ctx.clone()) => {}
+                _ = crate::controller::leader::stopped(&mut stop) => {}
+            }
         }
     };
     tokio::select! {
         _ = work => {}
         _ = approver::approver(client.clone(), approval) => {}
-        _ = tokio::signal::ctrl_c() => {}
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -551,6 +551,8 @@ impl Service {
         };
         let me = self.clone();
         tokio::spawn(self.clone().follow());
-        crate::controller::leader::run_elected(lock, self.leading.clone(), move || me.clone().lead()).await;
+        // Never told to stop (the process's end ends it).
+        let never = tokio::sync::watch::channel(false).1;
+        crate::controller::leader::run_elected(lock, self.leading.clone(), move || me.clone().lead(), never).await;
     }
 }
