@@ -137,7 +137,9 @@ fn spawn_controllers(store: server::Shared, controllers: Controllers) {
                 // The store is held for one pass at a time: between passes
                 // the requests waiting for it (a Lease renewal among them)
                 // are served.
+                let started = std::time::Instant::now();
                 let wrote = controllers.reconcile(&mut store.lock().expect("store lock"), &changed);
+                tracing::debug!(ms = started.elapsed().as_millis() as u64, wrote, "controllers' pass");
                 // The next pass reacts to this one's writes.
                 changed = controllers::Changed::default();
                 drain(&mut events, &mut changed);
