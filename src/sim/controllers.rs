@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::nodes::node_ready;
 use super::registry::ResourceType;
 use super::store::{finalizers, is_ready, now, Inner, Propagation, Sub};
 
@@ -327,12 +328,6 @@ fn tolerates(pod: &Value, taint: &Value) -> bool {
             key_ok && value_ok && effect_ok
         })
     })
-}
-
-pub(super) fn node_ready(node: &Value) -> bool {
-    node.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }
 
 fn affinity_ok(pod: &Value, node: &Value) -> bool {

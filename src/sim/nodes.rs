@@ -11,6 +11,13 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::store::{now, Inner, Propagation, Sub};
+
+/// Whether a Node reports Ready=True.
+pub(super) fn node_ready(node: &Value) -> bool {
+    node.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
 use crate::spec::{Cluster, Taint};
 
 /// A machine to register as a Node.
@@ -359,7 +366,7 @@ fn warn_once(machine: &str, what: &str) {
 /// the sim runs: a Node per running instance, Ready after the boot delay,
 /// gone with the instance. An endpoint that stopped answering (moto ended)
 /// is asked again with backoff up to 30s and reported once, not every poll.
-pub async fn follow_ec2(store: super::server::Shared, aws: crate::cloud::aws::Aws, mut cfg: Ec2Nodes) {
+pub async fn follow_ec2(store: super::store::Shared, aws: crate::cloud::aws::Aws, mut cfg: Ec2Nodes) {
     let name = cfg.cluster.metadata.name.clone();
     let mut failures = 0u32;
     loop {
@@ -426,7 +433,7 @@ pub fn kubelets(inner: &mut Inner, pods: &[std::sync::Arc<Value>]) {
             }
         }
         // The node lifecycle controller taints by the Ready condition as posted.
-        let ready = network_arrived || super::controllers::node_ready(&node);
+        let ready = network_arrived || node_ready(&node);
         let taint = json!({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"});
         let mut taints: Vec<Value> =
             main.pointer("/spec/taints").and_then(Value::as_array).cloned().unwrap_or_default();

@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -18,7 +17,7 @@ use super::registry::ResourceType;
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{ApiError, Event, Inner, Propagation, Sub, R};
 
-pub type Shared = Arc<Mutex<Inner>>;
+pub use super::store::Shared;
 
 /// Bookmarks are sent at this interval on watches that ask for them.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(5);

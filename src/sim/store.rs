@@ -23,6 +23,9 @@ use crate::kube::fields;
 
 /// Events kept for watches that resume from a resourceVersion; older
 /// starting points get 410 Gone (and clients re-list), as with etcd compaction.
+/// The store as the server, the controllers and the node agents share it.
+pub type Shared = std::sync::Arc<std::sync::Mutex<Inner>>;
+
 pub const EVENT_LOG: usize = 50_000;
 
 #[derive(Debug, Clone)]
