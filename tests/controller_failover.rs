@@ -212,11 +212,23 @@ async fn leadership_holds_while_busy_and_a_stopping_leader_releases_the_lease() 
         &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {}}}\n", pinfleet::controller::SYSTEM_NAMESPACE),
     );
     let client = k.client().await;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), pinfleet::controller::SYSTEM_NAMESPACE);
+    // The lease (7 s, renewed every 2 s), in the test's own
+    // namespace: no other test's replicas contend for it.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &k.namespace);
     let mut replicas = Replicas(vec![]);
     for id in ["busy-a", "busy-b"] {
         let id = k.unique(id);
-        replicas.0.push((id.clone(), replica(&k, &id)));
+        let child = Command::new(env!("CARGO_BIN_EXE_pinfleet"))
+            .args(["controller", "--kubeconfig", k.kubeconfig.to_str().unwrap(), "--metrics-addr", "127.0.0.1:0"])
+            .args(["--serving-addresses", "off", "--leader-elect", "--identity", &id])
+            .args(["--lease-duration", "7s", "--renew-every", "2s", "--lease-namespace", &k.namespace])
+            .args(["--watch-namespace", &k.namespace])
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        replicas.0.push((id.clone(), child));
     }
     let ids: Vec<String> = replicas.0.iter().map(|(id, _)| id.clone()).collect();
     let leader = until("a replica to hold the Lease", || {
@@ -276,7 +288,7 @@ async fn leadership_holds_while_busy_and_a_stopping_leader_releases_the_lease() 
     assert_eq!(
         after.lease_transitions.unwrap_or(0),
         before.lease_transitions.unwrap_or(0),
-        "no hand-over while busy (lease {LEASE:?}, renew {RENEW:?})"
+        "no hand-over while busy (lease 7 s, renew 2 s)"
     );
 
     // SIGTERM: the leader stops its controllers and releases the Lease

@@ -95,11 +95,6 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
             kube::Client::try_default().await?
         }
     };
-    // The Lease is renewed outside the budget: a renewal queued behind the
-    // controller's own writes in a busy spell would lose the lease and
-    // start the other replica's full pass, the loop that makes leadership
-    // flap.
-    let lease_client = client.clone();
     // The API protected: the controller's requests within a budget (429s
     // are backed off by the client, honouring Retry-After).
     let client = crate::kube::budget::wrap(
@@ -144,13 +139,7 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
     let work = async {
         if args.leader_elect {
             let (user, host) = crate::state::whoami();
-            let lock = crate::controller::leader::LeaseLock {
-                api: kube::Api::namespaced(lease_client.clone(), &args.lease_namespace),
-                name: "pinfleet-controller".into(),
-                identity: args.identity.clone().unwrap_or_else(|| format!("{host}-{}-{user}", std::process::id())),
-                lease_duration: args.lease_duration,
-                renew_every: args.renew_every,
-            };
+            let identity = args.identity.clone().unwrap_or_else(|| format!("{host}-{}-{user}", std::process::id()));
             // Every replica watches and keeps its caches warm; the leader acts.
             let c = ctx.standby();
             let elected = move || {
@@ -160,8 +149,44 @@ pub async fn run(g: &GlobalArgs, args: ControllerArgs) -> Result<ExitCode> {
                     futures::future::pending::<()>().await
                 }
             };
+            // The election runs on a thread and a client of its own, outside
+            // the request budget: a renewal queued behind the controller's
+            // own writes, or waiting for a runtime busy with its reconciles,
+            // lost the lease in a busy spell and started the other replica's
+            // full pass, the loop that made leadership flap.
+            let (kubeconfig, namespace) = (args.kubeconfig.clone(), args.lease_namespace.clone());
+            let (lease_duration, renew_every) = (args.lease_duration, args.renew_every);
+            let (leading, stop) = (leading.clone(), stop_rx.clone());
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+            let spawned = std::thread::Builder::new().name("leader-election".into()).spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+                rt.block_on(async move {
+                    let client = match &kubeconfig {
+                        Some(p) => crate::kube::client_from_kubeconfig(p, crate::kube::Retry::Default).await,
+                        None => kube::Client::try_default().await.map_err(anyhow::Error::from),
+                    };
+                    match client {
+                        Ok(client) => {
+                            let lock = crate::controller::leader::LeaseLock {
+                                api: kube::Api::namespaced(client, &namespace),
+                                name: "pinfleet-controller".into(),
+                                identity,
+                                lease_duration,
+                                renew_every,
+                            };
+                            crate::controller::leader::run_elected(lock, leading, elected, stop).await;
+                        }
+                        Err(e) => tracing::error!("leader election: no client: {e:#}"),
+                    }
+                });
+                let _ = done_tx.send(());
+            });
+            if let Err(e) = spawned {
+                tracing::error!("leader election: cannot start its thread: {e}");
+                return;
+            }
             tokio::select! {
-                _ = crate::controller::leader::run_elected(lock, leading.clone(), elected, stop_rx.clone()) => {}
+                _ = done_rx => {}
                 _ = crate::controller::run(ctx.clone()) => {}
             }
         } else {
