@@ -47,11 +47,31 @@ impl Drop for Replicas {
 const LEASE: Duration = Duration::from_secs(3);
 const RENEW: Duration = Duration::from_millis(500);
 
+/// A cluster with the platform's CRDs and the controller's namespace.
+fn platform() -> KubeEnv {
+    let k = KubeEnv::start();
+    k.ok_stdin(
+        &["apply", "--server-side", "-f", "-"],
+        &std::fs::read_to_string("addons/platform-crds/manifests/crds.yaml").unwrap(),
+    );
+    k.ok(&["wait", "--for=condition=Established", "crd/pinterestservices.pinfleet.dev", "--timeout=30s"]);
+    k.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {}}}\n", pinfleet::controller::SYSTEM_NAMESPACE),
+    );
+    k
+}
+
 fn replica(k: &KubeEnv, id: &str) -> Child {
+    replica_with(k, id, &["--lease-duration", "3s", "--renew-every", "500ms"])
+}
+
+/// A leader-elect controller replica watching the test's namespace; `lease` its Lease flags.
+fn replica_with(k: &KubeEnv, id: &str, lease: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_pinfleet"))
         .args(["controller", "--kubeconfig", k.kubeconfig.to_str().unwrap(), "--metrics-addr", "127.0.0.1:0"])
         .args(["--serving-addresses", "off", "--leader-elect", "--identity", id])
-        .args(["--lease-duration", "3s", "--renew-every", "500ms"])
+        .args(lease)
         .args(["--watch-namespace", &k.namespace])
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
@@ -66,16 +86,7 @@ fn image_of(d: &Deployment) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sigkilled_leader_is_replaced_within_the_lease_and_no_change_is_lost() {
-    let k = KubeEnv::start();
-    k.ok_stdin(
-        &["apply", "--server-side", "-f", "-"],
-        &std::fs::read_to_string("addons/platform-crds/manifests/crds.yaml").unwrap(),
-    );
-    k.ok(&["wait", "--for=condition=Established", "crd/pinterestservices.pinfleet.dev", "--timeout=30s"]);
-    k.ok_stdin(
-        &["apply", "-f", "-"],
-        &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {}}}\n", pinfleet::controller::SYSTEM_NAMESPACE),
-    );
+    let k = platform();
     let client = k.client().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), pinfleet::controller::SYSTEM_NAMESPACE);
     let mut replicas = Replicas(vec![]);
@@ -201,16 +212,7 @@ impl Drop for BusyCores {
 async fn leadership_holds_while_busy_and_a_stopping_leader_releases_the_lease() {
     const SERVICES: usize = 240;
     const CHUNK: usize = 60;
-    let k = KubeEnv::start();
-    k.ok_stdin(
-        &["apply", "--server-side", "-f", "-"],
-        &std::fs::read_to_string("addons/platform-crds/manifests/crds.yaml").unwrap(),
-    );
-    k.ok(&["wait", "--for=condition=Established", "crd/pinterestservices.pinfleet.dev", "--timeout=30s"]);
-    k.ok_stdin(
-        &["apply", "-f", "-"],
-        &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {}}}\n", pinfleet::controller::SYSTEM_NAMESPACE),
-    );
+    let k = platform();
     let client = k.client().await;
     // The lease (7 s, renewed every 2 s), in the test's own
     // namespace: no other test's replicas contend for it.
@@ -218,16 +220,11 @@ async fn leadership_holds_while_busy_and_a_stopping_leader_releases_the_lease() 
     let mut replicas = Replicas(vec![]);
     for id in ["busy-a", "busy-b"] {
         let id = k.unique(id);
-        let child = Command::new(env!("CARGO_BIN_EXE_pinfleet"))
-            .args(["controller", "--kubeconfig", k.kubeconfig.to_str().unwrap(), "--metrics-addr", "127.0.0.1:0"])
-            .args(["--serving-addresses", "off", "--leader-elect", "--identity", &id])
-            .args(["--lease-duration", "7s", "--renew-every", "2s", "--lease-namespace", &k.namespace])
-            .args(["--watch-namespace", &k.namespace])
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = replica_with(
+            &k,
+            &id,
+            &["--lease-duration", "7s", "--renew-every", "2s", "--lease-namespace", &k.namespace],
+        );
         replicas.0.push((id.clone(), child));
     }
     let ids: Vec<String> = replicas.0.iter().map(|(id, _)| id.clone()).collect();
