@@ -142,6 +142,63 @@ impl Changed {
     }
 }
 
+impl Changed {
+    /// Whether a pass has nothing named to look at.
+    pub fn is_empty(&self) -> bool {
+        !self.all
+            && !self.nodes
+            && !self.pods_gone
+            && self.services.is_empty()
+            && self.pods.is_empty()
+            && self.deployments.is_empty()
+            && self.replicasets.is_empty()
+    }
+
+    /// Names every object `all` stands for, so that it can be taken a
+    /// part at a time.
+    pub fn expand(&mut self, inner: &Inner) {
+        if !self.all {
+            return;
+        }
+        let names = |group: &str, plural: &str| -> BTreeSet<(String, String)> {
+            inner.iter(&t(inner, group, plural), None).map(|o| (ns(o), name(o))).collect()
+        };
+        *self = Changed {
+            all: false,
+            services: names("", "services"),
+            pods: names("", "pods"),
+            deployments: names("apps", "deployments"),
+            replicasets: names("apps", "replicasets"),
+            nodes: true,
+            pods_gone: true,
+        };
+    }
+
+    /// Up to `limit` objects of each kind for one pass, as
+    /// kube-controller-manager's workers take keys from their queues; the
+    /// rest stays for the next. A pass stays short however much arrives,
+    /// and the requests waiting for the store between passes (a Lease
+    /// renewal among them) wait for one short pass at most.
+    pub fn take(&mut self, limit: usize) -> Changed {
+        fn part(set: &mut BTreeSet<(String, String)>, limit: usize) -> BTreeSet<(String, String)> {
+            let rest = match set.iter().nth(limit).cloned() {
+                Some(first_left) => set.split_off(&first_left),
+                None => BTreeSet::new(),
+            };
+            std::mem::replace(set, rest)
+        }
+        Changed {
+            all: std::mem::take(&mut self.all),
+            services: part(&mut self.services, limit),
+            pods: part(&mut self.pods, limit),
+            deployments: part(&mut self.deployments, limit),
+            replicasets: part(&mut self.replicasets, limit),
+            nodes: std::mem::take(&mut self.nodes),
+            pods_gone: std::mem::take(&mut self.pods_gone),
+        }
+    }
+}
+
 /// The objects of a type a pass looks at: every one, or those `changed` names.
 fn dirty(inner: &Inner, rt: &ResourceType, changed: &Changed, named: &BTreeSet<(String, String)>) -> Vec<Arc<Value>> {
     if changed.all {
@@ -212,6 +269,48 @@ fn by_controller(items: Vec<Arc<Value>>) -> HashMap<String, Vec<Arc<Value>>> {
 }
 
 /// Stable short hash of a pod template (the pod-template-hash label).
+/// Objects indexed by each pair of their selector's first pair (Services
+/// by `/spec/selector`): the candidates for a pod are those under one of
+/// its labels.
+fn by_selector_pair<'a>(
+    items: impl Iterator<Item = &'a Value>,
+    ptr: &str,
+) -> HashMap<(String, String), Vec<&'a Value>> {
+    let mut index: HashMap<(String, String), Vec<&'a Value>> = HashMap::new();
+    for item in items {
+        let first = item.pointer(ptr).and_then(Value::as_object).and_then(|sel| sel.iter().next());
+        if let Some((k, v)) = first {
+            index.entry((k.clone(), v.as_str().unwrap_or_default().to_string())).or_default().push(item);
+        }
+    }
+    index
+}
+
+/// The indexed selectors that may select `pod`: those whose first pair is one of its labels.
+fn candidates<'a, 'b>(
+    index: &'b HashMap<(String, String), Vec<&'a Value>>,
+    pod: &'b Value,
+) -> impl Iterator<Item = &'a Value> + 'b {
+    pod.pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(move |(k, v)| index.get(&(k.clone(), v.as_str().unwrap_or_default().to_string())))
+        .flatten()
+        .copied()
+}
+
+/// Pods indexed by each of their labels' pairs.
+fn by_label_pair<'a>(pods: impl Iterator<Item = &'a Value>) -> HashMap<(String, String), Vec<&'a Value>> {
+    let mut index: HashMap<(String, String), Vec<&'a Value>> = HashMap::new();
+    for pod in pods {
+        for (k, v) in pod.pointer("/metadata/labels").and_then(Value::as_object).into_iter().flatten() {
+            index.entry((k.clone(), v.as_str().unwrap_or_default().to_string())).or_default().push(pod);
+        }
+    }
+    index
+}
+
 pub fn template_hash(template: &Value) -> String {
     use sha2::Digest;
     let mut t = template.clone();
@@ -547,7 +646,6 @@ impl Controllers {
                 }
                 continue;
             }
-            let phase = s(&pod, "/status/phase").to_string();
             // A started kubelet without a pod network still runs
             // hostNetwork pods: that is how the network agent arrives.
             let host_network = pod.pointer("/spec/hostNetwork").and_then(Value::as_bool) == Some(true);
@@ -560,6 +658,14 @@ impl Controllers {
                 }
                 continue;
             }
+            let phase = s(&pod, "/status/phase").to_string();
+            let restart = s(&pod, "/spec/restartPolicy");
+            let batch = restart == "Never" || restart == "OnFailure";
+            // A running service pod or a finished one has nothing to do:
+            // settled pods cost a pass no parsing and no copies.
+            if matches!(phase.as_str(), "Succeeded" | "Failed") || (phase == "Running" && !batch) {
+                continue;
+            }
             let scheduled_at = pod
                 .pointer("/status/conditions")
                 .and_then(Value::as_array)
@@ -570,8 +676,6 @@ impl Controllers {
                 .map(|d| d.with_timezone(&chrono::Utc))
                 .unwrap_or(now_ts);
             let elapsed = (now_ts - scheduled_at).to_std().unwrap_or_default();
-            let restart = s(&pod, "/spec/restartPolicy");
-            let batch = restart == "Never" || restart == "OnFailure";
             let fails = s(&pod, &format!("/metadata/annotations/{}", FAIL_ANNOTATION.replace('/', "~1"))) == "true";
             let containers: Vec<String> = pod
                 .pointer("/spec/containers")
@@ -658,38 +762,53 @@ impl Controllers {
             todo.extend(inner.iter(&svc_t, None).map(|s| (ns(s), name(s))));
         } else {
             todo.extend(changed.services.iter().cloned());
-            let mut pods_by_ns: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+            let mut pods_by_ns: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
             for (n, p) in &changed.pods {
-                pods_by_ns.entry(n.as_str()).or_default().push(p.as_str());
+                pods_by_ns.entry(n.as_str()).or_default().insert(p.as_str());
             }
             for (n, pods) in pods_by_ns {
-                let live: Vec<&Value> = pods.iter().filter_map(|p| inner.peek("", "pods", n, p)).collect();
-                for svc in inner.iter(&svc_t, Some(n)) {
-                    let svc_name = name(svc);
-                    let listed = || {
-                        inner.peek("discovery.k8s.io", "endpointslices", n, &format!("{svc_name}-sim")).is_some_and(
-                            |slice| {
-                                slice
-                                    .get("endpoints")
-                                    .and_then(Value::as_array)
-                                    .is_some_and(|eps| eps.iter().any(|e| pods.contains(&s(e, "/targetRef/name"))))
-                            },
-                        )
-                    };
-                    if live.iter().any(|p| selects(svc, p)) || listed() {
-                        todo.insert((n.to_string(), svc_name));
+                // The Services that select a changed pod now: found through
+                // one pair of each selector, not by trying every Service on
+                // every pod (thousands of Services in one namespace).
+                let services = by_selector_pair(inner.iter(&svc_t, Some(n)), "/spec/selector");
+                for pod in pods.iter().filter_map(|p| inner.peek("", "pods", n, p)) {
+                    for svc in candidates(&services, pod) {
+                        if selects(svc, pod) {
+                            todo.insert((n.to_string(), name(svc)));
+                        }
+                    }
+                }
+                // … and those whose slice listed one before.
+                for slice in inner.iter(&slices_t, Some(n)) {
+                    let listed = slice
+                        .get("endpoints")
+                        .and_then(Value::as_array)
+                        .is_some_and(|eps| eps.iter().any(|e| pods.contains(s(e, "/targetRef/name"))));
+                    let svc = s(slice, "/metadata/labels/kubernetes.io~1service-name");
+                    if listed && name(slice) == format!("{svc}-sim") {
+                        todo.insert((n.to_string(), svc.to_string()));
                     }
                 }
             }
         }
+        // Each namespace's pods by label pair, built once for the pass.
+        let namespaces: BTreeSet<String> = todo.iter().map(|(n, _)| n.clone()).collect();
+        let pods_index: HashMap<&str, HashMap<(String, String), Vec<&Value>>> =
+            namespaces.iter().map(|n| (n.as_str(), by_label_pair(inner.iter(&pods_t, Some(n))))).collect();
         let mut writes = Vec::new();
         for (ns_, name_) in todo {
             let Some(svc) = inner.peek("", "services", &ns_, &name_) else { continue };
-            if svc.pointer("/spec/selector").and_then(Value::as_object).is_none_or(|s| s.is_empty()) {
+            let Some(sel) = svc.pointer("/spec/selector").and_then(Value::as_object).filter(|s| !s.is_empty()) else {
                 continue;
-            }
-            let mut endpoints: Vec<Value> = inner
-                .iter(&pods_t, Some(&ns_))
+            };
+            // Every selected pod carries the selector's first pair.
+            let (k, v) = sel.iter().next().expect("a selector that is not empty");
+            let key = (k.clone(), v.as_str().unwrap_or_default().to_string());
+            let mut endpoints: Vec<Value> = pods_index
+                .get(ns_.as_str())
+                .and_then(|index| index.get(&key))
+                .into_iter()
+                .flatten()
                 .filter(|p| !terminating(p) && !s(p, "/status/podIP").is_empty() && selects(svc, p))
                 .map(|p| {
                     json!({"addresses": [s(p, "/status/podIP")], "conditions": {"ready": is_ready(p), "serving": is_ready(p), "terminating": false},
@@ -1295,6 +1414,65 @@ mod tests {
         // The next slot comes while the first Job still runs: Forbid skips it.
         c.cronjobs(&mut inner, now + chrono::Duration::minutes(11));
         assert_eq!(jobs(&inner).len(), 1);
+    }
+
+    #[test]
+    fn a_pass_takes_a_bounded_part_of_what_changed_and_the_next_the_rest() {
+        let mut inner = Inner::new();
+        let svc_t = t(&inner, "", "services");
+        for i in 0..250 {
+            let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": format!("s{i:03}")},
+                "spec": {"selector": {"app": format!("s{i:03}")}, "ports": [{"port": 80}]}});
+            inner.create(&svc_t, "default", svc, "test", false).unwrap();
+        }
+        let mut pending = Changed::everything();
+        pending.expand(&inner);
+        assert!(!pending.all, "everything is named, to be taken in parts");
+        let mut seen = BTreeSet::new();
+        let mut sizes = Vec::new();
+        let mut nodes = Vec::new();
+        while !pending.is_empty() {
+            let part = pending.take(100);
+            sizes.push(part.services.len());
+            nodes.push(part.nodes);
+            seen.extend(part.services);
+        }
+        assert_eq!(sizes, vec![100, 100, 50]);
+        assert_eq!(nodes, vec![true, false, false], "a cluster-wide event goes with the first part only");
+        assert_eq!(seen.len(), 250, "every Service is looked at once");
+    }
+
+    #[test]
+    fn endpoint_slices_follow_the_whole_selector_among_many_services() {
+        let mut inner = Inner::new();
+        let (svc_t, pods_t) = (t(&inner, "", "services"), t(&inner, "", "pods"));
+        // Services that share their first selector pair and differ in the second.
+        for i in 0..50 {
+            let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": format!("s{i}")},
+                "spec": {"selector": {"app": "shop", "tier": format!("t{i}")}, "ports": [{"port": 80}]}});
+            inner.create(&svc_t, "default", svc, "test", false).unwrap();
+        }
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "shop", "tier": "t7"}},
+            "spec": {"nodeName": "n", "containers": [{"name": "c", "image": "i:1"}]}, "status": {"phase": "Running", "podIP": "10.0.0.9"}});
+        inner.create(&pods_t, "default", pod, "test", false).unwrap();
+        let c = Controllers::default();
+        let mut changed = Changed::default();
+        changed.pods.insert(("default".into(), "p".into()));
+        c.endpoint_slices(&mut inner, &changed);
+        let listed = |inner: &Inner| -> Vec<String> {
+            inner
+                .iter(&t(inner, "discovery.k8s.io", "endpointslices"), Some("default"))
+                .filter(|sl| sl["endpoints"].as_array().is_some_and(|e| !e.is_empty()))
+                .map(name)
+                .collect()
+        };
+        assert_eq!(listed(&inner), vec!["s7-sim"], "only the Service whose whole selector matches lists the pod");
+        // The pod moves to another tier: the slice that listed it lets it go.
+        let mut moved = inner.get(&pods_t, "default", "p").unwrap();
+        moved["metadata"]["labels"]["tier"] = json!("t9");
+        inner.update(&pods_t, "default", "p", moved, "test", Sub::Main, false).unwrap();
+        c.endpoint_slices(&mut inner, &changed);
+        assert_eq!(listed(&inner), vec!["s9-sim"]);
     }
 
     #[test]

@@ -34,8 +34,13 @@ pub use store::Inner;
 
 /// How often time-based steps (pod start, job completion) are checked.
 const TICK: std::time::Duration = std::time::Duration::from_millis(100);
-/// Passes per wake-up; each pass reacts to the previous pass's writes.
+/// Passes in a row that wrote before the controllers wait for an event or
+/// a tick; each pass reacts to the previous pass's writes.
 const MAX_PASSES: usize = 20;
+/// Objects of each kind a pass looks at; the rest wait for the next pass.
+const PER_PASS: usize = 100;
+/// Milliseconds the controllers give waiting Lease requests before a pass.
+const LEASE_WAITS: usize = 50;
 
 /// A running emulator.
 pub struct Sim {
@@ -58,8 +63,9 @@ impl Sim {
             .with_context(|| format!("binding 127.0.0.1:{port}"))?;
         let addr = listener.local_addr()?;
         let store: server::Shared = Arc::new(Mutex::new(inner));
-        let app = axum::Router::new().fallback(server::handle).with_state((store.clone(), addr.port()));
-        spawn_controllers(store.clone(), controllers);
+        let leases = server::LeaseRequests::default();
+        let app = axum::Router::new().fallback(server::handle).with_state((store.clone(), addr.port(), leases.clone()));
+        spawn_controllers(store.clone(), controllers, leases);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app)
@@ -106,48 +112,60 @@ impl Sim {
     }
 }
 
-/// Runs the controllers on every change and on a short tick.
-fn spawn_controllers(store: server::Shared, controllers: Controllers) {
+/// Runs the controllers on every change and on a short tick, a bounded
+/// part of what changed per pass ([`controllers::Changed::take`]).
+fn spawn_controllers(store: server::Shared, controllers: Controllers, leases: server::LeaseRequests) {
     let mut events = store.lock().expect("store lock").events.subscribe();
     tokio::spawn(async move {
-        let mut changed = controllers::Changed::everything();
+        // What is left to look at: named objects carried from pass to pass.
+        let mut pending = controllers::Changed::everything();
+        // Passes in a row since the last wait for an event or a tick.
+        let mut passes = 0;
         loop {
-            tokio::select! {
-                r = events.recv() => {
-                    let mut any = match r {
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                            changed = controllers::Changed::everything();
-                            true
+            if pending.is_empty() && passes >= MAX_PASSES || passes == 0 {
+                passes = 0;
+                tokio::select! {
+                    r = events.recv() => {
+                        let mut any = match r {
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                                pending = controllers::Changed::everything();
+                                true
+                            }
+                            Ok(ev) => {
+                                pending.note(&ev);
+                                controllers::watched(&ev.key)
+                            }
+                        };
+                        // Coalesce a burst of events into one pass.
+                        any |= drain(&mut events, &mut pending);
+                        if !any && pending.is_empty() {
+                            continue;
                         }
-                        Ok(ev) => {
-                            changed.note(&ev);
-                            controllers::watched(&ev.key)
-                        }
-                    };
-                    // Coalesce a burst of events into one pass.
-                    any |= drain(&mut events, &mut changed);
-                    if !any {
-                        continue;
                     }
+                    _ = tokio::time::sleep(TICK) => {}
                 }
-                _ = tokio::time::sleep(TICK) => {}
             }
-            for _ in 0..MAX_PASSES {
-                // The store is held for one pass at a time: between passes
-                // the requests waiting for it (a Lease renewal among them)
-                // are served.
-                let started = std::time::Instant::now();
-                let wrote = controllers.reconcile(&mut store.lock().expect("store lock"), &changed);
-                tracing::debug!(ms = started.elapsed().as_millis() as u64, wrote, "controllers' pass");
-                // The next pass reacts to this one's writes.
-                changed = controllers::Changed::default();
-                drain(&mut events, &mut changed);
-                if !wrote {
+            // Lease requests go first (a bounded wait: a flood of them
+            // does not stop the controllers).
+            for _ in 0..LEASE_WAITS {
+                if !leases.waiting() {
                     break;
                 }
-                tokio::task::yield_now().await;
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             }
+            let started = std::time::Instant::now();
+            let wrote = {
+                let mut inner = store.lock().expect("store lock");
+                pending.expand(&inner);
+                let part = pending.take(PER_PASS);
+                controllers.reconcile(&mut inner, &part)
+            };
+            tracing::debug!(ms = started.elapsed().as_millis() as u64, wrote, "controllers' pass");
+            // The next pass reacts to this one's writes, and takes the rest.
+            drain(&mut events, &mut pending);
+            passes = if wrote || !pending.is_empty() { passes + 1 } else { 0 };
+            tokio::task::yield_now().await;
         }
     });
 }

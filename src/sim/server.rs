@@ -263,8 +263,36 @@ fn selectors(q: &HashMap<String, String>) -> R<(LabelSelector, FieldSelector)> {
     Ok((l, f))
 }
 
+/// Requests for Leases in flight. As a real API server's priority and
+/// fairness gives leader election a level of its own, the simulated
+/// controllers wait for these before taking the store for a pass: a
+/// renewal is never queued behind the controllers' work.
+#[derive(Debug, Clone, Default)]
+pub struct LeaseRequests(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl LeaseRequests {
+    fn enter(&self) -> LeaseRequest {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        LeaseRequest(self.clone())
+    }
+
+    /// Whether one is waiting for (or holding) the store.
+    pub fn waiting(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+}
+
+/// One Lease request in flight, until dropped.
+struct LeaseRequest(LeaseRequests);
+
+impl Drop for LeaseRequest {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 pub async fn handle(
-    State((shared, port)): State<(Shared, u16)>,
+    State((shared, port, leases)): State<(Shared, u16, LeaseRequests)>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -272,6 +300,7 @@ pub async fn handle(
 ) -> Response {
     let path = uri.path().trim_end_matches('/').to_string();
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let _lease = (segs.contains(&"coordination.k8s.io") && segs.contains(&"leases")).then(|| leases.enter());
     let quorum = shared.lock().expect("store lock").etcd.has_quorum();
     if method == Method::GET && matches!(segs.as_slice(), ["healthz"] | ["readyz"] | ["livez"]) {
         return if quorum {
