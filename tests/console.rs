@@ -123,7 +123,7 @@ async fn the_console_shows_the_fleet_down_to_a_workload_live_and_accessibly() {
     };
     let svc: Arc<Service> =
         Service::start(client.clone(), ms, Identity::new(settings, Some(client.clone())), config).await.unwrap();
-    tokio::spawn(svc.clone().run());
+    tokio::spawn(svc.clone().run(tokio::sync::watch::channel(false).1));
     let console = pinfleet::console::Console::new(svc.clone(), None, Duration::from_secs(1), false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());

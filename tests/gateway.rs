@@ -721,8 +721,18 @@ fn a_gateway_killed_mid_admission_loses_nothing_and_admits_nothing_twice() {
     let ledger: pinfleet::gateway::quota::Ledger = serde_json::from_value(ledger.spec.ledger).unwrap();
     assert_eq!(ledger.reservations.len(), 12);
     assert!(ledger.usage(&team, pinfleet::workloads::Tier::OnDemand).cpu <= 6000);
-    second.kill().unwrap();
-    second.wait().unwrap();
+    // Told to stop (SIGTERM), the leader ends its work and releases the
+    // Lease before it exits: a standby need not wait for it to expire.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(rt.block_on(host.client()), &ns);
+    let holder = |l: &k8s_openapi::api::coordination::v1::Lease| {
+        l.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default()
+    };
+    assert!(!holder(&rt.block_on(leases.get("pinfleet-gateway")).unwrap()).is_empty(), "the second gateway leads");
+    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
+    let status = second.wait().unwrap();
+    assert!(status.success(), "the gateway ended cleanly on SIGTERM: {status:?}");
+    let released = rt.block_on(leases.get("pinfleet-gateway")).unwrap();
+    assert_eq!(holder(&released), "", "the Lease was released on SIGTERM: {released:?}");
 }
 
 // ---- a hostile team member --------------------------------------------------

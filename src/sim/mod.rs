@@ -13,6 +13,7 @@ pub mod etcd;
 pub mod kubeadm;
 pub mod local;
 pub mod nodes;
+pub mod objects;
 pub mod openapi;
 pub mod patch;
 pub mod procs;
@@ -161,7 +162,12 @@ fn spawn_controllers(store: server::Shared, controllers: Controllers, leases: se
                 let part = pending.take(PER_PASS);
                 controllers.reconcile(&mut inner, &part)
             };
-            tracing::debug!(ms = started.elapsed().as_millis() as u64, wrote, "controllers' pass");
+            tracing::debug!(
+                ms = started.elapsed().as_millis() as u64,
+                wrote,
+                left = !pending.is_empty(),
+                "controllers' pass"
+            );
             // The next pass reacts to this one's writes, and takes the rest.
             drain(&mut events, &mut pending);
             passes = if wrote || !pending.is_empty() { passes + 1 } else { 0 };

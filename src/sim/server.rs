@@ -443,7 +443,9 @@ pub async fn handle(
         Some("eviction") if rt.plural == "pods" && rt.group.is_empty() && method == Method::POST => Sub::Main,
         Some(_) => return not_found_path(&path),
     };
+    let asked = std::time::Instant::now();
     let mut inner = shared.lock().expect("store lock");
+    let held = std::time::Instant::now();
     // A write answers with the stored object; its event's text is the
     // answer's (serialized once, for the response and every watcher).
     let stored = |inner: &Inner, code: u16, o: std::sync::Arc<Value>| match inner.event_of(&o) {
@@ -554,6 +556,11 @@ pub async fn handle(
         _ => Err(ApiError::new(405, "MethodNotAllowed", format!("{method} is not supported on {path}"))),
     })();
     drop(inner);
+    // What a slow answer waited for (`RUST_LOG=pinfleet::sim=debug`).
+    if held.elapsed() >= SLOW || held - asked >= SLOW {
+        let (waited, held) = ((held - asked).as_millis() as u64, held.elapsed().as_millis() as u64);
+        tracing::debug!(%method, path, waited, held, "a slow request (ms)");
+    }
     match result {
         Ok(Answer::Value(code, v)) => json_response(code, &v),
         Ok(Answer::Shared(code, v)) => json_response(code, &v),
@@ -565,6 +572,9 @@ pub async fn handle(
         Err(e) => err(e),
     }
 }
+
+/// A request that waits for or holds the store this long is logged.
+const SLOW: Duration = Duration::from_millis(200);
 
 /// A resource request's answer: a value to serialize, or an object's
 /// JSON text already made (a write's, by its event).

@@ -129,12 +129,12 @@ impl Event {
     }
 }
 
-type ObjKey = (String, String, String, String); // group, plural, namespace, name
+use super::objects::{ObjKey, Objects};
 
 pub struct Inner {
     pub registry: Registry,
     /// Shared with the events that carry them: a write copies nothing.
-    objects: BTreeMap<ObjKey, Arc<Value>>,
+    objects: Objects,
     rv: u64,
     log: VecDeque<Arc<Event>>,
     /// The resourceVersion before the oldest logged event.
@@ -242,7 +242,7 @@ impl Inner {
         let (events, _) = broadcast::channel(65_536);
         let mut s = Inner {
             registry: Registry::new(),
-            objects: BTreeMap::new(),
+            objects: Objects::default(),
             rv: 0,
             log: VecDeque::new(),
             compacted: 0,
@@ -1203,16 +1203,22 @@ impl Inner {
     /// select `pod` (all of them when `pod` is None).
     fn refresh_pdbs(&mut self, ns: &str, pod: Option<&Value>) {
         let Some(t) = self.registry.get("policy", "v1", "poddisruptionbudgets").cloned() else { return };
-        let pdbs: Vec<(ObjKey, Value)> = self
-            .in_namespace("policy", "poddisruptionbudgets", ns)
-            .filter(|(_, pdb)| {
-                pod.is_none_or(|p| {
-                    LabelSelector::from_label_selector(&pdb.pointer("/spec/selector").cloned().unwrap_or(json!({})))
-                        .matches(p)
-                })
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let selects = |pdb: &Value, p: &Value| {
+            LabelSelector::from_label_selector(&pdb.pointer("/spec/selector").cloned().unwrap_or(json!({}))).matches(p)
+        };
+        let pdbs: Vec<(ObjKey, Value)> = match pod {
+            // The budgets that may count this pod, by the objects' index.
+            Some(p) => self
+                .objects
+                .pdbs_for(ns, p)
+                .into_iter()
+                .map(|name| Self::key(&t, ns, &name))
+                .filter_map(|k| self.objects.get(&k).filter(|pdb| selects(pdb, p)).map(|v| (k, Value::clone(v))))
+                .collect(),
+            None => {
+                self.in_namespace("policy", "poddisruptionbudgets", ns).map(|(k, v)| (k.clone(), v.clone())).collect()
+            }
+        };
         for (key, pdb) in pdbs {
             self.refresh_pdb(&t, ns, key, pdb);
         }
@@ -1233,10 +1239,19 @@ impl Inner {
 
     fn matching_pods(&self, ns: &str, selector: &Value) -> Vec<&Value> {
         let sel = LabelSelector::from_label_selector(selector);
-        self.in_namespace("", "pods", ns)
-            .map(|(_, v)| v)
-            .filter(|p| sel.matches(p) && !meta(p).contains_key("deletionTimestamp"))
-            .collect()
+        let live = |p: &&Value| sel.matches(p) && !meta(p).contains_key("deletionTimestamp");
+        // Every pod a selector with `matchLabels` selects carries its first pair.
+        let first = selector.get("matchLabels").and_then(Value::as_object).and_then(|m| m.iter().next());
+        match first {
+            Some((k, v)) => self
+                .objects
+                .pods_labelled(ns, k, v.as_str().unwrap_or_default())
+                .filter_map(|name| self.objects.get(&(String::new(), "pods".into(), ns.to_string(), name.clone())))
+                .map(|p| &**p)
+                .filter(live)
+                .collect(),
+            None => self.in_namespace("", "pods", ns).map(|(_, v)| v).filter(live).collect(),
+        }
     }
 
     fn pdb_status(&self, ns: &str, pdb: &Value) -> Value {

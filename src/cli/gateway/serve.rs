@@ -217,7 +217,8 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
     };
     let svc = service::Service::start(host, members, identity, config).await?;
     let audit = svc.audit_log.clone();
-    tokio::spawn(svc.clone().run());
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let leader = tokio::spawn(svc.clone().run(stopping));
     let scheme = if s.tls_cert.is_some() { "https" } else { "http" };
     let url = format!("{scheme}://{addr}");
     if let Some(f) = &s.url_file {
@@ -239,12 +240,10 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
         crate::console::app(console)
     };
     let shutdown = async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a signal handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {},
-            _ = term.recv() => {},
-        }
+        crate::cli::shutdown_signal().await;
+        // The leader stops its work and releases its Lease while the
+        // connections drain.
+        let _ = stop.send(true);
         // Live-update streams stay open until told: end them, or the
         // graceful shutdown waits for every open browser tab.
         if let Some(c) = closing {
@@ -258,6 +257,8 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
         ..Default::default()
     };
     http::serve_with(app, listener, tls, limits, Some(audit), shutdown).await?;
+    // Bounded by the release's own deadline (two thirds of the lease).
+    let _ = tokio::time::timeout(s.lease_duration, leader).await;
     if let Some(sm) = sim {
         sm.stop().await;
         // The embedded sim's kubeconfig lived as long as it did.

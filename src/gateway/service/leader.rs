@@ -540,8 +540,10 @@ impl Service {
         }
     }
 
-    /// Runs for ever: elected on a Lease in the gateway's namespace.
-    pub async fn run(self: Arc<Self>) {
+    /// Runs until `stop` turns true: elected on a Lease in the gateway's
+    /// namespace; stopping ends the leader's work and releases the Lease,
+    /// so a standby takes over at once rather than when it expires.
+    pub async fn run(self: Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
         let lock = crate::controller::leader::LeaseLock {
             api: Api::namespaced(self.host.clone(), &self.config.namespace),
             name: "pinfleet-gateway".into(),
@@ -551,8 +553,6 @@ impl Service {
         };
         let me = self.clone();
         tokio::spawn(self.clone().follow());
-        // Never told to stop (the process's end ends it).
-        let never = tokio::sync::watch::channel(false).1;
-        crate::controller::leader::run_elected(lock, self.leading.clone(), move || me.clone().lead(), never).await;
+        crate::controller::leader::run_elected(lock, self.leading.clone(), move || me.clone().lead(), stop).await;
     }
 }
