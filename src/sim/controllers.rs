@@ -238,11 +238,7 @@ fn terminating(v: &Value) -> bool {
 }
 
 fn controller_uid(v: &Value) -> Option<String> {
-    v.pointer("/metadata/ownerReferences")?
-        .as_array()?
-        .iter()
-        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-        .and_then(|r| r.get("uid")?.as_str().map(str::to_string))
+    super::objects::controller_uid(v).map(str::to_string)
 }
 
 fn owner_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
@@ -255,20 +251,6 @@ fn all(inner: &Inner, rt: &ResourceType) -> Vec<Arc<Value>> {
     inner.iter_shared(rt, None).cloned().collect()
 }
 
-/// Objects by the uid of their controller (ownerReference with
-/// `controller: true`): what each owner has, found once per pass instead
-/// of by a scan per owner.
-fn by_controller(items: Vec<Arc<Value>>) -> HashMap<String, Vec<Arc<Value>>> {
-    let mut out: HashMap<String, Vec<Arc<Value>>> = HashMap::new();
-    for o in items {
-        if let Some(owner) = controller_uid(&o) {
-            out.entry(owner).or_default().push(o);
-        }
-    }
-    out
-}
-
-/// Stable short hash of a pod template (the pod-template-hash label).
 /// Objects indexed by each pair of their selector's first pair (Services
 /// by `/spec/selector`): the candidates for a pod are those under one of
 /// its labels.
@@ -300,17 +282,7 @@ fn candidates<'a, 'b>(
         .copied()
 }
 
-/// Pods indexed by each of their labels' pairs.
-fn by_label_pair<'a>(pods: impl Iterator<Item = &'a Value>) -> HashMap<(String, String), Vec<&'a Value>> {
-    let mut index: HashMap<(String, String), Vec<&'a Value>> = HashMap::new();
-    for pod in pods {
-        for (k, v) in pod.pointer("/metadata/labels").and_then(Value::as_object).into_iter().flatten() {
-            index.entry((k.clone(), v.as_str().unwrap_or_default().to_string())).or_default().push(pod);
-        }
-    }
-    index
-}
-
+/// Stable short hash of a pod template (the pod-template-hash label).
 pub fn template_hash(template: &Value) -> String {
     use sha2::Digest;
     let mut t = template.clone();
@@ -612,14 +584,15 @@ impl Controllers {
         // node pass writes Nodes and CSRs only).
         let pods = all(inner, &pods_t);
         super::nodes::kubelets(inner, &pods);
+        // The nodes once per pass, shared (a handful beside thousands of pods).
+        let nodes: HashMap<String, Arc<Value>> =
+            all(inner, &t(inner, "", "nodes")).into_iter().map(|n| (name(&n), n)).collect();
         for pod in pods {
             let node = s(&pod, "/spec/nodeName").to_string();
             if node.is_empty() {
                 continue;
             }
-            // One lookup per bound pod, not a copy of every node per pass.
-            let found = inner.peek_shared("", "nodes", "", &node).cloned();
-            let Some(n) = found.as_ref() else {
+            let Some(n) = nodes.get(&node) else {
                 // Pod garbage collection: pods bound to a node that is gone.
                 if !terminating(&pod) {
                     let _ = inner.delete(&pods_t, &ns(&pod), &name(&pod), Propagation::Background, None, false);
@@ -750,7 +723,6 @@ impl Controllers {
     fn endpoint_slices(&self, inner: &mut Inner, changed: &Changed) {
         let svc_t = t(inner, "", "services");
         let slices_t = t(inner, "discovery.k8s.io", "endpointslices");
-        let pods_t = t(inner, "", "pods");
         let selects = |svc: &Value, pod: &Value| {
             svc.pointer("/spec/selector").and_then(Value::as_object).filter(|s| !s.is_empty()).is_some_and(|sel| {
                 sel.iter().all(|(k, v)| pod.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v))
@@ -791,10 +763,6 @@ impl Controllers {
                 }
             }
         }
-        // Each namespace's pods by label pair, built once for the pass.
-        let namespaces: BTreeSet<String> = todo.iter().map(|(n, _)| n.clone()).collect();
-        let pods_index: HashMap<&str, HashMap<(String, String), Vec<&Value>>> =
-            namespaces.iter().map(|n| (n.as_str(), by_label_pair(inner.iter(&pods_t, Some(n))))).collect();
         let mut writes = Vec::new();
         for (ns_, name_) in todo {
             let Some(svc) = inner.peek("", "services", &ns_, &name_) else { continue };
@@ -803,12 +771,8 @@ impl Controllers {
             };
             // Every selected pod carries the selector's first pair.
             let (k, v) = sel.iter().next().expect("a selector that is not empty");
-            let key = (k.clone(), v.as_str().unwrap_or_default().to_string());
-            let mut endpoints: Vec<Value> = pods_index
-                .get(ns_.as_str())
-                .and_then(|index| index.get(&key))
-                .into_iter()
-                .flatten()
+            let mut endpoints: Vec<Value> = inner
+                .pods_labelled(&ns_, k, v.as_str().unwrap_or_default())
                 .filter(|p| !terminating(p) && !s(p, "/status/podIP").is_empty() && selects(svc, p))
                 .map(|p| {
                     json!({"addresses": [s(p, "/status/podIP")], "conditions": {"ready": is_ready(p), "serving": is_ready(p), "terminating": false},
@@ -863,11 +827,10 @@ impl Controllers {
         if replicasets.is_empty() {
             return;
         }
-        let mut pods = by_controller(all(inner, &pods_t));
         for rs in replicasets.into_iter().filter(|r| !terminating(r)) {
             let want = i(&rs, "/spec/replicas", 1);
             let rs_uid = uid(&rs);
-            let mine = pods.remove(&rs_uid).unwrap_or_default();
+            let mine = inner.owned_by(&rs_uid, "", "pods");
             // The pods as they are after this pass's writes: these, and the new ones.
             let mut names: Vec<String> = mine.iter().map(|p| name(p)).collect();
             let owned: Vec<&Value> = mine
@@ -928,13 +891,12 @@ impl Controllers {
         if deployments.is_empty() {
             return;
         }
-        let mut owned = by_controller(all(inner, &rs_t));
         for d in deployments.into_iter().filter(|d| !terminating(d)) {
             let replicas = i(&d, "/spec/replicas", 1);
             let hash = template_hash(&d["spec"]["template"]);
             let namespace = ns(&d);
             let d_uid = uid(&d);
-            let mine = owned.remove(&d_uid).unwrap_or_default();
+            let mine = inner.owned_by(&d_uid, "apps", "replicasets");
             let rss: Vec<Arc<Value>> = mine.iter().filter(|r| !terminating(r)).cloned().collect();
             let new_name = format!("{}-{}", name(&d), hash);
             let new_rs = rss.iter().find(|r| name(r) == new_name).cloned();

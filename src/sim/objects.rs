@@ -1,8 +1,9 @@
 //! The store's objects and the indexes kept beside them. [`super::store`]
 //! holds every object here, by (group, plural, namespace, name); this
 //! module keeps, on each insert and removal, which pods carry a label and
-//! which PodDisruptionBudgets select by one, so that a pod's write finds
-//! the budgets that count it, and a budget its pods, without a scan of the
+//! which PodDisruptionBudgets select by one, and what each controller
+//! owns, so that a pod's write finds the budgets that count it, a budget
+//! or a Service its pods, a ReplicaSet its pods, without a scan of the
 //! namespace (thousands of each when a fleet of services lands at once).
 //! Reads go straight to the map; every change goes through here.
 
@@ -28,6 +29,9 @@ pub struct Objects {
     /// PodDisruptionBudgets without `matchLabels` (expressions only, or
     /// every pod): (namespace, name).
     pdbs_unlabelled: BTreeSet<(String, String)>,
+    /// Objects by the uid of their controller (the owner reference with
+    /// `controller: true`): a ReplicaSet's pods, a Deployment's ReplicaSets.
+    owned: HashMap<String, BTreeSet<ObjKey>>,
 }
 
 impl Deref for Objects {
@@ -51,6 +55,15 @@ fn labels(obj: &Value) -> impl Iterator<Item = (&String, &str)> {
         .into_iter()
         .flatten()
         .map(|(k, v)| (k, v.as_str().unwrap_or_default()))
+}
+
+/// The uid of an object's controller.
+pub fn controller_uid(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .and_then(|r| r.get("uid")?.as_str())
 }
 
 /// The first pair of a budget's `matchLabels`, if it has one: every pod it
@@ -86,8 +99,8 @@ impl Objects {
         self.pods_by_label.clear();
         self.pdbs_by_label.clear();
         self.pdbs_unlabelled.clear();
-        let all: Vec<(ObjKey, Arc<Value>)> =
-            self.map.iter().filter(|(k, _)| is_pod(k) || is_pdb(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        self.owned.clear();
+        let all: Vec<(ObjKey, Arc<Value>)> = self.map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         for (k, v) in all {
             self.index(&k, &v, true);
         }
@@ -95,6 +108,9 @@ impl Objects {
 
     /// Adds (or removes) an object's entries.
     fn index(&mut self, key: &ObjKey, obj: &Value, add: bool) {
+        if let Some(owner) = controller_uid(obj) {
+            self.own(owner, key, add);
+        }
         let (ns, name) = (&key.2, &key.3);
         let entry = |index: &mut HashMap<Pair, BTreeSet<String>>, k: &String, v: &str| {
             let pair = (ns.clone(), k.clone(), v.to_string());
@@ -124,9 +140,23 @@ impl Objects {
         }
     }
 
+    fn own(&mut self, owner: &str, key: &ObjKey, add: bool) {
+        if add {
+            self.owned.entry(owner.to_string()).or_default().insert(key.clone());
+        } else if let Some(set) = self.owned.get_mut(owner) {
+            set.remove(key);
+            if set.is_empty() {
+                self.owned.remove(owner);
+            }
+        }
+    }
+
     /// After a replacement: the old version's entries the new one does not have.
     fn unindex_replaced(&mut self, key: &ObjKey, old: &Value) {
         let new = self.map.get(key).cloned().expect("just inserted");
+        if let Some(was) = controller_uid(old).filter(|was| controller_uid(&new) != Some(*was)) {
+            self.own(was, key, false);
+        }
         if is_pod(key) {
             let now: BTreeSet<(&String, &str)> = labels(&new).collect();
             let gone: Vec<(String, String)> =
@@ -149,6 +179,17 @@ impl Objects {
     /// The pods of `ns` that carry label `k` = `v` (names).
     pub fn pods_labelled(&self, ns: &str, k: &str, v: &str) -> impl Iterator<Item = &String> {
         self.pods_by_label.get(&(ns.to_string(), k.to_string(), v.to_string())).into_iter().flatten()
+    }
+
+    /// The objects of one type whose controller is `owner` (a uid).
+    pub fn owned_by(&self, owner: &str, group: &str, plural: &str) -> Vec<Arc<Value>> {
+        self.owned
+            .get(owner)
+            .into_iter()
+            .flatten()
+            .filter(|k| k.0 == group && k.1 == plural)
+            .filter_map(|k| self.map.get(k).cloned())
+            .collect()
     }
 
     /// The budgets of `ns` that may select a pod with these labels: those
@@ -190,7 +231,15 @@ mod tests {
         let names = o.pdbs_for("default", &pod("b"));
         assert_eq!(names.into_iter().collect::<Vec<_>>(), vec!["all", "budget"]);
         assert_eq!(o.pdbs_for("default", &pod("c")).into_iter().collect::<Vec<_>>(), vec!["all"]);
+        let owned = |uid: &str| Arc::new(json!({"metadata": {"ownerReferences": [{"uid": uid, "controller": true}]}}));
+        o.insert(key("pods", "", "p"), owned("rs-1"));
+        assert_eq!(o.owned_by("rs-1", "", "pods").len(), 1);
+        assert_eq!(o.owned_by("rs-1", "apps", "replicasets").len(), 0, "one type at a time");
+        o.insert(key("pods", "", "p"), owned("rs-2"));
+        assert_eq!(o.owned_by("rs-1", "", "pods").len(), 0, "adopted by another");
+        assert_eq!(o.owned_by("rs-2", "", "pods").len(), 1);
         o.remove(&key("pods", "", "p"));
+        assert_eq!(o.owned_by("rs-2", "", "pods").len(), 0);
         assert_eq!(o.pods_labelled("default", "tier", "web").count(), 0);
         o.retain(|k, _| k.3 != "all");
         assert_eq!(o.pdbs_for("default", &pod("c")).len(), 0, "rebuilt after a retain");

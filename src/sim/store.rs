@@ -1171,6 +1171,16 @@ impl Inner {
         self.objects.get(&(group.to_string(), plural.to_string(), ns.to_string(), name.to_string()))
     }
 
+    /// The objects of a type whose controller has uid `owner` (shared).
+    pub fn owned_by(&self, owner: &str, group: &str, plural: &str) -> Vec<Arc<Value>> {
+        self.objects.owned_by(owner, group, plural)
+    }
+
+    /// The pods of `ns` labelled `k` = `v`.
+    pub fn pods_labelled<'a>(&'a self, ns: &'a str, k: &str, v: &str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.objects.pods_labelled(ns, k, v).filter_map(move |name| self.peek("", "pods", ns, name))
+    }
+
     /// The stored objects of a resource, in one namespace or all (no copies).
     pub fn scan(&self, group: &str, plural: &str, ns: Option<&str>) -> Vec<&Value> {
         match ns {
