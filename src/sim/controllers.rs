@@ -13,6 +13,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::nodes::node_ready;
+use super::objects::pod_requests;
+use super::objects::{cpu_millis, mem_bytes};
 use super::registry::ResourceType;
 use super::store::{finalizers, is_ready, now, Inner, Propagation, Sub};
 
@@ -347,45 +349,6 @@ fn set_status(inner: &mut Inner, rt: &ResourceType, obj: &Value, status: Value, 
     let _ = inner.update(rt, &ns(obj), &name(obj), n, manager, Sub::Status, false);
 }
 
-/// Parses CPU (`500m`, `2`) into millicores.
-pub fn cpu_millis(q: &str) -> i64 {
-    if let Some(m) = q.strip_suffix('m') {
-        m.parse().unwrap_or(0)
-    } else {
-        (q.parse::<f64>().unwrap_or(0.0) * 1000.0) as i64
-    }
-}
-
-/// Parses memory (`512Mi`, `2Gi`, `1G`, bytes) into bytes.
-pub fn mem_bytes(q: &str) -> i64 {
-    const UNITS: &[(&str, f64)] = &[
-        ("Ki", 1024.0),
-        ("Mi", 1048576.0),
-        ("Gi", 1073741824.0),
-        ("Ti", 1099511627776.0),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-    ];
-    for (u, f) in UNITS {
-        if let Some(n) = q.strip_suffix(u) {
-            return (n.parse::<f64>().unwrap_or(0.0) * f) as i64;
-        }
-    }
-    q.parse().unwrap_or(0)
-}
-
-fn pod_requests(pod: &Value) -> (i64, i64) {
-    let mut cpu = 0;
-    let mut mem = 0;
-    for c in pod.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
-        cpu += cpu_millis(s(c, "/resources/requests/cpu"));
-        mem += mem_bytes(s(c, "/resources/requests/memory"));
-    }
-    (cpu, mem)
-}
-
 fn tolerates(pod: &Value, taint: &Value) -> bool {
     let effect = s(taint, "/effect");
     if effect == "PreferNoSchedule" {
@@ -496,28 +459,26 @@ impl Controllers {
             return;
         }
         let pods_t = t(inner, "", "pods");
-        let pods = all(inner, &pods_t);
-        if !pods.iter().any(|p| s(p, "/spec/nodeName").is_empty() && !terminating(p)) {
+        // The pods waiting for a node and each node's usage come from the
+        // store's index, not a pass over every pod.
+        let pending: Vec<Arc<Value>> = inner
+            .objects_unbound()
+            .iter()
+            .filter_map(|(n, p)| inner.peek_shared("", "pods", n, p).cloned())
+            .filter(|p| !terminating(p))
+            .collect();
+        if pending.is_empty() {
             return;
         }
         let nodes = all(inner, &t(inner, "", "nodes"));
-        let mut used: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        let usage: Vec<(String, super::objects::Usage)> =
+            nodes.iter().map(|n| (name(n), inner.node_usage(&name(n)))).collect();
+        let mut used: BTreeMap<String, (i64, i64)> =
+            usage.iter().map(|(n, u)| (n.clone(), (u.cpu, u.memory))).collect();
         // For scoring, kube-scheduler counts a pod without requests as 100m
         // CPU; with the pod count as tie-break, pods spread over nodes.
-        let mut score: BTreeMap<String, (i64, usize)> = BTreeMap::new();
-        for p in pods
-            .iter()
-            .filter(|p| !s(p, "/spec/nodeName").is_empty() && !matches!(s(p, "/status/phase"), "Succeeded" | "Failed"))
-        {
-            let node = s(p, "/spec/nodeName").to_string();
-            let (c, m) = pod_requests(p);
-            let e = used.entry(node.clone()).or_default();
-            e.0 += c;
-            e.1 += m;
-            let sc = score.entry(node).or_default();
-            sc.0 += c.max(100);
-            sc.1 += 1;
-        }
+        let mut score: BTreeMap<String, (i64, usize)> =
+            usage.iter().map(|(n, u)| (n.clone(), (u.score_cpu, u.pods))).collect();
         // A pod that did not fit waits for a cluster event that can make
         // room (a node changed, a pod gone), as kube-scheduler's
         // unschedulable queue: other pods' arrivals try only themselves.
@@ -527,7 +488,7 @@ impl Controllers {
                 || changed.pods.contains(&(ns(p), name(p)))
                 || p.pointer("/status/conditions/0/reason").and_then(Value::as_str) != Some("Unschedulable")
         };
-        for pod in pods.iter().filter(|p| s(p, "/spec/nodeName").is_empty() && !terminating(p) && candidate(p)) {
+        for pod in pending.iter().filter(|p| candidate(p)) {
             let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
             let mut best: Option<(&Value, (i64, usize))> = None;
             for node in &nodes {

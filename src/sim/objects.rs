@@ -32,6 +32,64 @@ pub struct Objects {
     /// Objects by the uid of their controller (the owner reference with
     /// `controller: true`): a ReplicaSet's pods, a Deployment's ReplicaSets.
     owned: HashMap<String, BTreeSet<ObjKey>>,
+    /// Pods not bound to a node: (namespace, name).
+    unbound: BTreeSet<(String, String)>,
+    /// What the pods bound to each node and not finished ask for.
+    usage: HashMap<String, Usage>,
+}
+
+/// The requests of the pods on one node, as the scheduler counts them.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Usage {
+    /// millicores
+    pub cpu: i64,
+    /// bytes
+    pub memory: i64,
+    /// millicores, a pod without requests counted as 100m (kube-scheduler's
+    /// scoring default)
+    pub score_cpu: i64,
+    pub pods: usize,
+}
+
+/// Parses a CPU quantity (`500m`, `2`) into millicores.
+pub fn cpu_millis(q: &str) -> i64 {
+    if let Some(m) = q.strip_suffix('m') {
+        m.parse().unwrap_or(0)
+    } else {
+        (q.parse::<f64>().unwrap_or(0.0) * 1000.0) as i64
+    }
+}
+
+/// Parses memory (`512Mi`, `2Gi`, `1G`, bytes) into bytes.
+pub fn mem_bytes(q: &str) -> i64 {
+    const UNITS: &[(&str, f64)] = &[
+        ("Ki", 1024.0),
+        ("Mi", 1048576.0),
+        ("Gi", 1073741824.0),
+        ("Ti", 1099511627776.0),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+    ];
+    for (u, f) in UNITS {
+        if let Some(n) = q.strip_suffix(u) {
+            return (n.parse::<f64>().unwrap_or(0.0) * f) as i64;
+        }
+    }
+    q.parse().unwrap_or(0)
+}
+
+/// A pod's containers' requests: (millicores, bytes).
+pub fn pod_requests(pod: &Value) -> (i64, i64) {
+    let mut cpu = 0;
+    let mut mem = 0;
+    for c in pod.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
+        let q = |r: &str| c.pointer(&format!("/resources/requests/{r}")).and_then(Value::as_str).unwrap_or_default();
+        cpu += cpu_millis(q("cpu"));
+        mem += mem_bytes(q("memory"));
+    }
+    (cpu, mem)
 }
 
 impl Deref for Objects {
@@ -77,11 +135,12 @@ fn first_match_label(pdb: &Value) -> Option<(&String, &str)> {
 
 impl Objects {
     pub fn insert(&mut self, key: ObjKey, obj: Arc<Value>) -> Option<Arc<Value>> {
-        self.index(&key, &obj, true);
-        let old = self.map.insert(key.clone(), obj);
+        // The old version's entries out, the new one's in.
+        let old = self.map.insert(key.clone(), obj.clone());
         if let Some(o) = &old {
-            self.unindex_replaced(&key, o);
+            self.index(&key, o, false);
         }
+        self.index(&key, &obj, true);
         old
     }
 
@@ -100,6 +159,8 @@ impl Objects {
         self.pdbs_by_label.clear();
         self.pdbs_unlabelled.clear();
         self.owned.clear();
+        self.unbound.clear();
+        self.usage.clear();
         let all: Vec<(ObjKey, Arc<Value>)> = self.map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         for (k, v) in all {
             self.index(&k, &v, true);
@@ -127,6 +188,7 @@ impl Objects {
             for (k, v) in labels(obj) {
                 entry(&mut self.pods_by_label, k, v);
             }
+            self.schedule_index(key, obj, add);
         } else if is_pdb(key) {
             match first_match_label(obj) {
                 Some((k, v)) => entry(&mut self.pdbs_by_label, k, v),
@@ -140,6 +202,41 @@ impl Objects {
         }
     }
 
+    /// The scheduler's view: unbound pods, and each node's usage.
+    fn schedule_index(&mut self, key: &ObjKey, pod: &Value, add: bool) {
+        let node = pod.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or_default();
+        let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or_default();
+        if node.is_empty() {
+            let k = (key.2.clone(), key.3.clone());
+            if add {
+                self.unbound.insert(k);
+            } else {
+                self.unbound.remove(&k);
+            }
+        } else if !matches!(phase, "Succeeded" | "Failed") {
+            let (cpu, memory) = pod_requests(pod);
+            let sign = if add { 1 } else { -1 };
+            let u = self.usage.entry(node.to_string()).or_default();
+            u.cpu += sign * cpu;
+            u.memory += sign * memory;
+            u.score_cpu += sign * cpu.max(100);
+            u.pods = if add { u.pods + 1 } else { u.pods.saturating_sub(1) };
+            if u.pods == 0 {
+                self.usage.remove(node);
+            }
+        }
+    }
+
+    /// Pods not bound to a node: (namespace, name).
+    pub fn unbound(&self) -> &BTreeSet<(String, String)> {
+        &self.unbound
+    }
+
+    /// What the pods bound to `node` and not finished ask for.
+    pub fn usage(&self, node: &str) -> Usage {
+        self.usage.get(node).copied().unwrap_or_default()
+    }
+
     fn own(&mut self, owner: &str, key: &ObjKey, add: bool) {
         if add {
             self.owned.entry(owner.to_string()).or_default().insert(key.clone());
@@ -148,31 +245,6 @@ impl Objects {
             if set.is_empty() {
                 self.owned.remove(owner);
             }
-        }
-    }
-
-    /// After a replacement: the old version's entries the new one does not have.
-    fn unindex_replaced(&mut self, key: &ObjKey, old: &Value) {
-        let new = self.map.get(key).cloned().expect("just inserted");
-        if let Some(was) = controller_uid(old).filter(|was| controller_uid(&new) != Some(*was)) {
-            self.own(was, key, false);
-        }
-        if is_pod(key) {
-            let now: BTreeSet<(&String, &str)> = labels(&new).collect();
-            let gone: Vec<(String, String)> =
-                labels(old).filter(|p| !now.contains(p)).map(|(k, v)| (k.clone(), v.to_string())).collect();
-            for (k, v) in gone {
-                let pair = (key.2.clone(), k, v);
-                if let Some(set) = self.pods_by_label.get_mut(&pair) {
-                    set.remove(&key.3);
-                    if set.is_empty() {
-                        self.pods_by_label.remove(&pair);
-                    }
-                }
-            }
-        } else if is_pdb(key) && first_match_label(old) != first_match_label(&new) {
-            self.index(key, old, false);
-            self.index(key, &new, true);
         }
     }
 
@@ -240,6 +312,25 @@ mod tests {
         assert_eq!(o.owned_by("rs-2", "", "pods").len(), 1);
         o.remove(&key("pods", "", "p"));
         assert_eq!(o.owned_by("rs-2", "", "pods").len(), 0);
+        // The scheduler's view follows binding, finishing and removal.
+        let bound = |node: &str, phase: &str| {
+            Arc::new(
+                json!({"spec": {"nodeName": node, "containers": [{"resources": {"requests": {"cpu": "250m", "memory": "1Gi"}}}, {}]},
+                "status": {"phase": phase}}),
+            )
+        };
+        o.insert(key("pods", "", "q"), bound("", "Pending"));
+        assert_eq!(o.unbound().len(), 1);
+        o.insert(key("pods", "", "q"), bound("n1", "Pending"));
+        assert!(o.unbound().is_empty());
+        assert_eq!(o.usage("n1"), Usage { cpu: 250, memory: 1 << 30, score_cpu: 250, pods: 1 });
+        o.insert(key("pods", "", "q"), bound("n1", "Running"));
+        assert_eq!(o.usage("n1").pods, 1, "a status write counts the pod once");
+        o.insert(key("pods", "", "q"), bound("n1", "Succeeded"));
+        assert_eq!(o.usage("n1"), Usage::default(), "a finished pod asks for nothing");
+        o.insert(key("pods", "", "q"), bound("n1", "Running"));
+        o.remove(&key("pods", "", "q"));
+        assert_eq!(o.usage("n1"), Usage::default());
         assert_eq!(o.pods_labelled("default", "tier", "web").count(), 0);
         o.retain(|k, _| k.3 != "all");
         assert_eq!(o.pdbs_for("default", &pod("c")).len(), 0, "rebuilt after a retain");

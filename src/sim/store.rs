@@ -1176,6 +1176,16 @@ impl Inner {
         self.objects.owned_by(owner, group, plural)
     }
 
+    /// Pods not bound to a node: (namespace, name).
+    pub fn objects_unbound(&self) -> &std::collections::BTreeSet<(String, String)> {
+        self.objects.unbound()
+    }
+
+    /// What the pods bound to `node` and not finished ask for.
+    pub fn node_usage(&self, node: &str) -> super::objects::Usage {
+        self.objects.usage(node)
+    }
+
     /// The pods of `ns` labelled `k` = `v`.
     pub fn pods_labelled<'a>(&'a self, ns: &'a str, k: &str, v: &str) -> impl Iterator<Item = &'a Value> + 'a {
         self.objects.pods_labelled(ns, k, v).filter_map(move |name| self.peek("", "pods", ns, name))
