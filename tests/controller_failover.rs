@@ -18,6 +18,19 @@ use kube_support::KubeEnv;
 use pinfleet::workloads::PinterestService;
 use serde_json::json;
 
+/// The replica that holds the `pinfleet-controller` Lease, once one does.
+async fn leader_among(leases: &Api<Lease>, replicas: &Replicas) -> String {
+    let ids: Vec<String> = replicas.0.iter().map(|(id, _)| id.clone()).collect();
+    until("a replica to hold the Lease", || {
+        let (leases, ids) = (leases.clone(), ids.clone());
+        async move {
+            let h = leases.get_opt("pinfleet-controller").await.unwrap()?.spec?.holder_identity?;
+            ids.contains(&h).then_some(h)
+        }
+    })
+    .await
+}
+
 async fn until<T, F, Fut>(what: &str, mut f: F) -> T
 where
     F: FnMut() -> Fut,
@@ -94,16 +107,8 @@ async fn a_sigkilled_leader_is_replaced_within_the_lease_and_no_change_is_lost()
         let id = k.unique(id);
         replicas.0.push((id.clone(), replica(&k, &id)));
     }
-    let ids: Vec<String> = replicas.0.iter().map(|(id, _)| id.clone()).collect();
     // One of the two leads (a lease left by an earlier run expires first).
-    let leader = until("a replica to hold the Lease", || {
-        let (leases, ids) = (leases.clone(), ids.clone());
-        async move {
-            let h = leases.get_opt("pinfleet-controller").await.unwrap()?.spec?.holder_identity?;
-            ids.contains(&h).then_some(h)
-        }
-    })
-    .await;
+    let leader = leader_among(&leases, &replicas).await;
 
     let svcs: Api<PinterestService> = Api::namespaced(client.clone(), &k.namespace);
     let cr: PinterestService = serde_json::from_value(json!({
@@ -150,7 +155,7 @@ async fn a_sigkilled_leader_is_replaced_within_the_lease_and_no_change_is_lost()
     .await;
     let took = killed.elapsed();
     let after = leases.get("pinfleet-controller").await.unwrap().spec.unwrap();
-    let standby = ids.iter().find(|id| **id != leader).unwrap();
+    let standby = replicas.0.iter().map(|(id, _)| id).find(|id| **id != leader).unwrap();
     assert_eq!(after.holder_identity.as_ref(), Some(standby), "the standby holds the Lease");
     assert_eq!(
         after.lease_transitions.unwrap_or(0),
@@ -227,15 +232,7 @@ async fn leadership_holds_while_busy_and_a_stopping_leader_releases_the_lease() 
         );
         replicas.0.push((id.clone(), child));
     }
-    let ids: Vec<String> = replicas.0.iter().map(|(id, _)| id.clone()).collect();
-    let leader = until("a replica to hold the Lease", || {
-        let (leases, ids) = (leases.clone(), ids.clone());
-        async move {
-            let h = leases.get_opt("pinfleet-controller").await.unwrap()?.spec?.holder_identity?;
-            ids.contains(&h).then_some(h)
-        }
-    })
-    .await;
+    let leader = leader_among(&leases, &replicas).await;
     let before = leases.get("pinfleet-controller").await.unwrap().spec.unwrap();
 
     let busy = BusyCores::start();
@@ -297,7 +294,7 @@ async fn leadership_holds_while_busy_and_a_stopping_leader_releases_the_lease() 
     let status = replicas.0[i].1.wait().unwrap();
     assert!(status.success(), "the leader ended cleanly on SIGTERM: {status:?}");
     let released = leases.get("pinfleet-controller").await.unwrap().spec.unwrap();
-    let standby = ids.iter().find(|id| **id != leader).unwrap().clone();
+    let standby = replicas.0.iter().map(|(id, _)| id).find(|id| **id != leader).unwrap().clone();
     let holder = released.holder_identity.clone().unwrap_or_default();
     assert!(holder.is_empty() || holder == standby, "the Lease was released on SIGTERM: {released:?}");
     until("the standby to take the released Lease", || {

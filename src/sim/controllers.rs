@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::nodes::node_ready;
 use super::objects::pod_requests;
-use super::objects::{cpu_millis, mem_bytes};
+use super::objects::quantity;
 use super::registry::ResourceType;
 use super::store::{finalizers, is_ready, now, Inner, Propagation, Sub};
 
@@ -413,9 +413,8 @@ fn unfit(pod: &Value, node: &Value, used: (i64, i64)) -> Option<&'static str> {
         }
     }
     let (cpu, mem) = pod_requests(pod);
-    let alloc_cpu = node.pointer("/status/allocatable/cpu").and_then(Value::as_str).map(cpu_millis).unwrap_or(i64::MAX);
-    let alloc_mem =
-        node.pointer("/status/allocatable/memory").and_then(Value::as_str).map(mem_bytes).unwrap_or(i64::MAX);
+    let alloc_cpu = node.pointer("/status/allocatable/cpu").map_or(i64::MAX, |v| quantity(Some(v), true));
+    let alloc_mem = node.pointer("/status/allocatable/memory").map_or(i64::MAX, |v| quantity(Some(v), false));
     if used.0 + cpu > alloc_cpu {
         return Some("Insufficient cpu");
     }
@@ -1310,10 +1309,13 @@ mod tests {
 
     #[test]
     fn quantities() {
-        assert_eq!(cpu_millis("500m"), 500);
-        assert_eq!(cpu_millis("2"), 2000);
-        assert_eq!(mem_bytes("512Mi"), 512 * 1024 * 1024);
-        assert_eq!(mem_bytes("1G"), 1_000_000_000);
+        let q = |v: Value, milli| quantity(Some(&v), milli);
+        assert_eq!(q(json!("500m"), true), 500);
+        assert_eq!(q(json!("2"), true), 2000);
+        assert_eq!(q(json!(8), true), 8000, "a number is a quantity too");
+        assert_eq!(q(json!("512Mi"), false), 512 * 1024 * 1024);
+        assert_eq!(q(json!("1G"), false), 1_000_000_000);
+        assert_eq!(q(json!("lots"), true), 0, "what does not parse asks for nothing");
     }
 
     #[test]

@@ -123,7 +123,10 @@ fn spawn_controllers(store: server::Shared, controllers: Controllers, leases: se
         // Passes in a row since the last wait for an event or a tick.
         let mut passes = 0;
         loop {
-            if pending.is_empty() && passes >= MAX_PASSES || passes == 0 {
+            // Wait for an event or a tick after a pass that left nothing to
+            // do, or after MAX_PASSES in a row once what changed is taken.
+            let idle = passes == 0 || (passes >= MAX_PASSES && pending.is_empty());
+            if idle {
                 passes = 0;
                 tokio::select! {
                     r = events.recv() => {

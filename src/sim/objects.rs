@@ -51,33 +51,13 @@ pub struct Usage {
     pub pods: usize,
 }
 
-/// Parses a CPU quantity (`500m`, `2`) into millicores.
-pub fn cpu_millis(q: &str) -> i64 {
-    if let Some(m) = q.strip_suffix('m') {
-        m.parse().unwrap_or(0)
-    } else {
-        (q.parse::<f64>().unwrap_or(0.0) * 1000.0) as i64
-    }
-}
-
-/// Parses memory (`512Mi`, `2Gi`, `1G`, bytes) into bytes.
-pub fn mem_bytes(q: &str) -> i64 {
-    const UNITS: &[(&str, f64)] = &[
-        ("Ki", 1024.0),
-        ("Mi", 1048576.0),
-        ("Gi", 1073741824.0),
-        ("Ti", 1099511627776.0),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-    ];
-    for (u, f) in UNITS {
-        if let Some(n) = q.strip_suffix(u) {
-            return (n.parse::<f64>().unwrap_or(0.0) * f) as i64;
-        }
-    }
-    q.parse().unwrap_or(0)
+/// A quantity as the scheduler counts it (millicores or bytes, rounded
+/// up): the API's own parser, so `cpu: 8` written as a number counts as 8
+/// cores; absent or invalid counts as 0.
+pub fn quantity(v: Option<&Value>, milli: bool) -> i64 {
+    use crate::kube::quantity::{bytes, cpu_millis};
+    let n = v.map(|v| if milli { cpu_millis(v) } else { bytes(v) }).and_then(Result::ok).unwrap_or(0);
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// A pod's containers' requests: (millicores, bytes).
@@ -85,9 +65,9 @@ pub fn pod_requests(pod: &Value) -> (i64, i64) {
     let mut cpu = 0;
     let mut mem = 0;
     for c in pod.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
-        let q = |r: &str| c.pointer(&format!("/resources/requests/{r}")).and_then(Value::as_str).unwrap_or_default();
-        cpu += cpu_millis(q("cpu"));
-        mem += mem_bytes(q("memory"));
+        let requests = c.pointer("/resources/requests");
+        cpu += quantity(requests.and_then(|r| r.get("cpu")), true);
+        mem += quantity(requests.and_then(|r| r.get("memory")), false);
     }
     (cpu, mem)
 }
