@@ -256,3 +256,48 @@ fn a_build_directory_keeps_only_the_build_that_ran() {
         assert!(!present(gone), "{gone} was kept");
     }
 }
+
+/// On a machine that never built pinfleet the profile directory does not
+/// exist when the build starts: prune-build must still read the build's
+/// messages to their end, or the build dies writing into a closed pipe
+/// ("Broken pipe") and the run fails though every test passed. The build
+/// here is a writer that sends more than a pipe holds before it makes the
+/// directory, piped exactly as scripts/test pipes `cargo test --no-run`.
+#[test]
+fn prune_build_reads_a_fresh_machines_whole_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("debug");
+    let stamp = dir.path().join("stamp");
+    std::fs::write(&stamp, b"").unwrap();
+    let build = r#"
+import json, os, sys
+profile = sys.argv[1]
+package = "path+file:///src/pinfleet#pinfleet@0.1.0"
+for i in range(20000):
+    print(json.dumps({"reason": "compiler-message", "package_id": package, "message": {"rendered": "warning %d" % i}}))
+sys.stdout.flush()
+os.makedirs(os.path.join(profile, "deps"))
+os.makedirs(os.path.join(profile, ".fingerprint", "pinfleet-1111111111111111"))
+os.makedirs(os.path.join(profile, ".fingerprint", "pinfleet-aaaaaaaaaaaaaaaa"))
+for name in ("libpinfleet-1111111111111111.rlib", "libpinfleet-aaaaaaaaaaaaaaaa.rlib"):
+    open(os.path.join(profile, "deps", name), "w").close()
+print(json.dumps({"reason": "compiler-artifact", "package_id": package,
+    "filenames": [os.path.join(profile, "deps", "libpinfleet-1111111111111111.rlib")], "executable": None}))
+print(json.dumps({"reason": "build-finished", "success": True}))
+"#;
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(r#"set -euo pipefail; python3 -c "$1" "$2" | scripts/prune-build "$2" "$3""#)
+        .arg("build")
+        .arg(build)
+        .arg(&profile)
+        .arg(&stamp)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the pipeline failed ({}): {err}", out.status);
+    assert!(!err.contains("Broken pipe"), "{err}");
+    // The messages were read and used once the build had made the directory.
+    assert!(profile.join("deps/libpinfleet-1111111111111111.rlib").exists(), "{err}");
+    assert!(!profile.join("deps/libpinfleet-aaaaaaaaaaaaaaaa.rlib").exists(), "{err}");
+}
