@@ -598,6 +598,31 @@ pub struct Blocked {
     pub churn: Option<String>,
 }
 
+/// A change that launched some of its machines before it stopped: they
+/// run, and the apply's summary counts them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} machine(s) of this change launched before it stopped: {}", ids.len(), ids.join(","))]
+pub struct PartlyLaunched {
+    pub ids: Vec<String>,
+}
+
+/// Why a launch stopped at the per-minute cap: the cap's own words, and
+/// the offerings of the batch it had not asked for yet (not "every
+/// offering is out": they were never tried).
+pub fn capped_reason(capped: &str, offered: &[Offering], asked: &[Offering]) -> String {
+    let mut untried: Vec<String> = Vec::new();
+    for o in offered.iter().filter(|o| !asked.contains(o)) {
+        let o = o.to_string();
+        if !untried.contains(&o) {
+            untried.push(o);
+        }
+    }
+    if untried.is_empty() {
+        return capped.to_string();
+    }
+    format!("{capped}; not yet tried: {}", untried.join(", "))
+}
+
 impl Blocked {
     /// The capacity refusal somewhere in `e`'s chain, if there is one.
     pub fn find(e: &anyhow::Error) -> Option<&Blocked> {

@@ -236,9 +236,60 @@ fn a_bake_killed_then_stopped_mid_copy_resumes_without_a_second_builder_or_image
     let (builders, home, eu, _) = rtm.block_on(census(&w));
     assert_eq!((builders.len(), home, eu), (1, 1, 1));
 
-    // 4. And again: found complete.
-    let out = ok(&w, &["ami", "bake", "node"]);
-    assert!(out.contains("found complete, nothing to do"), "{out}");
+    // Every image and snapshot of the build carries its tags, copies too.
+    let tagged = |region: &'static str| {
+        let w = &w;
+        async move {
+            let aws = client(w, region).await;
+            let out = aws.ec2.describe_images().owners("self").filters(filter("name", "pinfleet/node/*")).send().await;
+            let img = out.unwrap().images()[0].clone();
+            let snaps: Vec<String> = img
+                .block_device_mappings()
+                .iter()
+                .filter_map(|m| m.ebs().and_then(|e| e.snapshot_id()).map(str::to_string))
+                .collect();
+            let has = |t: &[aws_sdk_ec2::types::Tag]| t.iter().any(|t| t.key() == Some("pinfleet:build-id"));
+            let out = aws.ec2.describe_snapshots().set_snapshot_ids(Some(snaps.clone())).send().await.unwrap();
+            let snaps_tagged = !snaps.is_empty() && out.snapshots().iter().all(|s| has(s.tags()));
+            (img.image_id().unwrap().to_string(), snaps, has(img.tags()), snaps_tagged)
+        }
+    };
+    for region in ["us-east-1", "eu-west-1"] {
+        let (id, _, image, snaps) = rtm.block_on(tagged(region));
+        assert!(image && snaps, "{region}: {id} and its snapshots carry the build's tags");
+    }
+
+    // A run killed between CopyImage and its tags (issue 47): the copy is
+    // found by its name with no tag at all. A run again tags it, image and
+    // snapshots, so that promote and gc find it.
+    let (copy, snaps, ..) = rtm.block_on(tagged("eu-west-1"));
+    rtm.block_on(async {
+        let eu = client(&w, "eu-west-1").await;
+        let mut resources = snaps.clone();
+        resources.push(copy.clone());
+        // Every tag the image and its snapshots carry, by key.
+        let img = eu.ec2.describe_images().image_ids(&copy).send().await.unwrap();
+        let snap = eu.ec2.describe_snapshots().set_snapshot_ids(Some(snaps.clone())).send().await.unwrap();
+        let mut keys: Vec<String> = img.images()[0].tags().iter().filter_map(|t| t.key().map(str::to_string)).collect();
+        keys.extend(snap.snapshots().iter().flat_map(|s| s.tags()).filter_map(|t| t.key().map(str::to_string)));
+        keys.sort();
+        keys.dedup();
+        let tags: Vec<aws_sdk_ec2::types::Tag> =
+            keys.iter().map(|k| aws_sdk_ec2::types::Tag::builder().key(k).build()).collect();
+        eu.ec2.delete_tags().set_resources(Some(resources)).set_tags(Some(tags)).send().await.unwrap();
+    });
+    assert_eq!(rtm.block_on(tagged("eu-west-1")).2, false);
+
+    // 4. And again: found complete, the copy's tags mended.
+    let o = run(&w, &["ami", "bake", "node"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("found complete, nothing to do"), "{}", stdout(&o));
+    assert!(stderr(&o).contains(&format!("eu-west-1: tagged {copy}, which a run had left without its tags")), "{}", stderr(&o));
+    let (_, _, image, snaps) = rtm.block_on(tagged("eu-west-1"));
+    assert!(image && snaps, "the untagged copy was tagged again");
+    let o = run(&w, &["ami", "bake", "node"]);
+    let err = stderr(&o);
+    assert!(!err.contains("left without its tags") && !err.contains("tagged the snapshot"), "nothing left to tag: {err}");
     stop.store(true, Ordering::SeqCst);
     stand_in.join().unwrap();
 }
@@ -377,7 +428,15 @@ fn channels_move_groups_rollback_is_one_write_and_gc_goes_by_reference() {
             .collect::<Vec<_>>()
     });
     assert!(!b_eu_snaps.is_empty());
+    // Without --yes, gc shows its plan and changes nothing (issue 47).
     let out = ok(&w, &["ami", "gc", "--retention", "0s", "--disable-after", "0s"]);
+    assert!(out.starts_with("dry run: nothing changed (run with --yes"), "{out}");
+    let still = rtm.block_on(async {
+        let aws = client(&w, "eu-west-1").await;
+        aws.ec2.describe_images().image_ids(&b_eu).send().await.unwrap().images().len()
+    });
+    assert_eq!(still, 1, "gc without --yes deregistered {b_eu}");
+    let out = ok(&w, &["ami", "gc", "--retention", "0s", "--disable-after", "0s", "--yes"]);
     assert!(out.contains(&format!("eu-west-1 {b_eu}: deregistered; deleted")), "{out}");
     rtm.block_on(async {
         let names = |aws: pinfleet::cloud::aws::Aws| async move {

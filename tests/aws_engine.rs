@@ -773,6 +773,69 @@ fn capacity_refusals_fall_back_across_zones_then_types_and_the_ledger_is_shared(
     assert_eq!(ice2[0]["instance_type"], "m6i.large", "t3.large is held back in both zones: {ice2:?}");
 }
 
+/// Issue 47: a launch of several batches (one per subnet) never asks again
+/// for an offering an earlier batch of the same launch was just refused:
+/// with the first type out in every zone, the first batch learns it and
+/// the second goes straight to the next type, inside the per-minute cap.
+#[test]
+fn a_later_batch_does_not_ask_again_what_an_earlier_one_was_refused() {
+    let mut w = World::new("reask", 2);
+    let yaml = w.cluster_yaml(2, "t3.large").replace(
+        "      rollout:\n        maxSurge: 1\n",
+        "      rollout:\n        maxSurge: 1\n      capacity:\n        types: [m6i.large, m6a.large]\n        fallback: [zone, type]\n        launchesPerMinute: 3\n",
+    );
+    w.write_cluster(&yaml);
+    w.extra_env.push(("PINFLEET_CAPACITY_FAULTS".into(), "InsufficientInstanceCapacity@*/t3.large/*".into()));
+    let out = w.run(&["bootstrap", "reask", "--yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let general = w.instances_in("general");
+    assert_eq!(general.len(), 2, "{general:?}");
+    let mut zones: Vec<&str> = general.iter().map(|i| i["zone"].as_str().unwrap()).collect();
+    zones.sort();
+    assert_eq!(zones, ["us-east-1a", "us-east-1b"], "still spread over both subnets");
+    assert!(general.iter().all(|i| i["instance_type"] == "m6i.large"), "{general:?}");
+    let ledger = w.json(&["capacity", "reask"]);
+    let l = &ledger["ledgers"][0];
+    let entries = l["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2, "t3.large in each zone: {ledger}");
+    for e in entries {
+        assert_eq!(e["strikes"], 1, "asked once, not again by the next batch: {ledger}");
+    }
+    let refused: u64 = l["launches"].as_array().unwrap().iter().map(|x| x["refused"].as_u64().unwrap()).sum();
+    assert_eq!(refused, 2, "{ledger}");
+}
+
+/// Stopped by the per-minute cap, a launch says so and names the offerings
+/// it has not tried yet (they are not "out"); and the apply's summary
+/// counts the machines an earlier batch of the stopped change launched.
+#[test]
+fn a_launch_stopped_by_the_cap_names_what_is_untried_and_counts_what_it_launched() {
+    let mut w = World::new("capped", 2);
+    let yaml = w.cluster_yaml(2, "t3.large").replace(
+        "      rollout:\n        maxSurge: 1\n",
+        "      rollout:\n        maxSurge: 1\n      capacity:\n        types: [m6i.large, m6a.large]\n        fallback: [zone, type]\n        launchesPerMinute: 3\n",
+    );
+    w.write_cluster(&yaml);
+    // The first batch (subnet a): t3.large refused in both zones, m6i.large
+    // in us-east-1a launches. The second (subnet b) skips t3.large, is
+    // refused m6i.large in us-east-1b and meets the cap (3 refused calls).
+    w.extra_env.push((
+        "PINFLEET_CAPACITY_FAULTS".into(),
+        "InsufficientInstanceCapacity@*/t3.large/*;InsufficientInstanceCapacity@*/m6i.large/us-east-1b".into(),
+    ));
+    let out = w.run(&["bootstrap", "capped", "--yes"]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("3 refused launch calls in the last minute"), "{err}");
+    assert!(
+        err.contains("not yet tried: on-demand m6i.large in us-east-1a, on-demand m6a.large in us-east-1b, on-demand m6a.large in us-east-1a"),
+        "{err}"
+    );
+    assert!(!err.contains("every offering of the group is out"), "{err}");
+    assert!(err.contains("1 machine(s) launched by a change partly served"), "{err}");
+    assert_eq!(w.instances_in("general").len(), 1);
+}
+
 /// Bounded churn: with every offering of the group out, a launch makes at
 /// most `launchesPerMinute` refused calls, the next run within the minute makes
 /// none, and the failed launches are in the ledger (where two of the last

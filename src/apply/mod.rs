@@ -101,6 +101,8 @@ pub async fn execute<C: Operations + ?Sized>(plan: &Plan, ctx: Arc<C>, opts: &Op
     let mut done: BTreeSet<crate::cloud::key::ResourceKey> = BTreeSet::new();
     let mut report = Report::default();
     let mut failure: Option<anyhow::Error> = None;
+    // Machines started by changes that then stopped (a launch partly served).
+    let mut partly_launched = 0usize;
     let mut running = FuturesUnordered::new();
     loop {
         while failure.is_none() && running.len() < opts.parallelism.max(1) {
@@ -141,6 +143,9 @@ pub async fn execute<C: Operations + ?Sized>(plan: &Plan, ctx: Arc<C>, opts: &Op
                 });
             }
             Err(e) => {
+                if let Some(p) = e.downcast_ref::<crate::capacity::PartlyLaunched>() {
+                    partly_launched += p.ids.len();
+                }
                 if opts.progress {
                     let _ = writeln!(anstream::stderr(), "  {} {} {}", "✗".red(), change.key, format!("{e:#}").red());
                 }
@@ -149,8 +154,12 @@ pub async fn execute<C: Operations + ?Sized>(plan: &Plan, ctx: Arc<C>, opts: &Op
         }
     }
     if let Some(e) = failure {
+        let partly = match partly_launched {
+            0 => String::new(),
+            n => format!(" ({n} machine(s) launched by a change partly served)"),
+        };
         return Err(e.context(format!(
-            "{} of {} changes applied; run again to finish",
+            "{} of {} changes applied{partly}; run again to finish",
             report.done.len(),
             plan.changes.len()
         )));

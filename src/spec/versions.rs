@@ -262,6 +262,31 @@ pub fn supported_on(today: NaiveDate) -> Vec<u32> {
     TABLE.iter().filter(|m| m.released <= today && m.end_of_support >= today).map(|m| m.minor).collect()
 }
 
+/// The README's versions table, drawn from [`TABLE`] as of [`CHECKED`]
+/// (a test holds the README to it, so the two cannot drift).
+pub fn markdown_table() -> String {
+    let mut out = String::from(
+        "| minor | newest patch | end of support | CoreDNS | etcd | status |\n| --- | --- | --- | --- | --- | --- |\n",
+    );
+    for m in TABLE {
+        let default = format!("1.{}", m.minor) == DEFAULT.rsplit_once('.').map(|(a, _)| a).unwrap_or(DEFAULT);
+        let status = match support(m.minor, CHECKED) {
+            Support::Ended { .. } => "runs, to climb out".to_string(),
+            _ if default => "supported, **the default**".to_string(),
+            _ => "supported".to_string(),
+        };
+        let (minor, patch) = (format!("1.{}", m.minor), format!("1.{}.{}", m.minor, m.newest_patch));
+        let (minor, patch) = if default { (format!("**{minor}**"), format!("**{patch}**")) } else { (minor, patch) };
+        out += &format!(
+            "| {minor} | {patch} | {} | {} | {} | {status} |\n",
+            m.end_of_support.format("%Y-%m-%d"),
+            m.coredns,
+            m.etcd_newest()
+        );
+    }
+    out
+}
+
 /// A Kubernetes release: 1.MINOR.PATCH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub struct Version {

@@ -122,7 +122,7 @@ pub fn gc(plan: &Plan, dry_run: bool) -> String {
     }
     let mut out = String::new();
     if dry_run {
-        out += "dry run: nothing changed\n";
+        out += "dry run: nothing changed (run with --yes to carry it out)\n";
     }
     if rows.is_empty() {
         out += "no images baked by pinfleet here\n";

@@ -298,8 +298,14 @@ pub async fn channels_cmd(g: &GlobalArgs, a: ChannelsArgs) -> Result<ExitCode> {
 
 #[derive(Debug, Args)]
 pub struct GcArgs {
-    /// List what would be done and why each survivor is kept; change nothing.
+    /// Carry the plan out: deprecate, disable, deregister and delete
+    /// snapshots. Without it the plan is shown and nothing changes (as
+    /// `apply` shows its plan, and promote, rollback and gate ask for --yes).
     #[arg(long)]
+    pub yes: bool,
+    /// List what would be done and why each survivor is kept; change nothing
+    /// (the default without --yes).
+    #[arg(long, conflicts_with = "yes")]
     pub dry_run: bool,
     /// Deprecate an image this long after it left its last channel.
     #[arg(long, default_value = "7d", value_parser = humantime::parse_duration)]
@@ -334,7 +340,8 @@ pub async fn gc(g: &GlobalArgs, a: GcArgs) -> Result<ExitCode> {
         counts.insert(aws.region.clone(), f.counts);
     }
     let plan = crate::ami::gc::plan(&images, &refs, &chans, &counts, policy, chrono::Utc::now());
-    let done = if a.dry_run {
+    let dry_run = a.dry_run || !a.yes;
+    let done = if dry_run {
         Vec::new()
     } else {
         let refs: Vec<&Aws> = clients.iter().collect();
@@ -344,7 +351,7 @@ pub async fn gc(g: &GlobalArgs, a: GcArgs) -> Result<ExitCode> {
         print_data(g.output, &serde_json::json!({"plan": plan, "done": done}))?;
         return Ok(ExitCode::SUCCESS);
     }
-    write!(anstream::stdout(), "{}", crate::views::images::gc(&plan, a.dry_run))?;
+    write!(anstream::stdout(), "{}", crate::views::images::gc(&plan, dry_run))?;
     for d in &done {
         writeln!(anstream::stdout(), "{} {}: {}", d.region, d.image, d.outcome)?;
     }

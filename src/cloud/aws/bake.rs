@@ -56,6 +56,11 @@ pub struct Baked {
     pub steps: Vec<String>,
 }
 
+/// A wait on the builder gave up: this run removes it as it ends.
+const AGAIN_BUILDER: &str = "this run removes the builder; run the bake again to start a new builder";
+/// A wait on an image or its copies gave up: EC2 goes on making them.
+const AGAIN_IMAGE: &str = "EC2 goes on making it; run the bake again to resume from here";
+
 fn tag(k: &str, v: &str) -> Tag {
     Tag::builder().key(k).value(v.chars().take(255).collect::<String>()).build()
 }
@@ -253,6 +258,53 @@ fn image_tags(l: &Loaded, build_id: &str, base: &str, facts: &str) -> Vec<Tag> {
     t
 }
 
+/// A copy's tags: the image's, its verdict, and where it was copied from.
+fn copy_tags(l: &Loaded, build_id: &str, base: &str, facts: &str, verdict: &str, home: &str, image: &str) -> Vec<Tag> {
+    let mut t = image_tags(l, build_id, base, facts);
+    t.push(tag(plan::TAG_CHECKS, verdict));
+    t.push(tag("pinfleet:copied-from", &format!("{home}/{image}")));
+    t
+}
+
+/// Tags `image` and its snapshots with whatever of `want` they lack (or
+/// carry with another value); says what it tagged. One CreateTags at most.
+async fn mend_tags(aws: &Aws, image: &str, want: &[Tag]) -> Result<Vec<String>> {
+    let out = sdk("DescribeImages", aws.ec2.describe_images().image_ids(image).send().await)?;
+    let Some(img) = out.images().first() else { return Ok(Vec::new()) };
+    let lacks = |have: &BTreeMap<String, String>| {
+        want.iter().any(|t| have.get(t.key().unwrap_or_default()).map(String::as_str) != t.value())
+    };
+    let mut resources = Vec::new();
+    let mut said = Vec::new();
+    if lacks(&tags_of(img.tags())) {
+        resources.push(image.to_string());
+        said.push(format!("tagged {image}, which a run had left without its tags"));
+    }
+    let snaps: Vec<String> = img
+        .block_device_mappings()
+        .iter()
+        .filter_map(|m| m.ebs().and_then(|e| e.snapshot_id()))
+        .map(str::to_string)
+        .collect();
+    if !snaps.is_empty() {
+        let out = sdk("DescribeSnapshots", aws.ec2.describe_snapshots().set_snapshot_ids(Some(snaps)).send().await)?;
+        for s in out.snapshots() {
+            if lacks(&tags_of(s.tags())) {
+                let id = s.snapshot_id().unwrap_or_default().to_string();
+                said.push(format!("tagged the snapshot {id} of {image}"));
+                resources.push(id);
+            }
+        }
+    }
+    if !resources.is_empty() {
+        sdk(
+            "CreateTags",
+            aws.ec2.create_tags().set_resources(Some(resources)).set_tags(Some(want.to_vec())).send().await,
+        )?;
+    }
+    Ok(said)
+}
+
 async fn facts_of(aws: &Aws, id: &str) -> Result<ImageFacts> {
     let out = sdk("DescribeImages", aws.ec2.describe_images().image_ids(id).send().await)?;
     let img = out.images().first().ok_or_else(|| anyhow!("image {id} vanished"))?;
@@ -388,7 +440,10 @@ async fn run(
         }
         // A wait's clock runs from its first look; it is told at its start
         // and then every [`TELL_EVERY`].
-        let mut wait = |what: String, limit: Duration| -> Result<Option<String>> {
+        // What a run again does after a wait gave up: the builder is
+        // removed as this run ends (a new one is launched), while an image
+        // or its copies go on in EC2 and are found again.
+        let mut wait = |what: String, limit: Duration, then: &str| -> Result<Option<String>> {
             let key = what.clone();
             let (start, told) = match &since {
                 Some((k, t, told)) if *k == key => (*t, *told),
@@ -398,7 +453,7 @@ async fn run(
                 }
             };
             if start.elapsed() > limit {
-                bail!("gave up {} (the bake resumes from here when run again)", waiting(&what, start, limit));
+                bail!("gave up {} ({then})", waiting(&what, start, limit));
             }
             if told.elapsed() >= TELL_EVERY {
                 since = Some((key, start, Instant::now()));
@@ -412,7 +467,7 @@ async fn run(
                 progress(&format!("launched the builder {id} ({})", l.recipe.builder.instance_type));
             }
             Step::AwaitReport { builder } => {
-                if let Some(line) = wait(format!("the builder {builder} to report"), waits.report)? {
+                if let Some(line) = wait(format!("the builder {builder} to report"), waits.report, AGAIN_BUILDER)? {
                     progress(&line);
                 }
                 tokio::time::sleep(waits.poll).await;
@@ -431,7 +486,7 @@ async fn run(
                 progress(&format!("stopping the builder {builder}"));
             }
             Step::AwaitStopped { builder } => {
-                if let Some(line) = wait(format!("the builder {builder} to stop"), Duration::from_secs(900))? {
+                if let Some(line) = wait(format!("the builder {builder} to stop"), Duration::from_secs(900), AGAIN_BUILDER)? {
                     progress(&line);
                 }
                 tokio::time::sleep(waits.poll).await;
@@ -458,13 +513,15 @@ async fn run(
                                 .set_tags(Some(image_tags(l, build_id, &base.id, &report)))
                                 .build(),
                         )
+                        // The snapshots are tagged by the check step (the
+                        // image's tags and the verdict), and mended at the end.
                         .send()
                         .await,
                 )?;
                 progress(&format!("creating image {} ({name})", out.image_id().unwrap_or_default()));
             }
             Step::AwaitImage { image } => {
-                if let Some(line) = wait(format!("image {image}"), waits.image)? {
+                if let Some(line) = wait(format!("image {image}"), waits.image, AGAIN_IMAGE)? {
                     progress(&line);
                 }
                 tokio::time::sleep(waits.poll).await;
@@ -481,19 +538,16 @@ async fn run(
                 }
                 checks.extend(statics);
                 let verdict = plan::verdict(&checks);
-                // The verdict is written on the image and its snapshots, pass or fail.
+                // The verdict is written on the image and its snapshots,
+                // pass or fail; the snapshots carry the image's tags too
+                // (the recipe's own among them).
                 let mut resources = vec![image.clone()];
                 resources.extend(facts.volumes.iter().map(|(_, s, _)| s.clone()));
+                let mut tags = image_tags(l, build_id, &base.id, &report);
+                tags.push(tag(plan::TAG_CHECKS, &verdict));
                 sdk(
                     "CreateTags",
-                    home.ec2
-                        .create_tags()
-                        .set_resources(Some(resources))
-                        .tags(tag(plan::TAG_CHECKS, &verdict))
-                        .tags(tag(plan::TAG_BUILD, build_id))
-                        .tags(tag(plan::TAG_RECIPE, &l.name))
-                        .send()
-                        .await,
+                    home.ec2.create_tags().set_resources(Some(resources)).set_tags(Some(tags)).send().await,
                 )?;
                 progress(&format!("image {image}: {verdict}"));
             }
@@ -506,6 +560,13 @@ async fn run(
                     let aws = &copies[region];
                     let (image, verdict, report) = (image.clone(), verdict.clone(), report.clone());
                     async move {
+                        // Tagged in the call itself (image and snapshots): a
+                        // run killed after CopyImage leaves a copy that is
+                        // already found, promoted and collected by its tags.
+                        let t = copy_tags(l, build_id, &base.id, &report, &verdict, &home.region, &image);
+                        let spec = |kind: ResourceType| {
+                            TagSpecification::builder().resource_type(kind).set_tags(Some(t.clone())).build()
+                        };
                         let out = sdk(
                             "CopyImage",
                             aws.ec2
@@ -516,15 +577,13 @@ async fn run(
                                 .description(format!("pinfleet recipe {} (build {build_id}), copy of {image}", l.name))
                                 .encrypted(l.recipe.encrypted)
                                 .client_token(format!("{build_id}-{region}"))
+                                .tag_specifications(spec(ResourceType::Image))
+                                .tag_specifications(spec(ResourceType::Snapshot))
                                 .send()
                                 .await,
                         )
                         .with_context(|| format!("copying {image} to {region}"))?;
                         let id = out.image_id().unwrap_or_default().to_string();
-                        let mut t = image_tags(l, build_id, &base.id, &report);
-                        t.push(tag(plan::TAG_CHECKS, &verdict));
-                        t.push(tag("pinfleet:copied-from", &format!("{}/{image}", home.region)));
-                        sdk("CreateTags", aws.ec2.create_tags().resources(&id).set_tags(Some(t)).send().await)?;
                         anyhow::Ok((region.clone(), id))
                     }
                 });
@@ -541,7 +600,7 @@ async fn run(
                 }
             }
             Step::AwaitCopies { pending } => {
-                if let Some(line) = wait(format!("copies in {}", pending.join(", ")), waits.image)? {
+                if let Some(line) = wait(format!("copies in {}", pending.join(", ")), waits.image, AGAIN_IMAGE)? {
                     progress(&line);
                 }
                 tokio::time::sleep(waits.poll).await;
@@ -559,9 +618,25 @@ async fn run(
                     );
                     checks.extend(plan::static_checks(l, &l.digest(), &facts));
                 }
-                let mut images = BTreeMap::from([(home.region.clone(), image)]);
+                // Whatever a run left untagged (a kill between a call and
+                // its tags, a region whose API ignored the tags asked for
+                // with the call) is tagged now: what is not tagged is never
+                // promoted nor collected.
+                let facts = facts_of(home, &image).await?;
+                let report = facts.tags.get(plan::TAG_FACTS).cloned().unwrap_or_default();
+                let verdict = facts.tags.get(plan::TAG_CHECKS).cloned().unwrap_or_default();
+                let mut home_tags = image_tags(l, build_id, &base.id, &report);
+                home_tags.push(tag(plan::TAG_CHECKS, &verdict));
+                for line in mend_tags(home, &image, &home_tags).await? {
+                    progress(&line);
+                }
+                let mut images = BTreeMap::from([(home.region.clone(), image.clone())]);
                 for (region, c) in &o.copies {
                     if let Some(c) = c {
+                        let t = copy_tags(l, build_id, &base.id, &report, &verdict, &home.region, &image);
+                        for line in mend_tags(&copies[region], &c.id, &t).await? {
+                            progress(&format!("{region}: {line}"));
+                        }
                         images.insert(region.clone(), c.id.clone());
                     }
                 }

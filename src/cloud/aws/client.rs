@@ -374,6 +374,47 @@ fn source_chain(err: &(dyn std::error::Error + 'static)) -> String {
 /// A readable message for an SDK error: the service's code and message when
 /// there is one, and a hint for the usual causes (no credentials, nothing
 /// listening at the endpoint).
+/// The longest error message shown inside a line.
+const MESSAGE_MAX: usize = 200;
+
+/// An error message as one short line: an HTML page (a proxy's or an
+/// emulator's 500) gives its title or first heading, tags are dropped,
+/// whitespace and control characters collapse, and the rest is cut.
+pub fn one_line(message: &str) -> String {
+    let lower = message.to_ascii_lowercase();
+    let html = lower.contains("<html") || lower.contains("<!doctype") || lower.contains("<body");
+    let text = if html {
+        let inner = |tag: &str| -> Option<&str> {
+            let open = lower.find(&format!("<{tag}"))?;
+            let start = open + lower[open..].find('>')? + 1;
+            let end = start + lower[start..].find(&format!("</{tag}"))?;
+            Some(&message[start..end])
+        };
+        ["title", "h1", "p"].iter().find_map(|t| inner(t).filter(|s| !s.trim().is_empty())).unwrap_or(message)
+    } else {
+        message
+    };
+    // Drop whatever tags are left, then collapse whitespace and controls.
+    let mut plain = String::with_capacity(text.len());
+    let mut in_tag = false;
+    for c in text.chars() {
+        match c {
+            '<' if html => in_tag = true,
+            '>' if html && in_tag => in_tag = false,
+            _ if in_tag => {}
+            c if c.is_control() || c.is_whitespace() => plain.push(' '),
+            c => plain.push(c),
+        }
+    }
+    let words: Vec<&str> = plain.split_whitespace().collect();
+    let line = words.join(" ");
+    if line.chars().count() <= MESSAGE_MAX {
+        return line;
+    }
+    let cut: String = line.chars().take(MESSAGE_MAX).collect();
+    format!("{cut}…")
+}
+
 pub fn describe_sdk_error<E>(err: &aws_sdk_ec2::error::SdkError<E, aws_smithy_runtime_api::http::Response>) -> String
 where
     E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + 'static,
@@ -383,7 +424,7 @@ where
         SdkError::ServiceError(e) => {
             let m = e.err();
             match m.code() {
-                Some(code) => format!("{code}: {}", m.message().unwrap_or("(no message)")),
+                Some(code) => format!("{code}: {}", one_line(m.message().unwrap_or("(no message)"))),
                 // An error body the SDK could not parse: the HTTP status says
                 // what happened.
                 None => {
@@ -393,7 +434,7 @@ where
                         _ => "",
                     };
                     let body = e.raw().body().bytes().map(String::from_utf8_lossy).unwrap_or_default();
-                    let body: String = body.chars().take(300).collect();
+                    let body = one_line(&body);
                     format!("HTTP {status}{meaning}: {}", if body.is_empty() { "(no message)" } else { &body })
                 }
             }
@@ -420,5 +461,24 @@ where
         }
         SdkError::TimeoutError(_) => "the AWS call timed out".to_string(),
         other => format!("{other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn an_error_page_is_kept_to_its_title_and_a_message_to_one_short_line() {
+        let moto_500 = "<!doctype html>\n<html lang=en>\n<title>500 Internal Server Error</title>\n<h1>Internal Server Error</h1>\n<p>The server encountered an internal error and was unable to complete your request.</p>\n";
+        assert_eq!(one_line(moto_500), "500 Internal Server Error");
+        let untitled = "<html><body><h1>Bad  Gateway</h1><p>nginx</p></body></html>";
+        assert_eq!(one_line(untitled), "Bad Gateway");
+        assert_eq!(one_line("The image id '[ami-1]'\ndoes not exist\u{1b}[31m"), "The image id '[ami-1]' does not exist [31m");
+        // A comparison in a plain message is not a tag.
+        assert_eq!(one_line("count < 5 and > 2"), "count < 5 and > 2");
+        let long = "x".repeat(500);
+        assert_eq!(one_line(&long).chars().count(), 201);
+        assert!(one_line(&long).ends_with('…'));
     }
 }

@@ -41,11 +41,17 @@ pub async fn queue(aws: &Aws, name: &str) -> anyhow::Result<Option<ObservedQueue
     Ok(Some(ObservedQueue { name: name.to_string(), url, arn }))
 }
 
-/// The cluster's queue and rules (both looked up whether or not the spec
-/// still wants them, so a plan can delete them and destroy finds them).
+/// The cluster's queue and rules (looked up whether or not the spec still
+/// wants them, so a plan can delete them and destroy finds them). The rules
+/// are listed only when the queue exists: a rule's target is the queue, so
+/// the plan creates the queue first and deletes it last, and a cluster
+/// without interruption handling costs one call (GetQueueUrl), not two.
 pub async fn observe(aws: &Aws, cluster: &str) -> anyhow::Result<(Option<ObservedQueue>, Vec<ObservedEventRule>)> {
     let name = events::queue_name(cluster);
-    let q = queue(aws, &name);
+    let q = queue(aws, &name).await?;
+    if q.is_none() {
+        return Ok((None, Vec::new()));
+    }
     let rules = async {
         let prefix = format!("pinfleet-{cluster}-");
         let listed = aws
@@ -72,7 +78,7 @@ pub async fn observe(aws: &Aws, cluster: &str) -> anyhow::Result<(Option<Observe
         }
         anyhow::Ok(out)
     };
-    futures::try_join!(q, rules)
+    Ok((q, rules.await?))
 }
 
 fn queue_tags(ctx: &OpContext, key: &K) -> HashMap<String, String> {

@@ -884,7 +884,9 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
     let capacity = ctx.desired.groups.iter().find(|g| g.name == group).and_then(|g| g.capacity.clone());
     let zone_of: BTreeMap<String, String> =
         ctx.desired.subnets.iter().map(|s| (s.name.clone(), s.zone.clone())).collect();
-    let ledger = match (&capacity, &ctx.ledger) {
+    // Kept current through the launch: what one batch was refused, the
+    // next batch does not ask again (the ledger's answer after each write).
+    let mut ledger = match (&capacity, &ctx.ledger) {
         (Some(_), Some(store)) => store
             .load()
             .await
@@ -949,7 +951,7 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                         .unwrap_or_else(|| "blocked on capacity: the group names no offering".into());
                     let blocked =
                         crate::capacity::Blocked { group: group.to_string(), reason: why, churn: ledger.churn(&by) };
-                    return Err(OpError { retriable: false, error: blocked.into() });
+                    return Err(partly(ctx, &ids, blocked).await);
                 }
                 usable
                     .into_iter()
@@ -966,6 +968,10 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
         };
         let mut launched = false;
         let mut capped = None;
+        // Every offering this batch may use, and those it asked for: a
+        // stop by the per-minute cap names what is still untried.
+        let offered: Vec<crate::capacity::Offering> = attempts.iter().filter_map(|(o, _)| o.clone()).collect();
+        let mut asked: Vec<crate::capacity::Offering> = Vec::new();
         // Spot first, all its offerings in one CreateFleet (instant,
         // price-capacity-optimized): EC2 picks the pools least likely to be
         // interrupted and answers 200 with an error per override it could
@@ -988,6 +994,7 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                 }
             }
             if called {
+                asked.extend(spot.iter().map(|(o, _)| o.clone()));
                 let mut overrides = Vec::new();
                 for (o, s) in &spot {
                     overrides.push(
@@ -1093,6 +1100,7 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                     break;
                 }
             }
+            asked.extend(offering.clone());
             let subnet_id = ctx.id(&K::Subnet(subnet.to_string())).await?;
             let key = K::Instance(group.to_string());
             // Each offering has its own token: a retried call of the same
@@ -1179,22 +1187,24 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
                     l
                 }
             };
+            ledger = written;
             if !launched {
                 let why = match (&capped, refusals.first()) {
-                    (Some(c), None) => c.clone(),
-                    (_, Some(r)) => {
-                        written.out(&r.0, now).map(|e| crate::capacity::blocked_reason(e, None)).unwrap_or_default()
+                    (Some(c), _) => crate::capacity::capped_reason(c, &offered, &asked),
+                    (None, Some(r)) => {
+                        ledger.out(&r.0, now).map(|e| crate::capacity::blocked_reason(e, None)).unwrap_or_default()
                     }
                     (None, None) => "blocked on capacity".into(),
                 };
                 let blocked =
-                    crate::capacity::Blocked { group: group.to_string(), reason: why, churn: written.churn(&by) };
-                return Err(OpError { retriable: false, error: blocked.into() });
+                    crate::capacity::Blocked { group: group.to_string(), reason: why, churn: ledger.churn(&by) };
+                return Err(partly(ctx, &ids, blocked).await);
             }
         }
         if let (Some(c), false) = (&capped, launched) {
-            let blocked = crate::capacity::Blocked { group: group.to_string(), reason: c.clone(), churn: None };
-            return Err(OpError { retriable: false, error: blocked.into() });
+            let why = crate::capacity::capped_reason(c, &offered, &asked);
+            let blocked = crate::capacity::Blocked { group: group.to_string(), reason: why, churn: None };
+            return Err(partly(ctx, &ids, blocked).await);
         }
         seq += n as usize;
     }
@@ -1204,6 +1214,18 @@ async fn launch(ctx: &OpContext, group: &str, role: Role, count: u32, subnets: &
         return Ok(format!("{} launched: {}, … (+{} more)", ids.len(), ids[..SHOWN].join(","), ids.len() - SHOWN));
     }
     Ok(ids.join(","))
+}
+
+/// A launch that stopped on capacity after some of its batches launched:
+/// the machines it started are recorded as launched (the rollout waits for
+/// them) and the error says how many, so the apply's summary counts them.
+async fn partly(ctx: &OpContext, ids: &[String], blocked: crate::capacity::Blocked) -> OpError {
+    if ids.is_empty() {
+        return OpError { retriable: false, error: blocked.into() };
+    }
+    ctx.launched.lock().await.extend(ids.iter().cloned());
+    let error = anyhow::Error::new(blocked).context(crate::capacity::PartlyLaunched { ids: ids.to_vec() });
+    OpError { retriable: false, error }
 }
 
 #[cfg(test)]
