@@ -51,6 +51,25 @@ fn cronjob() -> Value {
     })
 }
 
+/// The most common StatefulSet: its container mounts the volume its own
+/// claim template creates (issue 51: a real v1.36 server accepts it).
+fn statefulset() -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {
+            "serviceName": "db", "replicas": 1,
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {"containers": [{"name": "db", "image": "registry.k8s.io/pause:3.10",
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}
+            },
+            "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]
+        }
+    })
+}
+
 fn with(mut base: Value, pointer: &str, v: Value) -> Value {
     let (parent, key) = pointer.rsplit_once('/').unwrap();
     let target = base.pointer_mut(parent).unwrap_or_else(|| panic!("{parent} in the base object"));
@@ -93,6 +112,26 @@ fn table(minor: u32) -> Vec<(&'static str, Value, Option<String>)> {
     let label_msg = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
     vec![
         ("deployment: valid", d(), None),
+        ("statefulset: a container mounts its own claim template", statefulset(), None),
+        (
+            "statefulset: a claim template and a volume of the pod, both mounted",
+            with(
+                with(statefulset(), "/spec/template/spec/volumes", json!([{"name": "scratch", "emptyDir": {}}])),
+                "/spec/template/spec/containers/0/volumeMounts/1",
+                json!({"name": "scratch", "mountPath": "/scratch"}),
+            ),
+            None,
+        ),
+        (
+            "statefulset: a mount of neither a volume nor a claim template",
+            with(statefulset(), "/spec/template/spec/containers/0/volumeMounts/0/name", json!("logs")),
+            Some("StatefulSet.apps \"db\" is invalid: spec.template.spec.containers[0].volumeMounts[0].name: Not found: \"logs\"".into()),
+        ),
+        (
+            "deployment: a mount of a claim name a Deployment has no template for",
+            with(d(), &format!("{c0}/volumeMounts/0/name"), json!("claim")),
+            Some("Deployment.apps \"web\" is invalid: spec.template.spec.containers[0].volumeMounts[0].name: Not found: \"claim\"".into()),
+        ),
         (
             "deployment: a port name of 16 characters",
             with(d(), &format!("{c0}/ports/0/name"), json!(sixteen)),

@@ -546,8 +546,10 @@ pub fn validate_as(minor: u32, group: &str, kind: &str, obj: &Value, old: Option
     object_meta(obj.get("metadata").unwrap_or(&Value::Null), name_rule(group, kind), "metadata", &mut e);
     let spec = obj.get("spec").unwrap_or(&Value::Null);
     match (group, kind) {
-        ("", "Pod") => pod_spec(spec, "spec", &["Always", "OnFailure", "Never"], &mut e),
-        ("", "PodTemplate") => pod_template(obj.get("template"), "template", &["Always", "OnFailure", "Never"], &mut e),
+        ("", "Pod") => pod_spec(spec, "spec", &["Always", "OnFailure", "Never"], &BTreeSet::new(), &mut e),
+        ("", "PodTemplate") => {
+            pod_template(obj.get("template"), "template", &["Always", "OnFailure", "Never"], &BTreeSet::new(), &mut e)
+        }
         ("", "Service") => service(spec, &mut e),
         ("", "ConfigMap") => data_keys(obj, &["data", "binaryData"], &mut e),
         ("", "Secret") => data_keys(obj, &["data", "stringData"], &mut e),
@@ -641,7 +643,9 @@ fn annotations(v: Option<&Value>, path: &str, e: &mut Vec<FieldError>) {
     }
 }
 
-fn pod_template(t: Option<&Value>, path: &str, restart: &[&str], e: &mut Vec<FieldError>) {
+/// `claims` are the names of volumes the owner adds to every pod (a
+/// StatefulSet's `volumeClaimTemplates`): the template's containers may mount them.
+fn pod_template(t: Option<&Value>, path: &str, restart: &[&str], claims: &BTreeSet<String>, e: &mut Vec<FieldError>) {
     let Some(t) = t.filter(|t| !t.is_null()) else {
         e.push(required(path, ""));
         return;
@@ -649,11 +653,11 @@ fn pod_template(t: Option<&Value>, path: &str, restart: &[&str], e: &mut Vec<Fie
     let m = t.get("metadata").unwrap_or(&Value::Null);
     labels(m.get("labels"), &format!("{path}.labels"), e);
     annotations(m.get("annotations"), &format!("{path}.annotations"), e);
-    pod_spec(t.get("spec").unwrap_or(&Value::Null), &format!("{path}.spec"), restart, e);
+    pod_spec(t.get("spec").unwrap_or(&Value::Null), &format!("{path}.spec"), restart, claims, e);
 }
 
 /// `ValidatePodSpec`, the parts workloads meet.
-fn pod_spec(spec: &Value, path: &str, restart: &[&str], e: &mut Vec<FieldError>) {
+fn pod_spec(spec: &Value, path: &str, restart: &[&str], claims: &BTreeSet<String>, e: &mut Vec<FieldError>) {
     // Volumes (`ValidateVolumes`).
     let mut volumes = BTreeSet::new();
     for (i, v) in items(spec.get("volumes")).iter().enumerate() {
@@ -673,6 +677,10 @@ fn pod_spec(spec: &Value, path: &str, restart: &[&str], e: &mut Vec<FieldError>)
             e.push(required(p, "must specify a volume type"));
         }
     }
+    // What a container may mount: the pod's volumes and its owner's claims
+    // (the StatefulSet controller adds a volume per claim template to each
+    // pod, replacing a same-named one; a real server accepts such a mount).
+    let mountable: BTreeSet<String> = volumes.union(claims).cloned().collect();
     // Container names are unique across init, regular and ephemeral
     // containers. From 1.36 the regular containers' names are taken first,
     // so a clash is reported on the init container (validateInitContainers).
@@ -688,7 +696,7 @@ fn pod_spec(spec: &Value, path: &str, restart: &[&str], e: &mut Vec<FieldError>)
     for (field, init) in groups {
         for (i, c) in items(spec.get(field)).iter().enumerate() {
             let p = format!("{path}.{field}[{i}]");
-            container(c, &p, init, field == "ephemeralContainers", &volumes, e);
+            container(c, &p, init, field == "ephemeralContainers", &mountable, e);
             let name = s(c, "/name").unwrap_or_default();
             if !name.is_empty() && !names.insert(name.to_string()) {
                 e.push(err(ErrorType::Duplicate, format!("{p}.name"), name, ""));
@@ -889,7 +897,18 @@ fn replicated(kind: &str, spec: &Value, old: Option<&Value>, e: &mut Vec<FieldEr
             }
         }
     }
-    pod_template(template, "spec.template", &["Always"], e);
+    // A StatefulSet's pods get a volume per claim template (the API server
+    // validates the template with those names among its volumes).
+    let claims: BTreeSet<String> = if kind == "StatefulSet" {
+        items(spec.get("volumeClaimTemplates"))
+            .iter()
+            .filter_map(|c| s(c, "/metadata/name"))
+            .map(str::to_string)
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
+    pod_template(template, "spec.template", &["Always"], &claims, e);
     let Some(old) = old else { return };
     if kind == "StatefulSet" {
         // ValidateStatefulSetUpdate: only these spec fields may change.
@@ -978,13 +997,14 @@ fn job_spec(spec: &Value, path: &str, e: &mut Vec<FieldError>) {
             template.map(|_| &lenient).filter(|t| !t.is_null()),
             &format!("{path}.template"),
             &["OnFailure", "Never"],
+            &BTreeSet::new(),
             e,
         );
         if policy == "Always" {
             e.push(required(format!("{path}.template.spec.restartPolicy"), "valid values: \"OnFailure\", \"Never\""));
         }
     } else {
-        pod_template(template, &format!("{path}.template"), &["OnFailure", "Never"], e);
+        pod_template(template, &format!("{path}.template"), &["OnFailure", "Never"], &BTreeSet::new(), e);
     }
 }
 
