@@ -362,13 +362,66 @@ async fn a_service_is_admitted_placed_across_three_members_and_its_status_rolled
     }
     // Cancelled: released and removed from the members.
     assert_eq!(c.call("DELETE", &format!("/v1/submissions/{team}/web-1"), None).await.unwrap().status, 202);
-    gw.pass().await;
+    // Released once the members say it and its pods are gone (issue 48).
+    for _ in 0..50 {
+        gw.pass().await;
+        if gw.phase(&team, "web-1").await == Phase::Cancelled {
+            break;
+        }
+    }
     assert_eq!(gw.phase(&team, "web-1").await, Phase::Cancelled);
     let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
     let api: Api<pinfleet::workloads::PinterestService> = Api::namespaced(k, &team);
     assert!(api.get_opt("web").await.unwrap().is_none());
     let metrics = c.call("GET", "/metrics", None).await.unwrap().body.as_str().unwrap_or_default().to_string();
     assert!(metrics.contains("pinfleet_gateway_stage_seconds_count{stage=\"pods_created\"} 1"), "{metrics}");
+}
+
+/// Issue 51: the most common stateful workload, a container that mounts the
+/// volume its own claim template creates, is admitted, placed and runs (a
+/// real API server accepts its StatefulSet; the gateway's checks did not).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_statefulset_mounting_its_own_claim_is_admitted_and_runs() {
+    let host = KubeEnv::start();
+    let east = member("east", 1, "4", true);
+    let team = host.namespace.clone();
+    let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("8", "8")}} })).await;
+    let token = {
+        host.ok(&["create", "serviceaccount", "ci"]);
+        host.ok(&["create", "token", "ci"]).trim().to_string()
+    };
+    let c = gw.client(Some(token));
+    let db = json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestStatefulSet", "metadata": {"name": "db"},
+        "spec": {"owner": {"team": team, "project": "db"}, "replicas": 1, "runtime": no_sidecars(),
+            "template": {"spec": {"containers": [{"name": "db", "image": "registry.k8s.io/pause:3.10",
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}},
+            "volumeClaimTemplates": [{"name": "data",
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]}});
+    let a = c.call("POST", "/v1/submissions", Some(&json!({"id": "db-1", "workload": db}))).await.unwrap();
+    assert_eq!(a.status, 201, "{:#}", a.body);
+    // A mount of a name that is neither a volume nor a claim is still refused, with the field.
+    let mut stray = db.clone();
+    stray["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["name"] = json!("logs");
+    let r = c.call("POST", "/v1/submissions", Some(&json!({"id": "db-2", "workload": stray}))).await.unwrap();
+    assert_eq!(r.status, 422, "{:#}", r.body);
+    assert!(r.body.to_string().contains("volumeMounts[0].name"), "{:#}", r.body);
+    gw.pass().await;
+    assert_eq!(gw.phase(&team, "db-1").await, Phase::Placed);
+    for _ in 0..100 {
+        gw.svc.rollup_once().await.unwrap();
+        if gw.phase(&team, "db-1").await == Phase::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(gw.phase(&team, "db-1").await, Phase::Running);
+    // On the member: the StatefulSet with its claim template, and its pod.
+    let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
+    let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(k, &team);
+    let got = sts.get("db").await.unwrap();
+    let spec = got.spec.unwrap();
+    assert_eq!(spec.volume_claim_templates.unwrap()[0].metadata.name.as_deref(), Some("data"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1158,4 +1211,206 @@ fn idle_connections_past_the_cap_under_a_low_open_file_limit_stop_no_one() {
     drop(idle);
     let log = std::fs::read_to_string(dir.path().join("gateway.log")).unwrap_or_default();
     assert!(child.0.try_wait().unwrap().is_none(), "the gateway is still serving: {log}");
+}
+
+// ---- the front door, round two (issue 48) -------------------------------------
+
+/// Every way a submission could own a node or outlive its cancellation is
+/// refused at its field, with the Pod Security Standards' own check names;
+/// no value stops the admission pass (a run of a million years, a deadline
+/// past the calendar) — each is a located 422 instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_security_lifetimes_and_durations_are_refused_at_their_fields() {
+    let host = KubeEnv::start();
+    let east = member("east", 1, "8", true);
+    let iss = issuer().await;
+    let red = format!("{}-red", host.namespace);
+    let gw = gateway(&host, &[&east], Some(&iss), json!({ &red: {"tiers": {"OnDemand": q("4", "4")}} })).await;
+    let c = gw.client(Some(iss.token("mallory@example.com", &[&format!("team:{red}")])));
+    let dry = |w: Value| {
+        let c = &c;
+        async move {
+            c.call("POST", "/v1/submissions?dryRun=true", Some(&json!({"id": "probe", "workload": w}))).await.unwrap()
+        }
+    };
+    let problems = |b: &Value| -> Vec<(String, String)> {
+        b["problems"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| (p["field"].as_str().unwrap_or_default().to_string(), p["message"].as_str().unwrap_or_default().to_string()))
+            .collect()
+    };
+    // The pod that owned a member's node.
+    let owner = hostile(
+        &red,
+        "owner",
+        "PinterestService",
+        json!({"replicas": 1, "template": {"spec": {
+            "hostNetwork": true, "hostPID": true, "hostIPC": true, "nodeName": "east-node-0",
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                "securityContext": {"privileged": true, "runAsUser": 0},
+                "volumeMounts": [{"name": "root", "mountPath": "/host"}]}],
+            "volumes": [{"name": "root", "hostPath": {"path": "/"}}]}}}),
+    );
+    let a = dry(owner).await;
+    assert_eq!(a.status, 422, "{:#}", a.body);
+    let got = problems(&a.body);
+    for (field, check) in [
+        ("spec.template.spec.hostNetwork", "host namespaces (hostNetwork=true, hostPID=true, hostIPC=true)"),
+        ("spec.template.spec.containers[0].securityContext.privileged", "privileged (container \"app\" must not set securityContext.privileged=true)"),
+        ("spec.template.spec.volumes[0].hostPath", "hostPath volumes (volume \"root\")"),
+    ] {
+        assert!(
+            got.iter().any(|(f, m)| f == field && m.contains("violates PodSecurity \"baseline:latest\"") && m.contains(check)),
+            "{field}: {check}\n{got:#?}"
+        );
+    }
+    assert!(got.iter().any(|(f, _)| f == "spec.template.spec.nodeName"), "{got:#?}");
+    assert!(got.iter().any(|(f, _)| f == "spec.template.spec.tolerations[0]"), "{got:#?}");
+
+    // A sidecar of the submitter's own is a container like the others.
+    let sidecar = hostile(
+        &red,
+        "sidecar",
+        "PinterestService",
+        json!({"replicas": 1, "template": {"spec": {
+            "initContainers": [{"name": "helper", "image": "registry.k8s.io/pause:3.10", "restartPolicy": "Always",
+                "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}],
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}}),
+    );
+    let a = dry(sidecar).await;
+    assert_eq!(a.status, 422, "{:#}", a.body);
+    assert!(
+        problems(&a.body).iter().any(|(f, m)| f == "spec.template.spec.initContainers[0].securityContext.capabilities.add"
+            && m.contains("non-default capabilities (container \"helper\" must not include \"SYS_ADMIN\"")),
+        "{:#}",
+        a.body
+    );
+
+    // What would let it outlive its cancellation.
+    let mut held = hostile(
+        &red,
+        "held",
+        "PinterestService",
+        json!({"replicas": 1, "template": {"metadata": {"finalizers": ["example.com/hold"]}, "spec": {
+            "terminationGracePeriodSeconds": 100000,
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}}),
+    );
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    let a = dry(held).await;
+    assert_eq!(a.status, 422, "{:#}", a.body);
+    let fields: Vec<String> = problems(&a.body).into_iter().map(|(f, _)| f).collect();
+    for f in ["metadata.finalizers", "spec.template.metadata.finalizers", "spec.template.spec.terminationGracePeriodSeconds"] {
+        assert!(fields.contains(&f.to_string()), "{f}: {fields:?}");
+    }
+
+    // Values past the calendar: located refusals, and the pass goes on.
+    let long = |annotation: Option<&str>, deadline: Option<i64>| {
+        let mut w = hostile(
+            &red,
+            "long",
+            "PinterestJobSet",
+            json!({"shards": 1, "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "work", "image": "registry.k8s.io/pause:3.10"}]}}}),
+        );
+        if let Some(a) = annotation {
+            w["metadata"]["annotations"] = json!({"gateway.pinfleet.dev/expected-duration": a});
+        }
+        if let Some(d) = deadline {
+            w["spec"]["activeDeadlineSeconds"] = json!(d);
+        }
+        w
+    };
+    let a = dry(long(Some("1000000years"), None)).await;
+    assert_eq!(a.status, 422, "{:#}", a.body);
+    assert!(
+        problems(&a.body).iter().any(|(f, m)| f == "metadata.annotations[gateway.pinfleet.dev/expected-duration]" && m.contains("at most 366 days")),
+        "{:#}",
+        a.body
+    );
+    let a = dry(long(None, Some(10_000_000_000_000))).await;
+    assert_eq!(a.status, 422, "{:#}", a.body);
+    assert!(problems(&a.body).iter().any(|(f, _)| f == "spec.activeDeadlineSeconds"), "{:#}", a.body);
+    let a = c
+        .call("POST", "/v1/submissions", Some(&json!({"id": "fine", "workload": long(Some("2h"), None)})))
+        .await
+        .unwrap();
+    assert_eq!(a.status, 201, "{:#}", a.body);
+    gw.pass().await;
+    assert_eq!(gw.phase(&red, "fine").await, Phase::Placed);
+    // The member's namespace carries the team's level: the second line of defence.
+    let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(k);
+    let labels = ns.get(&red).await.unwrap().metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("baseline"), "{labels:?}");
+    let readyz = reqwest_free_get(&gw.url, "/readyz").await;
+    assert!(readyz.starts_with("HTTP/1.1 200"), "{readyz}");
+}
+
+/// A GET over a plain TCP connection: the status line and body.
+async fn reqwest_free_get(url: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+/// Issue 48: quota follows what runs. A cancelled workload whose pods take
+/// their grace period to stop keeps its team's quota until the member says
+/// the workload and its pods are gone; the status says why meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_workload_holds_its_quota_until_its_pods_are_gone() {
+    let host = KubeEnv::start();
+    let east = member("east", 1, "8", true);
+    let team = host.namespace.clone();
+    let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("4", "4")}} })).await;
+    let token = {
+        host.ok(&["create", "serviceaccount", "ci"]);
+        host.ok(&["create", "token", "ci"]).trim().to_string()
+    };
+    let c = gw.client(Some(token));
+    let mut slow = service_of(&team, "slow", 2, "1");
+    slow["spec"]["template"]["metadata"] = json!({"annotations": {"sim.pinfleet.dev/ignores-sigterm": "true"}});
+    slow["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(6);
+    let a = c.call("POST", "/v1/submissions", Some(&json!({"id": "slow-1", "workload": slow}))).await.unwrap();
+    assert_eq!(a.status, 201, "{:#}", a.body);
+    gw.pass().await;
+    for _ in 0..100 {
+        gw.svc.rollup_once().await.unwrap();
+        if gw.phase(&team, "slow-1").await == Phase::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(gw.phase(&team, "slow-1").await, Phase::Running);
+    let used = |gw: &Gateway| {
+        let (svc, team) = (gw.svc.clone(), team.clone());
+        async move { svc.usage(&team).await.unwrap().values().fold(0u64, |a, x| a + x.cpu) }
+    };
+    let before = used(&gw).await;
+    assert!(before >= 2000, "{before}");
+    assert_eq!(c.call("DELETE", &format!("/v1/submissions/{team}/slow-1"), None).await.unwrap().status, 202);
+    gw.pass().await;
+    // The pods are stopping (their grace period): the quota is still held.
+    let d = c.call("GET", &format!("/v1/submissions/{team}/slow-1"), None).await.unwrap().ok().unwrap();
+    assert_ne!(d["status"]["phase"], "Cancelled", "{d:#}");
+    assert!(d["status"]["message"].as_str().unwrap_or_default().starts_with("cancelling: its quota is held"), "{d:#}");
+    assert_eq!(used(&gw).await, before, "released while its pods still run");
+    // Once they are gone, released.
+    let mut phase = Phase::Running;
+    for _ in 0..60 {
+        gw.pass().await;
+        phase = gw.phase(&team, "slow-1").await;
+        if phase == Phase::Cancelled {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(phase, Phase::Cancelled);
+    assert_eq!(used(&gw).await, 0);
 }

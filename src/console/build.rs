@@ -21,8 +21,8 @@ use crate::views::team::{Queued, TeamView, TierRow, UsagePoint, Why, WorkloadRow
 use crate::views::workload::{Container, Made, Part, Stage, Waiting as WaitingView, WorkloadView};
 use crate::views::{Reach, Status, Tone, Viewer};
 
-pub fn viewer(c: &Caller, teams: Vec<String>) -> Viewer {
-    Viewer { user: c.user.clone(), teams, via: c.via.clone(), admin: c.admin }
+pub fn viewer(c: &Caller, teams: Vec<String>, csrf: String) -> Viewer {
+    Viewer { user: c.user.clone(), teams, via: c.via.clone(), admin: c.admin, csrf }
 }
 
 fn phase(s: &Submission) -> Phase {

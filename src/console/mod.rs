@@ -62,6 +62,8 @@ pub struct Console {
     /// Served over TLS: cookies are Secure.
     pub secure: bool,
     closing: tokio::sync::watch::Sender<bool>,
+    /// This process's secret for the sign-out form's token.
+    csrf_secret: [u8; 32],
 }
 
 impl Console {
@@ -81,11 +83,24 @@ impl Console {
             sampler: std::sync::Mutex::new(None),
             secure,
             closing: tokio::sync::watch::channel(false).0,
+            csrf_secret: rand::random(),
         });
         let task =
             tokio::spawn(Self::sample(Arc::downgrade(&c), SAMPLE_EVERY.min(refresh.max(Duration::from_secs(1)))));
         *c.sampler.lock().expect("the sampler") = Some(task);
         c
+    }
+
+    /// The sign-out form's token for `who`: bound to the identity and this
+    /// process's secret (a page on another site cannot compute it).
+    pub fn csrf_for(&self, who: &Caller) -> String {
+        use sha2::Digest as _;
+        let mut h = sha2::Sha256::new();
+        h.update(self.csrf_secret);
+        h.update(who.via.as_bytes());
+        h.update([0]);
+        h.update(who.user.as_bytes());
+        hex::encode(&h.finalize()[..16])
     }
 
     /// Samples each team's use over time into the host's records, while
@@ -190,7 +205,7 @@ async fn viewer(c: &Console, who: &Caller) -> Viewer {
         teams.sort();
         teams.dedup();
     }
-    build::viewer(who, teams)
+    build::viewer(who, teams, c.csrf_for(who))
 }
 
 fn secured(mut r: Response) -> Response {
@@ -481,7 +496,24 @@ async fn login(State(c): State<C>, Form(f): Form<LoginForm>) -> Response {
     }
 }
 
-async fn logout() -> Response {
+#[derive(Deserialize)]
+struct LogoutForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// Signs out: a POST from the page's form, its token the viewer's.
+async fn logout(State(c): State<C>, headers: HeaderMap, peer: Peer, Form(form): Form<LogoutForm>) -> Response {
+    let who = match caller(&c, &headers, &peer).await {
+        Ok(w) => w,
+        // Not signed in: nothing to end.
+        Err(_) => return secured(Redirect::to("/login").into_response()),
+    };
+    if form.csrf.is_empty() || form.csrf != c.csrf_for(&who) {
+        return secured(
+            (StatusCode::FORBIDDEN, "signing out takes the console's own form (its token did not match)\n").into_response(),
+        );
+    }
     let mut r = Redirect::to("/login").into_response();
     r.headers_mut().insert(
         header::SET_COOKIE,

@@ -198,6 +198,13 @@ pub async fn run_elected<F, Fut>(
     // round that wrote it: its renewTime is no earlier).
     let mut renewed: Option<std::time::Instant> = None;
     loop {
+        // A leader whose work has ended (it gave up: a pass that panicked
+        // or overran) must not keep the Lease: it is released, so a
+        // standby leads, rather than renewed for a leader doing nothing.
+        if task.as_ref().is_some_and(|t| t.is_finished()) {
+            tracing::error!(identity = lock.identity, "the leader's work has ended; giving up the Lease");
+            break;
+        }
         let started = std::time::Instant::now();
         // A round is bounded: a leader's by what is left of its deadline,
         // a standby's by a renewal period.

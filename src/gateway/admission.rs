@@ -30,6 +30,13 @@ use serde::Serialize;
 use super::quota::{tier_name, Amount, Ledger, Quota, Reservation, Resource, RESOURCES};
 use crate::workloads::Tier;
 
+/// `t + d`, or the latest time there is: an expected end past the calendar
+/// (a duration of a million years) is "never" for every estimate, never a
+/// panic in the pass that every team's admission waits on.
+pub fn later(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    t.checked_add_signed(d).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
 /// A submission waiting for admission.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pending {
@@ -497,7 +504,7 @@ pub fn decide(world: &World, ledger: &mut Ledger, queue: &[Pending], now: DateTi
                     priority: p.priority,
                     amount: p.demand,
                     admitted_at: now,
-                    expected_end: p.expected_duration.map(|d| now + d),
+                    expected_end: p.expected_duration.map(|d| later(now, d)),
                 };
                 tally.add(world, &r);
                 ledger.reserve(&p.name, r.clone());
@@ -544,12 +551,17 @@ fn simulate(
     now: DateTime<Utc>,
     factor: f64,
 ) -> HashMap<String, DateTime<Utc>> {
-    let scale = |d: Duration| Duration::milliseconds((d.num_milliseconds() as f64 * factor) as i64);
+    // A float scaled back to milliseconds saturates at the ends of i64.
+    let scale = |d: Duration| {
+        Duration::try_milliseconds((d.num_milliseconds() as f64 * factor) as i64).unwrap_or(Duration::MAX)
+    };
     let mut l = ledger.clone();
     let mut ends: BinaryHeap<Reverse<(DateTime<Utc>, String)>> = l
         .reservations
         .iter()
-        .filter_map(|(n, r)| r.expected_end.map(|e| (n, r.admitted_at + scale(e - r.admitted_at))))
+        .filter_map(|(n, r)| {
+            r.expected_end.map(|e| (n, later(r.admitted_at, scale(e.signed_duration_since(r.admitted_at)))))
+        })
         .map(|(n, e)| Reverse((e.max(now), n.clone())))
         .collect();
     let mut left: Vec<Pending> = queue.iter().take(SIMULATED).cloned().collect();
@@ -562,7 +574,7 @@ fn simulate(
             if admitted.contains(p.name.as_str()) {
                 starts.insert(p.name.clone(), t);
                 if let Some(d) = p.expected_duration {
-                    ends.push(Reverse((t + scale(d), p.name.clone())));
+                    ends.push(Reverse((later(t, scale(d)), p.name.clone())));
                 }
             }
         }
@@ -838,6 +850,61 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Issue 48: no record stops the pass. Whatever a record holds (a
+    /// demand of u64::MAX, a run of a million years, a quota of u64::MAX),
+    /// deciding and explaining the queue completes, and a saturated count
+    /// is never admitted past a finite maximum.
+    mod hostile {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn extreme() -> impl Strategy<Value = u64> {
+            prop_oneof![Just(0u64), Just(1), Just(u64::MAX), Just(u64::MAX / 2), Just(1u64 << 40), 0u64..10_000]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(128))]
+            #[test]
+            fn deciding_and_explaining_never_panic(
+                demands in proptest::collection::vec((extreme(), extreme(), extreme()), 1..6),
+                seconds in proptest::collection::vec(prop_oneof![Just(i64::MAX / 1000), Just(0i64), Just(-1i64), 0i64..1_000_000, Just(366 * 86_400)], 1..6),
+                guaranteed in extreme(),
+                max in extreme(),
+            ) {
+                let mut q = quota("a", "c", &[(Tier::OnDemand, 0, 0)]);
+                q.tiers.insert(tier_name(Tier::OnDemand), Limits {
+                    guaranteed: Amount::new(guaranteed, guaranteed, guaranteed),
+                    max: Amount::new(max, max, max),
+                });
+                let w = World::new([("a".to_string(), q)].into_iter().collect(), Amount::new(u64::MAX, u64::MAX, u64::MAX));
+                let queue: Vec<Pending> = demands
+                    .iter()
+                    .zip(seconds.iter().cycle())
+                    .enumerate()
+                    .map(|(i, ((c, m, p), s))| Pending {
+                        name: format!("p{i}"),
+                        team: "a".into(),
+                        tier: Tier::OnDemand,
+                        priority: 0,
+                        created: t("10:00:00"),
+                        demand: Amount::new(*c, *m, *p),
+                        expected_duration: Duration::try_seconds(*s),
+                    })
+                    .collect();
+                let mut l = Ledger::default();
+                let now = t("10:00:05");
+                let b = decide(&w, &mut l, &queue, now);
+                let _ = explain(&w, &l, &queue, &b.waiting, now);
+                // Whatever was admitted fits the team's maximum.
+                let mut used = Amount::default();
+                for (_, r) in &b.admitted {
+                    used = used.plus(r.amount);
+                }
+                prop_assert!(used.over(&Amount::new(max, max, max)).is_none() || max == u64::MAX, "{used:?} over {max}");
             }
         }
     }

@@ -54,6 +54,58 @@ impl Entry {
     }
 }
 
+/// `s` with every hidden character (control, bidirectional, zero-width)
+/// written as `<U+XXXX>`.
+pub fn clean(s: &str) -> String {
+    if !s.chars().any(crate::views::text::hidden) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| if crate::views::text::hidden(c) { format!("<U+{:04X}>", c as u32) } else { c.to_string() })
+        .collect()
+}
+
+tokio::task_local! {
+    /// Set when the request in scope wrote its own audit line.
+    pub static AUDITED: std::sync::Arc<std::sync::atomic::AtomicBool>;
+}
+
+/// Every refusal is audited, by construction: a request answered 4xx
+/// without an audit line of its own (a refusal on a path no handler
+/// audits: the console's pages, `/v1/views`, `/login`) gets one here, with
+/// the answer and its reason.
+pub async fn refusals(
+    axum::extract::State(log): axum::extract::State<std::sync::Arc<AuditLog>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let verb = req.method().to_string();
+    let object = req.uri().path().to_string();
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let r = AUDITED.scope(flag.clone(), next.run(req)).await;
+    let status = r.status();
+    if !status.is_client_error() || flag.load(std::sync::atomic::Ordering::SeqCst) {
+        return r;
+    }
+    // The reason is the answer's own message (bodies of refusals are short).
+    let (parts, body) = r.into_parts();
+    let bytes = axum::body::to_bytes(body, 64 * 1024).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes);
+    let reason = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+        .unwrap_or_else(|| {
+            let t: String = text.chars().filter(|c| !c.is_control()).take(200).collect();
+            if t.trim().is_empty() || t.trim_start().starts_with('<') {
+                status.canonical_reason().unwrap_or("refused").to_string()
+            } else {
+                t.trim().to_string()
+            }
+        });
+    log.write(&Entry::new(None, &verb.to_lowercase(), &object, status.as_u16(), &reason));
+    axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
 /// Where audit lines go.
 pub struct AuditLog {
     file: Option<Mutex<std::fs::File>>,
@@ -80,7 +132,17 @@ impl AuditLog {
     }
 
     pub fn write(&self, e: &Entry) {
-        // serde_json escapes every control character: a line stays a line.
+        let _ = AUDITED.try_with(|a| a.store(true, std::sync::atomic::Ordering::SeqCst));
+        // No raw control, bidirectional or zero-width character reaches a
+        // line: each is written as its code point (serde_json would escape
+        // the controls, not a right-to-left override).
+        let mut e = e.clone();
+        for f in [&mut e.user, &mut e.via, &mut e.verb, &mut e.object, &mut e.artifact, &mut e.reason] {
+            *f = clean(f);
+        }
+        for t in &mut e.teams {
+            *t = clean(t);
+        }
         let mut line = serde_json::to_string(&serde_json::json!({"audit": e})).unwrap_or_default();
         line.push('\n');
         match &self.file {
@@ -114,7 +176,20 @@ mod tests {
         let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0]["audit"]["answer"], 403);
-        assert_eq!(lines[0]["audit"]["user"], "eve\n{\"forged\":1}");
+        // A control character is written as its code point: the line holds no raw one.
+        assert_eq!(lines[0]["audit"]["user"], "eve<U+000A>{\"forged\":1}");
         assert_eq!(lines[1]["audit"]["reason"], "no credentials");
+    }
+
+    #[test]
+    fn no_hidden_character_reaches_a_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let log = AuditLog::open(Some(&path)).unwrap();
+        log.write(&Entry::new(None, "submit", "red/x", 422, "spec.owner.team: \"blue\u{202e}der\u{200b}\" is not a team"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.chars().any(crate::views::text::hidden) || text.chars().filter(|c| *c == '\n').count() == 1, "{text:?}");
+        assert!(!text.contains('\u{202e}') && !text.contains('\u{200b}'), "{text:?}");
+        assert!(text.contains("<U+202E>") && text.contains("<U+200B>"), "{text:?}");
     }
 }

@@ -425,7 +425,15 @@ pub fn router(svc: S) -> Router {
         .route("/v1/whoami", get(whoami))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State(svc): State<Arc<Service>>| async move {
+                match svc.unready.lock().map(|u| u.clone()).unwrap_or(None) {
+                    None => (StatusCode::OK, "ok".to_string()),
+                    Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+                }
+            }),
+        )
         .with_state(svc)
 }
 
@@ -506,9 +514,14 @@ pub async fn serve_with(
             None
         }
     };
-    let guard = super::guard::Guard { local: addr, plain: acceptor.is_none(), audit };
+    let guard = super::guard::Guard { local: addr, plain: acceptor.is_none(), audit: audit.clone() };
+    let app = app.layer(axum::middleware::from_fn_with_state(guard, super::guard::check));
+    // Outermost: every refusal that wrote no audit line of its own gets one.
+    let app = match audit {
+        Some(log) => app.layer(axum::middleware::from_fn_with_state(log, super::audit::refusals)),
+        None => app,
+    };
     let app = app
-        .layer(axum::middleware::from_fn_with_state(guard, super::guard::check))
         .layer(axum::extract::DefaultBodyLimit::max(super::guard::BODY_LIMIT));
     super::listen::serve(app, listener, acceptor, limits, shutdown).await
 }

@@ -168,6 +168,11 @@ impl Identity {
         ) {
             return Err(Refusal(format!("tokens signed with {:?} are not accepted", header.alg)));
         }
+        // A critical header this gateway does not understand must not be
+        // ignored (RFC 7515 §4.1.11): it understands none.
+        if crit_header(token).is_some() {
+            return Err(Refusal("the token names critical header parameters (crit) this gateway does not understand".into()));
+        }
         let kid = header.kid.clone().unwrap_or_default();
         let find =
             |set: &JwkSet| set.keys.iter().find(|k| k.common.key_id.as_deref().unwrap_or_default() == kid).cloned();
@@ -202,19 +207,13 @@ impl Identity {
             )
         })?;
         let claims = data.claims.rest;
-        // Issued in the future: a clock or an issuer gone wrong; refused.
-        if let Some(iat) = claims.get("iat").and_then(Value::as_f64) {
-            let now = chrono::Utc::now().timestamp() as f64;
-            if iat > now + v.leeway as f64 {
-                return Err(Refusal("the token was issued in the future (iat); check the issuer's clock".into()));
-            }
-        }
-        let user = claims
-            .get(&o.username_claim)
-            .or_else(|| claims.get("sub"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        check_claims(&claims, v.leeway)?;
+        // The user: the configured claim; an `email` counts only when the
+        // issuer says it was verified (as the API server's OIDC
+        // authenticator requires), else the subject.
+        let verified = claims.get("email_verified").and_then(Value::as_bool) == Some(true);
+        let named = claims.get(&o.username_claim).filter(|_| o.username_claim != "email" || verified);
+        let user = named.or_else(|| claims.get("sub")).and_then(Value::as_str).unwrap_or_default().to_string();
         let groups: Vec<String> = match claims.get(&o.groups_claim) {
             Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::to_string).collect(),
             Some(Value::String(s)) => vec![s.clone()],
@@ -271,8 +270,18 @@ impl Identity {
         Ok(c)
     }
 
-    /// Authenticates a request: a client certificate first, then a bearer token.
+    /// Authenticates a request: a client certificate first, then a bearer
+    /// token. A success marks the connection it came on as worth keeping
+    /// ([`CONNECTION_TRUST`]): the listener evicts strangers first.
     pub async fn authenticate(&self, bearer: Option<&str>, cert: Option<&PeerCertificate>) -> Result<Caller, Refusal> {
+        let r = self.authenticate_inner(bearer, cert).await;
+        if r.is_ok() {
+            let _ = CONNECTION_TRUST.try_with(|t| t.store(true, std::sync::atomic::Ordering::SeqCst));
+        }
+        r
+    }
+
+    async fn authenticate_inner(&self, bearer: Option<&str>, cert: Option<&PeerCertificate>) -> Result<Caller, Refusal> {
         if let Some(c) = cert {
             return Ok(self.caller(c.common_name.clone(), &c.organizations, "certificate"));
         }
@@ -299,6 +308,51 @@ impl Identity {
     }
 }
 
+tokio::task_local! {
+    /// The connection a request came on: set by the listener around each
+    /// request, marked once a request on it is authenticated.
+    pub static CONNECTION_TRUST: std::sync::Arc<std::sync::atomic::AtomicBool>;
+}
+
+/// A JWT header's `crit`, if it has one (whatever its form).
+fn crit_header(token: &str) -> Option<Value> {
+    use base64::Engine as _;
+    let head = token.split('.').next()?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(head.trim_end_matches('=')).ok()?;
+    let v: Value = serde_json::from_slice(&bytes).ok()?;
+    v.get("crit").cloned()
+}
+
+/// The time claims a verified token carries are numbers (RFC 7519 §2:
+/// NumericDate), and it was not issued in the future.
+fn check_claims(claims: &serde_json::Map<String, Value>, leeway: u64) -> Result<(), Refusal> {
+    for c in ["nbf", "iat", "exp"] {
+        if let Some(v) = claims.get(c).filter(|v| !v.is_number()) {
+            return Err(Refusal(format!("the token's {c} is not a time (a number of seconds): {}", short(v))));
+        }
+    }
+    // Issued in the future: a clock or an issuer gone wrong; refused.
+    if let Some(iat) = claims.get("iat").and_then(Value::as_f64) {
+        let now = chrono::Utc::now().timestamp() as f64;
+        if iat > now + leeway as f64 {
+            return Err(Refusal("the token was issued in the future (iat); check the issuer's clock".into()));
+        }
+    }
+    Ok(())
+}
+
+/// A claim's value as shown in a refusal: its kind only, nothing echoed.
+fn short(v: &Value) -> &'static str {
+    match v {
+        Value::String(_) => "a string",
+        Value::Bool(_) => "a boolean",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+        Value::Null => "null",
+        Value::Number(_) => "a number",
+    }
+}
+
 /// The `iss` of a JWT, unverified (only to route it).
 fn unverified_issuer(token: &str) -> Option<String> {
     use base64::Engine as _;
@@ -320,6 +374,22 @@ pub fn peer_identity(der: &[u8]) -> Option<PeerCertificate> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_claims_are_numbers_and_crit_is_seen() {
+        let m = |v: Value| v.as_object().unwrap().clone();
+        assert!(check_claims(&m(serde_json::json!({"nbf": 1, "iat": 1})), 30).is_ok());
+        for bad in [serde_json::json!({"nbf": "1"}), serde_json::json!({"iat": true}), serde_json::json!({"iat": [1]})] {
+            let e = check_claims(&m(bad.clone()), 30).unwrap_err();
+            assert!(e.0.contains("is not a time"), "{bad}: {}", e.0);
+        }
+        assert!(check_claims(&m(serde_json::json!({"iat": 4_000_000_000u64})), 30).is_err());
+        use base64::Engine as _;
+        let head = |h: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(h.to_string());
+        let with = format!("{}.e30.sig", head(serde_json::json!({"alg": "RS256", "crit": ["exp-ext"], "exp-ext": 1})));
+        assert!(crit_header(&with).is_some());
+        assert!(crit_header(&format!("{}.e30.sig", head(serde_json::json!({"alg": "RS256"})))).is_none());
+    }
 
     #[test]
     fn teams_are_the_groups_with_the_prefix() {

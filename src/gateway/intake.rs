@@ -61,6 +61,83 @@ pub struct Policy {
     pub allowed_registries: Vec<String>,
     /// The priority classes submitters choose from (empty: [`default_classes`]).
     pub priority_classes: Vec<PriorityClass>,
+    /// The Pod Security Standards level each team's pods are held to.
+    pub pod_security: PodSecurity,
+}
+
+/// Which Pod Security Standards level a team's pods meet: baseline unless
+/// a platform admin's policy says otherwise (restricted per team; a
+/// lower level or a single check waived only by the admins' policy).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodSecurity {
+    /// The level of every team the policy does not name (default baseline).
+    pub default: crate::kube::podsecurity::Level,
+    /// Team → its level.
+    pub teams: std::collections::BTreeMap<String, crate::kube::podsecurity::Level>,
+    /// Team → check names waived for it (an exception, by the admins).
+    pub exceptions: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+}
+
+impl PodSecurity {
+    pub fn level(&self, team: &str) -> crate::kube::podsecurity::Level {
+        self.teams.get(team).copied().unwrap_or(self.default)
+    }
+
+    /// `TEAM=LEVEL` (the gateway's `--pod-security`).
+    pub fn parse_team(s: &str) -> Result<(String, crate::kube::podsecurity::Level), String> {
+        let (team, level) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected TEAM=LEVEL"))?;
+        if !dns_label(team) {
+            return Err(format!("{team:?}: a team name is a DNS label"));
+        }
+        Ok((team.to_string(), crate::kube::podsecurity::Level::parse(level)?))
+    }
+
+    /// `TEAM:CHECK` (the gateway's `--pod-security-exception`), the check
+    /// one of the standard's names.
+    pub fn parse_exception(s: &str) -> Result<(String, String), String> {
+        let (team, check) = s.split_once(':').ok_or_else(|| format!("{s:?}: expected TEAM:CHECK"))?;
+        if !dns_label(team) {
+            return Err(format!("{team:?}: a team name is a DNS label"));
+        }
+        let known = crate::kube::podsecurity::BASELINE_CHECKS.iter().chain(crate::kube::podsecurity::RESTRICTED_CHECKS);
+        if !known.clone().any(|c| *c == check) {
+            return Err(format!(
+                "{check:?}: not a Pod Security check (one of: {})",
+                known.copied().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        Ok((team.to_string(), check.to_string()))
+    }
+}
+
+/// The registry host of an image reference, as the container runtime
+/// resolves it (distribution's reference grammar: the first component is
+/// a host when it has a '.' or ':' or is `localhost`; otherwise the image
+/// is Docker Hub's), lowercased.
+pub fn image_registry(image: &str) -> String {
+    match image.split_once('/') {
+        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+            first.to_ascii_lowercase()
+        }
+        _ => "docker.io".to_string(),
+    }
+}
+
+/// Whether `image` comes from `allowed` (`registry.example.com/` or
+/// `registry.example.com/team/`): the registry host compared exactly (a
+/// look-alike such as `registry.example.com.evil.io` is another host), then
+/// the path by whole components.
+pub fn from_registry(image: &str, allowed: &str) -> bool {
+    let allowed = allowed.trim_end_matches('/');
+    let (host, path) = allowed.split_once('/').unwrap_or((allowed, ""));
+    if image_registry(image) != host.to_ascii_lowercase() {
+        return false;
+    }
+    if path.is_empty() {
+        return true;
+    }
+    let repo = image.split_once('/').map(|(_, r)| r).unwrap_or_default();
+    repo.strip_prefix(path).is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// A named priority the admins define, as Kueue's WorkloadPriorityClass:
@@ -198,10 +275,169 @@ pub struct Intake {
     /// What the demand counts: each pod template, how many run at once, each pod's requests.
     pub sets: Vec<PodSet>,
     pub artifact: String,
+    /// Every image the pods run (init containers and sidecars the
+    /// submitter wrote included), once each, for the audit.
+    pub images: Vec<String>,
     pub expected_seconds: Option<i64>,
 }
 
+/// The Pod Security Standards on the pods the controller will create (the
+/// rendered children: the submitter's containers and the platform's
+/// sidecars), each failed check one problem at the submitted field it
+/// comes from, with the standard's check name.
+fn pod_security(team: &str, templates: &[(String, Value)], children: &[Value], ps: &PodSecurity) -> Vec<Problem> {
+    use crate::kube::podsecurity::{self, At};
+    let level = ps.level(team);
+    let waived = ps.exceptions.get(team);
+    let mut out: Vec<Problem> = Vec::new();
+    for (_, pod) in podsecurity::pod_templates(children) {
+        let spec = pod.get("spec").unwrap_or(&Value::Null);
+        let names = |t: &Value| -> Vec<String> {
+            ["initContainers", "containers"]
+                .iter()
+                .flat_map(|f| t.pointer(&format!("/spec/{f}")).and_then(Value::as_array).into_iter().flatten())
+                .filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_string))
+                .collect()
+        };
+        // The submitted template this pod comes from: the one whose
+        // containers it runs (a training job has one per role).
+        let ours = names(pod);
+        let (at, template) = templates
+            .iter()
+            .find(|(_, t)| names(t).iter().all(|n| ours.contains(n)) && !names(t).is_empty())
+            .or(templates.first())
+            .map(|(a, t)| (a.as_str(), t))
+            .unwrap_or(("spec.template", &Value::Null));
+        let container_field = |name: &str, field: &str| -> String {
+            for f in ["initContainers", "containers", "ephemeralContainers"] {
+                let found = template
+                    .pointer(&format!("/spec/{f}"))
+                    .and_then(Value::as_array)
+                    .and_then(|cs| cs.iter().position(|c| c.get("name").and_then(Value::as_str) == Some(name)));
+                if let Some(i) = found {
+                    return format!("{at}.spec.{f}[{i}].{field}");
+                }
+            }
+            // A container the platform adds: its part of the pod.
+            format!("{at}.spec")
+        };
+        for v in podsecurity::check(pod.get("metadata").unwrap_or(&Value::Null), spec, level) {
+            if waived.is_some_and(|w| w.contains(v.check)) {
+                continue;
+            }
+            let field = match v.at.first() {
+                Some(At::Pod(f)) => format!("{at}.spec.{f}"),
+                Some(At::Container(name, f)) => container_field(name, f),
+                None => format!("{at}.spec"),
+            };
+            let message = format!("violates PodSecurity \"{}:latest\": {} ({})", level.as_str(), v.check, v.detail);
+            let p = Problem::new("pod-security", field, message);
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// The API server's rules on each submitted pod template as written, for
+/// a submission whose children cannot be rendered: problems at fields no
+/// earlier problem names.
+fn templates_as_written(templates: &[(String, Value)], earlier: &[Problem]) -> Vec<Problem> {
+    let mut out = Vec::new();
+    for (at, t) in templates {
+        if !t.is_object() {
+            continue;
+        }
+        let mut t = t.clone();
+        // The kind's own restart policy is the render's to set.
+        if let Some(spec) = t.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.remove("restartPolicy");
+        }
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "probe"}, "template": t});
+        for e in crate::kube::validation::validate("", "PodTemplate", &pod, None) {
+            let Some(rest) = e.field.strip_prefix("template.") else { continue };
+            let field = format!("{at}.{rest}");
+            let named = |p: &Problem| field.starts_with(&p.field) || p.field.starts_with(&field);
+            if earlier.iter().any(named) || out.iter().any(named) {
+                continue;
+            }
+            out.push(Problem::new("validation", field, e.body()));
+        }
+    }
+    out
+}
+
+/// The longest termination grace period a pod may ask for: a pod that is
+/// told to stop keeps running (and using its team's share) for as long as
+/// this, so it is bounded as the platform's own drains are.
+pub const MAX_GRACE_SECONDS: i64 = 300;
+
+/// What would let a workload outlive its cancellation: finalizers on the
+/// workload or its pods (only their owners' controllers remove them), and a
+/// termination grace period beyond [`MAX_GRACE_SECONDS`].
+fn lifetime_rules(obj: &Value, templates: &[(String, Value)], problems: &mut Vec<Problem>) {
+    let finalizers = |v: Option<&Value>| v.and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+    if finalizers(obj.pointer("/metadata/finalizers")) {
+        problems.push(Problem::new(
+            "platform",
+            "metadata.finalizers",
+            "a submitted workload carries no finalizers: a cancelled workload is removed by the platform, and a finalizer would keep it (and its quota's worth of pods) on the members",
+        ));
+    }
+    for (at, t) in templates {
+        if finalizers(t.pointer("/metadata/finalizers")) {
+            problems.push(Problem::new(
+                "platform",
+                format!("{at}.metadata.finalizers"),
+                "pods carry no finalizers of the submitter's: they would keep a cancelled workload's pods",
+            ));
+        }
+        match t.pointer("/spec/terminationGracePeriodSeconds") {
+            None | Some(Value::Null) => {}
+            Some(v) => match v.as_i64() {
+                Some(g) if (0..=MAX_GRACE_SECONDS).contains(&g) => {}
+                _ => problems.push(Problem::new(
+                    "platform",
+                    format!("{at}.spec.terminationGracePeriodSeconds"),
+                    format!("{v}: must be between 0 and {MAX_GRACE_SECONDS} seconds (the platform's bound on a pod's stop)"),
+                )),
+            },
+        }
+    }
+}
+
+/// The platform's scheduling rules on a submitted pod template: a pod is
+/// placed by the scheduler, never pinned to a node, and tolerates no taint
+/// it does not name (a toleration of every taint runs on the control plane
+/// and on every team's dedicated nodes); a platform admin may do either.
+fn scheduling_rules(at: &str, template: &Value, caller: &Caller, problems: &mut Vec<Problem>) {
+    if caller.admin {
+        return;
+    }
+    if let Some(node) = template.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+        problems.push(Problem::new(
+            "platform",
+            format!("{at}.spec.nodeName"),
+            format!("{node:?}: pods are placed by the scheduler; pinning one to a node is for platform admins"),
+        ));
+    }
+    for (i, t) in template.pointer("/spec/tolerations").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let key = t.get("key").and_then(Value::as_str).unwrap_or_default();
+        if key.is_empty() {
+            problems.push(Problem::new(
+                "platform",
+                format!("{at}.spec.tolerations[{i}]"),
+                "a toleration without a key tolerates every taint (the control plane's, other teams' dedicated nodes): name the taint's key".to_string(),
+            ));
+        }
+    }
+}
+
 pub const EXPECTED_DURATION: &str = "gateway.pinfleet.dev/expected-duration";
+
+/// The longest expected duration the queue takes: 366 days.
+pub const MAX_EXPECTED_SECONDS: i64 = 366 * 86_400;
 
 const KINDS: [&str; 5] =
     ["PinterestService", "PinterestJobSet", "PinterestCronJob", "PinterestTrainingJob", "PinterestStatefulSet"];
@@ -229,24 +465,26 @@ fn schema_of(kind: &str) -> Option<&'static crate::kube::schema::CrdSchema> {
 /// The most characters a submission id holds.
 pub const ID_MAX_CHARS: usize = 253;
 
-/// A submission id: 1–253 characters (counted as characters, as the
-/// message says), printable, with no control, bidirectional or zero-width
-/// characters (they hide or reorder what a terminal or page shows) and not
-/// only spaces.
+/// A submission id, by a positive rule (what it may hold, not a list of
+/// what it may not): a lowercase RFC 1123 subdomain, as Kubernetes names
+/// objects — 1–253 of `a-z`, `0-9`, `-` and `.`, starting and ending with
+/// a letter or digit. Nothing else can hide in it: no control,
+/// bidirectional, zero-width, look-alike or spacing character passes.
 pub fn check_id(id: &str) -> Result<(), Problem> {
     let bad = |m: String| Err(Problem::new("request", "id", m));
     let n = id.chars().count();
     if n == 0 || n > ID_MAX_CHARS {
         return bad(format!("a submission id is 1–{ID_MAX_CHARS} characters; this one is {n}"));
     }
-    if id.chars().all(char::is_whitespace) {
-        return bad("a submission id is not only spaces".into());
-    }
-    if let Some(c) = id.chars().find(|c| crate::views::text::hidden(*c) || (c.is_whitespace() && *c != ' ')) {
+    if let Some(c) = id.chars().find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '.')) {
         return bad(format!(
-            "a submission id holds printable characters only; U+{:04X} is a control, bidirectional, zero-width or spacing character",
+            "a submission id is lowercase letters, digits, '-' and '.' (as a Kubernetes name); U+{:04X} is not one of them",
             c as u32
         ));
+    }
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if !edge(id.chars().next()) || !edge(id.chars().last()) {
+        return bad("a submission id starts and ends with a letter or digit".into());
     }
     Ok(())
 }
@@ -355,23 +593,35 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
         _ => vec![("spec.template".to_string(), obj.pointer("/spec/template").cloned().unwrap_or(Value::Null))],
     };
     let mut artifact = String::new();
+    let mut images: Vec<String> = Vec::new();
     for (at, t) in &templates {
-        for (i, c) in t.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten().enumerate() {
-            let image = c.get("image").and_then(Value::as_str).unwrap_or_default();
-            if artifact.is_empty() {
-                artifact = image.to_string();
-            }
-            if !policy.allowed_registries.is_empty()
-                && !policy.allowed_registries.iter().any(|r| image.starts_with(r.as_str()))
-            {
-                problems.push(Problem::new(
-                    "platform",
-                    format!("{at}.spec.containers[{i}].image"),
-                    format!("{image:?} is not from an allowed registry ({})", policy.allowed_registries.join(", ")),
-                ));
+        for field in ["initContainers", "containers", "ephemeralContainers"] {
+            for (i, c) in t.pointer(&format!("/spec/{field}")).and_then(Value::as_array).into_iter().flatten().enumerate() {
+                let image = c.get("image").and_then(Value::as_str).unwrap_or_default();
+                if field == "containers" && artifact.is_empty() {
+                    artifact = image.to_string();
+                }
+                if !images.iter().any(|x| x == image) {
+                    images.push(image.to_string());
+                }
+                if !policy.allowed_registries.is_empty()
+                    && !policy.allowed_registries.iter().any(|r| from_registry(image, r))
+                {
+                    problems.push(Problem::new(
+                        "platform",
+                        format!("{at}.spec.{field}[{i}].image"),
+                        format!(
+                            "{image:?} is from {}, not an allowed registry ({})",
+                            image_registry(image),
+                            policy.allowed_registries.join(", ")
+                        ),
+                    ));
+                }
             }
         }
+        scheduling_rules(at, t, caller, &mut problems);
     }
+    lifetime_rules(&obj, &templates, &mut problems);
     let i = |p: &str| obj.pointer(p).and_then(Value::as_i64);
     // Demand and validation: the controller's own children of this
     // workload, under every runtime profile the members run (the most
@@ -389,7 +639,20 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
     }
     let mut demand: Option<Demand> = None;
     let mut validated = false;
-    if problems.is_empty() {
+    if !problems.is_empty() {
+        // Every problem at once: the children cannot be rendered from
+        // what did not parse, but the pod templates as written still meet
+        // the API server's rules (a container name, a missing image).
+        let written = templates_as_written(&templates, &problems);
+        problems.extend(written);
+        // The Pod Security Standards on the pods as written (the platform's
+        // sidecars are its own and meet every level).
+        let as_written: Vec<Value> = templates
+            .iter()
+            .map(|(_, t)| serde_json::json!({"kind": "Pod", "metadata": {"name": name}, "spec": {"template": t}}))
+            .collect();
+        problems.extend(pod_security(&team, &templates, &as_written, &policy.pod_security));
+    } else {
         for profile in &profiles {
             let ctx = render::Context {
                 cluster: "gateway".into(),
@@ -405,6 +668,7 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
             };
             if !validated {
                 validated = true;
+                problems.extend(pod_security(&team, &templates, &children, &policy.pod_security));
                 let mut minors: Vec<u32> = members.minors.to_vec();
                 if minors.is_empty() {
                     minors.push(crate::spec::versions::DEFAULT_MINOR);
@@ -452,6 +716,14 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
     let expected_seconds = match obj.pointer(&format!("/metadata/annotations/{}", EXPECTED_DURATION.replace('/', "~1")))
     {
         Some(Value::String(s)) => match humantime::parse_duration(s) {
+            Ok(d) if d.as_secs() > MAX_EXPECTED_SECONDS as u64 => {
+                problems.push(Problem::new(
+                    "platform",
+                    format!("metadata.annotations[{EXPECTED_DURATION}]"),
+                    format!("{s:?}: must be at most {} days (the queue's estimates look no further)", MAX_EXPECTED_SECONDS / 86_400),
+                ));
+                None
+            }
             Ok(d) => Some(d.as_secs() as i64),
             Err(e) => {
                 problems.push(Problem::new(
@@ -462,7 +734,18 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
                 None
             }
         },
-        _ => i("/spec/activeDeadlineSeconds"),
+        _ => match i("/spec/activeDeadlineSeconds") {
+            // The platform's bound on a run (1e13 s is past the calendar).
+            Some(d) if !(0..=MAX_EXPECTED_SECONDS).contains(&d) => {
+                problems.push(Problem::new(
+                    "platform",
+                    "spec.activeDeadlineSeconds",
+                    format!("{d}: must be between 0 and {MAX_EXPECTED_SECONDS} ({} days)", MAX_EXPECTED_SECONDS / 86_400),
+                ));
+                None
+            }
+            d => d,
+        },
     };
     if !problems.is_empty() {
         return Err(problems);
@@ -472,7 +755,7 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
     }
     let sets = demand.sets.clone();
     let demand = Amount::new(demand.cpu, demand.memory, pods);
-    Ok(Intake { workload: obj, kind, name, team, tier, per_pod, pods, demand, sets, artifact, expected_seconds })
+    Ok(Intake { workload: obj, kind, name, team, tier, per_pod, pods, demand, sets, artifact, images, expected_seconds })
 }
 
 /// `spec.replicas: Invalid value: …` → field and message.
@@ -540,5 +823,47 @@ mod tests {
             .contains("the platform team installs daemons"));
         w["kind"] = json!("Deployment");
         assert_eq!(check(&w, &alice(), &Policy::default(), &Members::default()).unwrap_err()[0].field, "kind");
+    }
+
+    #[test]
+    fn an_id_is_a_kubernetes_name_and_nothing_can_hide_in_it() {
+        for ok in ["web-1", "reindex.2026-11-26", "a", &"x".repeat(253)] {
+            assert!(check_id(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "", "Web", "-web", "web-", "we b", "web\u{ad}1", "web\u{e0041}", "web\u{3164}", "web\u{180e}", "web\u{fff9}",
+            "w\u{0435}b", "web\u{202e}", "web\u{200b}", "x\u{1b}]52;c;ZXZpbA==\u{7}", &"x".repeat(254),
+        ] {
+            let e = check_id(bad).unwrap_err();
+            assert_eq!(e.field, "id", "{bad:?}");
+            assert!(!e.message.chars().any(crate::views::text::hidden), "{bad:?}: the message echoes nothing hidden");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn an_accepted_id_holds_only_what_the_rule_names(id in "\\PC{0,12}") {
+            if check_id(&id).is_ok() {
+                proptest::prop_assert!(id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'));
+            }
+        }
+    }
+
+    #[test]
+    fn a_registry_is_its_exact_host_and_then_whole_path_components() {
+        let allowed = "registry.example.com/";
+        assert!(from_registry("registry.example.com/web:1", allowed));
+        assert!(from_registry("REGISTRY.example.com/web:1", allowed));
+        assert!(!from_registry("registry.example.com.evil.io/web:1", allowed));
+        assert!(!from_registry("registry.example.com:5000/web:1", allowed), "another port is another registry");
+        assert!(!from_registry("evil.io/registry.example.com/web", allowed));
+        assert!(!from_registry("web:1", allowed), "Docker Hub's");
+        assert_eq!(image_registry("busybox"), "docker.io");
+        assert_eq!(image_registry("library/busybox"), "docker.io");
+        assert_eq!(image_registry("localhost/x"), "localhost");
+        let team = "registry.example.com/search/";
+        assert!(from_registry("registry.example.com/search/web@sha256:00", team));
+        assert!(!from_registry("registry.example.com/searchx/web", team));
+        assert!(!from_registry("registry.example.com/web", team));
     }
 }

@@ -4,13 +4,21 @@
 //!
 //! ```text
 //! accept ─► over the cap (in all, or from this peer)? close the oldest
-//!    │      connection with no request in flight (never one mid-request)
+//!    │      stranger's connection (never authenticated: idle or not), else
+//!    │      the oldest idle authenticated one (never one mid-request)
 //!    ▼
 //! TLS handshake (timeout) ─► HTTP/1 or 2 (header-read timeout)
+//!    │ a request body arrives within its time, at its minimum rate, or 408
 //!    │ a connection quiet for longer than the idle timeout is closed
 //!    ▼
-//! the router (the API and the console)
+//! the router (the API and the console); an authenticated request marks
+//! its connection as worth keeping (identity::CONNECTION_TRUST)
 //! ```
+//!
+//! Strangers can only hold what no authenticated caller needs: however
+//! many connections they open, from however many addresses, each new one
+//! closes the oldest stranger's first, so a team's calls and open
+//! live-update streams keep their connections.
 //!
 //! An accept error (`EMFILE` under a low `ulimit -n`, a connection reset
 //! before it was taken) is logged and retried after a pause, never the
@@ -21,7 +29,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -42,6 +50,12 @@ pub struct Limits {
     pub header_read: Duration,
     /// A connection with nothing read or written for this long is closed.
     pub idle: Duration,
+    /// A request's whole body must arrive within this.
+    pub body_time: Duration,
+    /// After [`Limits::body_grace`], a body must keep arriving at this many
+    /// bytes a second (a trickle holds nothing).
+    pub body_min_rate: u64,
+    pub body_grace: Duration,
 }
 
 impl Default for Limits {
@@ -58,6 +72,11 @@ impl Default for Limits {
             header_read: Duration::from_secs(10),
             // Above the console's 15 s event keep-alive: an open tab is never idle.
             idle: Duration::from_secs(60),
+            // The largest body (1 MiB) at the minimum rate, with room.
+            body_time: Duration::from_secs(30),
+            // A slow mobile link sends tens of KiB a second.
+            body_min_rate: 1024,
+            body_grace: Duration::from_secs(5),
         }
     }
 }
@@ -83,8 +102,10 @@ pub fn fitted(limits: Limits) -> Limits {
 /// One open connection, as the cap sees it.
 struct Entry {
     peer: IpAddr,
-    /// Requests in flight (a connection serving one is never evicted).
+    /// Requests in flight (an authenticated connection serving one is never evicted).
     busy: Arc<AtomicUsize>,
+    /// A request on it was authenticated.
+    trusted: Arc<AtomicBool>,
     close: Arc<tokio::sync::Notify>,
 }
 
@@ -96,10 +117,10 @@ struct Table {
 }
 
 impl Table {
-    /// Makes room for a connection from `peer`: closes the oldest idle
-    /// connection from that peer when it is at its cap, then the oldest
-    /// idle one of all when the listener is. False: every connection is
-    /// mid-request, the new one is refused.
+    /// Makes room for a connection from `peer`: when that peer is at its
+    /// cap, closes one of its connections, then one of all when the
+    /// listener is at its cap (see [`Table::evict`]). False: every
+    /// connection is an authenticated one mid-request; the new one is refused.
     fn make_room(&mut self, peer: IpAddr, limits: &Limits) -> bool {
         let from_peer = self.open.values().filter(|e| e.peer == peer).count();
         if from_peer >= limits.per_peer && !self.evict(Some(peer)) {
@@ -111,11 +132,14 @@ impl Table {
         true
     }
 
+    /// The oldest connection never authenticated (whatever it is doing: a
+    /// stranger sending slowly holds nothing), else the oldest idle
+    /// authenticated one.
     fn evict(&mut self, peer: Option<IpAddr>) -> bool {
-        let victim = self
-            .open
-            .iter()
-            .find(|(_, e)| peer.is_none_or(|p| e.peer == p) && e.busy.load(Ordering::SeqCst) == 0)
+        let of_peer = |e: &Entry| peer.is_none_or(|p| e.peer == p);
+        let stranger = self.open.iter().find(|(_, e)| of_peer(e) && !e.trusted.load(Ordering::SeqCst));
+        let victim = stranger
+            .or_else(|| self.open.iter().find(|(_, e)| of_peer(e) && e.busy.load(Ordering::SeqCst) == 0))
             .map(|(id, _)| *id);
         match victim.and_then(|id| self.open.remove(&id)) {
             Some(e) => {
@@ -206,6 +230,7 @@ pub async fn serve(
         };
         let peer = addr.ip();
         let busy = Arc::new(AtomicUsize::new(0));
+        let trusted = Arc::new(AtomicBool::new(false));
         let close = Arc::new(tokio::sync::Notify::new());
         let id = {
             let mut t = table.lock().expect("connection table");
@@ -216,7 +241,7 @@ pub async fn serve(
             }
             let id = t.next;
             t.next += 1;
-            t.open.insert(id, Entry { peer, busy: busy.clone(), close: close.clone() });
+            t.open.insert(id, Entry { peer, busy: busy.clone(), trusted: trusted.clone(), close: close.clone() });
             id
         };
         let _ = stream.set_nodelay(true);
@@ -225,7 +250,7 @@ pub async fn serve(
             let epoch = Instant::now();
             let last = Arc::new(AtomicU64::new(0));
             let io = Watched { inner: stream, last: last.clone(), epoch };
-            let conn = serve_connection(app, io, tls, busy, limits);
+            let conn = serve_connection(app, io, tls, busy, trusted, limits);
             let idle = async {
                 loop {
                     tokio::time::sleep(limits.idle / 4).await;
@@ -245,24 +270,93 @@ pub async fn serve(
     }
 }
 
+/// Reads a request's body under the limits: whole within `body_time`,
+/// and after `body_grace` at no less than `body_min_rate` bytes a second;
+/// at most [`super::guard::BODY_LIMIT`] bytes. The status to answer otherwise.
+async fn read_body(
+    mut body: hyper::body::Incoming,
+    limits: &Limits,
+) -> Result<bytes::Bytes, (http::StatusCode, &'static str)> {
+    use http_body_util::BodyExt as _;
+    let start = Instant::now();
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        let allowed_by_rate = limits.body_grace.saturating_add(Duration::from_secs_f64(
+            buf.len() as f64 / limits.body_min_rate.max(1) as f64,
+        ));
+        let left = allowed_by_rate.min(limits.body_time).saturating_sub(start.elapsed());
+        let slow = (http::StatusCode::REQUEST_TIMEOUT, "the request body arrived too slowly");
+        if left.is_zero() {
+            return Err(slow);
+        }
+        match tokio::time::timeout(left, body.frame()).await {
+            Err(_) => return Err(slow),
+            Ok(None) => return Ok(buf.freeze()),
+            Ok(Some(Err(_))) => return Err((http::StatusCode::BAD_REQUEST, "the request body could not be read")),
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    if buf.len().saturating_add(data.len()) > super::guard::BODY_LIMIT {
+                        return Err((http::StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large"));
+                    }
+                    buf.extend_from_slice(&data);
+                }
+            }
+        }
+    }
+}
+
 async fn serve_connection(
     app: Router,
     io: Watched<tokio::net::TcpStream>,
     tls: Option<tokio_rustls::TlsAcceptor>,
     busy: Arc<AtomicUsize>,
+    trusted: Arc<AtomicBool>,
     limits: Limits,
 ) {
     let counted = |peer: Option<Arc<super::identity::PeerCertificate>>| {
         let busy = busy.clone();
-        tower::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
-            if let Some(p) = &peer {
-                req.extensions_mut().insert(p.clone());
-            }
+        let trusted = trusted.clone();
+        tower::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+            let peer = peer.clone();
             let app = app.clone();
             let busy = busy.clone();
+            let trusted = trusted.clone();
             busy.fetch_add(1, Ordering::SeqCst);
             async move {
-                let r = tower::ServiceExt::oneshot(app, req).await;
+                use hyper::body::Body as _;
+                let (mut parts, body) = req.into_parts();
+                if let Some(p) = &peer {
+                    parts.extensions.insert(p.clone());
+                }
+                // A body announced past the limit is refused before a byte of it is read.
+                let announced = parts
+                    .headers
+                    .get(http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok());
+                if announced.is_some_and(|n| n > super::guard::BODY_LIMIT as u64) {
+                    busy.fetch_sub(1, Ordering::SeqCst);
+                    let mut r = http::Response::new(axum::body::Body::from("the request body is too large\n"));
+                    *r.status_mut() = http::StatusCode::PAYLOAD_TOO_LARGE;
+                    r.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+                    return Ok(r);
+                }
+                let body = if body.is_end_stream() {
+                    axum::body::Body::empty()
+                } else {
+                    match read_body(body, &limits).await {
+                        Ok(b) => axum::body::Body::from(b),
+                        Err((status, why)) => {
+                            busy.fetch_sub(1, Ordering::SeqCst);
+                            let mut r = http::Response::new(axum::body::Body::from(format!("{why}\n")));
+                            *r.status_mut() = status;
+                            r.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+                            return Ok(r);
+                        }
+                    }
+                };
+                let req = http::Request::from_parts(parts, body);
+                let r = super::identity::CONNECTION_TRUST.scope(trusted, tower::ServiceExt::oneshot(app, req)).await;
                 busy.fetch_sub(1, Ordering::SeqCst);
                 r
             }
@@ -298,6 +392,7 @@ mod tests {
         Entry {
             peer: peer.parse().unwrap(),
             busy: Arc::new(AtomicUsize::new(busy)),
+            trusted: Arc::new(AtomicBool::new(true)),
             close: Arc::new(tokio::sync::Notify::new()),
         }
     }
@@ -321,6 +416,38 @@ mod tests {
         // Everything mid-request: the newcomer is refused.
         assert!(!t.make_room("10.0.0.4".parse().unwrap(), &limits));
         assert_eq!(t.open.len(), 3);
+    }
+
+    fn stranger(peer: &str, busy: usize) -> Entry {
+        let e = entry(peer, busy);
+        e.trusted.store(false, Ordering::SeqCst);
+        e
+    }
+
+    /// Issue 48: strangers sending slowly (mid-request, never
+    /// authenticated), from several addresses, are closed before any
+    /// authenticated connection, idle or streaming; among strangers the oldest goes.
+    #[test]
+    fn strangers_go_first_whatever_they_are_doing_and_from_wherever() {
+        let limits = Limits { connections: 4, per_peer: 3, ..Limits::default() };
+        let mut t = Table::default();
+        t.open.insert(0, entry("10.0.0.9", 0)); // a team's idle connection
+        t.open.insert(1, stranger("10.0.0.1", 1)); // trickling a body
+        t.open.insert(2, entry("10.0.0.9", 1)); // a team's open stream
+        t.open.insert(3, stranger("10.0.0.2", 1));
+        for (next, from) in [(4, "10.0.0.3"), (5, "10.0.0.4")] {
+            assert!(t.make_room(from.parse().unwrap(), &limits));
+            t.open.insert(next, stranger(from, 1));
+        }
+        // The strangers evicted one another, oldest first; the team kept both.
+        assert_eq!(t.open.keys().copied().collect::<Vec<_>>(), [0, 2, 4, 5]);
+        // Only a team's connections left: its idle one goes, never its stream.
+        t.open.remove(&4);
+        t.open.remove(&5);
+        t.open.insert(6, entry("10.0.0.9", 1));
+        t.open.insert(7, entry("10.0.0.9", 1));
+        assert!(t.make_room("10.0.0.5".parse().unwrap(), &limits));
+        assert_eq!(t.open.keys().copied().collect::<Vec<_>>(), [2, 6, 7]);
     }
 
     #[test]

@@ -108,8 +108,14 @@ impl Amount {
         }
     }
 
+    /// Sums saturate: a count too large to hold counts as the most there
+    /// is (against the team, never wrapping round in its favour).
     pub fn plus(self, o: Amount) -> Amount {
-        Amount::new(self.cpu + o.cpu, self.memory + o.memory, self.pods + o.pods)
+        Amount::new(
+            self.cpu.saturating_add(o.cpu),
+            self.memory.saturating_add(o.memory),
+            self.pods.saturating_add(o.pods),
+        )
     }
 
     pub fn minus(self, o: Amount) -> Amount {
@@ -121,7 +127,7 @@ impl Amount {
     }
 
     pub fn times(self, n: u64) -> Amount {
-        Amount::new(self.cpu * n, self.memory * n, self.pods * n)
+        Amount::new(self.cpu.saturating_mul(n), self.memory.saturating_mul(n), self.pods.saturating_mul(n))
     }
 
     pub fn min(self, o: Amount) -> Amount {

@@ -1075,6 +1075,29 @@ impl Controllers {
                 if let Some(svc) = ss.pointer("/spec/serviceName").and_then(Value::as_str) {
                     pod["spec"]["subdomain"] = json!(svc);
                 }
+                // As the StatefulSet controller does: a claim per claim
+                // template and pod (`<claim>-<pod>`, kept when the pod
+                // goes), and a volume of that name in the pod, replacing a
+                // volume of the template's with the same name.
+                let claims = ss.pointer("/spec/volumeClaimTemplates").and_then(Value::as_array).cloned().unwrap_or_default();
+                if !claims.is_empty() {
+                    let pvc_t = t(inner, "", "persistentvolumeclaims");
+                    let mut volumes: Vec<Value> =
+                        pod.pointer("/spec/volumes").and_then(Value::as_array).cloned().unwrap_or_default();
+                    for c in &claims {
+                        let claim = s(c, "/metadata/name").to_string();
+                        let claim_name = format!("{claim}-{pod_name}");
+                        let labels = ss.pointer("/spec/selector/matchLabels").cloned().unwrap_or(json!({}));
+                        let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                            "metadata": {"name": claim_name, "namespace": ns(&ss), "labels": labels},
+                            "spec": c.get("spec").cloned().unwrap_or(json!({}))});
+                        // An existing claim (an earlier pod's) is kept as it is.
+                        let _ = inner.create(&pvc_t, &ns(&ss), pvc, "statefulset-controller", false);
+                        volumes.retain(|v| v.get("name").and_then(Value::as_str) != Some(claim.as_str()));
+                        volumes.push(json!({"name": claim, "persistentVolumeClaim": {"claimName": claim_name}}));
+                    }
+                    pod["spec"]["volumes"] = Value::Array(volumes);
+                }
                 let _ = inner.create(&pods_t, &ns(&ss), pod, "statefulset-controller", false);
                 if !parallel {
                     break;

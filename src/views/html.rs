@@ -141,7 +141,11 @@ pub fn page(title: &str, current: &str, viewer: &Viewer, body: &str) -> String {
     let sign = if viewer.via == "loopback" || viewer.via.is_empty() {
         "<a href=\"/login\">Sign in with a token</a>".to_string()
     } else {
-        "<a href=\"/logout\">Sign out</a>".to_string()
+        // A POST (a GET changes nothing), carrying the viewer's token.
+        format!(
+            "<form class=\"signout\" method=\"post\" action=\"/logout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\"><button type=\"submit\">Sign out</button></form>",
+            esc(&viewer.csrf)
+        )
     };
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -149,7 +153,7 @@ pub fn page(title: &str, current: &str, viewer: &Viewer, body: &str) -> String {
 <title>{t} · pinfleet</title><link rel=\"stylesheet\" href=\"/ui/console.css\"></head>\
 <body><a class=\"skip\" href=\"#content\">Skip to content</a>\
 <header><p class=\"brand\">pinfleet</p><nav aria-label=\"Main\"><ul>{nav}</ul></nav>\
-<p class=\"who\">{who} · {sign}</p></header>\
+<div class=\"who\">{who} · {sign}</div></header>\
 <main id=\"content\" tabindex=\"-1\">{body}</main>\
 <footer><p id=\"live\" role=\"status\" aria-live=\"polite\">Live updates: connecting…</p></footer>\
 <script src=\"/ui/console.js\"></script></body></html>\n",
@@ -174,6 +178,7 @@ header{display:flex;flex-wrap:wrap;gap:.5em 1.5em;align-items:center;padding:.6e
 nav ul{display:flex;flex-wrap:wrap;gap:.25em 1em;list-style:none;margin:0;padding:0}
 nav a[aria-current=page]{font-weight:700;text-decoration-thickness:3px}
 .who{margin:0;color:var(--muted);font-size:.9em}
+.signout{display:inline;margin:0}.signout button{font:inherit;color:var(--link, #0645ad);background:none;border:0;padding:0;text-decoration:underline;cursor:pointer}
 main{padding:1em;max-width:100rem}
 h1{font-size:1.5em;margin:.2em 0 .6em}
 h2{font-size:1.15em;margin:1.4em 0 .5em}

@@ -96,6 +96,10 @@ pub struct Viewer {
     /// oidc, serviceaccount, certificate, loopback.
     pub via: String,
     pub admin: bool,
+    /// The token the sign-out form carries (bound to this viewer and the
+    /// serving process; a page elsewhere cannot know it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub csrf: String,
 }
 
 impl Viewer {
@@ -186,7 +190,7 @@ mod tests {
 
     #[test]
     fn a_loopback_viewer_is_said_to_have_no_identity() {
-        let v = Viewer { user: "alice".into(), teams: vec!["search".into()], via: "loopback".into(), admin: false };
+        let v = Viewer { user: "alice".into(), teams: vec!["search".into()], via: "loopback".into(), admin: false, csrf: String::new() };
         assert_eq!(v.note(), "no identity: local work on loopback, shown as alice of search");
         let v = Viewer { via: "oidc".into(), ..v };
         assert_eq!(v.note(), "alice (by oidc), teams: search");

@@ -94,6 +94,13 @@ pub fn children(kind: &str, workload: &Value, ctx: &Context) -> Result<Vec<Value
     if !located.is_empty() {
         return Err(located);
     }
+    // Counts before anything is rendered: a render allocates per replica
+    // (a training job names every peer), so a count past the bound is
+    // refused before it can cost the gateway memory.
+    let located = counts(workload);
+    if !located.is_empty() {
+        return Err(located);
+    }
     let rendered = match kind {
         "PinterestService" => render::service_children(&typed(workload)?, ctx),
         "PinterestJobSet" => render::jobset_children(&typed(workload)?, ctx),
@@ -106,6 +113,42 @@ pub fn children(kind: &str, workload: &Value, ctx: &Context) -> Result<Vec<Value
     rendered.map_err(|e| match e {
         RenderError::Invalid(m) | RenderError::PolicyDenied(m) => vec![Located::new("spec", m)],
     })
+}
+
+/// The most replicas (shards, a training job's replicas of every role
+/// together) one workload may ask for before it is rendered.
+pub const MAX_COUNT: i64 = 100_000;
+
+/// Each count of the workload within `0..=MAX_COUNT`, and a training job's
+/// roles together too (checked sums: a total past i64 is past the bound).
+fn counts(workload: &Value) -> Vec<Located> {
+    let mut out = Vec::new();
+    let mut check = |field: String, v: &Value| -> i64 {
+        match v.as_i64() {
+            Some(n) if (0..=MAX_COUNT).contains(&n) => n,
+            _ if v.is_null() => 0,
+            _ => {
+                out.push(Located::new(field, format!("{v}: must be between 0 and {MAX_COUNT}")));
+                0
+            }
+        }
+    };
+    for f in ["replicas", "shards", "parallelism"] {
+        if let Some(v) = workload.pointer(&format!("/spec/{f}")) {
+            check(format!("spec.{f}"), v);
+        }
+    }
+    let mut total: Option<i64> = Some(0);
+    for (i, r) in workload.pointer("/spec/roles").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        if let Some(v) = r.get("replicas") {
+            let n = check(format!("spec.roles[{i}].replicas"), v);
+            total = total.and_then(|t| t.checked_add(n));
+        }
+    }
+    if total.is_none_or(|t| t > MAX_COUNT) {
+        out.push(Located::new("spec.roles", format!("the roles' replicas together: more than {MAX_COUNT}")));
+    }
+    out
 }
 
 /// Every quantity in the workload's pod templates that Kubernetes would

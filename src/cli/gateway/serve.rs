@@ -51,9 +51,19 @@ pub struct ServeArgs {
     /// Local work only: callers without credentials are USER of TEAM[,TEAM] (loopback only).
     #[arg(long, value_name = "USER:TEAMS")]
     pub anonymous_as: Option<String>,
-    /// Images must come from one of these registries (prefixes; repeat).
+    /// Images must come from one of these registries (`HOST/` or
+    /// `HOST/PATH/`: the host compared exactly, the path by components; repeat).
     #[arg(long = "allowed-registry")]
     pub allowed_registries: Vec<String>,
+    /// The Pod Security Standards level every team's pods meet unless named below.
+    #[arg(long, default_value = "baseline", value_parser = crate::kube::podsecurity::Level::parse)]
+    pub pod_security_default: crate::kube::podsecurity::Level,
+    /// A team's own level, TEAM=LEVEL (restricted, or privileged: a platform admin's policy; repeat).
+    #[arg(long = "pod-security", value_name = "TEAM=LEVEL", value_parser = crate::gateway::intake::PodSecurity::parse_team)]
+    pub pod_security: Vec<(String, crate::kube::podsecurity::Level)>,
+    /// One check waived for one team, TEAM:CHECK (the standard's check name; repeat).
+    #[arg(long = "pod-security-exception", value_name = "TEAM:CHECK", value_parser = crate::gateway::intake::PodSecurity::parse_exception)]
+    pub pod_security_exceptions: Vec<(String, String)>,
     /// A priority class submitters may name: NAME=VALUE[,team=TEAM]…[,tier=TIER]…
     /// (repeat; default: low=-100 and normal=0 for all, high=100 for Reserved work).
     #[arg(long = "priority-class", value_name = "NAME=VALUE[,team=T][,tier=T]", value_parser = crate::gateway::intake::PriorityClass::parse)]
@@ -208,6 +218,14 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
         policy: Policy {
             allowed_registries: s.allowed_registries.clone(),
             priority_classes: s.priority_classes.clone(),
+            pod_security: crate::gateway::intake::PodSecurity {
+                default: s.pod_security_default,
+                teams: s.pod_security.iter().cloned().collect(),
+                exceptions: s.pod_security_exceptions.iter().fold(Default::default(), |mut m, (t, c)| {
+                    m.entry(t.clone()).or_insert_with(std::collections::BTreeSet::new).insert(c.clone());
+                    m
+                }),
+            },
         },
         interval: s.interval,
         lease_duration: s.lease_duration,

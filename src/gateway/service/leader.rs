@@ -127,9 +127,23 @@ impl Service {
         let mut roll_admitted = Vec::new();
         let mut roll_released = Vec::new();
         let mut cancel_queued = Vec::new();
+        // A cancelled workload keeps its quota until every member says it
+        // and its pods are gone (a finalizer or a long grace period keeps
+        // pods running after the delete): asked again each pass.
+        let mut lingering: HashMap<String, String> = HashMap::new();
+        for (name, s) in &by_name {
+            if s.spec.cancel && ledger.reservations.contains_key(name) && phase(s).holds() {
+                if let Some(what) = self.still_on_members(s).await {
+                    lingering.insert(name.clone(), what);
+                }
+            }
+        }
         for (name, s) in &by_name {
             let p = phase(s);
             let reserved = ledger.reservations.contains_key(name);
+            if lingering.contains_key(name) {
+                continue;
+            }
             if reserved && p == Phase::Queued && !s.spec.cancel {
                 roll_admitted.push(name.clone());
             }
@@ -155,7 +169,16 @@ impl Service {
             .map(|s| Self::pending_of(s))
             .collect();
         admission::order(&mut queue);
-        let batch = admission::decide(&world, &mut ledger, &queue, now);
+        let (batch, set_aside) = decide_shielded(&world, &mut ledger, &mut queue, now)?;
+        for (name, why) in &set_aside {
+            tracing::error!("admission: {name} set aside: {why}");
+            self.set_status(name, |st| {
+                st.phase = Phase::Failed;
+                st.finished_at = Some(now);
+                st.message = Some(format!("set aside by admission: it cannot be evaluated ({why}); the pass went on without it"));
+            })
+            .await?;
+        }
         if ledger != before && !self.write_ledger(&ledger, rv).await? {
             tracing::warn!("the admission ledger moved under this pass (another leader?): pass dropped");
             return Ok((0, 0));
@@ -206,6 +229,12 @@ impl Service {
                 st.message = Some(why.clone());
             })
             .await?;
+        }
+        for (name, what) in &lingering {
+            let message = format!("cancelling: its quota is held until the members have removed it ({what})");
+            if by_name.get(name).and_then(|s| s.status.as_ref()).and_then(|s| s.message.as_ref()) != Some(&message) {
+                self.set_status(name, |st| st.message = Some(message.clone())).await?;
+            }
         }
         for name in &cancel_queued {
             self.set_status(name, |st| {
@@ -277,6 +306,53 @@ impl Service {
                 }
             }
         }
+    }
+
+    /// Deletes a cancelled workload from every member again and says what
+    /// is still there (the workload, its pods that have not ended), member
+    /// by member; None once every member answers that nothing is left. A
+    /// member that cannot be asked counts as still holding it.
+    async fn still_on_members(&self, s: &Submission) -> Option<String> {
+        let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let name = s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        let selector = format!("pinfleet.dev/kind={kind},pinfleet.dev/name={name}");
+        let mut left = Vec::new();
+        for m in &self.members {
+            let api = workload_api(&m.client, kind, &s.spec.team);
+            let workload = match api.delete(name, &Default::default()).await {
+                Ok(_) => true,
+                Err(kube::Error::Api(a)) if a.code == 404 => false,
+                Err(e) => {
+                    left.push(format!("{}: not reachable ({e})", m.name));
+                    continue;
+                }
+            };
+            let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(m.client.clone(), &s.spec.team);
+            let running = match pods.list(&kube::api::ListParams::default().labels(&selector)).await {
+                Ok(l) => l
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+                    })
+                    .count(),
+                Err(e) => {
+                    left.push(format!("{}: its pods cannot be listed ({e})", m.name));
+                    continue;
+                }
+            };
+            match (workload, running) {
+                (false, 0) => {}
+                (true, 0) => left.push(format!("{}: the workload", m.name)),
+                (w, n) => left.push(format!(
+                    "{}: {}{n} pod{} still running",
+                    m.name,
+                    if w { "the workload and " } else { "" },
+                    if n == 1 { "" } else { "s" }
+                )),
+            }
+        }
+        (!left.is_empty()).then(|| left.join("; "))
     }
 
     /// Places every admitted submission on the members and writes it there.
@@ -355,7 +431,7 @@ impl Service {
                 if divisible {
                     w["spec"]["replicas"] = json!(sh.replicas);
                 }
-                if let Err(e) = write_to_member(m, &s.spec.team, &name, &w).await {
+                if let Err(e) = write_to_member(m, &s.spec.team, self.config.policy.pod_security.level(&s.spec.team), &name, &w).await {
                     failed = Some(format!("writing to {}: {e:#}", m.name));
                     break;
                 }
@@ -409,6 +485,7 @@ impl Service {
             let mut any_failed = None;
             for part in parts.iter_mut() {
                 let Some(m) = self.members.iter().find(|m| m.name == part.cluster) else { continue };
+                let before = part.clone();
                 match tokio::time::timeout(
                     Duration::from_secs(5),
                     workload_api(&m.client, kind, &s.spec.team).get_opt(wname),
@@ -476,6 +553,14 @@ impl Service {
                         part.message = Some(format!("not reached; last seen {since}"));
                     }
                 }
+                // Observed again with nothing new: the record keeps its time
+                // (a status written only when it changes: a team's live
+                // stream hears of a change, not of every pass).
+                let mut same = part.clone();
+                same.observed_at = before.observed_at;
+                if same == before {
+                    part.observed_at = before.observed_at;
+                }
             }
             let placed_at = s.status.as_ref().and_then(|st| st.placed_at);
             let had_pods = s.status.as_ref().and_then(|st| st.pods_created_at).is_some();
@@ -506,22 +591,41 @@ impl Service {
         Ok(())
     }
 
-    /// The leader's loop: admit, place, roll up; woken by submissions or every interval.
+    /// The leader's loop: admit, place, roll up; woken by submissions or
+    /// every interval. A pass that panics or overruns [`PASS_DEADLINE`]
+    /// ends the loop: the replica says so on `/readyz` and the election
+    /// gives up the Lease (a leader that cannot admit must not hold it).
     pub async fn lead(self: Arc<Self>) {
+        use futures::FutureExt;
         let mut last_members = Instant::now();
         loop {
-            if last_members.elapsed() > self.config.member_refresh {
-                self.refresh_members().await;
-                last_members = Instant::now();
-            }
-            if let Err(e) = self.admit_once().await {
-                tracing::warn!("admission pass: {e:#}");
-            }
-            if let Err(e) = self.place_once().await {
-                tracing::warn!("placement pass: {e:#}");
-            }
-            if let Err(e) = self.rollup_once().await {
-                tracing::warn!("status roll-up: {e:#}");
+            let pass = async {
+                if last_members.elapsed() > self.config.member_refresh {
+                    self.refresh_members().await;
+                    last_members = Instant::now();
+                }
+                if let Err(e) = self.admit_once().await {
+                    tracing::warn!("admission pass: {e:#}");
+                }
+                if let Err(e) = self.place_once().await {
+                    tracing::warn!("placement pass: {e:#}");
+                }
+                if let Err(e) = self.rollup_once().await {
+                    tracing::warn!("status roll-up: {e:#}");
+                }
+            };
+            let why = match tokio::time::timeout(PASS_DEADLINE, std::panic::AssertUnwindSafe(pass).catch_unwind()).await
+            {
+                Ok(Ok(())) => None,
+                Ok(Err(panic)) => Some(format!("the leader's pass panicked: {}", panic_message(&*panic))),
+                Err(_) => Some(format!("the leader's pass did not complete within {PASS_DEADLINE:?}")),
+            };
+            if let Some(why) = why {
+                tracing::error!("{why}; giving up the Lease");
+                if let Ok(mut u) = self.unready.lock() {
+                    *u = Some(why);
+                }
+                return;
             }
             tokio::select! {
                 _ = self.wake.notified() => {},
@@ -555,4 +659,55 @@ impl Service {
         tokio::spawn(self.clone().follow());
         crate::controller::leader::run_elected(lock, self.leading.clone(), move || me.clone().lead(), stop).await;
     }
+}
+
+/// How long one leader pass (admit, place, roll up) may take before the
+/// leader gives up: many times a pass's worst seen at 3,000 records.
+pub const PASS_DEADLINE: Duration = Duration::from_secs(120);
+
+/// What a panic said.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+/// [`admission::decide`] that no one record can stop: when the decision
+/// panics, each queued record is decided alone to find the ones that
+/// cannot be evaluated; they are taken out of the queue and returned with
+/// why, and the rest is decided without them.
+pub(super) fn decide_shielded(
+    world: &admission::World,
+    ledger: &mut crate::gateway::quota::Ledger,
+    queue: &mut Vec<Pending>,
+    now: DateTime<Utc>,
+) -> Result<(admission::Batch, Vec<(String, String)>)> {
+    let attempt = |queue: &[Pending], ledger: &crate::gateway::quota::Ledger| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut l = ledger.clone();
+            let b = admission::decide(world, &mut l, queue, now);
+            (b, l)
+        }))
+    };
+    let mut set_aside = Vec::new();
+    for _ in 0..2 {
+        match attempt(queue, ledger) {
+            Ok((b, l)) => {
+                *ledger = l;
+                return Ok((b, set_aside));
+            }
+            Err(_) => {
+                let mut culprits = Vec::new();
+                for p in queue.iter() {
+                    if let Err(panic) = attempt(std::slice::from_ref(p), ledger) {
+                        culprits.push((p.name.clone(), panic_message(&*panic)));
+                    }
+                }
+                queue.retain(|p| !culprits.iter().any(|(n, _)| n == &p.name));
+                set_aside.extend(culprits);
+            }
+        }
+    }
+    anyhow::bail!("the admission pass cannot be decided even without the records set aside")
 }

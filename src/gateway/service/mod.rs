@@ -194,6 +194,9 @@ pub struct Service {
     pub metrics: Metrics,
     pub config: Config,
     pub leading: Arc<AtomicBool>,
+    /// Why this replica is not ready (its leader's pass panicked or
+    /// overran its deadline): `/readyz` answers 503 with it.
+    pub unready: std::sync::Mutex<Option<String>>,
     submissions: Store<Submission>,
     member_views: RwLock<Vec<MemberView>>,
     queue: RwLock<QueueView>,
@@ -306,6 +309,7 @@ impl Service {
             metrics: Metrics::default(),
             config,
             leading: Arc::new(AtomicBool::new(false)),
+            unready: std::sync::Mutex::new(None),
             submissions: reader,
             member_views: RwLock::new(Vec::new()),
             queue: RwLock::new(QueueView::default()),
@@ -503,7 +507,7 @@ impl Service {
             priority: s.spec.priority,
             created: s.metadata.creation_timestamp.as_ref().map(ts).unwrap_or_else(Utc::now),
             demand: s.spec.demand,
-            expected_duration: s.spec.expected_seconds.map(chrono::Duration::seconds),
+            expected_duration: s.spec.expected_seconds.map(expected),
         }
     }
 
@@ -645,7 +649,7 @@ impl Service {
                 priority,
                 created: Utc::now(),
                 demand: spec.demand,
-                expected_duration: spec.expected_seconds.map(chrono::Duration::seconds),
+                expected_duration: spec.expected_seconds.map(expected),
             };
             queue.push(me);
             admission::order(&mut queue);
@@ -951,11 +955,30 @@ fn ts(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc>
     DateTime::<Utc>::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32).unwrap_or_else(Utc::now)
 }
 
-async fn write_to_member(m: &MemberCluster, team: &str, submission: &str, workload: &Value) -> Result<()> {
+/// Writes a workload into its team's namespace on a member. The namespace
+/// carries the team's Pod Security level (`enforce`, `warn` and `audit`):
+/// the member's own Pod Security admission is the second line behind the
+/// gateway's check, and refuses what the gateway would.
+async fn write_to_member(
+    m: &MemberCluster,
+    team: &str,
+    level: crate::kube::podsecurity::Level,
+    submission: &str,
+    workload: &Value,
+) -> Result<()> {
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(m.client.clone());
     let pp = PatchParams::apply(MANAGER).force();
-    nss.patch(team, &pp, &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team}})))
-        .await?;
+    let mut labels = serde_json::Map::new();
+    for mode in ["enforce", "warn", "audit"] {
+        labels.insert(format!("pod-security.kubernetes.io/{mode}"), json!(level.as_str()));
+        labels.insert(format!("pod-security.kubernetes.io/{mode}-version"), json!("latest"));
+    }
+    nss.patch(
+        team,
+        &pp,
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team, "labels": labels}})),
+    )
+    .await?;
     let kind = workload.get("kind").and_then(Value::as_str).unwrap_or_default();
     let name = workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
     let mut w = workload.clone();
@@ -989,4 +1012,10 @@ async fn publish_placement_decision(host: &kube::Client, ns: &str, s: &Submissio
     if let Err(e) = api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj)).await {
         tracing::debug!("PlacementDecision for {name} not published: {e}");
     }
+}
+
+/// A record's expected run time as a duration: one too long to hold (a
+/// record written before intake bounded it) is the longest there is.
+fn expected(seconds: i64) -> chrono::Duration {
+    chrono::Duration::try_seconds(seconds).unwrap_or(chrono::Duration::MAX)
 }

@@ -136,8 +136,17 @@ fn what_does_not_parse_or_overflows_is_a_located_problem() {
         json!([{"name": "app", "image": "r/app:1", "resources": {"requests": {"cpu": "10000000"}}}]),
         json!(2147483647),
     );
+    // A count past the bound is refused before anything is rendered (a
+    // render allocates per replica), at its field.
     let e = demand_of(&w).unwrap_err();
-    assert!(e[0].message.contains("more than 1000000"), "{e:?}");
+    assert_eq!(e[0].field, "spec.replicas", "{e:?}");
+    assert!(e[0].message.contains("must be between 0 and 100000"), "{e:?}");
+    // A training job's roles past i32 together: refused as a sum, not wrapped.
+    let roles = json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestTrainingJob", "metadata": {"name": "t"},
+        "spec": {"owner": {"team": "a", "project": "t"}, "roles": [{"name": "a", "replicas": 60000}, {"name": "b", "replicas": 60000}]}});
+    let e = super::counts(&roles);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(e[0].field, "spec.roles");
 }
 
 #[test]
