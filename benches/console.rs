@@ -28,7 +28,13 @@ fn env(name: &str, d: usize) -> usize {
 }
 
 fn viewer() -> Viewer {
-    Viewer { user: "alice@example.com".into(), teams: vec!["search".into()], via: "oidc".into(), admin: false, csrf: String::new() }
+    Viewer {
+        user: "alice@example.com".into(),
+        teams: vec!["search".into()],
+        via: "oidc".into(),
+        admin: false,
+        csrf: String::new(),
+    }
 }
 
 fn fleet(n: usize) -> FleetView {

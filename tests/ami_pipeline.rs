@@ -284,12 +284,19 @@ fn a_bake_killed_then_stopped_mid_copy_resumes_without_a_second_builder_or_image
     let o = run(&w, &["ami", "bake", "node"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("found complete, nothing to do"), "{}", stdout(&o));
-    assert!(stderr(&o).contains(&format!("eu-west-1: tagged {copy}, which a run had left without its tags")), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("eu-west-1: tagged {copy}, which a run had left without its tags")),
+        "{}",
+        stderr(&o)
+    );
     let (_, _, image, snaps) = rtm.block_on(tagged("eu-west-1"));
     assert!(image && snaps, "the untagged copy was tagged again");
     let o = run(&w, &["ami", "bake", "node"]);
     let err = stderr(&o);
-    assert!(!err.contains("left without its tags") && !err.contains("tagged the snapshot"), "nothing left to tag: {err}");
+    assert!(
+        !err.contains("left without its tags") && !err.contains("tagged the snapshot"),
+        "nothing left to tag: {err}"
+    );
     stop.store(true, Ordering::SeqCst);
     stand_in.join().unwrap();
 }

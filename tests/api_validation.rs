@@ -669,3 +669,78 @@ async fn a_crd_whose_schema_is_not_structural_is_refused_with_every_reason() {
     }
     assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
+
+/// Issue 48: the API server's Pod Security admission (the sim's, or a real
+/// v1.36 server's when PINFLEET_TEST_KUBECONFIG names one) and the
+/// gateway's check (`kube::podsecurity`) give the same verdict on the same
+/// pods: admitted or refused, and refused for the same checks.
+#[tokio::test]
+async fn pod_security_admission_agrees_with_the_gateways_verdict() {
+    use pinfleet::kube::podsecurity::{check, Level};
+    let k = KubeEnv::start();
+    let client = k.client().await;
+    let pod = |spec: Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec});
+    let c = |sc: Value| json!({"name": "app", "image": "registry.k8s.io/pause:3.10", "securityContext": sc});
+    let hardened = json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
+    let pods = vec![
+        ("plain", pod(json!({"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}))),
+        ("privileged", pod(json!({"containers": [c(json!({"privileged": true}))]}))),
+        ("host namespaces", pod(json!({"hostNetwork": true, "hostPID": true, "containers": [c(json!({}))]}))),
+        (
+            "hostPath /",
+            pod(json!({"containers": [c(json!({}))], "volumes": [{"name": "root", "hostPath": {"path": "/"}}]})),
+        ),
+        ("SYS_ADMIN", pod(json!({"containers": [c(json!({"capabilities": {"add": ["SYS_ADMIN"]}}))]}))),
+        (
+            "hostPort",
+            pod(
+                json!({"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "ports": [{"containerPort": 80, "hostPort": 80}]}]}),
+            ),
+        ),
+        ("root, no seccomp", pod(json!({"securityContext": {"runAsUser": 0}, "containers": [c(hardened.clone())]}))),
+        (
+            "restricted",
+            pod(
+                json!({"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}}, "containers": [c(hardened.clone())]}),
+            ),
+        ),
+        (
+            "a sidecar adding NET_RAW",
+            pod(
+                json!({"initContainers": [{"name": "side", "image": "registry.k8s.io/pause:3.10", "restartPolicy": "Always",
+                "securityContext": {"capabilities": {"add": ["NET_RAW", "SYS_TIME"]}}}],
+                "containers": [c(json!({}))]}),
+            ),
+        ),
+    ];
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let mut differ = Vec::new();
+    for level in [Level::Baseline, Level::Restricted] {
+        let ns = k.unique(&format!("psa-{}", level.as_str()));
+        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns,
+            "labels": {"pod-security.kubernetes.io/enforce": level.as_str(), "pod-security.kubernetes.io/enforce-version": "latest"}}});
+        nss.create(&PostParams::default(), &serde_json::from_value(obj).unwrap()).await.unwrap();
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &ns, &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Pod")));
+        for (case, p) in &pods {
+            let ours: Vec<&str> = check(&p["metadata"], &p["spec"], level).iter().map(|v| v.check).collect();
+            let o: DynamicObject = serde_json::from_value(p.clone()).unwrap();
+            let theirs = match api.create(&PostParams { dry_run: true, ..Default::default() }, &o).await {
+                Ok(_) => None,
+                Err(kube::Error::Api(ae)) if ae.code == 403 => Some(ae.message),
+                Err(e) => panic!("{case}: {e}"),
+            };
+            match (&theirs, ours.is_empty()) {
+                (None, true) => {}
+                (Some(msg), false)
+                    if msg.contains(&format!("violates PodSecurity \"{}:latest\"", level.as_str()))
+                        && ours.iter().all(|c| msg.contains(&format!("{c} ("))) => {}
+                _ => {
+                    differ.push(format!("{}: {case}: the server says {theirs:?}, the gateway {ours:?}", level.as_str()))
+                }
+            }
+        }
+        let _ = nss.delete(&ns, &Default::default()).await;
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}

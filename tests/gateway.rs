@@ -1238,7 +1238,12 @@ async fn pod_security_lifetimes_and_durations_are_refused_at_their_fields() {
             .as_array()
             .into_iter()
             .flatten()
-            .map(|p| (p["field"].as_str().unwrap_or_default().to_string(), p["message"].as_str().unwrap_or_default().to_string()))
+            .map(|p| {
+                (
+                    p["field"].as_str().unwrap_or_default().to_string(),
+                    p["message"].as_str().unwrap_or_default().to_string(),
+                )
+            })
             .collect()
     };
     // The pod that owned a member's node.
@@ -1259,11 +1264,16 @@ async fn pod_security_lifetimes_and_durations_are_refused_at_their_fields() {
     let got = problems(&a.body);
     for (field, check) in [
         ("spec.template.spec.hostNetwork", "host namespaces (hostNetwork=true, hostPID=true, hostIPC=true)"),
-        ("spec.template.spec.containers[0].securityContext.privileged", "privileged (container \"app\" must not set securityContext.privileged=true)"),
+        (
+            "spec.template.spec.containers[0].securityContext.privileged",
+            "privileged (container \"app\" must not set securityContext.privileged=true)",
+        ),
         ("spec.template.spec.volumes[0].hostPath", "hostPath volumes (volume \"root\")"),
     ] {
         assert!(
-            got.iter().any(|(f, m)| f == field && m.contains("violates PodSecurity \"baseline:latest\"") && m.contains(check)),
+            got.iter().any(|(f, m)| f == field
+                && m.contains("violates PodSecurity \"baseline:latest\"")
+                && m.contains(check)),
             "{field}: {check}\n{got:#?}"
         );
     }
@@ -1283,8 +1293,10 @@ async fn pod_security_lifetimes_and_durations_are_refused_at_their_fields() {
     let a = dry(sidecar).await;
     assert_eq!(a.status, 422, "{:#}", a.body);
     assert!(
-        problems(&a.body).iter().any(|(f, m)| f == "spec.template.spec.initContainers[0].securityContext.capabilities.add"
-            && m.contains("non-default capabilities (container \"helper\" must not include \"SYS_ADMIN\"")),
+        problems(&a.body)
+            .iter()
+            .any(|(f, m)| f == "spec.template.spec.initContainers[0].securityContext.capabilities.add"
+                && m.contains("non-default capabilities (container \"helper\" must not include \"SYS_ADMIN\"")),
         "{:#}",
         a.body
     );
@@ -1302,7 +1314,9 @@ async fn pod_security_lifetimes_and_durations_are_refused_at_their_fields() {
     let a = dry(held).await;
     assert_eq!(a.status, 422, "{:#}", a.body);
     let fields: Vec<String> = problems(&a.body).into_iter().map(|(f, _)| f).collect();
-    for f in ["metadata.finalizers", "spec.template.metadata.finalizers", "spec.template.spec.terminationGracePeriodSeconds"] {
+    for f in
+        ["metadata.finalizers", "spec.template.metadata.finalizers", "spec.template.spec.terminationGracePeriodSeconds"]
+    {
         assert!(fields.contains(&f.to_string()), "{f}: {fields:?}");
     }
 
@@ -1326,7 +1340,8 @@ async fn pod_security_lifetimes_and_durations_are_refused_at_their_fields() {
     let a = dry(long(Some("1000000years"), None)).await;
     assert_eq!(a.status, 422, "{:#}", a.body);
     assert!(
-        problems(&a.body).iter().any(|(f, m)| f == "metadata.annotations[gateway.pinfleet.dev/expected-duration]" && m.contains("at most 366 days")),
+        problems(&a.body).iter().any(|(f, m)| f == "metadata.annotations[gateway.pinfleet.dev/expected-duration]"
+            && m.contains("at most 366 days")),
         "{:#}",
         a.body
     );
@@ -1413,4 +1428,145 @@ async fn a_cancelled_workload_holds_its_quota_until_its_pods_are_gone() {
     }
     assert_eq!(phase, Phase::Cancelled);
     assert_eq!(used(&gw).await, 0);
+}
+
+/// Issue 48: a stranger holding more connections than the listener's cap,
+/// from several addresses, each sending its body a byte at a time, stops
+/// no team: every call of the team is answered, and the strangers'
+/// connections are the ones closed (their bodies also run out of time).
+#[tokio::test(flavor = "multi_thread")]
+async fn strangers_trickling_bodies_from_several_addresses_hold_nothing() {
+    use tokio::io::AsyncWriteExt;
+    let host = KubeEnv::start();
+    let east = member("east", 1, "8", false);
+    let team = host.namespace.clone();
+    let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("2", "4")}} })).await;
+    let token = {
+        host.ok(&["create", "serviceaccount", "ci"]);
+        host.ok(&["create", "token", "ci"]).trim().to_string()
+    };
+    // A second listener on the same service with a small cap: 24 in all, 8 an address.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = pinfleet::gateway::listen::Limits { connections: 24, per_peer: 8, ..Default::default() };
+    let app = pinfleet::gateway::http::router(gw.svc.clone());
+    tokio::spawn(pinfleet::gateway::http::serve_with(
+        app,
+        listener,
+        None,
+        limits,
+        Some(gw.svc.audit_log.clone()),
+        std::future::pending(),
+    ));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut strangers = Vec::new();
+    // Three addresses, 20 connections each (60: more than the cap), each
+    // re-opened when closed, each sending a byte of its body every 300 ms.
+    for a in 2..=4u8 {
+        for _ in 0..20 {
+            let (stop, opened) = (stop.clone(), opened.clone());
+            strangers.push(tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let s = tokio::net::TcpSocket::new_v4().unwrap();
+                    s.bind(std::net::SocketAddr::from(([127, 0, 0, a], 0))).unwrap();
+                    let Ok(mut c) = s.connect(addr).await else { continue };
+                    opened.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let head = format!("POST /v1/submissions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n");
+                    if c.write_all(head.as_bytes()).await.is_err() {
+                        continue;
+                    }
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        if c.write_all(b"{").await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let c = Client::new(&format!("http://{addr}"), &Credentials { token: Some(token), ..Default::default() }).unwrap();
+    let mut slowest = Duration::ZERO;
+    for i in 0..20 {
+        let t = std::time::Instant::now();
+        let r = tokio::time::timeout(Duration::from_secs(20), c.call("GET", "/v1/whoami", None))
+            .await
+            .unwrap_or_else(|_| panic!("call {i} was not answered within 20 s"))
+            .unwrap();
+        assert_eq!(r.status, 200, "call {i}: {:?}", r.body);
+        slowest = slowest.max(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for s in strangers {
+        s.abort();
+    }
+    let n = opened.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(n > 60, "the strangers opened {n} connections: more than the cap, again and again");
+    println!("strangers opened {n} connections from 3 addresses; the team's slowest call took {slowest:?}");
+}
+
+/// Issue 48: quota follows what runs. Pods in a team's namespace on a
+/// member that the ledger does not hold (written around the gateway) are
+/// measured, shown as the team's drift, and counted against it: work that
+/// would fit the ledger alone waits until they are gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_team_runs_beyond_the_ledger_is_shown_and_counted_against_it() {
+    let host = KubeEnv::start();
+    let east = member("east", 1, "16", true);
+    let team = host.namespace.clone();
+    let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("4", "4")}} })).await;
+    let token = {
+        host.ok(&["create", "serviceaccount", "ci"]);
+        host.ok(&["create", "token", "ci"]).trim().to_string()
+    };
+    let c = gw.client(Some(token));
+    let a = c
+        .call("POST", "/v1/submissions", Some(&json!({"id": "web-1", "workload": service_of(&team, "web", 2, "1")})))
+        .await
+        .unwrap();
+    assert_eq!(a.status, 201, "{:#}", a.body);
+    gw.pass().await;
+    assert_eq!(gw.phase(&team, "web-1").await, Phase::Placed);
+    // Written around the gateway: a pod of 2 CPUs in the team's namespace.
+    let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(k, &team);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "around", "namespace": team},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}]}});
+    pods.create(&Default::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+    // Within a measure (every 5 s) the drift shows and counts.
+    let mut drift = Value::Null;
+    for _ in 0..40 {
+        gw.pass().await;
+        let q = c.call("GET", &format!("/v1/quota?team={team}"), None).await.unwrap().ok().unwrap();
+        drift = q["items"][0]["drift"].clone();
+        if drift["cpu"] != "0" {
+            break;
+        }
+    }
+    assert_eq!(drift["cpu"], "2", "{drift}");
+    let a = c
+        .call("POST", "/v1/submissions", Some(&json!({"id": "more-1", "workload": service_of(&team, "more", 1, "1")})))
+        .await
+        .unwrap();
+    assert_eq!(a.status, 201, "{:#}", a.body);
+    for _ in 0..3 {
+        gw.pass().await;
+    }
+    assert_eq!(gw.phase(&team, "more-1").await, Phase::Queued, "admitted past what the members run");
+    // Gone: the next measure frees it.
+    pods.delete("around", &kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
+        .await
+        .unwrap();
+    let mut phase = Phase::Queued;
+    for _ in 0..40 {
+        gw.pass().await;
+        phase = gw.phase(&team, "more-1").await;
+        if phase != Phase::Queued {
+            break;
+        }
+    }
+    assert_ne!(phase, Phase::Queued);
 }

@@ -193,7 +193,8 @@ fn the_cloud_controller_and_autoscaler_follow_the_clusters_minor() {
 #[test]
 fn the_readmes_versions_table_is_the_codes() {
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let (begin, end) = ("<!-- versions table: generated from src/spec/versions.rs -->\n", "<!-- end of versions table -->");
+    let (begin, end) =
+        ("<!-- versions table: generated from src/spec/versions.rs -->\n", "<!-- end of versions table -->");
     let start = readme.find(begin).expect("the README marks its versions table") + begin.len();
     let stop = start + readme[start..].find(end).expect("the README ends its versions table");
     let want = pinfleet::spec::versions::markdown_table();

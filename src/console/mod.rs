@@ -511,7 +511,8 @@ async fn logout(State(c): State<C>, headers: HeaderMap, peer: Peer, Form(form): 
     };
     if form.csrf.is_empty() || form.csrf != c.csrf_for(&who) {
         return secured(
-            (StatusCode::FORBIDDEN, "signing out takes the console's own form (its token did not match)\n").into_response(),
+            (StatusCode::FORBIDDEN, "signing out takes the console's own form (its token did not match)\n")
+                .into_response(),
         );
     }
     let mut r = Redirect::to("/login").into_response();

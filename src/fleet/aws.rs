@@ -299,8 +299,8 @@ pub async fn rolling_progress(
     folder: &super::Folder,
     r: &super::rollout::FleetRollout,
     aws: &Aws,
-) -> Result<BTreeMap<String, Option<crate::state::progress::RollProgress>>> {
-    use crate::state::progress::{RollProgress, KEY};
+) -> Result<BTreeMap<String, Option<crate::rollout::progress::RollProgress>>> {
+    use crate::rollout::progress::{RollProgress, KEY};
     let mut out = BTreeMap::new();
     for (_, c) in r.clusters().filter(|(_, c)| c.state == super::rollout::ClusterState::Rolling) {
         let Some(l) = folder.loaded.iter().find(|l| l.cluster.metadata.name == c.name) else { continue };

@@ -14,9 +14,9 @@ use crate::views::fleet::{FleetClusterRow, FleetGroupRow, FleetStageRow, FleetSt
 /// planes first, one group at a time).
 pub fn group_rows(
     cluster: &crate::spec::Cluster,
-    progress: Option<&crate::state::progress::RollProgress>,
+    progress: Option<&crate::rollout::progress::RollProgress>,
 ) -> Vec<FleetGroupRow> {
-    use crate::state::progress::GroupState;
+    use crate::rollout::progress::GroupState;
     let mut order: Vec<&crate::spec::InstanceGroup> = cluster.spec.instance_groups.iter().collect();
     order.sort_by_key(|g| g.role != crate::spec::Role::ControlPlane);
     let mut before: Option<&str> = None;

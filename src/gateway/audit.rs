@@ -55,14 +55,9 @@ impl Entry {
 }
 
 /// `s` with every hidden character (control, bidirectional, zero-width)
-/// written as `<U+XXXX>`.
+/// written as its escape (`\u{202e}`), as the terminal views write them.
 pub fn clean(s: &str) -> String {
-    if !s.chars().any(crate::views::text::hidden) {
-        return s.to_string();
-    }
-    s.chars()
-        .map(|c| if crate::views::text::hidden(c) { format!("<U+{:04X}>", c as u32) } else { c.to_string() })
-        .collect()
+    crate::views::text::escaped(s, false).into_owned()
 }
 
 tokio::task_local! {
@@ -177,7 +172,7 @@ mod tests {
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0]["audit"]["answer"], 403);
         // A control character is written as its code point: the line holds no raw one.
-        assert_eq!(lines[0]["audit"]["user"], "eve<U+000A>{\"forged\":1}");
+        assert_eq!(lines[0]["audit"]["user"], "eve\\u{a}{\"forged\":1}");
         assert_eq!(lines[1]["audit"]["reason"], "no credentials");
     }
 
@@ -186,10 +181,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.log");
         let log = AuditLog::open(Some(&path)).unwrap();
-        log.write(&Entry::new(None, "submit", "red/x", 422, "spec.owner.team: \"blue\u{202e}der\u{200b}\" is not a team"));
+        log.write(&Entry::new(
+            None,
+            "submit",
+            "red/x",
+            422,
+            "spec.owner.team: \"blue\u{202e}der\u{200b}\" is not a team",
+        ));
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(!text.chars().any(crate::views::text::hidden) || text.chars().filter(|c| *c == '\n').count() == 1, "{text:?}");
+        assert!(
+            !text.chars().any(crate::views::text::hidden) || text.chars().filter(|c| *c == '\n').count() == 1,
+            "{text:?}"
+        );
         assert!(!text.contains('\u{202e}') && !text.contains('\u{200b}'), "{text:?}");
-        assert!(text.contains("<U+202E>") && text.contains("<U+200B>"), "{text:?}");
+        assert!(text.contains("\\\\u{202e}") && text.contains("\\\\u{200b}"), "{text:?}");
     }
 }

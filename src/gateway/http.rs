@@ -327,6 +327,7 @@ async fn quota_view(State(svc): State<S>, p: Peer, headers: HeaderMap, Query(q):
             continue;
         };
         let mut tiers = BTreeMap::new();
+        let drift = svc.drift(&team).await;
         for t in TIERS {
             let Some(l) = qt.limits(t) else { continue };
             let u = usage.get(tier_name(t)).copied().unwrap_or_default();
@@ -342,7 +343,9 @@ async fn quota_view(State(svc): State<S>, p: Peer, headers: HeaderMap, Query(q):
             .iter()
             .filter(|s| s.spec.team == team && s.status.as_ref().is_some_and(|st| st.phase.holds()))
             .count();
-        out.push(json!({"team": team, "cohort": qt.cohort, "tiers": tiers, "workloads": workloads, "maxWorkloads": qt.max_workloads, "podsPerMinute": qt.pods_per_minute}));
+        // What the members run beyond the ledger: counted against the team.
+        let drift = json!({"cpu": quota::Resource::Cpu.show(drift.cpu), "memory": quota::Resource::Memory.show(drift.memory), "pods": drift.pods});
+        out.push(json!({"team": team, "cohort": qt.cohort, "tiers": tiers, "workloads": workloads, "maxWorkloads": qt.max_workloads, "podsPerMinute": qt.pods_per_minute, "drift": drift}));
     }
     let fleet = world.fleet;
     Json(json!({"items": out, "fleet": {"cpu": quota::Resource::Cpu.show(fleet.cpu), "memory": quota::Resource::Memory.show(fleet.memory), "pods": fleet.pods}})).into_response()
@@ -521,7 +524,6 @@ pub async fn serve_with(
         Some(log) => app.layer(axum::middleware::from_fn_with_state(log, super::audit::refusals)),
         None => app,
     };
-    let app = app
-        .layer(axum::extract::DefaultBodyLimit::max(super::guard::BODY_LIMIT));
+    let app = app.layer(axum::extract::DefaultBodyLimit::max(super::guard::BODY_LIMIT));
     super::listen::serve(app, listener, acceptor, limits, shutdown).await
 }

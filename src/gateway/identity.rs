@@ -171,7 +171,9 @@ impl Identity {
         // A critical header this gateway does not understand must not be
         // ignored (RFC 7515 §4.1.11): it understands none.
         if crit_header(token).is_some() {
-            return Err(Refusal("the token names critical header parameters (crit) this gateway does not understand".into()));
+            return Err(Refusal(
+                "the token names critical header parameters (crit) this gateway does not understand".into(),
+            ));
         }
         let kid = header.kid.clone().unwrap_or_default();
         let find =
@@ -281,7 +283,11 @@ impl Identity {
         r
     }
 
-    async fn authenticate_inner(&self, bearer: Option<&str>, cert: Option<&PeerCertificate>) -> Result<Caller, Refusal> {
+    async fn authenticate_inner(
+        &self,
+        bearer: Option<&str>,
+        cert: Option<&PeerCertificate>,
+    ) -> Result<Caller, Refusal> {
         if let Some(c) = cert {
             return Ok(self.caller(c.common_name.clone(), &c.organizations, "certificate"));
         }
@@ -379,7 +385,8 @@ mod tests {
     fn time_claims_are_numbers_and_crit_is_seen() {
         let m = |v: Value| v.as_object().unwrap().clone();
         assert!(check_claims(&m(serde_json::json!({"nbf": 1, "iat": 1})), 30).is_ok());
-        for bad in [serde_json::json!({"nbf": "1"}), serde_json::json!({"iat": true}), serde_json::json!({"iat": [1]})] {
+        for bad in [serde_json::json!({"nbf": "1"}), serde_json::json!({"iat": true}), serde_json::json!({"iat": [1]})]
+        {
             let e = check_claims(&m(bad.clone()), 30).unwrap_err();
             assert!(e.0.contains("is not a time"), "{bad}: {}", e.0);
         }

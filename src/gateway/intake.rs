@@ -63,6 +63,48 @@ pub struct Policy {
     pub priority_classes: Vec<PriorityClass>,
     /// The Pod Security Standards level each team's pods are held to.
     pub pod_security: PodSecurity,
+    /// The DNS domains a platform admin assigned to each team: a team's
+    /// Ingress hosts are its domains and their subdomains (no domain: no host).
+    pub domains: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// `TEAM=DOMAIN` (the gateway's `--team-domain`).
+pub fn parse_team_domain(s: &str) -> Result<(String, String), String> {
+    let (team, domain) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected TEAM=DOMAIN"))?;
+    if !dns_label(team) {
+        return Err(format!("{team:?}: a team name is a DNS label"));
+    }
+    let domain = domain.trim_end_matches('.').to_ascii_lowercase();
+    if domain.is_empty() || domain.starts_with('*') || !domain.split('.').all(dns_label) {
+        return Err(format!("{domain:?}: a domain is DNS labels joined by '.', no wildcard"));
+    }
+    Ok((team.to_string(), domain))
+}
+
+/// Whether `host` is `team`'s to claim: one of its domains or below one,
+/// never a wildcard (only a platform admin claims those).
+pub fn host_allowed(
+    host: &str,
+    team: &str,
+    caller: &Caller,
+    domains: &std::collections::BTreeMap<String, Vec<String>>,
+) -> Result<(), String> {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if caller.admin {
+        return Ok(());
+    }
+    if host.contains('*') {
+        return Err(format!("{host:?}: a wildcard host is a platform admin's to claim"));
+    }
+    let mine = domains.get(team).map(Vec::as_slice).unwrap_or_default();
+    if mine.iter().any(|d| host == *d || host.ends_with(&format!(".{d}"))) {
+        return Ok(());
+    }
+    Err(if mine.is_empty() {
+        format!("{host:?}: team {team} has no domain assigned (a platform admin assigns domains)")
+    } else {
+        format!("{host:?} is not in team {team}'s domains ({})", mine.join(", "))
+    })
 }
 
 /// Which Pod Security Standards level a team's pods meet: baseline unless
@@ -368,6 +410,95 @@ fn templates_as_written(templates: &[(String, Value)], earlier: &[Problem]) -> V
     out
 }
 
+/// The resources a submitted container may ask for: what the team's quota
+/// counts. Anything else a pod can ask for (GPUs and other extended
+/// resources, hugepages, ephemeral storage) is refused rather than run
+/// uncounted.
+pub const COUNTED_RESOURCES: &[&str] = &["cpu", "memory"];
+
+/// The largest claim a workload may ask for, each (its storage is not in
+/// the team's quota: bounded here instead).
+pub const MAX_CLAIM_BYTES: u64 = 1 << 40;
+
+/// Every resource a pod or a claim asks for is counted or refused: the
+/// containers' requests and limits name counted resources only; a claim
+/// names no volume of its own choosing (it would bind to one another team
+/// provisioned) and asks for at most [`MAX_CLAIM_BYTES`].
+fn resource_rules(obj: &Value, templates: &[(String, Value)], problems: &mut Vec<Problem>) {
+    for (at, t) in templates {
+        for f in ["initContainers", "containers", "ephemeralContainers"] {
+            for (i, c) in t.pointer(&format!("/spec/{f}")).and_then(Value::as_array).into_iter().flatten().enumerate() {
+                for kind in ["requests", "limits", "claims"] {
+                    let Some(asked) = c.pointer(&format!("/resources/{kind}")) else { continue };
+                    if kind == "claims" {
+                        if asked.as_array().is_some_and(|a| !a.is_empty()) {
+                            problems.push(Problem::new(
+                                "platform",
+                                format!("{at}.spec.{f}[{i}].resources.claims"),
+                                "dynamic resource claims are not offered to submitted work (not counted by the team's quota)",
+                            ));
+                        }
+                        continue;
+                    }
+                    for name in asked.as_object().into_iter().flatten().map(|(k, _)| k) {
+                        if !COUNTED_RESOURCES.contains(&name.as_str()) {
+                            problems.push(Problem::new(
+                                "platform",
+                                format!(
+                                    "{at}.spec.{f}[{i}].resources.{kind}[{}]",
+                                    crate::views::text::escaped(name, false)
+                                ),
+                                format!(
+                                    "{:?} is not counted by the team's quota (only {}): not offered to submitted work",
+                                    crate::views::text::escaped(name, false),
+                                    COUNTED_RESOURCES.join(", ")
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        for (i, v) in t.pointer("/spec/volumes").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            if let Some(spec) = v.pointer("/ephemeral/volumeClaimTemplate/spec") {
+                claim_rules(&format!("{at}.spec.volumes[{i}].ephemeral.volumeClaimTemplate.spec"), spec, problems);
+            }
+        }
+    }
+    for (i, c) in obj.pointer("/spec/volumeClaimTemplates").and_then(Value::as_array).into_iter().flatten().enumerate()
+    {
+        if let Some(spec) = c.get("spec") {
+            claim_rules(&format!("spec.volumeClaimTemplates[{i}].spec"), spec, problems);
+        }
+    }
+}
+
+fn claim_rules(at: &str, spec: &Value, problems: &mut Vec<Problem>) {
+    if spec.get("volumeName").is_some_and(|v| !v.is_null()) {
+        problems.push(Problem::new(
+            "platform",
+            format!("{at}.volumeName"),
+            "a claim names no volume: it is provisioned for the workload (a named volume may be another team's)",
+        ));
+    }
+    for kind in ["requests", "limits"] {
+        let Some(size) = spec.pointer(&format!("/resources/{kind}/storage")) else { continue };
+        match crate::kube::quantity::bytes(size) {
+            Ok(b) if b <= MAX_CLAIM_BYTES => {}
+            Ok(_) => problems.push(Problem::new(
+                "platform",
+                format!("{at}.resources.{kind}.storage"),
+                format!("{size}: a claim asks for at most 1Ti"),
+            )),
+            Err(e) => problems.push(Problem::new(
+                "platform",
+                format!("{at}.resources.{kind}.storage"),
+                format!("{size}: {e}"),
+            )),
+        }
+    }
+}
+
 /// The longest termination grace period a pod may ask for: a pod that is
 /// told to stop keeps running (and using its team's share) for as long as
 /// this, so it is bounded as the platform's own drains are.
@@ -400,7 +531,9 @@ fn lifetime_rules(obj: &Value, templates: &[(String, Value)], problems: &mut Vec
                 _ => problems.push(Problem::new(
                     "platform",
                     format!("{at}.spec.terminationGracePeriodSeconds"),
-                    format!("{v}: must be between 0 and {MAX_GRACE_SECONDS} seconds (the platform's bound on a pod's stop)"),
+                    format!(
+                        "{v}: must be between 0 and {MAX_GRACE_SECONDS} seconds (the platform's bound on a pod's stop)"
+                    ),
                 )),
             },
         }
@@ -578,7 +711,81 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
             Tier::OnDemand
         }),
     };
-    let templates: Vec<(String, Value)> = match kind.as_str() {
+    let templates = templates_of(&kind, &obj);
+    let (artifact, images) = images_rule(&templates, policy, &mut problems);
+    for (at, t) in &templates {
+        scheduling_rules(at, t, caller, &mut problems);
+    }
+    lifetime_rules(&obj, &templates, &mut problems);
+    hosts_rule(&obj, &team, caller, policy, &mut problems);
+    resource_rules(&obj, &templates, &mut problems);
+    // Demand and validation: the controller's own children of this
+    // workload, under every runtime profile the members run (the most
+    // each asks), checked by the API server's rules of every minor.
+    let mut named = obj.clone();
+    named["metadata"]["namespace"] = Value::String(if team.is_empty() { "default".into() } else { team.clone() });
+    let pinned = obj.pointer("/spec/runtime/version").and_then(Value::as_str);
+    let mut profiles: Vec<RuntimeProfile> = Vec::new();
+    for data in members.profiles.iter().chain(members.profiles.is_empty().then_some(&Default::default())) {
+        match crate::controller::profile_from(data.clone(), pinned) {
+            Ok(p) if !profiles.contains(&p) => profiles.push(p),
+            Ok(_) => {}
+            Err(e) => problems.push(Problem::new("platform", "spec.runtime.version", e.to_string())),
+        }
+    }
+    let demand = if !problems.is_empty() {
+        // Every problem at once: the children cannot be rendered from
+        // what did not parse, but the pod templates as written still meet
+        // the API server's rules and the Pod Security Standards.
+        let written = templates_as_written(&templates, &problems);
+        problems.extend(written);
+        let as_written: Vec<Value> = templates
+            .iter()
+            .map(|(_, t)| serde_json::json!({"kind": "Pod", "metadata": {"name": name}, "spec": {"template": t}}))
+            .collect();
+        problems.extend(pod_security(&team, &templates, &as_written, &policy.pod_security));
+        None
+    } else {
+        children_layer(&kind, &named, &team, &templates, &profiles, policy, members, &mut problems)
+    };
+    let demand = demand.unwrap_or_default();
+    let pods = demand.pods;
+    // One pod's share for placement (replicas of one template are alike;
+    // a training job's roles are averaged, rounded up).
+    let per_pod = if pods > 0 {
+        Amount::new(demand.cpu.div_ceil(pods), demand.memory.div_ceil(pods), 1)
+    } else {
+        Amount::new(0, 0, 1)
+    };
+    let expected_seconds = expected_seconds(&obj, &mut problems);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.insert("namespace".into(), Value::String(team.clone()));
+    }
+    let sets = demand.sets.clone();
+    let demand = Amount::new(demand.cpu, demand.memory, pods);
+    Ok(Intake {
+        workload: obj,
+        kind,
+        name,
+        team,
+        tier,
+        per_pod,
+        pods,
+        demand,
+        sets,
+        artifact,
+        images,
+        expected_seconds,
+    })
+}
+
+/// The submitted pod templates, each with the field it is at (a training
+/// job has one per role, its own or the shared one).
+fn templates_of(kind: &str, obj: &Value) -> Vec<(String, Value)> {
+    match kind {
         "PinterestTrainingJob" => obj
             .pointer("/spec/roles")
             .and_then(Value::as_array)
@@ -591,12 +798,19 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
             })
             .collect(),
         _ => vec![("spec.template".to_string(), obj.pointer("/spec/template").cloned().unwrap_or(Value::Null))],
-    };
+    }
+}
+
+/// Every image of every container is from an allowed registry; the first
+/// container's is the artifact, and every image is listed once.
+fn images_rule(templates: &[(String, Value)], policy: &Policy, problems: &mut Vec<Problem>) -> (String, Vec<String>) {
     let mut artifact = String::new();
     let mut images: Vec<String> = Vec::new();
-    for (at, t) in &templates {
+    for (at, t) in templates {
         for field in ["initContainers", "containers", "ephemeralContainers"] {
-            for (i, c) in t.pointer(&format!("/spec/{field}")).and_then(Value::as_array).into_iter().flatten().enumerate() {
+            for (i, c) in
+                t.pointer(&format!("/spec/{field}")).and_then(Value::as_array).into_iter().flatten().enumerate()
+            {
                 let image = c.get("image").and_then(Value::as_str).unwrap_or_default();
                 if field == "containers" && artifact.is_empty() {
                     artifact = image.to_string();
@@ -619,108 +833,106 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
                 }
             }
         }
-        scheduling_rules(at, t, caller, &mut problems);
     }
-    lifetime_rules(&obj, &templates, &mut problems);
-    let i = |p: &str| obj.pointer(p).and_then(Value::as_i64);
-    // Demand and validation: the controller's own children of this
-    // workload, under every runtime profile the members run (the most
-    // each asks), checked by the API server's rules of every minor.
-    let mut named = obj.clone();
-    named["metadata"]["namespace"] = Value::String(if team.is_empty() { "default".into() } else { team.clone() });
-    let pinned = obj.pointer("/spec/runtime/version").and_then(Value::as_str);
-    let mut profiles: Vec<RuntimeProfile> = Vec::new();
-    for data in members.profiles.iter().chain(members.profiles.is_empty().then_some(&Default::default())) {
-        match crate::controller::profile_from(data.clone(), pinned) {
-            Ok(p) if !profiles.contains(&p) => profiles.push(p),
-            Ok(_) => {}
-            Err(e) => problems.push(Problem::new("platform", "spec.runtime.version", e.to_string())),
+    (artifact, images)
+}
+
+/// Each Ingress host is the team's to claim ([`host_allowed`]).
+fn hosts_rule(obj: &Value, team: &str, caller: &Caller, policy: &Policy, problems: &mut Vec<Problem>) {
+    for (i, h) in obj.pointer("/spec/ingress/hosts").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        if let Err(why) = host_allowed(h.as_str().unwrap_or_default(), team, caller, &policy.domains) {
+            problems.push(Problem::new(
+                "platform",
+                format!("spec.ingress.hosts[{i}]"),
+                crate::views::text::escaped(&why, false).into_owned(),
+            ));
         }
     }
+}
+
+/// Layer 3: the controller's own children of the workload under every
+/// runtime profile the members run, checked by the Pod Security Standards
+/// and the API server's rules of every minor; the most any profile asks.
+#[allow(clippy::too_many_arguments)]
+fn children_layer(
+    kind: &str,
+    named: &Value,
+    team: &str,
+    templates: &[(String, Value)],
+    profiles: &[RuntimeProfile],
+    policy: &Policy,
+    members: &Members,
+    problems: &mut Vec<Problem>,
+) -> Option<Demand> {
     let mut demand: Option<Demand> = None;
     let mut validated = false;
-    if !problems.is_empty() {
-        // Every problem at once: the children cannot be rendered from
-        // what did not parse, but the pod templates as written still meet
-        // the API server's rules (a container name, a missing image).
-        let written = templates_as_written(&templates, &problems);
-        problems.extend(written);
-        // The Pod Security Standards on the pods as written (the platform's
-        // sidecars are its own and meet every level).
-        let as_written: Vec<Value> = templates
-            .iter()
-            .map(|(_, t)| serde_json::json!({"kind": "Pod", "metadata": {"name": name}, "spec": {"template": t}}))
-            .collect();
-        problems.extend(pod_security(&team, &templates, &as_written, &policy.pod_security));
-    } else {
-        for profile in &profiles {
-            let ctx = render::Context {
-                cluster: "gateway".into(),
-                profile: profile.clone(),
-                namespace_labels: Default::default(),
-            };
-            let children = match demand::children(&kind, &named, &ctx) {
-                Ok(c) => c,
-                Err(located) => {
-                    problems.extend(located.into_iter().map(|l| Problem::new("schema", l.field, l.message)));
-                    break;
-                }
-            };
-            if !validated {
-                validated = true;
-                problems.extend(pod_security(&team, &templates, &children, &policy.pod_security));
-                let mut minors: Vec<u32> = members.minors.to_vec();
-                if minors.is_empty() {
-                    minors.push(crate::spec::versions::DEFAULT_MINOR);
-                }
-                minors.sort_unstable();
-                minors.dedup();
-                let mut seen = std::collections::BTreeSet::new();
-                for minor in minors {
-                    for l in demand::refusals(&named, &children, minor) {
-                        if seen.insert((l.field.clone(), l.message.clone())) {
-                            problems.push(Problem::new("validation", l.field, l.message));
-                        }
+    for profile in profiles {
+        let ctx = render::Context {
+            cluster: "gateway".into(),
+            profile: profile.clone(),
+            namespace_labels: Default::default(),
+        };
+        let children = match demand::children(kind, named, &ctx) {
+            Ok(c) => c,
+            Err(located) => {
+                problems.extend(located.into_iter().map(|l| Problem::new("schema", l.field, l.message)));
+                break;
+            }
+        };
+        if !validated {
+            validated = true;
+            problems.extend(pod_security(team, templates, &children, &policy.pod_security));
+            let mut minors: Vec<u32> = members.minors.to_vec();
+            if minors.is_empty() {
+                minors.push(crate::spec::versions::DEFAULT_MINOR);
+            }
+            minors.sort_unstable();
+            minors.dedup();
+            let mut seen = std::collections::BTreeSet::new();
+            for minor in minors {
+                for l in demand::refusals(named, &children, minor) {
+                    if seen.insert((l.field.clone(), l.message.clone())) {
+                        problems.push(Problem::new("validation", l.field, l.message));
                     }
                 }
             }
-            match demand::demand(&named, &children, members.overheads) {
-                Ok(d) => {
-                    demand = Some(match demand {
-                        Some(before) if (before.cpu, before.memory) >= (d.cpu, d.memory) => before,
-                        _ => d,
-                    })
-                }
-                Err(located) => {
-                    let mut seen = std::collections::BTreeSet::new();
-                    problems.extend(
-                        located
-                            .into_iter()
-                            .filter(|l| seen.insert((l.field.clone(), l.message.clone())))
-                            .map(|l| Problem::new("demand", l.field, l.message)),
-                    );
-                    break;
-                }
+        }
+        match demand::demand(named, &children, members.overheads) {
+            Ok(d) => {
+                demand = Some(match demand {
+                    Some(before) if (before.cpu, before.memory) >= (d.cpu, d.memory) => before,
+                    _ => d,
+                })
+            }
+            Err(located) => {
+                let mut seen = std::collections::BTreeSet::new();
+                problems.extend(
+                    located
+                        .into_iter()
+                        .filter(|l| seen.insert((l.field.clone(), l.message.clone())))
+                        .map(|l| Problem::new("demand", l.field, l.message)),
+                );
+                break;
             }
         }
     }
-    let demand = demand.unwrap_or_default();
-    let pods = demand.pods;
-    // One pod's share for placement (replicas of one template are alike;
-    // a training job's roles are averaged, rounded up).
-    let per_pod = if pods > 0 {
-        Amount::new(demand.cpu.div_ceil(pods), demand.memory.div_ceil(pods), 1)
-    } else {
-        Amount::new(0, 0, 1)
-    };
-    let expected_seconds = match obj.pointer(&format!("/metadata/annotations/{}", EXPECTED_DURATION.replace('/', "~1")))
-    {
+    demand
+}
+
+/// How long the workload runs, as its submitter said (the annotation) or
+/// its deadline bounds it; refused past [`MAX_EXPECTED_SECONDS`].
+fn expected_seconds(obj: &Value, problems: &mut Vec<Problem>) -> Option<i64> {
+    let i = |p: &str| obj.pointer(p).and_then(Value::as_i64);
+    match obj.pointer(&format!("/metadata/annotations/{}", EXPECTED_DURATION.replace('/', "~1"))) {
         Some(Value::String(s)) => match humantime::parse_duration(s) {
             Ok(d) if d.as_secs() > MAX_EXPECTED_SECONDS as u64 => {
                 problems.push(Problem::new(
                     "platform",
                     format!("metadata.annotations[{EXPECTED_DURATION}]"),
-                    format!("{s:?}: must be at most {} days (the queue's estimates look no further)", MAX_EXPECTED_SECONDS / 86_400),
+                    format!(
+                        "{s:?}: must be at most {} days (the queue's estimates look no further)",
+                        MAX_EXPECTED_SECONDS / 86_400
+                    ),
                 ));
                 None
             }
@@ -740,22 +952,16 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
                 problems.push(Problem::new(
                     "platform",
                     "spec.activeDeadlineSeconds",
-                    format!("{d}: must be between 0 and {MAX_EXPECTED_SECONDS} ({} days)", MAX_EXPECTED_SECONDS / 86_400),
+                    format!(
+                        "{d}: must be between 0 and {MAX_EXPECTED_SECONDS} ({} days)",
+                        MAX_EXPECTED_SECONDS / 86_400
+                    ),
                 ));
                 None
             }
             d => d,
         },
-    };
-    if !problems.is_empty() {
-        return Err(problems);
     }
-    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.insert("namespace".into(), Value::String(team.clone()));
-    }
-    let sets = demand.sets.clone();
-    let demand = Amount::new(demand.cpu, demand.memory, pods);
-    Ok(Intake { workload: obj, kind, name, team, tier, per_pod, pods, demand, sets, artifact, images, expected_seconds })
 }
 
 /// `spec.replicas: Invalid value: …` → field and message.
@@ -831,8 +1037,21 @@ mod tests {
             assert!(check_id(ok).is_ok(), "{ok}");
         }
         for bad in [
-            "", "Web", "-web", "web-", "we b", "web\u{ad}1", "web\u{e0041}", "web\u{3164}", "web\u{180e}", "web\u{fff9}",
-            "w\u{0435}b", "web\u{202e}", "web\u{200b}", "x\u{1b}]52;c;ZXZpbA==\u{7}", &"x".repeat(254),
+            "",
+            "Web",
+            "-web",
+            "web-",
+            "we b",
+            "web\u{ad}1",
+            "web\u{e0041}",
+            "web\u{3164}",
+            "web\u{180e}",
+            "web\u{fff9}",
+            "w\u{0435}b",
+            "web\u{202e}",
+            "web\u{200b}",
+            "x\u{1b}]52;c;ZXZpbA==\u{7}",
+            &"x".repeat(254),
         ] {
             let e = check_id(bad).unwrap_err();
             assert_eq!(e.field, "id", "{bad:?}");

@@ -281,9 +281,9 @@ async fn read_body(
     let start = Instant::now();
     let mut buf = bytes::BytesMut::new();
     loop {
-        let allowed_by_rate = limits.body_grace.saturating_add(Duration::from_secs_f64(
-            buf.len() as f64 / limits.body_min_rate.max(1) as f64,
-        ));
+        let allowed_by_rate = limits
+            .body_grace
+            .saturating_add(Duration::from_secs_f64(buf.len() as f64 / limits.body_min_rate.max(1) as f64));
         let left = allowed_by_rate.min(limits.body_time).saturating_sub(start.elapsed());
         let slow = (http::StatusCode::REQUEST_TIMEOUT, "the request body arrived too slowly");
         if left.is_zero() {

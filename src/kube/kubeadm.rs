@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
 
-use crate::rollout::versions::{coredns_tag, Running, Version};
+use crate::spec::versions::{coredns_tag, Running, Version};
 
 const NS: &str = "kube-system";
 pub const CONFIG_MAP: &str = "kubeadm-config";

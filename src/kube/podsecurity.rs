@@ -182,9 +182,58 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
     if level == Level::Privileged {
         return out;
     }
-    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation { check, detail, at });
+    type Check = fn(&Value, &Value, Level, &mut Vec<Violation>);
+    const BASELINE: &[Check] = &[
+        host_process,
+        host_namespaces,
+        privileged,
+        capabilities_baseline,
+        host_path,
+        host_ports,
+        app_armor,
+        se_linux,
+        proc_mount,
+        seccomp,
+        sysctls,
+    ];
+    const RESTRICTED: &[Check] = &[volume_types, privilege_escalation, non_root, capabilities_restricted];
+    for c in BASELINE {
+        c(metadata, spec, level, &mut out);
+    }
+    if level == Level::Restricted {
+        for c in RESTRICTED {
+            c(metadata, spec, level, &mut out);
+        }
+    }
+    out
+}
 
-    // hostProcess (Windows).
+impl Violation {
+    fn new(check: &'static str, detail: String, at: Vec<At>) -> Violation {
+        Violation { check, detail, at }
+    }
+}
+
+/// What a container adds to its capabilities.
+fn added(c: &Value) -> Vec<String> {
+    c.pointer("/securityContext/capabilities/add")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect()
+}
+
+/// The pod's volumes.
+fn volumes(spec: &Value) -> Vec<&Value> {
+    spec.get("volumes").and_then(Value::as_array).into_iter().flatten().collect()
+}
+
+/// hostProcess (Windows).
+fn host_process(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
     let pod_host_process = spec.pointer("/securityContext/windowsOptions/hostProcess") == Some(&Value::Bool(true));
     let (names, mut at) = per_container(spec, "securityContext.windowsOptions.hostProcess", |c| {
         c.pointer("/securityContext/windowsOptions/hostProcess") == Some(&Value::Bool(true))
@@ -193,12 +242,22 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
         if pod_host_process {
             at.insert(0, At::Pod("securityContext.windowsOptions.hostProcess".into()));
         }
-        push("hostProcess", "pod and containers must not set securityContext.windowsOptions.hostProcess=true".into(), at);
+        push(
+            "hostProcess",
+            "pod and containers must not set securityContext.windowsOptions.hostProcess=true".into(),
+            at,
+        );
     }
+}
 
-    // Host namespaces.
-    let set: Vec<&str> =
-        ["hostNetwork", "hostPID", "hostIPC"].into_iter().filter(|f| spec.get(*f) == Some(&Value::Bool(true))).collect();
+/// Host namespaces.
+fn host_namespaces(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
+    let set: Vec<&str> = ["hostNetwork", "hostPID", "hostIPC"]
+        .into_iter()
+        .filter(|f| spec.get(*f) == Some(&Value::Bool(true)))
+        .collect();
     if !set.is_empty() {
         push(
             "host namespaces",
@@ -206,9 +265,14 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
             set.iter().map(|f| At::Pod(f.to_string())).collect(),
         );
     }
+}
 
-    // Privileged containers.
-    let (names, at) = per_container(spec, "securityContext.privileged", |c| sc(c, "privileged") == Some(&Value::Bool(true)));
+/// Privileged containers.
+fn privileged(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
+    let (names, at) =
+        per_container(spec, "securityContext.privileged", |c| sc(c, "privileged") == Some(&Value::Bool(true)));
     if !names.is_empty() {
         push(
             "privileged",
@@ -216,20 +280,16 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
             at,
         );
     }
+}
 
-    // Capabilities beyond the baseline set.
-    let added = |c: &Value| -> Vec<String> {
-        c.pointer("/securityContext/capabilities/add")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_string)
-            .collect()
-    };
+/// Capabilities beyond the baseline set.
+fn capabilities_baseline(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
     let mut forbidden: BTreeSet<String> = BTreeSet::new();
     let (names, at) = per_container(spec, "securityContext.capabilities.add", |c| {
-        let extra: Vec<String> = added(c).into_iter().filter(|a| !BASELINE_CAPABILITIES.contains(&a.as_str())).collect();
+        let extra: Vec<String> =
+            added(c).into_iter().filter(|a| !BASELINE_CAPABILITIES.contains(&a.as_str())).collect();
         let bad = !extra.is_empty();
         forbidden.extend(extra);
         bad
@@ -247,9 +307,13 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
             at,
         );
     }
+}
 
-    // hostPath volumes.
-    let volumes: Vec<&Value> = spec.get("volumes").and_then(Value::as_array).into_iter().flatten().collect();
+/// hostPath volumes.
+fn host_path(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
+    let volumes = volumes(spec);
     let mut host_paths = Vec::new();
     let mut at = Vec::new();
     for (i, v) in volumes.iter().enumerate() {
@@ -262,8 +326,12 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
         let word = if host_paths.len() == 1 { "volume" } else { "volumes" };
         push("hostPath volumes", format!("{word} {}", quote(&host_paths)), at);
     }
+}
 
-    // Host ports.
+/// Host ports.
+fn host_ports(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
     let mut ports: BTreeSet<i64> = BTreeSet::new();
     let (names, at) = per_container(spec, "ports", |c| {
         let used: Vec<i64> = c
@@ -292,16 +360,21 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
             at,
         );
     }
+}
 
-    // AppArmor: only the runtime's default or a localhost profile.
-    let apparmor_bad = |v: Option<&Value>| {
-        v.and_then(|p| p.get("type")).and_then(Value::as_str).is_some_and(|t| t == "Unconfined")
-    };
+/// AppArmor: only the runtime's default or a localhost profile.
+fn app_armor(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
+    let apparmor_bad =
+        |v: Option<&Value>| v.and_then(|p| p.get("type")).and_then(Value::as_str).is_some_and(|t| t == "Unconfined");
     let mut bad_apparmor: Vec<At> = Vec::new();
     if apparmor_bad(spec.pointer("/securityContext/appArmorProfile")) {
         bad_apparmor.push(At::Pod("securityContext.appArmorProfile.type".into()));
     }
-    bad_apparmor.extend(per_container(spec, "securityContext.appArmorProfile.type", |c| apparmor_bad(sc(c, "appArmorProfile"))).1);
+    bad_apparmor.extend(
+        per_container(spec, "securityContext.appArmorProfile.type", |c| apparmor_bad(sc(c, "appArmorProfile"))).1,
+    );
     for (k, v) in metadata.get("annotations").and_then(Value::as_object).into_iter().flatten() {
         if k.starts_with("container.apparmor.security.beta.kubernetes.io/")
             && v.as_str().is_some_and(|v| v != "runtime/default" && !v.starts_with("localhost/"))
@@ -312,12 +385,18 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
     if !bad_apparmor.is_empty() {
         push("forbidden AppArmor profile", "the profile must be RuntimeDefault or Localhost".into(), bad_apparmor);
     }
+}
 
-    // SELinux: only the container types, and no user or role.
+/// SELinux: only the container types, and no user or role.
+fn se_linux(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
     let selinux_bad = |o: Option<&Value>| {
         o.is_some_and(|o| {
             let t = o.get("type").and_then(Value::as_str).unwrap_or_default();
-            !SELINUX_TYPES.contains(&t) || o.get("user").is_some_and(|u| !u.is_null()) || o.get("role").is_some_and(|r| !r.is_null())
+            !SELINUX_TYPES.contains(&t)
+                || o.get("user").is_some_and(|u| !u.is_null())
+                || o.get("role").is_some_and(|r| !r.is_null())
         })
     };
     let mut at = Vec::new();
@@ -328,20 +407,32 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
     if !at.is_empty() {
         push("seLinuxOptions", "the type must be a container type, with no user or role".into(), at);
     }
+}
 
-    // /proc mount.
+/// /proc mount.
+fn proc_mount(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
     let (names, at) = per_container(spec, "securityContext.procMount", |c| {
         sc(c, "procMount").and_then(Value::as_str).is_some_and(|p| p != "Default")
     });
     if !names.is_empty() {
         push(
             "procMount",
-            format!("{} {} must not set securityContext.procMount to \"Unmasked\"", containers_word(names.len()), quote(&names)),
+            format!(
+                "{} {} must not set securityContext.procMount to \"Unmasked\"",
+                containers_word(names.len()),
+                quote(&names)
+            ),
             at,
         );
     }
+}
 
-    // Seccomp: never Unconfined (baseline); RuntimeDefault or Localhost, set (restricted).
+/// Seccomp: never Unconfined (baseline); RuntimeDefault or Localhost, set (restricted).
+fn seccomp(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
     let seccomp = |v: Option<&Value>| v.and_then(|p| p.get("type")).and_then(Value::as_str).map(str::to_string);
     let pod_seccomp = seccomp(spec.pointer("/securityContext/seccompProfile"));
     let allowed = |t: &str| t == "RuntimeDefault" || t == "Localhost";
@@ -352,12 +443,16 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
     }
     for c in containers(spec) {
         match seccomp(sc(c, "seccompProfile")) {
-            Some(t) if t == "Unconfined" => at.push(At::Container(name_of(c), "securityContext.seccompProfile.type".into())),
+            Some(t) if t == "Unconfined" => {
+                at.push(At::Container(name_of(c), "securityContext.seccompProfile.type".into()))
+            }
             Some(t) if level == Level::Restricted && !allowed(&t) => {
                 at.push(At::Container(name_of(c), "securityContext.seccompProfile.type".into()))
             }
             Some(_) => {}
-            None if level == Level::Restricted && !pod_seccomp.as_deref().is_some_and(allowed) => unset.push(name_of(c)),
+            None if level == Level::Restricted && !pod_seccomp.as_deref().is_some_and(allowed) => {
+                unset.push(name_of(c))
+            }
             None => {}
         }
     }
@@ -376,8 +471,12 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
         }
         push("seccompProfile", detail, at);
     }
+}
 
-    // Sysctls.
+/// Sysctls.
+fn sysctls(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
     let bad: Vec<String> = spec
         .pointer("/securityContext/sysctls")
         .and_then(Value::as_array)
@@ -390,17 +489,18 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
     if !bad.is_empty() {
         push("forbidden sysctls", bad.join(", "), vec![At::Pod("securityContext.sysctls".into())]);
     }
+}
 
-    if level < Level::Restricted {
-        return out;
-    }
-
-    // Volume types.
+/// Volume types.
+fn volume_types(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
     let mut names = Vec::new();
     let mut types: BTreeSet<String> = BTreeSet::new();
     let mut at = Vec::new();
-    for (i, v) in volumes.iter().enumerate() {
-        let kinds: Vec<&String> = v.as_object().into_iter().flatten().filter(|(k, _)| k.as_str() != "name").map(|(k, _)| k).collect();
+    for (i, v) in volumes(spec).iter().enumerate() {
+        let kinds: Vec<&String> =
+            v.as_object().into_iter().flatten().filter(|(k, _)| k.as_str() != "name").map(|(k, _)| k).collect();
         let restricted: Vec<&&String> = kinds.iter().filter(|k| !RESTRICTED_VOLUMES.contains(&k.as_str())).collect();
         if !restricted.is_empty() {
             names.push(name_of(v));
@@ -413,29 +513,47 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
         let (word, verb) = if names.len() == 1 { ("volume", "uses") } else { ("volumes", "use") };
         push(
             "restricted volume types",
-            format!("{word} {} {verb} restricted volume type{} {}", quote(&names), if types.len() == 1 { "" } else { "s" }, quote(&types)),
+            format!(
+                "{word} {} {verb} restricted volume type{} {}",
+                quote(&names),
+                if types.len() == 1 { "" } else { "s" },
+                quote(&types)
+            ),
             at,
         );
     }
+}
 
-    // Privilege escalation.
+/// Privilege escalation.
+fn privilege_escalation(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
     let (names, at) = per_container(spec, "securityContext.allowPrivilegeEscalation", |c| {
         sc(c, "allowPrivilegeEscalation") != Some(&Value::Bool(false))
     });
     if !names.is_empty() {
         push(
             "allowPrivilegeEscalation != false",
-            format!("{} {} must set securityContext.allowPrivilegeEscalation=false", containers_word(names.len()), quote(&names)),
+            format!(
+                "{} {} must set securityContext.allowPrivilegeEscalation=false",
+                containers_word(names.len()),
+                quote(&names)
+            ),
             at,
         );
     }
+}
 
-    // Non-root.
+/// Non-root.
+fn non_root(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
     let pod_non_root = spec.pointer("/securityContext/runAsNonRoot").and_then(Value::as_bool);
-    let (names, at) = per_container(spec, "securityContext.runAsNonRoot", |c| match sc(c, "runAsNonRoot").and_then(Value::as_bool) {
-        Some(v) => !v,
-        None => pod_non_root != Some(true),
-    });
+    let (names, at) =
+        per_container(spec, "securityContext.runAsNonRoot", |c| match sc(c, "runAsNonRoot").and_then(Value::as_bool) {
+            Some(v) => !v,
+            None => pod_non_root != Some(true),
+        });
     let pod_false = pod_non_root == Some(false);
     if !names.is_empty() || pod_false {
         let mut at = at;
@@ -444,7 +562,11 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
         }
         push(
             "runAsNonRoot != true",
-            format!("pod or {} {} must set securityContext.runAsNonRoot=true", containers_word(names.len()), quote(&names)),
+            format!(
+                "pod or {} {} must set securityContext.runAsNonRoot=true",
+                containers_word(names.len()),
+                quote(&names)
+            ),
             at,
         );
     }
@@ -452,12 +574,18 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
     if spec.pointer("/securityContext/runAsUser").and_then(Value::as_i64) == Some(0) {
         at.push(At::Pod("securityContext.runAsUser".into()));
     }
-    at.extend(per_container(spec, "securityContext.runAsUser", |c| sc(c, "runAsUser").and_then(Value::as_i64) == Some(0)).1);
+    at.extend(
+        per_container(spec, "securityContext.runAsUser", |c| sc(c, "runAsUser").and_then(Value::as_i64) == Some(0)).1,
+    );
     if !at.is_empty() {
         push("runAsUser=0", "pod and containers must not set runAsUser=0".into(), at);
     }
+}
 
-    // Capabilities: drop ALL, add at most NET_BIND_SERVICE.
+/// Capabilities: drop ALL, add at most NET_BIND_SERVICE.
+fn capabilities_restricted(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
+    let _ = (metadata, level);
+    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
     let drops_all = |c: &Value| {
         c.pointer("/securityContext/capabilities/drop")
             .and_then(Value::as_array)
@@ -492,7 +620,6 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
         }
         push("unrestricted capabilities", parts.join("; "), at);
     }
-    out
 }
 
 /// The pods a workload's children will create: each child's pod template
@@ -533,7 +660,12 @@ mod tests {
         assert!(checks(plain.clone(), Level::Baseline).is_empty());
         assert_eq!(
             checks(plain, Level::Restricted),
-            ["seccompProfile", "allowPrivilegeEscalation != false", "runAsNonRoot != true", "unrestricted capabilities"]
+            [
+                "seccompProfile",
+                "allowPrivilegeEscalation != false",
+                "runAsNonRoot != true",
+                "unrestricted capabilities"
+            ]
         );
         assert!(checks(restricted_ok(), Level::Restricted).is_empty());
         assert!(checks(restricted_ok(), Level::Baseline).is_empty());
@@ -559,7 +691,10 @@ mod tests {
             [
                 ("host namespaces", "hostNetwork=true, hostPID=true, hostIPC=true"),
                 ("privileged", "container \"app\" must not set securityContext.privileged=true"),
-                ("non-default capabilities", "container \"setup\" must not include \"SYS_ADMIN\" in securityContext.capabilities.add"),
+                (
+                    "non-default capabilities",
+                    "container \"setup\" must not include \"SYS_ADMIN\" in securityContext.capabilities.add"
+                ),
                 ("hostPath volumes", "volume \"root\""),
                 ("hostPort", "container \"app\" uses hostPort 80"),
             ]
@@ -574,14 +709,22 @@ mod tests {
     #[test]
     fn allowed_values_pass_and_the_rest_fail() {
         let with_sc = |sc: Value| json!({"containers": [{"name": "a", "image": "x", "securityContext": sc}]});
-        assert!(checks(with_sc(json!({"capabilities": {"add": ["NET_BIND_SERVICE", "CHOWN"]}})), Level::Baseline).is_empty());
+        assert!(checks(with_sc(json!({"capabilities": {"add": ["NET_BIND_SERVICE", "CHOWN"]}})), Level::Baseline)
+            .is_empty());
         assert!(checks(with_sc(json!({"procMount": "Default"})), Level::Baseline).is_empty());
         assert_eq!(checks(with_sc(json!({"procMount": "Unmasked"})), Level::Baseline), ["procMount"]);
-        assert_eq!(checks(with_sc(json!({"seccompProfile": {"type": "Unconfined"}})), Level::Baseline), ["seccompProfile"]);
+        assert_eq!(
+            checks(with_sc(json!({"seccompProfile": {"type": "Unconfined"}})), Level::Baseline),
+            ["seccompProfile"]
+        );
         assert_eq!(checks(with_sc(json!({"seLinuxOptions": {"type": "spc_t"}})), Level::Baseline), ["seLinuxOptions"]);
-        assert!(checks(with_sc(json!({"seLinuxOptions": {"type": "container_t", "level": "s0:c1"}})), Level::Baseline).is_empty());
+        assert!(checks(with_sc(json!({"seLinuxOptions": {"type": "container_t", "level": "s0:c1"}})), Level::Baseline)
+            .is_empty());
         assert_eq!(checks(with_sc(json!({"windowsOptions": {"hostProcess": true}})), Level::Baseline), ["hostProcess"]);
-        assert_eq!(checks(with_sc(json!({"appArmorProfile": {"type": "Unconfined"}})), Level::Baseline), ["forbidden AppArmor profile"]);
+        assert_eq!(
+            checks(with_sc(json!({"appArmorProfile": {"type": "Unconfined"}})), Level::Baseline),
+            ["forbidden AppArmor profile"]
+        );
         let sysctl = |n: &str| json!({"securityContext": {"sysctls": [{"name": n, "value": "1"}]}, "containers": [{"name": "a", "image": "x"}]});
         assert!(checks(sysctl("net.ipv4.tcp_syncookies"), Level::Baseline).is_empty());
         assert_eq!(checks(sysctl("kernel.msgmax"), Level::Baseline), ["forbidden sysctls"]);
@@ -592,10 +735,14 @@ mod tests {
         s["containers"][0]["securityContext"]["capabilities"]["add"] = json!(["CHOWN"]);
         assert_eq!(checks(s, Level::Restricted), ["unrestricted capabilities"]);
         let mut s = restricted_ok();
-        s["volumes"] = json!([{"name": "c", "configMap": {"name": "c"}}, {"name": "n", "nfs": {"server": "s", "path": "/"}}]);
+        s["volumes"] =
+            json!([{"name": "c", "configMap": {"name": "c"}}, {"name": "n", "nfs": {"server": "s", "path": "/"}}]);
         let v = check(&json!({}), &s, Level::Restricted);
         assert_eq!(v.len(), 1);
-        assert_eq!((v[0].check, v[0].detail.as_str()), ("restricted volume types", "volume \"n\" uses restricted volume type \"nfs\""));
+        assert_eq!(
+            (v[0].check, v[0].detail.as_str()),
+            ("restricted volume types", "volume \"n\" uses restricted volume type \"nfs\"")
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod edges;
 pub mod health;
 pub mod interruptions;
 pub mod policy;
+pub mod progress;
 pub mod run;
 pub mod simfleet;
 pub mod versions;

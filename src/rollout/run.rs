@@ -323,7 +323,7 @@ pub async fn roll(
 /// One roll under the cluster lock, as `upgrade` and the AMI job run it:
 /// the pending changes applied first (new launch-template versions,
 /// recorded in history like any apply), then the roll, its progress kept
-/// in the state store as it happens ([`crate::state::progress`]). When
+/// in the state store as it happens ([`crate::rollout::progress`]). When
 /// `spec.kubernetesVersion` is not what the cluster runs, the roll is the
 /// version upgrade's steps ([`versions`]), each applied and rolled in turn.
 /// `on` sees every event (the command shows them).
@@ -339,7 +339,7 @@ pub async fn upgrade(
     command: &str,
     on: &dyn Fn(Event),
 ) -> Result<Vec<GroupReport>> {
-    use crate::state::progress::{self, Outcome, RollProgress};
+    use crate::rollout::progress::{self, Outcome, RollProgress};
     // Replacements join with a token minted now (and the files the
     // control plane's replacements fetch), before any machine is launched.
     crate::state::join::publish_files(store, pki).await?;

@@ -16,22 +16,11 @@
 //! `rollout::run::upgrade` carries the steps out; `pinfleet upgrade`
 //! without `--yes` prints them.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Serialize;
 
-pub use crate::spec::versions::{coredns_tag, etcd_move, Version, KUBELET_SKEW};
-
-/// What a cluster runs now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Running {
-    /// The cluster-wide configuration's version (what control-plane
-    /// machines run), and the oldest control-plane kubelet.
-    pub control_plane: Version,
-    /// The oldest kubelet of each node group (groups without nodes absent).
-    pub node_groups: BTreeMap<String, Version>,
-}
+pub use crate::spec::versions::{coredns_tag, etcd_move, Running, Version, KUBELET_SKEW};
 
 /// One step of a version upgrade.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

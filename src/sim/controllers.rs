@@ -1079,7 +1079,8 @@ impl Controllers {
                 // template and pod (`<claim>-<pod>`, kept when the pod
                 // goes), and a volume of that name in the pod, replacing a
                 // volume of the template's with the same name.
-                let claims = ss.pointer("/spec/volumeClaimTemplates").and_then(Value::as_array).cloned().unwrap_or_default();
+                let claims =
+                    ss.pointer("/spec/volumeClaimTemplates").and_then(Value::as_array).cloned().unwrap_or_default();
                 if !claims.is_empty() {
                     let pvc_t = t(inner, "", "persistentvolumeclaims");
                     let mut volumes: Vec<Value> =

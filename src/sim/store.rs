@@ -344,7 +344,11 @@ impl Inner {
         Err(ApiError::new(
             403,
             "Forbidden",
-            format!("pods \"{name}\" is forbidden: violates PodSecurity \"{}:latest\": {}", level.as_str(), what.join(", ")),
+            format!(
+                "pods \"{name}\" is forbidden: violates PodSecurity \"{}:latest\": {}",
+                level.as_str(),
+                what.join(", ")
+            ),
         ))
     }
 

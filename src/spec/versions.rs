@@ -287,6 +287,16 @@ pub fn markdown_table() -> String {
     out
 }
 
+/// What a cluster runs now.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Running {
+    /// The cluster-wide configuration's version (what control-plane
+    /// machines run), and the oldest control-plane kubelet.
+    pub control_plane: Version,
+    /// The oldest kubelet of each node group (groups without nodes absent).
+    pub node_groups: std::collections::BTreeMap<String, Version>,
+}
+
 /// A Kubernetes release: 1.MINOR.PATCH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub struct Version {

@@ -9,7 +9,6 @@ pub mod capacity;
 pub mod join;
 pub mod lock;
 pub mod pki;
-pub mod progress;
 
 use std::path::PathBuf;
 

@@ -341,7 +341,13 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn viewer() -> Viewer {
-        Viewer { user: "alice".into(), teams: vec!["search".into()], via: "oidc".into(), admin: false, csrf: "c5rf".into() }
+        Viewer {
+            user: "alice".into(),
+            teams: vec!["search".into()],
+            via: "oidc".into(),
+            admin: false,
+            csrf: "c5rf".into(),
+        }
     }
 
     pub(crate) fn fleet() -> FleetView {

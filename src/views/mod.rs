@@ -190,7 +190,13 @@ mod tests {
 
     #[test]
     fn a_loopback_viewer_is_said_to_have_no_identity() {
-        let v = Viewer { user: "alice".into(), teams: vec!["search".into()], via: "loopback".into(), admin: false, csrf: String::new() };
+        let v = Viewer {
+            user: "alice".into(),
+            teams: vec!["search".into()],
+            via: "loopback".into(),
+            admin: false,
+            csrf: String::new(),
+        };
         assert_eq!(v.note(), "no identity: local work on loopback, shown as alice of search");
         let v = Viewer { via: "oidc".into(), ..v };
         assert_eq!(v.note(), "alice (by oidc), teams: search");

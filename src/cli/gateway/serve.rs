@@ -61,6 +61,9 @@ pub struct ServeArgs {
     /// A team's own level, TEAM=LEVEL (restricted, or privileged: a platform admin's policy; repeat).
     #[arg(long = "pod-security", value_name = "TEAM=LEVEL", value_parser = crate::gateway::intake::PodSecurity::parse_team)]
     pub pod_security: Vec<(String, crate::kube::podsecurity::Level)>,
+    /// A DNS domain a team's Ingress hosts may use, TEAM=DOMAIN (and its subdomains; repeat).
+    #[arg(long = "team-domain", value_name = "TEAM=DOMAIN", value_parser = crate::gateway::intake::parse_team_domain)]
+    pub team_domains: Vec<(String, String)>,
     /// One check waived for one team, TEAM:CHECK (the standard's check name; repeat).
     #[arg(long = "pod-security-exception", value_name = "TEAM:CHECK", value_parser = crate::gateway::intake::PodSecurity::parse_exception)]
     pub pod_security_exceptions: Vec<(String, String)>,
@@ -218,6 +221,13 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
         policy: Policy {
             allowed_registries: s.allowed_registries.clone(),
             priority_classes: s.priority_classes.clone(),
+            domains: s.team_domains.iter().fold(
+                Default::default(),
+                |mut m: std::collections::BTreeMap<String, Vec<String>>, (t, d)| {
+                    m.entry(t.clone()).or_default().push(d.clone());
+                    m
+                },
+            ),
             pod_security: crate::gateway::intake::PodSecurity {
                 default: s.pod_security_default,
                 teams: s.pod_security.iter().cloned().collect(),

@@ -486,7 +486,9 @@ async fn run(
                 progress(&format!("stopping the builder {builder}"));
             }
             Step::AwaitStopped { builder } => {
-                if let Some(line) = wait(format!("the builder {builder} to stop"), Duration::from_secs(900), AGAIN_BUILDER)? {
+                if let Some(line) =
+                    wait(format!("the builder {builder} to stop"), Duration::from_secs(900), AGAIN_BUILDER)?
+                {
                     progress(&line);
                 }
                 tokio::time::sleep(waits.poll).await;

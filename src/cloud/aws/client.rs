@@ -474,7 +474,10 @@ mod tests {
         assert_eq!(one_line(moto_500), "500 Internal Server Error");
         let untitled = "<html><body><h1>Bad  Gateway</h1><p>nginx</p></body></html>";
         assert_eq!(one_line(untitled), "Bad Gateway");
-        assert_eq!(one_line("The image id '[ami-1]'\ndoes not exist\u{1b}[31m"), "The image id '[ami-1]' does not exist [31m");
+        assert_eq!(
+            one_line("The image id '[ami-1]'\ndoes not exist\u{1b}[31m"),
+            "The image id '[ami-1]' does not exist [31m"
+        );
         // A comparison in a plain message is not a tag.
         assert_eq!(one_line("count < 5 and > 2"), "count < 5 and > 2");
         let long = "x".repeat(500);

@@ -169,13 +169,20 @@ impl Service {
             .map(|s| Self::pending_of(s))
             .collect();
         admission::order(&mut queue);
-        let (batch, set_aside) = decide_shielded(&world, &mut ledger, &mut queue, now)?;
+        // What the members run beyond the ledger counts against its team:
+        // held in the ledger for this decision only (never written).
+        self.hold_drift(&mut ledger, now).await;
+        let decided = decide_shielded(&world, &mut ledger, &mut queue, now);
+        ledger.reservations.retain(|k, _| !k.starts_with(DRIFT_PREFIX));
+        let (batch, set_aside) = decided?;
         for (name, why) in &set_aside {
             tracing::error!("admission: {name} set aside: {why}");
             self.set_status(name, |st| {
                 st.phase = Phase::Failed;
                 st.finished_at = Some(now);
-                st.message = Some(format!("set aside by admission: it cannot be evaluated ({why}); the pass went on without it"));
+                st.message = Some(format!(
+                    "set aside by admission: it cannot be evaluated ({why}); the pass went on without it"
+                ));
             })
             .await?;
         }
@@ -244,6 +251,104 @@ impl Service {
             })
             .await?;
         }
+        self.publish_waiting(&world, &ledger, &queue, &batch, now).await;
+        self.metrics.cycle(batch.admitted.len(), batch.preempted.len());
+        Ok((batch.admitted.len() + roll_admitted.len(), batch.preempted.len()))
+    }
+
+    async fn remove_from_members(&self, s: &Submission) {
+        let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let name = s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        for part in s.status.as_ref().map(|st| st.placement.clone()).unwrap_or_default() {
+            if let Some(m) = self.members.iter().find(|m| m.name == part.cluster) {
+                let api = workload_api(&m.client, kind, &s.spec.team);
+                if let Err(e) = api.delete(name, &Default::default()).await {
+                    if !matches!(&e, kube::Error::Api(a) if a.code == 404) {
+                        tracing::warn!("removing {name} from {}: {e}", m.name);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Measures, at most every [`DRIFT_EVERY`], what each team's namespace
+    /// on each member runs (the requests of its pods that have not ended)
+    /// against what the ledger holds for the team; the excess is its drift.
+    /// A member that cannot be asked keeps the team's last measure.
+    async fn measure_drift(&self, ledger: &crate::gateway::quota::Ledger) {
+        {
+            let mut last = self.drift_measured.lock().expect("drift clock");
+            if last.is_some_and(|t| t.elapsed() < DRIFT_EVERY) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let mut held: BTreeMap<String, Amount> = BTreeMap::new();
+        for r in ledger.reservations.values() {
+            let e = held.entry(r.team.clone()).or_default();
+            *e = e.plus(r.amount);
+        }
+        let mut teams: Vec<String> = held.keys().cloned().collect();
+        if let Ok((world, _)) = self.world().await {
+            teams.extend(world.quotas.keys().cloned());
+        }
+        teams.sort();
+        teams.dedup();
+        let before = self.drift.read().await.clone();
+        let mut drift = BTreeMap::new();
+        'teams: for team in teams {
+            let mut running = Amount::default();
+            for m in &self.members {
+                let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(m.client.clone(), &team);
+                let list = match tokio::time::timeout(Duration::from_secs(5), pods.list(&Default::default())).await {
+                    Ok(Ok(l)) => l,
+                    Ok(Err(kube::Error::Api(a))) if a.code == 404 => continue,
+                    _ => {
+                        if let Some(d) = before.get(&team) {
+                            drift.insert(team.clone(), *d);
+                        }
+                        continue 'teams;
+                    }
+                };
+                for p in list.items {
+                    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                    if matches!(phase, Some("Succeeded" | "Failed")) {
+                        continue;
+                    }
+                    let v = serde_json::to_value(&p).unwrap_or(Value::Null);
+                    let r = crate::workloads::demand::pod_requests(&v, "pod", None).unwrap_or_default();
+                    running = running.plus(Amount::new(r.cpu, r.memory, 1));
+                }
+            }
+            let excess = running.minus(held.get(&team).copied().unwrap_or_default());
+            if !excess.is_zero() {
+                drift.insert(team, excess);
+            }
+        }
+        for (team, d) in &drift {
+            if before.get(team) != Some(d) {
+                tracing::warn!("team {team}: its namespaces on the members run {} beyond what the ledger holds; counted against it", d.show());
+            }
+        }
+        *self.drift.write().await = drift;
+    }
+
+    /// Each team's drift (see [`Self::measure_drift`]).
+    pub async fn drift(&self, team: &str) -> Amount {
+        self.drift.read().await.get(team).copied().unwrap_or_default()
+    }
+
+    /// Publishes the queue's explanations for readers: positions each
+    /// pass, estimates at most every 2 s (a new arrival's within a quarter
+    /// second); only the teams whose waiting work reads differently hear of it.
+    async fn publish_waiting(
+        &self,
+        world: &admission::World,
+        ledger: &crate::gateway::quota::Ledger,
+        queue: &[Pending],
+        batch: &admission::Batch,
+        now: DateTime<Utc>,
+    ) {
         // Explanations for readers: positions each pass, estimates at most every 2 s.
         let waiting_names: std::collections::HashSet<&str> = batch.waiting.iter().map(|(n, _)| n.as_str()).collect();
         let mut view = self.queue.write().await;
@@ -289,22 +394,25 @@ impl Service {
         }
         view.queued = batch.waiting.len();
         drop(view);
-        self.metrics.cycle(batch.admitted.len(), batch.preempted.len());
-        Ok((batch.admitted.len() + roll_admitted.len(), batch.preempted.len()))
     }
 
-    async fn remove_from_members(&self, s: &Submission) {
-        let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let name = s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
-        for part in s.status.as_ref().map(|st| st.placement.clone()).unwrap_or_default() {
-            if let Some(m) = self.members.iter().find(|m| m.name == part.cluster) {
-                let api = workload_api(&m.client, kind, &s.spec.team);
-                if let Err(e) = api.delete(name, &Default::default()).await {
-                    if !matches!(&e, kube::Error::Api(a) if a.code == 404) {
-                        tracing::warn!("removing {name} from {}: {e}", m.name);
-                    }
-                }
-            }
+    /// Holds each team's drift in `ledger` as a reservation of its own, for
+    /// one decision (taken out again before the ledger is written).
+    async fn hold_drift(&self, ledger: &mut crate::gateway::quota::Ledger, now: DateTime<Utc>) {
+        self.measure_drift(ledger).await;
+        let drift = self.drift.read().await.clone();
+        for (team, amount) in drift.iter().filter(|(_, a)| !a.is_zero()) {
+            ledger.reservations.insert(
+                drift_key(team),
+                crate::gateway::quota::Reservation {
+                    team: team.clone(),
+                    tier: crate::workloads::Tier::OnDemand,
+                    priority: i32::MAX,
+                    amount: *amount,
+                    admitted_at: now,
+                    expected_end: None,
+                },
+            );
         }
     }
 
@@ -431,7 +539,10 @@ impl Service {
                 if divisible {
                     w["spec"]["replicas"] = json!(sh.replicas);
                 }
-                if let Err(e) = write_to_member(m, &s.spec.team, self.config.policy.pod_security.level(&s.spec.team), &name, &w).await {
+                if let Err(e) =
+                    write_to_member(m, &s.spec.team, self.config.policy.pod_security.level(&s.spec.team), &name, &w)
+                        .await
+                {
                     failed = Some(format!("writing to {}: {e:#}", m.name));
                     break;
                 }
@@ -661,6 +772,17 @@ impl Service {
     }
 }
 
+/// Ledger keys of drift held for a decision (a record's name has no ':').
+const DRIFT_PREFIX: &str = "drift:";
+
+fn drift_key(team: &str) -> String {
+    format!("{DRIFT_PREFIX}{team}")
+}
+
+/// How often the members are measured for drift: a list of pods per team
+/// and member, so not on every pass.
+pub const DRIFT_EVERY: Duration = Duration::from_secs(5);
+
 /// How long one leader pass (admit, place, roll up) may take before the
 /// leader gives up: many times a pass's worst seen at 3,000 records.
 pub const PASS_DEADLINE: Duration = Duration::from_secs(120);
@@ -683,10 +805,23 @@ pub(super) fn decide_shielded(
     queue: &mut Vec<Pending>,
     now: DateTime<Utc>,
 ) -> Result<(admission::Batch, Vec<(String, String)>)> {
+    shielded(admission::decide, world, ledger, queue, now)
+}
+
+type Decide = fn(&admission::World, &mut crate::gateway::quota::Ledger, &[Pending], DateTime<Utc>) -> admission::Batch;
+
+/// [`decide_shielded`] over any decision (the tests give one that panics).
+fn shielded(
+    decide: Decide,
+    world: &admission::World,
+    ledger: &mut crate::gateway::quota::Ledger,
+    queue: &mut Vec<Pending>,
+    now: DateTime<Utc>,
+) -> Result<(admission::Batch, Vec<(String, String)>)> {
     let attempt = |queue: &[Pending], ledger: &crate::gateway::quota::Ledger| {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut l = ledger.clone();
-            let b = admission::decide(world, &mut l, queue, now);
+            let b = decide(world, &mut l, queue, now);
             (b, l)
         }))
     };
@@ -710,4 +845,59 @@ pub(super) fn decide_shielded(
         }
     }
     anyhow::bail!("the admission pass cannot be decided even without the records set aside")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::quota::{Ledger, Limits, Quota};
+
+    /// No record stops the pass: a decision that panics on one record
+    /// sets that record aside (with what the panic said) and decides the
+    /// rest; a decision that panics whatever it is given is an error, not
+    /// a dead leader.
+    #[test]
+    fn a_record_that_cannot_be_evaluated_is_set_aside_and_the_rest_admitted() {
+        let amount = |c: u64| Amount::new(c * 1000, c << 30, c);
+        let q = Quota {
+            team: "a".into(),
+            cohort: "c".into(),
+            tiers: [(
+                crate::gateway::quota::tier_name(crate::workloads::Tier::OnDemand),
+                Limits { guaranteed: amount(10), max: amount(10) },
+            )]
+            .into_iter()
+            .collect(),
+            max_workloads: None,
+            pods_per_minute: None,
+        };
+        let world = admission::World::new([("a".to_string(), q)].into_iter().collect(), amount(100));
+        let p = |name: &str| Pending {
+            name: name.into(),
+            team: "a".into(),
+            tier: crate::workloads::Tier::OnDemand,
+            priority: 0,
+            created: Utc::now(),
+            demand: amount(1),
+            expected_duration: None,
+        };
+        fn poisoned(w: &admission::World, l: &mut Ledger, q: &[Pending], now: DateTime<Utc>) -> admission::Batch {
+            if q.iter().any(|p| p.name == "poison") {
+                panic!("overflow evaluating poison");
+            }
+            admission::decide(w, l, q, now)
+        }
+        let mut ledger = Ledger::default();
+        let mut queue = vec![p("one"), p("poison"), p("two")];
+        let (batch, aside) = shielded(poisoned, &world, &mut ledger, &mut queue, Utc::now()).unwrap();
+        assert_eq!(aside, [("poison".to_string(), "overflow evaluating poison".to_string())]);
+        let admitted: Vec<&str> = batch.admitted.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(admitted, ["one", "two"]);
+        assert_eq!(ledger.reservations.len(), 2);
+        fn always(_: &admission::World, _: &mut Ledger, _: &[Pending], _: DateTime<Utc>) -> admission::Batch {
+            panic!("broken")
+        }
+        let mut queue = vec![p("one")];
+        assert!(shielded(always, &world, &mut Ledger::default(), &mut queue, Utc::now()).is_err());
+    }
 }

@@ -197,6 +197,11 @@ pub struct Service {
     /// Why this replica is not ready (its leader's pass panicked or
     /// overran its deadline): `/readyz` answers 503 with it.
     pub unready: std::sync::Mutex<Option<String>>,
+    /// Per team: what its namespaces on the members run beyond what the
+    /// ledger holds for it (measured by the leader; counted against it).
+    drift: RwLock<BTreeMap<String, Amount>>,
+    /// When the members were last measured for drift.
+    drift_measured: std::sync::Mutex<Option<Instant>>,
     submissions: Store<Submission>,
     member_views: RwLock<Vec<MemberView>>,
     queue: RwLock<QueueView>,
@@ -310,6 +315,8 @@ impl Service {
             config,
             leading: Arc::new(AtomicBool::new(false)),
             unready: std::sync::Mutex::new(None),
+            drift: RwLock::new(BTreeMap::new()),
+            drift_measured: std::sync::Mutex::new(None),
             submissions: reader,
             member_views: RwLock::new(Vec::new()),
             queue: RwLock::new(QueueView::default()),

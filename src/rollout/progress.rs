@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::rollout::driver::{Event, GroupReport};
+use super::driver::{Event, GroupReport};
 
 /// Where the record lives in the cluster's state store.
 pub const KEY: &str = "rollout.json";
