@@ -363,13 +363,14 @@ async fn a_service_is_admitted_placed_across_three_members_and_its_status_rolled
     // Cancelled: released and removed from the members.
     assert_eq!(c.call("DELETE", &format!("/v1/submissions/{team}/web-1"), None).await.unwrap().status, 202);
     // Released once the members say it and its pods are gone (issue 48).
-    for _ in 0..50 {
+    for _ in 0..150 {
         gw.pass().await;
         if gw.phase(&team, "web-1").await == Phase::Cancelled {
             break;
         }
     }
-    assert_eq!(gw.phase(&team, "web-1").await, Phase::Cancelled);
+    let d = c.call("GET", &format!("/v1/submissions/{team}/web-1"), None).await.unwrap().ok().unwrap();
+    assert_eq!(gw.phase(&team, "web-1").await, Phase::Cancelled, "{:#}", d["status"]);
     let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
     let api: Api<pinfleet::workloads::PinterestService> = Api::namespaced(k, &team);
     assert!(api.get_opt("web").await.unwrap().is_none());
@@ -1360,6 +1361,13 @@ async fn pod_security_lifetimes_and_durations_are_refused_at_their_fields() {
     let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(k);
     let labels = ns.get(&red).await.unwrap().metadata.labels.unwrap_or_default();
     assert_eq!(labels.get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("baseline"), "{labels:?}");
+    // A quota of u64::MAX CPUs (an admin's typo or worse): refused with the
+    // reason, and the pass goes on.
+    let admin = gw.client(Some(iss.token("ops@example.com", &["pinfleet:admins"])));
+    let huge = json!({"tiers": {"OnDemand": {"guaranteed": {"cpu": u64::MAX, "memory": "1Gi", "pods": 1}, "max": {"cpu": u64::MAX, "memory": "1Gi", "pods": u64::MAX}}}});
+    let a = admin.call("PUT", &format!("/v1/quota/{red}"), Some(&huge)).await.unwrap();
+    assert_eq!(a.status, 422, "{:#}", a.body);
+    gw.pass().await;
     let readyz = reqwest_free_get(&gw.url, "/readyz").await;
     assert!(readyz.starts_with("HTTP/1.1 200"), "{readyz}");
 }
@@ -1569,4 +1577,240 @@ async fn what_a_team_runs_beyond_the_ledger_is_shown_and_counted_against_it() {
         }
     }
     assert_ne!(phase, Phase::Queued);
+}
+
+/// Issue 48's three promises, as properties over generated submissions: a
+/// hostile team submits workloads of every kind with values drawn across
+/// each field's forms (numbers where strings are usual, exponents,
+/// overflow, negative, past the calendar, privileges, finalizers, hosts,
+/// look-alike registries, odd ids). Whatever it sends:
+/// 1. what the team runs on the member never exceeds its quota's maximum;
+/// 2. the admission pass never stops (every pass completes, the service
+///    stays ready);
+/// 3. every refusal is audited with its answer, one line each.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises() {
+    use proptest::prelude::*;
+    use proptest::strategy::ValueTree;
+    let host = KubeEnv::start();
+    let east = member("east", 2, "16", true);
+    let team = host.namespace.clone();
+    let gw = gateway(
+        &host,
+        &[&east],
+        None,
+        json!({ &team: {"tiers": {"OnDemand": q("3", "3"), "Preemptible": q("1", "2")}} }),
+    )
+    .await;
+    let token = {
+        host.ok(&["create", "serviceaccount", "ci"]);
+        host.ok(&["create", "token", "ci"]).trim().to_string()
+    };
+    let c = gw.client(Some(token));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.svc.refresh_members().await;
+
+    let number_forms = || {
+        prop_oneof![
+            6 => prop_oneof![Just(json!(1)), Just(json!(2))],
+            1 => prop_oneof![Just(json!(0)), Just(json!(-1)), Just(json!("3")), Just(json!(2147483647)), Just(json!(1e6)), Just(json!(9.5)), Just(json!(null))],
+        ]
+    };
+    let cpu_forms = || {
+        prop_oneof![
+            6 => prop_oneof![Just(json!("100m")), Just(json!("500m")), Just(json!(1)), Just(json!(0.5)), Just(json!("0.001k")), Just(json!("2"))],
+            1 => prop_oneof![Just(json!("1e3")), Just(json!("lots")), Just(json!(-1)), Just(json!("9223372036854775807")), Just(json!("1E"))],
+        ]
+    };
+    let sc_forms = || {
+        prop_oneof![
+            Just(json!(null)),
+            Just(json!(null)),
+            Just(json!(null)),
+            Just(json!(null)),
+            Just(json!({"privileged": true})),
+            Just(json!({"runAsUser": 0})),
+            Just(json!({"capabilities": {"add": ["SYS_ADMIN"]}})),
+            Just(json!({"allowPrivilegeEscalation": false})),
+            Just(json!({"procMount": "Unmasked"})),
+            Just(json!({"seccompProfile": {"type": "Unconfined"}})),
+        ]
+    };
+    let image_forms = || {
+        prop_oneof![
+            6 => Just("registry.k8s.io/pause:3.10"),
+            1 => prop_oneof![Just("registry.k8s.io.evil.io/pause:3.10"), Just("pause"), Just(""), Just("registry.k8s.io/pause@sha256:00")],
+        ]
+    };
+    let extra_forms = || {
+        prop_oneof![
+            Just(json!({})),
+            Just(json!({})),
+            Just(json!({})),
+            Just(json!({})),
+            Just(json!({})),
+            Just(json!({"hostNetwork": true})),
+            Just(json!({"nodeName": "east-node-0"})),
+            Just(json!({"tolerations": [{"operator": "Exists"}]})),
+            Just(json!({"terminationGracePeriodSeconds": 100000})),
+            Just(json!({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]})),
+            Just(json!({"activeDeadlineSeconds": 10000000000000u64})),
+        ]
+    };
+    let kinds = prop_oneof![
+        Just("PinterestService"),
+        Just("PinterestJobSet"),
+        Just("PinterestStatefulSet"),
+        Just("PinterestTrainingJob"),
+        Just("PinterestCronJob"),
+    ];
+    let durations = prop_oneof![
+        4 => prop_oneof![Just(None), Just(Some("30m"))],
+        1 => prop_oneof![Just(Some("1000000years")), Just(Some("-5s")), Just(Some("1e9h"))],
+    ];
+    let ids = prop_oneof![
+        6 => prop_oneof![Just("w"), Just("w.1.")],
+        1 => prop_oneof![Just("W"), Just("w\u{ad}"), Just("w-"), Just("w\u{202e}")],
+    ];
+    let rare = || prop_oneof![5 => Just(false), 1 => Just(true)];
+    let submission = (
+        kinds,
+        number_forms(),
+        cpu_forms(),
+        sc_forms(),
+        image_forms(),
+        extra_forms(),
+        durations,
+        ids,
+        rare(),
+        any::<bool>(),
+    );
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let mut answers: Vec<u16> = Vec::new();
+    let mut largest = 0usize;
+    for n in 0..96 {
+        let (kind, count, cpu, sc, image, extra, duration, id, finalizer, preemptible) =
+            submission.new_tree(&mut runner).unwrap().current();
+        let mut container = json!({"name": "app", "image": image,
+            "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}});
+        if !sc.is_null() {
+            container["securityContext"] = sc;
+        }
+        let mut pod = json!({"containers": [container]});
+        if let Some(o) = extra.as_object() {
+            for (k, v) in o {
+                pod[k] = v.clone();
+            }
+        }
+        let name = format!("h{n}");
+        let mut spec = json!({"owner": {"team": team, "project": "hostile"}, "runtime": no_sidecars(),
+            "tier": if preemptible { "Preemptible" } else { "OnDemand" }});
+        match kind {
+            "PinterestJobSet" => {
+                pod["restartPolicy"] = json!("Never");
+                spec["shards"] = count.clone();
+                spec["template"] = json!({"spec": pod});
+            }
+            "PinterestCronJob" => {
+                pod["restartPolicy"] = json!("Never");
+                spec["schedule"] = json!("*/5 * * * *");
+                spec["concurrencyPolicy"] = json!("Forbid");
+                spec["template"] = json!({"spec": pod});
+            }
+            "PinterestTrainingJob" => {
+                pod["restartPolicy"] = json!("Never");
+                spec["template"] = json!({"spec": pod});
+                spec["framework"] = json!("PyTorch");
+                spec["roles"] = json!([{"name": "worker", "replicas": count}, {"name": "ps", "replicas": count}]);
+            }
+            _ => {
+                spec["replicas"] = count.clone();
+                spec["template"] = json!({"spec": pod});
+            }
+        }
+        let mut w =
+            json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec});
+        if let Some(d) = duration {
+            w["metadata"]["annotations"] = json!({"gateway.pinfleet.dev/expected-duration": d});
+        }
+        if finalizer {
+            w["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        }
+        let body = json!({"id": format!("{id}{n}"), "workload": w});
+        largest = largest.max(body.to_string().len());
+        let a = c.call("POST", "/v1/submissions", Some(&body)).await.unwrap();
+        assert!(a.status < 500, "submission {n} broke the gateway ({}): {:#}\n{body:#}", a.status, a.body);
+        if a.status >= 400 && n < 4 {
+            println!("refused {n}: {}", a.body);
+        }
+        answers.push(a.status);
+        // 2. The pass never stops: every pass completes (a failed or
+        //    panicking pass fails the test through gw.pass).
+        if n % 16 == 15 {
+            gw.pass().await;
+            gw.svc.rollup_once().await.unwrap();
+        }
+    }
+    for _ in 0..6 {
+        gw.pass().await;
+        gw.svc.rollup_once().await.unwrap();
+    }
+    assert!(gw.svc.unready.lock().unwrap().is_none(), "the leader gave up: {:?}", gw.svc.unready.lock().unwrap());
+    // 1. What runs on the member stays within the team's maximum (3 + 2 CPUs).
+    let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(k, &team);
+    let mut cpu = 0u64;
+    for p in pods.list(&Default::default()).await.unwrap().items {
+        if matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")) {
+            continue;
+        }
+        let v = serde_json::to_value(&p).unwrap();
+        cpu += pinfleet::workloads::demand::pod_requests(&v, "pod", None).unwrap_or_default().cpu;
+    }
+    assert!(cpu <= 5000, "the team runs {cpu}m CPU on the member against a 5-CPU maximum");
+    // 3. Every refusal audited, one line each, with its answer.
+    let refused: Vec<u16> = answers.iter().copied().filter(|a| *a >= 400).collect();
+    let lines = audit_lines(&gw);
+    let audited: Vec<u64> = lines
+        .iter()
+        .filter(|l| {
+            (l["verb"] == "submit" || l["object"] == "/v1/submissions") && l["answer"].as_u64().unwrap_or(0) >= 400
+        })
+        .filter_map(|l| l["answer"].as_u64())
+        .collect();
+    assert_eq!(audited.len(), refused.len(), "answers {answers:?}\naudit {lines:#?}");
+    assert!(refused.len() >= 10 && answers.iter().any(|a| *a < 300), "both refused and accepted work: {answers:?}");
+    println!(
+        "hostile suite: {} submissions ({} refused), the largest {largest} bytes; the team runs {cpu}m CPU",
+        answers.len(),
+        refused.len()
+    );
+    // The largest submission: a training job of 8,000,000 replicas per role,
+    // padded toward the 1 MiB body limit. Refused at its count before
+    // anything is rendered; the process's peak memory barely moves.
+    let peak = || -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:").and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok()))
+            .unwrap_or(0)
+    };
+    let before = peak();
+    let mut big = json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestTrainingJob", "metadata": {"name": "big",
+        "annotations": {"pad": "x".repeat(900_000)}},
+        "spec": {"owner": {"team": team, "project": "big"}, "framework": "PyTorch", "runtime": no_sidecars(),
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "w", "image": "registry.k8s.io/pause:3.10"}]}},
+            "roles": [{"name": "worker", "replicas": 8_000_000}, {"name": "ps", "replicas": 8_000_000}]}});
+    let size = big.to_string().len();
+    let a = c
+        .call("POST", "/v1/submissions?dryRun=true", Some(&json!({"id": "big", "workload": big.take()})))
+        .await
+        .unwrap();
+    assert!(a.status == 422 || a.status == 413, "{}", a.status);
+    println!(
+        "largest submission tried: {size} bytes, 16,000,000 replicas: answered {} ; peak memory {} MB before, {} MB after",
+        a.status,
+        before / 1024,
+        peak() / 1024
+    );
 }

@@ -140,7 +140,8 @@ impl Tally {
         *u = u.plus(r.amount);
         let c = self.cohort.entry((Self::cohort_of(world, &r.team).to_string(), tier)).or_default();
         *c = c.plus(r.amount);
-        *self.workloads.entry(r.team.clone()).or_default() += 1;
+        let n = self.workloads.entry(r.team.clone()).or_default();
+        *n = n.saturating_add(1);
         self.total = self.total.plus(r.amount);
     }
 
@@ -198,7 +199,10 @@ pub fn never(world: &World, team: &str, tier: Tier, demand: &Amount) -> Option<S
 }
 
 fn short_of(after: &Amount, limit: &Amount) -> Option<(Resource, u64)> {
-    RESOURCES.into_iter().find(|r| after.get(*r) > limit.get(*r)).map(|r| (r, after.get(r) - limit.get(r)))
+    RESOURCES
+        .into_iter()
+        .find(|r| after.get(*r) > limit.get(*r))
+        .map(|r| (r, after.get(r).saturating_sub(limit.get(r))))
 }
 
 fn amount_blocker(
@@ -243,7 +247,7 @@ fn blocker(world: &World, l: &Ledger, t: &Tally, p: &Pending, now: DateTime<Utc>
                 requested: "1".into(),
                 used: n.to_string(),
                 limit: m.to_string(),
-                short: (n + 1 - m).to_string(),
+                short: n.saturating_add(1).saturating_sub(m).to_string(),
                 message: format!("team {} runs {n} workloads, its cap is {m}", p.team),
                 unblock: format!("one of team {}'s admitted workloads finishing or being cancelled", p.team),
                 retry_at: None,
@@ -366,7 +370,7 @@ fn rate_blocker(world: &World, l: &Ledger, p: &Pending, now: DateTime<Utc>) -> O
     let tn = tier_name(p.tier);
     if let Some(rate) = q.pods_per_minute {
         let used = l.pods_last_minute(&p.team, now);
-        if used > 0 && used + p.demand.pods > rate {
+        if used > 0 && used.saturating_add(p.demand.pods) > rate {
             let at = l.rate_room_at(&p.team, p.demand.pods, rate, now);
             return Some(Blocker {
                 kind: Kind::Rate,
@@ -376,7 +380,7 @@ fn rate_blocker(world: &World, l: &Ledger, p: &Pending, now: DateTime<Utc>) -> O
                 requested: p.demand.pods.to_string(),
                 used: used.to_string(),
                 limit: rate.to_string(),
-                short: (used + p.demand.pods - rate).to_string(),
+                short: used.saturating_add(p.demand.pods).saturating_sub(rate).to_string(),
                 message: format!(
                     "team {} was admitted {used} pods in the last minute, its creation rate is {rate} per minute",
                     p.team
@@ -420,7 +424,7 @@ fn victims<'a>(l: &'a Ledger, pick: impl Fn(&Reservation) -> bool, need: Amount)
             freed = without;
             out.remove(i);
         } else {
-            i += 1;
+            i = i.saturating_add(1);
         }
     }
     Some(out)
@@ -607,7 +611,7 @@ pub fn explain_positions(queue: &[Pending], waiting: &[(String, Blocker)]) -> BT
     let mut out = BTreeMap::new();
     for (i, p) in queue.iter().filter(|p| why.contains_key(p.name.as_str())).enumerate() {
         let pos = per_team.entry(p.team.as_str()).or_default();
-        *pos += 1;
+        *pos = pos.saturating_add(1);
         out.insert(
             p.name.clone(),
             Waiting { position: *pos, ahead_in_fleet: i, estimate: None, why: why[p.name.as_str()].clone() },
@@ -633,7 +637,7 @@ pub fn explain(
     let mut out = BTreeMap::new();
     for (i, p) in waiting_queue.iter().enumerate() {
         let pos = per_team.entry(p.team.as_str()).or_default();
-        *pos += 1;
+        *pos = pos.saturating_add(1);
         let estimate = match (expected.get(&p.name), slow.get(&p.name)) {
             (Some(a), Some(b)) => Some(Estimate { earliest: *a.min(b), latest: *a.max(b) }),
             (Some(a), None) => Some(Estimate { earliest: *a, latest: *a }),

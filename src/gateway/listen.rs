@@ -240,7 +240,7 @@ pub async fn serve(
                 continue;
             }
             let id = t.next;
-            t.next += 1;
+            t.next = t.next.wrapping_add(1);
             t.open.insert(id, Entry { peer, busy: busy.clone(), trusted: trusted.clone(), close: close.clone() });
             id
         };
@@ -253,7 +253,7 @@ pub async fn serve(
             let conn = serve_connection(app, io, tls, busy, trusted, limits);
             let idle = async {
                 loop {
-                    tokio::time::sleep(limits.idle / 4).await;
+                    tokio::time::sleep(limits.idle.checked_div(4).unwrap_or(limits.idle)).await;
                     let quiet = epoch.elapsed().saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
                     if quiet >= limits.idle {
                         return;

@@ -19,10 +19,10 @@ impl Histogram {
     fn observe(&mut self, v: f64) {
         for (i, b) in BUCKETS.iter().enumerate() {
             if v <= *b {
-                self.counts[i] += 1;
+                self.counts[i] = self.counts[i].saturating_add(1);
             }
         }
-        self.count += 1;
+        self.count = self.count.saturating_add(1);
         self.sum += v;
     }
 }
@@ -56,14 +56,16 @@ impl Metrics {
     }
 
     pub fn answered(&self, route: &str, status: u16) {
-        *self.inner.lock().expect("metrics").answers.entry((route.to_string(), status)).or_default() += 1;
+        let mut m = self.inner.lock().expect("metrics");
+        let n = m.answers.entry((route.to_string(), status)).or_default();
+        *n = n.saturating_add(1);
     }
 
     pub fn cycle(&self, admitted: usize, preempted: usize) {
         let mut m = self.inner.lock().expect("metrics");
-        m.cycles += 1;
-        m.admitted += admitted as u64;
-        m.preempted += preempted as u64;
+        m.cycles = m.cycles.saturating_add(1);
+        m.admitted = m.admitted.saturating_add(admitted as u64);
+        m.preempted = m.preempted.saturating_add(preempted as u64);
     }
 
     /// The text exposition format.

@@ -64,8 +64,8 @@ impl Resource {
 
 fn show_bytes(v: u64) -> String {
     for (unit, f) in [("Ti", 1u64 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
-        if v >= f && v % f == 0 {
-            return format!("{}{unit}", v / f);
+        if v >= f && v.checked_rem(f) == Some(0) {
+            return format!("{}{unit}", v.checked_div(f).unwrap_or_default());
         }
     }
     if v >= 1 << 30 {
@@ -176,10 +176,10 @@ impl Quantity {
     pub fn resolve(&self, r: Resource, fleet: u64) -> Result<u64, String> {
         let text = match self {
             Quantity::Count(n) => {
-                return Ok(match r {
-                    Resource::Cpu => n * 1000,
-                    _ => *n,
-                })
+                return match r {
+                    Resource::Cpu => n.checked_mul(1000).ok_or_else(|| format!("{n}: more CPUs than can be counted")),
+                    _ => Ok(*n),
+                }
             }
             Quantity::Text(t) => t.trim(),
         };
@@ -374,22 +374,22 @@ impl Ledger {
 
     /// Pods admitted for `team` in the minute before `now`.
     pub fn pods_last_minute(&self, team: &str, now: DateTime<Utc>) -> u64 {
-        let since = now - Duration::seconds(RATE_WINDOW);
+        let since = now.checked_sub_signed(Duration::seconds(RATE_WINDOW)).unwrap_or(DateTime::<Utc>::MIN_UTC);
         self.recent.iter().filter(|(t, at, _)| t == team && *at > since).map(|(_, _, p)| p).sum()
     }
 
     /// When the team's rate window has room for `pods` more (the oldest
     /// admissions leave the window one by one).
     pub fn rate_room_at(&self, team: &str, pods: u64, limit: u64, now: DateTime<Utc>) -> DateTime<Utc> {
-        let since = now - Duration::seconds(RATE_WINDOW);
+        let since = now.checked_sub_signed(Duration::seconds(RATE_WINDOW)).unwrap_or(DateTime::<Utc>::MIN_UTC);
         let mut used = self.pods_last_minute(team, now);
         for (_, at, p) in self.recent.iter().filter(|(t, at, _)| t == team && *at > since) {
-            if used + pods <= limit || used == 0 {
+            if used.saturating_add(pods) <= limit || used == 0 {
                 break;
             }
-            used -= p;
-            if used + pods <= limit || used == 0 {
-                return *at + Duration::seconds(RATE_WINDOW);
+            used = used.saturating_sub(*p);
+            if used.saturating_add(pods) <= limit || used == 0 {
+                return at.checked_add_signed(Duration::seconds(RATE_WINDOW)).unwrap_or(DateTime::<Utc>::MAX_UTC);
             }
         }
         now
@@ -411,7 +411,7 @@ impl Ledger {
 
     /// Forgets rate entries older than the window.
     pub fn prune(&mut self, now: DateTime<Utc>) {
-        let since = now - Duration::seconds(RATE_WINDOW);
+        let since = now.checked_sub_signed(Duration::seconds(RATE_WINDOW)).unwrap_or(DateTime::<Utc>::MIN_UTC);
         self.recent.retain(|(_, at, _)| *at > since);
     }
 }

@@ -24,6 +24,9 @@
 //! `Replace`; under `Allow`, as many as start within the Job's
 //! `activeDeadlineSeconds`, and refused without one).
 
+// Every count here is checked (a tenant's value must not wrap a demand).
+#![deny(clippy::arithmetic_side_effects)]
+
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -258,7 +261,7 @@ pub fn field_of(workload: &Value, child: &Value, field: &str) -> String {
                     .unwrap_or_default();
                 return format!("spec.runtime ({name}, injected by the platform)");
             }
-            return format!("{at}.spec.initContainers[{}]{tail}", k - injected);
+            return format!("{at}.spec.initContainers[{}]{tail}", k.saturating_sub(injected));
         }
     }
     format!("{at}{rest}")

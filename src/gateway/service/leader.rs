@@ -55,7 +55,7 @@ impl Service {
         for (team, sample) in self.usage_now(now).await? {
             by_team.entry(team).or_default().push(sample);
         }
-        let mut written = 0;
+        let mut written: usize = 0;
         for (team, samples) in by_team {
             let name = records::usage_history_name(&team, hour);
             let n = samples.len();
@@ -66,7 +66,7 @@ impl Service {
                     // Replace at the read version: a write in between is a conflict, and
                     // this sample is dropped rather than another one lost.
                     match api.replace(&name, &PostParams::default(), &h).await {
-                        Ok(_) => written += n,
+                        Ok(_) => written = written.saturating_add(n),
                         Err(kube::Error::Api(e)) if e.code == 409 => continue,
                         Err(e) => return Err(e).with_context(|| format!("writing {name}")),
                     }
@@ -75,7 +75,7 @@ impl Service {
                     let mut h = UsageHistory::new(&name, UsageHistorySpec { team: team.clone(), hour, samples });
                     h.metadata.labels = Some([(records::TEAM_LABEL.to_string(), team.clone())].into());
                     match api.create(&PostParams::default(), &h).await {
-                        Ok(_) => written += n,
+                        Ok(_) => written = written.saturating_add(n),
                         Err(kube::Error::Api(e)) if e.code == 409 => continue,
                         Err(e) => return Err(e).with_context(|| format!("writing {name}")),
                     }
@@ -85,7 +85,7 @@ impl Service {
         // Once an hour: the hours past keeping go.
         let pruned_hour = *self.usage_pruned.lock().expect("usage pruned");
         if pruned_hour != Some(hour) {
-            let oldest = records::hour_of(now - USAGE_KEPT);
+            let oldest = records::hour_of(now.checked_sub_signed(USAGE_KEPT).unwrap_or(DateTime::<Utc>::MIN_UTC));
             for h in api.list(&ListParams::default()).await?.items {
                 if h.spec.hour < oldest {
                     let name = h.metadata.name.clone().unwrap_or_default();
@@ -100,7 +100,7 @@ impl Service {
     /// A team's use over the last [`USAGE_KEPT`], oldest first, as the host keeps it.
     pub async fn usage_history(&self, team: &str, now: DateTime<Utc>) -> Result<Vec<records::UsageSample>> {
         let api: Api<records::UsageHistory> = Api::namespaced(self.host.clone(), &self.config.namespace);
-        let since = now - USAGE_KEPT;
+        let since = now.checked_sub_signed(USAGE_KEPT).unwrap_or(DateTime::<Utc>::MIN_UTC);
         let mut out: Vec<records::UsageSample> = api
             .list(&ListParams::default().labels(&format!("{}={team}", records::TEAM_LABEL)))
             .await
@@ -210,7 +210,7 @@ impl Service {
                 })
                 .await?;
                 if let Some(a) = accepted {
-                    self.metrics.stage("admitted", (at - a).num_milliseconds() as f64 / 1000.0);
+                    self.metrics.stage("admitted", at.signed_duration_since(a).num_milliseconds() as f64 / 1000.0);
                 }
                 Ok(())
             })
@@ -253,7 +253,7 @@ impl Service {
         }
         self.publish_waiting(&world, &ledger, &queue, &batch, now).await;
         self.metrics.cycle(batch.admitted.len(), batch.preempted.len());
-        Ok((batch.admitted.len() + roll_admitted.len(), batch.preempted.len()))
+        Ok((batch.admitted.len().saturating_add(roll_admitted.len()), batch.preempted.len()))
     }
 
     async fn remove_from_members(&self, s: &Submission) {
@@ -380,11 +380,12 @@ impl Service {
                 moved.insert(team_of_record(n));
             }
             view.waiting = explained;
-            self.changes.send_modify(|n| *n += 1);
+            self.changes.send_modify(|n| *n = n.wrapping_add(1));
             if !moved.is_empty() {
                 self.team_changes.send_modify(|m| {
                     for t in moved {
-                        *m.entry(t).or_default() += 1;
+                        let n = m.entry(t).or_default();
+                        *n = n.wrapping_add(1);
                     }
                 });
             }
@@ -484,7 +485,7 @@ impl Service {
                 *e = e.plus(per.times(u64::from(part.replicas)));
             }
         }
-        let mut placed = 0;
+        let mut placed: usize = 0;
         for s in admitted {
             let name = s.metadata.name.clone().unwrap_or_default();
             let per = per_pod(&s.spec);
@@ -504,7 +505,7 @@ impl Service {
                     let fits = quota::RESOURCES
                         .iter()
                         .filter(|r| unit.get(**r) > 0)
-                        .map(|r| free.get(*r) / unit.get(*r))
+                        .map(|r| free.get(*r).checked_div(unit.get(*r)).unwrap_or(u64::MAX))
                         .min()
                         .unwrap_or(u64::from(u32::MAX));
                     PlacementMember {
@@ -569,10 +570,10 @@ impl Service {
             })
             .await?;
             if let Some(a) = admitted_at {
-                self.metrics.stage("placed", (now - a).num_milliseconds() as f64 / 1000.0);
+                self.metrics.stage("placed", now.signed_duration_since(a).num_milliseconds() as f64 / 1000.0);
             }
             publish_placement_decision(&self.host, &self.config.namespace, &s, &shares).await;
-            placed += 1;
+            placed = placed.saturating_add(1);
         }
         Ok(placed)
     }
@@ -695,7 +696,7 @@ impl Service {
             .await?;
             if pods_created && !had_pods {
                 if let Some(p) = placed_at {
-                    self.metrics.stage("pods_created", (now - p).num_milliseconds() as f64 / 1000.0);
+                    self.metrics.stage("pods_created", now.signed_duration_since(p).num_milliseconds() as f64 / 1000.0);
                 }
             }
         }
@@ -764,7 +765,7 @@ impl Service {
             name: "pinfleet-gateway".into(),
             identity: self.config.identity.clone(),
             lease_duration: self.config.lease_duration,
-            renew_every: self.config.lease_duration / 3,
+            renew_every: self.config.lease_duration.checked_div(3).unwrap_or_default(),
         };
         let me = self.clone();
         tokio::spawn(self.clone().follow());

@@ -300,8 +300,11 @@ impl Service {
             while let Some(ev) = s.next().await {
                 match ev {
                     Ok(sub) => {
-                        tx.send_modify(|n| *n += 1);
-                        ttx.send_modify(|m| *m.entry(sub.spec.team.clone()).or_default() += 1);
+                        tx.send_modify(|n| *n = n.wrapping_add(1));
+                        ttx.send_modify(|m| {
+                            let n = m.entry(sub.spec.team.clone()).or_default();
+                            *n = n.wrapping_add(1);
+                        });
                     }
                     Err(e) => tracing::debug!("submission watch: {e}"),
                 }
@@ -822,7 +825,7 @@ impl Service {
         ];
         for (k, a, b) in pairs {
             if let (Some(a), Some(b)) = (a, b) {
-                latency.insert(k.to_string(), (b - a).num_milliseconds() as f64 / 1000.0);
+                latency.insert(k.to_string(), b.signed_duration_since(a).num_milliseconds() as f64 / 1000.0);
             }
         }
         View {
@@ -955,7 +958,11 @@ fn not_found_ok(e: kube::Error) -> Result<(), kube::Error> {
 
 fn per_pod(spec: &SubmissionSpec) -> Amount {
     let n = spec.demand.pods.max(1);
-    Amount::new(spec.demand.cpu / n, spec.demand.memory / n, 1)
+    Amount::new(
+        spec.demand.cpu.checked_div(n).unwrap_or_default(),
+        spec.demand.memory.checked_div(n).unwrap_or_default(),
+        1,
+    )
 }
 
 fn ts(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc> {
