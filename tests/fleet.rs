@@ -217,7 +217,7 @@ async fn without_wait_a_run_stops_at_the_soak_and_the_next_run_goes_on() {
 /// `status` while a cluster rolls: its groups from its roll progress record.
 #[test]
 fn status_shows_a_rolling_clusters_groups_and_why_the_rest_wait() {
-    use pinfleet::state::progress::RollProgress;
+    use pinfleet::rollout::progress::RollProgress;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let s = rt.block_on(setup(STAGES));
     let mut r = s.record.clone();

@@ -78,31 +78,16 @@ pub fn load(path: &Path) -> Result<FederatedService> {
     Ok(fs)
 }
 
-/// CPU in millicores and memory in bytes from Kubernetes quantities.
+/// CPU in millicores and memory in bytes from Kubernetes quantities, by
+/// the project's one quantity parser ([`crate::kube::quantity`]: every
+/// suffix and exponent, rounded up as Kubernetes rounds); None for what
+/// Kubernetes would not read.
 pub fn cpu_millis(q: &str) -> Option<u64> {
-    match q.strip_suffix('m') {
-        Some(m) => m.parse().ok(),
-        None => q.parse::<f64>().ok().map(|c| (c * 1000.0) as u64),
-    }
+    crate::kube::quantity::cpu_millis(&Value::String(q.to_string())).ok()
 }
 
 pub fn mem_bytes(q: &str) -> Option<u64> {
-    const UNITS: &[(&str, u64)] = &[
-        ("Ki", 1 << 10),
-        ("Mi", 1 << 20),
-        ("Gi", 1 << 30),
-        ("Ti", 1 << 40),
-        ("k", 1_000),
-        ("M", 1_000_000),
-        ("G", 1_000_000_000),
-        ("T", 1_000_000_000_000),
-    ];
-    for (u, f) in UNITS {
-        if let Some(n) = q.strip_suffix(u) {
-            return n.parse::<f64>().ok().map(|n| (n * *f as f64) as u64);
-        }
-    }
-    q.parse().ok()
+    crate::kube::quantity::bytes(&Value::String(q.to_string())).ok()
 }
 
 /// (cpu millis, memory bytes) one replica asks for: the template's
@@ -377,5 +362,26 @@ impl World {
             observed.insert(c.metadata.name.clone(), o);
         }
         Ok(World { fs, members, clients, observed })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_are_read_as_kubernetes_reads_them() {
+        assert_eq!(cpu_millis("500m"), Some(500));
+        assert_eq!(cpu_millis("2"), Some(2000));
+        assert_eq!(cpu_millis("0.1k"), Some(100_000));
+        assert_eq!(cpu_millis("1e3"), Some(1_000_000));
+        assert_eq!(cpu_millis("0.0001"), Some(1), "rounded up, as Kubernetes rounds");
+        assert_eq!(mem_bytes("1Gi"), Some(1 << 30));
+        assert_eq!(mem_bytes("4e9"), Some(4_000_000_000));
+        assert_eq!(mem_bytes("128974848"), Some(128_974_848));
+        for bad in ["lots", "", "-1", "1E", "1.5.5", "Gi"] {
+            assert_eq!(cpu_millis(bad), None, "{bad:?}");
+            assert_eq!(mem_bytes(bad), None, "{bad:?}");
+        }
     }
 }

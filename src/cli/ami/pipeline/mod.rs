@@ -1,0 +1,121 @@
+//! `pinfleet ami bake|promote|rollback|channels|gc|waves|gate`: the image
+//! pipeline's commands, one file each. Thin: load the recipe, connect a
+//! client per region, call the engine (`cloud::aws::{bake, channels,
+//! imagegc}`) and draw the outcome ([`crate::views::images`]). What they
+//! share (the images' arguments, the regions, showing writes) is here.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Result};
+use clap::Args;
+
+use super::super::cloud::Target;
+use super::super::GlobalArgs;
+use crate::ami::recipe;
+use crate::cloud::aws::channels::{self, Source};
+use crate::cloud::aws::{Aws, AwsOptions};
+use crate::output::{print_data, Format};
+
+mod bake;
+mod gate;
+mod gc;
+mod promote;
+mod show_channels;
+mod waves;
+
+pub use bake::{bake, BakeArgs};
+pub use gate::{gate, GateArgs};
+pub use gc::{gc, GcArgs};
+pub use promote::{promote, rollback, PromoteArgs, RollbackArgs};
+pub use show_channels::{channels_cmd, ChannelsArgs};
+pub use waves::{waves, WavesArgs};
+
+#[derive(Debug, Clone, Args)]
+pub struct ImagesArgs {
+    /// Folder holding the image recipes (`images/NAME.yaml`).
+    #[arg(long, env = "PINFLEET_IMAGES_DIR", default_value = "images")]
+    pub images_dir: PathBuf,
+    /// AWS itself (or whatever `AWS_ENDPOINT_URL` names), or LocalStack.
+    #[arg(long, value_enum, default_value_t = Target::Aws, env = "PINFLEET_TARGET")]
+    pub target: Target,
+}
+
+impl ImagesArgs {
+    fn recipe(&self, name: &str) -> Result<recipe::Loaded> {
+        recipe::load(&self.images_dir, name).map_err(|d| anyhow!("{d}"))
+    }
+
+    async fn client(&self, region: &str) -> Result<Aws> {
+        let target = self.target.aws().ok_or_else(|| anyhow!("images live on AWS: --target aws or localstack"))?;
+        Aws::connect(&AwsOptions::from_env(target, Some(region.to_string()))?).await
+    }
+
+    /// A client per recipe region, home first.
+    async fn clients(&self, l: &recipe::Loaded) -> Result<Vec<Aws>> {
+        let mut out = Vec::new();
+        for r in &l.recipe.regions {
+            out.push(self.client(r).await?);
+        }
+        Ok(out)
+    }
+}
+
+async fn deprecate_superseded(regions: &[&Aws], writes: &[channels::Write], after: Duration) -> Result<()> {
+    let at = chrono::Utc::now() + chrono::Duration::seconds(after.as_secs() as i64);
+    for w in writes {
+        let (Some(from), Some(aws)) = (&w.from, regions.iter().find(|r| r.region == w.region)) else { continue };
+        if *from == w.to {
+            continue;
+        }
+        let said = crate::cloud::aws::imagegc::deprecate_superseded(aws, from, at).await?;
+        writeln!(anstream::stderr(), "{}", crate::views::text::safe(&said))?;
+    }
+    Ok(())
+}
+
+async fn who(aws: &Aws) -> String {
+    aws.caller_identity().await.unwrap_or_else(|| std::env::var("USER").unwrap_or_else(|_| "unknown".into()))
+}
+
+fn show_writes(g: &GlobalArgs, writes: &[channels::Write], done: bool) -> Result<()> {
+    if g.output != Format::Text {
+        return print_data(g.output, &writes);
+    }
+    let rows: Vec<_> =
+        writes.iter().map(|w| (w.region.clone(), w.parameter.clone(), w.from.clone(), w.to.clone())).collect();
+    write!(anstream::stdout(), "{}", crate::views::images::writes(&rows, done))?;
+    Ok(())
+}
+
+async fn regions_for(images: &ImagesArgs, recipe: Option<&str>, given: &[String]) -> Result<Vec<Aws>> {
+    let names: Vec<String> = if !given.is_empty() {
+        given.to_vec()
+    } else if let Some(r) = recipe {
+        images.recipe(r)?.recipe.regions
+    } else {
+        let mut all: Vec<String> = Vec::new();
+        for r in recipe::list(&images.images_dir).unwrap_or_default() {
+            if let Ok(l) = images.recipe(&r) {
+                all.extend(l.recipe.regions);
+            }
+        }
+        all.sort();
+        all.dedup();
+        if all.is_empty() {
+            let region = std::env::var("AWS_REGION").map_err(|_| {
+                anyhow!("no recipes in {} and no AWS_REGION: say --regions", images.images_dir.display())
+            })?;
+            all.push(region);
+        }
+        all
+    };
+    let mut out = Vec::new();
+    for r in names {
+        out.push(images.client(&r).await?);
+    }
+    Ok(out)
+}
