@@ -379,7 +379,10 @@ mod tests {
         assert_eq!(mem_bytes("1Gi"), Some(1 << 30));
         assert_eq!(mem_bytes("4e9"), Some(4_000_000_000));
         assert_eq!(mem_bytes("128974848"), Some(128_974_848));
-        for bad in ["lots", "", "-1", "1E", "1.5.5", "Gi"] {
+        // An exa-CPU is past what millicores can count; an exabyte is not.
+        assert_eq!(cpu_millis("1E"), None);
+        assert_eq!(mem_bytes("1E"), Some(1_000_000_000_000_000_000));
+        for bad in ["lots", "", "-1", "1.5.5", "Gi"] {
             assert_eq!(cpu_millis(bad), None, "{bad:?}");
             assert_eq!(mem_bytes(bad), None, "{bad:?}");
         }
