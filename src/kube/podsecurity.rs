@@ -204,8 +204,37 @@ pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
         for c in RESTRICTED {
             c(metadata, spec, level, &mut out);
         }
+        // As Pod Security admission does: a restricted check replaces the
+        // baseline check it tightens (restricted volume types for hostPath
+        // volumes, unrestricted capabilities for non-default ones).
+        out.retain(|v| v.check != "hostPath volumes" && v.check != "non-default capabilities");
     }
+    // In the order Pod Security admission reports them: by check id.
+    out.sort_by_key(|v| check_id(v.check));
     out
+}
+
+/// Pod Security admission's id of a check (its reports are in this order).
+fn check_id(check: &str) -> &'static str {
+    match check {
+        "allowPrivilegeEscalation != false" => "allowPrivilegeEscalation",
+        "forbidden AppArmor profile" => "appArmorProfile",
+        "non-default capabilities" => "capabilities_baseline",
+        "unrestricted capabilities" => "capabilities_restricted",
+        "host namespaces" => "hostNamespaces",
+        "hostPath volumes" => "hostPathVolumes",
+        "hostPort" => "hostPorts",
+        "hostProcess" => "hostProcess",
+        "privileged" => "privileged",
+        "procMount" => "procMount",
+        "restricted volume types" => "restrictedVolumes",
+        "runAsNonRoot != true" => "runAsNonRoot",
+        "runAsUser=0" => "runAsUser",
+        "seLinuxOptions" => "seLinuxOptions",
+        "seccompProfile" => "seccompProfile",
+        "forbidden sysctls" => "sysctls",
+        _ => "~",
+    }
 }
 
 impl Violation {
@@ -660,11 +689,12 @@ mod tests {
         assert!(checks(plain.clone(), Level::Baseline).is_empty());
         assert_eq!(
             checks(plain, Level::Restricted),
+            // In Pod Security admission's order (by check id), as a real v1.36 server reports them.
             [
-                "seccompProfile",
                 "allowPrivilegeEscalation != false",
+                "unrestricted capabilities",
                 "runAsNonRoot != true",
-                "unrestricted capabilities"
+                "seccompProfile"
             ]
         );
         assert!(checks(restricted_ok(), Level::Restricted).is_empty());
@@ -689,20 +719,22 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("host namespaces", "hostNetwork=true, hostPID=true, hostIPC=true"),
-                ("privileged", "container \"app\" must not set securityContext.privileged=true"),
                 (
                     "non-default capabilities",
                     "container \"setup\" must not include \"SYS_ADMIN\" in securityContext.capabilities.add"
                 ),
+                ("host namespaces", "hostNetwork=true, hostPID=true, hostIPC=true"),
                 ("hostPath volumes", "volume \"root\""),
                 ("hostPort", "container \"app\" uses hostPort 80"),
+                ("privileged", "container \"app\" must not set securityContext.privileged=true"),
             ]
         );
-        assert_eq!(v[1].at, [At::Container("app".into(), "securityContext.privileged".into())]);
-        assert_eq!(v[3].at, [At::Pod("volumes[0].hostPath".into())]);
+        assert_eq!(v[4].at, [At::Container("app".into(), "securityContext.privileged".into())]);
+        assert_eq!(v[2].at, [At::Pod("volumes[0].hostPath".into())]);
+        // Restricted replaces the baseline checks it tightens, as a real server does.
         let r = checks(spec, Level::Restricted);
         assert!(r.contains(&"runAsUser=0") && r.contains(&"restricted volume types"), "{r:?}");
+        assert!(!r.contains(&"hostPath volumes") && !r.contains(&"non-default capabilities"), "{r:?}");
         assert!(check(&json!({}), &json!({"hostNetwork": true, "containers": []}), Level::Privileged).is_empty());
     }
 
