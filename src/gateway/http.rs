@@ -213,7 +213,7 @@ async fn cancel(
     match svc.cancel(&name).await {
         Ok(()) => {
             svc.audit(&c, "cancel", &name, &s.spec.artifact, 202, "cancelled").await;
-            (StatusCode::ACCEPTED, Json(json!({"name": name, "phase": ph, "message": "cancelling: released and removed from its clusters within a pass"}))).into_response()
+            (StatusCode::ACCEPTED, Json(json!({"name": name, "phase": ph, "message": "cancelling: removed from its clusters; its quota is released once they say it and its pods are gone"}))).into_response()
         }
         Err(e) => internal(e),
     }
