@@ -1012,3 +1012,30 @@ fn a_mixed_group_keeps_its_on_demand_base_and_spot_share() {
     w.ok(&["apply", "mixed", "--yes"]);
     assert_eq!(markets(&w), (6, 3));
 }
+
+/// Ownership is checked on each resource: two clusters in one account
+/// and region, and destroying one leaves the other's NAT gateways (moto's
+/// DescribeNatGateways ignores `tag:` filters: a destroy that trusted the
+/// filter alone deleted the other cluster's NATs).
+#[test]
+fn destroying_one_cluster_leaves_anothers_nat_gateways() {
+    let mut w = World::new("keepnat", 2);
+    w.write_cluster(&w.cluster_yaml(1, "t3.large"));
+    w.ok(&["bootstrap", "keepnat", "--yes"]);
+    let first = w.cluster.clone();
+    w.cluster = "othernat".into();
+    let yaml = w
+        .cluster_yaml(1, "t3.large")
+        .replace(
+            &format!("s3://pf-test-{}-othernat/clusters", w.account),
+            &format!("s3://pf-test-{}-{first}/clusters", w.account),
+        )
+        .replace("10.10.", "10.20.");
+    w.write_cluster(&yaml);
+    w.ok(&["bootstrap", "othernat", "--yes"]);
+    w.ok(&["destroy", "othernat", "--yes"]);
+    w.cluster = first;
+    let out = w.run(&["plan", "keepnat", "--detailed-exitcode"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "the other cluster's destroy changed this one:\n{text}\n{}", stderr(&out));
+}

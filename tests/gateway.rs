@@ -550,12 +550,24 @@ async fn reserved_work_preempts_preemptible_work_when_the_fleet_is_full() {
             gw.svc.submit(&admin, id, &jobset_of(&p, id, "Preemptible", n, "1", 60), None, false).await.unwrap();
         assert_eq!(code, 201, "{d:?}");
     }
-    gw.pass().await;
+    // A real host's watch may show the admissions a moment later: passes
+    // until placement has seen them.
+    for _ in 0..10 {
+        gw.pass().await;
+        if (gw.phase(&p, "p1").await, gw.phase(&p, "p2").await) == (Phase::Placed, Phase::Placed) {
+            break;
+        }
+    }
     assert_eq!((gw.phase(&p, "p1").await, gw.phase(&p, "p2").await), (Phase::Placed, Phase::Placed));
     let (code, _) =
         gw.svc.submit(&admin, "r1", &jobset_of(&r, "r1", "Reserved", 4, "1", 60), None, false).await.unwrap();
     assert_eq!(code, 201);
-    gw.pass().await;
+    for _ in 0..10 {
+        gw.pass().await;
+        if gw.phase(&r, "r1").await == Phase::Placed {
+            break;
+        }
+    }
     // The most recently admitted Preemptible work (p2, 5 CPUs) yields; p1 stays.
     assert_eq!(gw.phase(&r, "r1").await, Phase::Placed);
     assert_eq!(gw.phase(&p, "p2").await, Phase::Preempted);

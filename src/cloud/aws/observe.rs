@@ -158,6 +158,11 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
     o.nat_gateways = nats
         .iter()
         .filter(|n| !matches!(n.state().map(|s| s.as_str()), Some("deleted" | "deleting" | "failed")))
+        // Ownership checked on the resource itself, not only by the call's
+        // filter: an endpoint that ignores a `tag:` filter (moto's
+        // DescribeNatGateways does) would hand one cluster another's NATs,
+        // and its destroy would delete them.
+        .filter(|n| tag_map(n.tags()).get(tags::CLUSTER).map(String::as_str) == Some(cluster))
         .filter_map(|n| {
             Some(ObservedNat {
                 id: n.nat_gateway_id()?.to_string(),
