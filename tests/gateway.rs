@@ -107,6 +107,12 @@ impl Gateway {
     }
 }
 
+/// A service-account token of the host's namespace (its team), as CI uses.
+fn ci_token(host: &KubeEnv) -> String {
+    host.ok(&["create", "serviceaccount", "ci"]);
+    host.ok(&["create", "token", "ci"]).trim().to_string()
+}
+
 /// Runtime support off: a pod asks what its one container asks (platform-init,
 /// 50m and 64Mi, runs alone before it), so the tests' figures stay round.
 fn no_sidecars() -> Value {
@@ -283,10 +289,7 @@ async fn a_service_is_admitted_placed_across_three_members_and_its_status_rolled
     let team = host.namespace.clone();
     let gw =
         gateway(&host, &[&east, &west, &north], None, json!({ &team: {"tiers": {"OnDemand": q("40", "40")}} })).await;
-    let token = {
-        host.ok(&["create", "serviceaccount", "ci"]);
-        host.ok(&["create", "token", "ci"]).trim().to_string()
-    };
+    let token = ci_token(&host);
     let c = gw.client(Some(token));
     // Every problem at once: the schema, the platform's rules, capacity.
     let mut bad = service_of(&team, "web", 6, "1");
@@ -387,10 +390,7 @@ async fn a_statefulset_mounting_its_own_claim_is_admitted_and_runs() {
     let east = member("east", 1, "4", true);
     let team = host.namespace.clone();
     let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("8", "8")}} })).await;
-    let token = {
-        host.ok(&["create", "serviceaccount", "ci"]);
-        host.ok(&["create", "token", "ci"]).trim().to_string()
-    };
+    let token = ci_token(&host);
     let c = gw.client(Some(token));
     let db = json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestStatefulSet", "metadata": {"name": "db"},
         "spec": {"owner": {"team": team, "project": "db"}, "replicas": 1, "runtime": no_sidecars(),
@@ -1404,10 +1404,7 @@ async fn a_cancelled_workload_holds_its_quota_until_its_pods_are_gone() {
     let east = member("east", 1, "8", true);
     let team = host.namespace.clone();
     let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("4", "4")}} })).await;
-    let token = {
-        host.ok(&["create", "serviceaccount", "ci"]);
-        host.ok(&["create", "token", "ci"]).trim().to_string()
-    };
+    let token = ci_token(&host);
     let c = gw.client(Some(token));
     let mut slow = service_of(&team, "slow", 2, "1");
     slow["spec"]["template"]["metadata"] = json!({"annotations": {"sim.pinfleet.dev/ignores-sigterm": "true"}});
@@ -1461,10 +1458,7 @@ async fn strangers_trickling_bodies_from_several_addresses_hold_nothing() {
     let east = member("east", 1, "8", false);
     let team = host.namespace.clone();
     let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("2", "4")}} })).await;
-    let token = {
-        host.ok(&["create", "serviceaccount", "ci"]);
-        host.ok(&["create", "token", "ci"]).trim().to_string()
-    };
+    let token = ci_token(&host);
     // A second listener on the same service with a small cap: 24 in all, 8 an address.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -1538,10 +1532,7 @@ async fn what_a_team_runs_beyond_the_ledger_is_shown_and_counted_against_it() {
     let east = member("east", 1, "16", true);
     let team = host.namespace.clone();
     let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("4", "4")}} })).await;
-    let token = {
-        host.ok(&["create", "serviceaccount", "ci"]);
-        host.ok(&["create", "token", "ci"]).trim().to_string()
-    };
+    let token = ci_token(&host);
     let c = gw.client(Some(token));
     let a = c
         .call("POST", "/v1/submissions", Some(&json!({"id": "web-1", "workload": service_of(&team, "web", 2, "1")})))
@@ -1614,10 +1605,7 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
         json!({ &team: {"tiers": {"OnDemand": q("3", "3"), "Preemptible": q("1", "2")}} }),
     )
     .await;
-    let token = {
-        host.ok(&["create", "serviceaccount", "ci"]);
-        host.ok(&["create", "token", "ci"]).trim().to_string()
-    };
+    let token = ci_token(&host);
     let c = gw.client(Some(token));
     tokio::time::sleep(Duration::from_millis(300)).await;
     gw.svc.refresh_members().await;

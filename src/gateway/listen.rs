@@ -305,6 +305,14 @@ async fn read_body(
     }
 }
 
+/// A refusal the listener answers itself, closing the connection.
+fn closing(status: http::StatusCode, why: &str) -> http::Response<axum::body::Body> {
+    let mut r = http::Response::new(axum::body::Body::from(format!("{why}\n")));
+    *r.status_mut() = status;
+    r.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    r
+}
+
 async fn serve_connection(
     app: Router,
     io: Watched<tokio::net::TcpStream>,
@@ -336,10 +344,7 @@ async fn serve_connection(
                     .and_then(|v| v.trim().parse::<u64>().ok());
                 if announced.is_some_and(|n| n > super::guard::BODY_LIMIT as u64) {
                     busy.fetch_sub(1, Ordering::SeqCst);
-                    let mut r = http::Response::new(axum::body::Body::from("the request body is too large\n"));
-                    *r.status_mut() = http::StatusCode::PAYLOAD_TOO_LARGE;
-                    r.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
-                    return Ok(r);
+                    return Ok(closing(http::StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large"));
                 }
                 let body = if body.is_end_stream() {
                     axum::body::Body::empty()
@@ -348,10 +353,7 @@ async fn serve_connection(
                         Ok(b) => axum::body::Body::from(b),
                         Err((status, why)) => {
                             busy.fetch_sub(1, Ordering::SeqCst);
-                            let mut r = http::Response::new(axum::body::Body::from(format!("{why}\n")));
-                            *r.status_mut() = status;
-                            r.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
-                            return Ok(r);
+                            return Ok(closing(status, why));
                         }
                     }
                 };

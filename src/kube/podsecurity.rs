@@ -175,6 +175,22 @@ fn per_container(spec: &Value, field: &str, mut bad: impl FnMut(&Value) -> bool)
     (names, at)
 }
 
+/// A check of one field of each container: `containers "a", "b" RULE`,
+/// at each failing container's field.
+fn container_check(
+    out: &mut Vec<Violation>,
+    spec: &Value,
+    check: &'static str,
+    field: &str,
+    rule: &str,
+    bad: impl FnMut(&Value) -> bool,
+) {
+    let (names, at) = per_container(spec, field, bad);
+    if !names.is_empty() {
+        out.push(Violation::new(check, format!("{} {} {rule}", containers_word(names.len()), quote(&names)), at));
+    }
+}
+
 /// Judges a pod (`metadata` for its annotations, `spec`) at `level`:
 /// every check that fails, in the standard's order.
 pub fn check(metadata: &Value, spec: &Value, level: Level) -> Vec<Violation> {
@@ -297,18 +313,15 @@ fn host_namespaces(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<V
 }
 
 /// Privileged containers.
-fn privileged(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
-    let _ = (metadata, level);
-    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
-    let (names, at) =
-        per_container(spec, "securityContext.privileged", |c| sc(c, "privileged") == Some(&Value::Bool(true)));
-    if !names.is_empty() {
-        push(
-            "privileged",
-            format!("{} {} must not set securityContext.privileged=true", containers_word(names.len()), quote(&names)),
-            at,
-        );
-    }
+fn privileged(_: &Value, spec: &Value, _: Level, out: &mut Vec<Violation>) {
+    container_check(
+        out,
+        spec,
+        "privileged",
+        "securityContext.privileged",
+        "must not set securityContext.privileged=true",
+        |c| sc(c, "privileged") == Some(&Value::Bool(true)),
+    );
 }
 
 /// Capabilities beyond the baseline set.
@@ -439,23 +452,11 @@ fn se_linux(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violatio
 }
 
 /// /proc mount.
-fn proc_mount(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
-    let _ = (metadata, level);
-    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
-    let (names, at) = per_container(spec, "securityContext.procMount", |c| {
+fn proc_mount(_: &Value, spec: &Value, _: Level, out: &mut Vec<Violation>) {
+    let rule = "must not set securityContext.procMount to \"Unmasked\"";
+    container_check(out, spec, "procMount", "securityContext.procMount", rule, |c| {
         sc(c, "procMount").and_then(Value::as_str).is_some_and(|p| p != "Default")
     });
-    if !names.is_empty() {
-        push(
-            "procMount",
-            format!(
-                "{} {} must not set securityContext.procMount to \"Unmasked\"",
-                containers_word(names.len()),
-                quote(&names)
-            ),
-            at,
-        );
-    }
 }
 
 /// Seccomp: never Unconfined (baseline); RuntimeDefault or Localhost, set (restricted).
@@ -554,23 +555,11 @@ fn volume_types(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Viol
 }
 
 /// Privilege escalation.
-fn privilege_escalation(metadata: &Value, spec: &Value, level: Level, out: &mut Vec<Violation>) {
-    let _ = (metadata, level);
-    let mut push = |check: &'static str, detail: String, at: Vec<At>| out.push(Violation::new(check, detail, at));
-    let (names, at) = per_container(spec, "securityContext.allowPrivilegeEscalation", |c| {
+fn privilege_escalation(_: &Value, spec: &Value, _: Level, out: &mut Vec<Violation>) {
+    let (check, field) = ("allowPrivilegeEscalation != false", "securityContext.allowPrivilegeEscalation");
+    container_check(out, spec, check, field, "must set securityContext.allowPrivilegeEscalation=false", |c| {
         sc(c, "allowPrivilegeEscalation") != Some(&Value::Bool(false))
     });
-    if !names.is_empty() {
-        push(
-            "allowPrivilegeEscalation != false",
-            format!(
-                "{} {} must set securityContext.allowPrivilegeEscalation=false",
-                containers_word(names.len()),
-                quote(&names)
-            ),
-            at,
-        );
-    }
 }
 
 /// Non-root.

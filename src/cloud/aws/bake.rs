@@ -280,12 +280,7 @@ async fn mend_tags(aws: &Aws, image: &str, want: &[Tag]) -> Result<Vec<String>> 
         resources.push(image.to_string());
         said.push(format!("tagged {image}, which a run had left without its tags"));
     }
-    let snaps: Vec<String> = img
-        .block_device_mappings()
-        .iter()
-        .filter_map(|m| m.ebs().and_then(|e| e.snapshot_id()))
-        .map(str::to_string)
-        .collect();
+    let snaps = snapshot_ids(img);
     if !snaps.is_empty() {
         let out = sdk("DescribeSnapshots", aws.ec2.describe_snapshots().set_snapshot_ids(Some(snaps)).send().await)?;
         for s in out.snapshots() {
@@ -305,16 +300,20 @@ async fn mend_tags(aws: &Aws, image: &str, want: &[Tag]) -> Result<Vec<String>> 
     Ok(said)
 }
 
+/// The snapshots behind an image's volumes.
+fn snapshot_ids(img: &aws_sdk_ec2::types::Image) -> Vec<String> {
+    img.block_device_mappings()
+        .iter()
+        .filter_map(|m| m.ebs().and_then(|e| e.snapshot_id()))
+        .map(str::to_string)
+        .collect()
+}
+
 async fn facts_of(aws: &Aws, id: &str) -> Result<ImageFacts> {
     let out = sdk("DescribeImages", aws.ec2.describe_images().image_ids(id).send().await)?;
     let img = out.images().first().ok_or_else(|| anyhow!("image {id} vanished"))?;
     let mut volumes = Vec::new();
-    let snaps: Vec<String> = img
-        .block_device_mappings()
-        .iter()
-        .filter_map(|m| m.ebs().and_then(|e| e.snapshot_id()))
-        .map(str::to_string)
-        .collect();
+    let snaps = snapshot_ids(img);
     let encrypted: BTreeMap<String, bool> = if snaps.is_empty() {
         BTreeMap::new()
     } else {
