@@ -169,19 +169,7 @@ pub struct DesiredGroup {
     pub capacity: Option<GroupCapacity>,
 }
 
-/// A group's offerings, as launches try them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GroupCapacity {
-    pub types: Vec<String>,
-    pub markets: Vec<crate::capacity::Market>,
-    pub fallback: Vec<crate::capacity::Fallback>,
-    /// Refused RunInstances calls the group may make a minute (`capacity.launchesPerMinute`).
-    pub launches_per_minute: u32,
-    /// A Mixed market: (machines always On-Demand, Spot's share above them in percent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mixed: Option<(u32, u32)>,
-}
+pub use crate::capacity::GroupCapacity;
 
 impl Desired {
     /// A model with nothing in it but the cluster's identity (for destroy,

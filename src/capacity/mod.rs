@@ -24,6 +24,9 @@
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
+pub mod launcher;
+pub use launcher::{Launcher, Step};
+
 /// On-Demand or Spot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Market {
@@ -384,6 +387,20 @@ pub trait LedgerStore: Send + Sync {
         launches: &'a [Launch],
         now: DateTime<Utc>,
     ) -> futures::future::BoxFuture<'a, anyhow::Result<Ledger>>;
+}
+
+/// A group's offerings, as launches try them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupCapacity {
+    pub types: Vec<String>,
+    pub markets: Vec<Market>,
+    pub fallback: Vec<Fallback>,
+    /// Refused RunInstances calls the group may make a minute (`capacity.launchesPerMinute`).
+    pub launches_per_minute: u32,
+    /// A Mixed market: (machines always On-Demand, Spot's share above them in percent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixed: Option<(u32, u32)>,
 }
 
 /// Time to live after `strikes` refusals in a streak.
