@@ -63,6 +63,7 @@ pub mod output;
 pub mod plan;
 pub mod render;
 pub mod rollout;
+pub mod sdk_error;
 pub mod sim;
 pub mod spec;
 pub mod state;

@@ -22,7 +22,7 @@ use crate::render::{KubeconfigParams, Renderer};
 use crate::spec::Cluster;
 use crate::state::lock::Lock;
 use crate::state::pki::Pki;
-use crate::state::{home, HistoryRecord, Store};
+use crate::state::{home, Store};
 
 /// How one bootstrap or apply runs.
 #[derive(Debug, Clone)]
@@ -105,7 +105,7 @@ pub async fn apply(
         };
         let plan = &prepared.plan;
         if !plan.is_empty() {
-            let record = HistoryRecord::of_plan(revision, &opts.command, plan).acting_as(aws.caller_identity().await);
+            let record = plan.history(revision, &opts.command).acting_as(aws.caller_identity().await);
             store.record(&record, cluster).await?;
         } else if store.get(crate::state::SPEC_KEY).await?.is_none() {
             store.put_json(crate::state::SPEC_KEY, cluster).await?;
@@ -143,7 +143,7 @@ pub async fn destroy(
         let ctx = prepare::context(aws, cluster, desired, &observed, None, revision);
         let report = super::execute(&plan, ctx, &ExecOptions::default()).await?;
         if !plan.is_empty() {
-            let record = HistoryRecord::of_plan(revision, command, &plan).acting_as(aws.caller_identity().await);
+            let record = plan.history(revision, command).acting_as(aws.caller_identity().await);
             store.put_json(&format!("{}{:08}.json", crate::state::HISTORY_PREFIX, revision), &record).await?;
         }
         store.delete(crate::state::SPEC_KEY).await?;

@@ -169,6 +169,6 @@ pub fn context(
             (false, _) => o.load_balancer.as_ref().map(|l| l.dns_name.clone()),
         }),
         launched: Mutex::new(Vec::new()),
-        ledger: Some(Arc::new(crate::state::capacity::StoreLedger::new(&cluster.spec.state_store, aws))),
+        ledger: Some(Arc::new(crate::cloud::aws::ledger::StoreLedger::new(&cluster.spec.state_store, aws))),
     })
 }

@@ -116,7 +116,7 @@ pub async fn open_store(url: Option<&str>, members: &[Cluster]) -> Result<Store>
     } else {
         None
     };
-    Store::open(url, &first.metadata.name, aws.as_ref())
+    Store::open(url, &first.metadata.name, aws.as_ref().map(|a| a as &dyn crate::state::S3Access))
         .await
         .with_context(|| format!("opening {url} for the federation's failover memory"))
 }

@@ -83,7 +83,9 @@ pub struct Approval {
 
 impl Book {
     pub async fn open(url: &str, aws: Option<&crate::cloud::aws::Aws>) -> Result<Book> {
-        Ok(Book { store: Store::open(url, crate::state::lock::FLEET, aws).await? })
+        Ok(Book {
+            store: Store::open(url, crate::state::lock::FLEET, aws.map(|a| a as &dyn crate::state::S3Access)).await?,
+        })
     }
 
     /// The latest rollout (running or finished).

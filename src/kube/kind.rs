@@ -17,9 +17,9 @@ fn have(binary: &str, args: &[&str]) -> bool {
     Command::new(binary).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
-/// Creates the cluster in kind (from the rendered kind config) unless it
-/// exists, and returns its kubeconfig.
-pub fn up(cluster: &Cluster) -> Result<PathBuf> {
+/// Creates the cluster in kind from `config` (the cluster's rendered kind
+/// config) unless it exists, and returns its kubeconfig.
+pub fn up(cluster: &Cluster, config_text: &str) -> Result<PathBuf> {
     let name = &cluster.metadata.name;
     if !have("kind", &["version"]) {
         bail!("`kind` is not installed (https://kind.sigs.k8s.io); `--target sim` runs the same dry run without it");
@@ -31,7 +31,7 @@ pub fn up(cluster: &Cluster) -> Result<PathBuf> {
     let dir = kubeconfig.parent().expect("has a parent").to_path_buf();
     std::fs::create_dir_all(&dir)?;
     let config = dir.join("kind.yaml");
-    std::fs::write(&config, crate::render::Renderer::new().kind_config(cluster)?)?;
+    std::fs::write(&config, config_text)?;
     let existing = Command::new("kind").args(["get", "clusters"]).output().context("running kind get clusters")?;
     if String::from_utf8_lossy(&existing.stdout).lines().any(|l| l.trim() == name) {
         let out = Command::new("kind").args(["get", "kubeconfig", "--name", name]).output()?;

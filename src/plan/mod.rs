@@ -134,6 +134,22 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The history record of applying this plan as revision `revision`,
+    /// by this user and host, with the command line that did it.
+    pub fn history(&self, revision: u64, command: &str) -> crate::state::HistoryRecord {
+        crate::state::HistoryRecord {
+            created: self.count(Action::Create),
+            updated: self.count(Action::Update),
+            replaced: self.count(Action::Replace),
+            deleted: self.count(Action::Delete),
+            ..crate::state::HistoryRecord::of_actions(
+                revision,
+                command,
+                self.changes.iter().map(|c| c.key.to_string()).collect(),
+            )
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty()
     }

@@ -505,7 +505,7 @@ impl Loop {
                     match s {
                         Step::MarkOut { offering } => {
                             let ledger =
-                                crate::state::capacity::StoreLedger::new(&self.cluster.spec.state_store, &self.aws);
+                                crate::cloud::aws::ledger::StoreLedger::new(&self.cluster.spec.state_store, &self.aws);
                             use crate::capacity::LedgerStore as _;
                             let by = format!("{cluster}/{}", machine.as_ref().map(|m| m.group.as_str()).unwrap_or("?"));
                             ledger

@@ -420,8 +420,7 @@ async fn apply_recorded(
     let revision = store.next_revision().await?;
     let (p, applied) = apply_pending(aws, cluster, revision, version_step).await?;
     if let Some(plan) = applied {
-        let record =
-            crate::state::HistoryRecord::of_plan(revision, command, &plan).acting_as(aws.caller_identity().await);
+        let record = plan.history(revision, command).acting_as(aws.caller_identity().await);
         store.record(&record, cluster).await?;
         writeln!(
             anstream::stderr(),

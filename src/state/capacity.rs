@@ -8,9 +8,9 @@
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 
+use super::S3Access;
 use super::{Condition, PreconditionFailed, Store};
 use crate::capacity::{Ledger, Offering};
-use crate::cloud::aws::Aws;
 
 /// The pseudo-cluster folder the ledgers live in.
 pub const FOLDER: &str = ".capacity";
@@ -20,7 +20,7 @@ fn key(account: &str, region: &str) -> String {
 }
 
 /// The ledger of `account` in `region` (empty when none was written).
-pub async fn load(url: &str, aws: Option<&Aws>, account: &str, region: &str) -> Result<Ledger> {
+pub async fn load(url: &str, aws: Option<&dyn S3Access>, account: &str, region: &str) -> Result<Ledger> {
     let store = Store::open(url, FOLDER, aws).await?;
     Ok(read(&store, account, region).await?.0)
 }
@@ -39,7 +39,7 @@ async fn read(store: &Store, account: &str, region: &str) -> Result<(Ledger, Opt
 /// Records refusals `(offering, code, by)` at `now`; returns the ledger as written.
 pub async fn record(
     url: &str,
-    aws: Option<&Aws>,
+    aws: Option<&dyn S3Access>,
     account: &str,
     region: &str,
     refusals: &[(Offering, String, String)],
@@ -67,58 +67,8 @@ pub async fn record(
     anyhow::bail!("the capacity ledger {} kept changing under eight writes", store.describe(&key(account, region)))
 }
 
-/// The ledger of the caller's account in the client's region, in the state
-/// store at `url`: what launches read and write (see [`crate::capacity::LedgerStore`]).
-pub struct StoreLedger {
-    url: String,
-    aws: Aws,
-    account: tokio::sync::OnceCell<String>,
-}
-
-impl StoreLedger {
-    pub fn new(url: &str, aws: &Aws) -> StoreLedger {
-        StoreLedger { url: url.to_string(), aws: aws.clone(), account: tokio::sync::OnceCell::new() }
-    }
-
-    /// The account from STS (`unknown` when it cannot say: moto and
-    /// LocalStack answer, a misconfigured profile may not).
-    async fn account(&self) -> String {
-        self.account
-            .get_or_init(|| async {
-                self.aws
-                    .caller_identity()
-                    .await
-                    .and_then(|arn| arn.split(':').nth(4).map(str::to_string))
-                    .unwrap_or_else(|| "unknown".into())
-            })
-            .await
-            .clone()
-    }
-}
-
-impl crate::capacity::LedgerStore for StoreLedger {
-    fn load(&self) -> futures::future::BoxFuture<'_, Result<Ledger>> {
-        Box::pin(async move {
-            let account = self.account().await;
-            load(&self.url, Some(&self.aws), &account, &self.aws.region).await
-        })
-    }
-
-    fn record<'a>(
-        &'a self,
-        refusals: &'a [(Offering, String, String)],
-        launches: &'a [crate::capacity::Launch],
-        now: DateTime<Utc>,
-    ) -> futures::future::BoxFuture<'a, Result<Ledger>> {
-        Box::pin(async move {
-            let account = self.account().await;
-            record(&self.url, Some(&self.aws), &account, &self.aws.region, refusals, launches, now).await
-        })
-    }
-}
-
 /// Every ledger in the store (for `pinfleet capacity`).
-pub async fn all(url: &str, aws: Option<&Aws>) -> Result<Vec<Ledger>> {
+pub async fn all(url: &str, aws: Option<&dyn S3Access>) -> Result<Vec<Ledger>> {
     let store = Store::open(url, FOLDER, aws).await?;
     let mut out = Vec::new();
     for k in store.list("").await? {

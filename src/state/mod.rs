@@ -17,8 +17,6 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ServerSideEncryption;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::cloud::aws::Aws;
-
 /// A write's precondition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Condition {
@@ -53,16 +51,23 @@ fn etag_of(bytes: &[u8]) -> String {
     format!("\"{}\"", hex::encode(sha2::Sha256::digest(bytes)))
 }
 
+/// What an `s3://` store needs of AWS: an S3 client and its region
+/// (the cloud's clients give them: `cloud::aws::Aws`).
+pub trait S3Access: Send + Sync {
+    fn s3(&self) -> &aws_sdk_s3::Client;
+    fn region(&self) -> &str;
+}
+
 impl Store {
     /// Opens the store named by `url` for `cluster`; an S3 bucket that does
     /// not exist yet is created with versioning, public access blocked and
     /// default encryption.
-    pub async fn open(url: &str, cluster: &str, aws: Option<&Aws>) -> Result<Store> {
+    pub async fn open(url: &str, cluster: &str, aws: Option<&dyn S3Access>) -> Result<Store> {
         let backend = if let Some(rest) = url.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             let aws = aws.context("an s3:// state store needs AWS access")?;
-            let client = aws.s3.clone();
-            ensure_bucket(&client, bucket, &aws.region).await?;
+            let client = aws.s3().clone();
+            ensure_bucket(&client, bucket, aws.region()).await?;
             Backend::S3 { client, bucket: bucket.to_string(), prefix: prefix.trim_matches('/').to_string() }
         } else if let Some(dir) = url.strip_prefix("file://") {
             Backend::File { root: PathBuf::from(dir) }
@@ -74,10 +79,10 @@ impl Store {
 
     /// [`Store::open`] for reading only: an S3 bucket that does not exist
     /// is no store (None), and is not created.
-    pub async fn open_existing(url: &str, cluster: &str, aws: Option<&Aws>) -> Result<Option<Store>> {
+    pub async fn open_existing(url: &str, cluster: &str, aws: Option<&dyn S3Access>) -> Result<Option<Store>> {
         if let (Some(rest), Some(aws)) = (url.strip_prefix("s3://"), aws) {
             let bucket = rest.split('/').next().unwrap_or_default();
-            if aws.s3.head_bucket().bucket(bucket).send().await.is_err() {
+            if aws.s3().head_bucket().bucket(bucket).send().await.is_err() {
                 return Ok(None);
             }
         }
@@ -117,7 +122,7 @@ impl Store {
                     Err(e) => Err(anyhow::anyhow!(
                         "reading {}: {}",
                         self.describe(key),
-                        crate::cloud::aws::client::describe_sdk_error(&e)
+                        crate::sdk_error::describe_sdk_error(&e)
                     )),
                 }
             }
@@ -161,7 +166,7 @@ impl Store {
                     Err(e) => Err(anyhow::anyhow!(
                         "writing {}: {}",
                         self.describe(key),
-                        crate::cloud::aws::client::describe_sdk_error(&e)
+                        crate::sdk_error::describe_sdk_error(&e)
                     )),
                 }
             }
@@ -206,11 +211,7 @@ impl Store {
             Backend::S3 { client, bucket, prefix } => {
                 let k = Self::s3_key(prefix, &self.cluster, key);
                 client.delete_object().bucket(bucket).key(&k).send().await.map_err(|e| {
-                    anyhow::anyhow!(
-                        "deleting {}: {}",
-                        self.describe(key),
-                        crate::cloud::aws::client::describe_sdk_error(&e)
-                    )
+                    anyhow::anyhow!("deleting {}: {}", self.describe(key), crate::sdk_error::describe_sdk_error(&e))
                 })?;
                 Ok(())
             }
@@ -234,7 +235,7 @@ impl Store {
                         anyhow::anyhow!(
                             "listing {}: {}",
                             self.describe(prefix),
-                            crate::cloud::aws::client::describe_sdk_error(&e)
+                            crate::sdk_error::describe_sdk_error(&e)
                         )
                     })?;
                     keys.extend(page.contents().iter().filter_map(|o| o.key()).map(|k| k[base.len()..].to_string()));
@@ -280,7 +281,7 @@ impl Store {
     }
 
     /// Names of the clusters this store holds (its top-level folders).
-    pub async fn clusters(url: &str, aws: Option<&Aws>) -> Result<Vec<String>> {
+    pub async fn clusters(url: &str, aws: Option<&dyn S3Access>) -> Result<Vec<String>> {
         let store = Store::open(url, "", aws).await?;
         let keys = store.list("").await?;
         let mut names: Vec<String> = keys
@@ -304,7 +305,7 @@ async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str, region: &str) 
     match client.head_bucket().bucket(bucket).send().await {
         Ok(_) => return Ok(()),
         Err(e) if e.raw_response().map(|r| r.status().as_u16()) == Some(404) => {}
-        Err(e) => bail!("checking state bucket {bucket}: {}", crate::cloud::aws::client::describe_sdk_error(&e)),
+        Err(e) => bail!("checking state bucket {bucket}: {}", crate::sdk_error::describe_sdk_error(&e)),
     }
     let mut create = client.create_bucket().bucket(bucket);
     if region != "us-east-1" {
@@ -315,11 +316,11 @@ async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str, region: &str) 
     match create.send().await {
         Ok(_) => {}
         Err(e) if e.as_service_error().is_some_and(|s| s.is_bucket_already_owned_by_you()) => {}
-        Err(e) => bail!("creating state bucket {bucket}: {}", crate::cloud::aws::client::describe_sdk_error(&e)),
+        Err(e) => bail!("creating state bucket {bucket}: {}", crate::sdk_error::describe_sdk_error(&e)),
     }
     let versioning = VersioningConfiguration::builder().status(BucketVersioningStatus::Enabled).build();
     client.put_bucket_versioning().bucket(bucket).versioning_configuration(versioning).send().await.map_err(|e| {
-        anyhow::anyhow!("enabling versioning on {bucket}: {}", crate::cloud::aws::client::describe_sdk_error(&e))
+        anyhow::anyhow!("enabling versioning on {bucket}: {}", crate::sdk_error::describe_sdk_error(&e))
     })?;
     let block = PublicAccessBlockConfiguration::builder()
         .block_public_acls(true)
@@ -328,9 +329,7 @@ async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str, region: &str) 
         .restrict_public_buckets(true)
         .build();
     client.put_public_access_block().bucket(bucket).public_access_block_configuration(block).send().await.map_err(
-        |e| {
-            anyhow::anyhow!("blocking public access on {bucket}: {}", crate::cloud::aws::client::describe_sdk_error(&e))
-        },
+        |e| anyhow::anyhow!("blocking public access on {bucket}: {}", crate::sdk_error::describe_sdk_error(&e)),
     )?;
     let rule = ServerSideEncryptionRule::builder()
         .apply_server_side_encryption_by_default(
@@ -344,7 +343,7 @@ async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str, region: &str) 
         .send()
         .await
         .map_err(|e| {
-            anyhow::anyhow!("enabling encryption on {bucket}: {}", crate::cloud::aws::client::describe_sdk_error(&e))
+            anyhow::anyhow!("enabling encryption on {bucket}: {}", crate::sdk_error::describe_sdk_error(&e))
         })?;
     tracing::info!(bucket, "created state bucket (versioned, private, encrypted)");
     Ok(())
@@ -369,19 +368,6 @@ pub struct HistoryRecord {
 }
 
 impl HistoryRecord {
-    /// The record of applying `plan` as revision `revision`, by this user
-    /// and host, with the command line that did it.
-    pub fn of_plan(revision: u64, command: &str, plan: &crate::plan::Plan) -> Self {
-        use crate::plan::Action;
-        HistoryRecord {
-            created: plan.count(Action::Create),
-            updated: plan.count(Action::Update),
-            replaced: plan.count(Action::Replace),
-            deleted: plan.count(Action::Delete),
-            ..Self::of_actions(revision, command, plan.changes.iter().map(|c| c.key.to_string()).collect())
-        }
-    }
-
     /// The record of actions that are not a plan (the machine-health loop,
     /// the autoscaler, a roll's skipped gates): what was done, in words.
     pub fn of_actions(revision: u64, command: &str, changes: Vec<String>) -> Self {

@@ -12,6 +12,7 @@ pub mod iam;
 pub mod imagegc;
 pub mod images;
 pub mod inject;
+pub mod ledger;
 pub mod observe;
 pub mod ops;
 
