@@ -73,7 +73,7 @@ async fn kops_roll() -> f64 {
 
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
-    let surge = policy::resolve(&pinfleet::spec::IntOrPercent::Percent(10), N, true);
+    let surge = pinfleet::spec::IntOrPercent::Percent(10).resolve_up(N);
     let floor = policy::floor_seconds(N, surge, BOOT.as_secs_f64(), DRAIN.as_secs_f64());
     let wall = std::time::Instant::now();
     let (t, replaced) = rt.block_on(pinfleet_roll(false));

@@ -58,6 +58,7 @@ pub mod e2e;
 pub mod federation;
 pub mod fleet;
 pub mod gateway;
+pub mod imaging;
 pub mod kube;
 pub mod output;
 pub mod plan;

@@ -581,8 +581,8 @@ fn a_gate_stops_on_a_failed_unit_and_promotes_what_differs_only_where_allowed() 
         let get = |id: String| {
             let store = store.clone();
             async move {
-                let key = pinfleet::ami::gating::record_key("node", &id);
-                let r: Option<pinfleet::ami::gating::Record> = store.get_json(&key).await.unwrap();
+                let key = pinfleet::imaging::gating::record_key("node", &id);
+                let r: Option<pinfleet::imaging::gating::Record> = store.get_json(&key).await.unwrap();
                 r.unwrap_or_else(|| panic!("no gate record at {key}"))
             }
         };

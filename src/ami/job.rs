@@ -3,9 +3,8 @@
 //! and where the job stands, as a state machine: rolling the canary →
 //! soaking → rolling the rest → done, or halted with the reason.
 //!
-//! Records are numbered by a conditional create (`If-None-Match: *`), so
-//! two jobs started at once never write the same record, whichever of them
-//! then gets the cluster lock.
+//! Pure: the record and the decision. The job itself (the store's
+//! records, the images resolved, the roll) is `imaging::job`'s.
 
 use std::fmt;
 use std::str::FromStr;
@@ -14,16 +13,7 @@ use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use std::collections::BTreeMap;
-use std::io::Write as _;
-use std::time::Duration;
-
-use crate::cloud::aws::Aws;
-use crate::rollout::driver::Event;
 use crate::spec::{Cluster, Role};
-use crate::state::lock::Lock;
-use crate::state::pki::Pki;
-use crate::state::{Condition, PreconditionFailed, Store};
 
 /// Where a job's records live.
 pub const PREFIX: &str = "ami/";
@@ -121,74 +111,9 @@ impl AmiRollout {
     }
 }
 
-fn key(number: u64) -> String {
+/// Where record `number` lives in the state store.
+pub fn key(number: u64) -> String {
     format!("{PREFIX}{number:08}.json")
-}
-
-/// Writes a new record under the next free number and returns it numbered.
-/// The number is claimed with a conditional create: a job that loses the
-/// race to another takes the next one.
-pub async fn create(store: &Store, mut record: AmiRollout) -> Result<AmiRollout> {
-    let mut number = store.list(PREFIX).await?.len() as u64 + 1;
-    for _ in 0..1000 {
-        record.number = number;
-        match store.put(&key(number), serde_json::to_vec_pretty(&record)?, Condition::IfAbsent).await {
-            Ok(_) => return Ok(record),
-            Err(e) if e.downcast_ref::<PreconditionFailed>().is_some() => number += 1,
-            Err(e) => return Err(e),
-        }
-    }
-    anyhow::bail!("no free AMI rollout record number after {number}")
-}
-
-/// Saves a record's progress (only its own job writes it after creation).
-pub async fn save(store: &Store, record: &AmiRollout) -> Result<()> {
-    store.put_json(&record.key(), record).await.map(|_| ())
-}
-
-/// Every record, oldest first.
-pub async fn history(store: &Store) -> Result<Vec<AmiRollout>> {
-    let mut rows = Vec::new();
-    for k in store.list(PREFIX).await? {
-        if let Some(r) = store.get_json::<AmiRollout>(&k).await? {
-            rows.push(r);
-        }
-    }
-    rows.sort_by_key(|r| r.number);
-    Ok(rows)
-}
-
-/// For each group: the AMI its selector resolves to now and the one its
-/// launch template runs (reads launch templates and images only).
-pub async fn resolve(aws: &Aws, cluster: &Cluster, now: DateTime<Utc>) -> Result<(Vec<GroupImage>, Vec<String>)> {
-    let name = &cluster.metadata.name;
-    let (observed, (resolved, warnings)) = futures::try_join!(
-        crate::cloud::aws::observe::observe(aws, name, None),
-        crate::cloud::aws::images::resolve(aws, cluster, now)
-    )?;
-    let current: BTreeMap<&str, &str> = observed
-        .launch_templates
-        .iter()
-        .filter_map(|t| t.latest.as_ref().map(|d| (t.group.as_str(), d.image_id.as_str())))
-        .collect();
-    let rows = cluster
-        .spec
-        .instance_groups
-        .iter()
-        .map(|grp| {
-            let r = &resolved[&grp.name];
-            let cur = current.get(grp.name.as_str()).map(|s| s.to_string());
-            GroupImage {
-                group: grp.name.clone(),
-                newer: cur.as_deref().is_some_and(|c| c != r.id),
-                current: cur,
-                resolved: r.id.clone(),
-                resolved_name: r.name.clone(),
-                resolved_created: r.created,
-            }
-        })
-        .collect();
-    Ok((rows, warnings))
 }
 
 /// The group rolled and soaked first: the one asked for (it must have a
@@ -221,7 +146,7 @@ pub enum Decision {
     Roll { canary: String, changed: Vec<GroupImage> },
 }
 
-/// Decides the job's run at `now` from each group's image (see [`resolve`]).
+/// Decides the job's run at `now` from each group's image (`imaging::job::resolve`).
 pub fn decide(
     cluster: &Cluster,
     images: Vec<GroupImage>,
@@ -238,104 +163,6 @@ pub fn decide(
     }
     let canary = canary(cluster, &changed, canary_group)?;
     Ok(Decision::Roll { canary, changed })
-}
-
-/// What a rollout job works with.
-pub struct Job<'a> {
-    pub aws: &'a Aws,
-    pub cluster: &'a Cluster,
-    pub store: &'a Store,
-    pub pki: &'a Pki,
-    pub client: kube::Client,
-    pub roll: crate::rollout::run::Options,
-    /// How long the canary group must stay healthy before the rest roll.
-    pub soak: Duration,
-    pub command: String,
-}
-
-/// The job: a record of its own, then under the cluster lock the canary
-/// group, the soak, the rest; the record follows every step and ends done
-/// or halted with the reason (a lock held by another job included).
-pub async fn rollout(
-    job: &Job<'_>,
-    now: DateTime<Utc>,
-    canary: &str,
-    changed: &[GroupImage],
-    on: &dyn Fn(Event),
-) -> Result<AmiRollout> {
-    let (by, host) = crate::state::whoami();
-    let by = match job.aws.caller_identity().await {
-        Some(arn) => format!("{by}@{host} as {arn}"),
-        None => format!("{by}@{host}"),
-    };
-    let record = AmiRollout {
-        number: 0,
-        decided_at: now,
-        by,
-        canary_group: canary.to_string(),
-        groups: changed.to_vec(),
-        status: RolloutStatus::RollingCanary,
-        finished_at: None,
-    };
-    let mut record = create(job.store, record).await?;
-    let roll = |groups: Vec<String>, why: &'static str| {
-        let mut opts = job.roll.clone();
-        opts.groups = groups;
-        async move {
-            crate::rollout::run::upgrade(
-                job.aws,
-                job.cluster,
-                job.store,
-                job.pki,
-                job.client.clone(),
-                &opts,
-                why,
-                &job.command,
-                on,
-            )
-            .await
-        }
-    };
-    let number = record.number;
-    let steps = Lock::with(job.store, &job.command, async {
-        writeln!(anstream::stderr(), "ami: rolling the canary group {canary} (record #{number})")?;
-        roll(vec![canary.to_string()], "ami rollout (canary)").await?;
-        record.status = RolloutStatus::Soaking;
-        save(job.store, &record).await?;
-        soak(&job.client, job.soak).await?;
-        let rest: Vec<String> = changed.iter().map(|i| i.group.clone()).filter(|x| x != canary).collect();
-        if !rest.is_empty() {
-            record.status = RolloutStatus::Rolling;
-            save(job.store, &record).await?;
-            writeln!(anstream::stderr(), "ami: the canary held; rolling {}", rest.join(", "))?;
-            roll(rest, "ami rollout").await?;
-        }
-        Ok(())
-    })
-    .await;
-    record.status = match &steps {
-        Ok(()) => RolloutStatus::Done,
-        Err(e) => RolloutStatus::Halted(format!("{e:#}")),
-    };
-    record.finished_at = Some(Utc::now());
-    save(job.store, &record).await?;
-    steps.map(|()| record)
-}
-
-/// The canary must keep validating (all nodes Ready, system and addon
-/// workloads ready) for the whole soak.
-pub async fn soak(client: &kube::Client, soak: Duration) -> Result<()> {
-    let end = tokio::time::Instant::now() + soak;
-    writeln!(anstream::stderr(), "ami: soaking for {}", humantime::format_duration(soak))?;
-    loop {
-        if let Err(why) = crate::kube::cluster::validate(client, &Default::default()).await {
-            anyhow::bail!("the cluster failed validation while the canary soaked: {why}");
-        }
-        if tokio::time::Instant::now() >= end {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_secs(2).min(end - tokio::time::Instant::now())).await;
-    }
 }
 
 #[cfg(test)]

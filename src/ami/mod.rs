@@ -11,7 +11,6 @@
 pub mod bake;
 pub mod channel;
 pub mod gate;
-pub mod gating;
 pub mod gc;
 pub mod job;
 pub mod recipe;

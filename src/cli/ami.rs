@@ -21,6 +21,26 @@ mod rollout;
 use crate::output::{print_data, Format};
 pub use rollout::RolloutArgs;
 
+/// What rolls the cluster's groups (its store, CA and API): the same for
+/// `ami rollout` and `ami gate`.
+async fn roller<'a>(
+    s: &'a Session,
+    cloud: &CloudArgs,
+    roll: &super::upgrade::RollArgs,
+) -> Result<crate::imaging::Roller<'a>> {
+    let kubeconfig = cloud.target.kubeconfig_or(roll.kubeconfig.as_deref(), s.name());
+    let (store, pki, client) = s.roll_target(&kubeconfig).await?;
+    Ok(crate::imaging::Roller {
+        aws: &s.aws,
+        cluster: &s.loaded.cluster,
+        store,
+        pki,
+        client,
+        roll: roll.options(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    })
+}
+
 #[derive(Debug, Args)]
 pub struct AmiArgs {
     #[command(subcommand)]
@@ -82,7 +102,7 @@ pub async fn run(g: &GlobalArgs, args: AmiArgs) -> Result<ExitCode> {
 
 /// Each group's image now; the resolver's warnings go to stderr.
 pub(super) async fn resolve(s: &Session) -> Result<Vec<GroupImage>> {
-    let (images, warnings) = crate::ami::job::resolve(&s.aws, &s.loaded.cluster, Utc::now()).await?;
+    let (images, warnings) = crate::imaging::job::resolve(&s.aws, &s.loaded.cluster, Utc::now()).await?;
     for w in &warnings {
         writeln!(anstream::stderr(), "{} {w}", "warning:".yellow().bold())?;
     }
@@ -102,7 +122,7 @@ async fn history(g: &GlobalArgs, a: ResolveArgs) -> Result<ExitCode> {
         writeln!(anstream::stderr(), "no state store yet")?;
         return Ok(ExitCode::SUCCESS);
     };
-    let rows = crate::ami::job::history(&store).await?;
+    let rows = crate::imaging::job::history(&store).await?;
     if g.output != Format::Text {
         print_data(g.output, &rows)?;
         return Ok(ExitCode::SUCCESS);

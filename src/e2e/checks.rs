@@ -119,8 +119,8 @@ pub fn surge_room(cluster: &Cluster, usage: &BTreeMap<String, Vec<(i64, i64)>>) 
     let mut bad = Vec::new();
     for g in cluster.spec.instance_groups.iter().filter(|g| g.role == Role::Node) {
         let desired = g.desired_count();
-        let surge = crate::rollout::policy::resolve(&g.rollout.max_surge, desired, true);
-        let unavailable = crate::rollout::policy::resolve(&g.rollout.max_unavailable, desired, false);
+        let surge = g.rollout.max_surge.resolve_up(desired);
+        let unavailable = g.rollout.max_unavailable.resolve_down(desired);
         if surge > 0 && desired + surge > g.max_size {
             bad.push(format!(
                 "{}: a roll surges {surge} above desired {desired} but maxSize is {}",

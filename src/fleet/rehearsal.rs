@@ -41,7 +41,7 @@ pub struct Rehearsal {
 /// The fastest one cluster of `nodes` machines can roll with `surge` at a
 /// time (ceil(nodes / surge) waves of boot + drain), in seconds.
 pub fn roll_floor(nodes: u32, surge: &IntOrPercent, boot: Duration, drain: Duration) -> f64 {
-    let s = policy::resolve(surge, nodes, true).max(1);
+    let s = surge.resolve_up(nodes).max(1);
     policy::floor_seconds(nodes, s, boot.as_secs_f64(), drain.as_secs_f64())
 }
 

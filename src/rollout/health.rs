@@ -109,7 +109,7 @@ pub fn decide(group: &str, members: &[MachineObs], now: DateTime<Utc>, cfg: &Con
     let bad: Vec<(String, String)> =
         members.iter().filter_map(|m| unhealthy(m, now, cfg).map(|why| (m.id.clone(), why))).collect();
     let total = members.len() as u32;
-    let allowed = crate::rollout::policy::resolve(&cfg.max_unhealthy, total, false);
+    let allowed = cfg.max_unhealthy.resolve_down(total);
     let mut d = GroupDecision {
         group: group.to_string(),
         machines: members.len(),
@@ -140,9 +140,7 @@ pub fn decide(group: &str, members: &[MachineObs], now: DateTime<Utc>, cfg: &Con
 /// maxUnavailable (at least one), one for a control plane.
 pub fn budget(cluster: &Cluster, group: &str) -> u32 {
     match cluster.spec.instance_groups.iter().find(|g| g.name == group) {
-        Some(g) if g.role == Role::Node => {
-            crate::rollout::policy::resolve(&g.rollout.max_unavailable, g.desired_count(), false).max(1)
-        }
+        Some(g) if g.role == Role::Node => g.rollout.max_unavailable.resolve_down(g.desired_count()).max(1),
         _ => 1,
     }
 }

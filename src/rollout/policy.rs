@@ -48,18 +48,6 @@ pub enum Step {
     Wait,
 }
 
-/// An absolute or percentage setting against a group size (percentages
-/// round up for surge, down for unavailability, as Kubernetes does).
-pub fn resolve(v: &IntOrPercent, of: u32, round_up: bool) -> u32 {
-    match v {
-        IntOrPercent::Int(n) => *n,
-        IntOrPercent::Percent(p) => {
-            let x = f64::from(*p) * f64::from(of) / 100.0;
-            (if round_up { x.ceil() } else { x.floor() }) as u32
-        }
-    }
-}
-
 /// Limits for a node group from its rollout settings.
 pub fn node_group_limits(
     desired: u32,
@@ -68,8 +56,8 @@ pub fn node_group_limits(
     unavailable: &IntOrPercent,
     canary: bool,
 ) -> Limits {
-    let surge = resolve(surge, desired, true);
-    let unavailable = resolve(unavailable, desired, false);
+    let surge = surge.resolve_up(desired);
+    let unavailable = unavailable.resolve_down(desired);
     // Neither may be zero with the other: nothing could move.
     let surge = if surge == 0 && unavailable == 0 { 1 } else { surge };
     Limits { desired, surge, floor: desired.saturating_sub(unavailable).max(min.min(desired)), canary }
@@ -204,7 +192,7 @@ mod tests {
             Step::Act { launch: 1, drain: vec![] },
             "a lost machine is refilled"
         );
-        assert_eq!(resolve(&IntOrPercent::Percent(10), 1000, true), 100);
+        assert_eq!(IntOrPercent::Percent(10).resolve_up(1000), 100);
         assert_eq!(floor_seconds(1000, 100, 2.0, 0.5), 25.0);
     }
 }

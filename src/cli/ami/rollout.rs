@@ -74,21 +74,9 @@ pub async fn rollout(g: &GlobalArgs, a: RolloutArgs) -> Result<ExitCode> {
         )?;
         return Ok(ExitCode::SUCCESS);
     }
-    let kubeconfig = a.cloud.target.kubeconfig_or(a.roll.kubeconfig.as_deref(), s.name());
-    let (store, pki, client) = s.roll_target(&kubeconfig).await?;
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let job = crate::ami::job::Job {
-        aws: &s.aws,
-        cluster: &s.loaded.cluster,
-        store: &store,
-        pki: &pki,
-        client,
-        roll: a.roll.options(),
-        soak: a.soak,
-        command,
-    };
+    let job = super::roller(&s, &a.cloud, &a.roll).await?;
     let view = crate::output::RollView::new(g.output == Format::Json);
-    let result = crate::ami::job::rollout(&job, now, &canary, &changed, &|e| view.show(&e)).await;
+    let result = crate::imaging::job::rollout(&job, a.soak, now, &canary, &changed, &|e| view.show(&e)).await;
     view.clear();
     result?;
     writeln!(anstream::stderr(), "{} {} runs the new image in every group", "done:".green().bold(), s.name())?;

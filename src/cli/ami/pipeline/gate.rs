@@ -42,27 +42,19 @@ pub async fn gate(g: &GlobalArgs, a: GateArgs) -> Result<ExitCode> {
     let l = images.recipe(&a.recipe)?;
     let from = a.from.clone().unwrap_or_else(|| l.recipe.channels[0].clone());
     let s = super::super::super::cloud::Session::open(g, &a.cluster, &a.cloud).await?;
-    let kubeconfig = a.cloud.target.kubeconfig_or(a.roll.kubeconfig.as_deref(), s.name());
-    let (store, pki, client) = s.roll_target(&kubeconfig).await?;
-    let gate = crate::ami::gating::Gate {
-        aws: &s.aws,
-        cluster: &s.loaded.cluster,
-        store: &store,
-        pki: &pki,
-        client,
-        roll: a.roll.options(),
+    let gate = crate::imaging::gating::Gate {
+        roller: super::super::roller(&s, &a.cloud, &a.roll).await?,
         recipe: &l,
         from: from.clone(),
         canary_group: a.canary_group.clone(),
         soak: a.soak,
         e2e: crate::e2e::Options { phases: a.e2e_phases.clone(), smoke_timeout: a.smoke_timeout, ..Default::default() },
-        command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let view = crate::output::RollView::new(g.output == Format::Json);
     let say = |line: &str| {
         let _ = writeln!(anstream::stderr(), "{}", crate::views::text::safe(line));
     };
-    let outcome = crate::ami::gating::run(&gate, &|e| view.show(&e), &say).await;
+    let outcome = crate::imaging::gating::run(&gate, &|e| view.show(&e), &say).await;
     view.clear();
     let outcome = outcome?;
     let mut written = Vec::new();

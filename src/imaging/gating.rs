@@ -5,9 +5,9 @@
 //! candidate to the recipe's next channel or stop with the reason.
 //!
 //! Data flow: recipe + cluster → candidate and previous images (channel,
-//! launch template) → baseline [`super::gate::NodeReport`]s → roll (the
+//! launch template) → baseline [`crate::ami::gate::NodeReport`]s → roll (the
 //! rollout engine, with the group pinned to the candidate) → soak → e2e →
-//! reports → roll back → e2e → [`super::gate::decide`] → channel writes
+//! reports → roll back → e2e → [`crate::ami::gate::decide`] → channel writes
 //! (`cloud::aws::channels`).
 
 use std::time::Duration;
@@ -17,29 +17,21 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use serde::Serialize;
 
-use super::gate::{self, Difference, NodeReport, Verdict};
-use super::recipe::Loaded;
-use crate::cloud::aws::Aws;
+use crate::ami::gate::{self, Difference, NodeReport, Verdict};
+use crate::ami::recipe::Loaded;
 use crate::rollout::driver::Event;
 use crate::spec::{Cluster, Image};
-use crate::state::pki::Pki;
-use crate::state::Store;
 
 /// What the gate works with.
 pub struct Gate<'a> {
-    pub aws: &'a Aws,
-    pub cluster: &'a Cluster,
-    pub store: &'a Store,
-    pub pki: &'a Pki,
-    pub client: kube::Client,
-    pub roll: crate::rollout::run::Options,
+    /// The canary cluster, its store and how groups are rolled.
+    pub roller: super::Roller<'a>,
     pub recipe: &'a Loaded,
     /// The channel whose image is tried (`candidate`).
     pub from: String,
     pub canary_group: Option<String>,
     pub soak: Duration,
     pub e2e: crate::e2e::Options,
-    pub command: String,
 }
 
 /// The gate's outcome, for the record and the screen.
@@ -99,7 +91,7 @@ fn pinned(cluster: &Cluster, group: &str, image: &str) -> Cluster {
 }
 
 async fn e2e(g: &Gate<'_>, cluster: &Cluster) -> Result<(), String> {
-    let target = crate::e2e::Target { cluster: cluster.clone(), client: g.client.clone(), addons: None };
+    let target = crate::e2e::Target { cluster: cluster.clone(), client: g.roller.client.clone(), addons: None };
     let report = crate::e2e::run(&target, &g.e2e, &|_, _| {}).await;
     let failed: Vec<String> = report
         .failures()
@@ -119,17 +111,18 @@ async fn e2e(g: &Gate<'_>, cluster: &Cluster) -> Result<(), String> {
 /// Runs the gate; `say` hears each step. Channel writes are the caller's
 /// (they span the recipe's regions).
 pub async fn run(g: &Gate<'_>, on: &dyn Fn(Event), say: &dyn Fn(&str)) -> Result<Outcome> {
+    let r = &g.roller;
     let recipe = &g.recipe.name;
-    let name = &g.cluster.metadata.name;
-    let Some(candidate) = crate::cloud::aws::channels::current(g.aws, recipe, &g.from).await? else {
+    let name = &r.cluster.metadata.name;
+    let Some(candidate) = crate::cloud::aws::channels::current(r.aws, recipe, &g.from).await? else {
         bail!(
             "channel {} of recipe {recipe} has never been written in {} (promote a baked image to it first)",
             g.from,
-            g.aws.region
+            r.aws.region
         )
     };
-    let group = canary_group(g.cluster, recipe, g.canary_group.as_deref())?;
-    let images = super::job::resolve(g.aws, g.cluster, chrono::Utc::now()).await?.0;
+    let group = canary_group(r.cluster, recipe, g.canary_group.as_deref())?;
+    let images = super::job::resolve(r.aws, r.cluster, chrono::Utc::now()).await?.0;
     let previous =
         images.iter().find(|i| i.group == group).and_then(|i| i.current.clone()).ok_or_else(|| {
             anyhow!("instance group {group} of {name} has no machines yet: bootstrap the cluster first")
@@ -137,7 +130,7 @@ pub async fn run(g: &Gate<'_>, on: &dyn Fn(Event), say: &dyn Fn(&str)) -> Result
     if previous == candidate {
         bail!("instance group {group} of {name} already runs {candidate}: the gate needs a group on the previous image to compare with");
     }
-    let before = reports(&g.client, name, &group).await?;
+    let before = reports(&r.client, name, &group).await?;
     if before.is_empty() {
         bail!("instance group {group} of {name} has no Nodes to compare with");
     }
@@ -146,54 +139,51 @@ pub async fn run(g: &Gate<'_>, on: &dyn Fn(Event), say: &dyn Fn(&str)) -> Result
         chans.iter().position(|c| *c == g.from).and_then(|i| chans.get(i + 1)).cloned()
     };
     let roll = |image: String, why: &'static str| {
-        let mut opts = g.roll.clone();
-        opts.groups = vec![group.clone()];
-        let cluster = pinned(g.cluster, &group, &image);
-        async move {
-            crate::rollout::run::upgrade(g.aws, &cluster, g.store, g.pki, g.client.clone(), &opts, why, &g.command, on)
-                .await
-        }
+        let cluster = pinned(r.cluster, &group, &image);
+        let groups = vec![group.clone()];
+        async move { r.roll(&cluster, groups, why, on).await }
     };
-    let outcome = crate::state::lock::Lock::with(g.store, &g.command, async {
-        say(&format!("gate: rolling {group} of {name} to {candidate} ({recipe}/{}), from {previous}", g.from));
-        roll(candidate.clone(), "ami gate (candidate)").await?;
-        super::job::soak(&g.client, g.soak).await?;
-        let after = reports(&g.client, name, &group).await?;
-        let upgrade_e2e = e2e(g, &pinned(g.cluster, &group, &candidate)).await;
-        let differences = gate::compare(&before, &after, &g.recipe.recipe.allow_differences);
-        for d in &differences {
-            say(&format!(
-                "gate: {} differs{}: {} → {}",
-                d.aspect,
-                if d.allowed { " (allowed)" } else { "" },
-                d.before,
-                d.after
-            ));
-        }
-        say(&format!("gate: rolling {group} back to {previous} (the downgrade)"));
-        roll(previous.clone(), "ami gate (downgrade)").await?;
-        let downgrade_e2e = e2e(g, &pinned(g.cluster, &group, &previous)).await;
-        let verdict = gate::decide(&differences, upgrade_e2e.clone(), downgrade_e2e.clone(), next.as_deref());
-        anyhow::Ok(Outcome {
-            recipe: recipe.clone(),
-            cluster: name.clone(),
-            group: group.clone(),
-            candidate: candidate.clone(),
-            previous: previous.clone(),
-            before: before.clone(),
-            after,
-            differences,
-            upgrade_e2e,
-            downgrade_e2e,
-            verdict,
+    let outcome = r
+        .locked(async {
+            say(&format!("gate: rolling {group} of {name} to {candidate} ({recipe}/{}), from {previous}", g.from));
+            roll(candidate.clone(), "ami gate (candidate)").await?;
+            r.soak(g.soak).await?;
+            let after = reports(&r.client, name, &group).await?;
+            let upgrade_e2e = e2e(g, &pinned(r.cluster, &group, &candidate)).await;
+            let differences = gate::compare(&before, &after, &g.recipe.recipe.allow_differences);
+            for d in &differences {
+                say(&format!(
+                    "gate: {} differs{}: {} → {}",
+                    d.aspect,
+                    if d.allowed { " (allowed)" } else { "" },
+                    d.before,
+                    d.after
+                ));
+            }
+            say(&format!("gate: rolling {group} back to {previous} (the downgrade)"));
+            roll(previous.clone(), "ami gate (downgrade)").await?;
+            let downgrade_e2e = e2e(g, &pinned(r.cluster, &group, &previous)).await;
+            let verdict = gate::decide(&differences, upgrade_e2e.clone(), downgrade_e2e.clone(), next.as_deref());
+            anyhow::Ok(Outcome {
+                recipe: recipe.clone(),
+                cluster: name.clone(),
+                group: group.clone(),
+                candidate: candidate.clone(),
+                previous: previous.clone(),
+                before: before.clone(),
+                after,
+                differences,
+                upgrade_e2e,
+                downgrade_e2e,
+                verdict,
+            })
         })
-    })
-    .await?;
+        .await?;
     // The record: what was compared and why it passed or stopped, kept
     // beside the cluster's other state (one object per candidate; a gate
     // run again on the same candidate replaces it).
     let key = record_key(recipe, &outcome.candidate);
-    g.store.put_json(&key, &Record { at: chrono::Utc::now(), by: g.command.clone(), outcome: outcome.clone() }).await?;
+    r.store.put_json(&key, &Record { at: chrono::Utc::now(), by: r.command.clone(), outcome: outcome.clone() }).await?;
     say(&format!("gate: recorded in the state store as {key}"));
     Ok(outcome)
 }
