@@ -178,7 +178,6 @@ const KNOWN_LONG: &[(&str, &str)] = &[
     ("src/sim/protobuf/fields.rs", "fields"),
     ("src/sim/server.rs", "handle"),
     ("src/sim/table.rs", "cells"),
-    ("src/spec/validate.rs", "validate"),
     ("src/workloads/render.rs", "inject"),
 ];
 

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::observe::MemberSnapshot;
 use crate::gateway::intake::Caller;
-use crate::gateway::quota::{self, tier_name, Amount, TIERS};
+use crate::gateway::quota::{tier_name, Amount, TIERS};
 use crate::gateway::records::{Phase, Submission};
 use crate::gateway::service::Service;
 use crate::views::cluster::{ClusterView, PlacedPart};
@@ -436,17 +436,10 @@ pub async fn workload(
         estimate: crate::views::team::estimate_text(w.estimate.map(|e| (e.earliest, e.latest)), now),
         why: why(&w.why),
     });
-    let stages = [
-        ("accepted", None, st.accepted_at),
-        ("admitted", st.accepted_at, st.admitted_at),
-        ("placed", st.admitted_at, st.placed_at),
-        ("pods created", st.placed_at, st.pods_created_at),
-        ("finished", st.pods_created_at.or(st.placed_at), st.finished_at),
-    ];
-    let latency = stages
+    let latency = crate::gateway::service::stages(&st)
         .iter()
         .map(|(stage, from, to)| Stage {
-            stage: stage.to_string(),
+            stage: stage.replace('_', " "),
             at: *to,
             seconds: match (from, to) {
                 (Some(a), Some(b)) => Some((*b - *a).num_milliseconds() as f64 / 1000.0),
@@ -471,15 +464,8 @@ pub async fn workload(
     WorkloadView {
         viewer,
         at: now,
-        team: s.spec.team.clone(),
-        id: s.spec.id.clone(),
-        kind: s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default().to_string(),
-        workload: s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string(),
-        tier: quota::tier_name(s.spec.tier).to_string(),
-        priority: s.spec.priority,
+        summary: crate::gateway::service::summary(s),
         submitted_by: format!("{} (by {})", s.spec.submitted_by, s.spec.authenticated_by),
-        artifact: s.spec.artifact.clone(),
-        demand: s.spec.demand.show(),
         phase: phase_status(s),
         waiting,
         placement,

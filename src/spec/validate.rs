@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 
+use super::types::{CapacitySpec, ClusterSpec, InstanceGroup};
 use super::{Cidr, Cluster, IntOrPercent, Role, Taint};
 
 /// Kubernetes minor versions pinfleet can bootstrap (1.MINOR).
@@ -180,21 +181,34 @@ pub fn warnings(c: &Cluster, today: chrono::NaiveDate) -> Vec<(String, String)> 
 pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
     let mut p = Problems::default();
     let spec = &c.spec;
+    check_identity(&mut p, c);
+    let zones = check_cloud(&mut p, spec);
+    let subnet_names = check_network(&mut p, spec, &zones);
+    check_api(&mut p, spec);
+    check_groups(&mut p, spec, &subnet_names);
+    check_elastic_ip(&mut p, spec, &subnet_names);
+    check_addons(&mut p, spec, opts);
+    check_federation(&mut p, spec);
+    p.0
+}
 
+/// The cluster's name, labels, owner, state store and Kubernetes version.
+fn check_identity(p: &mut Problems, c: &Cluster) {
+    let spec = &c.spec;
     if !is_dns_label(&c.metadata.name) {
         p.push(
             "metadata.name",
             format!("`{}` is not a DNS label (lowercase letters, digits and '-', at most 63)", c.metadata.name),
         );
     }
-    check_labels(&mut p, "metadata.labels", &c.metadata.labels);
+    check_labels(p, "metadata.labels", &c.metadata.labels);
     if spec.owner.trim().is_empty() || spec.owner.chars().any(char::is_whitespace) || spec.owner.len() > 128 {
         p.push(
             "spec.owner",
             format!("`{}` is not a team name (non-empty, no spaces, at most 128 characters)", spec.owner),
         );
     }
-    check_state_store(&mut p, &spec.state_store);
+    check_state_store(p, &spec.state_store);
 
     match parse_kubernetes_version(&spec.kubernetes_version) {
         None => p.push("spec.kubernetesVersion", format!("`{}` is not a version like 1.31.2", spec.kubernetes_version)),
@@ -211,8 +225,10 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
         }
         Some(_) => {}
     }
+}
 
-    // Cloud.
+/// The region and its zones; the zones, for the subnets.
+fn check_cloud<'a>(p: &mut Problems, spec: &'a ClusterSpec) -> BTreeSet<&'a str> {
     let region = &spec.cloud.region;
     if !is_region(region) {
         p.push("spec.cloud.region", format!("`{region}` is not an AWS region (e.g. us-east-1)"));
@@ -229,8 +245,12 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
             p.push(format!("spec.cloud.zones[{i}]"), format!("zone `{z}` is listed twice"));
         }
     }
+    zones
+}
 
-    // Network.
+/// The VPC, its subnets and the pod and service ranges; each subnet's
+/// index by name, for the groups.
+fn check_network<'a>(p: &mut Problems, spec: &'a ClusterSpec, zones: &BTreeSet<&str>) -> BTreeMap<&'a str, usize> {
     let net = &spec.network;
     let vpc = net.vpc_cidr.0;
     let np = "spec.network";
@@ -277,16 +297,22 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
             }
         }
     }
+    subnet_names
+}
 
-    // API.
+/// The API's port and who may reach it.
+fn check_api(p: &mut Problems, spec: &ClusterSpec) {
     if spec.api.port == 0 {
         p.push("spec.api.port", "port 0 is not a port");
     }
     if spec.api.allowed_cidrs.is_empty() {
         p.push("spec.api.allowedCidrs", "at least one source CIDR is needed, or nobody can reach the API");
     }
+}
 
-    // Instance groups.
+/// Every instance group, then the groups together: names once, a control
+/// plane with an odd number of machines, somewhere for workloads to run.
+fn check_groups(p: &mut Problems, spec: &ClusterSpec, subnet_names: &BTreeMap<&str, usize>) {
     let igp = "spec.instanceGroups";
     let mut ig_names = BTreeSet::new();
     let mut control_plane = 0u32;
@@ -307,183 +333,7 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
             }
             Role::Node => has_node_group = true,
         }
-        let mt = &g.machine_type;
-        let mt_ok = mt.split_once('.').is_some_and(|(f, s)| {
-            !f.is_empty()
-                && !s.is_empty()
-                && mt.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
-        });
-        if !mt_ok {
-            p.push(format!("{gp}.machineType"), format!("`{mt}` is not an EC2 instance type (e.g. m6i.large)"));
-        }
-        if let Some(c) = &g.capacity {
-            let cp = format!("{gp}.capacity");
-            for (j, t) in c.types.iter().enumerate() {
-                if let Err(why) = crate::capacity::known_type(t) {
-                    p.push(format!("{cp}.types[{j}]"), why);
-                }
-            }
-            if let Some(r) = &c.requirements {
-                let rp = format!("{cp}.requirements");
-                let errors = crate::capacity::requirement_errors(r);
-                let none = errors.is_empty() && crate::capacity::matching(r, g.arch()).is_empty();
-                for (field, why) in errors {
-                    p.push(format!("{rp}.{field}"), why);
-                }
-                if none {
-                    p.push(
-                        rp,
-                        format!(
-                            "no instance type meets it: {} vCPU{} in families {} of generations {}",
-                            r.vcpu,
-                            r.memory_gib.map(|m| format!(" and {m} GiB")).unwrap_or_default(),
-                            r.families.join(", "),
-                            r.generations.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
-                        ),
-                    );
-                }
-            }
-            // An image given by id has no architecture here: checked at plan time.
-            let arch = g.image.selector.as_ref().map(|s| s.architecture);
-            for (j, t) in g.instance_types().iter().enumerate() {
-                let Some(arch) = arch else { break };
-                if crate::capacity::known_type(t).is_ok() && arch_of(t) != arch {
-                    let at = if j == 0 { format!("{gp}.machineType") } else { format!("{cp}.types[{}]", j - 1) };
-                    p.push(
-                        at,
-                        format!("`{t}` is {} but the group's image is {}", arch_name(arch_of(t)), arch_name(arch)),
-                    );
-                }
-            }
-            let n = g.instance_types().len();
-            if g.allows_spot() && n < crate::capacity::MIN_SPOT_TYPES {
-                p.push(
-                    format!("{cp}.types"),
-                    format!(
-                        "a group that may run Spot needs at least {} instance types (it has {n}): Spot capacity is reclaimed per type and zone, and one type runs out together",
-                        crate::capacity::MIN_SPOT_TYPES
-                    ),
-                );
-            }
-            match (c.market, c.spot_percent) {
-                (crate::spec::types::MarketSpec::Mixed, None) => p.push(
-                    format!("{cp}.spotPercent"),
-                    "a Mixed market needs spotPercent (the Spot share above onDemandBase)",
-                ),
-                (crate::spec::types::MarketSpec::Mixed, Some(pc)) if pc > 100 => {
-                    p.push(format!("{cp}.spotPercent"), format!("{pc} is not a percentage (0–100)"))
-                }
-                (crate::spec::types::MarketSpec::OnDemand, Some(_)) => p.push(
-                    format!("{cp}.spotPercent"),
-                    "a Spot share without Spot: set market to Mixed (or Spot) to run Spot machines",
-                ),
-                _ => {}
-            }
-            if c.on_demand_base > 0 && c.market != crate::spec::types::MarketSpec::Mixed {
-                p.push(format!("{cp}.onDemandBase"), "an On-Demand base is part of a Mixed market");
-            }
-            if c.launches_per_minute == 0 {
-                p.push(format!("{cp}.launchesPerMinute"), "must be at least 1, or the group never launches");
-            }
-            let mut seen = BTreeSet::new();
-            for (j, f) in c.fallback.iter().enumerate() {
-                if !seen.insert(format!("{f:?}")) {
-                    p.push(format!("{cp}.fallback[{j}]"), format!("{f:?} is named twice"));
-                }
-            }
-        } else if let (true, Some(sel)) = (mt_ok && crate::capacity::known_type(mt).is_ok(), &g.image.selector) {
-            let arch = sel.architecture;
-            if arch_of(mt) != arch {
-                p.push(
-                    format!("{gp}.machineType"),
-                    format!("`{mt}` is not a {} type, the group's image architecture", arch_name(arch)),
-                );
-            }
-        }
-        if g.min_size > g.max_size {
-            p.push(format!("{gp}.minSize"), format!("{} is greater than maxSize {}", g.min_size, g.max_size));
-        }
-        if let Some(d) = g.desired {
-            if d < g.min_size || d > g.max_size {
-                p.push(
-                    format!("{gp}.desired"),
-                    format!("{d} is outside minSize..maxSize ({}..{})", g.min_size, g.max_size),
-                );
-            }
-        }
-        if g.max_size == 0 {
-            p.push(format!("{gp}.maxSize"), "must be at least 1");
-        }
-        for (field, v) in [("channel", &g.image.channel), ("recipe", &g.image.recipe)] {
-            if let Some(v) = v.as_deref().filter(|v| !image_name_ok(v)) {
-                p.push(
-                    format!("{gp}.image.{field}"),
-                    format!("`{v}`: use lowercase letters, digits and `-` (at most 40, not at either end)"),
-                );
-            }
-        }
-        match (&g.image.channel, &g.image.recipe) {
-            (Some(_), None) => p.push(format!("{gp}.image.recipe"), "a channel belongs to a recipe: name it"),
-            (None, Some(_)) => p.push(format!("{gp}.image.channel"), "name the recipe's channel to follow"),
-            _ => {}
-        }
-        let ways = [g.image.id.is_some(), g.image.selector.is_some(), g.image.channel.is_some()];
-        match (&g.image.id, &g.image.selector) {
-            _ if ways.iter().filter(|w| **w).count() > 1 => p.push(
-                format!("{gp}.image"),
-                "give one of id, selector and channel (a file extending a base that chose another way says `$patch: replace`)",
-            ),
-            (None, None) if g.image.channel.is_some() => {}
-            (Some(_), Some(_)) => {}
-            (None, None) => p.push(format!("{gp}.image"), "give an AMI id, a selector or a channel"),
-            (Some(id), None) => {
-                let ok = id.strip_prefix("ami-").is_some_and(|h| {
-                    (8..=17).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-                });
-                if !ok {
-                    p.push(format!("{gp}.image.id"), format!("`{id}` is not an AMI id (ami- and 8 or 17 hex digits)"));
-                }
-            }
-            (None, Some(sel)) => {
-                if sel.owners.is_empty() {
-                    p.push(
-                        format!("{gp}.image.selector.owners"),
-                        "name at least one owner (an account id, `amazon` or `self`)",
-                    );
-                }
-                if sel.name.trim().is_empty() {
-                    p.push(format!("{gp}.image.selector.name"), "the name pattern is empty");
-                }
-            }
-        }
-        if g.subnets.is_empty() {
-            p.push(format!("{gp}.subnets"), "name at least one subnet");
-        }
-        for (j, s) in g.subnets.iter().enumerate() {
-            if !subnet_names.contains_key(s.as_str()) {
-                let known: Vec<&str> = subnet_names.keys().copied().collect();
-                let hint = match super::check::did_you_mean(s, known.iter().copied()) {
-                    Some(h) => format!(" (did you mean `{h}`?)"),
-                    None => format!(" (subnets: {})", known.join(", ")),
-                };
-                p.push(format!("{gp}.subnets[{j}]"), format!("no subnet named `{s}` in spec.network.subnets{hint}"));
-            }
-        }
-        if !(8..=16384).contains(&g.root_volume.size_gib) {
-            p.push(format!("{gp}.rootVolume.sizeGiB"), format!("{} GiB is outside 8..16384", g.root_volume.size_gib));
-        }
-        check_labels(&mut p, &format!("{gp}.labels"), &g.labels);
-        check_taints(&mut p, &format!("{gp}.taints"), &g.taints);
-        for k in g.cloud_labels.keys() {
-            if k.starts_with("pinfleet.dev/") || k.starts_with("aws:") {
-                p.push(format!("{gp}.cloudLabels.{k}"), format!("tag `{k}` is reserved"));
-            }
-        }
-        let r = &g.rollout;
-        let zero = |v: IntOrPercent| v.resolve_up(g.desired_count().max(1)) == 0;
-        if zero(r.max_surge) && zero(r.max_unavailable) {
-            p.push(format!("{gp}.rollout"), "maxSurge and maxUnavailable are both 0: a roll could never make progress");
-        }
+        check_group(p, &gp, g, subnet_names);
     }
     if spec.instance_groups.is_empty() {
         p.push(igp, "at least one control-plane group and one node group are needed");
@@ -500,7 +350,199 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
             p.push(igp, "no instance group has role node: workloads would have nowhere to run");
         }
     }
-    // An Elastic IP endpoint is one public address on one machine.
+}
+
+/// One instance group's own fields.
+fn check_group(p: &mut Problems, gp: &str, g: &InstanceGroup, subnet_names: &BTreeMap<&str, usize>) {
+    let mt = &g.machine_type;
+    let mt_ok = mt.split_once('.').is_some_and(|(f, s)| {
+        !f.is_empty()
+            && !s.is_empty()
+            && mt.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+    });
+    if !mt_ok {
+        p.push(format!("{gp}.machineType"), format!("`{mt}` is not an EC2 instance type (e.g. m6i.large)"));
+    }
+    if let Some(c) = &g.capacity {
+        check_capacity(p, gp, g, c);
+    } else if let (true, Some(sel)) = (mt_ok && crate::capacity::known_type(mt).is_ok(), &g.image.selector) {
+        let arch = sel.architecture;
+        if arch_of(mt) != arch {
+            p.push(
+                format!("{gp}.machineType"),
+                format!("`{mt}` is not a {} type, the group's image architecture", arch_name(arch)),
+            );
+        }
+    }
+    if g.min_size > g.max_size {
+        p.push(format!("{gp}.minSize"), format!("{} is greater than maxSize {}", g.min_size, g.max_size));
+    }
+    if let Some(d) = g.desired {
+        if d < g.min_size || d > g.max_size {
+            p.push(
+                format!("{gp}.desired"),
+                format!("{d} is outside minSize..maxSize ({}..{})", g.min_size, g.max_size),
+            );
+        }
+    }
+    if g.max_size == 0 {
+        p.push(format!("{gp}.maxSize"), "must be at least 1");
+    }
+    check_image(p, gp, g);
+    if g.subnets.is_empty() {
+        p.push(format!("{gp}.subnets"), "name at least one subnet");
+    }
+    for (j, s) in g.subnets.iter().enumerate() {
+        if !subnet_names.contains_key(s.as_str()) {
+            let known: Vec<&str> = subnet_names.keys().copied().collect();
+            let hint = match super::check::did_you_mean(s, known.iter().copied()) {
+                Some(h) => format!(" (did you mean `{h}`?)"),
+                None => format!(" (subnets: {})", known.join(", ")),
+            };
+            p.push(format!("{gp}.subnets[{j}]"), format!("no subnet named `{s}` in spec.network.subnets{hint}"));
+        }
+    }
+    if !(8..=16384).contains(&g.root_volume.size_gib) {
+        p.push(format!("{gp}.rootVolume.sizeGiB"), format!("{} GiB is outside 8..16384", g.root_volume.size_gib));
+    }
+    check_labels(p, &format!("{gp}.labels"), &g.labels);
+    check_taints(p, &format!("{gp}.taints"), &g.taints);
+    for k in g.cloud_labels.keys() {
+        if k.starts_with("pinfleet.dev/") || k.starts_with("aws:") {
+            p.push(format!("{gp}.cloudLabels.{k}"), format!("tag `{k}` is reserved"));
+        }
+    }
+    let r = &g.rollout;
+    let zero = |v: IntOrPercent| v.resolve_up(g.desired_count().max(1)) == 0;
+    if zero(r.max_surge) && zero(r.max_unavailable) {
+        p.push(format!("{gp}.rollout"), "maxSurge and maxUnavailable are both 0: a roll could never make progress");
+    }
+}
+
+/// A group's capacity: known types, requirements some type meets, the
+/// image's architecture, enough types for Spot, a Mixed market's shares.
+fn check_capacity(p: &mut Problems, gp: &str, g: &InstanceGroup, c: &CapacitySpec) {
+    let cp = format!("{gp}.capacity");
+    for (j, t) in c.types.iter().enumerate() {
+        if let Err(why) = crate::capacity::known_type(t) {
+            p.push(format!("{cp}.types[{j}]"), why);
+        }
+    }
+    if let Some(r) = &c.requirements {
+        let rp = format!("{cp}.requirements");
+        let errors = crate::capacity::requirement_errors(r);
+        let none = errors.is_empty() && crate::capacity::matching(r, g.arch()).is_empty();
+        for (field, why) in errors {
+            p.push(format!("{rp}.{field}"), why);
+        }
+        if none {
+            p.push(
+                rp,
+                format!(
+                    "no instance type meets it: {} vCPU{} in families {} of generations {}",
+                    r.vcpu,
+                    r.memory_gib.map(|m| format!(" and {m} GiB")).unwrap_or_default(),
+                    r.families.join(", "),
+                    r.generations.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+                ),
+            );
+        }
+    }
+    // An image given by id has no architecture here: checked at plan time.
+    let arch = g.image.selector.as_ref().map(|s| s.architecture);
+    for (j, t) in g.instance_types().iter().enumerate() {
+        let Some(arch) = arch else { break };
+        if crate::capacity::known_type(t).is_ok() && arch_of(t) != arch {
+            let at = if j == 0 { format!("{gp}.machineType") } else { format!("{cp}.types[{}]", j - 1) };
+            p.push(at, format!("`{t}` is {} but the group's image is {}", arch_name(arch_of(t)), arch_name(arch)));
+        }
+    }
+    let n = g.instance_types().len();
+    if g.allows_spot() && n < crate::capacity::MIN_SPOT_TYPES {
+        p.push(
+                format!("{cp}.types"),
+                format!(
+                    "a group that may run Spot needs at least {} instance types (it has {n}): Spot capacity is reclaimed per type and zone, and one type runs out together",
+                    crate::capacity::MIN_SPOT_TYPES
+                ),
+            );
+    }
+    match (c.market, c.spot_percent) {
+        (crate::spec::types::MarketSpec::Mixed, None) => {
+            p.push(format!("{cp}.spotPercent"), "a Mixed market needs spotPercent (the Spot share above onDemandBase)")
+        }
+        (crate::spec::types::MarketSpec::Mixed, Some(pc)) if pc > 100 => {
+            p.push(format!("{cp}.spotPercent"), format!("{pc} is not a percentage (0–100)"))
+        }
+        (crate::spec::types::MarketSpec::OnDemand, Some(_)) => p.push(
+            format!("{cp}.spotPercent"),
+            "a Spot share without Spot: set market to Mixed (or Spot) to run Spot machines",
+        ),
+        _ => {}
+    }
+    if c.on_demand_base > 0 && c.market != crate::spec::types::MarketSpec::Mixed {
+        p.push(format!("{cp}.onDemandBase"), "an On-Demand base is part of a Mixed market");
+    }
+    if c.launches_per_minute == 0 {
+        p.push(format!("{cp}.launchesPerMinute"), "must be at least 1, or the group never launches");
+    }
+    let mut seen = BTreeSet::new();
+    for (j, f) in c.fallback.iter().enumerate() {
+        if !seen.insert(format!("{f:?}")) {
+            p.push(format!("{cp}.fallback[{j}]"), format!("{f:?} is named twice"));
+        }
+    }
+}
+
+/// A group's image: one of id, selector and channel (with its recipe).
+fn check_image(p: &mut Problems, gp: &str, g: &InstanceGroup) {
+    for (field, v) in [("channel", &g.image.channel), ("recipe", &g.image.recipe)] {
+        if let Some(v) = v.as_deref().filter(|v| !image_name_ok(v)) {
+            p.push(
+                format!("{gp}.image.{field}"),
+                format!("`{v}`: use lowercase letters, digits and `-` (at most 40, not at either end)"),
+            );
+        }
+    }
+    match (&g.image.channel, &g.image.recipe) {
+        (Some(_), None) => p.push(format!("{gp}.image.recipe"), "a channel belongs to a recipe: name it"),
+        (None, Some(_)) => p.push(format!("{gp}.image.channel"), "name the recipe's channel to follow"),
+        _ => {}
+    }
+    let ways = [g.image.id.is_some(), g.image.selector.is_some(), g.image.channel.is_some()];
+    match (&g.image.id, &g.image.selector) {
+    _ if ways.iter().filter(|w| **w).count() > 1 => p.push(
+        format!("{gp}.image"),
+        "give one of id, selector and channel (a file extending a base that chose another way says `$patch: replace`)",
+    ),
+    (None, None) if g.image.channel.is_some() => {}
+    (Some(_), Some(_)) => {}
+    (None, None) => p.push(format!("{gp}.image"), "give an AMI id, a selector or a channel"),
+    (Some(id), None) => {
+        let ok = id.strip_prefix("ami-").is_some_and(|h| {
+            (8..=17).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        });
+        if !ok {
+            p.push(format!("{gp}.image.id"), format!("`{id}` is not an AMI id (ami- and 8 or 17 hex digits)"));
+        }
+    }
+    (None, Some(sel)) => {
+        if sel.owners.is_empty() {
+            p.push(
+                format!("{gp}.image.selector.owners"),
+                "name at least one owner (an account id, `amazon` or `self`)",
+            );
+        }
+        if sel.name.trim().is_empty() {
+            p.push(format!("{gp}.image.selector.name"), "the name pattern is empty");
+        }
+    }
+}
+}
+
+/// An elastic-ip API endpoint: one public address on one machine.
+fn check_elastic_ip(p: &mut Problems, spec: &ClusterSpec, subnet_names: &BTreeMap<&str, usize>) {
+    let (igp, net) = ("spec.instanceGroups", &spec.network);
     if !spec.api.load_balancer.uses_elbv2() {
         let lbp = "spec.api.loadBalancer";
         if spec.api.load_balancer.scheme == crate::spec::LoadBalancerScheme::Internal {
@@ -533,8 +575,10 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
             }
         }
     }
+}
 
-    // Addons.
+/// Addons named once, each a package under addons/.
+fn check_addons(p: &mut Problems, spec: &ClusterSpec, opts: &LoadOptions) {
     let mut addon_names = BTreeSet::new();
     for (i, a) in spec.addons.iter().enumerate() {
         if !addon_names.insert(a.name.as_str()) {
@@ -550,8 +594,10 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
             }
         }
     }
+}
 
-    // Federation.
+/// The cluster's place in a federation.
+fn check_federation(p: &mut Problems, spec: &ClusterSpec) {
     if let Some(f) = &spec.federation {
         if !is_dns_label(&f.name) {
             p.push("spec.federation.name", format!("`{}` is not a DNS label", f.name));
@@ -559,14 +605,12 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
         if f.weight == 0 {
             p.push("spec.federation.weight", "weight 0 would never receive replicas; leave the federation instead");
         }
-        check_labels(&mut p, "spec.federation.labels", &f.labels);
-        check_taints(&mut p, "spec.federation.taints", &f.taints);
+        check_labels(p, "spec.federation.labels", &f.labels);
+        check_taints(p, "spec.federation.taints", &f.taints);
         if let Some(IntOrPercent::Int(_)) = f.max_share {
             p.push("spec.federation.maxShare", "give the largest share as a percentage, e.g. 60%");
         }
     }
-
-    p.0
 }
 
 #[cfg(test)]

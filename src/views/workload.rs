@@ -18,15 +18,10 @@ use super::{text, Status, Viewer};
 pub struct WorkloadView {
     pub viewer: Viewer,
     pub at: DateTime<Utc>,
-    pub team: String,
-    pub id: String,
-    pub kind: String,
-    pub workload: String,
-    pub tier: String,
-    pub priority: i32,
+    #[serde(flatten)]
+    pub summary: Summary,
+    /// Who submitted it, and the identity that authenticated the call.
     pub submitted_by: String,
-    pub artifact: String,
-    pub demand: String,
     pub phase: Status,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<Waiting>,
@@ -37,6 +32,21 @@ pub struct WorkloadView {
     pub submitted: String,
     /// What the controller made of it, per cluster.
     pub made: Vec<Made>,
+}
+
+/// What a submission is, as every screen names it: the API's view of a
+/// submission (`gateway::service::View`) and the console's page alike.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub team: String,
+    pub id: String,
+    pub kind: String,
+    pub workload: String,
+    pub tier: String,
+    pub priority: i32,
+    pub artifact: String,
+    pub demand: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,15 +101,15 @@ impl WorkloadView {
     pub fn text(&self) -> String {
         let mut out = format!(
             "{}/{}: {} {} ({}, priority {}) by {}\nartifact {}\ndemand {}\nphase {}\n",
-            self.team,
-            self.id,
-            self.kind,
-            self.workload,
-            self.tier,
-            self.priority,
+            self.summary.team,
+            self.summary.id,
+            self.summary.kind,
+            self.summary.workload,
+            self.summary.tier,
+            self.summary.priority,
             self.submitted_by,
-            self.artifact,
-            self.demand,
+            self.summary.artifact,
+            self.summary.demand,
             self.phase.text()
         );
         if let Some(w) = &self.waiting {
@@ -152,14 +162,22 @@ impl WorkloadView {
 
     pub fn html_body(&self) -> String {
         let mut out = String::new();
-        let _ = write!(out, "<h1>{} {}</h1>", esc(&self.kind), esc(&self.workload));
+        let _ = write!(out, "<h1>{} {}</h1>", esc(&self.summary.kind), esc(&self.summary.workload));
         out.push_str(&html::facts(&[
-            ("Submission", format!("<a href=\"/teams/{}\">{}</a>/{}", seg(&self.team), esc(&self.team), esc(&self.id))),
+            (
+                "Submission",
+                format!(
+                    "<a href=\"/teams/{}\">{}</a>/{}",
+                    seg(&self.summary.team),
+                    esc(&self.summary.team),
+                    esc(&self.summary.id)
+                ),
+            ),
             ("Phase", html::badge(&self.phase)),
-            ("Tier and priority", format!("{} · {}", esc(&self.tier), self.priority)),
+            ("Tier and priority", format!("{} · {}", esc(&self.summary.tier), self.summary.priority)),
             ("Submitted by", esc(&self.submitted_by)),
-            ("Artifact", esc(&self.artifact)),
-            ("Demand", esc(&self.demand)),
+            ("Artifact", esc(&self.summary.artifact)),
+            ("Demand", esc(&self.summary.demand)),
         ]));
         if let Some(w) = &self.waiting {
             let _ = write!(
@@ -246,8 +264,8 @@ impl WorkloadView {
 
     pub fn html(&self) -> String {
         html::page(
-            &format!("{} {}", self.kind, self.workload),
-            &format!("/workloads/{}/{}", seg(&self.team), seg(&self.id)),
+            &format!("{} {}", self.summary.kind, self.summary.workload),
+            &format!("/workloads/{}/{}", seg(&self.summary.team), seg(&self.summary.id)),
             &self.viewer,
             &self.html_body(),
         )
@@ -264,15 +282,17 @@ mod tests {
         WorkloadView {
             viewer: viewer(),
             at: at(),
-            team: "search".into(),
-            id: "web-1".into(),
-            kind: "PinterestService".into(),
-            workload: "web".into(),
-            tier: "OnDemand".into(),
-            priority: 0,
+            summary: Summary {
+                team: "search".into(),
+                id: "web-1".into(),
+                kind: "PinterestService".into(),
+                workload: "web".into(),
+                tier: "OnDemand".into(),
+                priority: 0,
+                artifact: "registry.k8s.io/pause:3.10".into(),
+                demand: "cpu 500m, memory 256Mi, pods 2".into(),
+            },
             submitted_by: "alice".into(),
-            artifact: "registry.k8s.io/pause:3.10".into(),
-            demand: "cpu 500m, memory 256Mi, pods 2".into(),
             phase: Status::new(Tone::Ok, "Running"),
             waiting: Some(Waiting {
                 position: 1,
