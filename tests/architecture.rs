@@ -171,9 +171,6 @@ const KNOWN_LONG: &[(&str, &str)] = &[
     ("src/controller/mod.rs", "reconcile_inner"),
     ("src/federation/placement.rs", "place"),
     ("src/gateway/service/mod.rs", "submit"),
-    ("src/plan/destroy.rs", "destroy"),
-    ("src/plan/machines.rs", "diff"),
-    ("src/plan/network.rs", "diff"),
     // A table of protobuf fields (data written as code), not steps.
     ("src/sim/protobuf/fields.rs", "fields"),
     ("src/sim/server.rs", "handle"),

@@ -12,9 +12,15 @@ use crate::cloud::observed::Observed;
 
 /// Everything the machines will need from the network.
 pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
-    let subnet_names: BTreeMap<String, String> =
-        observed.subnets.iter().map(|s| (s.id.clone(), s.name.clone())).collect();
-    // VPC.
+    vpc(desired, observed, out);
+    subnets(desired, observed, out);
+    internet_gateway(desired, observed, out);
+    nat_gateways(desired, observed, out);
+    route_tables(desired, observed, out);
+}
+
+/// The VPC and its CIDR.
+fn vpc(desired: &Desired, observed: &Observed, out: &mut Changes) {
     match &observed.vpc {
         None => out.push(
             K::Vpc,
@@ -41,8 +47,10 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
         ),
         Some(_) => {}
     }
+}
 
-    // Subnets.
+/// Each subnet of the spec.
+fn subnets(desired: &Desired, observed: &Observed, out: &mut Changes) {
     for s in &desired.subnets {
         let key = K::Subnet(s.name.to_string());
         match observed.subnet_by_name(&s.name) {
@@ -57,8 +65,10 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
             Some(_) => {}
         }
     }
+}
 
-    // Internet gateway.
+/// The internet gateway public subnets route to.
+fn internet_gateway(desired: &Desired, observed: &Observed, out: &mut Changes) {
     if desired.internet_gateway && observed.internet_gateway.is_none() {
         out.push(
             K::Igw,
@@ -70,8 +80,10 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
             Op::CreateInternetGateway,
         );
     }
+}
 
-    // NAT gateways and their addresses.
+/// NAT gateways and their addresses.
+fn nat_gateways(desired: &Desired, observed: &Observed, out: &mut Changes) {
     for n in &desired.nat_gateways {
         if !observed.addresses.iter().any(|a| a.zone == n.zone) {
             out.push(
@@ -96,8 +108,12 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
             );
         }
     }
+}
 
-    // Route tables.
+/// Route tables: their default routes and subnets.
+fn route_tables(desired: &Desired, observed: &Observed, out: &mut Changes) {
+    let subnet_names: BTreeMap<String, String> =
+        observed.subnets.iter().map(|s| (s.id.clone(), s.name.clone())).collect();
     for rt in &desired.route_tables {
         let key = K::RouteTable(rt.name.to_string());
         let mut deps = vec![K::Vpc];
