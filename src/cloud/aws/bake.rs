@@ -406,6 +406,56 @@ pub async fn bake(
     Ok(baked)
 }
 
+/// What one bake works with.
+#[derive(Clone, Copy)]
+struct Bake<'a> {
+    home: &'a Aws,
+    copies: &'a BTreeMap<String, Aws>,
+    l: &'a Loaded,
+    base: &'a crate::ami::ImageInfo,
+    build_id: &'a str,
+    name: &'a str,
+}
+
+/// A wait's clock: it runs from the wait's first look; the wait is told at
+/// its start and then every [`TELL_EVERY`].
+#[derive(Default)]
+struct Clock {
+    since: Option<(String, Instant, Instant)>,
+}
+
+impl Clock {
+    /// What to tell of waiting for `what` now (None: nothing new); an error
+    /// past `limit`, saying what a run again does (`then`: the builder is
+    /// removed as this run ends and a new one launched, while an image or
+    /// its copies go on in EC2 and are found again).
+    fn wait(&mut self, what: String, limit: Duration, then: &str) -> Result<Option<String>> {
+        let key = what.clone();
+        let (start, told) = match &self.since {
+            Some((k, t, told)) if *k == key => (*t, *told),
+            _ => {
+                self.since = Some((key.clone(), Instant::now(), Instant::now()));
+                return Ok(Some(waiting(&what, Instant::now(), limit)));
+            }
+        };
+        if start.elapsed() > limit {
+            bail!("gave up {} ({then})", waiting(&what, start, limit));
+        }
+        if told.elapsed() >= TELL_EVERY {
+            self.since = Some((key, start, Instant::now()));
+            return Ok(Some(waiting(&what, start, limit)));
+        }
+        Ok(None)
+    }
+}
+
+/// Tells each check's outcome.
+fn tell(checks: &[CheckResult], progress: &mut (dyn FnMut(&str) + Send)) {
+    for c in checks {
+        progress(&format!("  {} {}: {}", if c.ok { "ok  " } else { "FAIL" }, c.check, c.detail));
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn run(
     home: &Aws,
@@ -417,9 +467,10 @@ async fn run(
     waits: Waits,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Baked> {
+    let b = Bake { home, copies, l, base, build_id, name };
     let mut steps: Vec<String> = Vec::new();
     let mut checks: Vec<CheckResult> = Vec::new();
-    let mut since: Option<(String, Instant, Instant)> = None;
+    let mut clock = Clock::default();
     loop {
         let o = observe(home, copies, build_id, name).await?;
         let step = plan::next(&o);
@@ -437,222 +488,251 @@ async fn run(
                 steps.push(s.clone());
             }
         }
-        // A wait's clock runs from its first look; it is told at its start
-        // and then every [`TELL_EVERY`].
-        // What a run again does after a wait gave up: the builder is
-        // removed as this run ends (a new one is launched), while an image
-        // or its copies go on in EC2 and are found again.
-        let mut wait = |what: String, limit: Duration, then: &str| -> Result<Option<String>> {
-            let key = what.clone();
-            let (start, told) = match &since {
-                Some((k, t, told)) if *k == key => (*t, *told),
-                _ => {
-                    since = Some((key.clone(), Instant::now(), Instant::now()));
-                    return Ok(Some(waiting(&what, Instant::now(), limit)));
-                }
-            };
-            if start.elapsed() > limit {
-                bail!("gave up {} ({then})", waiting(&what, start, limit));
-            }
-            if told.elapsed() >= TELL_EVERY {
-                since = Some((key, start, Instant::now()));
-                return Ok(Some(waiting(&what, start, limit)));
-            }
-            Ok(None)
-        };
-        match step {
+        let told = match step {
             Step::Launch => {
                 let id = launch(home, l, build_id, base).await?;
                 progress(&format!("launched the builder {id} ({})", l.recipe.builder.instance_type));
+                None
             }
             Step::AwaitReport { builder } => {
-                if let Some(line) = wait(format!("the builder {builder} to report"), waits.report, AGAIN_BUILDER)? {
-                    progress(&line);
-                }
-                tokio::time::sleep(waits.poll).await;
+                clock.wait(format!("the builder {builder} to report"), waits.report, AGAIN_BUILDER)?
             }
             Step::Stop { builder } => {
-                let b = o.builder.as_ref().expect("a builder to stop");
-                let facts = plan::parse_report(b.report.as_deref().unwrap_or_default());
-                checks = plan::judge_report(l, &facts);
-                for c in &checks {
-                    progress(&format!("  {} {}: {}", if c.ok { "ok  " } else { "FAIL" }, c.check, c.detail));
-                }
-                if checks.iter().any(|c| !c.ok) {
-                    bail!("the builder's checks failed ({}); no image was made", plan::verdict(&checks));
-                }
-                sdk("StopInstances", home.ec2.stop_instances().instance_ids(&builder).send().await)?;
-                progress(&format!("stopping the builder {builder}"));
+                checks = stop(&b, &o, &builder, progress).await?;
+                None
             }
             Step::AwaitStopped { builder } => {
-                if let Some(line) =
-                    wait(format!("the builder {builder} to stop"), Duration::from_secs(900), AGAIN_BUILDER)?
-                {
-                    progress(&line);
-                }
-                tokio::time::sleep(waits.poll).await;
+                clock.wait(format!("the builder {builder} to stop"), Duration::from_secs(900), AGAIN_BUILDER)?
             }
             Step::CreateImage { builder } => {
-                let b = o.builder.as_ref().expect("a builder");
-                let report = b.report.clone().unwrap_or_default();
-                if checks.is_empty() {
-                    checks = plan::judge_report(l, &plan::parse_report(&report));
-                    if checks.iter().any(|c| !c.ok) {
-                        bail!("the builder's checks failed ({}); no image was made", plan::verdict(&checks));
-                    }
-                }
-                let out = sdk(
-                    "CreateImage",
-                    home.ec2
-                        .create_image()
-                        .instance_id(&builder)
-                        .name(name)
-                        .description(format!("pinfleet recipe {} (build {build_id}) from {}", l.name, base.id))
-                        .tag_specifications(
-                            TagSpecification::builder()
-                                .resource_type(ResourceType::Image)
-                                .set_tags(Some(image_tags(l, build_id, &base.id, &report)))
-                                .build(),
-                        )
-                        // The snapshots are tagged by the check step (the
-                        // image's tags and the verdict), and mended at the end.
-                        .send()
-                        .await,
-                )?;
-                progress(&format!("creating image {} ({name})", out.image_id().unwrap_or_default()));
+                create_image(&b, &o, &builder, &mut checks, progress).await?;
+                None
             }
-            Step::AwaitImage { image } => {
-                if let Some(line) = wait(format!("image {image}"), waits.image, AGAIN_IMAGE)? {
-                    progress(&line);
-                }
-                tokio::time::sleep(waits.poll).await;
-            }
+            Step::AwaitImage { image } => clock.wait(format!("image {image}"), waits.image, AGAIN_IMAGE)?,
             Step::Check { image } => {
-                let facts = facts_of(home, &image).await?;
-                let report = facts.tags.get(plan::TAG_FACTS).cloned().unwrap_or_default();
-                // The builder's checks were told when it stopped, unless that was an earlier run.
-                let told = !checks.is_empty();
-                checks = plan::judge_report(l, &plan::parse_report(&report));
-                let statics = plan::static_checks(l, &l.digest(), &facts);
-                for c in checks.iter().filter(|_| !told).chain(&statics) {
-                    progress(&format!("  {} {}: {}", if c.ok { "ok  " } else { "FAIL" }, c.check, c.detail));
-                }
-                checks.extend(statics);
-                let verdict = plan::verdict(&checks);
-                // The verdict is written on the image and its snapshots,
-                // pass or fail; the snapshots carry the image's tags too
-                // (the recipe's own among them).
-                let mut resources = vec![image.clone()];
-                resources.extend(facts.volumes.iter().map(|(_, s, _)| s.clone()));
-                let mut tags = image_tags(l, build_id, &base.id, &report);
-                tags.push(tag(plan::TAG_CHECKS, &verdict));
-                sdk(
-                    "CreateTags",
-                    home.ec2.create_tags().set_resources(Some(resources)).set_tags(Some(tags)).send().await,
-                )?;
-                progress(&format!("image {image}: {verdict}"));
+                check(&b, &image, &mut checks, progress).await?;
+                None
             }
             Step::Copy { regions } => {
-                let image = o.image.as_ref().expect("an image to copy").id.clone();
-                let facts = facts_of(home, &image).await?;
-                let verdict = facts.tags.get(plan::TAG_CHECKS).cloned().unwrap_or_default();
-                let report = facts.tags.get(plan::TAG_FACTS).cloned().unwrap_or_default();
-                let copies_now = regions.iter().map(|region| {
-                    let aws = &copies[region];
-                    let (image, verdict, report) = (image.clone(), verdict.clone(), report.clone());
-                    async move {
-                        // Tagged in the call itself (image and snapshots): a
-                        // run killed after CopyImage leaves a copy that is
-                        // already found, promoted and collected by its tags.
-                        let t = copy_tags(l, build_id, &base.id, &report, &verdict, &home.region, &image);
-                        let spec = |kind: ResourceType| {
-                            TagSpecification::builder().resource_type(kind).set_tags(Some(t.clone())).build()
-                        };
-                        let out = sdk(
-                            "CopyImage",
-                            aws.ec2
-                                .copy_image()
-                                .source_image_id(&image)
-                                .source_region(&home.region)
-                                .name(name)
-                                .description(format!("pinfleet recipe {} (build {build_id}), copy of {image}", l.name))
-                                .encrypted(l.recipe.encrypted)
-                                .client_token(format!("{build_id}-{region}"))
-                                .tag_specifications(spec(ResourceType::Image))
-                                .tag_specifications(spec(ResourceType::Snapshot))
-                                .send()
-                                .await,
-                        )
-                        .with_context(|| format!("copying {image} to {region}"))?;
-                        let id = out.image_id().unwrap_or_default().to_string();
-                        anyhow::Ok((region.clone(), id))
-                    }
-                });
-                let results = futures::future::join_all(copies_now).await;
-                let mut failed = Vec::new();
-                for r in results {
-                    match r {
-                        Ok((region, id)) => progress(&format!("copying to {region} as {id}")),
-                        Err(e) => failed.push(format!("{e:#}")),
-                    }
-                }
-                if !failed.is_empty() {
-                    bail!("{} (the copies made are kept; run the bake again to finish)", failed.join("; "));
-                }
+                copy(&b, &o, &regions, progress).await?;
+                None
             }
             Step::AwaitCopies { pending } => {
-                if let Some(line) = wait(format!("copies in {}", pending.join(", ")), waits.image, AGAIN_IMAGE)? {
-                    progress(&line);
-                }
-                tokio::time::sleep(waits.poll).await;
+                clock.wait(format!("copies in {}", pending.join(", ")), waits.image, AGAIN_IMAGE)?
             }
             Step::Cleanup { builder } => {
                 cleanup(home, build_id, Some(&builder), &waits).await?;
                 progress(&format!("removed the builder {builder} and its security group"));
+                None
             }
-            Step::Done { image } => {
-                if checks.is_empty() {
-                    let facts = facts_of(home, &image).await?;
-                    checks = plan::judge_report(
-                        l,
-                        &plan::parse_report(facts.tags.get(plan::TAG_FACTS).map(String::as_str).unwrap_or_default()),
-                    );
-                    checks.extend(plan::static_checks(l, &l.digest(), &facts));
-                }
-                // Whatever a run left untagged (a kill between a call and
-                // its tags, a region whose API ignored the tags asked for
-                // with the call) is tagged now: what is not tagged is never
-                // promoted nor collected.
-                let facts = facts_of(home, &image).await?;
-                let report = facts.tags.get(plan::TAG_FACTS).cloned().unwrap_or_default();
-                let verdict = facts.tags.get(plan::TAG_CHECKS).cloned().unwrap_or_default();
-                let mut home_tags = image_tags(l, build_id, &base.id, &report);
-                home_tags.push(tag(plan::TAG_CHECKS, &verdict));
-                for line in mend_tags(home, &image, &home_tags).await? {
-                    progress(&line);
-                }
-                let mut images = BTreeMap::from([(home.region.clone(), image.clone())]);
-                for (region, c) in &o.copies {
-                    if let Some(c) = c {
-                        let t = copy_tags(l, build_id, &base.id, &report, &verdict, &home.region, &image);
-                        for line in mend_tags(&copies[region], &c.id, &t).await? {
-                            progress(&format!("{region}: {line}"));
-                        }
-                        images.insert(region.clone(), c.id.clone());
-                    }
-                }
-                return Ok(Baked {
-                    recipe: l.name.clone(),
-                    build_id: build_id.to_string(),
-                    base_image: base.id.clone(),
-                    name: name.to_string(),
-                    images,
-                    regions: l.recipe.regions.clone(),
-                    checks,
-                    steps,
-                });
-            }
+            Step::Done { image } => return done(&b, &o, &image, checks, steps, progress).await,
             Step::Fail { reason } => bail!("bake {build_id}: {reason}"),
+        };
+        if let Some(line) = told {
+            progress(&line);
+        }
+        if label.is_none() {
+            tokio::time::sleep(waits.poll).await;
         }
     }
+}
+
+/// The builder reported: its checks judged (a failure stops the bake, no
+/// image made), then it is stopped.
+async fn stop(
+    b: &Bake<'_>,
+    o: &Observed,
+    builder: &str,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<Vec<CheckResult>> {
+    let Bake { home, l, .. } = *b;
+    let Some(builder_seen) = o.builder.as_ref() else { bail!("no builder to stop") };
+    let facts = plan::parse_report(builder_seen.report.as_deref().unwrap_or_default());
+    let checks = plan::judge_report(l, &facts);
+    tell(&checks, progress);
+    if checks.iter().any(|c| !c.ok) {
+        bail!("the builder's checks failed ({}); no image was made", plan::verdict(&checks));
+    }
+    sdk("StopInstances", home.ec2.stop_instances().instance_ids(builder).send().await)?;
+    progress(&format!("stopping the builder {builder}"));
+    Ok(checks)
+}
+
+/// The image made from the stopped builder (its checks judged first when
+/// an earlier run stopped it).
+async fn create_image(
+    b: &Bake<'_>,
+    o: &Observed,
+    builder: &str,
+    checks: &mut Vec<CheckResult>,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<()> {
+    let Bake { home, l, base, build_id, name, .. } = *b;
+    let Some(builder_seen) = o.builder.as_ref() else { bail!("no builder to make the image from") };
+    let report = builder_seen.report.clone().unwrap_or_default();
+    if checks.is_empty() {
+        *checks = plan::judge_report(l, &plan::parse_report(&report));
+        if checks.iter().any(|c| !c.ok) {
+            bail!("the builder's checks failed ({}); no image was made", plan::verdict(&checks));
+        }
+    }
+    let out = sdk(
+        "CreateImage",
+        home.ec2
+            .create_image()
+            .instance_id(builder)
+            .name(name)
+            .description(format!("pinfleet recipe {} (build {build_id}) from {}", l.name, base.id))
+            .tag_specifications(
+                TagSpecification::builder()
+                    .resource_type(ResourceType::Image)
+                    .set_tags(Some(image_tags(l, build_id, &base.id, &report)))
+                    .build(),
+            )
+            // The snapshots are tagged by the check step (the
+            // image's tags and the verdict), and mended at the end.
+            .send()
+            .await,
+    )?;
+    progress(&format!("creating image {} ({name})", out.image_id().unwrap_or_default()));
+    Ok(())
+}
+
+/// The image's checks: the builder's facts and the static ones, the
+/// verdict written on the image and its snapshots, pass or fail.
+async fn check(
+    b: &Bake<'_>,
+    image: &str,
+    checks: &mut Vec<CheckResult>,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<()> {
+    let Bake { home, l, base, build_id, .. } = *b;
+    let facts = facts_of(home, image).await?;
+    let report = facts.tags.get(plan::TAG_FACTS).cloned().unwrap_or_default();
+    // The builder's checks were told when it stopped, unless that was an earlier run.
+    let told = !checks.is_empty();
+    *checks = plan::judge_report(l, &plan::parse_report(&report));
+    let statics = plan::static_checks(l, &l.digest(), &facts);
+    if !told {
+        tell(checks, progress);
+    }
+    tell(&statics, progress);
+    checks.extend(statics);
+    let verdict = plan::verdict(&checks);
+    // The verdict is written on the image and its snapshots,
+    // pass or fail; the snapshots carry the image's tags too
+    // (the recipe's own among them).
+    let mut resources = vec![image.to_string()];
+    resources.extend(facts.volumes.iter().map(|(_, s, _)| s.clone()));
+    let mut tags = image_tags(l, build_id, &base.id, &report);
+    tags.push(tag(plan::TAG_CHECKS, &verdict));
+    sdk("CreateTags", home.ec2.create_tags().set_resources(Some(resources)).set_tags(Some(tags)).send().await)?;
+    progress(&format!("image {image}: {verdict}"));
+    Ok(())
+}
+
+/// Copies to the recipe's other regions, each tagged in the call.
+async fn copy(b: &Bake<'_>, o: &Observed, regions: &[String], progress: &mut (dyn FnMut(&str) + Send)) -> Result<()> {
+    let Bake { home, copies, l, base, build_id, name } = *b;
+    let Some(image) = o.image.as_ref().map(|i| i.id.clone()) else { bail!("no image to copy") };
+    let facts = facts_of(home, &image).await?;
+    let verdict = facts.tags.get(plan::TAG_CHECKS).cloned().unwrap_or_default();
+    let report = facts.tags.get(plan::TAG_FACTS).cloned().unwrap_or_default();
+    let copies_now = regions.iter().map(|region| {
+        let aws = &copies[region];
+        let (image, verdict, report) = (image.clone(), verdict.clone(), report.clone());
+        async move {
+            // Tagged in the call itself (image and snapshots): a
+            // run killed after CopyImage leaves a copy that is
+            // already found, promoted and collected by its tags.
+            let t = copy_tags(l, build_id, &base.id, &report, &verdict, &home.region, &image);
+            let spec =
+                |kind: ResourceType| TagSpecification::builder().resource_type(kind).set_tags(Some(t.clone())).build();
+            let out = sdk(
+                "CopyImage",
+                aws.ec2
+                    .copy_image()
+                    .source_image_id(&image)
+                    .source_region(&home.region)
+                    .name(name)
+                    .description(format!("pinfleet recipe {} (build {build_id}), copy of {image}", l.name))
+                    .encrypted(l.recipe.encrypted)
+                    .client_token(format!("{build_id}-{region}"))
+                    .tag_specifications(spec(ResourceType::Image))
+                    .tag_specifications(spec(ResourceType::Snapshot))
+                    .send()
+                    .await,
+            )
+            .with_context(|| format!("copying {image} to {region}"))?;
+            let id = out.image_id().unwrap_or_default().to_string();
+            anyhow::Ok((region.clone(), id))
+        }
+    });
+    let results = futures::future::join_all(copies_now).await;
+    let mut failed = Vec::new();
+    for r in results {
+        match r {
+            Ok((region, id)) => progress(&format!("copying to {region} as {id}")),
+            Err(e) => failed.push(format!("{e:#}")),
+        }
+    }
+    if !failed.is_empty() {
+        bail!("{} (the copies made are kept; run the bake again to finish)", failed.join("; "));
+    }
+    Ok(())
+}
+
+/// The bake's end: whatever a run left untagged (a kill between a call and
+/// its tags, a region whose API ignored the tags asked for with the call)
+/// is tagged now (what is not tagged is never promoted nor collected), and
+/// the bake's record.
+async fn done(
+    b: &Bake<'_>,
+    o: &Observed,
+    image: &str,
+    mut checks: Vec<CheckResult>,
+    steps: Vec<String>,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<Baked> {
+    let Bake { home, copies, l, base, build_id, name } = *b;
+    if checks.is_empty() {
+        let facts = facts_of(home, image).await?;
+        checks = plan::judge_report(
+            l,
+            &plan::parse_report(facts.tags.get(plan::TAG_FACTS).map(String::as_str).unwrap_or_default()),
+        );
+        checks.extend(plan::static_checks(l, &l.digest(), &facts));
+    }
+    // Whatever a run left untagged (a kill between a call and
+    // its tags, a region whose API ignored the tags asked for
+    // with the call) is tagged now: what is not tagged is never
+    // promoted nor collected.
+    let facts = facts_of(home, image).await?;
+    let report = facts.tags.get(plan::TAG_FACTS).cloned().unwrap_or_default();
+    let verdict = facts.tags.get(plan::TAG_CHECKS).cloned().unwrap_or_default();
+    let mut home_tags = image_tags(l, build_id, &base.id, &report);
+    home_tags.push(tag(plan::TAG_CHECKS, &verdict));
+    for line in mend_tags(home, image, &home_tags).await? {
+        progress(&line);
+    }
+    let mut images = BTreeMap::from([(home.region.clone(), image.to_string())]);
+    for (region, c) in &o.copies {
+        if let Some(c) = c {
+            let t = copy_tags(l, build_id, &base.id, &report, &verdict, &home.region, image);
+            for line in mend_tags(&copies[region], &c.id, &t).await? {
+                progress(&format!("{region}: {line}"));
+            }
+            images.insert(region.clone(), c.id.clone());
+        }
+    }
+    Ok(Baked {
+        recipe: l.name.clone(),
+        build_id: build_id.to_string(),
+        base_image: base.id.clone(),
+        name: name.to_string(),
+        images,
+        regions: l.recipe.regions.clone(),
+        checks,
+        steps,
+    })
 }

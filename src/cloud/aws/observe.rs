@@ -42,6 +42,10 @@ async fn launch_templates(aws: &Aws, filter: Filter) -> anyhow::Result<Vec<aws_s
     all_pages!("DescribeLaunchTemplates", aws.ec2.describe_launch_templates().filters(filter).max_results(200))
 }
 
+/// A cluster's launch templates, their latest versions, and the autoscaler's sizes by template id.
+type Templates =
+    (Vec<aws_sdk_ec2::types::LaunchTemplate>, Vec<aws_sdk_ec2::types::LaunchTemplateVersion>, BTreeMap<String, u32>);
+
 /// Everything tagged for `cluster` (and the API load balancer by name).
 ///
 /// `lb_name`: the API load balancer to look for; None makes no ELBv2 call
@@ -58,37 +62,7 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
     let nats = async { all_pages!("DescribeNatGateways", ec2.describe_nat_gateways().filter(f()).max_results(1000)) };
     let rts = async { all_pages!("DescribeRouteTables", ec2.describe_route_tables().filters(f()).max_results(100)) };
     let sgs = security_groups(aws, f());
-    let lts = async {
-        let templates = launch_templates(aws, f()).await?;
-        if templates.is_empty() {
-            return Ok((templates, Vec::new(), BTreeMap::new()));
-        }
-        // One call for the latest version of every template (no per-template calls).
-        let versions = async {
-            all_pages!(
-                "DescribeLaunchTemplateVersions",
-                ec2.describe_launch_template_versions().versions("$Latest").max_results(200)
-            )
-        };
-        // The autoscaler's sizes, read where AWS keeps tags (moto's
-        // DescribeLaunchTemplates shows a template's tags as created).
-        let ids: Vec<String> = templates.iter().filter_map(|t| t.launch_template_id().map(str::to_string)).collect();
-        let sizes = async {
-            let name = |n: &str, v: Vec<String>| Filter::builder().name(n).set_values(Some(v)).build();
-            all_pages!(
-                "DescribeTags",
-                ec2.describe_tags()
-                    .filters(name("resource-type", vec!["launch-template".into()]))
-                    .filters(name("key", vec![tags::AUTOSCALER_SIZE.into()]))
-                    .filters(name("resource-id", ids))
-                    .max_results(1000)
-            )
-        };
-        let (versions, sizes) = futures::try_join!(versions, sizes)?;
-        let sizes: BTreeMap<String, u32> =
-            sizes.iter().filter_map(|t| Some((t.resource_id()?.to_string(), t.value()?.parse().ok()?))).collect();
-        Ok::<_, anyhow::Error>((templates, versions, sizes))
-    };
+    let lts = templates_with_versions(aws, f());
     let instances = async { all_pages!("DescribeInstances", ec2.describe_instances().filters(f()).max_results(1000)) };
     let lb = async {
         match lb_name {
@@ -119,42 +93,14 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
     o.vpc = vpcs.vpcs().iter().find_map(|v| {
         Some(ObservedVpc { id: v.vpc_id()?.to_string(), cidr: v.cidr_block().unwrap_or_default().to_string() })
     });
-    o.subnets = subnets
-        .iter()
-        .filter_map(|s| {
-            let t = tag_map(s.tags());
-            Some(ObservedSubnet {
-                id: s.subnet_id()?.to_string(),
-                name: match resource_key(&t)? {
-                    ResourceKey::Subnet(n) => n,
-                    _ => return None,
-                },
-                zone: s.availability_zone().unwrap_or_default().to_string(),
-                cidr: s.cidr_block().unwrap_or_default().to_string(),
-            })
-        })
-        .collect();
+    o.subnets = subnets.iter().filter_map(subnet).collect();
     o.internet_gateway = igws.iter().find_map(|g| {
         Some(ObservedIgw {
             id: g.internet_gateway_id()?.to_string(),
             attached_vpc: g.attachments().iter().find_map(|a| a.vpc_id().map(str::to_string)),
         })
     });
-    o.addresses = addresses
-        .addresses()
-        .iter()
-        .filter_map(|a| {
-            Some(ObservedAddress {
-                allocation_id: a.allocation_id()?.to_string(),
-                zone: match resource_key(&tag_map(a.tags()))? {
-                    ResourceKey::Eip(z) => z,
-                    _ => return None,
-                },
-                public_ip: a.public_ip().map(str::to_string),
-                instance: a.instance_id().map(str::to_string),
-            })
-        })
-        .collect();
+    o.addresses = addresses.addresses().iter().filter_map(address).collect();
     o.nat_gateways = nats
         .iter()
         .filter(|n| !matches!(n.state().map(|s| s.as_str()), Some("deleted" | "deleting" | "failed")))
@@ -163,80 +109,10 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
         // DescribeNatGateways does) would hand one cluster another's NATs,
         // and its destroy would delete them.
         .filter(|n| tag_map(n.tags()).get(tags::CLUSTER).map(String::as_str) == Some(cluster))
-        .filter_map(|n| {
-            Some(ObservedNat {
-                id: n.nat_gateway_id()?.to_string(),
-                zone: match resource_key(&tag_map(n.tags()))? {
-                    ResourceKey::Nat(z) => z,
-                    _ => return None,
-                },
-                subnet_id: n.subnet_id().unwrap_or_default().to_string(),
-                state: n.state().map(|s| s.as_str().to_string()).unwrap_or_default(),
-            })
-        })
+        .filter_map(nat)
         .collect();
-    o.route_tables = rts
-        .iter()
-        .filter_map(|r| {
-            let default_route = r
-                .routes()
-                .iter()
-                .find(|x| x.destination_cidr_block() == Some("0.0.0.0/0"))
-                .and_then(|x| x.gateway_id().or(x.nat_gateway_id()).map(str::to_string));
-            Some(ObservedRouteTable {
-                id: r.route_table_id()?.to_string(),
-                name: match resource_key(&tag_map(r.tags()))? {
-                    ResourceKey::RouteTable(n) => n,
-                    _ => return None,
-                },
-                default_route,
-                associations: r
-                    .associations()
-                    .iter()
-                    .filter_map(|a| Some((a.route_table_association_id()?.to_string(), a.subnet_id()?.to_string())))
-                    .collect(),
-            })
-        })
-        .collect();
-    o.security_groups = sgs
-        .iter()
-        .filter_map(|g| {
-            let mut ingress = Vec::new();
-            for p in g.ip_permissions() {
-                let protocol = p.ip_protocol().unwrap_or_default().to_string();
-                let (from, to) = (p.from_port().unwrap_or(-1), p.to_port().unwrap_or(-1));
-                for r in p.ip_ranges() {
-                    if let Some(c) = r.cidr_ip() {
-                        ingress.push(ObservedRule {
-                            protocol: protocol.clone(),
-                            from_port: from,
-                            to_port: to,
-                            source: ObservedSource::Cidr(c.to_string()),
-                        });
-                    }
-                }
-                for u in p.user_id_group_pairs() {
-                    if let Some(id) = u.group_id() {
-                        ingress.push(ObservedRule {
-                            protocol: protocol.clone(),
-                            from_port: from,
-                            to_port: to,
-                            source: ObservedSource::GroupId(id.to_string()),
-                        });
-                    }
-                }
-            }
-            ingress.sort();
-            Some(ObservedSecurityGroup {
-                id: g.group_id()?.to_string(),
-                name: match resource_key(&tag_map(g.tags()))? {
-                    ResourceKey::SecurityGroup(n) => n,
-                    _ => return None,
-                },
-                ingress,
-            })
-        })
-        .collect();
+    o.route_tables = rts.iter().filter_map(route_table).collect();
+    o.security_groups = sgs.iter().filter_map(security_group).collect();
     let latest: BTreeMap<String, &aws_sdk_ec2::types::LaunchTemplateVersion> =
         versions.iter().filter_map(|v| Some((v.launch_template_id()?.to_string(), v))).collect();
     o.launch_templates = templates
@@ -260,6 +136,141 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
     (o.load_balancer, o.target_group, o.listener) = lb;
     o.elbv2_unavailable = unavailable;
     Ok(o)
+}
+
+/// The cluster's launch templates, the latest version of each (one call
+/// for all), and the autoscaler's size of each by template id.
+async fn templates_with_versions(aws: &Aws, filter: Filter) -> anyhow::Result<Templates> {
+    let ec2 = &aws.ec2;
+    let templates = launch_templates(aws, filter).await?;
+    if templates.is_empty() {
+        return Ok((templates, Vec::new(), BTreeMap::new()));
+    }
+    // One call for the latest version of every template (no per-template calls).
+    let versions = async {
+        all_pages!(
+            "DescribeLaunchTemplateVersions",
+            ec2.describe_launch_template_versions().versions("$Latest").max_results(200)
+        )
+    };
+    // The autoscaler's sizes, read where AWS keeps tags (moto's
+    // DescribeLaunchTemplates shows a template's tags as created).
+    let ids: Vec<String> = templates.iter().filter_map(|t| t.launch_template_id().map(str::to_string)).collect();
+    let sizes = async {
+        let name = |n: &str, v: Vec<String>| Filter::builder().name(n).set_values(Some(v)).build();
+        all_pages!(
+            "DescribeTags",
+            ec2.describe_tags()
+                .filters(name("resource-type", vec!["launch-template".into()]))
+                .filters(name("key", vec![tags::AUTOSCALER_SIZE.into()]))
+                .filters(name("resource-id", ids))
+                .max_results(1000)
+        )
+    };
+    let (versions, sizes) = futures::try_join!(versions, sizes)?;
+    let sizes: BTreeMap<String, u32> =
+        sizes.iter().filter_map(|t| Some((t.resource_id()?.to_string(), t.value()?.parse().ok()?))).collect();
+    Ok((templates, versions, sizes))
+}
+
+/// A subnet the cluster tagged as one of its own.
+fn subnet(s: &aws_sdk_ec2::types::Subnet) -> Option<ObservedSubnet> {
+    let t = tag_map(s.tags());
+    Some(ObservedSubnet {
+        id: s.subnet_id()?.to_string(),
+        name: match resource_key(&t)? {
+            ResourceKey::Subnet(n) => n,
+            _ => return None,
+        },
+        zone: s.availability_zone().unwrap_or_default().to_string(),
+        cidr: s.cidr_block().unwrap_or_default().to_string(),
+    })
+}
+
+/// An Elastic IP the cluster tagged as one of its own.
+fn address(a: &aws_sdk_ec2::types::Address) -> Option<ObservedAddress> {
+    Some(ObservedAddress {
+        allocation_id: a.allocation_id()?.to_string(),
+        zone: match resource_key(&tag_map(a.tags()))? {
+            ResourceKey::Eip(z) => z,
+            _ => return None,
+        },
+        public_ip: a.public_ip().map(str::to_string),
+        instance: a.instance_id().map(str::to_string),
+    })
+}
+
+/// A NAT gateway of the cluster.
+fn nat(n: &aws_sdk_ec2::types::NatGateway) -> Option<ObservedNat> {
+    Some(ObservedNat {
+        id: n.nat_gateway_id()?.to_string(),
+        zone: match resource_key(&tag_map(n.tags()))? {
+            ResourceKey::Nat(z) => z,
+            _ => return None,
+        },
+        subnet_id: n.subnet_id().unwrap_or_default().to_string(),
+        state: n.state().map(|s| s.as_str().to_string()).unwrap_or_default(),
+    })
+}
+
+/// A route table of the cluster: its default route and subnets.
+fn route_table(r: &aws_sdk_ec2::types::RouteTable) -> Option<ObservedRouteTable> {
+    let default_route = r
+        .routes()
+        .iter()
+        .find(|x| x.destination_cidr_block() == Some("0.0.0.0/0"))
+        .and_then(|x| x.gateway_id().or(x.nat_gateway_id()).map(str::to_string));
+    Some(ObservedRouteTable {
+        id: r.route_table_id()?.to_string(),
+        name: match resource_key(&tag_map(r.tags()))? {
+            ResourceKey::RouteTable(n) => n,
+            _ => return None,
+        },
+        default_route,
+        associations: r
+            .associations()
+            .iter()
+            .filter_map(|a| Some((a.route_table_association_id()?.to_string(), a.subnet_id()?.to_string())))
+            .collect(),
+    })
+}
+
+/// A security group of the cluster and its ingress rules, sorted.
+fn security_group(g: &aws_sdk_ec2::types::SecurityGroup) -> Option<ObservedSecurityGroup> {
+    let mut ingress = Vec::new();
+    for p in g.ip_permissions() {
+        let protocol = p.ip_protocol().unwrap_or_default().to_string();
+        let (from, to) = (p.from_port().unwrap_or(-1), p.to_port().unwrap_or(-1));
+        for r in p.ip_ranges() {
+            if let Some(c) = r.cidr_ip() {
+                ingress.push(ObservedRule {
+                    protocol: protocol.clone(),
+                    from_port: from,
+                    to_port: to,
+                    source: ObservedSource::Cidr(c.to_string()),
+                });
+            }
+        }
+        for u in p.user_id_group_pairs() {
+            if let Some(id) = u.group_id() {
+                ingress.push(ObservedRule {
+                    protocol: protocol.clone(),
+                    from_port: from,
+                    to_port: to,
+                    source: ObservedSource::GroupId(id.to_string()),
+                });
+            }
+        }
+    }
+    ingress.sort();
+    Some(ObservedSecurityGroup {
+        id: g.group_id()?.to_string(),
+        name: match resource_key(&tag_map(g.tags()))? {
+            ResourceKey::SecurityGroup(n) => n,
+            _ => return None,
+        },
+        ingress,
+    })
 }
 
 pub fn instance(i: &aws_sdk_ec2::types::Instance) -> ObservedInstance {
