@@ -156,6 +156,38 @@ pub struct View {
     pub created: Option<DateTime<Utc>>,
 }
 
+/// RuntimeClasses' overheads: known only when every reachable member
+/// listed them (a class on one member but not another is refused on that
+/// one); each the largest of the members'.
+fn common_overheads(reachable: &[&MemberView]) -> Option<BTreeMap<String, crate::workloads::demand::Requests>> {
+    if !reachable.is_empty() && reachable.iter().all(|v| v.overheads.is_some()) {
+        let mut all: Option<BTreeMap<String, crate::workloads::demand::Requests>> = None;
+        for v in reachable {
+            let o = v.overheads.clone().unwrap_or_default();
+            all = Some(match all {
+                None => o,
+                Some(a) => a
+                    .into_iter()
+                    .filter_map(|(k, r)| {
+                        o.get(&k).map(|s| {
+                            (
+                                k,
+                                crate::workloads::demand::Requests {
+                                    cpu: r.cpu.max(s.cpu),
+                                    memory: r.memory.max(s.memory),
+                                },
+                            )
+                        })
+                    })
+                    .collect(),
+            });
+        }
+        all
+    } else {
+        None
+    }
+}
+
 /// What a submission is, as the API and the console name it.
 pub fn summary(s: &Submission) -> crate::views::workload::Summary {
     crate::views::workload::Summary {
@@ -573,35 +605,7 @@ impl Service {
         let reachable: Vec<&MemberView> = views.iter().filter(|v| v.reachable).collect();
         let profiles: Vec<BTreeMap<String, String>> = reachable.iter().filter_map(|v| v.profiles.clone()).collect();
         let minors: Vec<u32> = reachable.iter().filter_map(|v| v.minor).collect();
-        // RuntimeClasses: known only when every reachable member listed them
-        // (a class on one member but not another is refused on that one).
-        let overheads: Option<BTreeMap<String, crate::workloads::demand::Requests>> =
-            if !reachable.is_empty() && reachable.iter().all(|v| v.overheads.is_some()) {
-                let mut all: Option<BTreeMap<String, crate::workloads::demand::Requests>> = None;
-                for v in &reachable {
-                    let o = v.overheads.clone().unwrap_or_default();
-                    all = Some(match all {
-                        None => o,
-                        Some(a) => a
-                            .into_iter()
-                            .filter_map(|(k, r)| {
-                                o.get(&k).map(|s| {
-                                    (
-                                        k,
-                                        crate::workloads::demand::Requests {
-                                            cpu: r.cpu.max(s.cpu),
-                                            memory: r.memory.max(s.memory),
-                                        },
-                                    )
-                                })
-                            })
-                            .collect(),
-                    });
-                }
-                all
-            } else {
-                None
-            };
+        let overheads = common_overheads(&reachable);
         let members = intake::Members { profiles: &profiles, minors: &minors, overheads: overheads.as_ref() };
         let intake = match intake::check(workload, caller, &self.config.policy, &members) {
             Ok(i) => i,
@@ -669,48 +673,65 @@ impl Service {
             cancel: false,
         };
         if dry_run {
-            // Exactly what admission would answer now.
-            let (mut ledger, _) = self.read_ledger().await?;
-            let mut queue: Vec<Pending> = self.queued().iter().map(|s| Self::pending_of(s)).collect();
-            let me = Pending {
-                name: name.clone(),
-                team: spec.team.clone(),
-                tier: spec.tier,
-                priority,
-                created: Utc::now(),
-                demand: spec.demand,
-                expected_duration: spec.expected_seconds.map(expected),
-            };
-            queue.push(me);
-            admission::order(&mut queue);
-            let now = Utc::now();
-            let before = ledger.clone();
-            let batch = admission::decide(&world, &mut ledger, &queue, now);
-            let admitted = batch.admitted.iter().any(|(n, _)| *n == name);
-            let waiting = if admitted {
-                None
-            } else {
-                admission::explain(&world, &before, &queue, &batch.waiting, now).remove(&name)
-            };
-            return Ok((
-                200,
-                Decision {
-                    id: id.to_string(),
-                    name,
-                    team: spec.team,
-                    dry_run: true,
-                    outcome: if admitted { "would be admitted" } else { "would wait" }.into(),
-                    phase: if admitted { Phase::Admitted } else { Phase::Queued },
-                    demand: spec.demand.show(),
-                    problems: vec![],
-                    waiting,
-                    retry: false,
-                },
-            ));
+            return Ok((200, self.would(&world, id, name, spec).await?));
         }
+        self.record(caller, name, spec, &intake.artifact, started).await
+    }
+
+    /// Exactly what admission would answer now, for a dry run.
+    async fn would(&self, world: &admission::World, id: &str, name: String, spec: SubmissionSpec) -> Result<Decision> {
+        let priority = spec.priority;
+        // Exactly what admission would answer now.
+        let (mut ledger, _) = self.read_ledger().await?;
+        let mut queue: Vec<Pending> = self.queued().iter().map(|s| Self::pending_of(s)).collect();
+        let me = Pending {
+            name: name.clone(),
+            team: spec.team.clone(),
+            tier: spec.tier,
+            priority,
+            created: Utc::now(),
+            demand: spec.demand,
+            expected_duration: spec.expected_seconds.map(expected),
+        };
+        queue.push(me);
+        admission::order(&mut queue);
+        let now = Utc::now();
+        let before = ledger.clone();
+        let batch = admission::decide(&world, &mut ledger, &queue, now);
+        let admitted = batch.admitted.iter().any(|(n, _)| *n == name);
+        let waiting = if admitted {
+            None
+        } else {
+            admission::explain(&world, &before, &queue, &batch.waiting, now).remove(&name)
+        };
+        Ok(Decision {
+            id: id.to_string(),
+            name,
+            team: spec.team,
+            dry_run: true,
+            outcome: if admitted { "would be admitted" } else { "would wait" }.into(),
+            phase: if admitted { Phase::Admitted } else { Phase::Queued },
+            demand: spec.demand.show(),
+            problems: vec![],
+            waiting,
+            retry: false,
+        })
+    }
+
+    /// Records an accepted submission (a concurrent retry's record answers
+    /// as a retry) and wakes the leader.
+    async fn record(
+        &self,
+        caller: &Caller,
+        name: String,
+        spec: SubmissionSpec,
+        artifact: &str,
+        started: Instant,
+    ) -> Result<(u16, Decision)> {
+        let team = spec.team.clone();
         let mut obj = Submission::new(&name, spec);
         obj.metadata.namespace = Some(self.config.namespace.clone());
-        obj.metadata.labels = Some([(records::TEAM_LABEL.to_string(), intake.team.clone())].into());
+        obj.metadata.labels = Some([(records::TEAM_LABEL.to_string(), team)].into());
         let created = match subs(&self.host, &self.config.namespace).create(&PostParams::default(), &obj).await {
             Ok(c) => c,
             // A concurrent retry made it first: answer as a retry.
@@ -731,7 +752,7 @@ impl Service {
             )
             .await
             .context("recording the submission's acceptance")?;
-        self.audit(caller, "submit", &name, &intake.artifact, 201, "accepted").await;
+        self.audit(caller, "submit", &name, artifact, 201, "accepted").await;
         self.metrics.submit_latency(started.elapsed().as_secs_f64());
         self.wake.notify_one();
         let mut d = self.decision_of(&created, false).await;
