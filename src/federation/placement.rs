@@ -184,6 +184,41 @@ fn split(total: u32, weights: &[f64], caps: &[u64], order: &[u64]) -> Vec<u32> {
 /// Places `total` replicas of `app`.
 pub fn place(app: &str, total: u32, policy: &Policy, members: &[Member]) -> Result<Vec<Share>, PlacementError> {
     let mut why: BTreeMap<String, String> = BTreeMap::new();
+    let mut eligible = eligible(policy, members, &mut why);
+    spread(app, policy, &mut eligible, &mut why)?;
+    if eligible.is_empty() {
+        let detail: Vec<String> = why.iter().map(|(c, r)| format!("{c} {r}")).collect();
+        return Err(PlacementError::NoMembers(app.into(), detail.join("; ")));
+    }
+    let mut shares: Vec<Share> = Vec::new();
+    if policy.mode == Mode::Duplicated {
+        for m in &eligible {
+            let n = (total as u64).min(cap(policy, total, m)) as u32;
+            shares.push(Share {
+                cluster: m.name.clone(),
+                replicas: n,
+                reason: format!("duplicated: all {total} replicas"),
+            });
+        }
+    } else {
+        shares = divided(app, total, policy, &eligible, members)?;
+    }
+    for m in members {
+        if !shares.iter().any(|s| s.cluster == m.name) {
+            shares.push(Share {
+                cluster: m.name.clone(),
+                replicas: 0,
+                reason: why.remove(&m.name).unwrap_or_default(),
+            });
+        }
+    }
+    shares.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+    Ok(shares)
+}
+
+/// The members the app may run on: healthy, matching its affinity, every
+/// NoSchedule/NoExecute taint tolerated; why each other one is not.
+fn eligible<'a>(policy: &Policy, members: &'a [Member], why: &mut BTreeMap<String, String>) -> Vec<&'a Member> {
     let mut eligible: Vec<&Member> = Vec::new();
     for m in members {
         let untolerated = m.taints.iter().find(|t| {
@@ -204,10 +239,19 @@ pub fn place(app: &str, total: u32, policy: &Policy, members: &[Member]) -> Resu
             None => eligible.push(m),
         }
     }
-    // Spread: keep at most max groups (the heaviest), need at least min.
+    eligible
+}
+
+/// Spread: keep at most max groups (the heaviest), need at least min.
+fn spread(
+    app: &str,
+    policy: &Policy,
+    eligible: &mut Vec<&Member>,
+    why: &mut BTreeMap<String, String>,
+) -> Result<(), PlacementError> {
     for s in &policy.spread {
         let mut groups: BTreeMap<String, f64> = BTreeMap::new();
-        for m in &eligible {
+        for m in eligible.iter() {
             *groups.entry(spread_key(m, &s.by)).or_default() +=
                 f64::from(m.weight) + f64::from(m.capacity.unwrap_or(0)) / 1e6;
         }
@@ -232,121 +276,116 @@ pub fn place(app: &str, total: u32, policy: &Policy, members: &[Member]) -> Resu
             });
         }
     }
-    if eligible.is_empty() {
-        let detail: Vec<String> = why.iter().map(|(c, r)| format!("{c} {r}")).collect();
-        return Err(PlacementError::NoMembers(app.into(), detail.join("; ")));
+    Ok(())
+}
+
+/// A member's minimum and maximum from the policy.
+fn limit(policy: &Policy, m: &Member) -> Limit {
+    policy.clusters.get(&m.name).cloned().unwrap_or(Limit { min: 0, max: None })
+}
+
+/// The most replicas a member may hold: its maximum, its share of the
+/// total, and (dividing by capacity) its free room plus what it runs.
+fn cap(policy: &Policy, total: u32, m: &Member) -> u64 {
+    let mut c = limit(policy, m).max.map_or(u64::MAX, u64::from);
+    if let Some(share) = &m.max_share {
+        c = c.min(match share {
+            IntOrPercent::Int(n) => *n as u64,
+            IntOrPercent::Percent(p) => (u64::from(*p) * u64::from(total)) / 100,
+        });
     }
-    let limit = |m: &Member| policy.clusters.get(&m.name).cloned().unwrap_or(Limit { min: 0, max: None });
-    let cap = |m: &Member| -> u64 {
-        let mut c = limit(m).max.map_or(u64::MAX, u64::from);
-        if let Some(share) = &m.max_share {
-            c = c.min(match share {
-                IntOrPercent::Int(n) => *n as u64,
-                IntOrPercent::Percent(p) => (u64::from(*p) * u64::from(total)) / 100,
-            });
+    if matches!(policy.division, Division::Capacity | Division::Aggregated) && policy.mode == Mode::Divided {
+        if let Some(free) = m.capacity {
+            c = c.min(u64::from(free) + u64::from(m.current));
         }
-        if matches!(policy.division, Division::Capacity | Division::Aggregated) && policy.mode == Mode::Divided {
-            if let Some(free) = m.capacity {
-                c = c.min(u64::from(free) + u64::from(m.current));
-            }
-        }
-        c
-    };
+    }
+    c
+}
+
+/// The total divided among the eligible members by the policy's division,
+/// each minimum a floor, each share's reason said.
+fn divided(
+    app: &str,
+    total: u32,
+    policy: &Policy,
+    eligible: &[&Member],
+    members: &[Member],
+) -> Result<Vec<Share>, PlacementError> {
     let mut shares: Vec<Share> = Vec::new();
-    if policy.mode == Mode::Duplicated {
-        for m in &eligible {
-            let n = (total as u64).min(cap(m)) as u32;
-            shares.push(Share {
-                cluster: m.name.clone(),
-                replicas: n,
-                reason: format!("duplicated: all {total} replicas"),
-            });
-        }
-    } else {
-        let order: Vec<u64> = eligible.iter().map(|m| tie(app, &m.name)).collect();
-        let caps: Vec<u64> = eligible.iter().map(|m| cap(m)).collect();
-        let room: u64 = caps.iter().fold(0u64, |a, c| a.saturating_add(*c));
-        if room < total as u64 {
-            return Err(PlacementError::NoRoom { app: app.into(), total, room });
-        }
-        // A minimum is a floor, as KubeFed documents and Karmada does: a
-        // member gets the larger of its minimum and its share; the members
-        // held at their floor leave the division, and the rest is divided
-        // again among the others, until no share falls below its floor.
-        let mins: Vec<u32> = eligible.iter().zip(&caps).map(|(m, c)| (limit(m).min as u64).min(*c) as u32).collect();
-        let min_sum: u32 = mins.iter().sum();
-        if min_sum > total {
-            return Err(PlacementError::Minimums { app: app.into(), mins: min_sum, total });
-        }
-        let divide = |rest: u32, pool: &[bool]| -> Vec<u32> {
-            let caps_in: Vec<u64> = caps.iter().zip(pool).map(|(c, &p)| if p { *c } else { 0 }).collect();
-            match policy.division {
-                Division::Weighted => {
-                    let w: Vec<f64> = eligible.iter().map(|m| f64::from(m.weight)).collect();
-                    split(rest, &w, &caps_in, &order)
-                }
-                Division::Capacity => {
-                    let w: Vec<f64> = eligible.iter().map(|m| f64::from(m.capacity.unwrap_or(0) + m.current)).collect();
-                    split(rest, &w, &caps_in, &order)
-                }
-                Division::Aggregated => {
-                    // Fill the roomiest first (ties by hash) until all fit.
-                    let mut idx: Vec<usize> = (0..eligible.len()).filter(|&i| pool[i]).collect();
-                    idx.sort_by(|&a, &b| caps_in[b].cmp(&caps_in[a]).then(order[a].cmp(&order[b])));
-                    let mut out = vec![0u32; eligible.len()];
-                    let mut left = rest as u64;
-                    for i in idx {
-                        let g = left.min(caps_in[i]);
-                        out[i] = g as u32;
-                        left -= g;
-                    }
-                    out
-                }
-            }
-        };
-        let mut floored = vec![false; eligible.len()];
-        let extra = loop {
-            let pool: Vec<bool> = floored.iter().map(|f| !f).collect();
-            let held: u32 = mins.iter().zip(&floored).filter(|(_, f)| **f).map(|(m, _)| *m).sum();
-            let shares = divide(total - held, &pool);
-            let below: Vec<usize> = (0..eligible.len()).filter(|&i| pool[i] && shares[i] < mins[i]).collect();
-            if below.is_empty() {
-                break shares;
-            }
-            for i in below {
-                floored[i] = true;
-            }
-        };
-        let wsum: u32 = eligible.iter().map(|m| m.weight).sum();
-        for (i, m) in eligible.iter().enumerate() {
-            let n = if floored[i] { mins[i] } else { extra[i] };
-            let mut reason = match policy.division {
-                Division::Weighted => format!("weight {}/{wsum}", m.weight),
-                Division::Capacity => format!("free capacity {} replicas", m.capacity.unwrap_or(0) + m.current),
-                Division::Aggregated => format!("aggregated: room for {}", caps[i].min(u64::from(u32::MAX))),
-            };
-            if floored[i] {
-                reason.push_str(&format!(", held at its min {}", mins[i]));
-            } else if mins[i] > 0 {
-                reason.push_str(&format!(", above its min {}", mins[i]));
-            }
-            if caps[i] != u64::MAX && n as u64 == caps[i] {
-                reason.push_str(", at its maximum");
-            }
-            shares.push(Share { cluster: m.name.clone(), replicas: n, reason });
-        }
-        minimal_movement(&mut shares, members, total, &caps, &eligible);
+    let order: Vec<u64> = eligible.iter().map(|m| tie(app, &m.name)).collect();
+    let caps: Vec<u64> = eligible.iter().map(|m| cap(policy, total, m)).collect();
+    let room: u64 = caps.iter().fold(0u64, |a, c| a.saturating_add(*c));
+    if room < total as u64 {
+        return Err(PlacementError::NoRoom { app: app.into(), total, room });
     }
-    for m in members {
-        if !shares.iter().any(|s| s.cluster == m.name) {
-            shares.push(Share {
-                cluster: m.name.clone(),
-                replicas: 0,
-                reason: why.remove(&m.name).unwrap_or_default(),
-            });
-        }
+    // A minimum is a floor, as KubeFed documents and Karmada does: a
+    // member gets the larger of its minimum and its share; the members
+    // held at their floor leave the division, and the rest is divided
+    // again among the others, until no share falls below its floor.
+    let mins: Vec<u32> =
+        eligible.iter().zip(&caps).map(|(m, c)| (limit(policy, m).min as u64).min(*c) as u32).collect();
+    let min_sum: u32 = mins.iter().sum();
+    if min_sum > total {
+        return Err(PlacementError::Minimums { app: app.into(), mins: min_sum, total });
     }
-    shares.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+    let divide = |rest: u32, pool: &[bool]| -> Vec<u32> {
+        let caps_in: Vec<u64> = caps.iter().zip(pool).map(|(c, &p)| if p { *c } else { 0 }).collect();
+        match policy.division {
+            Division::Weighted => {
+                let w: Vec<f64> = eligible.iter().map(|m| f64::from(m.weight)).collect();
+                split(rest, &w, &caps_in, &order)
+            }
+            Division::Capacity => {
+                let w: Vec<f64> = eligible.iter().map(|m| f64::from(m.capacity.unwrap_or(0) + m.current)).collect();
+                split(rest, &w, &caps_in, &order)
+            }
+            Division::Aggregated => {
+                // Fill the roomiest first (ties by hash) until all fit.
+                let mut idx: Vec<usize> = (0..eligible.len()).filter(|&i| pool[i]).collect();
+                idx.sort_by(|&a, &b| caps_in[b].cmp(&caps_in[a]).then(order[a].cmp(&order[b])));
+                let mut out = vec![0u32; eligible.len()];
+                let mut left = rest as u64;
+                for i in idx {
+                    let g = left.min(caps_in[i]);
+                    out[i] = g as u32;
+                    left -= g;
+                }
+                out
+            }
+        }
+    };
+    let mut floored = vec![false; eligible.len()];
+    let extra = loop {
+        let pool: Vec<bool> = floored.iter().map(|f| !f).collect();
+        let held: u32 = mins.iter().zip(&floored).filter(|(_, f)| **f).map(|(m, _)| *m).sum();
+        let shares = divide(total - held, &pool);
+        let below: Vec<usize> = (0..eligible.len()).filter(|&i| pool[i] && shares[i] < mins[i]).collect();
+        if below.is_empty() {
+            break shares;
+        }
+        for i in below {
+            floored[i] = true;
+        }
+    };
+    let wsum: u32 = eligible.iter().map(|m| m.weight).sum();
+    for (i, m) in eligible.iter().enumerate() {
+        let n = if floored[i] { mins[i] } else { extra[i] };
+        let mut reason = match policy.division {
+            Division::Weighted => format!("weight {}/{wsum}", m.weight),
+            Division::Capacity => format!("free capacity {} replicas", m.capacity.unwrap_or(0) + m.current),
+            Division::Aggregated => format!("aggregated: room for {}", caps[i].min(u64::from(u32::MAX))),
+        };
+        if floored[i] {
+            reason.push_str(&format!(", held at its min {}", mins[i]));
+        } else if mins[i] > 0 {
+            reason.push_str(&format!(", above its min {}", mins[i]));
+        }
+        if caps[i] != u64::MAX && n as u64 == caps[i] {
+            reason.push_str(", at its maximum");
+        }
+        shares.push(Share { cluster: m.name.clone(), replicas: n, reason });
+    }
+    minimal_movement(&mut shares, members, total, &caps, eligible);
     Ok(shares)
 }
 

@@ -221,13 +221,27 @@ pub struct Sharding {
 
 /// The user's pod template with the runtime support injected.
 pub fn inject(w: &Workload, ctx: &Context, sharding: Option<Sharding>, extra_env: &[Value]) -> Value {
-    let p = &ctx.profile;
-    let rt = &w.common.runtime;
     let mut t = serde_json::to_value(&w.common.template).unwrap_or_else(|_| json!({}));
     if !t.is_object() {
         t = json!({});
     }
-    // Metadata: ownership labels and the profile version (a bump rolls pods).
+    pod_metadata(w, ctx, &mut t);
+    let mut spec = t.get_mut("spec").map(Value::take).filter(Value::is_object).unwrap_or_else(|| json!({}));
+    user_containers(w, ctx, sharding, extra_env, &mut spec);
+    let mut init = platform_containers(w, ctx);
+    let mut existing_init: Vec<Value> =
+        spec.get("initContainers").and_then(Value::as_array).cloned().unwrap_or_default();
+    init.append(&mut existing_init);
+    spec["initContainers"] = Value::Array(init);
+    pod_defaults(w, &mut spec);
+    // Metadata first, as people read manifests.
+    obj([("metadata", t["metadata"].take()), ("spec", spec)])
+}
+
+/// Ownership labels and the profile version (a bump rolls pods); the
+/// scrape annotations when metrics are on.
+fn pod_metadata(w: &Workload, ctx: &Context, t: &mut Value) {
+    let (p, rt) = (&ctx.profile, &w.common.runtime);
     let mut pod_labels = labels(w);
     if let Some(existing) = t.pointer("/metadata/labels").and_then(Value::as_object) {
         for (k, v) in existing {
@@ -243,12 +257,12 @@ pub fn inject(w: &Workload, ctx: &Context, sharding: Option<Sharding>, extra_env
         t["metadata"]["annotations"]["prometheus.io/path"] =
             json!(rt.metrics.path.clone().unwrap_or_else(|| "/metrics".into()));
     }
-    let spec = t.as_object_mut().expect("object").entry("spec").or_insert(json!({}));
-    if !spec.is_object() {
-        *spec = json!({});
-    }
+}
 
-    // Env for every user container.
+/// Every user container: the platform's env and mounts, default requests
+/// and a memory limit.
+fn user_containers(w: &Workload, ctx: &Context, sharding: Option<Sharding>, extra_env: &[Value], spec: &mut Value) {
+    let p = &ctx.profile;
     let mut env = vec![
         json!({"name": "PLATFORM_TEAM", "value": w.common.owner.team}),
         json!({"name": "PLATFORM_PROJECT", "value": w.common.owner.project}),
@@ -307,8 +321,11 @@ pub fn inject(w: &Workload, ctx: &Context, sharding: Option<Sharding>, extra_env
             }
         }
     }
+}
 
-    // Init container and native sidecars, in start order.
+/// The init container and native sidecars, in start order.
+fn platform_containers(w: &Workload, ctx: &Context) -> Vec<Value> {
+    let (p, rt) = (&ctx.profile, &w.common.runtime);
     let mut init: Vec<Value> = Vec::new();
     let templates: Vec<String> = w.common.config_templates.iter().map(|c| c.name.clone()).collect();
     init.push(obj([
@@ -365,11 +382,12 @@ pub fn inject(w: &Workload, ctx: &Context, sharding: Option<Sharding>, extra_env
             json!({"ports": [{"name": "pf-metrics", "containerPort": 9100}]}),
         ));
     }
-    let mut existing_init: Vec<Value> =
-        spec.get("initContainers").and_then(Value::as_array).cloned().unwrap_or_default();
-    init.append(&mut existing_init);
-    spec["initContainers"] = Value::Array(init);
+    init
+}
 
+/// The platform's volumes and the pod's defaults: service account,
+/// priority, security context, zone spread, a batch pod's restart policy.
+fn pod_defaults(w: &Workload, spec: &mut Value) {
     let mut volumes: Vec<Value> = spec.get("volumes").and_then(Value::as_array).cloned().unwrap_or_default();
     volumes.extend([
         json!({"name": "platform-config", "emptyDir": {}}),
@@ -391,8 +409,6 @@ pub fn inject(w: &Workload, ctx: &Context, sharding: Option<Sharding>, extra_env
     if w.kind.batch() && spec.get("restartPolicy").is_none() {
         spec["restartPolicy"] = json!("Never");
     }
-    // Metadata first, as people read manifests.
-    obj([("metadata", t["metadata"].take()), ("spec", t["spec"].take())])
 }
 
 fn service_account(w: &Workload) -> Value {
