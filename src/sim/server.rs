@@ -303,13 +303,7 @@ pub async fn handle(
     let _lease = (segs.contains(&"coordination.k8s.io") && segs.contains(&"leases")).then(|| leases.enter());
     let quorum = shared.lock().expect("store lock").etcd.has_quorum();
     if method == Method::GET && matches!(segs.as_slice(), ["healthz"] | ["readyz"] | ["livez"]) {
-        return if quorum {
-            (StatusCode::OK, "ok").into_response()
-        } else {
-            let check = segs[0];
-            let body = format!("[+]ping ok\n[-]etcd failed: reason withheld\n{check} check failed\n");
-            (StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
-        };
+        return health(segs[0], quorum);
     }
     // Without an etcd quorum every read and write times out in etcd.
     if !quorum && !matches!(segs.as_slice(), ["version"]) {
@@ -318,32 +312,15 @@ pub async fn handle(
     let q = query(&uri);
     let content_type =
         headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
-    // Authentication: a token the sim minted is its service account's; any
-    // other token is refused; no credentials is the sim's administrator.
-    let user = match headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|h| h.strip_prefix("Bearer "))
-    {
-        None => None,
-        Some(token) => match shared.lock().expect("store lock").tokens.get(token.trim()) {
-            Some((ns, sa)) => Some(super::auth::User::service_account(ns, sa)),
-            None => return err(ApiError::new(401, "Unauthorized", "Unauthorized")),
-        },
+    let user = match authenticate(&shared, &headers) {
+        Ok(u) => u,
+        Err(e) => return err(e),
     };
     let target = {
         let inner = shared.lock().expect("store lock");
-        if method == Method::GET {
-            if user.is_none() || super::auth::discovery_path(&segs) {
-                if segs == ["openapi", "v2"] {
-                    let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or_default();
-                    if accept.contains("protobuf") {
-                        let mut r = (StatusCode::OK, super::openapi::v2_protobuf(&inner.registry)).into_response();
-                        r.headers_mut().insert("content-type", super::openapi::V2_PROTOBUF.parse().expect("header"));
-                        return r;
-                    }
-                    return json_response(200, &super::openapi::v2(&inner.registry));
-                }
-                if let Some(d) = discovery(&inner, &segs, port) {
-                    return json_response(200, &d);
-                }
+        if method == Method::GET && (user.is_none() || super::auth::discovery_path(&segs)) {
+            if let Some(r) = discovery_answer(&inner, &segs, &headers, port) {
+                return r;
             }
         }
         parse_target(&inner, &segs)
@@ -358,19 +335,9 @@ pub async fn handle(
     };
     let ns = t.namespace.clone().unwrap_or_default();
     if let Some(user) = &user {
-        let watching = q.get("watch").is_some_and(|w| w == "true" || w == "1");
-        let attrs = super::auth::Attributes {
-            verb: super::auth::verb(method.as_str(), t.name.is_some(), watching).to_string(),
-            group: rt.group.clone(),
-            resource: rt.plural.clone(),
-            subresource: t.sub.clone(),
-            namespace: if rt.namespaced { ns.clone() } else { String::new() },
-            name: t.name.clone(),
-        };
         let inner = shared.lock().expect("store lock");
-        if let Err(msg) = super::auth::authorize(&inner, user, &attrs) {
-            let details = json!({"name": t.name.clone().unwrap_or_default(), "group": rt.group, "kind": rt.plural});
-            return err(ApiError::new(403, "Forbidden", msg).with_details(details));
+        if let Err(e) = authorize(&inner, user, &method, &t, &rt, &q) {
+            return err(e);
         }
     }
     if q.get("watch").is_some_and(|w| w == "true" || w == "1") && method == Method::GET {
@@ -387,21 +354,7 @@ pub async fn handle(
             q.get("container").map(String::as_str),
         );
     }
-    // An eviction's body names what the URL already names: accept any
-    // encoding (kubectl drain sends protobuf) without decoding it.
-    // A TokenRequest's likewise (kubectl create token sends protobuf; the
-    // sim's tokens ignore its audiences and honour no expiry).
-    let is_eviction = t.sub.as_deref() == Some("eviction");
-    let opaque = is_eviction
-        || (t.sub.as_deref() == Some("token") && rt.plural == "serviceaccounts" && !content_type.contains("json"));
-    // A JSON eviction is read for its deleteOptions (the grace period).
-    let body = match if is_eviction && content_type.contains("json") {
-        Ok(parse_body(&content_type, &body).unwrap_or(Value::Null))
-    } else if opaque {
-        Ok(Value::Null)
-    } else {
-        parse_body(&content_type, &body)
-    } {
+    let body = match request_body(&t, &rt, &content_type, &body) {
         Ok(b) => b,
         Err(e) => return err(e),
     };
@@ -416,20 +369,7 @@ pub async fn handle(
         && t.sub.as_deref() == Some("token")
     {
         let mut inner = shared.lock().expect("store lock");
-        let name = t.name.clone().unwrap_or_default();
-        if let Err(e) = inner.get(&rt, &ns, &name) {
-            return err(e);
-        }
-        let token = inner.mint_token(&ns, &name);
-        let secs = body.pointer("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(3600);
-        let expires = (chrono::Utc::now() + chrono::Duration::seconds(secs)).format("%Y-%m-%dT%H:%M:%SZ").to_string();
-        return json_response(
-            201,
-            &json!({"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
-                "metadata": {"name": name, "namespace": ns},
-                "spec": {"audiences": body.pointer("/spec/audiences").cloned().unwrap_or(json!([])), "expirationSeconds": secs},
-                "status": {"token": token, "expirationTimestamp": expires}}),
-        );
+        return token_request(&mut inner, &rt, &ns, t.name.as_deref().unwrap_or_default(), &body);
     }
     let mgr = manager(&q, &headers);
     let as_table = headers.get("accept").and_then(|v| v.to_str().ok()).is_some_and(super::table::wants_table);
@@ -453,36 +393,7 @@ pub async fn handle(
         None => Answer::Shared(code, o),
     };
     let result: R<Answer> = (|| match (&method, t.name.as_deref()) {
-        (&Method::GET, None) => {
-            let (l, f) = selectors(&q)?;
-            let limit = q.get("limit").and_then(|l| l.parse().ok());
-            let ns_filter = t.namespace.as_deref().filter(|_| rt.namespaced);
-            let r = inner.list(
-                &rt,
-                ns_filter,
-                &l,
-                &f,
-                limit,
-                q.get("continue").map(String::as_str).filter(|c| !c.is_empty()),
-            )?;
-            if as_table {
-                return Ok(Answer::Value(
-                    200,
-                    super::table::table(&rt, &r.items, &r.resource_version.to_string(), r.continue_token.as_deref()),
-                ));
-            }
-            let mut metadata = json!({"resourceVersion": r.resource_version.to_string()});
-            if let Some(c) = r.continue_token {
-                metadata["continue"] = json!(c);
-            }
-            if let Some(n) = r.remaining {
-                metadata["remainingItemCount"] = json!(n);
-            }
-            Ok(Answer::Value(
-                200,
-                json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": metadata, "items": r.items}),
-            ))
-        }
+        (&Method::GET, None) => list(&inner, &rt, t.namespace.as_deref(), &q, as_table),
         (&Method::GET, Some(name)) => match sub {
             Sub::Scale => Ok(Answer::Value(200, inner.get_scale(&rt, &ns, name)?)),
             _ if as_table => {
@@ -513,46 +424,8 @@ pub async fn handle(
             let out = inner.patch_shared(&rt, &ns, name, &content_type, body, &mgr, force, sub, dry_run)?;
             Ok(stored(&inner, if exists { 200 } else { 201 }, out))
         }
-        (&Method::DELETE, Some(name)) => {
-            let policy = q
-                .get("propagationPolicy")
-                .cloned()
-                .or_else(|| body.get("propagationPolicy").and_then(Value::as_str).map(str::to_string));
-            let propagation = match policy.as_deref() {
-                Some("Foreground") => Propagation::Foreground,
-                Some("Orphan") => Propagation::Orphan,
-                _ if body.get("orphanDependents").and_then(Value::as_bool) == Some(true) => Propagation::Orphan,
-                _ => Propagation::Background,
-            };
-            let precondition =
-                body.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
-            if rt.group.is_empty() && rt.plural == "pods" {
-                let grace = q
-                    .get("gracePeriodSeconds")
-                    .and_then(|g| g.parse::<i64>().ok())
-                    .or_else(|| body.get("gracePeriodSeconds").and_then(Value::as_i64));
-                return Ok(Answer::Value(
-                    200,
-                    inner.delete_pod(&ns, name, grace, propagation, precondition.as_deref(), dry_run)?,
-                ));
-            }
-            Ok(Answer::Value(200, inner.delete(&rt, &ns, name, propagation, precondition.as_deref(), dry_run)?))
-        }
-        (&Method::DELETE, None) => {
-            let (l, f) = selectors(&q)?;
-            let ns_filter = t.namespace.as_deref().filter(|_| rt.namespaced);
-            let items = inner.list(&rt, ns_filter, &l, &f, None, None)?.items;
-            let mut deleted = Vec::new();
-            for it in items {
-                let name = it.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
-                let ins = it.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string();
-                deleted.push(inner.delete(&rt, &ins, &name, Propagation::Background, None, dry_run)?);
-            }
-            Ok(Answer::Value(
-                200,
-                json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": {}, "items": deleted}),
-            ))
-        }
+        (&Method::DELETE, Some(name)) => delete(&mut inner, &rt, &ns, name, &q, &body, dry_run),
+        (&Method::DELETE, None) => delete_collection(&mut inner, &rt, t.namespace.as_deref(), &q, dry_run),
         _ => Err(ApiError::new(405, "MethodNotAllowed", format!("{method} is not supported on {path}"))),
     })();
     drop(inner);
@@ -562,15 +435,201 @@ pub async fn handle(
         tracing::debug!(%method, path, waited, held, "a slow request (ms)");
     }
     match result {
-        Ok(Answer::Value(code, v)) => json_response(code, &v),
-        Ok(Answer::Shared(code, v)) => json_response(code, &v),
-        Ok(Answer::Text(code, text)) => {
-            let mut r = (StatusCode::from_u16(code).unwrap_or(StatusCode::OK), text).into_response();
-            r.headers_mut().insert("content-type", "application/json".parse().expect("header"));
-            r
-        }
+        Ok(a) => a.response(),
         Err(e) => err(e),
     }
+}
+
+/// Authentication: a token the sim minted is its service account's; any
+/// other token is refused; no credentials is the sim's administrator (None).
+fn authenticate(shared: &Shared, headers: &HeaderMap) -> R<Option<super::auth::User>> {
+    let bearer = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|h| h.strip_prefix("Bearer "));
+    let Some(token) = bearer else { return Ok(None) };
+    match shared.lock().expect("store lock").tokens.get(token.trim()) {
+        Some((ns, sa)) => Ok(Some(super::auth::User::service_account(ns, sa))),
+        None => Err(ApiError::new(401, "Unauthorized", "Unauthorized")),
+    }
+}
+
+/// `/healthz`, `/readyz`, `/livez`: ok, or etcd's failure as the API
+/// server words it.
+fn health(check: &str, quorum: bool) -> Response {
+    if quorum {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        let body = format!("[+]ping ok\n[-]etcd failed: reason withheld\n{check} check failed\n");
+        (StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
+    }
+}
+
+/// The OpenAPI document (JSON or protobuf, as asked) and API discovery.
+fn discovery_answer(inner: &Inner, segs: &[&str], headers: &HeaderMap, port: u16) -> Option<Response> {
+    if segs == ["openapi", "v2"] {
+        let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        if accept.contains("protobuf") {
+            let mut r = (StatusCode::OK, super::openapi::v2_protobuf(&inner.registry)).into_response();
+            r.headers_mut().insert("content-type", super::openapi::V2_PROTOBUF.parse().expect("header"));
+            return Some(r);
+        }
+        return Some(json_response(200, &super::openapi::v2(&inner.registry)));
+    }
+    discovery(inner, segs, port).map(|d| json_response(200, &d))
+}
+
+/// RBAC for a request of an authenticated user (the sim's administrator
+/// has no token and may do anything).
+fn authorize(
+    inner: &Inner,
+    user: &super::auth::User,
+    method: &Method,
+    t: &Target,
+    rt: &ResourceType,
+    q: &HashMap<String, String>,
+) -> R<()> {
+    let ns = t.namespace.clone().unwrap_or_default();
+    let watching = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let attrs = super::auth::Attributes {
+        verb: super::auth::verb(method.as_str(), t.name.is_some(), watching).to_string(),
+        group: rt.group.clone(),
+        resource: rt.plural.clone(),
+        subresource: t.sub.clone(),
+        namespace: if rt.namespaced { ns.clone() } else { String::new() },
+        name: t.name.clone(),
+    };
+    if let Err(msg) = super::auth::authorize(inner, user, &attrs) {
+        let details = json!({"name": t.name.clone().unwrap_or_default(), "group": rt.group, "kind": rt.plural});
+        return Err(ApiError::new(403, "Forbidden", msg).with_details(details));
+    }
+    Ok(())
+}
+
+/// The request's body, decoded as its content type says; an eviction's
+/// and a protobuf TokenRequest's are not decoded (the URL names what they
+/// name), a JSON eviction is read for its deleteOptions (the grace period).
+fn request_body(t: &Target, rt: &ResourceType, content_type: &str, body: &Bytes) -> R<Value> {
+    // An eviction's body names what the URL already names: accept any
+    // encoding (kubectl drain sends protobuf) without decoding it.
+    // A TokenRequest's likewise (kubectl create token sends protobuf; the
+    // sim's tokens ignore its audiences and honour no expiry).
+    let is_eviction = t.sub.as_deref() == Some("eviction");
+    let opaque = is_eviction
+        || (t.sub.as_deref() == Some("token") && rt.plural == "serviceaccounts" && !content_type.contains("json"));
+    // A JSON eviction is read for its deleteOptions (the grace period).
+    if is_eviction && content_type.contains("json") {
+        Ok(parse_body(content_type, body).unwrap_or(Value::Null))
+    } else if opaque {
+        Ok(Value::Null)
+    } else {
+        parse_body(content_type, body)
+    }
+}
+
+/// A TokenRequest: a token the sim's authenticator knows (audiences
+/// echoed, expiry not enforced), never stored.
+fn token_request(inner: &mut Inner, rt: &ResourceType, ns: &str, name: &str, body: &Value) -> Response {
+    if let Err(e) = inner.get(rt, ns, name) {
+        return err(e);
+    }
+    let token = inner.mint_token(ns, name);
+    let secs = body.pointer("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(3600);
+    let expires = (chrono::Utc::now() + chrono::Duration::seconds(secs)).format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    return json_response(
+        201,
+        &json!({"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"audiences": body.pointer("/spec/audiences").cloned().unwrap_or(json!([])), "expirationSeconds": secs},
+            "status": {"token": token, "expirationTimestamp": expires}}),
+    );
+}
+
+/// A LIST: its items by selectors, a page at a time, as a list or a table.
+fn list(
+    inner: &Inner,
+    rt: &ResourceType,
+    namespace: Option<&str>,
+    q: &HashMap<String, String>,
+    as_table: bool,
+) -> R<Answer> {
+    let (l, f) = selectors(q)?;
+    let limit = q.get("limit").and_then(|l| l.parse().ok());
+    let ns_filter = namespace.filter(|_| rt.namespaced);
+    let r =
+        inner.list(rt, ns_filter, &l, &f, limit, q.get("continue").map(String::as_str).filter(|c| !c.is_empty()))?;
+    if as_table {
+        return Ok(Answer::Value(
+            200,
+            super::table::table(rt, &r.items, &r.resource_version.to_string(), r.continue_token.as_deref()),
+        ));
+    }
+    let mut metadata = json!({"resourceVersion": r.resource_version.to_string()});
+    if let Some(c) = r.continue_token {
+        metadata["continue"] = json!(c);
+    }
+    if let Some(n) = r.remaining {
+        metadata["remainingItemCount"] = json!(n);
+    }
+    Ok(Answer::Value(
+        200,
+        json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": metadata, "items": r.items}),
+    ))
+}
+
+/// A DELETE of one object: its propagation and precondition from the
+/// query or the body; a pod's grace period.
+fn delete(
+    inner: &mut Inner,
+    rt: &ResourceType,
+    ns: &str,
+    name: &str,
+    q: &HashMap<String, String>,
+    body: &Value,
+    dry_run: bool,
+) -> R<Answer> {
+    let policy = q
+        .get("propagationPolicy")
+        .cloned()
+        .or_else(|| body.get("propagationPolicy").and_then(Value::as_str).map(str::to_string));
+    let propagation = match policy.as_deref() {
+        Some("Foreground") => Propagation::Foreground,
+        Some("Orphan") => Propagation::Orphan,
+        _ if body.get("orphanDependents").and_then(Value::as_bool) == Some(true) => Propagation::Orphan,
+        _ => Propagation::Background,
+    };
+    let precondition = body.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
+    if rt.group.is_empty() && rt.plural == "pods" {
+        let grace = q
+            .get("gracePeriodSeconds")
+            .and_then(|g| g.parse::<i64>().ok())
+            .or_else(|| body.get("gracePeriodSeconds").and_then(Value::as_i64));
+        return Ok(Answer::Value(
+            200,
+            inner.delete_pod(ns, name, grace, propagation, precondition.as_deref(), dry_run)?,
+        ));
+    }
+    Ok(Answer::Value(200, inner.delete(rt, ns, name, propagation, precondition.as_deref(), dry_run)?))
+}
+
+/// A DELETE of a collection: what the selectors match.
+fn delete_collection(
+    inner: &mut Inner,
+    rt: &ResourceType,
+    namespace: Option<&str>,
+    q: &HashMap<String, String>,
+    dry_run: bool,
+) -> R<Answer> {
+    let (l, f) = selectors(q)?;
+    let ns_filter = namespace.filter(|_| rt.namespaced);
+    let items = inner.list(rt, ns_filter, &l, &f, None, None)?.items;
+    let mut deleted = Vec::new();
+    for it in items {
+        let name = it.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+        let ins = it.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string();
+        deleted.push(inner.delete(rt, &ins, &name, Propagation::Background, None, dry_run)?);
+    }
+    Ok(Answer::Value(
+        200,
+        json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": {}, "items": deleted}),
+    ))
 }
 
 /// A request that waits for or holds the store this long is logged.
@@ -583,6 +642,20 @@ enum Answer {
     /// A stored object no event carries (a write that changed nothing).
     Shared(u16, std::sync::Arc<Value>),
     Text(u16, Bytes),
+}
+
+impl Answer {
+    fn response(self) -> Response {
+        match self {
+            Answer::Value(code, v) => json_response(code, &v),
+            Answer::Shared(code, v) => json_response(code, &v),
+            Answer::Text(code, text) => {
+                let mut r = (StatusCode::from_u16(code).unwrap_or(StatusCode::OK), text).into_response();
+                r.headers_mut().insert("content-type", "application/json".parse().expect("header"));
+                r
+            }
+        }
+    }
 }
 
 fn event_json(ev: &Event, table: Option<&ResourceType>) -> Bytes {

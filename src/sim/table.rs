@@ -100,31 +100,7 @@ fn cells(t: &ResourceType, o: &Value) -> Vec<Value> {
     let i = |p: &str| o.pointer(p).and_then(Value::as_i64).unwrap_or(0);
     match (t.group.as_str(), t.plural.as_str()) {
         ("", "nodes") => {
-            let ready = o
-                .pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
-                .map(|c| c["status"] == "True");
-            let mut status = match ready {
-                Some(true) => "Ready".to_string(),
-                Some(false) => "NotReady".to_string(),
-                None => "Unknown".to_string(),
-            };
-            if o.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
-                status.push_str(",SchedulingDisabled");
-            }
-            let roles: Vec<&str> = o
-                .pointer("/metadata/labels")
-                .and_then(Value::as_object)
-                .map(|l| l.keys().filter_map(|k| k.strip_prefix("node-role.kubernetes.io/")).collect())
-                .unwrap_or_default();
-            c.extend([
-                json!(status),
-                json!(if roles.is_empty() { "<none>".to_string() } else { roles.join(",") }),
-                json!(age_text),
-                json!(s(o, "/status/nodeInfo/kubeletVersion")),
-                json!("<none>"),
-            ]);
+            node_cells(o, &mut c, &age_text);
         }
         ("certificates.k8s.io", "certificatesigningrequests") => {
             // As kubectl prints them: Approved,Issued / Denied / Pending.
@@ -146,50 +122,7 @@ fn cells(t: &ResourceType, o: &Value) -> Vec<Value> {
             ]);
         }
         ("", "pods") => {
-            let total = o.pointer("/spec/containers").and_then(Value::as_array).map(Vec::len).unwrap_or(0);
-            let ready = o
-                .pointer("/status/containerStatuses")
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter(|c| c["ready"] == true).count())
-                .unwrap_or(0);
-            // As the server's pod printer: the phase, overridden by a
-            // container's waiting or terminated reason (last container
-            // first), "Terminating" while deleted; restarts summed.
-            let mut reason = s(o, "/status/phase").to_string();
-            if reason.is_empty() {
-                reason = "Pending".into();
-            }
-            let mut restarts = 0;
-            let mut has_running = false;
-            let statuses =
-                o.pointer("/status/containerStatuses").and_then(Value::as_array).cloned().unwrap_or_default();
-            for st in statuses.iter().rev() {
-                restarts += st["restartCount"].as_i64().unwrap_or(0);
-                let waiting = st.pointer("/state/waiting/reason").and_then(Value::as_str).filter(|r| !r.is_empty());
-                let terminated =
-                    st.pointer("/state/terminated/reason").and_then(Value::as_str).filter(|r| !r.is_empty());
-                if let Some(r) = waiting.or(terminated) {
-                    reason = r.to_string();
-                } else if st["ready"] == true && st.pointer("/state/running").is_some() {
-                    has_running = true;
-                }
-            }
-            if reason == "Completed" && has_running {
-                reason = "Running".into();
-            }
-            if o.pointer("/metadata/deletionTimestamp").is_some() {
-                reason = "Terminating".into();
-            }
-            let ip = s(o, "/status/podIP");
-            let node = s(o, "/spec/nodeName");
-            c.extend([
-                json!(format!("{ready}/{total}")),
-                json!(reason),
-                json!(restarts.to_string()),
-                json!(age_text),
-                json!(if ip.is_empty() { "<none>" } else { ip }),
-                json!(if node.is_empty() { "<none>" } else { node }),
-            ]);
+            pod_cells(o, &mut c, &age_text);
         }
         ("apps", "deployments") => c.extend([
             json!(format!(
@@ -268,6 +201,81 @@ fn cells(t: &ResourceType, o: &Value) -> Vec<Value> {
         _ => c.push(json!(age_text)),
     }
     c
+}
+
+/// A Node's columns: status, roles, age, version.
+fn node_cells(o: &Value, c: &mut Vec<Value>, age_text: &str) {
+    let ready = o
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| c["status"] == "True");
+    let mut status = match ready {
+        Some(true) => "Ready".to_string(),
+        Some(false) => "NotReady".to_string(),
+        None => "Unknown".to_string(),
+    };
+    if o.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+        status.push_str(",SchedulingDisabled");
+    }
+    let roles: Vec<&str> = o
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|l| l.keys().filter_map(|k| k.strip_prefix("node-role.kubernetes.io/")).collect())
+        .unwrap_or_default();
+    c.extend([
+        json!(status),
+        json!(if roles.is_empty() { "<none>".to_string() } else { roles.join(",") }),
+        json!(age_text),
+        json!(s(o, "/status/nodeInfo/kubeletVersion")),
+        json!("<none>"),
+    ]);
+}
+
+/// A Pod's columns: ready, status, restarts, age.
+fn pod_cells(o: &Value, c: &mut Vec<Value>, age_text: &str) {
+    let total = o.pointer("/spec/containers").and_then(Value::as_array).map(Vec::len).unwrap_or(0);
+    let ready = o
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter(|c| c["ready"] == true).count())
+        .unwrap_or(0);
+    // As the server's pod printer: the phase, overridden by a
+    // container's waiting or terminated reason (last container
+    // first), "Terminating" while deleted; restarts summed.
+    let mut reason = s(o, "/status/phase").to_string();
+    if reason.is_empty() {
+        reason = "Pending".into();
+    }
+    let mut restarts = 0;
+    let mut has_running = false;
+    let statuses = o.pointer("/status/containerStatuses").and_then(Value::as_array).cloned().unwrap_or_default();
+    for st in statuses.iter().rev() {
+        restarts += st["restartCount"].as_i64().unwrap_or(0);
+        let waiting = st.pointer("/state/waiting/reason").and_then(Value::as_str).filter(|r| !r.is_empty());
+        let terminated = st.pointer("/state/terminated/reason").and_then(Value::as_str).filter(|r| !r.is_empty());
+        if let Some(r) = waiting.or(terminated) {
+            reason = r.to_string();
+        } else if st["ready"] == true && st.pointer("/state/running").is_some() {
+            has_running = true;
+        }
+    }
+    if reason == "Completed" && has_running {
+        reason = "Running".into();
+    }
+    if o.pointer("/metadata/deletionTimestamp").is_some() {
+        reason = "Terminating".into();
+    }
+    let ip = s(o, "/status/podIP");
+    let node = s(o, "/spec/nodeName");
+    c.extend([
+        json!(format!("{ready}/{total}")),
+        json!(reason),
+        json!(restarts.to_string()),
+        json!(age_text),
+        json!(if ip.is_empty() { "<none>" } else { ip }),
+        json!(if node.is_empty() { "<none>" } else { node }),
+    ]);
 }
 
 /// The JSONPath subset printer columns use: `.a.b`, `[N]`, and
