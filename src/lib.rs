@@ -7,8 +7,8 @@
 //! clusters/*.yaml ─▶ spec (extends → check → defaults → validate) ─▶ Cluster
 //!    Cluster ─▶ render (cloud-init, kubeadm, kind, kubeconfig)
 //!    Cluster ─▶ cloud::model (desired) ─▶ plan (vs cloud::aws::observe) ─▶ cloud::ops ─▶ apply
-//!        launches try a group's offerings in order, skipping the capacity ledger's (capacity, state::capacity)
-//!    apply::cluster (bootstrap / apply / destroy) ─▶ rollout::upgrade ─▶ ami::job
+//!        launches: capacity::launcher decides (offerings in order, the ledger's skips, the cap) ─▶ cloud::aws::ops::launch calls EC2
+//!    apply::cluster (bootstrap / apply / destroy) ─▶ rollout::upgrade ◀─ imaging (the AMI job, the gate; ami decides)
 //!    clusters/fleet.yaml ─▶ fleet::plan ─▶ fleet::rollout::decide ─▶ fleet::run (each cluster's rollout::upgrade)
 //!    Cluster ─▶ addons ─▶ in-cluster controller ─▶ federation (placement, health, fan-out)
 //!    Cluster + what runs (AWS, the cluster's API) ─▶ diff (drift by layer, clusters compared)
@@ -19,10 +19,10 @@
 //!
 //! Where things live:
 //! - pure: [`spec`], [`capacity`] (offerings, refusal codes, the
-//!   fallback order and the capacity ledger), [`render`], [`cloud::model`], [`cloud::iam`] (the
+//!   fallback order, the capacity ledger and the launcher's decisions), [`render`], [`cloud::model`], [`cloud::iam`] (the
 //!   machines' roles and policies), [`cloud::ops`] (the operations a plan
-//!   decides), [`cloud::orphans`], [`plan`], [`ami`]'s
-//!   selection, [`rollout::policy`], [`workloads`], [`federation::placement`]
+//!   decides), [`cloud::orphans`], [`plan`], [`ami`] (selection,
+//!   recipes, bakes' steps, channels, gates, waves, gc, the AMI job's record), [`rollout::policy`], [`workloads`], [`federation::placement`]
 //!   and [`federation::health`], [`kube::validation`], [`kube::ready`], the
 //!   serving-certificate approver's decision ([`controller::serving::decide`]),
 //!   the fleet rollout's plan and decisions ([`fleet::plan`], [`fleet::rollout`]),
@@ -32,7 +32,8 @@
 //!   screen draws ([`views`]);
 //! - effects: [`cloud::aws`] (the SDK edge), [`state`] (state store, lock,
 //!   PKI, the join material machines fetch, history, roll progress), [`apply`] (executor and the cluster
-//!   operations), [`rollout`] (driver, roll under the lock), [`ami::job`],
+//!   operations), [`rollout`] (driver, roll under the lock), [`imaging`] (the AMI job and
+//!   the gate, run),
 //!   [`fleet::run`] (the fleet rollout's one writer) and [`fleet::aws`],
 //!   [`kube`] (every Kubernetes mechanic), [`addons`], [`controller`], the
 //!   gateway's service and API ([`gateway::service`], [`gateway::http`],
