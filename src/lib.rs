@@ -63,6 +63,7 @@ pub mod imaging;
 pub mod kube;
 pub mod output;
 pub mod plan;
+pub mod provenance;
 pub mod render;
 pub mod rollout;
 pub mod sdk_error;

@@ -134,6 +134,7 @@ fn ground_floors_name_nothing_above_them() {
         "gateway",
         "imaging",
         "plan",
+        "provenance",
         "render",
         "rollout",
         "sim",
@@ -239,7 +240,7 @@ fn functions_a_reader_can_hold() {
 /// The rooms whose docs say they are pure: decisions and data, no effect.
 /// Effects sit at the edges (`cloud::aws`, `state`, `kube`, `imaging`,
 /// `fleet`, `cli`, …) and call into these rooms, never the other way.
-const PURE: &[&str] = &["ami", "capacity", "plan", "render", "views", "workloads"];
+const PURE: &[&str] = &["ami", "capacity", "plan", "provenance", "render", "views", "workloads"];
 
 /// What an effect looks like in code: an AWS client, the state store or
 /// its lock, a Kubernetes client, the async runtime, a process.
