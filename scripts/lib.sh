@@ -75,6 +75,55 @@ apt_install() {
   fi
 }
 
+# Debian's OCI registry (distribution), unpacked into the build directory
+# (not installed: its package would start a service on :5000). Sets
+# REGISTRY_BIN.
+ensure_registry() {
+  local dir="${CARGO_TARGET_DIR}/debs/docker-registry"
+  REGISTRY_BIN="${dir}/usr/bin/docker-registry"
+  [[ -x "${REGISTRY_BIN}" ]] && return
+  log "unpacking Debian's docker-registry into ${dir}"
+  local tmp
+  tmp=$(mktemp -d)
+  if [[ ! -f /tmp/.pinfleet-apt-updated ]]; then
+    apt-get -o DPkg::Lock::Timeout=600 -q update >/dev/null && touch /tmp/.pinfleet-apt-updated
+  fi
+  (cd "${tmp}" && apt-get -q download docker-registry >/dev/null 2>&1)
+  mkdir -p "${dir}"
+  dpkg-deb -x "${tmp}"/docker-registry_*.deb "${dir}"
+  rm -rf "${tmp}"
+  [[ -x "${REGISTRY_BIN}" ]]
+}
+
+# Starts the registry on 127.0.0.1 with its storage under the build
+# directory (emptied first); sets REGISTRY_ADDR. Stopped by the cleanup.
+start_registry() {
+  local port dir="${CARGO_TARGET_DIR}/registry"
+  port=$(free_port)
+  rm -rf "${dir}"
+  mkdir -p "${dir}/data"
+  cat >"${dir}/config.yml" <<CONFIG
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: ${dir}/data
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:${port}
+  secret: pinfleet-test-registry
+CONFIG
+  start_bg "${REGISTRY_BIN}" serve "${dir}/config.yml" >"${dir}/registry.log" 2>&1
+  REGISTRY_ADDR="127.0.0.1:${port}"
+  if wait_until_up "http://${REGISTRY_ADDR}/v2/" "${BG_LAST}" 15; then
+    return
+  fi
+  echo "the registry did not start on ${REGISTRY_ADDR} (see ${dir}/registry.log)" >&2
+  return 1
+}
+
 # A free TCP port on 127.0.0.1.
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'

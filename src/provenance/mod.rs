@@ -293,7 +293,8 @@ fn attestation(
         .ok_or("provenance not signed by a key the team trusts")?;
     let st: Value = serde_json::from_slice(&payload).map_err(|_| "a provenance statement that is not JSON")?;
     let hex = digest.strip_prefix("sha256:").unwrap_or_default();
-    let about = st["subject"].as_array().into_iter().flatten().any(|s| s.pointer("/digest/sha256") == Some(&Value::from(hex)));
+    let about =
+        st["subject"].as_array().into_iter().flatten().any(|s| s.pointer("/digest/sha256") == Some(&Value::from(hex)));
     if !about {
         return Err(format!("a provenance statement about another artifact than {digest}"));
     }
@@ -331,7 +332,8 @@ mod tests {
     use sha2::Digest as _;
 
     const DIGEST: &str = "sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9";
-    const BUILDER: &str = "https://github.com/slsa-framework/slsa-github-generator/.github/workflows/builder.yml@refs/tags/v2.0.0";
+    const BUILDER: &str =
+        "https://github.com/slsa-framework/slsa-github-generator/.github/workflows/builder.yml@refs/tags/v2.0.0";
 
     fn key(seed: &str) -> SigningKey {
         SigningKey::from_slice(&sha2::Sha256::digest(seed.as_bytes())).unwrap()
@@ -422,7 +424,8 @@ mod tests {
         tampered.signatures[0].0 = simple_signing_payload("registry.example/search/evil", DIGEST);
         assert!(why(&tampered).contains("does not trust"), "{}", why(&tampered));
         let mut extra = evidence(&k, "refs/heads/main");
-        extra.attestations = vec![envelope(&k, &statement(DIGEST, "refs/heads/main", Some(("cacheFrom", Value::from("x")))))];
+        extra.attestations =
+            vec![envelope(&k, &statement(DIGEST, "refs/heads/main", Some(("cacheFrom", Value::from("x")))))];
         assert!(why(&extra).contains("unknown build parameter \"cacheFrom\""), "{}", why(&extra));
         let mut no_att = evidence(&k, "refs/heads/main");
         no_att.attestations.clear();
@@ -443,7 +446,13 @@ mod tests {
     fn hostile_evidence_is_refused_never_a_panic() {
         let k = key("search");
         let p = policy(&k);
-        for junk in [&b""[..], b"null", b"{\"payloadType\": 5}", b"\xff\xfe", b"{\"payload\":\"!!\",\"payloadType\":\"application/vnd.in-toto+json\"}"] {
+        for junk in [
+            &b""[..],
+            b"null",
+            b"{\"payloadType\": 5}",
+            b"\xff\xfe",
+            b"{\"payload\":\"!!\",\"payloadType\":\"application/vnd.in-toto+json\"}",
+        ] {
             let ev = Evidence {
                 digest: DIGEST.into(),
                 signatures: vec![(junk.to_vec(), "%%%".into())],
