@@ -7,6 +7,8 @@
 mod gateway_support;
 #[path = "support/kube.rs"]
 mod kube_support;
+#[path = "support/registry.rs"]
+mod registry_support;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +34,16 @@ struct Gateway {
 }
 
 async fn gateway(host: &KubeEnv, members: &[&Member], issuer: Option<&Issuer>, quotas: Value) -> Gateway {
+    gateway_with(host, members, issuer, quotas, Policy::default()).await
+}
+
+async fn gateway_with(
+    host: &KubeEnv,
+    members: &[&Member],
+    issuer: Option<&Issuer>,
+    quotas: Value,
+    policy: Policy,
+) -> Gateway {
     let client = host.client().await;
     let namespace = host.unique("gw");
     service::install(&client, &namespace).await.unwrap();
@@ -68,7 +80,7 @@ async fn gateway(host: &KubeEnv, members: &[&Member], issuer: Option<&Issuer>, q
     let config = service::Config {
         namespace: namespace.clone(),
         identity: "test".into(),
-        policy: Policy::default(),
+        policy,
         interval: Duration::from_millis(200),
         lease_duration: Duration::from_secs(15),
         member_refresh: Duration::from_secs(1),
@@ -384,6 +396,69 @@ async fn a_service_is_admitted_placed_across_three_members_and_its_status_rolled
 /// Issue 51: the most common stateful workload, a container that mounts the
 /// volume its own claim template creates, is admitted, placed and runs (a
 /// real API server accepts its StatefulSet; the gateway's checks did not).
+/// A team with a trust policy, against a real registry: an image it did not
+/// sign, or built from a branch, is refused at its field with the reason; a
+/// signed landed release goes to the members by digest, its verdict kept
+/// with the submission.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teams_images_are_signed_landed_builds_and_reach_the_members_by_digest() {
+    use registry_support as reg;
+    let registry = reg::registry();
+    let oci = reg::client(&registry);
+    let signer = reg::key("provenance-team");
+    let good = reg::release(&oci, &registry, "team/web", "v1", &signer, "refs/heads/main").await;
+    reg::release(&oci, &registry, "team/web", "wip", &signer, "refs/heads/wip").await;
+    reg::push_image(&oci, &registry, "team/web", "unsigned", "unsigned").await;
+
+    let host = KubeEnv::start();
+    let east = member("east", 1, "4", true);
+    let team = host.namespace.clone();
+    let mut policy = Policy { allowed_registries: vec![format!("{registry}/")], ..Policy::default() };
+    policy.trust.insert(team.clone(), reg::policy(&signer));
+    let gw = gateway_with(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("8", "8")}} }), policy).await;
+    let c = gw.client(Some(ci_token(&host)));
+    let with_image = |name: &str, image: String| {
+        let mut w = service_of(&team, name, 1, "100m");
+        w["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
+        w
+    };
+    for (id, tag, why) in [("u-1", "unsigned", "unsigned"), ("w-1", "wip", "not a landed ref")] {
+        let w = with_image(id, format!("{registry}/team/web:{tag}"));
+        let r = c.call("POST", "/v1/submissions", Some(&json!({"id": id, "workload": w}))).await.unwrap();
+        assert_eq!(r.status, 422, "{:#}", r.body);
+        let text = r.body.to_string();
+        assert!(text.contains(why) && text.contains("spec.template.spec.containers[0].image"), "{text}");
+    }
+    let w = with_image("web", format!("{registry}/team/web:v1"));
+    let a = c.call("POST", "/v1/submissions", Some(&json!({"id": "web-1", "workload": w}))).await.unwrap();
+    assert_eq!(a.status, 201, "{:#}", a.body);
+    let sub: Submission = Api::namespaced(gw.host.clone(), &gw.namespace)
+        .get(&pinfleet::gateway::records::submission_name(&team, "web-1"))
+        .await
+        .unwrap();
+    let pinned = format!("{registry}/team/web@{good}");
+    assert_eq!(sub.spec.workload.pointer("/spec/template/spec/containers/0/image"), Some(&json!(pinned)));
+    assert_eq!(sub.spec.artifact, pinned);
+    assert_eq!(sub.spec.provenance.len(), 1);
+    assert_eq!(sub.spec.provenance[0].key.as_deref(), Some("search-release"));
+    gw.pass().await;
+    let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
+    let deps: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(k, &team);
+    let mut image = None;
+    for _ in 0..50 {
+        if let Ok(d) = deps.get("web").await {
+            image = d
+                .spec
+                .and_then(|s| s.template.spec)
+                .and_then(|p| p.containers.into_iter().find(|c| c.name == "app"))
+                .and_then(|c| c.image);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(image.as_deref(), Some(pinned.as_str()), "the member runs the digest, not the tag");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_statefulset_mounting_its_own_claim_is_admitted_and_runs() {
     let host = KubeEnv::start();

@@ -66,6 +66,9 @@ pub struct Policy {
     /// The DNS domains a platform admin assigned to each team: a team's
     /// Ingress hosts are its domains and their subdomains (no domain: no host).
     pub domains: std::collections::BTreeMap<String, Vec<String>>,
+    /// Per team, the provenance its images must carry (`--trust-policy`):
+    /// a team without one is not checked.
+    pub trust: std::collections::BTreeMap<String, crate::provenance::TrustPolicy>,
 }
 
 /// `TEAM=DOMAIN` (the gateway's `--team-domain`).
@@ -798,6 +801,46 @@ fn templates_of(kind: &str, obj: &Value) -> Vec<(String, Value)> {
             })
             .collect(),
         _ => vec![("spec.template".to_string(), obj.pointer("/spec/template").cloned().unwrap_or(Value::Null))],
+    }
+}
+
+/// Every container's image with the field it is at
+/// (`spec.template.spec.containers[0].image`), in the workload's order.
+pub fn image_fields(kind: &str, obj: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (at, t) in templates_of(kind, obj) {
+        for field in ["initContainers", "containers", "ephemeralContainers"] {
+            for (i, c) in
+                t.pointer(&format!("/spec/{field}")).and_then(Value::as_array).into_iter().flatten().enumerate()
+            {
+                let image = c.get("image").and_then(Value::as_str).unwrap_or_default().to_string();
+                out.push((format!("{at}.spec.{field}[{i}].image"), image));
+            }
+        }
+    }
+    out
+}
+
+/// Replaces each container image found in `pinned` (reference → the same
+/// image by digest) wherever a pod template of `obj` names it.
+pub fn pin_images(obj: &mut Value, pinned: &std::collections::BTreeMap<String, String>) {
+    match obj {
+        Value::Object(m) => {
+            for (k, v) in m.iter_mut() {
+                if matches!(k.as_str(), "initContainers" | "containers" | "ephemeralContainers") {
+                    for c in v.as_array_mut().into_iter().flatten() {
+                        let to = c.get("image").and_then(Value::as_str).and_then(|i| pinned.get(i)).cloned();
+                        if let Some(to) = to {
+                            c["image"] = Value::String(to);
+                        }
+                    }
+                } else {
+                    pin_images(v, pinned);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|v| pin_images(v, pinned)),
+        _ => {}
     }
 }
 

@@ -35,6 +35,11 @@ fn open_object(_: &mut SchemaGenerator) -> Schema {
     json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
 }
 
+/// A list of objects kept as written (the provenance verdicts).
+fn open_array(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}})
+}
+
 /// A submitted workload.
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
@@ -81,6 +86,11 @@ pub struct SubmissionSpec {
     /// Set by `cancel`; the leader releases and removes it.
     #[serde(default)]
     pub cancel: bool,
+    /// The provenance verdict of each image the team's trust policy checked
+    /// (what was checked, which key, which statement, or why not).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "open_array")]
+    pub provenance: Vec<crate::provenance::Verdict>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]

@@ -64,6 +64,10 @@ pub struct ServeArgs {
     /// A DNS domain a team's Ingress hosts may use, TEAM=DOMAIN (and its subdomains; repeat).
     #[arg(long = "team-domain", value_name = "TEAM=DOMAIN", value_parser = crate::gateway::intake::parse_team_domain)]
     pub team_domains: Vec<(String, String)>,
+    /// A team's trust policy, TEAM=FILE (YAML: mode enforce|warn, keys, builders, repositories, refs,
+    /// parameters): its images must be signed and carry SLSA provenance (repeat per team).
+    #[arg(long = "trust-policy", value_name = "TEAM=FILE", value_parser = parse_trust_policy)]
+    pub trust_policies: Vec<(String, crate::provenance::TrustPolicy)>,
     /// One check waived for one team, TEAM:CHECK (the standard's check name; repeat).
     #[arg(long = "pod-security-exception", value_name = "TEAM:CHECK", value_parser = crate::gateway::intake::PodSecurity::parse_exception)]
     pub pod_security_exceptions: Vec<(String, String)>,
@@ -220,6 +224,7 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
         identity: s.identity.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id())),
         policy: Policy {
             allowed_registries: s.allowed_registries.clone(),
+            trust: s.trust_policies.iter().cloned().collect(),
             priority_classes: s.priority_classes.clone(),
             domains: s.team_domains.iter().fold(
                 Default::default(),
@@ -299,4 +304,17 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "gateway".into())
+}
+
+/// `TEAM=FILE`: the team's trust policy, read and checked when the
+/// gateway starts (a policy that does not parse stops it, located).
+fn parse_trust_policy(s: &str) -> Result<(String, crate::provenance::TrustPolicy), String> {
+    let (team, file) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected TEAM=FILE"))?;
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    let policy: crate::provenance::TrustPolicy =
+        serde_saphyr::from_str(&text).map_err(|e| format!("{file}: not a trust policy: {e}"))?;
+    if policy.keys.is_empty() {
+        return Err(format!("{file}: a trust policy names at least one key"));
+    }
+    Ok((team.to_string(), policy))
 }

@@ -148,6 +148,9 @@ pub struct View {
     #[serde(flatten)]
     pub summary: crate::views::workload::Summary,
     pub submitted_by: String,
+    /// Each image's provenance verdict, where the team has a trust policy.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub provenance: Vec<crate::provenance::Verdict>,
     pub status: SubmissionStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting: Option<Waiting>,
@@ -260,6 +263,8 @@ pub struct Service {
     wake: Notify,
     /// Where every decision is written.
     pub audit_log: Arc<super::audit::AuditLog>,
+    /// The registries images are resolved and verified against.
+    pub registries: super::registry::Registries,
     /// The last hour whose expired use records were dropped.
     usage_pruned: std::sync::Mutex<Option<DateTime<Utc>>>,
     /// The submissions watch: ends with the service.
@@ -362,6 +367,13 @@ impl Service {
                 }
             }
         });
+        let registries_of = |p: &Policy| {
+            let hosts: Vec<String> = p.allowed_registries.iter().map(|r| intake::image_registry(r)).collect();
+            // A registry on loopback speaks plain HTTP (a test's, a local mirror's).
+            let plain = hosts.iter().filter(|h| h.starts_with("127.0.0.1:") || h.starts_with("localhost:")).cloned();
+            super::registry::Registries::new(hosts.clone(), plain.collect())
+        };
+        let registries = registries_of(&config.policy);
         let svc = Arc::new(Service {
             host,
             members,
@@ -376,6 +388,7 @@ impl Service {
             member_views: RwLock::new(Vec::new()),
             queue: RwLock::new(QueueView::default()),
             wake: Notify::new(),
+            registries,
             audit_log,
             usage_pruned: std::sync::Mutex::new(None),
             watch,
@@ -623,6 +636,22 @@ impl Service {
             }
         };
         let priority = class.value;
+        let mut intake = intake;
+        let verdicts = match self.provenance(caller, id, &mut intake).await {
+            Ok(v) => v,
+            Err(p) => {
+                self.audit(
+                    caller,
+                    "submit",
+                    &format!("{}/{id}", intake.team),
+                    &intake.artifact,
+                    422,
+                    &problems_text(&p),
+                )
+                .await;
+                return Ok((422, bad(p, &intake.team, String::new())));
+            }
+        };
         let name = records::submission_name(&intake.team, id);
         let digest = records::digest(&intake.workload);
         // A retry: the record the first attempt made answers.
@@ -671,11 +700,55 @@ impl Service {
             expected_seconds: intake.expected_seconds,
             digest,
             cancel: false,
+            provenance: verdicts,
         };
         if dry_run {
             return Ok((200, self.would(&world, id, name, spec).await?));
         }
         self.record(caller, name, spec, &intake.artifact, started).await
+    }
+
+    /// Provenance, where the team has a trust policy: every image resolved
+    /// to its digest and verified (cached by digest); trusted images are
+    /// pinned in the workload (what the members run), an untrusted one is
+    /// refused at its field (enforce) or admitted and audited (warn).
+    async fn provenance(
+        &self,
+        caller: &Caller,
+        id: &str,
+        intake: &mut intake::Intake,
+    ) -> Result<Vec<crate::provenance::Verdict>, Vec<Problem>> {
+        let Some(policy) = self.config.policy.trust.get(&intake.team) else { return Ok(Vec::new()) };
+        let mut verdicts = Vec::new();
+        let mut pinned = BTreeMap::new();
+        let mut problems = Vec::new();
+        for (at, image) in intake::image_fields(&intake.kind, &intake.workload) {
+            if pinned.contains_key(&image) {
+                continue;
+            }
+            let checked = self.registries.check(&image, policy).await;
+            match (&checked.verdict.refused, checked.verdict.admits(policy.mode)) {
+                (Some(why), false) => problems.push(Problem::new("provenance", at, why.clone())),
+                (Some(why), true) => {
+                    let what = format!("{}/{id}", intake.team);
+                    self.audit(caller, "provenance", &what, &image, 200, &format!("admitted in warn mode: {why}"))
+                        .await;
+                }
+                (None, _) => {}
+            }
+            if let (Some(p), true) = (&checked.pinned, checked.verdict.admits(policy.mode)) {
+                pinned.insert(image.clone(), p.clone());
+            }
+            verdicts.push(checked.verdict);
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        intake::pin_images(&mut intake.workload, &pinned);
+        if let Some(p) = pinned.get(&intake.artifact) {
+            intake.artifact = p.clone();
+        }
+        Ok(verdicts)
     }
 
     /// Exactly what admission would answer now, for a dry run.
@@ -869,6 +942,7 @@ impl Service {
             name: name.clone(),
             summary: summary(s),
             submitted_by: s.spec.submitted_by.clone(),
+            provenance: s.spec.provenance.clone(),
             status: st,
             waiting: self.queue.read().await.waiting.get(&name).cloned(),
             latency,
