@@ -472,6 +472,7 @@ pub async fn workload(
         latency,
         submitted,
         made: made(svc, s).await,
+        provenance: s.spec.provenance.clone(),
     }
 }
 

@@ -32,6 +32,9 @@ pub struct WorkloadView {
     pub submitted: String,
     /// What the controller made of it, per cluster.
     pub made: Vec<Made>,
+    /// Each image's provenance verdict, where the team has a trust policy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provenance: Vec<crate::provenance::Verdict>,
 }
 
 /// What a submission is, as every screen names it: the API's view of a
@@ -98,6 +101,25 @@ pub struct Container {
 }
 
 impl WorkloadView {
+    /// Each image's provenance as rows: digest, verdict, key, built from.
+    fn provenance_rows(&self) -> Vec<Vec<String>> {
+        self.provenance
+            .iter()
+            .map(|v| {
+                let built = v.statement.as_ref().map(|s| format!("{}@{} by {}", s.repository, s.git_ref, s.builder));
+                vec![
+                    v.digest.clone(),
+                    match &v.refused {
+                        None => "trusted".to_string(),
+                        Some(why) => format!("untrusted (admitted in warn mode): {why}"),
+                    },
+                    v.key.clone().unwrap_or_else(|| "-".into()),
+                    built.unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect()
+    }
+
     pub fn text(&self) -> String {
         let mut out = format!(
             "{}/{}: {} {} ({}, priority {}) by {}\nartifact {}\ndemand {}\nphase {}\n",
@@ -132,6 +154,10 @@ impl WorkloadView {
                 ]
             })
             .collect();
+        if !self.provenance.is_empty() {
+            out.push('\n');
+            out.push_str(&text::table(&["DIGEST", "PROVENANCE", "KEY", "BUILT FROM"], &self.provenance_rows()));
+        }
         out.push('\n');
         out.push_str(&text::table(&["CLUSTER", "REPLICAS", "READY", "STATE", "WHY HERE"], &rows));
         let rows: Vec<Vec<String>> = self
@@ -200,6 +226,13 @@ impl WorkloadView {
                 esc(&w.why.message),
                 esc(&w.why.unblock)
             );
+        }
+        if !self.provenance.is_empty() {
+            out.push_str("<h2 id=\"provenance\">Provenance</h2>");
+            let rows: Vec<Vec<String>> =
+                self.provenance_rows().into_iter().map(|r| r.iter().map(|c| esc(c)).collect()).collect();
+            let head = ["Digest", "Verdict", "Key", "Built from"];
+            out.push_str(&html::table("What each image was checked for", &head, &rows, "provenance-table"));
         }
         out.push_str("<h2 id=\"placement\">Placement</h2>");
         let rows: Vec<Vec<String>> = self
@@ -312,6 +345,17 @@ mod tests {
                 Stage { stage: "pods created".into(), at: None, seconds: None },
             ],
             submitted: "kind: PinterestService\nmetadata: {name: web}\n".into(),
+            provenance: vec![crate::provenance::Verdict {
+                digest: "sha256:4260fb6fa3f1".into(),
+                checked: vec!["signature by search-release over sha256:4260fb6fa3f1".into()],
+                key: Some("search-release".into()),
+                statement: Some(crate::provenance::Statement {
+                    builder: "https://github.com/slsa-framework/slsa-github-generator".into(),
+                    repository: "https://github.com/example/search".into(),
+                    git_ref: "refs/heads/main".into(),
+                }),
+                refused: None,
+            }],
             made: vec![Made {
                 cluster: "east".into(),
                 kind: "Deployment".into(),
