@@ -9,6 +9,14 @@ use aws_sdk_elasticloadbalancingv2::types as elb;
 use crate::cloud::tags;
 use crate::spec::Role;
 
+/// The resource's tags as ELBv2 takes them (the same as EC2's).
+fn elb_tags(ctx: &OpContext, key: &K) -> Vec<elb::Tag> {
+    ctx.tags_for(key, &[])
+        .into_iter()
+        .map(|t| elb::Tag::builder().key(t.key().unwrap_or_default()).value(t.value().unwrap_or_default()).build())
+        .collect()
+}
+
 pub(super) async fn create_load_balancer(
     ctx: &OpContext,
     key: &K,
@@ -20,11 +28,7 @@ pub(super) async fn create_load_balancer(
     for s in subnets {
         ids.push(ctx.id(&K::Subnet(s.to_string())).await?);
     }
-    let tag_list: Vec<elb::Tag> = ctx
-        .tags_for(key, &[])
-        .into_iter()
-        .map(|t| elb::Tag::builder().key(t.key().unwrap_or_default()).value(t.value().unwrap_or_default()).build())
-        .collect();
+    let tag_list = elb_tags(ctx, key);
     let out = call(
         "CreateLoadBalancer",
         ctx.aws
@@ -54,11 +58,7 @@ pub(super) async fn create_load_balancer(
 
 pub(super) async fn create_target_group(ctx: &OpContext, key: &K, name: &str, port: u16) -> R<String> {
     let vpc = ctx.id(&K::Vpc).await?;
-    let tag_list: Vec<elb::Tag> = ctx
-        .tags_for(key, &[])
-        .into_iter()
-        .map(|t| elb::Tag::builder().key(t.key().unwrap_or_default()).value(t.value().unwrap_or_default()).build())
-        .collect();
+    let tag_list = elb_tags(ctx, key);
     let out = call(
         "CreateTargetGroup",
         ctx.aws
