@@ -54,6 +54,7 @@ pub mod cli;
 pub mod cloud;
 pub mod console;
 pub mod controller;
+pub mod delivery;
 pub mod diff;
 pub mod e2e;
 pub mod federation;

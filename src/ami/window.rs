@@ -99,6 +99,18 @@ impl Window {
             .any(|(a, b)| a <= now && now < b)
     }
 
+    /// When the opening that contains `now` ends (None: closed now).
+    pub fn closes(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let today = now.with_timezone(&self.tz).date_naive();
+        [today.pred_opt(), Some(today)]
+            .into_iter()
+            .flatten()
+            .filter_map(|d| self.opening(d))
+            .filter(|(a, b)| *a <= now && now < *b)
+            .map(|(_, b)| b)
+            .max()
+    }
+
     /// When the window next opens at or after `now` (now, when open).
     pub fn next_open(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         if self.contains(now) {

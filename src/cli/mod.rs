@@ -15,6 +15,7 @@ pub mod destroy;
 pub mod diff;
 pub mod e2e;
 pub mod federation;
+pub mod delivery;
 pub mod fleet;
 pub mod gateway;
 pub mod get;
@@ -113,6 +114,8 @@ pub enum Command {
     E2e(e2e::E2eArgs),
     /// Fleet-wide staged rollouts: the plan across the clusters folder.
     Fleet(fleet::FleetArgs),
+    /// A workload's new version across its clusters in waves, judged by metrics, rolled back by itself.
+    Delivery(delivery::DeliveryArgs),
     /// What drifted from the definitions (by layer), or how clusters that
     /// should match differ (`diff A B`, `--all-of SELECTOR`).
     Diff(diff::DiffArgs),
@@ -170,7 +173,7 @@ pub const GROUPS: &[(&str, &[&str])] = &[
             "state",
         ],
     ),
-    ("Fleet and images", &["fleet", "capacity", "ami", "federation", "autoscaler"]),
+    ("Fleet and images", &["fleet", "delivery", "capacity", "ami", "federation", "autoscaler"]),
     ("Platform and developers", &["crds", "controller", "gateway", "submit", "workloads", "queue", "quota", "view"]),
     ("Local rehearsal and diagnostics", &["sim", "e2e", "completions"]),
 ];
@@ -260,6 +263,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Autoscaler(a) => rt()?.block_on(autoscaler::run(g, a)),
         Command::E2e(a) => rt()?.block_on(e2e::run(g, a)),
         Command::Fleet(a) => rt()?.block_on(fleet::run(g, a)),
+        Command::Delivery(a) => rt()?.block_on(delivery::run(g, a)),
         Command::Destroy(a) => rt()?.block_on(destroy::run(g, a)),
         Command::Diff(a) => rt()?.block_on(diff::run(g, a)),
         Command::Get(a) => rt()?.block_on(get::run(g, a)),

@@ -48,6 +48,9 @@ pub enum Target {
     /// `RECIPE/CHANNEL`: the image the channel holds in each cluster's
     /// region, for the groups that follow that channel.
     Channel(String),
+    /// `NAMESPACE/NAME@VERSION`: a new version of a placed workload, its
+    /// images by container (`crate::delivery`).
+    Workload(String),
 }
 
 impl Target {
@@ -112,6 +115,7 @@ impl std::fmt::Display for Target {
             Target::Ami(a) => write!(f, "AMI {a}"),
             Target::KubernetesVersion(v) => write!(f, "Kubernetes {v}"),
             Target::Channel(rc) => write!(f, "image channel {rc}"),
+            Target::Workload(w) => write!(f, "workload {w}"),
         }
     }
 }
@@ -277,6 +281,7 @@ pub fn plan(
         Target::Ami(a) => a.clone(),
         Target::KubernetesVersion(v) => v.clone(),
         Target::Channel(rc) => format!("channel {rc}"),
+        Target::Workload(w) => w.clone(),
     };
     let mut stages = Vec::new();
     let mut start = now;

@@ -150,6 +150,10 @@ pub struct StageRun {
     /// When its gate passed (the next stage may start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub passed_at: Option<DateTime<Utc>>,
+    /// Its gate could not say pass or fail (an inconclusive analysis): the
+    /// stage waits for a person (`approve STAGE.gate`) and says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
 }
 
 mod secs {
@@ -257,6 +261,7 @@ impl FleetRollout {
                         .collect(),
                     rolled_at: None,
                     passed_at: None,
+                    held: None,
                 }
             })
             .collect();
@@ -344,6 +349,8 @@ pub enum StageWait {
     Soaking { until: DateTime<Utc> },
     Gate,
     Approval,
+    /// Its gate was inconclusive: a person decides (`approve STAGE.gate`).
+    Held { reason: String },
 }
 
 impl fmt::Display for Why {
@@ -357,6 +364,9 @@ impl fmt::Display for Why {
                 StageWait::Soaking { until } => write!(f, "stage gate: {stage} soaking until {}", at(until)),
                 StageWait::Gate => write!(f, "stage gate: {stage}'s end-to-end gate runs"),
                 StageWait::Approval => write!(f, "stage gate: {stage} waits for its approval"),
+                StageWait::Held { reason } => {
+                    write!(f, "stage gate: {stage}'s gate was inconclusive ({reason}); approve {stage}.gate to go on")
+                }
             },
             Why::ApprovalMissing { stage } => {
                 write!(f, "approval missing: pinfleet fleet rollout approve {stage}")
@@ -378,6 +388,8 @@ pub struct Decision {
     pub rolled: Option<usize>,
     /// A stage whose soak is over: run its end-to-end gate.
     pub gate: Option<usize>,
+    /// A stage whose inconclusive gate a person approved: it passes now.
+    pub promote: Option<usize>,
     /// The earliest time something changes by itself (a window, a soak).
     pub wake: Option<DateTime<Utc>>,
     /// Every cluster not moving, and why.
@@ -386,6 +398,11 @@ pub struct Decision {
     pub halt: Option<String>,
     /// Every stage passed.
     pub finished: bool,
+}
+
+/// The approval that lets a stage whose gate was inconclusive go on.
+pub fn gate_approval(stage: &str) -> String {
+    format!("{stage}.gate")
 }
 
 /// When a cluster's windows allow it: open now, or the next opening.
@@ -458,8 +475,11 @@ pub fn decide(r: &FleetRollout, windows: &dyn Windows, approved: &BTreeSet<Strin
     let rolling = stage.clusters.iter().filter(|c| c.state == ClusterState::Rolling).count();
     let pending: Vec<&ClusterRun> = stage.clusters.iter().filter(|c| c.state == ClusterState::Pending).collect();
     let needs_approval = stage.approval && !approved.contains(&stage.name);
+    let gate_approved = approved.contains(&gate_approval(&stage.name));
     let waiting = if needs_approval {
         StageWait::Approval
+    } else if let Some(reason) = stage.held.as_ref().filter(|_| !gate_approved) {
+        StageWait::Held { reason: reason.clone() }
     } else if !pending.is_empty() || rolling > 0 {
         StageWait::Rolling { left: pending.len() + rolling }
     } else {
@@ -482,6 +502,9 @@ pub fn decide(r: &FleetRollout, windows: &dyn Windows, approved: &BTreeSet<Strin
     if pending.is_empty() && rolling == 0 {
         match (stage.rolled_at, &waiting) {
             (None, _) => d.rolled = Some(current),
+            // A held gate waits for a person: nothing wakes it.
+            (Some(_), StageWait::Held { .. }) => {}
+            (Some(_), _) if stage.held.is_some() => d.promote = Some(current),
             (Some(_), StageWait::Soaking { until }) => d.wake = Some(*until),
             (Some(_), _) => d.gate = Some(current),
         }

@@ -40,6 +40,13 @@ pub trait Fleet {
     async fn gate(&self, cluster: &str) -> Result<()>;
 }
 
+/// A gate that could neither pass nor fail (an inconclusive analysis):
+/// returned by [`Fleet::gate`], it holds the stage for a person instead of
+/// failing the cluster.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Hold(pub String);
+
 /// Wall time read through tokio's clock (paused in rehearsals).
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
@@ -174,6 +181,7 @@ pub enum Note {
     Soaking { stage: String, until: DateTime<Utc> },
     Gate { stage: String, clusters: Vec<String> },
     Passed { stage: String },
+    Held { stage: String, reason: String },
     Waiting { until: Option<DateTime<Utc>>, why: BTreeMap<String, String> },
     Halted { reason: String },
     Finished { number: u64 },
@@ -280,6 +288,12 @@ async fn drive<F: Fleet>(
             s.rolled_at = Some(now);
             let until = s.soak_until().unwrap_or(now);
             said.push(Note::Soaking { stage: s.name.clone(), until });
+            save(book, &r, &mut said, on).await?;
+            continue;
+        } else if let Some(i) = d.promote {
+            let s = &mut r.stages[i];
+            s.passed_at = Some(now);
+            said.push(Note::Passed { stage: s.name.clone() });
             save(book, &r, &mut said, on).await?;
             continue;
         } else if let Some(i) = d.gate {
@@ -427,8 +441,13 @@ async fn gate_stage<F: Fleet>(
     let results = futures::future::join_all(names.iter().map(|n| fleet.gate(n))).await;
     let now = clock.now();
     let mut failed = false;
+    let mut held = Vec::new();
     for (name, result) in names.iter().zip(results) {
         if let Err(e) = result {
+            if let Some(Hold(reason)) = e.downcast_ref::<Hold>() {
+                held.push(format!("{name}: {reason}"));
+                continue;
+            }
             failed = true;
             let error = format!("stage gate: {e:#}");
             let c = r.cluster_mut(name).expect("a cluster of the stage");
@@ -436,7 +455,11 @@ async fn gate_stage<F: Fleet>(
             said.push(Note::Failed { cluster: name.clone(), error });
         }
     }
-    if !failed {
+    if !failed && !held.is_empty() {
+        let reason = held.join("; ");
+        r.stages[i].held = Some(reason.clone());
+        said.push(Note::Held { stage: r.stages[i].name.clone(), reason });
+    } else if !failed {
         r.stages[i].passed_at = Some(now);
         said.push(Note::Passed { stage: r.stages[i].name.clone() });
     }
@@ -448,9 +471,23 @@ async fn gate_stage<F: Fleet>(
 pub async fn revert<F: Fleet>(
     fleet: &F,
     book: &Book,
-    mut r: FleetRollout,
+    r: FleetRollout,
     clock: Clock,
     command: &str,
+    on: &dyn Fn(Note),
+) -> Result<FleetRollout> {
+    Lock::with(&book.store, command, revert_held(fleet, book, r, clock, false, on)).await
+}
+
+/// [`revert`] for a caller that holds the fleet lock; `together`: every
+/// touched cluster of every stage at once (a delivery's rollback), else
+/// latest stage first.
+pub async fn revert_held<F: Fleet>(
+    fleet: &F,
+    book: &Book,
+    mut r: FleetRollout,
+    clock: Clock,
+    together: bool,
     on: &dyn Fn(Note),
 ) -> Result<FleetRollout> {
     if let Target::KubernetesVersion(v) = &r.target {
@@ -462,17 +499,19 @@ pub async fn revert<F: Fleet>(
             );
         }
     }
-    Lock::with(&book.store, command, async {
+    {
         let mut said: Vec<Note> = Vec::new();
         if let Some(latest) = book.latest().await? {
             if latest.number == r.number {
                 r = latest;
             }
         }
-        for i in (0..r.stages.len()).rev() {
-            let back: Vec<(String, Snapshot)> = r.stages[i]
-                .clusters
+        let rounds: Vec<Vec<usize>> =
+            if together { vec![(0..r.stages.len()).collect()] } else { (0..r.stages.len()).rev().map(|i| vec![i]).collect() };
+        for round in rounds {
+            let back: Vec<(String, Snapshot)> = round
                 .iter()
+                .flat_map(|i| r.stages[*i].clusters.iter())
                 .filter(|c| c.touched() || matches!(c.state, ClusterState::RevertFailed(_)))
                 .filter(|c| !c.from.images.is_empty() || c.from.kubernetes_version.is_some())
                 .map(|c| {
@@ -514,6 +553,5 @@ pub async fn revert<F: Fleet>(
         r.finished_at = Some(clock.now());
         book.save(&r).await?;
         Ok(r)
-    })
-    .await
+    }
 }

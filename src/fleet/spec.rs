@@ -151,6 +151,20 @@ impl FleetSpec {
 
     pub fn parse(text: &str) -> Result<FleetSpec, String> {
         let raw: RawFleet = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+        Self::from_raw(raw)
+    }
+
+    /// The same as [`FleetSpec::parse`], from a mapping inside another
+    /// file (a delivery's `waves:`); errors name fields from there.
+    pub fn from_value(v: serde_json::Value) -> Result<FleetSpec, String> {
+        let raw: RawFleet = serde_path_to_error::deserialize(v).map_err(|e| {
+            let p = e.path().to_string();
+            format!("{p}: {}", e.into_inner())
+        })?;
+        Self::from_raw(raw)
+    }
+
+    fn from_raw(raw: RawFleet) -> Result<FleetSpec, String> {
         let mut stages = Vec::new();
         for (i, s) in raw.stages.into_iter().enumerate() {
             let at = format!("stages[{i}] ({})", s.name);

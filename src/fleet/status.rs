@@ -91,6 +91,8 @@ impl FleetStatusView {
                     format!("passed {}", t.format("%Y-%m-%d %H:%M UTC"))
                 } else if halted {
                     "halted".to_string()
+                } else if let Some(h) = &s.held {
+                    format!("gate inconclusive ({h}); approve {}", crate::fleet::rollout::gate_approval(&s.name))
                 } else if let Some(until) = s.soak_until() {
                     if until > now {
                         format!(

@@ -72,6 +72,9 @@ pub fn fleet_note(n: &crate::fleet::run::Note) -> String {
         Note::Soaking { stage, until } => format!("fleet: stage {stage} rolled; soaking until {}", at(until)),
         Note::Gate { stage, clusters } => format!("fleet: stage {stage}: end-to-end gate on {}", clusters.join(", ")),
         Note::Passed { stage } => format!("fleet: stage {stage} passed its gate"),
+        Note::Held { stage, reason } => format!(
+            "fleet: stage {stage}'s gate was inconclusive ({reason}); a person decides: approve {stage}.gate, or revert"
+        ),
         Note::Waiting { until, why } => {
             let mut s = match until {
                 Some(t) => format!("fleet: waiting until {}", at(t)),

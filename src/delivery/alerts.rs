@@ -1,0 +1,130 @@
+//! Alerts that roll a delivery back (effects at the edge, the reading
+//! pure): a running delivery serves Alertmanager's webhook; a firing alert
+//! whose labels name the workload (`namespace` and `workload`, or
+//! `service` for the name) ends the wave it is in and takes every touched
+//! cluster back. The receiver refuses a caller without the shared token
+//! (Alertmanager's `http_config.authorization`), bodies over 256 KiB and
+//! anything that is not a webhook payload, each with its reason.
+//!
+//! ```text
+//! Alertmanager ─POST /alerts─▶ serve ─▶ firing_for (pure) ─▶ watch ─▶ delivery::run (rollback)
+//! ```
+
+use std::net::SocketAddr;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+/// The first firing alert in an Alertmanager payload that names the
+/// workload, as a reason; None when none does.
+pub fn firing_for(payload: &Value, namespace: &str, workload: &str) -> Result<Option<String>, String> {
+    let alerts = payload
+        .get("alerts")
+        .and_then(Value::as_array)
+        .ok_or("not an Alertmanager webhook payload: no `alerts` list")?;
+    for a in alerts {
+        if a["status"] != "firing" {
+            continue;
+        }
+        let label = |k: &str| a["labels"][k].as_str();
+        let name = label("workload").or_else(|| label("service"));
+        if label("namespace") == Some(namespace) && name == Some(workload) {
+            let alertname = label("alertname").unwrap_or("an alert");
+            let summary = a["annotations"]["summary"].as_str().map(|s| format!(": {s}")).unwrap_or_default();
+            let cluster = label("cluster").map(|c| format!(" on {c}")).unwrap_or_default();
+            let text: String = format!("alert {alertname} firing{cluster}{summary}").chars().filter(|c| !c.is_control()).take(300).collect();
+            return Ok(Some(text));
+        }
+    }
+    Ok(None)
+}
+
+#[derive(Clone)]
+struct Receiver {
+    token: String,
+    namespace: String,
+    workload: String,
+    tx: watch::Sender<Option<String>>,
+}
+
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: axum::body::Bytes) -> (StatusCode, axum::Json<Value>) {
+    let given = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        None => return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "a bearer token is required"}))),
+        Some(t) if !same(t.as_bytes(), r.token.as_bytes()) => {
+            return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "the token is not the receiver's"})))
+        }
+        Some(_) => {}
+    }
+    let Ok(payload) = serde_json::from_slice::<Value>(&body) else {
+        return (StatusCode::BAD_REQUEST, axum::Json(json!({"error": "the body is not JSON"})));
+    };
+    match firing_for(&payload, &r.namespace, &r.workload) {
+        Err(e) => (StatusCode::BAD_REQUEST, axum::Json(json!({"error": e}))),
+        Ok(None) => (StatusCode::OK, axum::Json(json!({"rollback": false}))),
+        Ok(Some(why)) => {
+            r.tx.send_if_modified(|cur| {
+                if cur.is_none() {
+                    *cur = Some(why.clone());
+                    true
+                } else {
+                    false
+                }
+            });
+            (StatusCode::OK, axum::Json(json!({"rollback": true, "reason": why})))
+        }
+    }
+}
+
+/// Serves the webhook on `listen` until the returned task is aborted;
+/// a firing alert for the workload is sent on `tx`.
+pub async fn serve(
+    listen: &str,
+    token: String,
+    namespace: &str,
+    workload: &str,
+    tx: watch::Sender<Option<String>>,
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    if token.trim().is_empty() {
+        anyhow::bail!("the alert receiver needs a token (--alerts-token-file): an empty one would let anyone roll back");
+    }
+    let state = Receiver { token: token.trim().to_string(), namespace: namespace.into(), workload: workload.into(), tx };
+    let app = Router::new().route("/alerts", post(receive)).layer(DefaultBodyLimit::max(256 * 1024)).with_state(state);
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| anyhow::anyhow!("listening on {listen}: {e}"))?;
+    let addr = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((addr, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_firing_alert_naming_the_workload_counts() {
+        let p = |status: &str, ns: &str, w: &str| {
+            json!({"version": "4", "status": status, "alerts": [
+                {"status": "resolved", "labels": {"alertname": "Old", "namespace": "feeds", "workload": "web"}},
+                {"status": status, "labels": {"alertname": "SLOErrorBudgetBurnFast", "namespace": ns, "workload": w, "cluster": "north"},
+                 "annotations": {"summary": "burning\u{7}fast"}}]})
+        };
+        assert_eq!(
+            firing_for(&p("firing", "feeds", "web"), "feeds", "web").unwrap().unwrap(),
+            "alert SLOErrorBudgetBurnFast firing on north: burningfast"
+        );
+        assert_eq!(firing_for(&p("resolved", "feeds", "web"), "feeds", "web").unwrap(), None);
+        assert_eq!(firing_for(&p("firing", "ads", "web"), "feeds", "web").unwrap(), None);
+        assert!(firing_for(&json!({"receiver": "x"}), "feeds", "web").unwrap_err().contains("no `alerts` list"));
+        assert!(firing_for(&json!([1, 2]), "feeds", "web").is_err());
+    }
+}

@@ -1,0 +1,155 @@
+//! Where deliveries live (effects): in the delivery's state store, one
+//! folder per workload (`.delivery-NAMESPACE-NAME/`: the record, as the
+//! fleet's rollout keeps it, its lock and approvals, and each cluster's
+//! analysis) and one for the whole line (`.delivery/`: whether the line is
+//! stopped, the versions marked bad, the audit of stops and hotfixes).
+//!
+//! ```text
+//! delivery::run ─▶ Book (fleet::run::Book: record, lock, approvals) + Line (stop, bad, audit)
+//! gateway ─────────────────────────────────────────────────────────▶ Line::bad (refuses)
+//! ```
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::analysis::Measurement;
+use crate::state::{S3Access, Store};
+
+/// The line's folder: no workload's folder can be named so.
+pub const LINE: &str = ".delivery";
+
+/// The folder of one workload's deliveries.
+pub fn folder(namespace: &str, name: &str) -> String {
+    format!(".delivery-{namespace}-{name}")
+}
+
+/// The line stopped: no delivery moves until it is lifted (a hotfix may, audited).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Stopped {
+    pub by: String,
+    pub at: DateTime<Utc>,
+    pub reason: String,
+}
+
+/// A version marked bad: the gateway refuses its images, a delivery will not start it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bad {
+    /// The image, by digest, as delivered.
+    pub image: String,
+    pub digest: String,
+    pub workload: String,
+    pub version: String,
+    pub delivery: u64,
+    pub reason: String,
+    pub at: DateTime<Utc>,
+}
+
+/// One audited act on the line: a stop, a lift, a hotfix past a stop or a freeze.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Audit {
+    pub at: DateTime<Utc>,
+    pub by: String,
+    pub act: String,
+    pub what: String,
+    pub reason: String,
+}
+
+/// One cluster's analysis in one delivery (what `status` shows per wave).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterAnalysis {
+    pub cluster: String,
+    pub measurements: Vec<Measurement>,
+    /// `successful`, `failed: …`, `inconclusive: …`, `running`.
+    pub verdict: String,
+}
+
+/// The digest of a reference by digest (`…@sha256:HEX` → `sha256:HEX`).
+pub fn digest_of(image: &str) -> Option<&str> {
+    image.rsplit_once('@').map(|(_, d)| d).filter(|d| d.starts_with("sha256:"))
+}
+
+#[derive(Clone)]
+pub struct Line {
+    pub store: Store,
+}
+
+impl Line {
+    pub async fn open(url: &str, aws: Option<&dyn S3Access>) -> Result<Line> {
+        Ok(Line { store: Store::open(url, LINE, aws).await? })
+    }
+
+    pub async fn stopped(&self) -> Result<Option<Stopped>> {
+        self.store.get_json("line-stopped.json").await
+    }
+
+    pub async fn stop(&self, s: &Stopped) -> Result<()> {
+        self.store.put_json("line-stopped.json", s).await?;
+        self.audit(&Audit { at: s.at, by: s.by.clone(), act: "stop".into(), what: "the line".into(), reason: s.reason.clone() })
+            .await
+    }
+
+    /// Lifts a stop; returns the stop it lifted.
+    pub async fn lift(&self, by: &str, at: DateTime<Utc>) -> Result<Option<Stopped>> {
+        let was = self.stopped().await?;
+        if let Some(s) = &was {
+            self.store.delete("line-stopped.json").await?;
+            self.audit(&Audit { at, by: by.into(), act: "lift".into(), what: "the line".into(), reason: format!("stopped by {}: {}", s.by, s.reason) })
+                .await?;
+        }
+        Ok(was)
+    }
+
+    pub async fn audit(&self, a: &Audit) -> Result<()> {
+        let key = format!("audit/{}-{}.json", a.at.format("%Y%m%dT%H%M%S%.6fZ"), a.act);
+        self.store.put_json(&key, a).await.map(|_| ())
+    }
+
+    pub async fn audits(&self) -> Result<Vec<Audit>> {
+        let mut out = Vec::new();
+        for k in self.store.list("audit/").await? {
+            if let Some(a) = self.store.get_json::<Audit>(k.trim_start_matches('/')).await? {
+                out.push(a);
+            }
+        }
+        Ok(out)
+    }
+
+    pub async fn mark_bad(&self, b: &Bad) -> Result<()> {
+        let key = format!("bad/{}.json", b.digest.replace(':', "-"));
+        self.store.put_json(&key, b).await.map(|_| ())
+    }
+
+    /// Every version marked bad, by digest.
+    pub async fn bad(&self) -> Result<BTreeMap<String, Bad>> {
+        let mut out = BTreeMap::new();
+        for k in self.store.list("bad/").await? {
+            if let Some(b) = self.store.get_json::<Bad>(k.trim_start_matches('/')).await? {
+                out.insert(b.digest.clone(), b);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Where one workload's analyses are kept.
+pub fn analysis_key(number: u64, cluster: &str) -> String {
+    format!("analysis/{number:08}/{cluster}.json")
+}
+
+pub async fn analyses(store: &Store, number: u64) -> Result<BTreeMap<String, ClusterAnalysis>> {
+    let prefix = format!("analysis/{number:08}/");
+    let mut out = BTreeMap::new();
+    for k in store.list(&prefix).await? {
+        if let Some(a) = store.get_json::<ClusterAnalysis>(k.trim_start_matches('/')).await? {
+            out.insert(a.cluster.clone(), a);
+        }
+    }
+    Ok(out)
+}

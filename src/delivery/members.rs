@@ -1,0 +1,246 @@
+//! The member clusters as the fleet engine sees them (effects): what a
+//! cluster runs of the workload (its containers' images), moving it to a
+//! version and waiting until the new revision runs Ready, and a wave's
+//! gate — the bake, then the analysis against Prometheus, each
+//! measurement kept in the delivery's store; a firing alert ends it.
+//!
+//! ```text
+//! fleet::run (the engine) ─▶ Members::current / roll / gate
+//!                              │ kube (the members' API servers)
+//!                              │ Prometheus (analysis::measure, judge)
+//!                              ▼ state store: analysis/<number>/<cluster>.json
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::analysis::{self, Answer, Vars, Verdict};
+use super::book::{self, ClusterAnalysis};
+use super::prometheus::Prometheus;
+use super::spec::DeliverySpec;
+use crate::fleet::rollout::Snapshot;
+use crate::fleet::run::{Fleet, Hold};
+use crate::state::Store;
+
+pub struct Members<'a> {
+    pub spec: &'a DeliverySpec,
+    pub clients: BTreeMap<String, kube::Client>,
+    pub prometheus: Option<Prometheus>,
+    /// The delivery's folder (analyses are written there).
+    pub store: Store,
+    pub number: u64,
+    /// A firing alert for the workload (set by the webhook): gates fail at once.
+    pub alert: watch::Receiver<Option<String>>,
+    /// How often a roll looks at the workload's status.
+    pub poll: Duration,
+}
+
+pub fn workload_api(client: &kube::Client, kind: &str, ns: &str) -> Api<DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk(crate::workloads::GROUP, crate::workloads::VERSION, kind);
+    let ar = ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", kind.to_lowercase()));
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// Container → image of a workload's pod template (init containers too).
+pub fn images_of(obj: &Value) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for list in ["containers", "initContainers"] {
+        for c in obj.pointer(&format!("/spec/template/spec/{list}")).and_then(Value::as_array).into_iter().flatten() {
+            if let (Some(n), Some(i)) = (c["name"].as_str(), c["image"].as_str()) {
+                out.insert(n.to_string(), i.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Sets the named containers' images; the containers `to` names that the
+/// template does not have.
+pub fn set_images(obj: &mut Value, to: &BTreeMap<String, String>) -> Vec<String> {
+    let mut seen = Vec::new();
+    for list in ["containers", "initContainers"] {
+        if let Some(cs) = obj.pointer_mut(&format!("/spec/template/spec/{list}")).and_then(Value::as_array_mut) {
+            for c in cs {
+                let Some(name) = c["name"].as_str().map(str::to_string) else { continue };
+                if let Some(image) = to.get(&name) {
+                    c["image"] = Value::String(image.clone());
+                    seen.push(name);
+                }
+            }
+        }
+    }
+    to.keys().filter(|k| !seen.contains(k)).cloned().collect()
+}
+
+/// Whether the workload runs its latest generation Ready, and what its
+/// Ready condition says.
+pub fn ready_on(obj: &Value) -> (bool, String) {
+    let generation = obj.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+    let observed = obj.pointer("/status/observedGeneration").and_then(Value::as_i64).unwrap_or(0);
+    let cond = obj
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
+    let ready = cond.is_some_and(|c| c["status"] == "True");
+    let message = cond.and_then(|c| c["message"].as_str()).unwrap_or("no Ready condition yet").to_string();
+    if observed < generation {
+        return (false, format!("the controller has not seen generation {generation} yet (at {observed})"));
+    }
+    (ready, message)
+}
+
+impl Members<'_> {
+    fn client(&self, cluster: &str) -> Result<&kube::Client> {
+        self.clients.get(cluster).ok_or_else(|| anyhow!("no connection to cluster {cluster}"))
+    }
+
+    fn api(&self, cluster: &str) -> Result<Api<DynamicObject>> {
+        let w = &self.spec.workload;
+        Ok(workload_api(self.client(cluster)?, &w.kind, &w.namespace))
+    }
+
+    async fn get(&self, cluster: &str) -> Result<Value> {
+        let w = &self.spec.workload;
+        let obj = self.api(cluster)?.get_opt(&w.name).await.with_context(|| format!("reading {} {w} on {cluster}", w.kind))?;
+        let obj = obj.ok_or_else(|| anyhow!("{} {w} does not run on {cluster} (a delivery moves a placed workload)", w.kind))?;
+        Ok(serde_json::to_value(obj)?)
+    }
+
+    async fn save(&self, a: &ClusterAnalysis) -> Result<()> {
+        self.store.put_json(&book::analysis_key(self.number, &a.cluster), a).await.map(|_| ())
+    }
+
+    fn alerted(&self) -> Option<String> {
+        self.alert.borrow().clone()
+    }
+}
+
+impl Fleet for Members<'_> {
+    async fn current(&self, cluster: &str) -> Result<Snapshot> {
+        Ok(Snapshot { images: images_of(&self.get(cluster).await?), ..Default::default() })
+    }
+
+    async fn roll(&self, cluster: &str, to: &Snapshot, _why: &str) -> Result<()> {
+        let api = self.api(cluster)?;
+        let name = &self.spec.workload.name;
+        // Write at the version read: another writer in between is a conflict, read again.
+        let mut generation = 0;
+        for attempt in 0..5 {
+            let mut obj = self.get(cluster).await?;
+            let missing = set_images(&mut obj, &to.images);
+            if !missing.is_empty() {
+                bail!("{} on {cluster} has no container named {}", self.spec.workload, missing.join(", "));
+            }
+            if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.remove("managedFields");
+            }
+            let typed: DynamicObject = serde_json::from_value(obj)?;
+            match api.replace(name, &PostParams::default(), &typed).await {
+                Ok(o) => {
+                    generation = o.metadata.generation.unwrap_or(0);
+                    break;
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 && attempt < 4 => continue,
+                Err(e) => return Err(anyhow!(e)).with_context(|| format!("writing {} on {cluster}", self.spec.workload)),
+            }
+        }
+        let deadline = tokio::time::Instant::now() + self.spec.ready_timeout;
+        loop {
+            let obj = self.get(cluster).await?;
+            let (ready, message) = ready_on(&obj);
+            let seen = obj.pointer("/status/observedGeneration").and_then(Value::as_i64).unwrap_or(0) >= generation;
+            if ready && seen {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "the new revision is not Ready on {cluster} after {}: {message}",
+                    humantime::format_duration(self.spec.ready_timeout)
+                );
+            }
+            tokio::time::sleep(self.poll).await;
+        }
+    }
+
+    async fn gate(&self, cluster: &str) -> Result<()> {
+        let a = &self.spec.analysis;
+        let mut record = ClusterAnalysis { cluster: cluster.to_string(), measurements: vec![], verdict: "baking".into() };
+        self.save(&record).await?;
+        let mut alert = self.alert.clone();
+        // The bake: the wave runs the new version before anything is measured; an alert ends it.
+        let bake_end = tokio::time::Instant::now() + a.bake;
+        loop {
+            if let Some(why) = self.alerted() {
+                return self.alert_failed(record, why).await;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(bake_end) => break,
+                _ = alert.changed() => {}
+            }
+        }
+        let Some(prom) = &self.prometheus else {
+            record.verdict = "successful (no metrics to analyse)".into();
+            self.save(&record).await?;
+            return Ok(());
+        };
+        let vars = Vars {
+            cluster: cluster.to_string(),
+            namespace: self.spec.workload.namespace.clone(),
+            workload: self.spec.workload.name.clone(),
+            version: self.spec.version.clone(),
+        };
+        let range = format!("{}s", a.interval.as_secs().max(60));
+        for round in 0..a.count {
+            if round > 0 {
+                let next = tokio::time::Instant::now() + a.interval;
+                loop {
+                    if let Some(why) = self.alerted() {
+                        return self.alert_failed(record, why).await;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(next) => break,
+                        _ = alert.changed() => {}
+                    }
+                }
+            }
+            for m in &a.metrics {
+                let answer: Answer = prom.query(&analysis::render(&m.query, &vars, &range), None).await;
+                record.measurements.push(analysis::measure(m, answer, chrono::Utc::now()));
+            }
+            let verdict = analysis::judge(a, &record.measurements);
+            match verdict {
+                Verdict::Running => {
+                    record.verdict = "running".into();
+                    self.save(&record).await?;
+                }
+                Verdict::Successful => break,
+                Verdict::Failed(why) => {
+                    record.verdict = format!("failed: {why}");
+                    self.save(&record).await?;
+                    bail!("analysis failed on {cluster}: {why}");
+                }
+                Verdict::Inconclusive(why) => {
+                    record.verdict = format!("inconclusive: {why}");
+                    self.save(&record).await?;
+                    return Err(Hold(format!("analysis inconclusive on {cluster}: {why}")).into());
+                }
+            }
+        }
+        record.verdict = "successful".into();
+        self.save(&record).await?;
+        Ok(())
+    }
+}
+
+impl Members<'_> {
+    async fn alert_failed(&self, mut record: ClusterAnalysis, why: String) -> Result<()> {
+        record.verdict = format!("failed: {why}");
+        self.save(&record).await?;
+        bail!("{why}")
+    }
+}

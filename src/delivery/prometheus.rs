@@ -1,0 +1,112 @@
+//! Asking Prometheus (effects): one instant query over its HTTP API,
+//! answered as one value, no data, or an error in words. A query that
+//! gives more than one series is an error: an analysis judges one number
+//! (sum or aggregate it in the query).
+//!
+//! ```text
+//! analysis (rendered query) ─▶ GET /api/v1/query ─▶ Answer
+//! ```
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::analysis::Answer;
+
+#[derive(Clone)]
+pub struct Prometheus {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Prometheus {
+    pub fn new(base: &str) -> anyhow::Result<Prometheus> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| anyhow::anyhow!("an HTTP client for Prometheus: {e}"))?;
+        Ok(Prometheus { base: base.trim_end_matches('/').to_string(), http })
+    }
+
+    /// The query's value at `at` (now when None).
+    pub async fn query(&self, promql: &str, at: Option<DateTime<Utc>>) -> Answer {
+        let mut params = vec![("query", promql.to_string())];
+        if let Some(t) = at {
+            params.push(("time", format!("{:.3}", t.timestamp_millis() as f64 / 1000.0)));
+        }
+        let url = match url::Url::parse_with_params(&format!("{}/api/v1/query", self.base), &params) {
+            Ok(u) => u,
+            Err(e) => return Answer::Error(format!("{}: not a URL: {e}", self.base)),
+        };
+        let resp = match self.http.get(url).send().await {
+            Ok(r) => r,
+            Err(e) => return Answer::Error(format!("asking Prometheus at {}: {}", self.base, without_url(&e))),
+        };
+        let status = resp.status();
+        let body = match resp.bytes().await {
+            Ok(b) => b,
+            Err(e) => return Answer::Error(format!("reading Prometheus' answer: {}", without_url(&e))),
+        };
+        read_answer(status.as_u16(), &body)
+    }
+}
+
+fn without_url(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    if let Some(u) = e.url() {
+        s = s.replace(&format!(" ({u})"), "").replace(u.as_str(), "");
+    }
+    s
+}
+
+/// Prometheus' JSON answer as one value (pure).
+pub fn read_answer(status: u16, body: &[u8]) -> Answer {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return Answer::Error(format!("Prometheus answered HTTP {status} with something that is not JSON"));
+    };
+    if v["status"] != "success" {
+        return Answer::Error(format!(
+            "Prometheus: {}: {}",
+            v["errorType"].as_str().unwrap_or("error"),
+            v["error"].as_str().unwrap_or("no reason given")
+        ));
+    }
+    let number = |x: &Value| -> Answer {
+        match x.get(1).and_then(Value::as_str).map(str::parse::<f64>) {
+            Some(Ok(f)) if f.is_nan() => Answer::NoData,
+            Some(Ok(f)) => Answer::Value(f),
+            _ => Answer::Error("Prometheus gave a sample that is not a number".into()),
+        }
+    };
+    match v["data"]["resultType"].as_str() {
+        Some("scalar") => number(&v["data"]["result"]),
+        Some("vector") => match v["data"]["result"].as_array().map(Vec::as_slice) {
+            Some([]) => Answer::NoData,
+            Some([one]) => number(&one["value"]),
+            Some(many) => Answer::Error(format!(
+                "the query gives {} series; it must give one value (aggregate it, e.g. sum(...))",
+                many.len()
+            )),
+            None => Answer::Error("Prometheus gave a vector without results".into()),
+        },
+        other => Answer::Error(format!("the query gives a {}, not one value", other.unwrap_or("nothing"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_of_every_shape() {
+        let ok = |r: &str| format!(r#"{{"status":"success","data":{}}}"#, r);
+        assert_eq!(read_answer(200, ok(r#"{"resultType":"vector","result":[{"metric":{},"value":[1,"0.25"]}]}"#).as_bytes()), Answer::Value(0.25));
+        assert_eq!(read_answer(200, ok(r#"{"resultType":"vector","result":[]}"#).as_bytes()), Answer::NoData);
+        assert_eq!(read_answer(200, ok(r#"{"resultType":"scalar","result":[1,"NaN"]}"#).as_bytes()), Answer::NoData);
+        assert!(matches!(read_answer(200, ok(r#"{"resultType":"vector","result":[{"value":[1,"1"]},{"value":[1,"2"]}]}"#).as_bytes()), Answer::Error(e) if e.contains("2 series")));
+        assert!(matches!(read_answer(400, br#"{"status":"error","errorType":"bad_data","error":"parse error at char 4"}"#), Answer::Error(e) if e == "Prometheus: bad_data: parse error at char 4"));
+        assert!(matches!(read_answer(502, b"<html>bad gateway</html>"), Answer::Error(e) if e.contains("HTTP 502")));
+        assert!(matches!(read_answer(200, ok(r#"{"resultType":"matrix","result":[]}"#).as_bytes()), Answer::Error(e) if e.contains("matrix")));
+    }
+}

@@ -1,0 +1,304 @@
+//! Carrying a delivery out (effects), on the fleet rollout's engine: the
+//! record, its lock, approvals, windows and resumption are
+//! `fleet::run`'s; this adds what a delivery needs around it — the line
+//! (stopped: nothing moves; a hotfix goes past it, audited), freeze
+//! windows, versions marked bad refused before the first write, and the
+//! automatic rollback: a wave that fails (its analysis, its Ready) or a
+//! firing alert takes every touched cluster back to what it ran at once,
+//! and marks the version bad.
+//!
+//! ```text
+//! DeliverySpec ─▶ Line (stopped? bad?) ─▶ fleet::run::apply_held(Members, Freeze) ─┬─▶ finished / waiting
+//!                                          ▲ alert (webhook) · line stopped ───────┴─▶ revert_held(together) + Line::mark_bad
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use chrono::{DateTime, Utc};
+use tokio::sync::watch;
+
+use super::book::{self, Audit, Bad, Line};
+use super::members::Members;
+use super::prometheus::Prometheus;
+use super::spec::DeliverySpec;
+use crate::ami::window::Window;
+use crate::fleet::rollout::{FleetRollout, Snapshot, Windows};
+use crate::fleet::run::{self as engine, Book, Clock, Note, Outcome};
+use crate::fleet::{FleetSpec, Member};
+use crate::state::lock::Lock;
+use crate::state::{S3Access, Store};
+
+/// Maintenance windows, and freeze windows no wave starts in (a hotfix ignores the freeze).
+pub struct Freeze<'a> {
+    pub waves: &'a FleetSpec,
+    pub members: &'a [Member],
+    pub freeze: &'a [Window],
+    pub hotfix: bool,
+}
+
+impl Windows for Freeze<'_> {
+    fn open(&self, cluster: &str, now: DateTime<Utc>) -> Result<(), Option<DateTime<Utc>>> {
+        if !self.hotfix {
+            if let Some(end) = self.freeze.iter().filter_map(|w| w.closes(now)).max() {
+                return Err(Some(end));
+            }
+        }
+        (self.waves, self.members).open(cluster, now)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Sleep through bakes and windows (else stop and say when to come back).
+    pub wait: bool,
+    /// Go past a stopped line and freeze windows, for this reason (audited).
+    pub hotfix: Option<String>,
+    /// How often a roll looks at the workload, and the line at its stop.
+    pub poll: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { wait: true, hotfix: None, poll: Duration::from_millis(500) }
+    }
+}
+
+/// How a run of a delivery ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    Finished,
+    Waiting { until: Option<DateTime<Utc>>, why: BTreeMap<String, String> },
+    /// Every touched cluster was taken back; the version is marked bad.
+    RolledBack { reason: String },
+    /// The line was stopped mid-run: the record stays, the next run picks it up.
+    Stopped { reason: String },
+}
+
+/// What a run says as it goes.
+#[derive(Debug, Clone)]
+pub enum Event {
+    Engine(Note),
+    Hotfix { reason: String },
+    RollingBack { reason: String, clusters: Vec<String> },
+    MarkedBad { image: String },
+}
+
+pub struct Opened {
+    pub line: Line,
+    pub book: Book,
+}
+
+/// The delivery's store: its folder and the line's.
+pub async fn open(spec: &DeliverySpec, aws: Option<&dyn S3Access>) -> Result<Opened> {
+    let line = Line::open(&spec.state_store, aws).await?;
+    let store = Store::open(&spec.state_store, &book::folder(&spec.workload.namespace, &spec.workload.name), aws).await?;
+    Ok(Opened { line, book: Book { store } })
+}
+
+/// Why the delivery must not move now, before anything is written: the
+/// line is stopped (without a hotfix) or the version is marked bad.
+pub async fn refusal(spec: &DeliverySpec, line: &Line, hotfix: bool) -> Result<Option<String>> {
+    if !hotfix {
+        if let Some(s) = line.stopped().await? {
+            return Ok(Some(format!(
+                "the line is stopped by {} since {}: {}; nothing is delivered until `pinfleet delivery line resume`, or pass --hotfix REASON (audited)",
+                s.by,
+                s.at.format("%Y-%m-%d %H:%M UTC"),
+                s.reason
+            )));
+        }
+    }
+    let bad = line.bad().await?;
+    for (container, image) in &spec.images {
+        if let Some(b) = book::digest_of(image).and_then(|d| bad.get(d)) {
+            return Ok(Some(format!(
+                "images.{container}: {image} is marked bad (delivery #{} of {} {}: {}); deliver a fixed build",
+                b.delivery, b.workload, b.version, b.reason
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// Connects to every member of the delivery.
+pub async fn connect(spec: &DeliverySpec) -> Result<BTreeMap<String, kube::Client>> {
+    let mut out = BTreeMap::new();
+    for (name, c) in &spec.clusters {
+        let client = crate::kube::apply::connect(&c.kubeconfig)
+            .await
+            .with_context(|| format!("clusters.{name}: connecting with {}", c.kubeconfig.display()))?;
+        out.insert(name.clone(), client);
+    }
+    Ok(out)
+}
+
+/// A new record for the delivery (every cluster moves to the file's images).
+pub fn record(spec: &DeliverySpec, number: u64, by: &str, now: DateTime<Utc>) -> FleetRollout {
+    let members = spec.members();
+    let plan = crate::fleet::plan(&spec.waves, &members, &spec.target(), &BTreeMap::new(), now);
+    let to: BTreeMap<String, Snapshot> = members
+        .iter()
+        .map(|m| (m.name.clone(), Snapshot { images: spec.images.clone(), ..Default::default() }))
+        .collect();
+    FleetRollout::new(number, &plan, &spec.waves, &to, by, now)
+}
+
+/// Runs the delivery under its lock until it finishes, waits, is rolled
+/// back or is stopped with the line. `alert`: a firing alert's reason.
+pub async fn apply(
+    spec: &DeliverySpec,
+    opened: &Opened,
+    clients: BTreeMap<String, kube::Client>,
+    opts: &Options,
+    alert: watch::Receiver<Option<String>>,
+    command: &str,
+    on: &(dyn Fn(Event) + Sync),
+) -> Result<(FleetRollout, Ended)> {
+    if let Some(why) = refusal(spec, &opened.line, opts.hotfix.is_some()).await? {
+        bail!("{}: {why}", spec.target());
+    }
+    let (line, book) = (&opened.line, &opened.book);
+    Lock::with(&book.store, command, async {
+        let now = Utc::now();
+        let by = crate::state::whoami().0;
+        let record = match book.in_progress(&spec.target()).await? {
+            Some(r) => r,
+            None => {
+                let number = book.retire_latest().await?;
+                record(spec, number, &by, now)
+            }
+        };
+        if let Some(reason) = &opts.hotfix {
+            line.audit(&Audit { at: now, by: by.clone(), act: "hotfix".into(), what: format!("{} (delivery #{})", spec.target(), record.number), reason: reason.clone() })
+                .await?;
+            on(Event::Hotfix { reason: reason.clone() });
+        }
+        let prometheus = spec.prometheus.as_deref().map(Prometheus::new).transpose()?;
+        let members = Members {
+            spec,
+            clients,
+            prometheus,
+            store: book.store.clone(),
+            number: record.number,
+            alert: alert.clone(),
+            poll: opts.poll,
+        };
+        let ms = spec.members();
+        let windows = Freeze { waves: &spec.waves, members: &ms, freeze: &spec.freeze, hotfix: opts.hotfix.is_some() };
+        let engine_opts = engine::Options { wait: opts.wait, lock_retry: Duration::from_secs(60) };
+        let note = |n: Note| on(Event::Engine(n));
+        let number = record.number;
+        let ran = tokio::select! {
+            r = engine::apply_held(&members, book, record, &windows, Clock::wall(), engine_opts, &note) => Some(r?),
+            _ = fired(alert.clone()) => None,
+            s = line_stopped(line, opts.poll, opts.hotfix.is_some()) => {
+                let r = book.latest().await?.filter(|r| r.number == number).context("the delivery's record is gone")?;
+                return Ok((r, Ended::Stopped { reason: s }));
+            }
+        };
+        let (r, reason) = match ran {
+            Some((r, Outcome::Finished)) => return Ok((r, Ended::Finished)),
+            Some((r, Outcome::Waiting { until, why })) => {
+                let why = why.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+                return Ok((r, Ended::Waiting { until, why }));
+            }
+            Some((r, Outcome::Halted(reason))) => (r, reason),
+            None => {
+                let reason = alert.borrow().clone().unwrap_or_default();
+                let r = book.latest().await?.filter(|r| r.number == number).context("the delivery's record is gone")?;
+                (r, reason)
+            }
+        };
+        rollback(spec, line, book, &members, r, &reason, on).await
+    })
+    .await
+}
+
+async fn fired(mut alert: watch::Receiver<Option<String>>) {
+    loop {
+        if alert.borrow().is_some() {
+            return;
+        }
+        if alert.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+async fn line_stopped(line: &Line, poll: Duration, hotfix: bool) -> String {
+    if hotfix {
+        return std::future::pending().await;
+    }
+    loop {
+        tokio::time::sleep(poll.max(Duration::from_millis(200))).await;
+        if let Ok(Some(s)) = line.stopped().await {
+            return format!("the line was stopped by {}: {}", s.by, s.reason);
+        }
+    }
+}
+
+/// Takes every touched cluster back at once and marks the version bad.
+async fn rollback(
+    spec: &DeliverySpec,
+    line: &Line,
+    book: &Book,
+    members: &Members<'_>,
+    r: FleetRollout,
+    reason: &str,
+    on: &(dyn Fn(Event) + Sync),
+) -> Result<(FleetRollout, Ended)> {
+    let clusters: Vec<String> = r.clusters().filter(|(_, c)| c.touched()).map(|(_, c)| c.name.clone()).collect();
+    on(Event::RollingBack { reason: reason.to_string(), clusters });
+    // The version is bad before the clusters are back: the gateway refuses it from now on.
+    mark_bad(spec, line, r.number, reason, on).await?;
+    let note = |n: Note| on(Event::Engine(n));
+    let r = engine::revert_held(members, book, r, Clock::wall(), true, &note).await?;
+    Ok((r, Ended::RolledBack { reason: reason.to_string() }))
+}
+
+pub async fn mark_bad(spec: &DeliverySpec, line: &Line, number: u64, reason: &str, on: &(dyn Fn(Event) + Sync)) -> Result<()> {
+    for image in spec.images.values() {
+        let Some(digest) = book::digest_of(image) else { continue };
+        line.mark_bad(&Bad {
+            image: image.clone(),
+            digest: digest.to_string(),
+            workload: spec.workload.to_string(),
+            version: spec.version.clone(),
+            delivery: number,
+            reason: reason.to_string(),
+            at: Utc::now(),
+        })
+        .await?;
+        on(Event::MarkedBad { image: image.clone() });
+    }
+    Ok(())
+}
+
+/// Takes the delivery's touched clusters back by hand (all at once);
+/// `bad`: mark the version bad for this reason too.
+pub async fn rollback_by_hand(
+    spec: &DeliverySpec,
+    opened: &Opened,
+    clients: BTreeMap<String, kube::Client>,
+    bad: Option<&str>,
+    command: &str,
+    on: &(dyn Fn(Event) + Sync),
+) -> Result<FleetRollout> {
+    let (line, book) = (&opened.line, &opened.book);
+    let Some(r) = book.latest().await? else { bail!("{} has no delivery to roll back", spec.workload) };
+    if r.target != spec.target() {
+        bail!("the latest delivery of {} is #{} ({}), not {}", spec.workload, r.number, r.target, spec.target());
+    }
+    let (_tx, alert) = watch::channel(None);
+    let members = Members { spec, clients, prometheus: None, store: book.store.clone(), number: r.number, alert, poll: Duration::from_millis(500) };
+    Lock::with(&book.store, command, async {
+        if let Some(reason) = bad {
+            mark_bad(spec, line, r.number, reason, on).await?;
+        }
+        let note = |n: Note| on(Event::Engine(n));
+        engine::revert_held(&members, book, r, Clock::wall(), true, &note).await
+    })
+    .await
+}

@@ -1,0 +1,400 @@
+//! A delivery file (pure): which workload moves to which version (its
+//! images by digest), where it runs (the member clusters, with their
+//! labels and regions), the waves and windows (a `fleet.yaml` mapping),
+//! freeze windows, the analysis each wave must pass and the workload's
+//! SLO. Every problem is reported at once, each with its field.
+//!
+//! ```text
+//! deliveries/*.yaml ─▶ DeliverySpec::parse ─▶ plan (fleet::plan over the members) ─▶ FleetRollout
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::analysis::{Analysis, Condition, Metric};
+use super::slo::Slo;
+use crate::ami::window::Window;
+use crate::fleet::{FleetSpec, Member};
+
+/// The workload a delivery moves: a platform resource on each member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadRef {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for WorkloadRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ClusterEntry {
+    pub kubeconfig: PathBuf,
+    pub region: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct DeliverySpec {
+    pub workload: WorkloadRef,
+    pub version: String,
+    /// Container → image by digest.
+    pub images: BTreeMap<String, String>,
+    pub state_store: String,
+    pub clusters: BTreeMap<String, ClusterEntry>,
+    pub waves: FleetSpec,
+    /// No wave starts inside one of these (a hotfix may, audited).
+    pub freeze: Vec<Window>,
+    pub prometheus: Option<String>,
+    pub analysis: Analysis,
+    /// How long a cluster may take to run the new version Ready.
+    pub ready_timeout: Duration,
+    pub slo: Option<Slo>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Raw {
+    workload: RawWorkload,
+    version: String,
+    images: BTreeMap<String, String>,
+    state_store: String,
+    clusters: BTreeMap<String, RawCluster>,
+    #[serde(default)]
+    waves: Option<Value>,
+    #[serde(default)]
+    freeze: Vec<String>,
+    #[serde(default)]
+    analysis: Option<RawAnalysis>,
+    #[serde(default)]
+    slo: Option<RawSlo>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawWorkload {
+    #[serde(default = "default_kind")]
+    kind: String,
+    namespace: String,
+    name: String,
+}
+
+fn default_kind() -> String {
+    "PinterestService".into()
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawCluster {
+    kubeconfig: PathBuf,
+    #[serde(default)]
+    region: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawAnalysis {
+    prometheus: Option<String>,
+    interval: Option<String>,
+    count: Option<u32>,
+    failure_limit: Option<u32>,
+    inconclusive_limit: Option<u32>,
+    consecutive_error_limit: Option<u32>,
+    bake: Option<String>,
+    ready_timeout: Option<String>,
+    /// With an SLO and no metrics: the SLI's error ratio must stay below
+    /// this many times the budget's rate (default 1).
+    max_burn_rate: Option<f64>,
+    #[serde(default)]
+    metrics: Vec<RawMetric>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawMetric {
+    name: String,
+    query: String,
+    success_condition: Option<String>,
+    failure_condition: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawSlo {
+    name: String,
+    #[serde(default = "default_sli")]
+    sli: String,
+    objective: f64,
+    #[serde(default = "default_window")]
+    window: String,
+    errors: String,
+    total: String,
+}
+
+fn default_sli() -> String {
+    "availability".into()
+}
+
+fn default_window() -> String {
+    "30d".into()
+}
+
+fn duration(field: &str, text: Option<&str>, default: Duration, problems: &mut Vec<String>) -> Duration {
+    match text {
+        None => default,
+        Some(t) => humantime::parse_duration(t).unwrap_or_else(|e| {
+            problems.push(format!("{field}: `{t}`: {e}"));
+            default
+        }),
+    }
+}
+
+/// The kinds that run until replaced (a batch kind's version is its next run).
+pub const KINDS: [&str; 3] = ["PinterestService", "PinterestDaemon", "PinterestStatefulSet"];
+
+/// A digest reference: `HOST/REPO@sha256:<64 hex>`.
+fn by_digest(image: &str) -> bool {
+    image.rsplit_once("@sha256:").is_some_and(|(name, hex)| {
+        !name.is_empty() && hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    })
+}
+
+impl DeliverySpec {
+    pub fn load(path: &Path) -> anyhow::Result<DeliverySpec> {
+        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, base).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    /// The file's delivery; kubeconfigs relative to `base`. Every problem at once.
+    pub fn parse(text: &str, base: &Path) -> Result<DeliverySpec, String> {
+        let raw: Raw = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+        let mut problems = Vec::new();
+        let w = &raw.workload;
+        for (field, v) in [("workload.namespace", &w.namespace), ("workload.name", &w.name)] {
+            if let Some(p) = crate::kube::validation::dns1123_label(v).first() {
+                problems.push(format!("{field}: `{v}`: {p}"));
+            }
+        }
+        if !KINDS.contains(&w.kind.as_str()) {
+            problems.push(format!("workload.kind: `{}` is not a serving platform kind ({})", w.kind, KINDS.join(", ")));
+        }
+        if raw.version.is_empty() || raw.version.len() > 63 || !raw.version.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
+            problems.push(format!("version: `{}` must be 1-63 letters, digits, `.`, `_` or `-`", raw.version.escape_debug()));
+        }
+        if raw.images.is_empty() {
+            problems.push("images: name at least one container's new image".into());
+        }
+        for (c, image) in &raw.images {
+            if !by_digest(image) {
+                problems.push(format!(
+                    "images.{c}: `{}` is not by digest; a delivery moves to digests (the gateway pins them at submission: `pinfleet gateway view`)",
+                    image.escape_debug()
+                ));
+            }
+        }
+        if !raw.state_store.starts_with("s3://") && !raw.state_store.starts_with("file://") {
+            problems.push(format!("stateStore: `{}` is not a state store URL (s3://bucket/prefix or file://dir)", raw.state_store));
+        }
+        if raw.clusters.is_empty() {
+            problems.push("clusters: name the member clusters the workload runs on".into());
+        }
+        for name in raw.clusters.keys() {
+            if let Some(p) = crate::kube::validation::dns1123_label(name).first() {
+                problems.push(format!("clusters.{name}: {p}"));
+            }
+        }
+        let waves = match raw.waves {
+            None => Ok(FleetSpec { stages: one_wave(), windows: vec![], state_store: None }),
+            Some(v) => FleetSpec::from_value(v).map_err(|e| format!("waves.{e}")),
+        };
+        let waves = waves.unwrap_or_else(|e| {
+            problems.push(e);
+            FleetSpec { stages: one_wave(), windows: vec![], state_store: None }
+        });
+        let mut freeze = Vec::new();
+        for (i, f) in raw.freeze.iter().enumerate() {
+            match f.parse::<Window>() {
+                Ok(w) => freeze.push(w),
+                Err(e) => problems.push(format!("freeze[{i}]: {e}")),
+            }
+        }
+        let slo = raw.slo.map(|s| {
+            let window = duration("slo.window", Some(&s.window), Duration::from_secs(30 * 86400), &mut problems);
+            let slo = Slo { name: s.name, sli: s.sli, objective: s.objective, window, errors: s.errors, total: s.total };
+            problems.extend(slo.check());
+            slo
+        });
+        let a = raw.analysis.unwrap_or_default();
+        let mut metrics = Vec::new();
+        for (i, m) in a.metrics.iter().enumerate() {
+            let at = format!("analysis.metrics[{i}] ({})", m.name);
+            let cond = |field: &str, c: &Option<String>, problems: &mut Vec<String>| {
+                c.as_deref().and_then(|t| Condition::parse(t).map_err(|e| problems.push(format!("{at}.{field}: {e}"))).ok())
+            };
+            let success_condition = cond("successCondition", &m.success_condition, &mut problems);
+            let failure_condition = cond("failureCondition", &m.failure_condition, &mut problems);
+            if m.success_condition.is_none() && m.failure_condition.is_none() {
+                problems.push(format!("{at}: name a successCondition, a failureCondition or both"));
+            }
+            metrics.push(Metric { name: m.name.clone(), query: m.query.clone(), success_condition, failure_condition });
+        }
+        let interval = duration("analysis.interval", a.interval.as_deref(), Duration::from_secs(60), &mut problems);
+        if metrics.is_empty() {
+            if let Some(s) = &slo {
+                let burn = a.max_burn_rate.unwrap_or(1.0);
+                if !(burn.is_finite() && burn > 0.0) {
+                    problems.push(format!("analysis.maxBurnRate: {burn} must be a positive number"));
+                }
+                let range = format!("{}s", interval.as_secs().max(60));
+                metrics.push(super::slo::analysis_metric(s, burn, &range));
+            }
+        }
+        let count = a.count.unwrap_or(3);
+        if count == 0 || count > 1000 {
+            problems.push(format!("analysis.count: {count} must be between 1 and 1000"));
+        }
+        let analysis = Analysis {
+            interval,
+            count,
+            failure_limit: a.failure_limit.unwrap_or(0),
+            inconclusive_limit: a.inconclusive_limit.unwrap_or(0),
+            consecutive_error_limit: a.consecutive_error_limit.unwrap_or(4),
+            bake: duration("analysis.bake", a.bake.as_deref(), Duration::from_secs(300), &mut problems),
+            metrics,
+        };
+        if !analysis.metrics.is_empty() && a.prometheus.is_none() {
+            problems.push("analysis.prometheus: the analysis' metrics need the Prometheus to ask (http://host:port)".into());
+        }
+        if let Some(url) = &a.prometheus {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                problems.push(format!("analysis.prometheus: `{url}` is not an http(s) URL"));
+            }
+        }
+        let ready_timeout = duration("analysis.readyTimeout", a.ready_timeout.as_deref(), Duration::from_secs(600), &mut problems);
+        if !problems.is_empty() {
+            return Err(problems.join("\n"));
+        }
+        let clusters = raw
+            .clusters
+            .into_iter()
+            .map(|(name, c)| {
+                let kubeconfig = if c.kubeconfig.is_absolute() { c.kubeconfig } else { base.join(c.kubeconfig) };
+                (name, ClusterEntry { kubeconfig, region: c.region, labels: c.labels })
+            })
+            .collect();
+        Ok(DeliverySpec {
+            workload: WorkloadRef { kind: raw.workload.kind, namespace: raw.workload.namespace, name: raw.workload.name },
+            version: raw.version,
+            images: raw.images,
+            state_store: raw.state_store,
+            clusters,
+            waves,
+            freeze,
+            prometheus: a.prometheus,
+            analysis,
+            ready_timeout,
+            slo,
+        })
+    }
+
+    /// The members as the fleet's plan sees them.
+    pub fn members(&self) -> Vec<Member> {
+        self.clusters
+            .iter()
+            .map(|(name, c)| Member { name: name.clone(), labels: c.labels.clone(), region: c.region.clone() })
+            .collect()
+    }
+
+    /// The fleet target: `NAMESPACE/NAME@VERSION`.
+    pub fn target(&self) -> crate::fleet::Target {
+        crate::fleet::Target::Workload(format!("{}@{}", self.workload, self.version))
+    }
+}
+
+/// Without `waves:`: a canary (the cluster labelled `canary: "true"`, else
+/// the first), then the rest, none failing.
+fn one_wave() -> Vec<crate::fleet::Stage> {
+    let stage = |name: &str, canary: bool| crate::fleet::Stage {
+        name: name.into(),
+        selector: crate::spec::selector::Selector::default(),
+        selector_text: String::new(),
+        soak: Duration::ZERO,
+        max_failures: crate::spec::IntOrPercent::Int(0),
+        approval: false,
+        canary,
+        max_parallel: if canary { Some(1) } else { None },
+        clusters: None,
+    };
+    vec![stage("all", true)]
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub const FILE: &str = r#"
+workload: {namespace: feeds, name: web}
+version: v3
+images: {app: "127.0.0.1:5000/feeds/web@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}
+stateStore: s3://deliveries/feeds
+clusters:
+  north: {kubeconfig: north.yaml, region: us-east-1, labels: {canary: "true"}}
+  south: {kubeconfig: /abs/south.yaml, region: us-west-2}
+waves:
+  stages:
+    - {name: canary, selector: canary=true, soak: 0s}
+    - {name: rest, selector: "!canary", soak: 0s}
+freeze: ["Fri 16:00-23:59 UTC"]
+analysis:
+  prometheus: http://127.0.0.1:9090
+  bake: 10s
+  interval: 5s
+  count: 2
+slo:
+  name: web-availability
+  objective: 99.9
+  errors: 'sum(rate(http_requests_total{cluster=~"{{cluster}}",code=~"5.."}[{{range}}]))'
+  total: 'sum(rate(http_requests_total{cluster=~"{{cluster}}"}[{{range}}]))'
+"#;
+
+    #[test]
+    fn a_delivery_file_and_what_it_defaults() {
+        let d = DeliverySpec::parse(FILE, Path::new("/deliveries")).unwrap();
+        assert_eq!(d.target().to_string(), "workload feeds/web@v3");
+        assert_eq!(d.clusters["north"].kubeconfig, Path::new("/deliveries/north.yaml"));
+        assert_eq!(d.clusters["south"].kubeconfig, Path::new("/abs/south.yaml"));
+        assert_eq!(d.waves.stages.len(), 2);
+        assert_eq!((d.analysis.count, d.analysis.failure_limit, d.analysis.interval), (2, 0, Duration::from_secs(5)));
+        // No metric of its own: the SLO's SLI, within its budget's rate.
+        assert_eq!(d.analysis.metrics.len(), 1);
+        assert_eq!(d.analysis.metrics[0].name, "web-availability-error-ratio");
+        assert_eq!(d.members().len(), 2);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_field() {
+        let bad = FILE
+            .replace("version: v3", "version: \"v3 final\"")
+            .replace("web@sha256:aaaa", "web:v3#")
+            .replace("Fri 16:00-23:59 UTC", "Caturday")
+            .replace("count: 2", "count: 0")
+            .replace("soak: 0s}\n    - {name: rest", "soak: soon}\n    - {name: rest")
+            .replace("objective: 99.9", "objective: 100");
+        let e = DeliverySpec::parse(&bad, Path::new("/")).unwrap_err();
+        for want in ["version: `v3 final`", "images.app:", "is not by digest", "freeze[0]:", "analysis.count: 0", "waves.stages[0] (canary).soak", "slo.objective"] {
+            assert!(e.contains(want), "{want} in\n{e}");
+        }
+        assert!(DeliverySpec::parse("workload: {}\n", Path::new("/")).is_err());
+        assert!(DeliverySpec::parse(&FILE.replace("version:", "verzion:"), Path::new("/")).unwrap_err().contains("verzion"));
+    }
+}
