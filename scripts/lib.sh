@@ -95,6 +95,27 @@ ensure_registry() {
   [[ -x "${REGISTRY_BIN}" ]]
 }
 
+# Debian's prometheus package unpacked into the build directory (the
+# package itself would start a service): prometheus and promtool, for a
+# delivery's analysis and the SLO rules' tests, which start their own
+# Prometheus on 127.0.0.1. Sets PROMETHEUS_DIR.
+ensure_prometheus() {
+  local dir="${CARGO_TARGET_DIR}/debs/prometheus"
+  PROMETHEUS_DIR="${dir}/usr/bin"
+  [[ -x "${PROMETHEUS_DIR}/prometheus" && -x "${PROMETHEUS_DIR}/promtool" ]] && return
+  log "unpacking Debian's prometheus into ${dir}"
+  local tmp
+  tmp=$(mktemp -d)
+  if [[ ! -f /tmp/.pinfleet-apt-updated ]]; then
+    apt-get -o DPkg::Lock::Timeout=600 -q update >/dev/null && touch /tmp/.pinfleet-apt-updated
+  fi
+  (cd "${tmp}" && apt-get -q download prometheus >/dev/null 2>&1)
+  mkdir -p "${dir}"
+  dpkg-deb -x "${tmp}"/prometheus_*.deb "${dir}"
+  rm -rf "${tmp}"
+  [[ -x "${PROMETHEUS_DIR}/prometheus" && -x "${PROMETHEUS_DIR}/promtool" ]]
+}
+
 # Starts the registry on 127.0.0.1 with its storage under the build
 # directory (emptied first); sets REGISTRY_ADDR. Stopped by the cleanup.
 start_registry() {

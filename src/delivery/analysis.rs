@@ -79,7 +79,7 @@ impl std::fmt::Display for Condition {
             Op::Gt => ">",
             Op::Ge => ">=",
         };
-        write!(f, "{op} {}", self.value)
+        write!(f, "{op} {}", number(self.value))
     }
 }
 
@@ -151,6 +151,13 @@ pub enum Answer {
     Error(String),
 }
 
+/// A measured value in words: at most six decimals, no trailing zeros.
+pub fn number(x: f64) -> String {
+    let s = format!("{x:.6}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" { "0".into() } else { s.to_string() }
+}
+
 /// One measurement of `m` from its query's answer.
 pub fn measure(m: &Metric, answer: Answer, at: DateTime<Utc>) -> Measurement {
     let (value, phase, note) = match answer {
@@ -159,14 +166,14 @@ pub fn measure(m: &Metric, answer: Answer, at: DateTime<Utc>) -> Measurement {
         Answer::Value(x) if !x.is_finite() => (None, Phase::Inconclusive, format!("{x} is not a number to judge")),
         Answer::Value(x) => {
             let (phase, note) = match (m.success_condition, m.failure_condition) {
-                (_, Some(f)) if f.holds(x) => (Phase::Failed, format!("{x} {f}")),
-                (Some(s), _) if s.holds(x) => (Phase::Successful, format!("{x} {s}")),
+                (_, Some(f)) if f.holds(x) => (Phase::Failed, format!("{} {f}", number(x))),
+                (Some(s), _) if s.holds(x) => (Phase::Successful, format!("{} {s}", number(x))),
                 // Only a success condition: not meeting it fails (as Argo judges).
-                (Some(s), None) => (Phase::Failed, format!("{x} is not {s}")),
-                (Some(s), Some(f)) => (Phase::Inconclusive, format!("{x} is neither {s} nor {f}")),
+                (Some(s), None) => (Phase::Failed, format!("{} is not {s}", number(x))),
+                (Some(s), Some(f)) => (Phase::Inconclusive, format!("{} is neither {s} nor {f}", number(x))),
                 // Only a failure condition, not met: successful.
-                (None, Some(f)) => (Phase::Successful, format!("{x} is not {f}")),
-                (None, None) => (Phase::Inconclusive, format!("{x}: no condition to judge by")),
+                (None, Some(f)) => (Phase::Successful, format!("{} is not {f}", number(x))),
+                (None, None) => (Phase::Inconclusive, format!("{}: no condition to judge by", number(x))),
             };
             (Some(x), phase, note)
         }

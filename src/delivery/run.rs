@@ -160,7 +160,8 @@ pub async fn apply(
         bail!("{}: {why}", spec.target());
     }
     let (line, book) = (&opened.line, &opened.book);
-    Lock::with(&book.store, command, async {
+    // Boxed: the engine's future is deep, and a caller's stack may be a test thread's.
+    Lock::with(&book.store, command, Box::pin(async {
         let now = Utc::now();
         let by = crate::state::whoami().0;
         let record = match book.in_progress(&spec.target()).await? {
@@ -191,7 +192,7 @@ pub async fn apply(
         let note = |n: Note| on(Event::Engine(n));
         let number = record.number;
         let ran = tokio::select! {
-            r = engine::apply_held(&members, book, record, &windows, Clock::wall(), engine_opts, &note) => Some(r?),
+            r = Box::pin(engine::apply_held(&members, book, record, &windows, Clock::wall(), engine_opts, &note)) => Some(r?),
             _ = fired(alert.clone()) => None,
             s = line_stopped(line, opts.poll, opts.hotfix.is_some()) => {
                 let r = book.latest().await?.filter(|r| r.number == number).context("the delivery's record is gone")?;
@@ -204,15 +205,27 @@ pub async fn apply(
                 let why = why.into_iter().map(|(k, v)| (k, v.to_string())).collect();
                 return Ok((r, Ended::Waiting { until, why }));
             }
-            Some((r, Outcome::Halted(reason))) => (r, reason),
+            Some((r, Outcome::Halted(reason))) => {
+                // The halt names the clusters; the reason is what each of them failed on.
+                use crate::fleet::rollout::ClusterState;
+                let why: Vec<String> = r
+                    .clusters()
+                    .filter_map(|(_, c)| match &c.state {
+                        ClusterState::Failed(e) => Some(e.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                let reason = if why.is_empty() { reason } else { format!("{} ({reason})", why.join("; ")) };
+                (r, reason)
+            }
             None => {
                 let reason = alert.borrow().clone().unwrap_or_default();
                 let r = book.latest().await?.filter(|r| r.number == number).context("the delivery's record is gone")?;
                 (r, reason)
             }
         };
-        rollback(spec, line, book, &members, r, &reason, on).await
-    })
+        Box::pin(rollback(spec, line, book, &members, r, &reason, on)).await
+    }))
     .await
 }
 

@@ -47,7 +47,8 @@ pub const RANGES: [&str; 5] = ["5m", "30m", "1h", "6h", "3d"];
 impl Slo {
     /// The error budget: the share of events that may fail (0.001 for 99.9).
     pub fn budget(&self) -> f64 {
-        1.0 - self.objective / 100.0
+        // Rounded: 1 - 99.9/100 is 0.000999…89 in floating point.
+        ((100.0 - self.objective) / 100.0 * 1e12).round() / 1e12
     }
 
     /// Problems with the SLO, each with its field.

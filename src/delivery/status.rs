@@ -110,6 +110,8 @@ pub fn text(s: &Status) -> String {
             format!("held: {h}; `pinfleet delivery approve FILE {}.gate` goes on, `rollback` goes back", st.name)
         } else if st.clusters.iter().all(|c| c.state == ClusterState::Pending) {
             "waiting".into()
+        } else if r.state == RolloutState::Reverted {
+            "rolled back".into()
         } else {
             "in progress".into()
         };
