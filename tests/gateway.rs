@@ -460,6 +460,47 @@ async fn a_teams_images_are_signed_landed_builds_and_reach_the_members_by_digest
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_version_a_delivery_rolled_back_is_refused_at_its_image() {
+    let host = KubeEnv::start();
+    let east = member("east", 1, "4", true);
+    let team = host.namespace.clone();
+    let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("8", "8")}} })).await;
+    let store = tempfile::tempdir().unwrap();
+    let line = pinfleet::delivery::book::Line::open(&format!("file://{}", store.path().display()), None).await.unwrap();
+    let bad = format!("registry.k8s.io/team/web@sha256:{}", "3".repeat(64));
+    line.mark_bad(&pinfleet::delivery::book::Bad {
+        image: bad.clone(),
+        digest: format!("sha256:{}", "3".repeat(64)),
+        workload: format!("{team}/web"),
+        version: "v3".into(),
+        delivery: 2,
+        reason: "analysis failed on north: error ratio 0.2 >= 0.1".into(),
+        at: chrono::Utc::now(),
+    })
+    .await
+    .unwrap();
+    assert!(gw.svc.delivery_line.set(line).is_ok());
+    let c = gw.client(Some(ci_token(&host)));
+    let with_image = |image: &str| {
+        let mut w = service_of(&team, "web", 1, "100m");
+        w["spec"]["template"]["spec"]["initContainers"] = json!([{"name": "warm", "image": image}]);
+        w
+    };
+    let r = c.call("POST", "/v1/submissions", Some(&json!({"id": "web-3", "workload": with_image(&bad)}))).await.unwrap();
+    assert_eq!(r.status, 422, "{:#}", r.body);
+    let text = r.body.to_string();
+    assert!(
+        text.contains("spec.template.spec.initContainers[0].image")
+            && text.contains("is marked bad: delivery #2")
+            && text.contains("analysis failed on north"),
+        "{text}"
+    );
+    let good = format!("registry.k8s.io/team/web@sha256:{}", "2".repeat(64));
+    let r = c.call("POST", "/v1/submissions", Some(&json!({"id": "web-2", "workload": with_image(&good)}))).await.unwrap();
+    assert_eq!(r.status, 201, "{:#}", r.body);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_statefulset_mounting_its_own_claim_is_admitted_and_runs() {
     let host = KubeEnv::start();
     let east = member("east", 1, "4", true);

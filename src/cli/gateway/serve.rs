@@ -119,6 +119,10 @@ pub struct ServeArgs {
     /// folder, read from its state store on --target every --member-refresh.
     #[arg(long)]
     pub fleet_rollouts: bool,
+    /// The deliveries' state store (s3://bucket/prefix or file://dir): the
+    /// versions a delivery marked bad are refused at submission.
+    #[arg(long)]
+    pub delivery_store: Option<String>,
     #[command(flatten)]
     pub cloud: crate::cli::cloud::CloudArgs,
 }
@@ -249,6 +253,14 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
         audit_log: s.audit_log.clone(),
     };
     let svc = service::Service::start(host, members, identity, config).await?;
+    if let Some(url) = &s.delivery_store {
+        let aws = match url.starts_with("s3://") {
+            true => Some(crate::cloud::aws::Aws::connect(&crate::cloud::aws::AwsOptions::from_env(crate::cloud::aws::Target::Aws, None)?).await?),
+            false => None,
+        };
+        let line = crate::delivery::book::Line::open(url, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
+        let _ = svc.delivery_line.set(line);
+    }
     let audit = svc.audit_log.clone();
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let leader = tokio::spawn(svc.clone().run(stopping));

@@ -265,6 +265,11 @@ pub struct Service {
     pub audit_log: Arc<super::audit::AuditLog>,
     /// The registries images are resolved and verified against.
     pub registries: super::registry::Registries,
+    /// Where deliveries mark versions bad (`--delivery-store`): their
+    /// images are refused. Set once, before serving.
+    pub delivery_line: std::sync::OnceLock<crate::delivery::book::Line>,
+    /// The versions marked bad as last read, and when.
+    bad_versions: tokio::sync::Mutex<(Option<Instant>, BTreeMap<String, crate::delivery::book::Bad>)>,
     /// The last hour whose expired use records were dropped.
     usage_pruned: std::sync::Mutex<Option<DateTime<Utc>>>,
     /// The submissions watch: ends with the service.
@@ -389,6 +394,8 @@ impl Service {
             queue: RwLock::new(QueueView::default()),
             wake: Notify::new(),
             registries,
+            delivery_line: std::sync::OnceLock::new(),
+            bad_versions: tokio::sync::Mutex::new((None, BTreeMap::new())),
             audit_log,
             usage_pruned: std::sync::Mutex::new(None),
             watch,
@@ -652,6 +659,11 @@ impl Service {
                 return Ok((422, bad(p, &intake.team, String::new())));
             }
         };
+        if let Err((code, p)) = self.not_marked_bad(&intake).await {
+            self.audit(caller, "submit", &format!("{}/{id}", intake.team), &intake.artifact, code, &problems_text(&p))
+                .await;
+            return Ok((code, bad(p, &intake.team, String::new())));
+        }
         let name = records::submission_name(&intake.team, id);
         let digest = records::digest(&intake.workload);
         // A retry: the record the first attempt made answers.
@@ -749,6 +761,45 @@ impl Service {
             intake.artifact = p.clone();
         }
         Ok(verdicts)
+    }
+
+    /// Refuses images a delivery marked bad (by digest: a pinned image, or
+    /// one submitted by digest), each at its field with the delivery's
+    /// reason. The list is read at most every 5 s; when it cannot be read,
+    /// the last list read answers, and with none a 503 says why.
+    async fn not_marked_bad(&self, intake: &intake::Intake) -> Result<(), (u16, Vec<Problem>)> {
+        let Some(line) = self.delivery_line.get() else { return Ok(()) };
+        let mut cache = self.bad_versions.lock().await;
+        if cache.0.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) {
+            match line.bad().await {
+                Ok(b) => *cache = (Some(Instant::now()), b),
+                Err(e) if cache.0.is_none() => {
+                    tracing::warn!("reading the versions marked bad: {e:#}");
+                    let p = Problem::new("delivery", "", "the versions marked bad cannot be read now; try again shortly");
+                    return Err((503, vec![p]));
+                }
+                Err(e) => tracing::warn!("reading the versions marked bad (the last list answers): {e:#}"),
+            }
+        }
+        let problems: Vec<Problem> = intake::image_fields(&intake.kind, &intake.workload)
+            .into_iter()
+            .filter_map(|(at, image)| {
+                let b = crate::delivery::book::digest_of(&image).and_then(|d| cache.1.get(d))?;
+                Some(Problem::new(
+                    "delivery",
+                    at,
+                    format!(
+                        "{image} is marked bad: delivery #{} of {} {} was rolled back ({}); submit a fixed build",
+                        b.delivery, b.workload, b.version, b.reason
+                    ),
+                ))
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err((422, problems))
+        }
     }
 
     /// Exactly what admission would answer now, for a dry run.
