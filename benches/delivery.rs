@@ -16,7 +16,6 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-
 use chrono::Utc;
 use kube::api::{Api, Patch, PatchParams};
 use pinfleet::delivery::run::{self, Ended, Event, Freeze};
@@ -43,7 +42,11 @@ fn decide_pass() {
         .map(|i| format!("  c{i:03}: {{kubeconfig: k, region: r{}, labels: {{ring: \"{}\"}}}}\n", i % 7, i % 5))
         .collect();
     let waves = "  stages:\n    - {name: canary, selector: ring=0, soak: 0s, maxParallel: 1}\n    - {name: r1, selector: ring=1, soak: 10m}\n    - {name: r2, selector: ring=2, soak: 10m, approval: true}\n    - {name: rest, selector: \"\", soak: 0s, maxFailures: \"5%\"}\n  windows:\n    - {selector: ring=4, window: \"Mon-Fri 09:00-17:00 UTC\"}\n";
-    let spec = DeliverySpec::parse(&spec_text(&clusters, waves, "http://127.0.0.1:1", "file:///nowhere"), std::path::Path::new("/")).unwrap();
+    let spec = DeliverySpec::parse(
+        &spec_text(&clusters, waves, "http://127.0.0.1:1", "file:///nowhere"),
+        std::path::Path::new("/"),
+    )
+    .unwrap();
     let members = spec.members();
     let now = Utc::now();
     // Deliveries at every point: the first waves done, the next rolling, some failed.
@@ -96,11 +99,20 @@ async fn rollback_on_sims() {
         let client = pinfleet::kube::apply::connect(&m.kubeconfig).await.unwrap();
         let pp = PatchParams::apply("pinfleet-gateway").force();
         let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-        ns.patch("feeds", &pp, &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "feeds"}}))).await.unwrap();
+        ns.patch(
+            "feeds",
+            &pp,
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "feeds"}})),
+        )
+        .await
+        .unwrap();
         let svc = json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestService", "metadata": {"name": "web", "namespace": "feeds"},
             "spec": {"owner": {"team": "feeds", "project": "home"}, "replicas": 1, "ports": [{"name": "http", "port": 8080}],
                      "template": {"spec": {"containers": [{"name": "app", "image": digest('1')}]}}}});
-        members::workload_api(&client, "PinterestService", "feeds").patch("web", &pp, &Patch::Apply(&svc)).await.unwrap();
+        members::workload_api(&client, "PinterestService", "feeds")
+            .patch("web", &pp, &Patch::Apply(&svc))
+            .await
+            .unwrap();
     }
     let mut series = String::new();
     for i in 0..n {
@@ -111,7 +123,14 @@ async fn rollback_on_sims() {
     let clusters: String = ms
         .iter()
         .enumerate()
-        .map(|(i, m)| format!("  {}: {{kubeconfig: {}, region: r, labels: {{half: \"{}\"}}}}\n", m.name, m.kubeconfig.display(), i < n / 2))
+        .map(|(i, m)| {
+            format!(
+                "  {}: {{kubeconfig: {}, region: r, labels: {{half: \"{}\"}}}}\n",
+                m.name,
+                m.kubeconfig.display(),
+                i < n / 2
+            )
+        })
         .collect();
     let waves = "  stages:\n    - {name: first, selector: half=true, soak: 0s}\n    - {name: second, selector: half=false, soak: 0s}\n";
     let spec = DeliverySpec::parse(

@@ -50,9 +50,13 @@ async fn place(m: &Member, image: &str) {
     let client = pinfleet::kube::apply::connect(&m.kubeconfig).await.unwrap();
     let pp = PatchParams::apply("pinfleet-gateway").force();
     let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    ns.patch("feeds", &pp, &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "feeds"}})))
-        .await
-        .unwrap();
+    ns.patch(
+        "feeds",
+        &pp,
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "feeds"}})),
+    )
+    .await
+    .unwrap();
     let api = members::workload_api(&client, "PinterestService", "feeds");
     let svc = json!({
         "apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestService",
@@ -113,7 +117,11 @@ impl Fleet {
         run::open(spec, Some(&self.aws as &dyn pinfleet::state::S3Access)).await.unwrap()
     }
 
-    async fn apply(&self, spec: &DeliverySpec, opts: &Options) -> (anyhow::Result<(pinfleet::fleet::rollout::FleetRollout, Ended)>, Vec<String>) {
+    async fn apply(
+        &self,
+        spec: &DeliverySpec,
+        opts: &Options,
+    ) -> (anyhow::Result<(pinfleet::fleet::rollout::FleetRollout, Ended)>, Vec<String>) {
         let (_tx, alert) = tokio::sync::watch::channel(None);
         self.apply_with(spec, opts, alert).await
     }
@@ -139,7 +147,15 @@ impl Fleet {
         let r = opened.book.latest().await.unwrap().unwrap();
         let analyses = book::analyses(&opened.book.store, r.number).await.unwrap();
         let bad = opened.line.bad().await.unwrap().into_values().collect();
-        let s = status::Status::new(r, analyses, None, bad, &pinfleet::fleet::rollout::Always, &Default::default(), chrono::Utc::now());
+        let s = status::Status::new(
+            r,
+            analyses,
+            None,
+            bad,
+            &pinfleet::fleet::rollout::Always,
+            &Default::default(),
+            chrono::Utc::now(),
+        );
         status::text(&s)
     }
 }
@@ -160,7 +176,11 @@ async fn a_healthy_version_goes_out_in_waves_and_a_bad_one_rolls_back_by_its_own
     assert!(started[0].contains("north"), "the canary first: {started:?}");
     let text = f.status(&v2).await;
     println!("{text}");
-    assert!(text.contains("wave canary (1 cluster(s)): passed") && text.contains("successful: web-availability-error-ratio ["), "{text}");
+    assert!(
+        text.contains("wave canary (1 cluster(s)): passed")
+            && text.contains("successful: web-availability-error-ratio ["),
+        "{text}"
+    );
     assert_eq!(record.number, 1);
 
     // v3 fails on north: north goes back to v2; south and east were never touched.
@@ -181,7 +201,12 @@ async fn a_healthy_version_goes_out_in_waves_and_a_bad_one_rolls_back_by_its_own
     // Marked bad: the same version is refused before anything is written.
     let (r, _) = f.apply(&v3, &opts).await;
     let e = format!("{:#}", r.unwrap_err());
-    assert!(e.contains("images.app:") && e.contains("is marked bad (delivery #2 of feeds/web v3:") && e.contains("analysis failed on north"), "{e}");
+    assert!(
+        e.contains("images.app:")
+            && e.contains("is marked bad (delivery #2 of feeds/web v3:")
+            && e.contains("analysis failed on north"),
+        "{e}"
+    );
     let opened = f.open(&v3).await;
     assert_eq!(opened.book.latest().await.unwrap().unwrap().number, 2, "no new delivery was recorded");
 }
@@ -194,7 +219,8 @@ async fn an_alert_rolls_a_version_back_mid_bake_and_strangers_cannot() {
     v4.analysis.bake = Duration::from_secs(120);
     let (tx, alert) = tokio::sync::watch::channel(None);
     let token = "s3cret-token".to_string();
-    let (addr, server) = pinfleet::delivery::alerts::serve("127.0.0.1:0", token.clone(), "feeds", "web", tx).await.unwrap();
+    let (addr, server) =
+        pinfleet::delivery::alerts::serve("127.0.0.1:0", token.clone(), "feeds", "web", tx).await.unwrap();
     let url = format!("http://{addr}/alerts");
     let opts = Options::default();
     let run = f.apply_with(&v4, &opts, alert);
@@ -218,11 +244,13 @@ async fn an_alert_rolls_a_version_back_mid_bake_and_strangers_cannot() {
         assert_eq!(code(http.post(&url).bearer_auth(&token).body("{\"alerts\": 7}").send().await.unwrap()), 400);
         assert_eq!(code(http.post(&url).bearer_auth(&token).body(vec![b' '; 300 * 1024]).send().await.unwrap()), 413);
         let other = json!({"alerts": [{"status": "firing", "labels": {"namespace": "ads", "workload": "web"}}]});
-        let answer: Value = http.post(&url).bearer_auth(&token).json(&other).send().await.unwrap().json().await.unwrap();
+        let answer: Value =
+            http.post(&url).bearer_auth(&token).json(&other).send().await.unwrap().json().await.unwrap();
         assert_eq!(answer["rollback"], false);
         assert_eq!(image_on(&f.members[0]).await, digest('4'), "nothing a stranger sent moved anything");
         let sent = Instant::now();
-        let answer: Value = http.post(&url).bearer_auth(&token).json(&firing).send().await.unwrap().json().await.unwrap();
+        let answer: Value =
+            http.post(&url).bearer_auth(&token).json(&firing).send().await.unwrap().json().await.unwrap();
         assert_eq!(answer["rollback"], true);
         sent
     };
@@ -263,10 +291,15 @@ async fn no_data_holds_the_wave_for_a_person_and_the_line_holds_everything_but_a
     // The line stops: v2 is refused before anything is written; a hotfix goes, audited.
     let v2 = f.file("v2", &digest('2'), "");
     let line = f.open(&v2).await.line;
-    line.stop(&book::Stopped { by: "sre@example".into(), at: chrono::Utc::now(), reason: "incident 4711".into() }).await.unwrap();
+    line.stop(&book::Stopped { by: "sre@example".into(), at: chrono::Utc::now(), reason: "incident 4711".into() })
+        .await
+        .unwrap();
     let (r, _) = f.apply(&v2, &opts).await;
     let e = format!("{:#}", r.unwrap_err());
-    assert!(e.contains("the line is stopped by sre@example") && e.contains("incident 4711") && e.contains("--hotfix"), "{e}");
+    assert!(
+        e.contains("the line is stopped by sre@example") && e.contains("incident 4711") && e.contains("--hotfix"),
+        "{e}"
+    );
     assert_eq!(f.open(&v2).await.book.latest().await.unwrap().unwrap().number, 1, "nothing recorded");
     // v5's delivery still runs: the new one is refused as long as it does.
     let hot = Options { hotfix: Some("fix for incident 4711".into()), ..Default::default() };
@@ -300,8 +333,17 @@ fn the_slos_rules_pass_promtools_checks_and_tests() {
     let rules = pinfleet::delivery::slo::rules(spec.slo.as_ref().unwrap(), "feeds", "web");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("rules.yml"), &rules).unwrap();
-    let check = std::process::Command::new(prom::bin("promtool")).args(["check", "rules"]).arg(dir.path().join("rules.yml")).output().unwrap();
-    assert!(check.status.success(), "{}{}", String::from_utf8_lossy(&check.stdout), String::from_utf8_lossy(&check.stderr));
+    let check = std::process::Command::new(prom::bin("promtool"))
+        .args(["check", "rules"])
+        .arg(dir.path().join("rules.yml"))
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
     // 2% errors burns a 99.9% budget 20x: both pages and the ticket fire; 0.05% fires nothing.
     let series = |code: &str, per_min: u32, cluster: &str| {
         format!("      - series: 'http_requests_total{{cluster=\"{cluster}\",namespace=\"feeds\",workload=\"web\",version=\"v1\",code=\"{code}\"}}'\n        values: '0+{per_min}x400'\n")
@@ -309,8 +351,16 @@ fn the_slos_rules_pass_promtools_checks_and_tests() {
     let labels = |alert: &str, severity: &str, burn: &str| {
         let summary = format!(
             "feeds/web burns its web-availability error budget {burn}x too fast ({} over {})",
-            match alert { "SLOErrorBudgetBurnFast" => "1h and 5m", "SLOErrorBudgetBurnMedium" => "6h and 30m", _ => "3d and 6h" },
-            match alert { "SLOErrorBudgetBurnFast" => "0.0144", "SLOErrorBudgetBurnMedium" => "0.006", _ => "0.001" }
+            match alert {
+                "SLOErrorBudgetBurnFast" => "1h and 5m",
+                "SLOErrorBudgetBurnMedium" => "6h and 30m",
+                _ => "3d and 6h",
+            },
+            match alert {
+                "SLOErrorBudgetBurnFast" => "0.0144",
+                "SLOErrorBudgetBurnMedium" => "0.006",
+                _ => "0.001",
+            }
         );
         format!("          - exp_labels: {{severity: {severity}, burn: \"{burn}\", slo: web-availability, namespace: feeds, workload: web}}\n            exp_annotations: {{summary: \"{summary}\"}}\n")
     };
@@ -319,8 +369,15 @@ fn the_slos_rules_pass_promtools_checks_and_tests() {
     test.push_str(&series("200", 980, "north"));
     test.push_str(&series("500", 20, "north"));
     test.push_str("    alert_rule_test:\n");
-    for (alert, severity, burn) in [("SLOErrorBudgetBurnFast", "page", "14.4"), ("SLOErrorBudgetBurnMedium", "page", "6"), ("SLOErrorBudgetBurnSlow", "ticket", "1")] {
-        test.push_str(&format!("      - eval_time: 2h\n        alertname: {alert}\n        exp_alerts:\n{}", labels(alert, severity, burn)));
+    for (alert, severity, burn) in [
+        ("SLOErrorBudgetBurnFast", "page", "14.4"),
+        ("SLOErrorBudgetBurnMedium", "page", "6"),
+        ("SLOErrorBudgetBurnSlow", "ticket", "1"),
+    ] {
+        test.push_str(&format!(
+            "      - eval_time: 2h\n        alertname: {alert}\n        exp_alerts:\n{}",
+            labels(alert, severity, burn)
+        ));
     }
     test.push_str("  - interval: 1m\n    input_series:\n");
     test.push_str(&series("200", 19990, "north"));
@@ -330,7 +387,17 @@ fn the_slos_rules_pass_promtools_checks_and_tests() {
         test.push_str(&format!("      - eval_time: 2h\n        alertname: {alert}\n        exp_alerts: []\n"));
     }
     std::fs::write(dir.path().join("test.yml"), &test).unwrap();
-    let out = std::process::Command::new(prom::bin("promtool")).args(["test", "rules", "test.yml"]).current_dir(dir.path()).output().unwrap();
-    assert!(out.status.success(), "{}\n{}{}", test, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = std::process::Command::new(prom::bin("promtool"))
+        .args(["test", "rules", "test.yml"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}{}",
+        test,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _ = BTreeMap::<String, String>::new();
 }

@@ -486,7 +486,8 @@ async fn a_version_a_delivery_rolled_back_is_refused_at_its_image() {
         w["spec"]["template"]["spec"]["initContainers"] = json!([{"name": "warm", "image": image}]);
         w
     };
-    let r = c.call("POST", "/v1/submissions", Some(&json!({"id": "web-3", "workload": with_image(&bad)}))).await.unwrap();
+    let r =
+        c.call("POST", "/v1/submissions", Some(&json!({"id": "web-3", "workload": with_image(&bad)}))).await.unwrap();
     assert_eq!(r.status, 422, "{:#}", r.body);
     let text = r.body.to_string();
     assert!(
@@ -496,7 +497,8 @@ async fn a_version_a_delivery_rolled_back_is_refused_at_its_image() {
         "{text}"
     );
     let good = format!("registry.k8s.io/team/web@sha256:{}", "2".repeat(64));
-    let r = c.call("POST", "/v1/submissions", Some(&json!({"id": "web-2", "workload": with_image(&good)}))).await.unwrap();
+    let r =
+        c.call("POST", "/v1/submissions", Some(&json!({"id": "web-2", "workload": with_image(&good)}))).await.unwrap();
     assert_eq!(r.status, 201, "{:#}", r.body);
 }
 

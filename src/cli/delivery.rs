@@ -158,7 +158,8 @@ async fn apply(g: &GlobalArgs, a: ApplyArgs) -> Result<ExitCode> {
         (Some(listen), Some(file)) => {
             let token = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
             let (addr, task) =
-                crate::delivery::alerts::serve(listen, token, &spec.workload.namespace, &spec.workload.name, tx).await?;
+                crate::delivery::alerts::serve(listen, token, &spec.workload.namespace, &spec.workload.name, tx)
+                    .await?;
             writeln!(anstream::stderr(), "delivery: Alertmanager's webhook at http://{addr}/alerts")?;
             Some(task)
         }
@@ -190,7 +191,11 @@ async fn apply(g: &GlobalArgs, a: ApplyArgs) -> Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
         Ended::Stopped { reason } => {
-            writeln!(err, "delivery #{} stopped: {reason}; the next `apply` after `delivery line resume` picks it up", r.number)?;
+            writeln!(
+                err,
+                "delivery #{} stopped: {reason}; the next `apply` after `delivery line resume` picks it up",
+                r.number
+            )?;
             Ok(ExitCode::from(1))
         }
     }
@@ -200,7 +205,11 @@ async fn show(g: &GlobalArgs, file: &std::path::Path) -> Result<ExitCode> {
     let spec = DeliverySpec::load(file)?;
     let aws = aws_for(&spec.state_store).await?;
     let opened = run::open(&spec, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
-    let r = opened.book.latest().await?.context(format!("{} has no delivery yet (`pinfleet delivery apply`)", spec.workload))?;
+    let r = opened
+        .book
+        .latest()
+        .await?
+        .context(format!("{} has no delivery yet (`pinfleet delivery apply`)", spec.workload))?;
     let analyses = book::analyses(&opened.book.store, r.number).await?;
     let digests: Vec<String> = r
         .clusters()
@@ -226,7 +235,11 @@ async fn approve(a: &ApproveArgs) -> Result<ExitCode> {
     let r = opened.book.latest().await?.context(format!("{} has no delivery yet", spec.workload))?;
     match a.stage.strip_suffix(".gate") {
         Some(stage) => {
-            let s = r.stages.iter().find(|s| s.name == stage).context(format!("delivery #{} has no wave {stage}", r.number))?;
+            let s = r
+                .stages
+                .iter()
+                .find(|s| s.name == stage)
+                .context(format!("delivery #{} has no wave {stage}", r.number))?;
             if s.held.is_none() || r.is_finished() {
                 anyhow::bail!("wave {stage} of delivery #{} is not held by an inconclusive analysis", r.number);
             }
@@ -283,7 +296,9 @@ async fn bad(g: &GlobalArgs, store: &str) -> Result<ExitCode> {
     }
     let rows: Vec<Vec<String>> = bad
         .iter()
-        .map(|b| vec![b.image.clone(), format!("{} {}", b.workload, b.version), format!("#{}", b.delivery), b.reason.clone()])
+        .map(|b| {
+            vec![b.image.clone(), format!("{} {}", b.workload, b.version), format!("#{}", b.delivery), b.reason.clone()]
+        })
         .collect();
     write!(anstream::stdout(), "{}", crate::output::table(&["IMAGE", "VERSION", "DELIVERY", "WHY"], &rows))?;
     Ok(ExitCode::SUCCESS)

@@ -36,7 +36,11 @@ pub fn firing_for(payload: &Value, namespace: &str, workload: &str) -> Result<Op
             let alertname = label("alertname").unwrap_or("an alert");
             let summary = a["annotations"]["summary"].as_str().map(|s| format!(": {s}")).unwrap_or_default();
             let cluster = label("cluster").map(|c| format!(" on {c}")).unwrap_or_default();
-            let text: String = format!("alert {alertname} firing{cluster}{summary}").chars().filter(|c| !c.is_control()).take(300).collect();
+            let text: String = format!("alert {alertname} firing{cluster}{summary}")
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(300)
+                .collect();
             return Ok(Some(text));
         }
     }
@@ -55,7 +59,11 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: axum::body::Bytes) -> (StatusCode, axum::Json<Value>) {
+async fn receive(
+    State(r): State<Receiver>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> (StatusCode, axum::Json<Value>) {
     let given = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     match given {
         None => return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "a bearer token is required"}))),
@@ -94,11 +102,15 @@ pub async fn serve(
     tx: watch::Sender<Option<String>>,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     if token.trim().is_empty() {
-        anyhow::bail!("the alert receiver needs a token (--alerts-token-file): an empty one would let anyone roll back");
+        anyhow::bail!(
+            "the alert receiver needs a token (--alerts-token-file): an empty one would let anyone roll back"
+        );
     }
-    let state = Receiver { token: token.trim().to_string(), namespace: namespace.into(), workload: workload.into(), tx };
+    let state =
+        Receiver { token: token.trim().to_string(), namespace: namespace.into(), workload: workload.into(), tx };
     let app = Router::new().route("/alerts", post(receive)).layer(DefaultBodyLimit::max(256 * 1024)).with_state(state);
-    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| anyhow::anyhow!("listening on {listen}: {e}"))?;
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.map_err(|e| anyhow::anyhow!("listening on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;

@@ -155,7 +155,11 @@ pub enum Answer {
 pub fn number(x: f64) -> String {
     let s = format!("{x:.6}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" { "0".into() } else { s.to_string() }
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.to_string()
+    }
 }
 
 /// One measurement of `m` from its query's answer.
@@ -325,7 +329,10 @@ mod tests {
         // One failure is within failureLimit 1; a second fails the analysis.
         assert_eq!(run(&a, vec![Answer::Value(0.2), Answer::Value(0.0), Answer::Value(0.0)]), Verdict::Successful);
         let v = run(&a, vec![Answer::Value(0.2), Answer::Value(0.3)]);
-        assert!(matches!(&v, Verdict::Failed(w) if w.contains("2 of 2 measurements failed") && w.contains("0.3 >= 0.05")), "{v:?}");
+        assert!(
+            matches!(&v, Verdict::Failed(w) if w.contains("2 of 2 measurements failed") && w.contains("0.3 >= 0.05")),
+            "{v:?}"
+        );
         // No data pauses for a person.
         assert!(matches!(run(&a, vec![Answer::NoData]), Verdict::Inconclusive(w) if w.contains("no data")));
         // Errors fail only past the consecutive limit, and a success in between resets them.
@@ -336,7 +343,8 @@ mod tests {
 
     #[test]
     fn values_cannot_end_the_string_they_are_put_in() {
-        let v = Vars { cluster: "no\"rth".into(), namespace: "feeds".into(), workload: "web".into(), version: "v3".into() };
+        let v =
+            Vars { cluster: "no\"rth".into(), namespace: "feeds".into(), workload: "web".into(), version: "v3".into() };
         assert_eq!(
             render(r#"rate(x{cluster="{{cluster}}",ns="{{namespace}}",v="{{version}}"}[{{range}}])"#, &v, "5m"),
             r#"rate(x{cluster="no\"rth",ns="feeds",v="v3"}[5m])"#

@@ -91,8 +91,14 @@ impl Line {
 
     pub async fn stop(&self, s: &Stopped) -> Result<()> {
         self.store.put_json("line-stopped.json", s).await?;
-        self.audit(&Audit { at: s.at, by: s.by.clone(), act: "stop".into(), what: "the line".into(), reason: s.reason.clone() })
-            .await
+        self.audit(&Audit {
+            at: s.at,
+            by: s.by.clone(),
+            act: "stop".into(),
+            what: "the line".into(),
+            reason: s.reason.clone(),
+        })
+        .await
     }
 
     /// Lifts a stop; returns the stop it lifted.
@@ -100,8 +106,14 @@ impl Line {
         let was = self.stopped().await?;
         if let Some(s) = &was {
             self.store.delete("line-stopped.json").await?;
-            self.audit(&Audit { at, by: by.into(), act: "lift".into(), what: "the line".into(), reason: format!("stopped by {}: {}", s.by, s.reason) })
-                .await?;
+            self.audit(&Audit {
+                at,
+                by: by.into(),
+                act: "lift".into(),
+                what: "the line".into(),
+                reason: format!("stopped by {}: {}", s.by, s.reason),
+            })
+            .await?;
         }
         Ok(was)
     }

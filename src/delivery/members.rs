@@ -106,8 +106,13 @@ impl Members<'_> {
 
     async fn get(&self, cluster: &str) -> Result<Value> {
         let w = &self.spec.workload;
-        let obj = self.api(cluster)?.get_opt(&w.name).await.with_context(|| format!("reading {} {w} on {cluster}", w.kind))?;
-        let obj = obj.ok_or_else(|| anyhow!("{} {w} does not run on {cluster} (a delivery moves a placed workload)", w.kind))?;
+        let obj = self
+            .api(cluster)?
+            .get_opt(&w.name)
+            .await
+            .with_context(|| format!("reading {} {w} on {cluster}", w.kind))?;
+        let obj = obj
+            .ok_or_else(|| anyhow!("{} {w} does not run on {cluster} (a delivery moves a placed workload)", w.kind))?;
         Ok(serde_json::to_value(obj)?)
     }
 
@@ -146,7 +151,9 @@ impl Fleet for Members<'_> {
                     break;
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 && attempt < 4 => continue,
-                Err(e) => return Err(anyhow!(e)).with_context(|| format!("writing {} on {cluster}", self.spec.workload)),
+                Err(e) => {
+                    return Err(anyhow!(e)).with_context(|| format!("writing {} on {cluster}", self.spec.workload))
+                }
             }
         }
         let deadline = tokio::time::Instant::now() + self.spec.ready_timeout;
@@ -169,7 +176,8 @@ impl Fleet for Members<'_> {
 
     async fn gate(&self, cluster: &str) -> Result<()> {
         let a = &self.spec.analysis;
-        let mut record = ClusterAnalysis { cluster: cluster.to_string(), measurements: vec![], verdict: "baking".into() };
+        let mut record =
+            ClusterAnalysis { cluster: cluster.to_string(), measurements: vec![], verdict: "baking".into() };
         self.save(&record).await?;
         let mut alert = self.alert.clone();
         // The bake: the wave runs the new version before anything is measured; an alert ends it.

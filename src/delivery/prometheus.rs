@@ -101,12 +101,21 @@ mod tests {
     #[test]
     fn answers_of_every_shape() {
         let ok = |r: &str| format!(r#"{{"status":"success","data":{}}}"#, r);
-        assert_eq!(read_answer(200, ok(r#"{"resultType":"vector","result":[{"metric":{},"value":[1,"0.25"]}]}"#).as_bytes()), Answer::Value(0.25));
+        assert_eq!(
+            read_answer(200, ok(r#"{"resultType":"vector","result":[{"metric":{},"value":[1,"0.25"]}]}"#).as_bytes()),
+            Answer::Value(0.25)
+        );
         assert_eq!(read_answer(200, ok(r#"{"resultType":"vector","result":[]}"#).as_bytes()), Answer::NoData);
         assert_eq!(read_answer(200, ok(r#"{"resultType":"scalar","result":[1,"NaN"]}"#).as_bytes()), Answer::NoData);
-        assert!(matches!(read_answer(200, ok(r#"{"resultType":"vector","result":[{"value":[1,"1"]},{"value":[1,"2"]}]}"#).as_bytes()), Answer::Error(e) if e.contains("2 series")));
-        assert!(matches!(read_answer(400, br#"{"status":"error","errorType":"bad_data","error":"parse error at char 4"}"#), Answer::Error(e) if e == "Prometheus: bad_data: parse error at char 4"));
+        assert!(
+            matches!(read_answer(200, ok(r#"{"resultType":"vector","result":[{"value":[1,"1"]},{"value":[1,"2"]}]}"#).as_bytes()), Answer::Error(e) if e.contains("2 series"))
+        );
+        assert!(
+            matches!(read_answer(400, br#"{"status":"error","errorType":"bad_data","error":"parse error at char 4"}"#), Answer::Error(e) if e == "Prometheus: bad_data: parse error at char 4")
+        );
         assert!(matches!(read_answer(502, b"<html>bad gateway</html>"), Answer::Error(e) if e.contains("HTTP 502")));
-        assert!(matches!(read_answer(200, ok(r#"{"resultType":"matrix","result":[]}"#).as_bytes()), Answer::Error(e) if e.contains("matrix")));
+        assert!(
+            matches!(read_answer(200, ok(r#"{"resultType":"matrix","result":[]}"#).as_bytes()), Answer::Error(e) if e.contains("matrix"))
+        );
     }
 }

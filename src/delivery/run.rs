@@ -69,11 +69,18 @@ impl Default for Options {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ended {
     Finished,
-    Waiting { until: Option<DateTime<Utc>>, why: BTreeMap<String, String> },
+    Waiting {
+        until: Option<DateTime<Utc>>,
+        why: BTreeMap<String, String>,
+    },
     /// Every touched cluster was taken back; the version is marked bad.
-    RolledBack { reason: String },
+    RolledBack {
+        reason: String,
+    },
     /// The line was stopped mid-run: the record stays, the next run picks it up.
-    Stopped { reason: String },
+    Stopped {
+        reason: String,
+    },
 }
 
 /// What a run says as it goes.
@@ -93,7 +100,8 @@ pub struct Opened {
 /// The delivery's store: its folder and the line's.
 pub async fn open(spec: &DeliverySpec, aws: Option<&dyn S3Access>) -> Result<Opened> {
     let line = Line::open(&spec.state_store, aws).await?;
-    let store = Store::open(&spec.state_store, &book::folder(&spec.workload.namespace, &spec.workload.name), aws).await?;
+    let store =
+        Store::open(&spec.state_store, &book::folder(&spec.workload.namespace, &spec.workload.name), aws).await?;
     Ok(Opened { line, book: Book { store } })
 }
 
@@ -271,7 +279,13 @@ async fn rollback(
     Ok((r, Ended::RolledBack { reason: reason.to_string() }))
 }
 
-pub async fn mark_bad(spec: &DeliverySpec, line: &Line, number: u64, reason: &str, on: &(dyn Fn(Event) + Sync)) -> Result<()> {
+pub async fn mark_bad(
+    spec: &DeliverySpec,
+    line: &Line,
+    number: u64,
+    reason: &str,
+    on: &(dyn Fn(Event) + Sync),
+) -> Result<()> {
     for image in spec.images.values() {
         let Some(digest) = book::digest_of(image) else { continue };
         line.mark_bad(&Bad {
@@ -305,7 +319,15 @@ pub async fn rollback_by_hand(
         bail!("the latest delivery of {} is #{} ({}), not {}", spec.workload, r.number, r.target, spec.target());
     }
     let (_tx, alert) = watch::channel(None);
-    let members = Members { spec, clients, prometheus: None, store: book.store.clone(), number: r.number, alert, poll: Duration::from_millis(500) };
+    let members = Members {
+        spec,
+        clients,
+        prometheus: None,
+        store: book.store.clone(),
+        number: r.number,
+        alert,
+        poll: Duration::from_millis(500),
+    };
     Lock::with(&book.store, command, async {
         if let Some(reason) = bad {
             mark_bad(spec, line, r.number, reason, on).await?;

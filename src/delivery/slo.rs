@@ -90,12 +90,22 @@ pub fn rules(slo: &Slo, namespace: &str, workload: &str) -> String {
     let v = Vars { cluster: ".+".into(), namespace: namespace.into(), workload: workload.into(), version: ".+".into() };
     let labels = format!("slo: {}\n          namespace: {namespace}\n          workload: {workload}", slo.name);
     let mut out = String::new();
-    out.push_str(&format!("# SLO {} of {namespace}/{workload}: {}% {} over {} (rendered by pinfleet)\n", slo.name, slo.objective, slo.sli, humantime::format_duration(slo.window)));
+    out.push_str(&format!(
+        "# SLO {} of {namespace}/{workload}: {}% {} over {} (rendered by pinfleet)\n",
+        slo.name,
+        slo.objective,
+        slo.sli,
+        humantime::format_duration(slo.window)
+    ));
     out.push_str("groups:\n");
     out.push_str(&format!("  - name: slo-{}-{}-{}\n    rules:\n", namespace, workload, slo.name));
     for range in RANGES {
         let expr = slo.ratio(&v, range);
-        out.push_str(&format!("      - record: {}\n        expr: |\n{}\n        labels:\n          {labels}\n", record_name(range), indent(&expr, 10)));
+        out.push_str(&format!(
+            "      - record: {}\n        expr: |\n{}\n        labels:\n          {labels}\n",
+            record_name(range),
+            indent(&expr, 10)
+        ));
     }
     for (alert, severity, factor, long, short) in ALERTS {
         let bound = factor * slo.budget();

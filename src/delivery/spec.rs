@@ -188,8 +188,14 @@ impl DeliverySpec {
         if !KINDS.contains(&w.kind.as_str()) {
             problems.push(format!("workload.kind: `{}` is not a serving platform kind ({})", w.kind, KINDS.join(", ")));
         }
-        if raw.version.is_empty() || raw.version.len() > 63 || !raw.version.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
-            problems.push(format!("version: `{}` must be 1-63 letters, digits, `.`, `_` or `-`", raw.version.escape_debug()));
+        if raw.version.is_empty()
+            || raw.version.len() > 63
+            || !raw.version.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            problems.push(format!(
+                "version: `{}` must be 1-63 letters, digits, `.`, `_` or `-`",
+                raw.version.escape_debug()
+            ));
         }
         if raw.images.is_empty() {
             problems.push("images: name at least one container's new image".into());
@@ -203,7 +209,10 @@ impl DeliverySpec {
             }
         }
         if !raw.state_store.starts_with("s3://") && !raw.state_store.starts_with("file://") {
-            problems.push(format!("stateStore: `{}` is not a state store URL (s3://bucket/prefix or file://dir)", raw.state_store));
+            problems.push(format!(
+                "stateStore: `{}` is not a state store URL (s3://bucket/prefix or file://dir)",
+                raw.state_store
+            ));
         }
         if raw.clusters.is_empty() {
             problems.push("clusters: name the member clusters the workload runs on".into());
@@ -230,7 +239,8 @@ impl DeliverySpec {
         }
         let slo = raw.slo.map(|s| {
             let window = duration("slo.window", Some(&s.window), Duration::from_secs(30 * 86400), &mut problems);
-            let slo = Slo { name: s.name, sli: s.sli, objective: s.objective, window, errors: s.errors, total: s.total };
+            let slo =
+                Slo { name: s.name, sli: s.sli, objective: s.objective, window, errors: s.errors, total: s.total };
             problems.extend(slo.check());
             slo
         });
@@ -239,7 +249,8 @@ impl DeliverySpec {
         for (i, m) in a.metrics.iter().enumerate() {
             let at = format!("analysis.metrics[{i}] ({})", m.name);
             let cond = |field: &str, c: &Option<String>, problems: &mut Vec<String>| {
-                c.as_deref().and_then(|t| Condition::parse(t).map_err(|e| problems.push(format!("{at}.{field}: {e}"))).ok())
+                c.as_deref()
+                    .and_then(|t| Condition::parse(t).map_err(|e| problems.push(format!("{at}.{field}: {e}"))).ok())
             };
             let success_condition = cond("successCondition", &m.success_condition, &mut problems);
             let failure_condition = cond("failureCondition", &m.failure_condition, &mut problems);
@@ -273,14 +284,17 @@ impl DeliverySpec {
             metrics,
         };
         if !analysis.metrics.is_empty() && a.prometheus.is_none() {
-            problems.push("analysis.prometheus: the analysis' metrics need the Prometheus to ask (http://host:port)".into());
+            problems.push(
+                "analysis.prometheus: the analysis' metrics need the Prometheus to ask (http://host:port)".into(),
+            );
         }
         if let Some(url) = &a.prometheus {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 problems.push(format!("analysis.prometheus: `{url}` is not an http(s) URL"));
             }
         }
-        let ready_timeout = duration("analysis.readyTimeout", a.ready_timeout.as_deref(), Duration::from_secs(600), &mut problems);
+        let ready_timeout =
+            duration("analysis.readyTimeout", a.ready_timeout.as_deref(), Duration::from_secs(600), &mut problems);
         if !problems.is_empty() {
             return Err(problems.join("\n"));
         }
@@ -293,7 +307,11 @@ impl DeliverySpec {
             })
             .collect();
         Ok(DeliverySpec {
-            workload: WorkloadRef { kind: raw.workload.kind, namespace: raw.workload.namespace, name: raw.workload.name },
+            workload: WorkloadRef {
+                kind: raw.workload.kind,
+                namespace: raw.workload.namespace,
+                name: raw.workload.name,
+            },
             version: raw.version,
             images: raw.images,
             state_store: raw.state_store,
@@ -391,10 +409,20 @@ slo:
             .replace("soak: 0s}\n    - {name: rest", "soak: soon}\n    - {name: rest")
             .replace("objective: 99.9", "objective: 100");
         let e = DeliverySpec::parse(&bad, Path::new("/")).unwrap_err();
-        for want in ["version: `v3 final`", "images.app:", "is not by digest", "freeze[0]:", "analysis.count: 0", "waves.stages[0] (canary).soak", "slo.objective"] {
+        for want in [
+            "version: `v3 final`",
+            "images.app:",
+            "is not by digest",
+            "freeze[0]:",
+            "analysis.count: 0",
+            "waves.stages[0] (canary).soak",
+            "slo.objective",
+        ] {
             assert!(e.contains(want), "{want} in\n{e}");
         }
         assert!(DeliverySpec::parse("workload: {}\n", Path::new("/")).is_err());
-        assert!(DeliverySpec::parse(&FILE.replace("version:", "verzion:"), Path::new("/")).unwrap_err().contains("verzion"));
+        assert!(DeliverySpec::parse(&FILE.replace("version:", "verzion:"), Path::new("/"))
+            .unwrap_err()
+            .contains("verzion"));
     }
 }

@@ -182,7 +182,11 @@ mod tests {
         let ms = vec![measure(m, Answer::Value(0.0007), t0), measure(m, Answer::Value(0.21), t0)];
         let analyses = [(
             "north".to_string(),
-            ClusterAnalysis { cluster: "north".into(), measurements: ms, verdict: "failed: 1 of 2 measurements failed".into() },
+            ClusterAnalysis {
+                cluster: "north".into(),
+                measurements: ms,
+                verdict: "failed: 1 of 2 measurements failed".into(),
+            },
         )]
         .into();
         let bad = vec![Bad {

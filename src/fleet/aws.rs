@@ -134,7 +134,9 @@ impl AwsFleet {
 async fn to(m: &Member, target: &Target, now: DateTime<Utc>) -> Result<Snapshot> {
     let groups = &m.cluster.spec.instance_groups;
     let images = match target {
-        Target::Workload(w) => bail!("workload {w} is delivered to member clusters (`pinfleet delivery`), not rolled onto machines"),
+        Target::Workload(w) => {
+            bail!("workload {w} is delivered to member clusters (`pinfleet delivery`), not rolled onto machines")
+        }
         Target::KubernetesVersion(v) => {
             if crate::spec::versions::Version::parse(v).is_none() {
                 bail!("--kubernetes-version {v} is not a version like 1.33.4");

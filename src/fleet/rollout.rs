@@ -345,12 +345,18 @@ pub enum Why {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase", tag = "step")]
 pub enum StageWait {
-    Rolling { left: usize },
-    Soaking { until: DateTime<Utc> },
+    Rolling {
+        left: usize,
+    },
+    Soaking {
+        until: DateTime<Utc>,
+    },
     Gate,
     Approval,
     /// Its gate was inconclusive: a person decides (`approve STAGE.gate`).
-    Held { reason: String },
+    Held {
+        reason: String,
+    },
 }
 
 impl fmt::Display for Why {

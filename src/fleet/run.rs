@@ -372,33 +372,47 @@ async fn drive<F: Fleet>(
         tokio::select! {
             Some((name, result, seconds)) = running.next() => {
                 let now = clock.now();
-                let c = r.cluster_mut(&name).expect("a cluster of the rollout");
-                match result {
-                    Ok(()) => {
-                        c.state = ClusterState::Done;
-                        c.finished_at = Some(now);
-                        said.push(Note::Done { cluster: name, seconds });
-                    }
-                    Err(e) => match e.downcast_ref::<LockError>() {
-                        Some(LockError::Held { info, .. }) => {
-                            let holder = format!("{} on {} (pid {}, `{}`)", info.holder, info.host, info.pid, info.command);
-                            c.state = ClusterState::Pending;
-                            c.blocked = Some(holder.clone());
-                            c.blocked_until = Some(now + chrono::Duration::from_std(opts.lock_retry).unwrap_or_default());
-                            said.push(Note::Blocked { cluster: name, holder });
-                        }
-                        None => {
-                            let error = format!("{e:#}");
-                            c.state = ClusterState::Failed(error.clone());
-                            c.finished_at = Some(now);
-                            said.push(Note::Failed { cluster: name, error });
-                        }
-                    },
-                }
+                said.push(finished_roll(&mut r, &name, result, seconds, now, opts));
                 save(book, &r, &mut said, on).await?;
             }
             _ = sleep_until_or_forever(wake) => {}
         }
+    }
+}
+
+/// A cluster's roll ended: done, failed, or put off because another run
+/// held its lock (tried again after `lock_retry`). Returns what to say.
+fn finished_roll(
+    r: &mut FleetRollout,
+    name: &str,
+    result: Result<()>,
+    seconds: f64,
+    now: DateTime<Utc>,
+    opts: Options,
+) -> Note {
+    let c = r.cluster_mut(name).expect("a cluster of the rollout");
+    let name = name.to_string();
+    match result {
+        Ok(()) => {
+            c.state = ClusterState::Done;
+            c.finished_at = Some(now);
+            Note::Done { cluster: name, seconds }
+        }
+        Err(e) => match e.downcast_ref::<LockError>() {
+            Some(LockError::Held { info, .. }) => {
+                let holder = format!("{} on {} (pid {}, `{}`)", info.holder, info.host, info.pid, info.command);
+                c.state = ClusterState::Pending;
+                c.blocked = Some(holder.clone());
+                c.blocked_until = Some(now + chrono::Duration::from_std(opts.lock_retry).unwrap_or_default());
+                Note::Blocked { cluster: name, holder }
+            }
+            None => {
+                let error = format!("{e:#}");
+                c.state = ClusterState::Failed(error.clone());
+                c.finished_at = Some(now);
+                Note::Failed { cluster: name, error }
+            }
+        },
     }
 }
 
@@ -506,8 +520,11 @@ pub async fn revert_held<F: Fleet>(
                 r = latest;
             }
         }
-        let rounds: Vec<Vec<usize>> =
-            if together { vec![(0..r.stages.len()).collect()] } else { (0..r.stages.len()).rev().map(|i| vec![i]).collect() };
+        let rounds: Vec<Vec<usize>> = if together {
+            vec![(0..r.stages.len()).collect()]
+        } else {
+            (0..r.stages.len()).rev().map(|i| vec![i]).collect()
+        };
         for round in rounds {
             let back: Vec<(String, Snapshot)> = round
                 .iter()

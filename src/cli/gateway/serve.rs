@@ -133,6 +133,21 @@ impl ServeArgs {
     }
 }
 
+/// The deliveries' line (`--delivery-store`), S3 through the usual AWS environment.
+async fn delivery_line(url: &str) -> Result<crate::delivery::book::Line> {
+    let aws = match url.starts_with("s3://") {
+        true => Some(
+            crate::cloud::aws::Aws::connect(&crate::cloud::aws::AwsOptions::from_env(
+                crate::cloud::aws::Target::Aws,
+                None,
+            )?)
+            .await?,
+        ),
+        false => None,
+    };
+    crate::delivery::book::Line::open(url, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await
+}
+
 /// TeamQuota documents from a YAML file (for local work and the demo).
 async fn seed_quotas(host: &kube::Client, namespace: &str, path: &std::path::Path) -> Result<usize> {
     use kube::api::{Api, Patch, PatchParams};
@@ -254,12 +269,7 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
     };
     let svc = service::Service::start(host, members, identity, config).await?;
     if let Some(url) = &s.delivery_store {
-        let aws = match url.starts_with("s3://") {
-            true => Some(crate::cloud::aws::Aws::connect(&crate::cloud::aws::AwsOptions::from_env(crate::cloud::aws::Target::Aws, None)?).await?),
-            false => None,
-        };
-        let line = crate::delivery::book::Line::open(url, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
-        let _ = svc.delivery_line.set(line);
+        let _ = svc.delivery_line.set(delivery_line(url).await?);
     }
     let audit = svc.audit_log.clone();
     let (stop, stopping) = tokio::sync::watch::channel(false);

@@ -775,7 +775,8 @@ impl Service {
                 Ok(b) => *cache = (Some(Instant::now()), b),
                 Err(e) if cache.0.is_none() => {
                     tracing::warn!("reading the versions marked bad: {e:#}");
-                    let p = Problem::new("delivery", "", "the versions marked bad cannot be read now; try again shortly");
+                    let p =
+                        Problem::new("delivery", "", "the versions marked bad cannot be read now; try again shortly");
                     return Err((503, vec![p]));
                 }
                 Err(e) => tracing::warn!("reading the versions marked bad (the last list answers): {e:#}"),
