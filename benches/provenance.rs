@@ -11,7 +11,7 @@ mod registry_support;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use pinfleet::gateway::registry::Registries;
+use pinfleet::registry::Registries;
 use registry_support as reg;
 
 #[tokio::main]

@@ -65,6 +65,7 @@ pub mod kube;
 pub mod output;
 pub mod plan;
 pub mod provenance;
+pub mod registry;
 pub mod render;
 pub mod rollout;
 pub mod sdk_error;

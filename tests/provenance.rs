@@ -8,8 +8,8 @@ mod registry_support;
 
 use std::sync::atomic::Ordering;
 
-use pinfleet::gateway::registry::Registries;
 use pinfleet::provenance::Mode;
+use pinfleet::registry::Registries;
 use registry_support::*;
 
 #[tokio::test]
@@ -43,7 +43,7 @@ async fn a_signed_landed_release_is_pinned_and_each_untrusted_image_refused_with
     assert_eq!(ok.verdict.key.as_deref(), Some("search-release"));
     println!("verdict: {}", serde_json::to_string(&ok.verdict).unwrap());
 
-    let why = |c: &pinfleet::gateway::registry::Checked| c.verdict.refused.clone().unwrap_or_default();
+    let why = |c: &pinfleet::registry::Checked| c.verdict.refused.clone().unwrap_or_default();
     let u = regs.check(&format!("{host}/search/web:unsigned"), &p).await;
     assert!(why(&u).starts_with("unsigned"), "{}", why(&u));
     assert_eq!(u.verdict.digest, unsigned, "the refusal names the digest the tag resolved to");
@@ -65,4 +65,30 @@ async fn a_signed_landed_release_is_pinned_and_each_untrusted_image_refused_with
     let again = regs.check(&format!("{host}/search/web@{good}"), &p).await;
     assert!(again.verdict.trusted());
     assert_eq!(regs.calls.load(Ordering::Relaxed) - before, 1, "verified once, by digest");
+}
+
+#[tokio::test]
+async fn a_delivery_moves_only_signed_builds_of_landed_code() {
+    let host = registry();
+    let c = client(&host);
+    let team = key("delivery-team");
+    let good = release(&c, &host, "search/api", "v7", &team, "refs/heads/main").await;
+    let wip = release(&c, &host, "search/api", "v8-wip", &team, "refs/heads/wip").await;
+    let unsigned = push_image(&c, &host, "search/api", "v9", "unsigned api").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("trust.yaml"), serde_saphyr::to_string(&policy(&team)).unwrap()).unwrap();
+    let spec = |digest: &str| {
+        let text = format!(
+            "workload: {{namespace: search, name: api}}\nversion: v\nimages: {{app: \"{host}/search/api@{digest}\"}}\nstateStore: file:///nowhere\ntrustPolicy: trust.yaml\nclusters: {{north: {{kubeconfig: k}}}}\n"
+        );
+        pinfleet::delivery::DeliverySpec::parse(&text, dir.path()).unwrap()
+    };
+    let said = std::sync::Mutex::new(Vec::new());
+    let on = |e: pinfleet::delivery::run::Event| said.lock().unwrap().push(format!("{e:?}"));
+    assert_eq!(pinfleet::delivery::run::untrusted(&spec(&good), &on).await.unwrap(), None);
+    assert!(said.lock().unwrap()[0].contains("search-release"), "{said:?}");
+    let why = pinfleet::delivery::run::untrusted(&spec(&wip), &on).await.unwrap().unwrap();
+    assert!(why.starts_with("images.app:") && why.contains("not a landed ref"), "{why}");
+    let why = pinfleet::delivery::run::untrusted(&spec(&unsigned), &on).await.unwrap().unwrap();
+    assert!(why.contains("unsigned"), "{why}");
 }

@@ -124,7 +124,12 @@ fn say(g: &GlobalArgs, e: &Event) {
                 let _ = writeln!(anstream::stdout(), "{v}");
                 return;
             }
-            let t = crate::fleet::text::fleet_note(n);
+            // The engine's words, as a delivery names its steps.
+            let t = crate::fleet::text::fleet_note(n)
+                .replace("end-to-end gate on", "bake and analysis on")
+                .replace("; soaking until", "; its bake starts (soak until")
+                .replace("rollout #", "delivery #");
+            let t = if t.contains("(soak until") { format!("{t})") } else { t };
             format!("delivery: {}", t.strip_prefix("fleet: ").unwrap_or(&t))
         }
         Event::Hotfix { reason } => format!("delivery: HOTFIX past the line and freeze windows (audited): {reason}"),
@@ -132,6 +137,10 @@ fn say(g: &GlobalArgs, e: &Event) {
             format!("delivery: ROLLING BACK {} at once: {reason}", clusters.join(", "))
         }
         Event::MarkedBad { image } => format!("delivery: marked bad: {image} (the gateway refuses it from now on)"),
+        Event::Trusted { image, key } => format!("delivery: {image}: signed ({key}), built from a landed ref"),
+        Event::Untrusted { image, why } => {
+            format!("delivery: WARNING {image} is not trusted ({why}); moved anyway: the policy warns")
+        }
     };
     let _ = writeln!(anstream::stderr(), "{line}");
 }

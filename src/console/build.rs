@@ -473,7 +473,40 @@ pub async fn workload(
         submitted,
         made: made(svc, s).await,
         provenance: s.spec.provenance.clone(),
+        delivery: delivery(svc, s).await,
     }
+}
+
+/// The workload's latest delivery, where the gateway knows the deliveries'
+/// store (`--delivery-store`); none when it has none or cannot read it.
+async fn delivery(
+    svc: &crate::gateway::service::Service,
+    s: &crate::gateway::records::Submission,
+) -> Option<crate::views::workload::Delivery> {
+    use crate::delivery::{book, status};
+    let line = svc.delivery_line.get()?;
+    let name = s.spec.workload.pointer("/metadata/name").and_then(serde_json::Value::as_str)?;
+    let store = line.store.sibling(&book::folder(&s.spec.team, name));
+    let r = crate::fleet::run::Book { store: store.clone() }.latest().await.ok()??;
+    let analyses = book::analyses(&store, r.number).await.unwrap_or_default();
+    let digests: Vec<String> = r
+        .clusters()
+        .flat_map(|(_, c)| c.to.images.values().filter_map(|i| book::digest_of(i).map(str::to_string)))
+        .collect();
+    let bad = line.bad().await.ok().and_then(|b| b.into_values().find(|b| digests.contains(&b.digest)));
+    let rows = r
+        .clusters()
+        .map(|(st, c)| {
+            [st.name.clone(), c.name.clone(), c.state.to_string(), status::analysis_cell(analyses.get(&c.name))]
+        })
+        .collect();
+    Some(crate::views::workload::Delivery {
+        number: r.number,
+        version: r.target.to_string().trim_start_matches("workload ").to_string(),
+        state: r.state.to_string(),
+        rows,
+        bad: bad.map(|b| b.reason),
+    })
 }
 
 #[cfg(test)]

@@ -87,9 +87,26 @@ pub enum Ended {
 #[derive(Debug, Clone)]
 pub enum Event {
     Engine(Note),
-    Hotfix { reason: String },
-    RollingBack { reason: String, clusters: Vec<String> },
-    MarkedBad { image: String },
+    Hotfix {
+        reason: String,
+    },
+    RollingBack {
+        reason: String,
+        clusters: Vec<String>,
+    },
+    MarkedBad {
+        image: String,
+    },
+    /// The image is a signed build of a landed ref (by this key).
+    Trusted {
+        image: String,
+        key: String,
+    },
+    /// Not trusted, moved anyway: the policy only warns.
+    Untrusted {
+        image: String,
+        why: String,
+    },
 }
 
 pub struct Opened {
@@ -125,6 +142,31 @@ pub async fn refusal(spec: &DeliverySpec, line: &Line, hotfix: bool) -> Result<O
                 "images.{container}: {image} is marked bad (delivery #{} of {} {}: {}); deliver a fixed build",
                 b.delivery, b.workload, b.version, b.reason
             )));
+        }
+    }
+    Ok(None)
+}
+
+/// With a trust policy: every image must be a signed build of a landed
+/// ref (the gateway's check, against the registry); the first one that is
+/// not, with why. In warn mode an untrusted image is said, not refused.
+pub async fn untrusted(spec: &DeliverySpec, on: &(dyn Fn(Event) + Sync)) -> Result<Option<String>> {
+    let Some(path) = &spec.trust_policy else { return Ok(None) };
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let policy: crate::provenance::TrustPolicy =
+        serde_saphyr::from_str(&text).map_err(|e| anyhow::anyhow!("{}: not a trust policy: {e}", path.display()))?;
+    for (container, image) in &spec.images {
+        let host = image.split('/').next().unwrap_or_default().to_string();
+        // A registry on loopback speaks plain HTTP (a local mirror's, a test's).
+        let plain =
+            if host.starts_with("127.0.0.1:") || host.starts_with("localhost:") { vec![host.clone()] } else { vec![] };
+        let checked = crate::registry::Registries::new(vec![host], plain).check(image, &policy).await;
+        match (&checked.verdict.refused, checked.verdict.admits(policy.mode)) {
+            (Some(why), false) => return Ok(Some(format!("images.{container}: {image}: {why}"))),
+            (Some(why), true) => on(Event::Untrusted { image: image.clone(), why: why.clone() }),
+            (None, _) => {
+                on(Event::Trusted { image: image.clone(), key: checked.verdict.key.clone().unwrap_or_default() })
+            }
         }
     }
     Ok(None)
@@ -166,6 +208,9 @@ pub async fn apply(
 ) -> Result<(FleetRollout, Ended)> {
     if let Some(why) = refusal(spec, &opened.line, opts.hotfix.is_some()).await? {
         bail!("{}: {why}", spec.target());
+    }
+    if let Some(why) = untrusted(spec, on).await? {
+        bail!("{}: not a trusted build, nothing moved: {why}", spec.target());
     }
     let (line, book) = (&opened.line, &opened.book);
     // Boxed: the engine's future is deep, and a caller's stack may be a test thread's.
@@ -219,11 +264,11 @@ pub async fn apply(
                 let why: Vec<String> = r
                     .clusters()
                     .filter_map(|(_, c)| match &c.state {
-                        ClusterState::Failed(e) => Some(e.clone()),
+                        ClusterState::Failed(e) => Some(e.strip_prefix("stage gate: ").unwrap_or(e).to_string()),
                         _ => None,
                     })
                     .collect();
-                let reason = if why.is_empty() { reason } else { format!("{} ({reason})", why.join("; ")) };
+                let reason = if why.is_empty() { reason } else { why.join("; ") };
                 (r, reason)
             }
             None => {

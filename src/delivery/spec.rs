@@ -57,6 +57,9 @@ pub struct DeliverySpec {
     /// How long a cluster may take to run the new version Ready.
     pub ready_timeout: Duration,
     pub slo: Option<Slo>,
+    /// The team's trust policy (YAML, as the gateway's `--trust-policy`):
+    /// every image must be a signed, landed build before anything moves.
+    pub trust_policy: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -75,6 +78,8 @@ struct Raw {
     analysis: Option<RawAnalysis>,
     #[serde(default)]
     slo: Option<RawSlo>,
+    #[serde(default)]
+    trust_policy: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -322,6 +327,7 @@ impl DeliverySpec {
             analysis,
             ready_timeout,
             slo,
+            trust_policy: raw.trust_policy.map(|p| if p.is_absolute() { p } else { base.join(p) }),
         })
     }
 

@@ -65,7 +65,7 @@ fn images(s: &Snapshot) -> String {
 }
 
 /// The analysis in one cell: the verdict and each metric's values.
-fn analysis_cell(a: Option<&ClusterAnalysis>) -> String {
+pub fn analysis_cell(a: Option<&ClusterAnalysis>) -> String {
     let Some(a) = a else { return "-".into() };
     let mut by: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for m in &a.measurements {

@@ -30,6 +30,5 @@ pub mod listen;
 pub mod metrics;
 pub mod quota;
 pub mod records;
-pub mod registry;
 pub mod render;
 pub mod service;

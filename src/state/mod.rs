@@ -77,6 +77,11 @@ impl Store {
         Ok(Store { backend, cluster: cluster.to_string(), url: url.to_string() })
     }
 
+    /// The same store's folder for another name (no call: the bucket is this one's).
+    pub fn sibling(&self, cluster: &str) -> Store {
+        Store { backend: self.backend.clone(), cluster: cluster.to_string(), url: self.url.clone() }
+    }
+
     /// [`Store::open`] for reading only: an S3 bucket that does not exist
     /// is no store (None), and is not created.
     pub async fn open_existing(url: &str, cluster: &str, aws: Option<&dyn S3Access>) -> Result<Option<Store>> {

@@ -35,6 +35,24 @@ pub struct WorkloadView {
     /// Each image's provenance verdict, where the team has a trust policy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub provenance: Vec<crate::provenance::Verdict>,
+    /// Its latest delivery across the clusters, where deliveries are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Delivery>,
+}
+
+/// A workload's latest delivery: the version, where it stands, and each
+/// wave's clusters with their analysis' numbers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Delivery {
+    pub number: u64,
+    pub version: String,
+    pub state: String,
+    /// wave, cluster, state, analysis.
+    pub rows: Vec<[String; 4]>,
+    /// Why it was rolled back and marked bad, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bad: Option<String>,
 }
 
 /// What a submission is, as every screen names it: the API's view of a
@@ -158,6 +176,14 @@ impl WorkloadView {
             out.push('\n');
             out.push_str(&text::table(&["DIGEST", "PROVENANCE", "KEY", "BUILT FROM"], &self.provenance_rows()));
         }
+        if let Some(d) = &self.delivery {
+            out.push_str(&format!("\ndelivery #{} of {}: {}\n", d.number, d.version, d.state));
+            if let Some(b) = &d.bad {
+                out.push_str(&format!("marked bad: {b}\n"));
+            }
+            let rows: Vec<Vec<String>> = d.rows.iter().map(|r| r.to_vec()).collect();
+            out.push_str(&text::table(&["WAVE", "CLUSTER", "STATE", "ANALYSIS"], &rows));
+        }
         out.push('\n');
         out.push_str(&text::table(&["CLUSTER", "REPLICAS", "READY", "STATE", "WHY HERE"], &rows));
         let rows: Vec<Vec<String>> = self
@@ -233,6 +259,21 @@ impl WorkloadView {
                 self.provenance_rows().into_iter().map(|r| r.iter().map(|c| esc(c)).collect()).collect();
             let head = ["Digest", "Verdict", "Key", "Built from"];
             out.push_str(&html::table("What each image was checked for", &head, &rows, "provenance-table"));
+        }
+        if let Some(d) = &self.delivery {
+            out.push_str("<h2 id=\"delivery\">Delivery</h2>");
+            out.push_str(&format!(
+                "<p>Delivery #{} of {}: <strong>{}</strong></p>",
+                d.number,
+                esc(&d.version),
+                esc(&d.state)
+            ));
+            if let Some(b) = &d.bad {
+                out.push_str(&format!("<p>Marked bad: {}</p>", esc(b)));
+            }
+            let rows: Vec<Vec<String>> = d.rows.iter().map(|r| r.iter().map(|c| esc(c)).collect()).collect();
+            let head = ["Wave", "Cluster", "State", "Analysis"];
+            out.push_str(&html::table("Each wave's clusters and their analysis", &head, &rows, "delivery-table"));
         }
         out.push_str("<h2 id=\"placement\">Placement</h2>");
         let rows: Vec<Vec<String>> = self
@@ -345,6 +386,18 @@ mod tests {
                 Stage { stage: "pods created".into(), at: None, seconds: None },
             ],
             submitted: "kind: PinterestService\nmetadata: {name: web}\n".into(),
+            delivery: Some(Delivery {
+                number: 2,
+                version: "search/web@v3".into(),
+                state: "reverted".into(),
+                rows: vec![[
+                    "canary".into(),
+                    "north".into(),
+                    "reverted".into(),
+                    "failed: error-ratio [0.2 FAILED]".into(),
+                ]],
+                bad: Some("analysis failed on north".into()),
+            }),
             provenance: vec![crate::provenance::Verdict {
                 digest: "sha256:4260fb6fa3f1".into(),
                 checked: vec!["signature by search-release over sha256:4260fb6fa3f1".into()],

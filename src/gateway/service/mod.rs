@@ -264,7 +264,7 @@ pub struct Service {
     /// Where every decision is written.
     pub audit_log: Arc<super::audit::AuditLog>,
     /// The registries images are resolved and verified against.
-    pub registries: super::registry::Registries,
+    pub registries: crate::registry::Registries,
     /// Where deliveries mark versions bad (`--delivery-store`): their
     /// images are refused. Set once, before serving.
     pub delivery_line: std::sync::OnceLock<crate::delivery::book::Line>,
@@ -376,7 +376,7 @@ impl Service {
             let hosts: Vec<String> = p.allowed_registries.iter().map(|r| intake::image_registry(r)).collect();
             // A registry on loopback speaks plain HTTP (a test's, a local mirror's).
             let plain = hosts.iter().filter(|h| h.starts_with("127.0.0.1:") || h.starts_with("localhost:")).cloned();
-            super::registry::Registries::new(hosts.clone(), plain.collect())
+            crate::registry::Registries::new(hosts.clone(), plain.collect())
         };
         let registries = registries_of(&config.policy);
         let svc = Arc::new(Service {

@@ -1,5 +1,5 @@
 //! The registry edge of provenance (effects): an image reference checked
-//! against the registries the gateway may talk to (a look-alike host is
+//! against the registries the gateway (or a delivery) may talk to (a look-alike host is
 //! refused before any request), its tag resolved to a digest once, the
 //! cosign artifacts beside it fetched (`sha256-<hex>.sig`, `.att`: tags, as
 //! a registry without a referrers endpoint keeps them), and the verdict of
