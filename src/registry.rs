@@ -44,6 +44,16 @@ pub struct Registries {
 /// The most verdicts kept; past it the cache starts again.
 const CACHE_MAX: usize = 10_000;
 
+/// The registry host of `reference` as the allowed list names it: as
+/// written (`docker.io`), or as the client resolves it (`index.docker.io`
+/// for Docker Hub); None when neither is allowed.
+pub fn allowed_host(reference: &Reference, allowed: &[String]) -> Option<String> {
+    [reference.registry(), reference.resolve_registry()]
+        .into_iter()
+        .find(|h| allowed.iter().any(|a| a == h))
+        .map(str::to_string)
+}
+
 impl Registries {
     /// `allowed`: the hosts the gateway may read; `plain_http`: those of
     /// them spoken to without TLS (a registry on loopback).
@@ -73,13 +83,13 @@ impl Registries {
             Ok(r) => r,
             Err(e) => return refused("", format!("{image:?} is not an image reference: {e}")),
         };
-        let host = reference.resolve_registry().to_string();
-        if !self.allowed.contains(&host) {
+        let Some(host) = allowed_host(&reference, &self.allowed) else {
+            let host = reference.registry();
             return refused(
                 "",
                 format!("{image}: registry {host:?} is not one the gateway reads ({})", self.allowed.join(", ")),
             );
-        }
+        };
         // The digest: the one named, checked to exist, or the tag's, resolved once.
         self.call();
         let digest = match self.client.fetch_manifest_digest(&reference, &RegistryAuth::Anonymous).await {
@@ -155,4 +165,20 @@ fn fingerprint(policy: &TrustPolicy) -> String {
 
 fn one_line(s: &str) -> String {
     crate::sdk_error::one_line(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_hub_is_allowed_by_the_name_written_and_look_alikes_are_not() {
+        let allowed = vec!["docker.io".to_string(), "127.0.0.1:5000".to_string()];
+        let r = |s: &str| s.parse::<Reference>().unwrap();
+        assert_eq!(allowed_host(&r("nginx:1.25"), &allowed).as_deref(), Some("docker.io"));
+        assert_eq!(allowed_host(&r("docker.io/library/nginx:1.25"), &allowed).as_deref(), Some("docker.io"));
+        assert_eq!(allowed_host(&r("127.0.0.1:5000/team/web:v1"), &allowed).as_deref(), Some("127.0.0.1:5000"));
+        assert_eq!(allowed_host(&r("docker.io.evil.example/library/nginx:1"), &allowed), None);
+        assert_eq!(allowed_host(&r("127.0.0.1:5001/team/web:v1"), &allowed), None);
+    }
 }

@@ -190,6 +190,13 @@ async fn apply(g: &GlobalArgs, a: ApplyArgs) -> Result<ExitCode> {
         Ended::Waiting { until, why } => {
             let when = until.map(|t| t.format(" until %Y-%m-%d %H:%M:%S UTC").to_string()).unwrap_or_default();
             writeln!(err, "delivery #{} waits{when}:", r.number)?;
+            if let (None, Some((w, end))) = (&opts.hotfix, run::frozen(&spec.freeze, Utc::now())) {
+                writeln!(
+                    err,
+                    "  frozen: freeze window {w} until {} (--hotfix REASON goes past it, audited)",
+                    end.format("%Y-%m-%d %H:%M UTC")
+                )?;
+            }
             for (c, w) in why {
                 writeln!(err, "  {c}: {w}")?;
             }
@@ -228,7 +235,9 @@ async fn show(g: &GlobalArgs, file: &std::path::Path) -> Result<ExitCode> {
     let approved = opened.book.approvals(r.number).await?;
     let members = spec.members();
     let windows = run::Freeze { waves: &spec.waves, members: &members, freeze: &spec.freeze, hotfix: false };
-    let s = status::Status::new(r, analyses, opened.line.stopped().await?, bad, &windows, &approved, Utc::now());
+    let mut s = status::Status::new(r, analyses, opened.line.stopped().await?, bad, &windows, &approved, Utc::now());
+    s.frozen = run::frozen(&spec.freeze, Utc::now())
+        .map(|(w, end)| format!("freeze window {w} until {}", end.format("%Y-%m-%d %H:%M UTC")));
     if g.output == Format::Json {
         writeln!(anstream::stdout(), "{}", serde_json::to_string_pretty(&s)?)?;
     } else {

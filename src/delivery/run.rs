@@ -38,10 +38,15 @@ pub struct Freeze<'a> {
     pub hotfix: bool,
 }
 
+/// The freeze window holding deliveries at `now`, and when it ends.
+pub fn frozen(freeze: &[Window], now: DateTime<Utc>) -> Option<(String, DateTime<Utc>)> {
+    freeze.iter().filter_map(|w| w.closes(now).map(|end| (w.to_string(), end))).max_by_key(|(_, end)| *end)
+}
+
 impl Windows for Freeze<'_> {
     fn open(&self, cluster: &str, now: DateTime<Utc>) -> Result<(), Option<DateTime<Utc>>> {
         if !self.hotfix {
-            if let Some(end) = self.freeze.iter().filter_map(|w| w.closes(now)).max() {
+            if let Some((_, end)) = frozen(self.freeze, now) {
                 return Err(Some(end));
             }
         }
@@ -381,4 +386,26 @@ pub async fn rollback_by_hand(
         engine::revert_held(&members, book, r, Clock::wall(), true, &note).await
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn a_freeze_holds_every_wave_until_it_ends_and_a_hotfix_goes_past_it() {
+        let waves = FleetSpec::parse("stages:\n  - {name: all, selector: \"\"}\n").unwrap();
+        let members = [Member { name: "north".into(), labels: Default::default(), region: "r".into() }];
+        let freeze: Vec<Window> = vec!["Fri 16:00-23:59 UTC".parse().unwrap(), "Fri 20:00-02:00 UTC".parse().unwrap()];
+        // Friday 2026-11-27 21:00 UTC: both hold; the later end counts.
+        let friday = Utc.with_ymd_and_hms(2026, 11, 27, 21, 0, 0).unwrap();
+        let f = Freeze { waves: &waves, members: &members, freeze: &freeze, hotfix: false };
+        let end = Utc.with_ymd_and_hms(2026, 11, 28, 2, 0, 0).unwrap();
+        assert_eq!(f.open("north", friday), Err(Some(end)));
+        assert_eq!(frozen(&freeze, friday).unwrap().0, "Fri 20:00-02:00 UTC");
+        assert_eq!(f.open("north", end), Ok(()));
+        let hot = Freeze { hotfix: true, ..f };
+        assert_eq!(hot.open("north", friday), Ok(()));
+    }
 }

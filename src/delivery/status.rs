@@ -25,6 +25,9 @@ pub struct Status {
     pub line: Option<Stopped>,
     pub bad: Vec<Bad>,
     pub why: BTreeMap<String, String>,
+    /// A freeze window holding it now, and until when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<String>,
 }
 
 impl Status {
@@ -42,7 +45,7 @@ impl Status {
         } else {
             BTreeMap::new()
         };
-        Status { record, analyses, line, bad, why }
+        Status { record, analyses, line, bad, why, frozen: None }
     }
 }
 
@@ -102,6 +105,9 @@ pub fn text(s: &Status) -> String {
             l.reason
         )),
         None => out.push_str("line: open\n"),
+    }
+    if let Some(f) = &s.frozen {
+        out.push_str(&format!("frozen: {f} (a --hotfix goes past it, audited)\n"));
     }
     for st in &r.stages {
         let state = if let Some(t) = st.passed_at {
