@@ -222,6 +222,14 @@ pub async fn apply(
     Lock::with(&book.store, command, Box::pin(async {
         let now = Utc::now();
         let by = crate::state::whoami().0;
+        if let Some(r) = book.latest().await?.filter(|r| !r.is_finished() && r.target != spec.target()) {
+            bail!(
+                "delivery #{} ({}) is in progress; finish it (`pinfleet delivery apply` with its file) or roll it back (`pinfleet delivery rollback`) before starting {}",
+                r.number,
+                r.target.to_string().trim_start_matches("workload "),
+                spec.version
+            );
+        }
         let record = match book.in_progress(&spec.target()).await? {
             Some(r) => r,
             None => {

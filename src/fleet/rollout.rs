@@ -666,6 +666,26 @@ mod tests {
     }
 
     #[test]
+    fn an_inconclusive_gate_holds_its_stage_until_a_person_approves_it() {
+        let spec = FleetSpec::parse(
+            "stages:\n  - {name: canary, selector: env=c, soak: 0s}\n  - {name: rest, selector: env=r}\n",
+        )
+        .unwrap();
+        let mut r = record(&spec, &[m("c1", "c"), m("r1", "r")]);
+        r.cluster_mut("c1").unwrap().state = ClusterState::Done;
+        r.stages[0].rolled_at = Some(t0());
+        r.stages[0].held = Some("c1: no data".into());
+        let d = decide(&r, &Always, &BTreeSet::new(), t0());
+        assert_eq!((d.gate, d.promote, d.wake), (None, None, None), "nothing moves by itself");
+        assert_eq!(
+            d.why["r1"].to_string(),
+            "stage gate: canary's gate was inconclusive (c1: no data); approve canary.gate to go on"
+        );
+        let d = decide(&r, &Always, &[gate_approval("canary")].into(), t0());
+        assert_eq!(d.promote, Some(0));
+    }
+
+    #[test]
     fn a_killed_run_starts_its_rolling_clusters_again() {
         let spec = FleetSpec::default_stages();
         let mut r = record(&spec, &[m("d1", "dev"), m("d2", "dev")]);

@@ -41,6 +41,8 @@ pub const FLEET: &str = ".fleet";
 fn what(cluster: &str) -> String {
     if cluster == FLEET {
         "the fleet".into()
+    } else if let Some(w) = cluster.strip_prefix(".delivery-") {
+        format!("the deliveries of {w}")
     } else {
         format!("cluster {cluster}")
     }
