@@ -49,14 +49,22 @@ impl Prometheus {
         let config = dir.path().join("prometheus.yml");
         std::fs::write(&config, "global:\n  scrape_interval: 1h\n").unwrap();
         let port = free_port();
-        let child = Command::new(bin("prometheus"))
-            .arg(format!("--config.file={}", config.display()))
+        let mut cmd = Command::new(bin("prometheus"));
+        cmd.arg(format!("--config.file={}", config.display()))
             .arg(format!("--storage.tsdb.path={}", data.display()))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap())
-            .spawn()
-            .unwrap();
+            .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap());
+        #[cfg(target_os = "linux")]
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                // Dies with the thread that started it (the test's), however the test ends.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().unwrap();
         let url = format!("http://127.0.0.1:{port}");
         let p = Prometheus { url: url.clone(), child, _dir: dir };
         for _ in 0..300 {
