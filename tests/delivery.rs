@@ -182,6 +182,12 @@ async fn a_healthy_version_goes_out_in_waves_and_a_bad_one_rolls_back_by_its_own
         "{text}"
     );
     assert_eq!(record.number, 1);
+    // The SLO's error budget left, from the same Prometheus (what status and the console show).
+    let rec = book::slo(&f.open(&v2).await.book.store).await.unwrap().expect("the delivery keeps its SLO");
+    let budget = book::budget_text(&rec, "feeds", "web").await;
+    println!("{budget}");
+    assert!(budget.starts_with("SLO web-availability (99% availability over 30days): error budget "), "{budget}");
+    assert!(budget.contains("(error ratio 2.31"), "v3's errors on north count: {budget}");
 
     // v3 fails on north: north goes back to v2; south and east were never touched.
     let v3 = f.file("v3", &digest('3'), "");

@@ -236,6 +236,9 @@ async fn show(g: &GlobalArgs, file: &std::path::Path) -> Result<ExitCode> {
     let members = spec.members();
     let windows = run::Freeze { waves: &spec.waves, members: &members, freeze: &spec.freeze, hotfix: false };
     let mut s = status::Status::new(r, analyses, opened.line.stopped().await?, bad, &windows, &approved, Utc::now());
+    if let Some(rec) = book::slo(&opened.book.store).await? {
+        s.budget = Some(book::budget_text(&rec, &spec.workload.namespace, &spec.workload.name).await);
+    }
     s.frozen = run::frozen(&spec.freeze, Utc::now())
         .map(|(w, end)| format!("freeze window {w} until {}", end.format("%Y-%m-%d %H:%M UTC")));
     if g.output == Format::Json {

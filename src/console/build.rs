@@ -494,6 +494,10 @@ async fn delivery(
         .flat_map(|(_, c)| c.to.images.values().filter_map(|i| book::digest_of(i).map(str::to_string)))
         .collect();
     let bad = line.bad().await.ok().and_then(|b| b.into_values().find(|b| digests.contains(&b.digest)));
+    let budget = match book::slo(&store).await {
+        Ok(Some(rec)) => Some(book::budget_text(&rec, &s.spec.team, name).await),
+        _ => None,
+    };
     let rows = r
         .clusters()
         .map(|(st, c)| {
@@ -506,6 +510,7 @@ async fn delivery(
         state: r.state.to_string(),
         rows,
         bad: bad.map(|b| b.reason),
+        budget,
     })
 }
 

@@ -70,6 +70,58 @@ pub struct ClusterAnalysis {
     pub verdict: String,
 }
 
+/// The workload's SLO and the Prometheus that measures it, as the last
+/// delivery declared them (`slo.json` in its folder): what `status` and
+/// the console ask for the error budget left.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SloRecord {
+    pub slo: super::slo::Slo,
+    pub prometheus: String,
+}
+
+pub async fn slo(store: &Store) -> Result<Option<SloRecord>> {
+    store.get_json("slo.json").await
+}
+
+pub async fn save_slo(store: &Store, r: &SloRecord) -> Result<()> {
+    store.put_json("slo.json", r).await.map(|_| ())
+}
+
+/// The error budget left over the SLO's window, in words (effects: one query).
+pub async fn budget_text(r: &SloRecord, namespace: &str, workload: &str) -> String {
+    let vars = super::analysis::Vars {
+        cluster: ".+".into(),
+        namespace: namespace.into(),
+        workload: workload.into(),
+        version: ".+".into(),
+    };
+    let window = format!("{}s", r.slo.window.as_secs());
+    let head = format!(
+        "SLO {} ({}% {} over {})",
+        r.slo.name,
+        r.slo.objective,
+        r.slo.sli,
+        humantime::format_duration(r.slo.window)
+    );
+    let Ok(prom) = super::prometheus::Prometheus::new(&r.prometheus) else {
+        return format!("{head}: no Prometheus client");
+    };
+    match prom.query(&r.slo.ratio(&vars, &window), None).await {
+        super::analysis::Answer::Value(ratio) => {
+            let left = 100.0 * super::slo::budget_left(&r.slo, ratio);
+            let pct = super::analysis::number(100.0 * ratio);
+            if left >= 0.0 {
+                format!("{head}: error budget left {left:.1}% (error ratio {pct}%)")
+            } else {
+                format!("{head}: error budget SPENT, {:.1}% over (error ratio {pct}%)", -left)
+            }
+        }
+        super::analysis::Answer::NoData => format!("{head}: no data yet"),
+        super::analysis::Answer::Error(e) => format!("{head}: the budget cannot be read now ({e})"),
+    }
+}
+
 /// The digest of a reference by digest (`…@sha256:HEX` → `sha256:HEX`).
 pub fn digest_of(image: &str) -> Option<&str> {
     image.rsplit_once('@').map(|(_, d)| d).filter(|d| d.starts_with("sha256:"))

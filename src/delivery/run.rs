@@ -237,6 +237,10 @@ pub async fn apply(
                 record(spec, number, &by, now)
             }
         };
+        if let (Some(slo), Some(prometheus)) = (&spec.slo, &spec.prometheus) {
+            let rec = book::SloRecord { slo: slo.clone(), prometheus: prometheus.clone() };
+            book::save_slo(&book.store, &rec).await?;
+        }
         if let Some(reason) = &opts.hotfix {
             line.audit(&Audit { at: now, by: by.clone(), act: "hotfix".into(), what: format!("{} (delivery #{})", spec.target(), record.number), reason: reason.clone() })
                 .await?;

@@ -28,6 +28,9 @@ pub struct Status {
     /// A freeze window holding it now, and until when.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frozen: Option<String>,
+    /// The workload's error budget left, as Prometheus says now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
 }
 
 impl Status {
@@ -45,7 +48,7 @@ impl Status {
         } else {
             BTreeMap::new()
         };
-        Status { record, analyses, line, bad, why, frozen: None }
+        Status { record, analyses, line, bad, why, frozen: None, budget: None }
     }
 }
 
@@ -105,6 +108,9 @@ pub fn text(s: &Status) -> String {
             l.reason
         )),
         None => out.push_str("line: open\n"),
+    }
+    if let Some(b) = &s.budget {
+        out.push_str(&format!("{b}\n"));
     }
     if let Some(f) = &s.frozen {
         out.push_str(&format!("frozen: {f} (a --hotfix goes past it, audited)\n"));

@@ -53,6 +53,9 @@ pub struct Delivery {
     /// Why it was rolled back and marked bad, if it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bad: Option<String>,
+    /// The workload's SLO and its error budget left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
 }
 
 /// What a submission is, as every screen names it: the API's view of a
@@ -178,6 +181,9 @@ impl WorkloadView {
         }
         if let Some(d) = &self.delivery {
             out.push_str(&format!("\ndelivery #{} of {}: {}\n", d.number, d.version, d.state));
+            if let Some(b) = &d.budget {
+                out.push_str(&format!("{b}\n"));
+            }
             if let Some(b) = &d.bad {
                 out.push_str(&format!("marked bad: {b}\n"));
             }
@@ -268,6 +274,9 @@ impl WorkloadView {
                 esc(&d.version),
                 esc(&d.state)
             ));
+            if let Some(b) = &d.budget {
+                out.push_str(&format!("<p>{}</p>", esc(b)));
+            }
             if let Some(b) = &d.bad {
                 out.push_str(&format!("<p>Marked bad: {}</p>", esc(b)));
             }
@@ -397,6 +406,7 @@ mod tests {
                     "failed: error-ratio [0.2 FAILED]".into(),
                 ]],
                 bad: Some("analysis failed on north".into()),
+                budget: Some("SLO web-availability (99.9% availability over 30days): error budget left 73.2% (error ratio 0.0268%)".into()),
             }),
             provenance: vec![crate::provenance::Verdict {
                 digest: "sha256:4260fb6fa3f1".into(),
