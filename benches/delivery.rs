@@ -14,15 +14,13 @@ mod prom;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use chrono::Utc;
-use kube::api::{Api, Patch, PatchParams};
 use pinfleet::delivery::run::{self, Ended, Event, Freeze};
-use pinfleet::delivery::{members, DeliverySpec};
+use pinfleet::delivery::DeliverySpec;
 use pinfleet::fleet::rollout::{decide, ClusterState};
 use pinfleet::fleet::run::Note;
-use serde_json::json;
 
 fn digest(c: char) -> String {
     format!("registry.example/feeds/web@sha256:{}", c.to_string().repeat(64))
@@ -96,23 +94,7 @@ async fn rollback_on_sims() {
     let n: usize = std::env::var("PINFLEET_BENCH_MEMBERS").ok().and_then(|v| v.parse().ok()).unwrap_or(6);
     let ms: Vec<_> = (0..n).map(|i| gateway_support::member(&format!("m{i}"), 1, "8", true)).collect();
     for m in &ms {
-        let client = pinfleet::kube::apply::connect(&m.kubeconfig).await.unwrap();
-        let pp = PatchParams::apply("pinfleet-gateway").force();
-        let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-        ns.patch(
-            "feeds",
-            &pp,
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "feeds"}})),
-        )
-        .await
-        .unwrap();
-        let svc = json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestService", "metadata": {"name": "web", "namespace": "feeds"},
-            "spec": {"owner": {"team": "feeds", "project": "home"}, "replicas": 1, "ports": [{"name": "http", "port": 8080}],
-                     "template": {"spec": {"containers": [{"name": "app", "image": digest('1')}]}}}});
-        members::workload_api(&client, "PinterestService", "feeds")
-            .patch("web", &pp, &Patch::Apply(&svc))
-            .await
-            .unwrap();
+        gateway_support::place_web(m, &digest('1'), 1).await;
     }
     let mut series = String::new();
     for i in 0..n {
@@ -175,7 +157,6 @@ async fn rollback_on_sims() {
         30.0 / asked.as_secs_f64().max(1e-6),
         back.as_secs_f64()
     );
-    let _ = Duration::ZERO;
 }
 
 #[tokio::main]

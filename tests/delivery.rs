@@ -15,13 +15,11 @@ mod prom;
 #[allow(dead_code)]
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gateway_support::{member, Member};
-use kube::api::{Api, Patch, PatchParams};
 use pinfleet::delivery::run::{self, Ended, Event, Options};
 use pinfleet::delivery::{book, members, status, DeliverySpec};
 use serde_json::{json, Value};
@@ -46,28 +44,6 @@ struct Fleet {
     _world: support::World,
 }
 
-async fn place(m: &Member, image: &str) {
-    let client = pinfleet::kube::apply::connect(&m.kubeconfig).await.unwrap();
-    let pp = PatchParams::apply("pinfleet-gateway").force();
-    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    ns.patch(
-        "feeds",
-        &pp,
-        &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "feeds"}})),
-    )
-    .await
-    .unwrap();
-    let api = members::workload_api(&client, "PinterestService", "feeds");
-    let svc = json!({
-        "apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestService",
-        "metadata": {"name": "web", "namespace": "feeds"},
-        "spec": {"owner": {"team": "feeds", "project": "home"}, "replicas": 2,
-                 "ports": [{"name": "http", "port": 8080}],
-                 "template": {"spec": {"containers": [{"name": "app", "image": image}]}}}
-    });
-    api.patch("web", &pp, &Patch::Apply(&svc)).await.unwrap();
-}
-
 async fn image_on(m: &Member) -> String {
     let client = pinfleet::kube::apply::connect(&m.kubeconfig).await.unwrap();
     let obj = members::workload_api(&client, "PinterestService", "feeds").get("web").await.unwrap();
@@ -79,7 +55,7 @@ async fn image_on(m: &Member) -> String {
 async fn fleet() -> Fleet {
     let members = vec![member("north", 2, "8", true), member("south", 2, "8", true), member("east", 2, "8", true)];
     for m in &members {
-        place(m, &digest('1')).await;
+        gateway_support::place_web(m, &digest('1'), 2).await;
     }
     let mut series = String::new();
     for c in ["north", "south", "east"] {
@@ -405,5 +381,4 @@ fn the_slos_rules_pass_promtools_checks_and_tests() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = BTreeMap::<String, String>::new();
 }

@@ -181,15 +181,8 @@ impl Fleet for Members<'_> {
         self.save(&record).await?;
         let mut alert = self.alert.clone();
         // The bake: the wave runs the new version before anything is measured; an alert ends it.
-        let bake_end = tokio::time::Instant::now() + a.bake;
-        loop {
-            if let Some(why) = self.alerted() {
-                return self.alert_failed(record, why).await;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep_until(bake_end) => break,
-                _ = alert.changed() => {}
-            }
+        if let Some(why) = self.wait_unless_alerted(a.bake, &mut alert).await {
+            return self.alert_failed(record, why).await;
         }
         let Some(prom) = &self.prometheus else {
             record.verdict = "successful (no metrics to analyse)".into();
@@ -205,15 +198,8 @@ impl Fleet for Members<'_> {
         let range = format!("{}s", a.interval.as_secs().max(60));
         for round in 0..a.count {
             if round > 0 {
-                let next = tokio::time::Instant::now() + a.interval;
-                loop {
-                    if let Some(why) = self.alerted() {
-                        return self.alert_failed(record, why).await;
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(next) => break,
-                        _ = alert.changed() => {}
-                    }
+                if let Some(why) = self.wait_unless_alerted(a.interval, &mut alert).await {
+                    return self.alert_failed(record, why).await;
                 }
             }
             for m in &a.metrics {
@@ -246,6 +232,26 @@ impl Fleet for Members<'_> {
 }
 
 impl Members<'_> {
+    /// Waits `d`, or less when an alert fires: its reason.
+    async fn wait_unless_alerted(&self, d: Duration, alert: &mut watch::Receiver<Option<String>>) -> Option<String> {
+        let until = tokio::time::Instant::now() + d;
+        loop {
+            if let Some(why) = self.alerted() {
+                return Some(why);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => return None,
+                changed = alert.changed() => {
+                    if changed.is_err() {
+                        // No one can send an alert any more: only the wait is left.
+                        tokio::time::sleep_until(until).await;
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
     async fn alert_failed(&self, mut record: ClusterAnalysis, why: String) -> Result<()> {
         record.verdict = format!("failed: {why}");
         self.save(&record).await?;

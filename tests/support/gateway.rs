@@ -80,6 +80,27 @@ pub fn member(name: &str, nodes: u32, cpu: &str, controller: bool) -> Member {
     Member { name: name.to_string(), kubeconfig: path, stop: Some(tx), _dir: dir }
 }
 
+/// feeds/web placed on a member as the gateway places it (its own field
+/// manager, server-side apply): a PinterestService of `replicas` running `image`.
+pub async fn place_web(m: &Member, image: &str, replicas: u32) {
+    let client = pinfleet::kube::apply::connect(&m.kubeconfig).await.unwrap();
+    let pp = PatchParams::apply("pinfleet-gateway").force();
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "feeds"}});
+    ns.patch("feeds", &pp, &Patch::Apply(namespace)).await.unwrap();
+    let svc = json!({
+        "apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestService",
+        "metadata": {"name": "web", "namespace": "feeds"},
+        "spec": {"owner": {"team": "feeds", "project": "home"}, "replicas": replicas,
+                 "ports": [{"name": "http", "port": 8080}],
+                 "template": {"spec": {"containers": [{"name": "app", "image": image}]}}}
+    });
+    pinfleet::delivery::members::workload_api(&client, "PinterestService", "feeds")
+        .patch("web", &pp, &Patch::Apply(&svc))
+        .await
+        .unwrap();
+}
+
 /// An OIDC issuer on loopback: discovery, JWKS (one EC P-256 key) and tokens.
 pub struct Issuer {
     pub url: String,
