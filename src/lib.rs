@@ -56,6 +56,7 @@ pub mod console;
 pub mod controller;
 pub mod delivery;
 pub mod diff;
+pub mod edge;
 pub mod e2e;
 pub mod federation;
 pub mod fleet;

@@ -1588,6 +1588,7 @@ async fn strangers_trickling_bodies_from_several_addresses_hold_nothing() {
         None,
         limits,
         Some(gw.svc.audit_log.clone()),
+        Some(gw.svc.identity.clone() as Arc<dyn pinfleet::gateway::listen::Gate>),
         std::future::pending(),
     ));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -457,6 +457,7 @@ pub async fn workload(
             state: part_status(p, members.iter().find(|m| m.name == p.cluster)),
             ready: p.ready_replicas,
             observed_at: p.observed_at,
+            runs: p.runs.clone(),
         })
         .collect();
     let submitted = serde_saphyr::to_string(&s.spec.workload)

@@ -41,7 +41,7 @@ use crate::views::Viewer;
 use observe::Observer;
 
 /// The cookie `/login` sets: the bearer token a browser cannot send as a header.
-pub const TOKEN_COOKIE: &str = "pinfleet_token";
+pub const TOKEN_COOKIE: &str = crate::gateway::identity::TOKEN_COOKIE;
 /// How long a sign-in lasts in the browser (the token's own expiry still holds).
 const COOKIE_SECONDS: u64 = 8 * 3600;
 /// Changes arriving within this long are one event (a pass of the admission

@@ -108,14 +108,57 @@ pub async fn serve(
     }
     let state =
         Receiver { token: token.trim().to_string(), namespace: namespace.into(), workload: workload.into(), tx };
-    let app = Router::new().route("/alerts", post(receive)).layer(DefaultBodyLimit::max(256 * 1024)).with_state(state);
+    let gate: std::sync::Arc<dyn crate::edge::Gate> = std::sync::Arc::new(state.clone());
+    let app = Router::new().route("/alerts", post(receive)).layer(DefaultBodyLimit::max(BODY)).with_state(state);
     let listener =
         tokio::net::TcpListener::bind(listen).await.map_err(|e| anyhow::anyhow!("listening on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
+    // The same edge as the gateway's: a stranger's flood neither blocks
+    // Alertmanager nor takes the delivery's descriptors.
     let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
+        if let Err(e) = crate::edge::serve(app, listener, None, limits(), Some(gate), std::future::pending()).await {
+            tracing::warn!("the alert receiver stopped: {e:#}");
+        }
     });
     Ok((addr, task))
+}
+
+/// The largest webhook payload read (Alertmanager groups alerts: a few KiB each).
+const BODY: usize = 256 * 1024;
+
+/// The receiver's edge: Alertmanager holds a connection or two; strangers
+/// get little and wait for nothing.
+fn limits() -> crate::edge::Limits {
+    crate::edge::Limits {
+        connections: 64,
+        per_peer: 16,
+        per_user: 16,
+        per_team: 16,
+        bodies_in_flight: 4 * BODY,
+        body_per_holder: 2 * BODY,
+        h2_streams: 4,
+        ..crate::edge::Limits::default()
+    }
+}
+
+/// Who may send a body: the holder of the receiver's token (a stranger
+/// gets the edge's few KiB and a 401).
+impl crate::edge::Gate for Receiver {
+    fn principal<'a>(&'a self, parts: &'a http::request::Parts) -> futures::future::BoxFuture<'a, Option<String>> {
+        let given = parts
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_string);
+        Box::pin(async move {
+            let ok = given.is_some_and(|t| same(t.as_bytes(), self.token.as_bytes()));
+            if ok {
+                let _ = crate::edge::CONNECTION_TRUST.try_with(|t| t.trust("alertmanager", None));
+            }
+            ok.then(|| "alertmanager".to_string())
+        })
+    }
 }
 
 #[cfg(test)]

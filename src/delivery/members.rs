@@ -77,6 +77,32 @@ pub fn set_images(obj: &mut Value, to: &BTreeMap<String, String>) -> Vec<String>
     to.keys().filter(|k| !seen.contains(k)).cloned().collect()
 }
 
+/// The annotation that says which version a delivery put on a member.
+pub const VERSION_ANNOTATION: &str = "pinfleet.dev/delivered-version";
+/// The annotation that names the delivery (`NAMESPACE/NAME #NUMBER`).
+pub const DELIVERY_ANNOTATION: &str = "pinfleet.dev/delivery";
+
+/// Marks the workload with what a delivery moved it to (`version`, or
+/// `back from VERSION` on a rollback) and which delivery did.
+pub fn mark(obj: &mut Value, version: &str, delivery: &str) {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else { return };
+    let annotations = meta.entry("annotations").or_insert_with(|| Value::Object(Default::default()));
+    if !annotations.is_object() {
+        *annotations = Value::Object(Default::default());
+    }
+    annotations[VERSION_ANNOTATION] = Value::String(version.to_string());
+    annotations[DELIVERY_ANNOTATION] = Value::String(delivery.to_string());
+}
+
+/// What a member runs when a delivery moved it: `v3 (delivery feeds/web #4)`;
+/// none when it runs what the gateway placed.
+pub fn delivered(obj: &Value) -> Option<String> {
+    let a = obj.pointer("/metadata/annotations")?;
+    let version = a.get(VERSION_ANNOTATION)?.as_str()?;
+    let by = a.get(DELIVERY_ANNOTATION).and_then(Value::as_str).unwrap_or("a delivery");
+    Some(format!("{version} (delivery {by})"))
+}
+
 /// Whether the workload runs its latest generation Ready, and what its
 /// Ready condition says.
 pub fn ready_on(obj: &Value) -> (bool, String) {
@@ -141,6 +167,12 @@ impl Fleet for Members<'_> {
             if !missing.is_empty() {
                 bail!("{} on {cluster} has no container named {}", self.spec.workload, missing.join(", "));
             }
+            // Forward to the delivery's images, or back (a rollback): said on the object,
+            // so the gateway's record and views follow what the member runs.
+            let forward = self.spec.images.iter().all(|(c, i)| to.images.get(c) == Some(i));
+            let version =
+                if forward { self.spec.version.clone() } else { format!("back from {}", self.spec.version) };
+            mark(&mut obj, &version, &format!("{} #{}", self.spec.workload, self.number));
             if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
                 m.remove("managedFields");
             }
@@ -256,5 +288,24 @@ impl Members<'_> {
         record.verdict = format!("failed: {why}");
         self.save(&record).await?;
         bail!("{why}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_delivery_marks_what_it_moved_and_the_mark_is_read_back() {
+        let mut obj = json!({"metadata": {"name": "web"}, "spec": {}});
+        assert_eq!(delivered(&obj), None);
+        mark(&mut obj, "v3", "feeds/web #4");
+        assert_eq!(delivered(&obj).as_deref(), Some("v3 (delivery feeds/web #4)"));
+        // Other annotations are kept; a rollback says so.
+        obj["metadata"]["annotations"]["team"] = json!("feeds");
+        mark(&mut obj, "back from v3", "feeds/web #4");
+        assert_eq!(delivered(&obj).as_deref(), Some("back from v3 (delivery feeds/web #4)"));
+        assert_eq!(obj["metadata"]["annotations"]["team"], "feeds");
     }
 }

@@ -177,12 +177,32 @@ impl DeliverySpec {
     pub fn load(path: &Path) -> anyhow::Result<DeliverySpec> {
         let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, base).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        Self::parse_file(&text, base, path).map_err(|e| anyhow::anyhow!("{e}"))
     }
 
-    /// The file's delivery; kubeconfigs relative to `base`. Every problem at once.
+    /// The file's delivery; kubeconfigs relative to `base`. Every problem at
+    /// once, each at its line (of `delivery.yaml`).
     pub fn parse(text: &str, base: &Path) -> Result<DeliverySpec, String> {
-        let raw: Raw = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+        Self::parse_file(text, base, Path::new("delivery.yaml"))
+    }
+
+    /// As [`DeliverySpec::parse`], each problem located in `file`.
+    pub fn parse_file(text: &str, base: &Path, file: &Path) -> Result<DeliverySpec, String> {
+        let raw: Raw = serde_saphyr::from_str(text).map_err(|e| format!("{}: {e}", file.display()))?;
+        Self::from_raw(raw, base).map_err(|problems| {
+            let tree = crate::spec::yaml::parse_single(text, file).ok();
+            problems
+                .iter()
+                .map(|p| match &tree {
+                    Some(t) => format!("{}: {p}", t.locate(&field_of(p))),
+                    None => format!("{}: {p}", file.display()),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    }
+
+    fn from_raw(raw: Raw, base: &Path) -> Result<DeliverySpec, Vec<String>> {
         let mut problems = Vec::new();
         let w = &raw.workload;
         for (field, v) in [("workload.namespace", &w.namespace), ("workload.name", &w.name)] {
@@ -231,10 +251,16 @@ impl DeliverySpec {
             None => Ok(FleetSpec { stages: one_wave(), windows: vec![], state_store: None }),
             Some(v) => FleetSpec::from_value(v).map_err(|e| format!("waves.{e}")),
         };
-        let waves = waves.unwrap_or_else(|e| {
-            problems.push(e);
-            FleetSpec { stages: one_wave(), windows: vec![], state_store: None }
-        });
+        let waves = match waves {
+            Ok(w) => {
+                problems.extend(unmatched(&w, &raw.clusters));
+                w
+            }
+            Err(e) => {
+                problems.push(e);
+                FleetSpec { stages: one_wave(), windows: vec![], state_store: None }
+            }
+        };
         let mut freeze = Vec::new();
         for (i, f) in raw.freeze.iter().enumerate() {
             match f.parse::<Window>() {
@@ -301,7 +327,7 @@ impl DeliverySpec {
         let ready_timeout =
             duration("analysis.readyTimeout", a.ready_timeout.as_deref(), Duration::from_secs(600), &mut problems);
         if !problems.is_empty() {
-            return Err(problems.join("\n"));
+            return Err(problems);
         }
         let clusters = raw
             .clusters
@@ -343,6 +369,63 @@ impl DeliverySpec {
     pub fn target(&self) -> crate::fleet::Target {
         crate::fleet::Target::Workload(format!("{}@{}", self.workload, self.version))
     }
+}
+
+/// A delivery names its members one by one, so a wave that takes none of
+/// them (a typo in its selector: it would pass with nothing moved, and the
+/// waves after it would go without their canary) and a member no wave takes
+/// (it would never move) are mistakes, refused with the file.
+fn unmatched(waves: &FleetSpec, clusters: &BTreeMap<String, RawCluster>) -> Vec<String> {
+    let members: Vec<Member> = clusters
+        .iter()
+        .map(|(name, c)| Member { name: name.clone(), labels: c.labels.clone(), region: c.region.clone() })
+        .collect();
+    if members.is_empty() {
+        return vec![];
+    }
+    let labels = |m: &Member| {
+        let l: Vec<String> = m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!("{} {{{}}}", m.name, l.join(","))
+    };
+    let staged = crate::fleet::stage_members(waves, &members);
+    let mut out = Vec::new();
+    for (i, (stage, chosen)) in waves.stages.iter().zip(&staged).enumerate() {
+        if chosen.is_empty() {
+            out.push(format!(
+                "waves.stages[{i}] ({}).selector: `{}` matches none of the delivery's clusters not taken by an earlier wave ({}); a wave that moves nothing would pass its gate, and the waves after it would go without their canary",
+                stage.name,
+                stage.selector_text.escape_debug(),
+                members.iter().map(labels).collect::<Vec<_>>().join("; ")
+            ));
+        }
+    }
+    let taken: std::collections::BTreeSet<&str> = staged.iter().flatten().map(|m| m.name.as_str()).collect();
+    for m in members.iter().filter(|m| !taken.contains(m.name.as_str())) {
+        out.push(format!(
+            "clusters.{}: no wave takes it (labels: {}); it would never move: match it in a wave's selector or remove it",
+            m.name,
+            labels(m)
+        ));
+    }
+    out
+}
+
+/// The field a problem names (`waves.stages[0] (canary).soak: …` →
+/// `waves.stages[0].soak`), to find its line.
+fn field_of(problem: &str) -> String {
+    let head = problem.split(": ").next().unwrap_or_default();
+    let mut out = String::new();
+    let mut depth = 0usize;
+    for c in head.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ' ' => {}
+            c if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Without `waves:`: a canary (the cluster labelled `canary: "true"`, else
@@ -430,5 +513,38 @@ slo:
         assert!(DeliverySpec::parse(&FILE.replace("version:", "verzion:"), Path::new("/"))
             .unwrap_err()
             .contains("verzion"));
+    }
+
+    #[test]
+    fn a_wave_that_matches_nothing_and_a_member_no_wave_takes_are_refused_at_their_lines() {
+        // The first wave's selector has a typo: without the check it would
+        // pass with nothing moved, and `south` would go with no canary first.
+        let typo = FILE
+            .replace("north: {kubeconfig: north.yaml, region: us-east-1, labels: {canary: \"true\"}}",
+                "north: {kubeconfig: north.yaml, region: us-east-1, labels: {ring: zero}}")
+            .replace("{name: canary, selector: canary=true, soak: 0s}", "{name: first, selector: \"ring=zer0\", soak: 0s}")
+            .replace("{name: rest, selector: \"!canary\", soak: 0s}", "{name: second, selector: \"!ring\", soak: 0s}");
+        let e = DeliverySpec::parse_file(&typo, Path::new("/d"), Path::new("/d/web.yaml")).unwrap_err();
+        let lines: Vec<&str> = e.lines().collect();
+        assert_eq!(lines.len(), 2, "{e}");
+        // Each at the line a person edits: the wave's selector, the member's name.
+        assert!(lines[0].starts_with("/d/web.yaml:11:"), "{e}");
+        assert!(lines[0].contains("waves.stages[0] (first).selector: `ring=zer0` matches none"), "{e}");
+        assert!(lines[0].contains("north {ring=zero}"), "{e}");
+        assert!(lines[1].starts_with("/d/web.yaml:7:"), "{e}");
+        assert!(lines[1].contains("clusters.north: no wave takes it"), "{e}");
+        // The same file with the selector mended is a delivery.
+        assert!(DeliverySpec::parse(&typo.replace("ring=zer0", "ring=zero"), Path::new("/d")).is_ok());
+        // Without `waves:`, one wave takes every member.
+        let (head, _) = FILE.split_once("waves:").unwrap();
+        let (_, tail) = FILE.split_once("freeze:").unwrap();
+        assert!(DeliverySpec::parse(&format!("{head}freeze:{tail}"), Path::new("/d")).is_ok());
+    }
+
+    #[test]
+    fn the_field_a_problem_names() {
+        assert_eq!(field_of("waves.stages[0] (canary).soak: `soon`: x"), "waves.stages[0].soak");
+        assert_eq!(field_of("analysis.metrics[1] (err).successCondition: y"), "analysis.metrics[1].successCondition");
+        assert_eq!(field_of("images: name at least one"), "images");
     }
 }

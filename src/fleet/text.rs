@@ -20,7 +20,11 @@ pub fn fleet_plan(p: &crate::fleet::FleetPlan) -> String {
             s.earliest.format("%Y-%m-%d %H:%M UTC"),
         ));
         if s.clusters.is_empty() {
-            out.push_str("  (no cluster)\n");
+            out.push_str(&format!(
+                "  (no cluster matches `{}`: this stage would pass with nothing rolled{})\n",
+                s.selector,
+                if i == 0 { ", and the stages after it go without a canary before them" } else { "" }
+            ));
             continue;
         }
         let rows: Vec<Vec<String>> = s
@@ -43,7 +47,10 @@ pub fn fleet_plan(p: &crate::fleet::FleetPlan) -> String {
         }
     }
     if !p.unstaged.is_empty() {
-        out.push_str(&format!("not in any stage (left alone): {}\n", p.unstaged.join(", ")));
+        out.push_str(&format!(
+            "not in any stage (left alone; no stage's selector matches them): {}\n",
+            p.unstaged.join(", ")
+        ));
     }
     out
 }

@@ -29,8 +29,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-/// The largest request body any route reads: a workload is a few KiB.
-pub const BODY_LIMIT: usize = 1 << 20;
+pub use crate::edge::BODY_LIMIT;
 
 #[derive(Clone)]
 pub struct Guard {

@@ -474,6 +474,18 @@ fn tls_config(t: &Tls) -> Result<rustls::ServerConfig> {
     Ok(builder.with_single_cert(certs, key).context("the certificate and key do not match")?)
 }
 
+/// The edge asks the identity who a request is from before reading its
+/// body (`listen`): a stranger's body is never buffered whole.
+impl crate::edge::Gate for super::identity::Identity {
+    fn principal<'a>(&'a self, parts: &'a http::request::Parts) -> futures::future::BoxFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let token = super::identity::request_token(&parts.headers);
+            let cert = parts.extensions.get::<Arc<PeerCertificate>>().map(|c| c.as_ref());
+            self.authenticate(token.as_deref(), cert).await.ok().map(|c| c.user)
+        })
+    }
+}
+
 /// Serves the API until `shutdown` resolves. Plain HTTP only on a loopback address.
 pub async fn serve(
     svc: S,
@@ -482,7 +494,8 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let audit = svc.audit_log.clone();
-    serve_with(router(svc), listener, tls, super::listen::Limits::default(), Some(audit), shutdown).await
+    let gate: Arc<dyn super::listen::Gate> = svc.identity.clone();
+    serve_with(router(svc), listener, tls, super::listen::Limits::default(), Some(audit), Some(gate), shutdown).await
 }
 
 /// Serves `app` (the API, with the console when it is mounted) until
@@ -494,16 +507,19 @@ pub async fn serve_app(
     tls: Option<Tls<'_>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    serve_with(app, listener, tls, super::listen::Limits::default(), None, shutdown).await
+    serve_with(app, listener, tls, super::listen::Limits::default(), None, None, shutdown).await
 }
 
-/// [`serve_app`] with chosen limits.
+/// [`serve_app`] with chosen limits; `gate` says who a request is from
+/// before its body is read (without one, every body is read within the
+/// budgets as a caller's).
 pub async fn serve_with(
     app: Router,
     listener: tokio::net::TcpListener,
     tls: Option<Tls<'_>>,
     limits: super::listen::Limits,
     audit: Option<Arc<super::audit::AuditLog>>,
+    gate: Option<Arc<dyn super::listen::Gate>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let addr: SocketAddr = listener.local_addr()?;
@@ -525,5 +541,5 @@ pub async fn serve_with(
         None => app,
     };
     let app = app.layer(axum::extract::DefaultBodyLimit::max(super::guard::BODY_LIMIT));
-    super::listen::serve(app, listener, acceptor, limits, shutdown).await
+    super::listen::serve(app, listener, acceptor, limits, gate, shutdown).await
 }

@@ -26,12 +26,7 @@ use tokio::sync::RwLock;
 
 use super::intake::Caller;
 
-/// The identity a TLS client certificate carries (subject CN and O).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerCertificate {
-    pub common_name: String,
-    pub organizations: Vec<String>,
-}
+pub use crate::edge::{peer_identity, ConnectionState, Holder, PeerCertificate, CONNECTION_TRUST};
 
 /// Why a caller is refused: what the caller may be told.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -277,8 +272,8 @@ impl Identity {
     /// ([`CONNECTION_TRUST`]): the listener evicts strangers first.
     pub async fn authenticate(&self, bearer: Option<&str>, cert: Option<&PeerCertificate>) -> Result<Caller, Refusal> {
         let r = self.authenticate_inner(bearer, cert).await;
-        if r.is_ok() {
-            let _ = CONNECTION_TRUST.try_with(|t| t.store(true, std::sync::atomic::Ordering::SeqCst));
+        if let Ok(c) = &r {
+            let _ = CONNECTION_TRUST.try_with(|t| t.trust(&c.user, c.teams.first().map(String::as_str)));
         }
         r
     }
@@ -314,11 +309,29 @@ impl Identity {
     }
 }
 
-tokio::task_local! {
-    /// The connection a request came on: set by the listener around each
-    /// request, marked once a request on it is authenticated.
-    pub static CONNECTION_TRUST: std::sync::Arc<std::sync::atomic::AtomicBool>;
+/// The cookie the console's `/login` sets: the bearer token a browser
+/// cannot send as a header.
+pub const TOKEN_COOKIE: &str = "pinfleet_token";
+
+/// The token a request carries: its bearer header, else the sign-in cookie.
+pub fn request_token(headers: &http::HeaderMap) -> Option<String> {
+    let header = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::to_string);
+    header.or_else(|| {
+        headers
+            .get_all(http::header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|kv| kv.trim().split_once('='))
+            .find(|(k, _)| *k == TOKEN_COOKIE)
+            .map(|(_, v)| v.to_string())
+    })
 }
+
 
 /// A JWT header's `crit`, if it has one (whatever its form).
 fn crit_header(token: &str) -> Option<Value> {
@@ -368,14 +381,6 @@ fn unverified_issuer(token: &str) -> Option<String> {
     v.get("iss").and_then(Value::as_str).map(str::to_string)
 }
 
-/// A certificate's subject as the API server reads it: CN the user, O the groups.
-pub fn peer_identity(der: &[u8]) -> Option<PeerCertificate> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    let subject = cert.subject();
-    let common_name = subject.iter_common_name().next()?.as_str().ok()?.to_string();
-    let organizations = subject.iter_organization().filter_map(|o| o.as_str().ok()).map(str::to_string).collect();
-    Some(PeerCertificate { common_name, organizations })
-}
 
 #[cfg(test)]
 mod tests {

@@ -395,6 +395,14 @@ fn templates_as_written(templates: &[(String, Value)], earlier: &[Problem]) -> V
             continue;
         }
         let mut t = t.clone();
+        // What an earlier layer refused is taken out, so the rest of the
+        // template is still checked (an unparsable quantity would
+        // otherwise hide every other problem of its pod).
+        for p in earlier {
+            if let Some(rest) = p.field.strip_prefix(at.as_str()).and_then(|r| r.strip_prefix('.')) {
+                remove_at(&mut t, rest);
+            }
+        }
         // The kind's own restart policy is the render's to set.
         if let Some(spec) = t.get_mut("spec").and_then(Value::as_object_mut) {
             spec.remove("restartPolicy");
@@ -761,6 +769,19 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
         Amount::new(0, 0, 1)
     };
     let expected_seconds = expected_seconds(&obj, &mut problems);
+    // Each schema problem names the value it refused, as the API server's `Invalid value: …` does.
+    for p in problems.iter_mut().filter(|p| p.layer == "schema" && !p.message.contains("Invalid value")) {
+        if let Some(v) = value_at(workload, &p.field).filter(|v| v.is_string() || v.is_number() || v.is_boolean()) {
+            // JSON leaves DEL and C1 as they are: escaped here too.
+            let shown: String = v
+                .to_string()
+                .chars()
+                .take(80)
+                .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
+                .collect();
+            p.message = format!("Invalid value: {shown}: {}", p.message);
+        }
+    }
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -918,7 +939,11 @@ fn children_layer(
         let children = match demand::children(kind, named, &ctx) {
             Ok(c) => c,
             Err(located) => {
+                // Not renderable: the templates as written still meet the
+                // API server's rules, each problem at once.
                 problems.extend(located.into_iter().map(|l| Problem::new("schema", l.field, l.message)));
+                let written = templates_as_written(templates, problems);
+                problems.extend(written);
                 break;
             }
         };
@@ -1007,6 +1032,35 @@ fn expected_seconds(obj: &Value, problems: &mut Vec<Problem>) -> Option<i64> {
     }
 }
 
+/// The value at a field path (`spec.template.spec.containers[0].image`).
+fn value_at<'a>(v: &'a Value, field: &str) -> Option<&'a Value> {
+    use crate::spec::yaml::{parse_path, PathSeg};
+    parse_path(field).into_iter().try_fold(v, |v, seg| match seg {
+        PathSeg::Key(k) => v.get(k.as_str()),
+        PathSeg::Index(i) => v.get(i),
+    })
+}
+
+/// Removes the value at a field path, if it is there.
+fn remove_at(v: &mut Value, field: &str) {
+    use crate::spec::yaml::{parse_path, PathSeg};
+    let mut segs = parse_path(field);
+    let Some(last) = segs.pop() else { return };
+    let parent = segs.into_iter().try_fold(v, |v, seg| match seg {
+        PathSeg::Key(k) => v.get_mut(k.as_str()),
+        PathSeg::Index(i) => v.get_mut(i),
+    });
+    match (parent, last) {
+        (Some(Value::Object(m)), PathSeg::Key(k)) => {
+            m.remove(&k);
+        }
+        (Some(Value::Array(a)), PathSeg::Index(i)) if i < a.len() => {
+            a[i] = Value::Null;
+        }
+        _ => {}
+    }
+}
+
 /// `spec.replicas: Invalid value: …` → field and message.
 fn schema_problem(m: &str) -> Problem {
     match m.split_once(": ") {
@@ -1041,6 +1095,23 @@ mod tests {
             ("search", Tier::OnDemand, "registry.example.com/web:1.2")
         );
         assert_eq!(i.workload["metadata"]["namespace"], "search");
+    }
+
+    #[test]
+    fn every_layer_reports_what_it_can_still_check_and_names_the_refused_value() {
+        let mut w = service();
+        w["spec"]["template"]["spec"]["containers"] = json!([
+            {"name": "app", "image": "registry.example.com/web:1.2", "resources": {"requests": {"cpu": "lots"}}},
+            {"name": "Side_Car", "image": "registry.example.com/side:1"},
+            {"name": "noimage"}
+        ]);
+        let problems = check(&w, &alice(), &Policy::default(), &Members::default()).unwrap_err();
+        let at = |field: &str| problems.iter().find(|p| p.field == field);
+        let cpu = at("spec.template.spec.containers[0].resources.requests.cpu").expect("the quantity's problem");
+        assert!(cpu.message.contains("\"lots\""), "{problems:?}");
+        let name = at("spec.template.spec.containers[1].name").expect("the name's problem");
+        assert!(name.message.contains("Side_Car"), "{problems:?}");
+        assert!(at("spec.template.spec.containers[2].image").is_some(), "{problems:?}");
     }
 
     #[test]

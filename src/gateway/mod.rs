@@ -26,7 +26,8 @@ pub mod guard;
 pub mod http;
 pub mod identity;
 pub mod intake;
-pub mod listen;
+/// The edge the gateway's listeners stand behind (named here as before).
+pub use crate::edge as listen;
 pub mod metrics;
 pub mod quota;
 pub mod records;

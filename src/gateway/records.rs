@@ -133,6 +133,10 @@ pub struct MemberPart {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_at: Option<DateTime<Utc>>,
+    /// What the member runs when a delivery moved it since the placement
+    /// (`v3 (delivery feeds/web #4)`); absent while it runs what was placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]

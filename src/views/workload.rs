@@ -91,6 +91,17 @@ pub struct Part {
     pub state: Status,
     pub ready: Option<i32>,
     pub observed_at: Option<DateTime<Utc>>,
+    /// What the member runs when a delivery moved it since the placement
+    /// (`v3 (delivery feeds/web #4)`); none while it runs what was placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<String>,
+}
+
+impl Part {
+    /// What the member runs: the delivery's version, or the artifact placed.
+    pub fn runs_text(&self) -> String {
+        self.runs.clone().unwrap_or_else(|| "as placed".into())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -141,6 +152,23 @@ impl WorkloadView {
             .collect()
     }
 
+    /// What a delivery moved the members to since the placement, and where
+    /// (`v3 (delivery feeds/web #4) on north, south`).
+    pub fn delivered(&self) -> Option<String> {
+        let mut by: Vec<(String, Vec<&str>)> = Vec::new();
+        for p in &self.placement {
+            let Some(r) = &p.runs else { continue };
+            match by.iter_mut().find(|(x, _)| x == r) {
+                Some((_, cs)) => cs.push(&p.cluster),
+                None => by.push((r.clone(), vec![&p.cluster])),
+            }
+        }
+        if by.is_empty() {
+            return None;
+        }
+        Some(by.iter().map(|(r, cs)| format!("{r} on {}", cs.join(", "))).collect::<Vec<_>>().join("; "))
+    }
+
     pub fn text(&self) -> String {
         let mut out = format!(
             "{}/{}: {} {} ({}, priority {}) by {}\nartifact {}\ndemand {}\nphase {}\n",
@@ -155,6 +183,9 @@ impl WorkloadView {
             self.summary.demand,
             self.phase.text()
         );
+        if let Some(now) = self.delivered() {
+            let _ = writeln!(out, "now runs {now} (the artifact above is what was submitted)");
+        }
         if let Some(w) = &self.waiting {
             let _ = writeln!(
                 out,
@@ -171,6 +202,7 @@ impl WorkloadView {
                     p.replicas.to_string(),
                     p.ready.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
                     p.state.text(),
+                    p.runs_text(),
                     p.reason.clone(),
                 ]
             })
@@ -191,7 +223,7 @@ impl WorkloadView {
             out.push_str(&text::table(&["WAVE", "CLUSTER", "STATE", "ANALYSIS"], &rows));
         }
         out.push('\n');
-        out.push_str(&text::table(&["CLUSTER", "REPLICAS", "READY", "STATE", "WHY HERE"], &rows));
+        out.push_str(&text::table(&["CLUSTER", "REPLICAS", "READY", "STATE", "RUNS", "WHY HERE"], &rows));
         let rows: Vec<Vec<String>> = self
             .latency
             .iter()
@@ -235,6 +267,7 @@ impl WorkloadView {
             ("Tier and priority", format!("{} · {}", esc(&self.summary.tier), self.summary.priority)),
             ("Submitted by", esc(&self.submitted_by)),
             ("Artifact", esc(&self.summary.artifact)),
+            ("Now runs", esc(&self.delivered().unwrap_or_else(|| "what was placed".into()))),
             ("Demand", esc(&self.summary.demand)),
         ]));
         if let Some(w) = &self.waiting {
@@ -294,13 +327,14 @@ impl WorkloadView {
                     p.replicas.to_string(),
                     p.ready.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
                     html::badge(&p.state),
+                    esc(&p.runs_text()),
                     esc(&p.reason),
                 ]
             })
             .collect();
         out.push_str(&html::table(
             "Where it runs and why",
-            &["Cluster", "Replicas", "Ready", "State", "Why here"],
+            &["Cluster", "Replicas", "Ready", "State", "Runs", "Why here"],
             &rows,
             "placement-table",
         ));
@@ -389,6 +423,7 @@ mod tests {
                 state: Status::new(Tone::Ok, "Ready"),
                 ready: Some(2),
                 observed_at: Some(at()),
+                runs: Some("v3 (delivery search/web #2)".into()),
             }],
             latency: vec![
                 Stage { stage: "admitted".into(), at: Some(at()), seconds: Some(0.21) },

@@ -311,7 +311,8 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
         idle: s.idle_timeout,
         ..Default::default()
     };
-    http::serve_with(app, listener, tls, limits, Some(audit), shutdown).await?;
+    let gate: Arc<dyn crate::gateway::listen::Gate> = svc.identity.clone();
+    http::serve_with(app, listener, tls, limits, Some(audit), Some(gate), shutdown).await?;
     // Bounded by the release's own deadline (two thirds of the lease).
     let _ = tokio::time::timeout(s.lease_duration, leader).await;
     if let Some(sm) = sim {

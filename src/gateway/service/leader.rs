@@ -605,6 +605,7 @@ impl Service {
                 .await
                 {
                     Ok(Ok(Some(o))) => {
+                        part.runs = serde_json::to_value(&o).ok().and_then(|v| crate::delivery::members::delivered(&v));
                         let st = o.data.get("status").cloned().unwrap_or(Value::Null);
                         let cond = |t: &str| {
                             st.get("conditions")

@@ -1,0 +1,840 @@
+//! The edge every listener pinfleet opens stands behind (effects, the
+//! outermost layer): the gateway's API and console and a delivery's alert
+//! receiver alike. It accepts TCP (and TLS) connections under limits no
+//! stranger can exhaust, then hands each to hyper with the router.
+//!
+//! ```text
+//! accept ─► over the cap (in all, or from this peer)? close the oldest
+//!    │      stranger's connection (never authenticated: idle or not), else
+//!    │      the oldest idle authenticated one (never one mid-request)
+//!    ▼
+//! TLS handshake (timeout) ─► HTTP/1 or 2 (header-read timeout)
+//!    │ a request body arrives within its time, at its minimum rate, or 408
+//!    │ a connection quiet for longer than the idle timeout is closed
+//!    ▼
+//! a body? its caller is asked of the gate from the headers first: a
+//!    │ stranger may send a few KiB (a sign-in form), a caller up to the
+//!    │ body limit, each under the bytes-in-flight budgets (503 Retry-After)
+//!    ▼
+//! the router (the API and the console) behind a panic catcher: a panic
+//! answers 500 and releases all its request held (drop guards); an
+//! authenticated request marks its connection as worth keeping and names
+//! its holder (identity::CONNECTION_TRUST); a holder past its share of
+//! the connections is answered 429 with Retry-After and closed
+//! ```
+//!
+//! What one connection can make the gateway hold is bounded by
+//! construction: HTTP/1 buffers and HTTP/2 windows are small, HTTP/2
+//! streams per connection are few, and a body is read only within the
+//! budgets. So the listener's memory is at most about
+//! `connections × PER_CONNECTION_BYTES + bodies_in_flight` (the README's
+//! table of budgets).
+//!
+//! Strangers can only hold what no authenticated caller needs: however
+//! many connections they open, from however many addresses, each new one
+//! closes the oldest stranger's first, so a team's calls and open
+//! live-update streams keep their connections.
+//!
+//! An accept error (`EMFILE` under a low `ulimit -n`, a connection reset
+//! before it was taken) is logged and retried after a pause, never the
+//! end of the server. The cap in all is kept below the process's open-file
+//! limit, so the gateway's own clients (the host and member APIs) always
+//! have descriptors left.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The identity a TLS client certificate carries (subject CN and O).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerCertificate {
+    pub common_name: String,
+    pub organizations: Vec<String>,
+}
+
+/// A certificate's subject as the API server reads it: CN the user, O the groups.
+pub fn peer_identity(der: &[u8]) -> Option<PeerCertificate> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let subject = cert.subject();
+    let common_name = subject.iter_common_name().next()?.as_str().ok()?.to_string();
+    let organizations = subject.iter_organization().filter_map(|o| o.as_str().ok()).map(str::to_string).collect();
+    Some(PeerCertificate { common_name, organizations })
+}
+
+/// The largest request body any route reads: a workload is a few KiB.
+pub const BODY_LIMIT: usize = 1 << 20;
+
+/// What the listener knows of a connection's caller: whether a request on
+/// it was authenticated, and who first was (the holder its budgets count).
+#[derive(Debug, Default)]
+pub struct ConnectionState {
+    pub trusted: std::sync::atomic::AtomicBool,
+    /// The first authenticated caller's user and team.
+    pub holder: std::sync::OnceLock<Holder>,
+}
+
+/// Whom a connection is counted against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub user: String,
+    /// The caller's first team (none for an admin or a caller without one).
+    pub team: Option<String>,
+}
+
+impl ConnectionState {
+    /// A request on the connection was authenticated as `user` of `team`.
+    pub fn trust(&self, user: &str, team: Option<&str>) {
+        self.trusted.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.holder.set(Holder { user: user.to_string(), team: team.map(str::to_string) });
+    }
+
+    pub fn is_trusted(&self) -> bool {
+        self.trusted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+tokio::task_local! {
+    /// The connection a request came on: set by the listener around each
+    /// request, marked once a request on it is authenticated.
+    pub static CONNECTION_TRUST: std::sync::Arc<ConnectionState>;
+}
+
+/// What one listener allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections open at once, in all (lowered to fit the open-file limit).
+    pub connections: usize,
+    /// Connections open at once from one address.
+    pub per_peer: usize,
+    /// A TLS handshake must finish within this.
+    pub handshake: Duration,
+    /// A request's headers must arrive within this.
+    pub header_read: Duration,
+    /// A connection with nothing read or written for this long is closed.
+    pub idle: Duration,
+    /// A request's whole body must arrive within this.
+    pub body_time: Duration,
+    /// After [`Limits::body_grace`], a body must keep arriving at this many
+    /// bytes a second (a trickle holds nothing).
+    pub body_min_rate: u64,
+    pub body_grace: Duration,
+    /// Connections one user may hold at once; past it each answer is 429.
+    pub per_user: usize,
+    /// Connections one team's users may hold at once.
+    pub per_team: usize,
+    /// The most a request without credentials may send (a sign-in form).
+    pub stranger_body: usize,
+    /// Bytes of request bodies buffered at once, in all.
+    pub bodies_in_flight: usize,
+    /// Bytes of request bodies buffered at once for one holder (a user, or
+    /// a stranger's address).
+    pub body_per_holder: usize,
+    /// HTTP/2 streams (requests) in progress on one connection.
+    pub h2_streams: u32,
+}
+
+/// The most one connection's buffers hold besides the bodies being read:
+/// the HTTP/2 connection window (the peer may send no more unread), the
+/// HTTP/1 read buffer and TLS's records, rounded up.
+pub const PER_CONNECTION_BYTES: usize = 192 * 1024;
+/// HTTP/2's flow-control windows: what a peer may send before the
+/// gateway reads it.
+const H2_STREAM_WINDOW: u32 = 32 * 1024;
+const H2_CONNECTION_WINDOW: u32 = 64 * 1024;
+/// HTTP/1's read buffer (headers and what is pipelined behind them).
+const H1_BUFFER: usize = 32 * 1024;
+/// A header block's largest size (as for HTTP/1's buffer).
+const MAX_HEADER_LIST: u32 = 16 * 1024;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            // A developer's CLI opens one connection per command and a
+            // console tab two: thousands of users fit.
+            connections: 4096,
+            // A NAT'd office shares an address; a flood from one host
+            // evicts its own connections first.
+            per_peer: 256,
+            // Slow mobile links finish a handshake in well under 10 s.
+            handshake: Duration::from_secs(10),
+            header_read: Duration::from_secs(10),
+            // Above the console's 15 s event keep-alive: an open tab is never idle.
+            idle: Duration::from_secs(60),
+            // The largest body (1 MiB) at the minimum rate, with room.
+            body_time: Duration::from_secs(30),
+            // A slow mobile link sends tens of KiB a second.
+            body_min_rate: 1024,
+            body_grace: Duration::from_secs(5),
+            // A user runs a CLI, a tab or two and a CI job: 64 is plenty;
+            // a team's users together a quarter of the listener.
+            per_user: 64,
+            per_team: 1024,
+            // A sign-in form is a token: a few KiB.
+            stranger_body: 16 * 1024,
+            // 64 bodies of the largest size at once; a holder 4 of them.
+            bodies_in_flight: 64 << 20,
+            body_per_holder: 4 << 20,
+            // A CLI sends one request at a time; a tab a handful.
+            h2_streams: 16,
+        }
+    }
+}
+
+/// Descriptors kept free for everything the gateway opens itself.
+const FD_RESERVE: usize = 64;
+
+/// The cap in all that fits under the process's open-file limit, counting
+/// what is open now.
+pub fn fitted(limits: Limits) -> Limits {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct it is given.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
+    } else {
+        usize::MAX
+    };
+    let open = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+    let room = soft.saturating_sub(open).saturating_sub(FD_RESERVE).max(8);
+    Limits { connections: limits.connections.min(room), per_peer: limits.per_peer.min(room), ..limits }
+}
+
+/// Who a request is from, asked from its headers before its body is read
+/// (the gateway's identity; the alert receiver's token).
+pub trait Gate: Send + Sync + 'static {
+    /// The authenticated principal, or none (a stranger).
+    fn principal<'a>(&'a self, parts: &'a http::request::Parts) -> futures::future::BoxFuture<'a, Option<String>>;
+}
+
+/// Bytes of request bodies being read, in all and per holder: taken
+/// before a body is read, given back when its request ends (a guard).
+#[derive(Default)]
+pub struct BodyBudget {
+    held: Mutex<(usize, BTreeMap<String, usize>)>,
+}
+
+/// Bytes taken from a [`BodyBudget`], given back on drop (a panic too).
+pub struct BodyBytes {
+    budget: Arc<BodyBudget>,
+    holder: String,
+    bytes: usize,
+}
+
+impl BodyBudget {
+    /// Takes `bytes` for `holder` if both the holder's and the total
+    /// budget have room.
+    pub fn take(self: &Arc<Self>, holder: &str, bytes: usize, limits: &Limits) -> Option<BodyBytes> {
+        let mut h = self.held.lock().expect("body budget");
+        let mine = h.1.get(holder).copied().unwrap_or(0);
+        if h.0.saturating_add(bytes) > limits.bodies_in_flight || mine.saturating_add(bytes) > limits.body_per_holder {
+            return None;
+        }
+        h.0 = h.0.saturating_add(bytes);
+        h.1.insert(holder.to_string(), mine.saturating_add(bytes));
+        Some(BodyBytes { budget: self.clone(), holder: holder.to_string(), bytes })
+    }
+
+    /// Bytes held now, in all.
+    pub fn held(&self) -> usize {
+        self.held.lock().expect("body budget").0
+    }
+}
+
+impl Drop for BodyBytes {
+    fn drop(&mut self) {
+        let mut h = self.budget.held.lock().expect("body budget");
+        h.0 = h.0.saturating_sub(self.bytes);
+        if let Some(n) = h.1.get_mut(&self.holder) {
+            *n = n.saturating_sub(self.bytes);
+            if *n == 0 {
+                h.1.remove(&self.holder);
+            }
+        }
+    }
+}
+
+/// A request in progress on a connection: counted while it lives, however
+/// it ends (an answer, a panic, a dropped connection).
+struct Busy(Arc<AtomicUsize>);
+
+impl Busy {
+    fn new(n: &Arc<AtomicUsize>) -> Busy {
+        n.fetch_add(1, Ordering::SeqCst);
+        Busy(n.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A connection's place in the table, given up however its task ends.
+struct Place {
+    table: Arc<Mutex<Table>>,
+    id: u64,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if let Ok(mut t) = self.table.lock() {
+            t.open.remove(&self.id);
+        }
+    }
+}
+
+/// One open connection, as the cap sees it.
+struct Entry {
+    peer: IpAddr,
+    /// Requests in flight (an authenticated connection serving one is never evicted).
+    busy: Arc<AtomicUsize>,
+    /// A request on it was authenticated, and by whom first.
+    state: Arc<ConnectionState>,
+    close: Arc<tokio::sync::Notify>,
+}
+
+impl Entry {
+    fn trusted(&self) -> bool {
+        self.state.is_trusted()
+    }
+}
+
+/// Every open connection, oldest first (ids grow).
+#[derive(Default)]
+struct Table {
+    next: u64,
+    open: BTreeMap<u64, Entry>,
+}
+
+impl Table {
+    /// Makes room for a connection from `peer`: when that peer is at its
+    /// cap, closes one of its connections, then one of all when the
+    /// listener is at its cap (see [`Table::evict`]). False: every
+    /// connection is an authenticated one mid-request; the new one is refused.
+    fn make_room(&mut self, peer: IpAddr, limits: &Limits) -> bool {
+        let from_peer = self.open.values().filter(|e| e.peer == peer).count();
+        if from_peer >= limits.per_peer && !self.evict(Some(peer)) {
+            return false;
+        }
+        if self.open.len() >= limits.connections && !self.evict(None) {
+            return false;
+        }
+        true
+    }
+
+    /// The oldest connection never authenticated (whatever it is doing: a
+    /// stranger sending slowly holds nothing), else the oldest idle
+    /// authenticated one.
+    fn evict(&mut self, peer: Option<IpAddr>) -> bool {
+        let of_peer = |e: &Entry| peer.is_none_or(|p| e.peer == p);
+        let stranger = self.open.iter().find(|(_, e)| of_peer(e) && !e.trusted());
+        let victim = stranger
+            .or_else(|| self.open.iter().find(|(_, e)| of_peer(e) && e.busy.load(Ordering::SeqCst) == 0))
+            .map(|(id, _)| *id);
+        match victim.and_then(|id| self.open.remove(&id)) {
+            Some(e) => {
+                e.close.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether connection `id`'s holder holds more than its share: more
+    /// connections than `per_user` for its user or `per_team` for its team.
+    fn over_share(&self, id: u64, limits: &Limits) -> Option<String> {
+        let h = self.open.get(&id)?.state.holder.get()?;
+        let held = |f: &dyn Fn(&Holder) -> bool| {
+            self.open.values().filter(|e| e.state.holder.get().is_some_and(f)).count()
+        };
+        let users = held(&|o| o.user == h.user);
+        if users > limits.per_user {
+            return Some(format!("{} holds {users} connections (at most {})", h.user, limits.per_user));
+        }
+        let team = h.team.as_ref()?;
+        let teams = held(&|o| o.team.as_ref() == Some(team));
+        (teams > limits.per_team)
+            .then(|| format!("team {team} holds {teams} connections (at most {})", limits.per_team))
+    }
+}
+
+/// A stream that notes when anything was last read or written.
+struct Watched<T> {
+    inner: T,
+    last: Arc<AtomicU64>,
+    epoch: Instant,
+}
+
+impl<T> Watched<T> {
+    fn touch(&self) {
+        self.last.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.touch();
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.touch();
+        }
+        r
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Serves `app` on `listener` under `limits` until `shutdown`; `tls`
+/// wraps every connection when given.
+pub async fn serve(
+    app: Router,
+    listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    limits: Limits,
+    gate: Option<Arc<dyn Gate>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    // A panic anywhere in a request answers 500 (the audit layer outside
+    // notes it); the request's guards give back what it held.
+    let app = app.layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked));
+    let budget = Arc::new(BodyBudget::default());
+    let limits = fitted(limits);
+    tracing::info!(
+        connections = limits.connections,
+        per_peer = limits.per_peer,
+        "gateway: listening on {}",
+        listener.local_addr()?
+    );
+    let table = Arc::new(Mutex::new(Table::default()));
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut last_warning: Option<Instant> = None;
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = &mut shutdown => return Ok(()),
+        };
+        let (stream, addr) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE/ENFILE/ECONNABORTED: the listener stays; say so at
+                // most once a second and give descriptors time to free.
+                if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(1)) {
+                    tracing::warn!("gateway: accepting a connection failed ({e}); retrying");
+                    last_warning = Some(Instant::now());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let peer = addr.ip();
+        let busy = Arc::new(AtomicUsize::new(0));
+        let state = Arc::new(ConnectionState::default());
+        let close = Arc::new(tokio::sync::Notify::new());
+        let id = {
+            let mut t = table.lock().expect("connection table");
+            if !t.make_room(peer, &limits) {
+                // Every connection is mid-request: this one waits for none.
+                drop(stream);
+                continue;
+            }
+            let id = t.next;
+            t.next = t.next.wrapping_add(1);
+            t.open.insert(id, Entry { peer, busy: busy.clone(), state: state.clone(), close: close.clone() });
+            id
+        };
+        let _ = stream.set_nodelay(true);
+        let place = Place { table: table.clone(), id };
+        let conn = Conn { app: app.clone(), gate: gate.clone(), budget: budget.clone(), table: table.clone(), id, peer };
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let _place = place;
+            let epoch = Instant::now();
+            let last = Arc::new(AtomicU64::new(0));
+            let io = Watched { inner: stream, last: last.clone(), epoch };
+            let conn = serve_connection(conn, io, tls, busy, state, limits);
+            let idle = async {
+                loop {
+                    tokio::time::sleep(limits.idle.checked_div(4).unwrap_or(limits.idle)).await;
+                    let quiet = epoch.elapsed().saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
+                    if quiet >= limits.idle {
+                        return;
+                    }
+                }
+            };
+            tokio::select! {
+                _ = conn => {}
+                _ = close.notified() => {}
+                _ = idle => {}
+            }
+        });
+    }
+}
+
+/// Reads a request's body under the limits: whole within `body_time`,
+/// and after `body_grace` at no less than `body_min_rate` bytes a second;
+/// at most [`BODY_LIMIT`] bytes. The status to answer otherwise.
+async fn read_body(
+    mut body: hyper::body::Incoming,
+    limits: &Limits,
+    most: usize,
+) -> Result<bytes::Bytes, (http::StatusCode, &'static str)> {
+    use http_body_util::BodyExt as _;
+    let start = Instant::now();
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        let allowed_by_rate = limits
+            .body_grace
+            .saturating_add(Duration::from_secs_f64(buf.len() as f64 / limits.body_min_rate.max(1) as f64));
+        let left = allowed_by_rate.min(limits.body_time).saturating_sub(start.elapsed());
+        let slow = (http::StatusCode::REQUEST_TIMEOUT, "the request body arrived too slowly");
+        if left.is_zero() {
+            return Err(slow);
+        }
+        match tokio::time::timeout(left, body.frame()).await {
+            Err(_) => return Err(slow),
+            Ok(None) => return Ok(buf.freeze()),
+            Ok(Some(Err(_))) => return Err((http::StatusCode::BAD_REQUEST, "the request body could not be read")),
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    if buf.len().saturating_add(data.len()) > most {
+                        return Err((http::StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large"));
+                    }
+                    buf.extend_from_slice(&data);
+                }
+            }
+        }
+    }
+}
+
+/// A refusal the listener answers itself, closing the connection; a
+/// budget that was full says when to come back.
+fn closing(status: http::StatusCode, why: &str) -> http::Response<axum::body::Body> {
+    let mut r = http::Response::new(axum::body::Body::from(format!("{{\"error\":{}}}\n", serde_json::json!(why))));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    if matches!(status, http::StatusCode::TOO_MANY_REQUESTS | http::StatusCode::SERVICE_UNAVAILABLE) {
+        h.insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("2"));
+    }
+    r
+}
+
+/// A panic in a request: 500, said without its message (logged).
+fn panicked(err: Box<dyn std::any::Any + Send + 'static>) -> http::Response<axum::body::Body> {
+    let what = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic");
+    tracing::error!("gateway: a request panicked: {what}");
+    let mut r = http::Response::new(axum::body::Body::from(
+        "{\"error\":\"the gateway failed on this request; it was logged\"}\n",
+    ));
+    *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    r
+}
+
+/// What every request on one connection shares.
+#[derive(Clone)]
+struct Conn {
+    app: Router,
+    gate: Option<Arc<dyn Gate>>,
+    budget: Arc<BodyBudget>,
+    table: Arc<Mutex<Table>>,
+    id: u64,
+    peer: IpAddr,
+}
+
+/// One request at the edge: its body read within the budgets (after the
+/// gate, when there is one), then the router; a holder past its share is
+/// answered 429 and the connection closed.
+async fn handle(
+    conn: Conn,
+    req: http::Request<hyper::body::Incoming>,
+    cert: Option<Arc<PeerCertificate>>,
+    state: Arc<ConnectionState>,
+    limits: Limits,
+) -> http::Response<axum::body::Body> {
+    use hyper::body::Body as _;
+    let (mut parts, body) = req.into_parts();
+    if let Some(p) = &cert {
+        parts.extensions.insert(p.clone());
+    }
+    // A body announced past the limit is refused before a byte of it is read.
+    let announced = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|n| n > BODY_LIMIT as u64) {
+        return closing(http::StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large");
+    }
+    // A holder already past its share is not served on more connections.
+    if let Some(r) = past_share(&conn, &limits) {
+        return r;
+    }
+    let mut held = None;
+    let body = if body.is_end_stream() || announced == Some(0) {
+        axum::body::Body::empty()
+    } else {
+        // Who it is from, from the headers alone: a stranger's body is never buffered whole.
+        let principal = match &conn.gate {
+            Some(g) => CONNECTION_TRUST.scope(state.clone(), g.principal(&parts)).await,
+            None => Some(String::new()),
+        };
+        let (holder, most) = match principal {
+            Some(p) => (format!("user:{p}"), BODY_LIMIT),
+            None => (format!("peer:{}", conn.peer), limits.stranger_body),
+        };
+        if announced.is_some_and(|n| n > most as u64) {
+            return closing(
+                http::StatusCode::UNAUTHORIZED,
+                "authenticate before sending a body this large (a bearer token or a client certificate)",
+            );
+        }
+        let want = announced.map_or(most, |n| n as usize);
+        let Some(bytes) = conn.budget.take(&holder, want, &limits) else {
+            return closing(http::StatusCode::SERVICE_UNAVAILABLE, "too many request bodies in flight; try again");
+        };
+        held = Some(bytes);
+        match read_body(body, &limits, most.min(want)).await {
+            Ok(b) => axum::body::Body::from(b),
+            Err((status, why)) => return closing(status, why),
+        }
+    };
+    let req = http::Request::from_parts(parts, body);
+    let r = CONNECTION_TRUST.scope(state, tower::ServiceExt::oneshot(conn.app.clone(), req)).await;
+    drop(held);
+    let r = match r {
+        Ok(r) => r,
+        Err(never) => match never {},
+    };
+    // The first request on a connection names its holder: past its share, its answer is 429.
+    past_share(&conn, &limits).unwrap_or(r)
+}
+
+/// 429 (closing the connection) when the connection's holder holds more
+/// than its share of the listener.
+fn past_share(conn: &Conn, limits: &Limits) -> Option<http::Response<axum::body::Body>> {
+    let why = conn.table.lock().ok()?.over_share(conn.id, limits)?;
+    tracing::warn!("gateway: {why}: a connection past its share answered 429 and closed");
+    Some(closing(http::StatusCode::TOO_MANY_REQUESTS, &format!("{why}; close some and try again")))
+}
+
+async fn serve_connection(
+    conn: Conn,
+    io: Watched<tokio::net::TcpStream>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    busy: Arc<AtomicUsize>,
+    state: Arc<ConnectionState>,
+    limits: Limits,
+) {
+    let counted = |cert: Option<Arc<PeerCertificate>>| {
+        tower::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+            // Counted from here to the end of the request however it ends.
+            let busy = Busy::new(&busy);
+            let fut = handle(conn.clone(), req, cert.clone(), state.clone(), limits);
+            async move {
+                let r = fut.await;
+                drop(busy);
+                Ok::<_, std::convert::Infallible>(r)
+            }
+        })
+    };
+    let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read)
+        .max_buf_size(H1_BUFFER);
+    builder
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .max_concurrent_streams(limits.h2_streams)
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
+        .max_header_list_size(MAX_HEADER_LIST)
+        .max_send_buf_size(H2_CONNECTION_WINDOW as usize)
+        .max_pending_accept_reset_streams(Some(limits.h2_streams as usize))
+        .max_local_error_reset_streams(Some(64));
+    match tls {
+        Some(acceptor) => {
+            let Ok(Ok(stream)) = tokio::time::timeout(limits.handshake, acceptor.accept(io)).await else { return };
+            let peer = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| peer_identity(c.as_ref()))
+                .map(Arc::new);
+            let svc = hyper_util::service::TowerToHyperService::new(counted(peer));
+            let _ = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), svc).await;
+        }
+        None => {
+            let svc = hyper_util::service::TowerToHyperService::new(counted(None));
+            let _ = builder.serve_connection(hyper_util::rt::TokioIo::new(io), svc).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(peer: &str, busy: usize) -> Entry {
+        let state = super::ConnectionState::default();
+        state.trusted.store(true, Ordering::SeqCst);
+        Entry {
+            peer: peer.parse().unwrap(),
+            busy: Arc::new(AtomicUsize::new(busy)),
+            state: Arc::new(state),
+            close: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    #[test]
+    fn a_new_connection_closes_the_oldest_idle_one_never_one_mid_request() {
+        let limits = Limits { connections: 3, per_peer: 2, ..Limits::default() };
+        let mut t = Table::default();
+        t.open.insert(0, entry("10.0.0.1", 1));
+        t.open.insert(1, entry("10.0.0.1", 0));
+        t.open.insert(2, entry("10.0.0.2", 0));
+        // 10.0.0.1 is at its cap: its oldest idle connection (1) goes, not 0 mid-request.
+        assert!(t.make_room("10.0.0.1".parse().unwrap(), &limits));
+        assert_eq!(t.open.keys().copied().collect::<Vec<_>>(), [0, 2]);
+        t.open.insert(3, entry("10.0.0.1", 0));
+        // The listener is at its cap: the oldest idle of all (2) goes.
+        assert!(t.make_room("10.0.0.3".parse().unwrap(), &limits));
+        assert_eq!(t.open.keys().copied().collect::<Vec<_>>(), [0, 3]);
+        t.open.get_mut(&3).unwrap().busy.store(1, Ordering::SeqCst);
+        t.open.insert(4, entry("10.0.0.3", 1));
+        // Everything mid-request: the newcomer is refused.
+        assert!(!t.make_room("10.0.0.4".parse().unwrap(), &limits));
+        assert_eq!(t.open.len(), 3);
+    }
+
+    fn stranger(peer: &str, busy: usize) -> Entry {
+        let e = entry(peer, busy);
+        e.state.trusted.store(false, Ordering::SeqCst);
+        e
+    }
+
+    /// Issue 48: strangers sending slowly (mid-request, never
+    /// authenticated), from several addresses, are closed before any
+    /// authenticated connection, idle or streaming; among strangers the oldest goes.
+    #[test]
+    fn strangers_go_first_whatever_they_are_doing_and_from_wherever() {
+        let limits = Limits { connections: 4, per_peer: 3, ..Limits::default() };
+        let mut t = Table::default();
+        t.open.insert(0, entry("10.0.0.9", 0)); // a team's idle connection
+        t.open.insert(1, stranger("10.0.0.1", 1)); // trickling a body
+        t.open.insert(2, entry("10.0.0.9", 1)); // a team's open stream
+        t.open.insert(3, stranger("10.0.0.2", 1));
+        for (next, from) in [(4, "10.0.0.3"), (5, "10.0.0.4")] {
+            assert!(t.make_room(from.parse().unwrap(), &limits));
+            t.open.insert(next, stranger(from, 1));
+        }
+        // The strangers evicted one another, oldest first; the team kept both.
+        assert_eq!(t.open.keys().copied().collect::<Vec<_>>(), [0, 2, 4, 5]);
+        // Only a team's connections left: its idle one goes, never its stream.
+        t.open.remove(&4);
+        t.open.remove(&5);
+        t.open.insert(6, entry("10.0.0.9", 1));
+        t.open.insert(7, entry("10.0.0.9", 1));
+        assert!(t.make_room("10.0.0.5".parse().unwrap(), &limits));
+        assert_eq!(t.open.keys().copied().collect::<Vec<_>>(), [2, 6, 7]);
+    }
+
+    #[test]
+    fn the_cap_fits_under_the_open_file_limit() {
+        let l = fitted(Limits { connections: usize::MAX, per_peer: usize::MAX, ..Limits::default() });
+        assert!(l.connections < usize::MAX && l.connections >= 8, "{l:?}");
+    }
+
+    fn held_by(peer: &str, user: &str, team: &str) -> Entry {
+        let e = entry(peer, 1);
+        let _ = e.state.holder.set(super::Holder { user: user.into(), team: Some(team.into()) });
+        e
+    }
+
+    #[test]
+    fn a_holder_past_its_share_is_named_others_are_not() {
+        let limits = Limits { per_user: 2, per_team: 3, ..Limits::default() };
+        let mut t = Table::default();
+        t.open.insert(0, held_by("10.0.0.1", "red-ci", "red"));
+        t.open.insert(1, held_by("10.0.0.2", "red-ci", "red"));
+        t.open.insert(2, held_by("10.0.0.3", "blue-dev", "blue"));
+        assert_eq!(t.over_share(1, &limits), None);
+        t.open.insert(3, held_by("10.0.0.1", "red-ci", "red"));
+        assert_eq!(t.over_share(3, &limits).unwrap(), "red-ci holds 3 connections (at most 2)");
+        t.open.remove(&3);
+        t.open.insert(4, held_by("10.0.0.1", "red-bot", "red"));
+        t.open.insert(5, held_by("10.0.0.1", "red-bot2", "red"));
+        assert_eq!(t.over_share(5, &limits).unwrap(), "team red holds 4 connections (at most 3)");
+        // Blue, beside them, is within its share.
+        assert_eq!(t.over_share(2, &limits), None);
+        // A connection nobody authenticated on has no share to pass.
+        t.open.insert(6, stranger("10.0.0.9", 1));
+        assert_eq!(t.over_share(6, &limits), None);
+    }
+
+    #[test]
+    fn body_bytes_are_given_back_however_their_request_ends() {
+        let limits = Limits { bodies_in_flight: 10, body_per_holder: 6, ..Limits::default() };
+        let b = Arc::new(BodyBudget::default());
+        let first = b.take("user:red", 4, &limits).unwrap();
+        // Red's share is 6: 4 + 4 is refused, blue still fits.
+        assert!(b.take("user:red", 4, &limits).is_none());
+        let blue = b.take("user:blue", 6, &limits).unwrap();
+        // The total is 10: nothing more for anyone.
+        assert!(b.take("peer:10.0.0.9", 1, &limits).is_none());
+        // A request that panics while holding bytes gives them back as it unwinds.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _held = first;
+            panic!("a handler's bug");
+        }));
+        assert!(r.is_err());
+        assert_eq!(b.held(), 6);
+        drop(blue);
+        assert_eq!(b.held(), 0);
+    }
+
+    #[test]
+    fn a_busy_count_and_a_table_place_survive_a_panic() {
+        let busy = Arc::new(AtomicUsize::new(0));
+        let table = Arc::new(Mutex::new(Table::default()));
+        table.lock().unwrap().open.insert(7, entry("10.0.0.1", 0));
+        let (b2, t2) = (busy.clone(), table.clone());
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _place = Place { table: t2, id: 7 };
+            let _busy = Busy::new(&b2);
+            panic!("TimeDelta::seconds out of bounds");
+        }));
+        assert!(r.is_err());
+        assert_eq!(busy.load(Ordering::SeqCst), 0);
+        assert!(table.lock().unwrap().open.is_empty());
+    }
+}
