@@ -351,9 +351,8 @@ impl Table {
     /// connections than `per_user` for its user or `per_team` for its team.
     fn over_share(&self, id: u64, limits: &Limits) -> Option<String> {
         let h = self.open.get(&id)?.state.holder.get()?;
-        let held = |f: &dyn Fn(&Holder) -> bool| {
-            self.open.values().filter(|e| e.state.holder.get().is_some_and(f)).count()
-        };
+        let held =
+            |f: &dyn Fn(&Holder) -> bool| self.open.values().filter(|e| e.state.holder.get().is_some_and(f)).count();
         let users = held(&|o| o.user == h.user);
         if users > limits.per_user {
             return Some(format!("{} holds {users} connections (at most {})", h.user, limits.per_user));
@@ -465,7 +464,8 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let place = Place { table: table.clone(), id };
-        let conn = Conn { app: app.clone(), gate: gate.clone(), budget: budget.clone(), table: table.clone(), id, peer };
+        let conn =
+            Conn { app: app.clone(), gate: gate.clone(), budget: budget.clone(), table: table.clone(), id, peer };
         let tls = tls.clone();
         tokio::spawn(async move {
             let _place = place;

@@ -170,8 +170,7 @@ impl Fleet for Members<'_> {
             // Forward to the delivery's images, or back (a rollback): said on the object,
             // so the gateway's record and views follow what the member runs.
             let forward = self.spec.images.iter().all(|(c, i)| to.images.get(c) == Some(i));
-            let version =
-                if forward { self.spec.version.clone() } else { format!("back from {}", self.spec.version) };
+            let version = if forward { self.spec.version.clone() } else { format!("back from {}", self.spec.version) };
             mark(&mut obj, &version, &format!("{} #{}", self.spec.workload, self.number));
             if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
                 m.remove("managedFields");

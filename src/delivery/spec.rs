@@ -203,50 +203,7 @@ impl DeliverySpec {
     }
 
     fn from_raw(raw: Raw, base: &Path) -> Result<DeliverySpec, Vec<String>> {
-        let mut problems = Vec::new();
-        let w = &raw.workload;
-        for (field, v) in [("workload.namespace", &w.namespace), ("workload.name", &w.name)] {
-            if let Some(p) = crate::kube::validation::dns1123_label(v).first() {
-                problems.push(format!("{field}: `{v}`: {p}"));
-            }
-        }
-        if !KINDS.contains(&w.kind.as_str()) {
-            problems.push(format!("workload.kind: `{}` is not a serving platform kind ({})", w.kind, KINDS.join(", ")));
-        }
-        if raw.version.is_empty()
-            || raw.version.len() > 63
-            || !raw.version.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-        {
-            problems.push(format!(
-                "version: `{}` must be 1-63 letters, digits, `.`, `_` or `-`",
-                raw.version.escape_debug()
-            ));
-        }
-        if raw.images.is_empty() {
-            problems.push("images: name at least one container's new image".into());
-        }
-        for (c, image) in &raw.images {
-            if !by_digest(image) {
-                problems.push(format!(
-                    "images.{c}: `{}` is not by digest; a delivery moves to digests (the gateway pins them at submission: `pinfleet gateway view`)",
-                    image.escape_debug()
-                ));
-            }
-        }
-        if !raw.state_store.starts_with("s3://") && !raw.state_store.starts_with("file://") {
-            problems.push(format!(
-                "stateStore: `{}` is not a state store URL (s3://bucket/prefix or file://dir)",
-                raw.state_store
-            ));
-        }
-        if raw.clusters.is_empty() {
-            problems.push("clusters: name the member clusters the workload runs on".into());
-        }
-        for name in raw.clusters.keys() {
-            if let Some(p) = crate::kube::validation::dns1123_label(name).first() {
-                problems.push(format!("clusters.{name}: {p}"));
-            }
-        }
+        let mut problems = check_names(&raw);
         let waves = match raw.waves {
             None => Ok(FleetSpec { stages: one_wave(), windows: vec![], state_store: None }),
             Some(v) => FleetSpec::from_value(v).map_err(|e| format!("waves.{e}")),
@@ -369,6 +326,53 @@ impl DeliverySpec {
     pub fn target(&self) -> crate::fleet::Target {
         crate::fleet::Target::Workload(format!("{}@{}", self.workload, self.version))
     }
+}
+
+/// The workload, version, images, state store and members: each problem with its field.
+fn check_names(raw: &Raw) -> Vec<String> {
+    let mut problems = Vec::new();
+    let w = &raw.workload;
+    for (field, v) in [("workload.namespace", &w.namespace), ("workload.name", &w.name)] {
+        if let Some(p) = crate::kube::validation::dns1123_label(v).first() {
+            problems.push(format!("{field}: `{v}`: {p}"));
+        }
+    }
+    if !KINDS.contains(&w.kind.as_str()) {
+        problems.push(format!("workload.kind: `{}` is not a serving platform kind ({})", w.kind, KINDS.join(", ")));
+    }
+    if raw.version.is_empty()
+        || raw.version.len() > 63
+        || !raw.version.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    {
+        problems
+            .push(format!("version: `{}` must be 1-63 letters, digits, `.`, `_` or `-`", raw.version.escape_debug()));
+    }
+    if raw.images.is_empty() {
+        problems.push("images: name at least one container's new image".into());
+    }
+    for (c, image) in &raw.images {
+        if !by_digest(image) {
+            problems.push(format!(
+                "images.{c}: `{}` is not by digest; a delivery moves to digests (the gateway pins them at submission: `pinfleet view workload`)",
+                image.escape_debug()
+            ));
+        }
+    }
+    if !raw.state_store.starts_with("s3://") && !raw.state_store.starts_with("file://") {
+        problems.push(format!(
+            "stateStore: `{}` is not a state store URL (s3://bucket/prefix or file://dir)",
+            raw.state_store
+        ));
+    }
+    if raw.clusters.is_empty() {
+        problems.push("clusters: name the member clusters the workload runs on".into());
+    }
+    for name in raw.clusters.keys() {
+        if let Some(p) = crate::kube::validation::dns1123_label(name).first() {
+            problems.push(format!("clusters.{name}: {p}"));
+        }
+    }
+    problems
 }
 
 /// A delivery names its members one by one, so a wave that takes none of
@@ -520,9 +524,14 @@ slo:
         // The first wave's selector has a typo: without the check it would
         // pass with nothing moved, and `south` would go with no canary first.
         let typo = FILE
-            .replace("north: {kubeconfig: north.yaml, region: us-east-1, labels: {canary: \"true\"}}",
-                "north: {kubeconfig: north.yaml, region: us-east-1, labels: {ring: zero}}")
-            .replace("{name: canary, selector: canary=true, soak: 0s}", "{name: first, selector: \"ring=zer0\", soak: 0s}")
+            .replace(
+                "north: {kubeconfig: north.yaml, region: us-east-1, labels: {canary: \"true\"}}",
+                "north: {kubeconfig: north.yaml, region: us-east-1, labels: {ring: zero}}",
+            )
+            .replace(
+                "{name: canary, selector: canary=true, soak: 0s}",
+                "{name: first, selector: \"ring=zer0\", soak: 0s}",
+            )
             .replace("{name: rest, selector: \"!canary\", soak: 0s}", "{name: second, selector: \"!ring\", soak: 0s}");
         let e = DeliverySpec::parse_file(&typo, Path::new("/d"), Path::new("/d/web.yaml")).unwrap_err();
         let lines: Vec<&str> = e.lines().collect();

@@ -332,7 +332,6 @@ pub fn request_token(headers: &http::HeaderMap) -> Option<String> {
     })
 }
 
-
 /// A JWT header's `crit`, if it has one (whatever its form).
 fn crit_header(token: &str) -> Option<Value> {
     use base64::Engine as _;
@@ -380,7 +379,6 @@ fn unverified_issuer(token: &str) -> Option<String> {
     let v: Value = serde_json::from_slice(&bytes).ok()?;
     v.get("iss").and_then(Value::as_str).map(str::to_string)
 }
-
 
 #[cfg(test)]
 mod tests {

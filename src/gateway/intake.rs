@@ -769,19 +769,7 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
         Amount::new(0, 0, 1)
     };
     let expected_seconds = expected_seconds(&obj, &mut problems);
-    // Each schema problem names the value it refused, as the API server's `Invalid value: …` does.
-    for p in problems.iter_mut().filter(|p| p.layer == "schema" && !p.message.contains("Invalid value")) {
-        if let Some(v) = value_at(workload, &p.field).filter(|v| v.is_string() || v.is_number() || v.is_boolean()) {
-            // JSON leaves DEL and C1 as they are: escaped here too.
-            let shown: String = v
-                .to_string()
-                .chars()
-                .take(80)
-                .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
-                .collect();
-            p.message = format!("Invalid value: {shown}: {}", p.message);
-        }
-    }
+    name_refused_values(&mut problems, workload);
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -1029,6 +1017,23 @@ fn expected_seconds(obj: &Value, problems: &mut Vec<Problem>) -> Option<i64> {
             }
             d => d,
         },
+    }
+}
+
+/// Each schema problem names the value it refused, as the API server's
+/// `Invalid value: …` does.
+fn name_refused_values(problems: &mut [Problem], workload: &Value) {
+    for p in problems.iter_mut().filter(|p| p.layer == "schema" && !p.message.contains("Invalid value")) {
+        if let Some(v) = value_at(workload, &p.field).filter(|v| v.is_string() || v.is_number() || v.is_boolean()) {
+            // JSON leaves DEL and C1 as they are: escaped here too.
+            let shown: String = v
+                .to_string()
+                .chars()
+                .take(80)
+                .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
+                .collect();
+            p.message = format!("Invalid value: {shown}: {}", p.message);
+        }
     }
 }
 
