@@ -10,10 +10,22 @@
 //! image ref ─▶ host allowed? ─▶ digest (tag resolved) ─▶ cache? ─▶ evidence
 //!    (.sig, .att) ─▶ provenance::verify ─▶ Checked { pinned ref, verdict }
 //! ```
+//!
+//! What a registry (a team's own, hostile or not) can make the gateway hold
+//! is bounded by construction: a few layers of each kind, each refused by
+//! its descriptor's size before it is pulled and read through a capped
+//! writer (a descriptor that lies is cut off at the cap), every call under
+//! a timeout, a few checks fetching at once, never a layer's foreign
+//! `urls`, and a failed read said without echoing what the server sent.
+//! A refusal is cached for a minute (an image signed after its first
+//! submission is trusted on the next), a verdict of trust for an hour.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::manifest::OciManifest;
@@ -36,13 +48,54 @@ pub struct Registries {
     client: Client,
     /// Registry hosts (`host[:port]`) the gateway may talk to, exactly.
     allowed: Vec<String>,
-    cache: Mutex<HashMap<(String, String), Verdict>>,
+    cache: Mutex<HashMap<(String, String), (Verdict, Instant)>>,
+    /// Checks fetching evidence at once.
+    fetching: tokio::sync::Semaphore,
     /// Requests made to registries (for the cache's figures).
     pub calls: AtomicU64,
 }
 
 /// The most verdicts kept; past it the cache starts again.
 const CACHE_MAX: usize = 10_000;
+/// A refusal is asked again after this (the image may be signed since).
+const REFUSAL_TTL: Duration = Duration::from_secs(60);
+/// A verdict of trust is kept this long (a digest never changes; a
+/// policy's keys do, and a changed policy is another cache key).
+const TRUST_TTL: Duration = Duration::from_secs(3600);
+/// A cosign signature layer is a simple-signing payload: a few hundred bytes.
+pub const SIGNATURE_MAX: u64 = 16 * 1024;
+/// An attestation is a DSSE envelope of an in-toto statement: tens of KiB.
+pub const ATTESTATION_MAX: u64 = 512 * 1024;
+/// Layers of each kind read for one digest.
+const LAYERS_MAX: usize = 4;
+/// Each request to a registry (connect and whole answer).
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Checks fetching evidence at once: with the caps above, at most
+/// 8 × 4 × (16 KiB + 512 KiB) ≈ 17 MiB held.
+const FETCHING_MAX: usize = 8;
+
+/// A writer that refuses past `cap` bytes: a layer whose descriptor lied
+/// about its size is cut off there.
+struct Capped {
+    buf: Vec<u8>,
+    cap: usize,
+}
+
+impl tokio::io::AsyncWrite for Capped {
+    fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        if self.buf.len().saturating_add(data.len()) > self.cap {
+            return Poll::Ready(Err(std::io::Error::other("the layer is larger than its kind may be")));
+        }
+        self.buf.extend_from_slice(data);
+        Poll::Ready(Ok(data.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
 
 /// The registry host of `reference` as the allowed list names it: as
 /// written (`docker.io`), or as the client resolves it (`index.docker.io`
@@ -58,8 +111,20 @@ impl Registries {
     /// `allowed`: the hosts the gateway may read; `plain_http`: those of
     /// them spoken to without TLS (a registry on loopback).
     pub fn new(allowed: Vec<String>, plain_http: Vec<String>) -> Registries {
-        let config = ClientConfig { protocol: ClientProtocol::HttpsExcept(plain_http), ..Default::default() };
-        Registries { client: Client::new(config), allowed, cache: Mutex::new(HashMap::new()), calls: AtomicU64::new(0) }
+        let config = ClientConfig {
+            protocol: ClientProtocol::HttpsExcept(plain_http),
+            connect_timeout: Some(Duration::from_secs(5)),
+            read_timeout: Some(CALL_TIMEOUT),
+            max_concurrent_download: 1,
+            ..Default::default()
+        };
+        Registries {
+            client: Client::new(config),
+            allowed,
+            cache: Mutex::new(HashMap::new()),
+            fetching: tokio::sync::Semaphore::new(FETCHING_MAX),
+            calls: AtomicU64::new(0),
+        }
     }
 
     fn call(&self) {
@@ -92,9 +157,15 @@ impl Registries {
         };
         // The digest: the one named, checked to exist, or the tag's, resolved once.
         self.call();
-        let digest = match self.client.fetch_manifest_digest(&reference, &RegistryAuth::Anonymous).await {
-            Ok(d) => d,
-            Err(e) => return refused("", format!("{image}: no such image in {host} ({})", one_line(&e.to_string()))),
+        let asked =
+            tokio::time::timeout(CALL_TIMEOUT, self.client.fetch_manifest_digest(&reference, &RegistryAuth::Anonymous));
+        let digest = match asked.await {
+            Ok(Ok(d)) => d,
+            Ok(Err(e)) => {
+                tracing::debug!("{image}: {e}");
+                return refused("", format!("{image}: no such image in {host}"));
+            }
+            Err(_) => return refused("", format!("{image}: {host} did not answer within {CALL_TIMEOUT:?}")),
         };
         if let Some(named) = reference.digest() {
             if named != digest {
@@ -103,9 +174,14 @@ impl Registries {
         }
         let pinned = format!("{host}/{}@{digest}", reference.repository());
         let key = (digest.clone(), fingerprint(policy));
-        if let Some(v) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        let fresh =
+            |(v, at): &(Verdict, Instant)| at.elapsed() < if v.refused.is_some() { REFUSAL_TTL } else { TRUST_TTL };
+        if let Some((v, _)) = self.cache.lock().ok().and_then(|c| c.get(&key).filter(|e| fresh(e)).cloned()) {
             return Checked { pinned: Some(pinned), verdict: v };
         }
+        let Ok(_fetching) = self.fetching.acquire().await else {
+            return refused(&digest, "the gateway is stopping".into());
+        };
         let evidence = match self.evidence(&reference, &digest).await {
             Ok(e) => e,
             Err(why) => return refused(&digest, why),
@@ -113,9 +189,12 @@ impl Registries {
         let verdict = provenance::verify(policy, &evidence);
         if let Ok(mut c) = self.cache.lock() {
             if c.len() >= CACHE_MAX {
-                c.clear();
+                c.retain(|_, e| fresh(e));
+                if c.len() >= CACHE_MAX {
+                    c.clear();
+                }
             }
-            c.insert(key, verdict.clone());
+            c.insert(key, (verdict.clone(), Instant::now()));
         }
         Checked { pinned: Some(pinned), verdict }
     }
@@ -129,18 +208,42 @@ impl Registries {
         ] {
             let at = Reference::with_tag(image.registry().to_string(), image.repository().to_string(), tag);
             self.call();
-            let manifest = match self.client.pull_manifest(&at, &RegistryAuth::Anonymous).await {
-                Ok((OciManifest::Image(m), _)) => m,
+            let manifest = match tokio::time::timeout(
+                CALL_TIMEOUT,
+                self.client.pull_manifest(&at, &RegistryAuth::Anonymous),
+            )
+            .await
+            {
+                Ok(Ok((OciManifest::Image(m), _))) => m,
                 // Nothing there: no signature (or attestation) for this digest.
-                Ok(_) | Err(_) => continue,
+                Ok(Ok(_)) | Ok(Err(_)) => continue,
+                Err(_) => return Err(format!("{at}: the registry did not answer within {CALL_TIMEOUT:?}")),
             };
-            for layer in manifest.layers.iter().filter(|l| l.media_type == media_type).take(16) {
-                let mut bytes: Vec<u8> = Vec::new();
+            let cap = if media_type == provenance::SIGNATURE_MEDIA_TYPE { SIGNATURE_MAX } else { ATTESTATION_MAX };
+            for layer in manifest.layers.iter().filter(|l| l.media_type == media_type).take(LAYERS_MAX) {
+                if u64::try_from(layer.size).map_or(true, |n| n > cap) {
+                    return Err(format!(
+                        "{} of {at}: {} bytes, more than such a layer may be ({cap})",
+                        layer.digest, layer.size
+                    ));
+                }
+                // Never a layer's foreign `urls`: only the registry named is asked.
+                let mut local = layer.clone();
+                local.urls = None;
+                let mut out = Capped { buf: Vec::new(), cap: cap as usize };
                 self.call();
-                self.client
-                    .pull_blob(&at, layer, &mut bytes)
-                    .await
-                    .map_err(|e| format!("reading {} of {at}: {}", layer.digest, one_line(&e.to_string())))?;
+                match tokio::time::timeout(CALL_TIMEOUT, self.client.pull_blob(&at, &local, &mut out)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        // What the server sent is not echoed to the caller.
+                        tracing::debug!("reading {} of {at}: {e}", layer.digest);
+                        return Err(format!("reading {} of {at} failed", layer.digest));
+                    }
+                    Err(_) => {
+                        return Err(format!("reading {} of {at}: no answer within {CALL_TIMEOUT:?}", layer.digest))
+                    }
+                }
+                let bytes = out.buf;
                 if media_type == provenance::SIGNATURE_MEDIA_TYPE {
                     let sig = layer
                         .annotations
@@ -163,13 +266,18 @@ fn fingerprint(policy: &TrustPolicy) -> String {
     hex::encode(sha2::Sha256::digest(serde_json::to_vec(policy).unwrap_or_default()))
 }
 
-fn one_line(s: &str) -> String {
-    crate::sdk_error::one_line(s)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_layer_is_cut_off_at_its_kinds_cap_whatever_its_descriptor_said() {
+        use tokio::io::AsyncWriteExt as _;
+        let mut out = Capped { buf: Vec::new(), cap: 8 };
+        out.write_all(b"12345678").await.unwrap();
+        assert!(out.write_all(b"9").await.is_err());
+        assert_eq!(out.buf.len(), 8);
+    }
 
     #[test]
     fn docker_hub_is_allowed_by_the_name_written_and_look_alikes_are_not() {

@@ -27,6 +27,16 @@ use crate::workloads::Tier;
 pub const GROUP: &str = "gateway.pinfleet.dev";
 /// Where the gateway keeps its records on the host cluster (by default).
 pub const NAMESPACE: &str = "pinfleet-gateway";
+
+/// Submissions of one team not yet finished (queued, admitted, placed,
+/// running): past it a new one is refused with 429 until some finish.
+/// Kueue's LocalQueue has no such cap; a record is up to 1 MiB, so one
+/// team could otherwise fill the host cluster's store.
+pub const MAX_OPEN_PER_TEAM: usize = 500;
+
+/// How long a finished (or cancelled, failed, preempted) submission's
+/// record is kept before the leader collects it.
+pub const KEEP_FINISHED: chrono::TimeDelta = chrono::TimeDelta::days(7);
 pub const LEDGER: &str = "fleet";
 pub const TEAM_LABEL: &str = "gateway.pinfleet.dev/team";
 pub const SUBMISSION_LABEL: &str = "gateway.pinfleet.dev/submission";

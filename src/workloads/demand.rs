@@ -183,6 +183,12 @@ fn quantities(workload: &Value) -> Vec<Located> {
         for (r, q) in spec.get("overhead").and_then(Value::as_object).into_iter().flatten() {
             check(format!("{at}.spec.overhead.{r}"), q);
         }
+        for which in ["requests", "limits"] {
+            for (r, q) in spec.pointer(&format!("/resources/{which}")).and_then(Value::as_object).into_iter().flatten()
+            {
+                check(format!("{at}.spec.resources.{which}.{r}"), q);
+            }
+        }
     }
     out
 }
@@ -318,6 +324,13 @@ pub fn pod_requests(
         init_peak = max(init_peak, running);
     }
     let mut total = max(sum, init_peak);
+    // Pod-level resources (PodLevelResources, on by default since 1.34):
+    // where the pod names its own request (or a limit, which its request
+    // defaults to), that is the pod's, never less than its containers'.
+    if spec.get("resources").is_some_and(|r| !r.is_null()) {
+        let pod = read(spec, format!("{at}.spec"));
+        total = max(total, pod);
+    }
     let mut overhead = Requests::default();
     if let Some(o) = spec.get("overhead").filter(|o| !o.is_null()) {
         overhead = read(&serde_json::json!({"resources": {"requests": o}}), format!("{at}.spec.overhead"));
@@ -338,6 +351,9 @@ pub fn pod_requests(
     Ok(total)
 }
 
+/// The longest run whose overlaps are counted (a leap year).
+const MAX_RUN_SECONDS: i64 = 366 * 86_400;
+
 /// How many pods of a child run at once, or why that cannot be bounded.
 fn pods_at_once(child: &Value, workload: &Value) -> Result<u64, Located> {
     let n = |p: &str| child.pointer(p).and_then(Value::as_i64);
@@ -356,9 +372,18 @@ fn pods_at_once(child: &Value, workload: &Value) -> Result<u64, Located> {
                         "Allow lets runs overlap without bound: give spec.job.activeDeadlineSeconds (runs alive at once are counted from it and the schedule) or use Forbid or Replace",
                     ));
                 };
+                // Past a year, the overlap cannot be counted (nor would such a
+                // run be bounded in any useful sense).
+                let Some(window) = chrono::Duration::try_seconds(deadline).filter(|_| deadline <= MAX_RUN_SECONDS)
+                else {
+                    return Err(Located::new(
+                        "spec.job.activeDeadlineSeconds",
+                        format!("{deadline}: with concurrencyPolicy Allow at most {MAX_RUN_SECONDS} (a year): runs alive at once are counted from it"),
+                    ));
+                };
                 let s = crate::kube::cron::Schedule::parse(schedule)
                     .map_err(|e| Located::new("spec.schedule", format!("{schedule:?}: {e}")))?;
-                s.most_in_window(chrono::Duration::seconds(deadline)).max(1) as u64
+                s.most_in_window(window).max(1) as u64
             } else {
                 1
             };

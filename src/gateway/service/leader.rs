@@ -704,6 +704,27 @@ impl Service {
         Ok(())
     }
 
+    /// Deletes the records of submissions finished longer ago than
+    /// [`records::KEEP_FINISHED`]; how many.
+    pub async fn collect_once(&self, now: DateTime<Utc>) -> Result<usize> {
+        let api: Api<Submission> = Api::namespaced(self.host.clone(), &self.config.namespace);
+        let mut collected = 0usize;
+        for s in self.all() {
+            let st = s.status.as_ref();
+            let Some(done_at) = st.and_then(|st| st.finished_at.or(st.accepted_at)) else { continue };
+            if !phase(&s).done() || now.signed_duration_since(done_at) < records::KEEP_FINISHED {
+                continue;
+            }
+            let name = s.metadata.name.clone().unwrap_or_default();
+            api.delete(&name, &DeleteParams::default()).await.map(|_| ()).or_else(not_found_ok)?;
+            collected = collected.saturating_add(1);
+        }
+        if collected > 0 {
+            tracing::info!("gateway: collected {collected} finished submission record(s)");
+        }
+        Ok(collected)
+    }
+
     /// The leader's loop: admit, place, roll up; woken by submissions or
     /// every interval. A pass that panics or overruns [`PASS_DEADLINE`]
     /// ends the loop: the replica says so on `/readyz` and the election
@@ -725,6 +746,9 @@ impl Service {
                 }
                 if let Err(e) = self.rollup_once().await {
                     tracing::warn!("status roll-up: {e:#}");
+                }
+                if let Err(e) = self.collect_once(Utc::now()).await {
+                    tracing::warn!("collecting finished records: {e:#}");
                 }
             };
             let why = match tokio::time::timeout(PASS_DEADLINE, std::panic::AssertUnwindSafe(pass).catch_unwind()).await

@@ -717,6 +717,16 @@ impl Service {
         if dry_run {
             return Ok((200, self.would(&world, id, name, spec).await?));
         }
+        let open = self.all().iter().filter(|s| s.spec.team == intake.team && !phase(s).done()).count();
+        if open >= records::MAX_OPEN_PER_TEAM {
+            let why = format!(
+                "team {} has {open} submissions not finished (at most {}): wait for some to finish, or cancel some",
+                intake.team,
+                records::MAX_OPEN_PER_TEAM
+            );
+            self.audit(caller, "submit", &name, &intake.artifact, 429, &why).await;
+            return Ok((429, bad(vec![Problem::new("request", "", why)], &intake.team, name)));
+        }
         self.record(caller, name, spec, &intake.artifact, started).await
     }
 

@@ -95,6 +95,36 @@ fn a_cronjob_counts_its_shards_and_the_runs_that_overlap() {
     let e = demand_of(&cron("Allow", None)).unwrap_err();
     assert_eq!(e[0].field, "spec.concurrencyPolicy");
     assert!(e[0].message.contains("activeDeadlineSeconds"), "{}", e[0].message);
+    // A deadline past what a duration holds panicked once (and leaked the
+    // gateway's connection slot): now refused at its field.
+    for d in [i64::MAX, 9_223_372_036_854_775, 366 * 86_400 + 1] {
+        let e = demand_of(&cron("Allow", Some(d))).unwrap_err();
+        assert_eq!(e[0].field, "spec.job.activeDeadlineSeconds", "{d}");
+        assert!(e[0].message.starts_with(&format!("{d}: ")), "{}", e[0].message);
+    }
+}
+
+#[test]
+fn pod_level_resources_are_the_pods_request() {
+    // PodLevelResources (on by default since 1.34): the pod asks for what
+    // its own `resources` say, however little its containers ask.
+    let mut w = service(
+        json!([{"name": "app", "image": "r/app:1", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]),
+        json!(2),
+    );
+    w["spec"]["template"]["spec"]["resources"] = json!({"requests": {"cpu": "3"}, "limits": {"memory": "12Gi"}});
+    let d = demand_of(&w).unwrap();
+    let per_pod = d.sets[0].per_pod;
+    // cpu from the pod's request, memory from its limit (its request's default).
+    assert_eq!((per_pod.cpu, per_pod.memory), (3000, 12 << 30));
+    assert_eq!((d.cpu, d.memory), (6000, 24 << 30));
+    // Less than the containers ask: the containers' sum stands.
+    w["spec"]["template"]["spec"]["resources"] = json!({"requests": {"cpu": "10m"}});
+    assert_eq!(demand_of(&w).unwrap().sets[0].per_pod.cpu, 100 + 4 * SIDECAR.cpu);
+    // What does not parse is refused at its field.
+    w["spec"]["template"]["spec"]["resources"] = json!({"requests": {"cpu": "lots"}});
+    let e = demand_of(&w).unwrap_err();
+    assert!(e.iter().any(|l| l.field == "spec.template.spec.resources.requests.cpu"), "{e:?}");
 }
 
 #[test]
