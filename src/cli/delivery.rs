@@ -116,33 +116,13 @@ async fn aws_for(url: &str) -> Result<Option<crate::cloud::aws::Aws>> {
 }
 
 fn say(g: &GlobalArgs, e: &Event) {
-    let line = match e {
-        Event::Engine(n) => {
-            if g.output == Format::Json {
-                let mut v = serde_json::to_value(n).unwrap_or_default();
-                v["type"] = serde_json::json!("note");
-                let _ = writeln!(anstream::stdout(), "{v}");
-                return;
-            }
-            // The engine's words, as a delivery names its steps.
-            let t = crate::fleet::text::fleet_note(n)
-                .replace("end-to-end gate on", "bake and analysis on")
-                .replace("; soaking until", "; its bake starts (soak until")
-                .replace("rollout #", "delivery #");
-            let t = if t.contains("(soak until") { format!("{t})") } else { t };
-            format!("delivery: {}", t.strip_prefix("fleet: ").unwrap_or(&t))
-        }
-        Event::Hotfix { reason } => format!("delivery: HOTFIX past the line and freeze windows (audited): {reason}"),
-        Event::RollingBack { reason, clusters } => {
-            format!("delivery: ROLLING BACK {} at once: {reason}", clusters.join(", "))
-        }
-        Event::MarkedBad { image } => format!("delivery: marked bad: {image} (the gateway refuses it from now on)"),
-        Event::Trusted { image, key } => format!("delivery: {image}: signed ({key}), built from a landed ref"),
-        Event::Untrusted { image, why } => {
-            format!("delivery: WARNING {image} is not trusted ({why}); moved anyway: the policy warns")
-        }
-    };
-    let _ = writeln!(anstream::stderr(), "{line}");
+    if let (Format::Json, Event::Engine(n)) = (&g.output, e) {
+        let mut v = serde_json::to_value(n).unwrap_or_default();
+        v["type"] = serde_json::json!("note");
+        let _ = writeln!(anstream::stdout(), "{v}");
+        return;
+    }
+    let _ = writeln!(anstream::stderr(), "{}", e.text());
 }
 
 pub async fn run(g: &GlobalArgs, a: DeliveryArgs) -> Result<ExitCode> {
@@ -221,26 +201,7 @@ async fn show(g: &GlobalArgs, file: &std::path::Path) -> Result<ExitCode> {
     let spec = DeliverySpec::load(file)?;
     let aws = aws_for(&spec.state_store).await?;
     let opened = run::open(&spec, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
-    let r = opened
-        .book
-        .latest()
-        .await?
-        .context(format!("{} has no delivery yet (`pinfleet delivery apply`)", spec.workload))?;
-    let analyses = book::analyses(&opened.book.store, r.number).await?;
-    let digests: Vec<String> = r
-        .clusters()
-        .flat_map(|(_, c)| c.to.images.values().filter_map(|i| book::digest_of(i).map(str::to_string)))
-        .collect();
-    let bad = opened.line.bad().await?.into_values().filter(|b| digests.contains(&b.digest)).collect();
-    let approved = opened.book.approvals(r.number).await?;
-    let members = spec.members();
-    let windows = run::Freeze { waves: &spec.waves, members: &members, freeze: &spec.freeze, hotfix: false };
-    let mut s = status::Status::new(r, analyses, opened.line.stopped().await?, bad, &windows, &approved, Utc::now());
-    if let Some(rec) = book::slo(&opened.book.store).await? {
-        s.budget = Some(book::budget_text(&rec, &spec.workload.namespace, &spec.workload.name).await);
-    }
-    s.frozen = run::frozen(&spec.freeze, Utc::now())
-        .map(|(w, end)| format!("freeze window {w} until {}", end.format("%Y-%m-%d %H:%M UTC")));
+    let s = run::observe(&spec, &opened, Utc::now()).await?;
     if g.output == Format::Json {
         writeln!(anstream::stdout(), "{}", serde_json::to_string_pretty(&s)?)?;
     } else {

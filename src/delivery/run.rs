@@ -5,7 +5,8 @@
 //! windows, versions marked bad refused before the first write, and the
 //! automatic rollback: a wave that fails (its analysis, its Ready) or a
 //! firing alert takes every touched cluster back to what it ran at once,
-//! and marks the version bad.
+//! and marks the version bad. Where a delivery stands is read here too
+//! (`observe`, for `status` to show), and a run's events put in words.
 //!
 //! ```text
 //! DeliverySpec ─▶ Line (stopped? bad?) ─▶ fleet::run::apply_held(Members, Freeze) ─┬─▶ finished / waiting
@@ -23,6 +24,7 @@ use super::book::{self, Audit, Bad, Line};
 use super::members::Members;
 use super::prometheus::Prometheus;
 use super::spec::DeliverySpec;
+use super::status::Status;
 use crate::ami::window::Window;
 use crate::fleet::rollout::{FleetRollout, Snapshot, Windows};
 use crate::fleet::run::{self as engine, Book, Clock, Note, Outcome};
@@ -114,6 +116,34 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The line `pinfleet delivery` prints for it: the engine's words, as a
+    /// delivery names its steps.
+    pub fn text(&self) -> String {
+        match self {
+            Event::Engine(n) => {
+                let t = crate::fleet::text::fleet_note(n)
+                    .replace("end-to-end gate on", "bake and analysis on")
+                    .replace("; soaking until", "; its bake starts (soak until")
+                    .replace("rollout #", "delivery #");
+                let t = if t.contains("(soak until") { format!("{t})") } else { t };
+                format!("delivery: {}", t.strip_prefix("fleet: ").unwrap_or(&t))
+            }
+            Event::Hotfix { reason } => {
+                format!("delivery: HOTFIX past the line and freeze windows (audited): {reason}")
+            }
+            Event::RollingBack { reason, clusters } => {
+                format!("delivery: ROLLING BACK {} at once: {reason}", clusters.join(", "))
+            }
+            Event::MarkedBad { image } => format!("delivery: marked bad: {image} (the gateway refuses it from now on)"),
+            Event::Trusted { image, key } => format!("delivery: {image}: signed ({key}), built from a landed ref"),
+            Event::Untrusted { image, why } => {
+                format!("delivery: WARNING {image} is not trusted ({why}); moved anyway: the policy warns")
+            }
+        }
+    }
+}
+
 pub struct Opened {
     pub line: Line,
     pub book: Book,
@@ -125,6 +155,34 @@ pub async fn open(spec: &DeliverySpec, aws: Option<&dyn S3Access>) -> Result<Ope
     let store =
         Store::open(&spec.state_store, &book::folder(&spec.workload.namespace, &spec.workload.name), aws).await?;
     Ok(Opened { line, book: Book { store } })
+}
+
+/// Where the delivery stands at `now`, as `pinfleet delivery status`
+/// shows it: its latest record, the analyses, the line, the versions marked
+/// bad among those it moves to, why a cluster waits, the freeze window
+/// holding it and the error budget left.
+pub async fn observe(spec: &DeliverySpec, opened: &Opened, now: DateTime<Utc>) -> Result<Status> {
+    let r = opened
+        .book
+        .latest()
+        .await?
+        .context(format!("{} has no delivery yet (`pinfleet delivery apply`)", spec.workload))?;
+    let analyses = book::analyses(&opened.book.store, r.number).await?;
+    let digests: Vec<String> = r
+        .clusters()
+        .flat_map(|(_, c)| c.to.images.values().filter_map(|i| book::digest_of(i).map(str::to_string)))
+        .collect();
+    let bad = opened.line.bad().await?.into_values().filter(|b| digests.contains(&b.digest)).collect();
+    let approved = opened.book.approvals(r.number).await?;
+    let members = spec.members();
+    let windows = Freeze { waves: &spec.waves, members: &members, freeze: &spec.freeze, hotfix: false };
+    let mut s = Status::new(r, analyses, opened.line.stopped().await?, bad, &windows, &approved, now);
+    if let Some(rec) = book::slo(&opened.book.store).await? {
+        s.budget = Some(book::budget_text(&rec, &spec.workload.namespace, &spec.workload.name).await);
+    }
+    s.frozen = frozen(&spec.freeze, now)
+        .map(|(w, end)| format!("freeze window {w} until {}", end.format("%Y-%m-%d %H:%M UTC")));
+    Ok(s)
 }
 
 /// Why the delivery must not move now, before anything is written: the

@@ -1,0 +1,178 @@
+//! The scheduler, as kube-scheduler places a pod: the nodes it may run on
+//! (ready, schedulable, its node selector and affinity, taints it
+//! tolerates, room for its requests), the least loaded of them, and an
+//! Unschedulable condition naming why not when none fits.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::{all, name, ns, s, set_status, t, terminating, Changed, Controllers};
+use crate::sim::nodes::node_ready;
+use crate::sim::objects::{pod_requests, quantity};
+use crate::sim::store::{now, Inner, Sub};
+
+impl Controllers {
+    pub(super) fn schedule(&self, inner: &mut Inner, changed: &Changed) {
+        // As kube-scheduler, a pod that did not fit is tried again when
+        // the cluster changes (a pod or a node), not on every tick: a
+        // thousand pending pods cost nothing while nothing moves.
+        if !changed.all && changed.pods.is_empty() && !changed.nodes {
+            return;
+        }
+        let pods_t = t(inner, "", "pods");
+        // The pods waiting for a node and each node's usage come from the
+        // store's index, not a pass over every pod.
+        let pending: Vec<Arc<Value>> = inner
+            .objects_unbound()
+            .iter()
+            .filter_map(|(n, p)| inner.peek_shared("", "pods", n, p).cloned())
+            .filter(|p| !terminating(p))
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        let nodes = all(inner, &t(inner, "", "nodes"));
+        let usage: Vec<(String, crate::sim::objects::Usage)> =
+            nodes.iter().map(|n| (name(n), inner.node_usage(&name(n)))).collect();
+        let mut used: BTreeMap<String, (i64, i64)> =
+            usage.iter().map(|(n, u)| (n.clone(), (u.cpu, u.memory))).collect();
+        // For scoring, kube-scheduler counts a pod without requests as 100m
+        // CPU; with the pod count as tie-break, pods spread over nodes.
+        let mut score: BTreeMap<String, (i64, usize)> =
+            usage.iter().map(|(n, u)| (n.clone(), (u.score_cpu, u.pods))).collect();
+        // A pod that did not fit waits for a cluster event that can make
+        // room (a node changed, a pod gone), as kube-scheduler's
+        // unschedulable queue: other pods' arrivals try only themselves.
+        let retry_all = changed.all || changed.nodes || changed.pods_gone;
+        let candidate = |p: &Value| {
+            retry_all
+                || changed.pods.contains(&(ns(p), name(p)))
+                || p.pointer("/status/conditions/0/reason").and_then(Value::as_str) != Some("Unschedulable")
+        };
+        for pod in pending.iter().filter(|p| candidate(p)) {
+            let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+            let mut best: Option<(&Value, (i64, usize))> = None;
+            for node in &nodes {
+                let u = used.get(&name(node)).copied().unwrap_or_default();
+                match unfit(pod, node, u) {
+                    Some(r) => *reasons.entry(r).or_default() += 1,
+                    None => {
+                        let sc = score.get(&name(node)).copied().unwrap_or_default();
+                        if best.is_none_or(|(_, b)| sc < b) {
+                            best = Some((node, sc));
+                        }
+                    }
+                }
+            }
+            match best {
+                Some((node, _)) => {
+                    let mut n = Value::clone(pod);
+                    n["spec"]["nodeName"] = json!(name(node));
+                    n["status"]["conditions"] =
+                        json!([{"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}]);
+                    let e = used.entry(name(node)).or_default();
+                    let (c, m) = pod_requests(pod);
+                    e.0 += c;
+                    e.1 += m;
+                    let sc = score.entry(name(node)).or_default();
+                    sc.0 += c.max(100);
+                    sc.1 += 1;
+                    let _ = inner.update(&pods_t, &ns(pod), &name(pod), n, "default-scheduler", Sub::Main, false);
+                }
+                None => {
+                    let detail: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+                    let msg = format!(
+                        "0/{} nodes are available: {}.",
+                        nodes.len(),
+                        if detail.is_empty() { "no nodes".to_string() } else { detail.join(", ") }
+                    );
+                    let status = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}]});
+                    let mut cmp = pod.get("status").cloned().unwrap_or(json!({}));
+                    if let Some(c) = cmp.pointer_mut("/conditions/0/lastTransitionTime") {
+                        *c = Value::Null;
+                    }
+                    if pod.pointer("/status/conditions/0/message") != status.pointer("/conditions/0/message") {
+                        set_status(inner, &pods_t, pod, status, "default-scheduler");
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn tolerates(pod: &Value, taint: &Value) -> bool {
+    let effect = s(taint, "/effect");
+    if effect == "PreferNoSchedule" {
+        return true;
+    }
+    pod.pointer("/spec/tolerations").and_then(Value::as_array).is_some_and(|ts| {
+        ts.iter().any(|t| {
+            let key_ok = s(t, "/key").is_empty() && s(t, "/operator") == "Exists" || s(t, "/key") == s(taint, "/key");
+            let value_ok = s(t, "/operator") == "Exists" || s(t, "/value") == s(taint, "/value");
+            let effect_ok = s(t, "/effect").is_empty() || s(t, "/effect") == effect;
+            key_ok && value_ok && effect_ok
+        })
+    })
+}
+
+pub(super) fn affinity_ok(pod: &Value, node: &Value) -> bool {
+    let labels = node.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
+    if let Some(sel) = pod.pointer("/spec/nodeSelector").and_then(Value::as_object) {
+        if !sel.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+            return false;
+        }
+    }
+    let Some(terms) = pod
+        .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .and_then(Value::as_array)
+    else {
+        return true;
+    };
+    terms.iter().any(|term| {
+        term.get("matchExpressions").and_then(Value::as_array).into_iter().flatten().all(|e| {
+            let have = labels.get(s(e, "/key")).and_then(Value::as_str);
+            let values: Vec<&str> = e
+                .get("values")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            match s(e, "/operator") {
+                "In" => have.is_some_and(|h| values.contains(&h)),
+                "NotIn" => have.is_none_or(|h| !values.contains(&h)),
+                "Exists" => have.is_some(),
+                "DoesNotExist" => have.is_none(),
+                _ => false,
+            }
+        })
+    })
+}
+
+/// Why `pod` cannot run on `node`, if it cannot.
+fn unfit(pod: &Value, node: &Value, used: (i64, i64)) -> Option<&'static str> {
+    if !node_ready(node) {
+        return Some("node(s) were not ready");
+    }
+    if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+        return Some("node(s) were unschedulable");
+    }
+    if !affinity_ok(pod, node) {
+        return Some("node(s) didn't match Pod's node affinity/selector");
+    }
+    for taint in node.pointer("/spec/taints").and_then(Value::as_array).into_iter().flatten() {
+        if !tolerates(pod, taint) {
+            return Some("node(s) had untolerated taint");
+        }
+    }
+    let (cpu, mem) = pod_requests(pod);
+    let alloc_cpu = node.pointer("/status/allocatable/cpu").map_or(i64::MAX, |v| quantity(Some(v), true));
+    let alloc_mem = node.pointer("/status/allocatable/memory").map_or(i64::MAX, |v| quantity(Some(v), false));
+    if used.0 + cpu > alloc_cpu {
+        return Some("Insufficient cpu");
+    }
+    if used.1 + mem > alloc_mem {
+        return Some("Insufficient memory");
+    }
+    None
+}
