@@ -205,6 +205,12 @@ pub fn fitted(limits: Limits) -> Limits {
     Limits { connections: limits.connections.min(room), per_peer: limits.per_peer.min(room), ..limits }
 }
 
+/// Where the edge's own refusals are written (the gateway's audit log):
+/// every one, with the caller where it is known.
+pub trait Audit: Send + Sync + 'static {
+    fn refused(&self, holder: Option<&Holder>, peer: IpAddr, method: &str, path: &str, status: u16, why: &str);
+}
+
 /// Who a request is from, asked from its headers before its body is read
 /// (the gateway's identity; the alert receiver's token).
 pub trait Gate: Send + Sync + 'static {
@@ -330,11 +336,20 @@ impl Table {
     }
 
     /// The oldest connection never authenticated (whatever it is doing: a
-    /// stranger sending slowly holds nothing), else the oldest idle
-    /// authenticated one.
+    /// stranger sending slowly holds nothing) of the address holding the
+    /// most of them, else the oldest idle authenticated one.
     fn evict(&mut self, peer: Option<IpAddr>) -> bool {
+        // Among strangers, the address holding the most goes first: a lone
+        // newcomer (an honest caller not yet authenticated) outlives a
+        // flood from elsewhere.
+        let mut strangers: BTreeMap<IpAddr, usize> = BTreeMap::new();
+        for e in self.open.values().filter(|e| !e.trusted()) {
+            *strangers.entry(e.peer).or_default() += 1;
+        }
+        let most = strangers.values().copied().max().unwrap_or(0);
+        let crowded = |e: &Entry| strangers.get(&e.peer).copied().unwrap_or(0) == most;
         let of_peer = |e: &Entry| peer.is_none_or(|p| e.peer == p);
-        let stranger = self.open.iter().find(|(_, e)| of_peer(e) && !e.trusted());
+        let stranger = self.open.iter().find(|(_, e)| of_peer(e) && !e.trusted() && (peer.is_some() || crowded(e)));
         let victim = stranger
             .or_else(|| self.open.iter().find(|(_, e)| of_peer(e) && e.busy.load(Ordering::SeqCst) == 0))
             .map(|(id, _)| *id);
@@ -412,6 +427,7 @@ pub async fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
     limits: Limits,
     gate: Option<Arc<dyn Gate>>,
+    audit: Option<Arc<dyn Audit>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     // A panic anywhere in a request answers 500 (the audit layer outside
@@ -464,8 +480,15 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let place = Place { table: table.clone(), id };
-        let conn =
-            Conn { app: app.clone(), gate: gate.clone(), budget: budget.clone(), table: table.clone(), id, peer };
+        let conn = Conn {
+            app: app.clone(),
+            gate: gate.clone(),
+            audit: audit.clone(),
+            budget: budget.clone(),
+            table: table.clone(),
+            id,
+            peer,
+        };
         let tls = tls.clone();
         tokio::spawn(async move {
             let _place = place;
@@ -554,6 +577,7 @@ fn panicked(err: Box<dyn std::any::Any + Send + 'static>) -> http::Response<axum
     ));
     *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
     r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(PANICKED, http::HeaderValue::from_static("1"));
     r
 }
 
@@ -562,6 +586,7 @@ fn panicked(err: Box<dyn std::any::Any + Send + 'static>) -> http::Response<axum
 struct Conn {
     app: Router,
     gate: Option<Arc<dyn Gate>>,
+    audit: Option<Arc<dyn Audit>>,
     budget: Arc<BodyBudget>,
     table: Arc<Mutex<Table>>,
     id: u64,
@@ -583,6 +608,14 @@ async fn handle(
     if let Some(p) = &cert {
         parts.extensions.insert(p.clone());
     }
+    let method = parts.method.to_string();
+    let path: String = parts.uri.path().chars().take(256).collect();
+    let refuse = |status: http::StatusCode, why: &str| {
+        if let Some(a) = &conn.audit {
+            a.refused(state.holder.get(), conn.peer, &method, &path, status.as_u16(), why);
+        }
+        closing(status, why)
+    };
     // A body announced past the limit is refused before a byte of it is read.
     let announced = parts
         .headers
@@ -590,11 +623,11 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if announced.is_some_and(|n| n > BODY_LIMIT as u64) {
-        return closing(http::StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large");
+        return refuse(http::StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large");
     }
     // A holder already past its share is not served on more connections.
-    if let Some(r) = past_share(&conn, &limits) {
-        return r;
+    if let Some(why) = past_share(&conn, &limits) {
+        return refuse(http::StatusCode::TOO_MANY_REQUESTS, &why);
     }
     let mut held = None;
     let body = if body.is_end_stream() || announced == Some(0) {
@@ -610,39 +643,50 @@ async fn handle(
             None => (format!("peer:{}", conn.peer), limits.stranger_body),
         };
         if announced.is_some_and(|n| n > most as u64) {
-            return closing(
+            return refuse(
                 http::StatusCode::UNAUTHORIZED,
                 "authenticate before sending a body this large (a bearer token or a client certificate)",
             );
         }
         let want = announced.map_or(most, |n| n as usize);
         let Some(bytes) = conn.budget.take(&holder, want, &limits) else {
-            return closing(http::StatusCode::SERVICE_UNAVAILABLE, "too many request bodies in flight; try again");
+            return refuse(http::StatusCode::SERVICE_UNAVAILABLE, "too many request bodies in flight; try again");
         };
         held = Some(bytes);
         match read_body(body, &limits, most.min(want)).await {
             Ok(b) => axum::body::Body::from(b),
-            Err((status, why)) => return closing(status, why),
+            Err((status, why)) => return refuse(status, why),
         }
     };
     let req = http::Request::from_parts(parts, body);
-    let r = CONNECTION_TRUST.scope(state, tower::ServiceExt::oneshot(conn.app.clone(), req)).await;
+    let r = CONNECTION_TRUST.scope(state.clone(), tower::ServiceExt::oneshot(conn.app.clone(), req)).await;
     drop(held);
-    let r = match r {
+    let mut r = match r {
         Ok(r) => r,
         Err(never) => match never {},
     };
+    if r.headers_mut().remove(PANICKED).is_some() {
+        if let Some(a) = &conn.audit {
+            a.refused(state.holder.get(), conn.peer, &method, &path, 500, "the request panicked (logged)");
+        }
+    }
     // The first request on a connection names its holder: past its share, its answer is 429.
-    past_share(&conn, &limits).unwrap_or(r)
+    match past_share(&conn, &limits) {
+        Some(why) => refuse(http::StatusCode::TOO_MANY_REQUESTS, &why),
+        None => r,
+    }
 }
 
-/// 429 (closing the connection) when the connection's holder holds more
-/// than its share of the listener.
-fn past_share(conn: &Conn, limits: &Limits) -> Option<http::Response<axum::body::Body>> {
+/// Why the connection's holder may not be served on it: it holds more
+/// than its share of the listener (429, closing the connection).
+fn past_share(conn: &Conn, limits: &Limits) -> Option<String> {
     let why = conn.table.lock().ok()?.over_share(conn.id, limits)?;
     tracing::warn!("gateway: {why}: a connection past its share answered 429 and closed");
-    Some(closing(http::StatusCode::TOO_MANY_REQUESTS, &format!("{why}; close some and try again")))
+    Some(format!("{why}; close some and try again"))
 }
+
+/// Marks an answer the panic catcher made (taken off before it leaves).
+const PANICKED: &str = "x-pinfleet-panicked";
 
 async fn serve_connection(
     conn: Conn,
@@ -836,5 +880,17 @@ mod tests {
         assert!(r.is_err());
         assert_eq!(busy.load(Ordering::SeqCst), 0);
         assert!(table.lock().unwrap().open.is_empty());
+    }
+
+    #[test]
+    fn a_lone_stranger_outlives_a_flood_from_elsewhere() {
+        let limits = Limits { connections: 4, per_peer: 4, ..Limits::default() };
+        let mut t = Table::default();
+        t.open.insert(0, stranger("10.0.0.7", 1)); // an honest caller, its first request under way
+        t.open.insert(1, stranger("10.0.0.1", 1));
+        t.open.insert(2, stranger("10.0.0.1", 1));
+        t.open.insert(3, stranger("10.0.0.1", 1));
+        assert!(t.make_room("10.0.0.1".parse().unwrap(), &limits));
+        assert_eq!(t.open.keys().copied().collect::<Vec<_>>(), [0, 2, 3]);
     }
 }

@@ -1936,3 +1936,333 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
         peak() / 1024
     );
 }
+
+/// Resident memory of this process (the gateway and everything the test runs beside it).
+fn rss_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+/// A handler's bug.
+fn boom() -> &'static str {
+    panic!("a handler's bug")
+}
+
+/// A plain HTTP/1.1 connection from `ip` (loopback addresses are many).
+async fn h1_from(
+    addr: std::net::SocketAddr,
+    ip: [u8; 4],
+) -> Option<hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>> {
+    let s = tokio::net::TcpSocket::new_v4().ok()?;
+    s.bind(std::net::SocketAddr::from((ip, 0))).ok()?;
+    let stream = s.connect(addr).await.ok()?;
+    let (send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.ok()?;
+    tokio::spawn(conn);
+    Some(send)
+}
+
+fn request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Vec<u8>,
+) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    let mut b = http::Request::builder().method(method).uri(path).header("host", addr.to_string());
+    if let Some(t) = token {
+        b = b.header("authorization", format!("Bearer {t}"));
+    }
+    if !body.is_empty() {
+        b = b.header("content-type", "application/json");
+    }
+    b.body(http_body_util::Full::new(bytes::Bytes::from(body))).unwrap()
+}
+
+/// The standing hostile-load suite: every attack at once for a bounded
+/// time — strangers over HTTP/1.1 (bodies past what a stranger may send,
+/// and trickles) and HTTP/2 (many streams of bodies that never end) from
+/// several addresses, a team holding connections, its panicking requests,
+/// its floods of large submissions — while an honest team submits and
+/// reads. The honest team's every call answers, the process' memory stays
+/// within the edge's stated bound, no connection slot leaks, and every
+/// refusal kind is in the audit log, which stays within its budget.
+/// `PINFLEET_HOSTILE_SECONDS` sets the time (scripts/test: the default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_bounds() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+    let seconds: u64 = std::env::var("PINFLEET_HOSTILE_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
+    // Hundreds of the route's own panics would fill the output: only theirs are quiet.
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info.payload().downcast_ref::<&str>() != Some(&"a handler's bug") {
+            previous(info);
+        }
+    }));
+    let host = KubeEnv::start();
+    let east = member("east", 1, "8", false);
+    let iss = issuer().await;
+    let ns = host.namespace.clone();
+    let (red, blue) = (format!("{ns}-red"), format!("{ns}-blue"));
+    let gw = gateway(
+        &host,
+        &[&east],
+        Some(&iss),
+        json!({ &red: {"tiers": {"OnDemand": q("2", "4")}}, &blue: {"tiers": {"OnDemand": q("2", "4")}} }),
+    )
+    .await;
+    let red_token = iss.token("mallory@example.com", &[&format!("team:{red}")]);
+    let blue_token = iss.token("bob@example.com", &[&format!("team:{blue}")]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.svc.refresh_members().await;
+    // A listener with small budgets: the API, and a route that panics (a handler's bug).
+    let limits = pinfleet::gateway::listen::Limits {
+        connections: 48,
+        per_peer: 24,
+        per_user: 8,
+        per_team: 12,
+        bodies_in_flight: 4 << 20,
+        body_per_holder: 1 << 20,
+        ..Default::default()
+    };
+    let app =
+        pinfleet::gateway::http::router(gw.svc.clone()).route("/v1/boom", axum::routing::get(|| async { boom() }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(pinfleet::gateway::http::serve_with(
+        app,
+        listener,
+        None,
+        limits,
+        Some(gw.svc.audit_log.clone()),
+        Some(gw.svc.identity.clone() as Arc<dyn pinfleet::gateway::listen::Gate>),
+        std::future::pending(),
+    ));
+    let rss_before = rss_bytes();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    let counts: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>> = Default::default();
+    let count = {
+        let counts = counts.clone();
+        move |what: String| *counts.lock().unwrap().entry(what).or_default() += 1
+    };
+    // Strangers over HTTP/1.1 from three addresses: a body past a stranger's
+    // 16 KiB (refused before a byte is read), and 8 KiB trickled.
+    for ip in 2..=4u8 {
+        for n in 0..12 {
+            let (stop, count) = (stop.clone(), count.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(SeqCst) {
+                    let Some(mut send) = h1_from(addr, [127, 0, 0, ip]).await else {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    };
+                    let size = if n % 2 == 0 { 1 << 20 } else { 8 << 10 };
+                    let body = vec![b' '; size];
+                    match tokio::time::timeout(
+                        Duration::from_secs(5),
+                        send.send_request(request(addr, "POST", "/v1/submissions", None, body)),
+                    )
+                    .await
+                    {
+                        Ok(Ok(r)) => count(format!("stranger h1 {}", r.status().as_u16())),
+                        _ => count("stranger h1 dropped".into()),
+                    }
+                }
+            }));
+        }
+    }
+    // Strangers over HTTP/2 (prior knowledge): 64 streams a connection,
+    // each a body that never ends.
+    for c in 0..3u8 {
+        let (stop, count) = (stop.clone(), count.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(SeqCst) {
+                let s = tokio::net::TcpSocket::new_v4().unwrap();
+                s.bind(std::net::SocketAddr::from(([127, 0, 0, 5 + c], 0))).unwrap();
+                let Ok(stream) = s.connect(addr).await else { continue };
+                let Ok((send, conn)) = hyper::client::conn::http2::handshake(
+                    hyper_util::rt::TokioExecutor::new(),
+                    hyper_util::rt::TokioIo::new(stream),
+                )
+                .await
+                else {
+                    continue;
+                };
+                tokio::spawn(conn);
+                let mut streams = Vec::new();
+                for _ in 0..64 {
+                    let mut send = send.clone();
+                    let body = http_body_util::StreamBody::new(Box::pin(futures::stream::unfold((), |()| async {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        Some((
+                            Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(bytes::Bytes::from(
+                                vec![b'x'; 16 << 10],
+                            ))),
+                            (),
+                        ))
+                    })));
+                    let req = http::Request::builder()
+                        .method("POST")
+                        .uri(format!("http://{addr}/v1/submissions"))
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .unwrap();
+                    let count = count.clone();
+                    streams.push(tokio::spawn(async move {
+                        match tokio::time::timeout(Duration::from_secs(5), send.send_request(req)).await {
+                            Ok(Ok(r)) => count(format!("stranger h2 {}", r.status().as_u16())),
+                            Ok(Err(_)) => count("stranger h2 refused stream".into()),
+                            Err(_) => count("stranger h2 waiting".into()),
+                        }
+                    }));
+                }
+                for s in streams {
+                    let _ = s.await;
+                }
+            }
+        }));
+    }
+    // Red holds connections: 30 of them, each asking again and again.
+    for _ in 0..30 {
+        let (stop, count, token) = (stop.clone(), count.clone(), red_token.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(SeqCst) {
+                let Some(mut send) = h1_from(addr, [127, 0, 0, 9]).await else { continue };
+                while !stop.load(SeqCst) {
+                    match send.send_request(request(addr, "GET", "/v1/queue", Some(&token), vec![])).await {
+                        Ok(r) => {
+                            count(format!("red holding {}", r.status().as_u16()));
+                            let closing = r.headers().get("connection").is_some_and(|v| v == "close");
+                            let _ = http_body_util::BodyExt::collect(r.into_body()).await;
+                            if closing {
+                                break;
+                            }
+                        }
+                        Err(_) => break,
+                    }
+                }
+            }
+        }));
+    }
+    // Red's requests that panic, and its floods of submissions near 1 MiB.
+    for i in 0..6 {
+        let (stop, count, token, team) = (stop.clone(), count.clone(), red_token.clone(), red.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(SeqCst) {
+                let Some(mut send) = h1_from(addr, [127, 0, 0, 10]).await else { continue };
+                let req = if i % 2 == 0 {
+                    request(addr, "GET", "/v1/boom", Some(&token), vec![])
+                } else {
+                    let mut w = service_of(&team, "flood", 1, "100m");
+                    w["metadata"]["annotations"] = json!({"pad": "x".repeat(900 << 10)});
+                    let body = serde_json::to_vec(&json!({"id": format!("flood-{i}"), "workload": w})).unwrap();
+                    request(addr, "POST", "/v1/submissions?dryRun=true", Some(&token), body)
+                };
+                if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(10), send.send_request(req)).await {
+                    count(format!("red {} {}", if i % 2 == 0 { "panic" } else { "flood" }, r.status().as_u16()));
+                }
+            }
+        }));
+    }
+    // Memory, sampled throughout.
+    let peak = Arc::new(AtomicU64::new(rss_before));
+    {
+        let (stop, peak) = (stop.clone(), peak.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(SeqCst) {
+                peak.fetch_max(rss_bytes(), SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }));
+    }
+    // The honest team, meanwhile: reads and dry runs, every one answered.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let blue_client =
+        Client::new(&format!("http://{addr}"), &Credentials { token: Some(blue_token), ..Default::default() }).unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(seconds);
+    let mut latencies = Vec::new();
+    let answered = AtomicUsize::new(0);
+    let mut i = 0u32;
+    while std::time::Instant::now() < until {
+        i += 1;
+        let t = std::time::Instant::now();
+        let r = if i % 2 == 0 {
+            blue_client.call("GET", "/v1/whoami", None).await
+        } else {
+            let w = service_of(&blue, "web", 1, "100m");
+            blue_client
+                .call("POST", "/v1/submissions?dryRun=true", Some(&json!({"id": format!("web-{i}"), "workload": w})))
+                .await
+        };
+        let r = r.unwrap_or_else(|e| panic!("call {i} of the honest team failed: {e:#}"));
+        assert_eq!(r.status, 200, "call {i} of the honest team: {:?}", r.body);
+        answered.fetch_add(1, SeqCst);
+        latencies.push(t.elapsed());
+    }
+    stop.store(true, SeqCst);
+    for t in tasks {
+        t.abort();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    latencies.sort();
+    let p = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    let peak = peak.load(SeqCst);
+    let grown = peak.saturating_sub(rss_before);
+    // The edge's bound: every connection's buffers and every body in flight;
+    // the rest is this test's own clients (hundreds of connections and
+    // streams) and the sims beside the gateway.
+    let bound = (limits.connections * pinfleet::gateway::listen::PER_CONNECTION_BYTES + limits.bodies_in_flight) as u64;
+    let slack: u64 = 160 << 20;
+    let counts = counts.lock().unwrap().clone();
+    println!(
+        "hostile load for {seconds}s: the honest team's {} calls all answered, p50 {:?}, p99 {:?}, max {:?}; memory {} MiB before, {} MiB at peak (+{} MiB; the edge's bound {} MiB, with the test's own clients {} MiB)",
+        latencies.len(),
+        p(0.5),
+        p(0.99),
+        latencies.last().unwrap(),
+        rss_before >> 20,
+        peak >> 20,
+        grown >> 20,
+        bound >> 20,
+        (bound + slack) >> 20
+    );
+    println!("what the attackers got: {counts:?}");
+    assert!(latencies.len() >= 4, "the honest team was answered only {} times", latencies.len());
+    assert!(grown <= bound + slack, "memory grew by {} MiB, past {} MiB", grown >> 20, (bound + slack) >> 20);
+    // Each attack met its answer.
+    let got = |k: &str| counts.get(k).copied().unwrap_or(0);
+    assert!(got("stranger h1 401") > 0, "a stranger's large body is refused unread: {counts:?}");
+    assert!(got("red panic 500") > 0, "a panic answers 500: {counts:?}");
+    assert!(got("red holding 429") > 0, "a user past its share is answered 429: {counts:?}");
+    assert!(got("red holding 200") > 0, "within its share, red is served: {counts:?}");
+    // No slot leaked: a fresh connection is served, the listener's cap of them one after another.
+    for n in 0..limits.connections {
+        let mut send = h1_from(addr, [127, 0, 0, 20]).await.expect("a connection");
+        let r = tokio::time::timeout(
+            Duration::from_secs(10),
+            send.send_request(request(addr, "GET", "/healthz", None, vec![])),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("connection {n} after the attacks was not answered"))
+        .unwrap();
+        assert_eq!(r.status(), 200, "connection {n} after the attacks");
+    }
+    // Every kind of refusal is audited, with the caller where known, and
+    // the log keeps within its budget.
+    let lines = audit_lines(&gw);
+    let has =
+        |answer: u64, user: &str| lines.iter().any(|l| l["answer"] == answer && (user.is_empty() || l["user"] == user));
+    // The panicking route asks for no credentials: its caller is not known.
+    assert!(has(500, ""), "the panics");
+    assert!(has(429, "mallory@example.com"), "the shares, by red");
+    assert!(has(401, ""), "the strangers' bodies");
+    let per_second = (seconds + 3) * u64::from(pinfleet::gateway::audit::REFUSALS_PER_SECOND);
+    let refused_lines =
+        lines.iter().filter(|l| l["answer"].as_u64().unwrap_or(0) >= 400 && l["verb"] != "suppressed").count() as u64;
+    // Red, the strangers and the honest team: three writers of refusals at most.
+    assert!(refused_lines <= 3 * per_second, "{refused_lines} refusal lines in {seconds}s");
+}

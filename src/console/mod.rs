@@ -485,7 +485,14 @@ async fn login(State(c): State<C>, Form(f): Form<LoginForm>) -> Response {
             let secure = if c.secure { "; Secure" } else { "" };
             let cookie =
                 format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={COOKIE_SECONDS}{secure}");
-            tracing::info!(target: "pinfleet::gateway::audit", user = who.user, via = who.via, verb = "console-login", "audit");
+            // A sign-in is a decision like any other: in the audit log, with who.
+            c.svc.audit_log.write(&crate::gateway::audit::Entry::new(
+                Some(&who),
+                "console-login",
+                "/login",
+                303,
+                "signed in",
+            ));
             let mut r = Redirect::to("/").into_response();
             if let Ok(v) = HeaderValue::from_str(&cookie) {
                 r.headers_mut().insert(header::SET_COOKIE, v);

@@ -116,7 +116,9 @@ pub async fn serve(
     // The same edge as the gateway's: a stranger's flood neither blocks
     // Alertmanager nor takes the delivery's descriptors.
     let task = tokio::spawn(async move {
-        if let Err(e) = crate::edge::serve(app, listener, None, limits(), Some(gate), std::future::pending()).await {
+        if let Err(e) =
+            crate::edge::serve(app, listener, None, limits(), Some(gate), None, std::future::pending()).await
+        {
             tracing::warn!("the alert receiver stopped: {e:#}");
         }
     });

@@ -97,13 +97,50 @@ pub async fn refusals(
                 t.trim().to_string()
             }
         });
-    log.write(&Entry::new(None, &verb.to_lowercase(), &object, status.as_u16(), &reason));
+    let mut e = Entry::new(None, &verb.to_lowercase(), &object, status.as_u16(), &reason);
+    // The caller where the request established one.
+    if let Ok(Some(h)) = crate::edge::CONNECTION_TRUST.try_with(|s| s.holder.get().cloned()) {
+        e.user = h.user;
+        e.teams = h.team.into_iter().collect();
+    }
+    log.write(&e);
     axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 /// Where audit lines go.
 pub struct AuditLog {
     file: Option<Mutex<std::fs::File>>,
+    /// Refusal lines written this second, per caller (or `-` for
+    /// strangers), and how many were held back.
+    refusals: Mutex<(u64, std::collections::HashMap<String, (u32, u32)>)>,
+}
+
+/// Refusal lines one caller (all strangers together) may write a second;
+/// past it they are counted and said in one line when the second ends, so a
+/// flood of bad requests cannot fill the disk (its bytes are the budget).
+pub const REFUSALS_PER_SECOND: u32 = 20;
+
+/// The edge's own refusals (bodies, budgets, shares, panics) go to the same log.
+impl crate::edge::Audit for AuditLog {
+    fn refused(
+        &self,
+        holder: Option<&crate::edge::Holder>,
+        peer: std::net::IpAddr,
+        method: &str,
+        path: &str,
+        status: u16,
+        why: &str,
+    ) {
+        let mut e = Entry::new(None, &method.to_lowercase(), path, status, why);
+        match holder {
+            Some(h) => {
+                e.user = h.user.clone();
+                e.teams = h.team.iter().cloned().collect();
+            }
+            None => e.via = format!("stranger {peer}"),
+        }
+        self.write(&e);
+    }
 }
 
 impl AuditLog {
@@ -119,21 +156,66 @@ impl AuditLog {
             )),
             None => None,
         };
-        Ok(AuditLog { file })
+        Ok(AuditLog { file, refusals: Mutex::default() })
     }
 
     pub fn stderr() -> AuditLog {
-        AuditLog { file: None }
+        AuditLog { file: None, refusals: Mutex::default() }
+    }
+
+    /// Whether a refusal of `who` may be written now; a line saying how
+    /// many were held back when a new second begins.
+    fn refusal_allowed(&self, who: &str) -> (bool, Vec<String>) {
+        let now = chrono::Utc::now().timestamp().max(0) as u64;
+        let Ok(mut r) = self.refusals.lock() else { return (true, vec![]) };
+        let mut said = Vec::new();
+        if r.0 != now {
+            for (k, (_, held)) in r.1.iter().filter(|(_, (_, held))| *held > 0) {
+                said.push(format!("{held} more refusal(s) of {k} in one second were not written (at most {REFUSALS_PER_SECOND} a second)"));
+            }
+            r.0 = now;
+            r.1.clear();
+        }
+        // The table is bounded: past 10,000 callers in one second, all count as one.
+        let key = if r.1.len() >= 10_000 && !r.1.contains_key(who) { "-" } else { who };
+        let e = r.1.entry(key.to_string()).or_insert((0, 0));
+        if e.0 < REFUSALS_PER_SECOND {
+            e.0 = e.0.saturating_add(1);
+            (true, said)
+        } else {
+            e.1 = e.1.saturating_add(1);
+            (false, said)
+        }
     }
 
     pub fn write(&self, e: &Entry) {
         let _ = AUDITED.try_with(|a| a.store(true, std::sync::atomic::Ordering::SeqCst));
+        if e.answer >= 400 {
+            let who = if e.user.is_empty() { "-" } else { e.user.as_str() };
+            let (allowed, said) = self.refusal_allowed(who);
+            for s in said {
+                self.write_line(&Entry::new(None, "suppressed", "", 429, &s));
+            }
+            if !allowed {
+                return;
+            }
+        }
+        self.write_line(e);
+    }
+
+    fn write_line(&self, e: &Entry) {
         // No raw control, bidirectional or zero-width character reaches a
         // line: each is written as its code point (serde_json would escape
         // the controls, not a right-to-left override).
         let mut e = e.clone();
         for f in [&mut e.user, &mut e.via, &mut e.verb, &mut e.object, &mut e.artifact, &mut e.reason] {
             *f = clean(f);
+        }
+        // A path or a reason is no longer than a reader needs.
+        for f in [&mut e.object, &mut e.reason] {
+            if f.chars().count() > 512 {
+                *f = f.chars().take(512).chain(['…']).collect();
+            }
         }
         for t in &mut e.teams {
             *t = clean(t);

@@ -536,10 +536,11 @@ pub async fn serve_with(
     let guard = super::guard::Guard { local: addr, plain: acceptor.is_none(), audit: audit.clone() };
     let app = app.layer(axum::middleware::from_fn_with_state(guard, super::guard::check));
     // Outermost: every refusal that wrote no audit line of its own gets one.
-    let app = match audit {
+    let app = match audit.clone() {
         Some(log) => app.layer(axum::middleware::from_fn_with_state(log, super::audit::refusals)),
         None => app,
     };
     let app = app.layer(axum::extract::DefaultBodyLimit::max(super::guard::BODY_LIMIT));
-    super::listen::serve(app, listener, acceptor, limits, gate, shutdown).await
+    let audit = audit.map(|a| a as Arc<dyn crate::edge::Audit>);
+    super::listen::serve(app, listener, acceptor, limits, gate, audit, shutdown).await
 }
