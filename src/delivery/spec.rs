@@ -208,7 +208,7 @@ impl DeliverySpec {
         for (c, image) in &raw.images {
             if !by_digest(image) {
                 problems.push(format!(
-                    "images.{c}: `{}` is not by digest; a delivery moves to digests (the gateway pins them at submission: `pinfleet gateway view`)",
+                    "images.{c}: `{}` is not by digest; a delivery moves to digests (the gateway pins them at submission: `pinfleet view workload TEAM/ID` shows them)",
                     image.escape_debug()
                 ));
             }
