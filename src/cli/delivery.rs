@@ -239,6 +239,7 @@ async fn show(g: &GlobalArgs, file: &std::path::Path) -> Result<ExitCode> {
     if let Some(rec) = book::slo(&opened.book.store).await? {
         s.budget = Some(book::budget_text(&rec, &spec.workload.namespace, &spec.workload.name).await);
     }
+    s.judged_by = Some(spec.analysis.clone());
     s.frozen = run::frozen(&spec.freeze, Utc::now())
         .map(|(w, end)| format!("freeze window {w} until {}", end.format("%Y-%m-%d %H:%M UTC")));
     if g.output == Format::Json {
