@@ -486,7 +486,7 @@ fn diff_sees_a_launch_template_edited_in_ec2_and_an_image_newer_than_the_machine
         machines["what"].as_str().unwrap().contains("not on the launch template's current version v2"),
         "{machines}"
     );
-    assert_eq!(machines["fix"], "pinfleet upgrade drift --group general --yes");
+    assert_eq!(machines["fix"], "pinfleet upgrade drift --instance-group general --yes");
 
     // The template put right (the machines still on their old version),
     // then a newer image for the selector: the machines run the old one.

@@ -123,7 +123,7 @@ impl Fleet {
         let r = opened.book.latest().await.unwrap().unwrap();
         let analyses = book::analyses(&opened.book.store, r.number).await.unwrap();
         let bad = opened.line.bad().await.unwrap().into_values().collect();
-        let s = status::Status::new(
+        let mut s = status::Status::new(
             r,
             analyses,
             None,
@@ -132,6 +132,7 @@ impl Fleet {
             &Default::default(),
             chrono::Utc::now(),
         );
+        s.judged_by = Some(spec.analysis.clone());
         status::text(&s)
     }
 }
@@ -157,6 +158,8 @@ async fn a_healthy_version_goes_out_in_waves_and_a_bad_one_rolls_back_by_its_own
             && text.contains("successful: web-availability-error-ratio ["),
         "{text}"
     );
+    // What it was judged by: a 99% SLO's budget (1% of requests failing) at maxBurnRate 1.
+    assert!(text.contains("web-availability-error-ratio: ok <= 0.01, FAILED > 0.01"), "{text}");
     assert_eq!(record.number, 1);
     // The SLO's error budget left, from the same Prometheus (what status and the console show).
     let rec = book::slo(&f.open(&v2).await.book.store).await.unwrap().expect("the delivery keeps its SLO");

@@ -1347,6 +1347,104 @@ fn idle_connections_past_the_cap_under_a_low_open_file_limit_stop_no_one() {
     assert!(child.0.try_wait().unwrap().is_none(), "the gateway is still serving: {log}");
 }
 
+/// `--no-console` switches off the pages, not the API's views: `pinfleet
+/// view`, `workloads describe` and `queue` read them. An error reply with
+/// nothing in it still says what was asked and how it was answered.
+#[test]
+fn without_the_console_the_views_answer_and_no_error_is_empty() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let quotas = dir.path().join("quotas.yaml");
+    std::fs::write(
+        &quotas,
+        "apiVersion: gateway.pinfleet.dev/v1alpha1\nkind: TeamQuota\nmetadata: {name: search}\nspec:\n  tiers:\n    OnDemand:\n      guaranteed: {cpu: '2', memory: 8Gi, pods: 10}\n      max: {cpu: '4', memory: 8Gi, pods: 10}\n",
+    )
+    .unwrap();
+    let url_file = dir.path().join("url");
+    let east = member("east", 1, "8", false);
+    // Its own embedded host, one member; loopback callers are alice of team search.
+    let child = Command::new(env!("CARGO_BIN_EXE_pinfleet"))
+        .args(["gateway", "serve", "--listen", "127.0.0.1:0", "--no-console", "--anonymous-as", "alice:search"])
+        .arg("--url-file")
+        .arg(&url_file)
+        .arg("--quotas")
+        .arg(&quotas)
+        .arg("--member")
+        .arg(format!("east={}", east.kubeconfig.display()))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("gateway.log")).unwrap())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Kill(child);
+    let log = || std::fs::read_to_string(dir.path().join("gateway.log")).unwrap_or_default();
+    let mut url = String::new();
+    for _ in 0..600 {
+        if let Ok(u) = std::fs::read_to_string(&url_file) {
+            url = u;
+            break;
+        }
+        assert!(child.0.try_wait().unwrap().is_none(), "the gateway ended before it served: {}", log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(url.starts_with("http://"), "no URL: {url:?}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = Client::new(&url, &Credentials::default()).unwrap();
+        let fleet = c.call("GET", "/v1/views/fleet", None).await.unwrap();
+        assert_eq!(fleet.status, 200, "{:?}", fleet.body);
+        let page = c.call("GET", "/", None).await.unwrap();
+        assert_eq!(page.status, 404, "the pages are off");
+        let w = service_of("search", "web", 1, "100m");
+        let a = c.call("POST", "/v1/submissions", Some(&json!({"id": "web", "workload": w}))).await.unwrap();
+        assert_eq!(a.status, 201, "{:?}", a.body);
+    });
+    let home = tempfile::tempdir().unwrap();
+    let pinfleet = |args: &[&str], gateway: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_pinfleet"))
+            .args(args)
+            .env("PINFLEET_GATEWAY", gateway)
+            .env("HOME", home.path())
+            .env_remove("PINFLEET_TOKEN")
+            .env_remove("PINFLEET_CREDENTIALS")
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    };
+    for args in [
+        &["view", "workload", "search/web"][..],
+        &["workloads", "describe", "search/web"],
+        &["view", "team", "search"],
+        &["view", "fleet"],
+        &["queue", "--team", "search"],
+    ] {
+        let (ok, stdout, stderr) = pinfleet(args, &url);
+        assert!(ok && !stdout.trim().is_empty(), "pinfleet {args:?}: {stderr}\n{}", log());
+    }
+    let (ok, _, stderr) = pinfleet(&["view", "workload", "search/nope"], &url);
+    assert!(!ok && stderr.contains("team search has no submission \"nope\""), "{stderr}");
+    // Something that is not a gateway: a 404 with no body.
+    let bare = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let bare_url = format!("http://{}", bare.local_addr().unwrap());
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut s in bare.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    let (ok, _, stderr) = pinfleet(&["view", "workload", "search/web"], &bare_url);
+    assert!(!ok && stderr.contains("GET /v1/views/workloads/search/web answered 404 Not Found"), "{stderr}");
+}
+
 // ---- the front door, round two (issue 48) -------------------------------------
 
 /// Every way a submission could own a node or outlive its cancellation is

@@ -220,14 +220,19 @@ async fn join_material(cluster: &Cluster, store: &Store, pki: &Pki, prepared: &p
         true => crate::kube::client_from_kubeconfig(&path, crate::kube::Retry::Never).await.ok(),
         false => None,
     };
-    let minted =
-        tokio::time::timeout(std::time::Duration::from_secs(15), join::ensure_fresh(client.as_ref(), store, now))
-            .await
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the API server did not answer within 15s")));
-    match minted {
-        Ok(_) => Ok(()),
+    match tokio::time::timeout(std::time::Duration::from_secs(15), join::ensure_fresh(client.as_ref(), store, now))
+        .await
+    {
+        Ok(minted) => minted.map(|_| ()),
         // Without an answer in time, the stored token if it has time left.
-        Err(_) if client.is_some() => join::ensure_fresh(None, store, now).await.map(|_| ()),
-        Err(e) => Err(e),
+        Err(_) if client.is_some() => {
+            let r = join::ensure_fresh(None, store, now)
+                .await
+                .context("the cluster's API server did not answer within 15s")?;
+            let why = join::NotMinted::Unreachable("no answer within 15s".into());
+            tracing::warn!("{}", join::stored_instead(&why, &r));
+            Ok(())
+        }
+        Err(_) => anyhow::bail!("the state store did not give the join token within 15s"),
     }
 }

@@ -14,7 +14,8 @@
 //! ```
 //!
 //! `/v1/views/...` serves the same views as JSON, which `pinfleet view`
-//! draws as text: one model, every screen.
+//! draws as text: one model, every screen. The JSON views are part of the
+//! API: a gateway serving without the pages (`--no-console`) serves them.
 
 pub mod build;
 pub mod observe;
@@ -531,13 +532,19 @@ async fn logout(State(c): State<C>, headers: HeaderMap, peer: Peer, Form(form): 
     secured(r)
 }
 
-pub fn router(c: C) -> Router {
+/// The views as JSON: part of the API (`pinfleet view`, `workloads
+/// describe`, `queue` and `quota` read them), served with or without the pages.
+pub fn views(c: C) -> Router {
+    Router::new().route("/v1/views/{*path}", get(view_json)).with_state(c)
+}
+
+/// The web pages: the views as HTML, their live updates, sign-in and sign-out.
+pub fn pages(c: C) -> Router {
     Router::new()
         .route("/", get(fleet_page))
         .route("/clusters/{name}", get(cluster_page))
         .route("/teams/{team}", get(team_page))
         .route("/workloads/{team}/{id}", get(workload_page))
-        .route("/v1/views/{*path}", get(view_json))
         .route("/ui/events", get(events))
         .route("/ui/console.css", get(css))
         .route("/ui/console.js", get(js))
@@ -546,7 +553,12 @@ pub fn router(c: C) -> Router {
         .with_state(c)
 }
 
-/// The gateway's API and the console, on one router.
+/// The gateway's API with its views, and the console's pages, on one router.
 pub fn app(c: C) -> Router {
-    crate::gateway::http::router(c.svc.clone()).merge(router(c))
+    api(c.clone()).merge(pages(c))
+}
+
+/// The gateway's API with its views, without the pages (`--no-console`).
+pub fn api(c: C) -> Router {
+    crate::gateway::http::router(c.svc.clone()).merge(views(c))
 }

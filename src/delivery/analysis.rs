@@ -93,6 +93,49 @@ pub struct Metric {
     pub success_condition: Option<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_condition: Option<Condition>,
+    /// Where the analysis made this metric from the SLO: what its bound is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_burn: Option<BudgetBurn>,
+}
+
+/// A bound drawn from an SLO: `max_burn_rate` times the error budget (the
+/// share of events that may fail), i.e. the error ratio that spends the
+/// budget that many times as fast as the SLO's window allows.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetBurn {
+    pub max_burn_rate: f64,
+    pub budget: f64,
+}
+
+impl Metric {
+    /// The thresholds it is judged by, in words:
+    /// `p99: ok < 0.3, FAILED >= 1, inconclusive between`.
+    pub fn bounds(&self) -> String {
+        let judged = match (self.success_condition, self.failure_condition) {
+            (Some(s), Some(f)) if complementary(s, f) => format!("ok {s}, FAILED {f}"),
+            (Some(s), Some(f)) => format!("ok {s}, FAILED {f}, inconclusive between"),
+            (Some(s), None) => format!("ok {s}, FAILED otherwise"),
+            (None, Some(f)) => format!("FAILED {f}, ok otherwise"),
+            (None, None) => "no condition: inconclusive".into(),
+        };
+        match self.budget_burn {
+            Some(b) => format!(
+                "{}: {judged} (the error ratio at {}× the error budget's burn rate: {}% of events failing)",
+                self.name,
+                number(b.max_burn_rate),
+                number(100.0 * b.budget * b.max_burn_rate)
+            ),
+            None => format!("{}: {judged}", self.name),
+        }
+    }
+}
+
+/// Whether every value meets one of the two conditions (`<= x` and `> x`):
+/// no value is left inconclusive.
+fn complementary(a: Condition, b: Condition) -> bool {
+    a.value == b.value
+        && matches!((a.op, b.op), (Op::Le, Op::Gt) | (Op::Lt, Op::Ge) | (Op::Gt, Op::Le) | (Op::Ge, Op::Lt))
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -274,7 +317,19 @@ mod tests {
             query: "q".into(),
             success_condition: success.map(|s| Condition::parse(s).unwrap()),
             failure_condition: failure.map(|s| Condition::parse(s).unwrap()),
+            budget_burn: None,
         }
+    }
+
+    #[test]
+    fn a_metric_says_the_thresholds_it_is_judged_by() {
+        assert_eq!(
+            metric(Some("< 0.01"), Some(">= 0.05")).bounds(),
+            "errors: ok < 0.01, FAILED >= 0.05, inconclusive between"
+        );
+        assert_eq!(metric(Some("<= 0.01"), Some("> 0.01")).bounds(), "errors: ok <= 0.01, FAILED > 0.01");
+        assert_eq!(metric(Some("< 0.01"), None).bounds(), "errors: ok < 0.01, FAILED otherwise");
+        assert_eq!(metric(None, Some("> 2")).bounds(), "errors: FAILED > 2, ok otherwise");
     }
 
     fn analysis(count: u32, failure_limit: u32, inconclusive_limit: u32) -> Analysis {

@@ -177,6 +177,7 @@ pub async fn observe(spec: &DeliverySpec, opened: &Opened, now: DateTime<Utc>) -
     let members = spec.members();
     let windows = Freeze { waves: &spec.waves, members: &members, freeze: &spec.freeze, hotfix: false };
     let mut s = Status::new(r, analyses, opened.line.stopped().await?, bad, &windows, &approved, now);
+    s.judged_by = Some(spec.analysis.clone());
     if let Some(rec) = book::slo(&opened.book.store).await? {
         s.budget = Some(book::budget_text(&rec, &spec.workload.namespace, &spec.workload.name).await);
     }

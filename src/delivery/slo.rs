@@ -138,14 +138,17 @@ fn indent(s: &str, n: usize) -> String {
 
 /// The metric a delivery's analysis checks when it names none: the SLI's
 /// error ratio over `range` on the wave's cluster and version, successful
-/// below `burn` times the budget's rate, failed from 10× that.
+/// at or below `burn` times the budget (`maxBurnRate`: the version may
+/// spend its budget that many times as fast as the window allows), failed
+/// above it. No band between is left inconclusive: only no data is.
 pub fn analysis_metric(slo: &Slo, burn: f64, range: &str) -> Metric {
     let bound = burn * slo.budget();
     Metric {
         name: format!("{}-error-ratio", slo.name),
         query: format!("({})\n/\n({})", slo.errors.replace("{{range}}", range), slo.total.replace("{{range}}", range)),
-        success_condition: Some(Condition { op: Op::Lt, value: bound }),
-        failure_condition: Some(Condition { op: Op::Ge, value: 10.0 * bound }),
+        success_condition: Some(Condition { op: Op::Le, value: bound }),
+        failure_condition: Some(Condition { op: Op::Gt, value: bound }),
+        budget_burn: Some(analysis::BudgetBurn { max_burn_rate: burn, budget: slo.budget() }),
     }
 }
 
@@ -196,7 +199,21 @@ mod tests {
     fn the_analysis_checks_the_same_sli_within_its_burn() {
         let m = analysis_metric(&web(), 1.0, "1m");
         assert!(m.query.contains("[1m]") && m.query.contains("code=~\"5..\""));
-        assert_eq!(m.success_condition.unwrap().to_string(), format!("< {}", 0.001f64 * 1.0));
         assert!((budget_left(&web(), 0.0005) - 0.5).abs() < 1e-9);
+        // Past maxBurnRate times the budget it fails; within it, it passes.
+        let at = chrono::Utc::now();
+        let phase = |m: &Metric, x: f64| analysis::measure(m, analysis::Answer::Value(x), at).phase;
+        for (burn, within, past) in
+            [(1.0, 0.001, 0.0011), (1.0, 0.0, 0.002), (2.0, 0.002, 0.0021), (0.5, 0.0005, 0.0006)]
+        {
+            let m = analysis_metric(&web(), burn, "1m");
+            assert_eq!(phase(&m, within), analysis::Phase::Successful, "{within} at {burn}x");
+            assert_eq!(phase(&m, past), analysis::Phase::Failed, "{past} at {burn}x");
+        }
+        assert_eq!(
+            m.bounds(),
+            "web-availability-error-ratio: ok <= 0.001, FAILED > 0.001 \
+             (the error ratio at 1× the error budget's burn rate: 0.1% of events failing)"
+        );
     }
 }

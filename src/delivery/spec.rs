@@ -116,8 +116,9 @@ struct RawAnalysis {
     consecutive_error_limit: Option<u32>,
     bake: Option<String>,
     ready_timeout: Option<String>,
-    /// With an SLO and no metrics: the SLI's error ratio must stay below
-    /// this many times the budget's rate (default 1).
+    /// With an SLO and no metrics: the SLI's error ratio must stay at or
+    /// below this many times the budget (default 1); above it a
+    /// measurement fails.
     max_burn_rate: Option<f64>,
     #[serde(default)]
     metrics: Vec<RawMetric>,
@@ -245,7 +246,13 @@ impl DeliverySpec {
             if m.success_condition.is_none() && m.failure_condition.is_none() {
                 problems.push(format!("{at}: name a successCondition, a failureCondition or both"));
             }
-            metrics.push(Metric { name: m.name.clone(), query: m.query.clone(), success_condition, failure_condition });
+            metrics.push(Metric {
+                name: m.name.clone(),
+                query: m.query.clone(),
+                success_condition,
+                failure_condition,
+                budget_burn: None,
+            });
         }
         let interval = duration("analysis.interval", a.interval.as_deref(), Duration::from_secs(60), &mut problems);
         if metrics.is_empty() {
@@ -353,7 +360,7 @@ fn check_names(raw: &Raw) -> Vec<String> {
     for (c, image) in &raw.images {
         if !by_digest(image) {
             problems.push(format!(
-                "images.{c}: `{}` is not by digest; a delivery moves to digests (the gateway pins them at submission: `pinfleet view workload`)",
+                "images.{c}: `{}` is not by digest; a delivery moves to digests (the gateway pins them at submission: `pinfleet view workload TEAM/ID` shows them)",
                 image.escape_debug()
             ));
         }
@@ -486,9 +493,15 @@ slo:
         assert_eq!(d.clusters["south"].kubeconfig, Path::new("/abs/south.yaml"));
         assert_eq!(d.waves.stages.len(), 2);
         assert_eq!((d.analysis.count, d.analysis.failure_limit, d.analysis.interval), (2, 0, Duration::from_secs(5)));
-        // No metric of its own: the SLO's SLI, within its budget's rate.
+        // No metric of its own: the SLO's SLI, within its budget (maxBurnRate 1): above it fails.
         assert_eq!(d.analysis.metrics.len(), 1);
-        assert_eq!(d.analysis.metrics[0].name, "web-availability-error-ratio");
+        let m = &d.analysis.metrics[0];
+        assert_eq!(m.name, "web-availability-error-ratio");
+        let bounds = |m: &Metric| (m.success_condition.unwrap().to_string(), m.failure_condition.unwrap().to_string());
+        assert_eq!(bounds(m), ("<= 0.001".to_string(), "> 0.001".to_string()));
+        let twice =
+            DeliverySpec::parse(&FILE.replace("count: 2", "count: 2\n  maxBurnRate: 2"), Path::new("/")).unwrap();
+        assert_eq!(bounds(&twice.analysis.metrics[0]), ("<= 0.002".to_string(), "> 0.002".to_string()));
         assert_eq!(d.members().len(), 2);
     }
 

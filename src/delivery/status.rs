@@ -1,10 +1,10 @@
 //! Where a delivery stands, as text (pure): the version and its state,
-//! the line, each wave with its clusters (what they ran, what they move
-//! to, the analysis' numbers), why anything is not moving, and whether
-//! the version is marked bad.
+//! the line, the thresholds the analysis judges by, each wave with its
+//! clusters (what they ran, what they move to, the analysis' numbers),
+//! why anything is not moving, and whether the version is marked bad.
 //!
 //! ```text
-//! FleetRollout + analyses + line (book) ─▶ text ─▶ `pinfleet delivery status`
+//! FleetRollout + analyses + line (book) + the file's analysis ─▶ text ─▶ `pinfleet delivery status`
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::analysis::Phase;
+use super::analysis::{Analysis, Phase};
 use super::book::{Bad, ClusterAnalysis, Stopped};
 use crate::fleet::rollout::{decide, ClusterState, FleetRollout, RolloutState, Snapshot, Windows};
 
@@ -31,6 +31,10 @@ pub struct Status {
     /// The workload's error budget left, as Prometheus says now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget: Option<String>,
+    /// The analysis each wave is judged by (the delivery file's): its
+    /// measurements, limits and each metric's thresholds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub judged_by: Option<Analysis>,
 }
 
 impl Status {
@@ -48,7 +52,7 @@ impl Status {
         } else {
             BTreeMap::new()
         };
-        Status { record, analyses, line, bad, why, frozen: None, budget: None }
+        Status { record, analyses, line, bad, why, frozen: None, budget: None, judged_by: None }
     }
 }
 
@@ -90,6 +94,23 @@ pub fn analysis_cell(a: Option<&ClusterAnalysis>) -> String {
     }
 }
 
+/// What a wave's analysis is judged by: how often and how long it
+/// measures, its limits, and each metric's thresholds.
+pub fn judged_by(a: &Analysis) -> String {
+    let mut out = format!(
+        "analysis: {} measurement(s) {} apart after a {} bake; fails past {} failed, holds past {} inconclusive\n",
+        a.count,
+        humantime::format_duration(a.interval),
+        humantime::format_duration(a.bake),
+        a.failure_limit,
+        a.inconclusive_limit
+    );
+    for m in &a.metrics {
+        out.push_str(&format!("  {}\n", m.bounds()));
+    }
+    out
+}
+
 pub fn text(s: &Status) -> String {
     let r = &s.record;
     let mut out = format!(
@@ -111,6 +132,9 @@ pub fn text(s: &Status) -> String {
     }
     if let Some(b) = &s.budget {
         out.push_str(&format!("{b}\n"));
+    }
+    if let Some(a) = &s.judged_by {
+        out.push_str(&judged_by(a));
     }
     if let Some(f) = &s.frozen {
         out.push_str(&format!("frozen: {f} (a --hotfix goes past it, audited)\n"));
@@ -210,7 +234,8 @@ mod tests {
             reason: "analysis failed on north".into(),
             at: t0,
         }];
-        let s = Status::new(r, analyses, None, bad, &crate::fleet::rollout::Always, &BTreeSet::new(), t0);
+        let mut s = Status::new(r, analyses, None, bad, &crate::fleet::rollout::Always, &BTreeSet::new(), t0);
+        s.judged_by = Some(spec.analysis.clone());
         insta::assert_snapshot!(text(&s));
     }
 }

@@ -158,7 +158,7 @@ fn apply(cluster: &str) -> String {
 
 fn upgrade(cluster: &str, group: Option<&str>) -> String {
     match group {
-        Some(g) => format!("pinfleet upgrade {cluster} --group {g} --yes"),
+        Some(g) => format!("pinfleet upgrade {cluster} --instance-group {g} --yes"),
         None => format!("pinfleet upgrade {cluster} --yes"),
     }
 }
@@ -637,7 +637,7 @@ mod tests {
         assert_eq!(findings.len(), 2);
         assert_eq!(findings[0].what, "the cluster configuration says v1.36.2, the file v1.37.0");
         assert_eq!(findings[1].what, "kubelets not at v1.37.0: 1 of 2 (2 at v1.36.2)");
-        assert_eq!(findings[1].fix, "pinfleet upgrade c --group general --yes");
+        assert_eq!(findings[1].fix, "pinfleet upgrade c --instance-group general --yes");
     }
 
     #[test]

@@ -55,9 +55,12 @@ pub struct Client {
     >,
 }
 
-/// An answer: its status and JSON body.
+/// An answer: what was asked, its status and JSON body (a body that is
+/// not JSON is kept as a string).
 #[derive(Debug)]
 pub struct Answer {
+    /// `GET /v1/views/fleet`: the method and path asked.
+    pub asked: String,
     pub status: u16,
     pub body: Value,
 }
@@ -68,14 +71,35 @@ impl Answer {
         if (200..300).contains(&self.status) {
             return Ok(self.body);
         }
-        let msg =
-            self.body.get("error").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| self.body.to_string());
-        match self.status {
-            401 => bail!("the gateway refused the credentials: {msg}"),
-            403 => bail!("not allowed: {msg}"),
-            404 => bail!("{msg}"),
-            _ => bail!("the gateway answered {}: {msg}", self.status),
-        }
+        bail!("{}", refusal(&self.asked, self.status, &self.body))
+    }
+}
+
+/// An error reply in words, never empty: the gateway's own `error` where
+/// it gave one; otherwise (an empty body, a proxy's page, a path this
+/// gateway does not serve) what was asked and the HTTP status, with the
+/// body's first words if it had any.
+pub fn refusal(asked: &str, status: u16, body: &Value) -> String {
+    let said = body.get("error").and_then(Value::as_str).map(str::trim).filter(|m| !m.is_empty());
+    if let Some(msg) = said {
+        return match status {
+            401 => format!("the gateway refused the credentials: {msg}"),
+            403 => format!("not allowed: {msg}"),
+            404 => msg.to_string(),
+            _ => format!("the gateway answered {status}: {msg}"),
+        };
+    }
+    let reason = http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
+    let head = format!("{asked} answered {status} {reason}");
+    let text = match body {
+        Value::Null => String::new(),
+        Value::String(s) => crate::sdk_error::one_line(s),
+        other => crate::sdk_error::one_line(&other.to_string()),
+    };
+    if text.is_empty() {
+        head.trim_end().to_string()
+    } else {
+        format!("{}: {text}", head.trim_end())
     }
 }
 
@@ -137,7 +161,7 @@ impl Client {
         let bytes = resp.into_body().collect().await?.to_bytes();
         let body = serde_json::from_slice(&bytes)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-        Ok(Answer { status, body })
+        Ok(Answer { asked: format!("{method} {path}"), status, body })
     }
 }
 
@@ -151,4 +175,42 @@ fn rustls_native_certs_fallback() -> Vec<rustls::pki_types::CertificateDer<'stat
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_error_reply_says_what_was_asked_and_how_it_was_answered() {
+        let asked = "GET /v1/views/workloads/search/web";
+        // No body (a path this gateway does not serve): the status and the question.
+        assert_eq!(refusal(asked, 404, &json!("")), "GET /v1/views/workloads/search/web answered 404 Not Found");
+        assert_eq!(refusal(asked, 404, &Value::Null), "GET /v1/views/workloads/search/web answered 404 Not Found");
+        // A proxy's page: its title.
+        let page = json!("<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>");
+        assert_eq!(refusal(asked, 502, &page), format!("{asked} answered 502 Bad Gateway: 502 Bad Gateway"));
+        // JSON without an error (or an empty one): the body, shortened.
+        assert_eq!(
+            refusal(asked, 500, &json!({"error": ""})),
+            format!("{asked} answered 500 Internal Server Error: {{\"error\":\"\"}}")
+        );
+        // The gateway's own reason, as it gave it.
+        assert_eq!(
+            refusal(asked, 404, &json!({"error": "team search has no submission \"web\""})),
+            "team search has no submission \"web\""
+        );
+        assert_eq!(
+            refusal(asked, 403, &json!({"error": "bob may not see team search"})),
+            "not allowed: bob may not see team search"
+        );
+        assert_eq!(refusal(asked, 401, &json!({"error": "expired"})), "the gateway refused the credentials: expired");
+        assert_eq!(refusal(asked, 503, &json!({"error": "try again"})), "the gateway answered 503: try again");
+        // Whatever the reply, never an empty message.
+        for (status, body) in [(404, json!("")), (599, json!("")), (400, json!(" ")), (500, json!({}))] {
+            let m = refusal(asked, status, &body);
+            assert!(m.starts_with(asked) && m.contains(&status.to_string()), "{m}");
+        }
+    }
 }

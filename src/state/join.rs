@@ -11,7 +11,7 @@
 //! registers the stored one with `kubeadm init`; before pinfleet launches
 //! machines into a running cluster it mints a fresh one through the API
 //! ([`mint`]), or, when the API server cannot be reached, uses the stored
-//! one while it has time left.
+//! one while it has time left, saying so in one line ([`stored_instead`]).
 
 use anyhow::{Context as _, Result};
 use chrono::{DateTime, Duration, Utc};
@@ -129,23 +129,161 @@ pub async fn mint(client: &kube::Client, store: &Store, now: DateTime<Utc>) -> R
     Ok(r)
 }
 
+/// Why no fresh token was minted through the cluster's API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotMinted {
+    /// Nothing answered: `dns: no such host`, `connection refused`,
+    /// `timed out`, `TLS: …`.
+    Unreachable(String),
+    /// The API server answered and refused: `403 Forbidden: …`.
+    Refused(String),
+    /// Anything else (writing the token to the state store, …), in one line.
+    Failed(String),
+}
+
+impl NotMinted {
+    /// From the error: the API server's refusal, else its causes
+    /// (outermost first) read for why nothing answered.
+    pub fn of(e: &anyhow::Error) -> NotMinted {
+        for cause in e.chain() {
+            if let Some(kube::Error::Api(s)) = cause.downcast_ref::<kube::Error>() {
+                return NotMinted::Refused(crate::sdk_error::one_line(&format!(
+                    "{} {}: {}",
+                    s.code, s.reason, s.message
+                )));
+            }
+        }
+        let causes: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+        NotMinted::from_causes(&causes)
+    }
+
+    /// From an error's causes, outermost first: what a connection's
+    /// failure says (hyper's and the resolver's words), else the innermost.
+    pub fn from_causes(causes: &[String]) -> NotMinted {
+        let all = causes.join(": ").to_ascii_lowercase();
+        let innermost = causes.last().map(|c| crate::sdk_error::one_line(c)).unwrap_or_default();
+        if all.contains("dns error") || all.contains("failed to lookup address") {
+            NotMinted::Unreachable("dns: no such host".into())
+        } else if all.contains("connection refused") {
+            NotMinted::Unreachable("connection refused".into())
+        } else if all.contains("timed out") || all.contains("deadline has elapsed") {
+            NotMinted::Unreachable("timed out".into())
+        } else if all.contains("certificate") || all.contains("tls") || all.contains("handshake") {
+            NotMinted::Unreachable(format!("TLS: {innermost}"))
+        } else if all.contains("(connect)") || all.contains("connection reset") || all.contains("unreachable") {
+            NotMinted::Unreachable(innermost)
+        } else {
+            NotMinted::Failed(innermost)
+        }
+    }
+}
+
+impl std::fmt::Display for NotMinted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotMinted::Unreachable(why) => write!(f, "the cluster's API server is not reachable yet ({why})"),
+            NotMinted::Refused(why) => write!(f, "the cluster's API server refused a new bootstrap token ({why})"),
+            NotMinted::Failed(why) => {
+                write!(f, "no new bootstrap token could be minted through the cluster's API ({why})")
+            }
+        }
+    }
+}
+
+/// One line for a launch that goes on without a fresh token: what
+/// happened and what pinfleet does instead.
+pub fn stored_instead(why: &NotMinted, stored: &TokenRecord) -> String {
+    format!(
+        "{why}; the machines launched now join with the bootstrap token from the state store instead (valid until {})",
+        stored.expires.format("%Y-%m-%d %H:%M UTC")
+    )
+}
+
 /// Before launching into a running cluster: a fresh token through the API
 /// when it answers, else the stored one while it has time left; otherwise
 /// an error that says what to do (nothing launched yet).
 pub async fn ensure_fresh(client: Option<&kube::Client>, store: &Store, now: DateTime<Utc>) -> Result<TokenRecord> {
+    let mut not_minted = None;
     if let Some(c) = client {
         match mint(c, store, now).await {
             Ok(r) => return Ok(r),
-            Err(e) => tracing::warn!("could not mint a bootstrap token through the API: {e:#}"),
+            Err(e) => {
+                // The whole chain for whoever debugs it; one line for everyone.
+                tracing::debug!("minting a bootstrap token through the API: {e:#}");
+                not_minted = Some(NotMinted::of(&e));
+            }
         }
     }
     match current(store).await? {
-        Some(r) if r.expires - now > MIN_LEFT => Ok(r),
-        Some(r) => anyhow::bail!(
-            "the stored bootstrap token expires at {} and the API server could not mint a new one; \
-             pass --kubeconfig for a reachable API server and run again",
-            r.expires
-        ),
+        Some(r) if r.expires - now > MIN_LEFT => {
+            if let Some(why) = &not_minted {
+                tracing::warn!("{}", stored_instead(why, &r));
+            }
+            Ok(r)
+        }
+        Some(r) => {
+            let why = not_minted.map(|w| format!(": {w}")).unwrap_or_default();
+            anyhow::bail!(
+                "the stored bootstrap token expires at {} and the API server could not mint a new one{why}; \
+                 pass --kubeconfig for a reachable API server and run again",
+                r.expires.format("%Y-%m-%d %H:%M UTC")
+            )
+        }
         None => anyhow::bail!("no bootstrap token has been published for this cluster; run `pinfleet bootstrap` first"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn a_launch_without_a_fresh_token_says_why_and_what_it_does_instead_in_one_line() {
+        let stored = TokenRecord {
+            token: "abcdef.0123456789abcdef".into(),
+            expires: Utc.with_ymd_and_hms(2026, 11, 28, 6, 0, 0).unwrap(),
+        };
+        let chain = |causes: &[&str]| NotMinted::from_causes(&causes.iter().map(|c| c.to_string()).collect::<Vec<_>>());
+        // What an apply met before the cluster's DNS name resolved.
+        let dns = chain(&[
+            "creating a bootstrap token in kube-system",
+            "ServiceError: client error (Connect)",
+            "client error (Connect)",
+            "dns error: failed to lookup address information: Name or service not known",
+        ]);
+        let said = stored_instead(&dns, &stored);
+        assert_eq!(
+            said,
+            "the cluster's API server is not reachable yet (dns: no such host); the machines launched now join \
+             with the bootstrap token from the state store instead (valid until 2026-11-28 06:00 UTC)"
+        );
+        assert!(!said.contains('\n') && !said.contains("ServiceError"));
+        assert_eq!(
+            chain(&["x", "tcp connect error: Connection refused (os error 111)"]),
+            NotMinted::Unreachable("connection refused".into())
+        );
+        assert_eq!(chain(&["x", "operation timed out"]), NotMinted::Unreachable("timed out".into()));
+        assert!(
+            matches!(chain(&["x", "invalid peer certificate: UnknownIssuer"]), NotMinted::Unreachable(w) if w == "TLS: invalid peer certificate: UnknownIssuer")
+        );
+        assert_eq!(
+            chain(&["writing machine/join/token", "AccessDenied: no"]),
+            NotMinted::Failed("AccessDenied: no".into())
+        );
+        // The API server answered and refused: its status, not the chain.
+        let e = anyhow::Error::new(kube::Error::Api(Box::new(kube::core::Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: "secrets is forbidden: User \"ci\" cannot create resource \"secrets\"".into(),
+            ..Default::default()
+        })))
+        .context("creating a bootstrap token in kube-system");
+        assert_eq!(
+            stored_instead(&NotMinted::of(&e), &stored),
+            "the cluster's API server refused a new bootstrap token (403 Forbidden: secrets is forbidden: User \"ci\" \
+             cannot create resource \"secrets\"); the machines launched now join with the bootstrap token from the \
+             state store instead (valid until 2026-11-28 06:00 UTC)"
+        );
     }
 }

@@ -98,7 +98,8 @@ pub struct ServeArgs {
     pub api_qps: Option<f64>,
     #[arg(long, default_value_t = 100)]
     pub api_burst: u32,
-    /// Serve the API alone, without the web console at /.
+    /// Serve the API (its JSON views under /v1/views included) without the
+    /// web console's pages.
     #[arg(long)]
     pub no_console: bool,
     /// Append the audit trail (one JSON line per decision) to this file
@@ -280,18 +281,18 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
         std::fs::write(f, &url).with_context(|| format!("writing {}", f.display()))?;
     }
     eprintln!("gateway serving at {url}");
-    let mut closing = None;
     let tls = match (&s.tls_cert, &s.tls_key) {
         (Some(c), Some(k)) => Some(http::Tls { cert: c, key: k, client_ca: s.client_ca.as_deref() }),
         _ => None,
     };
+    // The views are the API's as much as the pages': built either way,
+    // only the pages are switched off.
+    let console = crate::console::Console::new(Arc::clone(&svc), fleet, s.member_refresh, s.tls_cert.is_some());
+    let closing = Arc::clone(&console);
     let app = if s.no_console {
-        http::router(Arc::clone(&svc))
+        crate::console::api(console)
     } else {
-        let console = crate::console::Console::new(Arc::clone(&svc), fleet, s.member_refresh, s.tls_cert.is_some());
         eprintln!("console at {url}/");
-        let c = Arc::clone(&console);
-        closing = Some(c);
         crate::console::app(console)
     };
     let shutdown = async move {
@@ -301,9 +302,7 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
         let _ = stop.send(true);
         // Live-update streams stay open until told: end them, or the
         // graceful shutdown waits for every open browser tab.
-        if let Some(c) = closing {
-            c.close();
-        }
+        closing.close();
     };
     let limits = crate::gateway::listen::Limits {
         connections: s.max_connections,
