@@ -17,7 +17,8 @@
 // Every count in the gateway is checked or saturating: a value a tenant
 // sent must never wrap a quota or panic the pass every team waits on
 // (scripts/test runs clippy, which refuses an unchecked operation here).
-#![deny(clippy::arithmetic_side_effects)]
+// The tests beside the code may count as tests do; what ships may not.
+#![cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 
 pub mod admission;
 pub mod audit;

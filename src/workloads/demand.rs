@@ -25,7 +25,8 @@
 //! `activeDeadlineSeconds`, and refused without one).
 
 // Every count here is checked (a tenant's value must not wrap a demand).
-#![deny(clippy::arithmetic_side_effects)]
+// The tests beside the code may count as tests do; what ships may not.
+#![cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 
 use std::collections::BTreeMap;
 
