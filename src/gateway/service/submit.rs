@@ -1,0 +1,289 @@
+//! A submission's way in: the intake's checks, the priority class, the
+//! images (`images`), a retry answered by the first record, the dry run on
+//! the members (`dry_run`), whether the fleet and the team's quota can
+//! ever hold it and the team's open submissions; then what admission would
+//! answer (a dry run) or the record, queued, and the leader woken.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use chrono::Utc;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::members::common_overheads;
+use super::{expected, phase, subs, MemberView, Service};
+use crate::gateway::admission::{self, Pending, Waiting};
+use crate::gateway::intake::{self, Caller, Problem};
+use crate::gateway::records::{self, Phase, Submission, SubmissionSpec};
+
+/// The answer to a submission.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    pub id: String,
+    pub name: String,
+    pub team: String,
+    pub dry_run: bool,
+    /// accepted (queued), admitted, rejected; for a retry, the first answer's.
+    pub outcome: String,
+    pub phase: Phase,
+    pub demand: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<Problem>,
+    /// What admission would do now (dry run) or did: admitted, or why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
+    /// A retry of an earlier submission with the same id.
+    pub retry: bool,
+}
+
+impl Service {
+    /// Checks a submission through every layer and, unless a dry run,
+    /// records it. A retried id returns the first answer.
+    pub async fn submit(
+        &self,
+        caller: &Caller,
+        id: &str,
+        workload: &Value,
+        priority_class: Option<&str>,
+        dry_run: bool,
+    ) -> Result<(u16, Decision)> {
+        let started = Instant::now();
+        let bad = |problems: Vec<Problem>, team: &str, name: String| Decision {
+            id: id.to_string(),
+            name,
+            team: team.to_string(),
+            dry_run,
+            outcome: "rejected".into(),
+            phase: Phase::Queued,
+            demand: String::new(),
+            problems,
+            waiting: None,
+            retry: false,
+        };
+        if let Err(p) = intake::check_id(id) {
+            let team = workload.pointer("/spec/owner/team").and_then(Value::as_str).unwrap_or_default();
+            self.audit(caller, "submit", team, "", 422, &p.message).await;
+            return Ok((422, bad(vec![p], team, String::new())));
+        }
+        let views = self.member_views().await;
+        let reachable: Vec<&MemberView> = views.iter().filter(|v| v.reachable).collect();
+        let profiles: Vec<BTreeMap<String, String>> = reachable.iter().filter_map(|v| v.profiles.clone()).collect();
+        let minors: Vec<u32> = reachable.iter().filter_map(|v| v.minor).collect();
+        let overheads = common_overheads(&reachable);
+        let members = intake::Members { profiles: &profiles, minors: &minors, overheads: overheads.as_ref() };
+        let intake = match intake::check(workload, caller, &self.config.policy, &members) {
+            Ok(i) => i,
+            Err(p) => {
+                let team = workload.pointer("/spec/owner/team").and_then(Value::as_str).unwrap_or_default();
+                self.audit(caller, "submit", &format!("{team}/{id}"), "", 422, &problems_text(&p)).await;
+                return Ok((422, bad(p, team, String::new())));
+            }
+        };
+        let class = match self.config.policy.class(priority_class, &intake.team, intake.tier, caller) {
+            Ok(c) => c,
+            Err(p) => {
+                self.audit(caller, "submit", &format!("{}/{id}", intake.team), &intake.artifact, 422, &p.message).await;
+                return Ok((422, bad(vec![p], &intake.team, String::new())));
+            }
+        };
+        let priority = class.value;
+        let mut intake = intake;
+        let verdicts = match self.provenance(caller, id, &mut intake).await {
+            Ok(v) => v,
+            Err(p) => {
+                self.audit(
+                    caller,
+                    "submit",
+                    &format!("{}/{id}", intake.team),
+                    &intake.artifact,
+                    422,
+                    &problems_text(&p),
+                )
+                .await;
+                return Ok((422, bad(p, &intake.team, String::new())));
+            }
+        };
+        if let Err((code, p)) = self.not_marked_bad(&intake).await {
+            self.audit(caller, "submit", &format!("{}/{id}", intake.team), &intake.artifact, code, &problems_text(&p))
+                .await;
+            return Ok((code, bad(p, &intake.team, String::new())));
+        }
+        let name = records::submission_name(&intake.team, id);
+        let digest = records::digest(&intake.workload);
+        // A retry: the record the first attempt made answers.
+        if let Some(existing) = subs(&self.host, &self.config.namespace).get_opt(&name).await? {
+            if existing.spec.digest != digest {
+                let p = Problem::new(
+                    "request",
+                    "id",
+                    format!("id {id:?} was used for another workload of team {}: choose a new id", intake.team),
+                );
+                return Ok((409, bad(vec![p], &intake.team, name)));
+            }
+            let mut d = self.decision_of(&existing, dry_run).await;
+            d.retry = true;
+            return Ok((200, d));
+        }
+        let mut problems = Vec::new();
+        // Layer 3: a server-side dry run where it could land.
+        problems.extend(self.dry_run(&intake.workload, &views).await);
+        // Layer 4: can the fleet (and the team's quota) ever hold it.
+        let (world, broken) = self.world().await?;
+        if let Some(errs) = broken.get(&intake.team) {
+            problems.push(Problem::new(
+                "capacity",
+                "",
+                format!("team {}'s quota does not resolve: {}", intake.team, errs.join("; ")),
+            ));
+        } else if let Some(why) = admission::never(&world, &intake.team, intake.tier, &intake.demand) {
+            problems.push(Problem::new("capacity", "", why));
+        }
+        if !problems.is_empty() {
+            self.audit(caller, "submit", &name, &intake.artifact, 422, &problems_text(&problems)).await;
+            return Ok((422, bad(problems, &intake.team, name)));
+        }
+        let spec = SubmissionSpec {
+            id: id.to_string(),
+            team: intake.team.clone(),
+            tier: intake.tier,
+            priority,
+            priority_class: Some(class.name.clone()),
+            submitted_by: caller.user.clone(),
+            authenticated_by: caller.via.clone(),
+            workload: intake.workload.clone(),
+            artifact: intake.artifact.clone(),
+            demand: intake.demand,
+            expected_seconds: intake.expected_seconds,
+            digest,
+            cancel: false,
+            provenance: verdicts,
+        };
+        if dry_run {
+            return Ok((200, self.would(&world, id, name, spec).await?));
+        }
+        let open = self.all().iter().filter(|s| s.spec.team == intake.team && !phase(s).done()).count();
+        if open >= records::MAX_OPEN_PER_TEAM {
+            let why = format!(
+                "team {} has {open} submissions not finished (at most {}): wait for some to finish, or cancel some",
+                intake.team,
+                records::MAX_OPEN_PER_TEAM
+            );
+            self.audit(caller, "submit", &name, &intake.artifact, 429, &why).await;
+            return Ok((429, bad(vec![Problem::new("request", "", why)], &intake.team, name)));
+        }
+        self.record(caller, name, spec, &intake.artifact, started).await
+    }
+
+    /// Exactly what admission would answer now, for a dry run.
+    async fn would(&self, world: &admission::World, id: &str, name: String, spec: SubmissionSpec) -> Result<Decision> {
+        let priority = spec.priority;
+        // Exactly what admission would answer now.
+        let (mut ledger, _) = self.read_ledger().await?;
+        let mut queue: Vec<Pending> = self.queued().iter().map(|s| Self::pending_of(s)).collect();
+        let me = Pending {
+            name: name.clone(),
+            team: spec.team.clone(),
+            tier: spec.tier,
+            priority,
+            created: Utc::now(),
+            demand: spec.demand,
+            expected_duration: spec.expected_seconds.map(expected),
+        };
+        queue.push(me);
+        admission::order(&mut queue);
+        let now = Utc::now();
+        let before = ledger.clone();
+        let batch = admission::decide(&world, &mut ledger, &queue, now);
+        let admitted = batch.admitted.iter().any(|(n, _)| *n == name);
+        let waiting = if admitted {
+            None
+        } else {
+            admission::explain(&world, &before, &queue, &batch.waiting, now).remove(&name)
+        };
+        Ok(Decision {
+            id: id.to_string(),
+            name,
+            team: spec.team,
+            dry_run: true,
+            outcome: if admitted { "would be admitted" } else { "would wait" }.into(),
+            phase: if admitted { Phase::Admitted } else { Phase::Queued },
+            demand: spec.demand.show(),
+            problems: vec![],
+            waiting,
+            retry: false,
+        })
+    }
+
+    /// Records an accepted submission (a concurrent retry's record answers
+    /// as a retry) and wakes the leader.
+    async fn record(
+        &self,
+        caller: &Caller,
+        name: String,
+        spec: SubmissionSpec,
+        artifact: &str,
+        started: Instant,
+    ) -> Result<(u16, Decision)> {
+        let team = spec.team.clone();
+        let mut obj = Submission::new(&name, spec);
+        obj.metadata.namespace = Some(self.config.namespace.clone());
+        obj.metadata.labels = Some([(records::TEAM_LABEL.to_string(), team)].into());
+        let created = match subs(&self.host, &self.config.namespace).create(&PostParams::default(), &obj).await {
+            Ok(c) => c,
+            // A concurrent retry made it first: answer as a retry.
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let existing = subs(&self.host, &self.config.namespace).get(&name).await?;
+                let mut d = self.decision_of(&existing, false).await;
+                d.retry = true;
+                return Ok((200, d));
+            }
+            Err(e) => return Err(e).context("recording the submission"),
+        };
+        let now = Utc::now();
+        subs(&self.host, &self.config.namespace)
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Queued", "acceptedAt": now}})),
+            )
+            .await
+            .context("recording the submission's acceptance")?;
+        self.audit(caller, "submit", &name, artifact, 201, "accepted").await;
+        self.metrics.submit_latency(started.elapsed().as_secs_f64());
+        self.wake.notify_one();
+        let mut d = self.decision_of(&created, false).await;
+        d.outcome = "accepted".into();
+        Ok((201, d))
+    }
+
+    async fn decision_of(&self, s: &Submission, dry_run: bool) -> Decision {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        let waiting = self.queue.read().await.waiting.get(&name).cloned();
+        Decision {
+            id: s.spec.id.clone(),
+            name,
+            team: s.spec.team.clone(),
+            dry_run,
+            outcome: match phase(s) {
+                Phase::Queued => "accepted",
+                p if p.holds() || p == Phase::Succeeded => "admitted",
+                _ => "ended",
+            }
+            .into(),
+            phase: phase(s),
+            demand: s.spec.demand.show(),
+            problems: vec![],
+            waiting,
+            retry: false,
+        }
+    }
+}
+
+/// Problems as one audit reason: `field: message; …`.
+fn problems_text(problems: &[Problem]) -> String {
+    problems.iter().map(|p| format!("{}: {}", p.field, p.message)).collect::<Vec<_>>().join("; ")
+}
