@@ -51,6 +51,8 @@ pub struct Registries {
     cache: Mutex<HashMap<(String, String), (Verdict, Instant)>>,
     /// Checks fetching evidence at once.
     fetching: tokio::sync::Semaphore,
+    /// How long a refusal is kept (default [`REFUSAL_TTL`]).
+    refusal_ttl: Duration,
     /// Requests made to registries (for the cache's figures).
     pub calls: AtomicU64,
 }
@@ -123,8 +125,15 @@ impl Registries {
             allowed,
             cache: Mutex::new(HashMap::new()),
             fetching: tokio::sync::Semaphore::new(FETCHING_MAX),
+            refusal_ttl: REFUSAL_TTL,
             calls: AtomicU64::new(0),
         }
+    }
+
+    /// Refusals kept for `d` instead of [`REFUSAL_TTL`].
+    pub fn refusals_kept(mut self, d: Duration) -> Registries {
+        self.refusal_ttl = d;
+        self
     }
 
     fn call(&self) {
@@ -174,8 +183,9 @@ impl Registries {
         }
         let pinned = format!("{host}/{}@{digest}", reference.repository());
         let key = (digest.clone(), fingerprint(policy));
-        let fresh =
-            |(v, at): &(Verdict, Instant)| at.elapsed() < if v.refused.is_some() { REFUSAL_TTL } else { TRUST_TTL };
+        let fresh = |(v, at): &(Verdict, Instant)| {
+            at.elapsed() < if v.refused.is_some() { self.refusal_ttl } else { TRUST_TTL }
+        };
         if let Some((v, _)) = self.cache.lock().ok().and_then(|c| c.get(&key).filter(|e| fresh(e)).cloned()) {
             return Checked { pinned: Some(pinned), verdict: v };
         }

@@ -92,3 +92,42 @@ async fn a_delivery_moves_only_signed_builds_of_landed_code() {
     let why = pinfleet::delivery::run::untrusted(&spec(&unsigned), &on).await.unwrap().unwrap();
     assert!(why.contains("unsigned"), "{why}");
 }
+
+/// A team's own registry content cannot make the gateway hold more than a
+/// signature's or an attestation's size: a layer past its kind's cap is
+/// refused by its descriptor before it is pulled; and a refusal is asked
+/// again once it is old (an image signed after its first submission is
+/// trusted then).
+#[tokio::test]
+async fn oversized_evidence_is_refused_unread_and_a_refusal_is_not_kept_for_ever() {
+    let host = registry();
+    let c = client(&host);
+    let team = key("search-team");
+    let p = policy(&team);
+    let huge = push_image(&c, &host, "search/huge", "v1", "huge").await;
+    push_beside(
+        &c,
+        &host,
+        "search/huge",
+        pinfleet::provenance::signature_tag(&huge),
+        pinfleet::provenance::SIGNATURE_MEDIA_TYPE,
+        vec![b'x'; 4 << 20],
+        Some((pinfleet::provenance::SIGNATURE_ANNOTATION, "AAAA".into())),
+    )
+    .await;
+    let regs =
+        Registries::new(vec![host.clone()], vec![host.clone()]).refusals_kept(std::time::Duration::from_millis(200));
+    let r = regs.check(&format!("{host}/search/huge:v1"), &p).await;
+    let why = r.verdict.refused.clone().unwrap_or_default();
+    assert!(why.contains("more than such a layer may be (16384)"), "{why}");
+
+    // Unsigned at first: refused; signed since: trusted once the refusal is old.
+    let later = push_image(&c, &host, "search/later", "v1", "later").await;
+    let first = regs.check(&format!("{host}/search/later:v1"), &p).await;
+    assert!(first.verdict.refused.as_deref().unwrap_or_default().starts_with("unsigned"), "{:?}", first.verdict);
+    sign_image(&c, &host, "search/later", &later, &team).await;
+    attest_image(&c, &host, "search/later", &later, &team, "refs/heads/main").await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let second = regs.check(&format!("{host}/search/later:v1"), &p).await;
+    assert!(second.verdict.trusted(), "{:?}", second.verdict);
+}
