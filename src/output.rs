@@ -16,11 +16,31 @@ pub enum Format {
     Yaml,
 }
 
+/// `value` as pretty JSON in which no character a terminal acts on is
+/// raw: serde_json escapes the C0 controls only, so DEL, the C1 controls
+/// (a terminal reads U+009B as CSI) and the bidirectional and zero-width
+/// marks are written `\uXXXX` too (inside a string, the only place JSON
+/// text can hold them, the escape means the same character).
+pub fn json_text<T: Serialize>(value: &T) -> anyhow::Result<String> {
+    let raw = serde_json::to_string_pretty(value)?;
+    let mut out = String::with_capacity(raw.len());
+    for c in raw.chars() {
+        let acts = c.is_control()
+            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}');
+        if acts && c != '\n' {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
 /// Writes `value` as JSON or YAML to stdout.
 pub fn print_data<T: Serialize>(format: Format, value: &T) -> anyhow::Result<()> {
     let text = match format {
         Format::Json => {
-            let mut s = serde_json::to_string_pretty(value)?;
+            let mut s = json_text(value)?;
             s.push('\n');
             s
         }
@@ -225,5 +245,21 @@ pub fn report_error(err: &anyhow::Error) {
     let _ = writeln!(e, "{} {err}", owo_colors::OwoColorize::bold(&owo_colors::OwoColorize::red(&"error:")));
     for cause in err.chain().skip(1) {
         let _ = writeln!(e, "  {} {cause}", owo_colors::OwoColorize::dimmed(&"caused by:"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn json_output_carries_no_raw_control_or_bidi_character() {
+        let v = serde_json::json!({"name": "a\u{9b}31mred\u{7f}\u{202e}txt.exe\u{1b}[0m", "n": 1});
+        let t = super::json_text(&v).unwrap();
+        assert!(t.chars().all(|c| c == '\n' || !(c.is_control() || c == '\u{202e}')), "{t:?}");
+        assert!(
+            t.contains("\\u009b") && t.contains("\\u007f") && t.contains("\\u202e") && t.contains("\\u001b"),
+            "{t}"
+        );
+        // The same value when read back.
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&t).unwrap(), v);
     }
 }

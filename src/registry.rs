@@ -271,6 +271,19 @@ impl Registries {
     }
 }
 
+/// `TEAM=FILE`: the team's trust policy, read and checked when the
+/// gateway starts (a policy that does not parse stops it, located).
+pub fn parse_trust_policy(s: &str) -> Result<(String, crate::provenance::TrustPolicy), String> {
+    let (team, file) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected TEAM=FILE"))?;
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    let policy: crate::provenance::TrustPolicy =
+        serde_saphyr::from_str(&text).map_err(|e| format!("{file}: not a trust policy: {e}"))?;
+    if policy.keys.is_empty() {
+        return Err(format!("{file}: a trust policy names at least one key"));
+    }
+    Ok((team.to_string(), policy))
+}
+
 /// A policy's identity in the cache: a changed policy verifies again.
 fn fingerprint(policy: &TrustPolicy) -> String {
     hex::encode(sha2::Sha256::digest(serde_json::to_vec(policy).unwrap_or_default()))

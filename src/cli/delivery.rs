@@ -154,7 +154,12 @@ async fn apply(g: &GlobalArgs, a: ApplyArgs) -> Result<ExitCode> {
         }
         _ => None,
     };
-    let opts = run::Options { wait: !a.no_wait, hotfix: a.hotfix.clone(), ..Default::default() };
+    let opts = run::Options {
+        wait: !a.no_wait,
+        hotfix: a.hotfix.clone(),
+        by: Some(run::principal(aws.as_ref()).await),
+        ..Default::default()
+    };
     let command = format!("pinfleet delivery apply {}", a.file.display());
     let ended = run::apply(&spec, &opened, clients, &opts, alert, &command, &|e| say(g, &e)).await;
     if let Some(t) = receiver {
@@ -203,7 +208,7 @@ async fn show(g: &GlobalArgs, file: &std::path::Path) -> Result<ExitCode> {
     let opened = run::open(&spec, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
     let s = run::observe(&spec, &opened, Utc::now()).await?;
     if g.output == Format::Json {
-        writeln!(anstream::stdout(), "{}", serde_json::to_string_pretty(&s)?)?;
+        writeln!(anstream::stdout(), "{}", crate::output::json_text(&s)?)?;
     } else {
         write!(anstream::stdout(), "{}", status::text(&s))?;
     }
@@ -228,8 +233,8 @@ async fn approve(a: &ApproveArgs) -> Result<ExitCode> {
         }
         None => r.approvable(&a.stage).map_err(anyhow::Error::msg)?,
     }
-    let (who, host) = crate::state::whoami();
-    opened.book.approve(r.number, &a.stage, &format!("{who}@{host}"), Utc::now()).await?;
+    let by = run::principal(aws.as_ref()).await;
+    opened.book.approve(r.number, &a.stage, &by, Utc::now()).await?;
     writeln!(anstream::stderr(), "approved {} of delivery #{}; the next `apply` goes on", a.stage, r.number)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -246,18 +251,18 @@ async fn rollback(g: &GlobalArgs, a: &RollbackArgs) -> Result<ExitCode> {
 }
 
 async fn line(a: LineArgs) -> Result<ExitCode> {
-    let (who, host) = crate::state::whoami();
-    let by = format!("{who}@{host}");
     let mut err = anstream::stderr();
     match a.command {
         LineCommand::Stop { store, reason } => {
             let aws = aws_for(&store).await?;
+            let by = run::principal(aws.as_ref()).await;
             let l = book::Line::open(&store, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
             l.stop(&book::Stopped { by, at: Utc::now(), reason: reason.clone() }).await?;
             writeln!(err, "the line is stopped: {reason}; running deliveries stop at their next look")?;
         }
         LineCommand::Resume { store } => {
             let aws = aws_for(&store).await?;
+            let by = run::principal(aws.as_ref()).await;
             let l = book::Line::open(&store, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
             match l.lift(&by, Utc::now()).await? {
                 Some(s) => writeln!(err, "the line moves again (it was stopped by {}: {})", s.by, s.reason)?,
@@ -273,7 +278,7 @@ async fn bad(g: &GlobalArgs, store: &str) -> Result<ExitCode> {
     let l = book::Line::open(store, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
     let bad: Vec<book::Bad> = l.bad().await?.into_values().collect();
     if g.output == Format::Json {
-        writeln!(anstream::stdout(), "{}", serde_json::to_string_pretty(&bad)?)?;
+        writeln!(anstream::stdout(), "{}", crate::output::json_text(&bad)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let rows: Vec<Vec<String>> = bad

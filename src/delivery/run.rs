@@ -64,11 +64,28 @@ pub struct Options {
     pub hotfix: Option<String>,
     /// How often a roll looks at the workload, and the line at its stop.
     pub poll: Duration,
+    /// Who acts, as the store authenticated them (the AWS principal for an
+    /// S3 store); the login name when none was given (a local store).
+    pub by: Option<String>,
+}
+
+/// Who acts, for the delivery's audit and records: the principal AWS
+/// authenticated (its ARN) for an S3 store, with the login it ran as; a
+/// local store's only knows the login, and says so.
+pub async fn principal(aws: Option<&crate::cloud::aws::Aws>) -> String {
+    let (who, host) = crate::state::whoami();
+    match aws {
+        Some(a) => match a.caller_identity().await {
+            Some(arn) => format!("{arn} (as {who}@{host})"),
+            None => format!("{who}@{host} (the store's credentials named no principal)"),
+        },
+        None => format!("{who}@{host} (a local store: not authenticated)"),
+    }
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { wait: true, hotfix: None, poll: Duration::from_millis(500) }
+        Options { wait: true, hotfix: None, poll: Duration::from_millis(500), by: None }
     }
 }
 
@@ -280,7 +297,7 @@ pub async fn apply(
     // Boxed: the engine's future is deep, and a caller's stack may be a test thread's.
     Lock::with(&book.store, command, Box::pin(async {
         let now = Utc::now();
-        let by = crate::state::whoami().0;
+        let by = opts.by.clone().unwrap_or_else(|| crate::state::whoami().0);
         if let Some(r) = book.latest().await?.filter(|r| !r.is_finished() && r.target != spec.target()) {
             bail!(
                 "delivery #{} ({}) is in progress; finish it (`pinfleet delivery apply` with its file) or roll it back (`pinfleet delivery rollback`) before starting {}",

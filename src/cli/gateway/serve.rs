@@ -66,7 +66,7 @@ pub struct ServeArgs {
     pub team_domains: Vec<(String, String)>,
     /// A team's trust policy, TEAM=FILE (YAML: mode enforce|warn, keys, builders, repositories, refs,
     /// parameters): its images must be signed and carry SLSA provenance (repeat per team).
-    #[arg(long = "trust-policy", value_name = "TEAM=FILE", value_parser = parse_trust_policy)]
+    #[arg(long = "trust-policy", value_name = "TEAM=FILE", value_parser = crate::registry::parse_trust_policy)]
     pub trust_policies: Vec<(String, crate::provenance::TrustPolicy)>,
     /// One check waived for one team, TEAM:CHECK (the standard's check name; repeat).
     #[arg(long = "pod-security-exception", value_name = "TEAM:CHECK", value_parser = crate::gateway::intake::PodSecurity::parse_exception)]
@@ -149,33 +149,6 @@ async fn delivery_line(url: &str) -> Result<crate::delivery::book::Line> {
     crate::delivery::book::Line::open(url, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await
 }
 
-/// TeamQuota documents from a YAML file (for local work and the demo).
-async fn seed_quotas(host: &kube::Client, namespace: &str, path: &std::path::Path) -> Result<usize> {
-    use kube::api::{Api, Patch, PatchParams};
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let docs = crate::spec::yaml::parse_documents(&text, path)?;
-    let api: Api<crate::gateway::records::TeamQuota> = Api::namespaced(host.clone(), namespace);
-    let mut n = 0;
-    for d in docs {
-        let mut v = d.to_json();
-        v["metadata"]["namespace"] = json!(namespace);
-        let tq: crate::gateway::records::TeamQuota = serde_path_to_error::deserialize(v.clone()).map_err(|e| {
-            let p = e.path().to_string();
-            anyhow::anyhow!("{}: {p}: {}", d.locate(&p), e.into_inner())
-        })?;
-        let name = tq
-            .metadata
-            .name
-            .clone()
-            .context(format!("{}: a TeamQuota needs metadata.name (the team)", path.display()))?;
-        api.patch(&name, &PatchParams::apply(service::MANAGER).force(), &Patch::Apply(&v))
-            .await
-            .with_context(|| format!("writing team {name}'s quota"))?;
-        n += 1;
-    }
-    Ok(n)
-}
-
 pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::FleetSource>) -> Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(&s.listen).await.with_context(|| format!("binding {}", s.listen))?;
     let addr = listener.local_addr()?;
@@ -203,7 +176,7 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
     };
     service::install(&host, &s.namespace).await?;
     if let Some(q) = &s.quotas {
-        let n = seed_quotas(&host, &s.namespace, q).await?;
+        let n = service::seed_quotas(&host, &s.namespace, q).await?;
         eprintln!("wrote {n} team quotas from {}", q.display());
     }
     let mut members = Vec::new();
@@ -241,7 +214,7 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
     let identity = Identity::new(settings, Some(host.clone()));
     let config = service::Config {
         namespace: s.namespace.clone(),
-        identity: s.identity.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id())),
+        identity: s.identity.clone().unwrap_or_else(|| format!("{}-{}", crate::state::whoami().1, std::process::id())),
         policy: Policy {
             allowed_registries: s.allowed_registries.clone(),
             trust: s.trust_policies.iter().cloned().collect(),
@@ -320,23 +293,4 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
         let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("pinfleet-gateway-{}", std::process::id())));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "gateway".into())
-}
-
-/// `TEAM=FILE`: the team's trust policy, read and checked when the
-/// gateway starts (a policy that does not parse stops it, located).
-fn parse_trust_policy(s: &str) -> Result<(String, crate::provenance::TrustPolicy), String> {
-    let (team, file) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected TEAM=FILE"))?;
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
-    let policy: crate::provenance::TrustPolicy =
-        serde_saphyr::from_str(&text).map_err(|e| format!("{file}: not a trust policy: {e}"))?;
-    if policy.keys.is_empty() {
-        return Err(format!("{file}: a trust policy names at least one key"));
-    }
-    Ok((team.to_string(), policy))
 }

@@ -198,3 +198,30 @@ pub(super) async fn publish_placement_decision(
         tracing::debug!("PlacementDecision for {name} not published: {e}");
     }
 }
+
+/// TeamQuota documents from a YAML file (for local work and the demo).
+pub async fn seed_quotas(host: &kube::Client, namespace: &str, path: &std::path::Path) -> Result<usize> {
+    use kube::api::{Api, Patch, PatchParams};
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let docs = crate::spec::yaml::parse_documents(&text, path)?;
+    let api: Api<crate::gateway::records::TeamQuota> = Api::namespaced(host.clone(), namespace);
+    let mut n = 0;
+    for d in docs {
+        let mut v = d.to_json();
+        v["metadata"]["namespace"] = serde_json::json!(namespace);
+        let tq: crate::gateway::records::TeamQuota = serde_path_to_error::deserialize(v.clone()).map_err(|e| {
+            let p = e.path().to_string();
+            anyhow::anyhow!("{}: {p}: {}", d.locate(&p), e.into_inner())
+        })?;
+        let name = tq
+            .metadata
+            .name
+            .clone()
+            .context(format!("{}: a TeamQuota needs metadata.name (the team)", path.display()))?;
+        api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&v))
+            .await
+            .with_context(|| format!("writing team {name}'s quota"))?;
+        n += 1;
+    }
+    Ok(n)
+}

@@ -62,7 +62,7 @@ mod members;
 mod submit;
 mod views;
 
-pub use host::install;
+pub use host::{install, seed_quotas};
 pub use members::{MemberCluster, MemberView};
 pub use submit::Decision;
 pub use views::{stages, summary, View};
