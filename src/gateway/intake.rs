@@ -69,6 +69,9 @@ pub struct Policy {
     /// Per team, the provenance its images must carry (`--trust-policy`):
     /// a team without one is not checked.
     pub trust: std::collections::BTreeMap<String, crate::provenance::TrustPolicy>,
+    /// Per team, the taint keys of the node groups the admins opened to it
+    /// (`--team-tolerations`), beyond [`PLATFORM_TOLERATIONS`].
+    pub tolerations: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// `TEAM=DOMAIN` (the gateway's `--team-domain`).
@@ -551,29 +554,151 @@ fn lifetime_rules(obj: &Value, templates: &[(String, Value)], problems: &mut Vec
     }
 }
 
+/// The control plane's taint keys (and node-role labels): no submitted pod
+/// tolerates or selects them, a platform admin's included (the control
+/// plane runs the platform, never a workload the gateway places).
+pub const CONTROL_PLANE_KEYS: [&str; 2] = ["node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"];
+
+/// Taints every team's pods may tolerate: the node conditions Kubernetes'
+/// own DefaultTolerationSeconds admission plugin tolerates on every pod
+/// (they only say how long a pod stays on a failing node).
+pub const PLATFORM_TOLERATIONS: [&str; 2] = ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"];
+
+/// `TEAM=KEY[,KEY]` (the gateway's `--team-tolerations`): taint keys of
+/// the node groups the admins open to a team.
+pub fn parse_team_tolerations(s: &str) -> Result<(String, Vec<String>), String> {
+    let (team, keys) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected TEAM=KEY[,KEY]"))?;
+    if !dns_label(team) {
+        return Err(format!("{team:?}: a team name is a DNS label"));
+    }
+    let keys: Vec<String> = keys.split(',').map(str::trim).filter(|k| !k.is_empty()).map(String::from).collect();
+    if keys.is_empty() {
+        return Err(format!("{s:?}: name at least one taint key"));
+    }
+    if let Some(k) = keys.iter().find(|k| CONTROL_PLANE_KEYS.contains(&k.as_str())) {
+        return Err(format!("{k:?}: the control plane's taint is never a team's to tolerate"));
+    }
+    Ok((team.to_string(), keys))
+}
+
+/// The taint keys a pod of the workload tolerates without the admins'
+/// word: [`PLATFORM_TOLERATIONS`], and each extended resource it asks for
+/// (`nvidia.com/gpu`), as the ExtendedResourceToleration admission plugin
+/// adds them.
+fn platform_tolerations(obj: &Value, template: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = PLATFORM_TOLERATIONS.iter().map(|k| k.to_string()).collect();
+    keys.extend(obj.pointer("/spec/accelerators/type").and_then(Value::as_str).map(String::from));
+    for field in ["initContainers", "containers"] {
+        for c in template.pointer(&format!("/spec/{field}")).and_then(Value::as_array).into_iter().flatten() {
+            for r in ["requests", "limits"] {
+                for k in c
+                    .pointer(&format!("/resources/{r}"))
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, _)| k)
+                {
+                    // Extended resources are domain-prefixed, outside kubernetes.io.
+                    if k.contains('/') && !k.split('/').next().unwrap_or_default().ends_with("kubernetes.io") {
+                        keys.push(k.clone());
+                    }
+                }
+            }
+        }
+    }
+    keys
+}
+
 /// The platform's scheduling rules on a submitted pod template: a pod is
-/// placed by the scheduler, never pinned to a node, and tolerates no taint
-/// it does not name (a toleration of every taint runs on the control plane
-/// and on every team's dedicated nodes); a platform admin may do either.
-fn scheduling_rules(at: &str, template: &Value, caller: &Caller, problems: &mut Vec<Problem>) {
-    if caller.admin {
-        return;
+/// placed by the scheduler, never pinned to a node (by `nodeName` or by a
+/// required node affinity on `metadata.name`), and tolerates only the
+/// taints of node groups the admins opened to its team (a toleration of
+/// every taint runs on the control plane and on every team's dedicated
+/// nodes); a platform admin may do either. Nobody's pod tolerates, selects
+/// or requires the control plane.
+fn scheduling_rules(
+    at: &str,
+    obj: &Value,
+    template: &Value,
+    team: &str,
+    caller: &Caller,
+    policy: &Policy,
+    problems: &mut Vec<Problem>,
+) {
+    let control_plane = |k: &str| CONTROL_PLANE_KEYS.contains(&k);
+    let refuse = |problems: &mut Vec<Problem>, field: String, message: String| {
+        problems.push(Problem::new("platform", field, crate::views::text::escaped(&message, false).into_owned()))
+    };
+    for (k, _) in template.pointer("/spec/nodeSelector").and_then(Value::as_object).into_iter().flatten() {
+        if control_plane(k) {
+            refuse(
+                problems,
+                format!("{at}.spec.nodeSelector[{k}]"),
+                format!("{k:?}: the control plane runs the platform, never a submitted workload"),
+            );
+        }
     }
-    if let Some(node) = template.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
-        problems.push(Problem::new(
-            "platform",
-            format!("{at}.spec.nodeName"),
-            format!("{node:?}: pods are placed by the scheduler; pinning one to a node is for platform admins"),
-        ));
+    let required = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms";
+    let terms_at =
+        format!("{at}.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms");
+    for (i, term) in template.pointer(required).and_then(Value::as_array).into_iter().flatten().enumerate() {
+        for (j, e) in term.get("matchExpressions").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
+            let op = e.get("operator").and_then(Value::as_str).unwrap_or_default();
+            if control_plane(key) && matches!(op, "In" | "Exists") {
+                refuse(
+                    problems,
+                    format!("{terms_at}[{i}].matchExpressions[{j}]"),
+                    format!("{key:?}: the control plane runs the platform, never a submitted workload"),
+                );
+            }
+        }
+        if caller.admin {
+            continue;
+        }
+        for (j, f) in term.get("matchFields").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            if f.get("key").and_then(Value::as_str) == Some("metadata.name") {
+                refuse(
+                    problems,
+                    format!("{terms_at}[{i}].matchFields[{j}]"),
+                    "pods are placed by the scheduler; pinning one to a node by name is for platform admins".into(),
+                );
+            }
+        }
     }
+    if !caller.admin {
+        if let Some(node) = template.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            refuse(
+                problems,
+                format!("{at}.spec.nodeName"),
+                format!("{node:?}: pods are placed by the scheduler; pinning one to a node is for platform admins"),
+            );
+        }
+    }
+    let opened = policy.tolerations.get(team).map(Vec::as_slice).unwrap_or_default();
+    let platform = platform_tolerations(obj, template);
     for (i, t) in template.pointer("/spec/tolerations").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let key = t.get("key").and_then(Value::as_str).unwrap_or_default();
+        let field = format!("{at}.spec.tolerations[{i}]");
         if key.is_empty() {
-            problems.push(Problem::new(
-                "platform",
-                format!("{at}.spec.tolerations[{i}]"),
-                "a toleration without a key tolerates every taint (the control plane's, other teams' dedicated nodes): name the taint's key".to_string(),
-            ));
+            if !caller.admin {
+                refuse(problems, field, "a toleration without a key tolerates every taint (the control plane's, other teams' dedicated nodes): name the taint's key".into());
+            }
+        } else if control_plane(key) {
+            refuse(
+                problems,
+                field,
+                format!("{key:?}: the control plane's taint is never tolerated by a submitted workload"),
+            );
+        } else if !caller.admin && !opened.iter().chain(&platform).any(|k| k == key) {
+            refuse(
+                problems,
+                field,
+                format!(
+                    "{key:?}: team {team} may tolerate only the taints of node groups the admins opened to it ({})",
+                    if opened.is_empty() { "none".to_string() } else { opened.join(", ") }
+                ),
+            );
         }
     }
 }
@@ -725,7 +850,7 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
     let templates = templates_of(&kind, &obj);
     let (artifact, images) = images_rule(&templates, policy, &mut problems);
     for (at, t) in &templates {
-        scheduling_rules(at, t, caller, &mut problems);
+        scheduling_rules(at, &obj, t, &team, caller, policy, &mut problems);
     }
     lifetime_rules(&obj, &templates, &mut problems);
     hosts_rule(&obj, &team, caller, policy, &mut problems);
@@ -1137,6 +1262,77 @@ mod tests {
             ]
         );
         assert_eq!(problems[1].message, "\"ads\" is not a team of alice (theirs: search)");
+    }
+
+    #[test]
+    fn a_pod_tolerates_and_selects_only_the_node_groups_opened_to_its_team_and_never_the_control_plane() {
+        let mut w = service();
+        let spec = &mut w["spec"]["template"]["spec"];
+        spec["tolerations"] = json!([
+            {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+            {"operator": "Exists"},
+            {"key": "dedicated", "operator": "Equal", "value": "ads", "effect": "NoSchedule"},
+            {"key": "dedicated-search", "operator": "Exists"},
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+            {"key": "node-role.kubernetes.io/master", "operator": "Exists"},
+            {"key": "nvidia.com/gpu", "operator": "Exists"}
+        ]);
+        spec["nodeSelector"] = json!({"node-role.kubernetes.io/control-plane": ""});
+        spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}],
+             "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["ip-10-0-0-1"]}]}
+        ]}}});
+        let policy = Policy {
+            tolerations: [("search".to_string(), vec!["dedicated-search".to_string()])].into(),
+            ..Policy::default()
+        };
+        let problems = check(&w, &alice(), &policy, &Members::default()).unwrap_err();
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        let terms = "spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]";
+        assert_eq!(
+            fields,
+            [
+                "spec.template.spec.nodeSelector[node-role.kubernetes.io/control-plane]".to_string(),
+                format!("{terms}.matchExpressions[0]"),
+                format!("{terms}.matchFields[0]"),
+                "spec.template.spec.tolerations[0]".into(),
+                "spec.template.spec.tolerations[1]".into(),
+                "spec.template.spec.tolerations[2]".into(),
+                "spec.template.spec.tolerations[5]".into(),
+                "spec.template.spec.tolerations[6]".into(),
+            ],
+            "{problems:?}"
+        );
+        assert!(
+            problems[5].message.contains("team search may tolerate only")
+                && problems[5].message.contains("dedicated-search")
+        );
+        // A platform admin may tolerate any dedicated taint, never the control plane's.
+        let admin = Caller { admin: true, ..alice() };
+        let problems = check(&w, &admin, &Policy::default(), &Members::default()).unwrap_err();
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.template.spec.nodeSelector[node-role.kubernetes.io/control-plane]".to_string(),
+                format!("{terms}.matchExpressions[0]"),
+                "spec.template.spec.tolerations[0]".into(),
+                "spec.template.spec.tolerations[5]".into(),
+            ],
+            "{problems:?}"
+        );
+        // A pod asking for a GPU tolerates the GPU nodes' taint, as the ExtendedResourceToleration plugin does.
+        let mut w = service();
+        w["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/gpu": 1});
+        w["spec"]["template"]["spec"]["tolerations"] = json!([{"key": "nvidia.com/gpu", "operator": "Exists"}]);
+        // (extended resources are refused elsewhere until a quota counts them; the toleration is not)
+        let problems = check(&w, &alice(), &Policy::default(), &Members::default()).unwrap_err();
+        assert!(problems.iter().all(|p| !p.field.contains("tolerations")), "{problems:?}");
+        assert_eq!(
+            parse_team_tolerations("search=dedicated,gpu").unwrap(),
+            ("search".into(), vec!["dedicated".into(), "gpu".into()])
+        );
+        assert!(parse_team_tolerations("search=node-role.kubernetes.io/master").is_err());
     }
 
     #[test]

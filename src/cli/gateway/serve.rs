@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// A DNS domain a team's Ingress hosts may use, TEAM=DOMAIN (and its subdomains; repeat).
     #[arg(long = "team-domain", value_name = "TEAM=DOMAIN", value_parser = crate::gateway::intake::parse_team_domain)]
     pub team_domains: Vec<(String, String)>,
+    /// Taint keys a team's pods may tolerate, TEAM=KEY[,KEY]: the node groups the admins open to it
+    /// (repeat; default: none beyond node conditions and the extended resources a pod asks for;
+    /// the control plane's never).
+    #[arg(long = "team-tolerations", value_name = "TEAM=KEY[,KEY]", value_parser = crate::gateway::intake::parse_team_tolerations)]
+    pub team_tolerations: Vec<(String, Vec<String>)>,
     /// A team's trust policy, TEAM=FILE (YAML: mode enforce|warn, keys, builders, repositories, refs,
     /// parameters): its images must be signed and carry SLSA provenance (repeat per team).
     #[arg(long = "trust-policy", value_name = "TEAM=FILE", value_parser = parse_trust_policy)]
@@ -250,6 +255,13 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
                 Default::default(),
                 |mut m: std::collections::BTreeMap<String, Vec<String>>, (t, d)| {
                     m.entry(t.clone()).or_default().push(d.clone());
+                    m
+                },
+            ),
+            tolerations: s.team_tolerations.iter().fold(
+                Default::default(),
+                |mut m: std::collections::BTreeMap<String, Vec<String>>, (t, keys)| {
+                    m.entry(t.clone()).or_default().extend(keys.iter().cloned());
                     m
                 },
             ),
