@@ -554,6 +554,34 @@ fn lifetime_rules(obj: &Value, templates: &[(String, Value)], problems: &mut Vec
     }
 }
 
+/// No `metadata.ownerReferences` anywhere in a submission (the workload's,
+/// its templates', its claim templates'): the gateway writes with its own
+/// credentials, so an owner reference would tie the workload (and its
+/// garbage collection) to an object the submitter may not touch.
+fn owner_references_rule(v: &Value, at: &str, problems: &mut Vec<Problem>) {
+    let join = |k: &str| if at.is_empty() { k.to_string() } else { format!("{at}.{k}") };
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m {
+                if k == "metadata" && v.get("ownerReferences").is_some_and(|r| !r.is_null()) {
+                    problems.push(Problem::new(
+                        "platform",
+                        join("metadata.ownerReferences"),
+                        "owner references are the platform's to write (the gateway writes with its own credentials): remove them",
+                    ));
+                }
+                owner_references_rule(v, &join(k), problems);
+            }
+        }
+        Value::Array(a) => {
+            for (i, v) in a.iter().enumerate() {
+                owner_references_rule(v, &format!("{at}[{i}]"), problems);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// The control plane's taint keys (and node-role labels): no submitted pod
 /// tolerates or selects them, a platform admin's included (the control
 /// plane runs the platform, never a workload the gateway places).
@@ -853,6 +881,7 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
         scheduling_rules(at, &obj, t, &team, caller, policy, &mut problems);
     }
     lifetime_rules(&obj, &templates, &mut problems);
+    owner_references_rule(workload, "", &mut problems);
     hosts_rule(&obj, &team, caller, policy, &mut problems);
     resource_rules(&obj, &templates, &mut problems);
     // Demand and validation: the controller's own children of this
@@ -1333,6 +1362,17 @@ mod tests {
             ("search".into(), vec!["dedicated".into(), "gpu".into()])
         );
         assert!(parse_team_tolerations("search=node-role.kubernetes.io/master").is_err());
+    }
+
+    #[test]
+    fn owner_references_are_refused_wherever_they_are_written() {
+        let mut w = service();
+        let owner = json!([{"apiVersion": "v1", "kind": "Namespace", "name": "ads", "uid": "6f1c0000-0000-0000-0000-000000000000"}]);
+        w["metadata"]["ownerReferences"] = owner.clone();
+        w["spec"]["template"]["metadata"] = json!({"ownerReferences": owner});
+        let problems = check(&w, &alice(), &Policy::default(), &Members::default()).unwrap_err();
+        let fields: Vec<&str> = problems.iter().filter(|p| p.layer == "platform").map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, ["metadata.ownerReferences", "spec.template.metadata.ownerReferences"], "{problems:?}");
     }
 
     #[test]
