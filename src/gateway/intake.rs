@@ -72,6 +72,10 @@ pub struct Policy {
     /// Per team, the taint keys of the node groups the admins opened to it
     /// (`--team-tolerations`), beyond [`PLATFORM_TOLERATIONS`].
     pub tolerations: std::collections::BTreeMap<String, Vec<String>>,
+    /// The IngressClasses a team's Ingress may name (`--ingress-class
+    /// [TEAM=]CLASS`: for one team, or for every team without one);
+    /// none: only the cluster's default class (no `className`).
+    pub ingress_classes: Vec<(Option<String>, String)>,
 }
 
 /// `TEAM=DOMAIN` (the gateway's `--team-domain`).
@@ -554,6 +558,74 @@ fn lifetime_rules(obj: &Value, templates: &[(String, Value)], problems: &mut Vec
     }
 }
 
+/// `[TEAM=]CLASS` (the gateway's `--ingress-class`).
+pub fn parse_ingress_class(s: &str) -> Result<(Option<String>, String), String> {
+    let (team, class) = match s.split_once('=') {
+        Some((t, c)) if dns_label(t) => (Some(t.to_string()), c),
+        Some((t, _)) => return Err(format!("{t:?}: a team name is a DNS label")),
+        None => (None, s),
+    };
+    if !class.split('.').all(dns_label) {
+        return Err(format!("{class:?}: an IngressClass name is a DNS subdomain"));
+    }
+    Ok((team, class.to_string()))
+}
+
+/// Where a team's traffic goes: its pods register only into its own
+/// service sets (`TEAM.NAME`, as the default `{namespace}.{name}` is; red
+/// naming `blue.checkout` would receive blue's clients), and its Ingress
+/// names only an IngressClass the admins allow it. A platform admin may
+/// name any.
+fn traffic_rules(obj: &Value, team: &str, caller: &Caller, policy: &Policy, problems: &mut Vec<Problem>) {
+    if caller.admin || team.is_empty() {
+        return;
+    }
+    if let Some(set) = obj.pointer("/spec/runtime/traffic/serviceset").and_then(Value::as_str) {
+        if set.split_once('.').map(|(owner, rest)| owner != team || rest.is_empty()).unwrap_or(true) {
+            problems.push(Problem::new(
+                "platform",
+                "spec.runtime.traffic.serviceset",
+                crate::views::text::escaped(
+                    &format!("{set:?}: team {team}'s pods register only into its own service sets ({team}.NAME)"),
+                    false,
+                )
+                .into_owned(),
+            ));
+        }
+    }
+    if let Some(class) = obj.pointer("/spec/ingress/className").and_then(Value::as_str) {
+        let own: Vec<&str> = policy
+            .ingress_classes
+            .iter()
+            .filter(|(t, _)| t.as_deref() == Some(team))
+            .map(|(_, c)| c.as_str())
+            .collect();
+        let allowed: Vec<&str> = if own.is_empty() {
+            policy.ingress_classes.iter().filter(|(t, _)| t.is_none()).map(|(_, c)| c.as_str()).collect()
+        } else {
+            own
+        };
+        if !allowed.contains(&class) {
+            problems.push(Problem::new(
+                "platform",
+                "spec.ingress.className",
+                crate::views::text::escaped(
+                    &format!(
+                        "{class:?}: team {team}'s Ingress may name {}",
+                        if allowed.is_empty() {
+                            "no class (the cluster's default class serves it)".to_string()
+                        } else {
+                            format!("only {} (or none, for the cluster's default)", allowed.join(", "))
+                        }
+                    ),
+                    false,
+                )
+                .into_owned(),
+            ));
+        }
+    }
+}
+
 /// No `metadata.ownerReferences` anywhere in a submission (the workload's,
 /// its templates', its claim templates'): the gateway writes with its own
 /// credentials, so an owner reference would tie the workload (and its
@@ -883,6 +955,7 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
     lifetime_rules(&obj, &templates, &mut problems);
     owner_references_rule(workload, "", &mut problems);
     hosts_rule(&obj, &team, caller, policy, &mut problems);
+    traffic_rules(&obj, &team, caller, policy, &mut problems);
     resource_rules(&obj, &templates, &mut problems);
     // Demand and validation: the controller's own children of this
     // workload, under every runtime profile the members run (the most
@@ -1373,6 +1446,35 @@ mod tests {
         let problems = check(&w, &alice(), &Policy::default(), &Members::default()).unwrap_err();
         let fields: Vec<&str> = problems.iter().filter(|p| p.layer == "platform").map(|p| p.field.as_str()).collect();
         assert_eq!(fields, ["metadata.ownerReferences", "spec.template.metadata.ownerReferences"], "{problems:?}");
+    }
+
+    #[test]
+    fn a_team_registers_only_into_its_own_service_sets_behind_the_ingress_classes_it_is_allowed() {
+        let mut w = service();
+        w["spec"]["runtime"] = json!({"traffic": {"serviceset": "blue.checkout"}});
+        w["spec"]["ports"] = json!([{"name": "http", "port": 8080}]);
+        w["spec"]["ingress"] = json!({"className": "internal", "hosts": []});
+        let policy = Policy {
+            ingress_classes: vec![(None, "public".into()), (Some("ads".into()), "internal".into())],
+            ..Policy::default()
+        };
+        let problems = check(&w, &alice(), &policy, &Members::default()).unwrap_err();
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, ["spec.runtime.traffic.serviceset", "spec.ingress.className"], "{problems:?}");
+        assert!(problems[1].message.contains("only public"), "{problems:?}");
+        // A look-alike of the team's prefix is not the team's.
+        for set in ["search-x.web", "searchweb", "search.", ".search.web"] {
+            w["spec"]["runtime"]["traffic"]["serviceset"] = json!(set);
+            let problems = check(&w, &alice(), &policy, &Members::default()).unwrap_err();
+            assert!(problems.iter().any(|p| p.field == "spec.runtime.traffic.serviceset"), "{set}: {problems:?}");
+        }
+        w["spec"]["runtime"]["traffic"]["serviceset"] = json!("search.checkout");
+        w["spec"]["ingress"]["className"] = json!("public");
+        check(&w, &alice(), &policy, &Members::default()).unwrap();
+        w["spec"]["ingress"]["className"] = json!("internal");
+        check(&w, &Caller { admin: true, ..alice() }, &policy, &Members::default()).unwrap();
+        assert_eq!(parse_ingress_class("ads=internal").unwrap(), (Some("ads".into()), "internal".into()));
+        assert!(parse_ingress_class("Ads=x").is_err());
     }
 
     #[test]

@@ -69,6 +69,10 @@ pub struct ServeArgs {
     /// the control plane's never).
     #[arg(long = "team-tolerations", value_name = "TEAM=KEY[,KEY]", value_parser = crate::gateway::intake::parse_team_tolerations)]
     pub team_tolerations: Vec<(String, Vec<String>)>,
+    /// An IngressClass Ingresses may name, [TEAM=]CLASS: for one team, or for every team the flag
+    /// names no class for (repeat; default: none, only the cluster's default class).
+    #[arg(long = "ingress-class", value_name = "[TEAM=]CLASS", value_parser = crate::gateway::intake::parse_ingress_class)]
+    pub ingress_classes: Vec<(Option<String>, String)>,
     /// A team's trust policy, TEAM=FILE (YAML: mode enforce|warn, keys, builders, repositories, refs,
     /// parameters): its images must be signed and carry SLSA provenance (repeat per team).
     #[arg(long = "trust-policy", value_name = "TEAM=FILE", value_parser = parse_trust_policy)]
@@ -258,6 +262,7 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
                     m
                 },
             ),
+            ingress_classes: s.ingress_classes.clone(),
             tolerations: s.team_tolerations.iter().fold(
                 Default::default(),
                 |mut m: std::collections::BTreeMap<String, Vec<String>>, (t, keys)| {
