@@ -152,8 +152,23 @@ pub struct Opened {
 /// The delivery's store: its folder and the line's.
 pub async fn open(spec: &DeliverySpec, aws: Option<&dyn S3Access>) -> Result<Opened> {
     let line = Line::open(&spec.state_store, aws).await?;
-    let store =
-        Store::open(&spec.state_store, &book::folder(&spec.workload.namespace, &spec.workload.name), aws).await?;
+    let (ns, name) = (&spec.workload.namespace, &spec.workload.name);
+    let store = Store::open(&spec.state_store, &book::folder(ns, name), aws).await?;
+    // An old-style folder is not read: its name is shared by workloads
+    // whose namespace and name join alike (red/x-web, red-x/web), so it may
+    // hold another team's record. Its owner moves it, once.
+    if store.list("").await?.is_empty() {
+        let legacy = store.sibling(&book::legacy_folder(ns, name));
+        if !legacy.list("").await?.is_empty() {
+            bail!(
+                "deliveries of {} are in the old folder {} (its name is ambiguous between workloads, so it is not read): \
+                 if they are this workload's, move them to {}",
+                spec.workload,
+                legacy.describe(""),
+                store.describe("")
+            );
+        }
+    }
     Ok(Opened { line, book: Book { store } })
 }
 
