@@ -558,6 +558,36 @@ fn lifetime_rules(obj: &Value, templates: &[(String, Value)], problems: &mut Vec
     }
 }
 
+/// The images of `intake` a delivery marked bad, matched by digest (a
+/// reference by tag matches once the gateway pinned it to its digest),
+/// each at its field. Only the submitting team's own delivery is named
+/// with its reason; another team's delivery, its workload and why it was
+/// rolled back are that team's to know.
+pub fn marked_bad(
+    intake: &Intake,
+    bad: &std::collections::BTreeMap<String, crate::delivery::book::Bad>,
+) -> Vec<Problem> {
+    image_fields(&intake.kind, &intake.workload)
+        .into_iter()
+        .filter_map(|(at, image)| {
+            let b = crate::delivery::book::digest_of(&image).and_then(|d| bad.get(d))?;
+            let ours = b.workload.split_once('/').is_some_and(|(ns, _)| ns == intake.team);
+            Some(Problem::new(
+                "delivery",
+                at,
+                if ours {
+                    format!(
+                        "{image} is marked bad: delivery #{} of {} {} was rolled back ({}); submit a fixed build",
+                        b.delivery, b.workload, b.version, b.reason
+                    )
+                } else {
+                    format!("{image} is marked bad (a delivery rolled it back); submit a fixed build")
+                },
+            ))
+        })
+        .collect()
+}
+
 /// `[TEAM=]CLASS` (the gateway's `--ingress-class`).
 pub fn parse_ingress_class(s: &str) -> Result<(Option<String>, String), String> {
     let (team, class) = match s.split_once('=') {
@@ -1475,6 +1505,40 @@ mod tests {
         check(&w, &Caller { admin: true, ..alice() }, &policy, &Members::default()).unwrap();
         assert_eq!(parse_ingress_class("ads=internal").unwrap(), (Some("ads".into()), "internal".into()));
         assert!(parse_ingress_class("Ads=x").is_err());
+    }
+
+    #[test]
+    fn a_bad_version_is_refused_by_digest_naming_only_the_callers_own_delivery() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let bad_of = |workload: &str| crate::delivery::book::Bad {
+            image: format!("registry.example.com/web@{digest}"),
+            digest: digest.clone(),
+            workload: workload.into(),
+            version: "v7".into(),
+            delivery: 12,
+            reason: "checkout errors at 9%".into(),
+            at: chrono::Utc::now(),
+        };
+        let mut i = check(&service(), &alice(), &Policy::default(), &Members::default()).unwrap();
+        // A tag is not matched until it is pinned; then by its digest, whatever the tag.
+        let bad: std::collections::BTreeMap<_, _> = [(digest.clone(), bad_of("search/web"))].into();
+        assert!(marked_bad(&i, &bad).is_empty());
+        pin_images(
+            &mut i.workload,
+            &[("registry.example.com/web:1.2".to_string(), format!("registry.example.com/web:1.2@{digest}"))].into(),
+        );
+        let p = marked_bad(&i, &bad);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].field, "spec.template.spec.containers[0].image");
+        assert!(p[0].message.contains("delivery #12 of search/web v7") && p[0].message.contains("9%"), "{p:?}");
+        // Another team's delivery: neither its name nor its reason.
+        let bad: std::collections::BTreeMap<_, _> = [(digest.clone(), bad_of("blue/checkout"))].into();
+        let p = marked_bad(&i, &bad);
+        assert_eq!(p.len(), 1);
+        assert!(
+            !p[0].message.contains("blue") && !p[0].message.contains("9%") && !p[0].message.contains("#12"),
+            "{p:?}"
+        );
     }
 
     #[test]
