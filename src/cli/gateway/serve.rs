@@ -143,6 +143,38 @@ impl ServeArgs {
     }
 }
 
+/// What the admins configure (`intake::Policy`), from the flags.
+fn policy(s: &ServeArgs) -> Policy {
+    Policy {
+        allowed_registries: s.allowed_registries.clone(),
+        trust: s.trust_policies.iter().cloned().collect(),
+        priority_classes: s.priority_classes.clone(),
+        domains: s.team_domains.iter().fold(
+            Default::default(),
+            |mut m: std::collections::BTreeMap<String, Vec<String>>, (t, d)| {
+                m.entry(t.clone()).or_default().push(d.clone());
+                m
+            },
+        ),
+        ingress_classes: s.ingress_classes.clone(),
+        tolerations: s.team_tolerations.iter().fold(
+            Default::default(),
+            |mut m: std::collections::BTreeMap<String, Vec<String>>, (t, keys)| {
+                m.entry(t.clone()).or_default().extend(keys.iter().cloned());
+                m
+            },
+        ),
+        pod_security: crate::gateway::intake::PodSecurity {
+            default: s.pod_security_default,
+            teams: s.pod_security.iter().cloned().collect(),
+            exceptions: s.pod_security_exceptions.iter().fold(Default::default(), |mut m, (t, c)| {
+                m.entry(t.clone()).or_insert_with(std::collections::BTreeSet::new).insert(c.clone());
+                m
+            }),
+        },
+    }
+}
+
 /// The deliveries' line (`--delivery-store`), S3 through the usual AWS environment.
 async fn delivery_line(url: &str) -> Result<crate::delivery::book::Line> {
     let aws = match url.starts_with("s3://") {
@@ -251,34 +283,7 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
     let config = service::Config {
         namespace: s.namespace.clone(),
         identity: s.identity.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id())),
-        policy: Policy {
-            allowed_registries: s.allowed_registries.clone(),
-            trust: s.trust_policies.iter().cloned().collect(),
-            priority_classes: s.priority_classes.clone(),
-            domains: s.team_domains.iter().fold(
-                Default::default(),
-                |mut m: std::collections::BTreeMap<String, Vec<String>>, (t, d)| {
-                    m.entry(t.clone()).or_default().push(d.clone());
-                    m
-                },
-            ),
-            ingress_classes: s.ingress_classes.clone(),
-            tolerations: s.team_tolerations.iter().fold(
-                Default::default(),
-                |mut m: std::collections::BTreeMap<String, Vec<String>>, (t, keys)| {
-                    m.entry(t.clone()).or_default().extend(keys.iter().cloned());
-                    m
-                },
-            ),
-            pod_security: crate::gateway::intake::PodSecurity {
-                default: s.pod_security_default,
-                teams: s.pod_security.iter().cloned().collect(),
-                exceptions: s.pod_security_exceptions.iter().fold(Default::default(), |mut m, (t, c)| {
-                    m.entry(t.clone()).or_insert_with(std::collections::BTreeSet::new).insert(c.clone());
-                    m
-                }),
-            },
-        },
+        policy: policy(&s),
         interval: s.interval,
         lease_duration: s.lease_duration,
         member_refresh: s.member_refresh,
