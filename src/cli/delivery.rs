@@ -107,13 +107,6 @@ pub enum LineCommand {
 }
 
 /// S3 access for an s3:// store (AWS_ENDPOINT_URL and the credential chain).
-async fn aws_for(url: &str) -> Result<Option<crate::cloud::aws::Aws>> {
-    if !url.starts_with("s3://") {
-        return Ok(None);
-    }
-    let opts = crate::cloud::aws::AwsOptions::from_env(crate::cloud::aws::Target::Aws, None)?;
-    Ok(Some(crate::cloud::aws::Aws::connect(&opts).await?))
-}
 
 fn say(g: &GlobalArgs, e: &Event) {
     if let (Format::Json, Event::Engine(n)) = (&g.output, e) {
@@ -139,7 +132,7 @@ pub async fn run(g: &GlobalArgs, a: DeliveryArgs) -> Result<ExitCode> {
 
 async fn apply(g: &GlobalArgs, a: ApplyArgs) -> Result<ExitCode> {
     let spec = DeliverySpec::load(&a.file)?;
-    let aws = aws_for(&spec.state_store).await?;
+    let aws = run::aws_for(&spec.state_store).await?;
     let opened = run::open(&spec, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
     let clients = run::connect(&spec).await?;
     let (tx, alert) = tokio::sync::watch::channel(None);
@@ -204,7 +197,7 @@ async fn apply(g: &GlobalArgs, a: ApplyArgs) -> Result<ExitCode> {
 
 async fn show(g: &GlobalArgs, file: &std::path::Path) -> Result<ExitCode> {
     let spec = DeliverySpec::load(file)?;
-    let aws = aws_for(&spec.state_store).await?;
+    let aws = run::aws_for(&spec.state_store).await?;
     let opened = run::open(&spec, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
     let s = run::observe(&spec, &opened, Utc::now()).await?;
     if g.output == Format::Json {
@@ -217,7 +210,7 @@ async fn show(g: &GlobalArgs, file: &std::path::Path) -> Result<ExitCode> {
 
 async fn approve(a: &ApproveArgs) -> Result<ExitCode> {
     let spec = DeliverySpec::load(&a.file)?;
-    let aws = aws_for(&spec.state_store).await?;
+    let aws = run::aws_for(&spec.state_store).await?;
     let opened = run::open(&spec, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
     let r = opened.book.latest().await?.context(format!("{} has no delivery yet", spec.workload))?;
     match a.stage.strip_suffix(".gate") {
@@ -241,7 +234,7 @@ async fn approve(a: &ApproveArgs) -> Result<ExitCode> {
 
 async fn rollback(g: &GlobalArgs, a: &RollbackArgs) -> Result<ExitCode> {
     let spec = DeliverySpec::load(&a.file)?;
-    let aws = aws_for(&spec.state_store).await?;
+    let aws = run::aws_for(&spec.state_store).await?;
     let opened = run::open(&spec, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
     let clients = run::connect(&spec).await?;
     let command = format!("pinfleet delivery rollback {}", a.file.display());
@@ -254,14 +247,14 @@ async fn line(a: LineArgs) -> Result<ExitCode> {
     let mut err = anstream::stderr();
     match a.command {
         LineCommand::Stop { store, reason } => {
-            let aws = aws_for(&store).await?;
+            let aws = run::aws_for(&store).await?;
             let by = run::principal(aws.as_ref()).await;
             let l = book::Line::open(&store, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
             l.stop(&book::Stopped { by, at: Utc::now(), reason: reason.clone() }).await?;
             writeln!(err, "the line is stopped: {reason}; running deliveries stop at their next look")?;
         }
         LineCommand::Resume { store } => {
-            let aws = aws_for(&store).await?;
+            let aws = run::aws_for(&store).await?;
             let by = run::principal(aws.as_ref()).await;
             let l = book::Line::open(&store, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
             match l.lift(&by, Utc::now()).await? {
@@ -274,7 +267,7 @@ async fn line(a: LineArgs) -> Result<ExitCode> {
 }
 
 async fn bad(g: &GlobalArgs, store: &str) -> Result<ExitCode> {
-    let aws = aws_for(store).await?;
+    let aws = run::aws_for(store).await?;
     let l = book::Line::open(store, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
     let bad: Vec<book::Bad> = l.bad().await?.into_values().collect();
     if g.output == Format::Json {

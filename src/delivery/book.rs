@@ -1,5 +1,5 @@
 //! Where deliveries live (effects): in the delivery's state store, one
-//! folder per workload (`.delivery-NAMESPACE-NAME/`: the record, as the
+//! folder per workload (`.delivery.NAMESPACE.NAME/`: the record, as the
 //! fleet's rollout keeps it, its lock and approvals, and each cluster's
 //! analysis) and one for the whole line (`.delivery/`: whether the line is
 //! stopped, the versions marked bad, the audit of stops and hotfixes).
@@ -21,8 +21,17 @@ use crate::state::{S3Access, Store};
 /// The line's folder: no workload's folder can be named so.
 pub const LINE: &str = ".delivery";
 
-/// The folder of one workload's deliveries.
+/// The folder of one workload's deliveries. Namespace and name are DNS
+/// labels (the delivery spec checks them), which never hold a '.': no two
+/// workloads share a folder (the old `.delivery-NAMESPACE-NAME` gave team
+/// red's `x-web` and team red-x's `web` the same one).
 pub fn folder(namespace: &str, name: &str) -> String {
+    format!(".delivery.{namespace}.{name}")
+}
+
+/// The folder deliveries were kept in before [`folder`]: never read (it
+/// may be another team's), only found, to say so.
+pub fn legacy_folder(namespace: &str, name: &str) -> String {
     format!(".delivery-{namespace}-{name}")
 }
 
@@ -216,4 +225,18 @@ pub async fn analyses(store: &Store, number: u64) -> Result<BTreeMap<String, Clu
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_workloads_never_share_a_folder_and_none_is_the_lines() {
+        // The old names collided: red's x-web and red-x's web.
+        assert_eq!(legacy_folder("red", "x-web"), legacy_folder("red-x", "web"));
+        assert_ne!(folder("red", "x-web"), folder("red-x", "web"));
+        assert_eq!(folder("red", "x-web"), ".delivery.red.x-web");
+        assert_ne!(folder("red", "x-web"), LINE);
+    }
 }

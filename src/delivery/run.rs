@@ -83,6 +83,22 @@ pub async fn principal(aws: Option<&crate::cloud::aws::Aws>) -> String {
     }
 }
 
+/// The AWS connection a store URL needs (S3, through the usual AWS
+/// environment), none for a local one.
+pub async fn aws_for(url: &str) -> Result<Option<crate::cloud::aws::Aws>> {
+    if !url.starts_with("s3://") {
+        return Ok(None);
+    }
+    let opts = crate::cloud::aws::AwsOptions::from_env(crate::cloud::aws::Target::Aws, None)?;
+    Ok(Some(crate::cloud::aws::Aws::connect(&opts).await?))
+}
+
+/// The deliveries' line kept at `url` (the gateway's `--delivery-store`).
+pub async fn line_at(url: &str) -> Result<super::book::Line> {
+    let aws = aws_for(url).await?;
+    super::book::Line::open(url, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options { wait: true, hotfix: None, poll: Duration::from_millis(500), by: None }
@@ -169,8 +185,23 @@ pub struct Opened {
 /// The delivery's store: its folder and the line's.
 pub async fn open(spec: &DeliverySpec, aws: Option<&dyn S3Access>) -> Result<Opened> {
     let line = Line::open(&spec.state_store, aws).await?;
-    let store =
-        Store::open(&spec.state_store, &book::folder(&spec.workload.namespace, &spec.workload.name), aws).await?;
+    let (ns, name) = (&spec.workload.namespace, &spec.workload.name);
+    let store = Store::open(&spec.state_store, &book::folder(ns, name), aws).await?;
+    // An old-style folder is not read: its name is shared by workloads
+    // whose namespace and name join alike (red/x-web, red-x/web), so it may
+    // hold another team's record. Its owner moves it, once.
+    if store.list("").await?.is_empty() {
+        let legacy = store.sibling(&book::legacy_folder(ns, name));
+        if !legacy.list("").await?.is_empty() {
+            bail!(
+                "deliveries of {} are in the old folder {} (its name is ambiguous between workloads, so it is not read): \
+                 if they are this workload's, move them to {}",
+                spec.workload,
+                legacy.describe(""),
+                store.describe("")
+            );
+        }
+    }
     Ok(Opened { line, book: Book { store } })
 }
 

@@ -69,6 +69,13 @@ pub struct Policy {
     /// Per team, the provenance its images must carry (`--trust-policy`):
     /// a team without one is not checked.
     pub trust: std::collections::BTreeMap<String, crate::provenance::TrustPolicy>,
+    /// Per team, the taint keys of the node groups the admins opened to it
+    /// (`--team-tolerations`), beyond [`PLATFORM_TOLERATIONS`].
+    pub tolerations: std::collections::BTreeMap<String, Vec<String>>,
+    /// The IngressClasses a team's Ingress may name (`--ingress-class
+    /// [TEAM=]CLASS`: for one team, or for every team without one);
+    /// none: only the cluster's default class (no `className`).
+    pub ingress_classes: Vec<(Option<String>, String)>,
 }
 
 /// `TEAM=DOMAIN` (the gateway's `--team-domain`).
@@ -551,29 +558,277 @@ fn lifetime_rules(obj: &Value, templates: &[(String, Value)], problems: &mut Vec
     }
 }
 
-/// The platform's scheduling rules on a submitted pod template: a pod is
-/// placed by the scheduler, never pinned to a node, and tolerates no taint
-/// it does not name (a toleration of every taint runs on the control plane
-/// and on every team's dedicated nodes); a platform admin may do either.
-fn scheduling_rules(at: &str, template: &Value, caller: &Caller, problems: &mut Vec<Problem>) {
-    if caller.admin {
+/// The images of `intake` a delivery marked bad, matched by digest (a
+/// reference by tag matches once the gateway pinned it to its digest),
+/// each at its field. Only the submitting team's own delivery is named
+/// with its reason; another team's delivery, its workload and why it was
+/// rolled back are that team's to know.
+pub fn marked_bad(
+    intake: &Intake,
+    bad: &std::collections::BTreeMap<String, crate::delivery::book::Bad>,
+) -> Vec<Problem> {
+    image_fields(&intake.kind, &intake.workload)
+        .into_iter()
+        .filter_map(|(at, image)| {
+            let b = crate::delivery::book::digest_of(&image).and_then(|d| bad.get(d))?;
+            let ours = b.workload.split_once('/').is_some_and(|(ns, _)| ns == intake.team);
+            Some(Problem::new(
+                "delivery",
+                at,
+                if ours {
+                    format!(
+                        "{image} is marked bad: delivery #{} of {} {} was rolled back ({}); submit a fixed build",
+                        b.delivery, b.workload, b.version, b.reason
+                    )
+                } else {
+                    format!("{image} is marked bad (a delivery rolled it back); submit a fixed build")
+                },
+            ))
+        })
+        .collect()
+}
+
+/// `[TEAM=]CLASS` (the gateway's `--ingress-class`).
+pub fn parse_ingress_class(s: &str) -> Result<(Option<String>, String), String> {
+    let (team, class) = match s.split_once('=') {
+        Some((t, c)) if dns_label(t) => (Some(t.to_string()), c),
+        Some((t, _)) => return Err(format!("{t:?}: a team name is a DNS label")),
+        None => (None, s),
+    };
+    if !class.split('.').all(dns_label) {
+        return Err(format!("{class:?}: an IngressClass name is a DNS subdomain"));
+    }
+    Ok((team, class.to_string()))
+}
+
+/// Where a team's traffic goes: its pods register only into its own
+/// service sets (`TEAM.NAME`, as the default `{namespace}.{name}` is; red
+/// naming `blue.checkout` would receive blue's clients), and its Ingress
+/// names only an IngressClass the admins allow it. A platform admin may
+/// name any.
+fn traffic_rules(obj: &Value, team: &str, caller: &Caller, policy: &Policy, problems: &mut Vec<Problem>) {
+    if caller.admin || team.is_empty() {
         return;
     }
-    if let Some(node) = template.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
-        problems.push(Problem::new(
-            "platform",
-            format!("{at}.spec.nodeName"),
-            format!("{node:?}: pods are placed by the scheduler; pinning one to a node is for platform admins"),
-        ));
-    }
-    for (i, t) in template.pointer("/spec/tolerations").and_then(Value::as_array).into_iter().flatten().enumerate() {
-        let key = t.get("key").and_then(Value::as_str).unwrap_or_default();
-        if key.is_empty() {
+    if let Some(set) = obj.pointer("/spec/runtime/traffic/serviceset").and_then(Value::as_str) {
+        if set.split_once('.').map(|(owner, rest)| owner != team || rest.is_empty()).unwrap_or(true) {
             problems.push(Problem::new(
                 "platform",
-                format!("{at}.spec.tolerations[{i}]"),
-                "a toleration without a key tolerates every taint (the control plane's, other teams' dedicated nodes): name the taint's key".to_string(),
+                "spec.runtime.traffic.serviceset",
+                crate::views::text::escaped(
+                    &format!("{set:?}: team {team}'s pods register only into its own service sets ({team}.NAME)"),
+                    false,
+                )
+                .into_owned(),
             ));
+        }
+    }
+    if let Some(class) = obj.pointer("/spec/ingress/className").and_then(Value::as_str) {
+        let own: Vec<&str> = policy
+            .ingress_classes
+            .iter()
+            .filter(|(t, _)| t.as_deref() == Some(team))
+            .map(|(_, c)| c.as_str())
+            .collect();
+        let allowed: Vec<&str> = if own.is_empty() {
+            policy.ingress_classes.iter().filter(|(t, _)| t.is_none()).map(|(_, c)| c.as_str()).collect()
+        } else {
+            own
+        };
+        if !allowed.contains(&class) {
+            problems.push(Problem::new(
+                "platform",
+                "spec.ingress.className",
+                crate::views::text::escaped(
+                    &format!(
+                        "{class:?}: team {team}'s Ingress may name {}",
+                        if allowed.is_empty() {
+                            "no class (the cluster's default class serves it)".to_string()
+                        } else {
+                            format!("only {} (or none, for the cluster's default)", allowed.join(", "))
+                        }
+                    ),
+                    false,
+                )
+                .into_owned(),
+            ));
+        }
+    }
+}
+
+/// No `metadata.ownerReferences` anywhere in a submission (the workload's,
+/// its templates', its claim templates'): the gateway writes with its own
+/// credentials, so an owner reference would tie the workload (and its
+/// garbage collection) to an object the submitter may not touch.
+fn owner_references_rule(v: &Value, at: &str, problems: &mut Vec<Problem>) {
+    let join = |k: &str| if at.is_empty() { k.to_string() } else { format!("{at}.{k}") };
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m {
+                if k == "metadata" && v.get("ownerReferences").is_some_and(|r| !r.is_null()) {
+                    problems.push(Problem::new(
+                        "platform",
+                        join("metadata.ownerReferences"),
+                        "owner references are the platform's to write (the gateway writes with its own credentials): remove them",
+                    ));
+                }
+                owner_references_rule(v, &join(k), problems);
+            }
+        }
+        Value::Array(a) => {
+            for (i, v) in a.iter().enumerate() {
+                owner_references_rule(v, &format!("{at}[{i}]"), problems);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The control plane's taint keys (and node-role labels): no submitted pod
+/// tolerates or selects them, a platform admin's included (the control
+/// plane runs the platform, never a workload the gateway places).
+pub const CONTROL_PLANE_KEYS: [&str; 2] = ["node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"];
+
+/// Taints every team's pods may tolerate: the node conditions Kubernetes'
+/// own DefaultTolerationSeconds admission plugin tolerates on every pod
+/// (they only say how long a pod stays on a failing node).
+pub const PLATFORM_TOLERATIONS: [&str; 2] = ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"];
+
+/// `TEAM=KEY[,KEY]` (the gateway's `--team-tolerations`): taint keys of
+/// the node groups the admins open to a team.
+pub fn parse_team_tolerations(s: &str) -> Result<(String, Vec<String>), String> {
+    let (team, keys) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected TEAM=KEY[,KEY]"))?;
+    if !dns_label(team) {
+        return Err(format!("{team:?}: a team name is a DNS label"));
+    }
+    let keys: Vec<String> = keys.split(',').map(str::trim).filter(|k| !k.is_empty()).map(String::from).collect();
+    if keys.is_empty() {
+        return Err(format!("{s:?}: name at least one taint key"));
+    }
+    if let Some(k) = keys.iter().find(|k| CONTROL_PLANE_KEYS.contains(&k.as_str())) {
+        return Err(format!("{k:?}: the control plane's taint is never a team's to tolerate"));
+    }
+    Ok((team.to_string(), keys))
+}
+
+/// The taint keys a pod of the workload tolerates without the admins'
+/// word: [`PLATFORM_TOLERATIONS`], and each extended resource it asks for
+/// (`nvidia.com/gpu`), as the ExtendedResourceToleration admission plugin
+/// adds them.
+fn platform_tolerations(obj: &Value, template: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = PLATFORM_TOLERATIONS.iter().map(|k| k.to_string()).collect();
+    keys.extend(obj.pointer("/spec/accelerators/type").and_then(Value::as_str).map(String::from));
+    for field in ["initContainers", "containers"] {
+        for c in template.pointer(&format!("/spec/{field}")).and_then(Value::as_array).into_iter().flatten() {
+            for r in ["requests", "limits"] {
+                for k in c
+                    .pointer(&format!("/resources/{r}"))
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, _)| k)
+                {
+                    // Extended resources are domain-prefixed, outside kubernetes.io.
+                    if k.contains('/') && !k.split('/').next().unwrap_or_default().ends_with("kubernetes.io") {
+                        keys.push(k.clone());
+                    }
+                }
+            }
+        }
+    }
+    keys
+}
+
+/// The platform's scheduling rules on a submitted pod template: a pod is
+/// placed by the scheduler, never pinned to a node (by `nodeName` or by a
+/// required node affinity on `metadata.name`), and tolerates only the
+/// taints of node groups the admins opened to its team (a toleration of
+/// every taint runs on the control plane and on every team's dedicated
+/// nodes); a platform admin may do either. Nobody's pod tolerates, selects
+/// or requires the control plane.
+fn scheduling_rules(
+    at: &str,
+    obj: &Value,
+    template: &Value,
+    team: &str,
+    caller: &Caller,
+    policy: &Policy,
+    problems: &mut Vec<Problem>,
+) {
+    let control_plane = |k: &str| CONTROL_PLANE_KEYS.contains(&k);
+    let refuse = |problems: &mut Vec<Problem>, field: String, message: String| {
+        problems.push(Problem::new("platform", field, crate::views::text::escaped(&message, false).into_owned()))
+    };
+    for (k, _) in template.pointer("/spec/nodeSelector").and_then(Value::as_object).into_iter().flatten() {
+        if control_plane(k) {
+            refuse(
+                problems,
+                format!("{at}.spec.nodeSelector[{k}]"),
+                format!("{k:?}: the control plane runs the platform, never a submitted workload"),
+            );
+        }
+    }
+    let required = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms";
+    let terms_at =
+        format!("{at}.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms");
+    for (i, term) in template.pointer(required).and_then(Value::as_array).into_iter().flatten().enumerate() {
+        for (j, e) in term.get("matchExpressions").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
+            let op = e.get("operator").and_then(Value::as_str).unwrap_or_default();
+            if control_plane(key) && matches!(op, "In" | "Exists") {
+                refuse(
+                    problems,
+                    format!("{terms_at}[{i}].matchExpressions[{j}]"),
+                    format!("{key:?}: the control plane runs the platform, never a submitted workload"),
+                );
+            }
+        }
+        if caller.admin {
+            continue;
+        }
+        for (j, f) in term.get("matchFields").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            if f.get("key").and_then(Value::as_str) == Some("metadata.name") {
+                refuse(
+                    problems,
+                    format!("{terms_at}[{i}].matchFields[{j}]"),
+                    "pods are placed by the scheduler; pinning one to a node by name is for platform admins".into(),
+                );
+            }
+        }
+    }
+    if !caller.admin {
+        if let Some(node) = template.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            refuse(
+                problems,
+                format!("{at}.spec.nodeName"),
+                format!("{node:?}: pods are placed by the scheduler; pinning one to a node is for platform admins"),
+            );
+        }
+    }
+    let opened = policy.tolerations.get(team).map(Vec::as_slice).unwrap_or_default();
+    let platform = platform_tolerations(obj, template);
+    for (i, t) in template.pointer("/spec/tolerations").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let key = t.get("key").and_then(Value::as_str).unwrap_or_default();
+        let field = format!("{at}.spec.tolerations[{i}]");
+        if key.is_empty() {
+            if !caller.admin {
+                refuse(problems, field, "a toleration without a key tolerates every taint (the control plane's, other teams' dedicated nodes): name the taint's key".into());
+            }
+        } else if control_plane(key) {
+            refuse(
+                problems,
+                field,
+                format!("{key:?}: the control plane's taint is never tolerated by a submitted workload"),
+            );
+        } else if !caller.admin && !opened.iter().chain(&platform).any(|k| k == key) {
+            refuse(
+                problems,
+                field,
+                format!(
+                    "{key:?}: team {team} may tolerate only the taints of node groups the admins opened to it ({})",
+                    if opened.is_empty() { "none".to_string() } else { opened.join(", ") }
+                ),
+            );
         }
     }
 }
@@ -644,6 +899,16 @@ fn dns_label(s: &str) -> bool {
         && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
+}
+
+/// `TEAM=X` settings (flags given once per pair), grouped by team in the
+/// order given.
+pub fn by_team<V: Clone>(pairs: &[(String, V)]) -> std::collections::BTreeMap<String, Vec<V>> {
+    let mut m: std::collections::BTreeMap<String, Vec<V>> = Default::default();
+    for (t, v) in pairs {
+        m.entry(t.clone()).or_default().push(v.clone());
+    }
+    m
 }
 
 /// Checks a submitted workload for `caller`: every problem of layers 1
@@ -725,10 +990,12 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
     let templates = templates_of(&kind, &obj);
     let (artifact, images) = images_rule(&templates, policy, &mut problems);
     for (at, t) in &templates {
-        scheduling_rules(at, t, caller, &mut problems);
+        scheduling_rules(at, &obj, t, &team, caller, policy, &mut problems);
     }
     lifetime_rules(&obj, &templates, &mut problems);
+    owner_references_rule(workload, "", &mut problems);
     hosts_rule(&obj, &team, caller, policy, &mut problems);
+    traffic_rules(&obj, &team, caller, policy, &mut problems);
     resource_rules(&obj, &templates, &mut problems);
     // Demand and validation: the controller's own children of this
     // workload, under every runtime profile the members run (the most
@@ -1137,6 +1404,151 @@ mod tests {
             ]
         );
         assert_eq!(problems[1].message, "\"ads\" is not a team of alice (theirs: search)");
+    }
+
+    #[test]
+    fn a_pod_tolerates_and_selects_only_the_node_groups_opened_to_its_team_and_never_the_control_plane() {
+        let mut w = service();
+        let spec = &mut w["spec"]["template"]["spec"];
+        spec["tolerations"] = json!([
+            {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+            {"operator": "Exists"},
+            {"key": "dedicated", "operator": "Equal", "value": "ads", "effect": "NoSchedule"},
+            {"key": "dedicated-search", "operator": "Exists"},
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+            {"key": "node-role.kubernetes.io/master", "operator": "Exists"},
+            {"key": "nvidia.com/gpu", "operator": "Exists"}
+        ]);
+        spec["nodeSelector"] = json!({"node-role.kubernetes.io/control-plane": ""});
+        spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}],
+             "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["ip-10-0-0-1"]}]}
+        ]}}});
+        let policy = Policy {
+            tolerations: [("search".to_string(), vec!["dedicated-search".to_string()])].into(),
+            ..Policy::default()
+        };
+        let problems = check(&w, &alice(), &policy, &Members::default()).unwrap_err();
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        let terms = "spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]";
+        assert_eq!(
+            fields,
+            [
+                "spec.template.spec.nodeSelector[node-role.kubernetes.io/control-plane]".to_string(),
+                format!("{terms}.matchExpressions[0]"),
+                format!("{terms}.matchFields[0]"),
+                "spec.template.spec.tolerations[0]".into(),
+                "spec.template.spec.tolerations[1]".into(),
+                "spec.template.spec.tolerations[2]".into(),
+                "spec.template.spec.tolerations[5]".into(),
+                "spec.template.spec.tolerations[6]".into(),
+            ],
+            "{problems:?}"
+        );
+        assert!(
+            problems[5].message.contains("team search may tolerate only")
+                && problems[5].message.contains("dedicated-search")
+        );
+        // A platform admin may tolerate any dedicated taint, never the control plane's.
+        let admin = Caller { admin: true, ..alice() };
+        let problems = check(&w, &admin, &Policy::default(), &Members::default()).unwrap_err();
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.template.spec.nodeSelector[node-role.kubernetes.io/control-plane]".to_string(),
+                format!("{terms}.matchExpressions[0]"),
+                "spec.template.spec.tolerations[0]".into(),
+                "spec.template.spec.tolerations[5]".into(),
+            ],
+            "{problems:?}"
+        );
+        // A pod asking for a GPU tolerates the GPU nodes' taint, as the ExtendedResourceToleration plugin does.
+        let mut w = service();
+        w["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/gpu": 1});
+        w["spec"]["template"]["spec"]["tolerations"] = json!([{"key": "nvidia.com/gpu", "operator": "Exists"}]);
+        // (extended resources are refused elsewhere until a quota counts them; the toleration is not)
+        let problems = check(&w, &alice(), &Policy::default(), &Members::default()).unwrap_err();
+        assert!(problems.iter().all(|p| !p.field.contains("tolerations")), "{problems:?}");
+        assert_eq!(
+            parse_team_tolerations("search=dedicated,gpu").unwrap(),
+            ("search".into(), vec!["dedicated".into(), "gpu".into()])
+        );
+        assert!(parse_team_tolerations("search=node-role.kubernetes.io/master").is_err());
+    }
+
+    #[test]
+    fn owner_references_are_refused_wherever_they_are_written() {
+        let mut w = service();
+        let owner = json!([{"apiVersion": "v1", "kind": "Namespace", "name": "ads", "uid": "6f1c0000-0000-0000-0000-000000000000"}]);
+        w["metadata"]["ownerReferences"] = owner.clone();
+        w["spec"]["template"]["metadata"] = json!({"ownerReferences": owner});
+        let problems = check(&w, &alice(), &Policy::default(), &Members::default()).unwrap_err();
+        let fields: Vec<&str> = problems.iter().filter(|p| p.layer == "platform").map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, ["metadata.ownerReferences", "spec.template.metadata.ownerReferences"], "{problems:?}");
+    }
+
+    #[test]
+    fn a_team_registers_only_into_its_own_service_sets_behind_the_ingress_classes_it_is_allowed() {
+        let mut w = service();
+        w["spec"]["runtime"] = json!({"traffic": {"serviceset": "blue.checkout"}});
+        w["spec"]["ports"] = json!([{"name": "http", "port": 8080}]);
+        w["spec"]["ingress"] = json!({"className": "internal", "hosts": []});
+        let policy = Policy {
+            ingress_classes: vec![(None, "public".into()), (Some("ads".into()), "internal".into())],
+            ..Policy::default()
+        };
+        let problems = check(&w, &alice(), &policy, &Members::default()).unwrap_err();
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, ["spec.runtime.traffic.serviceset", "spec.ingress.className"], "{problems:?}");
+        assert!(problems[1].message.contains("only public"), "{problems:?}");
+        // A look-alike of the team's prefix is not the team's.
+        for set in ["search-x.web", "searchweb", "search.", ".search.web"] {
+            w["spec"]["runtime"]["traffic"]["serviceset"] = json!(set);
+            let problems = check(&w, &alice(), &policy, &Members::default()).unwrap_err();
+            assert!(problems.iter().any(|p| p.field == "spec.runtime.traffic.serviceset"), "{set}: {problems:?}");
+        }
+        w["spec"]["runtime"]["traffic"]["serviceset"] = json!("search.checkout");
+        w["spec"]["ingress"]["className"] = json!("public");
+        check(&w, &alice(), &policy, &Members::default()).unwrap();
+        w["spec"]["ingress"]["className"] = json!("internal");
+        check(&w, &Caller { admin: true, ..alice() }, &policy, &Members::default()).unwrap();
+        assert_eq!(parse_ingress_class("ads=internal").unwrap(), (Some("ads".into()), "internal".into()));
+        assert!(parse_ingress_class("Ads=x").is_err());
+    }
+
+    #[test]
+    fn a_bad_version_is_refused_by_digest_naming_only_the_callers_own_delivery() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let bad_of = |workload: &str| crate::delivery::book::Bad {
+            image: format!("registry.example.com/web@{digest}"),
+            digest: digest.clone(),
+            workload: workload.into(),
+            version: "v7".into(),
+            delivery: 12,
+            reason: "checkout errors at 9%".into(),
+            at: chrono::Utc::now(),
+        };
+        let mut i = check(&service(), &alice(), &Policy::default(), &Members::default()).unwrap();
+        // A tag is not matched until it is pinned; then by its digest, whatever the tag.
+        let bad: std::collections::BTreeMap<_, _> = [(digest.clone(), bad_of("search/web"))].into();
+        assert!(marked_bad(&i, &bad).is_empty());
+        pin_images(
+            &mut i.workload,
+            &[("registry.example.com/web:1.2".to_string(), format!("registry.example.com/web:1.2@{digest}"))].into(),
+        );
+        let p = marked_bad(&i, &bad);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].field, "spec.template.spec.containers[0].image");
+        assert!(p[0].message.contains("delivery #12 of search/web v7") && p[0].message.contains("9%"), "{p:?}");
+        // Another team's delivery: neither its name nor its reason.
+        let bad: std::collections::BTreeMap<_, _> = [(digest.clone(), bad_of("blue/checkout"))].into();
+        let p = marked_bad(&i, &bad);
+        assert_eq!(p.len(), 1);
+        assert!(
+            !p[0].message.contains("blue") && !p[0].message.contains("9%") && !p[0].message.contains("#12"),
+            "{p:?}"
+        );
     }
 
     #[test]

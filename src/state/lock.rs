@@ -41,6 +41,8 @@ pub const FLEET: &str = ".fleet";
 fn what(cluster: &str) -> String {
     if cluster == FLEET {
         "the fleet".into()
+    } else if let Some((ns, name)) = cluster.strip_prefix(".delivery.").and_then(|w| w.split_once('.')) {
+        format!("the deliveries of {ns}/{name}")
     } else if let Some(w) = cluster.strip_prefix(".delivery-") {
         format!("the deliveries of {w}")
     } else {

@@ -64,6 +64,15 @@ pub struct ServeArgs {
     /// A DNS domain a team's Ingress hosts may use, TEAM=DOMAIN (and its subdomains; repeat).
     #[arg(long = "team-domain", value_name = "TEAM=DOMAIN", value_parser = crate::gateway::intake::parse_team_domain)]
     pub team_domains: Vec<(String, String)>,
+    /// Taint keys a team's pods may tolerate, TEAM=KEY[,KEY]: the node groups the admins open to it
+    /// (repeat; default: none beyond node conditions and the extended resources a pod asks for;
+    /// the control plane's never).
+    #[arg(long = "team-tolerations", value_name = "TEAM=KEY[,KEY]", value_parser = crate::gateway::intake::parse_team_tolerations)]
+    pub team_tolerations: Vec<(String, Vec<String>)>,
+    /// An IngressClass Ingresses may name, [TEAM=]CLASS: for one team, or for every team the flag
+    /// names no class for (repeat; default: none, only the cluster's default class).
+    #[arg(long = "ingress-class", value_name = "[TEAM=]CLASS", value_parser = crate::gateway::intake::parse_ingress_class)]
+    pub ingress_classes: Vec<(Option<String>, String)>,
     /// A team's trust policy, TEAM=FILE (YAML: mode enforce|warn, keys, builders, repositories, refs,
     /// parameters): its images must be signed and carry SLSA provenance (repeat per team).
     #[arg(long = "trust-policy", value_name = "TEAM=FILE", value_parser = crate::registry::parse_trust_policy)]
@@ -134,19 +143,27 @@ impl ServeArgs {
     }
 }
 
-/// The deliveries' line (`--delivery-store`), S3 through the usual AWS environment.
-async fn delivery_line(url: &str) -> Result<crate::delivery::book::Line> {
-    let aws = match url.starts_with("s3://") {
-        true => Some(
-            crate::cloud::aws::Aws::connect(&crate::cloud::aws::AwsOptions::from_env(
-                crate::cloud::aws::Target::Aws,
-                None,
-            )?)
-            .await?,
-        ),
-        false => None,
-    };
-    crate::delivery::book::Line::open(url, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await
+/// What the admins configure (`intake::Policy`), from the flags.
+fn policy(s: &ServeArgs) -> Policy {
+    Policy {
+        allowed_registries: s.allowed_registries.clone(),
+        trust: s.trust_policies.iter().cloned().collect(),
+        priority_classes: s.priority_classes.clone(),
+        domains: crate::gateway::intake::by_team(&s.team_domains),
+        ingress_classes: s.ingress_classes.clone(),
+        tolerations: crate::gateway::intake::by_team(&s.team_tolerations)
+            .into_iter()
+            .map(|(t, keys)| (t, keys.concat()))
+            .collect(),
+        pod_security: crate::gateway::intake::PodSecurity {
+            default: s.pod_security_default,
+            teams: s.pod_security.iter().cloned().collect(),
+            exceptions: s.pod_security_exceptions.iter().fold(Default::default(), |mut m, (t, c)| {
+                m.entry(t.clone()).or_insert_with(std::collections::BTreeSet::new).insert(c.clone());
+                m
+            }),
+        },
+    }
 }
 
 pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::FleetSource>) -> Result<ExitCode> {
@@ -215,26 +232,7 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
     let config = service::Config {
         namespace: s.namespace.clone(),
         identity: s.identity.clone().unwrap_or_else(|| format!("{}-{}", crate::state::whoami().1, std::process::id())),
-        policy: Policy {
-            allowed_registries: s.allowed_registries.clone(),
-            trust: s.trust_policies.iter().cloned().collect(),
-            priority_classes: s.priority_classes.clone(),
-            domains: s.team_domains.iter().fold(
-                Default::default(),
-                |mut m: std::collections::BTreeMap<String, Vec<String>>, (t, d)| {
-                    m.entry(t.clone()).or_default().push(d.clone());
-                    m
-                },
-            ),
-            pod_security: crate::gateway::intake::PodSecurity {
-                default: s.pod_security_default,
-                teams: s.pod_security.iter().cloned().collect(),
-                exceptions: s.pod_security_exceptions.iter().fold(Default::default(), |mut m, (t, c)| {
-                    m.entry(t.clone()).or_insert_with(std::collections::BTreeSet::new).insert(c.clone());
-                    m
-                }),
-            },
-        },
+        policy: policy(&s),
         interval: s.interval,
         lease_duration: s.lease_duration,
         member_refresh: s.member_refresh,
@@ -243,7 +241,7 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
     };
     let svc = service::Service::start(host, members, identity, config).await?;
     if let Some(url) = &s.delivery_store {
-        let _ = svc.delivery_line.set(delivery_line(url).await?);
+        let _ = svc.delivery_line.set(crate::delivery::run::line_at(url).await?);
     }
     let audit = svc.audit_log.clone();
     let (stop, stopping) = tokio::sync::watch::channel(false);

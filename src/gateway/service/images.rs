@@ -55,9 +55,10 @@ impl Service {
     }
 
     /// Refuses images a delivery marked bad (by digest: a pinned image, or
-    /// one submitted by digest), each at its field with the delivery's
-    /// reason. The list is read at most every 5 s; when it cannot be read,
-    /// the last list read answers, and with none a 503 says why.
+    /// one submitted by digest), each at its field ([`intake::marked_bad`]:
+    /// the delivery and its reason named only to its own team). The list
+    /// is read at most every 5 s; when it cannot be read, the last list
+    /// read answers, and with none a 503 says why.
     pub(super) async fn not_marked_bad(&self, intake: &intake::Intake) -> Result<(), (u16, Vec<Problem>)> {
         let Some(line) = self.delivery_line.get() else { return Ok(()) };
         let mut cache = self.bad_versions.lock().await;
@@ -73,20 +74,7 @@ impl Service {
                 Err(e) => tracing::warn!("reading the versions marked bad (the last list answers): {e:#}"),
             }
         }
-        let problems: Vec<Problem> = intake::image_fields(&intake.kind, &intake.workload)
-            .into_iter()
-            .filter_map(|(at, image)| {
-                let b = crate::delivery::book::digest_of(&image).and_then(|d| cache.1.get(d))?;
-                Some(Problem::new(
-                    "delivery",
-                    at,
-                    format!(
-                        "{image} is marked bad: delivery #{} of {} {} was rolled back ({}); submit a fixed build",
-                        b.delivery, b.workload, b.version, b.reason
-                    ),
-                ))
-            })
-            .collect();
+        let problems = intake::marked_bad(intake, &cache.1);
         if problems.is_empty() {
             Ok(())
         } else {
