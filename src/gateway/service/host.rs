@@ -205,7 +205,7 @@ pub async fn seed_quotas(host: &kube::Client, namespace: &str, path: &std::path:
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let docs = crate::spec::yaml::parse_documents(&text, path)?;
     let api: Api<crate::gateway::records::TeamQuota> = Api::namespaced(host.clone(), namespace);
-    let mut n = 0;
+    let mut n: usize = 0;
     for d in docs {
         let mut v = d.to_json();
         v["metadata"]["namespace"] = serde_json::json!(namespace);
@@ -221,7 +221,7 @@ pub async fn seed_quotas(host: &kube::Client, namespace: &str, path: &std::path:
         api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&v))
             .await
             .with_context(|| format!("writing team {name}'s quota"))?;
-        n += 1;
+        n = n.saturating_add(1);
     }
     Ok(n)
 }
