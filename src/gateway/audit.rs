@@ -115,10 +115,13 @@ pub struct AuditLog {
     refusals: Mutex<(u64, std::collections::HashMap<String, (u32, u32)>)>,
 }
 
-/// Refusal lines one caller (all strangers together) may write a second;
-/// past it they are counted and said in one line when the second ends, so a
-/// flood of bad requests cannot fill the disk (its bytes are the budget).
+/// Refusal lines all strangers together may write a second; past it they
+/// are counted and said in one line when the next second begins, so a flood
+/// of bad requests cannot fill the disk (its bytes are the budget).
 pub const REFUSALS_PER_SECOND: u32 = 20;
+/// The same for one authenticated caller: every decision of a team's own
+/// is worth its line, up to this many a second.
+pub const CALLER_REFUSALS_PER_SECOND: u32 = 200;
 
 /// The edge's own refusals (bodies, budgets, shares, panics) go to the same log.
 impl crate::edge::Audit for AuditLog {
@@ -179,7 +182,8 @@ impl AuditLog {
         // The table is bounded: past 10,000 callers in one second, all count as one.
         let key = if r.1.len() >= 10_000 && !r.1.contains_key(who) { "-" } else { who };
         let e = r.1.entry(key.to_string()).or_insert((0, 0));
-        if e.0 < REFUSALS_PER_SECOND {
+        let most = if key == "-" { REFUSALS_PER_SECOND } else { CALLER_REFUSALS_PER_SECOND };
+        if e.0 < most {
             e.0 = e.0.saturating_add(1);
             (true, said)
         } else {
