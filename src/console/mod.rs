@@ -173,26 +173,11 @@ impl Console {
 type C = Arc<Console>;
 type Peer = Option<Extension<Arc<PeerCertificate>>>;
 
-fn cookie_token(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == TOKEN_COOKIE)
-        .map(|(_, v)| v.to_string())
-}
 
 /// The caller: a bearer header, else the sign-in cookie, else a client
 /// certificate, else (loopback, local work) the anonymous caller.
 async fn caller(c: &Console, headers: &HeaderMap, peer: &Peer) -> Result<Caller, String> {
-    let header_token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .map(str::to_string);
-    let token = header_token.or_else(|| cookie_token(headers));
+    let token = crate::gateway::identity::request_token(headers);
     let cert = peer.as_ref().map(|Extension(p)| p.as_ref());
     c.svc.identity.authenticate(token.as_deref(), cert).await.map_err(|r| r.0)
 }
