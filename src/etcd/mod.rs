@@ -1,0 +1,32 @@
+//! The control plane's etcd, backed up and brought back.
+//!
+//! Where it sits: the agent (`pinfleet etcd agent`, on the control-plane
+//! machines, speaking etcd's gRPC API with the node's client certificates)
+//! streams snapshots and watch deltas into the state store; the verifier
+//! restores each snapshot into a scratch etcd on loopback and compares it
+//! with the live cluster; `pinfleet etcd restore` brings every member back
+//! from one snapshot plus the deltas after it. The pure core decides; the
+//! effects are at the edges:
+//!
+//! ```text
+//! policy (pure: gc tiers, freshness, the revision to bump to, what is lost)
+//!    ▲
+//! manifest (pure: what a backup is, its keys in the store, keys per prefix)
+//!    ▲
+//! agent ── etcd gRPC ──▶ snapshot stream ──▶ state::blob upload ──▶ manifest
+//!   └──── watch ──▶ deltas (every deltaInterval) ──▶ state store
+//! verify ── download ──▶ scratch (etcdutl restore + etcd on loopback) ──▶ verdict
+//! restore ── etcdutl per member (new token) ──▶ members start ──▶ deltas replayed
+//!          ──▶ revision bumped past any client's ──▶ compacted (watches relist)
+//! ```
+//!
+//! Membership changes during a roll are [`crate::kube::etcd`]'s; this module
+//! never adds or removes members.
+
+pub mod agent;
+pub mod conn;
+pub mod manifest;
+pub mod policy;
+pub mod restore;
+pub mod scratch;
+pub mod verify;

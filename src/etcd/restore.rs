@@ -1,0 +1,147 @@
+//! Bringing a control plane back from one backup: every member's data
+//! folder is restored from the same snapshot with a new cluster token (the
+//! old one is moved aside, never deleted), the members start, the deltas
+//! after the snapshot are replayed one transaction per revision (so the
+//! revisions match the lost store's), the revision is bumped past any a
+//! client has seen, and the store is compacted there so that every watch
+//! and informer relists instead of trusting its cache. Each phase's time is
+//! kept: the RTO.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use base64::Engine as _;
+use etcd_client::{Client, CompactionOptions, GetOptions, Txn, TxnOp};
+use futures::StreamExt as _;
+
+use super::manifest::Delta;
+use super::scratch::Binaries;
+
+/// One member to restore: its name, peer URL and data folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub name: String,
+    pub peer_url: String,
+    pub data_dir: PathBuf,
+}
+
+impl std::str::FromStr for Target {
+    type Err = String;
+    /// `NAME=PEER_URL=DATA_DIR`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut it = s.splitn(3, '=');
+        match (it.next(), it.next(), it.next()) {
+            (Some(n), Some(p), Some(d)) if !n.is_empty() && p.starts_with("http") && !d.is_empty() => {
+                Ok(Target { name: n.to_string(), peer_url: p.to_string(), data_dir: PathBuf::from(d) })
+            }
+            _ => Err(format!("`{s}`: expected NAME=PEER_URL=DATA_DIR (e.g. cp-a=https://10.0.1.10:2380=/var/lib/etcd)")),
+        }
+    }
+}
+
+/// The phases' times, in order.
+#[derive(Debug, Default, Clone)]
+pub struct Phases(pub Vec<(String, Duration)>);
+
+impl Phases {
+    pub fn time<T>(&mut self, name: &str, t0: Instant, out: T) -> T {
+        self.0.push((name.to_string(), t0.elapsed()));
+        out
+    }
+    pub fn total(&self) -> Duration {
+        self.0.iter().map(|(_, d)| *d).sum()
+    }
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        for (n, d) in &self.0 {
+            s.push_str(&format!("  {:>8.1}s  {n}\n", d.as_secs_f64()));
+        }
+        s.push_str(&format!("  {:>8.1}s  in all (the RTO)\n", self.total().as_secs_f64()));
+        s
+    }
+}
+
+/// `--initial-cluster` for the targets.
+pub fn initial_cluster(targets: &[Target]) -> String {
+    targets.iter().map(|t| format!("{}={}", t.name, t.peer_url)).collect::<Vec<_>>().join(",")
+}
+
+/// Restores every target's data folder from `snapshot` (a new cluster:
+/// `token`); what was in a folder is moved to `<folder>.before-restore-<time>`.
+pub fn restore_members(bins: &Binaries, snapshot: &Path, targets: &[Target], token: &str) -> Result<Vec<PathBuf>> {
+    if targets.is_empty() {
+        bail!("no member to restore");
+    }
+    let cluster = initial_cluster(targets);
+    let mut moved = Vec::new();
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+    for t in targets {
+        if t.data_dir.exists() {
+            let aside = PathBuf::from(format!("{}.before-restore-{stamp}", t.data_dir.display()));
+            std::fs::rename(&t.data_dir, &aside)
+                .with_context(|| format!("moving {} aside to {}", t.data_dir.display(), aside.display()))?;
+            moved.push(aside);
+        }
+        bins.restore(snapshot, &t.data_dir, &t.name, &t.peer_url, &cluster, token)?;
+    }
+    Ok(moved)
+}
+
+/// The store's current revision.
+pub async fn revision(client: &mut Client) -> Result<i64> {
+    let r = client.get(vec![0], Some(GetOptions::new().with_range(vec![0]).with_count_only())).await?;
+    Ok(r.header().map(|h| h.revision()).unwrap_or_default())
+}
+
+/// Replays the deltas' transactions after the restored revision, one
+/// transaction per revision; the revision reached.
+pub async fn replay(client: &mut Client, deltas: &[Delta]) -> Result<(i64, usize)> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut rev = revision(client).await?;
+    let mut applied = 0usize;
+    for d in deltas {
+        for t in &d.txns {
+            if t.rev <= rev {
+                continue;
+            }
+            let mut ops = Vec::with_capacity(t.ops.len());
+            for c in &t.ops {
+                let k = b64.decode(&c.k).context("a delta's key is not base64")?;
+                ops.push(match &c.v {
+                    Some(v) => TxnOp::put(k, b64.decode(v).context("a delta's value is not base64")?, None),
+                    None => TxnOp::delete(k, None),
+                });
+            }
+            let resp = client.txn(Txn::new().and_then(ops)).await.with_context(|| format!("replaying revision {}", t.rev))?;
+            rev = resp.header().map(|h| h.revision()).unwrap_or(rev);
+            applied = applied.saturating_add(1);
+        }
+    }
+    Ok((rev, applied))
+}
+
+/// Writes a throwaway key until the revision reaches `to` (64 writes in
+/// flight), removes it, and compacts there: watches from older revisions
+/// are told "required revision has been compacted" and relist.
+pub async fn bump_and_compact(client: &Client, to: i64) -> Result<i64> {
+    const KEY: &str = "/pinfleet/restore/bump";
+    let mut c = client.clone();
+    let now = revision(&mut c).await?;
+    let writes = to.saturating_sub(now).max(0);
+    futures::stream::iter(0..writes)
+        .map(|i| {
+            let mut c = client.clone();
+            async move { c.put(KEY, i.to_string(), None).await }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .context("bumping the revision")?;
+    c.delete(KEY, None).await.context("removing the bump's key")?;
+    let rev = revision(&mut c).await?;
+    c.compact(rev, Some(CompactionOptions::new().with_physical())).await.context("compacting the restored store")?;
+    Ok(rev)
+}

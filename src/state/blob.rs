@@ -1,0 +1,253 @@
+//! Large objects in the state store, streamed: an etcd snapshot goes up in
+//! parts (S3 multipart, server-side encrypted; a `.partial` file renamed
+//! on completion for `file://`) and comes down into a file, so memory holds
+//! one part at a time whatever the object's size. An upload that is not
+//! completed is aborted (or its partial file removed) and never appears
+//! under its key: a reader listing keys never sees half an object.
+//!
+//! Retention (S3 Object Lock) is set per object when asked; a locked
+//! object's versions cannot be deleted before the date, by anyone holding
+//! the lock's mode (COMPLIANCE: no one).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, ObjectLockMode, ServerSideEncryption};
+use chrono::{DateTime, Utc};
+
+use super::{Backend, Store};
+use crate::sdk_error::describe_sdk_error;
+
+/// S3's smallest part but the last; one part is what memory holds.
+pub const PART_BYTES: usize = 8 * 1024 * 1024;
+
+/// An Object Lock retention for what is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retention {
+    /// `GOVERNANCE` or `COMPLIANCE`.
+    pub mode: String,
+    pub until: DateTime<Utc>,
+}
+
+enum Sink {
+    S3 { client: aws_sdk_s3::Client, bucket: String, key: String, upload_id: String, parts: Vec<CompletedPart> },
+    File { partial: PathBuf, path: PathBuf, file: std::fs::File },
+}
+
+/// An object being written part by part.
+pub struct Upload {
+    sink: Option<Sink>,
+    buf: Vec<u8>,
+    written: u64,
+    what: String,
+}
+
+impl Store {
+    /// Starts a streamed write of `key` (nothing appears under `key` until
+    /// [`Upload::complete`]).
+    pub async fn upload(&self, key: &str, retention: Option<&Retention>) -> Result<Upload> {
+        let what = self.describe(key);
+        let sink = match &self.backend {
+            Backend::S3 { client, bucket, prefix } => {
+                let k = Self::s3_key(prefix, &self.cluster, key);
+                let mut req = client
+                    .create_multipart_upload()
+                    .bucket(bucket)
+                    .key(&k)
+                    .server_side_encryption(ServerSideEncryption::Aes256)
+                    .content_type("application/octet-stream");
+                if let Some(r) = retention {
+                    req = req
+                        .object_lock_mode(ObjectLockMode::from(r.mode.as_str()))
+                        .object_lock_retain_until_date(aws_smithy_types::DateTime::from_secs(r.until.timestamp()));
+                }
+                let out = req.send().await.map_err(|e| anyhow!("starting the upload of {what}: {}", describe_sdk_error(&e)))?;
+                let upload_id = out.upload_id().context("S3 gave no upload id")?.to_string();
+                Sink::S3 { client: client.clone(), bucket: bucket.clone(), key: k, upload_id, parts: Vec::new() }
+            }
+            Backend::File { root } => {
+                let path = root.join(&self.cluster).join(key);
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+                }
+                let partial = path.with_extension(format!("tmp-{}-{}", std::process::id(), rand::random::<u32>()));
+                let file = std::fs::File::create(&partial).with_context(|| format!("writing {}", partial.display()))?;
+                Sink::File { partial, path, file }
+            }
+        };
+        Ok(Upload { sink: Some(sink), buf: Vec::with_capacity(PART_BYTES), written: 0, what })
+    }
+
+    /// Streams `key` into the file at `path` (created or truncated); its size.
+    pub async fn download(&self, key: &str, path: &Path) -> Result<u64> {
+        let mut out = std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
+        match &self.backend {
+            Backend::S3 { client, bucket, prefix } => {
+                let k = Self::s3_key(prefix, &self.cluster, key);
+                let obj = client.get_object().bucket(bucket).key(&k).send().await.map_err(|e| {
+                    anyhow!("reading {}: {}", self.describe(key), describe_sdk_error(&e))
+                })?;
+                let mut body = obj.body;
+                let mut n = 0u64;
+                while let Some(chunk) =
+                    body.try_next().await.with_context(|| format!("reading {}", self.describe(key)))?
+                {
+                    out.write_all(&chunk)?;
+                    n = n.saturating_add(chunk.len() as u64);
+                }
+                out.sync_all()?;
+                Ok(n)
+            }
+            Backend::File { root } => {
+                let from = root.join(&self.cluster).join(key);
+                let mut src = std::fs::File::open(&from).with_context(|| format!("reading {}", from.display()))?;
+                let n = std::io::copy(&mut src, &mut out)?;
+                out.sync_all()?;
+                Ok(n)
+            }
+        }
+    }
+
+    /// Deletes every version of `key` (S3: each version by id, so a locked
+    /// one refuses with S3's own AccessDenied); what could not be deleted
+    /// is the error.
+    pub async fn delete_all_versions(&self, key: &str) -> Result<()> {
+        match &self.backend {
+            Backend::S3 { client, bucket, prefix } => {
+                let k = Self::s3_key(prefix, &self.cluster, key);
+                let out = client.list_object_versions().bucket(bucket).prefix(&k).send().await.map_err(|e| {
+                    anyhow!("listing versions of {}: {}", self.describe(key), describe_sdk_error(&e))
+                })?;
+                let ids: Vec<String> = out
+                    .versions()
+                    .iter()
+                    .filter(|v| v.key() == Some(k.as_str()))
+                    .filter_map(|v| v.version_id().map(str::to_string))
+                    .chain(
+                        out.delete_markers()
+                            .iter()
+                            .filter(|v| v.key() == Some(k.as_str()))
+                            .filter_map(|v| v.version_id().map(str::to_string)),
+                    )
+                    .collect();
+                for id in ids {
+                    client.delete_object().bucket(bucket).key(&k).version_id(&id).send().await.map_err(|e| {
+                        anyhow!("deleting {} (version {id}): {}", self.describe(key), describe_sdk_error(&e))
+                    })?;
+                }
+                Ok(())
+            }
+            Backend::File { .. } => self.delete(key).await,
+        }
+    }
+}
+
+impl Upload {
+    /// Appends bytes; a full part goes up before this returns.
+    pub async fn write(&mut self, mut bytes: &[u8]) -> Result<()> {
+        while !bytes.is_empty() {
+            let room = PART_BYTES.saturating_sub(self.buf.len());
+            let (now, rest) = bytes.split_at(room.min(bytes.len()));
+            self.buf.extend_from_slice(now);
+            bytes = rest;
+            if self.buf.len() >= PART_BYTES {
+                self.flush().await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn written(&self) -> u64 {
+        self.written.saturating_add(self.buf.len() as u64)
+    }
+
+    async fn flush(&mut self) -> Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let part = std::mem::replace(&mut self.buf, Vec::with_capacity(PART_BYTES));
+        let n = part.len() as u64;
+        match self.sink.as_mut().context("the upload has ended")? {
+            Sink::S3 { client, bucket, key, upload_id, parts } => {
+                let number = i32::try_from(parts.len().saturating_add(1)).context("too many parts")?;
+                let out = client
+                    .upload_part()
+                    .bucket(bucket.as_str())
+                    .key(key.as_str())
+                    .upload_id(upload_id.as_str())
+                    .part_number(number)
+                    .body(ByteStream::from(part))
+                    .send()
+                    .await
+                    .map_err(|e| anyhow!("uploading part {number} of {}: {}", self.what, describe_sdk_error(&e)))?;
+                parts.push(CompletedPart::builder().part_number(number).set_e_tag(out.e_tag().map(str::to_string)).build());
+            }
+            Sink::File { file, partial, .. } => {
+                file.write_all(&part).with_context(|| format!("writing {}", partial.display()))?;
+            }
+        }
+        self.written = self.written.saturating_add(n);
+        Ok(())
+    }
+
+    /// Finishes the object: only now does it appear under its key.
+    pub async fn complete(mut self) -> Result<u64> {
+        if let Err(e) = self.flush().await {
+            self.abort().await;
+            return Err(e);
+        }
+        let size = self.written;
+        match self.sink.take().context("the upload has ended")? {
+            Sink::S3 { client, bucket, key, upload_id, parts } => {
+                if parts.is_empty() {
+                    let _ = client.abort_multipart_upload().bucket(&bucket).key(&key).upload_id(&upload_id).send().await;
+                    bail!("nothing was written to {}", self.what);
+                }
+                let done = CompletedMultipartUpload::builder().set_parts(Some(parts)).build();
+                if let Err(e) = client
+                    .complete_multipart_upload()
+                    .bucket(&bucket)
+                    .key(&key)
+                    .upload_id(&upload_id)
+                    .multipart_upload(done)
+                    .send()
+                    .await
+                {
+                    let _ = client.abort_multipart_upload().bucket(&bucket).key(&key).upload_id(&upload_id).send().await;
+                    bail!("completing the upload of {}: {}", self.what, describe_sdk_error(&e));
+                }
+            }
+            Sink::File { partial, path, file } => {
+                file.sync_all().with_context(|| format!("writing {}", partial.display()))?;
+                std::fs::rename(&partial, &path).with_context(|| format!("writing {}", path.display()))?;
+            }
+        }
+        Ok(size)
+    }
+
+    /// Gives the upload up: S3 drops its parts, a partial file is removed.
+    pub async fn abort(mut self) {
+        match self.sink.take() {
+            Some(Sink::S3 { client, bucket, key, upload_id, .. }) => {
+                let _ = client.abort_multipart_upload().bucket(bucket).key(key).upload_id(upload_id).send().await;
+            }
+            Some(Sink::File { partial, .. }) => {
+                let _ = std::fs::remove_file(partial);
+            }
+            None => {}
+        }
+    }
+}
+
+impl Drop for Upload {
+    /// An upload dropped without completing (a panic, a cancelled task)
+    /// leaves no partial file; S3's parts are dropped by the bucket's
+    /// lifecycle rule (they are never listed as an object either way).
+    fn drop(&mut self) {
+        if let Some(Sink::File { partial, .. }) = &self.sink {
+            let _ = std::fs::remove_file(partial);
+        }
+    }
+}
