@@ -15,6 +15,7 @@ pub mod delivery;
 pub mod destroy;
 pub mod diff;
 pub mod e2e;
+pub mod etcd;
 pub mod federation;
 pub mod fleet;
 pub mod gateway;
@@ -129,6 +130,8 @@ pub enum Command {
     Orphans(orphans::OrphansArgs),
     /// Applied revisions of a cluster.
     History(history::HistoryArgs),
+    /// The control plane's etcd: backups (agent, list, verify, gc) and restore.
+    Etcd(etcd::EtcdCmdArgs),
     /// Offerings EC2 refused recently (the fleet-wide ledger) and the groups they hold back.
     Capacity(capacity::CapacityArgs),
     /// Look after the state store (locks).
@@ -170,6 +173,7 @@ pub const GROUPS: &[(&str, &[&str])] = &[
             "get",
             "orphans",
             "history",
+            "etcd",
             "state",
         ],
     ),
@@ -269,6 +273,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Get(a) => rt()?.block_on(get::run(g, a)),
         Command::Orphans(a) => rt()?.block_on(orphans::run(g, a)),
         Command::History(a) => rt()?.block_on(history::run(g, a)),
+        Command::Etcd(a) => rt()?.block_on(etcd::run(g, a)),
         Command::Capacity(a) => rt()?.block_on(capacity::run(g, a)),
         Command::State(a) => rt()?.block_on(state::run(g, a)),
         Command::Sim(a) => rt()?.block_on(sim::run(g, a)),

