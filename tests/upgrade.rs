@@ -346,12 +346,37 @@ fn twenty_nodes_roll_with_surge_two_without_breaking_a_budget() {
     // The new launch-template version the upgrade applied is in the history.
     let history = w.json(&["history", "roll20"]);
     let revisions = history.as_array().expect("history is a list");
-    assert_eq!(revisions.len(), 2, "bootstrap and the upgrade's apply: {history}");
-    assert!(revisions[1]["command"].as_str().unwrap().contains("upgrade"), "{history}");
+    assert_eq!(revisions.len(), 3, "bootstrap, the skipped etcd backup and the upgrade's apply: {history}");
+    assert!(
+        revisions[1]["changes"][0].as_str().unwrap().contains("etcd backup skipped for this roll (--skip-backup): rehearsal on the sim"),
+        "the control plane was in the roll: why it had no backup is history: {history}"
+    );
+    assert!(revisions[2]["command"].as_str().unwrap().contains("upgrade"), "{history}");
     // The control plane needed nothing; a second upgrade has nothing to do.
     let again = w.run(&upgrade_args(&w, &sim, &["-o", "json"]));
     assert!(again.status.success());
     assert!(!String::from_utf8_lossy(&again.stdout).contains("\"launched\""));
+}
+
+#[test]
+fn a_roll_of_the_control_plane_without_a_fresh_verified_etcd_backup_stops_before_its_first_write() {
+    let (w, sim) = cluster("nobackup", 1, 1, "        maxSurge: 1\n", "1s");
+    change_machine_type(&w);
+    let before = w.json(&["history", "nobackup"]);
+    let out = w.command(&upgrade_args(&w, &sim, &[])).env_remove("PINFLEET_SKIP_BACKUP").output().unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("there is no etcd backup"), "{err}");
+    assert!(err.contains("Nothing was changed") && err.contains("--skip-backup REASON"), "{err}");
+    assert_eq!(w.json(&["history", "nobackup"]), before, "nothing recorded");
+    assert!(w.instances_in("general").iter().all(|i| i["instance_type"] == "t3.large"), "nothing launched");
+    // A reason must be a reason.
+    let out = w.command(&upgrade_args(&w, &sim, &["--skip-backup", " "])).env_remove("PINFLEET_SKIP_BACKUP").output().unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--skip-backup needs a reason"), "{}", stderr(&out));
+    // Workers alone do not touch the control plane: no backup needed.
+    let out = w.command(&upgrade_args(&w, &sim, &["-g", "general"])).env_remove("PINFLEET_SKIP_BACKUP").output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
 }
 
 #[test]

@@ -39,6 +39,10 @@ pub struct RollTuning {
     /// group, the platform smoke at the end); recorded in history.
     #[arg(long)]
     pub skip_e2e: bool,
+    /// Change the control plane without a fresh, verified etcd backup
+    /// (`pinfleet etcd backups`); the reason is recorded in history.
+    #[arg(long, value_name = "REASON", env = "PINFLEET_SKIP_BACKUP")]
+    pub skip_backup: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -79,6 +83,7 @@ impl RollArgs {
             canary: !self.tuning.no_canary,
             etcd_member_removal: !self.skip_etcd_member_removal,
             e2e: !self.tuning.skip_e2e,
+            skip_backup: self.tuning.skip_backup.clone(),
         }
     }
 }

@@ -37,6 +37,49 @@ pub struct Options {
     /// Run the end-to-end gates: the cluster phase after each group, the
     /// platform smoke at the end (`--skip-e2e` turns them off).
     pub e2e: bool,
+    /// Roll the control plane without a fresh, verified etcd backup, for
+    /// this reason (recorded in history).
+    pub skip_backup: Option<String>,
+}
+
+/// Whether a roll may change the control plane: a verified etcd backup
+/// younger than `etcd.backups.freshFor` must be in the state store
+/// ([`crate::etcd::policy::fresh`]), or the caller skips it with a reason.
+/// Checked before the roll's first write. Ok(Some(line)) says what was
+/// found or skipped (for history).
+pub async fn backup_gate(cluster: &Cluster, store: &crate::state::Store, opts: &Options) -> Result<Option<String>> {
+    let backups = &cluster.spec.etcd.backups;
+    let touches_control_plane = selected(cluster, opts).iter().any(|g| g.role == Role::ControlPlane);
+    if !touches_control_plane {
+        return Ok(None);
+    }
+    if !backups.enabled {
+        return Ok(Some("etcd backups are off for this cluster (etcd.backups.enabled: false): rolled without one".into()));
+    }
+    if let Some(reason) = &opts.skip_backup {
+        if reason.trim().is_empty() {
+            anyhow::bail!("--skip-backup needs a reason (it is recorded in the cluster's history)");
+        }
+        return Ok(Some(format!("etcd backup skipped for this roll (--skip-backup): {}", reason.trim())));
+    }
+    let list = crate::etcd::agent::list(store).await?;
+    match crate::etcd::policy::fresh(&list, backups.fresh_for.0, chrono::Utc::now()) {
+        crate::etcd::policy::Fresh::Yes { id, age } => Ok(Some(format!(
+            "etcd backup {id} ({} old, verified) taken before this change to the control plane",
+            humantime::format_duration(std::time::Duration::from_secs(age.as_secs()))
+        ))),
+        crate::etcd::policy::Fresh::No(why) => {
+            let name = &cluster.metadata.name;
+            anyhow::bail!(
+                "{why}: a change to the control plane of {name} needs a verified etcd backup younger than {} \
+                 (etcd.backups.freshFor). Nothing was changed. Take one on a control-plane machine \
+                 (`pinfleet etcd backup {name}`, which the agent also does every {}), or roll without one: \
+                 --skip-backup REASON (recorded in history)",
+                backups.fresh_for,
+                backups.interval
+            )
+        }
+    }
 }
 
 /// The end-to-end gate: `phases` of `pinfleet e2e` against the cluster,
@@ -340,6 +383,9 @@ pub async fn upgrade(
     on: &dyn Fn(Event),
 ) -> Result<Vec<GroupReport>> {
     use crate::rollout::progress::{self, Outcome, RollProgress};
+    // A change to the control plane needs a fresh, verified etcd backup
+    // (checked before anything is written).
+    let backup = backup_gate(cluster, store, opts).await?;
     // Replacements join with a token minted now (and the files the
     // control plane's replacements fetch), before any machine is launched.
     crate::state::join::publish_files(store, pki).await?;
@@ -369,6 +415,11 @@ pub async fn upgrade(
         let _ = tx.send(e.clone());
         on(e);
     };
+    if let Some(line) = backup.filter(|_| opts.skip_backup.is_some() || !cluster.spec.etcd.backups.enabled) {
+        let revision = store.next_revision().await?;
+        let record = crate::state::HistoryRecord::of_actions(revision, command, vec![line]);
+        store.record(&record.acting_as(aws.caller_identity().await), cluster).await?;
+    }
     if !opts.e2e {
         let revision = store.next_revision().await?;
         let record = crate::state::HistoryRecord::of_actions(

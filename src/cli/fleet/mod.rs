@@ -128,6 +128,7 @@ impl FleetRollArgs {
             canary: !t.no_canary,
             etcd_member_removal: true,
             e2e: !t.skip_e2e,
+            skip_backup: t.skip_backup.clone(),
         }
     }
 
