@@ -303,3 +303,71 @@ async fn a_corrupted_snapshot_is_never_verified_and_restore_refuses_it() {
     let o = w.run(&["etcd", "restore", "another", "--state", &state, "--endpoints", "http://127.0.0.1:1", "--member", "cp-a=http://127.0.0.1:2=/nonexistent", "--backup", &id]);
     assert!(!o.status.success(), "another cluster's backup id is not found under its name");
 }
+
+/// moto's S3, from this process, in moto's default account (the bucket is
+/// made here with Object Lock, as an operator would).
+async fn s3_store(bucket: &str, cluster: &str) -> (pinfleet::state::Store, aws_sdk_s3::Client) {
+    // SAFETY of the environment: every other test here talks to moto
+    // through a child process with its own environment.
+    std::env::set_var("AWS_ENDPOINT_URL", support::moto_url());
+    std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
+    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+    let opts = pinfleet::cloud::aws::AwsOptions {
+        target: pinfleet::cloud::aws::Target::Aws,
+        region: Some("us-east-1".into()),
+        ..Default::default()
+    };
+    let aws = pinfleet::cloud::aws::Aws::connect(&opts).await.unwrap();
+    use pinfleet::state::S3Access as _;
+    let s3 = aws.s3().clone();
+    s3.create_bucket().bucket(bucket).object_lock_enabled_for_bucket(true).send().await.unwrap();
+    let store = pinfleet::state::Store::open(&format!("s3://{bucket}/state"), cluster, Some(&aws)).await.unwrap();
+    (store, s3)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_locked_backup_survives_a_delete_and_gc_waits_for_its_lock() {
+    let Some(bins) = binaries("a_locked_backup_survives_a_delete_and_gc_waits_for_its_lock") else { return };
+    let trio = Trio::start(bins.clone()).await;
+    let mut c = trio.client().await;
+    write(&mut c, "/registry/configmaps/team/n", 30).await;
+    let bucket = format!("pf-lock-{}-{}", std::process::id(), rand::random::<u32>());
+    let (store, s3) = s3_store(&bucket, "locked").await;
+    let etcd = pinfleet::etcd::conn::EtcdArgs::plain(trio.endpoints().split(',').map(str::to_string).collect());
+    let (endpoint, _) = etcd.first_answering().await.unwrap();
+    let taking = |until_days: i64| pinfleet::etcd::agent::Taking {
+        kubernetes_version: "1.33.4".into(),
+        taken_by: "tests/etcd.rs".into(),
+        retention: Some(pinfleet::state::blob::Retention {
+            mode: "COMPLIANCE".into(),
+            until: chrono::Utc::now() + chrono::Duration::days(until_days),
+        }),
+        encryption_keys: vec![],
+    };
+    let old = pinfleet::etcd::agent::take(&store, &etcd, &endpoint, &taking(1)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    write(&mut c, "/registry/configmaps/team/m", 5).await;
+    let new = pinfleet::etcd::agent::take(&store, &etcd, &endpoint, &taking(1)).await.unwrap();
+    let v = pinfleet::etcd::verify::verify(&store, &new, &bins, Some(&etcd)).await.unwrap();
+    assert!(v.ok, "{v:?}");
+    // The object carries its retention, and S3 refuses to delete any version of it.
+    let key = format!("state/locked/etcd/backups/{}/snapshot.db", old.id);
+    let head = s3.head_object().bucket(&bucket).key(&key).send().await.unwrap();
+    assert_eq!(head.object_lock_mode().map(|m| m.as_str()), Some("COMPLIANCE"));
+    let refused = store.delete_all_versions(&pinfleet::etcd::manifest::snapshot_key(&old.id)).await.unwrap_err();
+    assert!(format!("{refused:#}").contains("AccessDenied"), "{refused:#}");
+    // Tiers that keep nothing: the old backup is past them, and waits for its lock.
+    let nothing = pinfleet::spec::types::BackupSpec {
+        keep_all: "0s".parse().unwrap(),
+        keep_hourly: "0s".parse().unwrap(),
+        keep_daily: "0s".parse().unwrap(),
+        ..Default::default()
+    };
+    let (collected, waiting) = pinfleet::etcd::agent::gc(&store, &nothing).await.unwrap();
+    assert!(collected.is_empty(), "{collected:?}");
+    assert!(waiting.iter().any(|w| w.starts_with(&old.id) && w.contains("locked until")), "{waiting:?}");
+    let listed = pinfleet::etcd::agent::list(&store).await.unwrap();
+    assert_eq!(listed.len(), 2, "both backups survive");
+    assert!(listed.iter().any(|b| b.manifest.id == new.id && b.verified()));
+}

@@ -32,7 +32,14 @@ pub struct Retention {
 }
 
 enum Sink {
-    S3 { client: aws_sdk_s3::Client, bucket: String, key: String, upload_id: String, parts: Vec<CompletedPart> },
+    S3 {
+        client: aws_sdk_s3::Client,
+        bucket: String,
+        key: String,
+        upload_id: String,
+        parts: Vec<CompletedPart>,
+        retention: Option<Retention>,
+    },
     File { partial: PathBuf, path: PathBuf, file: std::fs::File },
 }
 
@@ -65,7 +72,14 @@ impl Store {
                 }
                 let out = req.send().await.map_err(|e| anyhow!("starting the upload of {what}: {}", describe_sdk_error(&e)))?;
                 let upload_id = out.upload_id().context("S3 gave no upload id")?.to_string();
-                Sink::S3 { client: client.clone(), bucket: bucket.clone(), key: k, upload_id, parts: Vec::new() }
+                Sink::S3 {
+                    client: client.clone(),
+                    bucket: bucket.clone(),
+                    key: k,
+                    upload_id,
+                    parts: Vec::new(),
+                    retention: retention.cloned(),
+                }
             }
             Backend::File { root } => {
                 let path = root.join(&self.cluster).join(key);
@@ -170,7 +184,7 @@ impl Upload {
         let part = std::mem::replace(&mut self.buf, Vec::with_capacity(PART_BYTES));
         let n = part.len() as u64;
         match self.sink.as_mut().context("the upload has ended")? {
-            Sink::S3 { client, bucket, key, upload_id, parts } => {
+            Sink::S3 { client, bucket, key, upload_id, parts, .. } => {
                 let number = i32::try_from(parts.len().saturating_add(1)).context("too many parts")?;
                 let out = client
                     .upload_part()
@@ -200,7 +214,7 @@ impl Upload {
         }
         let size = self.written;
         match self.sink.take().context("the upload has ended")? {
-            Sink::S3 { client, bucket, key, upload_id, parts } => {
+            Sink::S3 { client, bucket, key, upload_id, parts, retention } => {
                 if parts.is_empty() {
                     let _ = client.abort_multipart_upload().bucket(&bucket).key(&key).upload_id(&upload_id).send().await;
                     bail!("nothing was written to {}", self.what);
@@ -217,6 +231,17 @@ impl Upload {
                 {
                     let _ = client.abort_multipart_upload().bucket(&bucket).key(&key).upload_id(&upload_id).send().await;
                     bail!("completing the upload of {}: {}", self.what, describe_sdk_error(&e));
+                }
+                // The retention again on the completed object, explicitly
+                // (not every S3 keeps the one given when the upload began).
+                if let Some(r) = retention {
+                    let lock = aws_sdk_s3::types::ObjectLockRetention::builder()
+                        .mode(aws_sdk_s3::types::ObjectLockRetentionMode::from(r.mode.as_str()))
+                        .retain_until_date(aws_smithy_types::DateTime::from_secs(r.until.timestamp()))
+                        .build();
+                    client.put_object_retention().bucket(&bucket).key(&key).retention(lock).send().await.map_err(|e| {
+                        anyhow!("locking {} until {}: {}", self.what, r.until, describe_sdk_error(&e))
+                    })?;
                 }
             }
             Sink::File { partial, path, file } => {
