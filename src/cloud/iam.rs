@@ -78,6 +78,38 @@ fn state_read(cluster: &Cluster, folders: &[&str]) -> Option<Value> {
     Some(json!({"Sid": "StateStoreRead", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": resources}))
 }
 
+/// The etcd backup agent on the control-plane machines: it may write
+/// backups, deltas and its word on the live revision under
+/// `<cluster>/etcd/`, and read them (to verify), but never delete a backup
+/// (an explicit Deny: no other statement can grant it). Collecting old
+/// backups is the operator's `pinfleet etcd gc`, with other credentials.
+fn etcd_backups(cluster: &Cluster) -> Vec<Value> {
+    let Some(rest) = cluster.spec.state_store.strip_prefix("s3://") else { return Vec::new() };
+    if !cluster.spec.etcd.backups.enabled {
+        return Vec::new();
+    }
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let base = [prefix.trim_matches('/'), cluster.metadata.name.as_str()]
+        .iter()
+        .filter(|p| !p.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("/");
+    vec![
+        json!({"Sid": "EtcdBackupsWrite", "Effect": "Allow",
+            "Action": ["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "s3:PutObjectRetention"],
+            "Resource": [format!("arn:aws:s3:::{bucket}/{base}/etcd/*")]}),
+        json!({"Sid": "EtcdDeltasCollect", "Effect": "Allow", "Action": ["s3:DeleteObject"],
+            "Resource": [format!("arn:aws:s3:::{bucket}/{base}/etcd/deltas/*")]}),
+        json!({"Sid": "EtcdBackupsList", "Effect": "Allow", "Action": ["s3:ListBucket", "s3:ListBucketVersions"],
+            "Resource": [format!("arn:aws:s3:::{bucket}")],
+            "Condition": {"StringLike": {"s3:prefix": [format!("{base}/etcd/*")]}}}),
+        json!({"Sid": "EtcdBackupsNeverDeleted", "Effect": "Deny",
+            "Action": ["s3:DeleteObject", "s3:DeleteObjectVersion", "s3:BypassGovernanceRetention", "s3:PutLifecycleConfiguration"],
+            "Resource": [format!("arn:aws:s3:::{bucket}/{base}/etcd/backups/*"), format!("arn:aws:s3:::{bucket}")]}),
+    ]
+}
+
 fn ecr_pull() -> Value {
     json!({
         "Sid": "EcrPull", "Effect": "Allow", "Resource": "*",
@@ -174,6 +206,7 @@ fn policy(cluster: &Cluster, role: Role) -> Value {
             statements.push(cloud_controller());
             statements.extend(ebs_csi());
             statements.extend(state_read(cluster, &["pki", "join"]));
+            statements.extend(etcd_backups(cluster));
             if cluster.spec.addons.iter().any(|a| a.name == "cluster-autoscaler" && a.enabled) {
                 statements.extend(autoscaler_provider(cluster));
             }
@@ -242,5 +275,22 @@ mod tests {
         let encoded = p.replace('{', "%7B").replace('}', "%7D").replace('"', "%22").replace(':', "%3A");
         assert!(same_policy(p, &encoded));
         assert!(!same_policy(p, &p.replace("GetObject", "PutObject")));
+    }
+
+    #[test]
+    fn the_control_plane_may_write_etcd_backups_and_never_delete_them() {
+        let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/clusters/prod-use1.yaml"));
+        let cluster = crate::spec::load::load_cluster(path, &Default::default()).expect("the example loads").cluster;
+        let cp = policy(&cluster, Role::ControlPlane);
+        let statements = cp["Statement"].as_array().unwrap();
+        let sid = |s: &str| statements.iter().find(|x| x["Sid"] == s).cloned();
+        let write = sid("EtcdBackupsWrite").expect("the agent writes backups");
+        assert!(write["Resource"][0].as_str().unwrap().ends_with("/prod-use1/etcd/*"), "{write}");
+        assert!(!write["Action"].as_array().unwrap().iter().any(|a| a.as_str().unwrap().starts_with("s3:Delete")));
+        let deny = sid("EtcdBackupsNeverDeleted").expect("an explicit deny");
+        assert_eq!(deny["Effect"], "Deny");
+        assert!(deny["Action"].as_array().unwrap().iter().any(|a| a == "s3:DeleteObjectVersion"));
+        let node = policy(&cluster, Role::Node);
+        assert!(!node.to_string().contains("Etcd"), "nodes get nothing of etcd's backups");
     }
 }

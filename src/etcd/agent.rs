@@ -346,9 +346,15 @@ pub async fn run(
                 let v = super::verify::verify(store, &m, bins, Some(etcd)).await?;
                 tracing::info!(id = %m.id, ok = v.ok, "etcd backup verified");
             }
-            let (collected, waiting) = gc(store, spec).await?;
-            if !collected.is_empty() || !waiting.is_empty() {
-                tracing::info!(?collected, ?waiting, "etcd backups collected");
+            // The agent's role may not delete backups (the control plane's
+            // IAM policy denies it): what it cannot collect waits for the
+            // operator's `pinfleet etcd gc`, and the agent goes on.
+            match gc(store, spec).await {
+                Ok((collected, waiting)) if !collected.is_empty() || !waiting.is_empty() => {
+                    tracing::info!(?collected, ?waiting, "etcd backups collected");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("collecting old etcd backups: {e:#}"),
             }
             if once {
                 return Ok(());
