@@ -237,3 +237,62 @@ fn the_e2e_job_gets_the_clusters_definition() {
     want.extends = None;
     assert_eq!(loaded.cluster, want);
 }
+
+/// The monitoring addon's etcd backup alerts, as Prometheus evaluates them
+/// (`promtool test rules`, Debian's promtool from scripts/test).
+#[path = "support/prometheus.rs"]
+#[allow(dead_code)]
+mod prom;
+
+#[test]
+fn the_etcd_backup_alerts_fire_on_a_stale_or_failed_backup_and_not_on_a_fresh_one() {
+    let set = addons::render_for(&cluster("prod-use1"), &packages()).unwrap();
+    let rules = set
+        .iter()
+        .flat_map(|a| &a.objects)
+        .find(|o| o.key.kind == "ConfigMap" && o.key.name == "prometheus-rules")
+        .expect("the monitoring addon's rules");
+    let text = rules.value["data"]["platform.yml"].as_str().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rules.yml"), &text).unwrap();
+    let check = std::process::Command::new(prom::bin("promtool")).args(["check", "rules", "rules.yml"]).current_dir(dir.path()).output().unwrap();
+    assert!(check.status.success(), "{}{}", String::from_utf8_lossy(&check.stdout), String::from_utf8_lossy(&check.stderr));
+    // prod: a backup every 15 minutes, the last verified one 40 minutes before
+    // the evaluation (too old); fresh: verified a minute before; broken: its
+    // last verification failed.
+    let test = r#"rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'pinfleet_etcd_backup_interval_seconds{cluster="prod"}'
+        values: '900x60'
+      - series: 'pinfleet_etcd_backup_last_verified_timestamp_seconds{cluster="prod"}'
+        values: '0x60'
+      - series: 'pinfleet_etcd_backup_interval_seconds{cluster="fresh"}'
+        values: '900x60'
+      - series: 'pinfleet_etcd_backup_last_verified_timestamp_seconds{cluster="fresh"}'
+        values: '0+60x60'
+      - series: 'pinfleet_etcd_backup_last_verification_ok{cluster="broken"}'
+        values: '1x30 0x30'
+    alert_rule_test:
+      - eval_time: 40m
+        alertname: EtcdBackupTooOld
+        exp_alerts:
+          - exp_labels: {severity: page, cluster: prod}
+            exp_annotations:
+              summary: "the newest verified etcd backup of prod is older than twice its interval: `pinfleet etcd backups prod` shows what was taken and why it failed"
+      - eval_time: 20m
+        alertname: EtcdBackupVerificationFailed
+        exp_alerts: []
+      - eval_time: 40m
+        alertname: EtcdBackupVerificationFailed
+        exp_alerts:
+          - exp_labels: {severity: page, cluster: broken}
+            exp_annotations:
+              summary: "the newest etcd backup of broken failed its restore: `pinfleet etcd verify broken` says why"
+"#;
+    std::fs::write(dir.path().join("test.yml"), test).unwrap();
+    let out = std::process::Command::new(prom::bin("promtool")).args(["test", "rules", "test.yml"]).current_dir(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}

@@ -82,6 +82,9 @@ pub struct AgentArgs {
     /// Do not verify (etcd's binaries are not on this machine).
     #[arg(long)]
     pub no_verify: bool,
+    /// Serve the agent's figures for Prometheus at /metrics here.
+    #[arg(long)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -227,9 +230,14 @@ async fn agent_cmd(g: &GlobalArgs, a: AgentArgs, once: bool) -> Result<ExitCode>
         }
         return Ok(ExitCode::SUCCESS);
     }
+    let figures = crate::etcd::metrics::Shared::default();
+    if let Some(listen) = a.metrics_listen {
+        let at = crate::etcd::metrics::serve(listen, figures.clone()).await?;
+        tracing::info!("the agent's metrics at http://{at}/metrics");
+    }
     let stop = super::shutdown_signal();
     tokio::select! {
-        r = agent::run(&store, &a.etcd, &spec, &taking, bins.as_ref(), false) => r.map(|_| ExitCode::SUCCESS),
+        r = agent::run(&store, &a.etcd, &spec, &taking, bins.as_ref(), false, Some(figures)) => r.map(|_| ExitCode::SUCCESS),
         _ = stop => Ok(ExitCode::SUCCESS),
     }
 }

@@ -260,6 +260,7 @@ pub async fn follow(
     from: i64,
     every: Duration,
     stop: impl std::future::Future<Output = ()>,
+    figures: Option<&super::metrics::Shared>,
 ) -> Result<i64> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let opts = WatchOptions::new().with_range(vec![0]).with_start_revision(from).with_progress_notify();
@@ -285,6 +286,11 @@ pub async fn follow(
                 flushed = rev;
                 last_flush = Instant::now();
                 store.put_json(&manifest::seen_key(member), &Seen { member: member.to_string(), revision: last_seen.max(rev), at: Utc::now(), rate }).await?;
+                if let Some(f) = figures {
+                    if let Ok(mut g) = f.lock() {
+                        g.last_delta_flush = Utc::now().timestamp() as f64;
+                    }
+                }
             }
             msg = stream.message() => {
                 let Some(resp) = msg.context("the delta watch")? else { bail!("the delta watch ended") };
@@ -322,7 +328,19 @@ pub async fn run(
     taking: &Taking,
     verify_with: Option<&super::scratch::Binaries>,
     once: bool,
+    figures: Option<super::metrics::Shared>,
 ) -> Result<()> {
+    let note = |f: &dyn Fn(&mut super::metrics::Figures)| {
+        if let Some(m) = &figures {
+            if let Ok(mut g) = m.lock() {
+                f(&mut g);
+            }
+        }
+    };
+    note(&|g| {
+        g.cluster = store.cluster().to_string();
+        g.interval_seconds = spec.interval.0.as_secs_f64();
+    });
     let (endpoint, mut client) = etcd.first_answering().await?;
     let lease = client.lease_grant(15, None).await.context("etcd lease for the agent's lock")?.id();
     let (mut keeper, _) = client.lease_keep_alive(lease).await.context("keeping the agent's lease")?;
@@ -340,10 +358,27 @@ pub async fn run(
             .await
             .context("waiting for the agents' lock")?;
         loop {
-            let m = take(store, etcd, &endpoint, taking).await?;
+            let m = match take(store, etcd, &endpoint, taking).await {
+                Ok(m) => m,
+                Err(e) => {
+                    note(&|g| g.failures = g.failures.saturating_add(1));
+                    return Err(e);
+                }
+            };
+            let now = || Utc::now().timestamp() as f64;
+            note(&|g| {
+                g.last_backup = now();
+                g.last_backup_bytes = m.size;
+            });
             tracing::info!(id = %m.id, revision = m.revision, size = m.size, "etcd backup taken");
             if let Some(bins) = verify_with {
                 let v = super::verify::verify(store, &m, bins, Some(etcd)).await?;
+                note(&|g| {
+                    g.last_verification_ok = Some(v.ok);
+                    if v.ok {
+                        g.last_verified = now();
+                    }
+                });
                 tracing::info!(id = %m.id, ok = v.ok, "etcd backup verified");
             }
             // The agent's role may not delete backups (the control plane's
@@ -360,7 +395,16 @@ pub async fn run(
                 return Ok(());
             }
             let member = m.member.clone();
-            follow(store, &mut client, &member, m.revision.saturating_add(1), spec.delta_interval.0, tokio::time::sleep(spec.interval.0)).await?;
+            follow(
+                store,
+                &mut client,
+                &member,
+                m.revision.saturating_add(1),
+                spec.delta_interval.0,
+                tokio::time::sleep(spec.interval.0),
+                figures.as_ref(),
+            )
+            .await?;
         }
     }
     .await;

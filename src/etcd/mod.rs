@@ -26,6 +26,7 @@
 pub mod agent;
 pub mod conn;
 pub mod manifest;
+pub mod metrics;
 pub mod policy;
 pub mod restore;
 pub mod scratch;
