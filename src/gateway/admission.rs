@@ -180,6 +180,15 @@ pub fn never(world: &World, team: &str, tier: Tier, demand: &Amount) -> Option<S
         ));
     };
     if let Some(r) = demand.over(&l.max) {
+        if r.is_accelerator() && l.max.get(r) == 0 {
+            return Some(format!(
+                "asks {} {} ({}), not in team {team}'s {tn} quota: it can never be admitted (ask the platform team for {} quota)",
+                demand.get(r),
+                r.long(),
+                r.name(),
+                r.name()
+            ));
+        }
         return Some(format!(
             "asks {} {}, more than team {team}'s {tn} maximum of {}: it can never be admitted",
             r.show(demand.get(r)),

@@ -732,6 +732,46 @@ pub fn training_children(cr: &PinterestTrainingJob, ctx: &Context) -> Result<Vec
                     c["resources"]["limits"][&acc.kind] = json!(acc.count);
                 }
             }
+            // Accelerated nodes are tainted with their device's resource
+            // name (GPU instance groups: nvidia.com/gpu=present:NoSchedule),
+            // tolerated here as the ExtendedResourceToleration plugin would.
+            let tolerations = pod["spec"]["tolerations"].as_array().cloned().unwrap_or_default();
+            let toleration = json!({"key": acc.kind, "operator": "Exists", "effect": "NoSchedule"});
+            if !tolerations.contains(&toleration) {
+                let mut t = tolerations;
+                t.push(toleration);
+                pod["spec"]["tolerations"] = json!(t);
+            }
+            if let Some(product) = &acc.product {
+                let Some(flavor) = crate::workloads::demand::Flavor::product(product) else {
+                    return Err(RenderError::Invalid(format!(
+                        "spec.accelerators.product: {product:?} is not a GPU product (A100, H100, A10G, L4)"
+                    )));
+                };
+                let term = json!({"matchExpressions": [{
+                    "key": crate::workloads::demand::PRODUCT_LABEL,
+                    "operator": "In",
+                    "values": flavor.product_labels(),
+                }]});
+                let terms = pod.pointer_mut(
+                    "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms",
+                );
+                match terms.and_then(Value::as_array_mut) {
+                    // Terms are ORed: the product is required in each.
+                    Some(ts) if !ts.is_empty() => {
+                        for t in ts {
+                            let e = t["matchExpressions"].as_array().cloned().unwrap_or_default();
+                            let mut e = e;
+                            e.push(term["matchExpressions"][0].clone());
+                            t["matchExpressions"] = json!(e);
+                        }
+                    }
+                    _ => {
+                        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+                            json!({"nodeSelectorTerms": [term]});
+                    }
+                }
+            }
         }
         let job_name = format!("{}-{}", w.name, role.name);
         let spec = obj([

@@ -72,7 +72,7 @@ async fn describe_member(
                     let q = |k: &str| fixed.get(k).map(|q| Value::String(q.0.clone()));
                     let cpu = q("cpu").map(|v| crate::kube::quantity::cpu_millis(&v).unwrap_or(0)).unwrap_or(0);
                     let memory = q("memory").map(|v| crate::kube::quantity::bytes(&v).unwrap_or(0)).unwrap_or(0);
-                    Some((name, crate::workloads::demand::Requests { cpu, memory }))
+                    Some((name, crate::workloads::demand::Requests { cpu, memory, ..Default::default() }))
                 })
                 .collect(),
         ),
@@ -99,10 +99,7 @@ pub(super) fn common_overheads(
                         o.get(&k).map(|s| {
                             (
                                 k,
-                                crate::workloads::demand::Requests {
-                                    cpu: r.cpu.max(s.cpu),
-                                    memory: r.memory.max(s.memory),
-                                },
+                                r.max(*s),
                             )
                         })
                     })

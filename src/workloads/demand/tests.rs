@@ -27,7 +27,7 @@ fn service(containers: Value, replicas: Value) -> Value {
 }
 
 /// The default profile's sidecar: 50m and 64Mi.
-const SIDECAR: Requests = Requests { cpu: 50, memory: 64 << 20 };
+const SIDECAR: Requests = Requests { cpu: 50, memory: 64 << 20, accelerators: [0; 5] };
 
 #[test]
 fn requests_written_as_numbers_count_as_what_they_say() {
@@ -39,7 +39,7 @@ fn requests_written_as_numbers_count_as_what_they_say() {
     let d = demand_of(&w).unwrap();
     // platform-init runs alone first; then 4 sidecars (identity, traffic,
     // logging, metrics) beside the app.
-    let per_pod = Requests { cpu: 8000 + 4 * SIDECAR.cpu, memory: (8 << 30) + 4 * SIDECAR.memory };
+    let per_pod = Requests { cpu: 8000 + 4 * SIDECAR.cpu, memory: (8 << 30) + 4 * SIDECAR.memory, ..Default::default() };
     assert_eq!(
         d.sets,
         vec![PodSet { child: "Deployment/web".into(), field: "spec.template".into(), pods: 3, per_pod }]
@@ -62,7 +62,7 @@ fn a_sidecar_and_an_init_container_count_as_kubernetes_counts_them() {
     let d = demand_of(&w).unwrap();
     // Containers plus the sidecar: 17 cpu; the one-shot init container runs
     // alone (20 cpu, before the sidecar starts): the pod needs 20.
-    assert_eq!(d.sets[0].per_pod, Requests { cpu: 20_000, memory: (1 << 30) + (2 << 30) });
+    assert_eq!(d.sets[0].per_pod, Requests { cpu: 20_000, memory: (1 << 30) + (2 << 30), ..Default::default() });
 }
 
 #[test]
@@ -74,7 +74,7 @@ fn a_limit_alone_is_the_request_and_a_missing_one_the_default() {
     );
     let d = demand_of(&w).unwrap();
     // b: 100m by default (no cpu request or limit), 1Gi.
-    assert_eq!(d.sets[0].per_pod, Requests { cpu: 3000 + 100 + 4 * 50, memory: (2 << 30) + 4 * SIDECAR.memory });
+    assert_eq!(d.sets[0].per_pod, Requests { cpu: 3000 + 100 + 4 * 50, memory: (2 << 30) + 4 * SIDECAR.memory, ..Default::default() });
 }
 
 #[test]
