@@ -565,8 +565,18 @@ mod tests {
             cpu: Some(Quantity::Text("10%".into())),
             memory: Some(Quantity::Text("32Gi".into())),
             pods: Some(Quantity::Count(40)),
+            gpu_a100: Some(Quantity::Count(8)),
+            neuron: Some(Quantity::Text("50%".into())),
+            ..Default::default()
         };
-        assert_eq!(q.resolve(&fleet, "x").unwrap(), Amount::new(10_000, 32 << 30, 40));
+        let fleet = fleet.with(Resource::GpuA100, 16).with(Resource::Neuron, 32);
+        assert_eq!(
+            q.resolve(&fleet, "x").unwrap(),
+            Amount::new(10_000, 32 << 30, 40).with(Resource::GpuA100, 8).with(Resource::Neuron, 16)
+        );
+        let gpu: Quantities = serde_json::from_value(serde_json::json!({"gpu-h100": "x"})).unwrap();
+        assert_eq!(gpu.resolve(&fleet, "g").unwrap_err(), "g.gpu-h100: \"x\" is not a gpu-h100 quantity");
+        assert!(serde_json::from_value::<Quantities>(serde_json::json!({"nvidia.com/gpu": 8})).is_err(), "a resource the quota does not count is refused");
         let bad = Quantities { cpu: Some(Quantity::Text("lots".into())), ..Default::default() };
         assert_eq!(
             bad.resolve(&fleet, "spec.tiers.OnDemand.max").unwrap_err(),
