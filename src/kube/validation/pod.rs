@@ -181,7 +181,8 @@ fn container(c: &Value, p: &str, init: bool, ephemeral: bool, volumes: &BTreeSet
                     e.push(required(format!("{p}.resources.limits"), "Limit must be set for non overcommitable resources"))
                 }
                 (Some(req), Some(lim)) if req != *lim => {
-                    let limit = c.pointer(&format!("/resources/limits/{k}")).map(shown_quantity).unwrap_or_default();
+                    let key = k.replace('~', "~0").replace('/', "~1");
+                    let limit = c.pointer(&format!("/resources/limits/{key}")).map(shown_quantity).unwrap_or_default();
                     e.push(invalid(
                         format!("{p}.resources.requests"),
                         shown_quantity(v),
