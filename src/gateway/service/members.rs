@@ -112,6 +112,31 @@ pub(super) fn common_overheads(
     }
 }
 
+/// What a Ready node offers the quota: cpu, memory, pods, and its
+/// accelerators by flavor — `nvidia.com/gpu` counted as the product its
+/// [`PRODUCT_LABEL`](crate::workloads::demand::PRODUCT_LABEL) names (a GPU
+/// node without one offers none: no workload could select it by product),
+/// `aws.amazon.com/neuron` as Neuron devices.
+pub fn node_allocatable(
+    al: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    product: Option<crate::workloads::demand::Flavor>,
+) -> Amount {
+    use crate::gateway::quota::Resource;
+    use crate::workloads::demand::{GPU, NEURON};
+    let q = |k: &str| al.get(k).map(|q| q.0.clone()).unwrap_or_default();
+    let count = |k: &str| crate::kube::quantity::bytes(&serde_json::Value::String(q(k))).unwrap_or(0);
+    let mut a = Amount::new(
+        crate::federation::fanout::cpu_millis(&q("cpu")).unwrap_or(0),
+        crate::federation::fanout::mem_bytes(&q("memory")).unwrap_or(0),
+        q("pods").parse().unwrap_or(0),
+    );
+    if let Some(p) = product {
+        a.set(Resource::of_flavor(p), count(GPU));
+    }
+    a.set(Resource::Neuron, count(NEURON));
+    a
+}
+
 impl Service {
     /// Reads every member's allocatable (Ready nodes); a member that cannot
     /// be reached keeps its last figures and is marked.
@@ -134,13 +159,14 @@ impl Service {
                         if !ready || unschedulable {
                             continue;
                         }
+                        let product = n
+                            .metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(crate::workloads::demand::PRODUCT_LABEL))
+                            .and_then(|v| crate::workloads::demand::Flavor::of_label(v));
                         let al = n.status.and_then(|s| s.allocatable).unwrap_or_default();
-                        let q = |k: &str| al.get(k).map(|q| q.0.clone()).unwrap_or_default();
-                        a = a.plus(Amount::new(
-                            crate::federation::fanout::cpu_millis(&q("cpu")).unwrap_or(0),
-                            crate::federation::fanout::mem_bytes(&q("memory")).unwrap_or(0),
-                            q("pods").parse().unwrap_or(0),
-                        ));
+                        a = a.plus(node_allocatable(&al, product));
                     }
                     let (minor, profiles, overheads) =
                         match tokio::time::timeout(Duration::from_secs(5), describe_member(&m.client)).await {
