@@ -192,7 +192,7 @@ pub fn never(world: &World, team: &str, tier: Tier, demand: &Amount) -> Option<S
         return Some(format!(
             "asks {} {}, more than team {team}'s {tn} maximum of {}: it can never be admitted",
             r.show(demand.get(r)),
-            r.name(),
+            r.long(),
             r.show(l.max.get(r))
         ));
     }
@@ -200,7 +200,7 @@ pub fn never(world: &World, team: &str, tier: Tier, demand: &Amount) -> Option<S
         return Some(format!(
             "asks {} {}, more than the whole fleet's {}: it can never be admitted",
             r.show(demand.get(r)),
-            r.name(),
+            r.long(),
             r.show(world.fleet.get(r))
         ));
     }
@@ -279,14 +279,14 @@ fn blocker(world: &World, l: &Ledger, t: &Tally, p: &Pending, now: DateTime<Utc>
                 p.team,
                 r.show(used.get(r)),
                 r.show(lim.max.get(r)),
-                r.name(),
+                r.long(),
                 r.show(p.demand.get(r)),
                 r.show(short)
             ),
             format!(
                 "{} {} freed by team {}'s {tn} work finishing, or a higher maximum",
                 r.show(short),
-                r.name(),
+                r.long(),
                 p.team
             ),
         ));
@@ -305,9 +305,9 @@ fn blocker(world: &World, l: &Ledger, t: &Tally, p: &Pending, now: DateTime<Utc>
                     q.cohort,
                     r.show(cu.get(r)),
                     r.show(cg.get(r)),
-                    r.name()
+                    r.long()
                 ),
-                format!("borrowed {tn} work of cohort {} yielding {} {}", q.cohort, r.show(short), r.name()),
+                format!("borrowed {tn} work of cohort {} yielding {} {}", q.cohort, r.show(short), r.long()),
             )
         } else {
             (
@@ -316,14 +316,14 @@ fn blocker(world: &World, l: &Ledger, t: &Tally, p: &Pending, now: DateTime<Utc>
                     "team {} would borrow {} {} beyond its {tn} guarantee, cohort {} has {} unused",
                     p.team,
                     r.show(after.get(r).saturating_sub(lim.guaranteed.get(r))),
-                    r.name(),
+                    r.long(),
                     q.cohort,
                     r.show(cg.get(r).saturating_sub(cu.get(r)))
                 ),
                 format!(
                     "{} {} of cohort {}'s {tn} guarantees left unused, or team {}'s own work finishing",
                     r.show(short),
-                    r.name(),
+                    r.long(),
                     q.cohort,
                     p.team
                 ),
@@ -346,10 +346,10 @@ fn blocker(world: &World, l: &Ledger, t: &Tally, p: &Pending, now: DateTime<Utc>
             format!(
                 "{} {} of Preemptible work yielding, or work finishing anywhere in the fleet",
                 r.show(short),
-                r.name()
+                r.long()
             )
         } else {
-            format!("{} {} freed by work finishing anywhere in the fleet, or more machines", r.show(short), r.name())
+            format!("{} {} freed by work finishing anywhere in the fleet, or more machines", r.show(short), r.long())
         };
         return Some(amount_blocker(
             Kind::Fleet,
@@ -363,7 +363,7 @@ fn blocker(world: &World, l: &Ledger, t: &Tally, p: &Pending, now: DateTime<Utc>
                 "the fleet is full: {} of {} {} admitted, this asks {}",
                 r.show(t.total.get(r)),
                 r.show(world.fleet.get(r)),
-                r.name(),
+                r.long(),
                 r.show(p.demand.get(r))
             ),
             unblock,
