@@ -606,6 +606,117 @@ async fn quota_borrows_in_its_cohort_limits_the_rate_explains_the_queue_and_pree
     assert_eq!(queue.status, 401, "no credentials, no queue");
 }
 
+/// A training job of `workers` pods of `count` GPUs each (issue 59: the
+/// `accelerators` field was rendered into every worker and counted nowhere).
+fn training_of(team: &str, name: &str, count: Value, workers: u32) -> Value {
+    json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestTrainingJob", "metadata": {"name": name},
+        "spec": {"owner": {"team": team, "project": name}, "framework": "PyTorch", "runtime": no_sidecars(),
+            "accelerators": {"type": "nvidia.com/gpu", "count": count},
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "train", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": "4", "memory": "16Gi"}}}]}},
+            "roles": [{"name": "worker", "replicas": workers}]}})
+}
+
+/// Issue 59's case: GPUs are counted from the pods that will run, per
+/// product, at the door; a gang goes whole to the member whose nodes have
+/// them, or waits whole; two gangs that together pass the quota never
+/// both start half.
+#[tokio::test(flavor = "multi_thread")]
+async fn gpus_are_counted_per_product_and_a_training_gang_is_admitted_and_placed_whole() {
+    let host = KubeEnv::start();
+    // The fleet: a CPU member, and one of two p4d.24xlarge (8 A100 each).
+    let cpu = member("cpu", 2, "16", true);
+    let gpu = gateway_support::accelerated_member("gpu", "p4d.24xlarge", 2, true);
+    let ns = host.namespace.clone();
+    let (none, ml) = (format!("{ns}-none"), format!("{ns}-ml"));
+    let big = |gpus: u64| {
+        json!({"guaranteed": {"cpu": "64", "memory": "512Gi", "pods": 100, "gpu-a100": gpus}, "max": {"cpu": "64", "memory": "512Gi", "pods": 100, "gpu-a100": gpus}})
+    };
+    let gw = gateway(
+        &host,
+        &[&cpu, &gpu],
+        None,
+        json!({ &none: {"tiers": {"OnDemand": q("64", "64")}}, &ml: {"tiers": {"OnDemand": big(16)}} }),
+    )
+    .await;
+    let admin =
+        pinfleet::gateway::intake::Caller { user: "ops".into(), teams: vec![], admin: true, via: "test".into() };
+    // Wait for the members' nodes to be read (the fleet's A100s).
+    for _ in 0..50 {
+        gw.svc.refresh_members().await;
+        if gw.svc.fleet().await.gpu_a100 == 16 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(gw.svc.fleet().await.gpu_a100, 16, "two p4d nodes offer 16 A100s");
+    // A team whose quota holds no GPU: refused at spec.accelerators, not
+    // admitted and placed uncounted.
+    let (code, d) = gw.svc.submit(&admin, "t4x8", &training_of(&none, "t", json!(8), 4), None, false).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    assert_eq!(d.problems[0].field, "spec.accelerators", "{d:?}");
+    assert!(d.problems[0].message.contains("not in team"), "{}", d.problems[0].message);
+    // The same GPUs asked in a container's own resources are refused alike.
+    let mut own = training_of(&none, "own", json!(1), 1);
+    own["spec"].as_object_mut().unwrap().remove("accelerators");
+    own["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/gpu": 1});
+    own["spec"]["template"]["spec"]["nodeSelector"] = json!({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"});
+    let (code, d) = gw.svc.submit(&admin, "own", &own, None, false).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    // (a role without a template of its own is named at its role, as images are)
+    assert_eq!(d.problems[0].field, "spec.roles[0].template.spec.containers[0].resources.limits[nvidia.com/gpu]", "{d:?}");
+    // Four workers of 8 GPUs: 32, more than the ml team's 16: never.
+    let (code, d) = gw.svc.submit(&admin, "t4x8", &training_of(&ml, "t", json!(8), 4), None, false).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    assert_eq!(d.problems[0].field, "spec.accelerators", "{d:?}");
+    assert!(d.problems[0].message.contains("asks 32 nvidia.com/gpu A100"), "{}", d.problems[0].message);
+    // Two gangs of two 8-GPU workers: each fits alone, together twice the quota.
+    // A count is the CRD's integer: a string, a fraction or zero is refused there.
+    for bad in [json!("8e0"), json!(1.5), json!(0), json!(-8)] {
+        let (code, d) = gw.svc.submit(&admin, "g0", &training_of(&ml, "g0", bad.clone(), 2), None, false).await.unwrap();
+        assert_eq!((code, d.problems[0].field.as_str()), (422, "spec.accelerators.count"), "{bad}: {d:?}");
+    }
+    for id in ["g1", "g2"] {
+        let (code, d) = gw.svc.submit(&admin, id, &training_of(&ml, id, json!(8), 2), None, false).await.unwrap();
+        assert_eq!(code, 201, "{d:?}");
+        assert!(d.demand.contains("gpu-a100 16"), "counted exactly: {}", d.demand);
+    }
+    gw.pass().await;
+    let phases = [gw.phase(&ml, "g1").await, gw.phase(&ml, "g2").await];
+    let queued = match phases {
+        [Phase::Placed, Phase::Queued] => "g2",
+        [Phase::Queued, Phase::Placed] => "g1",
+        other => panic!("one gang whole, the other whole in the queue: {other:?}"),
+    };
+    let waiting = gw.svc.waiting().await;
+    let w = &waiting[&pinfleet::gateway::records::submission_name(&ml, queued)];
+    assert_eq!(w.why.resource.as_deref(), Some("gpu-a100"), "{:?}", w.why);
+    assert!(w.why.message.contains("nvidia.com/gpu A100"), "{}", w.why.message);
+    // Placed whole on the member whose nodes have A100s, and its pods run there.
+    let k = pinfleet::kube::apply::connect(&gpu.kubeconfig).await.unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(k, &ml);
+    let mut bound = Vec::new();
+    for _ in 0..150 {
+        bound = pods
+            .list(&Default::default())
+            .await
+            .map(|l| l.items.into_iter().filter_map(|p| p.spec.and_then(|s| s.node_name)).collect::<Vec<_>>())
+            .unwrap_or_default();
+        if bound.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    bound.sort();
+    assert_eq!(bound, ["gpu-node-0", "gpu-node-1"], "one 8-GPU worker on each p4d node");
+    let kc = pinfleet::kube::apply::connect(&cpu.kubeconfig).await.unwrap();
+    let cpu_pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(kc, &ml);
+    assert!(cpu_pods.list(&Default::default()).await.map(|l| l.items.is_empty()).unwrap_or(true), "nothing of the gang on the CPU member");
+    // The quota view: 16 of 16 A100s used, none free.
+    let view = gw.svc.usage(&ml).await.unwrap();
+    assert_eq!(view["OnDemand"].gpu_a100, 16);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn each_teams_use_over_time_is_kept_on_the_host_for_a_day() {
     use pinfleet::gateway::records::UsageHistory;
