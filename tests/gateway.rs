@@ -671,6 +671,10 @@ async fn gpus_are_counted_per_product_and_a_training_gang_is_admitted_and_placed
     assert_eq!(d.problems[0].field, "spec.accelerators", "{d:?}");
     assert!(d.problems[0].message.contains("asks 32 nvidia.com/gpu A100"), "{}", d.problems[0].message);
     // Two gangs of two 8-GPU workers: each fits alone, together twice the quota.
+    // A gang of 10,000 one-GPU pods: counted exactly, and refused whole.
+    let (code, d) = gw.svc.submit(&admin, "huge", &training_of(&ml, "huge", json!(1), 10_000), None, true).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    assert!(d.problems[0].message.contains("asks 10000 nvidia.com/gpu A100"), "{}", d.problems[0].message);
     // A count is the CRD's integer: a string, a fraction or zero is refused there.
     for bad in [json!("8e0"), json!(1.5), json!(0), json!(-8)] {
         let (code, d) = gw.svc.submit(&admin, "g0", &training_of(&ml, "g0", bad.clone(), 2), None, false).await.unwrap();
@@ -1928,12 +1932,17 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
     use proptest::strategy::ValueTree;
     let host = KubeEnv::start();
     let east = member("east", 2, "16", true);
+    // Two g5.2xlarge nodes: one A10G each (issue 59: accelerators too).
+    let gpu = gateway_support::accelerated_member("gpu", "g5.2xlarge", 2, true);
     let team = host.namespace.clone();
+    let mut on_demand = q("3", "3");
+    on_demand["guaranteed"]["gpu-a10g"] = json!(1);
+    on_demand["max"]["gpu-a10g"] = json!(2);
     let gw = gateway(
         &host,
-        &[&east],
+        &[&east, &gpu],
         None,
-        json!({ &team: {"tiers": {"OnDemand": q("3", "3"), "Preemptible": q("1", "2")}} }),
+        json!({ &team: {"tiers": {"OnDemand": on_demand, "Preemptible": q("1", "2")}} }),
     )
     .await;
     let token = ci_token(&host);
@@ -2003,6 +2012,35 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
         6 => prop_oneof![Just("w"), Just("w.1.")],
         1 => prop_oneof![Just("W"), Just("w\u{ad}"), Just("w-"), Just("w\u{202e}")],
     ];
+    // Accelerators as a hostile tenant writes them: in a container's
+    // resources (counts as strings, exponents, negative, fractional,
+    // requests without limits or unequal to them, another vendor's device,
+    // hugepages, ephemeral storage, a product the team lacks) and in a
+    // training job's `accelerators`.
+    let accelerator_forms = || {
+        prop_oneof![
+            6 => Just(json!(null)),
+            1 => prop_oneof![
+                Just(json!({"limits": {"nvidia.com/gpu": 1}})),
+                Just(json!({"limits": {"nvidia.com/gpu": "8e0"}})),
+                Just(json!({"limits": {"nvidia.com/gpu": "1e3"}})),
+                Just(json!({"limits": {"nvidia.com/gpu": -1}})),
+                Just(json!({"limits": {"nvidia.com/gpu": "0.5"}})),
+                Just(json!({"limits": {"nvidia.com/gpu": "two"}})),
+                Just(json!({"requests": {"nvidia.com/gpu": 1}})),
+                Just(json!({"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}})),
+                Just(json!({"limits": {"example.com/fpga": 1}})),
+                Just(json!({"limits": {"hugepages-2Mi": "1Gi"}})),
+                Just(json!({"limits": {"ephemeral-storage": "1Gi"}})),
+                Just(json!({"limits": {"aws.amazon.com/neuron": 1}})),
+                Just(json!({"accelerators": {"type": "nvidia.com/gpu", "count": 1}})),
+                Just(json!({"accelerators": {"type": "nvidia.com/gpu", "count": 1, "product": "A10G"}})),
+                Just(json!({"accelerators": {"type": "nvidia.com/gpu", "count": 8, "product": "A100"}})),
+                Just(json!({"accelerators": {"type": "nvidia.com/gpu", "count": "8e0"}})),
+                Just(json!({"accelerators": {"type": "example.com/fpga", "count": 1}})),
+            ],
+        ]
+    };
     let rare = || prop_oneof![5 => Just(false), 1 => Just(true)];
     let submission = (
         kinds,
@@ -2015,15 +2053,21 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
         ids,
         rare(),
         any::<bool>(),
+        accelerator_forms(),
     );
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let mut answers: Vec<u16> = Vec::new();
     let mut largest = 0usize;
     for n in 0..96 {
-        let (kind, count, cpu, sc, image, extra, duration, id, finalizer, preemptible) =
+        let (kind, count, cpu, sc, image, extra, duration, id, finalizer, preemptible, accel) =
             submission.new_tree(&mut runner).unwrap().current();
         let mut container = json!({"name": "app", "image": image,
             "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}});
+        for which in ["requests", "limits"] {
+            for (k, v) in accel.pointer(&format!("/{which}")).and_then(Value::as_object).into_iter().flatten() {
+                container["resources"][which][k] = v.clone();
+            }
+        }
         if !sc.is_null() {
             container["securityContext"] = sc;
         }
@@ -2050,6 +2094,9 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
             }
             "PinterestTrainingJob" => {
                 pod["restartPolicy"] = json!("Never");
+                if let Some(a) = accel.get("accelerators") {
+                    spec["accelerators"] = a.clone();
+                }
                 spec["template"] = json!({"spec": pod});
                 spec["framework"] = json!("PyTorch");
                 spec["roles"] = json!([{"name": "worker", "replicas": count}, {"name": "ps", "replicas": count}]);
@@ -2087,18 +2134,39 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
         gw.svc.rollup_once().await.unwrap();
     }
     assert!(gw.svc.unready.lock().unwrap().is_none(), "the leader gave up: {:?}", gw.svc.unready.lock().unwrap());
-    // 1. What runs on the member stays within the team's maximum (3 + 2 CPUs).
-    let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(k, &team);
+    // 1. What runs on the members stays within the team's maximum (3 + 2
+    //    CPUs; 2 GPUs, of any product, and no other device).
     let mut cpu = 0u64;
-    for p in pods.list(&Default::default()).await.unwrap().items {
-        if matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")) {
-            continue;
+    let mut devices = [0i64; 2];
+    for m in [&east, &gpu] {
+        let k = pinfleet::kube::apply::connect(&m.kubeconfig).await.unwrap();
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(k, &team);
+        for p in pods.list(&Default::default()).await.unwrap().items {
+            if matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")) {
+                continue;
+            }
+            let v = serde_json::to_value(&p).unwrap();
+            cpu += pinfleet::workloads::demand::pod_requests(&v, "pod", None).unwrap_or_default().cpu;
+            // The devices the pod's containers ask for, read from the pod
+            // itself (not by the gateway's counting).
+            for (d, n) in devices.iter_mut().zip(pinfleet::sim::objects::pod_extended(&v)) {
+                *d += n;
+            }
+            for c in v.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
+                for which in ["requests", "limits"] {
+                    for k in c.pointer(&format!("/resources/{which}")).and_then(Value::as_object).into_iter().flatten().map(|(k, _)| k) {
+                        assert!(
+                            ["cpu", "memory", "nvidia.com/gpu", "aws.amazon.com/neuron"].contains(&k.as_str()),
+                            "a pod asks for {k}, which no quota counts: {v:#}"
+                        );
+                    }
+                }
+            }
         }
-        let v = serde_json::to_value(&p).unwrap();
-        cpu += pinfleet::workloads::demand::pod_requests(&v, "pod", None).unwrap_or_default().cpu;
     }
-    assert!(cpu <= 5000, "the team runs {cpu}m CPU on the member against a 5-CPU maximum");
+    assert!(cpu <= 5000, "the team runs {cpu}m CPU on the members against a 5-CPU maximum");
+    assert!(devices[0] <= 2, "the team runs {} GPUs against a maximum of 2 A10G", devices[0]);
+    assert_eq!(devices[1], 0, "the team has no Neuron quota");
     // 3. Every refusal audited, one line each, with its answer.
     let refused: Vec<u16> = answers.iter().copied().filter(|a| *a >= 400).collect();
     let lines = audit_lines(&gw);
@@ -2112,9 +2180,10 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
     assert_eq!(audited.len(), refused.len(), "answers {answers:?}\naudit {lines:#?}");
     assert!(refused.len() >= 10 && answers.iter().any(|a| *a < 300), "both refused and accepted work: {answers:?}");
     println!(
-        "hostile suite: {} submissions ({} refused), the largest {largest} bytes; the team runs {cpu}m CPU",
+        "hostile suite: {} submissions ({} refused), the largest {largest} bytes; the team runs {cpu}m CPU and {} GPUs",
         answers.len(),
-        refused.len()
+        refused.len(),
+        devices[0]
     );
     // The largest submission: a training job of 8,000,000 replicas per role,
     // padded toward the 1 MiB body limit. Refused at its count before

@@ -229,9 +229,10 @@ impl Amount {
         self.each(o, u64::min)
     }
 
-    /// The first resource where `self` is above `limit`.
+    /// The first resource where `self` is above `limit`: an accelerator
+    /// flavor first (the scarcest, and the one a refusal should name).
     pub fn over(&self, limit: &Amount) -> Option<Resource> {
-        RESOURCES.into_iter().find(|r| self.get(*r) > limit.get(*r))
+        FLAVORS.into_iter().chain(RESOURCES).find(|r| self.get(*r) > limit.get(*r))
     }
 
     pub fn is_zero(&self) -> bool {
