@@ -192,3 +192,46 @@ fn unfit(pod: &Value, node: &Value, used: (i64, i64, [i64; 2])) -> Option<&'stat
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(gpus: Option<u32>, tainted: bool) -> Value {
+        let mut allocatable = json!({"cpu": "96", "memory": "384Gi", "pods": "110"});
+        if let Some(g) = gpus {
+            allocatable["nvidia.com/gpu"] = json!(g.to_string());
+        }
+        let taints = if tainted { json!([{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]) } else { json!([]) };
+        json!({"metadata": {"name": "n", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": allocatable}})
+    }
+
+    fn pod(gpus: u32, tolerates: bool) -> Value {
+        let mut p = json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}});
+        if tolerates {
+            p["spec"]["tolerations"] = json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
+        }
+        p
+    }
+
+    /// NodeResourcesFit and TaintToleration as kube-scheduler applies them
+    /// to extended resources: a GPU pod fits only where the device plugin
+    /// advertises enough devices; a tainted GPU node takes only pods that
+    /// tolerate its taint.
+    #[test]
+    fn gpus_fit_only_where_advertised_and_tolerated() {
+        let free = (0, 0, [0, 0]);
+        assert_eq!(unfit(&pod(8, true), &node(Some(8), true), free), None);
+        assert_eq!(unfit(&pod(8, true), &node(Some(8), true), (0, 0, [1, 0])), Some("Insufficient nvidia.com/gpu"));
+        assert_eq!(unfit(&pod(1, true), &node(None, false), free), Some("Insufficient nvidia.com/gpu"));
+        assert_eq!(unfit(&pod(1, false), &node(Some(8), true), free), Some("node(s) had untolerated taint"));
+        // A pod asking for none still fits a GPU node it tolerates.
+        assert_eq!(unfit(&json!({"spec": {"containers": [{"name": "c"}], "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}), &node(Some(8), true), free), None);
+        // A one-shot init container's devices count if larger (PodRequests).
+        let mut p = pod(2, true);
+        p["spec"]["initContainers"] = json!([{"name": "i", "resources": {"limits": {"nvidia.com/gpu": 8}}}]);
+        assert_eq!(crate::sim::objects::pod_extended(&p), [8, 0]);
+    }
+}
