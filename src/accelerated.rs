@@ -84,7 +84,10 @@ mod tests {
         assert_eq!(Flavor::of_label(a.product_label.unwrap()), Some(Flavor::GpuA100));
         assert_eq!(of_instance_type("g5.2xlarge").unwrap().count, 1);
         assert_eq!(of_instance_type("g5.48xlarge").unwrap().count, 8);
-        assert_eq!(of_instance_type("trn1.32xlarge").unwrap(), Accelerated { resource: NEURON, count: 16, flavor: Flavor::Neuron, product_label: None });
+        assert_eq!(
+            of_instance_type("trn1.32xlarge").unwrap(),
+            Accelerated { resource: NEURON, count: 16, flavor: Flavor::Neuron, product_label: None }
+        );
         assert_eq!(of_instance_type("m5.large"), None);
         assert_eq!(of_instance_type("p4d"), None);
         for t in ["g5.xlarge", "g6.xlarge", "p4de.24xlarge", "p5.48xlarge"] {

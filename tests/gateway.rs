@@ -629,9 +629,7 @@ async fn gpus_are_counted_per_product_and_a_training_gang_is_admitted_and_placed
     let gpu = gateway_support::accelerated_member("gpu", "p4d.24xlarge", 2, true);
     let ns = host.namespace.clone();
     let (none, ml) = (format!("{ns}-none"), format!("{ns}-ml"));
-    let big = |gpus: u64| {
-        json!({"guaranteed": {"cpu": "64", "memory": "512Gi", "pods": 100, "gpu-a100": gpus}, "max": {"cpu": "64", "memory": "512Gi", "pods": 100, "gpu-a100": gpus}})
-    };
+    let big = |gpus: u64| json!({"guaranteed": {"cpu": "64", "memory": "512Gi", "pods": 100, "gpu-a100": gpus}, "max": {"cpu": "64", "memory": "512Gi", "pods": 100, "gpu-a100": gpus}});
     let gw = gateway(
         &host,
         &[&cpu, &gpu],
@@ -664,7 +662,10 @@ async fn gpus_are_counted_per_product_and_a_training_gang_is_admitted_and_placed
     let (code, d) = gw.svc.submit(&admin, "own", &own, None, false).await.unwrap();
     assert_eq!(code, 422, "{d:?}");
     // (a role without a template of its own is named at its role, as images are)
-    assert_eq!(d.problems[0].field, "spec.roles[0].template.spec.containers[0].resources.limits[nvidia.com/gpu]", "{d:?}");
+    assert_eq!(
+        d.problems[0].field, "spec.roles[0].template.spec.containers[0].resources.limits[nvidia.com/gpu]",
+        "{d:?}"
+    );
     // Four workers of 8 GPUs: 32, more than the ml team's 16: never.
     let (code, d) = gw.svc.submit(&admin, "t4x8", &training_of(&ml, "t", json!(8), 4), None, false).await.unwrap();
     assert_eq!(code, 422, "{d:?}");
@@ -672,12 +673,14 @@ async fn gpus_are_counted_per_product_and_a_training_gang_is_admitted_and_placed
     assert!(d.problems[0].message.contains("asks 32 nvidia.com/gpu A100"), "{}", d.problems[0].message);
     // Two gangs of two 8-GPU workers: each fits alone, together twice the quota.
     // A gang of 10,000 one-GPU pods: counted exactly, and refused whole.
-    let (code, d) = gw.svc.submit(&admin, "huge", &training_of(&ml, "huge", json!(1), 10_000), None, true).await.unwrap();
+    let (code, d) =
+        gw.svc.submit(&admin, "huge", &training_of(&ml, "huge", json!(1), 10_000), None, true).await.unwrap();
     assert_eq!(code, 422, "{d:?}");
     assert!(d.problems[0].message.contains("asks 10000 nvidia.com/gpu A100"), "{}", d.problems[0].message);
     // A count is the CRD's integer: a string, a fraction or zero is refused there.
     for bad in [json!("8e0"), json!(1.5), json!(0), json!(-8)] {
-        let (code, d) = gw.svc.submit(&admin, "g0", &training_of(&ml, "g0", bad.clone(), 2), None, false).await.unwrap();
+        let (code, d) =
+            gw.svc.submit(&admin, "g0", &training_of(&ml, "g0", bad.clone(), 2), None, false).await.unwrap();
         assert_eq!((code, d.problems[0].field.as_str()), (422, "spec.accelerators.count"), "{bad}: {d:?}");
     }
     for id in ["g1", "g2"] {
@@ -715,7 +718,10 @@ async fn gpus_are_counted_per_product_and_a_training_gang_is_admitted_and_placed
     assert_eq!(bound, ["gpu-node-0", "gpu-node-1"], "one 8-GPU worker on each p4d node");
     let kc = pinfleet::kube::apply::connect(&cpu.kubeconfig).await.unwrap();
     let cpu_pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(kc, &ml);
-    assert!(cpu_pods.list(&Default::default()).await.map(|l| l.items.is_empty()).unwrap_or(true), "nothing of the gang on the CPU member");
+    assert!(
+        cpu_pods.list(&Default::default()).await.map(|l| l.items.is_empty()).unwrap_or(true),
+        "nothing of the gang on the CPU member"
+    );
     // The quota view: 16 of 16 A100s used, none free.
     let view = gw.svc.usage(&ml).await.unwrap();
     assert_eq!(view["OnDemand"].gpu_a100, 16);
@@ -2154,7 +2160,13 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
             }
             for c in v.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
                 for which in ["requests", "limits"] {
-                    for k in c.pointer(&format!("/resources/{which}")).and_then(Value::as_object).into_iter().flatten().map(|(k, _)| k) {
+                    for k in c
+                        .pointer(&format!("/resources/{which}"))
+                        .and_then(Value::as_object)
+                        .into_iter()
+                        .flatten()
+                        .map(|(k, _)| k)
+                    {
                         assert!(
                             ["cpu", "memory", "nvidia.com/gpu", "aws.amazon.com/neuron"].contains(&k.as_str()),
                             "a pod asks for {k}, which no quota counts: {v:#}"

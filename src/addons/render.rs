@@ -156,9 +156,11 @@ fn kind_rank(kind: &str) -> u8 {
 /// machines that offer its resource.
 pub fn enabled(cluster: &Cluster, package: &Package) -> bool {
     let default = match &package.meta.accelerators {
-        Some(resource) => cluster.spec.instance_groups.iter().any(|g| {
-            crate::accelerated::of_instance_type(&g.machine_type).is_some_and(|a| a.resource == resource)
-        }),
+        Some(resource) => cluster
+            .spec
+            .instance_groups
+            .iter()
+            .any(|g| crate::accelerated::of_instance_type(&g.machine_type).is_some_and(|a| a.resource == resource)),
         None => package.meta.default,
     };
     cluster.spec.addons.iter().find(|a| a.name == package.meta.name).map_or(default, |a| a.enabled)

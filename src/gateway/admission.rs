@@ -809,10 +809,7 @@ mod tests {
         for (t, g, m, gg, gm) in tiers {
             q.tiers.insert(
                 tier_name(*t),
-                Limits {
-                    guaranteed: cpu(*g).with(Resource::GpuA100, *gg),
-                    max: cpu(*m).with(Resource::GpuA100, *gm),
-                },
+                Limits { guaranteed: cpu(*g).with(Resource::GpuA100, *gg), max: cpu(*m).with(Resource::GpuA100, *gm) },
             );
         }
         q
@@ -841,7 +838,11 @@ mod tests {
         let mut l = Ledger::default();
         // b takes its own 8 A100s; a's gang of 16 would borrow 8 the cohort
         // no longer has: it waits whole, and a's gang of 8 (its own) runs.
-        let q = vec![gang("b1", "b", 2, 8, "10:00:00"), gang("a1", "a", 2, 16, "10:00:01"), gang("a2", "a", 2, 8, "10:00:02")];
+        let q = vec![
+            gang("b1", "b", 2, 8, "10:00:00"),
+            gang("a1", "a", 2, 16, "10:00:01"),
+            gang("a2", "a", 2, 8, "10:00:02"),
+        ];
         let b = decide(&w, &mut l, &q, t("10:00:05"));
         assert_eq!(b.admitted.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["b1", "a2"]);
         assert!(b.preempted.is_empty());
@@ -859,7 +860,10 @@ mod tests {
         assert_eq!((l.usage("a", Tier::OnDemand).gpu_a100, l.usage("b", Tier::OnDemand).gpu_a100), (0, 8));
         // A team without A100s in its quota can never be admitted, said at once.
         let none = never(&w, "b", Tier::OnDemand, &cpu(1).with(Resource::GpuA100, 9));
-        assert_eq!(none.as_deref(), Some("asks 9 nvidia.com/gpu A100, more than team b's OnDemand maximum of 8: it can never be admitted"));
+        assert_eq!(
+            none.as_deref(),
+            Some("asks 9 nvidia.com/gpu A100, more than team b's OnDemand maximum of 8: it can never be admitted")
+        );
         let w0 = World::new([("z".to_string(), gpu_quota("z", "z", &[(Tier::OnDemand, 10, 10, 0, 0)]))].into(), fleet);
         assert_eq!(
             never(&w0, "z", Tier::OnDemand, &cpu(1).with(Resource::GpuH100, 1)).as_deref(),

@@ -1086,7 +1086,9 @@ pub fn accelerator_field(intake: &Intake, r: Resource) -> Option<String> {
     }
     for (at, t) in templates_of(&intake.kind, &intake.workload) {
         for list in ["initContainers", "containers"] {
-            for (i, c) in t.pointer(&format!("/spec/{list}")).and_then(Value::as_array).into_iter().flatten().enumerate() {
+            for (i, c) in
+                t.pointer(&format!("/spec/{list}")).and_then(Value::as_array).into_iter().flatten().enumerate()
+            {
                 for which in ["limits", "requests"] {
                     if c.pointer(&format!("/resources/{which}")).and_then(|m| m.get(name)).is_some() {
                         return Some(format!("{at}.spec.{list}[{i}].resources.{which}[{name}]"));
@@ -1306,8 +1308,7 @@ fn children_layer(
             Ok(d) => {
                 demand = Some(match demand {
                     Some(before)
-                        if (before.cpu, before.memory, before.accelerators)
-                            >= (d.cpu, d.memory, d.accelerators) =>
+                        if (before.cpu, before.memory, before.accelerators) >= (d.cpu, d.memory, d.accelerators) =>
                     {
                         before
                     }

@@ -577,7 +577,10 @@ mod tests {
         );
         let gpu: Quantities = serde_json::from_value(serde_json::json!({"gpu-h100": "x"})).unwrap();
         assert_eq!(gpu.resolve(&fleet, "g").unwrap_err(), "g.gpu-h100: \"x\" is not a gpu-h100 quantity");
-        assert!(serde_json::from_value::<Quantities>(serde_json::json!({"nvidia.com/gpu": 8})).is_err(), "a resource the quota does not count is refused");
+        assert!(
+            serde_json::from_value::<Quantities>(serde_json::json!({"nvidia.com/gpu": 8})).is_err(),
+            "a resource the quota does not count is refused"
+        );
         let bad = Quantities { cpu: Some(Quantity::Text("lots".into())), ..Default::default() };
         assert_eq!(
             bad.resolve(&fleet, "spec.tiers.OnDemand.max").unwrap_err(),

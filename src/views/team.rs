@@ -216,7 +216,10 @@ impl TeamView {
             .collect();
         out.push_str(&text::table(&["TIER", "GUARANTEED", "MAX", "USED", "BORROWED"], &rows));
         if !self.accelerators.is_empty() {
-            out.push_str(&text::table(&["ACCELERATOR", "TIER", "GUARANTEED", "MAX", "USED", "FREE"], &self.accelerator_rows()));
+            out.push_str(&text::table(
+                &["ACCELERATOR", "TIER", "GUARANTEED", "MAX", "USED", "FREE"],
+                &self.accelerator_rows(),
+            ));
         }
         let _ = writeln!(
             out,
@@ -491,11 +494,28 @@ pub(crate) mod tests {
         t.tiers[0].max = "cpu 1, memory 4Gi, pods 10, gpu-a100 16, neuron 32".into();
         t.tiers[0].used = "cpu 500m, memory 256Mi, pods 2, gpu-a100 16".into();
         t.accelerators = vec![
-            AcceleratorRow { tier: "OnDemand".into(), flavor: "A100".into(), resource: "gpu-a100".into(), guaranteed: 8, max: 16, used: 16, free: 0 },
-            AcceleratorRow { tier: "OnDemand".into(), flavor: "neuron".into(), resource: "neuron".into(), guaranteed: 32, max: 32, used: 0, free: 32 },
+            AcceleratorRow {
+                tier: "OnDemand".into(),
+                flavor: "A100".into(),
+                resource: "gpu-a100".into(),
+                guaranteed: 8,
+                max: 16,
+                used: 16,
+                free: 0,
+            },
+            AcceleratorRow {
+                tier: "OnDemand".into(),
+                flavor: "neuron".into(),
+                resource: "neuron".into(),
+                guaranteed: 32,
+                max: 32,
+                used: 0,
+                free: 32,
+            },
         ];
         t.queue[0].why.resource = Some("gpu-a100".into());
-        t.queue[0].why.message = "search/OnDemand max: gpu-a100 (nvidia.com/gpu A100) 8 requested, 16 of 16 used, 8 short".into();
+        t.queue[0].why.message =
+            "search/OnDemand max: gpu-a100 (nvidia.com/gpu A100) 8 requested, 16 of 16 used, 8 short".into();
         insta::assert_snapshot!(t.quota_text());
         insta::assert_snapshot!(t.html_body(1));
     }

@@ -198,9 +198,17 @@ pub fn product_of(spec: &Value, at: &str) -> Result<Option<Flavor>, Located> {
             }
             let field = format!("{at}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}].matchExpressions[{j}]");
             if e.get("operator").and_then(Value::as_str) != Some("In") {
-                return Err(Located::new(field, format!("{PRODUCT_LABEL} is selected with In only (the quota counts the product the pod will run on)")));
+                return Err(Located::new(
+                    field,
+                    format!(
+                        "{PRODUCT_LABEL} is selected with In only (the quota counts the product the pod will run on)"
+                    ),
+                ));
             }
-            one(field, e.get("values").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect())?;
+            one(
+                field,
+                e.get("values").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect(),
+            )?;
         }
     }
     Ok(found)
@@ -469,7 +477,13 @@ pub fn pod_requests(
         }
         let mut names: Vec<&String> = Vec::new();
         for which in ["requests", "limits"] {
-            for k in c.pointer(&format!("/resources/{which}")).and_then(Value::as_object).into_iter().flatten().map(|(k, _)| k) {
+            for k in c
+                .pointer(&format!("/resources/{which}"))
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k)
+            {
                 if k != "cpu" && k != "memory" && !names.contains(&k) {
                     names.push(k);
                 }
@@ -500,8 +514,12 @@ pub fn pod_requests(
             // Requests equal limits (the API server refuses otherwise, at
             // the child's field: `refusals`); the limit is what is counted,
             // as a request left out defaults to it.
-            let Some(limit) = c.pointer(&format!("/resources/limits/{}", name.replace('~', "~0").replace('/', "~1"))) else {
-                problems.push(Located::new(format!("{field}.resources.limits"), "Required value: Limit must be set for non overcommitable resources"));
+            let Some(limit) = c.pointer(&format!("/resources/limits/{}", name.replace('~', "~0").replace('/', "~1")))
+            else {
+                problems.push(Located::new(
+                    format!("{field}.resources.limits"),
+                    "Required value: Limit must be set for non overcommitable resources",
+                ));
                 continue;
             };
             let at_limit = format!("{field}.resources.limits[{shown}]");

@@ -93,17 +93,7 @@ pub(super) fn common_overheads(
             let o = v.overheads.clone().unwrap_or_default();
             all = Some(match all {
                 None => o,
-                Some(a) => a
-                    .into_iter()
-                    .filter_map(|(k, r)| {
-                        o.get(&k).map(|s| {
-                            (
-                                k,
-                                r.max(*s),
-                            )
-                        })
-                    })
-                    .collect(),
+                Some(a) => a.into_iter().filter_map(|(k, r)| o.get(&k).map(|s| (k, r.max(*s)))).collect(),
             });
         }
         all

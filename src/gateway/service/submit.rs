@@ -76,7 +76,9 @@ impl Service {
         let overheads = common_overheads(&reachable);
         let team = workload.pointer("/spec/owner/team").and_then(Value::as_str).unwrap_or_default();
         let gpu_products = match self.world().await {
-            Ok((world, _)) => world.quotas.get(team).map(crate::gateway::quota::Quota::gpu_products).unwrap_or_default(),
+            Ok((world, _)) => {
+                world.quotas.get(team).map(crate::gateway::quota::Quota::gpu_products).unwrap_or_default()
+            }
             Err(_) => Vec::new(),
         };
         let members = intake::Members {
@@ -152,8 +154,13 @@ impl Service {
         } else if let Some(why) = admission::never(&world, &intake.team, intake.tier, &intake.demand) {
             // An accelerator the team's quota does not hold is refused at
             // the field that asks for it.
-            let over = intake.demand.over(&world.quotas.get(&intake.team).and_then(|q| q.limits(intake.tier)).map(|l| l.max).unwrap_or_default());
-            let field = over.filter(|r| r.is_accelerator()).and_then(|r| intake::accelerator_field(&intake, r)).unwrap_or_default();
+            let over = intake.demand.over(
+                &world.quotas.get(&intake.team).and_then(|q| q.limits(intake.tier)).map(|l| l.max).unwrap_or_default(),
+            );
+            let field = over
+                .filter(|r| r.is_accelerator())
+                .and_then(|r| intake::accelerator_field(&intake, r))
+                .unwrap_or_default();
             problems.push(Problem::new("capacity", field, why));
         }
         if !problems.is_empty() {

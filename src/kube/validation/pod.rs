@@ -177,9 +177,10 @@ fn container(c: &Value, p: &str, init: bool, ephemeral: bool, volumes: &BTreeSet
         // (`IsOvercommitAllowed`): a request needs its limit, and equals it.
         if !overcommit_allowed(k) {
             match (parse_quantity(v), limits.get(k)) {
-                (_, None) => {
-                    e.push(required(format!("{p}.resources.limits"), "Limit must be set for non overcommitable resources"))
-                }
+                (_, None) => e.push(required(
+                    format!("{p}.resources.limits"),
+                    "Limit must be set for non overcommitable resources",
+                )),
                 (Some(req), Some(lim)) if req != *lim => {
                     let key = k.replace('~', "~0").replace('/', "~1");
                     let limit = c.pointer(&format!("/resources/limits/{key}")).map(shown_quantity).unwrap_or_default();

@@ -181,7 +181,8 @@ fn unfit(pod: &Value, node: &Value, used: (i64, i64, [i64; 2])) -> Option<&'stat
     // advertises them (NodeResourcesFit: a node without one has none).
     for ((k, want), have) in EXTENDED.iter().zip(pod_extended(pod)).zip(used.2) {
         if want > 0 {
-            let alloc = node.pointer("/status/allocatable").and_then(|a| a.get(*k)).map_or(0, |v| quantity(Some(v), false));
+            let alloc =
+                node.pointer("/status/allocatable").and_then(|a| a.get(*k)).map_or(0, |v| quantity(Some(v), false));
             if have.saturating_add(want) > alloc {
                 return Some(match *k {
                     "nvidia.com/gpu" => "Insufficient nvidia.com/gpu",
@@ -202,7 +203,11 @@ mod tests {
         if let Some(g) = gpus {
             allocatable["nvidia.com/gpu"] = json!(g.to_string());
         }
-        let taints = if tainted { json!([{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]) } else { json!([]) };
+        let taints = if tainted {
+            json!([{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+        } else {
+            json!([])
+        };
         json!({"metadata": {"name": "n", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}},
             "spec": {"taints": taints},
             "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": allocatable}})
@@ -228,7 +233,14 @@ mod tests {
         assert_eq!(unfit(&pod(1, true), &node(None, false), free), Some("Insufficient nvidia.com/gpu"));
         assert_eq!(unfit(&pod(1, false), &node(Some(8), true), free), Some("node(s) had untolerated taint"));
         // A pod asking for none still fits a GPU node it tolerates.
-        assert_eq!(unfit(&json!({"spec": {"containers": [{"name": "c"}], "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}), &node(Some(8), true), free), None);
+        assert_eq!(
+            unfit(
+                &json!({"spec": {"containers": [{"name": "c"}], "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}),
+                &node(Some(8), true),
+                free
+            ),
+            None
+        );
         // A one-shot init container's devices count if larger (PodRequests).
         let mut p = pod(2, true);
         p["spec"]["initContainers"] = json!([{"name": "i", "resources": {"limits": {"nvidia.com/gpu": 8}}}]);

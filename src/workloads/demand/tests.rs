@@ -39,7 +39,8 @@ fn requests_written_as_numbers_count_as_what_they_say() {
     let d = demand_of(&w).unwrap();
     // platform-init runs alone first; then 4 sidecars (identity, traffic,
     // logging, metrics) beside the app.
-    let per_pod = Requests { cpu: 8000 + 4 * SIDECAR.cpu, memory: (8 << 30) + 4 * SIDECAR.memory, ..Default::default() };
+    let per_pod =
+        Requests { cpu: 8000 + 4 * SIDECAR.cpu, memory: (8 << 30) + 4 * SIDECAR.memory, ..Default::default() };
     assert_eq!(
         d.sets,
         vec![PodSet { child: "Deployment/web".into(), field: "spec.template".into(), pods: 3, per_pod }]
@@ -74,7 +75,10 @@ fn a_limit_alone_is_the_request_and_a_missing_one_the_default() {
     );
     let d = demand_of(&w).unwrap();
     // b: 100m by default (no cpu request or limit), 1Gi.
-    assert_eq!(d.sets[0].per_pod, Requests { cpu: 3000 + 100 + 4 * 50, memory: (2 << 30) + 4 * SIDECAR.memory, ..Default::default() });
+    assert_eq!(
+        d.sets[0].per_pod,
+        Requests { cpu: 3000 + 100 + 4 * 50, memory: (2 << 30) + 4 * SIDECAR.memory, ..Default::default() }
+    );
 }
 
 #[test]
@@ -348,10 +352,15 @@ fn a_training_jobs_accelerators_are_counted_from_its_pods_by_product() {
     assert_eq!((d.accelerator(Flavor::GpuA100), d.pods), (32, 4));
     assert_eq!(d.accelerator(Flavor::GpuH100), 0);
     // The pods are held to A100 nodes and tolerate the GPU nodes' taint.
-    let children = children("PinterestTrainingJob", &training(json!({"type": GPU, "count": 8, "product": "a100"}), 4), &ctx()).unwrap();
+    let children =
+        children("PinterestTrainingJob", &training(json!({"type": GPU, "count": 8, "product": "a100"}), 4), &ctx())
+            .unwrap();
     let pod = &children.iter().find(|c| c["kind"] == "Job").unwrap()["spec"]["template"]["spec"];
     assert_eq!(product_of(pod, "p").unwrap(), Some(Flavor::GpuA100));
-    assert!(pod["tolerations"].as_array().unwrap().contains(&json!({"key": GPU, "operator": "Exists", "effect": "NoSchedule"})));
+    assert!(pod["tolerations"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({"key": GPU, "operator": "Exists", "effect": "NoSchedule"})));
     // Neuron devices need no product.
     let d = demand_of(&training(json!({"type": NEURON, "count": 16}), 2)).unwrap();
     assert_eq!(d.accelerator(Flavor::Neuron), 32);
@@ -367,7 +376,8 @@ fn a_training_jobs_accelerators_are_counted_from_its_pods_by_product() {
 #[test]
 fn gpus_a_container_asks_for_are_counted_as_kubernetes_reads_them() {
     let per_pod = |limits: Value| {
-        demand_of(&gpu_service(json!({"limits": limits}), Some("NVIDIA-A10G"))).map(|d| d.sets[0].per_pod.accelerator(Flavor::GpuA10g))
+        demand_of(&gpu_service(json!({"limits": limits}), Some("NVIDIA-A10G")))
+            .map(|d| d.sets[0].per_pod.accelerator(Flavor::GpuA10g))
     };
     // Exponents and strings are quantities; a limit alone is the request.
     assert_eq!(per_pod(json!({GPU: "8e0"})).unwrap(), 8);
@@ -427,7 +437,11 @@ fn requests_unequal_to_limits_are_refused_with_the_api_servers_words() {
     let rendered = children("PinterestService", &w, &ctx()).unwrap();
     let r = refusals(&w, &rendered, crate::spec::versions::DEFAULT_MINOR);
     let at = r.iter().find(|l| l.field == "spec.template.spec.containers[0].resources.requests").expect("refused");
-    assert!(at.message.ends_with(r#"Invalid value: "4": must be equal to nvidia.com/gpu limit of 8"#), "{}", at.message);
+    assert!(
+        at.message.ends_with(r#"Invalid value: "4": must be equal to nvidia.com/gpu limit of 8"#),
+        "{}",
+        at.message
+    );
     let w = gpu_service(json!({"requests": {GPU: "1500m"}, "limits": {GPU: "1500m"}}), Some("NVIDIA-L4"));
     let rendered = children("PinterestService", &w, &ctx()).unwrap();
     let r = refusals(&w, &rendered, crate::spec::versions::DEFAULT_MINOR);
