@@ -723,6 +723,12 @@ pub fn parse_team_tolerations(s: &str) -> Result<(String, Vec<String>), String> 
 fn platform_tolerations(obj: &Value, template: &Value) -> Vec<String> {
     let mut keys: Vec<String> = PLATFORM_TOLERATIONS.iter().map(|k| k.to_string()).collect();
     keys.extend(obj.pointer("/spec/accelerators/type").and_then(Value::as_str).map(String::from));
+    // What the platform's sidecars are given through the overrides too.
+    for r in obj.pointer("/spec/runtime/overrides").and_then(Value::as_object).into_iter().flatten().map(|(_, r)| r) {
+        for w in ["requests", "limits"] {
+            keys.extend(r.get(w).and_then(Value::as_object).into_iter().flatten().map(|(k, _)| k.clone()));
+        }
+    }
     for field in ["initContainers", "containers"] {
         for c in template.pointer(&format!("/spec/{field}")).and_then(Value::as_array).into_iter().flatten() {
             for r in ["requests", "limits"] {
@@ -1106,6 +1112,47 @@ pub fn accelerator_field(intake: &Intake, r: Resource) -> Option<String> {
 /// its pods to nodes of that product; a team whose quota holds no GPU is
 /// refused there, at `spec.accelerators`.
 fn accelerator_product(kind: &str, obj: &mut Value, team: &str, members: &Members, problems: &mut Vec<Problem>) {
+    // A pod template whose containers (or the platform's sidecars, through
+    // `spec.runtime.overrides`) ask for GPUs without selecting a product is
+    // held to the team's first product the same way.
+    let overrides = obj.pointer("/spec/runtime/overrides").and_then(Value::as_object).is_some_and(|o| {
+        o.values().any(|r| ["requests", "limits"].iter().any(|w| r.get(*w).and_then(|m| m.get(demand::GPU)).is_some()))
+    });
+    let mut templates: Vec<(String, String)> = vec![("/spec/template".into(), "spec.template".into())];
+    for i in 0..obj.pointer("/spec/roles").and_then(Value::as_array).map_or(0, Vec::len) {
+        templates.push((format!("/spec/roles/{i}/template"), format!("spec.roles[{i}].template")));
+    }
+    for (pointer, field) in templates {
+        let Some(spec) = obj.pointer_mut(&format!("{pointer}/spec")).filter(|s| s.is_object()) else { continue };
+        if !(overrides || demand::asks_for(spec, demand::GPU)) || !matches!(demand::product_of(spec, ""), Ok(None)) {
+            continue;
+        }
+        match members.gpu_products.first() {
+            Some(f) => demand::hold_to_product(spec, *f),
+            None => {
+                // At the first container that asks (else the overrides).
+                let mut at = "spec.runtime.overrides".to_string();
+                'find: for list in ["initContainers", "containers"] {
+                    for (i, c) in spec.get(list).and_then(Value::as_array).into_iter().flatten().enumerate() {
+                        for which in ["limits", "requests"] {
+                            if c.pointer(&format!("/resources/{which}")).and_then(|m| m.get(demand::GPU)).is_some() {
+                                at = format!("{field}.spec.{list}[{i}].resources.{which}[{}]", demand::GPU);
+                                break 'find;
+                            }
+                        }
+                    }
+                }
+                problems.push(Problem::new(
+                    "capacity",
+                    at,
+                    format!(
+                        "{} is not in team {team}'s quota (no GPU product: A100, H100, A10G, L4): ask the platform team for GPU quota",
+                        demand::GPU
+                    ),
+                ));
+            }
+        }
+    }
     if kind != "PinterestTrainingJob" {
         return;
     }
@@ -1443,6 +1490,30 @@ mod tests {
             "spec": {"owner": {"team": "search", "project": "web"}, "replicas": 3,
                 "template": {"spec": {"containers": [{"name": "app", "image": "registry.example.com/web:1.2",
                     "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}}})
+    }
+
+    #[test]
+    fn gpus_without_a_product_are_held_to_the_teams_first_and_counted() {
+        let mut w = service();
+        w["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/gpu": "2"});
+        let products = [demand::Flavor::GpuA10g];
+        let members = Members { gpu_products: &products, ..Default::default() };
+        let i = check(&w, &alice(), &Policy::default(), &members).unwrap();
+        assert_eq!((i.demand.gpu_a10g, i.per_pod.gpu_a10g), (6, 2));
+        let spec = &i.workload["spec"]["template"]["spec"];
+        assert_eq!(demand::product_of(spec, "").unwrap(), Some(demand::Flavor::GpuA10g));
+        assert!(spec["tolerations"].as_array().unwrap().iter().any(|t| t["key"] == "nvidia.com/gpu"));
+        // A team whose quota holds no GPU: refused at the container that asks.
+        let problems = check(&w, &alice(), &Policy::default(), &Members::default()).unwrap_err();
+        assert_eq!(
+            problems[0].field, "spec.template.spec.containers[0].resources.limits[nvidia.com/gpu]",
+            "{problems:?}"
+        );
+        // A GPU given to a platform sidecar counts as well (a probe ran 4 so, uncounted).
+        let mut w = service();
+        w["spec"]["runtime"] = json!({"overrides": {"logging": {"limits": {"nvidia.com/gpu": 4}}}});
+        let i = check(&w, &alice(), &Policy::default(), &members).unwrap();
+        assert_eq!(i.demand.gpu_a10g, 12);
     }
 
     #[test]

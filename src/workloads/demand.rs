@@ -162,6 +162,44 @@ impl Requests {
     }
 }
 
+/// Holds a pod spec to nodes of a GPU product: a required node affinity
+/// on [`PRODUCT_LABEL`] `In` the product's values (added to every term:
+/// terms are ORed), and a toleration of the GPU nodes' taint.
+pub fn hold_to_product(spec: &mut Value, flavor: Flavor) {
+    let expression = serde_json::json!({"key": PRODUCT_LABEL, "operator": "In", "values": flavor.product_labels()});
+    let path = "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms";
+    match spec.pointer_mut(path).and_then(Value::as_array_mut) {
+        Some(terms) if !terms.is_empty() => {
+            for t in terms {
+                let mut e = t.get("matchExpressions").and_then(Value::as_array).cloned().unwrap_or_default();
+                e.push(expression.clone());
+                t["matchExpressions"] = Value::Array(e);
+            }
+        }
+        _ => {
+            spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+                serde_json::json!({"nodeSelectorTerms": [{"matchExpressions": [expression]}]});
+        }
+    }
+    let toleration = serde_json::json!({"key": GPU, "operator": "Exists", "effect": "NoSchedule"});
+    let mut tolerations = spec.get("tolerations").and_then(Value::as_array).cloned().unwrap_or_default();
+    if !tolerations.contains(&toleration) {
+        tolerations.push(toleration);
+        spec["tolerations"] = Value::Array(tolerations);
+    }
+}
+
+/// Whether a pod spec's containers ask for `resource` (requests or limits).
+pub fn asks_for(spec: &Value, resource: &str) -> bool {
+    ["containers", "initContainers"].iter().any(|list| {
+        spec.get(*list).and_then(Value::as_array).into_iter().flatten().any(|c| {
+            ["requests", "limits"]
+                .iter()
+                .any(|w| c.pointer(&format!("/resources/{w}")).and_then(|m| m.get(resource)).is_some())
+        })
+    })
+}
+
 /// The GPU product a pod selects: its `nodeSelector`'s [`PRODUCT_LABEL`]
 /// and its required node affinity's (every term must name one product's
 /// values, `In`), or why it names none it can be counted by.

@@ -748,29 +748,7 @@ pub fn training_children(cr: &PinterestTrainingJob, ctx: &Context) -> Result<Vec
                         "spec.accelerators.product: {product:?} is not a GPU product (A100, H100, A10G, L4)"
                     )));
                 };
-                let term = json!({"matchExpressions": [{
-                    "key": crate::workloads::demand::PRODUCT_LABEL,
-                    "operator": "In",
-                    "values": flavor.product_labels(),
-                }]});
-                let terms = pod.pointer_mut(
-                    "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms",
-                );
-                match terms.and_then(Value::as_array_mut) {
-                    // Terms are ORed: the product is required in each.
-                    Some(ts) if !ts.is_empty() => {
-                        for t in ts {
-                            let e = t["matchExpressions"].as_array().cloned().unwrap_or_default();
-                            let mut e = e;
-                            e.push(term["matchExpressions"][0].clone());
-                            t["matchExpressions"] = json!(e);
-                        }
-                    }
-                    _ => {
-                        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
-                            json!({"nodeSelectorTerms": [term]});
-                    }
-                }
+                crate::workloads::demand::hold_to_product(&mut pod["spec"], flavor);
             }
         }
         let job_name = format!("{}-{}", w.name, role.name);
