@@ -8,6 +8,10 @@
 //!    submission's estimated start (when it was queued) against its actual
 //!    start, with durations that differ from what the submitter said.
 //!
+//! 4. Admission with accelerators (issue 59): the pure pass over gangs of
+//!    A100 and A10G pods beside CPU work, and gang placement over 100
+//!    members (each gang whole on one member with room for all of it).
+//!
 //! PINFLEET_BENCH_QUEUED (10,000) and PINFLEET_BENCH_SUBMITS (500) override the sizes.
 
 use std::collections::BTreeMap;
@@ -16,7 +20,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use kube::api::{Api, Patch, PatchParams};
 use pinfleet::gateway::admission::{self, Pending, World};
-use pinfleet::gateway::quota::{Amount, Ledger, Limits, Quota};
+use pinfleet::gateway::quota::{Amount, Ledger, Limits, Quota, Resource, RESOURCES};
 use pinfleet::workloads::Tier;
 use serde_json::json;
 
@@ -92,6 +96,119 @@ fn pure_admission(queued: usize) {
     let start = Instant::now();
     let ex = admission::explain(&world, &ledger, &q, &batch.waiting, t0);
     println!("  positions, estimates and reasons for {} waiting: {:.3} s", ex.len(), start.elapsed().as_secs_f64());
+}
+
+/// Issue 59's figures: admission of gangs with accelerators (pure), and
+/// placing each admitted gang whole over 100 members as the leader does.
+fn accelerated_admission(queued: usize) {
+    let mut quotas = quotas(20, 200, 400);
+    for q in quotas.values_mut() {
+        for l in q.tiers.values_mut() {
+            l.guaranteed = l.guaranteed.with(Resource::GpuA100, 32).with(Resource::GpuA10g, 16);
+            l.max = l.max.with(Resource::GpuA100, 64).with(Resource::GpuA10g, 32);
+        }
+    }
+    let fleet = Amount::new(200_000_000, 1 << 50, 1 << 30).with(Resource::GpuA100, 800).with(Resource::GpuA10g, 400);
+    let world = World::new(quotas, fleet);
+    let t0: DateTime<Utc> = "2026-11-24T10:00:00Z".parse().unwrap();
+    let mut q: Vec<Pending> = (0..queued)
+        .map(|i| {
+            // A third CPU work, a third 2–4 workers × 8 A100, a third 1–4 × 1 A10G.
+            let workers = (i % 3 + 2) as u64;
+            let demand = match i % 3 {
+                0 => Amount::new(1000, 1 << 30, 1),
+                1 => Amount::new(4000 * workers, (16 << 30) * workers, workers).with(Resource::GpuA100, 8 * workers),
+                _ => Amount::new(2000 * workers, (8 << 30) * workers, workers).with(Resource::GpuA10g, workers),
+            };
+            Pending {
+                name: format!("w{i}"),
+                team: format!("team-{:02}", i % 20),
+                tier: Tier::OnDemand,
+                priority: (i % 5) as i32,
+                created: t0 + chrono::Duration::milliseconds(i as i64),
+                demand,
+                expected_duration: Some(chrono::Duration::minutes(30)),
+            }
+        })
+        .collect();
+    admission::order(&mut q);
+    let mut ledger = Ledger::default();
+    let start = Instant::now();
+    let batch = admission::decide(&world, &mut ledger, &q, t0);
+    let took = start.elapsed().as_secs_f64();
+    let gpus = ledger.total();
+    println!(
+        "admission with accelerators, pure: {queued} queued (two thirds gangs of A100 or A10G pods), {} admitted in one pass in {:.3} s = {:.0} admissions/s ({:.0} queued checked/s); {} A100 and {} A10G of {} and {} admitted",
+        batch.admitted.len(),
+        took,
+        batch.admitted.len() as f64 / took,
+        queued as f64 / took,
+        gpus.gpu_a100,
+        gpus.gpu_a10g,
+        fleet.gpu_a100,
+        fleet.gpu_a10g
+    );
+    // Placement: 100 members, each of 2–16 nodes of 8 A100 or 1 A10G, and
+    // CPUs; each admitted gang goes whole to a member with room for all of
+    // it, as the leader's place pass computes room (every resource).
+    use pinfleet::federation::placement::{self, Division, Member, Policy};
+    let mut rng = Rng(0x5eed);
+    let mut free: Vec<Amount> = (0..100)
+        .map(|i| {
+            let nodes = 2 + rng.next() % 15;
+            let a = Amount::new(96_000 * nodes, (768 << 30) * nodes, 110 * nodes);
+            if i % 2 == 0 {
+                a.with(Resource::GpuA100, 8 * nodes)
+            } else {
+                a.with(Resource::GpuA10g, nodes)
+            }
+        })
+        .collect();
+    let policy = Policy { division: Division::Aggregated, ..Default::default() };
+    let start = Instant::now();
+    let (mut placed, mut waiting) = (0usize, 0usize);
+    for (name, r) in &batch.admitted {
+        let unit = r.amount;
+        let members: Vec<Member> = free
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let fits = RESOURCES
+                    .iter()
+                    .filter(|x| unit.get(**x) > 0)
+                    .map(|x| f.get(*x).checked_div(unit.get(*x)).unwrap_or(u64::MAX))
+                    .min()
+                    .unwrap_or(u64::from(u32::MAX));
+                Member {
+                    name: format!("m{i:03}"),
+                    weight: 1,
+                    labels: Default::default(),
+                    taints: vec![],
+                    max_share: None,
+                    capacity: Some(fits.min(u64::from(u32::MAX)) as u32),
+                    healthy: true,
+                    current: 0,
+                }
+            })
+            .collect();
+        match placement::place(name, 1, &policy, &members) {
+            Ok(shares) => {
+                if let Some(sh) = shares.iter().find(|s| s.replicas > 0) {
+                    let i: usize = sh.cluster[1..].parse().unwrap();
+                    free[i] = free[i].minus(unit);
+                    placed += 1;
+                }
+            }
+            Err(_) => waiting += 1,
+        }
+    }
+    let took = start.elapsed().as_secs_f64();
+    println!(
+        "  gang placement over 100 members: {} gangs in {:.3} s = {:.0} placements/s ({placed} placed whole, {waiting} wait for room)",
+        batch.admitted.len(),
+        took,
+        batch.admitted.len() as f64 / took
+    );
 }
 
 fn estimate_error() {
@@ -350,6 +467,7 @@ fn main() {
     let queued = env("PINFLEET_BENCH_QUEUED", 10_000);
     let submits = env("PINFLEET_BENCH_SUBMITS", 500);
     pure_admission(queued);
+    accelerated_admission(queued);
     estimate_error();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(on_the_sim(queued, submits));

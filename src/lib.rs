@@ -45,6 +45,7 @@
 //! - [`sim`]: the local Kubernetes API emulator the tests and demos run
 //!   against; nothing outside it (and the commands that start it) imports it.
 
+pub mod accelerated;
 pub mod addons;
 pub mod ami;
 pub mod apply;

@@ -606,6 +606,127 @@ async fn quota_borrows_in_its_cohort_limits_the_rate_explains_the_queue_and_pree
     assert_eq!(queue.status, 401, "no credentials, no queue");
 }
 
+/// A training job of `workers` pods of `count` GPUs each (issue 59: the
+/// `accelerators` field was rendered into every worker and counted nowhere).
+fn training_of(team: &str, name: &str, count: Value, workers: u32) -> Value {
+    json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestTrainingJob", "metadata": {"name": name},
+        "spec": {"owner": {"team": team, "project": name}, "framework": "PyTorch", "runtime": no_sidecars(),
+            "accelerators": {"type": "nvidia.com/gpu", "count": count},
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "train", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": "4", "memory": "16Gi"}}}]}},
+            "roles": [{"name": "worker", "replicas": workers}]}})
+}
+
+/// Issue 59's case: GPUs are counted from the pods that will run, per
+/// product, at the door; a gang goes whole to the member whose nodes have
+/// them, or waits whole; two gangs that together pass the quota never
+/// both start half.
+#[tokio::test(flavor = "multi_thread")]
+async fn gpus_are_counted_per_product_and_a_training_gang_is_admitted_and_placed_whole() {
+    let host = KubeEnv::start();
+    // The fleet: a CPU member, and one of two p4d.24xlarge (8 A100 each).
+    let cpu = member("cpu", 2, "16", true);
+    let gpu = gateway_support::accelerated_member("gpu", "p4d.24xlarge", 2, true);
+    let ns = host.namespace.clone();
+    let (none, ml) = (format!("{ns}-none"), format!("{ns}-ml"));
+    let big = |gpus: u64| json!({"guaranteed": {"cpu": "64", "memory": "512Gi", "pods": 100, "gpu-a100": gpus}, "max": {"cpu": "64", "memory": "512Gi", "pods": 100, "gpu-a100": gpus}});
+    let gw = gateway(
+        &host,
+        &[&cpu, &gpu],
+        None,
+        json!({ &none: {"tiers": {"OnDemand": q("64", "64")}}, &ml: {"tiers": {"OnDemand": big(16)}} }),
+    )
+    .await;
+    let admin =
+        pinfleet::gateway::intake::Caller { user: "ops".into(), teams: vec![], admin: true, via: "test".into() };
+    // Wait for the members' nodes to be read (the fleet's A100s).
+    for _ in 0..50 {
+        gw.svc.refresh_members().await;
+        if gw.svc.fleet().await.gpu_a100 == 16 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(gw.svc.fleet().await.gpu_a100, 16, "two p4d nodes offer 16 A100s");
+    // A team whose quota holds no GPU: refused at spec.accelerators, not
+    // admitted and placed uncounted.
+    let (code, d) = gw.svc.submit(&admin, "t4x8", &training_of(&none, "t", json!(8), 4), None, false).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    assert_eq!(d.problems[0].field, "spec.accelerators", "{d:?}");
+    assert!(d.problems[0].message.contains("not in team"), "{}", d.problems[0].message);
+    // The same GPUs asked in a container's own resources are refused alike.
+    let mut own = training_of(&none, "own", json!(1), 1);
+    own["spec"].as_object_mut().unwrap().remove("accelerators");
+    own["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/gpu": 1});
+    own["spec"]["template"]["spec"]["nodeSelector"] = json!({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"});
+    let (code, d) = gw.svc.submit(&admin, "own", &own, None, false).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    // (a role without a template of its own is named at its role, as images are)
+    assert_eq!(
+        d.problems[0].field, "spec.roles[0].template.spec.containers[0].resources.limits[nvidia.com/gpu]",
+        "{d:?}"
+    );
+    // Four workers of 8 GPUs: 32, more than the ml team's 16: never.
+    let (code, d) = gw.svc.submit(&admin, "t4x8", &training_of(&ml, "t", json!(8), 4), None, false).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    assert_eq!(d.problems[0].field, "spec.accelerators", "{d:?}");
+    assert!(d.problems[0].message.contains("asks 32 nvidia.com/gpu A100"), "{}", d.problems[0].message);
+    // Two gangs of two 8-GPU workers: each fits alone, together twice the quota.
+    // A gang of 10,000 one-GPU pods: counted exactly, and refused whole.
+    let (code, d) =
+        gw.svc.submit(&admin, "huge", &training_of(&ml, "huge", json!(1), 10_000), None, true).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    assert!(d.problems[0].message.contains("asks 10000 nvidia.com/gpu A100"), "{}", d.problems[0].message);
+    // A count is the CRD's integer: a string, a fraction or zero is refused there.
+    for bad in [json!("8e0"), json!(1.5), json!(0), json!(-8)] {
+        let (code, d) =
+            gw.svc.submit(&admin, "g0", &training_of(&ml, "g0", bad.clone(), 2), None, false).await.unwrap();
+        assert_eq!((code, d.problems[0].field.as_str()), (422, "spec.accelerators.count"), "{bad}: {d:?}");
+    }
+    for id in ["g1", "g2"] {
+        let (code, d) = gw.svc.submit(&admin, id, &training_of(&ml, id, json!(8), 2), None, false).await.unwrap();
+        assert_eq!(code, 201, "{d:?}");
+        assert!(d.demand.contains("gpu-a100 16"), "counted exactly: {}", d.demand);
+    }
+    gw.pass().await;
+    let phases = [gw.phase(&ml, "g1").await, gw.phase(&ml, "g2").await];
+    let queued = match phases {
+        [Phase::Placed, Phase::Queued] => "g2",
+        [Phase::Queued, Phase::Placed] => "g1",
+        other => panic!("one gang whole, the other whole in the queue: {other:?}"),
+    };
+    let waiting = gw.svc.waiting().await;
+    let w = &waiting[&pinfleet::gateway::records::submission_name(&ml, queued)];
+    assert_eq!(w.why.resource.as_deref(), Some("gpu-a100"), "{:?}", w.why);
+    assert!(w.why.message.contains("nvidia.com/gpu A100"), "{}", w.why.message);
+    // Placed whole on the member whose nodes have A100s, and its pods run there.
+    let k = pinfleet::kube::apply::connect(&gpu.kubeconfig).await.unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(k, &ml);
+    let mut bound = Vec::new();
+    for _ in 0..150 {
+        bound = pods
+            .list(&Default::default())
+            .await
+            .map(|l| l.items.into_iter().filter_map(|p| p.spec.and_then(|s| s.node_name)).collect::<Vec<_>>())
+            .unwrap_or_default();
+        if bound.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    bound.sort();
+    assert_eq!(bound, ["gpu-node-0", "gpu-node-1"], "one 8-GPU worker on each p4d node");
+    let kc = pinfleet::kube::apply::connect(&cpu.kubeconfig).await.unwrap();
+    let cpu_pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(kc, &ml);
+    assert!(
+        cpu_pods.list(&Default::default()).await.map(|l| l.items.is_empty()).unwrap_or(true),
+        "nothing of the gang on the CPU member"
+    );
+    // The quota view: 16 of 16 A100s used, none free.
+    let view = gw.svc.usage(&ml).await.unwrap();
+    assert_eq!(view["OnDemand"].gpu_a100, 16);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn each_teams_use_over_time_is_kept_on_the_host_for_a_day() {
     use pinfleet::gateway::records::UsageHistory;
@@ -1817,12 +1938,17 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
     use proptest::strategy::ValueTree;
     let host = KubeEnv::start();
     let east = member("east", 2, "16", true);
+    // Two g5.2xlarge nodes: one A10G each (issue 59: accelerators too).
+    let gpu = gateway_support::accelerated_member("gpu", "g5.2xlarge", 2, true);
     let team = host.namespace.clone();
+    let mut on_demand = q("3", "3");
+    on_demand["guaranteed"]["gpu-a10g"] = json!(1);
+    on_demand["max"]["gpu-a10g"] = json!(2);
     let gw = gateway(
         &host,
-        &[&east],
+        &[&east, &gpu],
         None,
-        json!({ &team: {"tiers": {"OnDemand": q("3", "3"), "Preemptible": q("1", "2")}} }),
+        json!({ &team: {"tiers": {"OnDemand": on_demand, "Preemptible": q("1", "2")}} }),
     )
     .await;
     let token = ci_token(&host);
@@ -1892,6 +2018,35 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
         6 => prop_oneof![Just("w"), Just("w.1.")],
         1 => prop_oneof![Just("W"), Just("w\u{ad}"), Just("w-"), Just("w\u{202e}")],
     ];
+    // Accelerators as a hostile tenant writes them: in a container's
+    // resources (counts as strings, exponents, negative, fractional,
+    // requests without limits or unequal to them, another vendor's device,
+    // hugepages, ephemeral storage, a product the team lacks) and in a
+    // training job's `accelerators`.
+    let accelerator_forms = || {
+        prop_oneof![
+            6 => Just(json!(null)),
+            1 => prop_oneof![
+                Just(json!({"limits": {"nvidia.com/gpu": 1}})),
+                Just(json!({"limits": {"nvidia.com/gpu": "8e0"}})),
+                Just(json!({"limits": {"nvidia.com/gpu": "1e3"}})),
+                Just(json!({"limits": {"nvidia.com/gpu": -1}})),
+                Just(json!({"limits": {"nvidia.com/gpu": "0.5"}})),
+                Just(json!({"limits": {"nvidia.com/gpu": "two"}})),
+                Just(json!({"requests": {"nvidia.com/gpu": 1}})),
+                Just(json!({"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}})),
+                Just(json!({"limits": {"example.com/fpga": 1}})),
+                Just(json!({"limits": {"hugepages-2Mi": "1Gi"}})),
+                Just(json!({"limits": {"ephemeral-storage": "1Gi"}})),
+                Just(json!({"limits": {"aws.amazon.com/neuron": 1}})),
+                Just(json!({"accelerators": {"type": "nvidia.com/gpu", "count": 1}})),
+                Just(json!({"accelerators": {"type": "nvidia.com/gpu", "count": 1, "product": "A10G"}})),
+                Just(json!({"accelerators": {"type": "nvidia.com/gpu", "count": 8, "product": "A100"}})),
+                Just(json!({"accelerators": {"type": "nvidia.com/gpu", "count": "8e0"}})),
+                Just(json!({"accelerators": {"type": "example.com/fpga", "count": 1}})),
+            ],
+        ]
+    };
     let rare = || prop_oneof![5 => Just(false), 1 => Just(true)];
     let submission = (
         kinds,
@@ -1904,15 +2059,21 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
         ids,
         rare(),
         any::<bool>(),
+        accelerator_forms(),
     );
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let mut answers: Vec<u16> = Vec::new();
     let mut largest = 0usize;
     for n in 0..96 {
-        let (kind, count, cpu, sc, image, extra, duration, id, finalizer, preemptible) =
+        let (kind, count, cpu, sc, image, extra, duration, id, finalizer, preemptible, accel) =
             submission.new_tree(&mut runner).unwrap().current();
         let mut container = json!({"name": "app", "image": image,
             "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}});
+        for which in ["requests", "limits"] {
+            for (k, v) in accel.pointer(&format!("/{which}")).and_then(Value::as_object).into_iter().flatten() {
+                container["resources"][which][k] = v.clone();
+            }
+        }
         if !sc.is_null() {
             container["securityContext"] = sc;
         }
@@ -1939,6 +2100,9 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
             }
             "PinterestTrainingJob" => {
                 pod["restartPolicy"] = json!("Never");
+                if let Some(a) = accel.get("accelerators") {
+                    spec["accelerators"] = a.clone();
+                }
                 spec["template"] = json!({"spec": pod});
                 spec["framework"] = json!("PyTorch");
                 spec["roles"] = json!([{"name": "worker", "replicas": count}, {"name": "ps", "replicas": count}]);
@@ -1976,18 +2140,45 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
         gw.svc.rollup_once().await.unwrap();
     }
     assert!(gw.svc.unready.lock().unwrap().is_none(), "the leader gave up: {:?}", gw.svc.unready.lock().unwrap());
-    // 1. What runs on the member stays within the team's maximum (3 + 2 CPUs).
-    let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(k, &team);
+    // 1. What runs on the members stays within the team's maximum (3 + 2
+    //    CPUs; 2 GPUs, of any product, and no other device).
     let mut cpu = 0u64;
-    for p in pods.list(&Default::default()).await.unwrap().items {
-        if matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")) {
-            continue;
+    let mut devices = [0i64; 2];
+    for m in [&east, &gpu] {
+        let k = pinfleet::kube::apply::connect(&m.kubeconfig).await.unwrap();
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(k, &team);
+        for p in pods.list(&Default::default()).await.unwrap().items {
+            if matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")) {
+                continue;
+            }
+            let v = serde_json::to_value(&p).unwrap();
+            cpu += pinfleet::workloads::demand::pod_requests(&v, "pod", None).unwrap_or_default().cpu;
+            // The devices the pod's containers ask for, read from the pod
+            // itself (not by the gateway's counting).
+            for (d, n) in devices.iter_mut().zip(pinfleet::sim::objects::pod_extended(&v)) {
+                *d += n;
+            }
+            for c in v.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
+                for which in ["requests", "limits"] {
+                    for k in c
+                        .pointer(&format!("/resources/{which}"))
+                        .and_then(Value::as_object)
+                        .into_iter()
+                        .flatten()
+                        .map(|(k, _)| k)
+                    {
+                        assert!(
+                            ["cpu", "memory", "nvidia.com/gpu", "aws.amazon.com/neuron"].contains(&k.as_str()),
+                            "a pod asks for {k}, which no quota counts: {v:#}"
+                        );
+                    }
+                }
+            }
         }
-        let v = serde_json::to_value(&p).unwrap();
-        cpu += pinfleet::workloads::demand::pod_requests(&v, "pod", None).unwrap_or_default().cpu;
     }
-    assert!(cpu <= 5000, "the team runs {cpu}m CPU on the member against a 5-CPU maximum");
+    assert!(cpu <= 5000, "the team runs {cpu}m CPU on the members against a 5-CPU maximum");
+    assert!(devices[0] <= 2, "the team runs {} GPUs against a maximum of 2 A10G", devices[0]);
+    assert_eq!(devices[1], 0, "the team has no Neuron quota");
     // 3. Every refusal audited, one line each, with its answer.
     let refused: Vec<u16> = answers.iter().copied().filter(|a| *a >= 400).collect();
     let lines = audit_lines(&gw);
@@ -2001,9 +2192,10 @@ async fn a_hostile_tenants_generated_submissions_never_break_the_three_promises(
     assert_eq!(audited.len(), refused.len(), "answers {answers:?}\naudit {lines:#?}");
     assert!(refused.len() >= 10 && answers.iter().any(|a| *a < 300), "both refused and accepted work: {answers:?}");
     println!(
-        "hostile suite: {} submissions ({} refused), the largest {largest} bytes; the team runs {cpu}m CPU",
+        "hostile suite: {} submissions ({} refused), the largest {largest} bytes; the team runs {cpu}m CPU and {} GPUs",
         answers.len(),
-        refused.len()
+        refused.len(),
+        devices[0]
     );
     // The largest submission: a training job of 8,000,000 replicas per role,
     // padded toward the 1 MiB body limit. Refused at its count before

@@ -32,6 +32,12 @@ pub struct AddonMeta {
     /// Part of every cluster's set unless the cluster disables it.
     #[serde(default = "yes")]
     pub default: bool,
+    /// A device plugin: without a `default`'s say in the cluster's file, the
+    /// addon is part of exactly the clusters with an instance group whose
+    /// machines offer this resource (`nvidia.com/gpu`: a g5, g6, p4d or p5
+    /// group; see `crate::accelerated`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerators: Option<String>,
     /// A change to this addon only takes effect on new nodes (e.g. it
     /// changes what the kubelet runs with), so nodes must be rolled.
     #[serde(default)]

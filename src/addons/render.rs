@@ -152,8 +152,18 @@ fn kind_rank(kind: &str) -> u8 {
 /// cluster disables them, plus any it enables; version pins and values
 /// checked; ordered so every addon comes after what it depends on.
 /// Whether the cluster gets `package`: as its addons list says, else the package's default.
+/// A device plugin's default is whether the cluster has a group of
+/// machines that offer its resource.
 pub fn enabled(cluster: &Cluster, package: &Package) -> bool {
-    cluster.spec.addons.iter().find(|a| a.name == package.meta.name).map_or(package.meta.default, |a| a.enabled)
+    let default = match &package.meta.accelerators {
+        Some(resource) => cluster
+            .spec
+            .instance_groups
+            .iter()
+            .any(|g| crate::accelerated::of_instance_type(&g.machine_type).is_some_and(|a| a.resource == resource)),
+        None => package.meta.default,
+    };
+    cluster.spec.addons.iter().find(|a| a.name == package.meta.name).map_or(default, |a| a.enabled)
 }
 
 /// Why `package` cannot run on the cluster's Kubernetes minor (its declared

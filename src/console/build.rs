@@ -238,11 +238,26 @@ pub async fn team(
     let usage = svc.usage(team).await?;
     let q = world.quotas.get(team);
     let mut tiers = Vec::new();
+    let mut accelerators = Vec::new();
     if let Some(q) = q {
         for t in TIERS {
             let Some(l) = q.limits(t) else { continue };
             let u = usage.get(tier_name(t)).copied().unwrap_or_default();
             let borrowed = u.minus(l.guaranteed);
+            for r in crate::gateway::quota::FLAVORS {
+                let (g, m, used) = (l.guaranteed.get(r), l.max.get(r), u.get(r));
+                if m > 0 || used > 0 {
+                    accelerators.push(crate::views::team::AcceleratorRow {
+                        tier: tier_name(t).to_string(),
+                        flavor: r.flavor().map(|f| f.short().to_string()).unwrap_or_default(),
+                        resource: r.name().to_string(),
+                        guaranteed: g,
+                        max: m,
+                        used,
+                        free: m.saturating_sub(used),
+                    });
+                }
+            }
             tiers.push(TierRow {
                 tier: tier_name(t).to_string(),
                 guaranteed: show(l.guaranteed),
@@ -312,6 +327,7 @@ pub async fn team(
         pods_per_minute: q.and_then(|q| q.pods_per_minute),
         queue,
         admitted,
+        accelerators,
         history,
     })
 }

@@ -180,10 +180,19 @@ pub fn never(world: &World, team: &str, tier: Tier, demand: &Amount) -> Option<S
         ));
     };
     if let Some(r) = demand.over(&l.max) {
+        if r.is_accelerator() && l.max.get(r) == 0 {
+            return Some(format!(
+                "asks {} {} ({}), not in team {team}'s {tn} quota: it can never be admitted (ask the platform team for {} quota)",
+                demand.get(r),
+                r.long(),
+                r.name(),
+                r.name()
+            ));
+        }
         return Some(format!(
             "asks {} {}, more than team {team}'s {tn} maximum of {}: it can never be admitted",
             r.show(demand.get(r)),
-            r.name(),
+            r.long(),
             r.show(l.max.get(r))
         ));
     }
@@ -191,7 +200,7 @@ pub fn never(world: &World, team: &str, tier: Tier, demand: &Amount) -> Option<S
         return Some(format!(
             "asks {} {}, more than the whole fleet's {}: it can never be admitted",
             r.show(demand.get(r)),
-            r.name(),
+            r.long(),
             r.show(world.fleet.get(r))
         ));
     }
@@ -270,14 +279,14 @@ fn blocker(world: &World, l: &Ledger, t: &Tally, p: &Pending, now: DateTime<Utc>
                 p.team,
                 r.show(used.get(r)),
                 r.show(lim.max.get(r)),
-                r.name(),
+                r.long(),
                 r.show(p.demand.get(r)),
                 r.show(short)
             ),
             format!(
                 "{} {} freed by team {}'s {tn} work finishing, or a higher maximum",
                 r.show(short),
-                r.name(),
+                r.long(),
                 p.team
             ),
         ));
@@ -296,9 +305,9 @@ fn blocker(world: &World, l: &Ledger, t: &Tally, p: &Pending, now: DateTime<Utc>
                     q.cohort,
                     r.show(cu.get(r)),
                     r.show(cg.get(r)),
-                    r.name()
+                    r.long()
                 ),
-                format!("borrowed {tn} work of cohort {} yielding {} {}", q.cohort, r.show(short), r.name()),
+                format!("borrowed {tn} work of cohort {} yielding {} {}", q.cohort, r.show(short), r.long()),
             )
         } else {
             (
@@ -307,14 +316,14 @@ fn blocker(world: &World, l: &Ledger, t: &Tally, p: &Pending, now: DateTime<Utc>
                     "team {} would borrow {} {} beyond its {tn} guarantee, cohort {} has {} unused",
                     p.team,
                     r.show(after.get(r).saturating_sub(lim.guaranteed.get(r))),
-                    r.name(),
+                    r.long(),
                     q.cohort,
                     r.show(cg.get(r).saturating_sub(cu.get(r)))
                 ),
                 format!(
                     "{} {} of cohort {}'s {tn} guarantees left unused, or team {}'s own work finishing",
                     r.show(short),
-                    r.name(),
+                    r.long(),
                     q.cohort,
                     p.team
                 ),
@@ -337,10 +346,10 @@ fn blocker(world: &World, l: &Ledger, t: &Tally, p: &Pending, now: DateTime<Utc>
             format!(
                 "{} {} of Preemptible work yielding, or work finishing anywhere in the fleet",
                 r.show(short),
-                r.name()
+                r.long()
             )
         } else {
-            format!("{} {} freed by work finishing anywhere in the fleet, or more machines", r.show(short), r.name())
+            format!("{} {} freed by work finishing anywhere in the fleet, or more machines", r.show(short), r.long())
         };
         return Some(amount_blocker(
             Kind::Fleet,
@@ -354,7 +363,7 @@ fn blocker(world: &World, l: &Ledger, t: &Tally, p: &Pending, now: DateTime<Utc>
                 "the fleet is full: {} of {} {} admitted, this asks {}",
                 r.show(t.total.get(r)),
                 r.show(world.fleet.get(r)),
-                r.name(),
+                r.long(),
                 r.show(p.demand.get(r))
             ),
             unblock,
@@ -794,6 +803,74 @@ mod tests {
         assert_eq!(b.waiting[0].1.kind, Kind::Workloads);
     }
 
+    /// Quota with A100s: each tier's (guaranteed, max) of cpu and of GPUs.
+    fn gpu_quota(team: &str, cohort: &str, tiers: &[(Tier, u64, u64, u64, u64)]) -> Quota {
+        let mut q = quota(team, cohort, &[]);
+        for (t, g, m, gg, gm) in tiers {
+            q.tiers.insert(
+                tier_name(*t),
+                Limits { guaranteed: cpu(*g).with(Resource::GpuA100, *gg), max: cpu(*m).with(Resource::GpuA100, *gm) },
+            );
+        }
+        q
+    }
+
+    fn gang(name: &str, team: &str, c: u64, gpus: u64, created: &str) -> Pending {
+        let mut p = pending(name, team, Tier::OnDemand, c, created);
+        p.demand = p.demand.with(Resource::GpuA100, gpus);
+        p
+    }
+
+    #[test]
+    fn gpus_borrow_wait_and_are_named_by_their_flavor() {
+        let mut fleet = cpu(100).with(Resource::GpuA100, 16);
+        fleet.pods = 100;
+        let w = World::new(
+            [
+                gpu_quota("a", "ml", &[(Tier::OnDemand, 10, 20, 8, 16)]),
+                gpu_quota("b", "ml", &[(Tier::OnDemand, 10, 20, 8, 8)]),
+            ]
+            .into_iter()
+            .map(|q| (q.team.clone(), q))
+            .collect(),
+            fleet,
+        );
+        let mut l = Ledger::default();
+        // b takes its own 8 A100s; a's gang of 16 would borrow 8 the cohort
+        // no longer has: it waits whole, and a's gang of 8 (its own) runs.
+        let q = vec![
+            gang("b1", "b", 2, 8, "10:00:00"),
+            gang("a1", "a", 2, 16, "10:00:01"),
+            gang("a2", "a", 2, 8, "10:00:02"),
+        ];
+        let b = decide(&w, &mut l, &q, t("10:00:05"));
+        assert_eq!(b.admitted.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["b1", "a2"]);
+        assert!(b.preempted.is_empty());
+        assert_eq!((l.usage("a", Tier::OnDemand).gpu_a100, l.usage("b", Tier::OnDemand).gpu_a100), (8, 8));
+        let (n, why) = &b.waiting[0];
+        assert_eq!((n.as_str(), why.kind, why.resource.as_deref()), ("a1", Kind::Cohort, Some("gpu-a100")));
+        assert!(why.message.contains("nvidia.com/gpu A100"), "{}", why.message);
+        // Alone, a's gang borrows b's unused guarantee, whole; b within its
+        // guarantee then takes it back by preempting the gang whole.
+        let mut l = Ledger::default();
+        let b = decide(&w, &mut l, &[gang("a1", "a", 2, 16, "10:00:00")], t("10:00:05"));
+        assert_eq!(b.admitted.len(), 1);
+        let b = decide(&w, &mut l, &[gang("b1", "b", 2, 8, "10:01:00")], t("10:01:05"));
+        assert_eq!((b.admitted[0].0.as_str(), b.preempted.len()), ("b1", 1));
+        assert_eq!((l.usage("a", Tier::OnDemand).gpu_a100, l.usage("b", Tier::OnDemand).gpu_a100), (0, 8));
+        // A team without A100s in its quota can never be admitted, said at once.
+        let none = never(&w, "b", Tier::OnDemand, &cpu(1).with(Resource::GpuA100, 9));
+        assert_eq!(
+            none.as_deref(),
+            Some("asks 9 nvidia.com/gpu A100, more than team b's OnDemand maximum of 8: it can never be admitted")
+        );
+        let w0 = World::new([("z".to_string(), gpu_quota("z", "z", &[(Tier::OnDemand, 10, 10, 0, 0)]))].into(), fleet);
+        assert_eq!(
+            never(&w0, "z", Tier::OnDemand, &cpu(1).with(Resource::GpuH100, 1)).as_deref(),
+            Some("asks 1 nvidia.com/gpu H100 (gpu-h100), not in team z's OnDemand quota: it can never be admitted (ask the platform team for gpu-h100 quota)")
+        );
+    }
+
     #[test]
     fn what_can_never_fit_is_said_at_once() {
         let w = world(vec![quota("a", "a", &[(Tier::OnDemand, 4, 8)])], 100);
@@ -818,21 +895,36 @@ mod tests {
             /// its capacity.
             #[test]
             fn no_pass_over_admits(
-                jobs in proptest::collection::vec((0usize..4, 0usize..3, 1u64..6, -2i32..3), 1..60),
+                jobs in proptest::collection::vec((0usize..4, 0usize..3, 1u64..6, -2i32..3, 0u64..9), 1..60),
                 fleet in 5u64..60,
+                gpus in 0u64..40,
             ) {
-                let w = world(vec![
+                // Every flavor as cpu is: A100s in the quotas, the fleet and the demands.
+                let with_gpus = |q: Quota| {
+                    let mut q = q;
+                    for l in q.tiers.values_mut() {
+                        l.guaranteed = l.guaranteed.with(Resource::GpuA100, l.guaranteed.cpu / 1000);
+                        l.max = l.max.with(Resource::GpuA100, l.max.cpu / 1000);
+                    }
+                    q
+                };
+                let qs = vec![
                     quota("a", "c", &[(Tier::Reserved, 6, 12), (Tier::OnDemand, 4, 10), (Tier::Preemptible, 2, 20)]),
                     quota("b", "c", &[(Tier::Reserved, 3, 3), (Tier::OnDemand, 6, 8), (Tier::Preemptible, 2, 20)]),
                     quota("d", "d", &[(Tier::OnDemand, 5, 5), (Tier::Preemptible, 5, 30)]),
                     quota("e", "e", &[(Tier::Reserved, 10, 10)]),
-                ], fleet);
+                ];
+                let w = World::new(
+                    qs.into_iter().map(with_gpus).map(|q| (q.team.clone(), q)).collect(),
+                    cpu(fleet).with(Resource::GpuA100, gpus),
+                );
                 let teams = ["a", "b", "d", "e"];
                 let tiers = [Tier::Reserved, Tier::OnDemand, Tier::Preemptible];
                 let mut l = Ledger::default();
                 for (i, chunk) in jobs.chunks(7).enumerate() {
-                    let mut q: Vec<Pending> = chunk.iter().enumerate().map(|(j, (team, tier, c, prio))| {
+                    let mut q: Vec<Pending> = chunk.iter().enumerate().map(|(j, (team, tier, c, prio, g))| {
                         let mut p = pending(&format!("w{i}-{j}"), teams[*team], tiers[*tier], *c, "10:00:00");
+                        p.demand = p.demand.with(Resource::GpuA100, *g);
                         p.priority = *prio;
                         p
                     }).collect();

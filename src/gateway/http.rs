@@ -332,7 +332,7 @@ async fn quota_view(State(svc): State<S>, p: Peer, headers: HeaderMap, Query(q):
             let Some(l) = qt.limits(t) else { continue };
             let u = usage.get(tier_name(t)).copied().unwrap_or_default();
             let borrowed = u.minus(l.guaranteed);
-            let row = |a: Amount| json!({"cpu": quota::Resource::Cpu.show(a.cpu), "memory": quota::Resource::Memory.show(a.memory), "pods": a.pods});
+            let row = |a: Amount| amount_json(&a);
             tiers.insert(
                 tier_name(t),
                 json!({"guaranteed": row(l.guaranteed), "max": row(l.max), "used": row(u), "borrowed": row(borrowed)}),
@@ -344,11 +344,21 @@ async fn quota_view(State(svc): State<S>, p: Peer, headers: HeaderMap, Query(q):
             .filter(|s| s.spec.team == team && s.status.as_ref().is_some_and(|st| st.phase.holds()))
             .count();
         // What the members run beyond the ledger: counted against the team.
-        let drift = json!({"cpu": quota::Resource::Cpu.show(drift.cpu), "memory": quota::Resource::Memory.show(drift.memory), "pods": drift.pods});
+        let drift = amount_json(&drift);
         out.push(json!({"team": team, "cohort": qt.cohort, "tiers": tiers, "workloads": workloads, "maxWorkloads": qt.max_workloads, "podsPerMinute": qt.pods_per_minute, "drift": drift}));
     }
     let fleet = world.fleet;
-    Json(json!({"items": out, "fleet": {"cpu": quota::Resource::Cpu.show(fleet.cpu), "memory": quota::Resource::Memory.show(fleet.memory), "pods": fleet.pods}})).into_response()
+    Json(json!({"items": out, "fleet": amount_json(&fleet)})).into_response()
+}
+
+/// An amount as the API shows it: cpu and memory as people write them,
+/// pods, and each accelerator flavor held (`gpu-a100: 8`).
+fn amount_json(a: &Amount) -> Value {
+    let mut v = json!({"cpu": quota::Resource::Cpu.show(a.cpu), "memory": quota::Resource::Memory.show(a.memory), "pods": a.pods});
+    for (r, n) in a.accelerators() {
+        v[r.name()] = json!(n);
+    }
+    v
 }
 
 async fn put_quota(

@@ -20,7 +20,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::quota::Amount;
+use super::quota::{Amount, Resource};
 use crate::workloads::demand::{self, Demand, PodSet, Requests};
 use crate::workloads::render::{self, RuntimeProfile};
 use crate::workloads::Tier;
@@ -35,6 +35,9 @@ pub struct Members<'a> {
     pub profiles: &'a [std::collections::BTreeMap<String, String>],
     pub minors: &'a [u32],
     pub overheads: Option<&'a std::collections::BTreeMap<String, Requests>>,
+    /// The GPU products the submitting team's quota holds, in
+    /// [`demand::FLAVORS`]' order (a training job that names none gets the first).
+    pub gpu_products: &'a [demand::Flavor],
 }
 
 /// One problem with a submission.
@@ -429,10 +432,12 @@ fn templates_as_written(templates: &[(String, Value)], earlier: &[Problem]) -> V
 }
 
 /// The resources a submitted container may ask for: what the team's quota
-/// counts. Anything else a pod can ask for (GPUs and other extended
-/// resources, hugepages, ephemeral storage) is refused rather than run
-/// uncounted.
-pub const COUNTED_RESOURCES: &[&str] = &["cpu", "memory"];
+/// counts (GPUs per product, Neuron devices). Anything else a pod can ask
+/// for (other extended resources, hugepages, ephemeral storage) is refused
+/// rather than run uncounted — here as submitted, and again over the
+/// rendered pods (`demand::pod_requests`: the platform's sidecars and
+/// `spec.runtime.overrides` included).
+pub const COUNTED_RESOURCES: &[&str] = &["cpu", "memory", demand::GPU, demand::NEURON];
 
 /// The largest claim a workload may ask for, each (its storage is not in
 /// the team's quota: bounded here instead).
@@ -718,6 +723,12 @@ pub fn parse_team_tolerations(s: &str) -> Result<(String, Vec<String>), String> 
 fn platform_tolerations(obj: &Value, template: &Value) -> Vec<String> {
     let mut keys: Vec<String> = PLATFORM_TOLERATIONS.iter().map(|k| k.to_string()).collect();
     keys.extend(obj.pointer("/spec/accelerators/type").and_then(Value::as_str).map(String::from));
+    // What the platform's sidecars are given through the overrides too.
+    for r in obj.pointer("/spec/runtime/overrides").and_then(Value::as_object).into_iter().flatten().map(|(_, r)| r) {
+        for w in ["requests", "limits"] {
+            keys.extend(r.get(w).and_then(Value::as_object).into_iter().flatten().map(|(k, _)| k.clone()));
+        }
+    }
     for field in ["initContainers", "containers"] {
         for c in template.pointer(&format!("/spec/{field}")).and_then(Value::as_array).into_iter().flatten() {
             for r in ["requests", "limits"] {
@@ -976,6 +987,7 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
             format!("{team:?} is not a team name (a DNS label)"),
         ));
     }
+    accelerator_product(&kind, &mut obj, &team, members, &mut problems);
     let tier = match obj.pointer("/spec/tier") {
         None | Some(Value::Null) => Tier::OnDemand,
         Some(v) => serde_json::from_value(v.clone()).unwrap_or_else(|_| {
@@ -1031,7 +1043,11 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
     // One pod's share for placement (replicas of one template are alike;
     // a training job's roles are averaged, rounded up).
     let per_pod = if pods > 0 {
-        Amount::new(demand.cpu.div_ceil(pods), demand.memory.div_ceil(pods), 1)
+        let mut a = Amount::new(demand.cpu.div_ceil(pods), demand.memory.div_ceil(pods), 1);
+        for f in demand::FLAVORS {
+            a.set(Resource::of_flavor(f), demand.accelerator(f).div_ceil(pods));
+        }
+        a
     } else {
         Amount::new(0, 0, 1)
     };
@@ -1044,7 +1060,11 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
         m.insert("namespace".into(), Value::String(team.clone()));
     }
     let sets = demand.sets.clone();
-    let demand = Amount::new(demand.cpu, demand.memory, pods);
+    let mut amount = Amount::new(demand.cpu, demand.memory, pods);
+    for f in demand::FLAVORS {
+        amount.set(Resource::of_flavor(f), demand.accelerator(f));
+    }
+    let demand = amount;
     Ok(Intake {
         workload: obj,
         kind,
@@ -1059,6 +1079,117 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
         images,
         expected_seconds,
     })
+}
+
+/// The submitted field that asks for an accelerator flavor: a training
+/// job's `spec.accelerators`, or the first container of a submitted
+/// template that names its resource.
+pub fn accelerator_field(intake: &Intake, r: Resource) -> Option<String> {
+    let flavor = r.flavor()?;
+    let name = if flavor == demand::Flavor::Neuron { demand::NEURON } else { demand::GPU };
+    if intake.workload.pointer("/spec/accelerators/type").and_then(Value::as_str) == Some(name) {
+        return Some("spec.accelerators".into());
+    }
+    for (at, t) in templates_of(&intake.kind, &intake.workload) {
+        for list in ["initContainers", "containers"] {
+            for (i, c) in
+                t.pointer(&format!("/spec/{list}")).and_then(Value::as_array).into_iter().flatten().enumerate()
+            {
+                for which in ["limits", "requests"] {
+                    if c.pointer(&format!("/resources/{which}")).and_then(|m| m.get(name)).is_some() {
+                        return Some(format!("{at}.spec.{list}[{i}].resources.{which}[{name}]"));
+                    }
+                }
+            }
+        }
+    }
+    intake.workload.pointer("/spec/runtime/overrides").map(|_| "spec.runtime.overrides".to_string())
+}
+
+/// A training job's GPUs that name no product are given the first the
+/// team's quota holds (as Kueue assigns the first flavor of a queue), and
+/// the product is written into the workload so that the controller holds
+/// its pods to nodes of that product; a team whose quota holds no GPU is
+/// refused there, at `spec.accelerators`.
+fn accelerator_product(kind: &str, obj: &mut Value, team: &str, members: &Members, problems: &mut Vec<Problem>) {
+    // A pod template whose containers (or the platform's sidecars, through
+    // `spec.runtime.overrides`) ask for GPUs without selecting a product is
+    // held to the team's first product the same way.
+    let overrides = obj.pointer("/spec/runtime/overrides").and_then(Value::as_object).is_some_and(|o| {
+        o.values().any(|r| ["requests", "limits"].iter().any(|w| r.get(*w).and_then(|m| m.get(demand::GPU)).is_some()))
+    });
+    let mut templates: Vec<(String, String)> = vec![("/spec/template".into(), "spec.template".into())];
+    for i in 0..obj.pointer("/spec/roles").and_then(Value::as_array).map_or(0, Vec::len) {
+        templates.push((format!("/spec/roles/{i}/template"), format!("spec.roles[{i}].template")));
+    }
+    for (pointer, field) in templates {
+        let Some(spec) = obj.pointer_mut(&format!("{pointer}/spec")).filter(|s| s.is_object()) else { continue };
+        if !(overrides || demand::asks_for(spec, demand::GPU)) || !matches!(demand::product_of(spec, ""), Ok(None)) {
+            continue;
+        }
+        match members.gpu_products.first() {
+            Some(f) => demand::hold_to_product(spec, *f),
+            None => {
+                // At the first container that asks (else the overrides).
+                let mut at = "spec.runtime.overrides".to_string();
+                'find: for list in ["initContainers", "containers"] {
+                    for (i, c) in spec.get(list).and_then(Value::as_array).into_iter().flatten().enumerate() {
+                        for which in ["limits", "requests"] {
+                            if c.pointer(&format!("/resources/{which}")).and_then(|m| m.get(demand::GPU)).is_some() {
+                                at = format!("{field}.spec.{list}[{i}].resources.{which}[{}]", demand::GPU);
+                                break 'find;
+                            }
+                        }
+                    }
+                }
+                problems.push(Problem::new(
+                    "capacity",
+                    at,
+                    format!(
+                        "{} is not in team {team}'s quota (no GPU product: A100, H100, A10G, L4): ask the platform team for GPU quota",
+                        demand::GPU
+                    ),
+                ));
+            }
+        }
+    }
+    if kind != "PinterestTrainingJob" {
+        return;
+    }
+    let Some(acc) = obj.pointer_mut("/spec/accelerators").and_then(Value::as_object_mut) else { return };
+    let kind = acc.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
+    let product = acc.get("product").and_then(Value::as_str).map(String::from);
+    match (kind.as_str(), product) {
+        (demand::GPU, None) => match members.gpu_products.first() {
+            Some(f) => {
+                acc.insert("product".into(), Value::String(f.short().into()));
+            }
+            None => problems.push(Problem::new(
+                "capacity",
+                "spec.accelerators",
+                format!(
+                    "{} is not in team {team}'s quota (no GPU product: A100, H100, A10G, L4): ask the platform team for GPU quota",
+                    demand::GPU
+                ),
+            )),
+        },
+        (demand::GPU, Some(p)) if demand::Flavor::product(&p).is_none() => problems.push(Problem::new(
+            "schema",
+            "spec.accelerators.product",
+            format!("{:?}: not a GPU product (A100, H100, A10G, L4)", crate::views::text::escaped(&p, false)),
+        )),
+        (demand::GPU | demand::NEURON, _) => {}
+        (other, _) => problems.push(Problem::new(
+            "platform",
+            "spec.accelerators.type",
+            format!(
+                "{:?} is not counted by the team's quota ({} per product, {}): not offered to submitted work",
+                crate::views::text::escaped(other, false),
+                demand::GPU,
+                demand::NEURON
+            ),
+        )),
+    }
 }
 
 /// The submitted pod templates, each with the field it is at (a training
@@ -1223,7 +1354,11 @@ fn children_layer(
         match demand::demand(named, &children, members.overheads) {
             Ok(d) => {
                 demand = Some(match demand {
-                    Some(before) if (before.cpu, before.memory) >= (d.cpu, d.memory) => before,
+                    Some(before)
+                        if (before.cpu, before.memory, before.accelerators) >= (d.cpu, d.memory, d.accelerators) =>
+                    {
+                        before
+                    }
                     _ => d,
                 })
             }
@@ -1355,6 +1490,30 @@ mod tests {
             "spec": {"owner": {"team": "search", "project": "web"}, "replicas": 3,
                 "template": {"spec": {"containers": [{"name": "app", "image": "registry.example.com/web:1.2",
                     "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}}})
+    }
+
+    #[test]
+    fn gpus_without_a_product_are_held_to_the_teams_first_and_counted() {
+        let mut w = service();
+        w["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/gpu": "2"});
+        let products = [demand::Flavor::GpuA10g];
+        let members = Members { gpu_products: &products, ..Default::default() };
+        let i = check(&w, &alice(), &Policy::default(), &members).unwrap();
+        assert_eq!((i.demand.gpu_a10g, i.per_pod.gpu_a10g), (6, 2));
+        let spec = &i.workload["spec"]["template"]["spec"];
+        assert_eq!(demand::product_of(spec, "").unwrap(), Some(demand::Flavor::GpuA10g));
+        assert!(spec["tolerations"].as_array().unwrap().iter().any(|t| t["key"] == "nvidia.com/gpu"));
+        // A team whose quota holds no GPU: refused at the container that asks.
+        let problems = check(&w, &alice(), &Policy::default(), &Members::default()).unwrap_err();
+        assert_eq!(
+            problems[0].field, "spec.template.spec.containers[0].resources.limits[nvidia.com/gpu]",
+            "{problems:?}"
+        );
+        // A GPU given to a platform sidecar counts as well (a probe ran 4 so, uncounted).
+        let mut w = service();
+        w["spec"]["runtime"] = json!({"overrides": {"logging": {"limits": {"nvidia.com/gpu": 4}}}});
+        let i = check(&w, &alice(), &Policy::default(), &members).unwrap();
+        assert_eq!(i.demand.gpu_a10g, 12);
     }
 
     #[test]

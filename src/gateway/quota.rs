@@ -31,23 +31,84 @@ pub fn tier_name(t: Tier) -> &'static str {
     }
 }
 
-/// The resources quota counts.
+/// The resources quota counts: cpu, memory, pods, and each accelerator
+/// flavor (a GPU product, as Kueue's ResourceFlavors split one resource
+/// name by the nodes' labels; AWS Neuron devices).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Resource {
     Cpu,
     Memory,
     Pods,
+    GpuA100,
+    GpuH100,
+    GpuA10g,
+    GpuL4,
+    Neuron,
 }
 
-pub const RESOURCES: [Resource; 3] = [Resource::Cpu, Resource::Memory, Resource::Pods];
+pub const RESOURCES: [Resource; 8] = [
+    Resource::Cpu,
+    Resource::Memory,
+    Resource::Pods,
+    Resource::GpuA100,
+    Resource::GpuH100,
+    Resource::GpuA10g,
+    Resource::GpuL4,
+    Resource::Neuron,
+];
+
+/// The accelerator flavors, in the order a GPU request that names no
+/// product is given one (the first the team's quota holds).
+pub const FLAVORS: [Resource; 5] =
+    [Resource::GpuA100, Resource::GpuH100, Resource::GpuA10g, Resource::GpuL4, Resource::Neuron];
 
 impl Resource {
+    /// The name a quota record and a why-not use (`gpu-a100`).
     pub fn name(self) -> &'static str {
         match self {
             Resource::Cpu => "cpu",
             Resource::Memory => "memory",
             Resource::Pods => "pods",
+            Resource::GpuA100 => "gpu-a100",
+            Resource::GpuH100 => "gpu-h100",
+            Resource::GpuA10g => "gpu-a10g",
+            Resource::GpuL4 => "gpu-l4",
+            Resource::Neuron => "neuron",
+        }
+    }
+
+    /// The quota's resource of an accelerator flavor.
+    pub fn of_flavor(f: crate::workloads::demand::Flavor) -> Resource {
+        use crate::workloads::demand::Flavor;
+        match f {
+            Flavor::GpuA100 => Resource::GpuA100,
+            Flavor::GpuH100 => Resource::GpuH100,
+            Flavor::GpuA10g => Resource::GpuA10g,
+            Flavor::GpuL4 => Resource::GpuL4,
+            Flavor::Neuron => Resource::Neuron,
+        }
+    }
+
+    /// The accelerator flavor of this resource (none for cpu, memory, pods).
+    pub fn flavor(self) -> Option<crate::workloads::demand::Flavor> {
+        crate::workloads::demand::FLAVORS.into_iter().find(|f| Resource::of_flavor(*f) == self)
+    }
+
+    fn product_labels_nonempty(self) -> bool {
+        self != Resource::Neuron && self.is_accelerator()
+    }
+
+    pub fn is_accelerator(self) -> bool {
+        FLAVORS.contains(&self)
+    }
+
+    /// What a person reads (`nvidia.com/gpu A100`, `cpu`).
+    pub fn long(self) -> String {
+        match self.flavor() {
+            Some(crate::workloads::demand::Flavor::Neuron) => crate::workloads::demand::NEURON.to_string(),
+            Some(f) => format!("{} {}", crate::workloads::demand::GPU, f.short()),
+            None => self.name().to_string(),
         }
     }
 
@@ -57,7 +118,7 @@ impl Resource {
             Resource::Cpu if v % 1000 == 0 => (v / 1000).to_string(),
             Resource::Cpu => format!("{v}m"),
             Resource::Memory => show_bytes(v),
-            Resource::Pods => v.to_string(),
+            _ => v.to_string(),
         }
     }
 }
@@ -77,19 +138,43 @@ fn show_bytes(v: u64) -> String {
     v.to_string()
 }
 
-/// An amount of every resource.
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// An amount of every resource (accelerators absent: none, so records
+/// written before they were counted read as they were).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
 pub struct Amount {
     /// Millicores.
     pub cpu: u64,
     /// Bytes.
     pub memory: u64,
     pub pods: u64,
+    /// `nvidia.com/gpu` on nodes labelled an A100 (and so for each product).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_a100: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_h100: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_a10g: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_l4: u64,
+    /// `aws.amazon.com/neuron` devices (Trainium, Inferentia).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub neuron: u64,
 }
 
 impl Amount {
     pub fn new(cpu: u64, memory: u64, pods: u64) -> Amount {
-        Amount { cpu, memory, pods }
+        Amount { cpu, memory, pods, ..Amount::default() }
+    }
+
+    /// This amount with `v` of `r` (`Amount::new(…).with(Resource::GpuA100, 8)`).
+    pub fn with(mut self, r: Resource, v: u64) -> Amount {
+        self.set(r, v);
+        self
     }
 
     pub fn get(&self, r: Resource) -> u64 {
@@ -97,55 +182,76 @@ impl Amount {
             Resource::Cpu => self.cpu,
             Resource::Memory => self.memory,
             Resource::Pods => self.pods,
+            Resource::GpuA100 => self.gpu_a100,
+            Resource::GpuH100 => self.gpu_h100,
+            Resource::GpuA10g => self.gpu_a10g,
+            Resource::GpuL4 => self.gpu_l4,
+            Resource::Neuron => self.neuron,
         }
     }
 
-    fn set(&mut self, r: Resource, v: u64) {
+    pub fn set(&mut self, r: Resource, v: u64) {
         match r {
             Resource::Cpu => self.cpu = v,
             Resource::Memory => self.memory = v,
             Resource::Pods => self.pods = v,
+            Resource::GpuA100 => self.gpu_a100 = v,
+            Resource::GpuH100 => self.gpu_h100 = v,
+            Resource::GpuA10g => self.gpu_a10g = v,
+            Resource::GpuL4 => self.gpu_l4 = v,
+            Resource::Neuron => self.neuron = v,
         }
+    }
+
+    fn each(self, o: Amount, f: impl Fn(u64, u64) -> u64) -> Amount {
+        let mut out = Amount::default();
+        for r in RESOURCES {
+            out.set(r, f(self.get(r), o.get(r)));
+        }
+        out
     }
 
     /// Sums saturate: a count too large to hold counts as the most there
     /// is (against the team, never wrapping round in its favour).
     pub fn plus(self, o: Amount) -> Amount {
-        Amount::new(
-            self.cpu.saturating_add(o.cpu),
-            self.memory.saturating_add(o.memory),
-            self.pods.saturating_add(o.pods),
-        )
+        self.each(o, u64::saturating_add)
     }
 
     pub fn minus(self, o: Amount) -> Amount {
-        Amount::new(
-            self.cpu.saturating_sub(o.cpu),
-            self.memory.saturating_sub(o.memory),
-            self.pods.saturating_sub(o.pods),
-        )
+        self.each(o, u64::saturating_sub)
     }
 
     pub fn times(self, n: u64) -> Amount {
-        Amount::new(self.cpu.saturating_mul(n), self.memory.saturating_mul(n), self.pods.saturating_mul(n))
+        self.each(self, |a, _| a.saturating_mul(n))
     }
 
     pub fn min(self, o: Amount) -> Amount {
-        Amount::new(self.cpu.min(o.cpu), self.memory.min(o.memory), self.pods.min(o.pods))
+        self.each(o, u64::min)
     }
 
-    /// The first resource where `self` is above `limit`.
+    /// The first resource where `self` is above `limit`: an accelerator
+    /// flavor first (the scarcest, and the one a refusal should name).
     pub fn over(&self, limit: &Amount) -> Option<Resource> {
-        RESOURCES.into_iter().find(|r| self.get(*r) > limit.get(*r))
+        FLAVORS.into_iter().chain(RESOURCES).find(|r| self.get(*r) > limit.get(*r))
     }
 
     pub fn is_zero(&self) -> bool {
         RESOURCES.iter().all(|r| self.get(*r) == 0)
     }
 
-    /// `cpu 2, memory 4Gi, pods 2`.
+    /// The accelerators of this amount, flavor by flavor (none: empty).
+    pub fn accelerators(&self) -> Vec<(Resource, u64)> {
+        FLAVORS.iter().map(|r| (*r, self.get(*r))).filter(|(_, v)| *v > 0).collect()
+    }
+
+    /// `cpu 2, memory 4Gi, pods 2` (and each accelerator flavor it holds).
     pub fn show(&self) -> String {
-        RESOURCES.iter().map(|r| format!("{} {}", r.name(), r.show(self.get(*r)))).collect::<Vec<_>>().join(", ")
+        RESOURCES
+            .iter()
+            .filter(|r| !r.is_accelerator() || self.get(**r) > 0)
+            .map(|r| format!("{} {}", r.name(), r.show(self.get(*r))))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -193,7 +299,7 @@ impl Quantity {
         let v = match r {
             Resource::Cpu => crate::federation::fanout::cpu_millis(text),
             Resource::Memory => crate::federation::fanout::mem_bytes(text),
-            Resource::Pods => text.parse().ok(),
+            _ => text.parse().ok(),
         };
         v.ok_or_else(|| format!("{text:?} is not a {} quantity", r.name()))
     }
@@ -201,7 +307,7 @@ impl Quantity {
 
 /// Amounts per resource as written (absent: zero).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Quantities {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<Quantity>,
@@ -209,6 +315,21 @@ pub struct Quantities {
     pub memory: Option<Quantity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods: Option<Quantity>,
+    /// `nvidia.com/gpu` on nodes whose `nvidia.com/gpu.product` is an A100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_a100: Option<Quantity>,
+    /// … an H100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_h100: Option<Quantity>,
+    /// … an A10G (g5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_a10g: Option<Quantity>,
+    /// … an L4 (g6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_l4: Option<Quantity>,
+    /// `aws.amazon.com/neuron` devices (trn1, inf2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neuron: Option<Quantity>,
 }
 
 impl Quantities {
@@ -217,6 +338,11 @@ impl Quantities {
             Resource::Cpu => self.cpu.as_ref(),
             Resource::Memory => self.memory.as_ref(),
             Resource::Pods => self.pods.as_ref(),
+            Resource::GpuA100 => self.gpu_a100.as_ref(),
+            Resource::GpuH100 => self.gpu_h100.as_ref(),
+            Resource::GpuA10g => self.gpu_a10g.as_ref(),
+            Resource::GpuL4 => self.gpu_l4.as_ref(),
+            Resource::Neuron => self.neuron.as_ref(),
         }
     }
 
@@ -264,6 +390,15 @@ pub struct Limits {
 impl Quota {
     pub fn limits(&self, tier: Tier) -> Option<&Limits> {
         self.tiers.get(tier_name(tier))
+    }
+
+    /// The GPU products any tier of this quota may reach, in [`FLAVORS`]' order.
+    pub fn gpu_products(&self) -> Vec<crate::workloads::demand::Flavor> {
+        FLAVORS
+            .into_iter()
+            .filter(|r| r.product_labels_nonempty() && self.tiers.values().any(|l| l.max.get(*r) > 0))
+            .filter_map(Resource::flavor)
+            .collect()
     }
 }
 
@@ -431,8 +566,21 @@ mod tests {
             cpu: Some(Quantity::Text("10%".into())),
             memory: Some(Quantity::Text("32Gi".into())),
             pods: Some(Quantity::Count(40)),
+            gpu_a100: Some(Quantity::Count(8)),
+            neuron: Some(Quantity::Text("50%".into())),
+            ..Default::default()
         };
-        assert_eq!(q.resolve(&fleet, "x").unwrap(), Amount::new(10_000, 32 << 30, 40));
+        let fleet = fleet.with(Resource::GpuA100, 16).with(Resource::Neuron, 32);
+        assert_eq!(
+            q.resolve(&fleet, "x").unwrap(),
+            Amount::new(10_000, 32 << 30, 40).with(Resource::GpuA100, 8).with(Resource::Neuron, 16)
+        );
+        let gpu: Quantities = serde_json::from_value(serde_json::json!({"gpu-h100": "x"})).unwrap();
+        assert_eq!(gpu.resolve(&fleet, "g").unwrap_err(), "g.gpu-h100: \"x\" is not a gpu-h100 quantity");
+        assert!(
+            serde_json::from_value::<Quantities>(serde_json::json!({"nvidia.com/gpu": 8})).is_err(),
+            "a resource the quota does not count is refused"
+        );
         let bad = Quantities { cpu: Some(Quantity::Text("lots".into())), ..Default::default() };
         assert_eq!(
             bad.resolve(&fleet, "spec.tiers.OnDemand.max").unwrap_err(),

@@ -144,6 +144,11 @@ pub fn node_labels(cluster: &Cluster, group: &InstanceGroup) -> BTreeMap<String,
     if group.role == Role::ControlPlane {
         labels.insert("node-role.kubernetes.io/control-plane".to_string(), String::new());
     }
+    // An accelerated group's nodes name their GPU product as GPU feature
+    // discovery would (the quota counts GPUs per product by this label).
+    if let Some(label) = crate::accelerated::of_instance_type(&group.machine_type).and_then(|a| a.product_label) {
+        labels.insert(crate::workloads::demand::PRODUCT_LABEL.to_string(), label.to_string());
+    }
     labels.extend(group.labels.clone());
     labels
 }
@@ -238,7 +243,7 @@ impl Renderer {
         ctx.insert("role", group.role.as_str());
         ctx.insert("mode", &mode);
         ctx.insert("node_labels", &node_labels_arg);
-        ctx.insert("taints", &group.taints);
+        ctx.insert("taints", &crate::accelerated::group_taints(group));
         ctx.insert("params", params);
         ctx
     }
@@ -316,7 +321,7 @@ impl Renderer {
                     role: "worker",
                     group: g.name.clone(),
                     labels,
-                    taints: g.taints.iter().map(ToString::to_string).collect(),
+                    taints: crate::accelerated::group_taints(g).iter().map(ToString::to_string).collect(),
                 });
             }
         }

@@ -38,6 +38,8 @@ pub struct NodeSpec {
     pub addresses: Vec<(String, String)>,
     /// `status.nodeInfo.kubeletVersion`, e.g. `v1.33.2`.
     pub kubelet_version: String,
+    /// Extended resources its device plugins advertise (`nvidia.com/gpu`: `8`).
+    pub extended: BTreeMap<String, String>,
     /// What the machine's image holds, as its builder measured it (the
     /// image's `pinfleet:facts` tag): kernel, osImage, containerd, cgroup,
     /// failedUnits. A kubelet reports the first three in `nodeInfo`; the
@@ -71,6 +73,7 @@ impl NodeSpec {
             addresses: vec![("Hostname".into(), name.into())],
             // Kubelets of the sim's default version (`declare` takes the sim's own).
             kubelet_version: format!("v{}", crate::spec::versions::DEFAULT),
+            extended: BTreeMap::new(),
             image_facts: BTreeMap::new(),
         }
     }
@@ -141,9 +144,13 @@ pub fn declare(inner: &mut Inner, n: &NodeSpec) {
         spec["providerID"] = json!(p);
     }
     let addresses: Vec<Value> = n.addresses.iter().map(|(t, a)| json!({"type": t, "address": a})).collect();
+    let mut allocatable = json!({"cpu": n.cpu, "memory": n.memory, "pods": "110"});
+    for (k, v) in &n.extended {
+        allocatable[k] = json!(v);
+    }
     let status = json!({
-        "capacity": {"cpu": n.cpu, "memory": n.memory, "pods": "110"},
-        "allocatable": {"cpu": n.cpu, "memory": n.memory, "pods": "110"},
+        "capacity": allocatable,
+        "allocatable": allocatable,
         "conditions": [ready_condition(n.ready, !n.needs_cni)],
         "addresses": addresses,
         "nodeInfo": {
@@ -262,7 +269,13 @@ pub fn group_node(
     labels.insert("topology.kubernetes.io/zone".into(), zone.to_string());
     labels.insert("topology.kubernetes.io/region".into(), cluster.spec.cloud.region.clone());
     let (cpus, mem) = instance_capacity(machine_type);
-    let mut taints = group.taints.clone();
+    let mut taints = crate::accelerated::group_taints(group);
+    // The device plugin advertises the machine's accelerators (the sim's
+    // kubelet stands for it; EC2's GpuInfo / NeuronInfo counts).
+    let extended: BTreeMap<String, String> = crate::accelerated::of_instance_type(machine_type)
+        .map(|a| (a.resource.to_string(), a.count.to_string()))
+        .into_iter()
+        .collect();
     if group.role == crate::spec::Role::ControlPlane {
         taints.push(Taint {
             key: "node-role.kubernetes.io/control-plane".into(),
@@ -281,6 +294,7 @@ pub fn group_node(
         needs_cni: true,
         addresses: vec![("Hostname".into(), name.to_string())],
         kubelet_version: format!("v{}", group.kubernetes_version(&cluster.spec)),
+        extended,
         image_facts: BTreeMap::new(),
     }
 }

@@ -49,6 +49,40 @@ pub struct Usage {
     /// scoring default)
     pub score_cpu: i64,
     pub pods: usize,
+    /// Devices of each of [`EXTENDED`], requested by its containers.
+    pub extended: [i64; 2],
+}
+
+/// The extended resources the sim's scheduler counts against a node's
+/// allocatable (its device plugins': GPUs and Neuron devices).
+pub const EXTENDED: [&str; 2] = [crate::workloads::demand::GPU, crate::workloads::demand::NEURON];
+
+/// A pod's requests of each of [`EXTENDED`]: its containers' requests (a
+/// request left out is its limit, as the API server defaults it), or a
+/// one-shot init container's if larger (`resourcehelper.PodRequests`).
+pub fn pod_extended(pod: &Value) -> [i64; 2] {
+    let mut out = [0i64; 2];
+    let read = |c: &Value, k: &str| {
+        let r = c.pointer("/resources/requests").and_then(|r| r.get(k));
+        let l = c.pointer("/resources/limits").and_then(|r| r.get(k));
+        quantity(r.or(l), false)
+    };
+    for (i, k) in EXTENDED.iter().enumerate() {
+        let mut sum = 0i64;
+        let mut init = 0i64;
+        for c in pod.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
+            sum = sum.saturating_add(read(c, k));
+        }
+        for c in pod.pointer("/spec/initContainers").and_then(Value::as_array).into_iter().flatten() {
+            if c.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
+                sum = sum.saturating_add(read(c, k));
+            } else {
+                init = init.max(read(c, k));
+            }
+        }
+        out[i] = sum.max(init);
+    }
+    out
 }
 
 /// A quantity as the scheduler counts it (millicores or bytes, rounded
@@ -200,6 +234,9 @@ impl Objects {
             u.cpu += sign * cpu;
             u.memory += sign * memory;
             u.score_cpu += sign * cpu.max(100);
+            for (u, e) in u.extended.iter_mut().zip(pod_extended(pod)) {
+                *u += sign * e;
+            }
             u.pods = if add { u.pods + 1 } else { u.pods.saturating_sub(1) };
             if u.pods == 0 {
                 self.usage.remove(node);
@@ -303,7 +340,7 @@ mod tests {
         assert_eq!(o.unbound().len(), 1);
         o.insert(key("pods", "", "q"), bound("n1", "Pending"));
         assert!(o.unbound().is_empty());
-        assert_eq!(o.usage("n1"), Usage { cpu: 250, memory: 1 << 30, score_cpu: 250, pods: 1 });
+        assert_eq!(o.usage("n1"), Usage { cpu: 250, memory: 1 << 30, score_cpu: 250, pods: 1, extended: [0; 2] });
         o.insert(key("pods", "", "q"), bound("n1", "Running"));
         assert_eq!(o.usage("n1").pods, 1, "a status write counts the pod once");
         o.insert(key("pods", "", "q"), bound("n1", "Succeeded"));

@@ -26,6 +26,10 @@ pub struct TeamView {
     pub pods_per_minute: Option<u64>,
     pub queue: Vec<Queued>,
     pub admitted: Vec<WorkloadRow>,
+    /// Accelerators per flavor and tier: the maximum, what is used, what
+    /// is free (only flavors the team's quota or its work holds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accelerators: Vec<AcceleratorRow>,
     /// Use over time per tier, as a share of the tier's maximum (sampled
     /// by the gateway's leader a minute apart, kept on the host a day; oldest first).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -90,6 +94,23 @@ pub struct TierRow {
     pub borrowed: String,
     /// Borrowing beyond the guarantee (work above it is the first to yield).
     pub borrowing: bool,
+}
+
+/// One accelerator flavor of one tier: `A100` (quota resource
+/// `gpu-a100`, devices `nvidia.com/gpu` on A100 nodes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AcceleratorRow {
+    pub tier: String,
+    /// The short flavor people say (`A100`, `neuron`).
+    pub flavor: String,
+    /// The quota's resource name (`gpu-a100`).
+    pub resource: String,
+    pub guaranteed: u64,
+    pub max: u64,
+    pub used: u64,
+    /// What the team may still take: its maximum less what it uses.
+    pub free: u64,
 }
 
 /// Why a workload waits: which limit, which resource, by how much, and
@@ -194,6 +215,12 @@ impl TeamView {
             .map(|t| vec![t.tier.clone(), t.guaranteed.clone(), t.max.clone(), t.used.clone(), t.borrowed.clone()])
             .collect();
         out.push_str(&text::table(&["TIER", "GUARANTEED", "MAX", "USED", "BORROWED"], &rows));
+        if !self.accelerators.is_empty() {
+            out.push_str(&text::table(
+                &["ACCELERATOR", "TIER", "GUARANTEED", "MAX", "USED", "FREE"],
+                &self.accelerator_rows(),
+            ));
+        }
         let _ = writeln!(
             out,
             "workloads {}/{} · creation rate {}\n",
@@ -202,6 +229,22 @@ impl TeamView {
             self.pods_per_minute.map(|p| format!("{p} pods/min")).unwrap_or_else(|| "unlimited".into())
         );
         out
+    }
+
+    fn accelerator_rows(&self) -> Vec<Vec<String>> {
+        self.accelerators
+            .iter()
+            .map(|a| {
+                vec![
+                    if a.flavor == a.resource { a.flavor.clone() } else { format!("{} ({})", a.flavor, a.resource) },
+                    a.tier.clone(),
+                    a.guaranteed.to_string(),
+                    a.max.to_string(),
+                    a.used.to_string(),
+                    a.free.to_string(),
+                ]
+            })
+            .collect()
     }
 
     /// The queue in admission order, with why each waits (`pinfleet queue`).
@@ -283,6 +326,16 @@ impl TeamView {
             &rows,
             "quota-table",
         ));
+        if !self.accelerators.is_empty() {
+            let rows: Vec<Vec<String>> =
+                self.accelerator_rows().into_iter().map(|r| r.iter().map(|c| esc(c)).collect()).collect();
+            out.push_str(&html::table(
+                "Accelerators per flavor",
+                &["Accelerator", "Tier", "Guaranteed", "Maximum", "Used", "Free"],
+                &rows,
+                "accelerator-table",
+            ));
+        }
         let tiers: Vec<&str> = self.tiers.iter().map(|t| t.tier.as_str()).collect();
         for tier in tiers {
             let points: Vec<&UsagePoint> = self.history.iter().filter(|p| p.tier == tier).collect();
@@ -426,12 +479,45 @@ pub(crate) mod tests {
                     pods: 0.05 * i as f64,
                 })
                 .collect(),
+            accelerators: vec![],
         }
     }
 
     #[test]
     fn a_team_as_text() {
         insta::assert_snapshot!(team().text());
+    }
+
+    #[test]
+    fn a_teams_accelerators_show_per_flavor() {
+        let mut t = team();
+        t.tiers[0].max = "cpu 1, memory 4Gi, pods 10, gpu-a100 16, neuron 32".into();
+        t.tiers[0].used = "cpu 500m, memory 256Mi, pods 2, gpu-a100 16".into();
+        t.accelerators = vec![
+            AcceleratorRow {
+                tier: "OnDemand".into(),
+                flavor: "A100".into(),
+                resource: "gpu-a100".into(),
+                guaranteed: 8,
+                max: 16,
+                used: 16,
+                free: 0,
+            },
+            AcceleratorRow {
+                tier: "OnDemand".into(),
+                flavor: "neuron".into(),
+                resource: "neuron".into(),
+                guaranteed: 32,
+                max: 32,
+                used: 0,
+                free: 32,
+            },
+        ];
+        t.queue[0].why.resource = Some("gpu-a100".into());
+        t.queue[0].why.message =
+            "search/OnDemand max: gpu-a100 (nvidia.com/gpu A100) 8 requested, 16 of 16 used, 8 short".into();
+        insta::assert_snapshot!(t.quota_text());
+        insta::assert_snapshot!(t.html_body(1));
     }
 
     #[test]

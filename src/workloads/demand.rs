@@ -49,6 +49,78 @@ impl Located {
     }
 }
 
+/// The resource name of NVIDIA's device plugin.
+pub const GPU: &str = "nvidia.com/gpu";
+/// The resource name of AWS's Neuron device plugin (Trainium, Inferentia).
+pub const NEURON: &str = "aws.amazon.com/neuron";
+/// The node label that names a node's GPU product: the one NVIDIA's GPU
+/// feature discovery sets (`NVIDIA-A100-SXM4-40GB`), and pinfleet's GPU
+/// instance groups set to the same values from their instance type.
+pub const PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+
+/// An accelerator flavor the quota counts: a GPU product, or Neuron
+/// devices (as Kueue's ResourceFlavors split one resource by node labels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Flavor {
+    GpuA100,
+    GpuH100,
+    GpuA10g,
+    GpuL4,
+    Neuron,
+}
+
+pub const FLAVORS: [Flavor; 5] = [Flavor::GpuA100, Flavor::GpuH100, Flavor::GpuA10g, Flavor::GpuL4, Flavor::Neuron];
+
+impl Flavor {
+    /// The short name people say (`A100`, `neuron`).
+    pub fn short(self) -> &'static str {
+        match self {
+            Flavor::GpuA100 => "A100",
+            Flavor::GpuH100 => "H100",
+            Flavor::GpuA10g => "A10G",
+            Flavor::GpuL4 => "L4",
+            Flavor::Neuron => "neuron",
+        }
+    }
+
+    /// The GPU product a short name names (`A100`, any case).
+    pub fn product(short: &str) -> Option<Flavor> {
+        FLAVORS.into_iter().find(|f| *f != Flavor::Neuron && f.short().eq_ignore_ascii_case(short))
+    }
+
+    /// The values of [`PRODUCT_LABEL`] that mean this product: GPU feature
+    /// discovery's names of the products on EC2's instance types.
+    pub fn product_labels(self) -> &'static [&'static str] {
+        match self {
+            Flavor::GpuA100 => &["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"],
+            Flavor::GpuH100 => &["NVIDIA-H100-80GB-HBM3"],
+            Flavor::GpuA10g => &["NVIDIA-A10G"],
+            Flavor::GpuL4 => &["NVIDIA-L4"],
+            Flavor::Neuron => &[],
+        }
+    }
+
+    /// The product a value of [`PRODUCT_LABEL`] names, by its words
+    /// (`NVIDIA-A100-SXM4-80GB` is an A100; `NVIDIA-L40S` is not an L4).
+    pub fn of_label(value: &str) -> Option<Flavor> {
+        value.split(['-', '_', ' ']).find_map(Flavor::product)
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Flavor::GpuA100 => 0,
+            Flavor::GpuH100 => 1,
+            Flavor::GpuA10g => 2,
+            Flavor::GpuL4 => 3,
+            Flavor::Neuron => 4,
+        }
+    }
+}
+
+fn no_accelerators(a: &[u64; 5]) -> bool {
+    a.iter().all(|n| *n == 0)
+}
+
 /// What one pod reserves.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Requests {
@@ -56,6 +128,128 @@ pub struct Requests {
     pub cpu: u64,
     /// Bytes.
     pub memory: u64,
+    /// Devices of each [`Flavor`], in [`FLAVORS`]' order.
+    #[serde(skip_serializing_if = "no_accelerators")]
+    pub accelerators: [u64; 5],
+}
+
+impl Requests {
+    pub fn accelerator(&self, f: Flavor) -> u64 {
+        self.accelerators.get(f.index()).copied().unwrap_or_default()
+    }
+
+    fn zip(self, o: Requests, f: impl Fn(u64, u64) -> Option<u64>) -> Option<Requests> {
+        let mut accelerators = [0u64; 5];
+        for (i, a) in accelerators.iter_mut().enumerate() {
+            *a = f(self.accelerators.get(i).copied()?, o.accelerators.get(i).copied()?)?;
+        }
+        Some(Requests { cpu: f(self.cpu, o.cpu)?, memory: f(self.memory, o.memory)?, accelerators })
+    }
+
+    /// Checked sum, resource by resource.
+    pub fn checked_add(self, o: Requests) -> Option<Requests> {
+        self.zip(o, u64::checked_add)
+    }
+
+    /// The larger of each resource.
+    pub fn max(self, o: Requests) -> Requests {
+        self.zip(o, |a, b| Some(a.max(b))).unwrap_or(self)
+    }
+
+    /// Checked product by a count of pods.
+    pub fn checked_mul(self, n: u64) -> Option<Requests> {
+        self.zip(self, |a, _| a.checked_mul(n))
+    }
+}
+
+/// Holds a pod spec to nodes of a GPU product: a required node affinity
+/// on [`PRODUCT_LABEL`] `In` the product's values (added to every term:
+/// terms are ORed), and a toleration of the GPU nodes' taint.
+pub fn hold_to_product(spec: &mut Value, flavor: Flavor) {
+    let expression = serde_json::json!({"key": PRODUCT_LABEL, "operator": "In", "values": flavor.product_labels()});
+    let path = "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms";
+    match spec.pointer_mut(path).and_then(Value::as_array_mut) {
+        Some(terms) if !terms.is_empty() => {
+            for t in terms {
+                let mut e = t.get("matchExpressions").and_then(Value::as_array).cloned().unwrap_or_default();
+                e.push(expression.clone());
+                t["matchExpressions"] = Value::Array(e);
+            }
+        }
+        _ => {
+            spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+                serde_json::json!({"nodeSelectorTerms": [{"matchExpressions": [expression]}]});
+        }
+    }
+    let toleration = serde_json::json!({"key": GPU, "operator": "Exists", "effect": "NoSchedule"});
+    let mut tolerations = spec.get("tolerations").and_then(Value::as_array).cloned().unwrap_or_default();
+    if !tolerations.contains(&toleration) {
+        tolerations.push(toleration);
+        spec["tolerations"] = Value::Array(tolerations);
+    }
+}
+
+/// Whether a pod spec's containers ask for `resource` (requests or limits).
+pub fn asks_for(spec: &Value, resource: &str) -> bool {
+    ["containers", "initContainers"].iter().any(|list| {
+        spec.get(*list).and_then(Value::as_array).into_iter().flatten().any(|c| {
+            ["requests", "limits"]
+                .iter()
+                .any(|w| c.pointer(&format!("/resources/{w}")).and_then(|m| m.get(resource)).is_some())
+        })
+    })
+}
+
+/// The GPU product a pod selects: its `nodeSelector`'s [`PRODUCT_LABEL`]
+/// and its required node affinity's (every term must name one product's
+/// values, `In`), or why it names none it can be counted by.
+pub fn product_of(spec: &Value, at: &str) -> Result<Option<Flavor>, Located> {
+    let mut found: Option<Flavor> = None;
+    let mut one = |field: String, values: Vec<&str>| -> Result<(), Located> {
+        for v in values {
+            let Some(f) = Flavor::of_label(v) else {
+                return Err(Located::new(
+                    field,
+                    format!("{v:?}: not a GPU product the quota counts (A100, H100, A10G, L4)"),
+                ));
+            };
+            if found.is_some_and(|g| g != f) {
+                return Err(Located::new(
+                    field,
+                    "selects more than one GPU product: the quota counts a pod's GPUs as one product",
+                ));
+            }
+            found = Some(f);
+        }
+        Ok(())
+    };
+    if let Some(v) = spec.pointer(&format!("/nodeSelector/{}", PRODUCT_LABEL.replace('/', "~1"))) {
+        one(format!("{at}.nodeSelector[{PRODUCT_LABEL}]"), vec![v.as_str().unwrap_or_default()])?;
+    }
+    let terms = spec
+        .pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .and_then(Value::as_array);
+    for (i, t) in terms.into_iter().flatten().enumerate() {
+        for (j, e) in t.get("matchExpressions").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            if e.get("key").and_then(Value::as_str) != Some(PRODUCT_LABEL) {
+                continue;
+            }
+            let field = format!("{at}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}].matchExpressions[{j}]");
+            if e.get("operator").and_then(Value::as_str) != Some("In") {
+                return Err(Located::new(
+                    field,
+                    format!(
+                        "{PRODUCT_LABEL} is selected with In only (the quota counts the product the pod will run on)"
+                    ),
+                ));
+            }
+            one(
+                field,
+                e.get("values").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect(),
+            )?;
+        }
+    }
+    Ok(found)
 }
 
 /// Pods of one template that run at once.
@@ -76,6 +270,15 @@ pub struct Demand {
     pub cpu: u64,
     pub memory: u64,
     pub pods: u64,
+    /// Devices of each [`Flavor`] at once, in [`FLAVORS`]' order.
+    #[serde(skip_serializing_if = "no_accelerators")]
+    pub accelerators: [u64; 5],
+}
+
+impl Demand {
+    pub fn accelerator(&self, f: Flavor) -> u64 {
+        self.accelerators.get(f.index()).copied().unwrap_or_default()
+    }
 }
 
 /// No single workload may ask for more pods than this: past it the
@@ -274,13 +477,26 @@ pub fn field_of(workload: &Value, child: &Value, field: &str) -> String {
     format!("{at}{rest}")
 }
 
-/// A pod template's effective request (`resourcehelper.PodRequests`).
+/// A pod template's effective request (`resourcehelper.PodRequests`):
+/// cpu and memory, and each accelerator flavor (an extended resource is an
+/// integer whose request is its limit; its GPU product is the one the pod
+/// selects, [`product_of`]). Any other resource a container asks for
+/// (another vendor's device, hugepages, ephemeral storage) is refused at
+/// its field: the quota does not count it.
 pub fn pod_requests(
     template: &Value,
     at: &str,
     overheads: Option<&BTreeMap<String, Requests>>,
 ) -> Result<Requests, Vec<Located>> {
     let mut problems = Vec::new();
+    let spec = template.get("spec").unwrap_or(&Value::Null);
+    let product = match product_of(spec, &format!("{at}.spec")) {
+        Ok(p) => p,
+        Err(l) => {
+            problems.push(l);
+            None
+        }
+    };
     let mut read = |c: &Value, field: String| -> Requests {
         let mut r = Requests::default();
         for (resource, milli) in [("cpu", true), ("memory", false)] {
@@ -297,40 +513,93 @@ pub fn pod_requests(
                 Err(e) => problems.push(Located::new(format!("{field}.resources.{which}.{resource}"), e)),
             }
         }
+        let mut names: Vec<&String> = Vec::new();
+        for which in ["requests", "limits"] {
+            for k in c
+                .pointer(&format!("/resources/{which}"))
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k)
+            {
+                if k != "cpu" && k != "memory" && !names.contains(&k) {
+                    names.push(k);
+                }
+            }
+        }
+        for name in names {
+            let shown = crate::views::text::escaped(name, false);
+            let flavor = match name.as_str() {
+                GPU => match product {
+                    Some(p) => p,
+                    None => {
+                        problems.push(Located::new(
+                            format!("{field}.resources.limits[{shown}]"),
+                            format!("{GPU} on a pod that names no GPU product: select one with nodeSelector {PRODUCT_LABEL} (the quota counts GPUs per product: A100, H100, A10G, L4)"),
+                        ));
+                        continue;
+                    }
+                },
+                NEURON => Flavor::Neuron,
+                _ => {
+                    problems.push(Located::new(
+                        format!("{field}.resources[{shown}]"),
+                        format!("{shown:?} is not counted by the team's quota (cpu, memory, {GPU} per product, {NEURON}): not offered to submitted work"),
+                    ));
+                    continue;
+                }
+            };
+            // Requests equal limits (the API server refuses otherwise, at
+            // the child's field: `refusals`); the limit is what is counted,
+            // as a request left out defaults to it.
+            let Some(limit) = c.pointer(&format!("/resources/limits/{}", name.replace('~', "~0").replace('/', "~1")))
+            else {
+                problems.push(Located::new(
+                    format!("{field}.resources.limits"),
+                    "Required value: Limit must be set for non overcommitable resources",
+                ));
+                continue;
+            };
+            let at_limit = format!("{field}.resources.limits[{shown}]");
+            match quantity::cpu_millis(limit) {
+                Ok(m) if m % 1000 == 0 => {
+                    if let Some(slot) = r.accelerators.get_mut(flavor.index()) {
+                        *slot = m / 1000;
+                    }
+                }
+                Ok(_) => problems.push(Located::new(at_limit, format!("Invalid value: {limit}: must be an integer"))),
+                Err(e) => problems.push(Located::new(at_limit, e)),
+            }
+        }
         r
     };
-    let add = |a: Requests, b: Requests| -> Option<Requests> {
-        Some(Requests { cpu: a.cpu.checked_add(b.cpu)?, memory: a.memory.checked_add(b.memory)? })
-    };
-    let max = |a: Requests, b: Requests| Requests { cpu: a.cpu.max(b.cpu), memory: a.memory.max(b.memory) };
     let too_large =
         || vec![Located::new(format!("{at}.spec"), "the pod's requests add up to more than can be counted")];
-    let spec = template.get("spec").unwrap_or(&Value::Null);
     let mut sum = Requests::default();
     for (i, c) in spec.get("containers").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let r = read(c, format!("{at}.spec.containers[{i}]"));
-        sum = add(sum, r).ok_or_else(too_large)?;
+        sum = sum.checked_add(r).ok_or_else(too_large)?;
     }
     let mut sidecars = Requests::default();
     let mut init_peak = Requests::default();
     for (i, c) in spec.get("initContainers").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let r = read(c, format!("{at}.spec.initContainers[{i}]"));
         let running = if c.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
-            sum = add(sum, r).ok_or_else(too_large)?;
-            sidecars = add(sidecars, r).ok_or_else(too_large)?;
+            sum = sum.checked_add(r).ok_or_else(too_large)?;
+            sidecars = sidecars.checked_add(r).ok_or_else(too_large)?;
             sidecars
         } else {
-            add(r, sidecars).ok_or_else(too_large)?
+            r.checked_add(sidecars).ok_or_else(too_large)?
         };
-        init_peak = max(init_peak, running);
+        init_peak = init_peak.max(running);
     }
-    let mut total = max(sum, init_peak);
+    let mut total = sum.max(init_peak);
     // Pod-level resources (PodLevelResources, on by default since 1.34):
     // where the pod names its own request (or a limit, which its request
     // defaults to), that is the pod's, never less than its containers'.
     if spec.get("resources").is_some_and(|r| !r.is_null()) {
         let pod = read(spec, format!("{at}.spec"));
-        total = max(total, pod);
+        total = total.max(pod);
     }
     let mut overhead = Requests::default();
     if let Some(o) = spec.get("overhead").filter(|o| !o.is_null()) {
@@ -348,7 +617,7 @@ pub fn pod_requests(
     if !problems.is_empty() {
         return Err(problems);
     }
-    total = add(total, overhead).ok_or_else(too_large)?;
+    total = total.checked_add(overhead).ok_or_else(too_large)?;
     Ok(total)
 }
 
@@ -450,18 +719,10 @@ pub fn demand(
             format!("{pods} pods at once: more than {MAX_PODS}, the most one workload may run"),
         )]);
     }
+    let mut total = Requests::default();
     for s in &out.sets {
-        let sum = s
-            .per_pod
-            .cpu
-            .checked_mul(s.pods)
-            .and_then(|c| out.cpu.checked_add(c))
-            .zip(s.per_pod.memory.checked_mul(s.pods).and_then(|m| out.memory.checked_add(m)));
-        match sum {
-            Some((cpu, memory)) => {
-                out.cpu = cpu;
-                out.memory = memory;
-            }
+        match s.per_pod.checked_mul(s.pods).and_then(|r| total.checked_add(r)) {
+            Some(t) => total = t,
             None => {
                 return Err(vec![Located::new(
                     s.field.clone(),
@@ -470,6 +731,9 @@ pub fn demand(
             }
         }
     }
+    out.cpu = total.cpu;
+    out.memory = total.memory;
+    out.accelerators = total.accelerators;
     out.pods = pods;
     Ok(out)
 }

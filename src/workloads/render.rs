@@ -732,6 +732,24 @@ pub fn training_children(cr: &PinterestTrainingJob, ctx: &Context) -> Result<Vec
                     c["resources"]["limits"][&acc.kind] = json!(acc.count);
                 }
             }
+            // Accelerated nodes are tainted with their device's resource
+            // name (GPU instance groups: nvidia.com/gpu=present:NoSchedule),
+            // tolerated here as the ExtendedResourceToleration plugin would.
+            let tolerations = pod["spec"]["tolerations"].as_array().cloned().unwrap_or_default();
+            let toleration = json!({"key": acc.kind, "operator": "Exists", "effect": "NoSchedule"});
+            if !tolerations.contains(&toleration) {
+                let mut t = tolerations;
+                t.push(toleration);
+                pod["spec"]["tolerations"] = json!(t);
+            }
+            if let Some(product) = &acc.product {
+                let Some(flavor) = crate::workloads::demand::Flavor::product(product) else {
+                    return Err(RenderError::Invalid(format!(
+                        "spec.accelerators.product: {product:?} is not a GPU product (A100, H100, A10G, L4)"
+                    )));
+                };
+                crate::workloads::demand::hold_to_product(&mut pod["spec"], flavor);
+            }
         }
         let job_name = format!("{}-{}", w.name, role.name);
         let spec = obj([

@@ -481,11 +481,17 @@ pub struct TrainingRole {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Accelerators {
-    /// e.g. nvidia.com/gpu
+    /// nvidia.com/gpu or aws.amazon.com/neuron
     #[serde(rename = "type")]
     pub kind: String,
+    /// Devices per worker pod (each role's pods ask for this many).
     #[schemars(range(min = 1))]
     pub count: i32,
+    /// The GPU product (A100, H100, A10G, L4): the pods are held to nodes
+    /// whose `nvidia.com/gpu.product` is one. Absent, the gateway gives the
+    /// first GPU product in the team's quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product: Option<String>,
 }
 
 /// Distributed training (TensorFlow, PyTorch).

@@ -27,12 +27,51 @@ impl Drop for Member {
 }
 
 pub fn member(name: &str, nodes: u32, cpu: &str, controller: bool) -> Member {
+    let defs = (0..nodes)
+        .map(|i| {
+            let n = format!("{name}-node-{i}");
+            (
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}),
+                json!({"cpu": cpu, "memory": "32Gi", "pods": "110"}),
+            )
+        })
+        .collect();
+    member_of(name, defs, controller)
+}
+
+/// A member whose `nodes` machines are of an EC2 instance type, registered
+/// as pinfleet's instance groups register them: the GPU product label and
+/// the device's taint, and the device plugin's allocatable
+/// (`pinfleet::accelerated`).
+#[allow(dead_code)]
+pub fn accelerated_member(name: &str, machine_type: &str, nodes: u32, controller: bool) -> Member {
+    let a = pinfleet::accelerated::of_instance_type(machine_type).expect("an accelerated type");
+    let (cpus, mem) = pinfleet::sim::nodes::instance_capacity(machine_type);
+    let defs = (0..nodes)
+        .map(|i| {
+            let n = format!("{name}-node-{i}");
+            let mut labels = json!({"node.kubernetes.io/instance-type": machine_type});
+            if let Some(p) = a.product_label {
+                labels[pinfleet::workloads::demand::PRODUCT_LABEL] = json!(p);
+            }
+            (
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": labels},
+                    "spec": {"taints": [{"key": a.resource, "value": "present", "effect": "NoSchedule"}]}}),
+                json!({"cpu": cpus.to_string(), "memory": format!("{mem}Gi"), "pods": "110", a.resource: a.count.to_string()}),
+            )
+        })
+        .collect();
+    member_of(name, defs, controller)
+}
+
+/// A member of the given Nodes (each applied, then its status made Ready
+/// with the allocatable given).
+pub fn member_of(name: &str, nodes: Vec<(Value, Value)>, controller: bool) -> Member {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubeconfig.yaml");
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let p = path.clone();
-    let cpu = cpu.to_string();
     let cluster = name.to_string();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().unwrap();
@@ -48,18 +87,16 @@ pub fn member(name: &str, nodes: u32, cpu: &str, controller: bool) -> Member {
                 crds.patch(c.metadata.name.as_deref().unwrap(), &pp, &Patch::Apply(&c)).await.unwrap();
             }
             let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-            for i in 0..nodes {
-                let n = format!("{cluster}-node-{i}");
-                api.patch(&n, &pp, &Patch::Apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}})))
-                    .await
-                    .unwrap();
+            for (node, allocatable) in nodes {
+                let n = node["metadata"]["name"].as_str().unwrap().to_string();
+                api.patch(&n, &pp, &Patch::Apply(node)).await.unwrap();
                 api.patch_status(
                     &n,
                     &PatchParams::default(),
                     &Patch::Merge(json!({"status": {
                     "conditions": [{"type": "Ready", "status": "True"}],
-                    "allocatable": {"cpu": cpu, "memory": "32Gi", "pods": "110"},
-                    "capacity": {"cpu": cpu, "memory": "32Gi", "pods": "110"}}})),
+                    "allocatable": allocatable,
+                    "capacity": allocatable}})),
                 )
                 .await
                 .unwrap();

@@ -72,7 +72,7 @@ async fn describe_member(
                     let q = |k: &str| fixed.get(k).map(|q| Value::String(q.0.clone()));
                     let cpu = q("cpu").map(|v| crate::kube::quantity::cpu_millis(&v).unwrap_or(0)).unwrap_or(0);
                     let memory = q("memory").map(|v| crate::kube::quantity::bytes(&v).unwrap_or(0)).unwrap_or(0);
-                    Some((name, crate::workloads::demand::Requests { cpu, memory }))
+                    Some((name, crate::workloads::demand::Requests { cpu, memory, ..Default::default() }))
                 })
                 .collect(),
         ),
@@ -93,26 +93,38 @@ pub(super) fn common_overheads(
             let o = v.overheads.clone().unwrap_or_default();
             all = Some(match all {
                 None => o,
-                Some(a) => a
-                    .into_iter()
-                    .filter_map(|(k, r)| {
-                        o.get(&k).map(|s| {
-                            (
-                                k,
-                                crate::workloads::demand::Requests {
-                                    cpu: r.cpu.max(s.cpu),
-                                    memory: r.memory.max(s.memory),
-                                },
-                            )
-                        })
-                    })
-                    .collect(),
+                Some(a) => a.into_iter().filter_map(|(k, r)| o.get(&k).map(|s| (k, r.max(*s)))).collect(),
             });
         }
         all
     } else {
         None
     }
+}
+
+/// What a Ready node offers the quota: cpu, memory, pods, and its
+/// accelerators by flavor — `nvidia.com/gpu` counted as the product its
+/// [`PRODUCT_LABEL`](crate::workloads::demand::PRODUCT_LABEL) names (a GPU
+/// node without one offers none: no workload could select it by product),
+/// `aws.amazon.com/neuron` as Neuron devices.
+pub fn node_allocatable(
+    al: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    product: Option<crate::workloads::demand::Flavor>,
+) -> Amount {
+    use crate::gateway::quota::Resource;
+    use crate::workloads::demand::{GPU, NEURON};
+    let q = |k: &str| al.get(k).map(|q| q.0.clone()).unwrap_or_default();
+    let count = |k: &str| crate::kube::quantity::bytes(&serde_json::Value::String(q(k))).unwrap_or(0);
+    let mut a = Amount::new(
+        crate::federation::fanout::cpu_millis(&q("cpu")).unwrap_or(0),
+        crate::federation::fanout::mem_bytes(&q("memory")).unwrap_or(0),
+        q("pods").parse().unwrap_or(0),
+    );
+    if let Some(p) = product {
+        a.set(Resource::of_flavor(p), count(GPU));
+    }
+    a.set(Resource::Neuron, count(NEURON));
+    a
 }
 
 impl Service {
@@ -137,13 +149,14 @@ impl Service {
                         if !ready || unschedulable {
                             continue;
                         }
+                        let product = n
+                            .metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(crate::workloads::demand::PRODUCT_LABEL))
+                            .and_then(|v| crate::workloads::demand::Flavor::of_label(v));
                         let al = n.status.and_then(|s| s.allocatable).unwrap_or_default();
-                        let q = |k: &str| al.get(k).map(|q| q.0.clone()).unwrap_or_default();
-                        a = a.plus(Amount::new(
-                            crate::federation::fanout::cpu_millis(&q("cpu")).unwrap_or(0),
-                            crate::federation::fanout::mem_bytes(&q("memory")).unwrap_or(0),
-                            q("pods").parse().unwrap_or(0),
-                        ));
+                        a = a.plus(node_allocatable(&al, product));
                     }
                     let (minor, profiles, overheads) =
                         match tokio::time::timeout(Duration::from_secs(5), describe_member(&m.client)).await {

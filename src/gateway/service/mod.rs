@@ -276,11 +276,15 @@ fn expected(seconds: i64) -> chrono::Duration {
 
 fn per_pod(spec: &SubmissionSpec) -> Amount {
     let n = spec.demand.pods.max(1);
-    Amount::new(
+    let mut a = Amount::new(
         spec.demand.cpu.checked_div(n).unwrap_or_default(),
         spec.demand.memory.checked_div(n).unwrap_or_default(),
         1,
-    )
+    );
+    for r in super::quota::FLAVORS {
+        a.set(r, spec.demand.get(r).div_ceil(n));
+    }
+    a
 }
 
 /// The team of a submission's record name (`<team>-<id digest>`), as

@@ -74,7 +74,19 @@ impl Service {
         let profiles: Vec<BTreeMap<String, String>> = reachable.iter().filter_map(|v| v.profiles.clone()).collect();
         let minors: Vec<u32> = reachable.iter().filter_map(|v| v.minor).collect();
         let overheads = common_overheads(&reachable);
-        let members = intake::Members { profiles: &profiles, minors: &minors, overheads: overheads.as_ref() };
+        let team = workload.pointer("/spec/owner/team").and_then(Value::as_str).unwrap_or_default();
+        let gpu_products = match self.world().await {
+            Ok((world, _)) => {
+                world.quotas.get(team).map(crate::gateway::quota::Quota::gpu_products).unwrap_or_default()
+            }
+            Err(_) => Vec::new(),
+        };
+        let members = intake::Members {
+            profiles: &profiles,
+            minors: &minors,
+            overheads: overheads.as_ref(),
+            gpu_products: &gpu_products,
+        };
         let intake = match intake::check(workload, caller, &self.config.policy, &members) {
             Ok(i) => i,
             Err(p) => {
@@ -140,7 +152,16 @@ impl Service {
                 format!("team {}'s quota does not resolve: {}", intake.team, errs.join("; ")),
             ));
         } else if let Some(why) = admission::never(&world, &intake.team, intake.tier, &intake.demand) {
-            problems.push(Problem::new("capacity", "", why));
+            // An accelerator the team's quota does not hold is refused at
+            // the field that asks for it.
+            let over = intake.demand.over(
+                &world.quotas.get(&intake.team).and_then(|q| q.limits(intake.tier)).map(|l| l.max).unwrap_or_default(),
+            );
+            let field = over
+                .filter(|r| r.is_accelerator())
+                .and_then(|r| intake::accelerator_field(&intake, r))
+                .unwrap_or_default();
+            problems.push(Problem::new("capacity", field, why));
         }
         if !problems.is_empty() {
             self.audit(caller, "submit", &name, &intake.artifact, 422, &problems_text(&problems)).await;

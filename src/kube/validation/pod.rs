@@ -163,7 +163,37 @@ fn container(c: &Value, p: &str, init: bool, ephemeral: bool, volumes: &BTreeSet
         .into_iter()
         .filter_map(|(k, v)| parse_quantity(v).map(|q| (k, q)))
         .collect();
+    // Extended resources are integers (`ValidateResourceQuantityValue`,
+    // IsIntegerResourceName), checked in requests and limits alike.
+    for which in ["requests", "limits"] {
+        for (k, v) in entries(c.pointer(&format!("/resources/{which}"))) {
+            if is_extended_resource(k) && parse_quantity(v).is_some_and(|q| q.fract() != 0.0) {
+                e.push(invalid(format!("{p}.resources.{which}[{k}]"), shown_quantity(v), "must be an integer"));
+            }
+        }
+    }
     for (k, v) in entries(c.pointer("/resources/requests")) {
+        // Extended resources and hugepages cannot be overcommitted
+        // (`IsOvercommitAllowed`): a request needs its limit, and equals it.
+        if !overcommit_allowed(k) {
+            match (parse_quantity(v), limits.get(k)) {
+                (_, None) => e.push(required(
+                    format!("{p}.resources.limits"),
+                    "Limit must be set for non overcommitable resources",
+                )),
+                (Some(req), Some(lim)) if req != *lim => {
+                    let key = k.replace('~', "~0").replace('/', "~1");
+                    let limit = c.pointer(&format!("/resources/limits/{key}")).map(shown_quantity).unwrap_or_default();
+                    e.push(invalid(
+                        format!("{p}.resources.requests"),
+                        shown_quantity(v),
+                        format!("must be equal to {k} limit of {limit}"),
+                    ));
+                }
+                _ => {}
+            }
+            continue;
+        }
         if let (Some(req), Some(lim)) = (parse_quantity(v), limits.get(k)) {
             if req > *lim {
                 let limit = c.pointer(&format!("/resources/limits/{k}")).map(shown_quantity).unwrap_or_default();
@@ -209,6 +239,19 @@ fn container(c: &Value, p: &str, init: bool, ephemeral: bool, volumes: &BTreeSet
             e.push(not_supported(format!("{p}.restartPolicy"), r, &["Always", "Never", "OnFailure"]));
         }
     }
+}
+
+/// A resource outside the `kubernetes.io` domain (`nvidia.com/gpu`), as
+/// `IsExtendedResourceName` says.
+pub fn is_extended_resource(name: &str) -> bool {
+    let native = !name.contains('/') || name.contains("kubernetes.io/");
+    !native && !name.starts_with("requests.")
+}
+
+/// `IsOvercommitAllowed`: native resources but hugepages.
+pub fn overcommit_allowed(name: &str) -> bool {
+    let native = !name.contains('/') || name.contains("kubernetes.io/");
+    native && !name.starts_with("hugepages-")
 }
 
 fn shown_quantity(v: &Value) -> String {

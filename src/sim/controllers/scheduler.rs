@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::{all, name, ns, s, set_status, t, terminating, Changed, Controllers};
 use crate::sim::nodes::node_ready;
-use crate::sim::objects::{pod_requests, quantity};
+use crate::sim::objects::{pod_extended, pod_requests, quantity, EXTENDED};
 use crate::sim::store::{now, Inner, Sub};
 
 impl Controllers {
@@ -36,8 +36,8 @@ impl Controllers {
         let nodes = all(inner, &t(inner, "", "nodes"));
         let usage: Vec<(String, crate::sim::objects::Usage)> =
             nodes.iter().map(|n| (name(n), inner.node_usage(&name(n)))).collect();
-        let mut used: BTreeMap<String, (i64, i64)> =
-            usage.iter().map(|(n, u)| (n.clone(), (u.cpu, u.memory))).collect();
+        let mut used: BTreeMap<String, (i64, i64, [i64; 2])> =
+            usage.iter().map(|(n, u)| (n.clone(), (u.cpu, u.memory, u.extended))).collect();
         // For scoring, kube-scheduler counts a pod without requests as 100m
         // CPU; with the pod count as tie-break, pods spread over nodes.
         let mut score: BTreeMap<String, (i64, usize)> =
@@ -76,6 +76,9 @@ impl Controllers {
                     let (c, m) = pod_requests(pod);
                     e.0 += c;
                     e.1 += m;
+                    for (u, x) in e.2.iter_mut().zip(pod_extended(pod)) {
+                        *u += x;
+                    }
                     let sc = score.entry(name(node)).or_default();
                     sc.0 += c.max(100);
                     sc.1 += 1;
@@ -150,7 +153,7 @@ pub(super) fn affinity_ok(pod: &Value, node: &Value) -> bool {
 }
 
 /// Why `pod` cannot run on `node`, if it cannot.
-fn unfit(pod: &Value, node: &Value, used: (i64, i64)) -> Option<&'static str> {
+fn unfit(pod: &Value, node: &Value, used: (i64, i64, [i64; 2])) -> Option<&'static str> {
     if !node_ready(node) {
         return Some("node(s) were not ready");
     }
@@ -174,5 +177,73 @@ fn unfit(pod: &Value, node: &Value, used: (i64, i64)) -> Option<&'static str> {
     if used.1 + mem > alloc_mem {
         return Some("Insufficient memory");
     }
+    // Extended resources fit only where the node's device plugin
+    // advertises them (NodeResourcesFit: a node without one has none).
+    for ((k, want), have) in EXTENDED.iter().zip(pod_extended(pod)).zip(used.2) {
+        if want > 0 {
+            let alloc =
+                node.pointer("/status/allocatable").and_then(|a| a.get(*k)).map_or(0, |v| quantity(Some(v), false));
+            if have.saturating_add(want) > alloc {
+                return Some(match *k {
+                    "nvidia.com/gpu" => "Insufficient nvidia.com/gpu",
+                    _ => "Insufficient aws.amazon.com/neuron",
+                });
+            }
+        }
+    }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(gpus: Option<u32>, tainted: bool) -> Value {
+        let mut allocatable = json!({"cpu": "96", "memory": "384Gi", "pods": "110"});
+        if let Some(g) = gpus {
+            allocatable["nvidia.com/gpu"] = json!(g.to_string());
+        }
+        let taints = if tainted {
+            json!([{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+        } else {
+            json!([])
+        };
+        json!({"metadata": {"name": "n", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": allocatable}})
+    }
+
+    fn pod(gpus: u32, tolerates: bool) -> Value {
+        let mut p = json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}});
+        if tolerates {
+            p["spec"]["tolerations"] = json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
+        }
+        p
+    }
+
+    /// NodeResourcesFit and TaintToleration as kube-scheduler applies them
+    /// to extended resources: a GPU pod fits only where the device plugin
+    /// advertises enough devices; a tainted GPU node takes only pods that
+    /// tolerate its taint.
+    #[test]
+    fn gpus_fit_only_where_advertised_and_tolerated() {
+        let free = (0, 0, [0, 0]);
+        assert_eq!(unfit(&pod(8, true), &node(Some(8), true), free), None);
+        assert_eq!(unfit(&pod(8, true), &node(Some(8), true), (0, 0, [1, 0])), Some("Insufficient nvidia.com/gpu"));
+        assert_eq!(unfit(&pod(1, true), &node(None, false), free), Some("Insufficient nvidia.com/gpu"));
+        assert_eq!(unfit(&pod(1, false), &node(Some(8), true), free), Some("node(s) had untolerated taint"));
+        // A pod asking for none still fits a GPU node it tolerates.
+        assert_eq!(
+            unfit(
+                &json!({"spec": {"containers": [{"name": "c"}], "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}),
+                &node(Some(8), true),
+                free
+            ),
+            None
+        );
+        // A one-shot init container's devices count if larger (PodRequests).
+        let mut p = pod(2, true);
+        p["spec"]["initContainers"] = json!([{"name": "i", "resources": {"limits": {"nvidia.com/gpu": 8}}}]);
+        assert_eq!(crate::sim::objects::pod_extended(&p), [8, 0]);
+    }
 }

@@ -27,7 +27,7 @@ fn service(containers: Value, replicas: Value) -> Value {
 }
 
 /// The default profile's sidecar: 50m and 64Mi.
-const SIDECAR: Requests = Requests { cpu: 50, memory: 64 << 20 };
+const SIDECAR: Requests = Requests { cpu: 50, memory: 64 << 20, accelerators: [0; 5] };
 
 #[test]
 fn requests_written_as_numbers_count_as_what_they_say() {
@@ -39,7 +39,8 @@ fn requests_written_as_numbers_count_as_what_they_say() {
     let d = demand_of(&w).unwrap();
     // platform-init runs alone first; then 4 sidecars (identity, traffic,
     // logging, metrics) beside the app.
-    let per_pod = Requests { cpu: 8000 + 4 * SIDECAR.cpu, memory: (8 << 30) + 4 * SIDECAR.memory };
+    let per_pod =
+        Requests { cpu: 8000 + 4 * SIDECAR.cpu, memory: (8 << 30) + 4 * SIDECAR.memory, ..Default::default() };
     assert_eq!(
         d.sets,
         vec![PodSet { child: "Deployment/web".into(), field: "spec.template".into(), pods: 3, per_pod }]
@@ -62,7 +63,7 @@ fn a_sidecar_and_an_init_container_count_as_kubernetes_counts_them() {
     let d = demand_of(&w).unwrap();
     // Containers plus the sidecar: 17 cpu; the one-shot init container runs
     // alone (20 cpu, before the sidecar starts): the pod needs 20.
-    assert_eq!(d.sets[0].per_pod, Requests { cpu: 20_000, memory: (1 << 30) + (2 << 30) });
+    assert_eq!(d.sets[0].per_pod, Requests { cpu: 20_000, memory: (1 << 30) + (2 << 30), ..Default::default() });
 }
 
 #[test]
@@ -74,7 +75,10 @@ fn a_limit_alone_is_the_request_and_a_missing_one_the_default() {
     );
     let d = demand_of(&w).unwrap();
     // b: 100m by default (no cpu request or limit), 1Gi.
-    assert_eq!(d.sets[0].per_pod, Requests { cpu: 3000 + 100 + 4 * 50, memory: (2 << 30) + 4 * SIDECAR.memory });
+    assert_eq!(
+        d.sets[0].per_pod,
+        Requests { cpu: 3000 + 100 + 4 * 50, memory: (2 << 30) + 4 * SIDECAR.memory, ..Default::default() }
+    );
 }
 
 #[test]
@@ -324,4 +328,126 @@ proptest! {
         prop_assert_eq!(d.pods, pods);
         prop_assert_eq!((d.cpu, d.memory), (cpu * pods, memory * pods));
     }
+}
+
+fn gpu_service(resources: Value, selector: Option<&str>) -> Value {
+    let mut w = service(json!([{"name": "app", "image": "r/app:1", "resources": resources}]), json!(2));
+    if let Some(p) = selector {
+        w["spec"]["template"]["spec"]["nodeSelector"] = json!({PRODUCT_LABEL: p});
+    }
+    w
+}
+
+fn training(accelerators: Value, workers: i64) -> Value {
+    json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestTrainingJob", "metadata": {"name": "t", "namespace": "red"},
+        "spec": {"owner": {"team": "red", "project": "x"}, "framework": "PyTorch", "accelerators": accelerators,
+            "template": {"spec": {"containers": [{"name": "c", "image": "r/c:1"}]}},
+            "roles": [{"name": "worker", "replicas": workers}]}})
+}
+
+#[test]
+fn a_training_jobs_accelerators_are_counted_from_its_pods_by_product() {
+    let d = demand_of(&training(json!({"type": GPU, "count": 8, "product": "A100"}), 4)).unwrap();
+    assert_eq!(d.sets[0].per_pod.accelerator(Flavor::GpuA100), 8);
+    assert_eq!((d.accelerator(Flavor::GpuA100), d.pods), (32, 4));
+    assert_eq!(d.accelerator(Flavor::GpuH100), 0);
+    // The pods are held to A100 nodes and tolerate the GPU nodes' taint.
+    let children =
+        children("PinterestTrainingJob", &training(json!({"type": GPU, "count": 8, "product": "a100"}), 4), &ctx())
+            .unwrap();
+    let pod = &children.iter().find(|c| c["kind"] == "Job").unwrap()["spec"]["template"]["spec"];
+    assert_eq!(product_of(pod, "p").unwrap(), Some(Flavor::GpuA100));
+    assert!(pod["tolerations"]
+        .as_array()
+        .unwrap()
+        .contains(&json!({"key": GPU, "operator": "Exists", "effect": "NoSchedule"})));
+    // Neuron devices need no product.
+    let d = demand_of(&training(json!({"type": NEURON, "count": 16}), 2)).unwrap();
+    assert_eq!(d.accelerator(Flavor::Neuron), 32);
+    // GPUs with no product cannot be counted by flavor: refused at the
+    // template's container the render gave them to.
+    let e = demand_of(&training(json!({"type": GPU, "count": 8}), 4)).unwrap_err();
+    assert_eq!(e[0].field, "spec.template.spec.containers[0].resources.limits[nvidia.com/gpu]", "{e:?}");
+    assert!(e[0].message.contains("names no GPU product"), "{}", e[0].message);
+    // A product the quota does not know is refused.
+    assert!(demand_of(&training(json!({"type": GPU, "count": 1, "product": "V100"}), 1)).is_err());
+}
+
+#[test]
+fn gpus_a_container_asks_for_are_counted_as_kubernetes_reads_them() {
+    let per_pod = |limits: Value| {
+        demand_of(&gpu_service(json!({"limits": limits}), Some("NVIDIA-A10G")))
+            .map(|d| d.sets[0].per_pod.accelerator(Flavor::GpuA10g))
+    };
+    // Exponents and strings are quantities; a limit alone is the request.
+    assert_eq!(per_pod(json!({GPU: "8e0"})).unwrap(), 8);
+    assert_eq!(per_pod(json!({GPU: "1e3"})).unwrap(), 1000);
+    assert_eq!(per_pod(json!({GPU: 2})).unwrap(), 2);
+    assert_eq!(per_pod(json!({GPU: "2"})).unwrap(), 2);
+    // Fractions, negatives and words are refused at the limit.
+    for bad in [json!("0.5"), json!(1.5), json!("1500m"), json!(-1), json!("-1"), json!("eight"), json!(true)] {
+        let e = per_pod(json!({GPU: bad})).unwrap_err();
+        let field = &e[0].field;
+        assert!(
+            field == "spec.template.spec.containers[0].resources.limits[nvidia.com/gpu]"
+                || field == "spec.template.spec.containers[0].resources.limits.nvidia.com/gpu",
+            "{bad}: {e:?}"
+        );
+    }
+    // A request alone is refused as the API server refuses it.
+    let e = demand_of(&gpu_service(json!({"requests": {GPU: 1}}), Some("NVIDIA-A10G"))).unwrap_err();
+    assert_eq!(e[0].field, "spec.template.spec.containers[0].resources.limits");
+    assert!(e[0].message.ends_with("Limit must be set for non overcommitable resources"), "{}", e[0].message);
+    // Two GPU products, or one the quota does not know: refused at the selector.
+    let e = demand_of(&gpu_service(json!({"limits": {GPU: 1}}), Some("NVIDIA-L40S"))).unwrap_err();
+    assert_eq!(e[0].field, format!("spec.template.spec.nodeSelector[{PRODUCT_LABEL}]"));
+}
+
+#[test]
+fn every_other_resource_a_rendered_pod_asks_for_is_refused_at_its_field() {
+    for name in ["example.com/fpga", "hugepages-2Mi", "ephemeral-storage", "amd.com/gpu", "vpc.amazonaws.com/efa"] {
+        let e = demand_of(&gpu_service(json!({"limits": {name: "1"}}), None)).unwrap_err();
+        assert_eq!(e[0].field, format!("spec.template.spec.containers[0].resources[{name}]"), "{name}");
+        assert!(e[0].message.contains("is not counted by the team's quota"), "{}", e[0].message);
+    }
+    // The same through a platform sidecar's override: the rendered pod is
+    // what is counted, and the refusal names the injected container.
+    let mut w = gpu_service(json!({}), None);
+    w["spec"]["runtime"] = json!({"overrides": {"logging": {"limits": {"hugepages-2Mi": "1Gi", "memory": "1Gi"}}}});
+    let e = demand_of(&w).unwrap_err();
+    assert!(e[0].field.starts_with("spec.runtime (logging"), "{e:?}");
+    // GPUs given to the logging sidecar are counted (a probe ran 4 so, uncounted).
+    let mut w = gpu_service(json!({}), Some("NVIDIA-H100-80GB-HBM3"));
+    w["spec"]["runtime"] = json!({"overrides": {"logging": {"limits": {GPU: 4}}}});
+    let d = demand_of(&w).unwrap();
+    assert_eq!((d.sets[0].per_pod.accelerator(Flavor::GpuH100), d.accelerator(Flavor::GpuH100)), (4, 8));
+    // And to platform-init (a one-shot init container): the largest of
+    // the init containers and the running ones, as Kubernetes counts.
+    let mut w = gpu_service(json!({"limits": {GPU: 2}}), Some("NVIDIA-H100-80GB-HBM3"));
+    w["spec"]["runtime"] = json!({"overrides": {"platform-init": {"limits": {GPU: 8}}}});
+    assert_eq!(demand_of(&w).unwrap().sets[0].per_pod.accelerator(Flavor::GpuH100), 8);
+    let mut w = gpu_service(json!({"limits": {GPU: 2}}), Some("NVIDIA-H100-80GB-HBM3"));
+    w["spec"]["runtime"] = json!({"overrides": {"platform-init": {"limits": {GPU: 1}}}});
+    assert_eq!(demand_of(&w).unwrap().sets[0].per_pod.accelerator(Flavor::GpuH100), 2);
+}
+
+#[test]
+fn requests_unequal_to_limits_are_refused_with_the_api_servers_words() {
+    let w = gpu_service(json!({"requests": {GPU: 4}, "limits": {GPU: 8}}), Some("NVIDIA-A100-SXM4-80GB"));
+    let rendered = children("PinterestService", &w, &ctx()).unwrap();
+    let r = refusals(&w, &rendered, crate::spec::versions::DEFAULT_MINOR);
+    let at = r.iter().find(|l| l.field == "spec.template.spec.containers[0].resources.requests").expect("refused");
+    assert!(
+        at.message.ends_with(r#"Invalid value: "4": must be equal to nvidia.com/gpu limit of 8"#),
+        "{}",
+        at.message
+    );
+    let w = gpu_service(json!({"requests": {GPU: "1500m"}, "limits": {GPU: "1500m"}}), Some("NVIDIA-L4"));
+    let rendered = children("PinterestService", &w, &ctx()).unwrap();
+    let r = refusals(&w, &rendered, crate::spec::versions::DEFAULT_MINOR);
+    assert!(
+        r.iter().any(|l| l.field == "spec.template.spec.containers[0].resources.requests[nvidia.com/gpu]"
+            && l.message.ends_with(r#"Invalid value: "1500m": must be an integer"#)),
+        "{r:?}"
+    );
 }
