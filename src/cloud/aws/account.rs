@@ -330,6 +330,17 @@ impl Sessions {
     }
 }
 
+/// Codes with which an account refuses a caller (rather than a request
+/// being wrong): the account's clusters stop, others go on.
+pub const REFUSALS: &[&str] = &["AccessDenied", "UnauthorizedOperation", "AccessDeniedException", "ExpiredToken"];
+
+/// True when `e` (any layer of it) is an account refusing the caller, or a
+/// session that landed elsewhere.
+pub fn is_refusal(e: &anyhow::Error) -> bool {
+    let text = format!("{e:#}");
+    REFUSALS.iter().any(|c| text.contains(c)) || text.contains("refusing to act") || text.contains("assuming arn:")
+}
+
 /// Refuses a session that landed elsewhere than the cluster file says
 /// (GetCallerIdentity's account), before the first write.
 pub fn check_landed(role: &RoleFor, caller_arn: Option<&str>, landed: Option<&str>) -> anyhow::Result<()> {
