@@ -367,10 +367,11 @@ mod tests {
 
     #[test]
     fn session_names_fit_sts() {
+        let (long, cut) = ("x".repeat(63), format!("pinfleet-{}", "x".repeat(55)));
         let cases = [
             ("prod-use1", "plan", "pinfleet-prod-use1-plan"),
             ("a", "fleet roll", "pinfleet-a-fleet-roll"),
-            ("x".repeat(63).as_str(), "apply", &format!("pinfleet-{}", "x".repeat(55))),
+            (long.as_str(), "apply", cut.as_str()),
             ("c", "ami/rollout:now", "pinfleet-c-ami-rollout-now"),
         ];
         for (cluster, command, want) in cases {

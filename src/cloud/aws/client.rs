@@ -122,7 +122,10 @@ impl AwsOptions {
             moto_account: std::env::var("PINFLEET_MOTO_ACCOUNT_ID").ok(),
             faults,
             capacity_faults: super::inject::CapacityFaults::from_env()?,
-            sts_faults: None,
+            sts_faults: match std::env::var("PINFLEET_STS_FAULTS") {
+                Ok(s) if !s.trim().is_empty() => Some(super::sts_inject::StsRules::parse(&s)?),
+                _ => None,
+            },
             role: None,
             session: None,
             time_source: None,

@@ -60,6 +60,39 @@ impl StsRules {
         Arc::new(StsRules::default())
     }
 
+    /// From `PINFLEET_STS_FAULTS`: rules separated by `;` —
+    /// `deny=ACCOUNT`, `external-id=ROLE_ARN=ID`, `elsewhere=ROLE_ARN=ACCOUNT`,
+    /// `max-session=ROLE_ARN=SECONDS`, `chained`.
+    pub fn parse(text: &str) -> anyhow::Result<Arc<StsRules>> {
+        let rules = StsRules::new();
+        for rule in text.split(';').map(str::trim).filter(|r| !r.is_empty()) {
+            let (kind, rest) = rule.split_once('=').unwrap_or((rule, ""));
+            // A role ARN has no `=`; the value after the last one is the setting.
+            let pair = || {
+                rest.rsplit_once('=').ok_or_else(|| anyhow::anyhow!("`{rule}`: expected {kind}=ROLE_ARN=VALUE"))
+            };
+            match kind {
+                "deny" => rules.deny(rest),
+                "external-id" => {
+                    let (role, id) = pair()?;
+                    rules.require_external_id(role, id);
+                }
+                "elsewhere" => {
+                    let (role, account) = pair()?;
+                    rules.lands_elsewhere(role, account);
+                }
+                "max-session" => {
+                    let (role, secs) = pair()?;
+                    let secs: u64 = secs.parse().map_err(|e| anyhow::anyhow!("`{rule}`: {e}"))?;
+                    rules.max_session.lock().expect("rules").insert(role.into(), secs);
+                }
+                "chained" => rules.chained.store(true, std::sync::atomic::Ordering::SeqCst),
+                other => anyhow::bail!("unknown STS fault `{other}` (known: deny, external-id, elsewhere, max-session, chained)"),
+            }
+        }
+        Ok(rules)
+    }
+
     pub fn require_external_id(&self, role_arn: &str, id: &str) {
         self.external_ids.lock().expect("rules").insert(role_arn.into(), id.into());
     }
@@ -472,6 +505,19 @@ mod tests {
         assert_eq!(
             r.message,
             "The requested DurationSeconds exceeds the 1 hour session limit for roles assumed by role chaining."
+        );
+    }
+
+    #[test]
+    fn rules_read_from_their_text() {
+        let r = StsRules::parse(&format!("deny=333333333333; external-id={ROLE}=sesame;elsewhere={ROLE}=444444444444;chained")).unwrap();
+        assert!(r.is_denied("333333333333"));
+        assert_eq!(r.external_ids.lock().unwrap().get(ROLE).map(String::as_str), Some("sesame"));
+        assert_eq!(r.wrong_account.lock().unwrap().get(ROLE).map(String::as_str), Some("444444444444"));
+        assert!(r.chained.load(std::sync::atomic::Ordering::SeqCst));
+        assert_eq!(
+            StsRules::parse("nonsense=1").unwrap_err().to_string(),
+            "unknown STS fault `nonsense` (known: deny, external-id, elsewhere, max-session, chained)"
         );
     }
 
