@@ -51,8 +51,10 @@ pub async fn run(g: &GlobalArgs, args: GetArgs) -> Result<ExitCode> {
         scopes.push((spec.region.clone(), spec.account.clone(), Some(loaded.cluster.metadata.name.clone())));
     } else {
         let (loaded, _) = crate::spec::load_paths(std::slice::from_ref(&g.clusters_dir), &Default::default());
-        let places: BTreeSet<(String, Option<crate::spec::Account>)> =
-            loaded.iter().map(|l| (l.cluster.spec.cloud.region.clone(), l.cluster.spec.cloud.account.clone())).collect();
+        let places: BTreeSet<(String, Option<crate::spec::Account>)> = loaded
+            .iter()
+            .map(|l| (l.cluster.spec.cloud.region.clone(), l.cluster.spec.cloud.account.clone()))
+            .collect();
         if places.is_empty() {
             anyhow::bail!("no clusters in {} to take regions from; name a cluster", g.clusters_dir.display());
         }

@@ -254,8 +254,7 @@ fn check_cloud<'a>(p: &mut Problems, spec: &'a ClusterSpec) -> BTreeSet<&'a str>
 /// AssumeRole's ExternalId: 2–1224 characters of `[\w+=,.@:/-]` (STS's
 /// own constraint on the parameter).
 pub fn external_id_ok(s: &str) -> bool {
-    (2..=1224).contains(&s.len())
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || "_+=,.@:/-".contains(c))
+    (2..=1224).contains(&s.len()) && s.chars().all(|c| c.is_ascii_alphanumeric() || "_+=,.@:/-".contains(c))
 }
 
 /// The account id (12 digits), the role's ARN (an IAM role in that very

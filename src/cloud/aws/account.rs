@@ -174,12 +174,12 @@ impl AssumedRole {
         let now = self.time.now();
         if let Some(c) = cached.as_ref() {
             if c.expiry().is_some_and(|e| e > now + REFRESH_BEFORE) {
-                return Ok(c.clone());
+                return Ok(early(c));
             }
         }
         let fresh = self.assume().await?;
         *cached = Some(fresh.clone());
-        Ok(fresh)
+        Ok(early(&fresh))
     }
 
     async fn assume(&self) -> Result<Credentials, CredentialsError> {
@@ -208,11 +208,14 @@ impl AssumedRole {
                 super::client::describe_sdk_error(&e)
             ))
         })?;
-        let c = out
-            .credentials()
-            .ok_or_else(|| CredentialsError::unhandled("AssumeRole answered without credentials"))?;
+        let c =
+            out.credentials().ok_or_else(|| CredentialsError::unhandled("AssumeRole answered without credentials"))?;
         let expiry = SystemTime::try_from(*c.expiration())
             .map_err(|e| CredentialsError::unhandled(format!("AssumeRole's expiration: {e}")))?;
+        // The lifetime STS gave, on the clock the SDK signs and caches by
+        // (the system's, or a test's that it moves forward).
+        let lifetime = expiry.duration_since(SystemTime::now()).unwrap_or_default();
+        let expiry = self.time.now() + lifetime;
         self.issued.lock().expect("issued").push(c.access_key_id().to_string());
         Ok(Credentials::new(
             c.access_key_id(),
@@ -235,6 +238,17 @@ impl ProvideCredentials for Provider {
     {
         future::ProvideCredentials::new(self.0.credentials())
     }
+}
+
+/// The credentials as the SDK is to see them: expiring [`REFRESH_BEFORE`]
+/// early, so that its identity cache asks again in time (it refreshes only
+/// seconds before the expiry it is given).
+fn early(c: &Credentials) -> Credentials {
+    let mut c = c.clone();
+    if let Some(e) = c.expiry() {
+        *c.expiry_mut() = Some(e.checked_sub(REFRESH_BEFORE).unwrap_or(e));
+    }
+    c
 }
 
 impl ProvideCredentials for AssumedRole {

@@ -68,9 +68,8 @@ impl StsRules {
         for rule in text.split(';').map(str::trim).filter(|r| !r.is_empty()) {
             let (kind, rest) = rule.split_once('=').unwrap_or((rule, ""));
             // A role ARN has no `=`; the value after the last one is the setting.
-            let pair = || {
-                rest.rsplit_once('=').ok_or_else(|| anyhow::anyhow!("`{rule}`: expected {kind}=ROLE_ARN=VALUE"))
-            };
+            let pair =
+                || rest.rsplit_once('=').ok_or_else(|| anyhow::anyhow!("`{rule}`: expected {kind}=ROLE_ARN=VALUE"));
             match kind {
                 "deny" => rules.deny(rest),
                 "external-id" => {
@@ -87,7 +86,9 @@ impl StsRules {
                     rules.max_session.lock().expect("rules").insert(role.into(), secs);
                 }
                 "chained" => rules.chained.store(true, std::sync::atomic::Ordering::SeqCst),
-                other => anyhow::bail!("unknown STS fault `{other}` (known: deny, external-id, elsewhere, max-session, chained)"),
+                other => anyhow::bail!(
+                    "unknown STS fault `{other}` (known: deny, external-id, elsewhere, max-session, chained)"
+                ),
             }
         }
         Ok(rules)
@@ -352,7 +353,11 @@ impl Intercept for AccountGate {
             return Ok(());
         }
         let r = if service == "ec2" {
-            Refusal { status: 403, code: "UnauthorizedOperation", message: "You are not authorized to perform this operation.".into() }
+            Refusal {
+                status: 403,
+                code: "UnauthorizedOperation",
+                message: "You are not authorized to perform this operation.".into(),
+            }
         } else if service == "s3" {
             Refusal { status: 403, code: "AccessDenied", message: "Access Denied".into() }
         } else {
@@ -409,13 +414,13 @@ impl Intercept for AccountGate {
     ) -> Result<(), BoxError> {
         let Some(Elsewhere(account)) = cfg.load::<Elsewhere>().cloned() else { return Ok(()) };
         let Some(Ok(output)) = ctx.output_or_error_mut() else { return Ok(()) };
-        if let Some(out) =
-            output.downcast_mut::<aws_sdk_sts::operation::get_caller_identity::GetCallerIdentityOutput>()
+        if let Some(out) = output.downcast_mut::<aws_sdk_sts::operation::get_caller_identity::GetCallerIdentityOutput>()
         {
             if let Some(arn) = &out.arn {
                 let parts: Vec<&str> = arn.splitn(6, ':').collect();
                 if parts.len() == 6 {
-                    out.arn = Some(format!("{}:{}:{}:{}:{account}:{}", parts[0], parts[1], parts[2], parts[3], parts[5]));
+                    out.arn =
+                        Some(format!("{}:{}:{}:{}:{account}:{}", parts[0], parts[1], parts[2], parts[3], parts[5]));
                 }
             }
             out.account = Some(account);
@@ -488,14 +493,18 @@ mod tests {
     fn more_than_fifty_tags_and_chained_sessions_are_refused() {
         let rules = StsRules::new();
         let keys: Vec<(String, String)> = (1..=51)
-            .flat_map(|i| [(format!("Tags.member.{i}.Key"), format!("k{i}")), (format!("Tags.member.{i}.Value"), "v".into())])
+            .flat_map(|i| {
+                [(format!("Tags.member.{i}.Key"), format!("k{i}")), (format!("Tags.member.{i}.Value"), "v".into())]
+            })
             .collect();
         let mut f = form(&[("RoleArn", ROLE), ("RoleSessionName", "ok")]);
         f.extend(keys);
         let r = rules.assume_role(CALLER, &f).expect("refused");
         assert_eq!(r.code, "ValidationError");
         assert!(r.message.starts_with("1 validation error detected: Value '[Tag(key=k1, value=v), "), "{}", r.message);
-        assert!(r.message.ends_with("at 'tags' failed to satisfy constraint: Member must have length less than or equal to 50"));
+        assert!(r
+            .message
+            .ends_with("at 'tags' failed to satisfy constraint: Member must have length less than or equal to 50"));
 
         rules.chained.store(true, std::sync::atomic::Ordering::SeqCst);
         rules.max_session.lock().unwrap().insert(ROLE.into(), 43_200);
@@ -510,7 +519,10 @@ mod tests {
 
     #[test]
     fn rules_read_from_their_text() {
-        let r = StsRules::parse(&format!("deny=333333333333; external-id={ROLE}=sesame;elsewhere={ROLE}=444444444444;chained")).unwrap();
+        let r = StsRules::parse(&format!(
+            "deny=333333333333; external-id={ROLE}=sesame;elsewhere={ROLE}=444444444444;chained"
+        ))
+        .unwrap();
         assert!(r.is_denied("333333333333"));
         assert_eq!(r.external_ids.lock().unwrap().get(ROLE).map(String::as_str), Some("sesame"));
         assert_eq!(r.wrong_account.lock().unwrap().get(ROLE).map(String::as_str), Some("444444444444"));

@@ -1,0 +1,310 @@
+//! A fleet over many accounts on one moto: moto puts a call made with an
+//! assumed role's credentials in the role's account (its access key says
+//! which), so three accounts × two regions are three real tenants here.
+//! What moto does not enforce of STS (ExternalId, durations, a denied
+//! account, a role landing elsewhere) comes from the STS injector.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_smithy_async::time::{SharedTimeSource, TimeSource};
+use pinfleet::cloud::aws::account::{RoleFor, Sessions};
+use pinfleet::cloud::aws::client::CallLog;
+use pinfleet::cloud::aws::sts_inject::StsRules;
+use pinfleet::cloud::aws::{Aws, AwsOptions};
+use pinfleet::spec::Account;
+use proptest::prelude::*;
+
+const REGIONS: [&str; 2] = ["us-east-1", "eu-west-1"];
+
+fn aws_env() {
+    std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
+    std::env::set_var("AWS_ENDPOINT_URL", support::moto_url());
+    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+}
+
+fn account(id: &str, external_id: Option<&str>) -> Account {
+    Account {
+        id: id.into(),
+        role_arn: format!("arn:aws:iam::{id}:role/pinfleet"),
+        external_id: external_id.map(str::to_string),
+    }
+}
+
+/// Options for acting as `caller` (the tools account the human is in) on a
+/// cluster in `account`.
+fn options(caller: &str, region: &str, role: Option<RoleFor>, sessions: &Arc<Sessions>) -> AwsOptions {
+    AwsOptions {
+        region: Some(region.into()),
+        moto_account: Some(caller.into()),
+        role,
+        sessions: Some(sessions.clone()),
+        ..Default::default()
+    }
+}
+
+fn role_for(a: &Account, cluster: &str) -> RoleFor {
+    RoleFor { account: a.clone(), cluster: cluster.into(), command: "test".into() }
+}
+
+/// What an account sees in a region, asked with moto's account header (no
+/// role): the VPCs tagged with a cluster name.
+async fn vpcs_seen_by(account: &str, region: &str) -> Vec<String> {
+    let aws = Aws::connect(&AwsOptions {
+        region: Some(region.into()),
+        moto_account: Some(account.into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let out = aws
+        .ec2
+        .describe_vpcs()
+        .filters(aws_sdk_ec2::types::Filter::builder().name("tag-key").values("test-cluster").build())
+        .send()
+        .await
+        .unwrap();
+    let mut names: Vec<String> = out
+        .vpcs()
+        .iter()
+        .flat_map(|v| v.tags())
+        .filter(|t| t.key() == Some("test-cluster"))
+        .filter_map(|t| t.value().map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn three_accounts_by_two_regions_each_cluster_lands_in_its_own() {
+    aws_env();
+    let caller = support::fresh_account();
+    let accounts: Vec<Account> = (0..3).map(|_| account(&support::fresh_account(), None)).collect();
+    let sessions = Arc::new(Sessions::default());
+    for (i, a) in accounts.iter().enumerate() {
+        for region in REGIONS {
+            let cluster = format!("c{i}-{region}");
+            let aws = Aws::connect(&options(&caller, region, Some(role_for(a, &cluster)), &sessions)).await.unwrap();
+            assert_eq!(aws.account(), Some(a.id.as_str()));
+            let who = aws.sts.get_caller_identity().send().await.unwrap();
+            assert_eq!(who.account(), Some(a.id.as_str()));
+            assert_eq!(
+                who.arn(),
+                Some(format!("arn:aws:sts::{}:assumed-role/pinfleet/pinfleet-{cluster}-test", a.id).as_str())
+            );
+            let vpc = aws.ec2.create_vpc().cidr_block("10.20.0.0/16").send().await.unwrap();
+            let id = vpc.vpc().and_then(|v| v.vpc_id()).unwrap();
+            assert_eq!(vpc.vpc().and_then(|v| v.owner_id()), Some(a.id.as_str()));
+            aws.ec2
+                .create_tags()
+                .resources(id)
+                .tags(aws_sdk_ec2::types::Tag::builder().key("test-cluster").value(&cluster).build())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    // Each account sees its own clusters, in each region only that region's.
+    for (i, a) in accounts.iter().enumerate() {
+        for region in REGIONS {
+            assert_eq!(vpcs_seen_by(&a.id, region).await, vec![format!("c{i}-{region}")]);
+        }
+    }
+    assert!(vpcs_seen_by(&caller, "us-east-1").await.is_empty(), "nothing lands in the caller's account");
+    // One role per (role, external id, region): six sessions, one AssumeRole each.
+    let roles = sessions.roles();
+    assert_eq!(roles.len(), 6);
+    assert!(roles.iter().all(|r| r.assumed() == 1), "{:?}", roles.iter().map(|r| r.assumed()).collect::<Vec<_>>());
+}
+
+/// A clock the test moves: real time plus an offset (moto's expirations
+/// are real time).
+#[derive(Debug, Clone, Default)]
+struct Clock(Arc<AtomicU64>);
+
+impl Clock {
+    fn advance(&self, d: Duration) {
+        self.0.fetch_add(d.as_secs(), Ordering::SeqCst);
+    }
+}
+
+impl TimeSource for Clock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now() + Duration::from_secs(self.0.load(Ordering::SeqCst))
+    }
+}
+
+#[tokio::test]
+async fn a_session_of_fifteen_minutes_is_refreshed_before_it_expires_and_work_goes_on() {
+    aws_env();
+    let caller = support::fresh_account();
+    let a = account(&support::fresh_account(), None);
+    let sessions = Arc::new(Sessions::default());
+    let clock = Clock::default();
+    let mut opts = options(&caller, "us-east-1", Some(role_for(&a, "long-roll")), &sessions);
+    opts.session = Some(Duration::from_secs(900));
+    opts.time_source = Some(SharedTimeSource::new(clock.clone()));
+    let log = CallLog::default();
+    opts.call_log = Some(log.clone());
+    let aws = Aws::connect(&opts).await.unwrap();
+    let role = aws.role.clone().unwrap();
+    let mut keys = Vec::new();
+    // A roll of 40 minutes, a call every 5: each signed with a session that
+    // has more than REFRESH_BEFORE left.
+    for step in 0..=8 {
+        aws.ec2.describe_vpcs().send().await.unwrap_or_else(|e| panic!("minute {}: {e:?}", step * 5));
+        let akid = log.entries().last().unwrap().1.clone();
+        if keys.last() != Some(&akid) {
+            keys.push(akid);
+        }
+        clock.advance(Duration::from_secs(300));
+    }
+    // 15-minute sessions refreshed at 10 minutes: at 0, 10, 20, 30 and 40.
+    assert_eq!(role.assumed(), 5, "sessions: {keys:?}");
+    assert_eq!(keys.len(), 5);
+    assert!(keys.iter().all(|k| sessions.account_of(k).as_deref() == Some(a.id.as_str())));
+}
+
+#[tokio::test]
+async fn sts_refusals_stop_before_the_first_write_with_sts_wording() {
+    aws_env();
+    let caller = support::fresh_account();
+    let rules = StsRules::new();
+    let sessions = Arc::new(Sessions::default());
+    // The trust policy asks for an external id the file does not give.
+    let a = account(&support::fresh_account(), Some("not-the-one"));
+    rules.require_external_id(&a.role_arn, "sesame");
+    let log = CallLog::default();
+    let mut opts = options(&caller, "us-east-1", Some(role_for(&a, "c1")), &sessions);
+    opts.sts_faults = Some(rules.clone());
+    opts.call_log = Some(log.clone());
+    let e = Aws::connect(&opts).await.unwrap_err();
+    let text = format!("{e:#}");
+    assert!(
+        text.contains(&format!(
+            "AccessDenied: User: arn:aws:iam::{caller}:user/moto is not authorized to perform: sts:AssumeRole on resource: {}",
+            a.role_arn
+        )),
+        "{text}"
+    );
+    assert!(log.entries().iter().all(|(op, _)| op.starts_with("sts:")), "{:?}", log.entries());
+
+    // A role whose session lands in another account than the file names.
+    let b = account(&support::fresh_account(), None);
+    rules.lands_elsewhere(&b.role_arn, "999999999999");
+    let log = CallLog::default();
+    let mut opts = options(&caller, "us-east-1", Some(role_for(&b, "c2")), &sessions);
+    opts.sts_faults = Some(rules.clone());
+    opts.call_log = Some(log.clone());
+    let e = Aws::connect(&opts).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "assuming {} landed in account 999999999999 (arn:aws:sts::999999999999:assumed-role/pinfleet/pinfleet-c2-test), not in account {} as cluster c2's file says: refusing to act",
+            b.role_arn, b.id
+        )
+    );
+    assert!(
+        log.entries().iter().all(|(op, _)| op.starts_with("sts:")),
+        "nothing but STS before the check: {:?}",
+        log.entries()
+    );
+
+    // DurationSeconds outside STS's range.
+    let c = account(&support::fresh_account(), None);
+    let mut opts = options(&caller, "us-east-1", Some(role_for(&c, "c3")), &sessions);
+    opts.sts_faults = Some(rules.clone());
+    opts.session = Some(Duration::from_secs(600));
+    let e = Aws::connect(&opts).await.unwrap_err();
+    assert!(
+        format!("{e:#}").contains("ValidationError: 1 validation error detected: Value '600' at 'durationSeconds' failed to satisfy constraint: Member must have value greater than or equal to 900"),
+        "{e:#}"
+    );
+}
+
+#[tokio::test]
+async fn an_account_denied_mid_roll_stops_its_own_calls_only() {
+    aws_env();
+    let caller = support::fresh_account();
+    let rules = StsRules::new();
+    let sessions = Arc::new(Sessions::default());
+    let (a, b) = (account(&support::fresh_account(), None), account(&support::fresh_account(), None));
+    let connect = |acc: &Account, cluster: &str| {
+        let mut o = options(&caller, "us-east-1", Some(role_for(acc, cluster)), &sessions);
+        o.sts_faults = Some(rules.clone());
+        o
+    };
+    let aws_a = Aws::connect(&connect(&a, "prod-a")).await.unwrap();
+    let aws_b = Aws::connect(&connect(&b, "prod-b")).await.unwrap();
+    aws_a.ec2.describe_vpcs().send().await.unwrap();
+    rules.deny(&a.id);
+    let e = aws_a.ec2.describe_vpcs().send().await.unwrap_err();
+    let text = pinfleet::cloud::aws::client::describe_sdk_error(&e);
+    assert!(text.contains("UnauthorizedOperation: You are not authorized to perform this operation."), "{text}");
+    assert!(pinfleet::cloud::aws::account::is_refusal(&anyhow::anyhow!("{text}")));
+    // The other account goes on.
+    aws_b.ec2.describe_vpcs().send().await.unwrap();
+    // A new session in the denied account is refused by STS itself.
+    let sessions2 = Arc::new(Sessions::default());
+    let mut o = options(&caller, "eu-west-1", Some(role_for(&a, "prod-a")), &sessions2);
+    o.sts_faults = Some(rules.clone());
+    let e = Aws::connect(&o).await.unwrap_err();
+    assert!(format!("{e:#}").contains("is not authorized to perform: sts:AssumeRole"), "{e:#}");
+}
+
+/// A generated fleet: each cluster's account (of three, with or without an
+/// external id) and region (of two).
+fn fleets() -> impl Strategy<Value = Vec<(usize, bool, usize)>> {
+    prop::collection::vec((0usize..3, any::<bool>(), 0usize..2), 1..7)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    /// Every call a cluster's connection makes is signed with credentials
+    /// of that cluster's account (the caller's own keys sign only STS's
+    /// AssumeRole and GetCallerIdentity); one session per key, never shared.
+    #[test]
+    fn every_call_goes_to_its_clusters_account(fleet in fleets()) {
+        aws_env();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let caller = support::fresh_account();
+            let ids: Vec<String> = (0..3).map(|_| support::fresh_account()).collect();
+            let sessions = Arc::new(Sessions::default());
+            let mut keys = std::collections::BTreeSet::new();
+            for (n, (acc, with_external_id, region)) in fleet.iter().enumerate() {
+                let a = account(&ids[*acc], with_external_id.then_some("sesame"));
+                keys.insert((a.role_arn.clone(), a.external_id.clone(), REGIONS[*region]));
+                let log = CallLog::default();
+                let mut opts = options(&caller, REGIONS[*region], Some(role_for(&a, &format!("c{n}"))), &sessions);
+                opts.call_log = Some(log.clone());
+                let aws = Aws::connect(&opts).await.unwrap();
+                aws.ec2.describe_vpcs().send().await.unwrap();
+                let who = aws.sts.get_caller_identity().send().await.unwrap();
+                prop_assert_eq!(who.account(), Some(a.id.as_str()));
+                for (op, akid) in log.entries() {
+                    if akid == "testing" {
+                        prop_assert!(op == "sts:AssumeRole" || op == "sts:GetCallerIdentity", "{} signed by the caller", op);
+                    } else {
+                        prop_assert_eq!(sessions.account_of(&akid), Some(a.id.clone()), "{} of cluster c{}", op, n);
+                    }
+                }
+            }
+            let roles = sessions.roles();
+            prop_assert_eq!(roles.len(), keys.len());
+            let mut issued = std::collections::BTreeSet::new();
+            for r in &roles {
+                prop_assert_eq!(r.assumed(), 1);
+                for k in r.issued() {
+                    prop_assert!(issued.insert(k), "an access key handed to two keys");
+                }
+            }
+            Ok(())
+        })?;
+    }
+}
