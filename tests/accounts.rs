@@ -308,3 +308,144 @@ proptest! {
         })?;
     }
 }
+
+/// A clusters folder of three accounts × two regions (the account from a
+/// base per account, as a platform team would write it), the caller in a
+/// tools account of its own.
+fn fleet_world() -> (support::World, Vec<String>) {
+    let w = support::World::new("seed", 1);
+    std::fs::remove_file(w.cluster_file()).unwrap();
+    let ids: Vec<String> = (0..3).map(|_| support::fresh_account()).collect();
+    for (i, id) in ids.iter().enumerate() {
+        // A base per account: the standard base with the account's role.
+        std::fs::write(
+            w.clusters_dir().join(format!("bases/account-{i}.yaml")),
+            format!(
+                "extends: aws-standard.yaml\nspec:\n  cloud:\n    account:\n      id: \"{id}\"\n      roleArn: arn:aws:iam::{id}:role/pinfleet\n"
+            ),
+        )
+        .unwrap();
+        for region in REGIONS {
+            let name = format!("a{i}-{region}");
+            let yaml = w
+                .cluster_yaml(1, "t3.large")
+                .replace("name: seed", &format!("name: {name}"))
+                .replace("extends: bases/aws-standard.yaml", &format!("extends: bases/account-{i}.yaml"))
+                .replace("us-east-1", region)
+                .replace(&format!("pf-test-{}-seed", w.account), &format!("pf-test-{}-{name}", w.account));
+            std::fs::write(w.clusters_dir().join(format!("{name}.yaml")), yaml).unwrap();
+        }
+    }
+    (w, ids)
+}
+
+#[test]
+fn a_fleet_over_three_accounts_plans_diffs_and_lists_per_account_and_a_refusing_one_stops_alone() {
+    let (mut w, ids) = fleet_world();
+    let allowed: String = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| format!("  - {{id: \"{id}\", name: account-{i}, teams: [cloud-platform]}}\n"))
+        .collect();
+    std::fs::write(
+        w.clusters_dir().join("fleet.yaml"),
+        format!("stages:\n  - {{name: dev, selector: env=dev, soak: 1m, maxFailures: 2}}\naccounts:\n{allowed}"),
+    )
+    .unwrap();
+    w.ok(&["validate"]);
+
+    // A cluster's plan is made in its own account (its VPC is to be created there).
+    let plan = w.json(&["plan", "a1-eu-west-1"]);
+    assert!(plan.to_string().contains("vpc"), "{plan}");
+
+    // The third account refuses everything: its clusters alone stop.
+    let denied = &ids[2];
+    w.extra_env.push(("PINFLEET_STS_FAULTS".into(), format!("deny={denied}")));
+    let out = w.run(&["fleet", "rollout", "plan", "--kubernetes-version", pinfleet::spec::versions::DEFAULT]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for region in REGIONS {
+        let line = stdout.lines().find(|l| l.contains(&format!("a2-{region}"))).unwrap_or_else(|| panic!("{stdout}"));
+        assert!(line.contains("account refused"), "{line}");
+        for i in 0..2 {
+            let line = stdout.lines().find(|l| l.contains(&format!("a{i}-{region}"))).unwrap();
+            assert!(!line.contains("refused"), "{line}");
+        }
+    }
+
+    // Drift per account: the refusing account's clusters unreachable, the
+    // others read (and drifted: nothing exists yet).
+    let out = w.run(&["diff", "--all", "--layer", "aws", "-o", "json"]);
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for r in reports.as_array().unwrap() {
+        let name = r["cluster"].as_str().unwrap();
+        let state = r["layers"]["aws"].to_string();
+        if name.starts_with("a2-") {
+            assert!(state.contains("nreachable") && state.contains("AccessDenied"), "{name}: {state}");
+        } else {
+            assert!(!state.contains("nreachable"), "{name}: {state}");
+        }
+    }
+
+    // Instances of every account and region; the refusing one named.
+    let out = w.run(&["get", "instances"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for region in REGIONS {
+        assert!(stderr.contains(&format!("not listed: account {denied} in {region}: ")), "{stderr}");
+    }
+    assert_eq!(stderr.matches("not listed").count(), 2, "{stderr}");
+}
+
+#[test]
+fn a_cluster_in_an_account_off_the_fleets_list_is_refused_at_its_line() {
+    let (w, ids) = fleet_world();
+    // Only the first two accounts are on the list; the second takes another team.
+    std::fs::write(
+        w.clusters_dir().join("fleet.yaml"),
+        format!(
+            "accounts:\n  - {{id: \"{}\", name: production}}\n  - {{id: \"{}\", name: staging, teams: [data]}}\n",
+            ids[0], ids[1]
+        ),
+    )
+    .unwrap();
+    let out = w.run(&["validate"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let dir = w.clusters_dir();
+    for region in REGIONS {
+        let f = dir.join("bases/account-2.yaml");
+        let line = line_of(&f, "      id: ");
+        assert!(
+            text.contains(&format!(
+                "{}:{line}:7: spec.cloud.account.id: cluster a2-{region}: account {} is not on fleet.yaml's accounts ({} production, {} staging)",
+                f.display(),
+                ids[2],
+                ids[0],
+                ids[1]
+            )),
+            "{text}"
+        );
+        let f = dir.join(format!("a1-{region}.yaml"));
+        let line = line_of(&f, "  owner: ");
+        assert!(
+            text.contains(&format!(
+                "{}:{line}:3: spec.owner: cluster a1-{region}: team cloud-platform may not have clusters in account {} (staging) (its teams: data)",
+                f.display(),
+                ids[1]
+            )),
+            "{text}"
+        );
+        assert!(!text.contains(&format!("a0-{region}.yaml:")), "{text}");
+    }
+    // The fleet refuses to act on such a folder at all.
+    let out = w.run(&["fleet", "rollout", "plan", "--kubernetes-version", pinfleet::spec::versions::DEFAULT]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not on fleet.yaml's accounts"));
+}
+
+/// The 1-based line of the first line of `file` starting with `prefix`.
+fn line_of(file: &std::path::Path, prefix: &str) -> usize {
+    std::fs::read_to_string(file).unwrap().lines().position(|l| l.starts_with(prefix)).unwrap() + 1
+}
