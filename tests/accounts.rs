@@ -449,3 +449,31 @@ fn a_cluster_in_an_account_off_the_fleets_list_is_refused_at_its_line() {
 fn line_of(file: &std::path::Path, prefix: &str) -> usize {
     std::fs::read_to_string(file).unwrap().lines().position(|l| l.starts_with(prefix)).unwrap() + 1
 }
+
+#[tokio::test]
+async fn the_capacity_ledger_is_per_account_a_refusal_in_one_holds_no_other() {
+    use pinfleet::capacity::{LedgerStore, Market, Offering};
+    use pinfleet::cloud::aws::ledger::StoreLedger;
+    aws_env();
+    let caller = support::fresh_account();
+    let sessions = Arc::new(Sessions::default());
+    let (a, b) = (account(&support::fresh_account(), None), account(&support::fresh_account(), None));
+    let aws_a = Aws::connect(&options(&caller, "us-east-1", Some(role_for(&a, "prod-a")), &sessions)).await.unwrap();
+    let aws_b = Aws::connect(&options(&caller, "us-east-1", Some(role_for(&b, "prod-b")), &sessions)).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let o = Offering { market: Market::Spot, instance_type: "m6i.large".into(), zone: "us-east-1a".into() };
+    let now = chrono::Utc::now();
+    let written = StoreLedger::new(&url, &aws_a)
+        .record(&[(o.clone(), "InsufficientInstanceCapacity".into(), "prod-a/general".into())], &[], now)
+        .await
+        .unwrap();
+    assert_eq!(written.account, a.id);
+    assert!(written.out(&o, now).is_some());
+    let other = StoreLedger::new(&url, &aws_b).load().await.unwrap();
+    assert_eq!(other.account, b.id);
+    assert!(other.out(&o, now).is_none(), "account {}'s refusal holds account {}: {other:?}", a.id, b.id);
+    // The same account's next launch (another cluster there) reads it.
+    let again = StoreLedger::new(&url, &aws_a).load().await.unwrap();
+    assert!(again.out(&o, now).is_some());
+}
