@@ -477,3 +477,81 @@ async fn the_capacity_ledger_is_per_account_a_refusal_in_one_holds_no_other() {
     let again = StoreLedger::new(&url, &aws_a).load().await.unwrap();
     assert!(again.out(&o, now).is_some());
 }
+
+/// Figures for the closing note (printed, never timed in an assertion):
+/// AWS calls and time for observe + plan of the same six clusters, in one
+/// account and over three accounts × two regions, each connected as the
+/// fleet connects (one connection per region and account). What accounts
+/// add is STS's, per (account, region): the caller's identity,
+/// AssumeRole and the landing check; EC2's calls are the same.
+#[tokio::test]
+async fn figures_observe_and_plan_over_three_accounts_against_one() {
+    aws_env();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clusters/dev-local.yaml");
+    let src = std::fs::read_to_string(&root).unwrap();
+    let ids: Vec<String> = (0..3).map(|_| support::fresh_account()).collect();
+    let clusters = |with_accounts: bool| {
+        let mut out = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            for region in REGIONS {
+                let mut yaml = src.replace("name: dev-local", &format!("name: f{i}-{region}"));
+                if with_accounts {
+                    yaml = yaml.replace(
+                        "    zones: [us-east-1a, us-east-1b]\n",
+                        &format!("    zones: [us-east-1a, us-east-1b]\n    account: {{id: \"{id}\", roleArn: \"arn:aws:iam::{id}:role/pinfleet\"}}\n"),
+                    );
+                }
+                let yaml = yaml.replace("us-east-1", region);
+                out.push(pinfleet::spec::load_source(&root, &yaml, &Default::default()).unwrap().cluster);
+            }
+        }
+        out
+    };
+    let mut figures = Vec::new();
+    // A warm-up round of each first (moto builds a region's state on first use).
+    for with_accounts in [false, true, false, true] {
+        let caller = support::fresh_account();
+        let sessions = Arc::new(Sessions::default());
+        let started = std::time::Instant::now();
+        let mut places: std::collections::BTreeMap<(String, Option<String>), Aws> = Default::default();
+        let mut calls: std::collections::BTreeMap<String, u64> = Default::default();
+        for c in clusters(with_accounts) {
+            let place = (c.spec.cloud.region.clone(), c.spec.cloud.account.as_ref().map(|a| a.id.clone()));
+            if !places.contains_key(&place) {
+                let mut o = AwsOptions::for_cluster(Default::default(), &c, "figures").unwrap();
+                o.moto_account = Some(caller.clone());
+                o.sessions = Some(sessions.clone());
+                places.insert(place.clone(), Aws::connect(&o).await.unwrap());
+            }
+            let aws = &places[&place];
+            let prepared = pinfleet::apply::prepare::prepare(aws, &c).await.unwrap();
+            assert!(!prepared.plan.changes.is_empty(), "nothing exists yet: everything is to be created");
+        }
+        let elapsed = started.elapsed();
+        for aws in places.values() {
+            for (k, v) in aws.calls.snapshot() {
+                *calls.entry(k).or_default() += v;
+            }
+        }
+        figures.push((with_accounts, places.len(), calls, elapsed));
+    }
+    let figures = &figures[2..];
+    let sts = |c: &std::collections::BTreeMap<String, u64>| {
+        c.iter().filter(|(k, _)| k.starts_with("sts:")).map(|(_, v)| v).sum::<u64>()
+    };
+    let others = |c: &std::collections::BTreeMap<String, u64>| {
+        c.iter().filter(|(k, _)| !k.starts_with("sts:")).map(|(k, v)| (k.clone(), *v)).collect::<Vec<_>>()
+    };
+    for (with_accounts, places, calls, elapsed) in figures {
+        eprintln!(
+            "observe + plan, 6 clusters, {}: {places} connections, {} AWS calls ({} STS), {elapsed:.2?}",
+            if *with_accounts { "3 accounts × 2 regions" } else { "1 account × 2 regions" },
+            calls.values().sum::<u64>(),
+            sts(calls)
+        );
+    }
+    let (one, many) = (&figures[0].2, &figures[1].2);
+    assert_eq!(others(one), others(many), "accounts change nothing but STS");
+    assert_eq!(sts(one), 0);
+    assert_eq!(sts(many), 3 * 6, "caller identity, AssumeRole and the landing check per (account, region)");
+}
