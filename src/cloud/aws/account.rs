@@ -154,7 +154,7 @@ impl AssumedRole {
                     anyhow::anyhow!(
                         "checking where {} landed (GetCallerIdentity): {}",
                         role.account.role_arn,
-                        super::client::describe_sdk_error(&e)
+                        crate::sdk_error::describe_sdk_error(&e)
                     )
                 })?;
                 Ok::<_, anyhow::Error>((out.arn().map(str::to_string), out.account().map(str::to_string)))
@@ -205,7 +205,7 @@ impl AssumedRole {
                 "assuming {} for account {}: {}",
                 self.key.role_arn,
                 self.account,
-                super::client::describe_sdk_error(&e)
+                crate::sdk_error::describe_sdk_error(&e)
             ))
         })?;
         let c =
@@ -304,7 +304,7 @@ impl Sessions {
             o.caller = match sts.get_caller_identity().send().await {
                 Ok(out) => out.arn().map(str::to_string),
                 Err(e) => {
-                    tracing::debug!("GetCallerIdentity (the caller): {}", super::client::describe_sdk_error(&e));
+                    tracing::debug!("GetCallerIdentity (the caller): {}", crate::sdk_error::describe_sdk_error(&e));
                     None
                 }
             };
