@@ -555,3 +555,127 @@ async fn figures_observe_and_plan_over_three_accounts_against_one() {
     assert_eq!(sts(one), 0);
     assert_eq!(sts(many), 3 * 6, "caller identity, AssumeRole and the landing check per (account, region)");
 }
+
+#[tokio::test]
+async fn a_promoted_image_is_shared_with_the_accounts_its_channel_serves_and_gc_takes_back_only_its_shares() {
+    use pinfleet::cloud::aws::sharing;
+    aws_env();
+    let build = support::fresh_account();
+    let (b, c, other) = (support::fresh_account(), support::fresh_account(), support::fresh_account());
+    let home = Aws::connect(&AwsOptions {
+        region: Some("us-east-1".into()),
+        moto_account: Some(build.clone()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // An image baked in the build account: one of moto's, run and imaged.
+    let images = home.ec2.describe_images().owners("099720109477").send().await.unwrap();
+    let base = images
+        .images()
+        .iter()
+        .find(|i| i.architecture().map(|a| a.as_str()) == Some("x86_64"))
+        .and_then(|i| i.image_id())
+        .unwrap()
+        .to_string();
+    let run = home
+        .ec2
+        .run_instances()
+        .image_id(&base)
+        .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
+        .min_count(1)
+        .max_count(1)
+        .send()
+        .await
+        .unwrap();
+    let instance = run.instances()[0].instance_id().unwrap().to_string();
+    let image = home.ec2.create_image().instance_id(&instance).name("pinfleet-node-1").send().await.unwrap();
+    let image = image.image_id().unwrap().to_string();
+
+    // The channel serves clusters in accounts b and c (and one in the
+    // build account itself, which needs no share; one in another region).
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clusters/dev-local.yaml");
+    let src = std::fs::read_to_string(&root).unwrap().replace(
+        "      desired: 3\n",
+        "      desired: 3\n      image: {\"$patch\": replace, channel: stable, recipe: node}\n",
+    );
+    let cluster = |name: &str, id: &str, region: &str| {
+        let yaml = src
+            .replace("name: dev-local", &format!("name: {name}"))
+            .replace(
+                "    zones: [us-east-1a, us-east-1b]\n",
+                &format!("    zones: [us-east-1a, us-east-1b]\n    account: {{id: \"{id}\", roleArn: \"arn:aws:iam::{id}:role/pinfleet\"}}\n"),
+            )
+            .replace("us-east-1", region);
+        pinfleet::spec::load_source(&root, &yaml, &Default::default()).unwrap().cluster
+    };
+    let clusters = vec![
+        cluster("b1", &b, "us-east-1"),
+        cluster("c1", &c, "us-east-1"),
+        cluster("build1", &build, "us-east-1"),
+        cluster("other-region", &other, "eu-west-1"),
+    ];
+    let served = sharing::served_accounts(&clusters, "node", "stable", "us-east-1", Some(&build));
+    assert_eq!(served, [b.clone(), c.clone()].into_iter().collect());
+    assert!(sharing::served_accounts(&clusters, "node", "candidate", "us-east-1", Some(&build)).is_empty());
+
+    let shared = sharing::share(&home, &image, &served).await.unwrap();
+    assert_eq!(
+        shared,
+        vec![b.clone(), c.clone()]
+            .into_iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(sharing::launch_permissions(&home, &image).await.unwrap(), served);
+    let img = home.ec2.describe_images().image_ids(&image).send().await.unwrap();
+    let snapshots: Vec<String> = img.images()[0]
+        .block_device_mappings()
+        .iter()
+        .filter_map(|m| m.ebs().and_then(|e| e.snapshot_id()).map(str::to_string))
+        .collect();
+    assert!(!snapshots.is_empty(), "the image has its snapshots");
+    for s in &snapshots {
+        assert_eq!(sharing::volume_permissions(&home, s).await.unwrap(), served, "snapshot {s}");
+    }
+    // Again: nothing new.
+    assert!(sharing::share(&home, &image, &served).await.unwrap().is_empty());
+
+    // Someone shares it by hand with another account: gc leaves that share.
+    home.ec2
+        .modify_image_attribute()
+        .image_id(&image)
+        .launch_permission(
+            aws_sdk_ec2::types::LaunchPermissionModifications::builder()
+                .add(aws_sdk_ec2::types::LaunchPermission::builder().user_id(&other).build())
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let gone = sharing::unshare(&home, &image).await.unwrap();
+    assert_eq!(gone, vec![b.clone(), c.clone()]);
+    assert_eq!(sharing::launch_permissions(&home, &image).await.unwrap(), [other.clone()].into_iter().collect());
+    for s in &snapshots {
+        assert!(sharing::volume_permissions(&home, s).await.unwrap().is_empty(), "snapshot {s}");
+    }
+
+    // An account still launching the image holds it back from collection.
+    let launched = home
+        .ec2
+        .run_instances()
+        .image_id(&image)
+        .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
+        .min_count(1)
+        .max_count(1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(launched.instances().len(), 1);
+    assert_eq!(sharing::launched_elsewhere(&image, &[&home]).await.unwrap(), vec!["the caller's account".to_string()]);
+    let sessions = Arc::new(Sessions::default());
+    let in_b =
+        Aws::connect(&options(&build, "us-east-1", Some(role_for(&account(&b, None), "b1")), &sessions)).await.unwrap();
+    assert!(sharing::launched_elsewhere(&image, &[&in_b]).await.unwrap().is_empty());
+}

@@ -16,6 +16,7 @@ pub mod inject;
 pub mod ledger;
 pub mod observe;
 pub mod ops;
+pub mod sharing;
 pub mod sts_inject;
 
 pub use client::{Aws, AwsOptions, CallCounter, Faults, Target};

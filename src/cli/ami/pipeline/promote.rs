@@ -70,9 +70,35 @@ pub async fn promote(g: &GlobalArgs, a: PromoteArgs) -> Result<ExitCode> {
     }
     show_writes(g, &writes, a.yes)?;
     if a.yes {
+        share_where_served(g, &refs, &l.name, &to, &writes).await?;
         deprecate_superseded(&refs, &writes, a.deprecate_after).await?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Each region's image shared with the accounts whose clusters (in the
+/// clusters folder) follow the channel there: launch permission and the
+/// snapshots' createVolumePermission ([`crate::cloud::aws::sharing`]).
+async fn share_where_served(
+    g: &GlobalArgs,
+    regions: &[&Aws],
+    recipe: &str,
+    channel: &str,
+    writes: &[channels::Write],
+) -> Result<()> {
+    let (loaded, _) = crate::spec::load_paths(std::slice::from_ref(&g.clusters_dir), &Default::default());
+    let clusters: Vec<crate::spec::Cluster> = loaded.into_iter().map(|l| l.cluster).collect();
+    for w in writes {
+        let Some(aws) = regions.iter().find(|a| a.region == w.region) else { continue };
+        let home = aws.caller_identity().await.and_then(|arn| arn.split(':').nth(4).map(str::to_string));
+        let accounts =
+            crate::cloud::aws::sharing::served_accounts(&clusters, recipe, channel, &w.region, home.as_deref());
+        let shared = crate::cloud::aws::sharing::share(aws, &w.to, &accounts).await?;
+        if !shared.is_empty() && g.output == Format::Text {
+            writeln!(anstream::stdout(), "shared {} in {} with {}", w.to, w.region, shared.join(", "))?;
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, Args)]
