@@ -678,4 +678,40 @@ async fn a_promoted_image_is_shared_with_the_accounts_its_channel_serves_and_gc_
     let in_b =
         Aws::connect(&options(&build, "us-east-1", Some(role_for(&account(&b, None), "b1")), &sessions)).await.unwrap();
     assert!(sharing::launched_elsewhere(&image, &[&in_b]).await.unwrap().is_empty());
+
+    // Collection: kept while an account launches it; else its shares go,
+    // then the image.
+    sharing::share(&home, &image, &served).await.unwrap();
+    let plan = pinfleet::ami::gc::Plan {
+        decisions: vec![pinfleet::ami::gc::Decision {
+            image: pinfleet::ami::gc::Baked {
+                id: image.clone(),
+                region: "us-east-1".into(),
+                name: "pinfleet-node-1".into(),
+                recipe: "node".into(),
+                state: "available".into(),
+                created: None,
+                deprecated_at: None,
+                snapshots: vec![],
+            },
+            actions: vec![pinfleet::ami::gc::Action::Deregister { snapshots: vec![], reason: "old".into() }],
+        }],
+        warnings: vec![],
+    };
+    let done = pinfleet::cloud::aws::imagegc::carry_out(&[&home], &[&home, &in_b], &plan).await.unwrap();
+    let outcomes: Vec<(String, String)> = done.iter().map(|d| (d.action.clone(), d.outcome.clone())).collect();
+    assert_eq!(
+        outcomes,
+        vec![("deregister".to_string(), "kept: account the caller's account still launches it".to_string())]
+    );
+    assert_eq!(sharing::launch_permissions(&home, &image).await.unwrap().len(), 3, "nothing taken back while kept");
+    let done = pinfleet::cloud::aws::imagegc::carry_out(&[&home], &[&in_b], &plan).await.unwrap();
+    let outcomes: Vec<(String, String)> = done.iter().map(|d| (d.action.clone(), d.outcome.clone())).collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            ("unshare".to_string(), format!("no longer shared with {b}, {c}")),
+            ("deregister".to_string(), "deregistered".to_string())
+        ]
+    );
 }
