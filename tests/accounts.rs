@@ -679,6 +679,20 @@ async fn a_promoted_image_is_shared_with_the_accounts_its_channel_serves_and_gc_
         Aws::connect(&options(&build, "us-east-1", Some(role_for(&account(&b, None), "b1")), &sessions)).await.unwrap();
     assert!(sharing::launched_elsewhere(&image, &[&in_b]).await.unwrap().is_empty());
 
+    // The channel written into a member account (as promote does, through
+    // its role) is what that account's clusters read where they run.
+    use pinfleet::cloud::aws::channels;
+    let w = channels::Write {
+        region: "us-east-1".into(),
+        parameter: pinfleet::ami::channel::parameter("node", "stable"),
+        from: None,
+        to: image.clone(),
+        note: "promoted".into(),
+    };
+    channels::write_all(&[&in_b], std::slice::from_ref(&w)).await.unwrap();
+    assert_eq!(channels::current(&in_b, "node", "stable").await.unwrap(), Some(image.clone()));
+    assert_eq!(channels::current(&home, "node", "stable").await.unwrap(), None, "written in b only");
+
     // Collection: kept while an account launches it; else its shares go,
     // then the image.
     sharing::share(&home, &image, &served).await.unwrap();

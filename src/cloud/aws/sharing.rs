@@ -32,6 +32,18 @@ pub fn served_accounts(
     region: &str,
     home: Option<&str>,
 ) -> BTreeSet<String> {
+    served(clusters, recipe, channel, region, home).into_iter().map(|a| a.id).collect()
+}
+
+/// [`served_accounts`] with each account's role (to write the channel
+/// into the account, so its clusters read it where they run).
+pub fn served(
+    clusters: &[Cluster],
+    recipe: &str,
+    channel: &str,
+    region: &str,
+    home: Option<&str>,
+) -> BTreeSet<crate::spec::Account> {
     clusters
         .iter()
         .filter(|c| c.spec.cloud.region == region)
@@ -41,8 +53,8 @@ pub fn served_accounts(
                 .iter()
                 .any(|g| g.image.channel.as_deref() == Some(channel) && g.image.recipe.as_deref() == Some(recipe))
         })
-        .filter_map(|c| c.spec.cloud.account.as_ref().map(|a| a.id.clone()))
-        .filter(|a| Some(a.as_str()) != home)
+        .filter_map(|c| c.spec.cloud.account.clone())
+        .filter(|a| Some(a.id.as_str()) != home)
         .collect()
 }
 
