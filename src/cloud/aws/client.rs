@@ -127,7 +127,13 @@ impl AwsOptions {
                 _ => None,
             },
             role: None,
-            session: None,
+            // AssumeRole's DurationSeconds, when a role is assumed.
+            session: match std::env::var("PINFLEET_SESSION_SECONDS") {
+                Ok(s) if !s.trim().is_empty() => Some(std::time::Duration::from_secs(
+                    s.trim().parse().map_err(|e| anyhow::anyhow!("PINFLEET_SESSION_SECONDS `{s}`: {e}"))?,
+                )),
+                _ => None,
+            },
             time_source: None,
             sessions: None,
             call_log: None,
@@ -143,11 +149,6 @@ impl AwsOptions {
             cluster: cluster.metadata.name.clone(),
             command: command.to_string(),
         });
-        if let Ok(s) = std::env::var("PINFLEET_SESSION_SECONDS") {
-            o.session = Some(std::time::Duration::from_secs(
-                s.parse().map_err(|e| anyhow::anyhow!("PINFLEET_SESSION_SECONDS `{s}`: {e}"))?,
-            ));
-        }
         Ok(o)
     }
 }
