@@ -729,3 +729,32 @@ async fn a_promoted_image_is_shared_with_the_accounts_its_channel_serves_and_gc_
         ]
     );
 }
+
+#[test]
+fn the_binary_refuses_a_cluster_whose_role_wants_another_external_id_or_lands_elsewhere() {
+    let (mut w, ids) = fleet_world();
+    let role = format!("arn:aws:iam::{}:role/pinfleet", ids[0]);
+    w.extra_env.push(("PINFLEET_STS_FAULTS".into(), format!("external-id={role}=sesame")));
+    let out = w.run(&["plan", "a0-us-east-1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "AccessDenied: User: arn:aws:iam::{}:user/moto is not authorized to perform: sts:AssumeRole on resource: {role}",
+            w.account
+        )),
+        "{stderr}"
+    );
+    let role = format!("arn:aws:iam::{}:role/pinfleet", ids[1]);
+    w.extra_env = vec![("PINFLEET_STS_FAULTS".into(), format!("elsewhere={role}=999999999999"))];
+    let out = w.run(&["plan", "a1-us-east-1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "landed in account 999999999999 (arn:aws:sts::999999999999:assumed-role/pinfleet/pinfleet-a1-us-east-1-plan), not in account {} as cluster a1-us-east-1's file says: refusing to act",
+            ids[1]
+        )),
+        "{stderr}"
+    );
+}
