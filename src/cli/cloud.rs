@@ -77,11 +77,12 @@ pub struct Session {
 impl Session {
     pub async fn open(g: &GlobalArgs, cluster: &str, cloud: &CloudArgs) -> Result<Session> {
         let loaded = super::render::load_one(g, cluster)?;
-        let region = loaded.cluster.spec.cloud.region.clone();
         let target = cloud.target.aws().with_context(|| {
             format!("this command works on AWS clusters; --target {:?} has no AWS side", cloud.target)
         })?;
-        let aws = Aws::connect(&AwsOptions::from_env(target, Some(region))?).await?;
+        let aws = Aws::connect(&AwsOptions::for_cluster(target, &loaded.cluster, &g.command)?)
+            .await
+            .with_context(|| format!("connecting to AWS for cluster {}", loaded.cluster.metadata.name))?;
         Ok(Session { loaded, aws })
     }
 

@@ -76,15 +76,25 @@ pub async fn run(g: &GlobalArgs, a: DiffArgs) -> Result<ExitCode> {
     for n in &names {
         let cluster = a.cloud.target.cluster_as_run(loaded[n].clone());
         let kubeconfig = kubeconfigs.get(n).cloned().unwrap_or_else(|| a.cloud.target.kubeconfig(n));
+        // An account that refuses (AccessDenied, a role landing elsewhere)
+        // leaves its own clusters unread; the others are still compared.
+        let mut no_aws = format!("--target {} has no AWS side", target_name(a.cloud.target));
+        let mut aws_refused = false;
         let aws = match a.cloud.target.aws() {
             Some(t) => {
-                let opts = AwsOptions::from_env(t, Some(cluster.spec.cloud.region.clone()))?;
-                Some(Aws::connect(&opts).await?)
+                let opts = AwsOptions::for_cluster(t, &cluster, &g.command)?;
+                match Aws::connect(&opts).await {
+                    Ok(aws) => Some(aws),
+                    Err(e) => {
+                        no_aws = format!("{e:#}");
+                        aws_refused = true;
+                        None
+                    }
+                }
             }
             None => None,
         };
-        let no_aws = format!("--target {} has no AWS side", target_name(a.cloud.target));
-        targets.push(observe::Target { cluster, kubeconfig, aws, no_aws });
+        targets.push(observe::Target { cluster, kubeconfig, aws, no_aws, aws_refused });
     }
     if compare {
         return run_compare(g, &targets, &stage_labels).await;

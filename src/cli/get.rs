@@ -43,25 +43,48 @@ use crate::views::cluster::tables::InstanceRow;
 
 pub async fn run(g: &GlobalArgs, args: GetArgs) -> Result<ExitCode> {
     let GetWhat::Instances(a) = args.what;
-    let mut scopes: Vec<(String, Option<String>)> = Vec::new();
+    // Where to look: each (region, account) once; a named cluster's own.
+    let mut scopes: Vec<(String, Option<crate::spec::Account>, Option<String>)> = Vec::new();
     if let Some(c) = &a.cluster {
         let loaded = super::render::load_one(g, c)?;
-        scopes.push((loaded.cluster.spec.cloud.region.clone(), Some(loaded.cluster.metadata.name.clone())));
+        let spec = &loaded.cluster.spec.cloud;
+        scopes.push((spec.region.clone(), spec.account.clone(), Some(loaded.cluster.metadata.name.clone())));
     } else {
         let (loaded, _) = crate::spec::load_paths(std::slice::from_ref(&g.clusters_dir), &Default::default());
-        let regions: BTreeSet<String> = loaded.iter().map(|l| l.cluster.spec.cloud.region.clone()).collect();
-        if regions.is_empty() {
+        let places: BTreeSet<(String, Option<crate::spec::Account>)> = loaded
+            .iter()
+            .map(|l| (l.cluster.spec.cloud.region.clone(), l.cluster.spec.cloud.account.clone()))
+            .collect();
+        if places.is_empty() {
             anyhow::bail!("no clusters in {} to take regions from; name a cluster", g.clusters_dir.display());
         }
-        scopes.extend(regions.into_iter().map(|r| (r, None)));
+        scopes.extend(places.into_iter().map(|(r, acc)| (r, acc, None)));
     }
     let mut rows = Vec::new();
-    for (region, cluster) in scopes {
-        let aws = Aws::connect(&AwsOptions::from_env(a.cloud.target.aws().unwrap_or_default(), Some(region.clone()))?)
-            .await?;
-        for i in list_instances(&aws, cluster.as_deref(), a.include_terminated).await? {
-            rows.push(InstanceRow::of(&i, &region, chrono::Utc::now()));
+    // An account that refuses is named, and the others are still listed.
+    let mut refused = Vec::new();
+    for (region, account, cluster) in scopes {
+        let mut opts = AwsOptions::from_env(a.cloud.target.aws().unwrap_or_default(), Some(region.clone()))?;
+        opts.role = account.clone().map(|account| crate::cloud::aws::account::RoleFor {
+            account,
+            cluster: cluster.clone().unwrap_or_else(|| "fleet".into()),
+            command: g.command.clone(),
+        });
+        let listed = async {
+            let aws = Aws::connect(&opts).await?;
+            list_instances(&aws, cluster.as_deref(), a.include_terminated).await
+        };
+        match listed.await {
+            Ok(found) => rows.extend(found.iter().map(|i| InstanceRow::of(i, &region, chrono::Utc::now()))),
+            Err(e) if account.is_some() => {
+                let id = account.as_ref().map(|a| a.id.as_str()).unwrap_or_default();
+                refused.push(format!("account {id} in {region}: {e:#}"));
+            }
+            Err(e) => return Err(e),
         }
+    }
+    for r in &refused {
+        writeln!(anstream::stderr(), "not listed: {r}")?;
     }
     rows.sort_by(|a, b| (&a.cluster, &a.group, &a.id).cmp(&(&b.cluster, &b.group, &b.id)));
     match g.output {
@@ -78,5 +101,5 @@ pub async fn run(g: &GlobalArgs, args: GetArgs) -> Result<ExitCode> {
         }
         other => print_data(other, &rows)?,
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if refused.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

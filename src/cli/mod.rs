@@ -83,6 +83,10 @@ pub struct GlobalArgs {
     /// in-cluster controller.
     #[arg(long, global = true)]
     pub log_json: bool,
+    /// The command being run (`plan`, `fleet`…), for the AWS sessions it
+    /// opens: their names and tags say it.
+    #[arg(skip)]
+    pub command: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -243,7 +247,22 @@ fn grouped_commands(cmd: &clap::Command) -> String {
     out.trim_end().to_string() + "\n"
 }
 
-pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+/// The subcommand's name as typed (`Command::AmiPipeline(..)` → `ami-pipeline`).
+fn command_name(c: &Command) -> String {
+    let debug = format!("{c:?}");
+    let variant = debug.split(['(', ' ', '{']).next().unwrap_or_default();
+    let mut out = String::new();
+    for (i, ch) in variant.chars().enumerate() {
+        if ch.is_ascii_uppercase() && i > 0 {
+            out.push('-');
+        }
+        out.push(ch.to_ascii_lowercase());
+    }
+    out
+}
+
+pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
+    cli.global.command = command_name(&cli.command);
     let g = &cli.global;
     let rt = || tokio::runtime::Builder::new_multi_thread().enable_all().build();
     match cli.command {

@@ -77,6 +77,15 @@ pub fn run(g: &GlobalArgs, args: ValidateArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    // The fleet's list of accounts (deny by default once there is one).
+    if let Ok(fleet) = crate::fleet::spec::FleetSpec::load(&g.clusters_dir.join("fleet.yaml")) {
+        for l in &loaded {
+            for d in crate::fleet::tenancy::check(&fleet, std::slice::from_ref(l)) {
+                refused.insert(l.path.clone());
+                problems.0.push(d);
+            }
+        }
+    }
     let loaded: Vec<_> = loaded.into_iter().filter(|l| !refused.contains(&l.path)).collect();
     let warnings: Vec<Problem> = loaded
         .iter()

@@ -173,7 +173,6 @@ impl Console {
 type C = Arc<Console>;
 type Peer = Option<Extension<Arc<PeerCertificate>>>;
 
-
 /// The caller: a bearer header, else the sign-in cookie, else a client
 /// certificate, else (loopback, local work) the anonymous caller.
 async fn caller(c: &Console, headers: &HeaderMap, peer: &Peer) -> Result<Caller, String> {

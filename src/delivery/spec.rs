@@ -206,7 +206,7 @@ impl DeliverySpec {
     fn from_raw(raw: Raw, base: &Path) -> Result<DeliverySpec, Vec<String>> {
         let mut problems = check_names(&raw);
         let waves = match raw.waves {
-            None => Ok(FleetSpec { stages: one_wave(), windows: vec![], state_store: None }),
+            None => Ok(FleetSpec { stages: one_wave(), windows: vec![], state_store: None, accounts: None }),
             Some(v) => FleetSpec::from_value(v).map_err(|e| format!("waves.{e}")),
         };
         let waves = match waves {
@@ -216,7 +216,7 @@ impl DeliverySpec {
             }
             Err(e) => {
                 problems.push(e);
-                FleetSpec { stages: one_wave(), windows: vec![], state_store: None }
+                FleetSpec { stages: one_wave(), windows: vec![], state_store: None, accounts: None }
             }
         };
         let mut freeze = Vec::new();

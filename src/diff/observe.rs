@@ -24,6 +24,10 @@ pub struct Target {
     pub aws: Option<Aws>,
     /// Why there is no AWS side, when there is none.
     pub no_aws: String,
+    /// The AWS side exists but its account refused the connection (the
+    /// role could not be assumed, or landed elsewhere): unreachable, as an
+    /// AWS that refuses a call is.
+    pub aws_refused: bool,
 }
 
 /// The drift of one cluster in the layers asked for. A layer that cannot
@@ -34,6 +38,10 @@ pub async fn report(t: &Target, layers: &[Layer], addons_dir: &Path) -> Report {
     let wants = |l: Layer| layers.contains(&l);
     if wants(Layer::Aws) || wants(Layer::Machines) {
         let (aws, machines) = match &t.aws {
+            None if t.aws_refused => {
+                let s = LayerState::Unreachable { why: t.no_aws.clone() };
+                (s.clone(), s)
+            }
             None => {
                 let s = LayerState::Skipped { why: t.no_aws.clone() };
                 (s.clone(), s)

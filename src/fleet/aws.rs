@@ -32,6 +32,10 @@ pub type OnEvent = Box<dyn Fn(&str, Event) + Send + Sync>;
 
 pub struct AwsFleet {
     pub members: BTreeMap<String, Member>,
+    /// Clusters whose account refused (the role could not be assumed, it
+    /// landed elsewhere, or the account denies its calls), and why: only
+    /// they stop; the fleet goes on with the rest where the stage allows.
+    pub refused: std::sync::Mutex<BTreeMap<String, String>>,
     pub roll: crate::rollout::run::Options,
     pub command: String,
     /// Each cluster's roll events.
@@ -50,27 +54,66 @@ impl AwsFleet {
         command: String,
         on: OnEvent,
     ) -> Result<AwsFleet> {
-        let mut by_region: BTreeMap<String, Aws> = BTreeMap::new();
-        let mut members = BTreeMap::new();
-        for l in folder.loaded.iter().filter(|l| names.contains(&l.cluster.metadata.name)) {
-            let region = l.cluster.spec.cloud.region.clone();
-            let aws = match by_region.get(&region) {
-                Some(a) => a.clone(),
-                None => {
-                    let opts = crate::cloud::aws::AwsOptions::from_env(target, Some(region.clone()))?;
-                    let a = Aws::connect(&opts).await?;
-                    by_region.insert(region, a.clone());
-                    a
-                }
-            };
-            let name = l.cluster.metadata.name.clone();
-            members.insert(name.clone(), Member { cluster: l.cluster.clone(), aws, kubeconfig: kubeconfig(&name) });
+        // One connection per (region, account): one assumed role per
+        // account and region, named for the clusters it serves.
+        let chosen: Vec<&crate::spec::Loaded> =
+            folder.loaded.iter().filter(|l| names.contains(&l.cluster.metadata.name)).collect();
+        type Place = (String, Option<crate::spec::Account>);
+        let mut places: BTreeMap<Place, Vec<String>> = BTreeMap::new();
+        for l in &chosen {
+            let c = &l.cluster;
+            places
+                .entry((c.spec.cloud.region.clone(), c.spec.cloud.account.clone()))
+                .or_default()
+                .push(c.metadata.name.clone());
         }
-        Ok(AwsFleet { members, roll, command, on })
+        let mut connections: BTreeMap<Place, std::result::Result<Aws, String>> = BTreeMap::new();
+        for ((region, account), clusters) in &places {
+            let mut opts = crate::cloud::aws::AwsOptions::from_env(target, Some(region.clone()))?;
+            opts.role = account.clone().map(|account| crate::cloud::aws::account::RoleFor {
+                account,
+                cluster: clusters.join(","),
+                command: "fleet".into(),
+            });
+            let connected = match Aws::connect(&opts).await {
+                Ok(a) => Ok(a),
+                // Without an account of its own, the caller's credentials
+                // failing is the whole fleet's problem.
+                Err(e) if account.is_none() => return Err(e),
+                Err(e) => Err(format!("{e:#}")),
+            };
+            connections.insert((region.clone(), account.clone()), connected);
+        }
+        let mut members = BTreeMap::new();
+        let mut refused = BTreeMap::new();
+        for l in chosen {
+            let c = &l.cluster;
+            let name = c.metadata.name.clone();
+            match &connections[&(c.spec.cloud.region.clone(), c.spec.cloud.account.clone())] {
+                Ok(aws) => {
+                    members.insert(
+                        name.clone(),
+                        Member { cluster: c.clone(), aws: aws.clone(), kubeconfig: kubeconfig(&name) },
+                    );
+                }
+                Err(why) => {
+                    refused.insert(name, why.clone());
+                }
+            }
+        }
+        Ok(AwsFleet { members, refused: std::sync::Mutex::new(refused), roll, command, on })
     }
 
     fn member(&self, name: &str) -> Result<&Member> {
+        if let Some(why) = self.refused.lock().expect("refused").get(name) {
+            bail!("cluster {name}'s account refused: {why}");
+        }
         self.members.get(name).with_context(|| format!("cluster {name} is not in the clusters folder"))
+    }
+
+    /// The clusters whose account refused, and why.
+    pub fn refusals(&self) -> BTreeMap<String, String> {
+        self.refused.lock().expect("refused").clone()
     }
 
     async fn client(&self, m: &Member) -> Result<kube::Client> {
@@ -116,9 +159,23 @@ impl AwsFleet {
     /// Each cluster's target snapshot (reads only).
     pub async fn targets(&self, target: &Target, now: DateTime<Utc>) -> Result<BTreeMap<String, Snapshot>> {
         let reads = self.members.iter().map(|(name, m)| async move {
-            to(m, target, now).await.with_context(|| format!("cluster {name}")).map(|snap| (name.clone(), snap))
+            let read = to(m, target, now).await.with_context(|| format!("cluster {name}"));
+            (name.clone(), m.aws.account().is_some(), read)
         });
-        let to: BTreeMap<String, Snapshot> = futures::future::try_join_all(reads).await?.into_iter().collect();
+        let mut to: BTreeMap<String, Snapshot> = BTreeMap::new();
+        for (name, own_account, read) in futures::future::join_all(reads).await {
+            match read {
+                Ok(snap) => {
+                    to.insert(name, snap);
+                }
+                // A cluster in an account of its own that refuses stops
+                // alone; the others' targets stand.
+                Err(e) if own_account && crate::cloud::aws::account::is_refusal(&e) => {
+                    self.refused.lock().expect("refused").insert(name, format!("{e:#}"));
+                }
+                Err(e) => return Err(e),
+            }
+        }
         if let Target::Channel(rc) = target {
             if to.values().all(|s| s.images.is_empty()) {
                 bail!(

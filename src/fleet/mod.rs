@@ -20,6 +20,7 @@ pub mod rollout;
 pub mod run;
 pub mod spec;
 pub mod status;
+pub mod tenancy;
 pub mod text;
 
 use std::collections::BTreeMap;
@@ -134,6 +135,10 @@ impl Folder {
             anyhow::bail!("{diags}");
         }
         let spec = FleetSpec::load(&dir.join("fleet.yaml"))?;
+        let refused = tenancy::check(&spec, &loaded);
+        if !refused.is_empty() {
+            anyhow::bail!("{}", crate::spec::Diagnostics(refused));
+        }
         let members = loaded
             .iter()
             .map(|l| Member {

@@ -42,6 +42,23 @@ pub struct FleetSpec {
     /// Where a rollout's record and the fleet lock live (default: the
     /// state store the staged clusters share).
     pub state_store: Option<String>,
+    /// The accounts clusters may live in, and whose teams' clusters each
+    /// takes ([`super::tenancy`]); None: no list, any account.
+    pub accounts: Option<Vec<AllowedAccount>>,
+}
+
+/// One account on the admins' list.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AllowedAccount {
+    pub id: String,
+    /// What the account is for (`production`, `build`), shown in refusals.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The teams (a cluster's `spec.owner`) whose clusters may land here;
+    /// absent: every team's.
+    #[serde(default)]
+    pub teams: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -84,6 +101,8 @@ struct RawFleet {
     windows: Vec<RawWindow>,
     #[serde(default)]
     state_store: Option<String>,
+    #[serde(default)]
+    accounts: Option<Vec<AllowedAccount>>,
 }
 
 impl FleetSpec {
@@ -112,7 +131,12 @@ impl FleetSpec {
                 }
             })
             .collect();
-        FleetSpec { stages, windows: self.windows.clone(), state_store: self.state_store.clone() }
+        FleetSpec {
+            stages,
+            windows: self.windows.clone(),
+            state_store: self.state_store.clone(),
+            accounts: self.accounts.clone(),
+        }
     }
 
     /// dev → staging → production by `env`, production's canary first.
@@ -136,6 +160,7 @@ impl FleetSpec {
             ],
             windows: vec![],
             state_store: None,
+            accounts: None,
         }
     }
 
@@ -215,6 +240,17 @@ impl FleetSpec {
                 return Err(format!("stateStore: `{url}` is not a state store URL (s3://bucket/prefix or file://dir)"));
             }
         }
-        Ok(FleetSpec { stages, windows, state_store: raw.state_store })
+        if let Some(accounts) = &raw.accounts {
+            let mut seen = std::collections::BTreeSet::new();
+            for (i, a) in accounts.iter().enumerate() {
+                if a.id.len() != 12 || !a.id.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(format!("accounts[{i}].id: `{}` is not an AWS account id (12 digits)", a.id));
+                }
+                if !seen.insert(&a.id) {
+                    return Err(format!("accounts[{i}].id: account {} is listed twice", a.id));
+                }
+            }
+        }
+        Ok(FleetSpec { stages, windows, state_store: raw.state_store, accounts: raw.accounts })
     }
 }

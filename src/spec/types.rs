@@ -189,6 +189,25 @@ pub struct Cloud {
     pub region: String,
     /// Availability zones the cluster uses, e.g. `us-east-1a`.
     pub zones: Vec<String>,
+    /// The AWS account the cluster lives in and the role pinfleet assumes
+    /// there (usually from a base). Absent: the caller's own credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<Account>,
+}
+
+/// An account and the one role pinfleet assumes in it, from the caller's
+/// identity (as Cluster API's AWS provider names a role identity per cluster).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Account {
+    /// The 12-digit account id; GetCallerIdentity must name it once the
+    /// role is assumed, or the command refuses to act.
+    pub id: String,
+    /// `arn:aws:iam::<id>:role/<name>`.
+    pub role_arn: String,
+    /// Sent with AssumeRole when the role's trust policy asks for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]

@@ -245,7 +245,63 @@ fn check_cloud<'a>(p: &mut Problems, spec: &'a ClusterSpec) -> BTreeSet<&'a str>
             p.push(format!("spec.cloud.zones[{i}]"), format!("zone `{z}` is listed twice"));
         }
     }
+    if let Some(a) = &spec.cloud.account {
+        check_account(p, a);
+    }
     zones
+}
+
+/// AssumeRole's ExternalId: 2–1224 characters of `[\w+=,.@:/-]` (STS's
+/// own constraint on the parameter).
+pub fn external_id_ok(s: &str) -> bool {
+    (2..=1224).contains(&s.len()) && s.chars().all(|c| c.is_ascii_alphanumeric() || "_+=,.@:/-".contains(c))
+}
+
+/// The account id (12 digits), the role's ARN (an IAM role in that very
+/// account) and the external id, if any.
+fn check_account(p: &mut Problems, a: &super::types::Account) {
+    let id_ok = a.id.len() == 12 && a.id.bytes().all(|b| b.is_ascii_digit());
+    if !id_ok {
+        p.push("spec.cloud.account.id", format!("`{}` is not an AWS account id (12 digits)", a.id));
+    }
+    match parse_role_arn(&a.role_arn) {
+        None => p.push(
+            "spec.cloud.account.roleArn",
+            format!("`{}` is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)", a.role_arn),
+        ),
+        Some((account, _)) if id_ok && account != a.id => p.push(
+            "spec.cloud.account.roleArn",
+            format!("the role `{}` is in account {account}, not in the cluster's account {}", a.role_arn, a.id),
+        ),
+        Some(_) => {}
+    }
+    if let Some(x) = &a.external_id {
+        if !external_id_ok(x) {
+            p.push(
+                "spec.cloud.account.externalId",
+                "an external id is 2–1224 characters of letters, digits and _+=,.@:/-",
+            );
+        }
+    }
+}
+
+/// An IAM role ARN's account and role name (with its path):
+/// `arn:<partition>:iam::<12 digits>:role/<path/name>`.
+pub fn parse_role_arn(arn: &str) -> Option<(&str, &str)> {
+    let mut parts = arn.splitn(6, ':');
+    let (arn_, partition, service, region, account, resource) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let name = resource.strip_prefix("role/")?;
+    let ok = arn_ == "arn"
+        && partition.starts_with("aws")
+        && service == "iam"
+        && region.is_empty()
+        && account.len() == 12
+        && account.bytes().all(|b| b.is_ascii_digit())
+        && !name.is_empty()
+        && name.len() <= 512
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "+=,.@_-/".contains(c));
+    ok.then_some((account, name))
 }
 
 /// The VPC, its subnets and the pod and service ranges; each subnet's

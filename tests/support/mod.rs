@@ -158,7 +158,11 @@ impl World {
     }
 
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinfleet"));
+        // PINFLEET_TEST_BIN: a copy of the binary, for build folders shared
+        // by worktrees (another build may replace target/debug/pinfleet
+        // while these tests run).
+        let bin = std::env::var("PINFLEET_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pinfleet").to_string());
+        let mut cmd = Command::new(bin);
         cmd.args(args)
             .env("PINFLEET_CLUSTERS_DIR", self.clusters_dir())
             .env("PINFLEET_HOME", self.dir.path().join("home"))

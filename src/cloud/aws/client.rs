@@ -83,6 +83,30 @@ pub struct AwsOptions {
     pub faults: Option<Faults>,
     /// Capacity refusals to inject on EC2 launches ([`super::inject`]).
     pub capacity_faults: Option<Arc<super::inject::CapacityFaults>>,
+    /// The account and role to act in ([`super::account`]); None: the
+    /// caller's own credentials.
+    pub role: Option<super::account::RoleFor>,
+    /// AssumeRole's DurationSeconds (default [`super::account::SESSION`]).
+    pub session: Option<std::time::Duration>,
+    /// The clock credentials expire by (tests advance one).
+    pub time_source: Option<aws_smithy_async::time::SharedTimeSource>,
+    /// Where assumed roles are cached (default: the process's).
+    pub sessions: Option<Arc<super::account::Sessions>>,
+    /// STS refusals moto does not make ([`super::sts_inject`]).
+    pub sts_faults: Option<Arc<super::sts_inject::StsRules>>,
+    /// Every call's operation and signing key, for tests that check which
+    /// account each call went to.
+    pub call_log: Option<CallLog>,
+}
+
+/// Each signed call: (`service:Operation`, access key id).
+#[derive(Debug, Clone, Default)]
+pub struct CallLog(Arc<Mutex<Vec<(String, String)>>>);
+
+impl CallLog {
+    pub fn entries(&self) -> Vec<(String, String)> {
+        self.0.lock().expect("call log").clone()
+    }
 }
 
 impl AwsOptions {
@@ -98,7 +122,34 @@ impl AwsOptions {
             moto_account: std::env::var("PINFLEET_MOTO_ACCOUNT_ID").ok(),
             faults,
             capacity_faults: super::inject::CapacityFaults::from_env()?,
+            sts_faults: match std::env::var("PINFLEET_STS_FAULTS") {
+                Ok(s) if !s.trim().is_empty() => Some(super::sts_inject::StsRules::parse(&s)?),
+                _ => None,
+            },
+            role: None,
+            // AssumeRole's DurationSeconds, when a role is assumed.
+            session: match std::env::var("PINFLEET_SESSION_SECONDS") {
+                Ok(s) if !s.trim().is_empty() => Some(std::time::Duration::from_secs(
+                    s.trim().parse().map_err(|e| anyhow::anyhow!("PINFLEET_SESSION_SECONDS `{s}`: {e}"))?,
+                )),
+                _ => None,
+            },
+            time_source: None,
+            sessions: None,
+            call_log: None,
         })
+    }
+
+    /// Options for acting on `cluster` with `command`: its region, and its
+    /// account's role when the file names one.
+    pub fn for_cluster(target: Target, cluster: &crate::spec::Cluster, command: &str) -> anyhow::Result<Self> {
+        let mut o = Self::from_env(target, Some(cluster.spec.cloud.region.clone()))?;
+        o.role = cluster.spec.cloud.account.clone().map(|account| super::account::RoleFor {
+            account,
+            cluster: cluster.metadata.name.clone(),
+            command: command.to_string(),
+        });
+        Ok(o)
     }
 }
 
@@ -129,6 +180,9 @@ impl aws_smithy_types::config_bag::Storable for Injected {
 #[derive(Debug)]
 struct Interceptor {
     counter: CallCounter,
+    log: Option<CallLog>,
+    /// Faults of the account an assumed role acts in.
+    gate: Option<super::sts_inject::AccountGate>,
     moto_account: Option<String>,
     throttle_left: AtomicU32,
     server_errors_left: AtomicU32,
@@ -148,6 +202,12 @@ impl Intercept for Interceptor {
     ) -> Result<(), BoxError> {
         if let Some(account) = &self.moto_account {
             ctx.request_mut().headers_mut().insert("x-moto-account-id", account.clone());
+        }
+        if let Some(gate) = &self.gate {
+            gate.modify_before_signing(ctx, _rc, cfg)?;
+            if cfg.load::<super::sts_inject::Refusal>().is_some() {
+                return Ok(());
+            }
         }
         // Faults are injected into EC2 calls only (the answer is EC2's error
         // document, which its retry classifier reads), decided per attempt
@@ -194,6 +254,17 @@ impl Intercept for Interceptor {
                 other => other.to_string(),
             };
             let key = format!("{service}:{}", meta.name());
+            if let Some(log) = &self.log {
+                let akid = _ctx
+                    .request()
+                    .headers()
+                    .get("authorization")
+                    .and_then(|h| h.split("Credential=").nth(1))
+                    .and_then(|c| c.split('/').next())
+                    .unwrap_or_default()
+                    .to_string();
+                log.0.lock().expect("call log").push((key.clone(), akid));
+            }
             *self.counter.0.lock().expect("counter lock").entry(key).or_default() += 1;
         }
         Ok(())
@@ -205,11 +276,26 @@ impl Intercept for Interceptor {
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
+        if let Some(gate) = &self.gate {
+            gate.modify_before_deserialization(ctx, _rc, cfg)?;
+        }
         let Some(Injected(Some((status, code, message)))) = cfg.load::<Injected>().cloned() else { return Ok(()) };
         let resp = ctx.response_mut();
         *resp.status_mut() = status.try_into()?;
         *resp.body_mut() = SdkBody::from(super::inject::ec2_error_body(code, message));
         Ok(())
+    }
+
+    fn modify_before_attempt_completion(
+        &self,
+        ctx: &mut aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextMut<'_>,
+        rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        match &self.gate {
+            Some(gate) => gate.modify_before_attempt_completion(ctx, rc, cfg),
+            None => Ok(()),
+        }
     }
 }
 
@@ -226,6 +312,9 @@ pub struct Aws {
     pub events: aws_sdk_eventbridge::Client,
     pub calls: CallCounter,
     pub region: String,
+    /// The role assumed for this connection's account (None: the caller's
+    /// own credentials).
+    pub role: Option<Arc<super::account::AssumedRole>>,
     identity: tokio::sync::OnceCell<Option<String>>,
 }
 
@@ -260,16 +349,73 @@ impl Aws {
                 ));
             }
         }
-        let shared = loader.load().await;
+        if let Some(t) = &opts.time_source {
+            loader = loader.time_source(t.clone());
+        }
+        let mut shared = loader.load().await;
         let region = shared
             .region()
             .map(|r| r.to_string())
             .ok_or_else(|| anyhow::anyhow!("no AWS region: set one in the cluster file, AWS_REGION or your profile"))?;
         let calls = CallCounter::default();
         let faults = opts.faults.clone().unwrap_or_default();
+        // Calls under an assumed role land in the role's account: moto
+        // reads it from the session's access key, which its header would
+        // override, so the header goes only with the caller's own calls.
+        let mut role = None;
+        let mut identity = tokio::sync::OnceCell::new();
+        if let Some(r) = &opts.role {
+            let caller = SharedInterceptorHandle(Arc::new(Interceptor {
+                counter: calls.clone(),
+                log: opts.call_log.clone(),
+                gate: None,
+                moto_account: opts.moto_account.clone(),
+                throttle_left: AtomicU32::new(0),
+                server_errors_left: AtomicU32::new(0),
+                refuse_copies: false,
+            }));
+            let mut caller_sts = aws_sdk_sts::config::Builder::from(&shared).interceptor(caller);
+            if let Some(f) = &opts.sts_faults {
+                caller_sts = caller_sts.interceptor(super::sts_inject::StsInjector(f.clone()));
+            }
+            let caller_sts = aws_sdk_sts::Client::from_conf(caller_sts.build());
+            let sessions: &super::account::Sessions = match &opts.sessions {
+                Some(s) => s,
+                None => super::account::Sessions::global(),
+            };
+            let assumed = sessions
+                .role(
+                    &caller_sts,
+                    r,
+                    &region,
+                    super::account::SessionOptions {
+                        duration: opts.session.unwrap_or(super::account::SESSION),
+                        time: opts.time_source.clone(),
+                        caller: None,
+                    },
+                )
+                .await;
+            identity = tokio::sync::OnceCell::new_with(Some(assumed.caller().map(str::to_string)));
+            shared = shared
+                .into_builder()
+                .credentials_provider(aws_credential_types::provider::SharedCredentialsProvider::new(
+                    super::account::Provider(assumed.clone()),
+                ))
+                .build();
+            role = Some(assumed);
+        }
         let interceptor = Arc::new(Interceptor {
             counter: calls.clone(),
-            moto_account: opts.moto_account.clone(),
+            log: opts.call_log.clone(),
+            gate: match (&opts.sts_faults, &opts.role) {
+                (Some(rules), Some(r)) => Some(super::sts_inject::AccountGate {
+                    rules: rules.clone(),
+                    account: r.account.id.clone(),
+                    role_arn: r.account.role_arn.clone(),
+                }),
+                _ => None,
+            },
+            moto_account: if opts.role.is_some() { None } else { opts.moto_account.clone() },
             throttle_left: AtomicU32::new(faults.throttle),
             server_errors_left: AtomicU32::new(faults.server_errors),
             refuse_copies: faults.copy_limit.as_deref() == Some(region.as_str()),
@@ -287,9 +433,11 @@ impl Aws {
                 .interceptor(shared_interceptor.clone())
                 .build(),
         );
-        let sts = aws_sdk_sts::Client::from_conf(
-            aws_sdk_sts::config::Builder::from(&shared).interceptor(shared_interceptor.clone()).build(),
-        );
+        let mut sts_config = aws_sdk_sts::config::Builder::from(&shared).interceptor(shared_interceptor.clone());
+        if let Some(f) = &opts.sts_faults {
+            sts_config = sts_config.interceptor(super::sts_inject::StsInjector(f.clone()));
+        }
+        let sts = aws_sdk_sts::Client::from_conf(sts_config.build());
         let iam = aws_sdk_iam::Client::from_conf(
             aws_sdk_iam::config::Builder::from(&shared).interceptor(shared_interceptor.clone()).build(),
         );
@@ -310,7 +458,17 @@ impl Aws {
                 .interceptor(shared_interceptor)
                 .build(),
         );
-        Ok(Aws { ec2, elb, s3, sts, iam, ssm, sqs, events, calls, region, identity: tokio::sync::OnceCell::new() })
+        // Nothing is written before the session is known to be in the
+        // account the file names.
+        if let (Some(r), Some(assumed)) = (&opts.role, &role) {
+            assumed.check(&sts, r).await?;
+        }
+        Ok(Aws { ec2, elb, s3, sts, iam, ssm, sqs, events, calls, region, role, identity })
+    }
+
+    /// The account this connection acts in, when a role was assumed.
+    pub fn account(&self) -> Option<&str> {
+        self.role.as_deref().map(super::account::AssumedRole::account)
     }
 
     /// Who the credentials are (STS GetCallerIdentity's ARN), for history;
@@ -364,6 +522,14 @@ impl Intercept for SharedInterceptorHandle {
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         self.0.modify_before_deserialization(ctx, rc, cfg)
+    }
+    fn modify_before_attempt_completion(
+        &self,
+        ctx: &mut aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextMut<'_>,
+        rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.0.modify_before_attempt_completion(ctx, rc, cfg)
     }
 }
 

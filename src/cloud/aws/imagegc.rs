@@ -122,8 +122,11 @@ pub struct Done {
     pub outcome: String,
 }
 
-/// Carries out the plan's actions in their regions.
-pub async fn carry_out(regions: &[&Aws], plan: &Plan) -> Result<Vec<Done>> {
+/// Carries out the plan's actions in their regions. `members`: a
+/// connection into each account the images are shared with (in its
+/// region): an image one of them still launches is never deregistered, and
+/// the shares pinfleet made go before the image does.
+pub async fn carry_out(regions: &[&Aws], members: &[&Aws], plan: &Plan) -> Result<Vec<Done>> {
     let mut out = Vec::new();
     for d in &plan.decisions {
         let Some(aws) = regions.iter().find(|a| a.region == d.image.region) else { continue };
@@ -156,6 +159,19 @@ pub async fn carry_out(regions: &[&Aws], plan: &Plan) -> Result<Vec<Done>> {
                     out.push(done("disable", "disabled".into()));
                 }
                 Action::Deregister { snapshots, .. } => {
+                    let here: Vec<&Aws> = members.iter().copied().filter(|m| m.region == aws.region).collect();
+                    let launching = super::sharing::launched_elsewhere(id, &here).await?;
+                    if !launching.is_empty() {
+                        out.push(done(
+                            "deregister",
+                            format!("kept: account {} still launches it", launching.join(", ")),
+                        ));
+                        continue;
+                    }
+                    let unshared = super::sharing::unshare(aws, id).await?;
+                    if !unshared.is_empty() {
+                        out.push(done("unshare", format!("no longer shared with {}", unshared.join(", "))));
+                    }
                     sdk("DeregisterImage", aws.ec2.deregister_image().image_id(id).send().await)?;
                     for s in snapshots {
                         sdk("DeleteSnapshot", aws.ec2.delete_snapshot().snapshot_id(s).send().await)?;

@@ -1,6 +1,7 @@
 //! The capacity ledger a launch reads and writes: the state store's
-//! ledger (`state::capacity`) of the caller's account (STS) in the
-//! client's region, behind `capacity::LedgerStore`.
+//! ledger (`state::capacity`) of the account the client acts in (the
+//! cluster's assumed role, else the caller's from STS) in the client's
+//! region, behind `capacity::LedgerStore`.
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
@@ -26,6 +27,12 @@ impl StoreLedger {
     async fn account(&self) -> String {
         self.account
             .get_or_init(|| async {
+                // Under an assumed role the account acted in, not the
+                // caller's: offerings are per account and zone, and one
+                // account's refusals must not hold back another's launches.
+                if let Some(a) = self.aws.account() {
+                    return a.to_string();
+                }
                 self.aws
                     .caller_identity()
                     .await

@@ -3,6 +3,7 @@
 //! ([`channels`]) and collection ([`imagegc`]) — and the operations the executor runs
 //! ([`ops`]). Everything above this module speaks the domain, not the SDK.
 
+pub mod account;
 pub mod bake;
 pub mod channels;
 pub mod client;
@@ -15,6 +16,8 @@ pub mod inject;
 pub mod ledger;
 pub mod observe;
 pub mod ops;
+pub mod sharing;
+pub mod sts_inject;
 
 pub use client::{Aws, AwsOptions, CallCounter, Faults, Target};
 

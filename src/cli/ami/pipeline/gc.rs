@@ -52,7 +52,9 @@ pub async fn gc(g: &GlobalArgs, a: GcArgs) -> Result<ExitCode> {
         Vec::new()
     } else {
         let refs: Vec<&Aws> = clients.iter().collect();
-        crate::cloud::aws::imagegc::carry_out(&refs, &plan).await?
+        let members = member_accounts(g, &a.images, &clients).await?;
+        let members: Vec<&Aws> = members.iter().collect();
+        crate::cloud::aws::imagegc::carry_out(&refs, &members, &plan).await?
     };
     if g.output != Format::Text {
         print_data(g.output, &serde_json::json!({"plan": plan, "done": done}))?;
@@ -63,4 +65,36 @@ pub async fn gc(g: &GlobalArgs, a: GcArgs) -> Result<ExitCode> {
         writeln!(anstream::stdout(), "{} {}: {}", d.region, d.image, d.outcome)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A connection into each account of the clusters folder, in each region
+/// collected (its clusters' role): collection asks them whether an image is
+/// still launched there before deregistering it. An account that refuses
+/// stops the collection: not knowing is not "nobody launches it".
+async fn member_accounts(g: &GlobalArgs, images: &ImagesArgs, clients: &[Aws]) -> Result<Vec<Aws>> {
+    let target = images.target.aws().ok_or_else(|| anyhow!("images live on AWS: --target aws or localstack"))?;
+    let (loaded, _) = crate::spec::load_paths(std::slice::from_ref(&g.clusters_dir), &Default::default());
+    let mut places = std::collections::BTreeSet::new();
+    for l in &loaded {
+        let c = &l.cluster;
+        if let Some(a) = &c.spec.cloud.account {
+            if clients.iter().any(|aws| aws.region == c.spec.cloud.region) {
+                places.insert((c.spec.cloud.region.clone(), a.clone()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (region, account) in places {
+        let mut opts = AwsOptions::from_env(target, Some(region.clone()))?;
+        opts.role = Some(crate::cloud::aws::account::RoleFor {
+            account: account.clone(),
+            cluster: "fleet".into(),
+            command: g.command.clone(),
+        });
+        let aws = Aws::connect(&opts).await.map_err(|e| {
+            anyhow!("asking account {} in {region} whether it still launches images: {e:#}", account.id)
+        })?;
+        out.push(aws);
+    }
+    Ok(out)
 }
