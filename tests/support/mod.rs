@@ -161,7 +161,10 @@ impl World {
         // PINFLEET_TEST_BIN: a copy of the binary, for build folders shared
         // by worktrees (another build may replace target/debug/pinfleet
         // while these tests run).
-        let bin = std::env::var("PINFLEET_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pinfleet").to_string());
+        let bin = std::env::var("PINFLEET_TEST_BIN")
+            .ok()
+            .filter(|b| !b.is_empty())
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_pinfleet").to_string());
         let mut cmd = Command::new(bin);
         cmd.args(args)
             .env("PINFLEET_CLUSTERS_DIR", self.clusters_dir())
