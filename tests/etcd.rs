@@ -371,3 +371,90 @@ async fn a_locked_backup_survives_a_delete_and_gc_waits_for_its_lock() {
     assert_eq!(listed.len(), 2, "both backups survive");
     assert!(listed.iter().any(|b| b.manifest.id == new.id && b.verified()));
 }
+
+/// Puts `mib` values of 1 MiB (a snapshot of several upload parts).
+async fn write_big(c: &mut Client, mib: usize) {
+    let v = vec![b'z'; 1 << 20];
+    for i in 0..mib {
+        c.put(format!("/registry/secrets/big/s{i:04}"), v.clone(), None).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upload_refused_or_killed_midway_is_never_listed_and_a_leader_change_is_survived() {
+    let Some(bins) = binaries("an_upload_refused_or_killed_midway_is_never_listed_and_a_leader_change_is_survived") else { return };
+    let trio = Trio::start(bins.clone()).await;
+    let mut c = trio.client().await;
+    write_big(&mut c, 40).await;
+    let bucket = format!("pf-faults-{}-{}", std::process::id(), rand::random::<u32>());
+    let (store, s3) = s3_store(&bucket, "faults").await;
+    let state = format!("s3://{bucket}/state");
+    let w = World::new("etcd-faults", 1);
+    // The CLI in moto's default account, where s3_store made the bucket.
+    let cli = |args: &[&str]| {
+        let mut cmd = w.command(args);
+        cmd.env_remove("PINFLEET_MOTO_ACCOUNT_ID").env("AWS_ENDPOINT_URL", support::moto_url());
+        cmd
+    };
+    let uploads = || async {
+        s3.list_multipart_uploads().bucket(&bucket).send().await.unwrap().uploads().len()
+    };
+
+    // S3 refuses the third part (the project's interceptor, S3's own AccessDenied).
+    let o = cli(&["etcd", "backup", "faults", "--state", &state, "--endpoints", &trio.endpoints(), "--no-verify"])
+        .env("PINFLEET_S3_FAULTS", "UploadPart@3")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(err.contains("uploading part 3") && err.contains("AccessDenied"), "{err}");
+    assert!(pinfleet::etcd::agent::list(&store).await.unwrap().is_empty(), "a refused upload is no backup");
+    assert_eq!(uploads().await, 0, "the refused upload was aborted");
+
+    // Killed while its parts go up: no manifest, so no backup.
+    let mut child = cli(&["etcd", "backup", "faults", "--state", &state, "--endpoints", &trio.endpoints(), "--no-verify"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut caught = false;
+    for _ in 0..2000 {
+        if uploads().await > 0 {
+            caught = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(caught, "the upload was seen under way before the kill");
+    assert!(pinfleet::etcd::agent::list(&store).await.unwrap().is_empty(), "a killed upload is no backup");
+    // Its parts stay in S3 until gc gives them up (an hour later; here at once).
+    assert_eq!(store.abort_stale_uploads("etcd/backups/", Duration::ZERO).await.unwrap(), 1);
+    assert_eq!(uploads().await, 0);
+
+    // A leader change while the snapshot streams from a member.
+    let mut child = cli(&["etcd", "backup", "faults", "--state", &state, "--endpoints", &trio.endpoints(), "--no-verify"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = c.status().await.unwrap();
+    let leader = status.leader();
+    let members = c.member_list().await.unwrap();
+    let other = members.members().iter().map(|m| m.id()).find(|id| *id != leader).unwrap();
+    let mut to_leader = etcd_client::Client::connect(
+        [members.members().iter().find(|m| m.id() == leader).unwrap().client_urls()[0].clone()],
+        None,
+    )
+    .await
+    .unwrap();
+    to_leader.move_leader(other).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_ne!(c.status().await.unwrap().leader(), leader, "the leader moved");
+    let listed = pinfleet::etcd::agent::list(&store).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let v = pinfleet::etcd::verify::verify(&store, &listed[0].manifest, &bins, None).await.unwrap();
+    assert!(v.ok, "{v:?}");
+}

@@ -238,6 +238,11 @@ pub async fn gc(store: &Store, spec: &BackupSpec) -> Result<(Vec<String>, Vec<St
             }
         }
     }
+    // Uploads a killed writer left behind (never a backup: no manifest).
+    let stale = store.abort_stale_uploads(manifest::BACKUPS, Duration::from_secs(3600)).await?;
+    if stale > 0 {
+        waiting.push(format!("{stale} upload(s) cut off more than an hour ago were given up"));
+    }
     // Deltas older than the oldest kept backup serve no restore.
     let oldest_kept = list(store).await?.first().map(|b| b.manifest.revision);
     if let Some(oldest) = oldest_kept {

@@ -124,6 +124,55 @@ impl Store {
         }
     }
 
+    /// Aborts multipart uploads under `prefix` begun more than `older_than`
+    /// ago (a writer killed mid-upload leaves its parts behind: never an
+    /// object, but stored and billed); removes `file://` partial files as
+    /// old. Returns how many were given up.
+    pub async fn abort_stale_uploads(&self, prefix: &str, older_than: std::time::Duration) -> Result<usize> {
+        let cutoff = std::time::SystemTime::now().checked_sub(older_than).unwrap_or(std::time::UNIX_EPOCH);
+        match &self.backend {
+            Backend::S3 { client, bucket, prefix: p } => {
+                let full = Self::s3_key(p, &self.cluster, prefix);
+                let out = client.list_multipart_uploads().bucket(bucket).prefix(&full).send().await.map_err(|e| {
+                    anyhow!("listing uploads under {}: {}", self.describe(prefix), describe_sdk_error(&e))
+                })?;
+                let mut n = 0usize;
+                for u in out.uploads() {
+                    let begun = u.initiated().and_then(|t| std::time::SystemTime::try_from(*t).ok());
+                    if begun.is_some_and(|b| b > cutoff) {
+                        continue;
+                    }
+                    let (Some(key), Some(id)) = (u.key(), u.upload_id()) else { continue };
+                    client.abort_multipart_upload().bucket(bucket).key(key).upload_id(id).send().await.map_err(|e| {
+                        anyhow!("aborting the upload of {key}: {}", describe_sdk_error(&e))
+                    })?;
+                    n = n.saturating_add(1);
+                }
+                Ok(n)
+            }
+            Backend::File { root } => {
+                let dir = root.join(&self.cluster).join(prefix);
+                let mut n = 0usize;
+                let mut stack = vec![dir];
+                while let Some(d) = stack.pop() {
+                    let Ok(entries) = std::fs::read_dir(&d) else { continue };
+                    for e in entries.flatten() {
+                        let p = e.path();
+                        if p.is_dir() {
+                            stack.push(p);
+                        } else if p.to_string_lossy().contains(".tmp-")
+                            && e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t <= cutoff)
+                            && std::fs::remove_file(&p).is_ok()
+                        {
+                            n = n.saturating_add(1);
+                        }
+                    }
+                }
+                Ok(n)
+            }
+        }
+    }
+
     /// Deletes every version of `key` (S3: each version by id, so a locked
     /// one refuses with S3's own AccessDenied); what could not be deleted
     /// is the error.

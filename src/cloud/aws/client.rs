@@ -452,12 +452,12 @@ impl Aws {
         );
         // Path-style addressing works against AWS and is needed for IP endpoints.
         let path_style = shared.endpoint_url().is_some();
-        let s3 = aws_sdk_s3::Client::from_conf(
-            aws_sdk_s3::config::Builder::from(&shared)
-                .force_path_style(path_style)
-                .interceptor(shared_interceptor)
-                .build(),
-        );
+        let mut s3_config =
+            aws_sdk_s3::config::Builder::from(&shared).force_path_style(path_style).interceptor(shared_interceptor);
+        if let Some(f) = super::inject::S3Faults::from_env()? {
+            s3_config = s3_config.interceptor(f);
+        }
+        let s3 = aws_sdk_s3::Client::from_conf(s3_config.build());
         // Nothing is written before the session is known to be in the
         // account the file names.
         if let (Some(r), Some(assumed)) = (&opts.role, &role) {

@@ -412,3 +412,77 @@ mod tests {
             .starts_with("We currently do not have sufficient m6i.large capacity in the Availability Zone you requested (us-east-1a)."));
     }
 }
+
+/// S3 refusing mid-upload, which moto never does: `PINFLEET_S3_FAULTS`
+/// names an operation and the call that fails (`UploadPart@2`: the second
+/// part). The call reaches moto; its answer is replaced by S3's own
+/// `AccessDenied` document (a 403, which the SDK does not retry).
+#[derive(Debug)]
+pub struct S3Faults {
+    operation: String,
+    nth: u32,
+    seen: std::sync::atomic::AtomicU32,
+}
+
+#[derive(Debug, Clone)]
+struct S3Refused;
+
+impl Storable for S3Refused {
+    type Storer = StoreReplace<S3Refused>;
+}
+
+impl S3Faults {
+    /// From `PINFLEET_S3_FAULTS` (`Operation@N`), if set.
+    pub fn from_env() -> anyhow::Result<Option<S3Faults>> {
+        let Ok(s) = std::env::var("PINFLEET_S3_FAULTS") else { return Ok(None) };
+        if s.trim().is_empty() {
+            return Ok(None);
+        }
+        let (op, n) = s
+            .trim()
+            .split_once('@')
+            .ok_or_else(|| anyhow::anyhow!("PINFLEET_S3_FAULTS `{s}`: expected Operation@N (e.g. UploadPart@2)"))?;
+        let nth: u32 = n.parse().map_err(|_| anyhow::anyhow!("PINFLEET_S3_FAULTS `{s}`: N is a whole number"))?;
+        Ok(Some(S3Faults { operation: op.to_string(), nth, seen: Default::default() }))
+    }
+}
+
+impl Intercept for S3Faults {
+    fn name(&self) -> &'static str {
+        "pinfleet-s3-faults"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _ctx: &aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let op = cfg.load::<Metadata>().map(|m| m.name().to_string()).unwrap_or_default();
+        if op == self.operation {
+            let n = self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst).saturating_add(1);
+            if n == self.nth {
+                cfg.interceptor_state().store_put(S3Refused);
+            }
+        }
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        ctx: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if cfg.load::<S3Refused>().is_none() {
+            return Ok(());
+        }
+        let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message><RequestId>INJECTED</RequestId></Error>";
+        let resp = ctx.response_mut();
+        *resp.status_mut() = 403u16.try_into()?;
+        resp.headers_mut().insert("content-type", "application/xml");
+        resp.headers_mut().insert("content-length", body.len().to_string());
+        *resp.body_mut() = SdkBody::from(body);
+        Ok(())
+    }
+}
