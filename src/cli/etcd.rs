@@ -82,6 +82,10 @@ pub struct AgentArgs {
     /// Do not verify (etcd's binaries are not on this machine).
     #[arg(long)]
     pub no_verify: bool,
+    /// The API server's EncryptionConfiguration: its key names are recorded
+    /// with each backup (a restore needs them).
+    #[arg(long, default_value = "/etc/kubernetes/pki/encryption-config.yaml")]
+    pub encryption_config: PathBuf,
     /// Serve the agent's figures for Prometheus at /metrics here.
     #[arg(long)]
     pub metrics_listen: Option<std::net::SocketAddr>,
@@ -203,7 +207,9 @@ async fn agent_cmd(g: &GlobalArgs, a: AgentArgs, once: bool) -> Result<ExitCode>
         kubernetes_version: a.kubernetes_version.clone(),
         taken_by: format!("pinfleet etcd {} on {}", if once { "backup" } else { "agent" }, crate::state::whoami().1),
         retention: lock,
-        encryption_keys: Vec::new(),
+        encryption_keys: std::fs::read_to_string(&a.encryption_config)
+            .map(|t| agent::encryption_key_names(&t))
+            .unwrap_or_default(),
     };
     let bins = if a.no_verify { None } else { Binaries::find() };
     if !a.no_verify && bins.is_none() {
@@ -380,9 +386,15 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
         None if !a.force => bail!("backup {} is not verified (`pinfleet etcd verify {} --backup {}`): refusing without --force", b.manifest.id, a.store.cluster, b.manifest.id),
         _ => writeln!(out, "restoring from an unverified backup (--force)")?,
     }
-    for k in &b.manifest.encryption_keys {
-        if store.get(&format!("encryption/{k}.json")).await?.is_none() {
-            bail!("backup {} needs encryption key {k}, which the store no longer has: its Secrets could not be read", b.manifest.id);
+    if !b.manifest.encryption_keys.is_empty() {
+        let have = crate::state::pki::Pki::load(&store).await?.map(|p| p.encryption_key_names()).unwrap_or_default();
+        for k in &b.manifest.encryption_keys {
+            if !have.contains(k) {
+                bail!(
+                    "backup {} was written under encryption key {k}, which the cluster's PKI no longer holds: its Secrets could not be read. Nothing was restored",
+                    b.manifest.id
+                );
+            }
         }
     }
     let deltas = agent::deltas_after(&store, b.manifest.revision).await?;

@@ -60,6 +60,30 @@ impl Trailer {
     }
 }
 
+/// The key names in an API server's EncryptionConfiguration (what a
+/// backup's Secrets need to be read), in its order.
+pub fn encryption_key_names(config: &str) -> Vec<String> {
+    let v: serde_json::Value = serde_saphyr::from_str(config).unwrap_or_default();
+    let mut names = Vec::new();
+    for r in v["resources"].as_array().into_iter().flatten() {
+        for p in r["providers"].as_array().into_iter().flatten() {
+            for (kind, body) in p.as_object().into_iter().flatten() {
+                if kind == "identity" {
+                    continue;
+                }
+                for k in body["keys"].as_array().into_iter().flatten() {
+                    if let Some(n) = k["name"].as_str() {
+                        if !names.iter().any(|x| x == n) {
+                            names.push(n.to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    names
+}
+
 /// Checks a snapshot file's trailer (the verifier's first step).
 pub fn trailer_holds(path: &std::path::Path) -> Result<(bool, String)> {
     use std::io::Read as _;
@@ -416,4 +440,47 @@ pub async fn run(
     keep.abort();
     let _ = client.lease_revoke(lease).await;
     result.map_err(|e: anyhow::Error| anyhow!("{e:#}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trailer_catches_one_flipped_byte() {
+        let body: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let mut whole = body.clone();
+        whole.extend_from_slice(&Sha256::digest(&body));
+        let mut t = Trailer::new();
+        for chunk in whole.chunks(777) {
+            t.feed(chunk);
+        }
+        assert!(t.finish().0);
+        whole[5_000] ^= 1;
+        let mut t = Trailer::new();
+        t.feed(&whole);
+        assert!(!t.finish().0);
+        let mut t = Trailer::new();
+        t.feed(&whole[..20]);
+        assert!(!t.finish().0, "too short to hold a trailer");
+    }
+
+    #[test]
+    fn key_names_come_from_the_encryption_configuration() {
+        let pki = crate::state::pki::Pki {
+            encryption_keys: vec![
+                crate::state::pki::EncryptionKey { name: "key-b".into(), secret: "Yg==".into() },
+                crate::state::pki::EncryptionKey { name: "key-a".into(), secret: "YQ==".into() },
+            ],
+            ..serde_json::from_value(serde_json::json!({
+                "ca_cert": "", "ca_key": "", "front_proxy_ca_cert": "", "front_proxy_ca_key": "", "sa_key": "", "sa_pub": "",
+                "admin_cert": "", "admin_key": "", "join_token": "", "certificate_key": "", "ca_cert_hash": ""
+            }))
+            .unwrap()
+        };
+        let config = pki.encryption_config();
+        assert!(config.contains("secretbox") && config.trim_end().ends_with("- identity: {}"), "{config}");
+        assert_eq!(encryption_key_names(&config), ["key-b", "key-a"]);
+        assert!(encryption_key_names("not: [yaml").is_empty());
+    }
 }

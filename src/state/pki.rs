@@ -40,6 +40,29 @@ pub struct Pki {
     pub etcd_ca_cert: String,
     #[serde(default)]
     pub etcd_ca_key: String,
+    /// Secrets' encryption at rest: the API servers' secretbox keys, the
+    /// newest first (it encrypts; every one decrypts). Never removed: a
+    /// backup written under an older key needs it to read its Secrets.
+    /// Empty in PKIs made before it existed; filled on the next load.
+    #[serde(default)]
+    pub encryption_keys: Vec<EncryptionKey>,
+}
+
+/// One key of the API servers' EncryptionConfiguration.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EncryptionKey {
+    pub name: String,
+    /// 32 random bytes, base64 (secretbox: XSalsa20 and Poly1305).
+    pub secret: String,
+}
+
+impl EncryptionKey {
+    pub fn generate(now: chrono::DateTime<chrono::Utc>) -> EncryptionKey {
+        EncryptionKey {
+            name: format!("key-{}", now.format("%Y%m%dt%H%M%S")),
+            secret: base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>()),
+        }
+    }
 }
 
 impl std::fmt::Debug for Pki {
@@ -113,6 +136,7 @@ impl Pki {
             ca_cert_hash,
             etcd_ca_cert: etcd_cert,
             etcd_ca_key: etcd_key.serialize_pem(),
+            encryption_keys: vec![EncryptionKey::generate(chrono::Utc::now())],
         })
     }
 
@@ -120,9 +144,17 @@ impl Pki {
     /// Generation uses a conditional write, so two first runs agree on one.
     pub async fn load_or_create(store: &Store) -> Result<(Pki, bool)> {
         if let Some(mut p) = store.get_json::<Pki>(PKI_KEY).await? {
+            let mut changed = false;
             if p.etcd_ca_cert.is_empty() {
                 let (_, key, cert) = ca("etcd-ca")?;
                 (p.etcd_ca_cert, p.etcd_ca_key) = (cert, key.serialize_pem());
+                changed = true;
+            }
+            if p.encryption_keys.is_empty() {
+                p.encryption_keys.push(EncryptionKey::generate(chrono::Utc::now()));
+                changed = true;
+            }
+            if changed {
                 store.put_json(PKI_KEY, &p).await?;
             }
             return Ok((p, false));
@@ -156,12 +188,36 @@ impl Pki {
             &self.sa_pub,
             &self.etcd_ca_cert,
             &self.etcd_ca_key,
+            &self.encryption_config(),
         ];
         Self::MACHINE_FILES.into_iter().zip(contents.map(String::clone)).collect()
     }
 
+    /// The API servers' EncryptionConfiguration: Secrets written with the
+    /// newest key (secretbox), read with any, and with `identity` last so
+    /// Secrets written before encryption was on still read (until
+    /// `pinfleet etcd rotate-key` has them rewritten).
+    pub fn encryption_config(&self) -> String {
+        let mut s = String::from(
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers:\n",
+        );
+        if !self.encryption_keys.is_empty() {
+            s.push_str("      - secretbox:\n          keys:\n");
+            for k in &self.encryption_keys {
+                s.push_str(&format!("            - name: {}\n              secret: {}\n", k.name, k.secret));
+            }
+        }
+        s.push_str("      - identity: {}\n");
+        s
+    }
+
+    /// The names of the encryption keys (what a backup needs to be read).
+    pub fn encryption_key_names(&self) -> Vec<String> {
+        self.encryption_keys.iter().map(|k| k.name.clone()).collect()
+    }
+
     /// The object names of [`Pki::machine_files`], in its order.
-    pub const MACHINE_FILES: [&'static str; 8] = [
+    pub const MACHINE_FILES: [&'static str; 9] = [
         "ca.crt",
         "ca.key",
         "front-proxy-ca.crt",
@@ -170,6 +226,7 @@ impl Pki {
         "sa.pub",
         "etcd-ca.crt",
         "etcd-ca.key",
+        "encryption-config.yaml",
     ];
 
     pub fn b64(s: &str) -> String {
