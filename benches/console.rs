@@ -86,6 +86,7 @@ fn team(n: usize) -> TeamView {
     };
     let queued = n / 2;
     TeamView {
+        accelerators: vec![],
         viewer: viewer(),
         at: now,
         team: "search".into(),

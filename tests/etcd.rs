@@ -434,7 +434,7 @@ async fn an_upload_refused_or_killed_midway_is_never_listed_and_a_leader_change_
     assert_eq!(uploads().await, 0);
 
     // A leader change while the snapshot streams from a member.
-    let mut child = cli(&["etcd", "backup", "faults", "--state", &state, "--endpoints", &trio.endpoints(), "--no-verify"])
+    let child = cli(&["etcd", "backup", "faults", "--state", &state, "--endpoints", &trio.endpoints(), "--no-verify"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -380,6 +380,33 @@ fn a_roll_of_the_control_plane_without_a_fresh_verified_etcd_backup_stops_before
 }
 
 #[test]
+fn an_encryption_key_is_rotated_into_the_pki_and_every_secret_rewritten_with_it() {
+    let (w, sim) = cluster("rotate", 1, 1, "        maxSurge: 1\n", "1s");
+    let kc = sim.kubeconfig.to_str().unwrap();
+    let dry = w.ok(&["etcd", "rotate-key", "rotate"]);
+    assert!(dry.contains("would add encryption key key-") && dry.contains("Nothing changed"), "{dry}");
+    let before = w.json(&["history", "rotate"]).as_array().unwrap().len();
+    let out = w.ok(&["etcd", "rotate-key", "rotate", "--yes"]);
+    assert!(out.contains("added encryption key") && out.contains("--rewrite-secrets"), "{out}");
+    let history = w.json(&["history", "rotate"]);
+    assert_eq!(history.as_array().unwrap().len(), before + 1, "{history}");
+    assert!(history.to_string().contains("encryption key key-"), "{history}");
+    kubectl(&sim, &["create", "secret", "generic", "db", "--from-literal=password=s3cr3t"], None);
+    let rv = |k: &str| kubectl(&sim, &["get", "secret", k, "-o", "jsonpath={.metadata.resourceVersion}"], None);
+    let was = rv("db");
+    let out = w.ok(&["etcd", "rotate-key", "rotate", "--rewrite-secrets", "--kubeconfig", kc]);
+    assert!(out.contains("rewrote") && !out.contains("rewrote 0 "), "{out}");
+    assert_ne!(rv("db"), was, "the Secret was written again");
+    let marked = kubectl(&sim, &["get", "secret", "db", "-o", "jsonpath={.metadata.annotations.pinfleet\\.dev/encryption-key}"], None);
+    assert!(marked.starts_with("key-"), "marked with the key: {marked}");
+    // A second run (or one resumed after a cut) writes nothing again.
+    let again = w.ok(&["etcd", "rotate-key", "rotate", "--rewrite-secrets", "--kubeconfig", kc]);
+    assert!(again.contains("rewrote 0 Secret(s)"), "{again}");
+    let value = kubectl(&sim, &["get", "secret", "db", "-o", "jsonpath={.data.password}"], None);
+    assert_eq!(value, "czNjcjN0", "and reads back the same");
+}
+
+#[test]
 fn a_replacement_that_never_becomes_ready_halts_the_roll() {
     let (w, sim) = cluster("noboot", 3, 3, "        maxSurge: 1\n", "6s");
     let before = on_version(&w, "general");

@@ -23,6 +23,7 @@ use crate::etcd::scratch::Binaries;
 use crate::output::{print_data, table, Format};
 use crate::spec::types::BackupSpec;
 use crate::state::blob::Retention;
+use crate::state::lock::Lock;
 use crate::state::Store;
 
 #[derive(Debug, Args)]
@@ -46,6 +47,8 @@ pub enum EtcdCommand {
     Gc(StoreArgs),
     /// Bring the control plane's etcd back from a backup.
     Restore(RestoreArgs),
+    /// A new encryption key for Secrets at rest (and rewrite them with it).
+    RotateKey(RotateArgs),
 }
 
 /// The cluster and where its backups are.
@@ -142,6 +145,7 @@ pub async fn run(g: &GlobalArgs, args: EtcdCmdArgs) -> Result<ExitCode> {
         EtcdCommand::Verify(a) => verify(g, a).await,
         EtcdCommand::Gc(a) => gc(g, a).await,
         EtcdCommand::Restore(a) => restore_cmd(g, a).await,
+        EtcdCommand::RotateKey(a) => rotate(g, a).await,
     }
 }
 
@@ -421,7 +425,7 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
     let t = Instant::now();
     let file = std::env::temp_dir().join(format!("pinfleet-restore-{}.db", std::process::id()));
     store.download(&manifest::snapshot_key(&b.manifest.id), &file).await?;
-    let (held, sha) = agent::trailer_holds(&file)?;
+    let (held, sha) = crate::etcd::snapshot::trailer_holds(&file)?;
     if !held || sha != b.manifest.sha256 {
         let _ = std::fs::remove_file(&file);
         bail!("the stored snapshot of {} does not match its checksum: nothing was restored (the members are stopped: move their manifests back to start them as they were)", b.manifest.id);
@@ -499,4 +503,104 @@ fn start_static_pods(dir: &std::path::Path, member: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `pinfleet etcd rotate-key CLUSTER`: a new encryption key for Secrets.
+#[derive(Debug, Args)]
+pub struct RotateArgs {
+    pub cluster: String,
+    /// Do it (without it: what would happen).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// After the API servers run with the new key, rewrite every Secret
+    /// through this cluster's API (each is then encrypted with it).
+    #[arg(long)]
+    pub rewrite_secrets: bool,
+    /// Kubeconfig of the cluster, for --rewrite-secrets.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub cloud: super::cloud::CloudArgs,
+}
+
+pub async fn rotate(g: &GlobalArgs, a: RotateArgs) -> Result<ExitCode> {
+    let s = super::cloud::Session::open(g, &a.cluster, &a.cloud).await?;
+    let name = s.name().to_string();
+    let store = s.store(false).await?.with_context(|| format!("cluster {name} has no state store yet: bootstrap it first"))?;
+    let mut out = anstream::stdout();
+    if a.rewrite_secrets {
+        let kubeconfig = a.cloud.target.kubeconfig_or(a.kubeconfig.as_deref(), &name);
+        let client = crate::kube::client_from_kubeconfig(&kubeconfig, crate::kube::Retry::Never).await?;
+        let pki = crate::state::pki::Pki::load(&store).await?.with_context(|| format!("cluster {name} has not been bootstrapped"))?;
+        let newest = pki.encryption_key_names().into_iter().next().context("the PKI holds no encryption key")?;
+        let (n, already) = rewrite_secrets(&client, &newest).await?;
+        writeln!(out, "rewrote {n} Secret(s) in {name} under key {newest} ({already} already were): each is written with the API servers' newest key")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut pki = crate::state::pki::Pki::load(&store).await?.with_context(|| format!("cluster {name} has not been bootstrapped"))?;
+    let key = crate::state::pki::EncryptionKey::generate(chrono::Utc::now());
+    if !a.yes {
+        writeln!(out, "would add encryption key {} before {} (kept: a backup written under an older key needs it)", key.name, pki.encryption_key_names().join(", "))?;
+        writeln!(out, "Nothing changed. Run `pinfleet etcd rotate-key {name} --yes`.")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    Lock::with(&store, &command, async {
+        pki.encryption_keys.insert(0, key.clone());
+        store.put_json(crate::state::pki::PKI_KEY, &pki).await?;
+        crate::state::join::publish_files(&store, &pki).await?;
+        let revision = store.next_revision().await?;
+        let rec = crate::state::HistoryRecord::of_actions(
+            revision,
+            &command,
+            vec![format!("encryption key {} added (Secrets are written with it once the API servers restart)", key.name)],
+        );
+        store.record(&rec.acting_as(s.aws.caller_identity().await), &s.loaded.cluster).await
+    })
+    .await?;
+    writeln!(out, "added encryption key {} to {name}; the control-plane machines fetch it as they boot. Next:", key.name)?;
+    writeln!(out, "  1. roll the control plane so every API server reads it: pinfleet upgrade {name} -g control-plane --force --yes")?;
+    writeln!(out, "  2. rewrite every Secret with it: pinfleet etcd rotate-key {name} --rewrite-secrets")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The annotation naming the key a Secret was last rewritten under.
+pub const REWRITTEN_UNDER: &str = "pinfleet.dev/encryption-key";
+
+/// Writes every Secret again, marked with `key` (so the write happens even
+/// where the API server would skip an unchanged object, and a run cut off
+/// resumes where it stopped): the API server encrypts each with its newest
+/// key. A Secret changed meanwhile (a conflict) is read again and retried.
+/// (rewritten, already under `key`).
+pub async fn rewrite_secrets(client: &kube::Client, key: &str) -> Result<(usize, usize)> {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, ListParams, PostParams};
+    let all: Api<Secret> = Api::all(client.clone());
+    let list = all.list(&ListParams::default()).await.context("listing Secrets")?;
+    let mut n = 0usize;
+    let mut already = 0usize;
+    for sec in list.items {
+        let (Some(ns), Some(name)) = (sec.metadata.namespace.clone(), sec.metadata.name.clone()) else { continue };
+        if sec.metadata.annotations.as_ref().and_then(|a| a.get(REWRITTEN_UNDER)).is_some_and(|k| k == key) {
+            already = already.saturating_add(1);
+            continue;
+        }
+        let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        let mut current = sec;
+        for attempt in 0..5 {
+            current.metadata.annotations.get_or_insert_with(Default::default).insert(REWRITTEN_UNDER.to_string(), key.to_string());
+            match api.replace(&name, &PostParams::default(), &current).await {
+                Ok(_) => {
+                    n = n.saturating_add(1);
+                    break;
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 && attempt < 4 => {
+                    current = api.get(&name).await.with_context(|| format!("reading Secret {ns}/{name}"))?;
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => break,
+                Err(e) => return Err(anyhow::Error::new(e).context(format!("rewriting Secret {ns}/{name}"))),
+            }
+        }
+    }
+    Ok((n, already))
 }

@@ -4,24 +4,20 @@
 //! deltas every `deltaInterval` (the RPO); gc by the tiers. Agents on every
 //! control-plane machine hold etcd's own lock for the job, so one writes.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use base64::Engine as _;
 use chrono::Utc;
-use etcd_client::{Client, EventType, GetOptions, LockOptions, WatchOptions};
-use sha2::{Digest, Sha256};
+use etcd_client::{Client, EventType, LockOptions, WatchOptions};
 
 use super::conn::EtcdArgs;
+use super::snapshot::{keys_per_prefix, Trailer};
 use super::manifest::{self, Backup, Change, Delta, Manifest, Seen, Txn, Verdict};
 use super::policy::{self, Fate};
 use crate::spec::types::BackupSpec;
 use crate::state::blob::Retention;
 use crate::state::Store;
-
-/// etcd appends the sha256 of the snapshot to what it streams.
-const TRAILER: usize = 32;
 
 /// Who took a backup and of what.
 #[derive(Debug, Clone)]
@@ -30,34 +26,6 @@ pub struct Taking {
     pub taken_by: String,
     pub retention: Option<Retention>,
     pub encryption_keys: Vec<String>,
-}
-
-/// The snapshot's checksum, checked as it streams: etcd's trailer is the
-/// sha256 of every byte before it.
-struct Trailer {
-    body: Sha256,
-    whole: Sha256,
-    tail: Vec<u8>,
-}
-
-impl Trailer {
-    fn new() -> Self {
-        Trailer { body: Sha256::new(), whole: Sha256::new(), tail: Vec::with_capacity(2 * TRAILER) }
-    }
-    fn feed(&mut self, bytes: &[u8]) {
-        self.whole.update(bytes);
-        self.tail.extend_from_slice(bytes);
-        if self.tail.len() > TRAILER {
-            let cut = self.tail.len() - TRAILER;
-            self.body.update(&self.tail[..cut]);
-            self.tail.drain(..cut);
-        }
-    }
-    /// (the trailer held, sha256 of everything).
-    fn finish(self) -> (bool, String) {
-        let ok = self.tail.len() == TRAILER && self.body.finalize().as_slice() == self.tail.as_slice();
-        (ok, hex::encode(self.whole.finalize()))
-    }
 }
 
 /// The key names in an API server's EncryptionConfiguration (what a
@@ -82,45 +50,6 @@ pub fn encryption_key_names(config: &str) -> Vec<String> {
         }
     }
     names
-}
-
-/// Checks a snapshot file's trailer (the verifier's first step).
-pub fn trailer_holds(path: &std::path::Path) -> Result<(bool, String)> {
-    use std::io::Read as _;
-    let mut f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut t = Trailer::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        t.feed(&buf[..n]);
-    }
-    Ok(t.finish())
-}
-
-/// Keys per resource prefix at `revision` (keys only, in pages).
-pub async fn keys_per_prefix(client: &mut Client, revision: i64) -> Result<BTreeMap<String, u64>> {
-    let mut counts = BTreeMap::new();
-    let mut from: Vec<u8> = vec![0];
-    loop {
-        let opts = GetOptions::new().with_range(vec![0]).with_keys_only().with_limit(5_000).with_revision(revision);
-        // `with_range([0])` from `from`: every key at or after it.
-        let resp = client.get(from.clone(), Some(opts)).await.with_context(|| format!("listing keys at revision {revision}"))?;
-        let kvs = resp.kvs();
-        for kv in kvs {
-            *counts.entry(manifest::prefix_of(kv.key())).or_insert(0u64) += 1;
-        }
-        match kvs.last() {
-            Some(last) if resp.more() => {
-                from = last.key().to_vec();
-                from.push(0);
-            }
-            _ => break,
-        }
-    }
-    Ok(counts)
 }
 
 /// Takes one full backup from the member at `endpoint`: streams the
@@ -445,25 +374,6 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_trailer_catches_one_flipped_byte() {
-        let body: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-        let mut whole = body.clone();
-        whole.extend_from_slice(&Sha256::digest(&body));
-        let mut t = Trailer::new();
-        for chunk in whole.chunks(777) {
-            t.feed(chunk);
-        }
-        assert!(t.finish().0);
-        whole[5_000] ^= 1;
-        let mut t = Trailer::new();
-        t.feed(&whole);
-        assert!(!t.finish().0);
-        let mut t = Trailer::new();
-        t.feed(&whole[..20]);
-        assert!(!t.finish().0, "too short to hold a trailer");
-    }
 
     #[test]
     fn key_names_come_from_the_encryption_configuration() {

@@ -30,4 +30,5 @@ pub mod metrics;
 pub mod policy;
 pub mod restore;
 pub mod scratch;
+pub mod snapshot;
 pub mod verify;

@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result};
 use chrono::Utc;
 use etcd_client::GetOptions;
 
-use super::agent::{keys_per_prefix, trailer_holds};
+use super::snapshot::{keys_per_prefix, trailer_holds};
 use super::conn::EtcdArgs;
 use super::manifest::{self, Manifest, Verdict};
 use super::scratch::{Binaries, Member};

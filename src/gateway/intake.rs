@@ -1040,17 +1040,7 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
     };
     let demand = demand.unwrap_or_default();
     let pods = demand.pods;
-    // One pod's share for placement (replicas of one template are alike;
-    // a training job's roles are averaged, rounded up).
-    let per_pod = if pods > 0 {
-        let mut a = Amount::new(demand.cpu.div_ceil(pods), demand.memory.div_ceil(pods), 1);
-        for f in demand::FLAVORS {
-            a.set(Resource::of_flavor(f), demand.accelerator(f).div_ceil(pods));
-        }
-        a
-    } else {
-        Amount::new(0, 0, 1)
-    };
+    let (per_pod, amount) = shares(&demand);
     let expected_seconds = expected_seconds(&obj, &mut problems);
     name_refused_values(&mut problems, workload);
     if !problems.is_empty() {
@@ -1060,10 +1050,6 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
         m.insert("namespace".into(), Value::String(team.clone()));
     }
     let sets = demand.sets.clone();
-    let mut amount = Amount::new(demand.cpu, demand.memory, pods);
-    for f in demand::FLAVORS {
-        amount.set(Resource::of_flavor(f), demand.accelerator(f));
-    }
     let demand = amount;
     Ok(Intake {
         workload: obj,
@@ -1079,6 +1065,27 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
         images,
         expected_seconds,
     })
+}
+
+/// One pod's share for placement (replicas of one template are alike; a
+/// training job's roles are averaged, rounded up), and the whole demand,
+/// accelerators per flavor included.
+fn shares(d: &demand::Demand) -> (Amount, Amount) {
+    let pods = d.pods;
+    let per_pod = if pods > 0 {
+        let mut a = Amount::new(d.cpu.div_ceil(pods), d.memory.div_ceil(pods), 1);
+        for f in demand::FLAVORS {
+            a.set(Resource::of_flavor(f), d.accelerator(f).div_ceil(pods));
+        }
+        a
+    } else {
+        Amount::new(0, 0, 1)
+    };
+    let mut amount = Amount::new(d.cpu, d.memory, pods);
+    for f in demand::FLAVORS {
+        amount.set(Resource::of_flavor(f), d.accelerator(f));
+    }
+    (per_pod, amount)
 }
 
 /// The submitted field that asks for an accelerator flavor: a training

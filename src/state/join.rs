@@ -64,7 +64,15 @@ pub async fn current(store: &Store) -> Result<Option<TokenRecord>> {
 /// and names this CA, everything is: an apply reads one object instead of
 /// writing nine.
 pub async fn publish_files(store: &Store, pki: &Pki) -> Result<()> {
-    if store.get(HASH_KEY).await?.is_some_and(|(b, _)| b == pki.ca_cert_hash.as_bytes()) {
+    // Published already, unless the encryption keys changed since (a new
+    // PKI field, or `pinfleet etcd rotate-key`).
+    let config = pki.encryption_config();
+    if store.get(HASH_KEY).await?.is_some_and(|(b, _)| b == pki.ca_cert_hash.as_bytes())
+        && store
+            .get(&format!("{PKI_PREFIX}encryption-config.yaml"))
+            .await?
+            .is_some_and(|(b, _)| b == config.as_bytes())
+    {
         return Ok(());
     }
     for (name, content) in pki.machine_files() {

@@ -75,12 +75,7 @@ impl Service {
         let minors: Vec<u32> = reachable.iter().filter_map(|v| v.minor).collect();
         let overheads = common_overheads(&reachable);
         let team = workload.pointer("/spec/owner/team").and_then(Value::as_str).unwrap_or_default();
-        let gpu_products = match self.world().await {
-            Ok((world, _)) => {
-                world.quotas.get(team).map(crate::gateway::quota::Quota::gpu_products).unwrap_or_default()
-            }
-            Err(_) => Vec::new(),
-        };
+        let gpu_products = self.gpu_products_of(team).await;
         let members = intake::Members {
             profiles: &profiles,
             minors: &minors,
@@ -197,6 +192,15 @@ impl Service {
             return Ok((429, bad(vec![Problem::new("request", "", why)], &intake.team, name)));
         }
         self.record(caller, name, spec, &intake.artifact, started).await
+    }
+
+    /// The GPU products the team's quota holds (a training job that names
+    /// none gets the first).
+    async fn gpu_products_of(&self, team: &str) -> Vec<crate::workloads::demand::Flavor> {
+        match self.world().await {
+            Ok((world, _)) => world.quotas.get(team).map(crate::gateway::quota::Quota::gpu_products).unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
     }
 
     /// Exactly what admission would answer now, for a dry run.

@@ -158,6 +158,45 @@ fn container(c: &Value, p: &str, init: bool, ephemeral: bool, volumes: &BTreeSet
             e.push(invalid(format!("{mp}.mountPath"), path, "must be unique"));
         }
     }
+    container_resources(c, p, e);
+    // Restart policy and probes: a native sidecar is an init container with
+    // restartPolicy Always; other init containers run to completion and may
+    // have no probes or lifecycle hooks.
+    let restart = s(c, "/restartPolicy");
+    // ContainerRestartRules (on by default from 1.35): any container may say
+    // Always, OnFailure or Never (validateContainerRestartPolicy).
+    let rules = since(35);
+    if init {
+        match restart {
+            Some(r) if rules && !["Always", "Never", "OnFailure"].contains(&r) => {
+                e.push(not_supported(format!("{p}.restartPolicy"), r, &["Always", "Never", "OnFailure"]))
+            }
+            Some(r) if !rules && r != "Always" => e.push(not_supported(format!("{p}.restartPolicy"), r, &["Always"])),
+            _ => {}
+        }
+        if restart != Some("Always") {
+            for f in ["lifecycle", "livenessProbe", "readinessProbe", "startupProbe"] {
+                if c.get(f).is_some_and(|v| !v.is_null()) {
+                    e.push(forbidden(
+                        format!("{p}.{f}"),
+                        "may not be set for init containers without restartPolicy=Always",
+                    ));
+                }
+            }
+        }
+    } else if let (Some(r), false) = (restart, ephemeral) {
+        if !rules {
+            e.push(forbidden(format!("{p}.restartPolicy"), "may not be set for non-init containers"));
+        } else if !["Always", "Never", "OnFailure"].contains(&r) {
+            e.push(not_supported(format!("{p}.restartPolicy"), r, &["Always", "Never", "OnFailure"]));
+        }
+    }
+}
+
+/// A container's resources (`ValidateResourceRequirements`): requests
+/// never above limits; extended resources integers that cannot be
+/// overcommitted.
+fn container_resources(c: &Value, p: &str, e: &mut Vec<FieldError>) {
     // Requests never above limits (`ValidateResourceRequirements`).
     let limits: BTreeMap<&String, f64> = entries(c.pointer("/resources/limits"))
         .into_iter()
@@ -205,38 +244,6 @@ fn container(c: &Value, p: &str, init: bool, ephemeral: bool, volumes: &BTreeSet
                     format!("must be less than or equal to {k} limit of {limit}"),
                 ));
             }
-        }
-    }
-    // Restart policy and probes: a native sidecar is an init container with
-    // restartPolicy Always; other init containers run to completion and may
-    // have no probes or lifecycle hooks.
-    let restart = s(c, "/restartPolicy");
-    // ContainerRestartRules (on by default from 1.35): any container may say
-    // Always, OnFailure or Never (validateContainerRestartPolicy).
-    let rules = since(35);
-    if init {
-        match restart {
-            Some(r) if rules && !["Always", "Never", "OnFailure"].contains(&r) => {
-                e.push(not_supported(format!("{p}.restartPolicy"), r, &["Always", "Never", "OnFailure"]))
-            }
-            Some(r) if !rules && r != "Always" => e.push(not_supported(format!("{p}.restartPolicy"), r, &["Always"])),
-            _ => {}
-        }
-        if restart != Some("Always") {
-            for f in ["lifecycle", "livenessProbe", "readinessProbe", "startupProbe"] {
-                if c.get(f).is_some_and(|v| !v.is_null()) {
-                    e.push(forbidden(
-                        format!("{p}.{f}"),
-                        "may not be set for init containers without restartPolicy=Always",
-                    ));
-                }
-            }
-        }
-    } else if let (Some(r), false) = (restart, ephemeral) {
-        if !rules {
-            e.push(forbidden(format!("{p}.restartPolicy"), "may not be set for non-init containers"));
-        } else if !["Always", "Never", "OnFailure"].contains(&r) {
-            e.push(not_supported(format!("{p}.restartPolicy"), r, &["Always", "Never", "OnFailure"]));
         }
     }
 }
