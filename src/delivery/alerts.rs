@@ -93,13 +93,15 @@ async fn receive(
 }
 
 /// Serves the webhook on `listen` until the returned task is aborted;
-/// a firing alert for the workload is sent on `tx`.
+/// a firing alert for the workload is sent on `tx`. The edge's refusals
+/// (a stranger's body, budgets full, a panic) are written to `audit`.
 pub async fn serve(
     listen: &str,
     token: String,
     namespace: &str,
     workload: &str,
     tx: watch::Sender<Option<String>>,
+    audit: Option<std::sync::Arc<dyn crate::edge::Audit>>,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     if token.trim().is_empty() {
         anyhow::bail!(
@@ -117,7 +119,7 @@ pub async fn serve(
     // Alertmanager nor takes the delivery's descriptors.
     let task = tokio::spawn(async move {
         if let Err(e) =
-            crate::edge::serve(app, listener, None, limits(), Some(gate), None, std::future::pending()).await
+            crate::edge::serve(app, listener, None, limits(), Some(gate), audit, std::future::pending()).await
         {
             tracing::warn!("the alert receiver stopped: {e:#}");
         }
@@ -130,7 +132,7 @@ const BODY: usize = 256 * 1024;
 
 /// The receiver's edge: Alertmanager holds a connection or two; strangers
 /// get little and wait for nothing.
-fn limits() -> crate::edge::Limits {
+pub fn limits() -> crate::edge::Limits {
     crate::edge::Limits {
         connections: 64,
         per_peer: 16,
