@@ -2486,7 +2486,7 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     // Strangers over TLS from three more addresses: bodies past a
     // stranger's share, and handshakes that then hold the connection silent.
     for ip in 11..=13u8 {
-        for n in 0..8 {
+        for n in 0..4 {
             let (stop, count, connector) = (stop.clone(), count.clone(), tls_connector.clone());
             tasks.push(tokio::spawn(async move {
                 while !stop.load(SeqCst) {
@@ -2539,7 +2539,7 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     // past a stranger's few KiB without a token or with a wrong one, and
     // small payloads without one.
     for ip in 14..=16u8 {
-        for n in 0..24 {
+        for n in 0..6 {
             let (stop, count, firing) = (stop.clone(), count.clone(), firing.clone());
             tasks.push(tokio::spawn(async move {
                 while !stop.load(SeqCst) {
