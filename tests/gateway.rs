@@ -2297,14 +2297,43 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     let iss = issuer().await;
     let ns = host.namespace.clone();
     let (red, blue) = (format!("{ns}-red"), format!("{ns}-blue"));
-    let gw = gateway(
+    // Red's own registry is hostile: its image's signature layer is 4 MiB
+    // (a few KiB are read of one). It needs a registry (scripts/test starts
+    // one); without, that attack is skipped and said so.
+    let mut policy = Policy::default();
+    let mut hostile_image = None;
+    let mut skipped = Vec::new();
+    match std::env::var("PINFLEET_TEST_REGISTRY").ok().filter(|r| !r.is_empty()) {
+        Some(reg_host) => {
+            use registry_support as reg;
+            let oci = reg::client(&reg_host);
+            let huge = reg::push_image(&oci, &reg_host, "red/huge", "v1", "huge").await;
+            reg::push_beside(
+                &oci,
+                &reg_host,
+                "red/huge",
+                pinfleet::provenance::signature_tag(&huge),
+                pinfleet::provenance::SIGNATURE_MEDIA_TYPE,
+                vec![b'x'; 4 << 20],
+                Some((pinfleet::provenance::SIGNATURE_ANNOTATION, "AAAA".into())),
+            )
+            .await;
+            policy.allowed_registries = vec![format!("{reg_host}/"), "registry.k8s.io/".into()];
+            policy.trust.insert(red.clone(), reg::policy(&reg::key("hostile-red")));
+            hostile_image = Some(format!("{reg_host}/red/huge:v1"));
+        }
+        None => skipped.push("a team's hostile registry: PINFLEET_TEST_REGISTRY is unset (scripts/test sets it)"),
+    }
+    let gw = gateway_with(
         &host,
         &[&east],
         Some(&iss),
         json!({ &red: {"tiers": {"OnDemand": q("2", "4")}}, &blue: {"tiers": {"OnDemand": q("2", "4")}} }),
+        policy,
     )
     .await;
     let red_token = iss.token("mallory@example.com", &[&format!("team:{red}")]);
+    let red_registry_token = iss.token("trent@example.com", &[&format!("team:{red}")]);
     let blue_token = iss.token("bob@example.com", &[&format!("team:{blue}")]);
     tokio::time::sleep(Duration::from_millis(300)).await;
     gw.svc.refresh_members().await;
@@ -2607,6 +2636,33 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
             }
         }));
     }
+    // Red's dry runs naming its hostile registry's image, one after another.
+    if let Some(image) = hostile_image.clone() {
+        let (stop, count, token, team) = (stop.clone(), count.clone(), red_registry_token.clone(), red.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u32;
+            while !stop.load(SeqCst) {
+                n += 1;
+                let Some(mut send) = h1_from(addr, [127, 0, 0, 17]).await else { continue };
+                let mut w = service_of(&team, "huge", 1, "100m");
+                w["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
+                let body = serde_json::to_vec(&json!({"id": format!("huge-{n}"), "workload": w})).unwrap();
+                let req = request(addr, "POST", "/v1/submissions?dryRun=true", Some(&token), body);
+                if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(15), send.send_request(req)).await {
+                    let status = r.status().as_u16();
+                    let text = http_body_util::BodyExt::collect(r.into_body())
+                        .await
+                        .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+                        .unwrap_or_default();
+                    if status == 422 && text.contains("more than such a layer may be") {
+                        count("red registry refused unread".into());
+                    } else {
+                        count(format!("red registry {status}"));
+                    }
+                }
+            }
+        }));
+    }
     // Memory, sampled throughout.
     let peak = Arc::new(AtomicU64::new(rss_before));
     {
@@ -2680,7 +2736,9 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     let edge_bound = |l: pinfleet::edge::Limits| {
         (l.connections * pinfleet::gateway::listen::PER_CONNECTION_BYTES + l.bodies_in_flight) as u64
     };
-    let bound = 2 * edge_bound(limits) + edge_bound(pinfleet::delivery::alerts::limits());
+    // And the registry evidence being fetched: 8 checks × 4 layers × (16 KiB + 512 KiB).
+    let evidence = 8 * 4 * (pinfleet::registry::SIGNATURE_MAX + pinfleet::registry::ATTESTATION_MAX);
+    let bound = 2 * edge_bound(limits) + edge_bound(pinfleet::delivery::alerts::limits()) + evidence;
     let slack: u64 = 160 << 20;
     let counts = counts.lock().unwrap().clone();
     println!(
@@ -2697,6 +2755,7 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     );
     println!("what the attackers got: {counts:?}");
     println!("Alertmanager's alerts through the flood: {alerts_answered}, every one answered 200");
+    println!("attacks skipped: {} {skipped:?}", skipped.len());
     assert!(latencies.len() >= 4, "the honest team was answered only {} times", latencies.len());
     assert!(grown <= bound + slack, "memory grew by {} MiB, past {} MiB", grown >> 20, (bound + slack) >> 20);
     // Each attack met its answer.
@@ -2708,6 +2767,9 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     assert!(got("stranger tls 401") > 0, "a stranger's body over TLS is refused unread: {counts:?}");
     assert!(got("stranger alert 401") > 0, "strangers at the alert receiver are refused: {counts:?}");
     assert!(alerts_answered > 0, "Alertmanager was answered through the flood");
+    if hostile_image.is_some() {
+        assert!(got("red registry refused unread") > 0, "the hostile registry's evidence is refused unread: {counts:?}");
+    }
     assert!(alert_rx.borrow().as_deref().is_some_and(|r| r.contains("SLOErrorBudgetBurnFast")), "the alert reached the delivery");
     // After the attacks the TLS listener serves the honest team again.
     let after = blue_tls.call("GET", "/v1/whoami", None).await.expect("the TLS listener after the attacks");
