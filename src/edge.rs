@@ -205,6 +205,11 @@ pub fn fitted(limits: Limits) -> Limits {
     Limits { connections: limits.connections.min(room), per_peer: limits.per_peer.min(room), ..limits }
 }
 
+/// The address a request came from, in its extensions (for a route's own
+/// audit lines).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub IpAddr);
+
 /// Where the edge's own refusals are written (the gateway's audit log):
 /// every one, with the caller where it is known.
 pub trait Audit: Send + Sync + 'static {
@@ -715,6 +720,7 @@ async fn handle(
     if let Some(p) = &cert {
         parts.extensions.insert(p.clone());
     }
+    parts.extensions.insert(PeerAddr(conn.peer));
     let method = parts.method.to_string();
     let path: String = parts.uri.path().chars().take(256).collect();
     let refuse = |status: http::StatusCode, why: &str| {

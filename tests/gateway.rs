@@ -2787,6 +2787,10 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
         "the alert flood's refusals are audited: {} lines",
         alert_lines.len()
     );
+    assert!(
+        alert_lines.iter().any(|l| l["answer"] == 401 && l["reason"] == "a bearer token is required"),
+        "the receiver's own refusals (small bodies without a token) are audited too"
+    );
     alert_task.abort();
     // No slot leaked: a fresh connection is served, the listener's cap of them one after another.
     for n in 0..limits.connections {
