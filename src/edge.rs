@@ -205,10 +205,19 @@ pub fn fitted(limits: Limits) -> Limits {
     Limits { connections: limits.connections.min(room), per_peer: limits.per_peer.min(room), ..limits }
 }
 
+/// The address a request came from, in its extensions (for a route's own
+/// audit lines).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub IpAddr);
+
 /// Where the edge's own refusals are written (the gateway's audit log):
 /// every one, with the caller where it is known.
 pub trait Audit: Send + Sync + 'static {
     fn refused(&self, holder: Option<&Holder>, peer: IpAddr, method: &str, path: &str, status: u16, why: &str);
+    /// Says what a rate limit held back in a second now over; the edge
+    /// calls it every second and at shutdown, so a flood's last count is
+    /// written even when no later line comes.
+    fn flush(&self) {}
 }
 
 /// Who a request is from, asked from its headers before its body is read
@@ -252,6 +261,23 @@ impl BodyBudget {
     }
 }
 
+impl BodyBytes {
+    /// Takes `more` bytes for the same holder, under the same budgets
+    /// (a chunked body reserves as it arrives); false when either is full.
+    pub fn grow(&mut self, more: usize, limits: &Limits) -> bool {
+        let mut h = self.budget.held.lock().expect("body budget");
+        let mine = h.1.get(&self.holder).copied().unwrap_or(0);
+        if h.0.saturating_add(more) > limits.bodies_in_flight || mine.saturating_add(more) > limits.body_per_holder {
+            return false;
+        }
+        h.0 = h.0.saturating_add(more);
+        h.1.insert(self.holder.clone(), mine.saturating_add(more));
+        drop(h);
+        self.bytes = self.bytes.saturating_add(more);
+        true
+    }
+}
+
 impl Drop for BodyBytes {
     fn drop(&mut self) {
         let mut h = self.budget.held.lock().expect("body budget");
@@ -291,7 +317,7 @@ struct Place {
 impl Drop for Place {
     fn drop(&mut self) {
         if let Ok(mut t) = self.table.lock() {
-            t.open.remove(&self.id);
+            t.remove(self.id);
         }
     }
 }
@@ -304,6 +330,8 @@ struct Entry {
     /// A request on it was authenticated, and by whom first.
     state: Arc<ConnectionState>,
     close: Arc<tokio::sync::Notify>,
+    /// Whether its holder is counted in the table's per-user and per-team counts.
+    counted: bool,
 }
 
 impl Entry {
@@ -312,14 +340,69 @@ impl Entry {
     }
 }
 
-/// Every open connection, oldest first (ids grow).
+/// Every open connection, oldest first (ids grow), and how many each
+/// user and team holds: kept as connections are named and given up (the
+/// place's drop guard, an eviction), so a request's share check is a look-up,
+/// never a scan of every connection.
 #[derive(Default)]
 struct Table {
     next: u64,
     open: BTreeMap<u64, Entry>,
+    users: std::collections::HashMap<String, usize>,
+    teams: std::collections::HashMap<String, usize>,
+}
+
+fn count_up(counts: &mut std::collections::HashMap<String, usize>, key: &str) -> usize {
+    let n = counts.entry(key.to_string()).or_default();
+    *n = n.saturating_add(1);
+    *n
+}
+
+fn count_down(counts: &mut std::collections::HashMap<String, usize>, key: &str) {
+    if let Some(n) = counts.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            counts.remove(key);
+        }
+    }
 }
 
 impl Table {
+    /// A new connection (its holder counted when already named).
+    fn insert(&mut self, id: u64, entry: Entry) {
+        self.open.insert(id, entry);
+        self.count_holder(id);
+    }
+
+    /// Gives up connection `id`, and its holder's count with it.
+    fn remove(&mut self, id: u64) -> Option<Entry> {
+        let e = self.open.remove(&id)?;
+        if e.counted {
+            if let Some(h) = e.state.holder.get() {
+                count_down(&mut self.users, &h.user);
+                if let Some(t) = &h.team {
+                    count_down(&mut self.teams, t);
+                }
+            }
+        }
+        Some(e)
+    }
+
+    /// Counts connection `id` against its holder once one is named (an
+    /// authenticated request on it); the holder never changes after.
+    fn count_holder(&mut self, id: u64) {
+        let Some(e) = self.open.get_mut(&id) else { return };
+        if e.counted {
+            return;
+        }
+        let Some(h) = e.state.holder.get() else { return };
+        e.counted = true;
+        count_up(&mut self.users, &h.user);
+        if let Some(t) = &h.team {
+            count_up(&mut self.teams, t);
+        }
+    }
+
     /// Makes room for a connection from `peer`: when that peer is at its
     /// cap, closes one of its connections, then one of all when the
     /// listener is at its cap (see [`Table::evict`]). False: every
@@ -353,7 +436,7 @@ impl Table {
         let victim = stranger
             .or_else(|| self.open.iter().find(|(_, e)| of_peer(e) && e.busy.load(Ordering::SeqCst) == 0))
             .map(|(id, _)| *id);
-        match victim.and_then(|id| self.open.remove(&id)) {
+        match victim.and_then(|id| self.remove(id)) {
             Some(e) => {
                 e.close.notify_one();
                 true
@@ -364,16 +447,15 @@ impl Table {
 
     /// Whether connection `id`'s holder holds more than its share: more
     /// connections than `per_user` for its user or `per_team` for its team.
-    fn over_share(&self, id: u64, limits: &Limits) -> Option<String> {
+    fn over_share(&mut self, id: u64, limits: &Limits) -> Option<String> {
+        self.count_holder(id);
         let h = self.open.get(&id)?.state.holder.get()?;
-        let held =
-            |f: &dyn Fn(&Holder) -> bool| self.open.values().filter(|e| e.state.holder.get().is_some_and(f)).count();
-        let users = held(&|o| o.user == h.user);
+        let users = self.users.get(&h.user).copied().unwrap_or(0);
         if users > limits.per_user {
             return Some(format!("{} holds {users} connections (at most {})", h.user, limits.per_user));
         }
         let team = h.team.as_ref()?;
-        let teams = held(&|o| o.team.as_ref() == Some(team));
+        let teams = self.teams.get(team).copied().unwrap_or(0);
         (teams > limits.per_team)
             .then(|| format!("team {team} holds {teams} connections (at most {})", limits.per_team))
     }
@@ -444,10 +526,23 @@ pub async fn serve(
     let table = Arc::new(Mutex::new(Table::default()));
     let mut shutdown = std::pin::pin!(shutdown);
     let mut last_warning: Option<Instant> = None;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
-            _ = &mut shutdown => return Ok(()),
+            _ = tick.tick() => {
+                if let Some(a) = &audit {
+                    a.flush();
+                }
+                continue;
+            }
+            _ = &mut shutdown => {
+                if let Some(a) = &audit {
+                    a.flush();
+                }
+                return Ok(());
+            }
         };
         let (stream, addr) = match accepted {
             Ok(a) => a,
@@ -475,7 +570,7 @@ pub async fn serve(
             }
             let id = t.next;
             t.next = t.next.wrapping_add(1);
-            t.open.insert(id, Entry { peer, busy: busy.clone(), state: state.clone(), close: close.clone() });
+            t.insert(id, Entry { peer, busy: busy.clone(), state: state.clone(), close: close.clone(), counted: false });
             id
         };
         let _ = stream.set_nodelay(true);
@@ -516,11 +611,14 @@ pub async fn serve(
 
 /// Reads a request's body under the limits: whole within `body_time`,
 /// and after `body_grace` at no less than `body_min_rate` bytes a second;
-/// at most [`BODY_LIMIT`] bytes. The status to answer otherwise.
+/// at most `most` bytes, each held in `held` before it is buffered (a
+/// body of unannounced length grows its reservation as it arrives, by at
+/// least [`BODY_STEP`]). The status to answer otherwise.
 async fn read_body(
     mut body: hyper::body::Incoming,
     limits: &Limits,
     most: usize,
+    held: &mut BodyBytes,
 ) -> Result<bytes::Bytes, (http::StatusCode, &'static str)> {
     use http_body_util::BodyExt as _;
     let start = Instant::now();
@@ -540,8 +638,19 @@ async fn read_body(
             Ok(Some(Err(_))) => return Err((http::StatusCode::BAD_REQUEST, "the request body could not be read")),
             Ok(Some(Ok(frame))) => {
                 if let Ok(data) = frame.into_data() {
-                    if buf.len().saturating_add(data.len()) > most {
+                    let after = buf.len().saturating_add(data.len());
+                    if after > most {
                         return Err((http::StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large"));
+                    }
+                    if after > held.bytes {
+                        let need = after.saturating_sub(held.bytes);
+                        let step = need.max(BODY_STEP).min(most.saturating_sub(held.bytes));
+                        if !held.grow(step, limits) {
+                            return Err((
+                                http::StatusCode::SERVICE_UNAVAILABLE,
+                                "too many request bodies in flight; try again",
+                            ));
+                        }
                     }
                     buf.extend_from_slice(&data);
                 }
@@ -549,6 +658,9 @@ async fn read_body(
         }
     }
 }
+
+/// How much more a body of unannounced length reserves at a time.
+const BODY_STEP: usize = 16 * 1024;
 
 /// A refusal the listener answers itself, closing the connection; a
 /// budget that was full says when to come back.
@@ -608,6 +720,7 @@ async fn handle(
     if let Some(p) = &cert {
         parts.extensions.insert(p.clone());
     }
+    parts.extensions.insert(PeerAddr(conn.peer));
     let method = parts.method.to_string();
     let path: String = parts.uri.path().chars().take(256).collect();
     let refuse = |status: http::StatusCode, why: &str| {
@@ -648,12 +761,15 @@ async fn handle(
                 "authenticate before sending a body this large (a bearer token or a client certificate)",
             );
         }
-        let want = announced.map_or(most, |n| n as usize);
-        let Some(bytes) = conn.budget.take(&holder, want, &limits) else {
+        // An announced length is reserved whole before a byte is read; a
+        // chunked body (no length) reserves as its bytes arrive.
+        let reserve = announced.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let cap = announced.map_or(most, |_| reserve.min(most));
+        let Some(bytes) = conn.budget.take(&holder, reserve, &limits) else {
             return refuse(http::StatusCode::SERVICE_UNAVAILABLE, "too many request bodies in flight; try again");
         };
-        held = Some(bytes);
-        match read_body(body, &limits, most.min(want)).await {
+        let bytes = held.insert(bytes);
+        match read_body(body, &limits, cap, bytes).await {
             Ok(b) => axum::body::Body::from(b),
             Err((status, why)) => return refuse(status, why),
         }
@@ -756,6 +872,7 @@ mod tests {
             busy: Arc::new(AtomicUsize::new(busy)),
             state: Arc::new(state),
             close: Arc::new(tokio::sync::Notify::new()),
+            counted: false,
         }
     }
 
@@ -763,18 +880,18 @@ mod tests {
     fn a_new_connection_closes_the_oldest_idle_one_never_one_mid_request() {
         let limits = Limits { connections: 3, per_peer: 2, ..Limits::default() };
         let mut t = Table::default();
-        t.open.insert(0, entry("10.0.0.1", 1));
-        t.open.insert(1, entry("10.0.0.1", 0));
-        t.open.insert(2, entry("10.0.0.2", 0));
+        t.insert(0, entry("10.0.0.1", 1));
+        t.insert(1, entry("10.0.0.1", 0));
+        t.insert(2, entry("10.0.0.2", 0));
         // 10.0.0.1 is at its cap: its oldest idle connection (1) goes, not 0 mid-request.
         assert!(t.make_room("10.0.0.1".parse().unwrap(), &limits));
         assert_eq!(t.open.keys().copied().collect::<Vec<_>>(), [0, 2]);
-        t.open.insert(3, entry("10.0.0.1", 0));
+        t.insert(3, entry("10.0.0.1", 0));
         // The listener is at its cap: the oldest idle of all (2) goes.
         assert!(t.make_room("10.0.0.3".parse().unwrap(), &limits));
         assert_eq!(t.open.keys().copied().collect::<Vec<_>>(), [0, 3]);
         t.open.get_mut(&3).unwrap().busy.store(1, Ordering::SeqCst);
-        t.open.insert(4, entry("10.0.0.3", 1));
+        t.insert(4, entry("10.0.0.3", 1));
         // Everything mid-request: the newcomer is refused.
         assert!(!t.make_room("10.0.0.4".parse().unwrap(), &limits));
         assert_eq!(t.open.len(), 3);
@@ -793,21 +910,21 @@ mod tests {
     fn strangers_go_first_whatever_they_are_doing_and_from_wherever() {
         let limits = Limits { connections: 4, per_peer: 3, ..Limits::default() };
         let mut t = Table::default();
-        t.open.insert(0, entry("10.0.0.9", 0)); // a team's idle connection
-        t.open.insert(1, stranger("10.0.0.1", 1)); // trickling a body
-        t.open.insert(2, entry("10.0.0.9", 1)); // a team's open stream
-        t.open.insert(3, stranger("10.0.0.2", 1));
+        t.insert(0, entry("10.0.0.9", 0)); // a team's idle connection
+        t.insert(1, stranger("10.0.0.1", 1)); // trickling a body
+        t.insert(2, entry("10.0.0.9", 1)); // a team's open stream
+        t.insert(3, stranger("10.0.0.2", 1));
         for (next, from) in [(4, "10.0.0.3"), (5, "10.0.0.4")] {
             assert!(t.make_room(from.parse().unwrap(), &limits));
-            t.open.insert(next, stranger(from, 1));
+            t.insert(next, stranger(from, 1));
         }
         // The strangers evicted one another, oldest first; the team kept both.
         assert_eq!(t.open.keys().copied().collect::<Vec<_>>(), [0, 2, 4, 5]);
         // Only a team's connections left: its idle one goes, never its stream.
-        t.open.remove(&4);
-        t.open.remove(&5);
-        t.open.insert(6, entry("10.0.0.9", 1));
-        t.open.insert(7, entry("10.0.0.9", 1));
+        t.remove(4);
+        t.remove(5);
+        t.insert(6, entry("10.0.0.9", 1));
+        t.insert(7, entry("10.0.0.9", 1));
         assert!(t.make_room("10.0.0.5".parse().unwrap(), &limits));
         assert_eq!(t.open.keys().copied().collect::<Vec<_>>(), [2, 6, 7]);
     }
@@ -828,21 +945,39 @@ mod tests {
     fn a_holder_past_its_share_is_named_others_are_not() {
         let limits = Limits { per_user: 2, per_team: 3, ..Limits::default() };
         let mut t = Table::default();
-        t.open.insert(0, held_by("10.0.0.1", "red-ci", "red"));
-        t.open.insert(1, held_by("10.0.0.2", "red-ci", "red"));
-        t.open.insert(2, held_by("10.0.0.3", "blue-dev", "blue"));
+        t.insert(0, held_by("10.0.0.1", "red-ci", "red"));
+        t.insert(1, held_by("10.0.0.2", "red-ci", "red"));
+        t.insert(2, held_by("10.0.0.3", "blue-dev", "blue"));
         assert_eq!(t.over_share(1, &limits), None);
-        t.open.insert(3, held_by("10.0.0.1", "red-ci", "red"));
+        t.insert(3, held_by("10.0.0.1", "red-ci", "red"));
         assert_eq!(t.over_share(3, &limits).unwrap(), "red-ci holds 3 connections (at most 2)");
-        t.open.remove(&3);
-        t.open.insert(4, held_by("10.0.0.1", "red-bot", "red"));
-        t.open.insert(5, held_by("10.0.0.1", "red-bot2", "red"));
+        t.remove(3);
+        t.insert(4, held_by("10.0.0.1", "red-bot", "red"));
+        t.insert(5, held_by("10.0.0.1", "red-bot2", "red"));
         assert_eq!(t.over_share(5, &limits).unwrap(), "team red holds 4 connections (at most 3)");
         // Blue, beside them, is within its share.
         assert_eq!(t.over_share(2, &limits), None);
         // A connection nobody authenticated on has no share to pass.
-        t.open.insert(6, stranger("10.0.0.9", 1));
+        t.insert(6, stranger("10.0.0.9", 1));
         assert_eq!(t.over_share(6, &limits), None);
+        // The counts follow the connections given up: red's go back to nothing.
+        for id in [0, 1, 4, 5] {
+            t.remove(id);
+        }
+        assert_eq!((t.users.get("red-ci"), t.teams.get("red")), (None, None));
+        assert_eq!(t.users.get("blue-dev"), Some(&1));
+        // A holder named after its connection opened is counted when its share is asked.
+        let late = stranger("10.0.0.4", 1);
+        let state = late.state.clone();
+        t.insert(7, late);
+        assert_eq!(t.teams.get("red"), None);
+        state.trust("red-ci", Some("red"));
+        assert_eq!(t.over_share(7, &limits), None);
+        assert_eq!(t.teams.get("red"), Some(&1));
+        // An evicted connection gives its count back too (an idle one).
+        t.open.get(&7).unwrap().busy.store(0, Ordering::SeqCst);
+        assert!(t.make_room("10.0.0.4".parse().unwrap(), &Limits { per_peer: 1, ..limits }));
+        assert_eq!((t.users.get("red-ci"), t.teams.get("red")), (None, None));
     }
 
     #[test]
@@ -867,6 +1002,25 @@ mod tests {
     }
 
     #[test]
+    fn a_chunked_body_reserves_as_it_arrives_under_the_same_budgets() {
+        let limits = Limits { bodies_in_flight: 100, body_per_holder: 60, ..Limits::default() };
+        let b = Arc::new(BodyBudget::default());
+        let mut chunked = b.take("user:red", 0, &limits).unwrap();
+        assert_eq!(b.held(), 0, "nothing is held before a byte arrives");
+        assert!(chunked.grow(40, &limits));
+        assert_eq!(b.held(), 40);
+        // Past red's share: refused, what it held stays held until it ends.
+        assert!(!chunked.grow(30, &limits));
+        let blue = b.take("user:blue", 60, &limits).unwrap();
+        // Past the total: refused for red though within its share.
+        assert!(!chunked.grow(1, &limits));
+        drop(blue);
+        assert!(chunked.grow(20, &limits));
+        drop(chunked);
+        assert_eq!(b.held(), 0);
+    }
+
+    #[test]
     fn a_busy_count_and_a_table_place_survive_a_panic() {
         let busy = Arc::new(AtomicUsize::new(0));
         let table = Arc::new(Mutex::new(Table::default()));
@@ -886,10 +1040,10 @@ mod tests {
     fn a_lone_stranger_outlives_a_flood_from_elsewhere() {
         let limits = Limits { connections: 4, per_peer: 4, ..Limits::default() };
         let mut t = Table::default();
-        t.open.insert(0, stranger("10.0.0.7", 1)); // an honest caller, its first request under way
-        t.open.insert(1, stranger("10.0.0.1", 1));
-        t.open.insert(2, stranger("10.0.0.1", 1));
-        t.open.insert(3, stranger("10.0.0.1", 1));
+        t.insert(0, stranger("10.0.0.7", 1)); // an honest caller, its first request under way
+        t.insert(1, stranger("10.0.0.1", 1));
+        t.insert(2, stranger("10.0.0.1", 1));
+        t.insert(3, stranger("10.0.0.1", 1));
         assert!(t.make_room("10.0.0.1".parse().unwrap(), &limits));
         assert_eq!(t.open.keys().copied().collect::<Vec<_>>(), [0, 2, 3]);
     }

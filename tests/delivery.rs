@@ -205,7 +205,7 @@ async fn an_alert_rolls_a_version_back_mid_bake_and_strangers_cannot() {
     let (tx, alert) = tokio::sync::watch::channel(None);
     let token = "s3cret-token".to_string();
     let (addr, server) =
-        pinfleet::delivery::alerts::serve("127.0.0.1:0", token.clone(), "feeds", "web", tx).await.unwrap();
+        pinfleet::delivery::alerts::serve("127.0.0.1:0", token.clone(), "feeds", "web", tx, None).await.unwrap();
     let url = format!("http://{addr}/alerts");
     let opts = Options::default();
     let run = f.apply_with(&v4, &opts, alert);

@@ -2297,14 +2297,43 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     let iss = issuer().await;
     let ns = host.namespace.clone();
     let (red, blue) = (format!("{ns}-red"), format!("{ns}-blue"));
-    let gw = gateway(
+    // Red's own registry is hostile: its image's signature layer is 4 MiB
+    // (a few KiB are read of one). It needs a registry (scripts/test starts
+    // one); without, that attack is skipped and said so.
+    let mut policy = Policy::default();
+    let mut hostile_image = None;
+    let mut skipped = Vec::new();
+    match std::env::var("PINFLEET_TEST_REGISTRY").ok().filter(|r| !r.is_empty()) {
+        Some(reg_host) => {
+            use registry_support as reg;
+            let oci = reg::client(&reg_host);
+            let huge = reg::push_image(&oci, &reg_host, "red/huge", "v1", "huge").await;
+            reg::push_beside(
+                &oci,
+                &reg_host,
+                "red/huge",
+                pinfleet::provenance::signature_tag(&huge),
+                pinfleet::provenance::SIGNATURE_MEDIA_TYPE,
+                vec![b'x'; 4 << 20],
+                Some((pinfleet::provenance::SIGNATURE_ANNOTATION, "AAAA".into())),
+            )
+            .await;
+            policy.allowed_registries = vec![format!("{reg_host}/"), "registry.k8s.io/".into()];
+            policy.trust.insert(red.clone(), reg::policy(&reg::key("hostile-red")));
+            hostile_image = Some(format!("{reg_host}/red/huge:v1"));
+        }
+        None => skipped.push("a team's hostile registry: PINFLEET_TEST_REGISTRY is unset (scripts/test sets it)"),
+    }
+    let gw = gateway_with(
         &host,
         &[&east],
         Some(&iss),
         json!({ &red: {"tiers": {"OnDemand": q("2", "4")}}, &blue: {"tiers": {"OnDemand": q("2", "4")}} }),
+        policy,
     )
     .await;
     let red_token = iss.token("mallory@example.com", &[&format!("team:{red}")]);
+    let red_registry_token = iss.token("trent@example.com", &[&format!("team:{red}")]);
     let blue_token = iss.token("bob@example.com", &[&format!("team:{blue}")]);
     tokio::time::sleep(Duration::from_millis(300)).await;
     gw.svc.refresh_members().await;
@@ -2323,7 +2352,7 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(pinfleet::gateway::http::serve_with(
-        app,
+        app.clone(),
         listener,
         None,
         limits,
@@ -2331,6 +2360,73 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
         Some(gw.svc.identity.clone() as Arc<dyn pinfleet::gateway::listen::Gate>),
         std::future::pending(),
     ));
+    // The same API over TLS on a listener of its own (as `--tls-cert` serves it).
+    let dir = tempfile::tempdir().unwrap();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "test-ca");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let ca_issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let srv_key = rcgen::KeyPair::generate().unwrap();
+    let srv = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+        .unwrap()
+        .signed_by(&srv_key, &ca_issuer)
+        .unwrap();
+    let (ca_p, srv_p, srv_k) = (dir.path().join("ca.pem"), dir.path().join("srv.pem"), dir.path().join("srv.key"));
+    std::fs::write(&ca_p, ca.pem()).unwrap();
+    std::fs::write(&srv_p, srv.pem()).unwrap();
+    std::fs::write(&srv_k, srv_key.serialize_pem()).unwrap();
+    let tls_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let tls_addr = tls_listener.local_addr().unwrap();
+    {
+        let (app, audit, c, k) = (app.clone(), gw.svc.audit_log.clone(), srv_p.clone(), srv_k.clone());
+        let gate = gw.svc.identity.clone() as Arc<dyn pinfleet::gateway::listen::Gate>;
+        tokio::spawn(async move {
+            let tls = pinfleet::gateway::http::Tls { cert: &c, key: &k, client_ca: None };
+            let served = pinfleet::gateway::http::serve_with(
+                app,
+                tls_listener,
+                Some(tls),
+                limits,
+                Some(audit),
+                Some(gate),
+                std::future::pending(),
+            )
+            .await;
+            if let Err(e) = served {
+                eprintln!("the TLS listener stopped: {e:#}");
+            }
+        });
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tls_connector = {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(rustls::pki_types::CertificateDer::from_pem_slice(ca.pem().as_bytes()).unwrap()).unwrap();
+        tokio_rustls::TlsConnector::from(Arc::new(
+            rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth(),
+        ))
+    };
+    // A delivery's Alertmanager receiver, behind the same edge, its
+    // refusals in an audit log of its own.
+    let alert_audit_path = dir.path().join("alerts-audit.log");
+    let alert_audit = Arc::new(pinfleet::gateway::audit::AuditLog::open(Some(&alert_audit_path)).unwrap());
+    let (alert_tx, alert_rx) = tokio::sync::watch::channel(None);
+    let alert_token = "alertmanager-s3cret";
+    let (alert_addr, alert_task) = pinfleet::delivery::alerts::serve(
+        "127.0.0.1:0",
+        alert_token.to_string(),
+        "feeds",
+        "web",
+        alert_tx,
+        Some(alert_audit as Arc<dyn pinfleet::edge::Audit>),
+    )
+    .await
+    .unwrap();
+    let firing = serde_json::to_vec(&json!({"version": "4", "status": "firing", "alerts": [
+        {"status": "firing", "labels": {"alertname": "SLOErrorBudgetBurnFast", "namespace": "feeds", "workload": "web"}}]}))
+    .unwrap();
     let rss_before = rss_bytes();
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -2416,6 +2512,88 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
             }
         }));
     }
+    // Strangers over TLS from three more addresses: bodies past a
+    // stranger's share, and handshakes that then hold the connection silent.
+    for ip in 11..=13u8 {
+        for n in 0..4 {
+            let (stop, count, connector) = (stop.clone(), count.clone(), tls_connector.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(SeqCst) {
+                    let connected = async {
+                        let s = tokio::net::TcpSocket::new_v4().ok()?;
+                        s.bind(std::net::SocketAddr::from(([127, 0, 0, ip], 0))).ok()?;
+                        s.connect(tls_addr).await.ok()
+                    };
+                    let Ok(Some(tcp)) = tokio::time::timeout(Duration::from_secs(5), connected).await else {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    };
+                    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+                    let Ok(Ok(mut tls)) = tokio::time::timeout(Duration::from_secs(5), connector.connect(name, tcp)).await
+                    else {
+                        count("stranger tls handshake cut".into());
+                        continue;
+                    };
+                    if n % 4 == 3 {
+                        count("stranger tls holding".into());
+                        let mut b = [0u8; 1];
+                        let _ = tokio::time::timeout(
+                            Duration::from_secs(5),
+                            tokio::io::AsyncReadExt::read(&mut tls, &mut b),
+                        )
+                        .await;
+                        continue;
+                    }
+                    let Ok((mut send, conn)) =
+                        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await
+                    else {
+                        continue;
+                    };
+                    tokio::spawn(conn);
+                    let size = if n % 2 == 0 { 1 << 20 } else { 8 << 10 };
+                    match tokio::time::timeout(
+                        Duration::from_secs(5),
+                        send.send_request(request(tls_addr, "POST", "/v1/submissions", None, vec![b' '; size])),
+                    )
+                    .await
+                    {
+                        Ok(Ok(r)) => count(format!("stranger tls {}", r.status().as_u16())),
+                        _ => count("stranger tls dropped".into()),
+                    }
+                }
+            }));
+        }
+    }
+    // Strangers flooding the alert receiver from three addresses: bodies
+    // past a stranger's few KiB without a token or with a wrong one, and
+    // small payloads without one.
+    for ip in 14..=16u8 {
+        for n in 0..6 {
+            let (stop, count, firing) = (stop.clone(), count.clone(), firing.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(SeqCst) {
+                    let Some(mut send) = h1_from(alert_addr, [127, 0, 0, ip]).await else {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    };
+                    let (token, body) = match n % 3 {
+                        0 => (None, vec![b' '; 200 << 10]),
+                        1 => (Some("not-the-token"), vec![b' '; 64 << 10]),
+                        _ => (None, firing.clone()),
+                    };
+                    match tokio::time::timeout(
+                        Duration::from_secs(5),
+                        send.send_request(request(alert_addr, "POST", "/alerts", token, body)),
+                    )
+                    .await
+                    {
+                        Ok(Ok(r)) => count(format!("stranger alert {}", r.status().as_u16())),
+                        _ => count("stranger alert dropped".into()),
+                    }
+                }
+            }));
+        }
+    }
     // Red holds connections: 30 of them, each asking again and again.
     for _ in 0..30 {
         let (stop, count, token) = (stop.clone(), count.clone(), red_token.clone());
@@ -2458,6 +2636,33 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
             }
         }));
     }
+    // Red's dry runs naming its hostile registry's image, one after another.
+    if let Some(image) = hostile_image.clone() {
+        let (stop, count, token, team) = (stop.clone(), count.clone(), red_registry_token.clone(), red.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u32;
+            while !stop.load(SeqCst) {
+                n += 1;
+                let Some(mut send) = h1_from(addr, [127, 0, 0, 17]).await else { continue };
+                let mut w = service_of(&team, "huge", 1, "100m");
+                w["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
+                let body = serde_json::to_vec(&json!({"id": format!("huge-{n}"), "workload": w})).unwrap();
+                let req = request(addr, "POST", "/v1/submissions?dryRun=true", Some(&token), body);
+                if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(15), send.send_request(req)).await {
+                    let status = r.status().as_u16();
+                    let text = http_body_util::BodyExt::collect(r.into_body())
+                        .await
+                        .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+                        .unwrap_or_default();
+                    if status == 422 && text.contains("more than such a layer may be") {
+                        count("red registry refused unread".into());
+                    } else {
+                        count(format!("red registry {status}"));
+                    }
+                }
+            }
+        }));
+    }
     // Memory, sampled throughout.
     let peak = Arc::new(AtomicU64::new(rss_before));
     {
@@ -2471,8 +2676,17 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     }
     // The honest team, meanwhile: reads and dry runs, every one answered.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let blue_client =
-        Client::new(&format!("http://{addr}"), &Credentials { token: Some(blue_token), ..Default::default() }).unwrap();
+    let blue_client = Client::new(
+        &format!("http://{addr}"),
+        &Credentials { token: Some(blue_token.clone()), ..Default::default() },
+    )
+    .unwrap();
+    let blue_tls = Client::new(
+        &format!("https://{tls_addr}"),
+        &Credentials { token: Some(blue_token), ca_file: Some(ca_p.clone()), ..Default::default() },
+    )
+    .unwrap();
+    let mut alerts_answered = 0u32;
     let until = std::time::Instant::now() + Duration::from_secs(seconds);
     let mut latencies = Vec::new();
     let answered = AtomicUsize::new(0);
@@ -2480,13 +2694,26 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     while std::time::Instant::now() < until {
         i += 1;
         let t = std::time::Instant::now();
-        let r = if i % 2 == 0 {
-            blue_client.call("GET", "/v1/whoami", None).await
-        } else {
-            let w = service_of(&blue, "web", 1, "100m");
-            blue_client
-                .call("POST", "/v1/submissions?dryRun=true", Some(&json!({"id": format!("web-{i}"), "workload": w})))
+        if i % 4 == 0 {
+            // Alertmanager's firing alert, through the strangers' flood.
+            let mut send = h1_from(alert_addr, [127, 0, 0, 1]).await.expect("a connection to the alert receiver");
+            let r = send
+                .send_request(request(alert_addr, "POST", "/alerts", Some(alert_token), firing.clone()))
                 .await
+                .unwrap_or_else(|e| panic!("alert {i} was not answered: {e}"));
+            assert_eq!(r.status(), 200, "alert {i}");
+            let body = http_body_util::BodyExt::collect(r.into_body()).await.unwrap().to_bytes();
+            let v: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v["rollback"], true, "alert {i}: {v}");
+            alerts_answered += 1;
+            latencies.push(t.elapsed());
+            continue;
+        }
+        let dry_run = |c: &'static str| json!({"id": format!("web-{c}-{i}"), "workload": service_of(&blue, "web", 1, "100m")});
+        let r = match i % 4 {
+            1 => blue_tls.call("POST", "/v1/submissions?dryRun=true", Some(&dry_run("tls"))).await,
+            2 => blue_client.call("GET", "/v1/whoami", None).await,
+            _ => blue_client.call("POST", "/v1/submissions?dryRun=true", Some(&dry_run("h1"))).await,
         };
         let r = r.unwrap_or_else(|e| panic!("call {i} of the honest team failed: {e:#}"));
         assert_eq!(r.status, 200, "call {i} of the honest team: {:?}", r.body);
@@ -2505,7 +2732,13 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     // The edge's bound: every connection's buffers and every body in flight;
     // the rest is this test's own clients (hundreds of connections and
     // streams) and the sims beside the gateway.
-    let bound = (limits.connections * pinfleet::gateway::listen::PER_CONNECTION_BYTES + limits.bodies_in_flight) as u64;
+    // Three listeners: the API in the clear and over TLS, and the alert receiver.
+    let edge_bound = |l: pinfleet::edge::Limits| {
+        (l.connections * pinfleet::gateway::listen::PER_CONNECTION_BYTES + l.bodies_in_flight) as u64
+    };
+    // And the registry evidence being fetched: 8 checks × 4 layers × (16 KiB + 512 KiB).
+    let evidence = 8 * 4 * (pinfleet::registry::SIGNATURE_MAX + pinfleet::registry::ATTESTATION_MAX);
+    let bound = 2 * edge_bound(limits) + edge_bound(pinfleet::delivery::alerts::limits()) + evidence;
     let slack: u64 = 160 << 20;
     let counts = counts.lock().unwrap().clone();
     println!(
@@ -2521,6 +2754,8 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
         (bound + slack) >> 20
     );
     println!("what the attackers got: {counts:?}");
+    println!("Alertmanager's alerts through the flood: {alerts_answered}, every one answered 200");
+    println!("attacks skipped: {} {skipped:?}", skipped.len());
     assert!(latencies.len() >= 4, "the honest team was answered only {} times", latencies.len());
     assert!(grown <= bound + slack, "memory grew by {} MiB, past {} MiB", grown >> 20, (bound + slack) >> 20);
     // Each attack met its answer.
@@ -2529,6 +2764,34 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     assert!(got("red panic 500") > 0, "a panic answers 500: {counts:?}");
     assert!(got("red holding 429") > 0, "a user past its share is answered 429: {counts:?}");
     assert!(got("red holding 200") > 0, "within its share, red is served: {counts:?}");
+    assert!(got("stranger tls 401") > 0, "a stranger's body over TLS is refused unread: {counts:?}");
+    assert!(got("stranger alert 401") > 0, "strangers at the alert receiver are refused: {counts:?}");
+    assert!(alerts_answered > 0, "Alertmanager was answered through the flood");
+    if hostile_image.is_some() {
+        assert!(got("red registry refused unread") > 0, "the hostile registry's evidence is refused unread: {counts:?}");
+    }
+    assert!(alert_rx.borrow().as_deref().is_some_and(|r| r.contains("SLOErrorBudgetBurnFast")), "the alert reached the delivery");
+    // After the attacks the TLS listener serves the honest team again.
+    let after = blue_tls.call("GET", "/v1/whoami", None).await.expect("the TLS listener after the attacks");
+    assert_eq!(after.status, 200, "the TLS listener after the attacks: {:?}", after.body);
+    // The receiver's refusals are in its audit log, strangers named by address.
+    let alert_lines: Vec<Value> = std::fs::read_to_string(&alert_audit_path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["audit"].clone())
+        .collect();
+    assert!(
+        alert_lines.iter().any(|l| l["answer"] == 401
+            && l["object"] == "/alerts"
+            && l["via"].as_str().is_some_and(|v| v.starts_with("stranger 127.0.0.1"))),
+        "the alert flood's refusals are audited: {} lines",
+        alert_lines.len()
+    );
+    assert!(
+        alert_lines.iter().any(|l| l["answer"] == 401 && l["reason"] == "a bearer token is required"),
+        "the receiver's own refusals (small bodies without a token) are audited too"
+    );
+    alert_task.abort();
     // No slot leaked: a fresh connection is served, the listener's cap of them one after another.
     for n in 0..limits.connections {
         let mut send = h1_from(addr, [127, 0, 0, 20]).await.expect("a connection");
@@ -2550,6 +2813,11 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     assert!(has(500, ""), "the panics");
     assert!(has(429, "mallory@example.com"), "the shares, by red");
     assert!(has(401, ""), "the strangers' bodies");
+    assert!(
+        lines.iter().any(|l| l["answer"] == 401
+            && l["via"].as_str().is_some_and(|v| ["11", "12", "13"].iter().any(|ip| v == format!("stranger 127.0.0.{ip}")))),
+        "the strangers' bodies over TLS"
+    );
     use pinfleet::gateway::audit::{CALLER_REFUSALS_PER_SECOND, REFUSALS_PER_SECOND};
     let per_second = u64::from(REFUSALS_PER_SECOND + 2 * CALLER_REFUSALS_PER_SECOND);
     let refused_lines =

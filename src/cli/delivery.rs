@@ -139,9 +139,19 @@ async fn apply(g: &GlobalArgs, a: ApplyArgs) -> Result<ExitCode> {
     let receiver = match (&a.alerts_listen, &a.alerts_token_file) {
         (Some(listen), Some(file)) => {
             let token = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-            let (addr, task) =
-                crate::delivery::alerts::serve(listen, token, &spec.workload.namespace, &spec.workload.name, tx)
-                    .await?;
+            // The receiver's refusals are audited on stderr, beside the
+            // delivery's own lines (rate-limited: a flood writes a count).
+            let audit: std::sync::Arc<dyn crate::edge::Audit> =
+                std::sync::Arc::new(crate::gateway::audit::AuditLog::stderr());
+            let (addr, task) = crate::delivery::alerts::serve(
+                listen,
+                token,
+                &spec.workload.namespace,
+                &spec.workload.name,
+                tx,
+                Some(audit),
+            )
+            .await?;
             writeln!(anstream::stderr(), "delivery: Alertmanager's webhook at http://{addr}/alerts")?;
             Some(task)
         }

@@ -4,7 +4,8 @@
 //! `service` for the name) ends the wave it is in and takes every touched
 //! cluster back. The receiver refuses a caller without the shared token
 //! (Alertmanager's `http_config.authorization`), bodies over 256 KiB and
-//! anything that is not a webhook payload, each with its reason.
+//! anything that is not a webhook payload, each with its reason and an
+//! audit line (the edge's refusals and its own alike).
 //!
 //! ```text
 //! Alertmanager ─POST /alerts─▶ serve ─▶ firing_for (pure) ─▶ watch ─▶ delivery::run (rollback)
@@ -53,6 +54,8 @@ struct Receiver {
     namespace: String,
     workload: String,
     tx: watch::Sender<Option<String>>,
+    /// Where its refusals are written (the edge's and its own).
+    audit: Option<std::sync::Arc<dyn crate::edge::Audit>>,
 }
 
 fn same(a: &[u8], b: &[u8]) -> bool {
@@ -61,22 +64,30 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 
 async fn receive(
     State(r): State<Receiver>,
+    peer: Option<axum::Extension<crate::edge::PeerAddr>>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> (StatusCode, axum::Json<Value>) {
+    let refuse = |status: StatusCode, why: &str| {
+        if let Some(a) = &r.audit {
+            let ip = peer.map_or(std::net::IpAddr::from([0, 0, 0, 0]), |p| p.0 .0);
+            a.refused(None, ip, "POST", "/alerts", status.as_u16(), why);
+        }
+        (status, axum::Json(json!({"error": why})))
+    };
     let given = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     match given {
-        None => return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "a bearer token is required"}))),
+        None => return refuse(StatusCode::UNAUTHORIZED, "a bearer token is required"),
         Some(t) if !same(t.as_bytes(), r.token.as_bytes()) => {
-            return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "the token is not the receiver's"})))
+            return refuse(StatusCode::UNAUTHORIZED, "the token is not the receiver's")
         }
         Some(_) => {}
     }
     let Ok(payload) = serde_json::from_slice::<Value>(&body) else {
-        return (StatusCode::BAD_REQUEST, axum::Json(json!({"error": "the body is not JSON"})));
+        return refuse(StatusCode::BAD_REQUEST, "the body is not JSON");
     };
     match firing_for(&payload, &r.namespace, &r.workload) {
-        Err(e) => (StatusCode::BAD_REQUEST, axum::Json(json!({"error": e}))),
+        Err(e) => refuse(StatusCode::BAD_REQUEST, &e),
         Ok(None) => (StatusCode::OK, axum::Json(json!({"rollback": false}))),
         Ok(Some(why)) => {
             r.tx.send_if_modified(|cur| {
@@ -93,21 +104,28 @@ async fn receive(
 }
 
 /// Serves the webhook on `listen` until the returned task is aborted;
-/// a firing alert for the workload is sent on `tx`.
+/// a firing alert for the workload is sent on `tx`. The edge's refusals
+/// (a stranger's body, budgets full, a panic) are written to `audit`.
 pub async fn serve(
     listen: &str,
     token: String,
     namespace: &str,
     workload: &str,
     tx: watch::Sender<Option<String>>,
+    audit: Option<std::sync::Arc<dyn crate::edge::Audit>>,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     if token.trim().is_empty() {
         anyhow::bail!(
             "the alert receiver needs a token (--alerts-token-file): an empty one would let anyone roll back"
         );
     }
-    let state =
-        Receiver { token: token.trim().to_string(), namespace: namespace.into(), workload: workload.into(), tx };
+    let state = Receiver {
+        token: token.trim().to_string(),
+        namespace: namespace.into(),
+        workload: workload.into(),
+        tx,
+        audit: audit.clone(),
+    };
     let gate: std::sync::Arc<dyn crate::edge::Gate> = std::sync::Arc::new(state.clone());
     let app = Router::new().route("/alerts", post(receive)).layer(DefaultBodyLimit::max(BODY)).with_state(state);
     let listener =
@@ -117,7 +135,7 @@ pub async fn serve(
     // Alertmanager nor takes the delivery's descriptors.
     let task = tokio::spawn(async move {
         if let Err(e) =
-            crate::edge::serve(app, listener, None, limits(), Some(gate), None, std::future::pending()).await
+            crate::edge::serve(app, listener, None, limits(), Some(gate), audit, std::future::pending()).await
         {
             tracing::warn!("the alert receiver stopped: {e:#}");
         }
@@ -130,7 +148,7 @@ const BODY: usize = 256 * 1024;
 
 /// The receiver's edge: Alertmanager holds a connection or two; strangers
 /// get little and wait for nothing.
-fn limits() -> crate::edge::Limits {
+pub fn limits() -> crate::edge::Limits {
     crate::edge::Limits {
         connections: 64,
         per_peer: 16,

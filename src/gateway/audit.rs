@@ -123,8 +123,38 @@ pub const REFUSALS_PER_SECOND: u32 = 20;
 /// is worth its line, up to this many a second.
 pub const CALLER_REFUSALS_PER_SECOND: u32 = 200;
 
+/// The lines saying how many refusals each caller had held back.
+fn held_back(counts: &std::collections::HashMap<String, (u32, u32)>) -> Vec<String> {
+    let mut said: Vec<String> = counts
+        .iter()
+        .filter(|(_, (_, held))| *held > 0)
+        .map(|(k, (_, held))| {
+            format!("{held} more refusal(s) of {k} in one second were not written (at most {REFUSALS_PER_SECOND} a second)")
+        })
+        .collect();
+    said.sort();
+    said
+}
+
+/// At the end (a shutdown), the last second's held-back count is said too.
+impl Drop for AuditLog {
+    fn drop(&mut self) {
+        let said = match self.refusals.get_mut() {
+            Ok(r) => held_back(&r.1),
+            Err(_) => return,
+        };
+        for s in said {
+            self.write_line(&Entry::new(None, "suppressed", "", 429, &s));
+        }
+    }
+}
+
 /// The edge's own refusals (bodies, budgets, shares, panics) go to the same log.
 impl crate::edge::Audit for AuditLog {
+    fn flush(&self) {
+        self.flush_suppressed();
+    }
+
     fn refused(
         &self,
         holder: Option<&crate::edge::Holder>,
@@ -173,9 +203,7 @@ impl AuditLog {
         let Ok(mut r) = self.refusals.lock() else { return (true, vec![]) };
         let mut said = Vec::new();
         if r.0 != now {
-            for (k, (_, held)) in r.1.iter().filter(|(_, (_, held))| *held > 0) {
-                said.push(format!("{held} more refusal(s) of {k} in one second were not written (at most {REFUSALS_PER_SECOND} a second)"));
-            }
+            said = held_back(&r.1);
             r.0 = now;
             r.1.clear();
         }
@@ -189,6 +217,25 @@ impl AuditLog {
         } else {
             e.1 = e.1.saturating_add(1);
             (false, said)
+        }
+    }
+
+    /// Says what was held back in a second now over, without waiting
+    /// for a later line (the edge calls it every second and at shutdown).
+    pub fn flush_suppressed(&self) {
+        let now = chrono::Utc::now().timestamp().max(0) as u64;
+        let said = {
+            let Ok(mut r) = self.refusals.lock() else { return };
+            if r.0 == now || r.1.is_empty() {
+                return;
+            }
+            let said = held_back(&r.1);
+            r.0 = now;
+            r.1.clear();
+            said
+        };
+        for s in said {
+            self.write_line(&Entry::new(None, "suppressed", "", 429, &s));
         }
     }
 
@@ -243,6 +290,33 @@ impl AuditLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_floods_last_held_back_count_is_said_without_a_later_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let tried = REFUSALS_PER_SECOND * 3;
+        {
+            let log = AuditLog::open(Some(&path)).unwrap();
+            for _ in 0..tried {
+                log.write(&Entry::new(None, "submit", "/v1/submissions", 401, "no credentials"));
+            }
+            // No later line comes: the log is given up (a shutdown).
+        }
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["audit"].clone())
+            .collect();
+        let written = lines.iter().filter(|l| l["verb"] == "submit").count() as u32;
+        let held: u32 = lines
+            .iter()
+            .filter(|l| l["verb"] == "suppressed")
+            .map(|l| l["reason"].as_str().unwrap().split(' ').next().unwrap().parse::<u32>().unwrap())
+            .sum();
+        assert!(held > 0, "{lines:?}");
+        assert_eq!(written + held, tried, "every refusal is written or counted");
+    }
 
     #[test]
     fn a_line_holds_who_what_answer_and_why_and_stays_one_line() {
