@@ -47,7 +47,17 @@ impl Trio {
         let cluster = self.cluster();
         for i in 0..3 {
             let log = self.dir.join(format!("{}.log", NAMES[i]));
-            let m = Member::start(&self.bins, NAMES[i], &self.data(i), self.ports[i].0, self.ports[i].1, &cluster, "bench", &log).unwrap();
+            let m = Member::start(
+                &self.bins,
+                NAMES[i],
+                &self.data(i),
+                self.ports[i].0,
+                self.ports[i].1,
+                &cluster,
+                "bench",
+                &log,
+            )
+            .unwrap();
             self.members.push(m);
         }
         for m in &mut self.members {
@@ -120,7 +130,8 @@ async fn count(c: &mut Client, prefix: &str) -> i64 {
 
 /// Restores while playing the kubelet: the members start when the command says.
 async fn restore(trio: &mut Trio, state: &str, cluster: &str) -> String {
-    let mut args: Vec<String> = vec!["etcd".into(), "restore".into(), cluster.into(), "--endpoints".into(), trio.endpoints()];
+    let mut args: Vec<String> =
+        vec!["etcd".into(), "restore".into(), cluster.into(), "--endpoints".into(), trio.endpoints()];
     for i in 0..3 {
         args.push("--member".into());
         args.push(format!("{}=http://127.0.0.1:{}={}", NAMES[i], trio.ports[i].1, trio.data(i).display()));
@@ -170,13 +181,16 @@ async fn round(bins: &Binaries, state: &str, label: &str, name: &str, big_mib: u
     }
     let loaded = t0.elapsed();
     let cluster = format!("bench-{name}");
-    let (out, took, rss) = timed(pinfleet(state, &["etcd", "backup", &cluster, "--endpoints", &trio.endpoints(), "--no-verify"]));
+    let (out, took, rss) =
+        timed(pinfleet(state, &["etcd", "backup", &cluster, "--endpoints", &trio.endpoints(), "--no-verify"]));
     let (vout, vtook, _) = timed(pinfleet(state, &["etcd", "verify", &cluster, "--endpoints", &trio.endpoints()]));
     assert!(vout.contains("verified"), "{vout}");
     println!("{label}: loaded in {:.1}s", loaded.as_secs_f64());
     println!("  backup:       {:>7.1}s   ({})", took.as_secs_f64(), size_of(&out));
     println!("  verification: {:>7.1}s   (download, checksums, etcdutl restore, scratch etcd, keys and HashKV against the live store)", vtook.as_secs_f64());
-    println!("  peak memory of the backup process: {rss:.0} MiB (parts of 8 MiB in memory, whatever the snapshot's size)");
+    println!(
+        "  peak memory of the backup process: {rss:.0} MiB (parts of 8 MiB in memory, whatever the snapshot's size)"
+    );
     let prefix = if big_mib > 0 { "/registry/secrets/big/" } else { "/registry/configmaps/" };
     let before = count(&mut c, prefix).await;
     drop(c);
@@ -200,11 +214,14 @@ async fn rpo(bins: &Binaries, state: &str) {
     let mut trio = Trio::new(bins.clone(), dir.path());
     trio.boot().await;
     let cluster = "bench-rpo";
-    let mut agent = pinfleet(state, &["etcd", "agent", cluster, "--endpoints", &trio.endpoints(), "--interval", "1h", "--delta-interval", "1s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut agent = pinfleet(
+        state,
+        &["etcd", "agent", cluster, "--endpoints", &trio.endpoints(), "--interval", "1h", "--delta-interval", "1s"],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
     // Wait for the first full backup (its manifest).
     for _ in 0..600 {
         let o = pinfleet(state, &["etcd", "backups", cluster, "-o", "json"]).output().unwrap();
@@ -250,7 +267,8 @@ async fn main() {
     let keys: usize = std::env::var("PINFLEET_BENCH_ETCD_KEYS").ok().and_then(|s| s.parse().ok()).unwrap_or(100_000);
     let big: usize = std::env::var("PINFLEET_BENCH_ETCD_BIG_MIB").ok().and_then(|s| s.parse().ok()).unwrap_or(1024);
     let scratch = tempfile::tempdir().unwrap();
-    let state = std::env::var("PINFLEET_BENCH_STATE").unwrap_or_else(|_| format!("file://{}", scratch.path().display()));
+    let state =
+        std::env::var("PINFLEET_BENCH_STATE").unwrap_or_else(|_| format!("file://{}", scratch.path().display()));
     println!("bench-etcd: etcd {} ×3 on 127.0.0.1, state store {state}", bins.version().unwrap_or_default());
     round(&bins, &state, &format!("{keys} keys"), "small", 0, keys).await;
     if big > 0 {

@@ -570,7 +570,10 @@ pub async fn serve(
             }
             let id = t.next;
             t.next = t.next.wrapping_add(1);
-            t.insert(id, Entry { peer, busy: busy.clone(), state: state.clone(), close: close.clone(), counted: false });
+            t.insert(
+                id,
+                Entry { peer, busy: busy.clone(), state: state.clone(), close: close.clone(), counted: false },
+            );
             id
         };
         let _ = stream.set_nodelay(true);

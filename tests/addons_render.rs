@@ -255,8 +255,17 @@ fn the_etcd_backup_alerts_fire_on_a_stale_or_failed_backup_and_not_on_a_fresh_on
     let text = rules.value["data"]["platform.yml"].as_str().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("rules.yml"), &text).unwrap();
-    let check = std::process::Command::new(prom::bin("promtool")).args(["check", "rules", "rules.yml"]).current_dir(dir.path()).output().unwrap();
-    assert!(check.status.success(), "{}{}", String::from_utf8_lossy(&check.stdout), String::from_utf8_lossy(&check.stderr));
+    let check = std::process::Command::new(prom::bin("promtool"))
+        .args(["check", "rules", "rules.yml"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
     // prod: a backup every 15 minutes, the last verified one 40 minutes before
     // the evaluation (too old); fresh: verified a minute before; broken: its
     // last verification failed.
@@ -293,6 +302,10 @@ tests:
               summary: "the newest etcd backup of broken failed its restore: `pinfleet etcd verify broken` says why"
 "#;
     std::fs::write(dir.path().join("test.yml"), test).unwrap();
-    let out = std::process::Command::new(prom::bin("promtool")).args(["test", "rules", "test.yml"]).current_dir(dir.path()).output().unwrap();
+    let out = std::process::Command::new(prom::bin("promtool"))
+        .args(["test", "rules", "test.yml"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }

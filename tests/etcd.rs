@@ -54,7 +54,10 @@ impl Trio {
     }
 
     fn initial_cluster(&self) -> String {
-        (0..3).map(|i| format!("{}=http://127.0.0.1:{}", Self::names()[i], self.ports[i].1)).collect::<Vec<_>>().join(",")
+        (0..3)
+            .map(|i| format!("{}=http://127.0.0.1:{}", Self::names()[i], self.ports[i].1))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     fn endpoints(&self) -> String {
@@ -72,8 +75,17 @@ impl Trio {
         let cluster = self.initial_cluster();
         for i in 0..3 {
             let log = self.dir.path().join(format!("{}.log", Self::names()[i]));
-            let m = Member::start(&self.bins, Self::names()[i], &self.data(i), self.ports[i].0, self.ports[i].1, &cluster, token, &log)
-                .unwrap();
+            let m = Member::start(
+                &self.bins,
+                Self::names()[i],
+                &self.data(i),
+                self.ports[i].0,
+                self.ports[i].1,
+                &cluster,
+                token,
+                &log,
+            )
+            .unwrap();
             self.members.push(m);
         }
         for m in &mut self.members {
@@ -122,7 +134,8 @@ fn world(name: &str) -> (World, String) {
 /// members (as the kubelet would) once it says the folders are restored.
 /// (stdout, stderr, success).
 async fn restore_and_start(w: &World, state: &str, trio: &mut Trio, extra: &[&str]) -> (String, String, bool) {
-    let mut args: Vec<String> = vec!["etcd".into(), "restore".into(), w.cluster.clone(), "--state".into(), state.into()];
+    let mut args: Vec<String> =
+        vec!["etcd".into(), "restore".into(), w.cluster.clone(), "--state".into(), state.into()];
     args.push("--endpoints".into());
     args.push(trio.endpoints());
     for t in trio.targets() {
@@ -165,7 +178,9 @@ fn backups_json(w: &World, state: &str) -> Vec<serde_json::Value> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn three_members_backed_up_destroyed_and_restored_keep_what_the_backup_had() {
-    let Some(bins) = binaries("three_members_backed_up_destroyed_and_restored_keep_what_the_backup_had") else { return };
+    let Some(bins) = binaries("three_members_backed_up_destroyed_and_restored_keep_what_the_backup_had") else {
+        return;
+    };
     let mut trio = Trio::start(bins).await;
     let (w, state) = world("etcd-drill");
     let mut c = trio.client().await;
@@ -188,9 +203,23 @@ async fn three_members_backed_up_destroyed_and_restored_keep_what_the_backup_had
     drop(c);
 
     // Refused while the store answers healthy.
-    let refused = w.run(&["etcd", "restore", &w.cluster, "--state", &state, "--endpoints", &trio.endpoints(), "--member", &trio.targets()[0]]);
+    let refused = w.run(&[
+        "etcd",
+        "restore",
+        &w.cluster,
+        "--state",
+        &state,
+        "--endpoints",
+        &trio.endpoints(),
+        "--member",
+        &trio.targets()[0],
+    ]);
     assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("answers healthy"), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("answers healthy"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
 
     trio.destroy();
     let (out, err, ok) = restore_and_start(&w, &state, &mut trio, &[]).await;
@@ -205,7 +234,8 @@ async fn three_members_backed_up_destroyed_and_restored_keep_what_the_backup_had
     let after = revision(&mut c).await;
     assert!(after > before, "the revision ({after}) is past every revision a client saw ({before})");
     // A client that watched before the disaster resumes from its revision: told it is compacted, it relists.
-    let mut watch = c.watch("/registry/", Some(WatchOptions::new().with_prefix().with_start_revision(before))).await.unwrap();
+    let mut watch =
+        c.watch("/registry/", Some(WatchOptions::new().with_prefix().with_start_revision(before))).await.unwrap();
     let first = tokio::time::timeout(Duration::from_secs(10), watch.message()).await.unwrap().unwrap().unwrap();
     let first = if first.created() && first.compact_revision() == 0 {
         tokio::time::timeout(Duration::from_secs(10), watch.message()).await.unwrap().unwrap().unwrap()
@@ -228,7 +258,19 @@ async fn the_agent_keeps_deltas_so_a_restore_loses_at_most_a_delta_interval() {
     let mut c = trio.client().await;
     write(&mut c, "/registry/configmaps/team/n", 100).await;
     let mut agent = w
-        .command(&["etcd", "agent", &w.cluster, "--state", &state, "--endpoints", &trio.endpoints(), "--interval", "1h", "--delta-interval", "1s"])
+        .command(&[
+            "etcd",
+            "agent",
+            &w.cluster,
+            "--state",
+            &state,
+            "--endpoints",
+            &trio.endpoints(),
+            "--interval",
+            "1h",
+            "--delta-interval",
+            "1s",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -262,7 +304,11 @@ async fn the_agent_keeps_deltas_so_a_restore_loses_at_most_a_delta_interval() {
     assert!(ok, "restore failed:\n{out}\n{err}");
     assert!(out.contains("deltas replayed"), "{out}");
     let mut c = trio.client().await;
-    assert_eq!(count(&mut c, "/registry/configmaps/team/m").await, 40, "writes after the full backup came back from the deltas:\n{out}");
+    assert_eq!(
+        count(&mut c, "/registry/configmaps/team/m").await,
+        40,
+        "writes after the full backup came back from the deltas:\n{out}"
+    );
     assert_eq!(count(&mut c, "/registry/configmaps/team/n").await, 99, "a delete replayed too");
     assert!(revision(&mut c).await > newest_flushed);
     println!("RPO: every write up to revision {newest_flushed} (the newest before the disaster) survived the restore");
@@ -288,19 +334,44 @@ async fn a_corrupted_snapshot_is_never_verified_and_restore_refuses_it() {
     bytes[at] ^= 0x40;
     std::fs::write(&file, bytes).unwrap();
 
-    let o = w.run(&["etcd", "verify", &w.cluster, "--state", &state, "--endpoints", &trio.endpoints(), "--backup", &id]);
+    let o =
+        w.run(&["etcd", "verify", &w.cluster, "--state", &state, "--endpoints", &trio.endpoints(), "--backup", &id]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(!o.status.success(), "{text}");
     assert!(text.contains("FAILED") && text.contains("sha256"), "{text}");
     let listed = backups_json(&w, &state);
     assert_eq!(listed[0]["verdict"]["ok"], false, "{listed:?}");
 
-    let o = w.run(&["etcd", "restore", &w.cluster, "--state", &state, "--endpoints", "http://127.0.0.1:1", "--member", "cp-a=http://127.0.0.1:2=/nonexistent", "--backup", &id]);
+    let o = w.run(&[
+        "etcd",
+        "restore",
+        &w.cluster,
+        "--state",
+        &state,
+        "--endpoints",
+        "http://127.0.0.1:1",
+        "--member",
+        "cp-a=http://127.0.0.1:2=/nonexistent",
+        "--backup",
+        &id,
+    ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("failed its verification"), "{err}");
     assert!(!Path::new("/nonexistent").exists());
-    let o = w.run(&["etcd", "restore", "another", "--state", &state, "--endpoints", "http://127.0.0.1:1", "--member", "cp-a=http://127.0.0.1:2=/nonexistent", "--backup", &id]);
+    let o = w.run(&[
+        "etcd",
+        "restore",
+        "another",
+        "--state",
+        &state,
+        "--endpoints",
+        "http://127.0.0.1:1",
+        "--member",
+        "cp-a=http://127.0.0.1:2=/nonexistent",
+        "--backup",
+        &id,
+    ]);
     assert!(!o.status.success(), "another cluster's backup id is not found under its name");
 }
 
@@ -382,7 +453,10 @@ async fn write_big(c: &mut Client, mib: usize) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_upload_refused_or_killed_midway_is_never_listed_and_a_leader_change_is_survived() {
-    let Some(bins) = binaries("an_upload_refused_or_killed_midway_is_never_listed_and_a_leader_change_is_survived") else { return };
+    let Some(bins) = binaries("an_upload_refused_or_killed_midway_is_never_listed_and_a_leader_change_is_survived")
+    else {
+        return;
+    };
     let trio = Trio::start(bins.clone()).await;
     let mut c = trio.client().await;
     write_big(&mut c, 40).await;
@@ -396,9 +470,7 @@ async fn an_upload_refused_or_killed_midway_is_never_listed_and_a_leader_change_
         cmd.env_remove("PINFLEET_MOTO_ACCOUNT_ID").env("AWS_ENDPOINT_URL", support::moto_url());
         cmd
     };
-    let uploads = || async {
-        s3.list_multipart_uploads().bucket(&bucket).send().await.unwrap().uploads().len()
-    };
+    let uploads = || async { s3.list_multipart_uploads().bucket(&bucket).send().await.unwrap().uploads().len() };
 
     // S3 refuses the third part (the project's interceptor, S3's own AccessDenied).
     let o = cli(&["etcd", "backup", "faults", "--state", &state, "--endpoints", &trio.endpoints(), "--no-verify"])
@@ -412,11 +484,12 @@ async fn an_upload_refused_or_killed_midway_is_never_listed_and_a_leader_change_
     assert_eq!(uploads().await, 0, "the refused upload was aborted");
 
     // Killed while its parts go up: no manifest, so no backup.
-    let mut child = cli(&["etcd", "backup", "faults", "--state", &state, "--endpoints", &trio.endpoints(), "--no-verify"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child =
+        cli(&["etcd", "backup", "faults", "--state", &state, "--endpoints", &trio.endpoints(), "--no-verify"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
     let mut caught = false;
     for _ in 0..2000 {
         if uploads().await > 0 {

@@ -2529,7 +2529,8 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
                         continue;
                     };
                     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-                    let Ok(Ok(mut tls)) = tokio::time::timeout(Duration::from_secs(5), connector.connect(name, tcp)).await
+                    let Ok(Ok(mut tls)) =
+                        tokio::time::timeout(Duration::from_secs(5), connector.connect(name, tcp)).await
                     else {
                         count("stranger tls handshake cut".into());
                         continue;
@@ -2676,11 +2677,9 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     }
     // The honest team, meanwhile: reads and dry runs, every one answered.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let blue_client = Client::new(
-        &format!("http://{addr}"),
-        &Credentials { token: Some(blue_token.clone()), ..Default::default() },
-    )
-    .unwrap();
+    let blue_client =
+        Client::new(&format!("http://{addr}"), &Credentials { token: Some(blue_token.clone()), ..Default::default() })
+            .unwrap();
     let blue_tls = Client::new(
         &format!("https://{tls_addr}"),
         &Credentials { token: Some(blue_token), ca_file: Some(ca_p.clone()), ..Default::default() },
@@ -2709,7 +2708,8 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
             latencies.push(t.elapsed());
             continue;
         }
-        let dry_run = |c: &'static str| json!({"id": format!("web-{c}-{i}"), "workload": service_of(&blue, "web", 1, "100m")});
+        let dry_run =
+            |c: &'static str| json!({"id": format!("web-{c}-{i}"), "workload": service_of(&blue, "web", 1, "100m")});
         let r = match i % 4 {
             1 => blue_tls.call("POST", "/v1/submissions?dryRun=true", Some(&dry_run("tls"))).await,
             2 => blue_client.call("GET", "/v1/whoami", None).await,
@@ -2768,9 +2768,15 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     assert!(got("stranger alert 401") > 0, "strangers at the alert receiver are refused: {counts:?}");
     assert!(alerts_answered > 0, "Alertmanager was answered through the flood");
     if hostile_image.is_some() {
-        assert!(got("red registry refused unread") > 0, "the hostile registry's evidence is refused unread: {counts:?}");
+        assert!(
+            got("red registry refused unread") > 0,
+            "the hostile registry's evidence is refused unread: {counts:?}"
+        );
     }
-    assert!(alert_rx.borrow().as_deref().is_some_and(|r| r.contains("SLOErrorBudgetBurnFast")), "the alert reached the delivery");
+    assert!(
+        alert_rx.borrow().as_deref().is_some_and(|r| r.contains("SLOErrorBudgetBurnFast")),
+        "the alert reached the delivery"
+    );
     // After the attacks the TLS listener serves the honest team again.
     let after = blue_tls.call("GET", "/v1/whoami", None).await.expect("the TLS listener after the attacks");
     assert_eq!(after.status, 200, "the TLS listener after the attacks: {:?}", after.body);
@@ -2815,7 +2821,9 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     assert!(has(401, ""), "the strangers' bodies");
     assert!(
         lines.iter().any(|l| l["answer"] == 401
-            && l["via"].as_str().is_some_and(|v| ["11", "12", "13"].iter().any(|ip| v == format!("stranger 127.0.0.{ip}")))),
+            && l["via"]
+                .as_str()
+                .is_some_and(|v| ["11", "12", "13"].iter().any(|ip| v == format!("stranger 127.0.0.{ip}")))),
         "the strangers' bodies over TLS"
     );
     use pinfleet::gateway::audit::{CALLER_REFUSALS_PER_SECOND, REFUSALS_PER_SECOND};

@@ -348,7 +348,10 @@ fn twenty_nodes_roll_with_surge_two_without_breaking_a_budget() {
     let revisions = history.as_array().expect("history is a list");
     assert_eq!(revisions.len(), 3, "bootstrap, the skipped etcd backup and the upgrade's apply: {history}");
     assert!(
-        revisions[1]["changes"][0].as_str().unwrap().contains("etcd backup skipped for this roll (--skip-backup): rehearsal on the sim"),
+        revisions[1]["changes"][0]
+            .as_str()
+            .unwrap()
+            .contains("etcd backup skipped for this roll (--skip-backup): rehearsal on the sim"),
         "the control plane was in the roll: why it had no backup is history: {history}"
     );
     assert!(revisions[2]["command"].as_str().unwrap().contains("upgrade"), "{history}");
@@ -371,11 +374,16 @@ fn a_roll_of_the_control_plane_without_a_fresh_verified_etcd_backup_stops_before
     assert_eq!(w.json(&["history", "nobackup"]), before, "nothing recorded");
     assert!(w.instances_in("general").iter().all(|i| i["instance_type"] == "t3.large"), "nothing launched");
     // A reason must be a reason.
-    let out = w.command(&upgrade_args(&w, &sim, &["--skip-backup", " "])).env_remove("PINFLEET_SKIP_BACKUP").output().unwrap();
+    let out = w
+        .command(&upgrade_args(&w, &sim, &["--skip-backup", " "]))
+        .env_remove("PINFLEET_SKIP_BACKUP")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--skip-backup needs a reason"), "{}", stderr(&out));
     // Workers alone do not touch the control plane: no backup needed.
-    let out = w.command(&upgrade_args(&w, &sim, &["-g", "general"])).env_remove("PINFLEET_SKIP_BACKUP").output().unwrap();
+    let out =
+        w.command(&upgrade_args(&w, &sim, &["-g", "general"])).env_remove("PINFLEET_SKIP_BACKUP").output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
@@ -397,7 +405,11 @@ fn an_encryption_key_is_rotated_into_the_pki_and_every_secret_rewritten_with_it(
     let out = w.ok(&["etcd", "rotate-key", "rotate", "--rewrite-secrets", "--kubeconfig", kc]);
     assert!(out.contains("rewrote") && !out.contains("rewrote 0 "), "{out}");
     assert_ne!(rv("db"), was, "the Secret was written again");
-    let marked = kubectl(&sim, &["get", "secret", "db", "-o", "jsonpath={.metadata.annotations.pinfleet\\.dev/encryption-key}"], None);
+    let marked = kubectl(
+        &sim,
+        &["get", "secret", "db", "-o", "jsonpath={.metadata.annotations.pinfleet\\.dev/encryption-key}"],
+        None,
+    );
     assert!(marked.starts_with("key-"), "marked with the key: {marked}");
     // A second run (or one resumed after a cut) writes nothing again.
     let again = w.ok(&["etcd", "rotate-key", "rotate", "--rewrite-secrets", "--kubeconfig", kc]);

@@ -173,7 +173,9 @@ async fn open_for(g: &GlobalArgs, a: &StoreArgs, create: bool) -> Result<(Store,
         if create {
             Store::open(&url, &a.cluster, Some(&aws)).await?
         } else {
-            Store::open_existing(&url, &a.cluster, Some(&aws)).await?.with_context(|| format!("{url}: no such bucket"))?
+            Store::open_existing(&url, &a.cluster, Some(&aws))
+                .await?
+                .with_context(|| format!("{url}: no such bucket"))?
         }
     } else {
         Store::open(&url, &a.cluster, None).await?
@@ -217,7 +219,9 @@ async fn agent_cmd(g: &GlobalArgs, a: AgentArgs, once: bool) -> Result<ExitCode>
     };
     let bins = if a.no_verify { None } else { Binaries::find() };
     if !a.no_verify && bins.is_none() {
-        tracing::warn!("etcd's binaries (etcd, etcdutl) are not here (PINFLEET_ETCD_DIR or PATH): backups are taken unverified");
+        tracing::warn!(
+            "etcd's binaries (etcd, etcdutl) are not here (PINFLEET_ETCD_DIR or PATH): backups are taken unverified"
+        );
     }
     if once {
         let t0 = Instant::now();
@@ -229,9 +233,20 @@ async fn agent_cmd(g: &GlobalArgs, a: AgentArgs, once: bool) -> Result<ExitCode>
             None => None,
         };
         let mut out = anstream::stdout();
-        writeln!(out, "backup {} of {}: revision {}, {} bytes from {} in {:.1}s", m.id, m.cluster, m.revision, m.size, m.member, took.as_secs_f64())?;
+        writeln!(
+            out,
+            "backup {} of {}: revision {}, {} bytes from {} in {:.1}s",
+            m.id,
+            m.cluster,
+            m.revision,
+            m.size,
+            m.member,
+            took.as_secs_f64()
+        )?;
         match &verdict {
-            Some(v) if v.ok => writeln!(out, "verified by a restore in {:.1}s: {}", v.restore_seconds, v.checks.join("; "))?,
+            Some(v) if v.ok => {
+                writeln!(out, "verified by a restore in {:.1}s: {}", v.restore_seconds, v.checks.join("; "))?
+            }
             Some(v) => {
                 writeln!(out, "NOT verified: {}", v.problems.join("; "))?;
                 return Ok(ExitCode::FAILURE);
@@ -276,7 +291,11 @@ async fn backups(g: &GlobalArgs, a: StoreArgs) -> Result<ExitCode> {
         let rows: Vec<Row> = list
             .iter()
             .rev()
-            .map(|b| Row { backup: b, age_seconds: (now - b.manifest.taken_at).num_seconds(), fate: fate(&b.manifest.id) })
+            .map(|b| Row {
+                backup: b,
+                age_seconds: (now - b.manifest.taken_at).num_seconds(),
+                fate: fate(&b.manifest.id),
+            })
             .collect();
         print_data(g.output, &rows)?;
         return Ok(ExitCode::SUCCESS);
@@ -320,9 +339,10 @@ fn human_bytes(n: u64) -> String {
 
 fn pick<'a>(list: &'a [Backup], id: Option<&str>, cluster: &str) -> Result<&'a Backup> {
     match id {
-        Some(id) => list.iter().find(|b| b.manifest.id == id).with_context(|| {
-            format!("no backup {id} of {cluster} (`pinfleet etcd backups {cluster}` lists them)")
-        }),
+        Some(id) => list
+            .iter()
+            .find(|b| b.manifest.id == id)
+            .with_context(|| format!("no backup {id} of {cluster} (`pinfleet etcd backups {cluster}` lists them)")),
         None => list
             .iter()
             .rev()
@@ -339,10 +359,17 @@ async fn verify(g: &GlobalArgs, a: VerifyArgs) -> Result<ExitCode> {
         Some(_) => pick(&list, a.backup.as_deref(), &a.store.cluster)?,
         None => list.last().with_context(|| format!("{} has no etcd backup", a.store.cluster))?,
     };
-    let bins = Binaries::find().context("verifying needs etcd's binaries (etcd, etcdutl) in PINFLEET_ETCD_DIR or on PATH")?;
+    let bins =
+        Binaries::find().context("verifying needs etcd's binaries (etcd, etcdutl) in PINFLEET_ETCD_DIR or on PATH")?;
     let v = crate::etcd::verify::verify(&store, &b.manifest, &bins, (!a.offline).then_some(&a.etcd)).await?;
     let mut out = anstream::stdout();
-    writeln!(out, "{} {}: restored in {:.1}s", b.manifest.id, if v.ok { "verified" } else { "FAILED" }, v.restore_seconds)?;
+    writeln!(
+        out,
+        "{} {}: restored in {:.1}s",
+        b.manifest.id,
+        if v.ok { "verified" } else { "FAILED" },
+        v.restore_seconds
+    )?;
     for c in &v.checks {
         writeln!(out, "  ok    {c}")?;
     }
@@ -356,7 +383,12 @@ async fn gc(g: &GlobalArgs, a: StoreArgs) -> Result<ExitCode> {
     let (store, spec) = open(g, &a).await?;
     let (collected, waiting) = agent::gc(&store, &spec).await?;
     let mut out = anstream::stdout();
-    writeln!(out, "collected {} backup(s){}", collected.len(), if collected.is_empty() { String::new() } else { format!(": {}", collected.join(", ")) })?;
+    writeln!(
+        out,
+        "collected {} backup(s){}",
+        collected.len(),
+        if collected.is_empty() { String::new() } else { format!(": {}", collected.join(", ")) }
+    )?;
     for w in waiting {
         writeln!(out, "kept: {w}")?;
     }
@@ -382,12 +414,26 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
     let list = agent::list(&store).await?;
     let b = pick(&list, a.backup.as_deref(), &a.store.cluster)?.clone();
     if b.manifest.cluster != a.store.cluster {
-        bail!("backup {} is of cluster {}, not {}: refusing to restore another cluster's data", b.manifest.id, b.manifest.cluster, a.store.cluster);
+        bail!(
+            "backup {} is of cluster {}, not {}: refusing to restore another cluster's data",
+            b.manifest.id,
+            b.manifest.cluster,
+            a.store.cluster
+        );
     }
     match &b.verdict {
         Some(v) if v.ok => {}
-        Some(v) if !a.force => bail!("backup {} failed its verification ({}): refusing without --force", b.manifest.id, v.problems.join("; ")),
-        None if !a.force => bail!("backup {} is not verified (`pinfleet etcd verify {} --backup {}`): refusing without --force", b.manifest.id, a.store.cluster, b.manifest.id),
+        Some(v) if !a.force => bail!(
+            "backup {} failed its verification ({}): refusing without --force",
+            b.manifest.id,
+            v.problems.join("; ")
+        ),
+        None if !a.force => bail!(
+            "backup {} is not verified (`pinfleet etcd verify {} --backup {}`): refusing without --force",
+            b.manifest.id,
+            a.store.cluster,
+            b.manifest.id
+        ),
         _ => writeln!(out, "restoring from an unverified backup (--force)")?,
     }
     if !b.manifest.encryption_keys.is_empty() {
@@ -526,21 +572,31 @@ pub struct RotateArgs {
 pub async fn rotate(g: &GlobalArgs, a: RotateArgs) -> Result<ExitCode> {
     let s = super::cloud::Session::open(g, &a.cluster, &a.cloud).await?;
     let name = s.name().to_string();
-    let store = s.store(false).await?.with_context(|| format!("cluster {name} has no state store yet: bootstrap it first"))?;
+    let store =
+        s.store(false).await?.with_context(|| format!("cluster {name} has no state store yet: bootstrap it first"))?;
     let mut out = anstream::stdout();
     if a.rewrite_secrets {
         let kubeconfig = a.cloud.target.kubeconfig_or(a.kubeconfig.as_deref(), &name);
         let client = crate::kube::client_from_kubeconfig(&kubeconfig, crate::kube::Retry::Never).await?;
-        let pki = crate::state::pki::Pki::load(&store).await?.with_context(|| format!("cluster {name} has not been bootstrapped"))?;
+        let pki = crate::state::pki::Pki::load(&store)
+            .await?
+            .with_context(|| format!("cluster {name} has not been bootstrapped"))?;
         let newest = pki.encryption_key_names().into_iter().next().context("the PKI holds no encryption key")?;
         let (n, already) = rewrite_secrets(&client, &newest).await?;
         writeln!(out, "rewrote {n} Secret(s) in {name} under key {newest} ({already} already were): each is written with the API servers' newest key")?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut pki = crate::state::pki::Pki::load(&store).await?.with_context(|| format!("cluster {name} has not been bootstrapped"))?;
+    let mut pki = crate::state::pki::Pki::load(&store)
+        .await?
+        .with_context(|| format!("cluster {name} has not been bootstrapped"))?;
     let key = crate::state::pki::EncryptionKey::generate(chrono::Utc::now());
     if !a.yes {
-        writeln!(out, "would add encryption key {} before {} (kept: a backup written under an older key needs it)", key.name, pki.encryption_key_names().join(", "))?;
+        writeln!(
+            out,
+            "would add encryption key {} before {} (kept: a backup written under an older key needs it)",
+            key.name,
+            pki.encryption_key_names().join(", ")
+        )?;
         writeln!(out, "Nothing changed. Run `pinfleet etcd rotate-key {name} --yes`.")?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -553,12 +609,19 @@ pub async fn rotate(g: &GlobalArgs, a: RotateArgs) -> Result<ExitCode> {
         let rec = crate::state::HistoryRecord::of_actions(
             revision,
             &command,
-            vec![format!("encryption key {} added (Secrets are written with it once the API servers restart)", key.name)],
+            vec![format!(
+                "encryption key {} added (Secrets are written with it once the API servers restart)",
+                key.name
+            )],
         );
         store.record(&rec.acting_as(s.aws.caller_identity().await), &s.loaded.cluster).await
     })
     .await?;
-    writeln!(out, "added encryption key {} to {name}; the control-plane machines fetch it as they boot. Next:", key.name)?;
+    writeln!(
+        out,
+        "added encryption key {} to {name}; the control-plane machines fetch it as they boot. Next:",
+        key.name
+    )?;
     writeln!(out, "  1. roll the control plane so every API server reads it: pinfleet upgrade {name} -g control-plane --force --yes")?;
     writeln!(out, "  2. rewrite every Secret with it: pinfleet etcd rotate-key {name} --rewrite-secrets")?;
     Ok(ExitCode::SUCCESS)
@@ -588,7 +651,11 @@ pub async fn rewrite_secrets(client: &kube::Client, key: &str) -> Result<(usize,
         let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
         let mut current = sec;
         for attempt in 0..5 {
-            current.metadata.annotations.get_or_insert_with(Default::default).insert(REWRITTEN_UNDER.to_string(), key.to_string());
+            current
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(REWRITTEN_UNDER.to_string(), key.to_string());
             match api.replace(&name, &PostParams::default(), &current).await {
                 Ok(_) => {
                     n = n.saturating_add(1);

@@ -12,9 +12,9 @@ use chrono::Utc;
 use etcd_client::{Client, EventType, LockOptions, WatchOptions};
 
 use super::conn::EtcdArgs;
-use super::snapshot::{keys_per_prefix, Trailer};
 use super::manifest::{self, Backup, Change, Delta, Manifest, Seen, Txn, Verdict};
 use super::policy::{self, Fate};
+use super::snapshot::{keys_per_prefix, Trailer};
 use crate::spec::types::BackupSpec;
 use crate::state::blob::Retention;
 use crate::state::Store;
@@ -80,7 +80,9 @@ pub async fn take(store: &Store, etcd: &EtcdArgs, endpoint: &str, taking: &Takin
     let id_guess = manifest::backup_id(taken_at, before);
     let mut upload = store.upload(&manifest::snapshot_key(&id_guess), taking.retention.as_ref()).await?;
     let streamed: Result<()> = async {
-        while let Some(msg) = stream.message().await.with_context(|| format!("streaming the snapshot from {endpoint}"))? {
+        while let Some(msg) =
+            stream.message().await.with_context(|| format!("streaming the snapshot from {endpoint}"))?
+        {
             trailer.feed(msg.blob());
             upload.write(msg.blob()).await?;
         }

@@ -171,7 +171,10 @@ mod tests {
     #[test]
     fn prefixes_follow_kubernetes_keys() {
         assert_eq!(prefix_of(b"/registry/secrets/default/db"), "/registry/secrets");
-        assert_eq!(prefix_of(b"/registry/apiregistration.k8s.io/apiservices/v1.apps"), "/registry/apiregistration.k8s.io/apiservices");
+        assert_eq!(
+            prefix_of(b"/registry/apiregistration.k8s.io/apiservices/v1.apps"),
+            "/registry/apiregistration.k8s.io/apiservices"
+        );
         assert_eq!(prefix_of(b"/registry/namespaces/kube-system"), "/registry/namespaces");
         assert_eq!(prefix_of(b"/other/x"), "/other");
         assert_eq!(prefix_of(b"plain"), "/plain");

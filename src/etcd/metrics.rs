@@ -34,13 +34,29 @@ pub fn render(f: &Figures) -> String {
         let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{cluster=\"{c}\"}} {v}");
     };
     gauge("pinfleet_etcd_backup_interval_seconds", "How often the agent takes a full backup.", f.interval_seconds);
-    gauge("pinfleet_etcd_backup_last_success_timestamp_seconds", "When the newest full backup was stored.", f.last_backup);
+    gauge(
+        "pinfleet_etcd_backup_last_success_timestamp_seconds",
+        "When the newest full backup was stored.",
+        f.last_backup,
+    );
     gauge("pinfleet_etcd_backup_last_size_bytes", "The newest full backup's size.", f.last_backup_bytes as f64);
-    gauge("pinfleet_etcd_backup_last_verified_timestamp_seconds", "When a backup was last proven by a restore.", f.last_verified);
+    gauge(
+        "pinfleet_etcd_backup_last_verified_timestamp_seconds",
+        "When a backup was last proven by a restore.",
+        f.last_verified,
+    );
     if let Some(ok) = f.last_verification_ok {
-        gauge("pinfleet_etcd_backup_last_verification_ok", "1 when the newest verification held, 0 when it failed.", if ok { 1.0 } else { 0.0 });
+        gauge(
+            "pinfleet_etcd_backup_last_verification_ok",
+            "1 when the newest verification held, 0 when it failed.",
+            if ok { 1.0 } else { 0.0 },
+        );
     }
-    gauge("pinfleet_etcd_delta_last_flush_timestamp_seconds", "When the agent last flushed what changed (the RPO's clock).", f.last_delta_flush);
+    gauge(
+        "pinfleet_etcd_delta_last_flush_timestamp_seconds",
+        "When the agent last flushed what changed (the RPO's clock).",
+        f.last_delta_flush,
+    );
     let _ = writeln!(
         s,
         "# HELP pinfleet_etcd_backup_failures_total Backups that failed.\n# TYPE pinfleet_etcd_backup_failures_total counter\npinfleet_etcd_backup_failures_total{{cluster=\"{c}\"}} {}",
@@ -58,9 +74,17 @@ pub async fn serve(listen: std::net::SocketAddr, figures: Shared) -> anyhow::Res
             async move { ([("content-type", "text/plain; version=0.0.4")], render(&f)) }
         }),
     );
-    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| anyhow::anyhow!("listening on {listen}: {e}"))?;
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.map_err(|e| anyhow::anyhow!("listening on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
-    let limits = crate::edge::Limits { connections: 32, per_peer: 8, per_user: 8, per_team: 8, h2_streams: 4, ..Default::default() };
+    let limits = crate::edge::Limits {
+        connections: 32,
+        per_peer: 8,
+        per_user: 8,
+        per_team: 8,
+        h2_streams: 4,
+        ..Default::default()
+    };
     tokio::spawn(async move {
         if let Err(e) = crate::edge::serve(app, listener, None, limits, None, None, std::future::pending()).await {
             tracing::warn!("the agent's metrics stopped: {e:#}");

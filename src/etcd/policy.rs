@@ -208,7 +208,10 @@ mod tests {
     fn freshness_needs_a_verified_backup_young_enough() {
         let fifteen = Duration::from_secs(900);
         assert_eq!(fresh(&[], fifteen, at(0)), Fresh::No("there is no etcd backup".into()));
-        assert_eq!(fresh(&[backup(-5, false)], fifteen, at(0)), Fresh::No("none of the 1 etcd backups is verified".into()));
+        assert_eq!(
+            fresh(&[backup(-5, false)], fifteen, at(0)),
+            Fresh::No("none of the 1 etcd backups is verified".into())
+        );
         assert!(matches!(fresh(&[backup(-5, true)], fifteen, at(0)), Fresh::Yes { .. }));
         let Fresh::No(why) = fresh(&[backup(-30, true)], fifteen, at(0)) else { panic!() };
         assert!(why.contains("30m old"), "{why}");

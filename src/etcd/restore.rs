@@ -35,7 +35,9 @@ impl std::str::FromStr for Target {
             (Some(n), Some(p), Some(d)) if !n.is_empty() && p.starts_with("http") && !d.is_empty() => {
                 Ok(Target { name: n.to_string(), peer_url: p.to_string(), data_dir: PathBuf::from(d) })
             }
-            _ => Err(format!("`{s}`: expected NAME=PEER_URL=DATA_DIR (e.g. cp-a=https://10.0.1.10:2380=/var/lib/etcd)")),
+            _ => {
+                Err(format!("`{s}`: expected NAME=PEER_URL=DATA_DIR (e.g. cp-a=https://10.0.1.10:2380=/var/lib/etcd)"))
+            }
         }
     }
 }
@@ -113,7 +115,8 @@ pub async fn replay(client: &mut Client, deltas: &[Delta]) -> Result<(i64, usize
                     None => TxnOp::delete(k, None),
                 });
             }
-            let resp = client.txn(Txn::new().and_then(ops)).await.with_context(|| format!("replaying revision {}", t.rev))?;
+            let resp =
+                client.txn(Txn::new().and_then(ops)).await.with_context(|| format!("replaying revision {}", t.rev))?;
             rev = resp.header().map(|h| h.revision()).unwrap_or(rev);
             applied = applied.saturating_add(1);
         }

@@ -23,8 +23,9 @@ impl Binaries {
             let dir = PathBuf::from(d);
             return dir.join("etcdutl").is_file().then_some(Binaries { dir: Some(dir) });
         }
-        let on_path = std::env::var_os("PATH")
-            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("etcdutl").is_file() && d.join("etcd").is_file()));
+        let on_path = std::env::var_os("PATH").is_some_and(|p| {
+            std::env::split_paths(&p).any(|d| d.join("etcdutl").is_file() && d.join("etcd").is_file())
+        });
         on_path.then_some(Binaries { dir: None })
     }
 
@@ -132,7 +133,11 @@ impl Member {
 
     /// Restores `snapshot` into a new temporary folder and serves it alone.
     pub async fn scratch(bins: &Binaries, snapshot: &Path) -> Result<Member> {
-        let dir = std::env::temp_dir().join(format!("pinfleet-scratch-etcd-{}-{}", std::process::id(), rand::random::<u32>()));
+        let dir = std::env::temp_dir().join(format!(
+            "pinfleet-scratch-etcd-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
         std::fs::create_dir_all(&dir)?;
         let (cp, pp) = (free_port()?, free_port()?);
         let peer = format!("http://127.0.0.1:{pp}");

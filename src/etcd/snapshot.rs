@@ -66,7 +66,10 @@ pub async fn keys_per_prefix(client: &mut Client, revision: i64) -> Result<BTree
     loop {
         let opts = GetOptions::new().with_range(vec![0]).with_keys_only().with_limit(5_000).with_revision(revision);
         // `with_range([0])` from `from`: every key at or after it.
-        let resp = client.get(from.clone(), Some(opts)).await.with_context(|| format!("listing keys at revision {revision}"))?;
+        let resp = client
+            .get(from.clone(), Some(opts))
+            .await
+            .with_context(|| format!("listing keys at revision {revision}"))?;
         let kvs = resp.kvs();
         for kv in kvs {
             *counts.entry(manifest::prefix_of(kv.key())).or_insert(0u64) += 1;
@@ -104,5 +107,4 @@ mod tests {
         t.feed(&whole[..20]);
         assert!(!t.finish().0, "too short to hold a trailer");
     }
-
 }

@@ -12,10 +12,10 @@ use anyhow::{Context as _, Result};
 use chrono::Utc;
 use etcd_client::GetOptions;
 
-use super::snapshot::{keys_per_prefix, trailer_holds};
 use super::conn::EtcdArgs;
 use super::manifest::{self, Manifest, Verdict};
 use super::scratch::{Binaries, Member};
+use super::snapshot::{keys_per_prefix, trailer_holds};
 use crate::state::Store;
 
 /// Restores `m` into a scratch etcd and judges it; the verdict is stored

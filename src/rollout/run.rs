@@ -54,7 +54,9 @@ pub async fn backup_gate(cluster: &Cluster, store: &crate::state::Store, opts: &
         return Ok(None);
     }
     if !backups.enabled {
-        return Ok(Some("etcd backups are off for this cluster (etcd.backups.enabled: false): rolled without one".into()));
+        return Ok(Some(
+            "etcd backups are off for this cluster (etcd.backups.enabled: false): rolled without one".into(),
+        ));
     }
     if let Some(reason) = &opts.skip_backup {
         if reason.trim().is_empty() {

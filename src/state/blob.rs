@@ -40,7 +40,11 @@ enum Sink {
         parts: Vec<CompletedPart>,
         retention: Option<Retention>,
     },
-    File { partial: PathBuf, path: PathBuf, file: std::fs::File },
+    File {
+        partial: PathBuf,
+        path: PathBuf,
+        file: std::fs::File,
+    },
 }
 
 /// An object being written part by part.
@@ -70,7 +74,10 @@ impl Store {
                         .object_lock_mode(ObjectLockMode::from(r.mode.as_str()))
                         .object_lock_retain_until_date(aws_smithy_types::DateTime::from_secs(r.until.timestamp()));
                 }
-                let out = req.send().await.map_err(|e| anyhow!("starting the upload of {what}: {}", describe_sdk_error(&e)))?;
+                let out = req
+                    .send()
+                    .await
+                    .map_err(|e| anyhow!("starting the upload of {what}: {}", describe_sdk_error(&e)))?;
                 let upload_id = out.upload_id().context("S3 gave no upload id")?.to_string();
                 Sink::S3 {
                     client: client.clone(),
@@ -100,9 +107,13 @@ impl Store {
         match &self.backend {
             Backend::S3 { client, bucket, prefix } => {
                 let k = Self::s3_key(prefix, &self.cluster, key);
-                let obj = client.get_object().bucket(bucket).key(&k).send().await.map_err(|e| {
-                    anyhow!("reading {}: {}", self.describe(key), describe_sdk_error(&e))
-                })?;
+                let obj = client
+                    .get_object()
+                    .bucket(bucket)
+                    .key(&k)
+                    .send()
+                    .await
+                    .map_err(|e| anyhow!("reading {}: {}", self.describe(key), describe_sdk_error(&e)))?;
                 let mut body = obj.body;
                 let mut n = 0u64;
                 while let Some(chunk) =
@@ -143,9 +154,14 @@ impl Store {
                         continue;
                     }
                     let (Some(key), Some(id)) = (u.key(), u.upload_id()) else { continue };
-                    client.abort_multipart_upload().bucket(bucket).key(key).upload_id(id).send().await.map_err(|e| {
-                        anyhow!("aborting the upload of {key}: {}", describe_sdk_error(&e))
-                    })?;
+                    client
+                        .abort_multipart_upload()
+                        .bucket(bucket)
+                        .key(key)
+                        .upload_id(id)
+                        .send()
+                        .await
+                        .map_err(|e| anyhow!("aborting the upload of {key}: {}", describe_sdk_error(&e)))?;
                     n = n.saturating_add(1);
                 }
                 Ok(n)
@@ -180,9 +196,10 @@ impl Store {
         match &self.backend {
             Backend::S3 { client, bucket, prefix } => {
                 let k = Self::s3_key(prefix, &self.cluster, key);
-                let out = client.list_object_versions().bucket(bucket).prefix(&k).send().await.map_err(|e| {
-                    anyhow!("listing versions of {}: {}", self.describe(key), describe_sdk_error(&e))
-                })?;
+                let out =
+                    client.list_object_versions().bucket(bucket).prefix(&k).send().await.map_err(|e| {
+                        anyhow!("listing versions of {}: {}", self.describe(key), describe_sdk_error(&e))
+                    })?;
                 let ids: Vec<String> = out
                     .versions()
                     .iter()
@@ -245,7 +262,9 @@ impl Upload {
                     .send()
                     .await
                     .map_err(|e| anyhow!("uploading part {number} of {}: {}", self.what, describe_sdk_error(&e)))?;
-                parts.push(CompletedPart::builder().part_number(number).set_e_tag(out.e_tag().map(str::to_string)).build());
+                parts.push(
+                    CompletedPart::builder().part_number(number).set_e_tag(out.e_tag().map(str::to_string)).build(),
+                );
             }
             Sink::File { file, partial, .. } => {
                 file.write_all(&part).with_context(|| format!("writing {}", partial.display()))?;
@@ -265,7 +284,8 @@ impl Upload {
         match self.sink.take().context("the upload has ended")? {
             Sink::S3 { client, bucket, key, upload_id, parts, retention } => {
                 if parts.is_empty() {
-                    let _ = client.abort_multipart_upload().bucket(&bucket).key(&key).upload_id(&upload_id).send().await;
+                    let _ =
+                        client.abort_multipart_upload().bucket(&bucket).key(&key).upload_id(&upload_id).send().await;
                     bail!("nothing was written to {}", self.what);
                 }
                 let done = CompletedMultipartUpload::builder().set_parts(Some(parts)).build();
@@ -278,7 +298,8 @@ impl Upload {
                     .send()
                     .await
                 {
-                    let _ = client.abort_multipart_upload().bucket(&bucket).key(&key).upload_id(&upload_id).send().await;
+                    let _ =
+                        client.abort_multipart_upload().bucket(&bucket).key(&key).upload_id(&upload_id).send().await;
                     bail!("completing the upload of {}: {}", self.what, describe_sdk_error(&e));
                 }
                 // The retention again on the completed object, explicitly
@@ -288,9 +309,14 @@ impl Upload {
                         .mode(aws_sdk_s3::types::ObjectLockRetentionMode::from(r.mode.as_str()))
                         .retain_until_date(aws_smithy_types::DateTime::from_secs(r.until.timestamp()))
                         .build();
-                    client.put_object_retention().bucket(&bucket).key(&key).retention(lock).send().await.map_err(|e| {
-                        anyhow!("locking {} until {}: {}", self.what, r.until, describe_sdk_error(&e))
-                    })?;
+                    client
+                        .put_object_retention()
+                        .bucket(&bucket)
+                        .key(&key)
+                        .retention(lock)
+                        .send()
+                        .await
+                        .map_err(|e| anyhow!("locking {} until {}: {}", self.what, r.until, describe_sdk_error(&e)))?;
                 }
             }
             Sink::File { partial, path, file } => {

@@ -68,10 +68,7 @@ pub async fn publish_files(store: &Store, pki: &Pki) -> Result<()> {
     // PKI field, or `pinfleet etcd rotate-key`).
     let config = pki.encryption_config();
     if store.get(HASH_KEY).await?.is_some_and(|(b, _)| b == pki.ca_cert_hash.as_bytes())
-        && store
-            .get(&format!("{PKI_PREFIX}encryption-config.yaml"))
-            .await?
-            .is_some_and(|(b, _)| b == config.as_bytes())
+        && store.get(&format!("{PKI_PREFIX}encryption-config.yaml")).await?.is_some_and(|(b, _)| b == config.as_bytes())
     {
         return Ok(());
     }

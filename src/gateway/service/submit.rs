@@ -198,7 +198,9 @@ impl Service {
     /// none gets the first).
     async fn gpu_products_of(&self, team: &str) -> Vec<crate::workloads::demand::Flavor> {
         match self.world().await {
-            Ok((world, _)) => world.quotas.get(team).map(crate::gateway::quota::Quota::gpu_products).unwrap_or_default(),
+            Ok((world, _)) => {
+                world.quotas.get(team).map(crate::gateway::quota::Quota::gpu_products).unwrap_or_default()
+            }
             Err(_) => Vec::new(),
         }
     }
