@@ -400,16 +400,8 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
     let mut phases = Phases::default();
     let t = Instant::now();
     // Every check comes before the first write.
-    let mut members = Vec::new();
-    let mut manifests = Vec::new();
-    for m in &a.members {
-        let (base, dir) = match m.splitn(4, '=').collect::<Vec<_>>().as_slice() {
-            [n, p, d, md] => (format!("{n}={p}={d}"), Some(PathBuf::from(md))),
-            _ => (m.clone(), None),
-        };
-        members.push(base.parse::<Member>().map_err(anyhow::Error::msg)?);
-        manifests.push(dir);
-    }
+    let members: Vec<Member> =
+        a.members.iter().map(|m| m.parse::<Member>()).collect::<Result<_, _>>().map_err(anyhow::Error::msg)?;
     let (store, spec) = open(g, &a.store).await?;
     let list = agent::list(&store).await?;
     let b = pick(&list, a.backup.as_deref(), &a.store.cluster)?.clone();
@@ -461,8 +453,8 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
     phases.time("checks", t, ());
 
     let t = Instant::now();
-    for (m, dir) in members.iter().zip(&manifests) {
-        if let Some(dir) = dir {
+    for m in &members {
+        if let Some(dir) = &m.manifests_dir {
             stop_static_pods(dir, &m.name)?;
         }
     }
@@ -489,8 +481,8 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
     }
 
     let t = Instant::now();
-    for (m, dir) in members.iter().zip(&manifests) {
-        if let Some(dir) = dir {
+    for m in &members {
+        if let Some(dir) = &m.manifests_dir {
             start_static_pods(dir, &m.name)?;
         }
     }

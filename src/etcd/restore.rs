@@ -24,20 +24,26 @@ pub struct Target {
     pub name: String,
     pub peer_url: String,
     pub data_dir: PathBuf,
+    /// The kubelet's static-pod folder on the member's machine, when the
+    /// restore stops and starts etcd and the API server through it.
+    pub manifests_dir: Option<PathBuf>,
 }
 
 impl std::str::FromStr for Target {
     type Err = String;
-    /// `NAME=PEER_URL=DATA_DIR`.
+    /// `NAME=PEER_URL=DATA_DIR[=MANIFESTS_DIR]`.
     fn from_str(s: &str) -> Result<Self, String> {
-        let mut it = s.splitn(3, '=');
-        match (it.next(), it.next(), it.next()) {
-            (Some(n), Some(p), Some(d)) if !n.is_empty() && p.starts_with("http") && !d.is_empty() => {
-                Ok(Target { name: n.to_string(), peer_url: p.to_string(), data_dir: PathBuf::from(d) })
-            }
-            _ => {
-                Err(format!("`{s}`: expected NAME=PEER_URL=DATA_DIR (e.g. cp-a=https://10.0.1.10:2380=/var/lib/etcd)"))
-            }
+        let mut it = s.splitn(4, '=');
+        match (it.next(), it.next(), it.next(), it.next()) {
+            (Some(n), Some(p), Some(d), m) if !n.is_empty() && p.starts_with("http") && !d.is_empty() => Ok(Target {
+                name: n.to_string(),
+                peer_url: p.to_string(),
+                data_dir: PathBuf::from(d),
+                manifests_dir: m.filter(|m| !m.is_empty()).map(PathBuf::from),
+            }),
+            _ => Err(format!(
+                "`{s}`: expected NAME=PEER_URL=DATA_DIR[=MANIFESTS_DIR] (e.g. cp-a=https://10.0.1.10:2380=/var/lib/etcd)"
+            )),
         }
     }
 }
