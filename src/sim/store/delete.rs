@@ -193,6 +193,43 @@ impl Inner {
         }
     }
 
+    /// The garbage collector's answer to a dependent whose owners are all
+    /// gone (attemptToDeleteItem): an object written with owner references
+    /// to objects that no longer exist, or exist under another uid (a
+    /// controller that read its owner just before it was deleted), is
+    /// deleted in the background, as the collector deletes it a moment
+    /// after. An owner of a kind the server does not know is not judged.
+    pub(super) fn collect_if_orphaned(&mut self, t: &ResourceType, ns: &str, obj: &Value) {
+        let Some(refs) = obj.pointer("/metadata/ownerReferences").and_then(Value::as_array) else { return };
+        if refs.is_empty() {
+            return;
+        }
+        let all_gone = refs.iter().all(|r| {
+            let (Some(api_version), Some(kind), Some(name), Some(uid)) = (
+                r.get("apiVersion").and_then(Value::as_str),
+                r.get("kind").and_then(Value::as_str),
+                r.get("name").and_then(Value::as_str),
+                r.get("uid").and_then(Value::as_str),
+            ) else {
+                return false;
+            };
+            let group = api_version.split_once('/').map_or("", |(g, _)| g);
+            let Some(ot) = self
+                .registry
+                .by_kind(api_version, kind)
+                .or_else(|| self.registry.all().find(|o| o.group == group && o.kind == kind))
+                .cloned()
+            else {
+                return false;
+            };
+            self.objects.get(&Self::key(&ot, ns, name)).is_none_or(|o| meta_str(o, "uid") != Some(uid))
+        });
+        let name = meta_str(obj, "name").unwrap_or_default().to_string();
+        if all_gone {
+            let _ = self.delete(t, ns, &name, Propagation::Background, None, false);
+        }
+    }
+
     /// Garbage collection (background) and bookkeeping once an object is gone.
     pub(super) fn after_delete(&mut self, t: &ResourceType, ns: &str, obj: &Value) {
         let uid = meta_str(obj, "uid").unwrap_or_default().to_string();

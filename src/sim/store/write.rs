@@ -145,6 +145,7 @@ impl Inner {
         self.objects.insert(key, obj.clone());
         self.emit(EventType::Added, t, ns, obj.clone());
         self.after_change(t, ns, &obj);
+        self.collect_if_orphaned(t, ns, &obj);
         Ok(obj)
     }
 
@@ -489,6 +490,7 @@ fn apply_patch(content_type: &str, doc: &mut Value, body: &Value) -> R<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::store::Propagation;
 
     /// A write answers with the object its watchers are sent: the same
     /// allocation, and the answer's text is the object's part of the
@@ -520,5 +522,33 @@ mod tests {
         assert_eq!(ev.kind, EventType::Modified);
         assert_eq!(serde_json::from_slice::<Value>(&ev.object_json()).unwrap(), *out);
         assert_eq!(s.get(&t, "default", "c").unwrap(), *out);
+    }
+
+    /// A dependent written after its owner was deleted (a controller that
+    /// read the owner a moment before) is collected, as the garbage
+    /// collector collects it; one whose owner lives, or whose owner's kind
+    /// the server does not know, stays.
+    #[test]
+    fn a_dependent_created_after_its_owner_is_gone_is_collected() {
+        let mut s = Inner::new();
+        let cms = s.registry.get("", "v1", "configmaps").cloned().expect("configmaps");
+        let owner = s
+            .create(&cms, "default", json!({"metadata": {"name": "owner"}}), "m", false)
+            .unwrap();
+        let uid = owner["metadata"]["uid"].as_str().unwrap().to_string();
+        let dependent = |name: &str, kind: &str, owner_uid: &str| {
+            json!({"metadata": {"name": name, "ownerReferences": [
+                {"apiVersion": "v1", "kind": kind, "name": "owner", "uid": owner_uid}]}})
+        };
+        s.create(&cms, "default", dependent("lives", "ConfigMap", &uid), "m", false).unwrap();
+        assert!(s.get(&cms, "default", "lives").is_ok(), "its owner is there");
+        s.create(&cms, "default", dependent("stale", "ConfigMap", "another-uid"), "m", false).unwrap();
+        assert!(s.get(&cms, "default", "stale").is_err(), "an owner under another uid is a gone owner");
+        s.delete(&cms, "default", "owner", Propagation::Background, None, false).unwrap();
+        assert!(s.get(&cms, "default", "lives").is_err(), "collected with its owner");
+        s.create(&cms, "default", dependent("late", "ConfigMap", &uid), "m", false).unwrap();
+        assert!(s.get(&cms, "default", "late").is_err(), "written after its owner went: collected");
+        s.create(&cms, "default", dependent("unknown", "Gizmo", &uid), "m", false).unwrap();
+        assert!(s.get(&cms, "default", "unknown").is_ok(), "an owner of a kind not known is not judged");
     }
 }
