@@ -289,6 +289,21 @@ async fn the_agent_keeps_deltas_so_a_restore_loses_at_most_a_delta_interval() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(listed.iter().any(|b| b["verdict"]["ok"] == true), "{listed:?}");
+    // A change to the control plane asks for a backup now (the agent's
+    // interval is an hour): the agent takes and verifies one at once.
+    let aws = moto_aws().await;
+    let store = pinfleet::state::Store::open(&state, &w.cluster, Some(&aws)).await.unwrap();
+    let asked = chrono::Utc::now();
+    let said = std::sync::Mutex::new(Vec::new());
+    let b =
+        pinfleet::etcd::agent::ask_and_wait(&store, "ops@host", "upgrade to 1.33", Duration::from_secs(120), &|m| {
+            said.lock().unwrap().push(m.to_string())
+        })
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("the asked-for backup never came: {:?}", said.lock().unwrap()));
+    assert!(b.verified() && b.manifest.taken_at >= asked, "{b:?}");
+    assert!(said.lock().unwrap()[0].contains("asked the etcd backup agent for a backup (upgrade to 1.33)"), "{said:?}");
     write(&mut c, "/registry/configmaps/team/m", 40).await;
     let mut deleted = c.delete("/registry/configmaps/team/n00000", None).await.unwrap();
     let _ = deleted.take_header();
@@ -378,6 +393,15 @@ async fn a_corrupted_snapshot_is_never_verified_and_restore_refuses_it() {
 /// moto's S3, from this process, in moto's default account (the bucket is
 /// made here with Object Lock, as an operator would).
 async fn s3_store(bucket: &str, cluster: &str) -> (pinfleet::state::Store, aws_sdk_s3::Client) {
+    let aws = moto_aws().await;
+    use pinfleet::state::S3Access as _;
+    let s3 = aws.s3().clone();
+    s3.create_bucket().bucket(bucket).object_lock_enabled_for_bucket(true).send().await.unwrap();
+    let store = pinfleet::state::Store::open(&format!("s3://{bucket}/state"), cluster, Some(&aws)).await.unwrap();
+    (store, s3)
+}
+
+async fn moto_aws() -> pinfleet::cloud::aws::Aws {
     // SAFETY of the environment: every other test here talks to moto
     // through a child process with its own environment.
     std::env::set_var("AWS_ENDPOINT_URL", support::moto_url());
@@ -389,12 +413,7 @@ async fn s3_store(bucket: &str, cluster: &str) -> (pinfleet::state::Store, aws_s
         region: Some("us-east-1".into()),
         ..Default::default()
     };
-    let aws = pinfleet::cloud::aws::Aws::connect(&opts).await.unwrap();
-    use pinfleet::state::S3Access as _;
-    let s3 = aws.s3().clone();
-    s3.create_bucket().bucket(bucket).object_lock_enabled_for_bucket(true).send().await.unwrap();
-    let store = pinfleet::state::Store::open(&format!("s3://{bucket}/state"), cluster, Some(&aws)).await.unwrap();
-    (store, s3)
+    pinfleet::cloud::aws::Aws::connect(&opts).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

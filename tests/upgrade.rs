@@ -370,6 +370,7 @@ fn a_roll_of_the_control_plane_without_a_fresh_verified_etcd_backup_stops_before
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(err.contains("there is no etcd backup"), "{err}");
+    assert!(err.contains("no etcd backup agent has reported for this cluster"), "no agent to ask: {err}");
     assert!(err.contains("Nothing was changed") && err.contains("--skip-backup REASON"), "{err}");
     assert_eq!(w.json(&["history", "nobackup"]), before, "nothing recorded");
     assert!(w.instances_in("general").iter().all(|i| i["instance_type"] == "t3.large"), "nothing launched");

@@ -12,7 +12,7 @@ use chrono::Utc;
 use etcd_client::{Client, EventType, LockOptions, WatchOptions};
 
 use super::conn::EtcdArgs;
-use super::manifest::{self, Backup, Change, Delta, Manifest, Seen, Txn, Verdict};
+use super::manifest::{self, Backup, Change, Delta, Manifest, Request, Seen, Txn, Verdict};
 use super::policy::{self, Fate};
 use super::snapshot::{keys_per_prefix, Trailer};
 use crate::spec::types::BackupSpec;
@@ -278,6 +278,61 @@ pub async fn follow(
     Ok(flushed)
 }
 
+/// How often the agent holding the lock looks for a change's request.
+pub const REQUEST_POLL: Duration = Duration::from_secs(2);
+
+/// Resolves with the first request for a backup made after `after` (read
+/// every `every`; a store that cannot be read is asked again).
+pub async fn asked_after(store: &Store, after: chrono::DateTime<Utc>, every: Duration) -> Request {
+    loop {
+        tokio::time::sleep(every).await;
+        match store.get_json::<Request>(manifest::REQUEST).await {
+            Ok(Some(r)) if r.at > after => return r,
+            Ok(_) => {}
+            Err(e) => tracing::warn!("reading the request for an etcd backup: {e:#}"),
+        }
+    }
+}
+
+/// Asks the agents for a backup now and waits, up to `wait`, for a
+/// verified one taken after the request. `Ok(None)` when none came in time
+/// (the caller says why); every `progress` is told what is awaited.
+pub async fn ask_and_wait(
+    store: &Store,
+    by: &str,
+    reason: &str,
+    wait: Duration,
+    progress: &dyn Fn(&str),
+) -> Result<Option<Backup>> {
+    let asked = Utc::now();
+    store
+        .put_json(manifest::REQUEST, &Request { at: asked, by: by.to_string(), reason: reason.to_string() })
+        .await
+        .context("asking the etcd backup agents for a backup")?;
+    progress(&format!(
+        "asked the etcd backup agent for a backup ({reason}); waiting up to {} for it to be taken and verified",
+        humantime::format_duration(wait)
+    ));
+    let until = Instant::now() + wait;
+    let mut taken_unverified = None;
+    loop {
+        let list = list(store).await?;
+        if let Some(b) = list.iter().filter(|b| b.manifest.taken_at >= asked).max_by_key(|b| b.manifest.taken_at) {
+            if b.verified() {
+                return Ok(Some(b.clone()));
+            }
+            if taken_unverified.as_deref() != Some(b.manifest.id.as_str()) {
+                progress(&format!("backup {} taken; waiting for its verification", b.manifest.id));
+                taken_unverified = Some(b.manifest.id.clone());
+            }
+        }
+        if Instant::now() >= until {
+            return Ok(None);
+        }
+        tokio::time::sleep(REQUEST_POLL).await;
+    }
+}
+
 /// One agent's loop: hold etcd's lock for the job (one writer across the
 /// members), take a full backup every `interval` (verify it when etcd's
 /// binaries are here), follow the deltas in between, gc after each.
@@ -355,13 +410,23 @@ pub async fn run(
                 return Ok(());
             }
             let member = m.member.clone();
+            // The next full backup: at the interval, or as soon as a change
+            // to the control plane asks for one.
+            let next = async {
+                tokio::select! {
+                    _ = tokio::time::sleep(spec.interval.0) => {}
+                    r = asked_after(store, m.taken_at, REQUEST_POLL) => {
+                        tracing::info!(by = %r.by, reason = %r.reason, "an etcd backup was asked for");
+                    }
+                }
+            };
             follow(
                 store,
                 &mut client,
                 &member,
                 m.revision.saturating_add(1),
                 spec.delta_interval.0,
-                tokio::time::sleep(spec.interval.0),
+                next,
                 figures.as_ref(),
             )
             .await?;

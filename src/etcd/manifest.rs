@@ -15,6 +15,9 @@ pub const BACKUPS: &str = "etcd/backups/";
 pub const DELTAS: &str = "etcd/deltas/";
 /// The agent's newest word on the live revision (one per member).
 pub const SEEN: &str = "etcd/seen/";
+/// A change to the control plane asking the agents for a backup now (one
+/// object, overwritten by each asker: the agents answer the newest).
+pub const REQUEST: &str = "etcd/requests/backup.json";
 
 pub fn snapshot_key(id: &str) -> String {
     format!("{BACKUPS}{id}/snapshot.db")
@@ -162,6 +165,18 @@ pub struct Seen {
     pub at: DateTime<Utc>,
     /// Revisions a second over the last flush, to size the bump.
     pub rate: f64,
+}
+
+/// A backup asked for before a change to the control plane: the agent
+/// holding the lock takes (and verifies) one as soon as it reads a request
+/// newer than its last backup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Request {
+    pub at: DateTime<Utc>,
+    /// Who asks, and for what change.
+    pub by: String,
+    pub reason: String,
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub enum Fate {
     Locked(DateTime<Utc>),
 }
 
-fn age(now: DateTime<Utc>, t: DateTime<Utc>) -> Duration {
+pub fn age(now: DateTime<Utc>, t: DateTime<Utc>) -> Duration {
     (now - t).to_std().unwrap_or_default()
 }
 

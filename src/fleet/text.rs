@@ -118,6 +118,7 @@ pub fn fleet_cluster_event(cluster: &str, e: &crate::rollout::driver::Event, jso
             format!("  [{cluster}] e2e gate after {after}: {checks} checks passed")
         }
         Event::BlockedOnCapacity { group, reason } => format!("  [{cluster}] {group}: waiting, {reason}"),
+        Event::Backup { message } => format!("  [{cluster}] etcd: {message}"),
         Event::Launched { .. } | Event::Draining { .. } | Event::Replaced { .. } => return None,
     })
 }

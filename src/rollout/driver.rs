@@ -120,6 +120,11 @@ pub enum Event {
         group: String,
         reason: String,
     },
+    /// The etcd backup a change to the control plane waits for (asked of
+    /// the agents, taken, verified).
+    Backup {
+        message: String,
+    },
 }
 
 /// How long a roll blocked on capacity waits before it asks again: the

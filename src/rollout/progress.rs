@@ -95,7 +95,8 @@ impl RollProgress {
             Event::Launched { .. }
             | Event::Draining { .. }
             | Event::Validated { .. }
-            | Event::BlockedOnCapacity { .. } => return false,
+            | Event::BlockedOnCapacity { .. }
+            | Event::Backup { .. } => return false,
         }
         self.updated_at = now;
         true

@@ -47,7 +47,13 @@ pub struct Options {
 /// ([`crate::etcd::policy::fresh`]), or the caller skips it with a reason.
 /// Checked before the roll's first write. Ok(Some(line)) says what was
 /// found or skipped (for history).
-pub async fn backup_gate(cluster: &Cluster, store: &crate::state::Store, opts: &Options) -> Result<Option<String>> {
+pub async fn backup_gate(
+    cluster: &Cluster,
+    store: &crate::state::Store,
+    opts: &Options,
+    why: &str,
+    on: &dyn Fn(Event),
+) -> Result<Option<String>> {
     let backups = &cluster.spec.etcd.backups;
     let touches_control_plane = selected(cluster, opts).iter().any(|g| g.role == Role::ControlPlane);
     if !touches_control_plane {
@@ -70,16 +76,51 @@ pub async fn backup_gate(cluster: &Cluster, store: &crate::state::Store, opts: &
             "etcd backup {id} ({} old, verified) taken before this change to the control plane",
             humantime::format_duration(std::time::Duration::from_secs(age.as_secs()))
         ))),
-        crate::etcd::policy::Fresh::No(why) => {
+        crate::etcd::policy::Fresh::No(stale) => {
             let name = &cluster.metadata.name;
-            anyhow::bail!(
-                "{why}: a change to the control plane of {name} needs a verified etcd backup younger than {} \
+            let now = chrono::Utc::now();
+            // An agent that reported within a few of its flushes is there to ask.
+            let alive_within = backups.delta_interval.0.saturating_mul(4).max(std::time::Duration::from_secs(120));
+            let seen = crate::etcd::agent::seen(store).await?;
+            let agent = match &seen {
+                Some(s) if crate::etcd::policy::age(now, s.at) <= alive_within => None,
+                Some(s) => Some(format!(
+                    "the etcd backup agent last reported {} ago (member {})",
+                    humantime::format_duration(std::time::Duration::from_secs(
+                        crate::etcd::policy::age(now, s.at).as_secs()
+                    )),
+                    s.member
+                )),
+                None => Some("no etcd backup agent has reported for this cluster".to_string()),
+            };
+            let tail = format!(
+                "a change to the control plane of {name} needs a verified etcd backup younger than {} \
                  (etcd.backups.freshFor). Nothing was changed. Take one on a control-plane machine \
                  (`pinfleet etcd backup {name}`, which the agent also does every {}), or roll without one: \
                  --skip-backup REASON (recorded in history)",
-                backups.fresh_for,
-                backups.interval
-            )
+                backups.fresh_for, backups.interval
+            );
+            if let Some(absent) = agent {
+                anyhow::bail!("{stale}, and {absent}: {tail}");
+            }
+            let (user, host) = crate::state::whoami();
+            let by = format!("{user}@{host}");
+            let asked = crate::etcd::agent::ask_and_wait(store, &by, why, backups.wait_for_backup.0, &|m| {
+                on(Event::Backup { message: m.to_string() })
+            })
+            .await?;
+            match asked {
+                Some(b) => Ok(Some(format!(
+                    "etcd backup {} taken and verified before this change to the control plane (asked of the agent)",
+                    b.manifest.id
+                ))),
+                None => anyhow::bail!(
+                    "{stale}; the backup asked of the agent was not taken and verified within {} \
+                     (etcd.backups.waitForBackup; an agent without etcd's binaries leaves verification to \
+                     `pinfleet etcd verify {name}`): {tail}",
+                    backups.wait_for_backup
+                ),
+            }
         }
     }
 }
@@ -387,7 +428,7 @@ pub async fn upgrade(
     use crate::rollout::progress::{self, Outcome, RollProgress};
     // A change to the control plane needs a fresh, verified etcd backup
     // (checked before anything is written).
-    let backup = backup_gate(cluster, store, opts).await?;
+    let backup = backup_gate(cluster, store, opts, why, on).await?;
     // Replacements join with a token minted now (and the files the
     // control plane's replacements fetch), before any machine is launched.
     crate::state::join::publish_files(store, pki).await?;

@@ -122,6 +122,10 @@ pub struct BackupSpec {
     /// and takes one when there is none.
     #[serde(default = "default_fresh")]
     pub fresh_for: DurationSpec,
+    /// How long such a change waits for the backup it asks the agents for
+    /// (taken and verified) before it refuses to start.
+    #[serde(default = "default_wait_for_backup")]
+    pub wait_for_backup: DurationSpec,
     /// Backups stored under S3 Object Lock (the bucket must have Object
     /// Lock enabled): no one deletes them before their retention ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -138,6 +142,7 @@ impl Default for BackupSpec {
             keep_hourly: default_keep_hourly(),
             keep_daily: default_keep_daily(),
             fresh_for: default_fresh(),
+            wait_for_backup: default_wait_for_backup(),
             object_lock: None,
         }
     }
@@ -145,6 +150,9 @@ impl Default for BackupSpec {
 
 fn default_backup_interval() -> DurationSpec {
     DurationSpec(Duration::from_secs(15 * 60))
+}
+fn default_wait_for_backup() -> DurationSpec {
+    DurationSpec(Duration::from_secs(10 * 60))
 }
 fn default_delta_interval() -> DurationSpec {
     DurationSpec(Duration::from_secs(30))
