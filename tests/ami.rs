@@ -412,6 +412,10 @@ fn console_shows_the_rollout(w: &World, fdev_kubeconfig: &std::path::Path) {
     let revisions = cluster["revisions"].as_array().unwrap_or_else(|| panic!("fdev's revisions: {cluster}"));
     assert!(!revisions.is_empty() && revisions[0]["revision"] == 1, "fdev's history starts at revision 1: {cluster}");
     assert!(revisions[0]["command"].as_str().unwrap().contains("fdev"), "{cluster}");
+    // Its etcd backups, read from the same store: the sim runs no etcd, so none.
+    let backup = &cluster["etcdBackup"];
+    assert_eq!(backup["count"], 0, "fdev's etcd backups were read: {cluster}");
+    assert!(backup["note"].is_null() && backup["intervalSeconds"] == 900, "{backup}");
     // Each machine with the image and launch-template version EC2 has for it.
     let machines = cluster["machines"].as_array().unwrap_or_else(|| panic!("fdev's machines: {cluster}"));
     assert!(!machines.is_empty(), "{cluster}");

@@ -148,6 +148,7 @@ pub fn cluster(
         revisions_note: None,
         addons_note: None,
         capacity: Vec::new(),
+        etcd_backup: None,
     }
 }
 

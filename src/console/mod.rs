@@ -142,6 +142,7 @@ impl Console {
             Some(Ok(r)) => {
                 v.revisions = r.revisions.iter().map(build::revision).collect();
                 v.capacity = r.capacity;
+                v.etcd_backup = r.etcd_backup;
                 build::with_instances(&mut v.machines, &r.instances);
             }
             Some(Err(e)) => v.revisions_note = Some(format!("reading its records: {e:#}")),

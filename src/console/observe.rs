@@ -100,10 +100,10 @@ impl FleetSource {
             let opts = crate::cloud::aws::AwsOptions::from_env(self.target, Some(l.cluster.spec.cloud.region.clone()))?;
             let aws = crate::cloud::aws::Aws::connect(&opts).await?;
             let url = &l.cluster.spec.state_store;
-            let revisions = match crate::state::Store::open_existing(url, cluster, Some(&aws))
+            let store = crate::state::Store::open_existing(url, cluster, Some(&aws))
                 .await
-                .with_context(|| format!("opening state store {url}"))?
-            {
+                .with_context(|| format!("opening state store {url}"))?;
+            let revisions = match &store {
                 Some(store) => store.history().await?,
                 None => Vec::new(),
             };
@@ -113,7 +113,34 @@ impl FleetSource {
                 Ok(ledgers) => l.cluster.capacity_held_lines(&ledgers, chrono::Utc::now()),
                 Err(e) => vec![format!("the capacity ledger could not be read: {e:#}")],
             };
-            Ok(ClusterRecords { revisions, instances, capacity })
+            // The etcd backups: a note, never the page's failure.
+            let interval_seconds = i64::try_from(l.cluster.spec.etcd.backups.interval.0.as_secs()).unwrap_or(i64::MAX);
+            let etcd_backup = match &store {
+                None => None,
+                Some(store) => Some(match crate::etcd::agent::list(store).await {
+                    Ok(list) => crate::views::cluster::EtcdBackup {
+                        last_verified: list
+                            .iter()
+                            .filter(|b| b.verified())
+                            .max_by_key(|b| b.manifest.taken_at)
+                            .map(|b| (b.manifest.id.clone(), b.manifest.taken_at)),
+                        last_failed: list
+                            .iter()
+                            .max_by_key(|b| b.manifest.taken_at)
+                            .filter(|b| b.verdict.as_ref().is_some_and(|v| !v.ok))
+                            .map(|b| b.manifest.id.clone()),
+                        count: list.len(),
+                        interval_seconds,
+                        note: None,
+                    },
+                    Err(e) => crate::views::cluster::EtcdBackup {
+                        interval_seconds,
+                        note: Some(format!("reading its etcd backups: {e:#}")),
+                        ..Default::default()
+                    },
+                }),
+            };
+            Ok(ClusterRecords { revisions, instances, capacity, etcd_backup })
         };
         Some(match tokio::time::timeout(Duration::from_secs(10), read).await {
             Ok(r) => r,
@@ -128,6 +155,8 @@ pub struct ClusterRecords {
     pub instances: Vec<crate::cloud::observed::ObservedInstance>,
     /// "group G: N of M offerings out; blocked on capacity: …" per held-back group.
     pub capacity: Vec<String>,
+    /// Its etcd backups (None: it has no state store yet).
+    pub etcd_backup: Option<crate::views::cluster::EtcdBackup>,
 }
 
 /// The latest fleet rollout as last read, or why it could not be.

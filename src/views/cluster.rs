@@ -37,6 +37,60 @@ pub struct ClusterView {
     /// Each group the capacity ledger holds back, with why and what is tried next.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacity: Vec<String>,
+    /// Its etcd backups as the state store has them (none: not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_backup: Option<EtcdBackup>,
+}
+
+/// The newest verified etcd backup, and what came after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdBackup {
+    /// The newest verified backup: its id and when it was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified: Option<(String, DateTime<Utc>)>,
+    /// The newest backup, when its verification failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failed: Option<String>,
+    /// Backups in the store.
+    pub count: usize,
+    /// The cluster's full-backup interval, in seconds (older than twice it
+    /// is what the monitoring addon's alert fires on).
+    pub interval_seconds: i64,
+    /// Why the backups could not be read, when they could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl EtcdBackup {
+    /// As the alert judges it: bad when the newest backup failed its
+    /// verification or the newest verified one is older than twice the
+    /// interval; unknown when the store could not be read.
+    pub fn status(&self, now: DateTime<Utc>) -> Status {
+        if let Some(n) = &self.note {
+            return Status::new(Tone::Unknown, "not read").because(n.clone());
+        }
+        let verified = self.last_verified.as_ref().map(|(id, at)| ((now - *at).num_seconds(), id));
+        match (verified, &self.last_failed) {
+            (_, Some(failed)) => Status::new(Tone::Bad, "verification failed").because(format!(
+                "the newest backup ({failed}) failed its verification{}",
+                verified.map(|(s, _)| format!("; the last verified one is {} old", age(s))).unwrap_or_default()
+            )),
+            (None, None) if self.count == 0 => Status::new(Tone::Bad, "none").because("no etcd backup was ever taken"),
+            (None, None) => {
+                Status::new(Tone::Warn, "none verified").because(format!("{} backup(s), none verified yet", self.count))
+            }
+            (Some((s, id)), None) if s > self.interval_seconds.saturating_mul(2) => {
+                Status::new(Tone::Bad, format!("{} old", age(s))).because(format!(
+                    "the newest verified backup ({id}) is older than twice the interval ({})",
+                    age(self.interval_seconds)
+                ))
+            }
+            (Some((s, id)), None) => {
+                Status::new(Tone::Ok, format!("{} old", age(s))).because(format!("verified: {id}"))
+            }
+        }
+    }
 }
 
 /// One applied revision: when, by whom, what changed, the command.
@@ -224,6 +278,9 @@ impl ClusterView {
         for line in &self.capacity {
             let _ = writeln!(out, "{line}");
         }
+        if let Some(b) = &self.etcd_backup {
+            let _ = writeln!(out, "etcd backup: {}", b.status(self.at).text());
+        }
         let rows: Vec<Vec<String>> = self
             .machines
             .iter()
@@ -317,6 +374,10 @@ impl ClusterView {
             (
                 "Last e2e run",
                 self.e2e.as_ref().map(|r| html::badge(&r.status(&self.name))).unwrap_or_else(|| "none recorded".into()),
+            ),
+            (
+                "Last verified etcd backup",
+                self.etcd_backup.as_ref().map(|b| html::badge(&b.status(self.at))).unwrap_or_else(|| "not read".into()),
             ),
         ]));
         if !self.capacity.is_empty() {
@@ -541,6 +602,7 @@ mod tests {
             revisions_note: None,
             addons_note: None,
             capacity: vec![],
+            etcd_backup: None,
         }
     }
 
@@ -609,6 +671,38 @@ mod tests {
         let html = v.html_body();
         let part = &html[html.find("id=\"capacity\"").unwrap()..html.find("id=\"machines\"").unwrap()];
         insta::assert_snapshot!(part);
+    }
+
+    /// The age of the last verified etcd backup, judged as the alert judges
+    /// it: fresh, older than twice the interval, a failed verification,
+    /// none at all, or a store that could not be read.
+    #[test]
+    fn the_last_verified_etcd_backup_and_its_age() {
+        let mut v = cluster();
+        let at = v.at;
+        let b = |minutes: i64, failed: Option<&str>| EtcdBackup {
+            last_verified: Some(("20261127T1000Z-r42".into(), at - chrono::Duration::minutes(minutes))),
+            last_failed: failed.map(str::to_string),
+            count: 3,
+            interval_seconds: 900,
+            note: None,
+        };
+        let cases = [
+            b(7, None),
+            b(31, None),
+            b(7, Some("20261127T1015Z-r57")),
+            EtcdBackup { interval_seconds: 900, ..Default::default() },
+            EtcdBackup { count: 2, interval_seconds: 900, ..Default::default() },
+            EtcdBackup { note: Some("AWS did not answer within 10 s".into()), ..Default::default() },
+        ];
+        let lines: Vec<String> = cases.iter().map(|c| c.status(at).text()).collect();
+        insta::assert_snapshot!(lines.join("\n"));
+        assert_eq!(cases[0].status(at).tone, Tone::Ok);
+        assert!(cases[1..5].iter().all(|c| matches!(c.status(at).tone, Tone::Bad | Tone::Warn)));
+        v.etcd_backup = Some(b(7, None));
+        assert!(v.text().contains("etcd backup: ✓ 7m old: verified: 20261127T1000Z-r42"), "{}", v.text());
+        let html = v.html_body();
+        assert!(html.contains("Last verified etcd backup") && html.contains("7m old"), "{html}");
     }
 
     #[test]
