@@ -491,7 +491,21 @@ fn check_capacity(p: &mut Problems, gp: &str, g: &InstanceGroup, c: &CapacitySpe
         for (field, why) in errors {
             p.push(format!("{rp}.{field}"), why);
         }
-        if none {
+        if let (true, Some(a)) = (none, &r.accelerators) {
+            p.push(
+                format!("{rp}.accelerators"),
+                format!(
+                    "no instance type meets it: {a}{}{} (pinfleet knows g5, g6, p4d, p4de, p5, trn1, trn1n and inf2{})",
+                    if r.vcpu == Default::default() { String::new() } else { format!(", {} vCPU", r.vcpu) },
+                    r.memory_gib.map(|m| format!(", {m} GiB")).unwrap_or_default(),
+                    if g.arch() == crate::capacity::Arch::Arm64 {
+                        ", all x86_64, and the group's image is arm64"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+        } else if none {
             p.push(
                 rp,
                 format!(
