@@ -389,6 +389,71 @@ pub trait LedgerStore: Send + Sync {
     ) -> futures::future::BoxFuture<'a, anyhow::Result<Ledger>>;
 }
 
+/// EC2's `CapacityReservationPreference` as a group names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReservationPreference {
+    /// Any open reservation that matches the machine (EC2's default).
+    Open,
+    /// Never a reservation.
+    None,
+    /// Only reservations: no machine outside them (a targeted one too).
+    CapacityReservationsOnly,
+}
+
+impl ReservationPreference {
+    /// EC2's value.
+    pub fn as_ec2(self) -> &'static str {
+        match self {
+            ReservationPreference::Open => "open",
+            ReservationPreference::None => "none",
+            ReservationPreference::CapacityReservationsOnly => "capacity-reservations-only",
+        }
+    }
+}
+
+/// The On-Demand Capacity Reservation a launch template targets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Reservation {
+    /// `CapacityReservationTarget.CapacityReservationId`.
+    Id(String),
+    /// `CapacityReservationTarget.CapacityReservationResourceGroupArn`.
+    ResourceGroup(String),
+    /// `CapacityReservationPreference`.
+    Preference(ReservationPreference),
+}
+
+impl std::fmt::Display for Reservation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reservation::Id(id) => write!(f, "target {id}"),
+            Reservation::ResourceGroup(arn) => write!(f, "target resource group {arn}"),
+            Reservation::Preference(p) => write!(f, "preference {}", p.as_ec2()),
+        }
+    }
+}
+
+/// Whether `id` is a Capacity Reservation id: `cr-` and 17 lowercase hex digits.
+pub fn reservation_id_ok(id: &str) -> bool {
+    id.strip_prefix("cr-")
+        .is_some_and(|h| h.len() == 17 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+}
+
+/// Whether `arn` is a resource group's ARN:
+/// `arn:<partition>:resource-groups:<region>:<12 digits>:group/<name>`.
+pub fn resource_group_arn_ok(arn: &str) -> bool {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    matches!(parts.as_slice(), ["arn", partition, "resource-groups", region, account, resource]
+    if partition.starts_with("aws")
+        && !region.is_empty()
+        && account.len() == 12
+        && account.bytes().all(|b| b.is_ascii_digit())
+        && resource.strip_prefix("group/").is_some_and(|n| {
+            !n.is_empty() && n.len() <= 300 && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        }))
+}
+
 /// A group's offerings, as launches try them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
