@@ -610,24 +610,32 @@ fn check_accelerated(p: &mut Problems, gp: &str, g: &InstanceGroup, opts: &LoadO
     let types = g.instance_types();
     let Some(kind) = types.iter().find_map(|t| of_instance_type(t)).map(|a| a.kind()) else { return };
     let first = types.iter().find(|t| of_instance_type(t).is_some()).cloned().unwrap_or_default();
-    let listed = g.capacity.as_ref().map(|c| c.types.len()).unwrap_or(0);
-    for (j, t) in types.iter().enumerate() {
-        let at = match j {
-            0 => format!("{gp}.machineType"),
-            j if j <= listed => format!("{gp}.capacity.types[{}]", j - 1),
-            _ => format!("{gp}.capacity.requirements"),
+    let listed: &[String] = g.capacity.as_ref().map(|c| c.types.as_slice()).unwrap_or_default();
+    let mut by_requirements = false;
+    for t in &types {
+        let why = match of_instance_type(t).map(|a| a.kind()) {
+            Some(k) if k != kind => format!(
+                "`{t}` needs the {} driver stack and `{first}` the {} one: a group's machines run one image",
+                k.as_str(),
+                kind.as_str()
+            ),
+            None => format!(
+                "`{t}` has no accelerator but `{first}` has: a group's machines offer the same devices (its taint and labels say so)"
+            ),
+            _ => continue,
         };
-        match of_instance_type(t).map(|a| a.kind()) {
-            Some(k) if k != kind => p.push(
-                at,
-                format!("`{t}` needs the {} driver stack and `{first}` the {} one: a group's machines run one image", k.as_str(), kind.as_str()),
-            ),
-            None => p.push(
-                at,
-                format!("`{t}` has no accelerator but `{first}` has: a group's machines offer the same devices (its taint and labels say so)"),
-            ),
-            _ => {}
-        }
+        // Where the type comes from: machineType, capacity.types, or (said once) the requirements.
+        let at = if *t == g.machine_type {
+            format!("{gp}.machineType")
+        } else if let Some(i) = listed.iter().position(|x| x == t) {
+            format!("{gp}.capacity.types[{i}]")
+        } else if by_requirements {
+            continue;
+        } else {
+            by_requirements = true;
+            format!("{gp}.capacity.requirements")
+        };
+        p.push(at, why);
     }
     let stack = |k: Kind| match k {
         Kind::Nvidia => "the NVIDIA driver and nvidia-container-toolkit",
