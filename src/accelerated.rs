@@ -9,8 +9,13 @@
 //!     ├─► render::node_labels  nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB
 //!     ├─► group_taints         nvidia.com/gpu=present:NoSchedule
 //!     ├─► sim nodes            allocatable nvidia.com/gpu: 8
-//!     └─► addons               NVIDIA's device plugin (only where such groups exist)
+//!     ├─► addons               NVIDIA's device plugin (only where such groups exist)
+//!     └─► validate             an image with its driver stack (Kind: nvidia, neuron)
 //! ```
+//!
+//! [`SHAPES`] are the accelerated types capacity requirements choose from
+//! (`capacity::matching` with `accelerators`): vCPUs, memory, devices and
+//! each device's memory, as DescribeInstanceTypes gives them.
 
 use crate::spec::{InstanceGroup, Taint, TaintEffect};
 use crate::workloads::demand::{Flavor, GPU, NEURON};
