@@ -9,8 +9,13 @@
 //!     ├─► render::node_labels  nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB
 //!     ├─► group_taints         nvidia.com/gpu=present:NoSchedule
 //!     ├─► sim nodes            allocatable nvidia.com/gpu: 8
-//!     └─► addons               NVIDIA's device plugin (only where such groups exist)
+//!     ├─► addons               NVIDIA's device plugin (only where such groups exist)
+//!     └─► validate             an image with its driver stack (Kind: nvidia, neuron)
 //! ```
+//!
+//! [`SHAPES`] are the accelerated types capacity requirements choose from
+//! (`capacity::matching` with `accelerators`): vCPUs, memory, devices and
+//! each device's memory, as DescribeInstanceTypes gives them.
 
 use crate::spec::{InstanceGroup, Taint, TaintEffect};
 use crate::workloads::demand::{Flavor, GPU, NEURON};
@@ -58,6 +63,131 @@ pub fn of_instance_type(machine_type: &str) -> Option<Accelerated> {
     })
 }
 
+/// An accelerator product, as capacity requirements name it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub enum Product {
+    A10G,
+    L4,
+    A100,
+    H100,
+    Trainium,
+    Inferentia2,
+}
+
+impl Product {
+    pub const ALL: [Product; 6] =
+        [Product::A10G, Product::L4, Product::A100, Product::H100, Product::Trainium, Product::Inferentia2];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Product::A10G => "A10G",
+            Product::L4 => "L4",
+            Product::A100 => "A100",
+            Product::H100 => "H100",
+            Product::Trainium => "Trainium",
+            Product::Inferentia2 => "Inferentia2",
+        }
+    }
+
+    /// The driver stack an image needs for it.
+    pub fn kind(self) -> Kind {
+        match self {
+            Product::Trainium | Product::Inferentia2 => Kind::Neuron,
+            _ => Kind::Nvidia,
+        }
+    }
+}
+
+/// The driver stack an accelerated image carries, as EKS's accelerated
+/// AMIs come in two: NVIDIA (driver and nvidia-container-toolkit) and
+/// Neuron (aws-neuronx driver and runtime).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Nvidia,
+    Neuron,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Nvidia => "nvidia",
+            Kind::Neuron => "neuron",
+        }
+    }
+}
+
+impl Accelerated {
+    /// The driver stack its machines' image must carry.
+    pub fn kind(&self) -> Kind {
+        if self.flavor == Flavor::Neuron {
+            Kind::Neuron
+        } else {
+            Kind::Nvidia
+        }
+    }
+}
+
+/// One accelerated instance type as EC2's DescribeInstanceTypes gives it:
+/// vCPUs, memory, its accelerators and each one's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub instance_type: &'static str,
+    pub vcpu: u32,
+    pub memory_gib: u32,
+    pub count: u32,
+    pub product: Product,
+    /// Memory of one accelerator, in GiB.
+    pub device_memory_gib: u32,
+}
+
+const fn shape(t: &'static str, vcpu: u32, mem: u32, count: u32, product: Product, dev: u32) -> Shape {
+    Shape { instance_type: t, vcpu, memory_gib: mem, count, product, device_memory_gib: dev }
+}
+
+/// The accelerated types capacity requirements choose from (all x86_64),
+/// smallest first within each family, the families in the order
+/// [`Product::ALL`] names their products.
+pub const SHAPES: &[Shape] = &[
+    shape("g5.xlarge", 4, 16, 1, Product::A10G, 24),
+    shape("g5.2xlarge", 8, 32, 1, Product::A10G, 24),
+    shape("g5.4xlarge", 16, 64, 1, Product::A10G, 24),
+    shape("g5.8xlarge", 32, 128, 1, Product::A10G, 24),
+    shape("g5.16xlarge", 64, 256, 1, Product::A10G, 24),
+    shape("g5.12xlarge", 48, 192, 4, Product::A10G, 24),
+    shape("g5.24xlarge", 96, 384, 4, Product::A10G, 24),
+    shape("g5.48xlarge", 192, 768, 8, Product::A10G, 24),
+    shape("g6.xlarge", 4, 16, 1, Product::L4, 24),
+    shape("g6.2xlarge", 8, 32, 1, Product::L4, 24),
+    shape("g6.4xlarge", 16, 64, 1, Product::L4, 24),
+    shape("g6.8xlarge", 32, 128, 1, Product::L4, 24),
+    shape("g6.16xlarge", 64, 256, 1, Product::L4, 24),
+    shape("g6.12xlarge", 48, 192, 4, Product::L4, 24),
+    shape("g6.24xlarge", 96, 384, 4, Product::L4, 24),
+    shape("g6.48xlarge", 192, 768, 8, Product::L4, 24),
+    shape("p4d.24xlarge", 96, 1152, 8, Product::A100, 40),
+    shape("p4de.24xlarge", 96, 1152, 8, Product::A100, 80),
+    shape("p5.48xlarge", 192, 2048, 8, Product::H100, 80),
+    shape("trn1.2xlarge", 8, 32, 1, Product::Trainium, 32),
+    shape("trn1.32xlarge", 128, 512, 16, Product::Trainium, 32),
+    shape("trn1n.32xlarge", 128, 512, 16, Product::Trainium, 32),
+    shape("inf2.xlarge", 4, 16, 1, Product::Inferentia2, 32),
+    shape("inf2.8xlarge", 32, 128, 1, Product::Inferentia2, 32),
+    shape("inf2.24xlarge", 96, 384, 6, Product::Inferentia2, 32),
+    shape("inf2.48xlarge", 192, 768, 12, Product::Inferentia2, 32),
+];
+
+/// The driver stack a group's machines need: that of the first of its
+/// types that is accelerated (a group mixing NVIDIA and Neuron types is
+/// refused by validation).
+pub fn group_kind(group: &InstanceGroup) -> Option<Kind> {
+    group.instance_types().iter().find_map(|t| of_instance_type(t)).map(|a| a.kind())
+}
+
 /// A group's taints: its own, and for accelerated machines the device's
 /// `RESOURCE=present:NoSchedule` (unless the group already taints that
 /// key), so only pods that ask for the device (and tolerate it, as the
@@ -93,6 +223,19 @@ mod tests {
         for t in ["g5.xlarge", "g6.xlarge", "p4de.24xlarge", "p5.48xlarge"] {
             let a = of_instance_type(t).unwrap();
             assert_eq!(Flavor::of_label(a.product_label.unwrap()), Some(a.flavor), "{t}");
+        }
+        assert_eq!(of_instance_type("inf2.xlarge").unwrap().kind(), Kind::Neuron);
+        assert_eq!(of_instance_type("g6.xlarge").unwrap().kind(), Kind::Nvidia);
+    }
+
+    #[test]
+    fn shapes_agree_with_what_nodes_offer() {
+        // Every shape requirements may pick is a type whose nodes offer
+        // that many devices of that driver stack.
+        for s in SHAPES {
+            let a = of_instance_type(s.instance_type).unwrap_or_else(|| panic!("{}", s.instance_type));
+            assert_eq!((a.count, a.kind()), (s.count, s.product.kind()), "{}", s.instance_type);
+            assert_eq!(crate::capacity::known_type(s.instance_type), Ok(()));
         }
     }
 }

@@ -301,6 +301,57 @@ fn a_bake_killed_then_stopped_mid_copy_resumes_without_a_second_builder_or_image
     stand_in.join().unwrap();
 }
 
+/// An accelerated recipe on moto: a builder whose report lacks the NVIDIA
+/// stack (the driver the recipe pins, containerd's nvidia runtime) fails
+/// the bake before an image is made; one reporting it bakes an image
+/// tagged with the stack, and the checks say what they saw.
+#[test]
+fn an_accelerated_recipe_is_judged_by_its_stack_and_its_image_records_it() {
+    let w = World::new("gpubake", 1);
+    let gpu = recipe("conntrack", false).replace("regions: [us-east-1, eu-west-1]", "regions: [us-east-1]")
+        + "accelerator:\n  kind: nvidia\n  driverVersion: \"570.172.08\"\n  runtimeVersion: \"1.17.8\"\n";
+    std::fs::write(images_dir(&w).join("gpu-node.yaml"), gpu).unwrap();
+    let report =
+        Arc::new(std::sync::Mutex::new(REPORT.replace(
+            "failedUnits=",
+            "nvidiaDriver=550.90.07;nvidiaToolkit=1.17.8;containerdRuntime=runc:;failedUnits=",
+        )));
+    let (go, stop) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicBool::new(false)));
+    let stand_in = builder_reporting(&w, go, stop.clone(), report.clone());
+    let o = run(&w, &["ami", "bake", "gpu-node", "--poll", "200ms", "--report-timeout", "30s"]);
+    // The progress and the checks are on stderr.
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("FAIL NVIDIA driver version: 550.90.07, the recipe names 570.172.08"), "{err}");
+    assert!(err.contains("FAIL containerd runs the nvidia runtime: default runtime `runc`"), "{err}");
+    assert!(err.contains("no image was made"), "{err}");
+    assert_eq!(rt().block_on(census(&w)).1, 0, "no image of a builder that failed its checks");
+    *report.lock().unwrap() = REPORT.replace(
+        "failedUnits=",
+        "nvidiaDriver=570.172.08;nvidiaToolkit=1.17.8;containerdRuntime=nvidia:/usr/bin/nvidia-container-runtime;failedUnits=",
+    );
+    let o = run(&w, &["ami", "bake", "gpu-node", "--poll", "200ms", "--report-timeout", "30s"]);
+    let out = stderr(&o);
+    assert!(o.status.success(), "{out}");
+    for check in [
+        "ok   NVIDIA driver version: 570.172.08",
+        "ok   nvidia-container-toolkit version: 1.17.8",
+        "ok   containerd runs the nvidia runtime: default runtime nvidia (/usr/bin/nvidia-container-runtime)",
+        "ok   accelerator recorded: nvidia 570.172.08/1.17.8",
+    ] {
+        assert!(out.contains(check), "{check}: {out}");
+    }
+    let tag = rt().block_on(async {
+        let aws = client(&w, "us-east-1").await;
+        let out = aws.ec2.describe_images().owners("self").filters(filter("name", "pinfleet/gpu-node/*")).send().await;
+        let img = out.unwrap().images()[0].clone();
+        img.tags().iter().find(|t| t.key() == Some("pinfleet:accelerator")).and_then(|t| t.value().map(str::to_string))
+    });
+    assert_eq!(tag.as_deref(), Some("nvidia 570.172.08/1.17.8"));
+    stop.store(true, Ordering::SeqCst);
+    stand_in.join().unwrap();
+}
+
 fn baked_id(json: &str) -> (String, String) {
     let v: serde_json::Value = serde_json::from_str(json).unwrap();
     (v["images"]["us-east-1"].as_str().unwrap().to_string(), v["images"]["eu-west-1"].as_str().unwrap().to_string())

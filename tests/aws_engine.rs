@@ -773,6 +773,73 @@ fn capacity_refusals_fall_back_across_zones_then_types_and_the_ledger_is_shared(
     assert_eq!(ice2[0]["instance_type"], "m6i.large", "t3.large is held back in both zones: {ice2:?}");
 }
 
+/// A GPU group whose types come from accelerator requirements (one A10G
+/// or L4): EC2 refusing g5 in every zone, it launches g6 and the ledger
+/// holds g5 back. A group targeting a Capacity Reservation has it in its
+/// launch template as EC2 stores it (DescribeLaunchTemplateVersions).
+#[test]
+fn a_gpu_group_falls_back_from_g5_to_g6_and_a_reservation_is_in_the_launch_template() {
+    let mut w = World::new("gpus", 2);
+    let yaml = w
+        .cluster_yaml(2, "g5.xlarge")
+        .replace(
+            "      rollout:\n        maxSurge: 1\n",
+            "      rollout:\n        maxSurge: 1\n      image:\n        accelerator: nvidia\n      capacity:\n        requirements:\n          vcpu: {max: 4}\n          accelerators: {count: {max: 1}, products: [A10G, L4]}\n",
+        )
+        .replace(
+            "      maxSize: 1\n      subnets: [private-a]\n",
+            "      maxSize: 1\n      subnets: [private-a]\n      capacity:\n        reservation:\n          id: cr-0123456789abcdef0\n",
+        );
+    assert!(yaml.contains("cr-0123456789abcdef0") && yaml.contains("products: [A10G, L4]"), "{yaml}");
+    w.write_cluster(&yaml);
+    w.extra_env.push(("PINFLEET_CAPACITY_FAULTS".into(), "InsufficientInstanceCapacity@*/g5.xlarge/*".into()));
+    let out = w.run(&["bootstrap", "gpus", "--yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let general = w.instances_in("general");
+    assert_eq!(general.len(), 2, "{general:?}");
+    assert!(general.iter().all(|i| i["instance_type"] == "g6.xlarge"), "{general:?}");
+    let ledger = w.json(&["capacity", "gpus"]);
+    let held: Vec<&str> = ledger["ledgers"][0]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["offering"]["instanceType"].as_str().unwrap())
+        .collect();
+    assert!(!held.is_empty() && held.iter().all(|t| *t == "g5.xlarge"), "{ledger}");
+    with_aws_env(&w, || {
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            let aws = w.aws().await;
+            let got = aws
+                .ec2
+                .describe_launch_template_versions()
+                .launch_template_name("gpus-control-plane")
+                .versions("$Latest")
+                .send()
+                .await
+                .unwrap();
+            let data = got.launch_template_versions()[0].launch_template_data().unwrap();
+            let spec = data.capacity_reservation_specification().expect("the template carries the reservation");
+            assert_eq!(
+                spec.capacity_reservation_target().and_then(|t| t.capacity_reservation_id()),
+                Some("cr-0123456789abcdef0")
+            );
+            let got = aws
+                .ec2
+                .describe_launch_template_versions()
+                .launch_template_name("gpus-general")
+                .versions("$Latest")
+                .send()
+                .await
+                .unwrap();
+            let data = got.launch_template_versions()[0].launch_template_data().unwrap();
+            assert!(data.capacity_reservation_specification().is_none(), "{data:?}");
+        })
+    });
+    // Read back as written: a second plan has nothing to change.
+    let plan = w.run(&["plan", "gpus", "--detailed-exitcode"]);
+    assert_eq!(plan.status.code(), Some(0), "{}{}", stdout(&plan), stderr(&plan));
+}
+
 /// Issue 47: a launch of several batches (one per subnet) never asks again
 /// for an offering an earlier batch of the same launch was just refused:
 /// with the first type out in every zone, the first batch learns it and

@@ -116,6 +116,7 @@ fn applied(d: &Desired) -> Observed {
                 imds_tokens_required: true,
                 user_data: plan::with_api_host(&data.user_data, &lb_dns),
                 tags: data.tags.clone(),
+                capacity_reservation: data.capacity_reservation.clone(),
             }),
         });
         for _ in 0..g.desired {
@@ -193,6 +194,29 @@ fn a_machine_type_change_is_one_template_version_and_a_rollout_note() {
     assert_eq!(p.needs_rollout.len(), 1);
     assert_eq!(p.needs_rollout[0].instances.len(), 3);
     assert_eq!(p.needs_rollout[0].current_version, "2 (new)");
+}
+
+/// A group targeting an On-Demand Capacity Reservation: its launch
+/// template carries the reservation (shown in the plan), and a change of
+/// reservation is a new template version, because of `capacity.reservation`.
+#[test]
+fn a_capacity_reservation_is_in_the_launch_template_and_its_change_is_a_new_version() {
+    let reserved = |id: &'static str| {
+        move |c: &mut pinfleet::spec::Cluster| {
+            c.spec.instance_groups[1].capacity =
+                Some(serde_json::from_value(serde_json::json!({"reservation": {"id": id}})).unwrap());
+        }
+    };
+    let d = desired_with(reserved("cr-0123456789abcdef0"));
+    let p = plan::diff(&d, &Observed::default());
+    let text = show::text(&p, false);
+    let lt = text.lines().skip_while(|l| !l.contains("+ lt/nodes")).take(5).collect::<Vec<_>>().join("\n");
+    insta::assert_snapshot!("reservation_new", lt);
+    assert!(plan::diff(&d, &applied(&d)).is_empty(), "read back as written: no change");
+    let after = desired_with(reserved("cr-0fedcba9876543210"));
+    let p = plan::diff(&after, &applied(&d));
+    insta::assert_snapshot!("reservation_change", show::text(&p, false));
+    assert!(matches!(p.changes[0].op.op(), Some(Op::CreateLaunchTemplateVersion { .. })));
 }
 
 #[test]

@@ -49,7 +49,10 @@ fn unknown_addon_names_are_reported_when_packages_exist() {
         "  instanceGroups:\n",
         "  addons:\n    - name: monitorin\n    - name: nothing-like-it\n  instanceGroups:\n",
     );
-    let opts = LoadOptions { known_addons: Some(["monitoring".to_string(), "platform-crds".to_string()].into()) };
+    let opts = LoadOptions {
+        known_addons: Some(["monitoring".to_string(), "platform-crds".to_string()].into()),
+        ..Default::default()
+    };
     let err = spec::load_source(path, &src, &opts).unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -93,4 +96,49 @@ fn two_files_defining_one_cluster_are_reported() {
         "{msg}"
     );
     assert!(msg.starts_with(&format!("{}:4:3:", dir.path().join("b.yaml").display())), "{msg}");
+}
+
+/// A group of GPU machines following a recipe's channel needs that recipe
+/// accelerated, with the stack its machines need; the recipes are read from
+/// images/ (here given), so the refusal is located at the group's recipe.
+#[test]
+fn a_gpu_group_on_a_plain_or_wrong_recipe_is_refused_at_its_recipe() {
+    use pinfleet::accelerated::Kind;
+    let path = Path::new("tests/fixtures/valid/minimal.yaml");
+    let with_recipe = |machine: &str, recipe: &str| {
+        std::fs::read_to_string(path).unwrap().replace(
+            "      machineType: m6i.large\n      minSize: 2\n      maxSize: 5\n      desired: 3\n      image:\n        selector:\n          owners: [\"099720109477\"]\n          name: \"ubuntu/images/*\"\n",
+            &format!("      machineType: {machine}\n      minSize: 2\n      maxSize: 5\n      desired: 3\n      image:\n        recipe: {recipe}\n        channel: stable\n"),
+        )
+    };
+    let opts = LoadOptions {
+        recipes: Some(
+            [
+                ("node".to_string(), None),
+                ("gpu".to_string(), Some(Kind::Nvidia)),
+                ("inf".to_string(), Some(Kind::Neuron)),
+            ]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    let src = with_recipe("g5.2xlarge", "gpu");
+    assert!(src.contains("recipe: gpu"), "{src}");
+    spec::load_source(path, &src, &opts).expect("an NVIDIA recipe serves g5");
+    spec::load_source(path, &with_recipe("inf2.xlarge", "inf"), &opts).expect("a Neuron recipe serves inf2");
+    spec::load_source(path, &with_recipe("m6i.large", "node"), &opts).expect("a plain group needs no accelerator");
+    let err = |machine: &str, recipe: &str| {
+        spec::load_source(path, &with_recipe(machine, recipe), &opts).unwrap_err().to_string()
+    };
+    assert_eq!(
+        err("g5.2xlarge", "node"),
+        "tests/fixtures/valid/minimal.yaml:39:9: spec.instanceGroups[1].image.recipe: recipe `node` is not accelerated: `g5.2xlarge` machines need an image with the NVIDIA driver and nvidia-container-toolkit (nvidia); give the recipe `accelerator: {kind: nvidia, driverVersion: …, runtimeVersion: …}`"
+    );
+    assert_eq!(
+        err("trn1.2xlarge", "gpu"),
+        "tests/fixtures/valid/minimal.yaml:39:9: spec.instanceGroups[1].image.recipe: recipe `gpu` bakes the nvidia stack: `trn1.2xlarge` machines need an image with the Neuron driver and runtime (neuron)"
+    );
+    assert!(err("p5.48xlarge", "missing").contains("image.recipe: no recipe `missing` under images/"));
+    // Without the recipes (no images/ folder), nothing is judged.
+    spec::load_source(path, &with_recipe("g5.2xlarge", "node"), &LoadOptions::default()).unwrap();
 }

@@ -27,6 +27,13 @@ pub const TAG_REPORT: &str = "pinfleet:bake-report";
 pub const TAG_CHECKS: &str = "pinfleet:checks";
 /// The builder's facts, kept on the image (a gate compares nodes with them).
 pub const TAG_FACTS: &str = "pinfleet:facts";
+/// An accelerated image's driver stack (`nvidia 570.172.08/1.17.8`).
+pub const TAG_ACCELERATOR: &str = "pinfleet:accelerator";
+
+/// The value of [`TAG_ACCELERATOR`] for a recipe's stack.
+pub fn accelerator_tag(a: &super::recipe::AcceleratorStack) -> String {
+    format!("{} {}/{}", a.kind.as_str(), a.driver_version, a.runtime_version)
+}
 
 /// What is seen of the builder instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -204,7 +211,52 @@ pub fn judge_report(l: &Loaded, facts: &BTreeMap<String, String>) -> Vec<CheckRe
             None => check("containerd version", false, "not reported".into()),
         }
     }
+    if let Some(a) = &r.accelerator {
+        judge_accelerator(a, facts, &mut check);
+    }
     out
+}
+
+/// An accelerated recipe's stack as the builder measured it: the driver
+/// module and the runtime at the recipe's versions, and for NVIDIA
+/// containerd's default runtime `nvidia` running nvidia-container-runtime
+/// (what EKS's NVIDIA AMIs configure; without it a pod asking for a GPU
+/// starts without the driver's libraries).
+fn judge_accelerator(
+    a: &super::recipe::AcceleratorStack,
+    facts: &BTreeMap<String, String>,
+    check: &mut impl FnMut(&str, bool, String),
+) {
+    let get = |k: &str| facts.get(k).map(String::as_str).filter(|v| !v.is_empty());
+    let mut version = |name: &str, key: &str, want: &str| match get(key) {
+        Some(v) if v == want => check(name, true, v.to_string()),
+        Some("none") => check(name, false, format!("not installed, the recipe names {want}")),
+        Some(v) => check(name, false, format!("{v}, the recipe names {want}")),
+        None => check(name, false, "not reported".into()),
+    };
+    match a.kind {
+        crate::accelerated::Kind::Nvidia => {
+            version("NVIDIA driver version", "nvidiaDriver", &a.driver_version);
+            version("nvidia-container-toolkit version", "nvidiaToolkit", &a.runtime_version);
+            match get("containerdRuntime").and_then(|v| v.split_once(':')) {
+                Some(("nvidia", bin)) if bin.ends_with("/nvidia-container-runtime") => {
+                    check("containerd runs the nvidia runtime", true, format!("default runtime nvidia ({bin})"))
+                }
+                Some((default, bin)) => check(
+                    "containerd runs the nvidia runtime",
+                    false,
+                    format!(
+                        "default runtime `{default}`, nvidia runtime binary `{bin}`: want `nvidia` running …/nvidia-container-runtime"
+                    ),
+                ),
+                None => check("containerd runs the nvidia runtime", false, "not reported".into()),
+            }
+        }
+        crate::accelerated::Kind::Neuron => {
+            version("Neuron driver version", "neuronDriver", &a.driver_version);
+            version("Neuron runtime version", "neuronRuntime", &a.runtime_version);
+        }
+    }
 }
 
 /// What is known of a built image for its static checks.
@@ -251,6 +303,14 @@ pub fn static_checks(l: &Loaded, digest: &str, img: &ImageFacts) -> Vec<CheckRes
         );
     } else {
         check("encrypted volumes", true, "not required by the recipe (encrypted: false)".into());
+    }
+    if let Some(a) = &r.accelerator {
+        let want = accelerator_tag(a);
+        match img.tags.get(TAG_ACCELERATOR) {
+            Some(v) if *v == want => check("accelerator recorded", true, v.clone()),
+            Some(v) => check("accelerator recorded", false, format!("{v}, the recipe names {want}")),
+            None => check("accelerator recorded", false, format!("no {TAG_ACCELERATOR} tag (the recipe names {want})")),
+        }
     }
     match img.tags.get(TAG_DIGEST) {
         Some(d) if d == digest => check("recipe digest recorded", true, d[..12.min(d.len())].to_string()),
@@ -352,6 +412,62 @@ mod tests {
         let r = judge_report(&l, &bad);
         assert_eq!(verdict(&r), "failed: no SSH host keys, free space, kubelet version");
         assert!(r.iter().any(|c| c.detail == "v1.36.1, the recipe names v1.36.2"));
+    }
+
+    fn gpu_recipe() -> Loaded {
+        super::super::recipe::parse(
+            "gpu",
+            std::path::Path::new("images/gpu.yaml"),
+            "base: {owners: [self], name: base-*}\nkubernetesVersion: 1.36.2\ncomponents: {containerd: 2.1.4}\nregions: [us-east-1]\nchecks: {minFreeGib: 4}\naccelerator: {kind: nvidia, driverVersion: 570.172.08, runtimeVersion: 1.17.8}\n",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn an_accelerated_recipes_stack_is_judged_from_the_report_and_the_image() {
+        let l = gpu_recipe();
+        let base = "kernel=6.8.0-1015-aws;osImage=Ubuntu 24.04.1 LTS;kubelet=v1.36.2;containerd=v2.1.4;cgroup=v2;machineId=0;sshHostKeys=0;freeGiB=11";
+        let good = parse_report(&format!(
+            "{base};nvidiaDriver=570.172.08;nvidiaToolkit=1.17.8;containerdRuntime=nvidia:/usr/bin/nvidia-container-runtime;failedUnits="
+        ));
+        let r = judge_report(&l, &good);
+        assert_eq!(verdict(&r), "passed 8 checks", "{r:?}");
+        // The driver the recipe pins is what counts; a runtime installed but not containerd's default fails.
+        let bad = parse_report(&format!(
+            "{base};nvidiaDriver=550.90.07;nvidiaToolkit=1.17.8;containerdRuntime=runc:/usr/bin/nvidia-container-runtime"
+        ));
+        let r = judge_report(&l, &bad);
+        assert_eq!(verdict(&r), "failed: NVIDIA driver version, containerd runs the nvidia runtime");
+        assert!(r.iter().any(|c| c.detail == "550.90.07, the recipe names 570.172.08"), "{r:?}");
+        // No driver module, no toolkit, no runtime at all (a builder whose step was skipped).
+        let r =
+            judge_report(&l, &parse_report(&format!("{base};nvidiaDriver=none;nvidiaToolkit=;containerdRuntime=:")));
+        assert_eq!(
+            verdict(&r),
+            "failed: NVIDIA driver version, nvidia-container-toolkit version, containerd runs the nvidia runtime"
+        );
+        assert!(r.iter().any(|c| c.detail == "not installed, the recipe names 570.172.08"), "{r:?}");
+        // A Neuron stack.
+        let mut n = l.clone();
+        n.recipe.accelerator = Some(super::super::recipe::AcceleratorStack {
+            kind: crate::accelerated::Kind::Neuron,
+            driver_version: "2.19.64.0".into(),
+            runtime_version: "2.25.145.0".into(),
+        });
+        let r = judge_report(&n, &parse_report(&format!("{base};neuronDriver=2.19.64.0;neuronRuntime=2.24.1.0")));
+        assert_eq!(verdict(&r), "failed: Neuron runtime version");
+        // The image records the stack; a plain image of this recipe fails.
+        let d = l.digest();
+        let mut tags: BTreeMap<String, String> = [(TAG_DIGEST.to_string(), d.clone())].into();
+        let facts = ImageFacts {
+            architecture: "x86_64".into(),
+            boot_mode: None,
+            volumes: vec![("/dev/sda1".into(), "snap-1".into(), true)],
+            tags: tags.clone(),
+        };
+        assert_eq!(verdict(&static_checks(&l, &d, &facts)), "failed: accelerator recorded");
+        tags.insert(TAG_ACCELERATOR.into(), "nvidia 570.172.08/1.17.8".into());
+        assert!(static_checks(&l, &d, &ImageFacts { tags, ..facts }).iter().all(|c| c.ok));
     }
 
     #[test]

@@ -75,6 +75,33 @@ pub struct Recipe {
     /// `cgroup`, `failedUnits`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_differences: Vec<String>,
+    /// An accelerated image: the driver stack at pinned versions, as EKS's
+    /// accelerated AMIs carry it (NVIDIA: the driver and
+    /// nvidia-container-toolkit with containerd's default runtime `nvidia`;
+    /// Neuron: the aws-neuronx driver and runtime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator: Option<AcceleratorStack>,
+}
+
+/// An accelerated image's driver stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AcceleratorStack {
+    /// `nvidia` or `neuron`.
+    pub kind: crate::accelerated::Kind,
+    /// The kernel driver's version: NVIDIA's (`570.172.08`, from Ubuntu's
+    /// `nvidia-headless-570-server`), or `aws-neuronx-dkms`'s (`2.19.64.0`).
+    pub driver_version: String,
+    /// The container side: `nvidia-container-toolkit`'s version (`1.17.8`),
+    /// or `aws-neuronx-runtime-lib`'s (`2.25.145.0`).
+    pub runtime_version: String,
+}
+
+impl AcceleratorStack {
+    /// NVIDIA's driver branch (`570` of `570.172.08`): Ubuntu's package names carry it.
+    fn branch(&self) -> &str {
+        self.driver_version.split('.').next().unwrap_or_default()
+    }
 }
 
 fn yes() -> bool {
@@ -341,6 +368,33 @@ pub fn validate(r: &Recipe) -> Vec<(String, String)> {
     if r.builder.volume_gib < 8 || r.builder.volume_gib > 16384 {
         say("builder.volumeGib", format!("{} GiB is outside 8–16384", r.builder.volume_gib));
     }
+    if let Some(a) = &r.accelerator {
+        let version = |v: &str| {
+            let parts: Vec<&str> = v.split('.').collect();
+            parts.len() >= 2
+                && parts.len() <= 4
+                && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        };
+        for (field, v, like) in [
+            (
+                "driverVersion",
+                &a.driver_version,
+                if a.kind == crate::accelerated::Kind::Nvidia { "570.172.08" } else { "2.19.64.0" },
+            ),
+            (
+                "runtimeVersion",
+                &a.runtime_version,
+                if a.kind == crate::accelerated::Kind::Nvidia { "1.17.8" } else { "2.25.145.0" },
+            ),
+        ] {
+            if !version(v) {
+                say(&format!("accelerator.{field}"), format!("`{v}` is not a pinned version like {like}"));
+            }
+        }
+        if a.kind == crate::accelerated::Kind::Neuron && r.base.architecture == crate::spec::Architecture::Arm64 {
+            say("accelerator.kind", "Neuron machines (trn1, inf2) are x86_64: the base image is arm64".into());
+        }
+    }
     if r.checks.min_free_gib >= r.builder.volume_gib {
         say(
             "checks.minFreeGib",
@@ -437,6 +491,9 @@ pub fn user_data(l: &Loaded, build_id: &str) -> String {
         }
         s += "PINFLEET_RECIPE_SCRIPT\n";
     }
+    if let Some(a) = &r.accelerator {
+        s += &accelerator_steps(a);
+    }
     s += "STEP=checks\n";
     s += "truncate -s 0 /etc/machine-id\n";
     s += "rm -f /etc/ssh/ssh_host_* /var/lib/dbus/machine-id\n";
@@ -449,9 +506,57 @@ pub fn user_data(l: &Loaded, build_id: &str) -> String {
     s += "R=\"$R;machineId=$(wc -c </etc/machine-id)\"\n";
     s += "R=\"$R;sshHostKeys=$(ls /etc/ssh/ssh_host_* 2>/dev/null | wc -l)\"\n";
     s += "R=\"$R;freeGiB=$(df --output=avail -BG / | tail -1 | tr -dc 0-9)\"\n";
+    match r.accelerator.as_ref().map(|a| a.kind) {
+        Some(crate::accelerated::Kind::Nvidia) => {
+            s += "R=\"$R;nvidiaDriver=$(modinfo -F version nvidia 2>/dev/null || echo none)\"\n";
+            s += "R=\"$R;nvidiaToolkit=$(nvidia-ctk --version 2>/dev/null | awk 'NR==1{print $NF}')\"\n";
+            s += "R=\"$R;containerdRuntime=$(sed -n 's/^ *default_runtime_name = \"\\(.*\\)\"/\\1/p' /etc/containerd/config.toml | head -1):$(sed -n 's/^ *BinaryName = \"\\(.*nvidia.*\\)\"/\\1/p' /etc/containerd/config.toml | head -1)\"\n";
+        }
+        Some(crate::accelerated::Kind::Neuron) => {
+            s += "R=\"$R;neuronDriver=$(modinfo -F version neuron 2>/dev/null || echo none)\"\n";
+            s += "R=\"$R;neuronRuntime=$(dpkg-query -W -f='${Version}' aws-neuronx-runtime-lib 2>/dev/null)\"\n";
+        }
+        None => {}
+    }
     s += "R=\"$R;failedUnits=$(systemctl list-units --state=failed --no-legend --plain | awk '{print $1}' | paste -sd, -)\"\n";
     s += "sync\n";
     s += "report done \"$R\"\n";
+    s
+}
+
+/// The accelerated variant's steps, after the recipe's script so that the
+/// containerd configuration it writes gets the accelerator's runtime: the
+/// vendor's apt repository, the driver and runtime at the recipe's
+/// versions (held), and for NVIDIA containerd's default runtime set to
+/// `nvidia` by `nvidia-ctk`, as EKS's NVIDIA AMIs configure it.
+fn accelerator_steps(a: &AcceleratorStack) -> String {
+    let mut s = String::from("STEP=accelerator\n");
+    match a.kind {
+        crate::accelerated::Kind::Nvidia => {
+            let branch = a.branch();
+            s += "curl -fsSL https://nvidia.github.io/libnvidia-container/gpgkey | gpg --dearmor -o /etc/apt/keyrings/nvidia-container-toolkit.gpg\n";
+            s += "curl -fsSL https://nvidia.github.io/libnvidia-container/stable/deb/nvidia-container-toolkit.list | sed 's#deb https://#deb [signed-by=/etc/apt/keyrings/nvidia-container-toolkit.gpg] https://#g' > /etc/apt/sources.list.d/nvidia-container-toolkit.list\n";
+            s += "apt-get update -q\n";
+            let driver = [format!("nvidia-headless-{branch}-server"), format!("nvidia-utils-{branch}-server")];
+            let toolkit = ["nvidia-container-toolkit", "nvidia-container-toolkit-base"];
+            let mut pins: Vec<String> = driver.iter().map(|p| sh(&format!("{p}={}-*", a.driver_version))).collect();
+            pins.extend(toolkit.iter().map(|p| sh(&format!("{p}={}-*", a.runtime_version))));
+            s += &format!("apt-get install -y -q {}\n", pins.join(" "));
+            s += &format!("apt-mark hold {} {}\n", driver.join(" "), toolkit.join(" "));
+            s += "nvidia-ctk runtime configure --runtime=containerd --set-as-default --config=/etc/containerd/config.toml\n";
+        }
+        crate::accelerated::Kind::Neuron => {
+            s += "curl -fsSL https://apt.repos.neuron.amazonaws.com/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB | gpg --dearmor -o /etc/apt/keyrings/neuron.gpg\n";
+            s += "echo \"deb [signed-by=/etc/apt/keyrings/neuron.gpg] https://apt.repos.neuron.amazonaws.com $(. /etc/os-release && echo \"$VERSION_CODENAME\") main\" > /etc/apt/sources.list.d/neuron.list\n";
+            s += "apt-get update -q\n";
+            s += &format!(
+                "apt-get install -y -q \"linux-headers-$(uname -r)\" {} {} aws-neuronx-tools\n",
+                sh(&format!("aws-neuronx-dkms={}", a.driver_version)),
+                sh(&format!("aws-neuronx-runtime-lib={}*", a.runtime_version))
+            );
+            s += "apt-mark hold aws-neuronx-dkms aws-neuronx-runtime-lib\n";
+        }
+    }
     s
 }
 
@@ -518,6 +623,42 @@ regions: [us-east-1, eu-west-1]
         insta::assert_snapshot!(ud.replace(&l.digest(), "DIGEST"));
         // Quotes in the script survive: it is passed through a quoted heredoc.
         assert!(ud.contains("echo 'it''s baked' > /etc/motd"));
+    }
+
+    #[test]
+    fn an_accelerated_recipe_installs_its_stack_after_the_script_and_reports_it() {
+        let nvidia = format!(
+            "{GOOD}accelerator:\n  kind: nvidia\n  driverVersion: \"570.172.08\"\n  runtimeVersion: \"1.17.8\"\n"
+        );
+        let l = at(&nvidia).unwrap();
+        let ud = user_data(&l, "gpu-0123456789");
+        insta::assert_snapshot!("user_data_nvidia", ud.replace(&l.digest(), "DIGEST"));
+        let pos = |needle: &str| ud.find(needle).unwrap_or_else(|| panic!("no {needle} in {ud}"));
+        assert!(pos("STEP=script") < pos("STEP=accelerator"), "the script's containerd config gets the runtime");
+        assert!(pos("STEP=accelerator") < pos("STEP=checks"));
+        let neuron = format!(
+            "{GOOD}accelerator:\n  kind: neuron\n  driverVersion: \"2.19.64.0\"\n  runtimeVersion: \"2.25.145.0\"\n"
+        );
+        let l = at(&neuron).unwrap();
+        insta::assert_snapshot!("user_data_neuron", user_data(&l, "inf-0123456789").replace(&l.digest(), "DIGEST"));
+        // A recipe without an accelerator renders as before.
+        assert!(!user_data(&at(GOOD).unwrap(), "x").contains("STEP=accelerator"));
+    }
+
+    #[test]
+    fn bad_accelerators_are_located() {
+        let e =
+            at(&format!("{GOOD}accelerator: {{kind: nvidia, driverVersion: latest, runtimeVersion: \"1.17.8\"}}\n"))
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("accelerator.driverVersion") && e.contains("`latest` is not a pinned version"), "{e}");
+        let e = at(&format!("{GOOD}accelerator: {{kind: amd, driverVersion: \"1.0\", runtimeVersion: \"1.0\"}}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("images/node.yaml:") && e.contains("amd"), "{e}");
+        let e =
+            at(&format!("{GOOD}accelerator: {{kind: nvidia, driverVersion: \"570.1\"}}\n")).unwrap_err().to_string();
+        assert!(e.contains("runtimeVersion"), "{e}");
     }
 
     #[test]

@@ -507,6 +507,33 @@ mod tests {
         assert_eq!(calls, [2, 1], "one record per batch that called");
     }
 
+    /// A group asking for one A10G or L4 by requirements: EC2 out of g5
+    /// in both zones, the launch falls back to g6 through the ledger as a
+    /// group of cpu/memory requirements does, and never asks for g5 again.
+    #[test]
+    fn an_accelerated_group_falls_back_from_g5_to_g6_when_ec2_refuses_g5() {
+        let now = at("2026-11-27T10:00:00Z");
+        let r: crate::capacity::Requirements = serde_json::from_value(serde_json::json!({
+            "vcpu": {"max": 4}, "accelerators": {"count": {"max": 1}, "products": ["A10G", "L4"]}
+        }))
+        .unwrap();
+        let types = crate::capacity::matching(&r, crate::capacity::Arch::X86_64);
+        assert_eq!(types, ["g5.xlarge", "g6.xlarge"]);
+        let types: Vec<&str> = types.iter().map(String::as_str).collect();
+        let out = BTreeSet::from([od("g5.xlarge", "us-east-1a"), od("g5.xlarge", "us-east-1b")]);
+        let mut l = Launcher::new(request(vec![Market::OnDemand], &types, &["a", "b", "a"], 6), Ledger::default(), now);
+        let steps = drive(&mut l, &out, 0, now);
+        assert_eq!(steps.last(), Some(&Step::Done), "{steps:?}");
+        let asked = runs(&steps);
+        let (refused, served): (Vec<_>, Vec<_>) = asked.iter().partition(|(o, _, _)| out.contains(o));
+        assert_eq!(refused.len(), 2, "each g5 offering asked once: {asked:?}");
+        assert!(served.iter().all(|(o, _, _)| o.instance_type == "g6.xlarge"), "{asked:?}");
+        assert_eq!(served.iter().map(|(_, _, n)| n).sum::<i32>(), 3);
+        for z in ["us-east-1a", "us-east-1b"] {
+            assert!(l.ledger().out(&od("g5.xlarge", z), now).is_some(), "g5 in {z} is held back");
+        }
+    }
+
     /// A Spot fleet serves part of the batch and refuses one pool: the
     /// rest goes On-Demand, and the refused pool is not asked for again.
     #[test]

@@ -389,6 +389,71 @@ pub trait LedgerStore: Send + Sync {
     ) -> futures::future::BoxFuture<'a, anyhow::Result<Ledger>>;
 }
 
+/// EC2's `CapacityReservationPreference` as a group names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReservationPreference {
+    /// Any open reservation that matches the machine (EC2's default).
+    Open,
+    /// Never a reservation.
+    None,
+    /// Only reservations: no machine outside them (a targeted one too).
+    CapacityReservationsOnly,
+}
+
+impl ReservationPreference {
+    /// EC2's value.
+    pub fn as_ec2(self) -> &'static str {
+        match self {
+            ReservationPreference::Open => "open",
+            ReservationPreference::None => "none",
+            ReservationPreference::CapacityReservationsOnly => "capacity-reservations-only",
+        }
+    }
+}
+
+/// The On-Demand Capacity Reservation a launch template targets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Reservation {
+    /// `CapacityReservationTarget.CapacityReservationId`.
+    Id(String),
+    /// `CapacityReservationTarget.CapacityReservationResourceGroupArn`.
+    ResourceGroup(String),
+    /// `CapacityReservationPreference`.
+    Preference(ReservationPreference),
+}
+
+impl std::fmt::Display for Reservation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reservation::Id(id) => write!(f, "target {id}"),
+            Reservation::ResourceGroup(arn) => write!(f, "target resource group {arn}"),
+            Reservation::Preference(p) => write!(f, "preference {}", p.as_ec2()),
+        }
+    }
+}
+
+/// Whether `id` is a Capacity Reservation id: `cr-` and 17 lowercase hex digits.
+pub fn reservation_id_ok(id: &str) -> bool {
+    id.strip_prefix("cr-")
+        .is_some_and(|h| h.len() == 17 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+}
+
+/// Whether `arn` is a resource group's ARN:
+/// `arn:<partition>:resource-groups:<region>:<12 digits>:group/<name>`.
+pub fn resource_group_arn_ok(arn: &str) -> bool {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    matches!(parts.as_slice(), ["arn", partition, "resource-groups", region, account, resource]
+    if partition.starts_with("aws")
+        && !region.is_empty()
+        && account.len() == 12
+        && account.bytes().all(|b| b.is_ascii_digit())
+        && resource.strip_prefix("group/").is_some_and(|n| {
+            !n.is_empty() && n.len() <= 300 && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        }))
+}
+
 /// A group's offerings, as launches try them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -483,7 +548,8 @@ pub fn architecture_of(t: &str) -> Arch {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Requirements {
-    /// vCPUs per machine.
+    /// vCPUs per machine (any number when absent).
+    #[serde(default)]
     pub vcpu: Range,
     /// Memory per machine, in GiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -494,9 +560,57 @@ pub struct Requirements {
     /// Generations, newest first by default: 7, 6 (5 too if named).
     #[serde(default = "default_generations")]
     pub generations: Vec<u32>,
+    /// Accelerators per machine: the types come from the accelerated
+    /// families instead (`families` and `generations` are not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerators: Option<AcceleratorRequirements>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+/// What a machine's accelerators must be: how many, which products, and
+/// how much memory each has (EC2's `GpuInfo`/`NeuronInfo`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AcceleratorRequirements {
+    /// Devices per machine (at least one when absent).
+    #[serde(default = "at_least_one")]
+    pub count: Range,
+    /// Products in preference order: `A10G`, `L4`, `A100`, `H100` (NVIDIA)
+    /// or `Trainium`, `Inferentia2` (Neuron); the NVIDIA ones when absent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub products: Vec<crate::accelerated::Product>,
+    /// Memory of each device, in GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_memory_gib: Option<Range>,
+}
+
+fn at_least_one() -> Range {
+    Range { min: 1, max: None }
+}
+
+impl AcceleratorRequirements {
+    /// The products asked for, in preference order.
+    pub fn products(&self) -> Vec<crate::accelerated::Product> {
+        use crate::accelerated::{Kind, Product};
+        if self.products.is_empty() {
+            Product::ALL.into_iter().filter(|p| p.kind() == Kind::Nvidia).collect()
+        } else {
+            self.products.clone()
+        }
+    }
+}
+
+impl std::fmt::Display for AcceleratorRequirements {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let products: Vec<&str> = self.products().iter().map(|p| p.as_str()).collect();
+        write!(f, "{} × {}", self.count, products.join(" or "))?;
+        if let Some(m) = self.device_memory_gib {
+            write!(f, " with {m} GiB each")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Range {
     #[serde(default)]
@@ -552,6 +666,40 @@ pub fn requirement_errors(r: &Requirements) -> Vec<(String, String)> {
             }
         }
     }
+    if let Some(a) = &r.accelerators {
+        for (field, range) in [("count", Some(&a.count)), ("deviceMemoryGib", a.device_memory_gib.as_ref())] {
+            match range {
+                Some(Range { min, max: Some(max) }) if min > max => {
+                    out.push((format!("accelerators.{field}"), format!("min {min} is above max {max}")))
+                }
+                Some(Range { max: Some(0), .. }) if field == "count" => out.push((
+                    "accelerators.count".to_string(),
+                    "max 0: a machine without accelerators needs no accelerator requirements".to_string(),
+                )),
+                _ => {}
+            }
+        }
+        if let Some(first) = a.products.first() {
+            for (i, p) in a.products.iter().enumerate() {
+                if p.kind() != first.kind() {
+                    out.push((
+                        format!("accelerators.products[{i}]"),
+                        format!(
+                            "{} needs the {} driver stack and {} the {} one: a group's machines run one image",
+                            p.as_str(),
+                            p.kind().as_str(),
+                            first.as_str(),
+                            first.kind().as_str()
+                        ),
+                    ));
+                }
+                if a.products[..i].contains(p) {
+                    out.push((format!("accelerators.products[{i}]"), format!("{} is named twice", p.as_str())));
+                }
+            }
+        }
+        return out;
+    }
     for (i, f) in r.families.iter().enumerate() {
         if !FAMILY_SHAPES.iter().any(|(k, _)| k == f) {
             out.push((
@@ -571,6 +719,9 @@ pub fn requirement_errors(r: &Requirements) -> Vec<(String, String)> {
 /// The instance types that meet `r` on `arch`, smallest first, then in
 /// the order of the families and generations named.
 pub fn matching(r: &Requirements, arch: Arch) -> Vec<String> {
+    if let Some(a) = &r.accelerators {
+        return matching_accelerated(r, a, arch);
+    }
     let mut out = Vec::new();
     for (size, vcpu) in SIZES {
         if !r.vcpu.holds(*vcpu) {
@@ -599,6 +750,29 @@ pub fn matching(r: &Requirements, arch: Arch) -> Vec<String> {
         }
     }
     out
+}
+
+/// The accelerated types that meet `r`: fewest devices first, then fewest
+/// vCPUs and least memory, then the products in the order named (so a
+/// group asking for A10G then L4 tries g5.xlarge, then g6.xlarge, before
+/// any larger machine). Every accelerated type pinfleet knows is x86_64.
+fn matching_accelerated(r: &Requirements, a: &AcceleratorRequirements, arch: Arch) -> Vec<String> {
+    if arch != Arch::X86_64 {
+        return Vec::new();
+    }
+    let products = a.products();
+    let mut fit: Vec<(usize, &crate::accelerated::Shape)> = crate::accelerated::SHAPES
+        .iter()
+        .filter_map(|s| products.iter().position(|p| *p == s.product).map(|rank| (rank, s)))
+        .filter(|(_, s)| {
+            a.count.holds(s.count)
+                && a.device_memory_gib.is_none_or(|m| m.holds(s.device_memory_gib))
+                && r.vcpu.holds(s.vcpu)
+                && r.memory_gib.is_none_or(|m| m.holds(s.memory_gib))
+        })
+        .collect();
+    fit.sort_by_key(|(rank, s)| (s.count, s.vcpu, s.memory_gib, *rank));
+    fit.into_iter().map(|(_, s)| s.instance_type.to_string()).collect()
 }
 
 /// A launch EC2 could not serve on any offering the group may use now,
@@ -813,6 +987,53 @@ mod tests {
             requirement_errors(&serde_json::from_value(serde_json::json!({"vcpu": {"min": 8, "max": 2}})).unwrap())
                 .len(),
             1
+        );
+    }
+
+    #[test]
+    fn accelerator_requirements_pick_accelerated_types_fewest_devices_first_then_product_order() {
+        let req = |v: serde_json::Value| -> Requirements { serde_json::from_value(v).unwrap() };
+        // One A10G or L4 with 8–16 vCPUs: g5 before g6 at each size.
+        let r = req(serde_json::json!({
+            "vcpu": {"min": 8, "max": 16},
+            "accelerators": {"count": {"min": 1, "max": 1}, "products": ["A10G", "L4"]}
+        }));
+        assert_eq!(matching(&r, Arch::X86_64), ["g5.2xlarge", "g6.2xlarge", "g5.4xlarge", "g6.4xlarge"]);
+        // The order named is the preference: L4 first.
+        let r = req(serde_json::json!({"vcpu": {"max": 4}, "accelerators": {"products": ["L4", "A10G"]}}));
+        assert_eq!(matching(&r, Arch::X86_64), ["g6.xlarge", "g5.xlarge"]);
+        // 8 devices of at least 80 GiB each, any NVIDIA product: p4de then p5.
+        let r = req(serde_json::json!({"accelerators": {"count": {"min": 8}, "deviceMemoryGib": {"min": 80}}}));
+        assert_eq!(matching(&r, Arch::X86_64), ["p4de.24xlarge", "p5.48xlarge"]);
+        // Without products, only NVIDIA types; Neuron ones when named.
+        let r = req(serde_json::json!({"accelerators": {"count": {"max": 1}}}));
+        assert!(matching(&r, Arch::X86_64).iter().all(|t| t.starts_with('g')), "{:?}", matching(&r, Arch::X86_64));
+        let r = req(serde_json::json!({"accelerators": {"products": ["Inferentia2"], "count": {"min": 6}}}));
+        assert_eq!(matching(&r, Arch::X86_64), ["inf2.24xlarge", "inf2.48xlarge"]);
+        // Nothing pinfleet knows is an arm64 accelerated type; 9 × A100 is nobody.
+        assert!(matching(&r, Arch::Arm64).is_empty());
+        let none = req(serde_json::json!({"accelerators": {"count": {"min": 9}, "products": ["A100"]}}));
+        assert!(matching(&none, Arch::X86_64).is_empty() && requirement_errors(&none).is_empty());
+        // What is wrong is said per field.
+        let bad = req(serde_json::json!({"accelerators": {
+            "count": {"min": 4, "max": 2}, "products": ["A10G", "Trainium", "A10G"], "deviceMemoryGib": {"min": 80, "max": 40}
+        }}));
+        let errors = requirement_errors(&bad);
+        let fields: Vec<&str> = errors.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "accelerators.count",
+                "accelerators.deviceMemoryGib",
+                "accelerators.products[1]",
+                "accelerators.products[2]"
+            ],
+            "{errors:?}"
+        );
+        assert!(errors[2].1.contains("Trainium needs the neuron driver stack"), "{errors:?}");
+        // An unknown product is refused by its schema.
+        assert!(
+            serde_json::from_value::<Requirements>(serde_json::json!({"accelerators": {"products": ["T4"]}})).is_err()
         );
     }
 

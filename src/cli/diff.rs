@@ -144,7 +144,7 @@ async fn run_compare(g: &GlobalArgs, targets: &[observe::Target], stage_labels: 
 /// Every cluster of the folder by name, and the label keys fleet stages
 /// and windows select on (expected to differ between clusters).
 fn load(g: &GlobalArgs) -> Result<(BTreeMap<String, crate::spec::Cluster>, BTreeSet<String>)> {
-    let opts = crate::spec::LoadOptions { known_addons: super::validate::known_addons(&g.addons_dir) };
+    let opts = super::validate::load_options(&g.addons_dir);
     let (loaded, diags) = crate::spec::load_paths(std::slice::from_ref(&g.clusters_dir), &opts);
     if !diags.0.is_empty() {
         bail!("{diags}");

@@ -113,7 +113,7 @@ fn select(g: &GlobalArgs, a: &E2eArgs) -> Result<Vec<String>> {
     }
     let selector =
         crate::spec::selector::Selector::parse(a.selector.as_deref().unwrap_or("")).map_err(anyhow::Error::msg)?;
-    let opts = crate::spec::LoadOptions { known_addons: super::validate::known_addons(&g.addons_dir) };
+    let opts = super::validate::load_options(&g.addons_dir);
     let (loaded, diags) = crate::spec::load_paths(std::slice::from_ref(&g.clusters_dir), &opts);
     if !diags.0.is_empty() {
         bail!("{diags}");

@@ -26,7 +26,7 @@ pub struct RenderArgs {
 /// Loads one cluster named on the command line, with located errors.
 pub fn load_one(g: &GlobalArgs, arg: &str) -> anyhow::Result<spec::Loaded> {
     let path = spec::load::resolve_cluster_file(arg, &g.clusters_dir)?;
-    let opts = spec::LoadOptions { known_addons: super::validate::known_addons(&g.addons_dir) };
+    let opts = super::validate::load_options(&g.addons_dir);
     spec::load_cluster(&path, &opts)
         .map_err(|d| anyhow::anyhow!("{d}").context(format!("{} is not valid", path.display())))
 }

@@ -55,9 +55,29 @@ pub fn known_addons(dir: &std::path::Path) -> Option<std::collections::BTreeSet<
     )
 }
 
+/// The image recipes under `PINFLEET_IMAGES_DIR` (`images/` unless set),
+/// each with the accelerator stack it bakes; a recipe that does not load
+/// counts as absent (`pinfleet ami bake` says why).
+pub fn known_recipes() -> Option<std::collections::BTreeMap<String, Option<crate::accelerated::Kind>>> {
+    let dir = std::path::PathBuf::from(std::env::var("PINFLEET_IMAGES_DIR").unwrap_or_else(|_| "images".into()));
+    let names = crate::ami::recipe::list(&dir).ok()?;
+    Some(
+        names
+            .into_iter()
+            .filter_map(|n| crate::ami::recipe::load(&dir, &n).ok())
+            .map(|l| (l.name, l.recipe.accelerator.map(|a| a.kind)))
+            .collect(),
+    )
+}
+
+/// What validation knows beyond the files: the addon packages and the image recipes.
+pub fn load_options(addons_dir: &std::path::Path) -> spec::LoadOptions {
+    spec::LoadOptions { known_addons: known_addons(addons_dir), recipes: known_recipes() }
+}
+
 pub fn run(g: &GlobalArgs, args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let paths = if args.paths.is_empty() { vec![g.clusters_dir.clone()] } else { args.paths };
-    let opts = spec::LoadOptions { known_addons: known_addons(&g.addons_dir) };
+    let opts = load_options(&g.addons_dir);
     let (loaded, mut problems) = spec::load_paths(&paths, &opts);
     let today = chrono::Utc::now().date_naive();
     // The addons a cluster gets must support its minor: refused here, as

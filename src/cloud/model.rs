@@ -144,6 +144,10 @@ pub struct LaunchTemplateData {
     pub imds_tokens_required: bool,
     pub user_data: String,
     pub tags: BTreeMap<String, String>,
+    /// The On-Demand Capacity Reservation the machines launch into
+    /// (`capacity.reservation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation: Option<crate::capacity::Reservation>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -390,6 +394,7 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
                 imds_tokens_required: true,
                 user_data: user_data.clone(),
                 tags,
+                capacity_reservation: g.capacity.as_ref().and_then(|c| c.reservation.as_ref()).and_then(|r| r.target()),
             },
         });
         groups.push(DesiredGroup {

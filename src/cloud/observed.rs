@@ -144,6 +144,8 @@ pub struct ObservedTemplateData {
     pub imds_tokens_required: bool,
     pub user_data: String,
     pub tags: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation: Option<crate::capacity::Reservation>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -266,7 +266,8 @@ pub fn cluster_at(cluster: &Cluster, to: &Snapshot) -> Cluster {
     let mut c = cluster.clone();
     for g in &mut c.spec.instance_groups {
         if let Some(id) = to.images.get(&g.name) {
-            g.image = Image { id: Some(id.clone()), selector: None, channel: None, recipe: None };
+            let accelerator = g.image.accelerator;
+            g.image = Image { id: Some(id.clone()), selector: None, channel: None, recipe: None, accelerator };
         }
     }
     if let Some(v) = &to.kubernetes_version {

@@ -85,7 +85,8 @@ async fn reports(client: &kube::Client, cluster: &str, group: &str) -> Result<Ve
 fn pinned(cluster: &Cluster, group: &str, image: &str) -> Cluster {
     let mut c = cluster.clone();
     for g in c.spec.instance_groups.iter_mut().filter(|g| g.name == group) {
-        g.image = Image { id: Some(image.to_string()), selector: None, channel: None, recipe: None };
+        let accelerator = g.image.accelerator;
+        g.image = Image { id: Some(image.to_string()), selector: None, channel: None, recipe: None, accelerator };
     }
     c
 }

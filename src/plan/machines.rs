@@ -78,14 +78,18 @@ fn template(
         None => {
             current_version = None;
             version_label = "1 (new)".into();
+            let mut fields = vec![
+                field("imageId", None::<String>, Some(&lt.data.image_id)),
+                field("instanceType", None::<String>, Some(&lt.data.instance_type)),
+            ];
+            if let Some(r) = &lt.data.capacity_reservation {
+                fields.push(field("capacityReservationSpecification", None::<String>, Some(r)));
+            }
             out.push(
                 lt_key.clone(),
                 Action::Create,
                 format!("{} {} {}", lt.name, lt.data.instance_type, lt.data.image_id),
-                vec![
-                    field("imageId", None::<String>, Some(&lt.data.image_id)),
-                    field("instanceType", None::<String>, Some(&lt.data.instance_type)),
-                ],
+                fields,
                 format!("spec.instanceGroups[{}]", g.name),
                 lt_deps,
                 Op::CreateLaunchTemplate { group: g.name.clone(), name: lt.name.clone(), data: lt.data.clone() },

@@ -233,6 +233,13 @@ pub fn template_changes(
         have.user_data.clone(),
         "rendered bootstrap (spec.kubernetesVersion, labels, taints, templates/)".into(),
     );
+    let reservation = |r: &Option<crate::capacity::Reservation>| r.as_ref().map(|r| r.to_string()).unwrap_or_default();
+    cmp(
+        "capacityReservationSpecification",
+        reservation(&want.capacity_reservation),
+        reservation(&have.capacity_reservation),
+        format!("{g}.capacity.reservation"),
+    );
     let fmt_tags =
         |t: &BTreeMap<String, String>| t.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ");
     cmp("tags", fmt_tags(&want.tags), fmt_tags(&have.tags), format!("{g}.cloudLabels / spec.owner"));

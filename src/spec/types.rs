@@ -430,6 +430,39 @@ pub struct CapacitySpec {
     /// serves are never held back).
     #[serde(default = "default_launches_per_minute")]
     pub launches_per_minute: u32,
+    /// An On-Demand Capacity Reservation the machines launch into (the
+    /// launch template's `CapacityReservationSpecification`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<ReservationSpec>,
+}
+
+/// Which On-Demand Capacity Reservations a group's machines use: exactly
+/// one of `id` (a reservation, `cr-` and 17 hex digits), `resourceGroupArn`
+/// (a resource group of reservations) and `preference` (`open`: any open
+/// reservation that matches, EC2's default; `none`: never one). EC2's
+/// `CapacityReservationSpecification`, as a launch template carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReservationSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_group_arn: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preference: Option<crate::capacity::ReservationPreference>,
+}
+
+impl ReservationSpec {
+    /// What the launch template carries (None when the spec names none or several: validation refuses those).
+    pub fn target(&self) -> Option<crate::capacity::Reservation> {
+        use crate::capacity::Reservation;
+        match (&self.id, &self.resource_group_arn, self.preference) {
+            (Some(id), None, None) => Some(Reservation::Id(id.clone())),
+            (None, Some(arn), None) => Some(Reservation::ResourceGroup(arn.clone())),
+            (None, None, Some(p)) => Some(Reservation::Preference(p)),
+            _ => None,
+        }
+    }
 }
 
 fn default_fallback() -> Vec<crate::capacity::Fallback> {
@@ -555,6 +588,11 @@ pub struct Image {
     /// The recipe (`images/RECIPE.yaml`) whose channel this is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recipe: Option<String>,
+    /// The accelerator driver stack a pinned id or a selected image
+    /// carries (`nvidia`, `neuron`), for a group of accelerated machines;
+    /// a recipe says its own (`accelerator` in the recipe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator: Option<crate::accelerated::Kind>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

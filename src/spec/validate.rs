@@ -155,6 +155,11 @@ fn check_state_store(p: &mut Problems, url: &str) {
 pub struct LoadOptions {
     /// Addon packages that exist (names under addons/); `None` skips the check.
     pub known_addons: Option<BTreeSet<String>>,
+    /// The image recipes that exist (under images/), each with the
+    /// accelerator stack it bakes, if any: a group of accelerated machines
+    /// following a recipe's channel needs that recipe accelerated. `None`
+    /// skips the check.
+    pub recipes: Option<BTreeMap<String, Option<crate::accelerated::Kind>>>,
 }
 
 /// What is valid but should be changed, as of `today`: a Kubernetes minor
@@ -185,7 +190,7 @@ pub fn validate(c: &Cluster, opts: &LoadOptions) -> Vec<Problem> {
     let zones = check_cloud(&mut p, spec);
     let subnet_names = check_network(&mut p, spec, &zones);
     check_api(&mut p, spec);
-    check_groups(&mut p, spec, &subnet_names);
+    check_groups(&mut p, spec, &subnet_names, opts);
     check_elastic_ip(&mut p, spec, &subnet_names);
     check_addons(&mut p, spec, opts);
     check_federation(&mut p, spec);
@@ -368,7 +373,7 @@ fn check_api(p: &mut Problems, spec: &ClusterSpec) {
 
 /// Every instance group, then the groups together: names once, a control
 /// plane with an odd number of machines, somewhere for workloads to run.
-fn check_groups(p: &mut Problems, spec: &ClusterSpec, subnet_names: &BTreeMap<&str, usize>) {
+fn check_groups(p: &mut Problems, spec: &ClusterSpec, subnet_names: &BTreeMap<&str, usize>, opts: &LoadOptions) {
     let igp = "spec.instanceGroups";
     let mut ig_names = BTreeSet::new();
     let mut control_plane = 0u32;
@@ -390,6 +395,7 @@ fn check_groups(p: &mut Problems, spec: &ClusterSpec, subnet_names: &BTreeMap<&s
             Role::Node => has_node_group = true,
         }
         check_group(p, &gp, g, subnet_names);
+        check_accelerated(p, &gp, g, opts);
     }
     if spec.instance_groups.is_empty() {
         p.push(igp, "at least one control-plane group and one node group are needed");
@@ -491,7 +497,21 @@ fn check_capacity(p: &mut Problems, gp: &str, g: &InstanceGroup, c: &CapacitySpe
         for (field, why) in errors {
             p.push(format!("{rp}.{field}"), why);
         }
-        if none {
+        if let (true, Some(a)) = (none, &r.accelerators) {
+            p.push(
+                format!("{rp}.accelerators"),
+                format!(
+                    "no instance type meets it: {a}{}{} (pinfleet knows g5, g6, p4d, p4de, p5, trn1, trn1n and inf2{})",
+                    if r.vcpu == Default::default() { String::new() } else { format!(", {} vCPU", r.vcpu) },
+                    r.memory_gib.map(|m| format!(", {m} GiB")).unwrap_or_default(),
+                    if g.arch() == crate::capacity::Arch::Arm64 {
+                        ", all x86_64, and the group's image is arm64"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+        } else if none {
             p.push(
                 rp,
                 format!(
@@ -542,10 +562,123 @@ fn check_capacity(p: &mut Problems, gp: &str, g: &InstanceGroup, c: &CapacitySpe
     if c.launches_per_minute == 0 {
         p.push(format!("{cp}.launchesPerMinute"), "must be at least 1, or the group never launches");
     }
+    if let Some(r) = &c.reservation {
+        let rp = format!("{cp}.reservation");
+        let given = [r.id.is_some(), r.resource_group_arn.is_some(), r.preference.is_some()];
+        if given.iter().filter(|x| **x).count() != 1 {
+            p.push(rp.clone(), "give one of id, resourceGroupArn and preference");
+        }
+        if let Some(id) = r.id.as_deref().filter(|id| !crate::capacity::reservation_id_ok(id)) {
+            p.push(format!("{rp}.id"), format!("`{id}` is not a Capacity Reservation id (cr- and 17 hex digits)"));
+        }
+        if let Some(arn) = r.resource_group_arn.as_deref().filter(|a| !crate::capacity::resource_group_arn_ok(a)) {
+            p.push(
+                format!("{rp}.resourceGroupArn"),
+                format!(
+                    "`{arn}` is not a resource group ARN (arn:aws:resource-groups:<region>:<account>:group/<name>)"
+                ),
+            );
+        }
+        let targets = r.id.is_some() || r.resource_group_arn.is_some();
+        if c.market != crate::spec::types::MarketSpec::OnDemand
+            && (targets || r.preference != Some(crate::capacity::ReservationPreference::None))
+        {
+            p.push(
+                rp,
+                format!(
+                    "a Capacity Reservation serves On-Demand machines only: the group's market is {:?} (set market OnDemand, or preference none)",
+                    c.market
+                ),
+            );
+        }
+    }
     let mut seen = BTreeSet::new();
     for (j, f) in c.fallback.iter().enumerate() {
         if !seen.insert(format!("{f:?}")) {
             p.push(format!("{cp}.fallback[{j}]"), format!("{f:?} is named twice"));
+        }
+    }
+}
+
+/// A group of accelerated machines: one driver stack for all its types,
+/// and an image that carries it (as EKS runs GPU nodes only on its
+/// accelerated AMIs): a recipe with that `accelerator`, or an id or
+/// selector that says so (`image.accelerator`, or a selector whose name
+/// names the stack, as AWS's Deep Learning and EKS accelerated AMIs do).
+fn check_accelerated(p: &mut Problems, gp: &str, g: &InstanceGroup, opts: &LoadOptions) {
+    use crate::accelerated::{of_instance_type, Kind};
+    let types = g.instance_types();
+    let Some(kind) = types.iter().find_map(|t| of_instance_type(t)).map(|a| a.kind()) else { return };
+    let first = types.iter().find(|t| of_instance_type(t).is_some()).cloned().unwrap_or_default();
+    let listed: &[String] = g.capacity.as_ref().map(|c| c.types.as_slice()).unwrap_or_default();
+    let mut by_requirements = false;
+    for t in &types {
+        let why = match of_instance_type(t).map(|a| a.kind()) {
+            Some(k) if k != kind => format!(
+                "`{t}` needs the {} driver stack and `{first}` the {} one: a group's machines run one image",
+                k.as_str(),
+                kind.as_str()
+            ),
+            None => format!(
+                "`{t}` has no accelerator but `{first}` has: a group's machines offer the same devices (its taint and labels say so)"
+            ),
+            _ => continue,
+        };
+        // Where the type comes from: machineType, capacity.types, or (said once) the requirements.
+        let at = if *t == g.machine_type {
+            format!("{gp}.machineType")
+        } else if let Some(i) = listed.iter().position(|x| x == t) {
+            format!("{gp}.capacity.types[{i}]")
+        } else if by_requirements {
+            continue;
+        } else {
+            by_requirements = true;
+            format!("{gp}.capacity.requirements")
+        };
+        p.push(at, why);
+    }
+    let stack = |k: Kind| match k {
+        Kind::Nvidia => "the NVIDIA driver and nvidia-container-toolkit",
+        Kind::Neuron => "the Neuron driver and runtime",
+    };
+    let needs = format!("`{first}` machines need an image with {} ({})", stack(kind), kind.as_str());
+    if let (Some(a), true) = (g.image.accelerator, g.image.recipe.is_some()) {
+        p.push(format!("{gp}.image.accelerator"), format!("`{}`: a recipe says its own accelerator", a.as_str()));
+        return;
+    }
+    if let Some(recipe) = &g.image.recipe {
+        let Some(recipes) = &opts.recipes else { return };
+        match recipes.get(recipe) {
+            None => p.push(format!("{gp}.image.recipe"), format!("no recipe `{recipe}` under images/: {needs}")),
+            Some(None) => p.push(
+                format!("{gp}.image.recipe"),
+                format!("recipe `{recipe}` is not accelerated: {needs}; give the recipe `accelerator: {{kind: {}, driverVersion: …, runtimeVersion: …}}`", kind.as_str()),
+            ),
+            Some(Some(k)) if *k != kind => p.push(
+                format!("{gp}.image.recipe"),
+                format!("recipe `{recipe}` bakes the {} stack: {needs}", k.as_str()),
+            ),
+            Some(Some(_)) => {}
+        }
+        return;
+    }
+    match g.image.accelerator {
+        Some(k) if k == kind => {}
+        Some(k) => p.push(format!("{gp}.image.accelerator"), format!("`{}`: {needs}", k.as_str())),
+        None => {
+            let named = g.image.selector.as_ref().is_some_and(|s| {
+                let name = s.name.to_ascii_lowercase();
+                match kind {
+                    Kind::Nvidia => name.contains("nvidia") || name.contains("gpu"),
+                    Kind::Neuron => name.contains("neuron"),
+                }
+            });
+            if !named && (g.image.id.is_some() || g.image.selector.is_some()) {
+                p.push(
+                    format!("{gp}.image"),
+                    format!("{needs}: follow an accelerated recipe's channel, or say `accelerator: {}` of an image that carries it", kind.as_str()),
+                );
+            }
         }
     }
 }

@@ -45,7 +45,7 @@ pub async fn rollout(g: &GlobalArgs, a: RolloutArgs) -> Result<ExitCode> {
     let now = Utc::now();
     let s = Session::open(g, &a.cluster, &a.cloud).await?;
     // A fleet rollout in progress rolls this cluster in its stage's turn, not this job.
-    let opts = crate::spec::LoadOptions { known_addons: super::super::validate::known_addons(&g.addons_dir) };
+    let opts = super::super::validate::load_options(&g.addons_dir);
     if let Some(why) = crate::fleet::holds(&g.clusters_dir, &opts, &a.cluster, &s.aws).await? {
         writeln!(anstream::stderr(), "{why}; nothing to do")?;
         return Ok(ExitCode::SUCCESS);

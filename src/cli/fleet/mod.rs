@@ -196,7 +196,7 @@ pub struct UnlockArgs {
 
 pub async fn run(g: &GlobalArgs, args: FleetArgs) -> Result<ExitCode> {
     let FleetCommand::Rollout(RolloutArgs { command }) = args.command;
-    let opts = crate::spec::LoadOptions { known_addons: super::validate::known_addons(&g.addons_dir) };
+    let opts = super::validate::load_options(&g.addons_dir);
     let mut folder = Folder::load(&g.clusters_dir, &opts)?;
     // Waves replace the file's stages for a new rollout (a rollout in
     // progress keeps the stages its record copied).

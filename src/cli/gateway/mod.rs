@@ -117,7 +117,7 @@ pub async fn run(_g: &GlobalArgs, a: GatewayArgs) -> Result<ExitCode> {
         GatewayCommand::Serve(s) => {
             // The fleet is loaded (and refused with located errors) before anything starts.
             let fleet = if s.fleet_rollouts {
-                let opts = crate::spec::LoadOptions { known_addons: super::validate::known_addons(&_g.addons_dir) };
+                let opts = super::validate::load_options(&_g.addons_dir);
                 let folder = crate::fleet::Folder::load(&_g.clusters_dir, &opts)?;
                 let target =
                     s.cloud.target.aws().context(

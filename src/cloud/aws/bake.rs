@@ -254,6 +254,9 @@ fn image_tags(l: &Loaded, build_id: &str, base: &str, facts: &str) -> Vec<Tag> {
         tag(plan::TAG_FACTS, facts),
         tag("Name", &image_name(&l.name, build_id)),
     ];
+    if let Some(a) = &r.accelerator {
+        t.push(tag(plan::TAG_ACCELERATOR, &plan::accelerator_tag(a)));
+    }
     t.extend(r.tags.iter().map(|(k, v)| tag(k, v)));
     t
 }

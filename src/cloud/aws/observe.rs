@@ -324,6 +324,23 @@ fn template_data(d: &aws_sdk_ec2::types::ResponseLaunchTemplateData) -> Observed
             == Some("required"),
         user_data,
         tags,
+        capacity_reservation: d.capacity_reservation_specification().and_then(|c| {
+            use crate::capacity::{Reservation, ReservationPreference};
+            let target = c.capacity_reservation_target();
+            if let Some(id) = target.and_then(|t| t.capacity_reservation_id()) {
+                return Some(Reservation::Id(id.to_string()));
+            }
+            if let Some(arn) = target.and_then(|t| t.capacity_reservation_resource_group_arn()) {
+                return Some(Reservation::ResourceGroup(arn.to_string()));
+            }
+            let p = match c.capacity_reservation_preference()?.as_str() {
+                "open" => ReservationPreference::Open,
+                "none" => ReservationPreference::None,
+                "capacity-reservations-only" => ReservationPreference::CapacityReservationsOnly,
+                _ => return None,
+            };
+            Some(Reservation::Preference(p))
+        }),
     }
 }
 

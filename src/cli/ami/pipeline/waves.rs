@@ -14,7 +14,7 @@ pub struct WavesArgs {
 
 pub fn waves(g: &GlobalArgs, a: WavesArgs) -> Result<ExitCode> {
     let dir = a.fleet.clone().unwrap_or_else(|| g.clusters_dir.clone());
-    let opts = crate::spec::LoadOptions { known_addons: super::super::super::validate::known_addons(&g.addons_dir) };
+    let opts = super::super::super::validate::load_options(&g.addons_dir);
     let folder = crate::fleet::Folder::load(&dir, &opts)?;
     let members = &folder.members;
     // Canaries first, then by region and name: the order fleet stages use.

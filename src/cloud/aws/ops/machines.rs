@@ -3,10 +3,11 @@
 use super::{call, call_ok_if, OpContext, OpError, POLL, R, WAIT_LIMIT};
 use crate::cloud::key::ResourceKey as K;
 use aws_sdk_ec2::types::{
-    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
-    LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMetadataEndpointState,
-    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateTagSpecificationRequest, RequestLaunchTemplateData,
-    ResourceType, Tag, VolumeType,
+    CapacityReservationPreference, CapacityReservationTarget, LaunchTemplateBlockDeviceMappingRequest,
+    LaunchTemplateCapacityReservationSpecificationRequest, LaunchTemplateEbsBlockDeviceRequest,
+    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
+    LaunchTemplateTagSpecificationRequest, RequestLaunchTemplateData, ResourceType, Tag, VolumeType,
 };
 use base64::Engine;
 
@@ -71,8 +72,29 @@ async fn template_data(ctx: &OpContext, d: &LaunchTemplateData, group: &str) -> 
     if let Some(k) = &d.key_name {
         b = b.key_name(k);
     }
+    if let Some(r) = &d.capacity_reservation {
+        b = b.capacity_reservation_specification(reservation_spec(r));
+    }
     let _ = group;
     Ok(b.build())
+}
+
+/// `capacity.reservation` as EC2's `CapacityReservationSpecification`.
+fn reservation_spec(r: &crate::capacity::Reservation) -> LaunchTemplateCapacityReservationSpecificationRequest {
+    use crate::capacity::Reservation;
+    let b = LaunchTemplateCapacityReservationSpecificationRequest::builder();
+    match r {
+        Reservation::Id(id) => {
+            b.capacity_reservation_target(CapacityReservationTarget::builder().capacity_reservation_id(id).build())
+        }
+        Reservation::ResourceGroup(arn) => b.capacity_reservation_target(
+            CapacityReservationTarget::builder().capacity_reservation_resource_group_arn(arn).build(),
+        ),
+        Reservation::Preference(p) => {
+            b.capacity_reservation_preference(CapacityReservationPreference::from(p.as_ec2()))
+        }
+    }
+    .build()
 }
 
 pub(super) async fn create_launch_template(
