@@ -23,6 +23,7 @@
 pub mod admission;
 pub mod audit;
 pub mod client;
+pub mod gang;
 pub mod guard;
 pub mod http;
 pub mod identity;
@@ -30,6 +31,7 @@ pub mod intake;
 /// The edge the gateway's listeners stand behind (named here as before).
 pub use crate::edge as listen;
 pub mod metrics;
+pub mod packing;
 pub mod quota;
 pub mod records;
 pub mod render;

@@ -75,6 +75,8 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::{json, Value};
 
 use super::admission::{self, Pending};
+use super::gang;
+use super::packing;
 use super::quota;
 use super::records::MemberPart;
 use crate::federation::placement::{self, Division, Member as PlacementMember, Policy as PlacementPolicy};
@@ -285,6 +287,15 @@ fn per_pod(spec: &SubmissionSpec) -> Amount {
         a.set(r, spec.demand.get(r).div_ceil(n));
     }
     a
+}
+
+/// A record's pods by shape, for packing onto nodes: as submitted, or
+/// (a record written before shapes were kept) every pod the average.
+fn shapes(spec: &SubmissionSpec) -> Vec<super::packing::Shape> {
+    if spec.shapes.is_empty() {
+        return vec![super::packing::Shape { pods: spec.demand.pods, per_pod: per_pod(spec) }];
+    }
+    spec.shapes.iter().map(|s| super::packing::Shape { pods: s.pods, per_pod: s.per_pod }).collect()
 }
 
 /// The team of a submission's record name (`<team>-<id digest>`), as

@@ -532,9 +532,7 @@ mod tests {
     fn a_dependent_created_after_its_owner_is_gone_is_collected() {
         let mut s = Inner::new();
         let cms = s.registry.get("", "v1", "configmaps").cloned().expect("configmaps");
-        let owner = s
-            .create(&cms, "default", json!({"metadata": {"name": "owner"}}), "m", false)
-            .unwrap();
+        let owner = s.create(&cms, "default", json!({"metadata": {"name": "owner"}}), "m", false).unwrap();
         let uid = owner["metadata"]["uid"].as_str().unwrap().to_string();
         let dependent = |name: &str, kind: &str, owner_uid: &str| {
             json!({"metadata": {"name": name, "ownerReferences": [
