@@ -118,7 +118,7 @@ pub fn judge(
     pods: &Pods,
     now: DateTime<Utc>,
 ) -> Verdict {
-    if pods.expected > 0 && pods.ready >= pods.expected {
+    if pods.ready >= pods.expected {
         return Verdict::Ready;
     }
     let until = later(placed_at, policy.timeout);
