@@ -727,6 +727,51 @@ async fn gpus_are_counted_per_product_and_a_training_gang_is_admitted_and_placed
     assert_eq!(view["OnDemand"].gpu_a100, 16);
 }
 
+/// A pod runs on one node: a gang goes to a member only when each of its
+/// pods fits some node's free devices, not when the member's total would
+/// hold it; it waits, saying so, and is placed once a node has room.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gang_is_placed_only_where_each_pod_fits_a_node() {
+    let host = KubeEnv::start();
+    let gpu = gateway_support::accelerated_member("gpu", "p4d.24xlarge", 2, true);
+    let ml = format!("{}-ml", host.namespace);
+    let quota = json!({"guaranteed": {"cpu": "64", "memory": "512Gi", "pods": 100, "gpu-a100": 16}, "max": {"cpu": "64", "memory": "512Gi", "pods": 100, "gpu-a100": 16}});
+    let gw = gateway(&host, &[&gpu], None, json!({ &ml: {"tiers": {"OnDemand": quota}} })).await;
+    let admin =
+        pinfleet::gateway::intake::Caller { user: "ops".into(), teams: vec![], admin: true, via: "test".into() };
+    for _ in 0..50 {
+        gw.svc.refresh_members().await;
+        if gw.svc.fleet().await.gpu_a100 == 16 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // One pod of 6 leaves a node of 2 and a node of 8: 10 free in all.
+    let (code, d) = gw.svc.submit(&admin, "six", &training_of(&ml, "six", json!(6), 1), None, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    gw.pass().await;
+    assert_eq!(gw.phase(&ml, "six").await, Phase::Placed);
+    // Two pods of 5 (10): within the quota and the member's total, but the
+    // second pod has no node; it fits an empty member, so it is not refused.
+    let (code, d) = gw.svc.submit(&admin, "fives", &training_of(&ml, "fives", json!(5), 2), None, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    gw.pass().await;
+    let fives = gw.svc.find(&ml, "fives").await.unwrap().unwrap().status.unwrap_or_default();
+    assert_eq!(fives.phase, Phase::Admitted, "admitted, not placed: {fives:?}");
+    let why = fives.message.unwrap_or_default();
+    assert!(why.starts_with("waiting for room on the members: "), "{why}");
+    assert!(why.contains("(gpu: 2 pods of 5 nvidia.com/gpu A100 fit on no node (free per node: 8, 2))"), "{why}");
+    // Once the pod of 6 is gone, both nodes have room: placed, one pod a node.
+    gw.svc.cancel(&pinfleet::gateway::records::submission_name(&ml, "six")).await.unwrap();
+    for _ in 0..40 {
+        gw.pass().await;
+        if gw.phase(&ml, "fives").await == Phase::Placed {
+            break;
+        }
+    }
+    assert_eq!(gw.phase(&ml, "fives").await, Phase::Placed);
+}
+
 /// Holds every GPU of a member's nodes outside the gateway (a pod in
 /// `default` asking a node's 8), so what the gateway places there cannot
 /// be scheduled: the nodes advertise GPUs, the gang's pods stay Pending.
