@@ -9,6 +9,8 @@
 //!                               ├─ intake (pure): what it is, every problem
 //!                               ├─ admission (pure): quota, queue, preemption, estimates
 //!                               │    over quota (pure): amounts, limits, the ledger
+//!                               ├─ packing (pure): a gang's pods onto a member's nodes
+//!                               ├─ gang (pure): pods not ready in time → evict, requeue, fail
 //!                               └─ placement (federation) ─► member clusters (server-side apply)
 //! ```
 //!

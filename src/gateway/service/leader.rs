@@ -1,6 +1,8 @@
 //! The leader's loop of the gateway's service (effects): under the Lease,
-//! each pass admits ([`Service::admit_once`]: the ledger first, then the
-//! statuses), places ([`Service::place_once`]), rolls members' status up
+//! each pass admits ([`Service::admit_once`]: gangs whose pods are not
+//! ready in time evicted and requeued first, then the ledger, then the
+//! statuses), places ([`Service::place_once`]: each gang's pods packed
+//! onto a member's nodes), rolls members' status up
 //! ([`Service::rollup_once`]) and samples each team's use
 //! ([`Service::record_usage`]); a follower keeps its caches and waits.
 

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! http ──► Service::submit ──► intake::check (pure) + dry run on a member
-//!                │                 + admission::never (pure)
+//!                │                 + admission::never, packing::never (pure)
 //!                ▼
 //!          Submission (host cluster, Queued)
 //!                │ leader only: admit_once
@@ -14,9 +14,11 @@
 //!          admission::decide (pure) ─► AdmissionLedger write (resourceVersion)
 //!                │                      ─► Submission.status Admitted / Preempted
 //!                ▼ place_once
-//!          placement::place (pure) ─► server-side apply on members ─► Placed
+//!          packing::pack + placement::place (pure) ─► server-side apply on members ─► Placed
 //!                ▼ rollup_once
 //!          members' workload status ─► Running / Succeeded / Failed
+//!                ▼ admit_once, past the pods-ready timeout
+//!          gang::judge (pure) over the gang's pods ─► evicted: released, Queued with a backoff
 //! ```
 //!
 //! The ledger is written before any submission is told it was admitted,
