@@ -147,7 +147,15 @@ impl Service {
             team: s.spec.team.clone(),
             tier: s.spec.tier,
             priority: s.spec.priority,
-            created: s.metadata.creation_timestamp.as_ref().map(ts).unwrap_or_else(Utc::now),
+            // An evicted gang goes to the back of its priority: ordered by
+            // when it may be tried again, as Kueue's requeuing strategy
+            // orders by the eviction.
+            created: s
+                .status
+                .as_ref()
+                .and_then(|st| st.retry_at)
+                .or_else(|| s.metadata.creation_timestamp.as_ref().map(ts))
+                .unwrap_or_else(Utc::now),
             demand: s.spec.demand,
             expected_duration: s.spec.expected_seconds.map(expected),
             backoff: s.status.as_ref().and_then(|st| {
