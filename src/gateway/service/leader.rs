@@ -1045,6 +1045,36 @@ mod tests {
     use super::*;
     use crate::gateway::quota::{Ledger, Limits, Quota};
 
+    /// A gang's pod is ready when Running with its Ready condition, or
+    /// done; otherwise the scheduler's or the kubelet's words say why.
+    #[test]
+    fn a_pods_readiness_is_read_as_the_scheduler_and_the_kubelet_wrote_it() {
+        let pod = |status: Value| -> k8s_openapi::api::core::v1::Pod {
+            serde_json::from_value(json!({"metadata": {"name": "t-worker-0"}, "status": status})).unwrap()
+        };
+        let cases = [
+            (json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}), Ok(())),
+            (json!({"phase": "Succeeded"}), Ok(())),
+            (
+                json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]}),
+                Err("pod t-worker-0: Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+                    .to_string()),
+            ),
+            (
+                json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}], "containerStatuses": [{"name": "train", "image": "x", "imageID": "", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"x\""}}}]}),
+                Err("pod t-worker-0: Pending, ImagePullBackOff: Back-off pulling image \"x\"".to_string()),
+            ),
+            (
+                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}),
+                Err("pod t-worker-0: Running".to_string()),
+            ),
+            (json!({}), Err("pod t-worker-0: Pending".to_string())),
+        ];
+        for (status, want) in cases {
+            assert_eq!(pod_readiness(&pod(status.clone())), want, "{status}");
+        }
+    }
+
     /// No record stops the pass: a decision that panics on one record
     /// sets that record aside (with what the panic said) and decides the
     /// rest; a decision that panics whatever it is given is an error, not
