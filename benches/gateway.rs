@@ -78,6 +78,7 @@ fn pure_admission(queued: usize) {
             created: t0 + chrono::Duration::milliseconds(i as i64),
             demand: Amount::new(1000, 1 << 30, 1),
             expected_duration: Some(chrono::Duration::minutes(30)),
+            backoff: None,
         })
         .collect();
     admission::order(&mut q);
@@ -128,6 +129,7 @@ fn accelerated_admission(queued: usize) {
                 created: t0 + chrono::Duration::milliseconds(i as i64),
                 demand,
                 expected_duration: Some(chrono::Duration::minutes(30)),
+                backoff: None,
             }
         })
         .collect();
@@ -259,6 +261,7 @@ fn estimate_error() {
                 created: at,
                 demand: Amount::new(cpu * 1000, cpu << 30, 1),
                 expected_duration: Some(chrono::Duration::minutes(said)),
+                backoff: None,
             });
             actual_len.insert(name.clone(), actual);
             fresh.push(name);

@@ -727,6 +727,205 @@ async fn gpus_are_counted_per_product_and_a_training_gang_is_admitted_and_placed
     assert_eq!(view["OnDemand"].gpu_a100, 16);
 }
 
+/// A pod runs on one node: a gang goes to a member only when each of its
+/// pods fits some node's free devices, not when the member's total would
+/// hold it; it waits, saying so, and is placed once a node has room.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gang_is_placed_only_where_each_pod_fits_a_node() {
+    let host = KubeEnv::start();
+    let gpu = gateway_support::accelerated_member("gpu", "p4d.24xlarge", 2, true);
+    let ml = format!("{}-ml", host.namespace);
+    let quota = json!({"guaranteed": {"cpu": "64", "memory": "512Gi", "pods": 100, "gpu-a100": 16}, "max": {"cpu": "64", "memory": "512Gi", "pods": 100, "gpu-a100": 16}});
+    let gw = gateway(&host, &[&gpu], None, json!({ &ml: {"tiers": {"OnDemand": quota}} })).await;
+    let admin =
+        pinfleet::gateway::intake::Caller { user: "ops".into(), teams: vec![], admin: true, via: "test".into() };
+    for _ in 0..50 {
+        gw.svc.refresh_members().await;
+        if gw.svc.fleet().await.gpu_a100 == 16 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // One pod of 6 leaves a node of 2 and a node of 8: 10 free in all.
+    let (code, d) = gw.svc.submit(&admin, "six", &training_of(&ml, "six", json!(6), 1), None, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    gw.pass().await;
+    assert_eq!(gw.phase(&ml, "six").await, Phase::Placed);
+    // Two pods of 5 (10): within the quota and the member's total, but the
+    // second pod has no node; it fits an empty member, so it is not refused.
+    let (code, d) = gw.svc.submit(&admin, "fives", &training_of(&ml, "fives", json!(5), 2), None, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    gw.pass().await;
+    let fives = gw.svc.find(&ml, "fives").await.unwrap().unwrap().status.unwrap_or_default();
+    assert_eq!(fives.phase, Phase::Admitted, "admitted, not placed: {fives:?}");
+    let why = fives.message.unwrap_or_default();
+    assert!(why.starts_with("waiting for room on the members: "), "{why}");
+    assert!(why.contains("(gpu: 2 pods of 5 nvidia.com/gpu A100 fit on no node (free per node: 8, 2))"), "{why}");
+    // Once the pod of 6 is gone, both nodes have room: placed, one pod a node.
+    gw.svc.cancel(&pinfleet::gateway::records::submission_name(&ml, "six")).await.unwrap();
+    for _ in 0..40 {
+        gw.pass().await;
+        if gw.phase(&ml, "fives").await == Phase::Placed {
+            break;
+        }
+    }
+    assert_eq!(gw.phase(&ml, "fives").await, Phase::Placed);
+}
+
+/// Holds every GPU of a member's nodes outside the gateway (a pod in
+/// `default` asking a node's 8), so what the gateway places there cannot
+/// be scheduled: the nodes advertise GPUs, the gang's pods stay Pending.
+async fn hold_gpus(m: &gateway_support::Member, nodes: usize) {
+    let k = pinfleet::kube::apply::connect(&m.kubeconfig).await.unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(k, "default");
+    for i in 0..nodes {
+        let name = format!("holder-{i}");
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}});
+        pods.patch(&name, &PatchParams::apply("test").force(), &Patch::Apply(&pod)).await.unwrap();
+    }
+    for _ in 0..100 {
+        let bound = pods
+            .list(&Default::default())
+            .await
+            .map(|l| l.items.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()).count())
+            .unwrap_or(0);
+        if bound == nodes {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the holders were not bound on {}", m.name);
+}
+
+/// Kueue's waitForPodsReady: a placed gang whose pods are not all ready
+/// within the timeout is evicted from its member (deleted there, its
+/// quota released) and requeued with a doubling backoff, which the queue
+/// explains; past the limit it fails saying why. A gang no member can
+/// ever hold is refused at the door, naming the flavor and the largest.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gang_whose_pods_are_not_ready_in_time_is_evicted_requeued_with_backoff_and_fails_past_the_limit() {
+    let host = KubeEnv::start();
+    // Two members of one p4d.24xlarge each (8 A100 a node): 16 in the fleet.
+    let a = gateway_support::accelerated_member("gpu-a", "p4d.24xlarge", 1, true);
+    let b = gateway_support::accelerated_member("gpu-b", "p4d.24xlarge", 1, true);
+    let ml = format!("{}-ml", host.namespace);
+    let quota = json!({"guaranteed": {"cpu": "64", "memory": "512Gi", "pods": 100, "gpu-a100": 16}, "max": {"cpu": "64", "memory": "512Gi", "pods": 100, "gpu-a100": 16}});
+    let policy = Policy {
+        pods_ready: pinfleet::gateway::gang::Policy {
+            timeout: chrono::Duration::seconds(2),
+            backoff_base: chrono::Duration::seconds(3),
+            backoff_max: chrono::Duration::hours(1),
+            backoff_limit: 2,
+        },
+        ..Default::default()
+    };
+    let gw = gateway_with(&host, &[&a, &b], None, json!({ &ml: {"tiers": {"OnDemand": quota}} }), policy).await;
+    let admin =
+        pinfleet::gateway::intake::Caller { user: "ops".into(), teams: vec![], admin: true, via: "test".into() };
+    for _ in 0..50 {
+        gw.svc.refresh_members().await;
+        if gw.svc.fleet().await.gpu_a100 == 16 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(gw.svc.fleet().await.gpu_a100, 16);
+    // Within the quota and the fleet, but larger than any member: refused
+    // (422) at the field that asks, naming the largest; never queued.
+    let (code, d) = gw.svc.submit(&admin, "wide", &training_of(&ml, "wide", json!(8), 2), None, false).await.unwrap();
+    assert_eq!((code, d.problems.len()), (422, 1), "{d:?}");
+    assert_eq!((d.problems[0].layer, d.problems[0].field.as_str()), ("capacity", "spec.accelerators"));
+    assert_eq!(
+        d.problems[0].message,
+        "the gang asks 16 nvidia.com/gpu A100 at once, more than any member holds (the largest, gpu-a, has 8 on 1 node): a gang is placed whole on one member, it can never be placed"
+    );
+    let (code, d) = gw.svc.submit(&admin, "fat", &training_of(&ml, "fat", json!(16), 1), None, false).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    assert_eq!(
+        d.problems[0].message,
+        "a pod asks 16 nvidia.com/gpu A100, more than any node offers (the largest, gpu-a-node-0 on member gpu-a, has 8): it can never be scheduled"
+    );
+    assert!(gw.svc.find(&ml, "wide").await.unwrap().is_none(), "not queued");
+    // The members' GPUs are held by something the gateway does not place.
+    hold_gpus(&a, 1).await;
+    hold_gpus(&b, 1).await;
+    let (code, d) = gw.svc.submit(&admin, "stuck", &training_of(&ml, "stuck", json!(4), 2), None, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    let status = |s: Submission| s.status.unwrap_or_default();
+    let record = || async { status(gw.svc.find(&ml, "stuck").await.unwrap().unwrap()) };
+    gw.pass().await;
+    let placed = record().await;
+    assert_eq!(placed.phase, Phase::Placed, "{placed:?}");
+    let member = placed.placement[0].cluster.clone();
+    let on = if member == "gpu-a" { &a } else { &b };
+    let k = pinfleet::kube::apply::connect(&on.kubeconfig).await.unwrap();
+    let jobs: Api<pinfleet::workloads::PinterestTrainingJob> = Api::namespaced(k.clone(), &ml);
+    assert!(jobs.get_opt("stuck").await.unwrap().is_some(), "written to {member}");
+    assert_eq!(gw.svc.usage(&ml).await.unwrap()["OnDemand"].gpu_a100, 8);
+    // Past the timeout its pods are still Pending: evicted and requeued.
+    let mut st = placed;
+    for _ in 0..40 {
+        gw.pass().await;
+        st = record().await;
+        if st.phase != Phase::Placed && st.phase != Phase::Running {
+            break;
+        }
+    }
+    assert_eq!((st.phase, st.evictions), (Phase::Queued, 1), "{st:?}");
+    let why = st.message.clone().unwrap_or_default();
+    assert!(
+        why.starts_with(&format!("evicted: 0 of 2 pods ready on {member} within 2s (waitForPodsReady; pod ")),
+        "{why}"
+    );
+    assert!(why.contains("Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu"), "{why}");
+    assert!(why.contains("its quota is released and it is requeued, tried again from "), "{why}");
+    assert!(why.ends_with("(backoff 3s, eviction 1 of at most 2)"), "{why}");
+    assert!(st.retry_at.is_some() && st.placement.is_empty() && st.placed_at.is_none(), "{st:?}");
+    assert_eq!(gw.svc.usage(&ml).await.unwrap()["OnDemand"].gpu_a100, 0, "its quota released");
+    // The queue says why it waits and until when (once the leader's cache
+    // reads the record as queued).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.svc.admit_once().await.unwrap();
+    let waiting = gw.svc.waiting().await;
+    let w = &waiting[&pinfleet::gateway::records::submission_name(&ml, "stuck")];
+    assert_eq!(w.why.kind, pinfleet::gateway::admission::Kind::Backoff, "{:?}", w.why);
+    assert!(
+        w.why.message.starts_with("evicted 1 time: its pods were not all ready in time (waitForPodsReady); requeued with backoff, it may be admitted again from "),
+        "{}",
+        w.why.message
+    );
+    assert!(w.why.retry_at.is_some_and(|r| r > chrono::Utc::now()), "{w:?}");
+    for _ in 0..50 {
+        if jobs.get_opt("stuck").await.unwrap().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(jobs.get_opt("stuck").await.unwrap().is_none(), "deleted from {member}");
+    // Tried again after its backoff, still not ready: the limit (2) is
+    // reached and it fails, saying why; its quota is released.
+    for _ in 0..60 {
+        gw.pass().await;
+        st = record().await;
+        if st.phase.done() {
+            break;
+        }
+    }
+    assert_eq!((st.phase, st.evictions), (Phase::Failed, 2), "{st:?}");
+    let why = st.message.clone().unwrap_or_default();
+    assert!(why.starts_with("failed: evicted 2 times, its pods never all ready: 0 of 2 pods ready on "), "{why}");
+    assert!(
+        why.ends_with(
+            "not requeued again (the limit is 2): resubmit it once what keeps its pods from starting is fixed"
+        ),
+        "{why}"
+    );
+    assert_eq!(gw.svc.usage(&ml).await.unwrap()["OnDemand"].gpu_a100, 0);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn each_teams_use_over_time_is_kept_on_the_host_for_a_day() {
     use pinfleet::gateway::records::UsageHistory;

@@ -49,6 +49,16 @@ pub struct Pending {
     pub demand: Amount,
     /// How long it runs once started, when the submitter said (batch work).
     pub expected_duration: Option<Duration>,
+    /// Evicted (its pods not all ready in time, [`super::gang`]) and
+    /// requeued: not admitted before the backoff ends.
+    pub backoff: Option<Backoff>,
+}
+
+/// A requeued gang's backoff: how often it was evicted, and until when it waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub evictions: u32,
+    pub until: DateTime<Utc>,
 }
 
 /// What admission decides against.
@@ -87,6 +97,8 @@ pub enum Kind {
     Workloads,
     /// The team's creation rate (pods per minute).
     Rate,
+    /// A gang evicted for pods not ready in time waits out its backoff.
+    Backoff,
 }
 
 /// Why a submission is not admitted: which limit, which resource, by how
@@ -402,6 +414,28 @@ fn rate_blocker(world: &World, l: &Ledger, p: &Pending, now: DateTime<Utc>) -> O
     None
 }
 
+/// An evicted gang in its backoff: when it may be admitted again, and why it waits.
+fn backoff_blocker(p: &Pending, b: &Backoff) -> Blocker {
+    let at = b.until.format("%H:%M:%S");
+    Blocker {
+        kind: Kind::Backoff,
+        quota: format!("{}/backoff", p.team),
+        tier: tier_name(p.tier).to_string(),
+        resource: None,
+        requested: "1".into(),
+        used: b.evictions.to_string(),
+        limit: b.evictions.to_string(),
+        short: "0".into(),
+        message: format!(
+            "evicted {} time{}: its pods were not all ready in time (waitForPodsReady); requeued with backoff, it may be admitted again from {at}",
+            b.evictions,
+            if b.evictions == 1 { "" } else { "s" }
+        ),
+        unblock: format!("time: the backoff ends at {at}"),
+        retry_at: Some(b.until),
+    }
+}
+
 /// Running work that yields so that `need` fits: lowest priority first,
 /// then the most recently admitted (it has done the least).
 fn victims<'a>(l: &'a Ledger, pick: impl Fn(&Reservation) -> bool, need: Amount) -> Option<Vec<&'a str>> {
@@ -462,6 +496,10 @@ pub fn decide(world: &World, ledger: &mut Ledger, queue: &[Pending], now: DateTi
     let mut batch = Batch::default();
     for p in queue {
         if never(world, &p.team, p.tier, &p.demand).is_some() {
+            continue;
+        }
+        if let Some(bo) = p.backoff.as_ref().filter(|b| b.until > now) {
+            batch.waiting.push((p.name.clone(), backoff_blocker(p, bo)));
             continue;
         }
         let mut b = blocker(world, ledger, &tally, p, now);
@@ -695,6 +733,7 @@ mod tests {
             created: t(created),
             demand: cpu(c),
             expected_duration: Some(Duration::minutes(30)),
+            backoff: None,
         }
     }
 
@@ -885,6 +924,26 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_evicted_gang_waits_out_its_backoff_and_the_estimate_says_when() {
+        let w = world(vec![quota("a", "a", &[(Tier::OnDemand, 8, 8)])], 100);
+        let mut l = Ledger::default();
+        let mut g = pending("g", "a", Tier::OnDemand, 4, "10:00:00");
+        g.backoff = Some(Backoff { evictions: 1, until: t("10:06:00") });
+        let q = vec![g.clone(), pending("h", "a", Tier::OnDemand, 2, "10:00:01")];
+        let b = decide(&w, &mut l, &q, t("10:05:10"));
+        assert_eq!(b.admitted.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["h"], "the rest goes on");
+        let why = &b.waiting[0].1;
+        assert_eq!((b.waiting[0].0.as_str(), why.kind, why.retry_at), ("g", Kind::Backoff, Some(t("10:06:00"))));
+        assert_eq!(why.message, "evicted 1 time: its pods were not all ready in time (waitForPodsReady); requeued with backoff, it may be admitted again from 10:06:00");
+        assert_eq!(why.unblock, "time: the backoff ends at 10:06:00");
+        let ex = explain(&w, &l, &q, &b.waiting, t("10:05:10"));
+        assert_eq!(ex["g"].estimate.map(|e| e.earliest), Some(t("10:06:00")));
+        // Once the backoff ends it is admitted as any other.
+        let b = decide(&w, &mut l, &[g], t("10:06:00"));
+        assert_eq!(b.admitted.len(), 1);
+    }
+
     mod props {
         use super::*;
         use proptest::prelude::*;
@@ -989,6 +1048,7 @@ mod tests {
                         created: t("10:00:00"),
                         demand: Amount::new(*c, *m, *p),
                         expected_duration: Duration::try_seconds(*s),
+                        backoff: None,
                     })
                     .collect();
                 let mut l = Ledger::default();

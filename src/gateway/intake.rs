@@ -79,6 +79,9 @@ pub struct Policy {
     /// [TEAM=]CLASS`: for one team, or for every team without one);
     /// none: only the cluster's default class (no `className`).
     pub ingress_classes: Vec<(Option<String>, String)>,
+    /// How long a placed gang's pods have to be ready, and its requeue
+    /// backoff (Kueue's `waitForPodsReady`; [`super::gang`]).
+    pub pods_ready: super::gang::Policy,
 }
 
 /// `TEAM=DOMAIN` (the gateway's `--team-domain`).

@@ -9,6 +9,8 @@
 //!                               ├─ intake (pure): what it is, every problem
 //!                               ├─ admission (pure): quota, queue, preemption, estimates
 //!                               │    over quota (pure): amounts, limits, the ledger
+//!                               ├─ packing (pure): a gang's pods onto a member's nodes
+//!                               ├─ gang (pure): pods not ready in time → evict, requeue, fail
 //!                               └─ placement (federation) ─► member clusters (server-side apply)
 //! ```
 //!
@@ -23,6 +25,7 @@
 pub mod admission;
 pub mod audit;
 pub mod client;
+pub mod gang;
 pub mod guard;
 pub mod http;
 pub mod identity;
@@ -30,6 +33,7 @@ pub mod intake;
 /// The edge the gateway's listeners stand behind (named here as before).
 pub use crate::edge as listen;
 pub mod metrics;
+pub mod packing;
 pub mod quota;
 pub mod records;
 pub mod render;

@@ -88,6 +88,10 @@ pub struct SubmissionSpec {
     pub artifact: String,
     /// Requests × replicas (or parallelism).
     pub demand: Amount,
+    /// Its pods by shape (each pod template's requests and how many run
+    /// at once); absent in records written before: every pod the average.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shapes: Vec<PodShape>,
     /// How long it runs once started (batch work), in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_seconds: Option<i64>,
@@ -168,6 +172,28 @@ pub struct SubmissionStatus {
     pub finished_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placement: Vec<MemberPart>,
+    /// When every pod of a placed gang was seen ready (it is not judged again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_ready_at: Option<DateTime<Utc>>,
+    /// How often it was evicted because its pods were not all ready in time.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub evictions: u32,
+    /// An evicted gang is not admitted again before this (its backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<DateTime<Utc>>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Pods of one shape a submission runs at once (what placement packs
+/// onto a member's nodes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodShape {
+    pub pods: u64,
+    pub per_pod: Amount,
 }
 
 /// A team's quota, as the platform team writes it.

@@ -94,6 +94,21 @@ pub struct ServeArgs {
     pub interval: Duration,
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     pub lease_duration: Duration,
+    /// How long a placed gang's pods (a TrainingJob's, a JobSet's) have to
+    /// be all Running and Ready before it is evicted from its member and
+    /// requeued (Kueue's waitForPodsReady timeout).
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pub pods_ready_timeout: Duration,
+    /// An evicted gang is tried again after this, doubled at each eviction
+    /// (Kueue's backoffBaseSeconds).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub requeue_backoff_base: Duration,
+    /// The longest wait between an evicted gang's tries (Kueue's backoffMaxSeconds).
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    pub requeue_backoff_max: Duration,
+    /// Evictions after which a gang fails, saying why, instead of being requeued.
+    #[arg(long, default_value_t = crate::gateway::gang::DEFAULT_BACKOFF_LIMIT)]
+    pub requeue_limit: u32,
     /// How often the members' figures are read again (their nodes are watched).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub member_refresh: Duration,
@@ -163,7 +178,18 @@ fn policy(s: &ServeArgs) -> Policy {
                 m
             }),
         },
+        pods_ready: crate::gateway::gang::Policy {
+            timeout: chrono_of(s.pods_ready_timeout),
+            backoff_base: chrono_of(s.requeue_backoff_base),
+            backoff_max: chrono_of(s.requeue_backoff_max),
+            backoff_limit: s.requeue_limit,
+        },
     }
+}
+
+/// A flag's duration as the gang policy keeps it (one past chrono's range: the longest).
+fn chrono_of(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
 pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::FleetSource>) -> Result<ExitCode> {

@@ -124,8 +124,18 @@ impl Service {
         if st == cur {
             return Ok(());
         }
+        // A field the change left out is cleared (null in a merge patch),
+        // not kept as it was.
+        let mut patch = serde_json::to_value(&st)?;
+        if let (Some(p), Ok(Value::Object(before))) = (patch.as_object_mut(), serde_json::to_value(&cur)) {
+            for k in before.keys() {
+                if !p.contains_key(k) {
+                    p.insert(k.clone(), Value::Null);
+                }
+            }
+        }
         subs(&self.host, &self.config.namespace)
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": st})))
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": patch})))
             .await
             .with_context(|| format!("writing {name}'s status"))?;
         Ok(())
@@ -137,9 +147,20 @@ impl Service {
             team: s.spec.team.clone(),
             tier: s.spec.tier,
             priority: s.spec.priority,
-            created: s.metadata.creation_timestamp.as_ref().map(ts).unwrap_or_else(Utc::now),
+            // An evicted gang goes to the back of its priority: ordered by
+            // when it may be tried again, as Kueue's requeuing strategy
+            // orders by the eviction.
+            created: s
+                .status
+                .as_ref()
+                .and_then(|st| st.retry_at)
+                .or_else(|| s.metadata.creation_timestamp.as_ref().map(ts))
+                .unwrap_or_else(Utc::now),
             demand: s.spec.demand,
             expected_duration: s.spec.expected_seconds.map(expected),
+            backoff: s.status.as_ref().and_then(|st| {
+                st.retry_at.map(|until| crate::gateway::admission::Backoff { evictions: st.evictions, until })
+            }),
         }
     }
 

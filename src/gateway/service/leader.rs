@@ -1,6 +1,8 @@
 //! The leader's loop of the gateway's service (effects): under the Lease,
-//! each pass admits ([`Service::admit_once`]: the ledger first, then the
-//! statuses), places ([`Service::place_once`]), rolls members' status up
+//! each pass admits ([`Service::admit_once`]: gangs whose pods are not
+//! ready in time evicted and requeued first, then the ledger, then the
+//! statuses), places ([`Service::place_once`]: each gang's pods packed
+//! onto a member's nodes), rolls members' status up
 //! ([`Service::rollup_once`]) and samples each team's use
 //! ([`Service::record_usage`]); a follower keeps its caches and waits.
 
@@ -138,6 +140,21 @@ impl Service {
                 }
             }
         }
+        // Placed gangs whose pods are not all ready in time: released here
+        // (and so rolled back into the queue below, as a release whose
+        // record still holds is; a leader killed in between finishes it).
+        for (name, verdict) in self.judge_gangs(&by_name, now).await {
+            match verdict {
+                gang::Verdict::Evict { why, .. } | gang::Verdict::Fail { why, .. } => {
+                    tracing::warn!("admission: {name} {why}");
+                    ledger.release(&name, &why);
+                }
+                gang::Verdict::Ready => {
+                    self.set_status(&name, |st| st.pods_ready_at = Some(now)).await?;
+                }
+                gang::Verdict::Wait { .. } => {}
+            }
+        }
         for (name, s) in &by_name {
             let p = phase(s);
             let reserved = ledger.reservations.contains_key(name);
@@ -155,7 +172,9 @@ impl Service {
                 ledger.release(name, &why);
             }
             if let Some(why) = ledger.released.get(name) {
-                if p.holds() || (p == Phase::Queued && !s.spec.cancel) {
+                // An evicted gang back in the queue is done with its release.
+                let requeued = p == Phase::Queued && evicted(why);
+                if p.holds() || (p == Phase::Queued && !s.spec.cancel && !requeued) {
                     roll_released.push((name.clone(), why.clone()));
                 }
             }
@@ -206,6 +225,7 @@ impl Service {
                 self.set_status(&name, |st| {
                     st.phase = Phase::Admitted;
                     st.admitted_at = Some(at);
+                    st.retry_at = None;
                     st.message = None;
                 })
                 .await?;
@@ -224,15 +244,33 @@ impl Service {
                 Phase::Preempted
             } else if why == "cancelled" {
                 Phase::Cancelled
-            } else if why == "failed" {
+            } else if evicted(why) {
+                Phase::Queued
+            } else if why == "failed" || why.starts_with("failed: evicted") {
                 Phase::Failed
             } else {
                 Phase::Succeeded
             };
             self.remove_from_members(s).await;
+            let pods_ready = self.config.policy.pods_ready;
             self.set_status(name, |st| {
+                let n = gang::evictions_in(why).unwrap_or_else(|| st.evictions.saturating_add(1));
+                if ph == Phase::Queued {
+                    // Back in the queue, as Kueue requeues an evicted
+                    // workload: not before its backoff ends.
+                    st.evictions = n;
+                    st.retry_at = Some(admission::later(now, gang::backoff(&pods_ready, st.evictions)));
+                    st.admitted_at = None;
+                    st.placed_at = None;
+                    st.pods_created_at = None;
+                    st.placement = Vec::new();
+                } else {
+                    if why.starts_with("failed: evicted") {
+                        st.evictions = n;
+                    }
+                    st.finished_at.get_or_insert(now);
+                }
                 st.phase = ph;
-                st.finished_at.get_or_insert(now);
                 st.message = Some(why.clone());
             })
             .await?;
@@ -254,6 +292,68 @@ impl Service {
         self.publish_waiting(&world, &ledger, &queue, &batch, now).await;
         self.metrics.cycle(batch.admitted.len(), batch.preempted.len());
         Ok((batch.admitted.len().saturating_add(roll_admitted.len()), batch.preempted.len()))
+    }
+
+    /// Judges every placed gang whose pods have not yet all been seen
+    /// ready and whose deadline has passed ([`gang::judge`]): its pods are
+    /// asked of its member only then. A member that cannot be asked
+    /// leaves the gang as it is (nothing is evicted on what was not seen).
+    async fn judge_gangs(
+        &self,
+        by_name: &HashMap<String, Arc<Submission>>,
+        now: DateTime<Utc>,
+    ) -> Vec<(String, gang::Verdict)> {
+        let policy = self.config.policy.pods_ready;
+        let mut out = Vec::new();
+        for (name, s) in by_name {
+            let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default();
+            let Some(st) = s.status.as_ref() else { continue };
+            if !gang::is_gang(kind) || s.spec.cancel || !matches!(st.phase, Phase::Placed | Phase::Running) {
+                continue;
+            }
+            let Some(placed_at) = st.placed_at.filter(|_| st.pods_ready_at.is_none()) else { continue };
+            if admission::later(placed_at, policy.timeout) > now {
+                continue;
+            }
+            let wname = s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+            let selector = format!("pinfleet.dev/kind={kind},pinfleet.dev/name={wname}");
+            let mut pods = gang::Pods { expected: s.spec.demand.pods, ..Default::default() };
+            let mut seen = true;
+            let mut members = Vec::new();
+            for part in &st.placement {
+                let Some(m) = self.members.iter().find(|m| m.name == part.cluster) else { continue };
+                members.push(m.name.clone());
+                let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(m.client.clone(), &s.spec.team);
+                let list = match tokio::time::timeout(
+                    Duration::from_secs(5),
+                    api.list(&ListParams::default().labels(&selector)),
+                )
+                .await
+                {
+                    Ok(Ok(l)) => l.items,
+                    _ => {
+                        seen = false;
+                        break;
+                    }
+                };
+                for p in &list {
+                    match pod_readiness(p) {
+                        Ok(()) => pods.ready = pods.ready.saturating_add(1),
+                        Err(why) => {
+                            if pods.problem.is_none() {
+                                pods.problem = Some(why);
+                            }
+                        }
+                    }
+                }
+            }
+            if !seen {
+                continue;
+            }
+            let member = if members.is_empty() { "its member".to_string() } else { members.join(", ") };
+            out.push((name.clone(), gang::judge(&policy, &member, placed_at, st.evictions, &pods, now)));
+        }
+        out
     }
 
     async fn remove_from_members(&self, s: &Submission) {
@@ -472,15 +572,27 @@ impl Service {
         if admitted.is_empty() {
             return Ok(0);
         }
-        // What each member already holds of placed work.
+        // What each member already holds of placed work, in all and on
+        // each node (its accelerators packed as placement packed them).
         let mut used: HashMap<String, Amount> = HashMap::new();
+        let mut nodes: HashMap<String, Vec<Amount>> =
+            views.iter().map(|v| (v.name.clone(), v.nodes.iter().map(|(_, a)| *a).collect())).collect();
         for s in self.all() {
             let p = phase(&s);
             if !(p == Phase::Placed || p == Phase::Running) {
                 continue;
             }
             let per = per_pod(&s.spec);
+            let whole = s.spec.workload.get("kind").and_then(Value::as_str) != Some("PinterestService");
             for part in s.status.as_ref().map(|st| st.placement.clone()).unwrap_or_default() {
+                if let Some(n) = nodes.get_mut(&part.cluster) {
+                    let held = if whole {
+                        shapes(&s.spec)
+                    } else {
+                        vec![packing::Shape { pods: u64::from(part.replicas), per_pod: per }]
+                    };
+                    packing::occupy(n, &held);
+                }
                 let e = used.entry(part.cluster).or_default();
                 *e = e.plus(per.times(u64::from(part.replicas)));
             }
@@ -493,6 +605,8 @@ impl Service {
             let divisible = kind == "PinterestService";
             let total = if divisible { s.spec.demand.pods as u32 } else { 1 };
             let unit = if divisible { per } else { s.spec.demand };
+            let gang_shapes = shapes(&s.spec);
+            let mut unfit: Vec<String> = Vec::new();
             let members: Vec<PlacementMember> = self
                 .members
                 .iter()
@@ -502,12 +616,22 @@ impl Service {
                         .map(|v| v.allocatable)
                         .unwrap_or_default()
                         .minus(used.get(&m.name).copied().unwrap_or_default());
-                    let fits = quota::RESOURCES
+                    let mut fits = quota::RESOURCES
                         .iter()
                         .filter(|r| unit.get(**r) > 0)
                         .map(|r| free.get(*r).checked_div(unit.get(*r)).unwrap_or(u64::MAX))
                         .min()
                         .unwrap_or(u64::from(u32::MAX));
+                    // Each pod on one node: a member's total is not enough.
+                    let on_nodes = nodes.get(&m.name).cloned().unwrap_or_default();
+                    if divisible {
+                        fits = fits.min(packing::count(&on_nodes, &per));
+                    } else if fits > 0 {
+                        if let Err(u) = packing::pack(&mut on_nodes.clone(), &gang_shapes) {
+                            unfit.push(format!("{}: {}", m.name, u.message()));
+                            fits = 0;
+                        }
+                    }
                     PlacementMember {
                         name: m.name.clone(),
                         weight: m.weight,
@@ -527,8 +651,11 @@ impl Service {
             let shares = match placement::place(&name, total, &policy, &members) {
                 Ok(s) => s,
                 Err(e) => {
-                    self.set_status(&name, |st| st.message = Some(format!("waiting for room on the members: {e}")))
-                        .await?;
+                    let per_node = if unfit.is_empty() { String::new() } else { format!(" ({})", unfit.join("; ")) };
+                    let message = format!("waiting for room on the members: {e}{per_node}");
+                    if s.status.as_ref().and_then(|st| st.message.as_ref()) != Some(&message) {
+                        self.set_status(&name, |st| st.message = Some(message.clone())).await?;
+                    }
                     continue;
                 }
             };
@@ -549,6 +676,14 @@ impl Service {
                 }
                 let e = used.entry(m.name.clone()).or_default();
                 *e = e.plus(if divisible { per.times(u64::from(sh.replicas)) } else { s.spec.demand });
+                if let Some(n) = nodes.get_mut(&m.name) {
+                    let held = if divisible {
+                        vec![packing::Shape { pods: u64::from(sh.replicas), per_pod: per }]
+                    } else {
+                        gang_shapes.clone()
+                    };
+                    packing::occupy(n, &held);
+                }
                 parts.push(MemberPart {
                     cluster: sh.cluster.clone(),
                     replicas: if divisible { sh.replicas } else { s.spec.demand.pods as u32 },
@@ -798,6 +933,38 @@ impl Service {
     }
 }
 
+/// A release that sends a gang back to the queue ([`gang::Verdict::Evict`]).
+fn evicted(why: &str) -> bool {
+    why.starts_with("evicted")
+}
+
+/// Whether a pod is ready as a gang's pod must be (Running with its Ready
+/// condition true, or Succeeded), or why not, from what the kubelet and
+/// the scheduler wrote (`pod t-worker-1: Unschedulable: 0/2 nodes are
+/// available: …`).
+fn pod_readiness(p: &k8s_openapi::api::core::v1::Pod) -> std::result::Result<(), String> {
+    let name = p.metadata.name.clone().unwrap_or_default();
+    let st = p.status.clone().unwrap_or_default();
+    let phase = st.phase.clone().unwrap_or_else(|| "Pending".into());
+    let conditions = st.conditions.clone().unwrap_or_default();
+    let ready = conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+    if phase == "Succeeded" || (phase == "Running" && ready) {
+        return Ok(());
+    }
+    if let Some(c) = conditions.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False") {
+        return Err(format!(
+            "pod {name}: {}: {}",
+            c.reason.clone().unwrap_or_else(|| "NotScheduled".into()),
+            c.message.clone().unwrap_or_default()
+        ));
+    }
+    let waiting =
+        st.container_statuses.unwrap_or_default().into_iter().find_map(|c| c.state.and_then(|s| s.waiting)).map(|w| {
+            format!("{}{}", w.reason.unwrap_or_default(), w.message.map(|m| format!(": {m}")).unwrap_or_default())
+        });
+    Err(format!("pod {name}: {phase}{}", waiting.map(|w| format!(", {w}")).unwrap_or_default()))
+}
+
 /// Ledger keys of drift held for a decision (a record's name has no ':').
 const DRIFT_PREFIX: &str = "drift:";
 
@@ -878,6 +1045,36 @@ mod tests {
     use super::*;
     use crate::gateway::quota::{Ledger, Limits, Quota};
 
+    /// A gang's pod is ready when Running with its Ready condition, or
+    /// done; otherwise the scheduler's or the kubelet's words say why.
+    #[test]
+    fn a_pods_readiness_is_read_as_the_scheduler_and_the_kubelet_wrote_it() {
+        let pod = |status: Value| -> k8s_openapi::api::core::v1::Pod {
+            serde_json::from_value(json!({"metadata": {"name": "t-worker-0"}, "status": status})).unwrap()
+        };
+        let cases = [
+            (json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}), Ok(())),
+            (json!({"phase": "Succeeded"}), Ok(())),
+            (
+                json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]}),
+                Err("pod t-worker-0: Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+                    .to_string()),
+            ),
+            (
+                json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}], "containerStatuses": [{"name": "train", "image": "x", "imageID": "", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"x\""}}}]}),
+                Err("pod t-worker-0: Pending, ImagePullBackOff: Back-off pulling image \"x\"".to_string()),
+            ),
+            (
+                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}),
+                Err("pod t-worker-0: Running".to_string()),
+            ),
+            (json!({}), Err("pod t-worker-0: Pending".to_string())),
+        ];
+        for (status, want) in cases {
+            assert_eq!(pod_readiness(&pod(status.clone())), want, "{status}");
+        }
+    }
+
     /// No record stops the pass: a decision that panics on one record
     /// sets that record aside (with what the panic said) and decides the
     /// rest; a decision that panics whatever it is given is an error, not
@@ -906,6 +1103,7 @@ mod tests {
             created: Utc::now(),
             demand: amount(1),
             expected_duration: None,
+            backoff: None,
         };
         fn poisoned(w: &admission::World, l: &mut Ledger, q: &[Pending], now: DateTime<Utc>) -> admission::Batch {
             if q.iter().any(|p| p.name == "poison") {

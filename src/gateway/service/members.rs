@@ -45,6 +45,16 @@ pub struct MemberView {
     /// Its RuntimeClasses' pod overheads (None: not listed).
     #[serde(skip)]
     pub overheads: Option<BTreeMap<String, crate::workloads::demand::Requests>>,
+    /// Each Ready node's name and allocatable (what placement packs gangs onto).
+    #[serde(skip)]
+    pub nodes: Vec<(String, Amount)>,
+}
+
+impl MemberView {
+    /// The member as packing sees it.
+    pub fn packing(&self) -> crate::gateway::packing::Member {
+        crate::gateway::packing::Member { name: self.name.clone(), nodes: self.nodes.clone() }
+    }
 }
 
 /// What a member's API server says of itself beyond its nodes: its minor,
@@ -139,6 +149,7 @@ impl Service {
             match tokio::time::timeout(Duration::from_secs(5), nodes.list(&ListParams::default())).await {
                 Ok(Ok(list)) => {
                     let mut a = Amount::default();
+                    let mut nodes = Vec::new();
                     for n in list.items {
                         let ready = n
                             .status
@@ -156,7 +167,9 @@ impl Service {
                             .and_then(|l| l.get(crate::workloads::demand::PRODUCT_LABEL))
                             .and_then(|v| crate::workloads::demand::Flavor::of_label(v));
                         let al = n.status.and_then(|s| s.allocatable).unwrap_or_default();
-                        a = a.plus(node_allocatable(&al, product));
+                        let offers = node_allocatable(&al, product);
+                        a = a.plus(offers);
+                        nodes.push((n.metadata.name.clone().unwrap_or_default(), offers));
                     }
                     let (minor, profiles, overheads) =
                         match tokio::time::timeout(Duration::from_secs(5), describe_member(&m.client)).await {
@@ -172,6 +185,7 @@ impl Service {
                         minor: minor.or(last.as_ref().and_then(|l| l.minor)),
                         profiles: profiles.or(last.as_ref().and_then(|l| l.profiles.clone())),
                         overheads: overheads.or(last.as_ref().and_then(|l| l.overheads.clone())),
+                        nodes,
                     });
                 }
                 Ok(Err(e)) => out.push(MemberView {
@@ -182,6 +196,7 @@ impl Service {
                     error: Some(e.to_string()),
                     minor: last.as_ref().and_then(|l| l.minor),
                     profiles: last.as_ref().and_then(|l| l.profiles.clone()),
+                    nodes: last.as_ref().map(|l| l.nodes.clone()).unwrap_or_default(),
                     overheads: last.and_then(|l| l.overheads),
                 }),
                 Err(_) => out.push(MemberView {
@@ -192,6 +207,7 @@ impl Service {
                     error: Some("no answer within 5 s".into()),
                     minor: last.as_ref().and_then(|l| l.minor),
                     profiles: last.as_ref().and_then(|l| l.profiles.clone()),
+                    nodes: last.as_ref().map(|l| l.nodes.clone()).unwrap_or_default(),
                     overheads: last.and_then(|l| l.overheads),
                 }),
             }

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! http ──► Service::submit ──► intake::check (pure) + dry run on a member
-//!                │                 + admission::never (pure)
+//!                │                 + admission::never, packing::never (pure)
 //!                ▼
 //!          Submission (host cluster, Queued)
 //!                │ leader only: admit_once
@@ -14,9 +14,11 @@
 //!          admission::decide (pure) ─► AdmissionLedger write (resourceVersion)
 //!                │                      ─► Submission.status Admitted / Preempted
 //!                ▼ place_once
-//!          placement::place (pure) ─► server-side apply on members ─► Placed
+//!          packing::pack + placement::place (pure) ─► server-side apply on members ─► Placed
 //!                ▼ rollup_once
 //!          members' workload status ─► Running / Succeeded / Failed
+//!                ▼ admit_once, past the pods-ready timeout
+//!          gang::judge (pure) over the gang's pods ─► evicted: released, Queued with a backoff
 //! ```
 //!
 //! The ledger is written before any submission is told it was admitted,
@@ -75,6 +77,8 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::{json, Value};
 
 use super::admission::{self, Pending};
+use super::gang;
+use super::packing;
 use super::quota;
 use super::records::MemberPart;
 use crate::federation::placement::{self, Division, Member as PlacementMember, Policy as PlacementPolicy};
@@ -285,6 +289,15 @@ fn per_pod(spec: &SubmissionSpec) -> Amount {
         a.set(r, spec.demand.get(r).div_ceil(n));
     }
     a
+}
+
+/// A record's pods by shape, for packing onto nodes: as submitted, or
+/// (a record written before shapes were kept) every pod the average.
+fn shapes(spec: &SubmissionSpec) -> Vec<super::packing::Shape> {
+    if spec.shapes.is_empty() {
+        return vec![super::packing::Shape { pods: spec.demand.pods, per_pod: per_pod(spec) }];
+    }
+    spec.shapes.iter().map(|s| super::packing::Shape { pods: s.pods, per_pod: s.per_pod }).collect()
 }
 
 /// The team of a submission's record name (`<team>-<id digest>`), as

@@ -157,6 +157,18 @@ impl Service {
                 .and_then(|r| intake::accelerator_field(&intake, r))
                 .unwrap_or_default();
             problems.push(Problem::new("capacity", field, why));
+        } else if let Some((r, why)) = crate::gateway::packing::never(
+            &views.iter().map(MemberView::packing).collect::<Vec<_>>(),
+            &shapes_of(&intake)
+                .iter()
+                .map(|s| crate::gateway::packing::Shape { pods: s.pods, per_pod: s.per_pod })
+                .collect::<Vec<_>>(),
+            intake.kind != "PinterestService",
+        ) {
+            // More of a flavor than any node or any member holds: never
+            // placed, so refused now rather than queued for ever.
+            let field = intake::accelerator_field(&intake, r).unwrap_or_default();
+            problems.push(Problem::new("capacity", field, why));
         }
         if !problems.is_empty() {
             self.audit(caller, "submit", &name, &intake.artifact, 422, &problems_text(&problems)).await;
@@ -173,6 +185,7 @@ impl Service {
             workload: intake.workload.clone(),
             artifact: intake.artifact.clone(),
             demand: intake.demand,
+            shapes: shapes_of(&intake),
             expected_seconds: intake.expected_seconds,
             digest,
             cancel: false,
@@ -219,6 +232,7 @@ impl Service {
             created: Utc::now(),
             demand: spec.demand,
             expected_duration: spec.expected_seconds.map(expected),
+            backoff: None,
         };
         queue.push(me);
         admission::order(&mut queue);
@@ -313,4 +327,21 @@ impl Service {
 /// Problems as one audit reason: `field: message; …`.
 fn problems_text(problems: &[Problem]) -> String {
     problems.iter().map(|p| format!("{}: {}", p.field, p.message)).collect::<Vec<_>>().join("; ")
+}
+
+/// The submission's pods by shape: each pod template's requests (its
+/// accelerators by flavor) and how many run at once.
+fn shapes_of(intake: &intake::Intake) -> Vec<records::PodShape> {
+    use crate::gateway::quota::{Amount, Resource};
+    intake
+        .sets
+        .iter()
+        .map(|set| {
+            let mut a = Amount::new(set.per_pod.cpu, set.per_pod.memory, 1);
+            for f in crate::workloads::demand::FLAVORS {
+                a.set(Resource::of_flavor(f), set.per_pod.accelerator(f));
+            }
+            records::PodShape { pods: set.pods, per_pod: a }
+        })
+        .collect()
 }
