@@ -7,7 +7,7 @@
 //! instance group (machineType p4d.24xlarge)
 //!     │ of_instance_type: 8 × nvidia.com/gpu, A100
 //!     ├─► render::node_labels  nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB
-//!     ├─► group_taints         nvidia.com/gpu=present:NoSchedule
+//!     ├─► InstanceGroup::taints nvidia.com/gpu=present:NoSchedule (spec)
 //!     ├─► sim nodes            allocatable nvidia.com/gpu: 8
 //!     ├─► addons               NVIDIA's device plugin (only where such groups exist)
 //!     └─► validate             an image with its driver stack (Kind: nvidia, neuron)
@@ -17,7 +17,6 @@
 //! (`capacity::matching` with `accelerators`): vCPUs, memory, devices and
 //! each device's memory, as DescribeInstanceTypes gives them.
 
-use crate::spec::{InstanceGroup, Taint, TaintEffect};
 use crate::workloads::demand::{Flavor, GPU, NEURON};
 
 /// What one accelerated machine offers.
@@ -180,28 +179,6 @@ pub const SHAPES: &[Shape] = &[
     shape("inf2.24xlarge", 96, 384, 6, Product::Inferentia2, 32),
     shape("inf2.48xlarge", 192, 768, 12, Product::Inferentia2, 32),
 ];
-
-/// The driver stack a group's machines need: that of the first of its
-/// types that is accelerated (a group mixing NVIDIA and Neuron types is
-/// refused by validation).
-pub fn group_kind(group: &InstanceGroup) -> Option<Kind> {
-    group.instance_types().iter().find_map(|t| of_instance_type(t)).map(|a| a.kind())
-}
-
-/// A group's taints: its own, and for accelerated machines the device's
-/// `RESOURCE=present:NoSchedule` (unless the group already taints that
-/// key), so only pods that ask for the device (and tolerate it, as the
-/// platform's render and the ExtendedResourceToleration plugin make them)
-/// land there.
-pub fn group_taints(group: &InstanceGroup) -> Vec<Taint> {
-    let mut taints = group.taints.clone();
-    if let Some(a) = of_instance_type(&group.machine_type) {
-        if !taints.iter().any(|t| t.key == a.resource) {
-            taints.push(Taint { key: a.resource.into(), value: "present".into(), effect: TaintEffect::NoSchedule });
-        }
-    }
-    taints
-}
 
 #[cfg(test)]
 mod tests {

@@ -180,6 +180,37 @@ fn the_ami_rollout_job_is_opt_in_and_runs_one_cronjob_per_cluster() {
     assert_eq!(jobs[0].value["spec"]["concurrencyPolicy"], "Forbid");
 }
 
+/// The etcd backup agent, enabled: a DaemonSet on the control-plane
+/// machines (their network, their etcd certificates and encryption
+/// configuration) running `pinfleet etcd agent` with the cluster's backup
+/// settings, verifying with kubeadm's own etcd image mounted as an image
+/// volume (1.35 and later; before, `--no-verify`).
+#[test]
+fn the_etcd_backup_agent_runs_on_the_control_plane_with_the_clusters_settings() {
+    let p = packages();
+    assert!(addons::render_for(&cluster("dev-local"), &p).unwrap().iter().all(|a| a.name != "etcd-backup"), "opt-in");
+    let c = with_addons("    - {name: etcd-backup, enabled: true}\n");
+    let set = addons::render_for(&c, &p).unwrap();
+    let a = set.iter().find(|a| a.name == "etcd-backup").unwrap();
+    let mut text = String::new();
+    for o in &a.objects {
+        text.push_str(&format!("---\n# {}\n{}", o.key, serde_saphyr::to_string(&o.value).unwrap()));
+    }
+    insta::assert_snapshot!("addon-etcd-backup", text);
+    let spec = &a.objects[0].value["spec"]["template"]["spec"];
+    let args: Vec<&str> =
+        spec["containers"][0]["args"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let after = |flag: &str| args[args.iter().position(|a| *a == flag).unwrap() + 1];
+    assert_eq!(&args[..3], ["etcd", "agent", c.metadata.name.as_str()]);
+    assert_eq!(after("--state"), c.spec.state_store);
+    assert_eq!(after("--interval"), "15m");
+    assert_eq!(after("--delta-interval"), "30s");
+    assert!(!args.contains(&"--no-verify"), "1.36 mounts etcd's image: {args:?}");
+    let reference = spec["volumes"].as_array().unwrap().iter().find_map(|v| v["image"]["reference"].as_str()).unwrap();
+    assert!(reference.starts_with("registry.k8s.io/etcd:3.6."), "{reference}");
+    assert_eq!(spec["hostNetwork"], true);
+}
+
 /// cluster-autoscaler is opt-in; enabled, it renders the provider beside
 /// cluster-autoscaler (snapshot), points the externalgrpc cloud-config at
 /// the provider's Service, and the control plane's IAM policy grows the

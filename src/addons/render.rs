@@ -294,6 +294,8 @@ fn template_context(cluster: &Cluster, s: &Selected) -> tera::Context {
         &json!({
             "name": cluster.metadata.name,
             "region": cluster.spec.cloud.region,
+            "stateStore": cluster.spec.state_store,
+            "etcdBackups": cluster.spec.etcd.backups,
             "kubernetesVersion": cluster.spec.kubernetes_version,
             "owner": cluster.spec.owner,
             "nodes": nodes,
@@ -321,6 +323,9 @@ fn template_context(cluster: &Cluster, s: &Selected) -> tera::Context {
                 .and_then(|(_, m, p)| crate::spec::versions::minor(m).map(|row| row.etcd_at(p))),
         }),
     );
+    // Image volumes (kubeadm's etcd image mounted for its binaries) are on
+    // by default from 1.35.
+    ctx.insert("etcdImageVolume", &minor.is_some_and(|m| m.minor >= 35));
     ctx.insert("addon", &json!({"name": meta.name, "version": meta.version, "namespace": meta.namespace}));
     ctx.insert("values", &s.values);
     ctx

@@ -243,7 +243,7 @@ impl Renderer {
         ctx.insert("role", group.role.as_str());
         ctx.insert("mode", &mode);
         ctx.insert("node_labels", &node_labels_arg);
-        ctx.insert("taints", &crate::accelerated::group_taints(group));
+        ctx.insert("taints", &group.taints_with_accelerators());
         ctx.insert("params", params);
         ctx
     }
@@ -321,7 +321,7 @@ impl Renderer {
                     role: "worker",
                     group: g.name.clone(),
                     labels,
-                    taints: crate::accelerated::group_taints(g).iter().map(ToString::to_string).collect(),
+                    taints: g.taints_with_accelerators().iter().map(ToString::to_string).collect(),
                 });
             }
         }

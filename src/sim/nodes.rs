@@ -269,7 +269,7 @@ pub fn group_node(
     labels.insert("topology.kubernetes.io/zone".into(), zone.to_string());
     labels.insert("topology.kubernetes.io/region".into(), cluster.spec.cloud.region.clone());
     let (cpus, mem) = instance_capacity(machine_type);
-    let mut taints = crate::accelerated::group_taints(group);
+    let mut taints = group.taints_with_accelerators();
     // The device plugin advertises the machine's accelerators (the sim's
     // kubelet stands for it; EC2's GpuInfo / NeuronInfo counts).
     let extended: BTreeMap<String, String> = crate::accelerated::of_instance_type(machine_type)

@@ -483,6 +483,21 @@ pub enum MarketSpec {
 }
 
 impl InstanceGroup {
+    /// The group's taints: its own, and for accelerated machines the
+    /// device's `RESOURCE=present:NoSchedule` (unless the group already
+    /// taints that key), so only pods that ask for the device (and tolerate
+    /// it, as the platform's render and the ExtendedResourceToleration
+    /// plugin make them) land there.
+    pub fn taints_with_accelerators(&self) -> Vec<Taint> {
+        let mut taints = self.taints.clone();
+        if let Some(a) = crate::accelerated::of_instance_type(&self.machine_type) {
+            if !taints.iter().any(|t| t.key == a.resource) {
+                taints.push(Taint { key: a.resource.into(), value: "present".into(), effect: TaintEffect::NoSchedule });
+            }
+        }
+        taints
+    }
+
     /// Every instance type of the group, in the order tried.
     pub fn instance_types(&self) -> Vec<String> {
         let mut out = vec![self.machine_type.clone()];

@@ -238,7 +238,36 @@ impl Service {
             .collect()
             .await;
         told.into_iter().collect::<Result<Vec<()>>>()?;
-        for (name, why) in batch.preempted.iter().chain(roll_released.iter()) {
+        self.tell_released(batch.preempted.iter().chain(roll_released.iter()), &by_name, now).await?;
+        for (name, what) in &lingering {
+            let message = format!("cancelling: its quota is held until the members have removed it ({what})");
+            if by_name.get(name).and_then(|s| s.status.as_ref()).and_then(|s| s.message.as_ref()) != Some(&message) {
+                self.set_status(name, |st| st.message = Some(message.clone())).await?;
+            }
+        }
+        for name in &cancel_queued {
+            self.set_status(name, |st| {
+                st.phase = Phase::Cancelled;
+                st.finished_at = Some(now);
+                st.message = Some("cancelled before admission".into());
+            })
+            .await?;
+        }
+        self.publish_waiting(&world, &ledger, &queue, &batch, now).await;
+        self.metrics.cycle(batch.admitted.len(), batch.preempted.len());
+        Ok((batch.admitted.len().saturating_add(roll_admitted.len()), batch.preempted.len()))
+    }
+
+    /// Tells each released submission (preempted, cancelled, evicted back
+    /// into the queue with its backoff, failed or finished) what became of
+    /// it, and removes it from the members.
+    async fn tell_released<'a>(
+        &self,
+        released: impl Iterator<Item = &'a (String, String)>,
+        by_name: &HashMap<String, Arc<Submission>>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        for (name, why) in released {
             let Some(s) = by_name.get(name) else { continue };
             let ph = if why.starts_with("preempted") {
                 Phase::Preempted
@@ -275,23 +304,7 @@ impl Service {
             })
             .await?;
         }
-        for (name, what) in &lingering {
-            let message = format!("cancelling: its quota is held until the members have removed it ({what})");
-            if by_name.get(name).and_then(|s| s.status.as_ref()).and_then(|s| s.message.as_ref()) != Some(&message) {
-                self.set_status(name, |st| st.message = Some(message.clone())).await?;
-            }
-        }
-        for name in &cancel_queued {
-            self.set_status(name, |st| {
-                st.phase = Phase::Cancelled;
-                st.finished_at = Some(now);
-                st.message = Some("cancelled before admission".into());
-            })
-            .await?;
-        }
-        self.publish_waiting(&world, &ledger, &queue, &batch, now).await;
-        self.metrics.cycle(batch.admitted.len(), batch.preempted.len());
-        Ok((batch.admitted.len().saturating_add(roll_admitted.len()), batch.preempted.len()))
+        Ok(())
     }
 
     /// Judges every placed gang whose pods have not yet all been seen

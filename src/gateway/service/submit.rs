@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::members::common_overheads;
 use super::{expected, phase, subs, MemberView, Service};
-use crate::gateway::admission::{self, Pending, Waiting};
+use crate::gateway::admission::{self, Pending, Waiting, World};
 use crate::gateway::intake::{self, Caller, Problem};
 use crate::gateway::records::{self, Phase, Submission, SubmissionSpec};
 
@@ -139,37 +139,7 @@ impl Service {
         // Layer 3: a server-side dry run where it could land.
         problems.extend(self.dry_run(&intake.workload, &views).await);
         // Layer 4: can the fleet (and the team's quota) ever hold it.
-        let (world, broken) = self.world().await?;
-        if let Some(errs) = broken.get(&intake.team) {
-            problems.push(Problem::new(
-                "capacity",
-                "",
-                format!("team {}'s quota does not resolve: {}", intake.team, errs.join("; ")),
-            ));
-        } else if let Some(why) = admission::never(&world, &intake.team, intake.tier, &intake.demand) {
-            // An accelerator the team's quota does not hold is refused at
-            // the field that asks for it.
-            let over = intake.demand.over(
-                &world.quotas.get(&intake.team).and_then(|q| q.limits(intake.tier)).map(|l| l.max).unwrap_or_default(),
-            );
-            let field = over
-                .filter(|r| r.is_accelerator())
-                .and_then(|r| intake::accelerator_field(&intake, r))
-                .unwrap_or_default();
-            problems.push(Problem::new("capacity", field, why));
-        } else if let Some((r, why)) = crate::gateway::packing::never(
-            &views.iter().map(MemberView::packing).collect::<Vec<_>>(),
-            &shapes_of(&intake)
-                .iter()
-                .map(|s| crate::gateway::packing::Shape { pods: s.pods, per_pod: s.per_pod })
-                .collect::<Vec<_>>(),
-            intake.kind != "PinterestService",
-        ) {
-            // More of a flavor than any node or any member holds: never
-            // placed, so refused now rather than queued for ever.
-            let field = intake::accelerator_field(&intake, r).unwrap_or_default();
-            problems.push(Problem::new("capacity", field, why));
-        }
+        let world = self.ever_held(&intake, &views, &mut problems).await?;
         if !problems.is_empty() {
             self.audit(caller, "submit", &name, &intake.artifact, 422, &problems_text(&problems)).await;
             return Ok((422, bad(problems, &intake.team, name)));
@@ -205,6 +175,50 @@ impl Service {
             return Ok((429, bad(vec![Problem::new("request", "", why)], &intake.team, name)));
         }
         self.record(caller, name, spec, &intake.artifact, started).await
+    }
+
+    /// Layer 4 of the intake: whether the fleet and the team's quota can
+    /// ever hold the workload (a quota that does not resolve, more than the
+    /// quota's most, more of a flavor than any node or member has); what
+    /// cannot is added to `problems`. Answers the world it judged against.
+    async fn ever_held(
+        &self,
+        intake: &intake::Intake,
+        views: &[MemberView],
+        problems: &mut Vec<Problem>,
+    ) -> Result<World> {
+        let (world, broken) = self.world().await?;
+        if let Some(errs) = broken.get(&intake.team) {
+            problems.push(Problem::new(
+                "capacity",
+                "",
+                format!("team {}'s quota does not resolve: {}", intake.team, errs.join("; ")),
+            ));
+        } else if let Some(why) = admission::never(&world, &intake.team, intake.tier, &intake.demand) {
+            // An accelerator the team's quota does not hold is refused at
+            // the field that asks for it.
+            let over = intake.demand.over(
+                &world.quotas.get(&intake.team).and_then(|q| q.limits(intake.tier)).map(|l| l.max).unwrap_or_default(),
+            );
+            let field = over
+                .filter(|r| r.is_accelerator())
+                .and_then(|r| intake::accelerator_field(&intake, r))
+                .unwrap_or_default();
+            problems.push(Problem::new("capacity", field, why));
+        } else if let Some((r, why)) = crate::gateway::packing::never(
+            &views.iter().map(MemberView::packing).collect::<Vec<_>>(),
+            &shapes_of(&intake)
+                .iter()
+                .map(|s| crate::gateway::packing::Shape { pods: s.pods, per_pod: s.per_pod })
+                .collect::<Vec<_>>(),
+            intake.kind != "PinterestService",
+        ) {
+            // More of a flavor than any node or any member holds: never
+            // placed, so refused now rather than queued for ever.
+            let field = intake::accelerator_field(&intake, r).unwrap_or_default();
+            problems.push(Problem::new("capacity", field, why));
+        }
+        Ok(world)
     }
 
     /// The GPU products the team's quota holds (a training job that names
