@@ -725,6 +725,15 @@ async fn gpus_are_counted_per_product_and_a_training_gang_is_admitted_and_placed
     // The quota view: 16 of 16 A100s used, none free.
     let view = gw.svc.usage(&ml).await.unwrap();
     assert_eq!(view["OnDemand"].gpu_a100, 16);
+    // Work that asks for no GPU is not placed on the GPU member's tainted
+    // nodes, however much cpu they have: all of it goes to the CPU member.
+    let (code, d) = gw.svc.submit(&admin, "web", &service_of(&ml, "web", 4, "1"), None, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    gw.pass().await;
+    let web = gw.svc.find(&ml, "web").await.unwrap().unwrap().status.unwrap_or_default();
+    assert_eq!(web.phase, Phase::Placed, "{web:?}");
+    let on: Vec<(&str, u32)> = web.placement.iter().map(|p| (p.cluster.as_str(), p.replicas)).collect();
+    assert_eq!(on, [("cpu", 4)], "nothing on the tainted GPU nodes: {on:?}");
 }
 
 /// A pod runs on one node: a gang goes to a member only when each of its

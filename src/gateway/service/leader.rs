@@ -619,16 +619,17 @@ impl Service {
             let total = if divisible { s.spec.demand.pods as u32 } else { 1 };
             let unit = if divisible { per } else { s.spec.demand };
             let gang_shapes = shapes(&s.spec);
+            let plain = !quota::RESOURCES.iter().any(|r| r.is_accelerator() && s.spec.demand.get(*r) > 0);
             let mut unfit: Vec<String> = Vec::new();
             let members: Vec<PlacementMember> = self
                 .members
                 .iter()
                 .map(|m| {
                     let v = views.iter().find(|v| v.name == m.name);
-                    let free = v
-                        .map(|v| v.allocatable)
-                        .unwrap_or_default()
-                        .minus(used.get(&m.name).copied().unwrap_or_default());
+                    // Work that asks for no accelerator has no room on
+                    // tainted (GPU) nodes: their cpu and memory are not its.
+                    let room = v.map(|v| if plain { v.allocatable.minus(v.tainted) } else { v.allocatable });
+                    let free = room.unwrap_or_default().minus(used.get(&m.name).copied().unwrap_or_default());
                     let mut fits = quota::RESOURCES
                         .iter()
                         .filter(|r| unit.get(**r) > 0)

@@ -48,6 +48,11 @@ pub struct MemberView {
     /// Each Ready node's name and allocatable (what placement packs gangs onto).
     #[serde(skip)]
     pub nodes: Vec<(String, Amount)>,
+    /// The cpu, memory and pods of its nodes tainted NoSchedule or NoExecute
+    /// (a GPU group's): part of `allocatable`, but no room for work that
+    /// asks for no accelerator (its pods do not tolerate the taint).
+    #[serde(skip)]
+    pub tainted: Amount,
 }
 
 impl MemberView {
@@ -149,6 +154,7 @@ impl Service {
             match tokio::time::timeout(Duration::from_secs(5), nodes.list(&ListParams::default())).await {
                 Ok(Ok(list)) => {
                     let mut a = Amount::default();
+                    let mut tainted = Amount::default();
                     let mut nodes = Vec::new();
                     for n in list.items {
                         let ready = n
@@ -169,6 +175,12 @@ impl Service {
                         let al = n.status.and_then(|s| s.allocatable).unwrap_or_default();
                         let offers = node_allocatable(&al, product);
                         a = a.plus(offers);
+                        let keeps_off = n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| {
+                            ts.iter().any(|t| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
+                        });
+                        if keeps_off {
+                            tainted = tainted.plus(Amount::new(offers.cpu, offers.memory, offers.pods));
+                        }
                         nodes.push((n.metadata.name.clone().unwrap_or_default(), offers));
                     }
                     let (minor, profiles, overheads) =
@@ -186,6 +198,7 @@ impl Service {
                         profiles: profiles.or(last.as_ref().and_then(|l| l.profiles.clone())),
                         overheads: overheads.or(last.as_ref().and_then(|l| l.overheads.clone())),
                         nodes,
+                        tainted,
                     });
                 }
                 Ok(Err(e)) => out.push(MemberView {
@@ -197,6 +210,7 @@ impl Service {
                     minor: last.as_ref().and_then(|l| l.minor),
                     profiles: last.as_ref().and_then(|l| l.profiles.clone()),
                     nodes: last.as_ref().map(|l| l.nodes.clone()).unwrap_or_default(),
+                    tainted: last.as_ref().map(|l| l.tainted).unwrap_or_default(),
                     overheads: last.and_then(|l| l.overheads),
                 }),
                 Err(_) => out.push(MemberView {
@@ -208,6 +222,7 @@ impl Service {
                     minor: last.as_ref().and_then(|l| l.minor),
                     profiles: last.as_ref().and_then(|l| l.profiles.clone()),
                     nodes: last.as_ref().map(|l| l.nodes.clone()).unwrap_or_default(),
+                    tainted: last.as_ref().map(|l| l.tainted).unwrap_or_default(),
                     overheads: last.and_then(|l| l.overheads),
                 }),
             }
