@@ -17,15 +17,19 @@ use support::World;
 fn binaries(test: &str) -> Option<Binaries> {
     let found = Binaries::find();
     if found.is_none() {
-        let why = "etcd's binaries are not here (PINFLEET_ETCD_DIR or PATH; scripts/test installs them)";
-        eprintln!("skipped {test}: {why}");
-        if let Ok(report) = std::env::var("PINFLEET_TEST_REPORT") {
-            use std::io::Write as _;
-            let mut f = std::fs::OpenOptions::new().append(true).create(true).open(report).unwrap();
-            writeln!(f, "skipped\tetcd::{test}\t{why}").unwrap();
-        }
+        skipped(test, "etcd's binaries are not here (PINFLEET_ETCD_DIR or PATH; scripts/test installs them)");
     }
     found
+}
+
+/// Says a test was skipped, and why, where the run's report counts it.
+fn skipped(test: &str, why: &str) {
+    eprintln!("skipped {test}: {why}");
+    if let Ok(report) = std::env::var("PINFLEET_TEST_REPORT") {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new().append(true).create(true).open(report).unwrap();
+        writeln!(f, "skipped\tetcd::{test}\t{why}").unwrap();
+    }
 }
 
 /// Three members on loopback.
@@ -357,36 +361,27 @@ async fn a_corrupted_snapshot_is_never_verified_and_restore_refuses_it() {
     let listed = backups_json(&w, &state);
     assert_eq!(listed[0]["verdict"]["ok"], false, "{listed:?}");
 
-    let o = w.run(&[
-        "etcd",
-        "restore",
-        &w.cluster,
-        "--state",
-        &state,
-        "--endpoints",
-        "http://127.0.0.1:1",
-        "--member",
-        "cp-a=http://127.0.0.1:2=/nonexistent",
-        "--backup",
-        &id,
-    ]);
+    let refused_restore = |cluster: &str| {
+        w.run(&[
+            "etcd",
+            "restore",
+            cluster,
+            "--state",
+            &state,
+            "--endpoints",
+            "http://127.0.0.1:1",
+            "--member",
+            "cp-a=http://127.0.0.1:2=/nonexistent",
+            "--backup",
+            &id,
+        ])
+    };
+    let o = refused_restore(&w.cluster);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("failed its verification"), "{err}");
     assert!(!Path::new("/nonexistent").exists());
-    let o = w.run(&[
-        "etcd",
-        "restore",
-        "another",
-        "--state",
-        &state,
-        "--endpoints",
-        "http://127.0.0.1:1",
-        "--member",
-        "cp-a=http://127.0.0.1:2=/nonexistent",
-        "--backup",
-        &id,
-    ]);
+    let o = refused_restore("another");
     assert!(!o.status.success(), "another cluster's backup id is not found under its name");
 }
 
@@ -566,13 +561,10 @@ async fn a_real_control_plane_is_restored_with_its_secrets_encrypted() {
     let test = "a_real_control_plane_is_restored_with_its_secrets_encrypted";
     let Some(bins) = binaries(test) else { return };
     let Some(root) = std::env::var_os("PINFLEET_TEST_REAL_K8S_DIR").map(PathBuf::from) else {
-        let why = "no real control plane is given (PINFLEET_TEST_REAL_K8S_DIR: the output folder of ../shared/tools/real-k8s/build.sh)";
-        eprintln!("skipped {test}: {why}");
-        if let Ok(report) = std::env::var("PINFLEET_TEST_REPORT") {
-            use std::io::Write as _;
-            let mut f = std::fs::OpenOptions::new().append(true).create(true).open(report).unwrap();
-            writeln!(f, "skipped\tetcd::{test}\t{why}").unwrap();
-        }
+        skipped(
+            test,
+            "no real control plane is given (PINFLEET_TEST_REAL_K8S_DIR: the output folder of ../shared/tools/real-k8s/build.sh)",
+        );
         return;
     };
     let plane = RealPlane { root: root.clone() };
@@ -636,7 +628,7 @@ async fn a_real_control_plane_is_restored_with_its_secrets_encrypted() {
     let (gone, _) = kubectl(&["get", "namespace", "drill"]);
     assert!(!gone, "the namespace is gone before the restore");
     let k = pinfleet::kube::apply::connect(&root.join("kubeconfig")).await.unwrap();
-    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(k.clone());
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(k);
     let seen_before = namespaces.list(&Default::default()).await.unwrap().metadata.resource_version.unwrap();
     drop(c);
 
