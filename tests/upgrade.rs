@@ -765,7 +765,13 @@ impl Healer {
 }
 
 fn healer(w: &World, sim: &NodeSim, extra: &[&str]) -> Healer {
-    let log = w.dir.path().join("healer.log");
+    healer_as(w, sim, extra, "healer.log", true)
+}
+
+/// The loop as [`healer`] starts it, its log in `log`; with `skip`, the
+/// world's `PINFLEET_SKIP_BACKUP` stays set (the sim runs no etcd).
+fn healer_as(w: &World, sim: &NodeSim, extra: &[&str], log: &str, skip: bool) -> Healer {
+    let log = w.dir.path().join(log);
     let mut args = vec![
         "controller",
         "--machines",
@@ -778,13 +784,12 @@ fn healer(w: &World, sim: &NodeSim, extra: &[&str]) -> Healer {
         "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
-    let child = w
-        .command(&args)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut cmd = w.command(&args);
+    if !skip {
+        cmd.env_remove("PINFLEET_SKIP_BACKUP");
+    }
+    let child =
+        cmd.env("RUST_LOG", "warn").stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
     Healer { _child: Spawned(child), log }
 }
 
@@ -867,6 +872,60 @@ fn a_storm_of_failures_stops_at_the_short_circuit() {
     assert_eq!(stopped, 3, "the stopped machines are left alone");
     let history = w.json(&["history", "healstorm"]).to_string();
     assert!(history.contains("remediation short-circuited"), "the decision is in history: {history}");
+}
+
+/// A control-plane machine is replaced only on a fresh, verified etcd
+/// backup, as a roll of the control plane is: with no backup and no agent
+/// to ask, the stopped machine is held, the loop says why (once) and it is
+/// history; with `--skip-backup REASON` it is replaced and the reason is
+/// history.
+#[test]
+fn a_control_plane_machine_is_replaced_only_on_a_backup_or_a_stated_reason() {
+    // Three members: one stopped leaves etcd its quorum (with one, the API
+    // server itself stops answering, as a real one does).
+    let w = World::new("healcp", 2);
+    let yaml = w
+        .cluster_yaml(2, "t3.large")
+        .replace("      minSize: 1\n      maxSize: 1\n", "      minSize: 3\n      maxSize: 3\n");
+    w.write_cluster(&yaml);
+    w.ok(&["bootstrap", "healcp", "--yes"]);
+    let sim = node_sim(&w, "1s");
+    wait_ready_nodes(&sim, 5);
+    let victim = ids(&w.instances_in("control-plane")).into_iter().next().unwrap();
+    stop_instances(&w, std::slice::from_ref(&victim));
+    let h = healer_as(&w, &sim, &[], "held.log", false);
+    let held = format!("machine-health: held {victim} (control-plane): instance stopped; held: ");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !h.log().contains(&held) {
+        assert!(std::time::Instant::now() < deadline, "the control plane was not held: {}", h.log());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let log = h.log();
+    assert!(log.contains("no etcd backup agent has reported for this cluster"), "{log}");
+    assert!(log.contains("--skip-backup REASON"), "what to do is said: {log}");
+    assert_eq!(log.matches(&held).count(), 1, "said once, not every pass: {log}");
+    assert!(!log.contains("replaced"), "{log}");
+    assert!(ids(&w.instances_in("control-plane")).contains(&victim), "the machine is left as it was");
+    assert!(w.json(&["history", "healcp"]).to_string().contains(&held), "the hold is history");
+    drop(h);
+    let h = healer_as(&w, &sim, &["--skip-backup", "the control plane is down in a drill"], "skip.log", false);
+    wait_for("the control-plane machine to be replaced", 90, || {
+        !ids(&w.instances_in("control-plane")).contains(&victim) && w.instances_in("control-plane").len() == 3
+    });
+    wait_for("the history record", 30, || {
+        w.json(&["history", "healcp"])
+            .to_string()
+            .contains(&format!("machine-health: replaced {victim} (control-plane)"))
+    });
+    let history = w.json(&["history", "healcp"]).to_string();
+    assert!(
+        history.contains(
+            "machine-health: etcd backup skipped for this roll (--skip-backup): the control plane is down in a drill"
+        ),
+        "why it went without a backup is history: {history} {}",
+        h.log()
+    );
 }
 
 // ---- Machines that scale: cluster-autoscaler's externalgrpc protocol ----

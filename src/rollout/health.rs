@@ -4,6 +4,8 @@
 //! ```text
 //! observe (EC2 machines + their Nodes) ─▶ verdict per machine (pure)
 //!   ─▶ decide per group (pure: short-circuit, rollout budget)
+//!   ─▶ control plane touched? a fresh verified etcd backup (found or asked
+//!      of the agent), else the control plane is held, saying why
 //!   ─▶ replace: (etcd member removed) ─▶ terminate ─▶ delete Node ─▶ launch to desired
 //!   ─▶ history record with each decision and its reason
 //! ```
@@ -30,6 +32,9 @@ pub struct Config {
     pub node_startup: Duration,
     pub unhealthy: Duration,
     pub max_unhealthy: IntOrPercent,
+    /// Replace control-plane machines without a fresh, verified etcd
+    /// backup, for this reason (recorded in history).
+    pub skip_backup: Option<String>,
 }
 
 impl Default for Config {
@@ -38,6 +43,7 @@ impl Default for Config {
             node_startup: Duration::from_secs(600),
             unhealthy: Duration::from_secs(300),
             max_unhealthy: IntOrPercent::Percent(40),
+            skip_backup: None,
         }
     }
 }
@@ -136,6 +142,49 @@ pub fn decide(group: &str, members: &[MachineObs], now: DateTime<Utc>, cfg: &Con
     d
 }
 
+/// The decision for group `g` as [`decide`] makes it, with a control
+/// plane `held` back for the reason given (no fresh, verified etcd backup
+/// to stand on): its replacements become held machines, and
+/// `launch` (machines to launch back to the desired size) is zero.
+pub fn decide_in(
+    cluster: &Cluster,
+    g: &crate::spec::InstanceGroup,
+    members: &[MachineObs],
+    now: DateTime<Utc>,
+    cfg: &Config,
+    held: Option<&str>,
+) -> (GroupDecision, usize) {
+    let mut d = decide(&g.name, members, now, cfg, budget(cluster, &g.name));
+    let left = members.len().saturating_sub(d.replace.len());
+    let want = g.desired_count() as usize;
+    let mut launch = if d.short_circuit.is_none() { want.saturating_sub(left) } else { 0 };
+    if let (Some(why), Role::ControlPlane) = (held, g.role) {
+        let replace = std::mem::take(&mut d.replace);
+        d.held.splice(0..0, replace.into_iter().map(|(id, r)| (id, format!("{r}; held: {why}"))));
+        if launch > 0 {
+            d.held
+                .push((format!("{launch} to launch"), format!("the group is short of its desired size; held: {why}")));
+        }
+        launch = 0;
+    }
+    (d, launch)
+}
+
+/// Whether a pass would change a control-plane machine (replace one, or
+/// launch one back to the desired size): the change that needs a backup.
+pub fn touches_control_plane(
+    cluster: &Cluster,
+    observed: &BTreeMap<String, Vec<MachineObs>>,
+    cfg: &Config,
+    now: DateTime<Utc>,
+) -> bool {
+    cluster.spec.instance_groups.iter().filter(|g| g.role == Role::ControlPlane).any(|g| {
+        let members = observed.get(&g.name).map(Vec::as_slice).unwrap_or_default();
+        let (d, launch) = decide_in(cluster, g, members, now, cfg, None);
+        !d.replace.is_empty() || launch > 0
+    })
+}
+
 /// How many machines of a group may be replaced at once: its rollout's
 /// maxUnavailable (at least one), one for a control plane.
 pub fn budget(cluster: &Cluster, group: &str) -> u32 {
@@ -232,11 +281,12 @@ pub async fn pass<M: super::driver::Machines, N: super::driver::Nodes>(
     nodes: &N,
     cfg: &Config,
     now: DateTime<Utc>,
+    held: Option<&str>,
 ) -> Result<Pass> {
     let mut result = Pass { groups: vec![], launched: BTreeMap::new() };
     for g in &cluster.spec.instance_groups {
         let members = observed.get(&g.name).cloned().unwrap_or_default();
-        let d = decide(&g.name, &members, now, cfg, budget(cluster, &g.name));
+        let (d, launch) = decide_in(cluster, g, &members, now, cfg, held);
         for (id, _) in &d.replace {
             let node = members.iter().find(|m| &m.id == id).and_then(|m| m.node.clone());
             if let Some(n) = &node {
@@ -251,10 +301,8 @@ pub async fn pass<M: super::driver::Machines, N: super::driver::Nodes>(
         }
         // Back to the desired size: replacements for those terminated now
         // and for machines that ended on their own.
-        let left = members.len() - d.replace.len();
-        let want = g.desired_count() as usize;
-        if left < want && d.short_circuit.is_none() {
-            let ids = machines.launch(&g.name, (want - left) as u32).await?;
+        if launch > 0 {
+            let ids = machines.launch(&g.name, u32::try_from(launch).unwrap_or(u32::MAX)).await?;
             result.launched.insert(g.name.clone(), ids);
         }
         result.groups.push(d);
@@ -269,11 +317,12 @@ pub fn needs_action(
     observed: &BTreeMap<String, Vec<MachineObs>>,
     cfg: &Config,
     now: DateTime<Utc>,
+    held: Option<&str>,
 ) -> bool {
     cluster.spec.instance_groups.iter().any(|g| {
         let members = observed.get(&g.name).map(Vec::as_slice).unwrap_or_default();
-        let d = decide(&g.name, members, now, cfg, budget(cluster, &g.name));
-        !d.replace.is_empty() || (d.short_circuit.is_none() && members.len() < g.desired_count() as usize)
+        let (d, launch) = decide_in(cluster, g, members, now, cfg, held);
+        !d.replace.is_empty() || launch > 0
     })
 }
 
@@ -294,20 +343,28 @@ pub async fn heal(
 ) -> Result<Option<Pass>> {
     let now = Utc::now();
     let observed = observe(aws, cluster, client).await?;
-    if !needs_action(cluster, &observed, cfg, now) {
+    // A control-plane machine is changed only on a fresh, verified etcd
+    // backup (found, or asked of the agent), as a roll's is; without one
+    // the control plane is held, saying why, and the other groups go on.
+    let mut held = None;
+    let mut backup_line = None;
+    if touches_control_plane(cluster, &observed, cfg, now) {
+        let why = format!("{command}: a control-plane machine is replaced");
+        let on = |e: super::driver::Event| tracing::info!("machine-health: {e:?}");
+        match super::run::control_plane_backup(cluster, store, cfg.skip_backup.as_deref(), &why, &on).await {
+            Ok(line) => backup_line = Some(line),
+            Err(e) => held = Some(format!("{e:#}")),
+        }
+    }
+    let held = held.as_deref();
+    if !needs_action(cluster, &observed, cfg, now, held) {
         // Held machines and short-circuits still show.
         let groups = cluster
             .spec
             .instance_groups
             .iter()
             .map(|g| {
-                decide(
-                    &g.name,
-                    observed.get(&g.name).map(Vec::as_slice).unwrap_or_default(),
-                    now,
-                    cfg,
-                    budget(cluster, &g.name),
-                )
+                decide_in(cluster, g, observed.get(&g.name).map(Vec::as_slice).unwrap_or_default(), now, cfg, held).0
             })
             .filter(|d| !d.held.is_empty())
             .collect();
@@ -328,8 +385,13 @@ pub async fn heal(
         let machines = super::edges::AwsMachines::new(aws, cluster, &p, revision);
         crate::state::join::ensure_fresh(Some(client), store, now).await?;
         let nodes = super::edges::KubeNodes::new(client.clone());
-        let result = pass(cluster, &observed, &machines, &nodes, cfg, now).await?;
-        let mut record = crate::state::HistoryRecord::of_actions(revision, command, result.lines());
+        let result = pass(cluster, &observed, &machines, &nodes, cfg, now, held).await?;
+        let mut lines = result.lines();
+        // Why a control-plane machine went without a backup is history.
+        if let Some(line) = backup_line.filter(|_| cfg.skip_backup.is_some() || !cluster.spec.etcd.backups.enabled) {
+            lines.insert(0, format!("machine-health: {line}"));
+        }
+        let mut record = crate::state::HistoryRecord::of_actions(revision, command, lines);
         record.replaced = result.groups.iter().map(|g| g.replace.len()).sum();
         store.record(&record.acting_as(aws.caller_identity().await), cluster).await?;
         anyhow::Ok(result)

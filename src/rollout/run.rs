@@ -54,28 +54,41 @@ pub async fn backup_gate(
     why: &str,
     on: &dyn Fn(Event),
 ) -> Result<Option<String>> {
-    let backups = &cluster.spec.etcd.backups;
     let touches_control_plane = selected(cluster, opts).iter().any(|g| g.role == Role::ControlPlane);
     if !touches_control_plane {
         return Ok(None);
     }
+    control_plane_backup(cluster, store, opts.skip_backup.as_deref(), why, on).await.map(Some)
+}
+
+/// The backup a change to the control plane stands on (a roll's, or the
+/// machine-health loop's replacement of a control-plane machine): a fresh
+/// verified one found, or asked of the agent and waited for; or skipped
+/// for `skip`'s reason, or backups off. Ok(line) says which (for history);
+/// Err says why the change may not go ahead and what to do.
+pub async fn control_plane_backup(
+    cluster: &Cluster,
+    store: &crate::state::Store,
+    skip: Option<&str>,
+    why: &str,
+    on: &dyn Fn(Event),
+) -> Result<String> {
+    let backups = &cluster.spec.etcd.backups;
     if !backups.enabled {
-        return Ok(Some(
-            "etcd backups are off for this cluster (etcd.backups.enabled: false): rolled without one".into(),
-        ));
+        return Ok("etcd backups are off for this cluster (etcd.backups.enabled: false): rolled without one".into());
     }
-    if let Some(reason) = &opts.skip_backup {
+    if let Some(reason) = skip {
         if reason.trim().is_empty() {
             anyhow::bail!("--skip-backup needs a reason (it is recorded in the cluster's history)");
         }
-        return Ok(Some(format!("etcd backup skipped for this roll (--skip-backup): {}", reason.trim())));
+        return Ok(format!("etcd backup skipped for this roll (--skip-backup): {}", reason.trim()));
     }
     let list = crate::etcd::agent::list(store).await?;
     match crate::etcd::policy::fresh(&list, backups.fresh_for.0, chrono::Utc::now()) {
-        crate::etcd::policy::Fresh::Yes { id, age } => Ok(Some(format!(
+        crate::etcd::policy::Fresh::Yes { id, age } => Ok(format!(
             "etcd backup {id} ({} old, verified) taken before this change to the control plane",
             humantime::format_duration(std::time::Duration::from_secs(age.as_secs()))
-        ))),
+        )),
         crate::etcd::policy::Fresh::No(stale) => {
             let name = &cluster.metadata.name;
             let now = chrono::Utc::now();
@@ -110,10 +123,10 @@ pub async fn backup_gate(
             })
             .await?;
             match asked {
-                Some(b) => Ok(Some(format!(
+                Some(b) => Ok(format!(
                     "etcd backup {} taken and verified before this change to the control plane (asked of the agent)",
                     b.manifest.id
-                ))),
+                )),
                 None => anyhow::bail!(
                     "{stale}; the backup asked of the agent was not taken and verified within {} \
                      (etcd.backups.waitForBackup; an agent without etcd's binaries leaves verification to \

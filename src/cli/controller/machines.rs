@@ -14,6 +14,7 @@ pub(super) async fn machines(g: &GlobalArgs, args: &ControllerArgs, cluster: &st
         node_startup: args.node_startup_timeout,
         unhealthy: args.unhealthy_timeout,
         max_unhealthy: args.max_unhealthy,
+        skip_backup: args.skip_backup.clone(),
     };
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let on = |r: Result<&crate::rollout::health::Pass, &anyhow::Error>| {

@@ -80,6 +80,11 @@ pub struct ControllerArgs {
     /// Time between the machine-health loop's passes.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub machines_interval: std::time::Duration,
+    /// Replace control-plane machines without a fresh, verified etcd backup
+    /// (otherwise one is found or asked of the agent first, and without it
+    /// the control plane is held); the reason is recorded in history.
+    #[arg(long, value_name = "REASON", env = "PINFLEET_SKIP_BACKUP")]
+    pub skip_backup: Option<String>,
     #[command(flatten)]
     pub cloud: super::cloud::CloudArgs,
 }
