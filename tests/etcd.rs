@@ -42,11 +42,16 @@ struct Trio {
 
 impl Trio {
     async fn start(bins: Binaries) -> Trio {
-        let dir = tempfile::tempdir().unwrap();
-        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port().unwrap(), free_port().unwrap())).collect();
-        let mut t = Trio { dir, members: Vec::new(), ports, bins };
+        let mut t = Trio::unstarted(bins);
         t.boot("drill-token").await;
         t
+    }
+
+    /// Its ports and folders, no member running yet.
+    fn unstarted(bins: Binaries) -> Trio {
+        let dir = tempfile::tempdir().unwrap();
+        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port().unwrap(), free_port().unwrap())).collect();
+        Trio { dir, members: Vec::new(), ports, bins }
     }
 
     fn names() -> [&'static str; 3] {
@@ -331,6 +336,62 @@ async fn the_agent_keeps_deltas_so_a_restore_loses_at_most_a_delta_interval() {
     assert_eq!(count(&mut c, "/registry/configmaps/team/n").await, 99, "a delete replayed too");
     assert!(revision(&mut c).await > newest_flushed);
     println!("RPO: every write up to revision {newest_flushed} (the newest before the disaster) survived the restore");
+}
+
+/// An agent whose etcd is not up yet (a control plane still coming up)
+/// stays up instead of crash-looping: it says why in the state store,
+/// `etcd backups` shows it, and once etcd answers it takes and verifies
+/// its backup, after which the failure is past.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_waits_out_an_etcd_that_is_not_up_and_says_why() {
+    let Some(bins) = binaries("an_agent_waits_out_an_etcd_that_is_not_up_and_says_why") else { return };
+    let mut trio = Trio::unstarted(bins);
+    let (w, state) = world("etcd-wait");
+    let mut agent = w
+        .command(&[
+            "etcd",
+            "agent",
+            &w.cluster,
+            "--state",
+            &state,
+            "--endpoints",
+            &trio.endpoints(),
+            "--interval",
+            "1h",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let listing = || w.run(&["etcd", "backups", &w.cluster, "--state", &state]);
+    let mut said = String::new();
+    for _ in 0..150 {
+        let o = listing();
+        said = String::from_utf8_lossy(&o.stdout).to_string();
+        if said.contains("the agent on ") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(said.contains("no etcd backups of etcd-wait"), "{said}");
+    assert!(said.contains("the agent on ") && said.contains("in a row)"), "why no backup comes: {said}");
+    assert!(said.contains("127.0.0.1"), "the endpoint that did not answer is named: {said}");
+    assert!(agent.try_wait().unwrap().is_none(), "the agent is still up");
+    trio.boot("drill-token").await;
+    let mut listed = Vec::new();
+    for _ in 0..600 {
+        let o = w.run(&["etcd", "backups", &w.cluster, "--state", &state, "-o", "json"]);
+        listed = serde_json::from_slice::<Vec<serde_json::Value>>(&o.stdout).unwrap_or_default();
+        if listed.iter().any(|b| b["verdict"]["ok"] == true) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert!(listed.iter().any(|b| b["verdict"]["ok"] == true), "once etcd answers, a verified backup: {listed:?}");
+    let said = String::from_utf8_lossy(&listing().stdout).to_string();
+    assert!(!said.contains("the agent on "), "the failure is past once a backup follows it: {said}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -195,7 +195,22 @@ fn retention(s: Option<&str>) -> Result<Option<Retention>> {
 }
 
 async fn agent_cmd(g: &GlobalArgs, a: AgentArgs, once: bool) -> Result<ExitCode> {
-    let (store, mut spec) = open_for(g, &a.store, true).await?;
+    // The agent waits out a store it cannot reach yet (the machine's network
+    // or role still coming up); where its backups go must be known, though.
+    let knows_where = a.store.state.is_some() || super::render::load_one(g, &a.store.cluster).is_ok();
+    let mut failures = 0u32;
+    let (store, mut spec) = loop {
+        match open_for(g, &a.store, true).await {
+            Ok(opened) => break opened,
+            Err(e) if once || !knows_where => return Err(e),
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                let wait = agent::retry_after(failures);
+                tracing::warn!(failures, "opening the state store: {e:#}; trying again in {wait:?}");
+                tokio::time::sleep(wait).await;
+            }
+        }
+    };
     if let Some(i) = a.interval {
         spec.interval.0 = i;
     }
@@ -262,7 +277,7 @@ async fn agent_cmd(g: &GlobalArgs, a: AgentArgs, once: bool) -> Result<ExitCode>
     }
     let stop = super::shutdown_signal();
     tokio::select! {
-        r = agent::run(&store, &a.etcd, &spec, &taking, bins.as_ref(), false, Some(figures)) => r.map(|_| ExitCode::SUCCESS),
+        r = agent::serve(&store, &a.etcd, &spec, &taking, bins.as_ref(), Some(figures)) => r.map(|_| ExitCode::SUCCESS),
         _ = stop => Ok(ExitCode::SUCCESS),
     }
 }
@@ -324,6 +339,11 @@ async fn backups(g: &GlobalArgs, a: StoreArgs) -> Result<ExitCode> {
         writeln!(out, "no etcd backups of {} in {}", a.cluster, store.describe(manifest::BACKUPS))?;
     } else {
         write!(out, "{}", table(&["BACKUP", "AGE", "REVISION", "SIZE", "VERIFIED", "RETENTION"], &rows))?;
+    }
+    // Agents that failed since the newest backup say why none came.
+    let newest = list.iter().map(|b| b.manifest.taken_at).max();
+    for t in agent::troubles(&store, newest).await? {
+        writeln!(out, "{}", crate::views::text::safe(&policy::trouble_line(&t, now)))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -12,7 +12,7 @@ use chrono::Utc;
 use etcd_client::{Client, EventType, LockOptions, WatchOptions};
 
 use super::conn::EtcdArgs;
-use super::manifest::{self, Backup, Change, Delta, Manifest, Request, Seen, Txn, Verdict};
+use super::manifest::{self, Backup, Change, Delta, Manifest, Request, Seen, Trouble, Txn, Verdict};
 use super::policy::{self, Fate};
 use super::snapshot::{keys_per_prefix, Trailer};
 use crate::spec::types::BackupSpec;
@@ -164,6 +164,70 @@ pub async fn seen(store: &Store) -> Result<Option<Seen>> {
         }
     }
     Ok(newest)
+}
+
+/// The agents' failures newer than `since` (the newest backup: the
+/// agent's role may not delete, so a failure is past once a backup follows
+/// it), newest first.
+pub async fn troubles(store: &Store, since: Option<chrono::DateTime<Utc>>) -> Result<Vec<Trouble>> {
+    let mut out = Vec::new();
+    for k in store.list(manifest::TROUBLE).await? {
+        if let Some(t) = store.get_json::<Trouble>(&k).await? {
+            if since.is_none_or(|s| t.at > s) {
+                out.push(t);
+            }
+        }
+    }
+    out.sort_by(|a, b| b.at.cmp(&a.at));
+    Ok(out)
+}
+
+/// How long the agent waits after its n-th failure in a row: 5 s,
+/// doubling, at most 5 minutes (a kubelet's crash back-off, without the
+/// crash: the agent stays up and says why).
+pub fn retry_after(failures: u32) -> Duration {
+    let first = Duration::from_secs(5);
+    let doublings = failures.saturating_sub(1).min(16);
+    first.saturating_mul(1u32 << doublings).min(Duration::from_secs(300))
+}
+
+/// The agent as a machine runs it: [`run`] again after each failure, with
+/// [`retry_after`]'s back-off, each failure written to the state store
+/// (`etcd/trouble/<host>.json`; one older than the newest backup is past) so
+/// that a change to the control plane and `pinfleet etcd backups` say why
+/// no backup comes. A machine whose etcd is not up yet (a control plane
+/// still joining), or a store refusing for a while, is waited out rather
+/// than crash-looped. Returns only when `run` does (never, unless `once`).
+pub async fn serve(
+    store: &Store,
+    etcd: &EtcdArgs,
+    spec: &BackupSpec,
+    taking: &Taking,
+    verify_with: Option<&super::scratch::Binaries>,
+    figures: Option<super::metrics::Shared>,
+) -> Result<()> {
+    let host = crate::state::whoami().1;
+    let mut failures = 0u32;
+    loop {
+        let started = Instant::now();
+        let err = match run(store, etcd, spec, taking, verify_with, false, figures.clone()).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        // A run that lasted longer than its back-off had succeeded in between.
+        if started.elapsed() > retry_after(failures).saturating_mul(2) {
+            failures = 0;
+        }
+        failures = failures.saturating_add(1);
+        let wait = retry_after(failures);
+        let error = format!("{err:#}");
+        tracing::warn!(failures, "the etcd backup agent failed: {error}; trying again in {wait:?}");
+        let t = Trouble { host: host.clone(), at: Utc::now(), failures, error };
+        if let Err(e) = store.put_json(&manifest::trouble_key(&host), &t).await {
+            tracing::warn!("recording the agent's failure: {e:#}");
+        }
+        tokio::time::sleep(wait).await;
+    }
 }
 
 /// Collects what the tiers no longer keep (its snapshot, verdict and

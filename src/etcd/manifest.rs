@@ -15,6 +15,9 @@ pub const BACKUPS: &str = "etcd/backups/";
 pub const DELTAS: &str = "etcd/deltas/";
 /// The agent's newest word on the live revision (one per member).
 pub const SEEN: &str = "etcd/seen/";
+/// What an agent that cannot do its job says (one per machine): why no
+/// backup comes, for a change to the control plane and `etcd backups`.
+pub const TROUBLE: &str = "etcd/trouble/";
 /// A change to the control plane asking the agents for a backup now (one
 /// object, overwritten by each asker: the agents answer the newest).
 pub const REQUEST: &str = "etcd/requests/backup.json";
@@ -33,6 +36,10 @@ pub fn delta_key(from: i64, to: i64) -> String {
 }
 pub fn seen_key(member: &str) -> String {
     format!("{SEEN}{member}.json")
+}
+
+pub fn trouble_key(host: &str) -> String {
+    format!("{TROUBLE}{host}.json")
 }
 
 /// A backup's name: when and at which revision (sorts by time).
@@ -165,6 +172,19 @@ pub struct Seen {
     pub at: DateTime<Utc>,
     /// Revisions a second over the last flush, to size the bump.
     pub rate: f64,
+}
+
+/// An agent's last failure (etcd unreachable, a backup or its upload
+/// refused): written when it fails; past once a backup is taken after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Trouble {
+    /// The machine the agent runs on.
+    pub host: String,
+    pub at: DateTime<Utc>,
+    /// Failures in a row.
+    pub failures: u32,
+    pub error: String,
 }
 
 /// A backup asked for before a change to the control plane: the agent

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::manifest::{Backup, Seen};
+use super::manifest::{Backup, Seen, Trouble};
 use crate::spec::types::BackupSpec;
 
 /// What gc does with one backup.
@@ -131,6 +131,17 @@ pub fn loss(backup: &Backup, delta_to: Option<i64>, seen: Option<&Seen>, now: Da
         None => s.push_str("; the writes since cannot be told (no agent reported the live revision)"),
     }
     s
+}
+
+/// An agent's failure as a change's refusal and `etcd backups` say it.
+pub fn trouble_line(t: &Trouble, now: DateTime<Utc>) -> String {
+    format!(
+        "the agent on {} failed {} ago ({} in a row): {}",
+        t.host,
+        humantime::format_duration(Duration::from_secs(age(now, t.at).as_secs())),
+        t.failures,
+        t.error
+    )
 }
 
 #[cfg(test)]

@@ -106,6 +106,15 @@ pub async fn control_plane_backup(
                 )),
                 None => Some("no etcd backup agent has reported for this cluster".to_string()),
             };
+            // Why it has not: the agents' own word, when they could write it.
+            let newest = list.iter().map(|b| b.manifest.taken_at).max();
+            let agent = match agent {
+                Some(a) => match crate::etcd::agent::troubles(store, newest).await?.first() {
+                    Some(t) => Some(format!("{a}; {}", crate::etcd::policy::trouble_line(t, now))),
+                    None => Some(a),
+                },
+                None => None,
+            };
             let tail = format!(
                 "a change to the control plane of {name} needs a verified etcd backup younger than {} \
                  (etcd.backups.freshFor). Nothing was changed. Take one on a control-plane machine \
