@@ -127,7 +127,7 @@ fn install_upgrade_prune_and_refuse_broken_manifests() {
     // Install: every addon ready, in dependency order.
     let events = s.apply();
     let ready = ready_events(&events);
-    assert_eq!(ready.len(), 12, "{events:?}");
+    assert_eq!(ready.len(), 13, "{events:?}");
     assert!(ready.values().all(|r| r["from"].is_null() && r["changed"].as_u64().unwrap() > 0));
     let order: Vec<&str> =
         events.iter().filter(|e| e["event"] == "ready").map(|e| e["name"].as_str().unwrap()).collect();

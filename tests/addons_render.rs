@@ -180,7 +180,7 @@ fn the_ami_rollout_job_is_opt_in_and_runs_one_cronjob_per_cluster() {
     assert_eq!(jobs[0].value["spec"]["concurrencyPolicy"], "Forbid");
 }
 
-/// The etcd backup agent, enabled: a DaemonSet on the control-plane
+/// The etcd backup agent, on by default: a DaemonSet on the control-plane
 /// machines (their network, their etcd certificates and encryption
 /// configuration) running `pinfleet etcd agent` with the cluster's backup
 /// settings, verifying with kubeadm's own etcd image mounted as an image
@@ -188,8 +188,9 @@ fn the_ami_rollout_job_is_opt_in_and_runs_one_cronjob_per_cluster() {
 #[test]
 fn the_etcd_backup_agent_runs_on_the_control_plane_with_the_clusters_settings() {
     let p = packages();
-    assert!(addons::render_for(&cluster("dev-local"), &p).unwrap().iter().all(|a| a.name != "etcd-backup"), "opt-in");
-    let c = with_addons("    - {name: etcd-backup, enabled: true}\n");
+    let off = with_addons("    - {name: etcd-backup, enabled: false}\n");
+    assert!(addons::render_for(&off, &p).unwrap().iter().all(|a| a.name != "etcd-backup"), "turned off by name");
+    let c = cluster("dev-local");
     let set = addons::render_for(&c, &p).unwrap();
     let a = set.iter().find(|a| a.name == "etcd-backup").unwrap();
     let mut text = String::new();
