@@ -190,9 +190,15 @@ fn bootstrap_creates_the_cluster_and_a_second_plan_has_no_changes() {
                 (Some(true), Some(true), Some(true), Some(true))
             );
             let enc = aws.s3.get_bucket_encryption().bucket(&b).send().await.unwrap();
-            assert!(enc.server_side_encryption_configuration().is_some());
-            let pki = aws.s3.head_object().bucket(&b).key("clusters/boot/pki/bundle.json").send().await.unwrap();
-            assert_eq!(pki.server_side_encryption().map(|s| s.as_str()), Some("AES256"));
+            let rule = &enc.server_side_encryption_configuration().unwrap().rules()[0];
+            let default = rule.apply_server_side_encryption_by_default().unwrap();
+            assert_eq!(default.sse_algorithm().as_str(), "aws:kms", "the bucket encrypts with KMS by default");
+            // The PKI (with the Secrets' encryption keys) and what machines
+            // fetch are encrypted by KMS, under the bucket's key.
+            for key in ["clusters/boot/pki/bundle.json", "clusters/boot/machine/pki/encryption-config.yaml"] {
+                let o = aws.s3.head_object().bucket(&b).key(key).send().await.unwrap();
+                assert_eq!(o.server_side_encryption().map(|s| s.as_str()), Some("aws:kms"), "{key}");
+            }
         });
     });
 

@@ -480,6 +480,23 @@ async fn a_locked_backup_survives_a_delete_and_gc_waits_for_its_lock() {
     write(&mut c, "/registry/configmaps/team/n", 30).await;
     let bucket = format!("pf-lock-{}-{}", std::process::id(), rand::random::<u32>());
     let (store, s3) = s3_store(&bucket, "locked").await;
+    // The operator's own KMS key as the bucket's default: backups follow it.
+    use aws_sdk_s3::types::{
+        ServerSideEncryption, ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration,
+        ServerSideEncryptionRule,
+    };
+    let by_default = ServerSideEncryptionByDefault::builder()
+        .sse_algorithm(ServerSideEncryption::AwsKms)
+        .kms_master_key_id("alias/pinfleet-etcd-backups")
+        .build()
+        .unwrap();
+    let rule = ServerSideEncryptionRule::builder().apply_server_side_encryption_by_default(by_default).build();
+    s3.put_bucket_encryption()
+        .bucket(&bucket)
+        .server_side_encryption_configuration(ServerSideEncryptionConfiguration::builder().rules(rule).build().unwrap())
+        .send()
+        .await
+        .unwrap();
     let etcd = pinfleet::etcd::conn::EtcdArgs::plain(trio.endpoints().split(',').map(str::to_string).collect());
     let (endpoint, _) = etcd.first_answering().await.unwrap();
     let taking = |until_days: i64| pinfleet::etcd::agent::Taking {
@@ -492,6 +509,10 @@ async fn a_locked_backup_survives_a_delete_and_gc_waits_for_its_lock() {
         encryption_keys: vec![],
     };
     let old = pinfleet::etcd::agent::take(&store, &etcd, &endpoint, &taking(1)).await.unwrap();
+    let snapshot = format!("state/locked/{}", pinfleet::etcd::manifest::snapshot_key(&old.id));
+    let head = s3.head_object().bucket(&bucket).key(&snapshot).send().await.unwrap();
+    assert_eq!(head.server_side_encryption().map(|s| s.as_str()), Some("aws:kms"), "{snapshot}");
+    assert_eq!(head.ssekms_key_id(), Some("alias/pinfleet-etcd-backups"), "the bucket's key encrypts the snapshot");
     tokio::time::sleep(Duration::from_millis(1100)).await;
     write(&mut c, "/registry/configmaps/team/m", 5).await;
     let new = pinfleet::etcd::agent::take(&store, &etcd, &endpoint, &taking(1)).await.unwrap();

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, ObjectLockMode, ServerSideEncryption};
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, ObjectLockMode};
 use chrono::{DateTime, Utc};
 
 use super::{Backend, Store};
@@ -67,7 +67,7 @@ impl Store {
                     .create_multipart_upload()
                     .bucket(bucket)
                     .key(&k)
-                    .server_side_encryption(ServerSideEncryption::Aes256)
+                    // Encrypted as the bucket's default says (SSE-KMS in a bucket pinfleet made).
                     .content_type("application/octet-stream");
                 if let Some(r) = retention {
                     req = req

@@ -156,7 +156,8 @@ impl Store {
                     .put_object()
                     .bucket(bucket)
                     .key(&k)
-                    .server_side_encryption(ServerSideEncryption::Aes256)
+                    // The bucket's default encryption (SSE-KMS in a bucket
+                    // pinfleet made; a customer-managed key set there is used).
                     .content_type("application/json")
                     .body(ByteStream::from(bytes));
                 req = match &cond {
@@ -339,8 +340,13 @@ async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str, region: &str) 
     )?;
     let rule = ServerSideEncryptionRule::builder()
         .apply_server_side_encryption_by_default(
-            ServerSideEncryptionByDefault::builder().sse_algorithm(ServerSideEncryption::Aes256).build()?,
+            // SSE-KMS under the account's AWS-managed key (aws/s3): the PKI,
+            // the Secrets' encryption keys and the etcd backups kept here are
+            // encrypted by KMS; an operator may set a customer-managed key as
+            // the bucket's default instead, and every write follows it.
+            ServerSideEncryptionByDefault::builder().sse_algorithm(ServerSideEncryption::AwsKms).build()?,
         )
+        .bucket_key_enabled(true)
         .build();
     client
         .put_bucket_encryption()
@@ -351,7 +357,7 @@ async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str, region: &str) 
         .map_err(|e| {
             anyhow::anyhow!("enabling encryption on {bucket}: {}", crate::sdk_error::describe_sdk_error(&e))
         })?;
-    tracing::info!(bucket, "created state bucket (versioned, private, encrypted)");
+    tracing::info!(bucket, "created state bucket (versioned, private, encrypted with KMS)");
     Ok(())
 }
 
