@@ -16,7 +16,13 @@
 //! its descriptor's size before it is pulled and read through a capped
 //! writer (a descriptor that lies is cut off at the cap), every call under
 //! a timeout, a few checks fetching at once, never a layer's foreign
-//! `urls`, and a failed read said without echoing what the server sent.
+//! `urls`, redirects followed only on the registry's own host (a registry
+//! cannot send the gateway's requests elsewhere), a blob's bytes checked
+//! against its digest, and a failed read said without echoing what the
+//! server sent. Manifests and blobs are read here over HTTP (reqwest, with
+//! that redirect policy); `oci-client` only fetches a bearer token when the
+//! registry asks for one (the token service is the one the registry's
+//! challenge names).
 //! A refusal is cached for a minute (an image signed after its first
 //! submission is trusted on the next), a verdict of trust for an hour.
 
@@ -28,9 +34,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::manifest::OciManifest;
+use oci_client::manifest::OciImageManifest;
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_client::{Client, Reference, RegistryOperation};
 use sha2::Digest as _;
 
 use crate::provenance::{self, Evidence, TrustPolicy, Verdict};
@@ -45,7 +51,15 @@ pub struct Checked {
 
 /// The registries the gateway reads, and the verdicts it has reached.
 pub struct Registries {
+    /// Bearer tokens, when a registry asks for one.
     client: Client,
+    /// Manifests and blobs: redirects only on the registry's own host.
+    http: reqwest::Client,
+    /// Hosts spoken to without TLS.
+    plain_http: Vec<String>,
+    /// Per `host/repository`: the bearer token to pull with (None: the
+    /// registry asks for none), kept [`TOKEN_TTL`].
+    tokens: Mutex<HashMap<String, (Option<String>, Instant)>>,
     /// Registry hosts (`host[:port]`) the gateway may talk to, exactly.
     allowed: Vec<String>,
     cache: Mutex<HashMap<(String, String), (Verdict, Instant)>>,
@@ -72,6 +86,16 @@ pub const ATTESTATION_MAX: u64 = 512 * 1024;
 const LAYERS_MAX: usize = 4;
 /// Each request to a registry (connect and whole answer).
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a registry's answer on tokens is kept (a registry's bearer
+/// tokens live five minutes or more).
+const TOKEN_TTL: Duration = Duration::from_secs(60);
+/// A manifest (an image's, or the one listing its signatures) is a few KiB.
+const MANIFEST_MAX: usize = 256 * 1024;
+/// Redirects followed (on the registry's own host) before giving up.
+const REDIRECTS_MAX: usize = 5;
+/// What a manifest request accepts (an image, an index, Docker's two).
+const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, \
+     application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json";
 /// Checks fetching evidence at once: with the caps above, at most
 /// 8 × 4 × (16 KiB + 512 KiB) ≈ 17 MiB held.
 const FETCHING_MAX: usize = 8;
@@ -113,6 +137,7 @@ impl Registries {
     /// `allowed`: the hosts the gateway may read; `plain_http`: those of
     /// them spoken to without TLS (a registry on loopback).
     pub fn new(allowed: Vec<String>, plain_http: Vec<String>) -> Registries {
+        let plain_http_hosts = plain_http.clone();
         let config = ClientConfig {
             protocol: ClientProtocol::HttpsExcept(plain_http),
             connect_timeout: Some(Duration::from_secs(5)),
@@ -120,8 +145,17 @@ impl Registries {
             max_concurrent_download: 1,
             ..Default::default()
         };
+        let http = reqwest::Client::builder()
+            .redirect(same_host_only())
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(CALL_TIMEOUT)
+            .build()
+            .unwrap_or_default();
         Registries {
             client: Client::new(config),
+            http,
+            plain_http: plain_http_hosts,
+            tokens: Mutex::new(HashMap::new()),
             allowed,
             cache: Mutex::new(HashMap::new()),
             fetching: tokio::sync::Semaphore::new(FETCHING_MAX),
@@ -165,17 +199,22 @@ impl Registries {
             );
         };
         // The digest: the one named, checked to exist, or the tag's, resolved once.
-        self.call();
-        let asked =
-            tokio::time::timeout(CALL_TIMEOUT, self.client.fetch_manifest_digest(&reference, &RegistryAuth::Anonymous));
-        let digest = match asked.await {
-            Ok(Ok(d)) => d,
-            Ok(Err(e)) => {
-                tracing::debug!("{image}: {e}");
-                return refused("", format!("{image}: no such image in {host}"));
-            }
-            Err(_) => return refused("", format!("{image}: {host} did not answer within {CALL_TIMEOUT:?}")),
+        let token = match self.token(&reference).await {
+            Ok(t) => t,
+            Err(why) => return refused("", format!("{image}: {why}")),
         };
+        let named = reference.digest().or(reference.tag()).unwrap_or("latest").to_string();
+        let digest =
+            match self.get(&reference, "manifests", &named, token.as_deref(), MANIFEST_ACCEPT, MANIFEST_MAX).await {
+                Ok(Some((headers, body))) => headers
+                    .get("docker-content-digest")
+                    .and_then(|v| v.to_str().ok())
+                    .filter(|d| provenance_digest_ok(d))
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("sha256:{}", hex::encode(sha2::Sha256::digest(&body)))),
+                Ok(None) => return refused("", format!("{image}: no such image in {host}")),
+                Err(why) => return refused("", format!("{image}: {why}")),
+            };
         if let Some(named) = reference.digest() {
             if named != digest {
                 return refused(&digest, format!("{image}: the registry serves {digest}, not {named}"));
@@ -192,7 +231,7 @@ impl Registries {
         let Ok(_fetching) = self.fetching.acquire().await else {
             return refused(&digest, "the gateway is stopping".into());
         };
-        let evidence = match self.evidence(&reference, &digest).await {
+        let evidence = match self.evidence(&reference, &digest, token.as_deref()).await {
             Ok(e) => e,
             Err(why) => return refused(&digest, why),
         };
@@ -210,25 +249,23 @@ impl Registries {
     }
 
     /// The signatures and attestations kept beside `digest`.
-    async fn evidence(&self, image: &Reference, digest: &str) -> Result<Evidence, String> {
+    async fn evidence(&self, image: &Reference, digest: &str, token: Option<&str>) -> Result<Evidence, String> {
         let mut ev = Evidence { digest: digest.to_string(), ..Default::default() };
         for (tag, media_type) in [
             (provenance::signature_tag(digest), provenance::SIGNATURE_MEDIA_TYPE),
             (provenance::attestation_tag(digest), provenance::DSSE_MEDIA_TYPE),
         ] {
-            let at = Reference::with_tag(image.registry().to_string(), image.repository().to_string(), tag);
-            self.call();
-            let manifest = match tokio::time::timeout(
-                CALL_TIMEOUT,
-                self.client.pull_manifest(&at, &RegistryAuth::Anonymous),
-            )
-            .await
-            {
-                Ok(Ok((OciManifest::Image(m), _))) => m,
-                // Nothing there: no signature (or attestation) for this digest.
-                Ok(Ok(_)) | Ok(Err(_)) => continue,
-                Err(_) => return Err(format!("{at}: the registry did not answer within {CALL_TIMEOUT:?}")),
-            };
+            let at = Reference::with_tag(image.registry().to_string(), image.repository().to_string(), tag.clone());
+            let manifest: OciImageManifest =
+                match self.get(image, "manifests", &tag, token, MANIFEST_ACCEPT, MANIFEST_MAX).await? {
+                    Some((_, body)) => match serde_json::from_slice(&body) {
+                        Ok(m) => m,
+                        // Not an image manifest: no evidence of this kind.
+                        Err(_) => continue,
+                    },
+                    // Nothing there: no signature (or attestation) for this digest.
+                    None => continue,
+                };
             let cap = if media_type == provenance::SIGNATURE_MEDIA_TYPE { SIGNATURE_MAX } else { ATTESTATION_MAX };
             for layer in manifest.layers.iter().filter(|l| l.media_type == media_type).take(LAYERS_MAX) {
                 if u64::try_from(layer.size).map_or(true, |n| n > cap) {
@@ -238,22 +275,14 @@ impl Registries {
                     ));
                 }
                 // Never a layer's foreign `urls`: only the registry named is asked.
-                let mut local = layer.clone();
-                local.urls = None;
-                let mut out = Capped { buf: Vec::new(), cap: cap as usize };
-                self.call();
-                match tokio::time::timeout(CALL_TIMEOUT, self.client.pull_blob(&at, &local, &mut out)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        // What the server sent is not echoed to the caller.
-                        tracing::debug!("reading {} of {at}: {e}", layer.digest);
-                        return Err(format!("reading {} of {at} failed", layer.digest));
-                    }
-                    Err(_) => {
-                        return Err(format!("reading {} of {at}: no answer within {CALL_TIMEOUT:?}", layer.digest))
-                    }
+                let bytes = match self.get(image, "blobs", &layer.digest, token, "*/*", cap as usize).await {
+                    Ok(Some((_, b))) => b,
+                    Ok(None) => return Err(format!("{} of {at}: the registry does not have it", layer.digest)),
+                    Err(why) => return Err(format!("{} of {at}: {why}", layer.digest)),
+                };
+                if format!("sha256:{}", hex::encode(sha2::Sha256::digest(&bytes))) != layer.digest {
+                    return Err(format!("{} of {at}: the bytes served are not that digest's", layer.digest));
                 }
-                let bytes = out.buf;
                 if media_type == provenance::SIGNATURE_MEDIA_TYPE {
                     let sig = layer
                         .annotations
@@ -269,6 +298,166 @@ impl Registries {
         }
         Ok(ev)
     }
+}
+
+impl Registries {
+    /// A bearer token for pulling from `image`'s repository, when its
+    /// registry asks for one (its `/v2/` answers 401); None when it does not.
+    async fn token(&self, image: &Reference) -> Result<Option<String>, String> {
+        let key = format!("{}/{}", image.resolve_registry(), image.repository());
+        if let Some((t, _)) =
+            self.tokens.lock().ok().and_then(|c| c.get(&key).filter(|(_, at)| at.elapsed() < TOKEN_TTL).cloned())
+        {
+            return Ok(t);
+        }
+        let t = self.ask_token(image).await?;
+        if let Ok(mut c) = self.tokens.lock() {
+            if c.len() >= CACHE_MAX {
+                c.clear();
+            }
+            c.insert(key, (t.clone(), Instant::now()));
+        }
+        Ok(t)
+    }
+
+    async fn ask_token(&self, image: &Reference) -> Result<Option<String>, String> {
+        let base = self.base(image);
+        self.call();
+        let ping = self.http.get(format!("{base}/v2/")).send().await.map_err(|e| {
+            tracing::debug!("{base}/v2/: {e}");
+            if e.is_timeout() {
+                format!("the registry did not answer within {CALL_TIMEOUT:?}")
+            } else {
+                "the registry could not be reached".to_string()
+            }
+        })?;
+        if ping.status().is_redirection() {
+            return Err(off_host());
+        }
+        if ping.status() != reqwest::StatusCode::UNAUTHORIZED {
+            return Ok(None);
+        }
+        self.call();
+        match tokio::time::timeout(
+            CALL_TIMEOUT,
+            self.client.auth(image, &RegistryAuth::Anonymous, RegistryOperation::Pull),
+        )
+        .await
+        {
+            Ok(Ok(t)) => Ok(t),
+            Ok(Err(e)) => {
+                tracing::debug!("a token for {image}: {e}");
+                Err("the registry's token service refused an anonymous pull".into())
+            }
+            Err(_) => Err(format!("the registry's token service did not answer within {CALL_TIMEOUT:?}")),
+        }
+    }
+
+    /// `scheme://host` of `image`'s registry, as the client resolves it.
+    fn base(&self, image: &Reference) -> String {
+        let host = image.resolve_registry();
+        let plain = self.plain_http.iter().any(|h| h == host || h == image.registry());
+        format!("{}://{host}", if plain { "http" } else { "https" })
+    }
+
+    /// GET `/v2/<repository>/<what>/<name>`, its body read to at most `cap`
+    /// bytes. Ok(None): 404 (nothing there). A redirect off the registry's
+    /// host, a body past the cap, a timeout or another status is Err,
+    /// said without echoing what the server sent.
+    async fn get(
+        &self,
+        image: &Reference,
+        what: &str,
+        name: &str,
+        token: Option<&str>,
+        accept: &str,
+        cap: usize,
+    ) -> Result<Option<(reqwest::header::HeaderMap, Vec<u8>)>, String> {
+        let url = format!("{}/v2/{}/{what}/{name}", self.base(image), image.repository());
+        let mut req = self.http.get(&url).header(reqwest::header::ACCEPT, accept);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        self.call();
+        let timed_out = || format!("no answer within {CALL_TIMEOUT:?}");
+        let mut resp = req.send().await.map_err(|e| {
+            tracing::debug!("{url}: {e}");
+            if e.is_timeout() {
+                timed_out()
+            } else if e.is_redirect() {
+                "the registry redirected too many times".to_string()
+            } else {
+                "reading it failed".to_string()
+            }
+        })?;
+        let status = resp.status();
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if status.is_redirection() {
+            return Err(off_host());
+        }
+        if !status.is_success() {
+            return Err(format!("the registry answered {}", status.as_u16()));
+        }
+        if resp.content_length().is_some_and(|n| n > cap as u64) {
+            return Err(format!(
+                "more than such a {} may be ({cap})",
+                if what == "blobs" { "layer" } else { "manifest" }
+            ));
+        }
+        let headers = resp.headers().clone();
+        let mut out = Capped { buf: Vec::new(), cap };
+        loop {
+            match resp.chunk().await {
+                Ok(Some(c)) => {
+                    use tokio::io::AsyncWriteExt as _;
+                    if out.write_all(&c).await.is_err() {
+                        return Err(format!(
+                            "more than such a {} may be ({cap})",
+                            if what == "blobs" { "layer" } else { "manifest" }
+                        ));
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!("{url}: {e}");
+                    return Err(if e.is_timeout() { timed_out() } else { "reading it failed".to_string() });
+                }
+            }
+        }
+        Ok(Some((headers, out.buf)))
+    }
+}
+
+/// Follows a redirect only to the same scheme, host and port, at most
+/// [`REDIRECTS_MAX`] times; another is not followed (its 3xx comes back,
+/// and is refused as [`off_host`] says).
+fn same_host_only() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same = attempt.previous().first().is_some_and(|first| {
+            let to = attempt.url();
+            first.scheme() == to.scheme()
+                && first.host_str() == to.host_str()
+                && first.port_or_known_default() == to.port_or_known_default()
+        });
+        if !same {
+            attempt.stop()
+        } else if attempt.previous().len() > REDIRECTS_MAX {
+            attempt.error("too many redirects")
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
+fn off_host() -> String {
+    "the registry redirected to another host, which the gateway does not follow".to_string()
+}
+
+/// A digest as a registry may name one: `sha256:` and 64 hex digits.
+fn provenance_digest_ok(d: &str) -> bool {
+    d.strip_prefix("sha256:").is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// `TEAM=FILE`: the team's trust policy, read and checked when the

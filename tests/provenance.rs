@@ -131,3 +131,94 @@ async fn oversized_evidence_is_refused_unread_and_a_refusal_is_not_kept_for_ever
     let second = regs.check(&format!("{host}/search/later:v1"), &p).await;
     assert!(second.verdict.trusted(), "{:?}", second.verdict);
 }
+
+/// A registry stands up here, serving what `routes` says for each path.
+async fn fake_registry(
+    ip: &str,
+    routes: impl Fn(&str) -> axum::response::Response + Clone + Send + Sync + 'static,
+) -> String {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        let routes = routes.clone();
+        async move { routes(uri.path()) }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr.to_string()
+}
+
+/// A registry cannot send the gateway's requests elsewhere: a redirect to
+/// another host is refused and that host is never asked; a redirect on the
+/// registry's own host is followed; a blob whose bytes are not its digest's
+/// is refused.
+#[tokio::test]
+async fn a_redirect_off_the_registrys_host_is_not_followed() {
+    use axum::http::{header, StatusCode};
+    use axum::response::IntoResponse as _;
+    use sha2::Digest as _;
+    let digest_of = |b: &[u8]| format!("sha256:{}", hex::encode(sha2::Sha256::digest(b)));
+    // Elsewhere: counts every request that reaches it.
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    let elsewhere = fake_registry("127.0.0.2", move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        "stolen".into_response()
+    })
+    .await;
+    let image = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2},"layers":[]}"#;
+    let image_digest = digest_of(image);
+    let sig_tag = pinfleet::provenance::signature_tag(&image_digest);
+    let sig_blob = b"sig";
+    let sig_manifest = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2}},"layers":[{{"mediaType":"{}","digest":"{}","size":3}}]}}"#,
+        pinfleet::provenance::SIGNATURE_MEDIA_TYPE,
+        digest_of(sig_blob)
+    );
+    let (away, sig_path) = (format!("http://{elsewhere}/blob"), format!("/v2/team/app/manifests/{sig_tag}"));
+    let blob_path = format!("/v2/team/app/blobs/{}", digest_of(sig_blob));
+    let routes = move |blob: &'static str| {
+        let (away, sig_path, blob_path, sig_manifest) =
+            (away.clone(), sig_path.clone(), blob_path.clone(), sig_manifest.clone());
+        move |path: &str| -> axum::response::Response {
+            let redirect =
+                |to: &str| (StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, to.to_string())]).into_response();
+            match path {
+                "/v2/" => "{}".into_response(),
+                "/v2/team/app/manifests/v1" => image.to_vec().into_response(),
+                // A tag that moved: on the registry's own host.
+                "/v2/team/app/manifests/moved" => redirect("/v2/team/app/manifests/v1"),
+                p if p == sig_path => sig_manifest.clone().into_response(),
+                p if p == blob_path => match blob {
+                    "away" => redirect(&away),
+                    "lies" => b"not the signature".to_vec().into_response(),
+                    _ => sig_blob.to_vec().into_response(),
+                },
+                _ => StatusCode::NOT_FOUND.into_response(),
+            }
+        }
+    };
+    let p = policy(&key("search-team"));
+    let check = |host: String, tag: &'static str| {
+        let p = p.clone();
+        async move {
+            let regs = Registries::new(vec![host.clone()], vec![host.clone()]);
+            let c = regs.check(&format!("{host}/team/app:{tag}"), &p).await;
+            c.verdict.refused.unwrap_or_default()
+        }
+    };
+    let away = fake_registry("127.0.0.1", routes("away")).await;
+    let why = check(away.clone(), "v1").await;
+    assert!(why.contains("the registry redirected to another host, which the gateway does not follow"), "{why}");
+    assert!(!why.contains("127.0.0.2"), "where it pointed is not echoed: {why}");
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the other host was never asked");
+    let lies = fake_registry("127.0.0.1", routes("lies")).await;
+    let why = check(lies, "v1").await;
+    assert!(why.contains("the bytes served are not that digest's"), "{why}");
+    let honest = fake_registry("127.0.0.1", routes("honest")).await;
+    let why = check(honest.clone(), "moved").await;
+    assert!(
+        !why.contains("redirect") && !why.contains("no such image"),
+        "a redirect on its own host is followed: {why}"
+    );
+    assert!(!why.is_empty(), "a signature of three bytes does not verify: {why}");
+}

@@ -387,8 +387,8 @@ pub async fn heal(
         let nodes = super::edges::KubeNodes::new(client.clone());
         let result = pass(cluster, &observed, &machines, &nodes, cfg, now, held).await?;
         let mut lines = result.lines();
-        // Why a control-plane machine went without a backup is history.
-        if let Some(line) = backup_line.filter(|_| cfg.skip_backup.is_some() || !cluster.spec.etcd.backups.enabled) {
+        // The backup a control-plane replacement stood on (or why none) is history.
+        if let Some(line) = backup_line {
             lines.insert(0, format!("machine-health: {line}"));
         }
         let mut record = crate::state::HistoryRecord::of_actions(revision, command, lines);

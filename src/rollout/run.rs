@@ -480,7 +480,9 @@ pub async fn upgrade(
         let _ = tx.send(e.clone());
         on(e);
     };
-    if let Some(line) = backup.filter(|_| opts.skip_backup.is_some() || !cluster.spec.etcd.backups.enabled) {
+    // The backup this change stands on (or why it has none) is said and is history.
+    if let Some(line) = backup {
+        forward(Event::Backup { message: line.clone() });
         let revision = store.next_revision().await?;
         let record = crate::state::HistoryRecord::of_actions(revision, command, vec![line]);
         store.record(&record.acting_as(aws.caller_identity().await), cluster).await?;
