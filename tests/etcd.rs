@@ -180,6 +180,31 @@ async fn restore_and_start(w: &World, state: &str, trio: &mut Trio, extra: &[&st
     (text, String::from_utf8_lossy(&out.stderr).to_string(), out.status.success())
 }
 
+/// `pinfleet etcd agent` for the world's cluster on `trio`, a full backup
+/// an hour (a change asks for one sooner), with `extra` flags.
+fn spawn_agent(w: &World, state: &str, trio: &Trio, extra: &[&str]) -> std::process::Child {
+    let endpoints = trio.endpoints();
+    let mut args =
+        vec!["etcd", "agent", w.cluster.as_str(), "--state", state, "--endpoints", &endpoints, "--interval", "1h"];
+    args.extend_from_slice(extra);
+    w.command(&args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+}
+
+/// The backups listed once one is verified, read every 200 ms up to
+/// `tries` times (until the agent's first write the bucket does not exist).
+async fn a_verified_backup(w: &World, state: &str, tries: usize) -> Vec<serde_json::Value> {
+    let mut listed = Vec::new();
+    for _ in 0..tries {
+        let o = w.run(&["etcd", "backups", &w.cluster, "--state", state, "-o", "json"]);
+        listed = serde_json::from_slice::<Vec<serde_json::Value>>(&o.stdout).unwrap_or_default();
+        if listed.iter().any(|b| b["verdict"]["ok"] == true) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    listed
+}
+
 fn backups_json(w: &World, state: &str) -> Vec<serde_json::Value> {
     let v = w.json(&["etcd", "backups", &w.cluster, "--state", state]);
     v.as_array().unwrap().clone()
@@ -266,37 +291,9 @@ async fn the_agent_keeps_deltas_so_a_restore_loses_at_most_a_delta_interval() {
     let (w, state) = world("etcd-rpo");
     let mut c = trio.client().await;
     write(&mut c, "/registry/configmaps/team/n", 100).await;
-    let mut agent = w
-        .command(&[
-            "etcd",
-            "agent",
-            &w.cluster,
-            "--state",
-            &state,
-            "--endpoints",
-            &trio.endpoints(),
-            "--interval",
-            "1h",
-            "--delta-interval",
-            "1s",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut agent = spawn_agent(&w, &state, &trio, &["--delta-interval", "1s"]);
     // The agent's first full backup, verified.
-    let mut listed = Vec::new();
-    for _ in 0..300 {
-        // Until the agent's first write the bucket does not exist.
-        let o = w.run(&["etcd", "backups", &w.cluster, "--state", &state, "-o", "json"]);
-        if o.status.success() {
-            listed = serde_json::from_slice::<Vec<serde_json::Value>>(&o.stdout).unwrap();
-        }
-        if listed.iter().any(|b| b["verdict"]["ok"] == true) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let listed = a_verified_backup(&w, &state, 300).await;
     assert!(listed.iter().any(|b| b["verdict"]["ok"] == true), "{listed:?}");
     // A change to the control plane asks for a backup now (the agent's
     // interval is an hour): the agent takes and verifies one at once.
@@ -347,22 +344,7 @@ async fn an_agent_waits_out_an_etcd_that_is_not_up_and_says_why() {
     let Some(bins) = binaries("an_agent_waits_out_an_etcd_that_is_not_up_and_says_why") else { return };
     let mut trio = Trio::unstarted(bins);
     let (w, state) = world("etcd-wait");
-    let mut agent = w
-        .command(&[
-            "etcd",
-            "agent",
-            &w.cluster,
-            "--state",
-            &state,
-            "--endpoints",
-            &trio.endpoints(),
-            "--interval",
-            "1h",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut agent = spawn_agent(&w, &state, &trio, &[]);
     let listing = || w.run(&["etcd", "backups", &w.cluster, "--state", &state]);
     let mut said = String::new();
     for _ in 0..150 {
@@ -378,15 +360,7 @@ async fn an_agent_waits_out_an_etcd_that_is_not_up_and_says_why() {
     assert!(said.contains("127.0.0.1"), "the endpoint that did not answer is named: {said}");
     assert!(agent.try_wait().unwrap().is_none(), "the agent is still up");
     trio.boot("drill-token").await;
-    let mut listed = Vec::new();
-    for _ in 0..600 {
-        let o = w.run(&["etcd", "backups", &w.cluster, "--state", &state, "-o", "json"]);
-        listed = serde_json::from_slice::<Vec<serde_json::Value>>(&o.stdout).unwrap_or_default();
-        if listed.iter().any(|b| b["verdict"]["ok"] == true) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let listed = a_verified_backup(&w, &state, 600).await;
     let _ = agent.kill();
     let _ = agent.wait();
     assert!(listed.iter().any(|b| b["verdict"]["ok"] == true), "once etcd answers, a verified backup: {listed:?}");
