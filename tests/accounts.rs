@@ -758,3 +758,120 @@ fn the_binary_refuses_a_cluster_whose_role_wants_another_external_id_or_lands_el
         "{stderr}"
     );
 }
+
+/// A recipe of one region for the image pipeline's commands.
+const NODE_RECIPE: &str = r#"base:
+  owners: ["099720109477"]
+  name: "ubuntu/images/hvm-ssd*/ubuntu-*-amd64-server-*"
+kubernetesVersion: "1.36.2"
+script: |
+  echo baked > /etc/motd
+regions: [us-east-1]
+encrypted: false
+builder:
+  instanceType: t3.large
+"#;
+
+/// An image of recipe `node` in `aws`'s account as a passed bake leaves it
+/// (moto boots nothing: an instance of moto's Ubuntu, imaged and tagged).
+async fn passed_image(aws: &Aws, build: &str) -> String {
+    use pinfleet::ami::bake::{TAG_BUILD, TAG_CHECKS, TAG_RECIPE};
+    let images = aws.ec2.describe_images().owners("099720109477").send().await.unwrap();
+    let base = images
+        .images()
+        .iter()
+        .find(|i| i.architecture().map(|a| a.as_str()) == Some("x86_64"))
+        .and_then(|i| i.image_id())
+        .unwrap()
+        .to_string();
+    let run = aws
+        .ec2
+        .run_instances()
+        .image_id(&base)
+        .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
+        .min_count(1)
+        .max_count(1)
+        .send()
+        .await
+        .unwrap();
+    let instance = run.instances()[0].instance_id().unwrap().to_string();
+    let image =
+        aws.ec2.create_image().instance_id(&instance).name(format!("pinfleet/node/{build}")).send().await.unwrap();
+    let image = image.image_id().unwrap().to_string();
+    let tag = |k: &str, v: &str| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build();
+    aws.ec2
+        .create_tags()
+        .resources(&image)
+        .tags(tag(TAG_RECIPE, "node"))
+        .tags(tag(TAG_BUILD, build))
+        .tags(tag(TAG_CHECKS, "passed"))
+        .send()
+        .await
+        .unwrap();
+    image
+}
+
+/// A world whose one cluster lives in account `member` and follows
+/// `node`'s `stable` channel; the caller's account is the build account.
+fn member_world(name: &str) -> (support::World, String) {
+    let w = support::World::new(name, 1);
+    let member = support::fresh_account();
+    let dir = w.clusters_dir();
+    let standard = dir.join("bases/aws-standard.yaml");
+    let text = std::fs::read_to_string(&standard).unwrap().replace(
+        "        selector:\n          owners: [\"099720109477\"]\n          name: \"ubuntu/images/hvm-ssd*/ubuntu-*-amd64-server-*\"\n          architecture: x86_64\n",
+        "        channel: stable\n        recipe: node\n",
+    );
+    assert!(text.contains("channel: stable"));
+    std::fs::write(&standard, text).unwrap();
+    std::fs::write(
+        dir.join("bases/member.yaml"),
+        format!("extends: aws-standard.yaml\nspec:\n  cloud:\n    account:\n      id: \"{member}\"\n      roleArn: arn:aws:iam::{member}:role/pinfleet\n"),
+    )
+    .unwrap();
+    let yaml = std::fs::read_to_string(w.cluster_file())
+        .unwrap()
+        .replace("extends: bases/aws-standard.yaml", "extends: bases/member.yaml");
+    w.write_cluster(&yaml);
+    let images = w.dir.path().join("images");
+    std::fs::create_dir_all(&images).unwrap();
+    std::fs::write(images.join("node.yaml"), NODE_RECIPE).unwrap();
+    (w, member)
+}
+
+#[test]
+fn promote_and_rollback_write_the_channel_into_the_member_account_too() {
+    let (mut w, member) = member_world("chm");
+    w.extra_env.push(("PINFLEET_IMAGES_DIR".into(), w.dir.path().join("images").display().to_string()));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let home = rt.block_on(w.aws());
+    let (x, y) = rt.block_on(async { (passed_image(&home, "b1").await, passed_image(&home, "b2").await) });
+    let sessions = Arc::new(Sessions::default());
+    let in_member = rt
+        .block_on(Aws::connect(&options(
+            &w.account,
+            "us-east-1",
+            Some(role_for(&account(&member, None), "m")),
+            &sessions,
+        )))
+        .unwrap();
+    let read = |aws: &Aws| rt.block_on(pinfleet::cloud::aws::channels::current(aws, "node", "stable")).unwrap();
+
+    let out = w.ok(&["ami", "promote", "node", "--image", &x, "--to", "stable", "--yes"]);
+    assert!(out.contains(&format!("shared {x} in us-east-1 with {member}")), "{out}");
+    assert_eq!(read(&in_member), Some(x.clone()));
+    w.ok(&["ami", "promote", "node", "--image", &y, "--to", "stable", "--yes"]);
+    assert_eq!((read(&home), read(&in_member)), (Some(y.clone()), Some(y.clone())));
+
+    // Rolled back in the build account: the member account reads the
+    // rolled-back channel where its cluster runs, and the image is shared.
+    let out = w.ok(&["ami", "rollback", "node", "stable", "--reason", "bad kernel", "--yes"]);
+    assert!(out.contains(&x), "{out}");
+    assert_eq!((read(&home), read(&in_member)), (Some(x.clone()), Some(x.clone())));
+    let history = rt.block_on(pinfleet::cloud::aws::channels::read(&in_member, "node", "stable")).unwrap();
+    assert!(history.current().unwrap().note.contains("bad kernel"), "{history:?}");
+    let shared = rt.block_on(pinfleet::cloud::aws::sharing::launch_permissions(&home, &x)).unwrap();
+    assert!(shared.contains(&member), "{shared:?}");
+    // (moto keeps images per account: a shared image is not seen from the
+    // member account, so resolving it there is not shown on moto.)
+}
