@@ -875,3 +875,55 @@ fn promote_and_rollback_write_the_channel_into_the_member_account_too() {
     // (moto keeps images per account: a shared image is not seen from the
     // member account, so resolving it there is not shown on moto.)
 }
+
+/// A VPC pinfleet made for cluster `cluster`, as `aws` finds it.
+async fn tagged_vpc(aws: &Aws, cluster: &str, cidr: &str) -> String {
+    use pinfleet::cloud::tags;
+    let tag = |k: &str, v: &str| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build();
+    let vpc = aws.ec2.create_vpc().cidr_block(cidr).send().await.unwrap();
+    let id = vpc.vpc().unwrap().vpc_id().unwrap().to_string();
+    aws.ec2
+        .create_tags()
+        .resources(&id)
+        .tags(tag(tags::MANAGED_BY, tags::MANAGED_BY_VALUE))
+        .tags(tag(tags::CLUSTER, cluster))
+        .tags(tag(tags::OWNER, "team-gone"))
+        .send()
+        .await
+        .unwrap();
+    id
+}
+
+#[test]
+fn orphans_are_looked_for_in_each_clusters_account_and_a_refusing_one_is_named() {
+    let (mut w, member) = member_world("orph");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let home = rt.block_on(w.aws());
+    let sessions = Arc::new(Sessions::default());
+    let in_member = rt
+        .block_on(Aws::connect(&options(
+            &w.account,
+            "us-east-1",
+            Some(role_for(&account(&member, None), "m")),
+            &sessions,
+        )))
+        .unwrap();
+    // Left behind by a destroyed cluster in the member account, and one in the caller's.
+    let there = rt.block_on(tagged_vpc(&in_member, "gone-member", "10.40.0.0/16"));
+    let here = rt.block_on(tagged_vpc(&home, "gone-home", "10.41.0.0/16"));
+
+    let report = w.json(&["orphans"]);
+    let ids: Vec<&str> = report.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&there.as_str()) && ids.contains(&here.as_str()), "{report:#}");
+    let row = report.as_array().unwrap().iter().find(|r| r["id"] == there.as_str()).unwrap();
+    assert_eq!(row["cluster"], "gone-member");
+    assert!(row["why"].as_str().unwrap().contains("no cluster `gone-member`"), "{row}");
+
+    // The member account refuses: its scan alone stops, said; the caller's goes on.
+    w.extra_env.push(("PINFLEET_STS_FAULTS".into(), format!("deny={member}")));
+    let out = w.run(&["orphans"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains(&format!("not scanned: account {member} in us-east-1: ")), "{stderr}");
+    assert!(stdout.contains(&here) && !stdout.contains(&there), "{stdout}");
+}
