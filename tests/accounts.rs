@@ -927,3 +927,82 @@ fn orphans_are_looked_for_in_each_clusters_account_and_a_refusing_one_is_named()
     assert!(stderr.contains(&format!("not scanned: account {member} in us-east-1: ")), "{stderr}");
     assert!(stdout.contains(&here) && !stdout.contains(&there), "{stdout}");
 }
+
+/// A client whose S3 calls go through `owners` (S3's ExpectedBucketOwner
+/// as S3 enforces it).
+struct Owned {
+    s3: aws_sdk_s3::Client,
+}
+
+impl pinfleet::state::S3Access for Owned {
+    fn s3(&self) -> &aws_sdk_s3::Client {
+        &self.s3
+    }
+
+    fn region(&self) -> &str {
+        "us-east-1"
+    }
+}
+
+#[tokio::test]
+async fn a_state_store_whose_bucket_is_in_another_account_is_refused_before_the_first_write() {
+    use pinfleet::cloud::aws::inject::S3Owners;
+    use pinfleet::state::Store;
+    aws_env();
+    let (ours, thief) = (support::fresh_account(), support::fresh_account());
+    let connect = |id: &str| AwsOptions {
+        region: Some("us-east-1".into()),
+        moto_account: Some(id.to_string()),
+        ..Default::default()
+    };
+    let (home, elsewhere) =
+        (Aws::connect(&connect(&ours)).await.unwrap(), Aws::connect(&connect(&thief)).await.unwrap());
+    let (taken, own) = (format!("pf-taken-{ours}"), format!("pf-own-{ours}"));
+    // The name was taken in another account before the fleet made it.
+    elsewhere.s3.create_bucket().bucket(&taken).send().await.unwrap();
+    let owners = S3Owners::parse(&format!("{taken}={thief};{own}={ours}")).unwrap();
+    let client =
+        Owned { s3: aws_sdk_s3::Client::from_conf(home.s3.config().to_builder().interceptor(owners.clone()).build()) };
+
+    let url = format!("s3://{taken}/clusters?expectedBucketOwner={ours}");
+    let e = Store::open(&url, "c1", Some(&client)).await.unwrap_err();
+    assert!(
+        format!("{e:#}").contains(&format!(
+            "state store bucket {taken} is not in account {ours} (S3 answered 403 AccessDenied to ExpectedBucketOwner {ours})"
+        )),
+        "{e:#}"
+    );
+    let e = Store::open_existing(&url, "c1", Some(&client)).await.unwrap_err();
+    assert!(format!("{e:#}").contains("is not in account"), "{e:#}");
+    let written = elsewhere.s3.list_objects_v2().bucket(&taken).send().await.unwrap();
+    assert_eq!(written.key_count(), Some(0), "nothing written into the taken bucket");
+    let calls = owners.seen();
+    assert!(calls.iter().all(|(op, _)| op == "HeadBucket"), "stopped at the first call: {calls:?}");
+
+    // The state store's own bucket: created, then every call states its owner.
+    let url = format!("s3://{own}/clusters?expectedBucketOwner={ours}");
+    let store = Store::open(&url, "c1", Some(&client)).await.unwrap();
+    store.put("spec.json", b"{}".to_vec(), pinfleet::state::Condition::IfAbsent).await.unwrap();
+    assert_eq!(store.get("spec.json").await.unwrap().unwrap().0, b"{}");
+    assert_eq!(store.list("").await.unwrap().len(), 1);
+    pinfleet::state::lock::Lock::with(&store, "test", async { anyhow::Ok(()) }).await.unwrap();
+    store.delete("spec.json").await.unwrap();
+    assert_eq!(store.describe("spec.json"), format!("s3://{own}/clusters/c1/spec.json"));
+    let calls = owners.seen();
+    let after: Vec<_> = calls.iter().skip_while(|(op, _)| op != "CreateBucket").collect();
+    assert!(after.len() > 5, "{calls:?}");
+    for (op, stated) in &after {
+        if *op == "CreateBucket" {
+            assert_eq!(*stated, None, "CreateBucket has no ExpectedBucketOwner");
+        } else {
+            assert_eq!(stated.as_deref(), Some(ours.as_str()), "{op} stated no owner");
+        }
+    }
+    for op in ["PutBucketVersioning", "PutObject", "GetObject", "ListObjectsV2", "DeleteObject"] {
+        assert!(after.iter().any(|(o, _)| o == op), "{op} in {calls:?}");
+    }
+
+    // A URL whose owner is not an account id is refused, located at the setting.
+    let e = Store::open(&format!("s3://{own}/c?expectedBucketOwner=12"), "c1", Some(&client)).await.unwrap_err();
+    assert!(format!("{e}").contains("expectedBucketOwner `12` is not a 12-digit AWS account id"), "{e}");
+}
