@@ -764,6 +764,9 @@ const NODE_RECIPE: &str = r#"base:
   owners: ["099720109477"]
   name: "ubuntu/images/hvm-ssd*/ubuntu-*-amd64-server-*"
 kubernetesVersion: "1.36.2"
+components:
+  containerd: "2.1.4"
+packages: [conntrack]
 script: |
   echo baked > /etc/motd
 regions: [us-east-1]
@@ -1005,4 +1008,128 @@ async fn a_state_store_whose_bucket_is_in_another_account_is_refused_before_the_
     // A URL whose owner is not an account id is refused, located at the setting.
     let e = Store::open(&format!("s3://{own}/c?expectedBucketOwner=12"), "c1", Some(&client)).await.unwrap_err();
     assert!(format!("{e}").contains("expectedBucketOwner `12` is not a 12-digit AWS account id"), "{e}");
+}
+
+/// What a builder reports when its script and checks passed.
+const REPORT: &str = "kernel=6.8.0-1015-aws;osImage=Ubuntu 24.04.1 LTS;kubelet=v1.36.2;containerd=2.1.4;cgroup=v2;machineId=0;sshHostKeys=0;freeGiB=11;failedUnits=";
+
+/// Plays the builder's last step in `account` (moto boots nothing): tags
+/// each running builder there with a passed report, until `stop`.
+fn builder_stand_in(account: String, stop: Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<()> {
+    aws_env();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let aws = Aws::connect(&AwsOptions {
+                region: Some("us-east-1".into()),
+                moto_account: Some(account),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            let filter = |k: &str, v: &str| aws_sdk_ec2::types::Filter::builder().name(k).values(v).build();
+            let tag = |k: &str, v: &str| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build();
+            while !stop.load(Ordering::SeqCst) {
+                let out = aws
+                    .ec2
+                    .describe_instances()
+                    .filters(filter("tag:pinfleet:role", "builder"))
+                    .filters(filter("instance-state-name", "running"))
+                    .send()
+                    .await
+                    .unwrap();
+                for i in out.reservations().iter().flat_map(|r| r.instances()) {
+                    if i.tags().iter().any(|t| t.key() == Some("pinfleet:bake-status")) {
+                        continue;
+                    }
+                    aws.ec2
+                        .create_tags()
+                        .resources(i.instance_id().unwrap())
+                        .tags(tag("pinfleet:bake-status", "done"))
+                        .tags(tag("pinfleet:bake-report", REPORT))
+                        .send()
+                        .await
+                        .unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    })
+}
+
+/// The images of recipe `node` an account holds, and its builders.
+async fn bakes_in(aws: &Aws) -> (Vec<String>, usize) {
+    let filter = |k: &str, v: &str| aws_sdk_ec2::types::Filter::builder().name(k).values(v).build();
+    let images = aws.ec2.describe_images().owners("self").filters(filter("tag:pinfleet:recipe", "node")).send().await;
+    let images = images.unwrap().images().iter().filter_map(|i| i.image_id().map(str::to_string)).collect();
+    let builders = aws.ec2.describe_instances().filters(filter("tag:pinfleet:role", "builder")).send().await.unwrap();
+    (images, builders.reservations().iter().map(|r| r.instances().len()).sum())
+}
+
+#[test]
+fn a_recipe_with_a_build_account_is_baked_there_checked_first_and_shared_with_a_member() {
+    let (mut w, member) = member_world("bld");
+    let build = support::fresh_account();
+    let role = format!("arn:aws:iam::{build}:role/pinfleet");
+    let images = w.dir.path().join("images");
+    std::fs::write(
+        images.join("node.yaml"),
+        format!("{NODE_RECIPE}buildAccount: {{id: \"{build}\", roleArn: \"{role}\"}}\n"),
+    )
+    .unwrap();
+    w.extra_env.push(("PINFLEET_IMAGES_DIR".into(), images.display().to_string()));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let caller = rt.block_on(w.aws());
+    let in_build = rt
+        .block_on(Aws::connect(&AwsOptions {
+            region: Some("us-east-1".into()),
+            moto_account: Some(build.clone()),
+            ..Default::default()
+        }))
+        .unwrap();
+
+    // The role lands elsewhere: refused before a builder is launched anywhere.
+    w.extra_env.push(("PINFLEET_STS_FAULTS".into(), format!("elsewhere={role}=999999999999")));
+    let out = w.run(&["ami", "bake", "node", "--poll", "200ms"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("build account {build}")) && stderr.contains("landed in account 999999999999"),
+        "{stderr}"
+    );
+    assert_eq!(rt.block_on(bakes_in(&in_build)), (vec![], 0));
+    assert_eq!(rt.block_on(bakes_in(&caller)), (vec![], 0));
+    w.extra_env.pop();
+
+    // Baked in the build account, nothing in the caller's.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stand_in = builder_stand_in(build.clone(), stop.clone());
+    let out = w.run(&["ami", "bake", "node", "--poll", "200ms", "-o", "json"]);
+    stop.store(true, Ordering::SeqCst);
+    stand_in.join().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let baked: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let image = baked["images"]["us-east-1"].as_str().unwrap().to_string();
+    let (held, builders) = rt.block_on(bakes_in(&in_build));
+    assert_eq!((held, builders), (vec![image.clone()], 1), "the image and its builder are the build account's");
+    assert_eq!(rt.block_on(bakes_in(&caller)), (vec![], 0), "nothing in the caller's account");
+
+    // Promoted there, shared with the member account, its channel written there.
+    let out = w.ok(&["ami", "promote", "node", "--image", &image, "--to", "stable", "--yes"]);
+    assert!(out.contains(&format!("shared {image} in us-east-1 with {member}")), "{out}");
+    let shared = rt.block_on(pinfleet::cloud::aws::sharing::launch_permissions(&in_build, &image)).unwrap();
+    assert_eq!(shared, [member.clone()].into_iter().collect());
+    let sessions = Arc::new(Sessions::default());
+    let in_member = rt
+        .block_on(Aws::connect(&options(
+            &w.account,
+            "us-east-1",
+            Some(role_for(&account(&member, None), "m")),
+            &sessions,
+        )))
+        .unwrap();
+    let read = |aws: &Aws| rt.block_on(pinfleet::cloud::aws::channels::current(aws, "node", "stable")).unwrap();
+    assert_eq!((read(&in_build), read(&in_member), read(&caller)), (Some(image.clone()), Some(image.clone()), None));
+    // (moto keeps images per account: launching the shared image from the
+    // member account cannot be shown on moto.)
 }

@@ -54,11 +54,33 @@ impl ImagesArgs {
         Aws::connect(&AwsOptions::from_env(target, Some(region.to_string()))?).await
     }
 
-    /// A client per recipe region, home first.
+    /// A client per recipe region, home first: in the recipe's build
+    /// account when it names one (its role assumed, and the landing
+    /// checked with GetCallerIdentity before anything is written, as a
+    /// cluster's is), else with the caller's own credentials.
     async fn clients(&self, l: &recipe::Loaded) -> Result<Vec<Aws>> {
+        let Some(account) = &l.recipe.build_account else {
+            let mut out = Vec::new();
+            for r in &l.recipe.regions {
+                out.push(self.client(r).await?);
+            }
+            return Ok(out);
+        };
+        let target = self.target.aws().ok_or_else(|| anyhow!("images live on AWS: --target aws or localstack"))?;
+        let sessions = std::sync::Arc::new(crate::cloud::aws::account::Sessions::default());
         let mut out = Vec::new();
         for r in &l.recipe.regions {
-            out.push(self.client(r).await?);
+            let mut opts = AwsOptions::from_env(target, Some(r.clone()))?;
+            opts.role = Some(crate::cloud::aws::account::RoleFor {
+                account: account.clone(),
+                cluster: format!("image-{}", l.name),
+                command: "ami".into(),
+            });
+            opts.sessions = Some(sessions.clone());
+            let aws = Aws::connect(&opts)
+                .await
+                .map_err(|e| anyhow!("recipe {}: build account {}: {e:#}", l.name, account.id))?;
+            out.push(aws);
         }
         Ok(out)
     }
@@ -139,7 +161,7 @@ async fn regions_for(images: &ImagesArgs, recipe: Option<&str>, given: &[String]
     let names: Vec<String> = if !given.is_empty() {
         given.to_vec()
     } else if let Some(r) = recipe {
-        images.recipe(r)?.recipe.regions
+        return images.clients(&images.recipe(r)?).await;
     } else {
         let mut all: Vec<String> = Vec::new();
         for r in recipe::list(&images.images_dir).unwrap_or_default() {
