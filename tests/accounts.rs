@@ -1005,6 +1005,22 @@ async fn a_state_store_whose_bucket_is_in_another_account_is_refused_before_the_
         assert!(after.iter().any(|(o, _)| o == op), "{op} in {calls:?}");
     }
 
+    // A bucket that does not exist yet, made with another account's
+    // credentials: it would be that account's, so it is taken back.
+    let fresh = format!("pf-fresh-{ours}");
+    let owners = S3Owners::parse(&format!("{fresh}={thief}")).unwrap();
+    let theirs =
+        Owned { s3: aws_sdk_s3::Client::from_conf(elsewhere.s3.config().to_builder().interceptor(owners).build()) };
+    let url = format!("s3://{fresh}/clusters?expectedBucketOwner={ours}");
+    let e = Store::open(&url, "c1", Some(&theirs)).await.unwrap_err();
+    assert!(
+        format!("{e:#}").contains(&format!(
+            "state store bucket {fresh} did not exist, and made with these credentials it is not in account {ours}"
+        )) && format!("{e:#}").contains("it was deleted again"),
+        "{e:#}"
+    );
+    assert!(elsewhere.s3.head_bucket().bucket(&fresh).send().await.is_err(), "no bucket left behind");
+
     // A URL whose owner is not an account id is refused, located at the setting.
     let e = Store::open(&format!("s3://{own}/c?expectedBucketOwner=12"), "c1", Some(&client)).await.unwrap_err();
     assert!(format!("{e}").contains("expectedBucketOwner `12` is not a 12-digit AWS account id"), "{e}");

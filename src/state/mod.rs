@@ -76,7 +76,7 @@ impl Store {
                 Some(id) => owner::client(aws.s3(), id),
                 None => aws.s3().clone(),
             };
-            ensure_bucket(&client, bucket, aws.region(), expected).await?;
+            ensure_bucket(&client, aws.s3(), bucket, aws.region(), expected).await?;
             Backend::S3 { client, bucket: bucket.to_string(), prefix: prefix.trim_matches('/').to_string() }
         } else if let Some(dir) = url.strip_prefix("file://") {
             Backend::File { root: PathBuf::from(dir) }
@@ -319,7 +319,15 @@ impl Store {
     }
 }
 
-async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str, region: &str, expected: Option<&str>) -> Result<()> {
+/// `client` states the `expected` owner, if any; `plain` does not (it
+/// removes a bucket just made in an account other than the expected one).
+async fn ensure_bucket(
+    client: &aws_sdk_s3::Client,
+    plain: &aws_sdk_s3::Client,
+    bucket: &str,
+    region: &str,
+    expected: Option<&str>,
+) -> Result<()> {
     use aws_sdk_s3::types::{
         BucketLocationConstraint, BucketVersioningStatus, CreateBucketConfiguration, PublicAccessBlockConfiguration,
         ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration, ServerSideEncryptionRule,
@@ -339,15 +347,21 @@ async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str, region: &str, 
             CreateBucketConfiguration::builder().location_constraint(BucketLocationConstraint::from(region)).build(),
         );
     }
-    match create.send().await {
-        Ok(_) => {}
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_bucket_already_owned_by_you()) => {}
+    let created = match create.send().await {
+        Ok(_) => true,
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_bucket_already_owned_by_you()) => false,
         Err(e) => bail!("creating state bucket {bucket}: {}", crate::sdk_error::describe_sdk_error(&e)),
-    }
+    };
     let versioning = VersioningConfiguration::builder().status(BucketVersioningStatus::Enabled).build();
-    client.put_bucket_versioning().bucket(bucket).versioning_configuration(versioning).send().await.map_err(|e| {
-        anyhow::anyhow!("enabling versioning on {bucket}: {}", crate::sdk_error::describe_sdk_error(&e))
-    })?;
+    if let Err(e) = client.put_bucket_versioning().bucket(bucket).versioning_configuration(versioning).send().await {
+        // CreateBucket states no owner: made with credentials of another
+        // account, the bucket is that account's. Taken back before a write.
+        if let (true, Some(owner), Some(403)) = (created, expected, e.raw_response().map(|r| r.status().as_u16())) {
+            let removed = plain.delete_bucket().bucket(bucket).send().await.is_ok();
+            bail!("{}", owner::made_elsewhere(bucket, owner, removed));
+        }
+        bail!("enabling versioning on {bucket}: {}", crate::sdk_error::describe_sdk_error(&e));
+    }
     let block = PublicAccessBlockConfiguration::builder()
         .block_public_acls(true)
         .block_public_policy(true)

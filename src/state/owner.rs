@@ -56,3 +56,13 @@ pub fn refused(bucket: &str, owner: &str) -> String {
          a bucket of that name in another account is never written to; check the state store URL's expectedBucketOwner, or the bucket"
     )
 }
+
+/// What the command says when the bucket it just made is not the expected
+/// owner's (the credentials act in another account).
+pub fn made_elsewhere(bucket: &str, owner: &str, removed: bool) -> String {
+    let after = if removed { "it was deleted again" } else { "deleting it again failed: delete it by hand" };
+    format!(
+        "state store bucket {bucket} did not exist, and made with these credentials it is not in account {owner} \
+         (S3 answered 403 AccessDenied to ExpectedBucketOwner {owner}): {after}; make the bucket in account {owner}"
+    )
+}

@@ -489,8 +489,9 @@ impl Intercept for S3Faults {
 
 /// S3's ExpectedBucketOwner as S3 enforces it and moto does not (moto
 /// 5.2.5 accepts any owner): a call stating an owner other than the
-/// bucket's is answered 403 AccessDenied (`Access Denied`, S3's answer)
-/// and never reaches the bucket. Which account owns which bucket is
+/// bucket's is answered 403 AccessDenied (`Access Denied`, S3's answer),
+/// or 404 NoSuchBucket while the bucket does not exist, and never
+/// reaches the bucket. Which account owns which bucket is
 /// declared (`PINFLEET_S3_OWNERS`: `bucket=account;…`), as a bucket name
 /// taken over in another account would be.
 #[derive(Debug, Clone, Default)]
@@ -564,10 +565,14 @@ impl Intercept for S3Owners {
         if !self.refuses(req.uri(), &expected) {
             return Ok(());
         }
-        // The refused call never reaches the bucket: ListBuckets goes instead.
-        let root = url::Url::parse(req.uri())?.join("/")?.to_string();
-        req.set_uri(root.as_str())?;
-        req.set_method("GET")?;
+        // The refused call never reaches the bucket: HeadBucket goes instead,
+        // to tell a bucket that does not exist (S3 answers 404 NoSuchBucket
+        // whatever owner is stated) from one of another account (403).
+        let u = url::Url::parse(req.uri())?;
+        let bucket = u.path_segments().and_then(|mut s| s.next()).unwrap_or_default().to_string();
+        let head = u.join(&format!("/{bucket}"))?.to_string();
+        req.set_uri(head.as_str())?;
+        req.set_method("HEAD")?;
         *req.body_mut() = SdkBody::empty();
         req.headers_mut().remove("content-length");
         req.headers_mut().remove("content-md5");
@@ -584,9 +589,13 @@ impl Intercept for S3Owners {
         if cfg.load::<WrongOwner>().is_none() {
             return Ok(());
         }
-        let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message><RequestId>INJECTED</RequestId></Error>";
+        let (status, body) = if ctx.response().status().as_u16() == 404 {
+            (404u16, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><RequestId>INJECTED</RequestId></Error>")
+        } else {
+            (403u16, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message><RequestId>INJECTED</RequestId></Error>")
+        };
         let resp = ctx.response_mut();
-        *resp.status_mut() = 403u16.try_into()?;
+        *resp.status_mut() = status.try_into()?;
         resp.headers_mut().insert("content-type", "application/xml");
         resp.headers_mut().insert("content-length", body.len().to_string());
         *resp.body_mut() = SdkBody::from(body);
