@@ -758,3 +758,394 @@ fn the_binary_refuses_a_cluster_whose_role_wants_another_external_id_or_lands_el
         "{stderr}"
     );
 }
+
+/// A recipe of one region for the image pipeline's commands.
+const NODE_RECIPE: &str = r#"base:
+  owners: ["099720109477"]
+  name: "ubuntu/images/hvm-ssd*/ubuntu-*-amd64-server-*"
+kubernetesVersion: "1.36.2"
+components:
+  containerd: "2.1.4"
+packages: [conntrack]
+script: |
+  echo baked > /etc/motd
+regions: [us-east-1]
+encrypted: false
+builder:
+  instanceType: t3.large
+"#;
+
+/// An image of recipe `node` in `aws`'s account as a passed bake leaves it
+/// (moto boots nothing: an instance of moto's Ubuntu, imaged and tagged).
+async fn passed_image(aws: &Aws, build: &str) -> String {
+    use pinfleet::ami::bake::{TAG_BUILD, TAG_CHECKS, TAG_RECIPE};
+    let images = aws.ec2.describe_images().owners("099720109477").send().await.unwrap();
+    let base = images
+        .images()
+        .iter()
+        .find(|i| i.architecture().map(|a| a.as_str()) == Some("x86_64"))
+        .and_then(|i| i.image_id())
+        .unwrap()
+        .to_string();
+    let run = aws
+        .ec2
+        .run_instances()
+        .image_id(&base)
+        .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
+        .min_count(1)
+        .max_count(1)
+        .send()
+        .await
+        .unwrap();
+    let instance = run.instances()[0].instance_id().unwrap().to_string();
+    let image =
+        aws.ec2.create_image().instance_id(&instance).name(format!("pinfleet/node/{build}")).send().await.unwrap();
+    let image = image.image_id().unwrap().to_string();
+    let tag = |k: &str, v: &str| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build();
+    aws.ec2
+        .create_tags()
+        .resources(&image)
+        .tags(tag(TAG_RECIPE, "node"))
+        .tags(tag(TAG_BUILD, build))
+        .tags(tag(TAG_CHECKS, "passed"))
+        .send()
+        .await
+        .unwrap();
+    image
+}
+
+/// A world whose one cluster lives in account `member` and follows
+/// `node`'s `stable` channel; the caller's account is the build account.
+fn member_world(name: &str) -> (support::World, String) {
+    let w = support::World::new(name, 1);
+    let member = support::fresh_account();
+    let dir = w.clusters_dir();
+    let standard = dir.join("bases/aws-standard.yaml");
+    let text = std::fs::read_to_string(&standard).unwrap().replace(
+        "        selector:\n          owners: [\"099720109477\"]\n          name: \"ubuntu/images/hvm-ssd*/ubuntu-*-amd64-server-*\"\n          architecture: x86_64\n",
+        "        channel: stable\n        recipe: node\n",
+    );
+    assert!(text.contains("channel: stable"));
+    std::fs::write(&standard, text).unwrap();
+    std::fs::write(
+        dir.join("bases/member.yaml"),
+        format!("extends: aws-standard.yaml\nspec:\n  cloud:\n    account:\n      id: \"{member}\"\n      roleArn: arn:aws:iam::{member}:role/pinfleet\n"),
+    )
+    .unwrap();
+    let yaml = std::fs::read_to_string(w.cluster_file())
+        .unwrap()
+        .replace("extends: bases/aws-standard.yaml", "extends: bases/member.yaml");
+    w.write_cluster(&yaml);
+    let images = w.dir.path().join("images");
+    std::fs::create_dir_all(&images).unwrap();
+    std::fs::write(images.join("node.yaml"), NODE_RECIPE).unwrap();
+    (w, member)
+}
+
+#[test]
+fn promote_and_rollback_write_the_channel_into_the_member_account_too() {
+    let (mut w, member) = member_world("chm");
+    w.extra_env.push(("PINFLEET_IMAGES_DIR".into(), w.dir.path().join("images").display().to_string()));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let home = rt.block_on(w.aws());
+    let (x, y) = rt.block_on(async { (passed_image(&home, "b1").await, passed_image(&home, "b2").await) });
+    let sessions = Arc::new(Sessions::default());
+    let in_member = rt
+        .block_on(Aws::connect(&options(
+            &w.account,
+            "us-east-1",
+            Some(role_for(&account(&member, None), "m")),
+            &sessions,
+        )))
+        .unwrap();
+    let read = |aws: &Aws| rt.block_on(pinfleet::cloud::aws::channels::current(aws, "node", "stable")).unwrap();
+
+    let out = w.ok(&["ami", "promote", "node", "--image", &x, "--to", "stable", "--yes"]);
+    assert!(out.contains(&format!("shared {x} in us-east-1 with {member}")), "{out}");
+    assert_eq!(read(&in_member), Some(x.clone()));
+    w.ok(&["ami", "promote", "node", "--image", &y, "--to", "stable", "--yes"]);
+    assert_eq!((read(&home), read(&in_member)), (Some(y.clone()), Some(y.clone())));
+
+    // Rolled back in the build account: the member account reads the
+    // rolled-back channel where its cluster runs, and the image is shared.
+    let out = w.ok(&["ami", "rollback", "node", "stable", "--reason", "bad kernel", "--yes"]);
+    assert!(out.contains(&x), "{out}");
+    assert_eq!((read(&home), read(&in_member)), (Some(x.clone()), Some(x.clone())));
+    let history = rt.block_on(pinfleet::cloud::aws::channels::read(&in_member, "node", "stable")).unwrap();
+    assert!(history.current().unwrap().note.contains("bad kernel"), "{history:?}");
+    let shared = rt.block_on(pinfleet::cloud::aws::sharing::launch_permissions(&home, &x)).unwrap();
+    assert!(shared.contains(&member), "{shared:?}");
+    // (moto keeps images per account: a shared image is not seen from the
+    // member account, so resolving it there is not shown on moto.)
+}
+
+/// A VPC pinfleet made for cluster `cluster`, as `aws` finds it.
+async fn tagged_vpc(aws: &Aws, cluster: &str, cidr: &str) -> String {
+    use pinfleet::cloud::tags;
+    let tag = |k: &str, v: &str| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build();
+    let vpc = aws.ec2.create_vpc().cidr_block(cidr).send().await.unwrap();
+    let id = vpc.vpc().unwrap().vpc_id().unwrap().to_string();
+    aws.ec2
+        .create_tags()
+        .resources(&id)
+        .tags(tag(tags::MANAGED_BY, tags::MANAGED_BY_VALUE))
+        .tags(tag(tags::CLUSTER, cluster))
+        .tags(tag(tags::OWNER, "team-gone"))
+        .send()
+        .await
+        .unwrap();
+    id
+}
+
+#[test]
+fn orphans_are_looked_for_in_each_clusters_account_and_a_refusing_one_is_named() {
+    let (mut w, member) = member_world("orph");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let home = rt.block_on(w.aws());
+    let sessions = Arc::new(Sessions::default());
+    let in_member = rt
+        .block_on(Aws::connect(&options(
+            &w.account,
+            "us-east-1",
+            Some(role_for(&account(&member, None), "m")),
+            &sessions,
+        )))
+        .unwrap();
+    // Left behind by a destroyed cluster in the member account, and one in the caller's.
+    let there = rt.block_on(tagged_vpc(&in_member, "gone-member", "10.40.0.0/16"));
+    let here = rt.block_on(tagged_vpc(&home, "gone-home", "10.41.0.0/16"));
+
+    let report = w.json(&["orphans"]);
+    let ids: Vec<&str> = report.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&there.as_str()) && ids.contains(&here.as_str()), "{report:#}");
+    let row = report.as_array().unwrap().iter().find(|r| r["id"] == there.as_str()).unwrap();
+    assert_eq!(row["cluster"], "gone-member");
+    assert!(row["why"].as_str().unwrap().contains("no cluster `gone-member`"), "{row}");
+
+    // The member account refuses: its scan alone stops, said; the caller's goes on.
+    w.extra_env.push(("PINFLEET_STS_FAULTS".into(), format!("deny={member}")));
+    let out = w.run(&["orphans"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains(&format!("not scanned: account {member} in us-east-1: ")), "{stderr}");
+    assert!(stdout.contains(&here) && !stdout.contains(&there), "{stdout}");
+}
+
+/// A client whose S3 calls go through `owners` (S3's ExpectedBucketOwner
+/// as S3 enforces it).
+struct Owned {
+    s3: aws_sdk_s3::Client,
+}
+
+impl pinfleet::state::S3Access for Owned {
+    fn s3(&self) -> &aws_sdk_s3::Client {
+        &self.s3
+    }
+
+    fn region(&self) -> &str {
+        "us-east-1"
+    }
+}
+
+#[tokio::test]
+async fn a_state_store_whose_bucket_is_in_another_account_is_refused_before_the_first_write() {
+    use pinfleet::cloud::aws::inject::S3Owners;
+    use pinfleet::state::Store;
+    aws_env();
+    let (ours, thief) = (support::fresh_account(), support::fresh_account());
+    let connect = |id: &str| AwsOptions {
+        region: Some("us-east-1".into()),
+        moto_account: Some(id.to_string()),
+        ..Default::default()
+    };
+    let (home, elsewhere) =
+        (Aws::connect(&connect(&ours)).await.unwrap(), Aws::connect(&connect(&thief)).await.unwrap());
+    let (taken, own) = (format!("pf-taken-{ours}"), format!("pf-own-{ours}"));
+    // The name was taken in another account before the fleet made it.
+    elsewhere.s3.create_bucket().bucket(&taken).send().await.unwrap();
+    let owners = S3Owners::parse(&format!("{taken}={thief};{own}={ours}")).unwrap();
+    let client =
+        Owned { s3: aws_sdk_s3::Client::from_conf(home.s3.config().to_builder().interceptor(owners.clone()).build()) };
+
+    let url = format!("s3://{taken}/clusters?expectedBucketOwner={ours}");
+    let e = Store::open(&url, "c1", Some(&client)).await.unwrap_err();
+    assert!(
+        format!("{e:#}").contains(&format!(
+            "state store bucket {taken} is not in account {ours} (S3 answered 403 AccessDenied to ExpectedBucketOwner {ours})"
+        )),
+        "{e:#}"
+    );
+    let e = Store::open_existing(&url, "c1", Some(&client)).await.unwrap_err();
+    assert!(format!("{e:#}").contains("is not in account"), "{e:#}");
+    let written = elsewhere.s3.list_objects_v2().bucket(&taken).send().await.unwrap();
+    assert_eq!(written.key_count(), Some(0), "nothing written into the taken bucket");
+    let calls = owners.seen();
+    assert!(calls.iter().all(|(op, _)| op == "HeadBucket"), "stopped at the first call: {calls:?}");
+
+    // The state store's own bucket: created, then every call states its owner.
+    let url = format!("s3://{own}/clusters?expectedBucketOwner={ours}");
+    let store = Store::open(&url, "c1", Some(&client)).await.unwrap();
+    store.put("spec.json", b"{}".to_vec(), pinfleet::state::Condition::IfAbsent).await.unwrap();
+    assert_eq!(store.get("spec.json").await.unwrap().unwrap().0, b"{}");
+    assert_eq!(store.list("").await.unwrap().len(), 1);
+    pinfleet::state::lock::Lock::with(&store, "test", async { anyhow::Ok(()) }).await.unwrap();
+    store.delete("spec.json").await.unwrap();
+    assert_eq!(store.describe("spec.json"), format!("s3://{own}/clusters/c1/spec.json"));
+    let calls = owners.seen();
+    let after: Vec<_> = calls.iter().skip_while(|(op, _)| op != "CreateBucket").collect();
+    assert!(after.len() > 5, "{calls:?}");
+    for (op, stated) in &after {
+        if *op == "CreateBucket" {
+            assert_eq!(*stated, None, "CreateBucket has no ExpectedBucketOwner");
+        } else {
+            assert_eq!(stated.as_deref(), Some(ours.as_str()), "{op} stated no owner");
+        }
+    }
+    for op in ["PutBucketVersioning", "PutObject", "GetObject", "ListObjectsV2", "DeleteObject"] {
+        assert!(after.iter().any(|(o, _)| o == op), "{op} in {calls:?}");
+    }
+
+    // A bucket that does not exist yet, made with another account's
+    // credentials: it would be that account's, so it is taken back.
+    let fresh = format!("pf-fresh-{ours}");
+    let owners = S3Owners::parse(&format!("{fresh}={thief}")).unwrap();
+    let theirs =
+        Owned { s3: aws_sdk_s3::Client::from_conf(elsewhere.s3.config().to_builder().interceptor(owners).build()) };
+    let url = format!("s3://{fresh}/clusters?expectedBucketOwner={ours}");
+    let e = Store::open(&url, "c1", Some(&theirs)).await.unwrap_err();
+    assert!(
+        format!("{e:#}").contains(&format!(
+            "state store bucket {fresh} did not exist, and made with these credentials it is not in account {ours}"
+        )) && format!("{e:#}").contains("it was deleted again"),
+        "{e:#}"
+    );
+    assert!(elsewhere.s3.head_bucket().bucket(&fresh).send().await.is_err(), "no bucket left behind");
+
+    // A URL whose owner is not an account id is refused, located at the setting.
+    let e = Store::open(&format!("s3://{own}/c?expectedBucketOwner=12"), "c1", Some(&client)).await.unwrap_err();
+    assert!(format!("{e}").contains("expectedBucketOwner `12` is not a 12-digit AWS account id"), "{e}");
+}
+
+/// What a builder reports when its script and checks passed.
+const REPORT: &str = "kernel=6.8.0-1015-aws;osImage=Ubuntu 24.04.1 LTS;kubelet=v1.36.2;containerd=2.1.4;cgroup=v2;machineId=0;sshHostKeys=0;freeGiB=11;failedUnits=";
+
+/// Plays the builder's last step in `account` (moto boots nothing): tags
+/// each running builder there with a passed report, until `stop`.
+fn builder_stand_in(account: String, stop: Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<()> {
+    aws_env();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let aws = Aws::connect(&AwsOptions {
+                region: Some("us-east-1".into()),
+                moto_account: Some(account),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            let filter = |k: &str, v: &str| aws_sdk_ec2::types::Filter::builder().name(k).values(v).build();
+            let tag = |k: &str, v: &str| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build();
+            while !stop.load(Ordering::SeqCst) {
+                let out = aws
+                    .ec2
+                    .describe_instances()
+                    .filters(filter("tag:pinfleet:role", "builder"))
+                    .filters(filter("instance-state-name", "running"))
+                    .send()
+                    .await
+                    .unwrap();
+                for i in out.reservations().iter().flat_map(|r| r.instances()) {
+                    if i.tags().iter().any(|t| t.key() == Some("pinfleet:bake-status")) {
+                        continue;
+                    }
+                    aws.ec2
+                        .create_tags()
+                        .resources(i.instance_id().unwrap())
+                        .tags(tag("pinfleet:bake-status", "done"))
+                        .tags(tag("pinfleet:bake-report", REPORT))
+                        .send()
+                        .await
+                        .unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    })
+}
+
+/// The images of recipe `node` an account holds, and its builders.
+async fn bakes_in(aws: &Aws) -> (Vec<String>, usize) {
+    let filter = |k: &str, v: &str| aws_sdk_ec2::types::Filter::builder().name(k).values(v).build();
+    let images = aws.ec2.describe_images().owners("self").filters(filter("tag:pinfleet:recipe", "node")).send().await;
+    let images = images.unwrap().images().iter().filter_map(|i| i.image_id().map(str::to_string)).collect();
+    let builders = aws.ec2.describe_instances().filters(filter("tag:pinfleet:role", "builder")).send().await.unwrap();
+    (images, builders.reservations().iter().map(|r| r.instances().len()).sum())
+}
+
+#[test]
+fn a_recipe_with_a_build_account_is_baked_there_checked_first_and_shared_with_a_member() {
+    let (mut w, member) = member_world("bld");
+    let build = support::fresh_account();
+    let role = format!("arn:aws:iam::{build}:role/pinfleet");
+    let images = w.dir.path().join("images");
+    std::fs::write(
+        images.join("node.yaml"),
+        format!("{NODE_RECIPE}buildAccount: {{id: \"{build}\", roleArn: \"{role}\"}}\n"),
+    )
+    .unwrap();
+    w.extra_env.push(("PINFLEET_IMAGES_DIR".into(), images.display().to_string()));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let caller = rt.block_on(w.aws());
+    let in_build = rt
+        .block_on(Aws::connect(&AwsOptions {
+            region: Some("us-east-1".into()),
+            moto_account: Some(build.clone()),
+            ..Default::default()
+        }))
+        .unwrap();
+
+    // The role lands elsewhere: refused before a builder is launched anywhere.
+    w.extra_env.push(("PINFLEET_STS_FAULTS".into(), format!("elsewhere={role}=999999999999")));
+    let out = w.run(&["ami", "bake", "node", "--poll", "200ms"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("build account {build}")) && stderr.contains("landed in account 999999999999"),
+        "{stderr}"
+    );
+    assert_eq!(rt.block_on(bakes_in(&in_build)), (vec![], 0));
+    assert_eq!(rt.block_on(bakes_in(&caller)), (vec![], 0));
+    w.extra_env.pop();
+
+    // Baked in the build account, nothing in the caller's.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stand_in = builder_stand_in(build.clone(), stop.clone());
+    let out = w.run(&["ami", "bake", "node", "--poll", "200ms", "-o", "json"]);
+    stop.store(true, Ordering::SeqCst);
+    stand_in.join().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let baked: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let image = baked["images"]["us-east-1"].as_str().unwrap().to_string();
+    let (held, builders) = rt.block_on(bakes_in(&in_build));
+    assert_eq!((held, builders), (vec![image.clone()], 1), "the image and its builder are the build account's");
+    assert_eq!(rt.block_on(bakes_in(&caller)), (vec![], 0), "nothing in the caller's account");
+
+    // Promoted there, shared with the member account, its channel written there.
+    let out = w.ok(&["ami", "promote", "node", "--image", &image, "--to", "stable", "--yes"]);
+    assert!(out.contains(&format!("shared {image} in us-east-1 with {member}")), "{out}");
+    let shared = rt.block_on(pinfleet::cloud::aws::sharing::launch_permissions(&in_build, &image)).unwrap();
+    assert_eq!(shared, [member.clone()].into_iter().collect());
+    let sessions = Arc::new(Sessions::default());
+    let in_member = rt
+        .block_on(Aws::connect(&options(
+            &w.account,
+            "us-east-1",
+            Some(role_for(&account(&member, None), "m")),
+            &sessions,
+        )))
+        .unwrap();
+    let read = |aws: &Aws| rt.block_on(pinfleet::cloud::aws::channels::current(aws, "node", "stable")).unwrap();
+    assert_eq!((read(&in_build), read(&in_member), read(&caller)), (Some(image.clone()), Some(image.clone()), None));
+    // (moto keeps images per account: launching the shared image from the
+    // member account cannot be shown on moto.)
+}

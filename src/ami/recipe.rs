@@ -81,6 +81,11 @@ pub struct Recipe {
     /// Neuron: the aws-neuronx driver and runtime).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accelerator: Option<AcceleratorStack>,
+    /// The account images are baked, kept and promoted in, and the role
+    /// pinfleet assumes there (`{id, roleArn, externalId}`, as a cluster's
+    /// account). Absent: the caller's own account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_account: Option<crate::spec::Account>,
 }
 
 /// An accelerated image's driver stack.
@@ -324,6 +329,23 @@ pub fn validate(r: &Recipe) -> Vec<(String, String)> {
             say(&format!("regions[{i}]"), format!("`{region}` is not a region name like us-east-1"));
         } else if !seen.insert(region) {
             say(&format!("regions[{i}]"), format!("`{region}` is listed twice"));
+        }
+    }
+    if let Some(a) = &r.build_account {
+        let id_ok = a.id.len() == 12 && a.id.bytes().all(|b| b.is_ascii_digit());
+        if !id_ok {
+            say("buildAccount.id", format!("`{}` is not an AWS account id (12 digits)", a.id));
+        }
+        match crate::spec::validate::parse_role_arn(&a.role_arn) {
+            None => say(
+                "buildAccount.roleArn",
+                format!("`{}` is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)", a.role_arn),
+            ),
+            Some((account, _)) if id_ok && account != a.id => say(
+                "buildAccount.roleArn",
+                format!("the role `{}` is in account {account}, not in the build account {}", a.role_arn, a.id),
+            ),
+            Some(_) => {}
         }
     }
     if r.base.owners.is_empty() {
@@ -614,6 +636,14 @@ regions: [us-east-1, eu-west-1]
         assert!(e.contains("allowDifferences[0]") && e.contains("kernel"), "{e}");
         let e = at(&format!("{GOOD}tags: {{\"pinfleet:recipe\": x}}\n")).unwrap_err().to_string();
         assert!(e.contains("reserved"), "{e}");
+        let elsewhere = "buildAccount: {id: \"111122223333\", roleArn: \"arn:aws:iam::444455556666:role/pinfleet\"}\n";
+        let e = at(&format!("{GOOD}{elsewhere}")).unwrap_err().to_string();
+        assert!(e.contains("buildAccount.roleArn") && e.contains("in account 444455556666"), "{e}");
+        let e =
+            at(&format!("{GOOD}buildAccount: {{id: \"1111\", roleArn: \"arn:aws:iam::1111:role/x\"}}\n")).unwrap_err();
+        assert!(e.to_string().contains("buildAccount.id"), "{e}");
+        let good = "buildAccount: {id: \"111122223333\", roleArn: \"arn:aws:iam::111122223333:role/pinfleet\"}\n";
+        assert_eq!(at(&format!("{GOOD}{good}")).unwrap().recipe.build_account.unwrap().id, "111122223333");
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! `pinfleet orphans`: resources tagged by pinfleet whose cluster no longer
 //! exists in its state store (or has no definition at all), and instances
 //! inside pinfleet VPCs that carry no owner tag — machines nobody answers for.
+//! Each region is scanned in the caller's account and in every account a
+//! cluster lives in (through its role); an account that refuses is named
+//! (`not scanned: account … in …`, exit 1) and the others still scanned.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -31,27 +34,58 @@ pub async fn run(g: &GlobalArgs, args: OrphansArgs) -> Result<ExitCode> {
     if regions.is_empty() {
         regions = loaded.iter().map(|l| l.cluster.spec.cloud.region.clone()).collect();
     }
+    // Where to look: the caller's own account and each account a cluster
+    // lives in (through its role), in every region scanned.
+    let mut accounts: Vec<Option<crate::spec::Account>> = vec![None];
+    let named: BTreeSet<crate::spec::Account> =
+        loaded.iter().filter_map(|l| l.cluster.spec.cloud.account.clone()).collect();
+    accounts.extend(named.into_iter().map(Some));
+    let target = args.cloud.target.aws().unwrap_or_default();
     let mut found: Vec<Orphan> = Vec::new();
     let mut known: BTreeMap<String, Known> = BTreeMap::new();
+    // An account that refuses is named; the others are still scanned.
+    let mut refused = Vec::new();
     for region in regions {
-        let target = args.cloud.target.aws().unwrap_or_default();
-        let aws = Aws::connect(&AwsOptions::from_env(target, Some(region.clone()))?).await?;
-        let fleet = observe::fleet(&aws).await?;
-        // Whether each cluster a tag names exists: its definition, then its state store.
-        for name in fleet.tagged.iter().filter_map(|t| t.cluster.clone()) {
-            if known.contains_key(&name) {
-                continue;
-            }
-            let state = match loaded.iter().find(|l| l.cluster.metadata.name == name) {
-                None => Known::NoDefinition,
-                Some(l) => match Store::open(&l.cluster.spec.state_store, &name, Some(&aws)).await {
-                    Ok(s) if s.get(crate::state::SPEC_KEY).await.is_ok_and(|o| o.is_some()) => Known::Alive,
-                    _ => Known::NotInStateStore,
+        for account in &accounts {
+            let mut opts = AwsOptions::from_env(target, Some(region.clone()))?;
+            opts.role = account.clone().map(|account| crate::cloud::aws::account::RoleFor {
+                account,
+                cluster: "fleet".into(),
+                command: g.command.clone(),
+            });
+            let scanned = async {
+                let aws = Aws::connect(&opts).await?;
+                let fleet = observe::fleet(&aws).await?;
+                anyhow::Ok((aws, fleet))
+            };
+            let (aws, fleet) = match scanned.await {
+                Ok(s) => s,
+                Err(e) => match account {
+                    Some(a) => {
+                        refused.push(format!("account {} in {region}: {e:#}", a.id));
+                        continue;
+                    }
+                    None => return Err(e),
                 },
             };
-            known.insert(name, state);
+            // Whether each cluster a tag names exists: its definition, then
+            // its state store (read with the account's credentials when the
+            // cluster lives in the account scanned, as its commands do).
+            for name in fleet.tagged.iter().filter_map(|t| t.cluster.clone()) {
+                if known.contains_key(&name) {
+                    continue;
+                }
+                let state = match loaded.iter().find(|l| l.cluster.metadata.name == name) {
+                    None => Known::NoDefinition,
+                    Some(l) => match Store::open(&l.cluster.spec.state_store, &name, Some(&aws)).await {
+                        Ok(s) if s.get(crate::state::SPEC_KEY).await.is_ok_and(|o| o.is_some()) => Known::Alive,
+                        _ => Known::NotInStateStore,
+                    },
+                };
+                known.insert(name, state);
+            }
+            found.extend(orphans::judge(&region, &fleet, &known, &g.clusters_dir.display().to_string()));
         }
-        found.extend(orphans::judge(&region, &fleet, &known, &g.clusters_dir.display().to_string()));
     }
     found.sort_by(|a, b| (&a.region, &a.cluster, &a.kind, &a.id).cmp(&(&b.region, &b.cluster, &b.kind, &b.id)));
     found.dedup_by(|a, b| a.id == b.id);
@@ -68,5 +102,8 @@ pub async fn run(g: &GlobalArgs, args: OrphansArgs) -> Result<ExitCode> {
             .collect();
         write!(anstream::stdout(), "{}", table(&["REGION", "KIND", "ID", "CLUSTER", "OWNER", "WHY"], &rows))?;
     }
-    Ok(ExitCode::SUCCESS)
+    for r in &refused {
+        writeln!(anstream::stderr(), "not scanned: {}", crate::views::text::safe(r))?;
+    }
+    Ok(if refused.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

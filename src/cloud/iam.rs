@@ -66,7 +66,7 @@ fn trust() -> Value {
 
 /// Reading objects under `<prefix>/<cluster>/<folder>/` of an S3 state store.
 fn state_read(cluster: &Cluster, folders: &[&str]) -> Option<Value> {
-    let rest = cluster.spec.state_store.strip_prefix("s3://")?;
+    let rest = crate::spec::validate::state_store_base(&cluster.spec.state_store).strip_prefix("s3://")?;
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     let base = [prefix.trim_matches('/'), cluster.metadata.name.as_str()]
         .iter()
@@ -84,7 +84,9 @@ fn state_read(cluster: &Cluster, folders: &[&str]) -> Option<Value> {
 /// (an explicit Deny: no other statement can grant it). Collecting old
 /// backups is the operator's `pinfleet etcd gc`, with other credentials.
 fn etcd_backups(cluster: &Cluster) -> Vec<Value> {
-    let Some(rest) = cluster.spec.state_store.strip_prefix("s3://") else { return Vec::new() };
+    let Some(rest) = crate::spec::validate::state_store_base(&cluster.spec.state_store).strip_prefix("s3://") else {
+        return Vec::new();
+    };
     if !cluster.spec.etcd.backups.enabled {
         return Vec::new();
     }
@@ -190,7 +192,7 @@ fn autoscaler_provider(cluster: &Cluster) -> Vec<Value> {
         json!({"Sid": "AutoscalerTerminate", "Effect": "Allow", "Action": ["ec2:TerminateInstances"], "Resource": "*",
             "Condition": {"StringEquals": {format!("ec2:ResourceTag/{}", crate::cloud::tags::CLUSTER): name}}}),
     ];
-    if let Some(rest) = cluster.spec.state_store.strip_prefix("s3://") {
+    if let Some(rest) = crate::spec::validate::state_store_base(&cluster.spec.state_store).strip_prefix("s3://") {
         let (bucket, _) = rest.split_once('/').unwrap_or((rest, ""));
         out.push(json!({"Sid": "AutoscalerStateStore", "Effect": "Allow",
             "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"],

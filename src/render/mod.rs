@@ -68,17 +68,18 @@ pub struct BootstrapParams {
 impl BootstrapParams {
     /// The parameters of `cluster` (the endpoint a placeholder until known).
     pub fn for_cluster(cluster: &Cluster) -> Self {
-        let (bucket, prefix) = match cluster.spec.state_store.strip_prefix("s3://") {
-            Some(rest) => {
-                let (b, p) = rest.split_once('/').unwrap_or((rest, ""));
-                let base: Vec<&str> = [p.trim_matches('/'), cluster.metadata.name.as_str()]
-                    .into_iter()
-                    .filter(|x| !x.is_empty())
-                    .collect();
-                (b.to_string(), base.join("/"))
-            }
-            None => (String::new(), cluster.metadata.name.clone()),
-        };
+        let (bucket, prefix) =
+            match crate::spec::validate::state_store_base(&cluster.spec.state_store).strip_prefix("s3://") {
+                Some(rest) => {
+                    let (b, p) = rest.split_once('/').unwrap_or((rest, ""));
+                    let base: Vec<&str> = [p.trim_matches('/'), cluster.metadata.name.as_str()]
+                        .into_iter()
+                        .filter(|x| !x.is_empty())
+                        .collect();
+                    (b.to_string(), base.join("/"))
+                }
+                None => (String::new(), cluster.metadata.name.clone()),
+            };
         BootstrapParams {
             api_endpoint: format!("api.{}.pinfleet.internal:{}", cluster.metadata.name, cluster.spec.api.port),
             state_bucket: bucket,

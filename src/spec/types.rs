@@ -62,7 +62,9 @@ pub struct ClusterSpec {
     /// Team that owns the cluster and its machines (tagged on every resource).
     pub owner: String,
     pub cloud: Cloud,
-    /// Where pinfleet keeps state: `s3://bucket/prefix` or `file://dir`.
+    /// Where pinfleet keeps state: `s3://bucket/prefix` (with
+    /// `?expectedBucketOwner=ACCOUNT`, every S3 call states the bucket's
+    /// account) or `file://dir`.
     pub state_store: String,
     /// Kubernetes version, `MAJOR.MINOR.PATCH`.
     pub kubernetes_version: String,

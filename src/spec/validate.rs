@@ -127,8 +127,44 @@ fn arch_of(t: &str) -> crate::spec::types::Architecture {
 
 pub use super::versions::parse_kubernetes_version;
 
+/// The query an `s3://` state store URL may carry: the account that owns
+/// its bucket, sent as S3's ExpectedBucketOwner on every call.
+pub const EXPECTED_BUCKET_OWNER: &str = "expectedBucketOwner";
+
+/// A state store URL without its query, and the bucket's owner it names
+/// (`s3://bucket/prefix?expectedBucketOwner=111122223333`); anything else
+/// in the query is refused.
+pub fn split_state_store(url: &str) -> Result<(&str, Option<&str>), String> {
+    let Some((base, query)) = url.split_once('?') else { return Ok((url, None)) };
+    if !base.starts_with("s3://") {
+        return Err(format!("`{url}`: only an s3:// state store takes `?{EXPECTED_BUCKET_OWNER}=ACCOUNT`"));
+    }
+    match query.split_once('=') {
+        Some((EXPECTED_BUCKET_OWNER, id)) if id.len() == 12 && id.bytes().all(|b| b.is_ascii_digit()) => {
+            Ok((base, Some(id)))
+        }
+        Some((EXPECTED_BUCKET_OWNER, id)) => {
+            Err(format!("`{url}`: {EXPECTED_BUCKET_OWNER} `{id}` is not a 12-digit AWS account id"))
+        }
+        _ => Err(format!("`{url}`: the only query a state store URL takes is `?{EXPECTED_BUCKET_OWNER}=ACCOUNT`")),
+    }
+}
+
+/// A state store URL without its query (as given when it has none, or a
+/// query validation refuses).
+pub fn state_store_base(url: &str) -> &str {
+    split_state_store(url).map(|(base, _)| base).unwrap_or(url)
+}
+
 fn check_state_store(p: &mut Problems, url: &str) {
     let path = "spec.stateStore";
+    let url = match split_state_store(url) {
+        Ok((base, _)) => base,
+        Err(e) => {
+            p.push(path, e);
+            return;
+        }
+    };
     if let Some(rest) = url.strip_prefix("s3://") {
         let bucket = rest.split('/').next().unwrap_or_default();
         let ok = (3..=63).contains(&bucket.len())
@@ -805,6 +841,23 @@ fn check_federation(p: &mut Problems, spec: &ClusterSpec) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_state_store_url_names_its_buckets_owner_or_nothing() {
+        let owner = "s3://pinfleet-state/clusters?expectedBucketOwner=111122223333";
+        assert_eq!(split_state_store(owner), Ok(("s3://pinfleet-state/clusters", Some("111122223333"))));
+        assert_eq!(split_state_store("s3://b/p"), Ok(("s3://b/p", None)));
+        for (bad, says) in [
+            ("s3://b?expectedBucketOwner=1111", "not a 12-digit"),
+            ("s3://b?expectedBucketOwner=11112222333a", "not a 12-digit"),
+            ("s3://b?owner=111122223333", "the only query"),
+            ("s3://b?expectedBucketOwner=111122223333&x=1", "not a 12-digit"),
+            ("file://d?expectedBucketOwner=111122223333", "only an s3://"),
+        ] {
+            let e = split_state_store(bad).unwrap_err();
+            assert!(e.contains(says) && e.contains(bad), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn dns_labels() {

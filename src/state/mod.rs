@@ -9,6 +9,7 @@ pub mod blob;
 pub mod capacity;
 pub mod join;
 pub mod lock;
+pub mod owner;
 pub mod pki;
 
 use std::path::PathBuf;
@@ -63,12 +64,19 @@ impl Store {
     /// Opens the store named by `url` for `cluster`; an S3 bucket that does
     /// not exist yet is created with versioning, public access blocked and
     /// default encryption.
+    /// With `?expectedBucketOwner=ACCOUNT` on the URL every S3 call
+    /// states the bucket's owner ([`owner`]), and a bucket of that name in
+    /// another account stops the command before its first write.
     pub async fn open(url: &str, cluster: &str, aws: Option<&dyn S3Access>) -> Result<Store> {
+        let (url, expected) = crate::spec::validate::split_state_store(url).map_err(anyhow::Error::msg)?;
         let backend = if let Some(rest) = url.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             let aws = aws.context("an s3:// state store needs AWS access")?;
-            let client = aws.s3().clone();
-            ensure_bucket(&client, bucket, aws.region()).await?;
+            let client = match expected {
+                Some(id) => owner::client(aws.s3(), id),
+                None => aws.s3().clone(),
+            };
+            ensure_bucket(&client, aws.s3(), bucket, aws.region(), expected).await?;
             Backend::S3 { client, bucket: bucket.to_string(), prefix: prefix.trim_matches('/').to_string() }
         } else if let Some(dir) = url.strip_prefix("file://") {
             Backend::File { root: PathBuf::from(dir) }
@@ -86,10 +94,19 @@ impl Store {
     /// [`Store::open`] for reading only: an S3 bucket that does not exist
     /// is no store (None), and is not created.
     pub async fn open_existing(url: &str, cluster: &str, aws: Option<&dyn S3Access>) -> Result<Option<Store>> {
-        if let (Some(rest), Some(aws)) = (url.strip_prefix("s3://"), aws) {
+        let (base, expected) = crate::spec::validate::split_state_store(url).map_err(anyhow::Error::msg)?;
+        if let (Some(rest), Some(aws)) = (base.strip_prefix("s3://"), aws) {
             let bucket = rest.split('/').next().unwrap_or_default();
-            if aws.s3().head_bucket().bucket(bucket).send().await.is_err() {
-                return Ok(None);
+            let client = match expected {
+                Some(id) => owner::client(aws.s3(), id),
+                None => aws.s3().clone(),
+            };
+            match client.head_bucket().bucket(bucket).send().await {
+                Ok(_) => {}
+                Err(e) if expected.is_some() && e.raw_response().map(|r| r.status().as_u16()) == Some(403) => {
+                    bail!("{}", owner::refused(bucket, expected.unwrap_or_default()))
+                }
+                Err(_) => return Ok(None),
             }
         }
         Store::open(url, cluster, aws).await.map(Some)
@@ -303,7 +320,15 @@ impl Store {
     }
 }
 
-async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str, region: &str) -> Result<()> {
+/// `client` states the `expected` owner, if any; `plain` does not (it
+/// removes a bucket just made in an account other than the expected one).
+async fn ensure_bucket(
+    client: &aws_sdk_s3::Client,
+    plain: &aws_sdk_s3::Client,
+    bucket: &str,
+    region: &str,
+    expected: Option<&str>,
+) -> Result<()> {
     use aws_sdk_s3::types::{
         BucketLocationConstraint, BucketVersioningStatus, CreateBucketConfiguration, PublicAccessBlockConfiguration,
         ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration, ServerSideEncryptionRule,
@@ -312,6 +337,9 @@ async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str, region: &str) 
     match client.head_bucket().bucket(bucket).send().await {
         Ok(_) => return Ok(()),
         Err(e) if e.raw_response().map(|r| r.status().as_u16()) == Some(404) => {}
+        Err(e) if e.raw_response().map(|r| r.status().as_u16()) == Some(403) && expected.is_some() => {
+            bail!("{}", owner::refused(bucket, expected.unwrap_or_default()))
+        }
         Err(e) => bail!("checking state bucket {bucket}: {}", crate::sdk_error::describe_sdk_error(&e)),
     }
     let mut create = client.create_bucket().bucket(bucket);
@@ -320,15 +348,21 @@ async fn ensure_bucket(client: &aws_sdk_s3::Client, bucket: &str, region: &str) 
             CreateBucketConfiguration::builder().location_constraint(BucketLocationConstraint::from(region)).build(),
         );
     }
-    match create.send().await {
-        Ok(_) => {}
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_bucket_already_owned_by_you()) => {}
+    let created = match create.send().await {
+        Ok(_) => true,
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_bucket_already_owned_by_you()) => false,
         Err(e) => bail!("creating state bucket {bucket}: {}", crate::sdk_error::describe_sdk_error(&e)),
-    }
+    };
     let versioning = VersioningConfiguration::builder().status(BucketVersioningStatus::Enabled).build();
-    client.put_bucket_versioning().bucket(bucket).versioning_configuration(versioning).send().await.map_err(|e| {
-        anyhow::anyhow!("enabling versioning on {bucket}: {}", crate::sdk_error::describe_sdk_error(&e))
-    })?;
+    if let Err(e) = client.put_bucket_versioning().bucket(bucket).versioning_configuration(versioning).send().await {
+        // CreateBucket states no owner: made with credentials of another
+        // account, the bucket is that account's. Taken back before a write.
+        if let (true, Some(owner), Some(403)) = (created, expected, e.raw_response().map(|r| r.status().as_u16())) {
+            let removed = plain.delete_bucket().bucket(bucket).send().await.is_ok();
+            bail!("{}", owner::made_elsewhere(bucket, owner, removed));
+        }
+        bail!("enabling versioning on {bucket}: {}", crate::sdk_error::describe_sdk_error(&e));
+    }
     let block = PublicAccessBlockConfiguration::builder()
         .block_public_acls(true)
         .block_public_policy(true)

@@ -457,6 +457,9 @@ impl Aws {
         if let Some(f) = super::inject::S3Faults::from_env()? {
             s3_config = s3_config.interceptor(f);
         }
+        if let Some(o) = super::inject::S3Owners::from_env()? {
+            s3_config = s3_config.interceptor(o);
+        }
         let s3 = aws_sdk_s3::Client::from_conf(s3_config.build());
         // Nothing is written before the session is known to be in the
         // account the file names.

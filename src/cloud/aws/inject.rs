@@ -486,3 +486,119 @@ impl Intercept for S3Faults {
         Ok(())
     }
 }
+
+/// S3's ExpectedBucketOwner as S3 enforces it and moto does not (moto
+/// 5.2.5 accepts any owner): a call stating an owner other than the
+/// bucket's is answered 403 AccessDenied (`Access Denied`, S3's answer),
+/// or 404 NoSuchBucket while the bucket does not exist, and never
+/// reaches the bucket. Which account owns which bucket is
+/// declared (`PINFLEET_S3_OWNERS`: `bucket=account;…`), as a bucket name
+/// taken over in another account would be.
+#[derive(Debug, Clone, Default)]
+pub struct S3Owners {
+    owners: std::collections::BTreeMap<String, String>,
+    /// Every call seen: (operation, the owner it stated).
+    seen: Arc<Mutex<Vec<(String, Option<String>)>>>,
+}
+
+#[derive(Debug, Clone)]
+struct WrongOwner;
+
+impl Storable for WrongOwner {
+    type Storer = StoreReplace<WrongOwner>;
+}
+
+impl S3Owners {
+    /// `bucket=account;…`.
+    pub fn parse(s: &str) -> anyhow::Result<S3Owners> {
+        let mut owners = std::collections::BTreeMap::new();
+        for pair in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            let (bucket, account) = pair
+                .split_once('=')
+                .ok_or_else(|| anyhow::anyhow!("PINFLEET_S3_OWNERS `{pair}`: expected bucket=account"))?;
+            owners.insert(bucket.to_string(), account.to_string());
+        }
+        Ok(S3Owners { owners, seen: Arc::default() })
+    }
+
+    /// From `PINFLEET_S3_OWNERS`, if set.
+    pub fn from_env() -> anyhow::Result<Option<S3Owners>> {
+        match std::env::var("PINFLEET_S3_OWNERS") {
+            Ok(s) if !s.trim().is_empty() => Ok(Some(S3Owners::parse(&s)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Every call made through this client so far: (operation, the owner
+    /// it stated, if any).
+    pub fn seen(&self) -> Vec<(String, Option<String>)> {
+        self.seen.lock().expect("seen").clone()
+    }
+
+    /// Whether a call on `uri` (path-style) stating `expected` is refused.
+    fn refuses(&self, uri: &str, expected: &str) -> bool {
+        let Ok(u) = url::Url::parse(uri) else { return false };
+        let bucket = u.path_segments().and_then(|mut s| s.next()).unwrap_or_default();
+        self.owners.get(bucket).is_some_and(|owner| owner != expected)
+    }
+}
+
+impl Intercept for S3Owners {
+    fn name(&self) -> &'static str {
+        "pinfleet-s3-owners"
+    }
+
+    // After signing: every interceptor has put its headers on by now.
+    fn modify_before_transmit(
+        &self,
+        ctx: &mut BeforeTransmitInterceptorContextMut<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let req = ctx.request_mut();
+        let stated = req.headers().get(crate::state::owner::HEADER).map(str::to_string);
+        let op = cfg.load::<Metadata>().map(|m| m.name().to_string()).unwrap_or_default();
+        self.seen.lock().expect("seen").push((op, stated.clone()));
+        let Some(expected) = stated else {
+            return Ok(());
+        };
+        if !self.refuses(req.uri(), &expected) {
+            return Ok(());
+        }
+        // The refused call never reaches the bucket: HeadBucket goes instead,
+        // to tell a bucket that does not exist (S3 answers 404 NoSuchBucket
+        // whatever owner is stated) from one of another account (403).
+        let u = url::Url::parse(req.uri())?;
+        let bucket = u.path_segments().and_then(|mut s| s.next()).unwrap_or_default().to_string();
+        let head = u.join(&format!("/{bucket}"))?.to_string();
+        req.set_uri(head.as_str())?;
+        req.set_method("HEAD")?;
+        *req.body_mut() = SdkBody::empty();
+        req.headers_mut().remove("content-length");
+        req.headers_mut().remove("content-md5");
+        cfg.interceptor_state().store_put(WrongOwner);
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        ctx: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if cfg.load::<WrongOwner>().is_none() {
+            return Ok(());
+        }
+        let (status, body) = if ctx.response().status().as_u16() == 404 {
+            (404u16, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><RequestId>INJECTED</RequestId></Error>")
+        } else {
+            (403u16, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message><RequestId>INJECTED</RequestId></Error>")
+        };
+        let resp = ctx.response_mut();
+        *resp.status_mut() = status.try_into()?;
+        resp.headers_mut().insert("content-type", "application/xml");
+        resp.headers_mut().insert("content-length", body.len().to_string());
+        *resp.body_mut() = SdkBody::from(body);
+        Ok(())
+    }
+}

@@ -69,6 +69,7 @@ pub async fn gate(g: &GlobalArgs, a: GateArgs) -> Result<ExitCode> {
         written = channels::plan_promotion(&refs, &l.name, &Source::Channel(from.clone()), to, &note).await?;
         if a.yes {
             channels::write_all(&refs, &written).await?;
+            super::share_where_served(g, &images, &refs, &l.name, to, &written).await?;
         }
     }
     if g.output != Format::Text {

@@ -54,11 +54,33 @@ impl ImagesArgs {
         Aws::connect(&AwsOptions::from_env(target, Some(region.to_string()))?).await
     }
 
-    /// A client per recipe region, home first.
+    /// A client per recipe region, home first: in the recipe's build
+    /// account when it names one (its role assumed, and the landing
+    /// checked with GetCallerIdentity before anything is written, as a
+    /// cluster's is), else with the caller's own credentials.
     async fn clients(&self, l: &recipe::Loaded) -> Result<Vec<Aws>> {
+        let Some(account) = &l.recipe.build_account else {
+            let mut out = Vec::new();
+            for r in &l.recipe.regions {
+                out.push(self.client(r).await?);
+            }
+            return Ok(out);
+        };
+        let target = self.target.aws().ok_or_else(|| anyhow!("images live on AWS: --target aws or localstack"))?;
+        let sessions = std::sync::Arc::new(crate::cloud::aws::account::Sessions::default());
         let mut out = Vec::new();
         for r in &l.recipe.regions {
-            out.push(self.client(r).await?);
+            let mut opts = AwsOptions::from_env(target, Some(r.clone()))?;
+            opts.role = Some(crate::cloud::aws::account::RoleFor {
+                account: account.clone(),
+                cluster: format!("image-{}", l.name),
+                command: "ami".into(),
+            });
+            opts.sessions = Some(sessions.clone());
+            let aws = Aws::connect(&opts)
+                .await
+                .map_err(|e| anyhow!("recipe {}: build account {}: {e:#}", l.name, account.id))?;
+            out.push(aws);
         }
         Ok(out)
     }
@@ -81,6 +103,50 @@ async fn who(aws: &Aws) -> String {
     aws.caller_identity().await.unwrap_or_else(|| std::env::var("USER").unwrap_or_else(|_| "unknown".into()))
 }
 
+/// Each region's image shared with the accounts whose clusters (in the
+/// clusters folder) follow the channel there: launch permission and the
+/// snapshots' createVolumePermission ([`crate::cloud::aws::sharing`]);
+/// and the channel written into each of those accounts (through its
+/// role), so its clusters read in their own account what was written.
+/// Every channel write (promote, rollback, gate) ends here.
+pub(super) async fn share_where_served(
+    g: &GlobalArgs,
+    images: &ImagesArgs,
+    regions: &[&Aws],
+    recipe: &str,
+    channel: &str,
+    writes: &[channels::Write],
+) -> Result<()> {
+    let target = images.target.aws().ok_or_else(|| anyhow!("images live on AWS: --target aws or localstack"))?;
+    let (loaded, _) = crate::spec::load_paths(std::slice::from_ref(&g.clusters_dir), &Default::default());
+    let clusters: Vec<crate::spec::Cluster> = loaded.into_iter().map(|l| l.cluster).collect();
+    for w in writes {
+        let Some(aws) = regions.iter().find(|a| a.region == w.region) else { continue };
+        let home = aws.caller_identity().await.and_then(|arn| arn.split(':').nth(4).map(str::to_string));
+        let members = crate::cloud::aws::sharing::served(&clusters, recipe, channel, &w.region, home.as_deref());
+        let accounts = members.iter().map(|a| a.id.clone()).collect();
+        let shared = crate::cloud::aws::sharing::share(aws, &w.to, &accounts).await?;
+        if !shared.is_empty() && g.output == Format::Text {
+            writeln!(anstream::stdout(), "shared {} in {} with {}", w.to, w.region, shared.join(", "))?;
+        }
+        // The channel is written where its clusters read it: into each
+        // member account too (through its role), naming the shared image.
+        for account in members {
+            let mut opts = AwsOptions::from_env(target, Some(w.region.clone()))?;
+            opts.role = Some(crate::cloud::aws::account::RoleFor {
+                account: account.clone(),
+                cluster: "fleet".into(),
+                command: g.command.clone(),
+            });
+            let member = Aws::connect(&opts)
+                .await
+                .map_err(|e| anyhow!("writing channel {channel} into account {}: {e:#}", account.id))?;
+            channels::write_all(&[&member], std::slice::from_ref(w)).await?;
+        }
+    }
+    Ok(())
+}
+
 fn show_writes(g: &GlobalArgs, writes: &[channels::Write], done: bool) -> Result<()> {
     if g.output != Format::Text {
         return print_data(g.output, &writes);
@@ -95,7 +161,7 @@ async fn regions_for(images: &ImagesArgs, recipe: Option<&str>, given: &[String]
     let names: Vec<String> = if !given.is_empty() {
         given.to_vec()
     } else if let Some(r) = recipe {
-        images.recipe(r)?.recipe.regions
+        return images.clients(&images.recipe(r)?).await;
     } else {
         let mut all: Vec<String> = Vec::new();
         for r in recipe::list(&images.images_dir).unwrap_or_default() {

@@ -70,51 +70,10 @@ pub async fn promote(g: &GlobalArgs, a: PromoteArgs) -> Result<ExitCode> {
     }
     show_writes(g, &writes, a.yes)?;
     if a.yes {
-        let target = a.images.target.aws().ok_or_else(|| anyhow!("images live on AWS: --target aws or localstack"))?;
-        share_where_served(g, target, &refs, &l.name, &to, &writes).await?;
+        share_where_served(g, &a.images, &refs, &l.name, &to, &writes).await?;
         deprecate_superseded(&refs, &writes, a.deprecate_after).await?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Each region's image shared with the accounts whose clusters (in the
-/// clusters folder) follow the channel there: launch permission and the
-/// snapshots' createVolumePermission ([`crate::cloud::aws::sharing`]).
-async fn share_where_served(
-    g: &GlobalArgs,
-    target: crate::cloud::aws::Target,
-    regions: &[&Aws],
-    recipe: &str,
-    channel: &str,
-    writes: &[channels::Write],
-) -> Result<()> {
-    let (loaded, _) = crate::spec::load_paths(std::slice::from_ref(&g.clusters_dir), &Default::default());
-    let clusters: Vec<crate::spec::Cluster> = loaded.into_iter().map(|l| l.cluster).collect();
-    for w in writes {
-        let Some(aws) = regions.iter().find(|a| a.region == w.region) else { continue };
-        let home = aws.caller_identity().await.and_then(|arn| arn.split(':').nth(4).map(str::to_string));
-        let members = crate::cloud::aws::sharing::served(&clusters, recipe, channel, &w.region, home.as_deref());
-        let accounts = members.iter().map(|a| a.id.clone()).collect();
-        let shared = crate::cloud::aws::sharing::share(aws, &w.to, &accounts).await?;
-        if !shared.is_empty() && g.output == Format::Text {
-            writeln!(anstream::stdout(), "shared {} in {} with {}", w.to, w.region, shared.join(", "))?;
-        }
-        // The channel is written where its clusters read it: into each
-        // member account too (through its role), naming the shared image.
-        for account in members {
-            let mut opts = AwsOptions::from_env(target, Some(w.region.clone()))?;
-            opts.role = Some(crate::cloud::aws::account::RoleFor {
-                account: account.clone(),
-                cluster: "fleet".into(),
-                command: g.command.clone(),
-            });
-            let member = Aws::connect(&opts)
-                .await
-                .map_err(|e| anyhow!("writing channel {channel} into account {}: {e:#}", account.id))?;
-            channels::write_all(&[&member], std::slice::from_ref(w)).await?;
-        }
-    }
-    Ok(())
 }
 
 #[derive(Debug, Args)]
@@ -139,5 +98,11 @@ pub async fn rollback(g: &GlobalArgs, a: RollbackArgs) -> Result<ExitCode> {
         channels::write_all(&refs, &writes).await?;
     }
     show_writes(g, &writes, a.yes)?;
+    if a.yes {
+        // A member account's clusters read the channel in their own
+        // account: it is rolled back there too, or they would go on
+        // launching what the build account rolled back.
+        share_where_served(g, &a.images, &refs, &l.name, &a.channel, &writes).await?;
+    }
     Ok(ExitCode::SUCCESS)
 }
