@@ -396,6 +396,122 @@ async fn a_service_is_admitted_placed_across_three_members_and_its_status_rolled
     assert!(metrics.contains("pinfleet_gateway_stage_seconds_count{stage=\"pods_created\"} 1"), "{metrics}");
 }
 
+/// The record is small and the workload is written once: a Submission
+/// holds what lists and the queue need, its SubmissionBody the workload,
+/// owned by it. A status change (admitted, placed, running) never rewrites
+/// the body; the body cannot be changed; one swapped after submit is
+/// refused at placement, saying where; a collected record takes its body.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_submissions_body_is_written_once_refused_when_swapped_and_collected_with_its_record() {
+    use pinfleet::gateway::records::{self, SubmissionBody};
+    let host = KubeEnv::start();
+    let east = member("east", 2, "4", true);
+    let team = host.namespace.clone();
+    let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("40", "40")}} })).await;
+    let c = gw.client(Some(ci_token(&host)));
+    let subs: Api<Submission> = Api::namespaced(gw.host.clone(), &gw.namespace);
+    let bodies: Api<SubmissionBody> = Api::namespaced(gw.host.clone(), &gw.namespace);
+    let mut w = service_of(&team, "web", 2, "1");
+    w["metadata"]["annotations"] = json!({"pad": "x".repeat(200 << 10)});
+    let a = c.call("POST", "/v1/submissions", Some(&json!({"id": "web-1", "workload": w}))).await.unwrap();
+    assert_eq!(a.status, 201, "{:?}", a.body);
+    let name = records::submission_name(&team, "web-1");
+    let sub = subs.get(&name).await.unwrap();
+    let spec_bytes = serde_json::to_vec(&sub.spec).unwrap().len();
+    assert!(spec_bytes <= records::SUBMISSION_SPEC_MAX, "the record's spec takes {spec_bytes} bytes");
+    assert_eq!((sub.spec.kind.as_str(), sub.spec.workload_name.as_str()), ("PinterestService", "web"));
+    let raw: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(gw.host.clone(), &gw.namespace, &kube::api::ApiResource::erase::<Submission>(&()));
+    assert!(raw.get(&name).await.unwrap().data["spec"].get("workload").is_none(), "the record holds no workload");
+    let body = bodies.get(&name).await.unwrap();
+    assert_eq!(body.spec.workload["metadata"]["annotations"]["pad"].as_str().map(str::len), Some(200 << 10));
+    assert_eq!(body.spec.digest, sub.spec.digest);
+    let owner = body.metadata.owner_references.clone().unwrap_or_default();
+    assert_eq!(
+        owner.iter().map(|o| (o.kind.as_str(), o.uid.as_str())).collect::<Vec<_>>(),
+        [("Submission", sub.metadata.uid.as_deref().unwrap())]
+    );
+    let body_rv = body.metadata.resource_version.clone();
+    // A retry lands on the same records; the body is not written again.
+    let again = c.call("POST", "/v1/submissions", Some(&json!({"id": "web-1", "workload": w}))).await.unwrap();
+    assert_eq!((again.status, again.body["retry"].as_bool()), (200, Some(true)), "{:?}", again.body);
+    // Admitted, placed, running: the record's status changes, the body stays.
+    gw.pass().await;
+    assert_eq!(gw.phase(&team, "web-1").await, Phase::Placed);
+    for _ in 0..100 {
+        gw.svc.rollup_once().await.unwrap();
+        if gw.phase(&team, "web-1").await == Phase::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(gw.phase(&team, "web-1").await, Phase::Running);
+    let after = bodies.get(&name).await.unwrap();
+    assert_eq!(after.metadata.resource_version, body_rv, "no status change rewrote the body");
+    assert_ne!(subs.get(&name).await.unwrap().metadata.resource_version, sub.metadata.resource_version);
+    // The workload is what the members got, and what describe shows.
+    let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
+    let placed: Api<pinfleet::workloads::PinterestService> = Api::namespaced(k.clone(), &team);
+    let on_east = placed.get("web").await.unwrap();
+    assert_eq!(on_east.metadata.annotations.unwrap_or_default()["pad"].len(), 200 << 10);
+    let d = c.call("GET", &format!("/v1/submissions/{team}/web-1"), None).await.unwrap().ok().unwrap();
+    assert_eq!(d["submitted"]["metadata"]["name"], "web", "{}", d["submitted"]);
+    // The body cannot be changed (the API server refuses it).
+    let changed = bodies
+        .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"workload": {"spec": {"replicas": 9}}}})))
+        .await;
+    match changed {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            assert!(e.message.contains("a submission's body is immutable"), "{}", e.message);
+        }
+        other => panic!("a body's change was not refused: {other:?}"),
+    }
+    // A body swapped after submit (deleted and written again with another
+    // workload under the same owner): refused at placement, not placed.
+    let b = c
+        .call("POST", "/v1/submissions", Some(&json!({"id": "web-2", "workload": service_of(&team, "api", 1, "1")})))
+        .await
+        .unwrap();
+    assert_eq!(b.status, 201, "{:?}", b.body);
+    let name2 = records::submission_name(&team, "web-2");
+    let sub2 = subs.get(&name2).await.unwrap();
+    bodies.delete(&name2, &Default::default()).await.unwrap();
+    let mut evil = service_of(&team, "api", 1, "1");
+    evil["spec"]["template"]["spec"]["containers"][0]["image"] = json!("registry.k8s.io/evil:1");
+    let mut swapped = records::body_of(&sub2, evil);
+    swapped.metadata.resource_version = None;
+    bodies.create(&Default::default(), &swapped).await.unwrap();
+    gw.pass().await;
+    let refused = subs.get(&name2).await.unwrap().status.unwrap_or_default();
+    assert_eq!(refused.phase, Phase::Failed, "{refused:?}");
+    let why = refused.message.unwrap_or_default();
+    assert!(
+        why.contains(&format!("SubmissionBody {}/{name2}: spec.workload has digest", gw.namespace))
+            && why.contains(&sub2.spec.digest)
+            && why.contains("refused, not placed"),
+        "{why}"
+    );
+    assert!(placed.get_opt("api").await.unwrap().is_none(), "the swapped body reached a member");
+    // Its quota is released on the next pass.
+    gw.pass().await;
+    assert!(!gw.svc.ledger().await.unwrap().reservations.contains_key(&name2));
+    // Collected a week after it ended: its body goes with it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let later = chrono::Utc::now() + chrono::TimeDelta::days(8);
+    assert!(gw.svc.collect_once(later).await.unwrap() >= 1);
+    let mut gone = false;
+    for _ in 0..100 {
+        if subs.get_opt(&name2).await.unwrap().is_none() && bodies.get_opt(&name2).await.unwrap().is_none() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(gone, "the collected record's body is still there");
+    assert!(bodies.get_opt(&name).await.unwrap().is_some(), "a running submission's body stays");
+}
+
 /// Issue 51: the most common stateful workload, a container that mounts the
 /// volume its own claim template creates, is admitted, placed and runs (a
 /// real API server accepts its StatefulSet; the gateway's checks did not).
@@ -440,7 +556,11 @@ async fn a_teams_images_are_signed_landed_builds_and_reach_the_members_by_digest
         .await
         .unwrap();
     let pinned = format!("{registry}/team/web@{good}");
-    assert_eq!(sub.spec.workload.pointer("/spec/template/spec/containers/0/image"), Some(&json!(pinned)));
+    let body: pinfleet::gateway::records::SubmissionBody = Api::namespaced(gw.host.clone(), &gw.namespace)
+        .get(&pinfleet::gateway::records::submission_name(&team, "web-1"))
+        .await
+        .unwrap();
+    assert_eq!(body.spec.workload.pointer("/spec/template/spec/containers/0/image"), Some(&json!(pinned)));
     assert_eq!(sub.spec.artifact, pinned);
     assert_eq!(sub.spec.provenance.len(), 1);
     assert_eq!(sub.spec.provenance[0].key.as_deref(), Some("search-release"));

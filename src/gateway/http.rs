@@ -184,7 +184,11 @@ async fn describe(
     match owned(&svc, &c, "get", &team, &id).await {
         Ok(s) => {
             let mut v = serde_json::to_value(svc.view(&s).await).unwrap_or_default();
-            v["submitted"] = s.spec.workload.clone();
+            // The one place the API shows the workload itself: read from its body.
+            v["submitted"] = match svc.body(&s).await {
+                Ok(w) => w.unwrap_or_default(),
+                Err(why) => json!({"refused": why}),
+            };
             Json(v).into_response()
         }
         Err(r) => r,

@@ -8,13 +8,14 @@
 //! http ──► Service::submit ──► intake::check (pure) + dry run on a member
 //!                │                 + admission::never, packing::never (pure)
 //!                ▼
-//!          Submission (host cluster, Queued)
+//!          Submission (host cluster, Queued: small) + SubmissionBody (the workload, once)
 //!                │ leader only: admit_once
 //!                ▼
 //!          admission::decide (pure) ─► AdmissionLedger write (resourceVersion)
 //!                │                      ─► Submission.status Admitted / Preempted
 //!                ▼ place_once
-//!          packing::pack + placement::place (pure) ─► server-side apply on members ─► Placed
+//!          packing::pack + placement::place (pure) ─► the body read, its digest checked
+//!                                      ─► server-side apply on members ─► Placed
 //!                ▼ rollup_once
 //!          members' workload status ─► Running / Succeeded / Failed
 //!                ▼ admit_once, past the pods-ready timeout
@@ -172,7 +173,10 @@ impl Service {
         let (reader, writer) = reflector::store();
         let stream = reflector::reflector(
             writer,
-            watcher(subs(&host, &config.namespace), watcher::Config::default().page_size(500)),
+            // The cache keeps what the gateway reads: the records' managed
+            // fields (a list of every writer's field set) are dropped.
+            watcher(subs(&host, &config.namespace), watcher::Config::default().page_size(500))
+                .modify(|s| s.metadata.managed_fields = None),
         )
         // Backs off while the host cannot be reached: an error retried at
         // once never yields, and would hold a core and the runtime's

@@ -131,6 +131,10 @@ impl Service {
                 );
                 return Ok((409, bad(vec![p], &intake.team, name)));
             }
+            if !dry_run {
+                // The first attempt may have stopped before its body was written.
+                self.write_body(&existing, &intake.workload).await?;
+            }
             let mut d = self.decision_of(&existing, dry_run).await;
             d.retry = true;
             return Ok((200, d));
@@ -152,7 +156,15 @@ impl Service {
             priority_class: Some(class.name.clone()),
             submitted_by: caller.user.clone(),
             authenticated_by: caller.via.clone(),
-            workload: intake.workload.clone(),
+            kind: intake.kind.clone(),
+            workload_name: intake.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().into(),
+            namespace: intake
+                .workload
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or(&intake.team)
+                .into(),
+            body_bytes: serde_json::to_vec(&intake.workload).map_or(0, |b| b.len() as u64),
             artifact: intake.artifact.clone(),
             demand: intake.demand,
             shapes: shapes_of(&intake),
@@ -161,6 +173,17 @@ impl Service {
             cancel: false,
             provenance: verdicts,
         };
+        // The record every status change rewrites stays small: what makes
+        // it large (many images, long names) is refused here.
+        let spec_bytes = serde_json::to_vec(&spec).map_or(usize::MAX, |b| b.len());
+        if spec_bytes > records::SUBMISSION_SPEC_MAX {
+            let why = format!(
+                "the submission's record would take {spec_bytes} bytes (at most {}): fewer images or shorter names",
+                records::SUBMISSION_SPEC_MAX
+            );
+            self.audit(caller, "submit", &name, &intake.artifact, 422, &why).await;
+            return Ok((422, bad(vec![Problem::new("request", "workload", why)], &intake.team, name)));
+        }
         if dry_run {
             return Ok((200, self.would(&world, id, name, spec).await?));
         }
@@ -174,7 +197,7 @@ impl Service {
             self.audit(caller, "submit", &name, &intake.artifact, 429, &why).await;
             return Ok((429, bad(vec![Problem::new("request", "", why)], &intake.team, name)));
         }
-        self.record(caller, name, spec, &intake.artifact, started).await
+        self.record(caller, name, spec, &intake.workload, &intake.artifact, started).await
     }
 
     /// Layer 4 of the intake: whether the fleet and the team's quota can
@@ -280,10 +303,12 @@ impl Service {
         caller: &Caller,
         name: String,
         spec: SubmissionSpec,
+        workload: &Value,
         artifact: &str,
         started: Instant,
     ) -> Result<(u16, Decision)> {
         let team = spec.team.clone();
+        let created_digest = spec.digest.clone();
         let mut obj = Submission::new(&name, spec);
         obj.metadata.namespace = Some(self.config.namespace.clone());
         obj.metadata.labels = Some([(records::TEAM_LABEL.to_string(), team)].into());
@@ -292,12 +317,18 @@ impl Service {
             // A concurrent retry made it first: answer as a retry.
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 let existing = subs(&self.host, &self.config.namespace).get(&name).await?;
+                if existing.spec.digest == created_digest {
+                    self.write_body(&existing, workload).await?;
+                }
                 let mut d = self.decision_of(&existing, false).await;
                 d.retry = true;
                 return Ok((200, d));
             }
             Err(e) => return Err(e).context("recording the submission"),
         };
+        // The body, once, owned by the record: written before the record is
+        // Queued (the leader waits [`records::BODY_GRACE`] for one it lacks).
+        self.write_body(&created, workload).await?;
         let now = Utc::now();
         subs(&self.host, &self.config.namespace)
             .patch_status(
@@ -313,6 +344,17 @@ impl Service {
         let mut d = self.decision_of(&created, false).await;
         d.outcome = "accepted".into();
         Ok((201, d))
+    }
+
+    /// Writes a submission's body unless it is there already (a body
+    /// is never rewritten: one that differs is refused when placed).
+    async fn write_body(&self, s: &Submission, workload: &Value) -> Result<()> {
+        let api: kube::Api<records::SubmissionBody> = kube::Api::namespaced(self.host.clone(), &self.config.namespace);
+        match api.create(&PostParams::default(), &records::body_of(s, workload.clone())).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(e) => Err(e).context("recording the submission's body"),
+        }
     }
 
     async fn decision_of(&self, s: &Submission, dry_run: bool) -> Decision {
