@@ -106,7 +106,13 @@ async fn submit(
     match svc.submit(&c, &body.id, &body.workload, body.priority_class.as_deref(), dry).await {
         Ok((code, d)) => {
             svc.metrics.answered("submit", code);
-            (StatusCode::from_u16(code).unwrap_or(StatusCode::OK), Json(d)).into_response()
+            let mut r = (StatusCode::from_u16(code).unwrap_or(StatusCode::OK), Json(d)).into_response();
+            if code == 429 {
+                // The team's open submissions are at their cap: some
+                // finish or are cancelled within a leader's passes.
+                r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("30"));
+            }
+            r
         }
         Err(e) => internal(e),
     }

@@ -42,9 +42,11 @@ pub const GROUP: &str = "gateway.pinfleet.dev";
 pub const NAMESPACE: &str = "pinfleet-gateway";
 
 /// Submissions of one team not yet finished (queued, admitted, placed,
-/// running): past it a new one is refused with 429 until some finish.
-/// Kueue's LocalQueue has no such cap; a record is up to 1 MiB, so one
-/// team could otherwise fill the host cluster's store.
+/// running), by default (`--max-open-per-team`): past it a new one is
+/// refused with 429 until some finish.
+/// Kueue's LocalQueue has no such cap; a body is up to 1 MiB, so one
+/// team could otherwise fill the host cluster's store (and the gateway's
+/// cache holds every record: 500 × 32 KiB).
 pub const MAX_OPEN_PER_TEAM: usize = 500;
 
 /// The most a Submission's spec may take, serialized: what every status

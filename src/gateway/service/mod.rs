@@ -143,6 +143,11 @@ pub struct Service {
     bad_versions: tokio::sync::Mutex<(Option<Instant>, BTreeMap<String, crate::delivery::book::Bad>)>,
     /// The last hour whose expired use records were dropped.
     usage_pruned: std::sync::Mutex<Option<DateTime<Utc>>>,
+    /// Per team, the records this replica is writing or wrote that its
+    /// cache has not shown yet (and since when): counted against the
+    /// team's open submissions, so a flood cannot pass the cap in the
+    /// cache's lag.
+    opening: std::sync::Mutex<BTreeMap<String, BTreeMap<String, Instant>>>,
     /// The submissions watch: ends with the service.
     watch: tokio::task::JoinHandle<()>,
     /// Bumped whenever what readers see may have changed (a submission
@@ -229,6 +234,7 @@ impl Service {
             bad_versions: tokio::sync::Mutex::new((None, BTreeMap::new())),
             audit_log,
             usage_pruned: std::sync::Mutex::new(None),
+            opening: std::sync::Mutex::new(BTreeMap::new()),
             watch,
             changes,
             team_changes,

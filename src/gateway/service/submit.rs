@@ -187,17 +187,51 @@ impl Service {
         if dry_run {
             return Ok((200, self.would(&world, id, name, spec).await?));
         }
-        let open = self.all().iter().filter(|s| s.spec.team == intake.team && !phase(s).done()).count();
-        if open >= records::MAX_OPEN_PER_TEAM {
+        if let Err(open) = self.open_one(&intake.team, &name) {
             let why = format!(
                 "team {} has {open} submissions not finished (at most {}): wait for some to finish, or cancel some",
                 intake.team,
-                records::MAX_OPEN_PER_TEAM
+                self.config.policy.max_open()
             );
             self.audit(caller, "submit", &name, &intake.artifact, 429, &why).await;
             return Ok((429, bad(vec![Problem::new("request", "", why)], &intake.team, name)));
         }
-        self.record(caller, name, spec, &intake.workload, &intake.artifact, started).await
+        let recorded = self.record(caller, name.clone(), spec, &intake.workload, &intake.artifact, started).await;
+        if !matches!(recorded, Ok((201, _))) {
+            self.give_back(&intake.team, &name);
+        }
+        recorded
+    }
+
+    /// Takes a place among the team's open submissions for `name`, or
+    /// answers how many it has when they are at the policy's most:
+    /// the cache's open records and those this replica is writing (or wrote,
+    /// not shown by the cache yet), under one lock, so concurrent
+    /// submissions cannot pass the cap together.
+    fn open_one(&self, team: &str, name: &str) -> Result<(), usize> {
+        let cached: std::collections::HashSet<String> = self
+            .all()
+            .iter()
+            .filter(|s| s.spec.team == team && !phase(s).done())
+            .filter_map(|s| s.metadata.name.clone())
+            .collect();
+        let mut opening = self.opening.lock().expect("opening");
+        let mine = opening.entry(team.to_string()).or_default();
+        // Shown by the cache now, or never will be (a minute on).
+        mine.retain(|n, since| !cached.contains(n) && since.elapsed() < std::time::Duration::from_secs(60));
+        let open = cached.len().saturating_add(mine.len());
+        if open >= self.config.policy.max_open() {
+            return Err(open);
+        }
+        mine.insert(name.to_string(), Instant::now());
+        Ok(())
+    }
+
+    /// Gives back a place [`Self::open_one`] took when nothing was written.
+    fn give_back(&self, team: &str, name: &str) {
+        if let Some(mine) = self.opening.lock().expect("opening").get_mut(team) {
+            mine.remove(name);
+        }
     }
 
     /// Layer 4 of the intake: whether the fleet and the team's quota can
