@@ -2624,11 +2624,13 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     let east = member("east", 1, "8", false);
     let iss = issuer().await;
     let ns = host.namespace.clone();
-    let (red, blue) = (format!("{ns}-red"), format!("{ns}-blue"));
+    let (red, blue, green) = (format!("{ns}-red"), format!("{ns}-blue"), format!("{ns}-green"));
     // Red's own registry is hostile: its image's signature layer is 4 MiB
     // (a few KiB are read of one). It needs a registry (scripts/test starts
     // one); without, that attack is skipped and said so.
-    let mut policy = Policy::default();
+    // Green's cap of open records, small enough that its flood meets it.
+    let max_open = 40usize;
+    let mut policy = Policy { max_open: Some(max_open), ..Policy::default() };
     let mut hostile_image = None;
     let mut skipped = Vec::new();
     match std::env::var("PINFLEET_TEST_REGISTRY").ok().filter(|r| !r.is_empty()) {
@@ -2656,12 +2658,14 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
         &host,
         &[&east],
         Some(&iss),
-        json!({ &red: {"tiers": {"OnDemand": q("2", "4")}}, &blue: {"tiers": {"OnDemand": q("2", "4")}} }),
+        json!({ &red: {"tiers": {"OnDemand": q("2", "4")}}, &blue: {"tiers": {"OnDemand": q("2", "4")}},
+            &green: {"tiers": {"OnDemand": q("2", "4")}} }),
         policy,
     )
     .await;
     let red_token = iss.token("mallory@example.com", &[&format!("team:{red}")]);
     let red_registry_token = iss.token("trent@example.com", &[&format!("team:{red}")]);
+    let green_token = iss.token("eve@example.com", &[&format!("team:{green}")]);
     let blue_token = iss.token("bob@example.com", &[&format!("team:{blue}")]);
     tokio::time::sleep(Duration::from_millis(300)).await;
     gw.svc.refresh_members().await;
@@ -2755,6 +2759,9 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     let firing = serde_json::to_vec(&json!({"version": "4", "status": "firing", "alerts": [
         {"status": "firing", "labels": {"alertname": "SLOErrorBudgetBurnFast", "namespace": "feeds", "workload": "web"}}]}))
     .unwrap();
+    // A delivery in progress through it all, on a member of its own: the
+    // alert sent through the flood rolls it back.
+    let delivery = delivery_in_progress(dir.path(), alert_rx.clone()).await;
     let rss_before = rss_bytes();
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -2965,6 +2972,64 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
             }
         }));
     }
+    // Green's record flood, from an address of its own: real submissions
+    // to its cap of open records and past it, and, once at the cap,
+    // cancellations of what it submitted.
+    let capped = Arc::new(AtomicBool::new(false));
+    for t in 0..3u64 {
+        let (stop, count, token, team, capped) =
+            (stop.clone(), count.clone(), green_token.clone(), green.clone(), capped.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(SeqCst) {
+                let Some(mut send) = h1_from(addr, [127, 0, 0, 18]).await else {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                };
+                n += 1;
+                let id = format!("rec-{t}-{n}");
+                let body =
+                    serde_json::to_vec(&json!({"id": id, "workload": service_of(&team, &id, 1, "100m")})).unwrap();
+                let req = request(addr, "POST", "/v1/submissions", Some(&token), body);
+                if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(15), send.send_request(req)).await {
+                    let status = r.status().as_u16();
+                    let retry_after = if r.headers().contains_key("retry-after") { " with Retry-After" } else { "" };
+                    let text = http_body_util::BodyExt::collect(r.into_body())
+                        .await
+                        .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+                        .unwrap_or_default();
+                    // The cap's refusal (a share's 429 says otherwise).
+                    let cap = if status == 429 && text.contains("submissions not finished") {
+                        capped.store(true, SeqCst);
+                        " at the cap"
+                    } else {
+                        ""
+                    };
+                    count(format!("green record {status}{cap}{retry_after}"));
+                }
+            }
+        }));
+    }
+    {
+        let (stop, count, token, team, capped) =
+            (stop.clone(), count.clone(), green_token.clone(), green.clone(), capped.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(SeqCst) {
+                if !capped.load(SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                let Some(mut send) = h1_from(addr, [127, 0, 0, 18]).await else { continue };
+                n += 1;
+                let path = format!("/v1/submissions/{team}/rec-{}-{}", n % 3, n / 3 + 1);
+                let req = request(addr, "DELETE", &path, Some(&token), vec![]);
+                if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(15), send.send_request(req)).await {
+                    count(format!("green cancel {}", r.status().as_u16()));
+                }
+            }
+        }));
+    }
     // Red's dry runs naming its hostile registry's image, one after another.
     if let Some(image) = hostile_image.clone() {
         let (stop, count, token, team) = (stop.clone(), count.clone(), red_registry_token.clone(), red.clone());
@@ -3018,7 +3083,19 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     let mut latencies = Vec::new();
     let answered = AtomicUsize::new(0);
     let mut i = 0u32;
-    while std::time::Instant::now() < until {
+    let started = std::time::Instant::now();
+    // The time set, and two seconds of green cancelling past its cap
+    // (at most three minutes).
+    let mut capped_at: Option<std::time::Instant> = None;
+    loop {
+        if capped_at.is_none() && capped.load(SeqCst) {
+            capped_at = Some(std::time::Instant::now());
+        }
+        let churned = capped_at.is_some_and(|t| t.elapsed() > Duration::from_secs(2));
+        if std::time::Instant::now() >= until && churned {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(180), "green's record flood never met its cap");
         i += 1;
         let t = std::time::Instant::now();
         if i % 4 == 0 {
@@ -3070,7 +3147,8 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     let slack: u64 = 160 << 20;
     let counts = counts.lock().unwrap().clone();
     println!(
-        "hostile load for {seconds}s: the honest team's {} calls all answered, p50 {:?}, p99 {:?}, max {:?}; memory {} MiB before, {} MiB at peak (+{} MiB; the edge's bound {} MiB, with the test's own clients {} MiB)",
+        "hostile load for {seconds}s (ran {:.1}s, until green met its cap): the honest team's {} calls all answered, p50 {:?}, p99 {:?}, max {:?}; memory {} MiB before, {} MiB at peak (+{} MiB; the edge's bound {} MiB, with the test's own clients {} MiB)",
+        started.elapsed().as_secs_f64(),
         latencies.len(),
         p(0.5),
         p(0.99),
@@ -3126,6 +3204,34 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
         "the receiver's own refusals (small bodies without a token) are audited too"
     );
     alert_task.abort();
+    // The delivery in progress through it all finished or rolled back, and gave its lock back.
+    println!("the delivery during the attacks: {}", delivery.ended().await);
+    // Green's record flood met its cap: told when to come back, never an
+    // error of the gateway's own (a 503 is the edge's bodies budget, with
+    // Retry-After), and it never held more open records than the cap.
+    assert!(got("green record 429 at the cap with Retry-After") > 0, "{counts:?}");
+    assert!(
+        counts.keys().all(|k| !k.starts_with("green record 429") || k.ends_with("with Retry-After")),
+        "a 429 without Retry-After: {counts:?}"
+    );
+    assert!(got("green record 201") > 0 && got("green cancel 202") > 0, "{counts:?}");
+    let errors: Vec<_> = counts
+        .iter()
+        .filter(|(k, _)| {
+            (k.starts_with("green record 5") && k.as_str() != "green record 503 with Retry-After")
+                || k.starts_with("green cancel 5")
+        })
+        .collect();
+    assert!(errors.is_empty(), "the record flood met server errors: {errors:?}");
+    let open = Api::<Submission>::namespaced(gw.host.clone(), &gw.namespace)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|s| s.spec.team == green && !s.status.as_ref().map(|st| st.phase).unwrap_or_default().done())
+        .count();
+    assert!(open <= max_open, "green holds {open} open records against a cap of {max_open}");
     // No slot leaked: a fresh connection is served, the listener's cap of them one after another.
     for n in 0..limits.connections {
         let mut send = h1_from(addr, [127, 0, 0, 20]).await.expect("a connection");
@@ -3155,12 +3261,79 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
         "the strangers' bodies over TLS"
     );
     use pinfleet::gateway::audit::{CALLER_REFUSALS_PER_SECOND, REFUSALS_PER_SECOND};
-    let per_second = u64::from(REFUSALS_PER_SECOND + 2 * CALLER_REFUSALS_PER_SECOND);
+    let per_second = u64::from(REFUSALS_PER_SECOND + 3 * CALLER_REFUSALS_PER_SECOND);
     let refused_lines =
         lines.iter().filter(|l| l["answer"].as_u64().unwrap_or(0) >= 400 && l["verb"] != "suppressed").count() as u64;
-    // The strangers together, red and the honest team: each within its lines a second.
-    assert!(refused_lines <= (seconds + 3) * per_second, "{refused_lines} refusal lines in {seconds}s");
+    // The strangers together, red, green and the honest team: each within
+    // its lines a second, over the time the attacks and the checks after ran.
+    let ran = started.elapsed().as_secs();
+    assert!(refused_lines <= (ran + 3) * per_second, "{refused_lines} refusal lines in {ran}s");
     assert!(lines.iter().any(|l| l["verb"] == "suppressed"), "the strangers' flood past its lines is said in one line");
+}
+
+/// A delivery in progress: feeds/web on a member of its own, v1 to v2,
+/// baking long enough that Alertmanager's alert (through `alert`) rolls it
+/// back; its store a folder. Run on its own thread and runtime, as
+/// `pinfleet delivery apply` runs it (the run is not Send).
+struct DeliveryInProgress {
+    _member: Member,
+    opened: pinfleet::delivery::run::Opened,
+    ran: tokio::task::JoinHandle<
+        anyhow::Result<(pinfleet::fleet::rollout::FleetRollout, pinfleet::delivery::run::Ended)>,
+    >,
+}
+
+async fn delivery_in_progress(
+    dir: &std::path::Path,
+    alert: tokio::sync::watch::Receiver<Option<String>>,
+) -> DeliveryInProgress {
+    let feeds = member("feeds", 1, "8", true);
+    let image = |c: char| format!("registry.example/feeds/web@sha256:{}", c.to_string().repeat(64));
+    gateway_support::place_web(&feeds, &image('1'), 1).await;
+    let file = dir.join("v2.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "workload: {{namespace: feeds, name: web}}\nversion: v2\nimages: {{app: \"{}\"}}\nstateStore: file://{}\nclusters:\n  feeds: {{kubeconfig: {}, region: us-east-1, labels: {{canary: \"true\"}}}}\nwaves:\n  stages:\n    - {{name: canary, selector: canary=true, soak: 0s}}\nanalysis:\n  bake: 600s\n  readyTimeout: 120s\n",
+            image('2'),
+            dir.join("deliveries").display(),
+            feeds.kubeconfig.display()
+        ),
+    )
+    .unwrap();
+    let spec = pinfleet::delivery::DeliverySpec::load(&file).unwrap();
+    let opened = pinfleet::delivery::run::open(&spec, None).await.unwrap();
+    let mine = pinfleet::delivery::run::open(&spec, None).await.unwrap();
+    let thread = std::thread::spawn(move || {
+        tokio::runtime::Runtime::new().unwrap().block_on(async move {
+            let clients = pinfleet::delivery::run::connect(&spec).await?;
+            let quiet = |_: pinfleet::delivery::run::Event| {};
+            pinfleet::delivery::run::apply(&spec, &mine, clients, &Default::default(), alert, "test", &quiet).await
+        })
+    });
+    let ran = tokio::task::spawn_blocking(move || thread.join().expect("the delivery's thread"));
+    DeliveryInProgress { _member: feeds, opened, ran }
+}
+
+impl DeliveryInProgress {
+    /// Waits for its end: finished or rolled back, its lock given back.
+    async fn ended(self) -> String {
+        let (record, ended) = tokio::time::timeout(Duration::from_secs(180), self.ran)
+            .await
+            .expect("the delivery ended within three minutes")
+            .unwrap()
+            .expect("the delivery ran");
+        assert!(
+            matches!(
+                ended,
+                pinfleet::delivery::run::Ended::Finished | pinfleet::delivery::run::Ended::RolledBack { .. }
+            ),
+            "the delivery neither finished nor rolled back: {ended:?}"
+        );
+        let lock: Option<Value> = self.opened.book.store.get_json(pinfleet::state::lock::LOCK_KEY).await.unwrap();
+        assert!(lock.is_none(), "the delivery's lock is still held: {lock:?}");
+        format!("#{} {ended:?} ({:?}), its lock given back", record.number, record.state)
+    }
 }
 
 /// A gateway running as its own process (`pinfleet gateway serve`), and
@@ -3265,44 +3438,13 @@ async fn a_record_flood_and_an_alert_flood_during_a_delivery_keep_the_gateway_pr
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // A delivery in progress: feeds/web on a member of its own, v1 to v2,
-    // baking long enough that the alert sent through the flood rolls it back.
-    let feeds = member("feeds", 1, "8", true);
-    let image = |c: char| format!("registry.example/feeds/web@sha256:{}", c.to_string().repeat(64));
-    gateway_support::place_web(&feeds, &image('1'), 1).await;
-    let delivery_file = dir.path().join("v2.yaml");
-    std::fs::write(
-        &delivery_file,
-        format!(
-            "workload: {{namespace: feeds, name: web}}\nversion: v2\nimages: {{app: \"{}\"}}\nstateStore: file://{}\nclusters:\n  feeds: {{kubeconfig: {}, region: us-east-1, labels: {{canary: \"true\"}}}}\nwaves:\n  stages:\n    - {{name: canary, selector: canary=true, soak: 0s}}\nanalysis:\n  bake: 600s\n  readyTimeout: 120s\n",
-            image('2'),
-            dir.path().join("deliveries").display(),
-            feeds.kubeconfig.display()
-        ),
-    )
-    .unwrap();
-    let spec = pinfleet::delivery::DeliverySpec::load(&delivery_file).unwrap();
-    let opened = pinfleet::delivery::run::open(&spec, None).await.unwrap();
     let (alert_tx, alert_rx) = tokio::sync::watch::channel(None);
     let alert_token = "alertmanager-s3cret";
     let (alert_addr, alert_task) =
         pinfleet::delivery::alerts::serve("127.0.0.1:0", alert_token.to_string(), "feeds", "web", alert_tx, None)
             .await
             .unwrap();
-    let delivery = {
-        let (spec, rx) = (spec.clone(), alert_rx.clone());
-        let opened = pinfleet::delivery::run::open(&spec, None).await.unwrap();
-        // Its own thread and runtime, as `pinfleet delivery apply` runs it
-        // (the run is not Send).
-        let ran = std::thread::spawn(move || {
-            tokio::runtime::Runtime::new().unwrap().block_on(async move {
-                let clients = pinfleet::delivery::run::connect(&spec).await?;
-                let quiet = |_: pinfleet::delivery::run::Event| {};
-                pinfleet::delivery::run::apply(&spec, &opened, clients, &Default::default(), rx, "test", &quiet).await
-            })
-        });
-        tokio::task::spawn_blocking(move || ran.join().expect("the delivery's thread"))
-    };
+    let delivery = delivery_in_progress(dir.path(), alert_rx.clone()).await;
     let firing = serde_json::to_vec(&json!({"version": "4", "status": "firing", "alerts": [
         {"status": "firing", "labels": {"alertname": "SLOErrorBudgetBurnFast", "namespace": "feeds", "workload": "web"}}]}))
     .unwrap();
@@ -3504,20 +3646,9 @@ async fn a_record_flood_and_an_alert_flood_during_a_delivery_keep_the_gateway_pr
     let rss_end = gw.memory("VmRSS");
     let peak = peak_rss.load(SeqCst).max(hwm);
     // The delivery ends: finished, or rolled back by the alert; its lock is given back.
-    let ended = tokio::time::timeout(Duration::from_secs(180), delivery)
-        .await
-        .expect("the delivery ended within three minutes")
-        .unwrap()
-        .expect("the delivery ran");
+    let ended = delivery.ended().await;
     alert_task.abort();
-    let (record, ended) = ended;
-    println!("the delivery during the floods: #{} {:?} ({:?})", record.number, ended, record.state);
-    assert!(
-        matches!(ended, pinfleet::delivery::run::Ended::Finished | pinfleet::delivery::run::Ended::RolledBack { .. }),
-        "the delivery neither finished nor rolled back: {ended:?}"
-    );
-    let lock: Option<Value> = opened.book.store.get_json(pinfleet::state::lock::LOCK_KEY).await.unwrap();
-    assert!(lock.is_none(), "the delivery's lock is still held: {lock:?}");
+    println!("the delivery during the floods: {ended}");
     // The stated bound: the listener's connections and bodies in flight,
     // the registry evidence, every record of the two teams, a body placed.
     let limits = pinfleet::gateway::listen::Limits { connections, ..Default::default() };

@@ -148,39 +148,10 @@ impl Service {
             self.audit(caller, "submit", &name, &intake.artifact, 422, &problems_text(&problems)).await;
             return Ok((422, bad(problems, &intake.team, name)));
         }
-        let spec = SubmissionSpec {
-            id: id.to_string(),
-            team: intake.team.clone(),
-            tier: intake.tier,
-            priority,
-            priority_class: Some(class.name.clone()),
-            submitted_by: caller.user.clone(),
-            authenticated_by: caller.via.clone(),
-            kind: intake.kind.clone(),
-            workload_name: intake.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().into(),
-            namespace: intake
-                .workload
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or(&intake.team)
-                .into(),
-            body_bytes: serde_json::to_vec(&intake.workload).map_or(0, |b| b.len() as u64),
-            artifact: intake.artifact.clone(),
-            demand: intake.demand,
-            shapes: shapes_of(&intake),
-            expected_seconds: intake.expected_seconds,
-            digest,
-            cancel: false,
-            provenance: verdicts,
-        };
+        let spec = spec_of(id, caller, &intake, priority, &class.name, digest, verdicts);
         // The record every status change rewrites stays small: what makes
         // it large (many images, long names) is refused here.
-        let spec_bytes = serde_json::to_vec(&spec).map_or(usize::MAX, |b| b.len());
-        if spec_bytes > records::SUBMISSION_SPEC_MAX {
-            let why = format!(
-                "the submission's record would take {spec_bytes} bytes (at most {}): fewer images or shorter names",
-                records::SUBMISSION_SPEC_MAX
-            );
+        if let Some(why) = too_large(&spec) {
             self.audit(caller, "submit", &name, &intake.artifact, 422, &why).await;
             return Ok((422, bad(vec![Problem::new("request", "workload", why)], &intake.team, name)));
         }
@@ -412,6 +383,51 @@ impl Service {
             retry: false,
         }
     }
+}
+
+/// The record of a submission that passed every layer: what the queue,
+/// the views and the leader need (the workload itself goes to its body).
+fn spec_of(
+    id: &str,
+    caller: &Caller,
+    intake: &intake::Intake,
+    priority: i32,
+    class: &str,
+    digest: String,
+    provenance: Vec<crate::provenance::Verdict>,
+) -> SubmissionSpec {
+    let meta = |field: &str| intake.workload.pointer(&format!("/metadata/{field}")).and_then(Value::as_str);
+    SubmissionSpec {
+        id: id.to_string(),
+        team: intake.team.clone(),
+        tier: intake.tier,
+        priority,
+        priority_class: Some(class.to_string()),
+        submitted_by: caller.user.clone(),
+        authenticated_by: caller.via.clone(),
+        kind: intake.kind.clone(),
+        workload_name: meta("name").unwrap_or_default().into(),
+        namespace: meta("namespace").unwrap_or(&intake.team).into(),
+        body_bytes: serde_json::to_vec(&intake.workload).map_or(0, |b| b.len() as u64),
+        artifact: intake.artifact.clone(),
+        demand: intake.demand,
+        shapes: shapes_of(intake),
+        expected_seconds: intake.expected_seconds,
+        digest,
+        cancel: false,
+        provenance,
+    }
+}
+
+/// Why a record would be past [`records::SUBMISSION_SPEC_MAX`], if it would.
+fn too_large(spec: &SubmissionSpec) -> Option<String> {
+    let bytes = serde_json::to_vec(spec).map_or(usize::MAX, |b| b.len());
+    (bytes > records::SUBMISSION_SPEC_MAX).then(|| {
+        format!(
+            "the submission's record would take {bytes} bytes (at most {}): fewer images or shorter names",
+            records::SUBMISSION_SPEC_MAX
+        )
+    })
 }
 
 /// Problems as one audit reason: `field: message; …`.
