@@ -55,10 +55,10 @@ pub const MAX_OPEN_PER_TEAM: usize = 500;
 /// and a message, [`SUBMISSION_STATUS_MAX`] at most.
 pub const SUBMISSION_SPEC_MAX: usize = 16 << 10;
 
-/// What a Submission's status holds at most: a part per member (name,
-/// reason, state, message: each member's own message is cut to
-/// [`MESSAGE_MAX`]) and its own message (cut likewise), stated for 16
-/// members.
+/// What a Submission's status holds at most: a part per member it is
+/// placed on (name, state, counts, and a reason and a message each cut to
+/// [`MESSAGE_MAX`]: 1.2 KiB at most) and its own message (cut likewise),
+/// stated for up to 12 members.
 pub const SUBMISSION_STATUS_MAX: usize = 16 << 10;
 
 /// A message kept in a record (a member's, the submission's own) is cut to this.
