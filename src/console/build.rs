@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::observe::MemberSnapshot;
 use crate::gateway::intake::Caller;
@@ -120,13 +120,7 @@ pub fn cluster(
             Some(PlacedPart {
                 team: s.spec.team.clone(),
                 id: s.spec.id.clone(),
-                workload: s
-                    .spec
-                    .workload
-                    .pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
+                workload: s.spec.workload_name.clone(),
                 replicas,
                 state: part.state.clone().unwrap_or_else(|| "not reported yet".into()),
             })
@@ -275,9 +269,8 @@ pub async fn team(
     let mut admitted = Vec::new();
     for s in all.iter().filter(|s| s.spec.team == team) {
         let name = s.metadata.name.clone().unwrap_or_default();
-        let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
-        let workload =
-            s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+        let kind = s.spec.kind.clone();
+        let workload = s.spec.workload_name.clone();
         if let Some(w) = waiting.get(&name) {
             queue.push(Queued {
                 id: s.spec.id.clone(),
@@ -392,10 +385,10 @@ pub fn containers(child: &Value, submitted: &Value) -> Vec<Container> {
 }
 
 /// What the controller made on each member holding a part (read now, 3 s per member).
-async fn made(svc: &Service, s: &Submission) -> Vec<Made> {
+async fn made(svc: &Service, s: &Submission, submitted: &Value) -> Vec<Made> {
     use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
-    let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default();
-    let name = s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let kind = s.spec.kind.as_str();
+    let name = s.spec.workload_name.as_str();
     let selector = format!("pinfleet.dev/kind={kind},pinfleet.dev/name={name}");
     let mut out = Vec::new();
     let parts = s.status.as_ref().map(|st| st.placement.clone()).unwrap_or_default();
@@ -430,7 +423,7 @@ async fn made(svc: &Service, s: &Submission) -> Vec<Made> {
                     cluster: m.name.clone(),
                     kind: k.to_string(),
                     name: o.metadata.name.clone().unwrap_or_default(),
-                    containers: containers(&v, &s.spec.workload),
+                    containers: containers(&v, submitted),
                 });
             }
         }
@@ -477,8 +470,13 @@ pub async fn workload(
             runs: p.runs.clone(),
         })
         .collect();
-    let submitted = serde_saphyr::to_string(&s.spec.workload)
-        .unwrap_or_else(|_| serde_json::to_string_pretty(&s.spec.workload).unwrap_or_default());
+    // The workload itself, from its body (the record holds only what lists need).
+    let body = match svc.body(s).await {
+        Ok(w) => w.unwrap_or_default(),
+        Err(why) => json!({ "refused": why }),
+    };
+    let submitted =
+        serde_saphyr::to_string(&body).unwrap_or_else(|_| serde_json::to_string_pretty(&body).unwrap_or_default());
     WorkloadView {
         viewer,
         at: now,
@@ -489,7 +487,7 @@ pub async fn workload(
         placement,
         latency,
         submitted,
-        made: made(svc, s).await,
+        made: made(svc, s, &body).await,
         provenance: s.spec.provenance.clone(),
         delivery: delivery(svc, s).await,
     }
@@ -503,7 +501,10 @@ async fn delivery(
 ) -> Option<crate::views::workload::Delivery> {
     use crate::delivery::{book, status};
     let line = svc.delivery_line.get()?;
-    let name = s.spec.workload.pointer("/metadata/name").and_then(serde_json::Value::as_str)?;
+    let name = s.spec.workload_name.as_str();
+    if name.is_empty() {
+        return None;
+    }
     let store = line.store.sibling(&book::folder(&s.spec.team, name));
     let r = crate::fleet::run::Book { store: store.clone() }.latest().await.ok()??;
     let analyses = book::analyses(&store, r.number).await.unwrap_or_default();

@@ -106,7 +106,13 @@ async fn submit(
     match svc.submit(&c, &body.id, &body.workload, body.priority_class.as_deref(), dry).await {
         Ok((code, d)) => {
             svc.metrics.answered("submit", code);
-            (StatusCode::from_u16(code).unwrap_or(StatusCode::OK), Json(d)).into_response()
+            let mut r = (StatusCode::from_u16(code).unwrap_or(StatusCode::OK), Json(d)).into_response();
+            if code == 429 {
+                // The team's open submissions are at their cap: some
+                // finish or are cancelled within a leader's passes.
+                r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("30"));
+            }
+            r
         }
         Err(e) => internal(e),
     }
@@ -184,7 +190,11 @@ async fn describe(
     match owned(&svc, &c, "get", &team, &id).await {
         Ok(s) => {
             let mut v = serde_json::to_value(svc.view(&s).await).unwrap_or_default();
-            v["submitted"] = s.spec.workload.clone();
+            // The one place the API shows the workload itself: read from its body.
+            v["submitted"] = match svc.body(&s).await {
+                Ok(w) => w.unwrap_or_default(),
+                Err(why) => json!({"refused": why}),
+            };
             Json(v).into_response()
         }
         Err(r) => r,

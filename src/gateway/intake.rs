@@ -82,6 +82,9 @@ pub struct Policy {
     /// How long a placed gang's pods have to be ready, and its requeue
     /// backoff (Kueue's `waitForPodsReady`; [`super::gang`]).
     pub pods_ready: super::gang::Policy,
+    /// Submissions of one team not finished at once (default
+    /// [`super::records::MAX_OPEN_PER_TEAM`]); past it 429.
+    pub max_open: Option<usize>,
 }
 
 /// `TEAM=DOMAIN` (the gateway's `--team-domain`).
@@ -266,6 +269,11 @@ impl PriorityClass {
 }
 
 impl Policy {
+    /// A team's open submissions at most.
+    pub fn max_open(&self) -> usize {
+        self.max_open.unwrap_or(super::records::MAX_OPEN_PER_TEAM)
+    }
+
     pub fn classes(&self) -> std::borrow::Cow<'_, [PriorityClass]> {
         if self.priority_classes.is_empty() {
             std::borrow::Cow::Owned(default_classes())

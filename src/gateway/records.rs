@@ -1,22 +1,35 @@
 //! The gateway's records, kept in the host cluster's API (group
-//! `gateway.pinfleet.dev`): a `Submission` per submitted workload, a
-//! `TeamQuota` per team and one `AdmissionLedger`, the reservations every
-//! admission writes before it tells anyone.
+//! `gateway.pinfleet.dev`): a `Submission` per submitted workload and its
+//! `SubmissionBody`, a `TeamQuota` per team and one `AdmissionLedger`, the
+//! reservations every admission writes before it tells anyone.
 //!
 //! ```text
-//! HTTP submit ──► Submission (spec: the workload, team, tier, demand)
+//! HTTP submit ──► Submission (spec: kind, name, team, tier, demand, digest: small)
+//!             └─► SubmissionBody (the workload as submitted: written once, owned by it)
 //!                     │ leader: decide ──► AdmissionLedger (write first)
 //!                     ▼
 //!                 Submission.status (Admitted → Placed → Running/Finished)
+//!                     │ leader: place ──► reads the body, checks its digest, writes it to members
 //! ```
 //!
 //! A submission's name comes from its team and the client's id, so a retry
-//! lands on the record the first attempt made.
+//! lands on the records the first attempt made (the body has the same name).
+//!
+//! The workload (up to 1 MiB) is kept apart from the record every status
+//! change rewrites and every pass lists: the `Submission` stays within
+//! [`SUBMISSION_SPEC_MAX`], and the body is read only to place the workload
+//! or to show it. The body is a custom resource of the gateway's own group
+//! rather than a ConfigMap: the gateway's RBAC stays one group, the
+//! workload stays a structured object (`kubectl get submissionbody -o
+//! yaml` shows it as submitted, not as a string), and its schema carries
+//! the rule that makes it immutable (`self == oldSelf`), which the API
+//! server (and the sim) enforce on every update. An ownerReference to the
+//! Submission's uid lets the garbage collector remove it with the record.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -29,10 +42,36 @@ pub const GROUP: &str = "gateway.pinfleet.dev";
 pub const NAMESPACE: &str = "pinfleet-gateway";
 
 /// Submissions of one team not yet finished (queued, admitted, placed,
-/// running): past it a new one is refused with 429 until some finish.
-/// Kueue's LocalQueue has no such cap; a record is up to 1 MiB, so one
-/// team could otherwise fill the host cluster's store.
+/// running), by default (`--max-open-per-team`): past it a new one is
+/// refused with 429 until some finish.
+/// Kueue's LocalQueue has no such cap; a body is up to 1 MiB, so one
+/// team could otherwise fill the host cluster's store (and the gateway's
+/// cache holds every record: 500 × 32 KiB).
 pub const MAX_OPEN_PER_TEAM: usize = 500;
+
+/// The most a Submission's spec may take, serialized: what every status
+/// change rewrites and every pass of the leader lists. Past it a submission
+/// is refused (422) at submit. Its status adds a part per member placed on
+/// and a message, [`SUBMISSION_STATUS_MAX`] at most.
+pub const SUBMISSION_SPEC_MAX: usize = 16 << 10;
+
+/// What a Submission's status holds at most: a part per member it is
+/// placed on (name, state, counts, and a reason and a message each cut to
+/// [`MESSAGE_MAX`]: 1.2 KiB at most) and its own message (cut likewise),
+/// stated for up to 12 members.
+pub const SUBMISSION_STATUS_MAX: usize = 16 << 10;
+
+/// A message kept in a record (a member's, the submission's own) is cut to this.
+pub const MESSAGE_MAX: usize = 512;
+
+/// The most a SubmissionBody holds: the workload as submitted, within the
+/// API's 1 MiB request body.
+pub const BODY_MAX: usize = 1 << 20;
+
+/// How long the leader waits for an admitted submission's body (written
+/// just after the record) before it fails it: a gateway that stopped in
+/// between leaves a record without one; a retry with the same id writes it.
+pub const BODY_GRACE: chrono::TimeDelta = chrono::TimeDelta::minutes(2);
 
 /// How long a finished (or cancelled, failed, preempted) submission's
 /// record is kept before the leader collects it.
@@ -60,7 +99,7 @@ fn open_array(_: &mut SchemaGenerator) -> Schema {
     shortname = "sub",
     status = "SubmissionStatus",
     printcolumn(name = "Team", type_ = "string", json_path = ".spec.team"),
-    printcolumn(name = "Kind", type_ = "string", json_path = ".spec.workload.kind"),
+    printcolumn(name = "Kind", type_ = "string", json_path = ".spec.kind"),
     printcolumn(name = "Tier", type_ = "string", json_path = ".spec.tier"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
@@ -81,9 +120,19 @@ pub struct SubmissionSpec {
     pub submitted_by: String,
     /// How the caller proved who they are (oidc, serviceaccount, certificate).
     pub authenticated_by: String,
-    /// The platform workload as submitted (PinterestService, …).
-    #[schemars(schema_with = "open_object")]
-    pub workload: serde_json::Value,
+    /// The workload's kind (PinterestService, …); the workload itself is
+    /// in the SubmissionBody of the same name.
+    #[serde(default)]
+    pub kind: String,
+    /// The workload's name (metadata.name) on the members.
+    #[serde(default)]
+    pub workload_name: String,
+    /// The workload's namespace on the members (the team's).
+    #[serde(default)]
+    pub namespace: String,
+    /// The body's size, in bytes (its JSON).
+    #[serde(default)]
+    pub body_bytes: u64,
     /// The business container's image: the artifact version the audit names.
     pub artifact: String,
     /// Requests × replicas (or parallelism).
@@ -95,7 +144,8 @@ pub struct SubmissionSpec {
     /// How long it runs once started (batch work), in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_seconds: Option<i64>,
-    /// Digest of the workload: a retried id with another workload is refused.
+    /// Digest of the workload: a retried id with another workload is
+    /// refused, and a body whose digest differs is not placed.
     pub digest: String,
     /// Set by `cancel`; the leader releases and removes it.
     #[serde(default)]
@@ -105,6 +155,28 @@ pub struct SubmissionSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "open_array")]
     pub provenance: Vec<crate::provenance::Verdict>,
+}
+
+/// A submitted workload's body: the workload as submitted, written once
+/// beside its Submission (same name), owned by it, never changed.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "gateway.pinfleet.dev",
+    version = "v1alpha1",
+    kind = "SubmissionBody",
+    namespaced,
+    printcolumn(name = "Digest", type_ = "string", json_path = ".spec.digest"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    doc = "The workload a Submission of the same name carries, as submitted: written once, removed with it."
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self == oldSelf").message("a submission's body is immutable"))]
+pub struct SubmissionBodySpec {
+    /// Digest of the workload (as the Submission records it).
+    pub digest: String,
+    /// The platform workload as submitted (PinterestService, …).
+    #[schemars(schema_with = "open_object")]
+    pub workload: serde_json::Value,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
@@ -288,7 +360,7 @@ pub fn usage_history_name(team: &str, hour: DateTime<Utc>) -> String {
 /// Every record's CRD, in a stable order.
 pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
     use kube::CustomResourceExt;
-    vec![Submission::crd(), TeamQuota::crd(), AdmissionLedger::crd(), UsageHistory::crd()]
+    vec![Submission::crd(), SubmissionBody::crd(), TeamQuota::crd(), AdmissionLedger::crd(), UsageHistory::crd()]
 }
 
 /// The record's name for a team's client id: DNS-safe, stable.
@@ -311,6 +383,57 @@ pub fn digest(workload: &serde_json::Value) -> String {
     hex::encode(Sha256::digest(serde_json::to_vec(workload).unwrap_or_default()))[..16].to_string()
 }
 
+/// A submission's body, owned by its record (the garbage collector
+/// removes it with the record).
+pub fn body_of(s: &Submission, workload: serde_json::Value) -> SubmissionBody {
+    use kube::Resource as _;
+    let mut b = SubmissionBody::new(
+        s.metadata.name.as_deref().unwrap_or_default(),
+        SubmissionBodySpec { digest: s.spec.digest.clone(), workload },
+    );
+    b.metadata.namespace = s.metadata.namespace.clone();
+    b.metadata.labels = s.metadata.labels.clone();
+    b.metadata.owner_references = s.controller_owner_ref(&()).map(|o| vec![o]);
+    b
+}
+
+/// Why a body may not be placed as its record's workload: another
+/// digest than the record's, or not owned by the record. Located at the
+/// object and field.
+pub fn body_refused(s: &Submission, b: &SubmissionBody) -> Option<String> {
+    let ns = b.metadata.namespace.as_deref().unwrap_or_default();
+    let name = b.metadata.name.as_deref().unwrap_or_default();
+    let found = digest(&b.spec.workload);
+    if found != s.spec.digest || b.spec.digest != s.spec.digest {
+        return Some(format!(
+            "SubmissionBody {ns}/{name}: spec.workload has digest {found} (the body says {}), not the submission's {}: \
+             the body was changed after submit; refused, not placed",
+            b.spec.digest, s.spec.digest
+        ));
+    }
+    let uid = s.metadata.uid.as_deref().unwrap_or_default();
+    let owned = b.metadata.owner_references.iter().flatten().any(|o| o.kind == "Submission" && o.uid == uid);
+    if !owned {
+        return Some(format!(
+            "SubmissionBody {ns}/{name}: metadata.ownerReferences does not name this submission (uid {uid}): \
+             the body was written by someone else; refused, not placed"
+        ));
+    }
+    None
+}
+
+/// A message cut to [`MESSAGE_MAX`] bytes (at a character's boundary).
+pub fn cut(message: &str) -> String {
+    if message.len() <= MESSAGE_MAX {
+        return message.to_string();
+    }
+    let mut end = MESSAGE_MAX.saturating_sub(3);
+    while !message.is_char_boundary(end) {
+        end = end.saturating_sub(1);
+    }
+    format!("{}...", &message[..end])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,6 +448,56 @@ mod tests {
         assert_eq!(submission_name("search", "build-42"), submission_name("search", "build-42"));
         assert_ne!(submission_name("search", "build-42"), submission_name("ads", "build-42"));
         assert!(submission_name("search", "x").len() <= 63);
+    }
+
+    fn record(workload: &serde_json::Value) -> Submission {
+        let mut s = Submission::new(
+            "search-0123456789ab",
+            serde_json::from_value(serde_json::json!({"id": "web-1", "team": "search", "tier": "OnDemand",
+                "submittedBy": "a", "authenticatedBy": "oidc", "kind": "PinterestService", "workloadName": "web",
+                "artifact": "img", "demand": {"cpu": 1000, "memory": 1, "pods": 1}, "digest": digest(workload)}))
+            .unwrap(),
+        );
+        s.metadata.namespace = Some("gw".into());
+        s.metadata.uid = Some("uid-1".into());
+        s
+    }
+
+    #[test]
+    fn a_body_is_owned_by_its_record_and_one_changed_after_submit_is_refused_where_it_differs() {
+        let w = serde_json::json!({"kind": "PinterestService", "metadata": {"name": "web"}, "spec": {"replicas": 2}});
+        let s = record(&w);
+        let b = body_of(&s, w.clone());
+        assert_eq!(body_refused(&s, &b), None);
+        let owner = &b.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller), ("Submission", "uid-1", Some(true)));
+        let mut changed = b.clone();
+        changed.spec.workload["spec"]["replicas"] = serde_json::json!(9);
+        let why = body_refused(&s, &changed).unwrap();
+        assert!(why.starts_with("SubmissionBody gw/search-0123456789ab: spec.workload has digest"), "{why}");
+        assert!(why.contains(&s.spec.digest) && why.ends_with("refused, not placed"), "{why}");
+        let mut stranger = b;
+        stranger.metadata.owner_references = None;
+        assert!(body_refused(&s, &stranger).unwrap().contains("metadata.ownerReferences"));
+    }
+
+    #[test]
+    fn a_bodys_schema_makes_it_immutable_and_a_record_names_no_workload() {
+        use kube::CustomResourceExt;
+        let body = serde_json::to_value(SubmissionBody::crd()).unwrap();
+        let spec = &body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(spec["x-kubernetes-validations"][0]["rule"], "self == oldSelf", "{spec:#}");
+        let sub = serde_json::to_value(Submission::crd()).unwrap();
+        let props = &sub["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        assert!(props.get("workload").is_none() && props.get("kind").is_some(), "{props:#}");
+    }
+
+    #[test]
+    fn a_message_kept_in_a_record_is_cut_at_a_character() {
+        assert_eq!(cut("short"), "short");
+        let long = "é".repeat(MESSAGE_MAX);
+        let c = cut(&long);
+        assert!(c.len() <= MESSAGE_MAX && c.ends_with("..."), "{}", c.len());
     }
 
     #[test]

@@ -109,6 +109,10 @@ pub struct ServeArgs {
     /// Evictions after which a gang fails, saying why, instead of being requeued.
     #[arg(long, default_value_t = crate::gateway::gang::DEFAULT_BACKOFF_LIMIT)]
     pub requeue_limit: u32,
+    /// Submissions of one team not finished at once (queued, admitted,
+    /// placed, running): past it a new one is answered 429 with Retry-After.
+    #[arg(long, default_value_t = crate::gateway::records::MAX_OPEN_PER_TEAM)]
+    pub max_open_per_team: usize,
     /// How often the members' figures are read again (their nodes are watched).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub member_refresh: Duration,
@@ -184,6 +188,7 @@ fn policy(s: &ServeArgs) -> Policy {
             backoff_max: chrono_of(s.requeue_backoff_max),
             backoff_limit: s.requeue_limit,
         },
+        max_open: Some(s.max_open_per_team),
     }
 }
 

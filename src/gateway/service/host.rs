@@ -121,6 +121,12 @@ impl Service {
         };
         let mut st = cur.clone();
         f(&mut st);
+        // The record stays small: messages are cut (a member's, its own).
+        st.message = st.message.as_deref().map(records::cut);
+        for p in &mut st.placement {
+            p.message = p.message.as_deref().map(records::cut);
+            p.reason = records::cut(&p.reason);
+        }
         if st == cur {
             return Ok(());
         }
@@ -139,6 +145,22 @@ impl Service {
             .await
             .with_context(|| format!("writing {name}'s status"))?;
         Ok(())
+    }
+
+    /// A submission's workload as submitted, from its body: Ok(None) when
+    /// the body is not there (yet), Err with why when it may not be
+    /// placed (its digest is not the record's, another owner).
+    pub async fn body(&self, s: &Submission) -> Result<Option<Value>, String> {
+        let api: Api<records::SubmissionBody> = Api::namespaced(self.host.clone(), &self.config.namespace);
+        let name = s.metadata.name.as_deref().unwrap_or_default();
+        match api.get_opt(name).await {
+            Ok(Some(b)) => match records::body_refused(s, &b) {
+                Some(why) => Err(why),
+                None => Ok(Some(b.spec.workload)),
+            },
+            Ok(None) => Ok(None),
+            Err(e) => Err(format!("reading SubmissionBody {}/{name}: {e}", self.config.namespace)),
+        }
     }
 
     pub(super) fn pending_of(s: &Submission) -> Pending {

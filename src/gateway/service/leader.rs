@@ -319,7 +319,7 @@ impl Service {
         let policy = self.config.policy.pods_ready;
         let mut out = Vec::new();
         for (name, s) in by_name {
-            let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default();
+            let kind = s.spec.kind.as_str();
             let Some(st) = s.status.as_ref() else { continue };
             if !gang::is_gang(kind) || s.spec.cancel || !matches!(st.phase, Phase::Placed | Phase::Running) {
                 continue;
@@ -328,7 +328,7 @@ impl Service {
             if admission::later(placed_at, policy.timeout) > now {
                 continue;
             }
-            let wname = s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+            let wname = s.spec.workload_name.as_str();
             let selector = format!("pinfleet.dev/kind={kind},pinfleet.dev/name={wname}");
             let mut pods = gang::Pods { expected: s.spec.demand.pods, ..Default::default() };
             let mut seen = true;
@@ -370,8 +370,8 @@ impl Service {
     }
 
     async fn remove_from_members(&self, s: &Submission) {
-        let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let name = s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        let kind = s.spec.kind.as_str();
+        let name = s.spec.workload_name.as_str();
         for part in s.status.as_ref().map(|st| st.placement.clone()).unwrap_or_default() {
             if let Some(m) = self.members.iter().find(|m| m.name == part.cluster) {
                 let api = workload_api(&m.client, kind, &s.spec.team);
@@ -535,8 +535,8 @@ impl Service {
     /// by member; None once every member answers that nothing is left. A
     /// member that cannot be asked counts as still holding it.
     async fn still_on_members(&self, s: &Submission) -> Option<String> {
-        let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let name = s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        let kind = s.spec.kind.as_str();
+        let name = s.spec.workload_name.as_str();
         let selector = format!("pinfleet.dev/kind={kind},pinfleet.dev/name={name}");
         let mut left = Vec::new();
         for m in &self.members {
@@ -596,7 +596,7 @@ impl Service {
                 continue;
             }
             let per = per_pod(&s.spec);
-            let whole = s.spec.workload.get("kind").and_then(Value::as_str) != Some("PinterestService");
+            let whole = s.spec.kind != "PinterestService";
             for part in s.status.as_ref().map(|st| st.placement.clone()).unwrap_or_default() {
                 if let Some(n) = nodes.get_mut(&part.cluster) {
                     let held = if whole {
@@ -614,7 +614,7 @@ impl Service {
         for s in admitted {
             let name = s.metadata.name.clone().unwrap_or_default();
             let per = per_pod(&s.spec);
-            let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+            let kind = s.spec.kind.clone();
             let divisible = kind == "PinterestService";
             let total = if divisible { s.spec.demand.pods as u32 } else { 1 };
             let unit = if divisible { per } else { s.spec.demand };
@@ -673,11 +673,13 @@ impl Service {
                     continue;
                 }
             };
+            // The workload itself, read only now, from its body.
+            let Some(body) = self.body_or_wait(&s, &name).await? else { continue };
             let mut parts = Vec::new();
             let mut failed = None;
             for sh in shares.iter().filter(|s| s.replicas > 0) {
                 let m = self.members.iter().find(|m| m.name == sh.cluster).expect("a member placement chose");
-                let mut w = s.spec.workload.clone();
+                let mut w = body.clone();
                 if divisible {
                     w["spec"]["replicas"] = json!(sh.replicas);
                 }
@@ -727,6 +729,46 @@ impl Service {
         Ok(placed)
     }
 
+    /// An admitted submission's workload, from its body. A body not there
+    /// yet is waited for [`records::BODY_GRACE`] (it is written just after
+    /// the record), then the submission fails; a body that may not be
+    /// placed (changed after submit) fails it at once, saying where. None
+    /// when it is not placed this pass.
+    async fn body_or_wait(&self, s: &Submission, name: &str) -> Result<Option<Value>> {
+        let now = Utc::now();
+        let failed = |why: String| {
+            tracing::warn!("placement: {name}: {why}");
+            self.set_status(name, move |st| {
+                st.phase = Phase::Failed;
+                st.finished_at = Some(now);
+                st.message = Some(why);
+            })
+        };
+        match self.body(s).await {
+            Ok(Some(w)) => Ok(Some(w)),
+            Err(why) => {
+                failed(why).await?;
+                Ok(None)
+            }
+            Ok(None) => {
+                let born = s.metadata.creation_timestamp.as_ref().map(ts).unwrap_or(now);
+                let ns = &self.config.namespace;
+                if now.signed_duration_since(born) > records::BODY_GRACE {
+                    failed(format!(
+                        "SubmissionBody {ns}/{name} is missing: the workload cannot be placed (submit it again with the same id)"
+                    ))
+                    .await?;
+                } else {
+                    let message = format!("waiting for its body (SubmissionBody {ns}/{name})");
+                    if s.status.as_ref().and_then(|st| st.message.as_ref()) != Some(&message) {
+                        self.set_status(name, |st| st.message = Some(message)).await?;
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+
     /// Reads every placed submission's workload on its members and rolls
     /// their status up.
     pub async fn rollup_once(&self) -> Result<()> {
@@ -737,8 +779,8 @@ impl Service {
                 continue;
             }
             let name = s.metadata.name.clone().unwrap_or_default();
-            let kind = s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default();
-            let wname = s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+            let kind = s.spec.kind.as_str();
+            let wname = s.spec.workload_name.as_str();
             let mut parts = s.status.as_ref().map(|st| st.placement.clone()).unwrap_or_default();
             let mut pods_created = true;
             let mut all_ready = true;

@@ -8,13 +8,14 @@
 //! http ──► Service::submit ──► intake::check (pure) + dry run on a member
 //!                │                 + admission::never, packing::never (pure)
 //!                ▼
-//!          Submission (host cluster, Queued)
+//!          Submission (host cluster, Queued: small) + SubmissionBody (the workload, once)
 //!                │ leader only: admit_once
 //!                ▼
 //!          admission::decide (pure) ─► AdmissionLedger write (resourceVersion)
 //!                │                      ─► Submission.status Admitted / Preempted
 //!                ▼ place_once
-//!          packing::pack + placement::place (pure) ─► server-side apply on members ─► Placed
+//!          packing::pack + placement::place (pure) ─► the body read, its digest checked
+//!                                      ─► server-side apply on members ─► Placed
 //!                ▼ rollup_once
 //!          members' workload status ─► Running / Succeeded / Failed
 //!                ▼ admit_once, past the pods-ready timeout
@@ -142,6 +143,11 @@ pub struct Service {
     bad_versions: tokio::sync::Mutex<(Option<Instant>, BTreeMap<String, crate::delivery::book::Bad>)>,
     /// The last hour whose expired use records were dropped.
     usage_pruned: std::sync::Mutex<Option<DateTime<Utc>>>,
+    /// Per team, the records this replica is writing or wrote that its
+    /// cache has not shown yet (and since when): counted against the
+    /// team's open submissions, so a flood cannot pass the cap in the
+    /// cache's lag.
+    opening: std::sync::Mutex<BTreeMap<String, BTreeMap<String, Instant>>>,
     /// The submissions watch: ends with the service.
     watch: tokio::task::JoinHandle<()>,
     /// Bumped whenever what readers see may have changed (a submission
@@ -172,7 +178,10 @@ impl Service {
         let (reader, writer) = reflector::store();
         let stream = reflector::reflector(
             writer,
-            watcher(subs(&host, &config.namespace), watcher::Config::default().page_size(500)),
+            // The cache keeps what the gateway reads: the records' managed
+            // fields (a list of every writer's field set) are dropped.
+            watcher(subs(&host, &config.namespace), watcher::Config::default().page_size(500))
+                .modify(|s| s.metadata.managed_fields = None),
         )
         // Backs off while the host cannot be reached: an error retried at
         // once never yields, and would hold a core and the runtime's
@@ -225,6 +234,7 @@ impl Service {
             bad_versions: tokio::sync::Mutex::new((None, BTreeMap::new())),
             audit_log,
             usage_pruned: std::sync::Mutex::new(None),
+            opening: std::sync::Mutex::new(BTreeMap::new()),
             watch,
             changes,
             team_changes,

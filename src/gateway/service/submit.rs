@@ -131,6 +131,10 @@ impl Service {
                 );
                 return Ok((409, bad(vec![p], &intake.team, name)));
             }
+            if !dry_run {
+                // The first attempt may have stopped before its body was written.
+                self.write_body(&existing, &intake.workload).await?;
+            }
             let mut d = self.decision_of(&existing, dry_run).await;
             d.retry = true;
             return Ok((200, d));
@@ -144,37 +148,61 @@ impl Service {
             self.audit(caller, "submit", &name, &intake.artifact, 422, &problems_text(&problems)).await;
             return Ok((422, bad(problems, &intake.team, name)));
         }
-        let spec = SubmissionSpec {
-            id: id.to_string(),
-            team: intake.team.clone(),
-            tier: intake.tier,
-            priority,
-            priority_class: Some(class.name.clone()),
-            submitted_by: caller.user.clone(),
-            authenticated_by: caller.via.clone(),
-            workload: intake.workload.clone(),
-            artifact: intake.artifact.clone(),
-            demand: intake.demand,
-            shapes: shapes_of(&intake),
-            expected_seconds: intake.expected_seconds,
-            digest,
-            cancel: false,
-            provenance: verdicts,
-        };
+        let spec = spec_of(id, caller, &intake, priority, &class.name, digest, verdicts);
+        // The record every status change rewrites stays small: what makes
+        // it large (many images, long names) is refused here.
+        if let Some(why) = too_large(&spec) {
+            self.audit(caller, "submit", &name, &intake.artifact, 422, &why).await;
+            return Ok((422, bad(vec![Problem::new("request", "workload", why)], &intake.team, name)));
+        }
         if dry_run {
             return Ok((200, self.would(&world, id, name, spec).await?));
         }
-        let open = self.all().iter().filter(|s| s.spec.team == intake.team && !phase(s).done()).count();
-        if open >= records::MAX_OPEN_PER_TEAM {
+        if let Err(open) = self.open_one(&intake.team, &name) {
             let why = format!(
                 "team {} has {open} submissions not finished (at most {}): wait for some to finish, or cancel some",
                 intake.team,
-                records::MAX_OPEN_PER_TEAM
+                self.config.policy.max_open()
             );
             self.audit(caller, "submit", &name, &intake.artifact, 429, &why).await;
             return Ok((429, bad(vec![Problem::new("request", "", why)], &intake.team, name)));
         }
-        self.record(caller, name, spec, &intake.artifact, started).await
+        let recorded = self.record(caller, name.clone(), spec, &intake.workload, &intake.artifact, started).await;
+        if !matches!(recorded, Ok((201, _))) {
+            self.give_back(&intake.team, &name);
+        }
+        recorded
+    }
+
+    /// Takes a place among the team's open submissions for `name`, or
+    /// answers how many it has when they are at the policy's most:
+    /// the cache's open records and those this replica is writing (or wrote,
+    /// not shown by the cache yet), under one lock, so concurrent
+    /// submissions cannot pass the cap together.
+    fn open_one(&self, team: &str, name: &str) -> Result<(), usize> {
+        let cached: std::collections::HashSet<String> = self
+            .all()
+            .iter()
+            .filter(|s| s.spec.team == team && !phase(s).done())
+            .filter_map(|s| s.metadata.name.clone())
+            .collect();
+        let mut opening = self.opening.lock().expect("opening");
+        let mine = opening.entry(team.to_string()).or_default();
+        // Shown by the cache now, or never will be (a minute on).
+        mine.retain(|n, since| !cached.contains(n) && since.elapsed() < std::time::Duration::from_secs(60));
+        let open = cached.len().saturating_add(mine.len());
+        if open >= self.config.policy.max_open() {
+            return Err(open);
+        }
+        mine.insert(name.to_string(), Instant::now());
+        Ok(())
+    }
+
+    /// Gives back a place [`Self::open_one`] took when nothing was written.
+    fn give_back(&self, team: &str, name: &str) {
+        if let Some(mine) = self.opening.lock().expect("opening").get_mut(team) {
+            mine.remove(name);
+        }
     }
 
     /// Layer 4 of the intake: whether the fleet and the team's quota can
@@ -280,10 +308,12 @@ impl Service {
         caller: &Caller,
         name: String,
         spec: SubmissionSpec,
+        workload: &Value,
         artifact: &str,
         started: Instant,
     ) -> Result<(u16, Decision)> {
         let team = spec.team.clone();
+        let created_digest = spec.digest.clone();
         let mut obj = Submission::new(&name, spec);
         obj.metadata.namespace = Some(self.config.namespace.clone());
         obj.metadata.labels = Some([(records::TEAM_LABEL.to_string(), team)].into());
@@ -292,12 +322,18 @@ impl Service {
             // A concurrent retry made it first: answer as a retry.
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 let existing = subs(&self.host, &self.config.namespace).get(&name).await?;
+                if existing.spec.digest == created_digest {
+                    self.write_body(&existing, workload).await?;
+                }
                 let mut d = self.decision_of(&existing, false).await;
                 d.retry = true;
                 return Ok((200, d));
             }
             Err(e) => return Err(e).context("recording the submission"),
         };
+        // The body, once, owned by the record: written before the record is
+        // Queued (the leader waits [`records::BODY_GRACE`] for one it lacks).
+        self.write_body(&created, workload).await?;
         let now = Utc::now();
         subs(&self.host, &self.config.namespace)
             .patch_status(
@@ -313,6 +349,17 @@ impl Service {
         let mut d = self.decision_of(&created, false).await;
         d.outcome = "accepted".into();
         Ok((201, d))
+    }
+
+    /// Writes a submission's body unless it is there already (a body
+    /// is never rewritten: one that differs is refused when placed).
+    async fn write_body(&self, s: &Submission, workload: &Value) -> Result<()> {
+        let api: kube::Api<records::SubmissionBody> = kube::Api::namespaced(self.host.clone(), &self.config.namespace);
+        match api.create(&PostParams::default(), &records::body_of(s, workload.clone())).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(e) => Err(e).context("recording the submission's body"),
+        }
     }
 
     async fn decision_of(&self, s: &Submission, dry_run: bool) -> Decision {
@@ -336,6 +383,51 @@ impl Service {
             retry: false,
         }
     }
+}
+
+/// The record of a submission that passed every layer: what the queue,
+/// the views and the leader need (the workload itself goes to its body).
+fn spec_of(
+    id: &str,
+    caller: &Caller,
+    intake: &intake::Intake,
+    priority: i32,
+    class: &str,
+    digest: String,
+    provenance: Vec<crate::provenance::Verdict>,
+) -> SubmissionSpec {
+    let meta = |field: &str| intake.workload.pointer(&format!("/metadata/{field}")).and_then(Value::as_str);
+    SubmissionSpec {
+        id: id.to_string(),
+        team: intake.team.clone(),
+        tier: intake.tier,
+        priority,
+        priority_class: Some(class.to_string()),
+        submitted_by: caller.user.clone(),
+        authenticated_by: caller.via.clone(),
+        kind: intake.kind.clone(),
+        workload_name: meta("name").unwrap_or_default().into(),
+        namespace: meta("namespace").unwrap_or(&intake.team).into(),
+        body_bytes: serde_json::to_vec(&intake.workload).map_or(0, |b| b.len() as u64),
+        artifact: intake.artifact.clone(),
+        demand: intake.demand,
+        shapes: shapes_of(intake),
+        expected_seconds: intake.expected_seconds,
+        digest,
+        cancel: false,
+        provenance,
+    }
+}
+
+/// Why a record would be past [`records::SUBMISSION_SPEC_MAX`], if it would.
+fn too_large(spec: &SubmissionSpec) -> Option<String> {
+    let bytes = serde_json::to_vec(spec).map_or(usize::MAX, |b| b.len());
+    (bytes > records::SUBMISSION_SPEC_MAX).then(|| {
+        format!(
+            "the submission's record would take {bytes} bytes (at most {}): fewer images or shorter names",
+            records::SUBMISSION_SPEC_MAX
+        )
+    })
 }
 
 /// Problems as one audit reason: `field: message; …`.

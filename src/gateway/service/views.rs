@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::Value;
 
 use super::{ts, Service};
 use crate::gateway::admission::Waiting;
@@ -37,8 +36,8 @@ pub fn summary(s: &Submission) -> crate::views::workload::Summary {
     crate::views::workload::Summary {
         team: s.spec.team.clone(),
         id: s.spec.id.clone(),
-        kind: s.spec.workload.get("kind").and_then(Value::as_str).unwrap_or_default().to_string(),
-        workload: s.spec.workload.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string(),
+        kind: s.spec.kind.clone(),
+        workload: s.spec.workload_name.clone(),
         tier: quota::tier_name(s.spec.tier).to_string(),
         priority: s.spec.priority,
         artifact: s.spec.artifact.clone(),
