@@ -1173,8 +1173,14 @@ impl Drop for Busy {
     }
 }
 
+/// The load tests each take both cores: one runs at a time (a hostile
+/// suite that measures latency and memory beside a thousand submissions
+/// would measure the other test as well).
+static LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_thousand_concurrent_submissions_from_twenty_teams_never_over_admit() {
+    let _alone = LOAD.lock().await;
     let host = KubeEnv::start();
     let east = member("east", 4, "16", false);
     let ns = host.namespace.clone();
@@ -2611,6 +2617,7 @@ fn request(
 /// `PINFLEET_HOSTILE_SECONDS` sets the time (scripts/test: the default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_bounds() {
+    let _alone = LOAD.lock().await;
     use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
     let seconds: u64 = std::env::var("PINFLEET_HOSTILE_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
     // Hundreds of the route's own panics would fill the output: only theirs are quiet.
@@ -3373,6 +3380,7 @@ impl GatewayProcess {
 /// gateway's peak memory stays within the bound the README states.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_record_flood_and_an_alert_flood_during_a_delivery_keep_the_gateway_process_within_its_stated_bound() {
+    let _alone = LOAD.lock().await;
     use pinfleet::gateway::records;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
     let seconds: u64 = std::env::var("PINFLEET_HOSTILE_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
