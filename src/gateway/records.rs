@@ -150,6 +150,14 @@ pub struct SubmissionSpec {
     /// Set by `cancel`; the leader releases and removes it.
     #[serde(default)]
     pub cancel: bool,
+    /// The previous release's field: the whole workload, kept in the
+    /// record. Read only to migrate (see [`migration_of`]): the leader
+    /// writes the SubmissionBody from it and removes it. The schema keeps
+    /// it (preserving what it holds), or the API server would prune it on
+    /// every read and the old records would lose their workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "open_object")]
+    pub workload: Option<serde_json::Value>,
     /// The provenance verdict of each image the team's trust policy checked
     /// (what was checked, which key, which statement, or why not).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -422,6 +430,36 @@ pub fn body_refused(s: &Submission, b: &SubmissionBody) -> Option<String> {
     None
 }
 
+/// What a record of the previous release's form (its workload in
+/// `spec.workload`, no body) becomes: the body written from that workload,
+/// and the merge patch of its spec (the small fields set from the workload,
+/// `workload` removed). None for a record of the current form; an error,
+/// located, when the record's digest is not its workload's (as submit and
+/// placement refuse a body that differs).
+pub fn migration_of(s: &Submission) -> Option<Result<(SubmissionBody, serde_json::Value), String>> {
+    let workload = s.spec.workload.as_ref()?;
+    let ns = s.metadata.namespace.as_deref().unwrap_or_default();
+    let name = s.metadata.name.as_deref().unwrap_or_default();
+    let found = digest(workload);
+    if found != s.spec.digest {
+        return Some(Err(format!(
+            "Submission {ns}/{name}: spec.workload (the previous release's form) has digest {found}, not the \
+             record's spec.digest {}: the record was changed after submit; refused, not placed",
+            s.spec.digest
+        )));
+    }
+    let meta = |field: &str| workload.pointer(&format!("/metadata/{field}")).and_then(serde_json::Value::as_str);
+    let kind = workload.get("kind").and_then(serde_json::Value::as_str).unwrap_or_default();
+    let patch = serde_json::json!({"spec": {
+        "kind": kind,
+        "workloadName": meta("name").unwrap_or_default(),
+        "namespace": meta("namespace").unwrap_or(&s.spec.team),
+        "bodyBytes": serde_json::to_vec(workload).map_or(0, |b| b.len() as u64),
+        "workload": null,
+    }});
+    Some(Ok((body_of(s, workload.clone()), patch)))
+}
+
 /// A message cut to [`MESSAGE_MAX`] bytes (at a character's boundary).
 pub fn cut(message: &str) -> String {
     if message.len() <= MESSAGE_MAX {
@@ -482,14 +520,50 @@ mod tests {
     }
 
     #[test]
-    fn a_bodys_schema_makes_it_immutable_and_a_record_names_no_workload() {
+    fn a_bodys_schema_makes_it_immutable_and_a_record_keeps_only_the_previous_forms_workload() {
         use kube::CustomResourceExt;
         let body = serde_json::to_value(SubmissionBody::crd()).unwrap();
         let spec = &body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert_eq!(spec["x-kubernetes-validations"][0]["rule"], "self == oldSelf", "{spec:#}");
         let sub = serde_json::to_value(Submission::crd()).unwrap();
         let props = &sub["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
-        assert!(props.get("workload").is_none() && props.get("kind").is_some(), "{props:#}");
+        assert!(props.get("kind").is_some(), "{props:#}");
+        // The previous release's field: kept as written (not pruned), not required.
+        assert_eq!(props["workload"]["x-kubernetes-preserve-unknown-fields"], true, "{props:#}");
+        let required =
+            sub["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["required"].clone();
+        assert!(!required.as_array().unwrap().iter().any(|r| r == "workload"), "{required}");
+    }
+
+    #[test]
+    fn a_record_of_the_previous_form_becomes_its_body_and_small_fields_unless_its_digest_differs() {
+        let w = serde_json::json!({"kind": "PinterestJobSet", "metadata": {"name": "crunch"}, "spec": {"shards": 2}});
+        let mut old = record(&w);
+        old.spec.kind = String::new();
+        old.spec.workload_name = String::new();
+        old.spec.workload = Some(w.clone());
+        let (body, patch) = migration_of(&old).unwrap().unwrap();
+        assert_eq!((body.spec.workload.clone(), body.spec.digest.clone()), (w.clone(), digest(&w)));
+        assert_eq!(body_refused(&old, &body), None, "owned by the record, its digest");
+        let bytes = serde_json::to_vec(&w).unwrap().len();
+        assert_eq!(
+            patch,
+            serde_json::json!({"spec": {"kind": "PinterestJobSet", "workloadName": "crunch", "namespace": "search",
+                "bodyBytes": bytes, "workload": null}})
+        );
+        let mut current = old.clone();
+        current.spec.workload = None;
+        assert!(migration_of(&current).is_none(), "a record of the current form is left alone");
+        let mut changed = old;
+        changed.spec.workload = Some(serde_json::json!({"kind": "PinterestJobSet", "metadata": {"name": "other"}}));
+        let why = migration_of(&changed).unwrap().unwrap_err();
+        assert!(
+            why.starts_with(
+                "Submission gw/search-0123456789ab: spec.workload (the previous release's form) has digest"
+            ),
+            "{why}"
+        );
+        assert!(why.contains(&changed.spec.digest) && why.ends_with("refused, not placed"), "{why}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The leader's loop of the gateway's service (effects): under the Lease,
-//! each pass admits ([`Service::admit_once`]: gangs whose pods are not
+//! each pass first migrates the records of the previous release's form
+//! ([`Service::migrate_once`]), then admits ([`Service::admit_once`]: gangs whose pods are not
 //! ready in time evicted and requeued first, then the ledger, then the
 //! statuses), places ([`Service::place_once`]: each gang's pods packed
 //! onto a member's nodes), rolls members' status up
@@ -8,6 +9,7 @@
 
 #[allow(unused_imports)]
 use super::*;
+use kube::api::{Patch, PatchParams};
 
 impl Service {
     /// Usage of a team per tier (from the ledger).
@@ -184,6 +186,8 @@ impl Service {
         let mut queue: Vec<Pending> = all
             .iter()
             .filter(|s| phase(s) == Phase::Queued && !s.spec.cancel)
+            // A record of the previous form waits for its migration.
+            .filter(|s| s.spec.workload.is_none())
             .filter(|s| !ledger.reservations.contains_key(s.metadata.name.as_deref().unwrap_or_default()))
             .map(|s| Self::pending_of(s))
             .collect();
@@ -577,11 +581,81 @@ impl Service {
         (!left.is_empty()).then(|| left.join("; "))
     }
 
+    /// Migrates the records of the previous release's form (the workload
+    /// in `spec.workload`, no body), before anything is admitted or placed:
+    /// writes each one's SubmissionBody from it (owned by the record), then
+    /// patches its spec (kind, workloadName, namespace, bodyBytes; the
+    /// `workload` removed). Finished records are migrated the same way (so
+    /// describe still shows what ran). A migration stopped between the two
+    /// writes is finished by the next pass: a body already there is kept
+    /// when it is the record's. A record whose digest is not its workload's
+    /// (or whose body is not its own) fails, saying where, and is not
+    /// placed; one already placed is removed from the members. Returns how
+    /// many records were migrated.
+    pub async fn migrate_once(&self) -> Result<usize> {
+        let ns = &self.config.namespace;
+        let bodies: Api<records::SubmissionBody> = Api::namespaced(self.host.clone(), ns);
+        let mut migrated = 0usize;
+        for s in self.all() {
+            let Some(migration) = records::migration_of(&s) else { continue };
+            let name = s.metadata.name.clone().unwrap_or_default();
+            let refused = match migration {
+                Err(why) => Some(why),
+                Ok((body, patch)) => {
+                    let refused = match bodies.create(&PostParams::default(), &body).await {
+                        Ok(_) => None,
+                        Err(kube::Error::Api(e)) if e.code == 409 => {
+                            let there = bodies
+                                .get(&name)
+                                .await
+                                .with_context(|| format!("reading SubmissionBody {ns}/{name}"))?;
+                            records::body_refused(&s, &there)
+                        }
+                        Err(e) => return Err(e).with_context(|| format!("writing SubmissionBody {ns}/{name}")),
+                    };
+                    if refused.is_none() {
+                        // The body is there: the record becomes the current form.
+                        subs(&self.host, ns)
+                            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await
+                            .with_context(|| format!("migrating Submission {ns}/{name}"))?;
+                        migrated = migrated.saturating_add(1);
+                    }
+                    refused
+                }
+            };
+            if let Some(why) = refused {
+                if phase(&s).done() {
+                    continue;
+                }
+                tracing::warn!("migrating {name}: {why}");
+                if phase(&s).holds() {
+                    let mut placed = (*s).clone();
+                    let w = s.spec.workload.clone().unwrap_or_default();
+                    placed.spec.kind = w["kind"].as_str().unwrap_or_default().into();
+                    placed.spec.workload_name = w["metadata"]["name"].as_str().unwrap_or_default().into();
+                    self.remove_from_members(&placed).await;
+                }
+                let now = Utc::now();
+                self.set_status(&name, |st| {
+                    st.phase = Phase::Failed;
+                    st.finished_at = Some(now);
+                    st.message = Some(why);
+                })
+                .await?;
+            }
+        }
+        Ok(migrated)
+    }
+
     /// Places every admitted submission on the members and writes it there.
     pub async fn place_once(&self) -> Result<usize> {
         let views = self.member_views().await;
-        let admitted: Vec<Arc<Submission>> =
-            self.all().into_iter().filter(|s| phase(s) == Phase::Admitted && !s.spec.cancel).collect();
+        let admitted: Vec<Arc<Submission>> = self
+            .all()
+            .into_iter()
+            .filter(|s| phase(s) == Phase::Admitted && !s.spec.cancel && s.spec.workload.is_none())
+            .collect();
         if admitted.is_empty() {
             return Ok(0);
         }
@@ -775,7 +849,9 @@ impl Service {
         let now = Utc::now();
         for s in self.all() {
             let p = phase(&s);
-            if !(p == Phase::Placed || p == Phase::Running) || s.spec.cancel {
+            // A record of the previous form is rolled up once migrated
+            // (its kind and workload name are set from its workload).
+            if !(p == Phase::Placed || p == Phase::Running) || s.spec.cancel || s.spec.workload.is_some() {
                 continue;
             }
             let name = s.metadata.name.clone().unwrap_or_default();
@@ -928,6 +1004,15 @@ impl Service {
                 if last_members.elapsed() > self.config.member_refresh {
                     self.refresh_members().await;
                     last_members = Instant::now();
+                }
+                match self.migrate_once().await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        // Admitted once the cache holds their new form: soon.
+                        tracing::info!("gateway: migrated {n} record(s) of the previous form");
+                        self.wake.notify_one();
+                    }
+                    Err(e) => tracing::warn!("migrating records of the previous form: {e:#}"),
                 }
                 if let Err(e) = self.admit_once().await {
                     tracing::warn!("admission pass: {e:#}");

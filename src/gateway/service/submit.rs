@@ -416,6 +416,7 @@ fn spec_of(
         digest,
         cancel: false,
         provenance,
+        workload: None,
     }
 }
 
