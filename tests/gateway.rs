@@ -512,6 +512,139 @@ async fn a_submissions_body_is_written_once_refused_when_swapped_and_collected_w
     assert!(bodies.get_opt(&name).await.unwrap().is_some(), "a running submission's body stays");
 }
 
+/// Records written by the previous release (the workload in the record's
+/// `spec.workload`, no body) are carried over by the leader before it
+/// places anything: a queued one gets its body and small fields and is
+/// admitted and placed as before; a running one keeps its status roll-up
+/// (its workload found on the member by the fields set from it); one whose
+/// digest is not its workload's fails, saying where, and is not placed; a
+/// migration stopped after the body was written is finished.
+#[tokio::test(flavor = "multi_thread")]
+async fn records_of_the_previous_form_are_migrated_before_anything_is_placed() {
+    use pinfleet::gateway::records::{self, SubmissionBody};
+    let host = KubeEnv::start();
+    let east = member("east", 2, "4", true);
+    let team = host.namespace.clone();
+    let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("40", "40")}} })).await;
+    let c = gw.client(Some(ci_token(&host)));
+    let subs: Api<Submission> = Api::namespaced(gw.host.clone(), &gw.namespace);
+    let bodies: Api<SubmissionBody> = Api::namespaced(gw.host.clone(), &gw.namespace);
+    let raw: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(gw.host.clone(), &gw.namespace, &kube::api::ApiResource::erase::<Submission>(&()));
+    // A running record as the previous release left it: placed and running
+    // on east, its workload in the record, no body.
+    let a = c
+        .call("POST", "/v1/submissions", Some(&json!({"id": "run-1", "workload": service_of(&team, "run", 1, "1")})))
+        .await
+        .unwrap();
+    assert_eq!(a.status, 201, "{:?}", a.body);
+    let run = records::submission_name(&team, "run-1");
+    gw.pass().await;
+    for _ in 0..100 {
+        gw.svc.rollup_once().await.unwrap();
+        if gw.phase(&team, "run-1").await == Phase::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(gw.phase(&team, "run-1").await, Phase::Running);
+    let run_workload = bodies.get(&run).await.unwrap().spec.workload;
+    bodies.delete(&run, &Default::default()).await.unwrap();
+    let old_spec = json!({"spec": {"workload": run_workload, "kind": null, "workloadName": null, "namespace": null, "bodyBytes": null}});
+    raw.patch(&run, &PatchParams::default(), &Patch::Merge(&old_spec)).await.unwrap();
+    // What the roll-up said is cleared: it must be read again from east.
+    let mut parts = subs.get(&run).await.unwrap().status.unwrap_or_default().placement;
+    parts.iter_mut().for_each(|p| p.state = None);
+    subs.patch_status(&run, &PatchParams::default(), &Patch::Merge(json!({"status": {"placement": parts}})))
+        .await
+        .unwrap();
+    // Queued records as the previous release wrote them.
+    let legacy = |id: &str, workload: &Value, digest: &str| {
+        let mut spec = json!({"id": id, "team": team, "tier": "OnDemand", "priority": 0, "submittedBy": "ci",
+            "authenticatedBy": "serviceaccount", "artifact": "registry.k8s.io/pause:3.10",
+            "demand": {"cpu": 1000, "memory": 268435456, "pods": 1}, "digest": digest});
+        spec["workload"] = workload.clone();
+        json!({"apiVersion": "gateway.pinfleet.dev/v1alpha1", "kind": "Submission",
+            "metadata": {"name": records::submission_name(&team, id), "namespace": gw.namespace}, "spec": spec})
+    };
+    let mut names = Vec::new();
+    for (id, name, digest_of) in [("old-1", "old", "old"), ("bad-1", "bad", "other"), ("half-1", "half", "half")] {
+        let w = service_of(&team, name, 1, "1");
+        let digest = records::digest(&service_of(&team, digest_of, 1, "1"));
+        let obj: kube::api::DynamicObject = serde_json::from_value(legacy(id, &w, &digest)).unwrap();
+        let sub = records::submission_name(&team, id);
+        raw.create(&Default::default(), &obj).await.unwrap();
+        subs.patch_status(
+            &sub,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Queued", "acceptedAt": chrono::Utc::now()}})),
+        )
+        .await
+        .unwrap();
+        names.push(sub);
+    }
+    let (old, bad, half) = (names[0].clone(), names[1].clone(), names[2].clone());
+    // A migration stopped after it wrote the body: the record is still of the old form.
+    let half_sub = subs.get(&half).await.unwrap();
+    assert!(half_sub.spec.workload.is_some(), "the schema keeps the previous form's workload");
+    bodies.create(&Default::default(), &records::body_of(&half_sub, service_of(&team, "half", 1, "1"))).await.unwrap();
+    // Not placed, not admitted while of the old form.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.svc.admit_once().await.unwrap();
+    assert_eq!(gw.phase(&team, "old-1").await, Phase::Queued, "admitted before its migration");
+    // The leader's first pass.
+    assert_eq!(gw.svc.migrate_once().await.unwrap(), 3, "run-1, old-1 and half-1 migrated");
+    for (sub, wname) in [(&run, "run"), (&old, "old"), (&half, "half")] {
+        let s = subs.get(sub).await.unwrap();
+        assert!(raw.get(sub).await.unwrap().data["spec"].get("workload").is_none(), "{sub} keeps its workload");
+        let body = bodies.get(sub).await.unwrap();
+        assert_eq!(records::body_refused(&s, &body), None, "{sub}: its body is its own, with its digest");
+        assert_eq!(
+            (s.spec.kind.as_str(), s.spec.workload_name.as_str(), s.spec.namespace.as_str(), s.spec.body_bytes),
+            ("PinterestService", wname, team.as_str(), serde_json::to_vec(&body.spec.workload).unwrap().len() as u64)
+        );
+    }
+    let failed = subs.get(&bad).await.unwrap().status.unwrap_or_default();
+    assert_eq!(failed.phase, Phase::Failed, "{failed:?}");
+    let why = failed.message.unwrap_or_default();
+    assert!(
+        why.starts_with(&format!(
+            "Submission {}/{bad}: spec.workload (the previous release's form) has digest",
+            gw.namespace
+        )) && why.ends_with("refused, not placed"),
+        "{why}"
+    );
+    assert!(bodies.get_opt(&bad).await.unwrap().is_none(), "a body written for a refused record");
+    // Admitted and placed as before; the refused one is not.
+    gw.pass().await;
+    gw.pass().await;
+    assert_eq!(gw.phase(&team, "old-1").await, Phase::Placed);
+    assert_eq!(gw.phase(&team, "half-1").await, Phase::Placed);
+    let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
+    let placed: Api<pinfleet::workloads::PinterestService> = Api::namespaced(k, &team);
+    assert!(placed.get_opt("old").await.unwrap().is_some() && placed.get_opt("half").await.unwrap().is_some());
+    assert!(placed.get_opt("bad").await.unwrap().is_none(), "a refused record reached a member");
+    // The running one is still rolled up from its workload on east.
+    let mut st = Default::default();
+    for _ in 0..50 {
+        gw.svc.rollup_once().await.unwrap();
+        st = subs.get(&run).await.unwrap().status.unwrap_or_default();
+        if st.placement.iter().all(|p| p.state.is_some()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(st.phase, Phase::Running, "{st:?}");
+    assert_eq!(
+        st.placement.iter().map(|p| (p.cluster.as_str(), p.state.as_deref())).collect::<Vec<_>>(),
+        [("east", Some("Ready"))],
+        "{st:?}"
+    );
+    // Nothing left to migrate: a second pass changes nothing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(gw.svc.migrate_once().await.unwrap(), 0);
+}
+
 /// Issue 51: the most common stateful workload, a container that mounts the
 /// volume its own claim template creates, is admitted, placed and runs (a
 /// real API server accepts its StatefulSet; the gateway's checks did not).
