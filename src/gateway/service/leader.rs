@@ -648,14 +648,19 @@ impl Service {
         Ok(migrated)
     }
 
+    /// The admitted submissions to place (a record of the previous form
+    /// waits for its migration).
+    fn to_place(&self) -> Vec<Arc<Submission>> {
+        self.all()
+            .into_iter()
+            .filter(|s| phase(s) == Phase::Admitted && !s.spec.cancel && s.spec.workload.is_none())
+            .collect()
+    }
+
     /// Places every admitted submission on the members and writes it there.
     pub async fn place_once(&self) -> Result<usize> {
         let views = self.member_views().await;
-        let admitted: Vec<Arc<Submission>> = self
-            .all()
-            .into_iter()
-            .filter(|s| phase(s) == Phase::Admitted && !s.spec.cancel && s.spec.workload.is_none())
-            .collect();
+        let admitted = self.to_place();
         if admitted.is_empty() {
             return Ok(0);
         }
