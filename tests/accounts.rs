@@ -1149,3 +1149,155 @@ fn a_recipe_with_a_build_account_is_baked_there_checked_first_and_shared_with_a_
     // (moto keeps images per account: launching the shared image from the
     // member account cannot be shown on moto.)
 }
+
+/// Nodes of the cluster behind `kubeconfig` that are Ready (0 while its
+/// API is not up yet).
+async fn ready_nodes(kubeconfig: &std::path::Path) -> usize {
+    let Ok(client) = pinfleet::kube::client_from_kubeconfig(kubeconfig, pinfleet::kube::Retry::Never).await else {
+        return 0;
+    };
+    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client).list(&Default::default()).await;
+    nodes.map_or(0, |l| {
+        l.items
+            .iter()
+            .filter(|n| {
+                let conditions = n.status.as_ref().and_then(|s| s.conditions.as_ref());
+                conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count()
+    })
+}
+
+/// One `fleet rollout apply` across three accounts: each cluster is
+/// bootstrapped in its own account (through its role), its nodes follow
+/// its machines there (the sim reads them through the same role), and the
+/// rollout replaces every machine of every account with the new image,
+/// each in its own account; the caller's account holds none.
+#[test]
+fn a_fleet_rollout_replaces_the_machines_of_clusters_in_three_accounts() {
+    let w = support::World::new("seed", 1);
+    std::fs::remove_file(w.cluster_file()).unwrap();
+    let ids: Vec<String> = (0..3).map(|_| support::fresh_account()).collect();
+    let mut allowed = String::new();
+    let mut names = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        std::fs::write(
+            w.clusters_dir().join(format!("bases/account-{i}.yaml")),
+            format!("extends: aws-standard.yaml\nspec:\n  cloud:\n    account:\n      id: \"{id}\"\n      roleArn: arn:aws:iam::{id}:role/pinfleet\n"),
+        )
+        .unwrap();
+        allowed.push_str(&format!("  - {{id: \"{id}\", name: account-{i}, teams: [cloud-platform]}}\n"));
+        let name = format!("roll{i}");
+        let yaml = w
+            .cluster_yaml(1, "t3.large")
+            .replace("name: seed", &format!("name: {name}"))
+            .replace("extends: bases/aws-standard.yaml", &format!("extends: bases/account-{i}.yaml"))
+            .replace(&format!("pf-test-{}-seed", w.account), &format!("pf-test-{}-{name}", w.account));
+        std::fs::write(w.clusters_dir().join(format!("{name}.yaml")), yaml).unwrap();
+        names.push(name);
+    }
+    std::fs::write(
+        w.clusters_dir().join("fleet.yaml"),
+        format!(
+            "stages:\n  - {{name: dev, selector: env=dev, soak: 0s}}\nstateStore: s3://pf-test-{}-fleet/fleet\naccounts:\n{allowed}",
+            w.account
+        ),
+    )
+    .unwrap();
+    let kubeconfigs = w.dir.path().join("kubeconfigs");
+    std::fs::create_dir_all(&kubeconfigs).unwrap();
+    let mut sims = Vec::new();
+    for name in &names {
+        w.ok(&["bootstrap", name, "--yes"]);
+        let kc = kubeconfigs.join(format!("{name}.yaml"));
+        sims.push(Killed(w.node_sim(name, &kc)));
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for name in &names {
+        let kc = kubeconfigs.join(format!("{name}.yaml"));
+        let ready = rt.block_on(async {
+            for _ in 0..600 {
+                if ready_nodes(&kc).await >= 2 {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            false
+        });
+        assert!(ready, "{name}: its two nodes never became Ready (the sim reads its machines in its account)");
+    }
+    let images_of = |name: &str| -> Vec<String> {
+        w.json(&["get", "instances", name])
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["state"] == "running" || i["state"] == "pending")
+            .map(|i| i["image"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let before = images_of(&names[0]);
+    assert_eq!(before.len(), 2, "{before:?}");
+    // Another of Canonical's images, which every account sees.
+    let home = rt.block_on(w.aws());
+    let images = rt.block_on(home.ec2.describe_images().owners("099720109477").send()).unwrap();
+    let next = images
+        .images()
+        .iter()
+        .filter(|i| i.architecture().map(|a| a.as_str()) == Some("x86_64"))
+        .filter_map(|i| i.image_id())
+        .find(|id| !before.iter().any(|b| b == id))
+        .unwrap()
+        .to_string();
+    let out = w.run(&[
+        "fleet",
+        "rollout",
+        "apply",
+        "--ami",
+        &next,
+        "--yes",
+        "--kubeconfig-dir",
+        kubeconfigs.to_str().unwrap(),
+        "--validate-interval",
+        "200ms",
+    ]);
+    assert!(out.status.success(), "{}\n{}", support::stdout(&out), support::stderr(&out));
+    for (name, id) in names.iter().zip(&ids) {
+        let now = images_of(name);
+        assert_eq!(now.len(), 2, "{name}: {now:?}");
+        assert!(now.iter().all(|i| *i == next), "{name} (account {id}) rolled to {next}: {now:?}");
+        // Asked of the account itself: the machines are there.
+        let there = rt.block_on(async {
+            let aws = Aws::connect(&AwsOptions {
+                region: Some("us-east-1".into()),
+                moto_account: Some(id.clone()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            let out = aws.ec2.describe_instances().send().await.unwrap();
+            out.reservations()
+                .iter()
+                .flat_map(|r| r.instances())
+                .filter(|i| i.state().and_then(|s| s.name()).map(|n| n.as_str()) == Some("running"))
+                .filter_map(|i| i.image_id().map(str::to_string))
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(there, [next.clone(), next.clone()], "{name}'s machines are in its own account {id}");
+    }
+    let status = w.json(&["fleet", "rollout", "status"]);
+    assert_eq!(status["state"], "done", "{status}");
+    let running = rt.block_on(home.ec2.describe_instances().send()).unwrap();
+    let mine = running.reservations().iter().flat_map(|r| r.instances()).count();
+    assert_eq!(mine, 0, "the caller's own account holds no machine");
+    drop(sims);
+}
+
+/// A child process killed when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -136,9 +136,11 @@ pub async fn run(g: &GlobalArgs, args: SimArgs) -> Result<ExitCode> {
     let sim = Sim::start_with(args.port, inner, controllers).await?;
     if let Some(cluster) = &args.cluster {
         let loaded = super::render::load_one(g, cluster)?;
-        let aws = crate::cloud::aws::Aws::connect(&crate::cloud::aws::AwsOptions::from_env(
+        // The cluster's machines, in its own account (through its role).
+        let aws = crate::cloud::aws::Aws::connect(&crate::cloud::aws::AwsOptions::for_cluster(
             Default::default(),
-            Some(loaded.cluster.spec.cloud.region.clone()),
+            &loaded.cluster,
+            &g.command,
         )?)
         .await?;
         let cfg = crate::sim::nodes::Ec2Nodes {
