@@ -386,9 +386,40 @@ pub fn team_of(name: &str) -> String {
         .to_string()
 }
 
-/// Digest of a workload, for telling a retry from a reused id.
+/// Digest of a workload, for telling a retry from a reused id, and a
+/// body from a swapped one. Taken over the workload as an API server keeps
+/// it ([`as_stored`]), so the body read back has the digest of what was
+/// submitted.
 pub fn digest(workload: &serde_json::Value) -> String {
-    hex::encode(Sha256::digest(serde_json::to_vec(workload).unwrap_or_default()))[..16].to_string()
+    let stored = as_stored(workload);
+    hex::encode(Sha256::digest(serde_json::to_vec(&stored).unwrap_or_default()))[..16].to_string()
+}
+
+/// A workload as a Kubernetes API server stores it in a custom resource's
+/// open subtree: nulls dropped (from objects), and every number kept as a
+/// double (`1.0` reads back `1`; an integer past 2^53 reads back rounded).
+pub fn as_stored(v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            Value::Object(m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), as_stored(v))).collect())
+        }
+        Value::Array(a) => Value::Array(a.iter().map(as_stored).collect()),
+        Value::Number(n) => {
+            let f = n.as_f64().unwrap_or_default();
+            let whole = f.fract() == 0.0;
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let as_int = if whole && f.abs() < 9.0e18 {
+                Some(serde_json::Number::from(f as i64))
+            } else if whole && (0.0..1.8e19).contains(&f) {
+                Some(serde_json::Number::from(f as u64))
+            } else {
+                None
+            };
+            as_int.or_else(|| serde_json::Number::from_f64(f)).map_or(Value::Null, Value::Number)
+        }
+        other => other.clone(),
+    }
 }
 
 /// A submission's body, owned by its record (the garbage collector
@@ -475,6 +506,16 @@ pub fn cut(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workload_read_back_as_an_api_server_keeps_it_has_the_submitted_digest() {
+        // What a real v1.36 API server returned for an open subtree.
+        let submitted = serde_json::json!({"a": null, "b": 1.0, "c": {}, "d": [], "f": 2.50, "g": {"h": null}, "n": 12345678901234567890u64});
+        let read_back: serde_json::Value =
+            serde_json::from_str(r#"{"b":1,"c":{},"d":[],"f":2.5,"g":{},"n":12345678901234567000}"#).unwrap();
+        assert_eq!(digest(&submitted), digest(&read_back));
+        assert_ne!(digest(&submitted), digest(&serde_json::json!({"b": 2})));
+    }
 
     #[test]
     fn a_record_name_gives_back_its_team() {
