@@ -396,13 +396,18 @@ pub fn digest(workload: &serde_json::Value) -> String {
 }
 
 /// A workload as a Kubernetes API server stores it in a custom resource's
-/// open subtree: nulls dropped (from objects), and every number kept as a
-/// double (`1.0` reads back `1`; an integer past 2^53 reads back rounded).
+/// open subtree: keys sorted (as it answers them), nulls dropped (from
+/// objects), and every number kept as a double (`1.0` reads back `1`; an
+/// integer past 2^53 reads back rounded).
 pub fn as_stored(v: &serde_json::Value) -> serde_json::Value {
     use serde_json::Value;
     match v {
+        // Keys in order (a server answers them sorted; this build's maps
+        // keep the order they were written in).
         Value::Object(m) => {
-            Value::Object(m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), as_stored(v))).collect())
+            let mut kept: Vec<(&String, &Value)> = m.iter().filter(|(_, v)| !v.is_null()).collect();
+            kept.sort_by(|a, b| a.0.cmp(b.0));
+            Value::Object(kept.into_iter().map(|(k, v)| (k.clone(), as_stored(v))).collect())
         }
         Value::Array(a) => Value::Array(a.iter().map(as_stored).collect()),
         Value::Number(n) => {
@@ -510,7 +515,10 @@ mod tests {
     #[test]
     fn a_workload_read_back_as_an_api_server_keeps_it_has_the_submitted_digest() {
         // What a real v1.36 API server returned for an open subtree.
-        let submitted = serde_json::json!({"a": null, "b": 1.0, "c": {}, "d": [], "f": 2.50, "g": {"h": null}, "n": 12345678901234567890u64});
+        let submitted: serde_json::Value = serde_json::from_str(
+            r#"{"n":12345678901234567890,"a":null,"b":1.0,"c":{},"d":[],"f":2.50,"g":{"h":null}}"#,
+        )
+        .unwrap();
         let read_back: serde_json::Value =
             serde_json::from_str(r#"{"b":1,"c":{},"d":[],"f":2.5,"g":{},"n":12345678901234567000}"#).unwrap();
         assert_eq!(digest(&submitted), digest(&read_back));
