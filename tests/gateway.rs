@@ -1445,6 +1445,8 @@ fn a_gateway_killed_mid_admission_loses_nothing_and_admits_nothing_twice() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
+        // Killed on drop: a failed assertion leaves no gateway running.
+        let child = KilledOnDrop(child);
         for _ in 0..300 {
             if let Ok(u) = std::fs::read_to_string(&url_file) {
                 return (child, u);
@@ -1889,14 +1891,7 @@ fn idle_connections_past_the_cap_under_a_low_open_file_limit_stop_no_one() {
         .stderr(std::fs::File::create(dir.path().join("gateway.log")).unwrap())
         .spawn()
         .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut child = Kill(child);
+    let mut child = KilledOnDrop(child);
     let mut url = String::new();
     for _ in 0..600 {
         if let Ok(u) = std::fs::read_to_string(&url_file) {
@@ -1963,14 +1958,7 @@ fn without_the_console_the_views_answer_and_no_error_is_empty() {
         .stderr(std::fs::File::create(dir.path().join("gateway.log")).unwrap())
         .spawn()
         .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut child = Kill(child);
+    let mut child = KilledOnDrop(child);
     let log = || std::fs::read_to_string(dir.path().join("gateway.log")).unwrap_or_default();
     let mut url = String::new();
     for _ in 0..600 {
@@ -3847,4 +3835,27 @@ async fn a_record_flood_and_an_alert_flood_during_a_delivery_keep_the_gateway_pr
     assert!(alerts > 0 && alert_rx.borrow().is_some(), "the alert reached the delivery");
     assert!(gw.child.try_wait().unwrap().is_none(), "the gateway process ended under the floods");
     assert!(grown <= bound, "the gateway process grew by {} MiB, past the stated {} MiB", grown >> 20, bound >> 20);
+}
+
+/// A child process, killed (and reaped) when dropped.
+struct KilledOnDrop(std::process::Child);
+
+impl std::ops::Deref for KilledOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KilledOnDrop {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
