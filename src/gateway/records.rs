@@ -477,7 +477,10 @@ pub fn migration_of(s: &Submission) -> Option<Result<(SubmissionBody, serde_json
     let ns = s.metadata.namespace.as_deref().unwrap_or_default();
     let name = s.metadata.name.as_deref().unwrap_or_default();
     let found = digest(workload);
-    if found != s.spec.digest {
+    // The previous release took its digest over the workload's keys in the
+    // order submitted (a store that keeps that order gives it back).
+    let previous = hex::encode(Sha256::digest(serde_json::to_vec(workload).unwrap_or_default()))[..16].to_string();
+    if found != s.spec.digest && previous != s.spec.digest {
         return Some(Err(format!(
             "Submission {ns}/{name}: spec.workload (the previous release's form) has digest {found}, not the \
              record's spec.digest {}: the record was changed after submit; refused, not placed",
@@ -491,9 +494,13 @@ pub fn migration_of(s: &Submission) -> Option<Result<(SubmissionBody, serde_json
         "workloadName": meta("name").unwrap_or_default(),
         "namespace": meta("namespace").unwrap_or(&s.spec.team),
         "bodyBytes": serde_json::to_vec(workload).map_or(0, |b| b.len() as u64),
+        "digest": found,
         "workload": null,
     }});
-    Some(Ok((body_of(s, workload.clone()), patch)))
+    // The body and the record carry this release's digest from here on.
+    let mut body = body_of(s, workload.clone());
+    body.spec.digest = found;
+    Some(Ok((body, patch)))
 }
 
 /// A message cut to [`MESSAGE_MAX`] bytes (at a character's boundary).
@@ -598,8 +605,25 @@ mod tests {
         assert_eq!(
             patch,
             serde_json::json!({"spec": {"kind": "PinterestJobSet", "workloadName": "crunch", "namespace": "search",
-                "bodyBytes": bytes, "workload": null}})
+                "bodyBytes": bytes, "digest": digest(&w), "workload": null}})
         );
+        // A record the previous release wrote carries the digest of the keys
+        // in the order submitted: it migrates, and takes this release's.
+        let mut earlier = old.clone();
+        earlier.spec.digest = hex::encode(Sha256::digest(
+            serde_json::to_vec(
+                &serde_json::json!({"spec": {"shards": 2}, "metadata": {"name": "crunch"}, "kind": "PinterestJobSet"}),
+            )
+            .unwrap(),
+        ))[..16]
+            .to_string();
+        earlier.spec.workload = Some(
+            serde_json::from_str(r#"{"spec":{"shards":2},"metadata":{"name":"crunch"},"kind":"PinterestJobSet"}"#)
+                .unwrap(),
+        );
+        let (body, patch) = migration_of(&earlier).unwrap().unwrap();
+        assert_eq!(body.spec.digest, digest(&w), "{patch}");
+        assert_eq!(patch["spec"]["digest"], digest(&w).as_str());
         let mut current = old.clone();
         current.spec.workload = None;
         assert!(migration_of(&current).is_none(), "a record of the current form is left alone");

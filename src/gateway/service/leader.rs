@@ -609,7 +609,10 @@ impl Service {
                                 .get(&name)
                                 .await
                                 .with_context(|| format!("reading SubmissionBody {ns}/{name}"))?;
-                            records::body_refused(&s, &there)
+                            // Judged as the migrated record will be (this release's digest).
+                            let mut migrated = (*s).clone();
+                            migrated.spec.digest.clone_from(&body.spec.digest);
+                            records::body_refused(&migrated, &there)
                         }
                         Err(e) => return Err(e).with_context(|| format!("writing SubmissionBody {ns}/{name}")),
                     };
