@@ -110,6 +110,19 @@ impl Gateway {
         self.svc.place_once().await.unwrap();
     }
 
+    /// Status roll-up passes (every 200 ms, at most 100) until the
+    /// submission's phase is `want`; the phase it ended at.
+    async fn rolled_up_to(&self, team: &str, id: &str, want: Phase) -> Phase {
+        for _ in 0..100 {
+            self.svc.rollup_once().await.unwrap();
+            if self.phase(team, id).await == want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.phase(team, id).await
+    }
+
     async fn phase(&self, team: &str, id: &str) -> Phase {
         let s: Submission = Api::namespaced(self.host.clone(), &self.namespace)
             .get(&pinfleet::gateway::records::submission_name(team, id))
@@ -360,13 +373,7 @@ async fn a_service_is_admitted_placed_across_three_members_and_its_status_rolled
     }
     assert_eq!(total, 6, "the members hold every replica between them");
     // The members' controllers make it Ready; the gateway rolls that up.
-    for _ in 0..100 {
-        gw.svc.rollup_once().await.unwrap();
-        if gw.phase(&team, "web-1").await == Phase::Running {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    gw.rolled_up_to(&team, "web-1", Phase::Running).await;
     let d = c.call("GET", &format!("/v1/submissions/{team}/web-1"), None).await.unwrap().ok().unwrap();
     assert_eq!(d["status"]["phase"], "Running", "{d:#}");
     let parts = d["status"]["placement"].as_array().unwrap();
@@ -438,13 +445,7 @@ async fn a_submissions_body_is_written_once_refused_when_swapped_and_collected_w
     // Admitted, placed, running: the record's status changes, the body stays.
     gw.pass().await;
     assert_eq!(gw.phase(&team, "web-1").await, Phase::Placed);
-    for _ in 0..100 {
-        gw.svc.rollup_once().await.unwrap();
-        if gw.phase(&team, "web-1").await == Phase::Running {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    gw.rolled_up_to(&team, "web-1", Phase::Running).await;
     assert_eq!(gw.phase(&team, "web-1").await, Phase::Running);
     let after = bodies.get(&name).await.unwrap();
     assert_eq!(after.metadata.resource_version, body_rv, "no status change rewrote the body");
@@ -540,13 +541,7 @@ async fn records_of_the_previous_form_are_migrated_before_anything_is_placed() {
     assert_eq!(a.status, 201, "{:?}", a.body);
     let run = records::submission_name(&team, "run-1");
     gw.pass().await;
-    for _ in 0..100 {
-        gw.svc.rollup_once().await.unwrap();
-        if gw.phase(&team, "run-1").await == Phase::Running {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    gw.rolled_up_to(&team, "run-1", Phase::Running).await;
     assert_eq!(gw.phase(&team, "run-1").await, Phase::Running);
     let run_workload = bodies.get(&run).await.unwrap().spec.workload;
     bodies.delete(&run, &Default::default()).await.unwrap();
@@ -783,13 +778,7 @@ async fn a_statefulset_mounting_its_own_claim_is_admitted_and_runs() {
     assert!(r.body.to_string().contains("volumeMounts[0].name"), "{:#}", r.body);
     gw.pass().await;
     assert_eq!(gw.phase(&team, "db-1").await, Phase::Placed);
-    for _ in 0..100 {
-        gw.svc.rollup_once().await.unwrap();
-        if gw.phase(&team, "db-1").await == Phase::Running {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    gw.rolled_up_to(&team, "db-1", Phase::Running).await;
     assert_eq!(gw.phase(&team, "db-1").await, Phase::Running);
     // On the member: the StatefulSet with its claim template, and its pod.
     let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
@@ -2207,13 +2196,7 @@ async fn a_cancelled_workload_holds_its_quota_until_its_pods_are_gone() {
     let a = c.call("POST", "/v1/submissions", Some(&json!({"id": "slow-1", "workload": slow}))).await.unwrap();
     assert_eq!(a.status, 201, "{:#}", a.body);
     gw.pass().await;
-    for _ in 0..100 {
-        gw.svc.rollup_once().await.unwrap();
-        if gw.phase(&team, "slow-1").await == Phase::Running {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    gw.rolled_up_to(&team, "slow-1", Phase::Running).await;
     assert_eq!(gw.phase(&team, "slow-1").await, Phase::Running);
     let used = |gw: &Gateway| {
         let (svc, team) = (gw.svc.clone(), team.clone());
