@@ -26,9 +26,17 @@ fn digest(c: char) -> String {
     format!("registry.example/feeds/web@sha256:{}", c.to_string().repeat(64))
 }
 
+/// A freeze window that is never now: six hours on the day three days
+/// from today (a fixed day would hold every delivery on that day, and
+/// the rollback half of this benchmark would wait out the freeze).
+fn freeze_elsewhere() -> String {
+    format!("{} 00:00-06:00 UTC", (Utc::now() + chrono::Duration::days(3)).format("%a"))
+}
+
 fn spec_text(clusters: &str, waves: &str, prometheus: &str, store: &str) -> String {
+    let freeze = freeze_elsewhere();
     format!(
-        "workload: {{namespace: feeds, name: web}}\nversion: v9\nimages: {{app: \"{}\"}}\nstateStore: {store}\nclusters:\n{clusters}waves:\n{waves}freeze: [\"Sat 00:00-06:00 UTC\"]\nanalysis:\n  prometheus: {prometheus}\n  bake: 0s\n  interval: 1s\n  count: 1\n  readyTimeout: 120s\n  metrics:\n    - name: error-ratio\n      query: 'sum(rate(http_requests_total{{cluster=\"{{{{cluster}}}}\",version=\"{{{{version}}}}\",code=\"500\"}}[1m])) / sum(rate(http_requests_total{{cluster=\"{{{{cluster}}}}\",version=\"{{{{version}}}}\"}}[1m]))'\n      successCondition: \"< 0.01\"\n      failureCondition: \">= 0.05\"\n",
+        "workload: {{namespace: feeds, name: web}}\nversion: v9\nimages: {{app: \"{}\"}}\nstateStore: {store}\nclusters:\n{clusters}waves:\n{waves}freeze: [\"{freeze}\"]\nanalysis:\n  prometheus: {prometheus}\n  bake: 0s\n  interval: 1s\n  count: 1\n  readyTimeout: 120s\n  metrics:\n    - name: error-ratio\n      query: 'sum(rate(http_requests_total{{cluster=\"{{{{cluster}}}}\",version=\"{{{{version}}}}\",code=\"500\"}}[1m])) / sum(rate(http_requests_total{{cluster=\"{{{{cluster}}}}\",version=\"{{{{version}}}}\"}}[1m]))'\n      successCondition: \"< 0.01\"\n      failureCondition: \">= 0.05\"\n",
         digest('9')
     )
 }
