@@ -24,7 +24,7 @@ fn moto() -> (String, Option<std::process::Child>) {
     if let Ok(url) = std::env::var("PINFLEET_TEST_MOTO_URL") {
         return (url, None);
     }
-    let bin = std::env::var("PINFLEET_MOTO_SERVER").unwrap_or_else(|_| ".venv/bin/moto_server".into());
+    let bin = std::env::var("PINFLEET_MOTO_SERVER").unwrap_or_else(|_| "scripts/moto-server".into());
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = Command::new(&bin)
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])

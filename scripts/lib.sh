@@ -150,14 +150,15 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
-# Starts moto on 127.0.0.1 with realistic validation; sets MOTO_URL and MOTO_PID.
+# Starts moto on 127.0.0.1 with realistic validation and images shared
+# across accounts (scripts/moto-server); sets MOTO_URL and MOTO_PID.
 start_moto() {
   local port
   port=$(free_port)
   MOTO_ENABLE_AMI_VALIDATION=true \
     MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION=true \
     MOTO_ENABLE_KEYPAIR_VALIDATION=true \
-    "${PINFLEET_VENV}/bin/moto_server" -H 127.0.0.1 -p "${port}" >"${MOTO_LOG:-/dev/null}" 2>&1 &
+    "${PINFLEET_ROOT}/scripts/moto-server" -H 127.0.0.1 -p "${port}" >"${MOTO_LOG:-/dev/null}" 2>&1 &
   MOTO_PID=$!
   MOTO_URL="http://127.0.0.1:${port}"
   if wait_until_up "${MOTO_URL}/moto-api/data.json" "${MOTO_PID}" 10; then

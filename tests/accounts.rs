@@ -558,6 +558,7 @@ async fn figures_observe_and_plan_over_three_accounts_against_one() {
 
 #[tokio::test]
 async fn a_promoted_image_is_shared_with_the_accounts_its_channel_serves_and_gc_takes_back_only_its_shares() {
+    use aws_sdk_ec2::error::ProvideErrorMetadata;
     use pinfleet::cloud::aws::sharing;
     aws_env();
     let build = support::fresh_account();
@@ -642,6 +643,41 @@ async fn a_promoted_image_is_shared_with_the_accounts_its_channel_serves_and_gc_
     // Again: nothing new.
     assert!(sharing::share(&home, &image, &served).await.unwrap().is_empty());
 
+    // Launched where it runs: both member accounts, through their roles,
+    // see the build account's image (without its tags, which EC2 keeps per
+    // account) and boot machines from it; an account it is not shared
+    // with cannot.
+    let sessions = Arc::new(Sessions::default());
+    let in_b =
+        Aws::connect(&options(&build, "us-east-1", Some(role_for(&account(&b, None), "b1")), &sessions)).await.unwrap();
+    let in_c =
+        Aws::connect(&options(&build, "us-east-1", Some(role_for(&account(&c, None), "c1")), &sessions)).await.unwrap();
+    let in_other = Aws::connect(&options(&build, "us-east-1", Some(role_for(&account(&other, None), "o1")), &sessions))
+        .await
+        .unwrap();
+    let launch = |aws: &Aws| {
+        aws.ec2
+            .run_instances()
+            .image_id(&image)
+            .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
+            .min_count(1)
+            .max_count(1)
+            .send()
+    };
+    for (member, aws) in [(&b, &in_b), (&c, &in_c)] {
+        let seen = aws.ec2.describe_images().image_ids(&image).send().await.unwrap();
+        let seen = &seen.images()[0];
+        assert_eq!((seen.owner_id(), seen.tags().len()), (Some(build.as_str()), 0), "as account {member} sees it");
+        let run = launch(aws).await.unwrap();
+        let id = run.instances()[0].instance_id().unwrap().to_string();
+        assert_eq!(run.instances()[0].image_id(), Some(image.as_str()));
+        let there = aws.ec2.describe_instances().instance_ids(&id).send().await.unwrap();
+        assert_eq!(there.reservations()[0].owner_id(), Some(member.as_str()), "the machine is account {member}'s");
+        aws.ec2.terminate_instances().instance_ids(&id).send().await.unwrap();
+    }
+    let refused = launch(&in_other).await.unwrap_err();
+    assert_eq!(refused.code(), Some("InvalidAMIID.NotFound"), "{refused:?}");
+
     // Someone shares it by hand with another account: gc leaves that share.
     home.ec2
         .modify_image_attribute()
@@ -674,10 +710,9 @@ async fn a_promoted_image_is_shared_with_the_accounts_its_channel_serves_and_gc_
         .unwrap();
     assert_eq!(launched.instances().len(), 1);
     assert_eq!(sharing::launched_elsewhere(&image, &[&home]).await.unwrap(), vec!["the caller's account".to_string()]);
-    let sessions = Arc::new(Sessions::default());
-    let in_b =
-        Aws::connect(&options(&build, "us-east-1", Some(role_for(&account(&b, None), "b1")), &sessions)).await.unwrap();
     assert!(sharing::launched_elsewhere(&image, &[&in_b]).await.unwrap().is_empty());
+    let refused = launch(&in_b).await.unwrap_err();
+    assert_eq!(refused.code(), Some("InvalidAMIID.NotFound"), "no longer shared with {b}: {refused:?}");
 
     // The channel written into a member account (as promote does, through
     // its role) is what that account's clusters read where they run.
@@ -1146,8 +1181,26 @@ fn a_recipe_with_a_build_account_is_baked_there_checked_first_and_shared_with_a_
         .unwrap();
     let read = |aws: &Aws| rt.block_on(pinfleet::cloud::aws::channels::current(aws, "node", "stable")).unwrap();
     assert_eq!((read(&in_build), read(&in_member), read(&caller)), (Some(image.clone()), Some(image.clone()), None));
-    // (moto keeps images per account: launching the shared image from the
-    // member account cannot be shown on moto.)
+
+    // The member's cluster, bootstrapped, boots the build account's image
+    // in its own account (its channel read there, the image shared).
+    let out = w.run(&["bootstrap", "bld", "--yes", "--skip-addons"]);
+    assert!(out.status.success(), "{}\n{}", support::stdout(&out), support::stderr(&out));
+    let running = rt.block_on(in_member.ec2.describe_instances().send()).unwrap();
+    let images: Vec<&str> = running
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .filter(|i| i.state().and_then(|s| s.name()).map(|n| n.as_str()) == Some("running"))
+        .filter_map(|i| i.image_id())
+        .collect();
+    assert!(!images.is_empty() && images.iter().all(|i| *i == image), "the member's machines run {image}: {images:?}");
+    let none = rt.block_on(in_build.ec2.describe_instances().send()).unwrap();
+    assert_eq!(
+        none.reservations().iter().flat_map(|r| r.instances()).filter(|i| i.image_id() == Some(image.as_str())).count(),
+        0,
+        "no machine of the member's cluster is in the build account"
+    );
 }
 
 /// Nodes of the cluster behind `kubeconfig` that are Ready (0 while its

@@ -9,14 +9,16 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
-/// moto_server from the project's virtualenv (scripts/test installs it).
+/// moto_server from the project's virtualenv (scripts/test installs it),
+/// through scripts/moto-server (images shared across accounts seen there).
 fn moto_binary() -> PathBuf {
     if let Ok(p) = std::env::var("PINFLEET_MOTO_SERVER") {
         return p.into();
     }
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/moto_server");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let p = root.join("scripts/moto-server");
     assert!(
-        p.exists(),
+        root.join(".venv/bin/moto_server").exists(),
         "moto is needed: run scripts/test (it installs moto[server] into .venv), or set PINFLEET_TEST_MOTO_URL"
     );
     p
