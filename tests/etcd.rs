@@ -187,7 +187,8 @@ fn spawn_agent(w: &World, state: &str, trio: &Trio, extra: &[&str]) -> std::proc
     let mut args =
         vec!["etcd", "agent", w.cluster.as_str(), "--state", state, "--endpoints", &endpoints, "--interval", "1h"];
     args.extend_from_slice(extra);
-    w.command(&args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+    let log = if std::env::var_os("DEBUG_AGENT").is_some() { Stdio::inherit() } else { Stdio::null() };
+    w.command(&args).stdout(Stdio::null()).stderr(log).spawn().unwrap()
 }
 
 /// The backups listed once one is verified, read every 200 ms up to
@@ -811,4 +812,174 @@ impl Drop for RealPlane {
             self.stop();
         }
     }
+}
+
+/// A kubelet stand-in for one machine: runs its member while `etcd.yaml`
+/// is in the machine's static-pod folder and stops it while it is not, as
+/// the kubelet does with static pods (polled every 100 ms).
+struct Kubelet {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Kubelet {
+    fn start(trio: &Trio, i: usize, manifests: PathBuf) -> Kubelet {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (bins, name, data, ports, cluster) =
+            (trio.bins.clone(), Trio::names()[i], trio.data(i), trio.ports[i], trio.initial_cluster());
+        let log = trio.dir.path().join(format!("{name}.log"));
+        let halt = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut running: Option<Member> = None;
+            while !halt.load(Ordering::SeqCst) {
+                let wanted = manifests.join("etcd.yaml").exists();
+                if wanted && running.is_none() {
+                    running = Member::start(&bins, name, &data, ports.0, ports.1, &cluster, "drill-token", &log).ok();
+                } else if !wanted && running.is_some() {
+                    running = None; // killed on drop
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Kubelet { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Killed (and reaped) when dropped.
+struct Agent(std::process::Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Three machines, each with its own data folder, static-pod folder and
+/// agent: `pinfleet etcd restore CLUSTER` (no `--member`) brings all three
+/// back from one backup through their agents, to a point in time before a
+/// mistake the deltas also hold (`--until`).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point_before_a_mistake() {
+    let Some(bins) =
+        binaries("the_agents_restore_their_own_machines_members_in_one_command_to_a_point_before_a_mistake")
+    else {
+        return;
+    };
+    let trio = Trio::unstarted(bins);
+    let (w, state) = world("etcd-agents");
+    let manifests: Vec<PathBuf> = (0..3).map(|i| trio.dir.path().join(format!("machine-{i}/manifests"))).collect();
+    for m in &manifests {
+        std::fs::create_dir_all(m).unwrap();
+        std::fs::write(m.join("etcd.yaml"), "kind: Pod # etcd\n").unwrap();
+        std::fs::write(m.join("kube-apiserver.yaml"), "kind: Pod # kube-apiserver\n").unwrap();
+    }
+    let _kubelets: Vec<Kubelet> = (0..3).map(|i| Kubelet::start(&trio, i, manifests[i].clone())).collect();
+    let mut c = {
+        let mut tries = 0;
+        loop {
+            let eps: Vec<String> = trio.endpoints().split(',').map(str::to_string).collect();
+            if let Ok(mut c) = Client::connect(eps, None).await {
+                if c.put("/probe", "up", None).await.is_ok() {
+                    break c;
+                }
+            }
+            tries += 1;
+            assert!(tries < 300, "the members never formed a cluster");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    write(&mut c, "/registry/configmaps/team/n", 200).await;
+    let agents: Vec<Agent> = (0..3)
+        .map(|i| {
+            let me = format!(
+                "{}=http://127.0.0.1:{}={}={}",
+                Trio::names()[i],
+                trio.ports[i].1,
+                trio.data(i).display(),
+                manifests[i].display()
+            );
+            Agent(spawn_agent(&w, &state, &trio, &["--delta-interval", "1s", "--restore-as", &me]))
+        })
+        .collect();
+    let listed = a_verified_backup(&w, &state, 300).await;
+    let b =
+        listed.iter().find(|b| b["verdict"]["ok"] == true).unwrap_or_else(|| panic!("no verified backup: {listed:?}"));
+    assert_eq!(b["manifest"]["members"].as_array().map(Vec::len), Some(3), "the backup records its members: {b}");
+    let backup_rev = b["manifest"]["revision"].as_i64().unwrap();
+
+    // Writes after the backup, kept by the deltas; then the mistake.
+    write(&mut c, "/registry/configmaps/team/m", 30).await;
+    let good = revision(&mut c).await;
+    let aws = moto_aws().await;
+    let store = pinfleet::state::Store::open(&state, &w.cluster, Some(&aws)).await.unwrap();
+    let mut flushed = 0;
+    for _ in 0..300 {
+        let d = pinfleet::etcd::agent::deltas_after(&store, backup_rev).await.unwrap();
+        flushed = d.last().map_or(0, |d| d.to);
+        if flushed >= good {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(flushed >= good, "the deltas never reached revision {good} ({flushed})");
+    c.delete("/registry/configmaps/team/", Some(etcd_client::DeleteOptions::new().with_prefix())).await.unwrap();
+    assert_eq!(count(&mut c, "/registry/configmaps/team/").await, 0);
+    let before = revision(&mut c).await;
+    drop(c);
+
+    // Refused while an agent reads the live store, without --force.
+    let refused = w.run(&["etcd", "restore", &w.cluster, "--state", &state]);
+    let err = support::stderr(&refused);
+    assert!(!refused.status.success() && err.contains("etcd answered the agent on"), "{err}");
+    assert!(err.contains("without --force"), "{err}");
+
+    let until = good.to_string();
+    let out = w.run(&[
+        "etcd",
+        "restore",
+        &w.cluster,
+        "--state",
+        &state,
+        "--until",
+        &until,
+        "--force",
+        "--start-timeout",
+        "3m",
+    ]);
+    let (text, err) = (support::stdout(&out), support::stderr(&out));
+    assert!(out.status.success(), "restore failed:\n{text}\n{err}");
+    for name in Trio::names() {
+        assert!(text.contains(&format!("member {name} restored:")), "{text}");
+    }
+    assert!(text.contains("through their agents") && text.contains("deltas replayed"), "{text}");
+    assert!(text.contains("(the RTO)"), "{text}");
+    println!("{text}");
+
+    let eps: Vec<String> = trio.endpoints().split(',').map(str::to_string).collect();
+    let mut c = Client::connect(eps, None).await.unwrap();
+    assert_eq!(count(&mut c, "/registry/configmaps/team/n").await, 200, "the backup's keys are back");
+    assert_eq!(count(&mut c, "/registry/configmaps/team/m").await, 30, "the deltas up to --until are back");
+    let after = revision(&mut c).await;
+    assert!(after > before, "the revision ({after}) is past every revision a client saw ({before})");
+    for i in 0..3 {
+        let kept: Vec<_> = std::fs::read_dir(trio.data(i))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("member.before-restore-"))
+            .collect();
+        assert_eq!(kept.len(), 1, "machine {i} kept its old data beside the restored");
+        assert!(manifests[i].join("etcd.yaml").exists() && manifests[i].join("kube-apiserver.yaml").exists());
+    }
+    drop(agents);
 }

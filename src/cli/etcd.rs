@@ -92,6 +92,10 @@ pub struct AgentArgs {
     /// Serve the agent's figures for Prometheus at /metrics here.
     #[arg(long)]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The member on this machine, NAME=PEER_URL=DATA_DIR[=MANIFESTS_DIR]:
+    /// the agent carries out `pinfleet etcd restore`'s orders for it.
+    #[arg(long, env = "PINFLEET_ETCD_RESTORE_AS")]
+    pub restore_as: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -115,12 +119,23 @@ pub struct RestoreArgs {
     /// The backup (default: the newest verified).
     #[arg(long)]
     pub backup: Option<String>,
-    /// Each member to restore, NAME=PEER_URL=DATA_DIR[=MANIFESTS_DIR]: its
-    /// data folder is restored (the old one moved aside); with a static-pod
-    /// folder, etcd's and the API server's manifests are moved out while
-    /// the folder is restored and back after (the kubelet stops and starts them).
-    #[arg(long = "member", required = true)]
+    /// Each member to restore. Without this flag the agents restore their
+    /// own machines' members (those the backup recorded; each agent runs
+    /// with `--restore-as`), the order going through the state store.
+    /// NAME=PEER_URL (through the agents, instead of the backup's list), or
+    /// NAME=PEER_URL=DATA_DIR[=MANIFESTS_DIR] (here, where the data folders
+    /// are): the folder is restored (the old data kept aside); with a
+    /// static-pod folder, etcd's and the API server's manifests are moved
+    /// out while the folder is restored and back after.
+    #[arg(long = "member")]
     pub members: Vec<String>,
+    /// Replay the deltas after the backup only up to this revision (a point
+    /// in time before a mistake: the deltas hold the mistake too).
+    #[arg(long, conflicts_with = "no_deltas")]
+    pub until: Option<i64>,
+    /// Replay no delta: the store comes back as the backup has it.
+    #[arg(long)]
+    pub no_deltas: bool,
     /// Where the restored members answer (to replay, bump and compact).
     #[command(flatten)]
     pub etcd: EtcdArgs,
@@ -195,6 +210,7 @@ fn retention(s: Option<&str>) -> Result<Option<Retention>> {
 }
 
 async fn agent_cmd(g: &GlobalArgs, a: AgentArgs, once: bool) -> Result<ExitCode> {
+    let me: Option<Member> = a.restore_as.as_deref().map(str::parse).transpose().map_err(anyhow::Error::msg)?;
     // The agent waits out a store it cannot reach yet (the machine's network
     // or role still coming up); where its backups go must be known, though.
     let knows_where = a.store.state.is_some() || super::render::load_one(g, &a.store.cluster).is_ok();
@@ -276,8 +292,17 @@ async fn agent_cmd(g: &GlobalArgs, a: AgentArgs, once: bool) -> Result<ExitCode>
         tracing::info!("the agent's metrics at http://{at}/metrics");
     }
     let stop = super::shutdown_signal();
+    let orders = async {
+        match &me {
+            Some(me) => {
+                crate::etcd::order::follow_orders(&store, me, bins.as_ref(), &a.etcd, spec.delta_interval.0).await
+            }
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         r = agent::serve(&store, &a.etcd, &spec, &taking, bins.as_ref(), Some(figures)) => r.map(|_| ExitCode::SUCCESS),
+        _ = orders => Ok(ExitCode::SUCCESS),
         _ = stop => Ok(ExitCode::SUCCESS),
     }
 }
@@ -415,13 +440,40 @@ async fn gc(g: &GlobalArgs, a: StoreArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// How `--member` flags read: members restored here (their data folders),
+/// or named for the agents.
+enum Members {
+    Here(Vec<Member>),
+    ThroughAgents(Vec<manifest::Peer>),
+}
+
+fn members_of(flags: &[String]) -> Result<Members> {
+    let here = flags.iter().filter(|f| f.matches('=').count() >= 2).count();
+    if here > 0 && here < flags.len() {
+        bail!("--member: give every member a data folder (NAME=PEER_URL=DATA_DIR, restored here) or none (NAME=PEER_URL, restored by the agents), not a mix");
+    }
+    if here > 0 {
+        let m = flags.iter().map(|m| m.parse::<Member>()).collect::<Result<_, _>>().map_err(anyhow::Error::msg)?;
+        return Ok(Members::Here(m));
+    }
+    let peers = flags
+        .iter()
+        .map(|f| match f.split_once('=') {
+            Some((n, u)) if !n.is_empty() && u.starts_with("http") => {
+                Ok(manifest::Peer { name: n.to_string(), peer_url: u.to_string() })
+            }
+            _ => bail!("--member `{f}`: expected NAME=PEER_URL (e.g. cp-a=https://10.0.1.10:2380) or NAME=PEER_URL=DATA_DIR[=MANIFESTS_DIR]"),
+        })
+        .collect::<Result<_>>()?;
+    Ok(Members::ThroughAgents(peers))
+}
+
 async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
     let mut out = anstream::stdout();
     let mut phases = Phases::default();
     let t = Instant::now();
     // Every check comes before the first write.
-    let members: Vec<Member> =
-        a.members.iter().map(|m| m.parse::<Member>()).collect::<Result<_, _>>().map_err(anyhow::Error::msg)?;
+    let members = members_of(&a.members)?;
     let (store, spec) = open(g, &a.store).await?;
     let list = agent::list(&store).await?;
     let b = pick(&list, a.backup.as_deref(), &a.store.cluster)?.clone();
@@ -459,10 +511,29 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
             }
         }
     }
-    let deltas = agent::deltas_after(&store, b.manifest.revision).await?;
+    let mut deltas = if a.no_deltas { Vec::new() } else { agent::deltas_after(&store, b.manifest.revision).await? };
+    if let Some(u) = a.until {
+        if u < b.manifest.revision {
+            bail!(
+                "--until {u} is before backup {} (revision {}): pick an older backup (`pinfleet etcd backups {}`)",
+                b.manifest.id,
+                b.manifest.revision,
+                a.store.cluster
+            );
+        }
+        deltas.retain(|d| d.from <= u);
+    }
+    let delta_to = deltas.last().map(|d| a.until.map_or(d.to, |u| d.to.min(u)));
     let seen = agent::seen(&store).await?;
     let now = chrono::Utc::now();
-    writeln!(out, "what will be lost: {}", policy::loss(&b, deltas.last().map(|d| d.to), seen.as_ref(), now))?;
+    writeln!(out, "what will be lost: {}", policy::loss(&b, delta_to, seen.as_ref(), now))?;
+    let members = match members {
+        Members::Here(m) => m,
+        Members::ThroughAgents(given) => {
+            let peers = crate::etcd::order::members_for(&b.manifest, &given)?;
+            return through_agents(&a, &store, &b, peers, seen.as_ref(), &spec).await;
+        }
+    };
     if let Ok((endpoint, _)) = a.etcd.first_answering().await {
         if !a.force {
             bail!("etcd answers healthy at {endpoint}: refusing to restore over a live store without --force");
@@ -475,7 +546,7 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
     let t = Instant::now();
     for m in &members {
         if let Some(dir) = &m.manifests_dir {
-            stop_static_pods(dir, &m.name)?;
+            restore::stop_static_pods(dir, &m.name)?;
         }
     }
     phases.time("control plane stopped (static pods moved out)", t, ());
@@ -503,7 +574,7 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
     let t = Instant::now();
     for m in &members {
         if let Some(dir) = &m.manifests_dir {
-            start_static_pods(dir, &m.name)?;
+            restore::start_static_pods(dir, &m.name)?;
         }
     }
     writeln!(out, "waiting for the restored members at {}", a.etcd.endpoints.join(","))?;
@@ -522,7 +593,7 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
     phases.time("members started and answering", t, ());
 
     let t = Instant::now();
-    let (rev, applied) = restore::replay(&mut client, &deltas).await?;
+    let (rev, applied) = restore::replay(&mut client, &deltas, a.until).await?;
     phases.time(&format!("{applied} transaction(s) of deltas replayed (revision {rev})"), t, ());
 
     if !a.no_bump {
@@ -536,31 +607,73 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-const STATIC_PODS: [&str; 2] = ["etcd.yaml", "kube-apiserver.yaml"];
-
-/// Moves etcd's and the API server's static-pod manifests out of the
-/// kubelet's folder (the kubelet stops them) into `<dir>/../.pinfleet-restore`.
-fn stop_static_pods(dir: &std::path::Path, member: &str) -> Result<()> {
-    let aside = dir.with_file_name(".pinfleet-restore").join(member);
-    std::fs::create_dir_all(&aside)?;
-    for f in STATIC_PODS {
-        let from = dir.join(f);
-        if from.exists() {
-            std::fs::rename(&from, aside.join(f)).with_context(|| format!("moving {} aside", from.display()))?;
+/// The restore carried out by the agents ([`crate::etcd::order`]): the
+/// order written, each member's report printed as it comes, the RTO.
+async fn through_agents(
+    a: &RestoreArgs,
+    store: &Store,
+    b: &Backup,
+    peers: Vec<manifest::Peer>,
+    seen: Option<&manifest::Seen>,
+    spec: &BackupSpec,
+) -> Result<ExitCode> {
+    use crate::etcd::order::{self, Order};
+    let mut out = anstream::stdout();
+    let now = chrono::Utc::now();
+    // The agents' own word on the live store: one that read it lately says
+    // it is up (the operator's machine often cannot reach etcd itself).
+    let lately = spec.delta_interval.0.saturating_mul(2).max(Duration::from_secs(60));
+    if let Some(s) = seen.filter(|s| (now - s.at).to_std().is_ok_and(|age| age < lately)) {
+        let age = humantime::format_duration(Duration::from_secs((now - s.at).num_seconds().max(0) as u64));
+        if !a.force {
+            bail!(
+                "etcd answered the agent on {} {age} ago (revision {}): refusing to restore over a live store without --force",
+                s.member,
+                s.revision
+            );
         }
+        writeln!(out, "etcd answered the agent on {} {age} ago; restoring anyway (--force)", s.member)?;
     }
-    Ok(())
-}
-
-fn start_static_pods(dir: &std::path::Path, member: &str) -> Result<()> {
-    let aside = dir.with_file_name(".pinfleet-restore").join(member);
-    for f in STATIC_PODS {
-        let from = aside.join(f);
-        if from.exists() {
-            std::fs::rename(&from, dir.join(f)).with_context(|| format!("moving {} back", dir.join(f).display()))?;
-        }
+    let o = Order {
+        id: format!("{}-{}", now.format("%Y%m%dT%H%M%SZ"), b.manifest.id),
+        cluster: a.store.cluster.clone(),
+        backup: b.manifest.id.clone(),
+        sha256: b.manifest.sha256.clone(),
+        revision: b.manifest.revision,
+        token: format!("{}-restore-{}", a.store.cluster, now.format("%Y%m%d%H%M%S")),
+        members: peers,
+        issued_at: now,
+        by: crate::state::whoami().0,
+        bump: !a.no_bump,
+        until: if a.no_deltas { Some(b.manifest.revision) } else { a.until },
+    };
+    let t0 = Instant::now();
+    store.put_json(order::ORDER, &o).await?;
+    writeln!(
+        out,
+        "restore order {} written: {} member(s) ({}) restore from backup {} through their agents",
+        o.id,
+        o.members.len(),
+        o.members.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", "),
+        o.backup
+    )?;
+    let render =
+        |phases: &[(String, f64)]| -> String { phases.iter().map(|(n, s)| format!("  {s:>8.1}s  {n}\n")).collect() };
+    let f = order::wait(store, &o, a.start_timeout, &mut |member, phases, error| {
+        let said = match error {
+            None => format!("member {member} restored:\n{}", render(phases)),
+            Some(e) => format!("member {member} FAILED: {e}\n{}", render(phases)),
+        };
+        let _ = write!(anstream::stdout(), "{said}");
+    })
+    .await?;
+    write!(out, "{}", render(&f.phases))?;
+    if !f.ok {
+        bail!("the restore's last steps failed: {}", f.error.unwrap_or_default());
     }
-    Ok(())
+    writeln!(out, "restored {} from backup {} at revision {}", o.cluster, o.backup, f.revision)?;
+    writeln!(out, "  {:>8.1}s  in all, from the order to the store answering (the RTO)", t0.elapsed().as_secs_f64())?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `pinfleet etcd rotate-key CLUSTER`: a new encryption key for Secrets.

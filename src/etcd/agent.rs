@@ -67,6 +67,14 @@ pub async fn take(store: &Store, etcd: &EtcdArgs, endpoint: &str, taking: &Takin
         .map(|m| m.name().to_string())
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| format!("{member_id:x}"));
+    let peers: Vec<manifest::Peer> = members
+        .members()
+        .iter()
+        .filter(|m| !m.name().is_empty())
+        .filter_map(|m| {
+            m.peer_urls().first().map(|u| manifest::Peer { name: m.name().to_string(), peer_url: u.clone() })
+        })
+        .collect();
     let etcd_version = status.version().to_string();
     let before = status.header().map(|h| h.revision()).unwrap_or_default();
 
@@ -115,6 +123,7 @@ pub async fn take(store: &Store, etcd: &EtcdArgs, endpoint: &str, taking: &Takin
         retain_until: taking.retention.as_ref().map(|r| r.until),
         encryption_keys: taking.encryption_keys.clone(),
         taken_by: taking.taken_by.clone(),
+        members: peers,
     };
     store.put_json(&manifest::manifest_key(&m.id), &m).await?;
     Ok(m)

@@ -87,6 +87,18 @@ pub struct Manifest {
     pub encryption_keys: Vec<String>,
     /// Who took it (`pinfleet etcd agent` on a machine, or a command).
     pub taken_by: String,
+    /// The members at the time (name and peer URL): whom a restore through
+    /// the agents brings back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<Peer>,
+}
+
+/// A member of the cluster: its name and peer URL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Peer {
+    pub name: String,
+    pub peer_url: String,
 }
 
 /// What restoring a backup showed.

@@ -27,6 +27,7 @@ pub mod agent;
 pub mod conn;
 pub mod manifest;
 pub mod metrics;
+pub mod order;
 pub mod policy;
 pub mod restore;
 pub mod scratch;

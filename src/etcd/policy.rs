@@ -170,6 +170,7 @@ mod tests {
                 retain_until: None,
                 encryption_keys: vec![],
                 taken_by: "test".into(),
+                members: vec![],
             },
             verdict: verified.then(|| Verdict {
                 verified_at: t,

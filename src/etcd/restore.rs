@@ -76,24 +76,90 @@ pub fn initial_cluster(targets: &[Target]) -> String {
 }
 
 /// Restores every target's data folder from `snapshot` (a new cluster:
-/// `token`); what was in a folder is moved to `<folder>.before-restore-<time>`.
+/// `token`), each with [`restore_in_place`]; the old contents kept aside.
 pub fn restore_members(bins: &Binaries, snapshot: &Path, targets: &[Target], token: &str) -> Result<Vec<PathBuf>> {
     if targets.is_empty() {
         bail!("no member to restore");
     }
     let cluster = initial_cluster(targets);
     let mut moved = Vec::new();
-    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
     for t in targets {
-        if t.data_dir.exists() {
-            let aside = PathBuf::from(format!("{}.before-restore-{stamp}", t.data_dir.display()));
-            std::fs::rename(&t.data_dir, &aside)
-                .with_context(|| format!("moving {} aside to {}", t.data_dir.display(), aside.display()))?;
-            moved.push(aside);
-        }
-        bins.restore(snapshot, &t.data_dir, &t.name, &t.peer_url, &cluster, token)?;
+        moved.extend(restore_in_place(bins, snapshot, t, &cluster, token)?);
     }
     Ok(moved)
+}
+
+/// Restores one member's data folder from `snapshot`: etcdutl restores into
+/// a fresh folder beside the data (`<data>/.pinfleet-restore-<time>`), then
+/// the old `member` folder is moved to `<data>/member.before-restore-<time>`
+/// (never deleted) and the restored one takes its place. Only the data
+/// folder itself is written, so it works where that folder is all a
+/// machine's agent may touch (a hostPath). Returns where the old data went.
+pub fn restore_in_place(
+    bins: &Binaries,
+    snapshot: &Path,
+    t: &Target,
+    initial_cluster: &str,
+    token: &str,
+) -> Result<Option<PathBuf>> {
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
+    if !t.data_dir.exists() {
+        std::fs::create_dir_all(&t.data_dir).with_context(|| format!("creating {}", t.data_dir.display()))?;
+    }
+    // etcd refuses a data folder others may read.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&t.data_dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("making {} the owner's only", t.data_dir.display()))?;
+    }
+    let fresh = t.data_dir.join(format!(".pinfleet-restore-{stamp}"));
+    bins.restore(snapshot, &fresh, &t.name, &t.peer_url, initial_cluster, token)?;
+    let member = t.data_dir.join("member");
+    let aside = t.data_dir.join(format!("member.before-restore-{stamp}"));
+    let kept = if member.exists() {
+        std::fs::rename(&member, &aside)
+            .with_context(|| format!("moving {} aside to {}", member.display(), aside.display()))?;
+        Some(aside)
+    } else {
+        None
+    };
+    std::fs::rename(fresh.join("member"), &member)
+        .with_context(|| format!("moving the restored data into {}", member.display()))?;
+    let _ = std::fs::remove_dir_all(&fresh);
+    Ok(kept)
+}
+
+/// etcd's and the API server's static-pod manifests: moved out of the
+/// kubelet's folder, the kubelet stops them; moved back, it starts them.
+const STATIC_PODS: [&str; 2] = ["etcd.yaml", "kube-apiserver.yaml"];
+
+/// Moves etcd's and the API server's static-pod manifests out of the
+/// kubelet's sight into `<dir>/.pinfleet-restore/<member>` (the kubelet
+/// reads neither hidden entries nor subfolders; the folder stays inside
+/// `dir`, so an agent with only that folder mounted can do it).
+pub fn stop_static_pods(dir: &Path, member: &str) -> Result<()> {
+    let aside = dir.join(".pinfleet-restore").join(member);
+    std::fs::create_dir_all(&aside)?;
+    for f in STATIC_PODS {
+        let from = dir.join(f);
+        if from.exists() {
+            std::fs::rename(&from, aside.join(f)).with_context(|| format!("moving {} aside", from.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Moves the manifests [`stop_static_pods`] set aside back.
+pub fn start_static_pods(dir: &Path, member: &str) -> Result<()> {
+    let aside = dir.join(".pinfleet-restore").join(member);
+    for f in STATIC_PODS {
+        let from = aside.join(f);
+        if from.exists() {
+            std::fs::rename(&from, dir.join(f)).with_context(|| format!("moving {} back", dir.join(f).display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// The store's current revision.
@@ -103,8 +169,9 @@ pub async fn revision(client: &mut Client) -> Result<i64> {
 }
 
 /// Replays the deltas' transactions after the restored revision, one
-/// transaction per revision; the revision reached.
-pub async fn replay(client: &mut Client, deltas: &[Delta]) -> Result<(i64, usize)> {
+/// transaction per revision, up to revision `until` if given (a point in
+/// time before a mistake the deltas also hold); the revision reached.
+pub async fn replay(client: &mut Client, deltas: &[Delta], until: Option<i64>) -> Result<(i64, usize)> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let mut rev = revision(client).await?;
     let mut applied = 0usize;
@@ -112,6 +179,9 @@ pub async fn replay(client: &mut Client, deltas: &[Delta]) -> Result<(i64, usize
         for t in &d.txns {
             if t.rev <= rev {
                 continue;
+            }
+            if until.is_some_and(|u| t.rev > u) {
+                return Ok((rev, applied));
             }
             let mut ops = Vec::with_capacity(t.ops.len());
             for c in &t.ops {

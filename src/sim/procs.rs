@@ -103,6 +103,33 @@ pub fn arguments(container: &Value, pod_ip: &str) -> Vec<String> {
     args.into_iter().map(|a| a.replace("0.0.0.0:", &format!("{pod_ip}:"))).collect()
 }
 
+/// `$(NAME)` in an argument replaced by the container's variable NAME, as
+/// the kubelet does: `$$` is a literal `$`, and a reference to a variable
+/// the container does not have is left as written.
+pub fn expand(arg: &str, env: &[(String, String)]) -> String {
+    let mut out = String::with_capacity(arg.len());
+    let mut rest = arg;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some((name, tail)) = after.strip_prefix('(').and_then(|a| a.split_once(')')) {
+            match env.iter().rev().find(|(k, _)| k == name) {
+                Some((_, v)) => out.push_str(v),
+                None => out.push_str(&format!("$({name})")),
+            }
+            rest = tail;
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The container's environment as the kubelet resolves it (values, field
 /// references, ConfigMap and Secret keys); unresolvable references are
 /// left out, as an optional reference is.
@@ -390,15 +417,17 @@ fn spawn(
         let mounts = volumes(&inner, pod, container, &run.dir)?;
         (env, inner.mint_token(&run.ns, &sa), mounts)
     };
-    // A mount path in the arguments or the environment is its volume's folder.
-    let at_host = |v: String| {
+    // A mount path in the arguments or the environment (or in any of an
+    // argument's `=`-separated parts) is its volume's folder.
+    let at_host_one = |v: &str| {
         mounts
             .iter()
             .find(|(path, _)| v.starts_with(path.as_str()))
-            .map_or(v.clone(), |(path, host)| format!("{}{}", host.display(), &v[path.len()..]))
+            .map_or(v.to_string(), |(path, host)| format!("{}{}", host.display(), &v[path.len()..]))
     };
+    let at_host = |v: String| v.split('=').map(at_host_one).collect::<Vec<_>>().join("=");
+    let args: Vec<String> = arguments(container, &run.ip).into_iter().map(|a| at_host(expand(&a, &env))).collect();
     let env: Vec<(String, String)> = env.into_iter().map(|(k, v)| (k, at_host(v))).collect();
-    let args: Vec<String> = arguments(container, &run.ip).into_iter().map(at_host).collect();
     // The in-cluster configuration, as a kubeconfig (the client's first
     // choice): the API's address and the service account's token.
     let kubeconfig = run.dir.join("kubeconfig.yaml");
@@ -621,6 +650,14 @@ mod tests {
         assert_eq!(arguments(&c, "127.0.1.2"), ["controller", "--metrics-addr", "127.0.1.2:8080"]);
         let c = json!({"command": ["/usr/local/bin/pinfleet", "e2e"], "args": ["dev"]});
         assert_eq!(arguments(&c, "127.0.1.2"), ["e2e", "dev"]);
+    }
+
+    #[test]
+    fn arguments_expand_the_containers_variables_as_the_kubelet_does() {
+        let env = vec![("NODE_NAME".to_string(), "cp-1".to_string()), ("IP".to_string(), "10.0.0.5".to_string())];
+        assert_eq!(expand("$(NODE_NAME)=https://$(IP):2380", &env), "cp-1=https://10.0.0.5:2380");
+        assert_eq!(expand("$$(NODE_NAME) $(MISSING) $x $", &env), "$(NODE_NAME) $(MISSING) $x $");
+        assert_eq!(expand("$(UNCLOSED", &env), "$(UNCLOSED");
     }
 
     #[test]
