@@ -18,6 +18,9 @@
 //! verify ── download ──▶ scratch (etcdutl restore + etcd on loopback) ──▶ verdict
 //! restore ── etcdutl per member (new token) ──▶ members start ──▶ deltas replayed
 //!          ──▶ revision bumped past any client's ──▶ compacted (watches relist)
+//! order (members on separate machines): the command writes an order into
+//!          the state store ──▶ each machine's agent restores its member in
+//!          place and reports ──▶ the first replays, bumps and compacts
 //! ```
 //!
 //! Membership changes during a roll are [`crate::kube::etcd`]'s; this module

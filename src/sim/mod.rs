@@ -239,4 +239,29 @@ mod tests {
         assert_eq!(g2["spec"], json!({"x": 1}));
         assert!(b.resource_version() >= a.resource_version());
     }
+
+    /// A custom resource is answered as the API server answers one (Go's
+    /// encoding of unstructured JSON: every map's keys sorted, metadata's
+    /// too).
+    #[test]
+    fn a_custom_resources_keys_come_back_sorted() {
+        let mut a = Inner::new();
+        let crd_t = a.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions").cloned().unwrap();
+        let crd = json!({"metadata": {"name": "gizmos.example.com"}, "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo"},
+            "versions": [{"name": "v1", "served": true, "storage": true}]}});
+        a.create(&crd_t, "", crd, "t", false).unwrap();
+        let gizmo_t = a.registry.get("example.com", "v1", "gizmos").cloned().unwrap();
+        let body = json!({"spec": {"zeta": 1, "alpha": {"b": 2, "a": [{"y": 1, "x": 2}]}}, "metadata": {"name": "g1", "labels": {"z": "1", "a": "2"}}});
+        let g = a.create(&gizmo_t, "default", body, "t", false).unwrap();
+        let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(&g), ["apiVersion", "kind", "metadata", "spec"]);
+        assert_eq!(keys(&g["spec"]), ["alpha", "zeta"]);
+        assert_eq!(keys(&g["spec"]["alpha"]), ["a", "b"]);
+        assert_eq!(keys(&g["spec"]["alpha"]["a"][0]), ["x", "y"]);
+        let meta = keys(&g["metadata"]);
+        let mut sorted = meta.clone();
+        sorted.sort();
+        assert_eq!(meta, sorted, "metadata too");
+    }
 }

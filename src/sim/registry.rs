@@ -24,6 +24,8 @@ pub struct ResourceType {
     pub columns: Vec<Value>,
     /// A CRD version's structural schema (openAPIV3Schema), enforced on writes.
     pub schema: Option<std::sync::Arc<crate::kube::schema::CrdSchema>>,
+    /// Served for a CustomResourceDefinition (kept as unstructured JSON).
+    pub custom: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +71,7 @@ fn rt(
         scale: None,
         columns: Vec::new(),
         schema: None,
+        custom: false,
     }
 }
 

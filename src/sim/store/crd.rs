@@ -98,6 +98,7 @@ impl Inner {
                 schema: v
                     .pointer("/schema/openAPIV3Schema")
                     .map(|s| std::sync::Arc::new(crate::kube::schema::CrdSchema::new(s.clone()))),
+                custom: true,
             });
         }
         // Conditions keep their transition time while they hold (a re-apply

@@ -99,6 +99,7 @@ impl Inner {
             m.entry("deletionTimestamp").or_insert_with(|| json!(now()));
             self.rv += 1;
             meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
+            super::write::as_stored(t, &mut obj);
             self.objects.insert(key, Arc::new(obj.clone()));
             self.emit(EventType::Modified, t, ns, obj.clone());
             for (dt, dns, dname) in self.dependents(&uid).collect::<Vec<_>>() {
@@ -125,6 +126,7 @@ impl Inner {
                 meta_mut(&mut obj).insert("deletionGracePeriodSeconds".into(), json!(0));
                 self.rv += 1;
                 meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
+                super::write::as_stored(t, &mut obj);
                 self.objects.insert(key, Arc::new(obj.clone()));
                 self.emit(EventType::Modified, t, ns, obj.clone());
             }

@@ -141,6 +141,7 @@ impl Inner {
         }
         self.rv += 1;
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
+        as_stored(t, &mut obj);
         let obj = Arc::new(obj);
         self.objects.insert(key, obj.clone());
         self.emit(EventType::Added, t, ns, obj.clone());
@@ -257,6 +258,7 @@ impl Inner {
         }
         self.rv += 1;
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
+        as_stored(t, &mut obj);
         let key = Self::key(t, ns, name);
         if meta(&obj).contains_key("deletionTimestamp") && finalizers(&obj).is_empty() {
             self.objects.remove(&key);
@@ -484,6 +486,31 @@ fn apply_patch(content_type: &str, doc: &mut Value, body: &Value) -> R<()> {
         Ok(())
     } else {
         Err(ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type})")))
+    }
+}
+
+/// A custom resource as the API server keeps and answers it: unstructured
+/// JSON, whose maps Go encodes with their keys sorted (metadata too).
+/// Built-in objects are left as written (their Go structs' field order is
+/// not emulated).
+pub(super) fn as_stored(t: &ResourceType, obj: &mut Value) {
+    if t.custom {
+        sort_keys(obj);
+    }
+}
+
+fn sort_keys(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            let mut entries: Vec<(String, Value)> = std::mem::take(m).into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            for (k, mut v) in entries {
+                sort_keys(&mut v);
+                m.insert(k, v);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(sort_keys),
+        _ => {}
     }
 }
 
