@@ -571,27 +571,7 @@ async fn a_promoted_image_is_shared_with_the_accounts_its_channel_serves_and_gc_
     .await
     .unwrap();
     // An image baked in the build account: one of moto's, run and imaged.
-    let images = home.ec2.describe_images().owners("099720109477").send().await.unwrap();
-    let base = images
-        .images()
-        .iter()
-        .find(|i| i.architecture().map(|a| a.as_str()) == Some("x86_64"))
-        .and_then(|i| i.image_id())
-        .unwrap()
-        .to_string();
-    let run = home
-        .ec2
-        .run_instances()
-        .image_id(&base)
-        .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
-        .min_count(1)
-        .max_count(1)
-        .send()
-        .await
-        .unwrap();
-    let instance = run.instances()[0].instance_id().unwrap().to_string();
-    let image = home.ec2.create_image().instance_id(&instance).name("pinfleet-node-1").send().await.unwrap();
-    let image = image.image_id().unwrap().to_string();
+    let image = support::made_image(&home, "pinfleet-node-1").await;
 
     // The channel serves clusters in accounts b and c (and one in the
     // build account itself, which needs no share; one in another region).
@@ -814,28 +794,7 @@ builder:
 /// (moto boots nothing: an instance of moto's Ubuntu, imaged and tagged).
 async fn passed_image(aws: &Aws, build: &str) -> String {
     use pinfleet::ami::bake::{TAG_BUILD, TAG_CHECKS, TAG_RECIPE};
-    let images = aws.ec2.describe_images().owners("099720109477").send().await.unwrap();
-    let base = images
-        .images()
-        .iter()
-        .find(|i| i.architecture().map(|a| a.as_str()) == Some("x86_64"))
-        .and_then(|i| i.image_id())
-        .unwrap()
-        .to_string();
-    let run = aws
-        .ec2
-        .run_instances()
-        .image_id(&base)
-        .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
-        .min_count(1)
-        .max_count(1)
-        .send()
-        .await
-        .unwrap();
-    let instance = run.instances()[0].instance_id().unwrap().to_string();
-    let image =
-        aws.ec2.create_image().instance_id(&instance).name(format!("pinfleet/node/{build}")).send().await.unwrap();
-    let image = image.image_id().unwrap().to_string();
+    let image = support::made_image(aws, &format!("pinfleet/node/{build}")).await;
     let tag = |k: &str, v: &str| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build();
     aws.ec2
         .create_tags()

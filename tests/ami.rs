@@ -17,14 +17,7 @@ use support::{stderr, stdout, World};
 fn register_image(w: &World, name: &str) -> String {
     tokio::runtime::Runtime::new().unwrap().block_on(async move {
         let aws = w.aws().await;
-        let images = aws.ec2.describe_images().owners("099720109477").send().await.unwrap();
-        let base = images
-            .images()
-            .iter()
-            .find(|i| i.architecture().map(|a| a.as_str()) == Some("x86_64"))
-            .and_then(|i| i.image_id())
-            .unwrap()
-            .to_string();
+        let base = support::canonical_image(&aws).await;
         let out =
             aws.ec2.copy_image().source_image_id(base).source_region("us-east-1").name(name).send().await.unwrap();
         out.image_id().unwrap().to_string()

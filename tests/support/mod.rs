@@ -302,3 +302,34 @@ pub fn approver(kubeconfig: &Path) -> std::thread::JoinHandle<()> {
         })
     })
 }
+
+/// One of moto's Canonical x86_64 images (every account sees them).
+pub async fn canonical_image(aws: &pinfleet::cloud::aws::Aws) -> String {
+    let images = aws.ec2.describe_images().owners("099720109477").send().await.unwrap();
+    images
+        .images()
+        .iter()
+        .find(|i| i.architecture().map(|a| a.as_str()) == Some("x86_64"))
+        .and_then(|i| i.image_id())
+        .unwrap()
+        .to_string()
+}
+
+/// An image of `aws`'s own account named `name`, as a bake makes one: an
+/// instance of Canonical's image, imaged.
+pub async fn made_image(aws: &pinfleet::cloud::aws::Aws, name: &str) -> String {
+    let base = canonical_image(aws).await;
+    let run = aws
+        .ec2
+        .run_instances()
+        .image_id(&base)
+        .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
+        .min_count(1)
+        .max_count(1)
+        .send()
+        .await
+        .unwrap();
+    let instance = run.instances()[0].instance_id().unwrap().to_string();
+    let image = aws.ec2.create_image().instance_id(&instance).name(name).send().await.unwrap();
+    image.image_id().unwrap().to_string()
+}
