@@ -150,6 +150,8 @@ async fn a_session_of_fifteen_minutes_is_refreshed_before_it_expires_and_work_go
     opts.time_source = Some(SharedTimeSource::new(clock.clone()));
     let log = CallLog::default();
     opts.call_log = Some(log.clone());
+    let rules = Arc::new(StsRules::default());
+    opts.sts_faults = Some(rules.clone());
     let aws = Aws::connect(&opts).await.unwrap();
     let role = aws.role.clone().unwrap();
     let mut keys = Vec::new();
@@ -167,6 +169,24 @@ async fn a_session_of_fifteen_minutes_is_refreshed_before_it_expires_and_work_go
     assert_eq!(role.assumed(), 5, "sessions: {keys:?}");
     assert_eq!(keys.len(), 5);
     assert!(keys.iter().all(|k| sessions.account_of(k).as_deref() == Some(a.id.as_str())));
+
+    // Each refresh lands where the first did, or the work stops: the role
+    // now lands in another account (its trust changed mid-roll); the next
+    // refreshed session is checked, refused, and never signs a call.
+    rules.lands_elsewhere(&a.role_arn, "999999999999");
+    let signed = log.entries().len();
+    clock.advance(Duration::from_secs(600));
+    let err = aws.ec2.describe_vpcs().send().await.unwrap_err();
+    let text = format!("{:#}", anyhow::Error::from(err));
+    assert!(
+        text.contains("landed in account 999999999999") && text.contains(&format!("not in account {}", a.id)),
+        "{text}"
+    );
+    let after: Vec<String> = log.entries()[signed..].iter().map(|(op, _)| op.clone()).collect();
+    assert!(
+        after.iter().all(|op| op == "sts:AssumeRole" || op == "sts:GetCallerIdentity"),
+        "nothing but the new session and its check was signed: {after:?}"
+    );
 }
 
 #[tokio::test]

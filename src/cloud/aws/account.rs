@@ -119,6 +119,10 @@ pub struct AssumedRole {
     landed: tokio::sync::OnceCell<(Option<String>, Option<String>)>,
     /// The caller's ARN.
     caller: Option<String>,
+    /// The role's own STS configuration (its account's interceptors): each
+    /// refreshed session is checked with it, as the first was, before any
+    /// call is signed with it.
+    probe: std::sync::OnceLock<aws_sdk_sts::Config>,
 }
 
 impl AssumedRole {
@@ -177,9 +181,49 @@ impl AssumedRole {
                 return Ok(early(c));
             }
         }
+        let refresh = cached.is_some();
         let fresh = self.assume().await?;
+        if refresh {
+            if let Some(cfg) = self.probe.get() {
+                self.relanded(cfg, &fresh).await?;
+            }
+        }
         *cached = Some(fresh.clone());
         Ok(early(&fresh))
+    }
+
+    /// Where this role's STS calls go and through which interceptors (set
+    /// once, by the connection that uses the role).
+    pub fn set_probe(&self, cfg: aws_sdk_sts::Config) {
+        let _ = self.probe.set(cfg);
+    }
+
+    /// A refreshed session, checked as the first was: GetCallerIdentity
+    /// under the new credentials must name the file's account. A session
+    /// that landed elsewhere is never used, and the work stops.
+    async fn relanded(&self, cfg: &aws_sdk_sts::Config, fresh: &Credentials) -> Result<(), CredentialsError> {
+        let sts = aws_sdk_sts::Client::from_conf(
+            cfg.to_builder()
+                .credentials_provider(aws_credential_types::provider::SharedCredentialsProvider::new(fresh.clone()))
+                .build(),
+        );
+        let out = sts.get_caller_identity().send().await.map_err(|e| {
+            CredentialsError::provider_error(anyhow::anyhow!(
+                "checking where the refreshed session of {} landed (GetCallerIdentity): {}",
+                self.key.role_arn,
+                crate::sdk_error::describe_sdk_error(&e)
+            ))
+        })?;
+        match out.account() {
+            Some(a) if a == self.account => Ok(()),
+            other => Err(CredentialsError::provider_error(anyhow::anyhow!(
+                "the refreshed session of {} landed in account {} ({}), not in account {} as the cluster's file says: refusing to go on",
+                self.key.role_arn,
+                other.unwrap_or("?"),
+                out.arn().unwrap_or("?"),
+                self.account
+            ))),
+        }
     }
 
     async fn assume(&self) -> Result<Credentials, CredentialsError> {
@@ -327,6 +371,7 @@ impl Sessions {
                     issued: Mutex::new(Vec::new()),
                     landed: tokio::sync::OnceCell::new(),
                     caller: o.caller.clone(),
+                    probe: std::sync::OnceLock::new(),
                 })
             })
             .clone()

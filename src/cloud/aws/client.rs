@@ -465,6 +465,7 @@ impl Aws {
         // account the file names.
         if let (Some(r), Some(assumed)) = (&opts.role, &role) {
             assumed.check(&sts, r).await?;
+            assumed.set_probe(sts.config().clone());
         }
         Ok(Aws { ec2, elb, s3, sts, iam, ssm, sqs, events, calls, region, role, identity })
     }
