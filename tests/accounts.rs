@@ -1180,6 +1180,31 @@ fn a_recipe_with_a_build_account_is_baked_there_checked_first_and_shared_with_a_
         0,
         "no machine of the member's cluster is in the build account"
     );
+
+    // Its machines, emulated by the node sim in the member account, report
+    // what the image was baked with (the machine knows what it booted,
+    // though EC2 shows the member none of the build account's tags).
+    let kc = w.dir.path().join("bld-kubeconfig.yaml");
+    let _sim = Killed(w.node_sim("bld", &kc));
+    let runtime = rt.block_on(async {
+        for _ in 0..600 {
+            if let Ok(client) = pinfleet::kube::client_from_kubeconfig(&kc, pinfleet::kube::Retry::Never).await {
+                let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client).list(&Default::default()).await;
+                if let Some(info) =
+                    nodes.ok().and_then(|l| l.items.into_iter().next()).and_then(|n| n.status?.node_info)
+                {
+                    return Some((info.container_runtime_version, info.kernel_version));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    });
+    assert_eq!(
+        runtime,
+        Some(("containerd://2.1.4".to_string(), "6.8.0-1015-aws".to_string())),
+        "the member's nodes report the bake's facts"
+    );
 }
 
 /// Nodes of the cluster behind `kubeconfig` that are Ready (0 while its

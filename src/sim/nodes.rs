@@ -376,6 +376,27 @@ fn warn_once(machine: &str, what: &str) {
     }
 }
 
+/// The facts of an image another account shared (EC2 shows the viewer
+/// none of the owner's tags): the machine knows what it booted, so the
+/// sim, an emulator on moto, reads them as the owner would.
+async fn owners_facts(
+    aws: &crate::cloud::aws::Aws,
+    owner: &str,
+    id: &str,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    if owner.is_empty() || aws.account() == Some(owner) {
+        return None;
+    }
+    let as_owner = crate::cloud::aws::Aws::connect(&crate::cloud::aws::AwsOptions {
+        region: Some(aws.region.clone()),
+        moto_account: Some(owner.to_string()),
+        ..Default::default()
+    })
+    .await
+    .ok()?;
+    crate::cloud::aws::images::facts(&as_owner, &[id.to_string()]).await.ok()?.remove(id)
+}
+
 /// Keeps the Nodes in step with the cluster's EC2 instances for as long as
 /// the sim runs: a Node per running instance, Ready after the boot delay,
 /// gone with the instance. An endpoint that stopped answering (moto ended)
@@ -395,8 +416,11 @@ pub async fn follow_ec2(store: super::store::Shared, aws: crate::cloud::aws::Aws
                     .into_iter()
                     .collect();
                 if !unseen.is_empty() {
-                    if let Ok(facts) = crate::cloud::aws::images::facts(&aws, &unseen).await {
-                        cfg.image_facts.extend(facts);
+                    if let Ok(facts) = crate::cloud::aws::images::facts_and_owners(&aws, &unseen).await {
+                        for (id, (owner, f)) in facts {
+                            let f = if f.is_empty() { owners_facts(&aws, &owner, &id).await.unwrap_or(f) } else { f };
+                            cfg.image_facts.insert(id, f);
+                        }
                     }
                 }
                 let mut inner = store.lock().expect("store lock");

@@ -151,6 +151,15 @@ pub async fn resolve(
 /// Each image's builder facts (its `pinfleet:facts` tag, parsed; empty
 /// for images pinfleet did not bake): what a kubelet on it will report.
 pub async fn facts(aws: &Aws, ids: &[String]) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
+    Ok(facts_and_owners(aws, ids).await?.into_iter().map(|(id, (_, f))| (id, f)).collect())
+}
+
+/// [`facts`], with each image's owner (an image shared from another
+/// account shows none of the owner's tags, so its facts read empty here).
+pub async fn facts_and_owners(
+    aws: &Aws,
+    ids: &[String],
+) -> Result<BTreeMap<String, (String, BTreeMap<String, String>)>> {
     let out = sdk(
         "DescribeImages",
         aws.ec2.describe_images().set_image_ids(Some(ids.to_vec())).include_deprecated(true).send().await,
@@ -166,7 +175,7 @@ pub async fn facts(aws: &Aws, ids: &[String]) -> Result<BTreeMap<String, BTreeMa
                 .and_then(|t| t.value())
                 .map(crate::ami::bake::parse_report)
                 .unwrap_or_default();
-            (i.image_id().unwrap_or_default().to_string(), facts)
+            (i.image_id().unwrap_or_default().to_string(), (i.owner_id().unwrap_or_default().to_string(), facts))
         })
         .collect())
 }
