@@ -963,7 +963,7 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
         assert!(text.contains(&format!("member {name} restored:")), "{text}");
     }
     assert!(text.contains("through their agents") && text.contains("deltas replayed"), "{text}");
-    assert!(text.contains("(the RTO)"), "{text}");
+    assert!(text.contains("every member prepared: go") && text.contains("(the RTO)"), "{text}");
     println!("{text}");
 
     let eps: Vec<String> = trio.endpoints().split(',').map(str::to_string).collect();
@@ -979,7 +979,73 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
             .filter(|e| e.file_name().to_string_lossy().starts_with("member.before-restore-"))
             .collect();
         assert_eq!(kept.len(), 1, "machine {i} kept its old data beside the restored");
-        assert!(manifests[i].join("etcd.yaml").exists() && manifests[i].join("kube-apiserver.yaml").exists());
+    }
+    // Each API server comes back once the store is whole (its agent moves
+    // the manifest back after the finisher's word).
+    for _ in 0..100 {
+        if manifests.iter().all(|m| m.join("etcd.yaml").exists() && m.join("kube-apiserver.yaml").exists()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for m in &manifests {
+        assert!(m.join("etcd.yaml").exists() && m.join("kube-apiserver.yaml").exists(), "{}", m.display());
+    }
+
+    // An order naming a member no agent answers for: nothing is touched
+    // until every member is prepared, so it is called off and every
+    // member starts as it was (the store keeps what it had).
+    let mut c =
+        Client::connect(trio.endpoints().split(',').map(str::to_string).collect::<Vec<_>>(), None).await.unwrap();
+    c.put("/registry/configmaps/team/after", "kept", None).await.unwrap();
+    drop(c);
+    let mut args: Vec<String> = ["etcd", "restore", &w.cluster, "--state", &state, "--force", "--start-timeout", "15s"]
+        .map(String::from)
+        .into();
+    for i in 0..3 {
+        args.push("--member".into());
+        args.push(format!("{}=http://127.0.0.1:{}", Trio::names()[i], trio.ports[i].1));
+    }
+    args.extend(["--member".to_string(), "cp-ghost=http://127.0.0.1:1".to_string()]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = w.run(&argv);
+    let (text, err) = (support::stdout(&out), support::stderr(&out));
+    assert!(!out.status.success(), "{text}\n{err}");
+    assert!(
+        err.contains("no word from cp-ghost") && err.contains("called off before any member's data was touched"),
+        "{err}"
+    );
+    for _ in 0..150 {
+        if manifests.iter().all(|m| m.join("etcd.yaml").exists() && m.join("kube-apiserver.yaml").exists()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut tries = 0;
+    let mut c = loop {
+        let eps: Vec<String> = trio.endpoints().split(',').map(str::to_string).collect();
+        if let Ok(mut c) = Client::connect(eps, None).await {
+            let n = tokio::time::timeout(
+                Duration::from_secs(2),
+                c.get("/registry/configmaps/team/after", Some(GetOptions::new().with_count_only())),
+            )
+            .await;
+            if matches!(n, Ok(Ok(ref r)) if r.count() == 1) {
+                break c;
+            }
+        }
+        tries += 1;
+        assert!(tries < 300, "the members never came back as they were");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(count(&mut c, "/registry/configmaps/team/n").await, 200, "the store is as it was");
+    for i in 0..3 {
+        let kept = std::fs::read_dir(trio.data(i))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("member.before-restore-"))
+            .count();
+        assert_eq!(kept, 1, "machine {i}: no second swap");
     }
     drop(agents);
 }

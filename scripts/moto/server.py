@@ -13,19 +13,21 @@ so that, as EC2 does:
   permissions name this account (or `all`); otherwise the same
   `InvalidAMIID.NotFound` as before;
 - in a listing (no ids): images shared with this account are included,
-  then `Owners`, `ExecutableUsers` and the filters apply to them as to
+  then `Owners` and the filters apply to them as to
   the account's own;
 - tags: a shared image shows the viewer's own tags on it, never the
   owner's (EC2 keeps tags per account).
 
-Nothing else is changed: what EC2 refuses, moto still refuses. Started by
+Only the owner may change a shared image's attributes (`AuthFailure`, as
+EC2 answers). Nothing else is changed: what EC2 refuses, moto still
+refuses. Started by
 scripts/lib.sh's start_moto and by the tests' harness, with the same
 arguments as moto_server.
 """
 
 import sys
 
-from moto.ec2.exceptions import InvalidAMIIdError
+from moto.ec2.exceptions import EC2ClientError, InvalidAMIIdError
 from moto.ec2.models import ec2_backends
 from moto.ec2.models.amis import AmiBackend
 from moto.ec2.utils import generic_filter
@@ -98,6 +100,8 @@ def describe_images(self, ami_ids=None, filters=None, exec_users=None, owners=No
         found = {i.id for i in own}
         shared = [i for i in shared_with(self) if i.id in ami_ids and i.id not in found]
         if not own and not shared:
+            if any(i in self.deleted_amis for i in ami_ids):
+                return []  # moto's own answer for a deregistered id
             raise InvalidAMIIdError(ami_ids)
         return own + (generic_filter(filters, shared) if filters else shared)
     own = _original(self, filters=filters, exec_users=exec_users, owners=owners)
@@ -111,6 +115,27 @@ def describe_images(self, ami_ids=None, filters=None, exec_users=None, owners=No
 
 
 AmiBackend.describe_images = describe_images
+
+
+class NotAuthorizedForImage(EC2ClientError):
+    """What EC2 answers an account changing an image it does not own."""
+
+    def __init__(self, ami_id):
+        super().__init__("AuthFailure", f"Not authorized for image:{ami_id}")
+
+
+_modify = AmiBackend.modify_image_attribute
+
+
+def modify_image_attribute(self, ami_id, *args, **kwargs):
+    # Only the owner changes an image's attributes (launch permissions
+    # included), however it is seen.
+    if ami_id not in self.amis and any(i.id == ami_id for i in shared_with(self)):
+        raise NotAuthorizedForImage(ami_id)
+    return _modify(self, ami_id, *args, **kwargs)
+
+
+AmiBackend.modify_image_attribute = modify_image_attribute
 
 if __name__ == "__main__":
     sys.argv[0] = "moto_server"

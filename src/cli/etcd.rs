@@ -294,9 +294,7 @@ async fn agent_cmd(g: &GlobalArgs, a: AgentArgs, once: bool) -> Result<ExitCode>
     let stop = super::shutdown_signal();
     let orders = async {
         match &me {
-            Some(me) => {
-                crate::etcd::order::follow_orders(&store, me, bins.as_ref(), &a.etcd, spec.delta_interval.0).await
-            }
+            Some(me) => crate::etcd::order::follow_orders(&store, me, bins.as_ref(), &a.etcd).await,
             None => std::future::pending().await,
         }
     };
@@ -513,11 +511,11 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
     }
     let mut deltas = if a.no_deltas { Vec::new() } else { agent::deltas_after(&store, b.manifest.revision).await? };
     if let Some(u) = a.until {
-        if u < b.manifest.revision {
+        if u < b.restored_revision() {
             bail!(
                 "--until {u} is before backup {} (revision {}): pick an older backup (`pinfleet etcd backups {}`)",
                 b.manifest.id,
-                b.manifest.revision,
+                b.restored_revision(),
                 a.store.cluster
             );
         }
@@ -572,9 +570,10 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
     }
 
     let t = Instant::now();
+    // etcd first; the API servers once the store is whole again.
     for m in &members {
         if let Some(dir) = &m.manifests_dir {
-            restore::start_static_pods(dir, &m.name)?;
+            restore::start_static_pod(dir, &m.name, restore::ETCD_POD)?;
         }
     }
     writeln!(out, "waiting for the restored members at {}", a.etcd.endpoints.join(","))?;
@@ -593,7 +592,7 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
     phases.time("members started and answering", t, ());
 
     let t = Instant::now();
-    let (rev, applied) = restore::replay(&mut client, &deltas, a.until).await?;
+    let (rev, applied) = restore::replay(&mut client, &deltas, b.restored_revision(), a.until).await?;
     phases.time(&format!("{applied} transaction(s) of deltas replayed (revision {rev})"), t, ());
 
     if !a.no_bump {
@@ -602,13 +601,20 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
         let at = restore::bump_and_compact(&client, to).await?;
         phases.time(&format!("revision bumped to {at} and compacted there (watches relist)"), t, ());
     }
+    let t = Instant::now();
+    for m in &members {
+        if let Some(dir) = &m.manifests_dir {
+            restore::start_static_pod(dir, &m.name, restore::API_SERVER_POD)?;
+        }
+    }
+    phases.time("API servers started", t, ());
     writeln!(out, "restored {} from backup {}; each phase's time:", a.store.cluster, b.manifest.id)?;
     write!(out, "{}", phases.render())?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// The restore carried out by the agents ([`crate::etcd::order`]): the
-/// order written, each member's report printed as it comes, the RTO.
+/// order written, each member's reports printed as they come, the RTO.
 async fn through_agents(
     a: &RestoreArgs,
     store: &Store,
@@ -617,13 +623,13 @@ async fn through_agents(
     seen: Option<&manifest::Seen>,
     spec: &BackupSpec,
 ) -> Result<ExitCode> {
-    use crate::etcd::order::{self, Order};
+    use crate::etcd::order::{self, Heard, Order};
     let mut out = anstream::stdout();
     let now = chrono::Utc::now();
     // The agents' own word on the live store: one that read it lately says
     // it is up (the operator's machine often cannot reach etcd itself).
     let lately = spec.delta_interval.0.saturating_mul(2).max(Duration::from_secs(60));
-    if let Some(s) = seen.filter(|s| (now - s.at).to_std().is_ok_and(|age| age < lately)) {
+    if let Some(s) = agent::seen_lately(store).await?.filter(|s| (now - s.at).to_std().is_ok_and(|age| age < lately)) {
         let age = humantime::format_duration(Duration::from_secs((now - s.at).num_seconds().max(0) as u64));
         if !a.force {
             bail!(
@@ -635,17 +641,19 @@ async fn through_agents(
         writeln!(out, "etcd answered the agent on {} {age} ago; restoring anyway (--force)", s.member)?;
     }
     let o = Order {
-        id: format!("{}-{}", now.format("%Y%m%dT%H%M%SZ"), b.manifest.id),
+        id: format!("{}-{}", now.format("%Y%m%dT%H%M%S%.3fZ"), b.manifest.id),
         cluster: a.store.cluster.clone(),
         backup: b.manifest.id.clone(),
         sha256: b.manifest.sha256.clone(),
-        revision: b.manifest.revision,
+        revision: b.restored_revision(),
         token: format!("{}-restore-{}", a.store.cluster, now.format("%Y%m%d%H%M%S")),
         members: peers,
         issued_at: now,
         by: crate::state::whoami().0,
         bump: !a.no_bump,
-        until: if a.no_deltas { Some(b.manifest.revision) } else { a.until },
+        until: if a.no_deltas { Some(b.restored_revision()) } else { a.until },
+        seen: seen.cloned(),
+        delta_interval_seconds: spec.delta_interval.0.as_secs(),
     };
     let t0 = Instant::now();
     store.put_json(order::ORDER, &o).await?;
@@ -659,19 +667,28 @@ async fn through_agents(
     )?;
     let render =
         |phases: &[(String, f64)]| -> String { phases.iter().map(|(n, s)| format!("  {s:>8.1}s  {n}\n")).collect() };
-    let f = order::wait(store, &o, a.start_timeout, &mut |member, phases, error| {
-        let said = match error {
-            None => format!("member {member} restored:\n{}", render(phases)),
-            Some(e) => format!("member {member} FAILED: {e}\n{}", render(phases)),
+    let f = order::conduct(store, &o, a.start_timeout, &mut |heard| {
+        let said = match heard {
+            Heard::Prepared(m, r) if r.ok => {
+                format!("member {m} prepared (its data not touched yet):\n{}", render(&r.phases))
+            }
+            Heard::Prepared(m, r) => format!("member {m} could not prepare: {}\n", r.error.clone().unwrap_or_default()),
+            Heard::Decided(d) if d.go => "every member prepared: go\n".to_string(),
+            Heard::Decided(d) => format!("called off: {}\n", d.reason),
+            Heard::Restored(m, r) if r.ok => format!("member {m} restored:\n{}", render(&r.phases)),
+            Heard::Restored(m, r) => format!("member {m} FAILED: {}\n", r.error.clone().unwrap_or_default()),
         };
         let _ = write!(anstream::stdout(), "{said}");
     })
     .await?;
     write!(out, "{}", render(&f.phases))?;
     if !f.ok {
-        bail!("the restore's last steps failed: {}", f.error.unwrap_or_default());
+        bail!(
+            "the restore's last steps failed: {}; the API servers stay stopped: mend it and run the restore again",
+            f.error.unwrap_or_default()
+        );
     }
-    writeln!(out, "restored {} from backup {} at revision {}", o.cluster, o.backup, f.revision)?;
+    writeln!(out, "restored {} from backup {} at revision {}; API servers started", o.cluster, o.backup, f.revision)?;
     writeln!(out, "  {:>8.1}s  in all, from the order to the store answering (the RTO)", t0.elapsed().as_secs_f64())?;
     Ok(ExitCode::SUCCESS)
 }

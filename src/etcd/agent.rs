@@ -162,17 +162,25 @@ pub async fn deltas_after(store: &Store, revision: i64) -> Result<Vec<Delta>> {
     Ok(out)
 }
 
-/// The agents' newest word on the live store.
+/// The agents' word on the live store with the highest revision (what a
+/// restore must bump past).
 pub async fn seen(store: &Store) -> Result<Option<Seen>> {
-    let mut newest: Option<Seen> = None;
+    Ok(seen_all(store).await?.into_iter().max_by_key(|s| s.revision))
+}
+
+/// The agents' most recent word on the live store (whether it is up now).
+pub async fn seen_lately(store: &Store) -> Result<Option<Seen>> {
+    Ok(seen_all(store).await?.into_iter().max_by_key(|s| s.at))
+}
+
+async fn seen_all(store: &Store) -> Result<Vec<Seen>> {
+    let mut all = Vec::new();
     for k in store.list(manifest::SEEN).await? {
         if let Some(s) = store.get_json::<Seen>(&k).await? {
-            if newest.as_ref().is_none_or(|n| s.revision > n.revision) {
-                newest = Some(s);
-            }
+            all.push(s);
         }
     }
-    Ok(newest)
+    Ok(all)
 }
 
 /// The agents' failures newer than `since` (the newest backup: the

@@ -132,6 +132,11 @@ impl Backup {
     pub fn verified(&self) -> bool {
         self.verdict.as_ref().is_some_and(|v| v.ok)
     }
+    /// The revision the snapshot holds: the verifier's exact reading, else
+    /// the manifest's (the revision before the stream began, a lower bound).
+    pub fn restored_revision(&self) -> i64 {
+        self.verdict.as_ref().map(|v| v.revision).filter(|r| *r > 0).unwrap_or(self.manifest.revision)
+    }
 }
 
 /// A key's resource prefix: Kubernetes keeps `/registry/<resource>/…` (and

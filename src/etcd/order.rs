@@ -1,44 +1,62 @@
 //! A restore carried out by the agents, one per control-plane machine: the
 //! way `pinfleet etcd restore CLUSTER` brings back members whose data
 //! folders are on separate machines, in one command (as etcd-manager's
-//! restore command does, through the state store).
+//! restore command does, through the state store). Nothing live is touched
+//! until every member is ready, and the API servers start only once the
+//! store is whole, bumped and compacted.
 //!
 //! ```text
 //! pinfleet etcd restore ──▶ etcd/restore/order.json (backup, token, members)
-//!   each agent (its member named in the order, not reported yet):
-//!     static pods out ──▶ snapshot downloaded, checked ──▶ data restored in
-//!     place ──▶ static pods back ──▶ etcd/restore/<order>/members/<name>.json
-//!   the order's first member, once every member reported:
+//!   each agent (its member named in the order, not taken up before):
+//!     static pods out ──▶ etcd stopped ──▶ snapshot downloaded, checked
+//!     ──▶ etcdutl restore beside the data ──▶ …/members/<name>/prepared.json
+//! pinfleet etcd restore ──▶ …/decision.json: go (every member prepared)
+//!                           or abort (one failed, or none came in time)
+//!   each agent: go ──▶ data swapped in, etcd's manifest back ──▶ restored.json
+//!               abort (or no decision within 15 min) ──▶ all back as it was
+//!   the order's first member, once every member restored:
 //!     etcd answers ──▶ deltas replayed ──▶ revision bumped, compacted
-//!     ──▶ etcd/restore/<order>/finished.json
-//! pinfleet etcd restore ◀── reports (each member's phases, the RTO)
+//!     ──▶ …/finished.json
+//!   each agent: finished ──▶ the API server's manifest back
+//! pinfleet etcd restore ◀── every report (each member's phases, the RTO)
 //! ```
 //!
-//! The command writes only the order; an agent writes only its own report
-//! (its role may put, never delete). An order older than [`STALE`] is
-//! never acted on, so an agent that starts days later does not restore.
+//! The command writes only the order and its decision; an agent writes only
+//! its own reports (its role may put, never delete). An agent takes an
+//! order up once (a marker in its data folder, written before anything is
+//! touched), and an order older than [`STALE`] is never taken up.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::conn::EtcdArgs;
-use super::manifest::{self, Peer};
+use super::manifest::{self, Peer, Seen};
 use super::restore::{self, Phases, Target};
 use super::scratch::Binaries;
 use crate::state::Store;
 
 /// The current order (one object; the next order replaces it).
 pub const ORDER: &str = "etcd/restore/order.json";
-/// An order this old is not carried out.
+/// An order this old is not taken up.
 pub const STALE: Duration = Duration::from_secs(3600);
 /// How often an agent looks for an order.
 pub const POLL: Duration = Duration::from_secs(2);
+/// How long a prepared member waits for the decision before it puts
+/// everything back as it was (the command may have died).
+pub const DECISION_WAIT: Duration = Duration::from_secs(900);
+/// How long the kubelet has to stop etcd once its manifest is out (it
+/// looks at its static-pod folder every 20 s by default).
+pub const STOP_WAIT: Duration = Duration::from_secs(180);
 
-pub fn report_key(order: &str, member: &str) -> String {
-    format!("etcd/restore/{order}/members/{member}.json")
+/// A member's report of one step: `prepared` or `restored`.
+pub fn report_key(order: &str, member: &str, step: &str) -> String {
+    format!("etcd/restore/{order}/members/{member}/{step}.json")
+}
+pub fn decision_key(order: &str) -> String {
+    format!("etcd/restore/{order}/decision.json")
 }
 pub fn finished_key(order: &str) -> String {
     format!("etcd/restore/{order}/finished.json")
@@ -53,6 +71,7 @@ pub struct Order {
     pub backup: String,
     /// The snapshot's sha256 (each agent checks its download against it).
     pub sha256: String,
+    /// The revision the snapshot holds (deltas after it are replayed).
     pub revision: i64,
     /// The restored cluster's new token.
     pub token: String,
@@ -65,13 +84,20 @@ pub struct Order {
     /// Replay the deltas up to this revision only (None: all of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until: Option<i64>,
+    /// The highest revision an agent saw before the order (the bump goes
+    /// past it; read by the command, before the agents write again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<Seen>,
+    /// The cluster's delta interval, for the bump's margin.
+    #[serde(default)]
+    pub delta_interval_seconds: u64,
 }
 
 impl Order {
     pub fn initial_cluster(&self) -> String {
         self.members.iter().map(|m| format!("{}={}", m.name, m.peer_url)).collect::<Vec<_>>().join(",")
     }
-    /// Whether `member` should act on this order at `now`.
+    /// Whether the order names `member`.
     pub fn names(&self, member: &str) -> bool {
         self.members.iter().any(|m| m.name == member)
     }
@@ -83,7 +109,7 @@ impl Order {
     }
 }
 
-/// One member's account of its part.
+/// One member's account of one step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
@@ -97,6 +123,15 @@ pub struct Report {
     /// Where the member's old data was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept: Option<String>,
+}
+
+/// The command's word once every member reported `prepared`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    pub go: bool,
+    pub reason: String,
+    pub at: DateTime<Utc>,
 }
 
 /// The finisher's account: deltas, bump, compaction.
@@ -129,10 +164,6 @@ pub fn members_for(backup: &manifest::Manifest, given: &[Peer]) -> Result<Vec<Pe
     Ok(members)
 }
 
-/// How long the kubelet has to stop etcd once its manifest is out (it
-/// looks at its static-pod folder every 20 s by default).
-pub const STOP_WAIT: Duration = Duration::from_secs(180);
-
 /// Waits until nothing listens at the member's peer URL any more: its
 /// etcd stopped (the kubelet acts on a moved manifest in its own time; the
 /// data must not be swapped under a running member).
@@ -140,14 +171,14 @@ async fn stopped(peer_url: &str, within: Duration) -> Result<()> {
     let url = url::Url::parse(peer_url).with_context(|| format!("peer URL `{peer_url}`"))?;
     let host = url.host_str().unwrap_or("127.0.0.1").to_string();
     let port = url.port_or_known_default().unwrap_or(2380);
-    let deadline = std::time::Instant::now() + within;
+    let deadline = Instant::now() + within;
     loop {
         let probe =
             tokio::time::timeout(Duration::from_millis(500), tokio::net::TcpStream::connect((host.as_str(), port)));
         match probe.await {
-            Ok(Err(_)) => return Ok(()),
-            Ok(Ok(_)) | Err(_) if std::time::Instant::now() > deadline => bail!(
-                "etcd on this machine still listens at {peer_url} {} after its static pod was moved out (is the kubelet running?): nothing was restored",
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Ok(()),
+            _ if Instant::now() > deadline => bail!(
+                "etcd on this machine still listens at {peer_url} {} after its static pod was moved out (is the kubelet running?)",
                 humantime::format_duration(within)
             ),
             _ => tokio::time::sleep(Duration::from_millis(200)).await,
@@ -159,32 +190,41 @@ fn phases_of(p: &Phases) -> Vec<(String, f64)> {
     p.0.iter().map(|(n, d)| (n.clone(), d.as_secs_f64())).collect()
 }
 
+fn report(me: &Target, phases: &Phases, r: &Result<()>, kept: Option<String>) -> Report {
+    Report {
+        member: me.name.clone(),
+        at: Utc::now(),
+        ok: r.is_ok(),
+        error: r.as_ref().err().map(|e| format!("{e:#}")),
+        phases: phases_of(phases),
+        kept,
+    }
+}
+
+/// The marker an agent writes into its data folder before it touches
+/// anything for an order: an order is taken up once, whatever the agent's
+/// reports did.
+fn marker(me: &Target, order: &str) -> std::path::PathBuf {
+    me.data_dir.join(format!(".pinfleet-restore-order-{order}"))
+}
+
 /// The agent's side: looks for an order naming `me` every [`POLL`] for as
-/// long as the agent runs, and carries out each at most once (its report
-/// says it was). Runs beside the backups, whatever state etcd is in.
-pub async fn follow_orders(
-    store: &Store,
-    me: &Target,
-    bins: Option<&Binaries>,
-    etcd: &EtcdArgs,
-    delta_interval: Duration,
-) {
+/// long as the agent runs, and takes each up at most once. Runs beside the
+/// backups, whatever state etcd is in.
+pub async fn follow_orders(store: &Store, me: &Target, bins: Option<&Binaries>, etcd: &EtcdArgs) {
+    let mut taken = std::collections::BTreeSet::new();
     loop {
         match store.get_json::<Order>(ORDER).await {
-            Ok(Some(o)) if o.names(&me.name) && o.fresh(Utc::now()) => {
-                let done = store.get_json::<Report>(&report_key(&o.id, &me.name)).await;
-                if matches!(done, Ok(None)) {
-                    tracing::warn!(order = %o.id, backup = %o.backup, "restoring this member as ordered");
-                    let report = carry_out(store, me, bins, &o).await;
-                    if let Err(e) = store.put_json(&report_key(&o.id, &me.name), &report).await {
-                        tracing::warn!("reporting the restore: {e:#}");
-                    }
-                    if report.ok && o.finisher() == Some(me.name.as_str()) {
-                        let f = finish(store, etcd, &o, delta_interval).await;
-                        if let Err(e) = store.put_json(&finished_key(&o.id), &f).await {
-                            tracing::warn!("reporting the restore's end: {e:#}");
-                        }
-                    }
+            Ok(Some(o))
+                if o.names(&me.name)
+                    && o.fresh(Utc::now())
+                    && !taken.contains(&o.id)
+                    && !marker(me, &o.id).exists() =>
+            {
+                taken.insert(o.id.clone());
+                tracing::warn!(order = %o.id, backup = %o.backup, "restoring this member as ordered");
+                if let Err(e) = carry_out(store, me, bins, etcd, &o).await {
+                    tracing::warn!(order = %o.id, "the restore order: {e:#}");
                 }
             }
             Ok(_) => {}
@@ -194,79 +234,155 @@ pub async fn follow_orders(
     }
 }
 
-/// One member's part: its static pods out, the snapshot fetched and
-/// checked, its folder restored in place, its static pods back.
-pub async fn carry_out(store: &Store, me: &Target, bins: Option<&Binaries>, o: &Order) -> Report {
+/// One member's part, every step reported; an error here is one the
+/// reports could not carry (the store refusing them).
+pub async fn carry_out(store: &Store, me: &Target, bins: Option<&Binaries>, etcd: &EtcdArgs, o: &Order) -> Result<()> {
+    std::fs::create_dir_all(&me.data_dir).with_context(|| format!("creating {}", me.data_dir.display()))?;
+    std::fs::write(marker(me, &o.id), o.issued_at.to_rfc3339())
+        .with_context(|| format!("marking {} as taken up", me.data_dir.display()))?;
+    let pods_back = || -> Result<()> {
+        match &me.manifests_dir {
+            Some(dir) => restore::start_static_pods(dir, &me.name),
+            None => Ok(()),
+        }
+    };
+
+    // 1. Prepared: stopped, downloaded, checked, restored beside the data.
     let mut phases = Phases::default();
-    let mut kept = None;
-    let r: Result<()> = async {
+    let mut fresh = None;
+    let prepared: Result<()> = async {
         let bins = bins.context("this machine has no etcd binaries (etcdutl) to restore with")?;
-        let t = std::time::Instant::now();
+        let t = Instant::now();
         if let Some(dir) = &me.manifests_dir {
             restore::stop_static_pods(dir, &me.name)?;
         }
-        if let Err(e) = stopped(&me.peer_url, STOP_WAIT).await {
-            if let Some(dir) = &me.manifests_dir {
-                restore::start_static_pods(dir, &me.name)?;
-            }
-            return Err(e);
-        }
+        stopped(&me.peer_url, STOP_WAIT).await?;
         phases.time("static pods out, etcd stopped", t, ());
-        let t = std::time::Instant::now();
+        let t = Instant::now();
         let file = std::env::temp_dir().join(format!("pinfleet-restore-{}-{}.db", o.id, me.name));
         let fetched: Result<()> = async {
             store.download(&manifest::snapshot_key(&o.backup), &file).await?;
             let (held, sha) = super::snapshot::trailer_holds(&file)?;
             if !held || sha != o.sha256 {
-                bail!("the stored snapshot of {} does not match its checksum: this member was not restored", o.backup);
+                bail!("the stored snapshot of {} does not match its checksum", o.backup);
             }
             Ok(())
         }
         .await;
-        if let Err(e) = fetched {
-            let _ = std::fs::remove_file(&file);
-            // Nothing was touched: the member starts as it was.
-            if let Some(dir) = &me.manifests_dir {
-                restore::start_static_pods(dir, &me.name)?;
-            }
-            return Err(e);
+        if fetched.is_ok() {
+            phases.time("snapshot downloaded and checked", t, ());
         }
-        phases.time("snapshot downloaded and checked", t, ());
-        let t = std::time::Instant::now();
-        let restored = restore::restore_in_place(bins, &file, me, &o.initial_cluster(), &o.token);
+        let t = Instant::now();
+        let made = fetched.and_then(|()| restore::prepare(bins, &file, me, &o.initial_cluster(), &o.token, &o.id));
         let _ = std::fs::remove_file(&file);
-        kept = restored?.map(|p| p.display().to_string());
-        phases.time("data folder restored", t, ());
-        let t = std::time::Instant::now();
-        if let Some(dir) = &me.manifests_dir {
-            restore::start_static_pods(dir, &me.name)?;
-        }
-        phases.time("static pods back", t, ());
+        fresh = Some(made?);
+        phases.time("restored beside the data (etcdutl)", t, ());
         Ok(())
     }
     .await;
-    Report {
-        member: me.name.clone(),
-        at: Utc::now(),
-        ok: r.is_ok(),
-        error: r.err().map(|e| format!("{e:#}")),
-        phases: phases_of(&phases),
-        kept,
+    let undo = |fresh: &Option<std::path::PathBuf>| {
+        if let Some(f) = fresh {
+            let _ = std::fs::remove_dir_all(f);
+        }
+        pods_back()
+    };
+    if prepared.is_err() {
+        undo(&fresh)?;
     }
+    store.put_json(&report_key(&o.id, &me.name, "prepared"), &report(me, &phases, &prepared, None)).await?;
+    let Some(fresh_dir) = fresh.clone().filter(|_| prepared.is_ok()) else { return Ok(()) };
+
+    // 2. The decision: go, or everything back as it was.
+    let t = Instant::now();
+    let decision = loop {
+        if let Some(d) = store.get_json::<Decision>(&decision_key(&o.id)).await.ok().flatten() {
+            break Some(d);
+        }
+        if t.elapsed() > DECISION_WAIT {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let mut phases = Phases::default();
+    let go = match decision {
+        Some(d) if d.go => Ok(()),
+        Some(d) => Err(anyhow::anyhow!("the restore was called off: {}; this member starts as it was", d.reason)),
+        None => Err(anyhow::anyhow!(
+            "no decision came within {}; this member starts as it was",
+            humantime::format_duration(DECISION_WAIT)
+        )),
+    };
+    if let Err(e) = go {
+        undo(&fresh)?;
+        let r: Result<()> = Err(e);
+        store.put_json(&report_key(&o.id, &me.name, "restored"), &report(me, &phases, &r, None)).await?;
+        return Ok(());
+    }
+
+    // 3. Restored: the data swapped in, etcd started.
+    let t = Instant::now();
+    let swapped = restore::swap_in(me, &fresh_dir);
+    let (r, kept) = match swapped {
+        Ok(kept) => {
+            let started = match &me.manifests_dir {
+                Some(dir) => restore::start_static_pod(dir, &me.name, restore::ETCD_POD),
+                None => Ok(()),
+            };
+            (started, kept.map(|k| k.display().to_string()))
+        }
+        Err(e) => {
+            undo(&fresh)?;
+            (Err(e.context("the old data is back in place")), None)
+        }
+    };
+    phases.time("data swapped in, etcd started", t, ());
+    let ok = r.is_ok();
+    store.put_json(&report_key(&o.id, &me.name, "restored"), &report(me, &phases, &r, kept)).await?;
+    if !ok {
+        return Ok(());
+    }
+
+    // 4. The finisher's part; then every API server back once finished.
+    if o.finisher() == Some(me.name.as_str()) {
+        let f = finish(store, etcd, o).await;
+        store.put_json(&finished_key(&o.id), &f).await?;
+    }
+    let t = Instant::now();
+    loop {
+        match store.get_json::<Finished>(&finished_key(&o.id)).await.ok().flatten() {
+            Some(f) if f.ok => break,
+            Some(f) => {
+                tracing::warn!(
+                    "the restore's last steps failed ({}): the API server stays stopped here until the next restore",
+                    f.error.unwrap_or_default()
+                );
+                return Ok(());
+            }
+            None if t.elapsed() > DECISION_WAIT => {
+                tracing::warn!("the restore never finished: the API server stays stopped here until the next restore");
+                return Ok(());
+            }
+            None => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    if let Some(dir) = &me.manifests_dir {
+        restore::start_static_pod(dir, &me.name, restore::API_SERVER_POD)?;
+    }
+    Ok(())
 }
 
 /// The finisher's part, once every member reported: etcd answering, the
 /// deltas after the snapshot replayed, the revision bumped and compacted.
-pub async fn finish(store: &Store, etcd: &EtcdArgs, o: &Order, delta_interval: Duration) -> Finished {
+pub async fn finish(store: &Store, etcd: &EtcdArgs, o: &Order) -> Finished {
     let mut phases = Phases::default();
     let mut revision = 0;
     let r: Result<()> = async {
-        let t = std::time::Instant::now();
-        let deadline = std::time::Instant::now() + Duration::from_secs(600);
+        let t = Instant::now();
+        let deadline = Instant::now() + DECISION_WAIT;
         loop {
             let mut missing = Vec::new();
             for m in &o.members {
-                match store.get_json::<Report>(&report_key(&o.id, &m.name)).await? {
+                match store.get_json::<Report>(&report_key(&o.id, &m.name, "restored")).await? {
                     Some(r) if r.ok => {}
                     Some(r) => bail!("member {} could not be restored: {}", m.name, r.error.unwrap_or_default()),
                     None => missing.push(m.name.clone()),
@@ -275,34 +391,38 @@ pub async fn finish(store: &Store, etcd: &EtcdArgs, o: &Order, delta_interval: D
             if missing.is_empty() {
                 break;
             }
-            if std::time::Instant::now() > deadline {
-                bail!("members {} did not report within 10 minutes", missing.join(", "));
+            if Instant::now() > deadline {
+                bail!(
+                    "members {} did not report within {}",
+                    missing.join(", "),
+                    humantime::format_duration(DECISION_WAIT)
+                );
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         phases.time("every member restored", t, ());
-        let t = std::time::Instant::now();
+        let t = Instant::now();
         let mut client = loop {
             if let Ok((_, mut c)) = etcd.first_answering().await {
                 if restore::revision(&mut c).await.is_ok() {
                     break c;
                 }
             }
-            if std::time::Instant::now() > deadline {
-                bail!("the restored members did not answer within 10 minutes");
+            if Instant::now() > deadline {
+                bail!("the restored members did not answer within {}", humantime::format_duration(DECISION_WAIT));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
         phases.time("members started and answering", t, ());
-        let t = std::time::Instant::now();
+        let t = Instant::now();
         let deltas = super::agent::deltas_after(store, o.revision).await?;
-        let (rev, applied) = restore::replay(&mut client, &deltas, o.until).await?;
+        let (rev, applied) = restore::replay(&mut client, &deltas, o.revision, o.until).await?;
         revision = rev;
         phases.time(&format!("{applied} transaction(s) of deltas replayed (revision {rev})"), t, ());
         if o.bump {
-            let t = std::time::Instant::now();
-            let seen = super::agent::seen(store).await?;
-            let to = super::policy::bump_to(rev, seen.as_ref(), delta_interval, Utc::now());
+            let t = Instant::now();
+            let interval = Duration::from_secs(o.delta_interval_seconds.max(1));
+            let to = super::policy::bump_to(rev, o.seen.as_ref(), interval, Utc::now());
             revision = restore::bump_and_compact(&client, to).await?;
             phases.time(&format!("revision bumped to {revision} and compacted there (watches relist)"), t, ());
         }
@@ -318,48 +438,84 @@ pub async fn finish(store: &Store, etcd: &EtcdArgs, o: &Order, delta_interval: D
     }
 }
 
-/// The command's side after writing the order: every member's report and
-/// the finisher's, as they come (`on` is told of each once), until
-/// finished or `timeout`.
-pub async fn wait(
+/// What the command is told as the reports come.
+pub enum Heard<'a> {
+    Prepared(&'a str, &'a Report),
+    Decided(&'a Decision),
+    Restored(&'a str, &'a Report),
+}
+
+/// Every member's report of `step`, told once each, until all are in, one
+/// failed, or `deadline`: the members not heard from.
+async fn gather(
     store: &Store,
     o: &Order,
-    timeout: Duration,
-    on: &mut dyn FnMut(&str, &[(String, f64)], Option<&str>),
-) -> Result<Finished> {
-    let deadline = std::time::Instant::now() + timeout;
+    step: &str,
+    deadline: Instant,
+    on: &mut dyn FnMut(&str, &Report),
+) -> Result<(Vec<String>, Option<String>)> {
     let mut told = std::collections::BTreeSet::new();
     loop {
         for m in &o.members {
             if told.contains(&m.name) {
                 continue;
             }
-            if let Some(r) = store.get_json::<Report>(&report_key(&o.id, &m.name)).await? {
-                on(&m.name, &r.phases, r.error.as_deref());
+            if let Some(r) = store.get_json::<Report>(&report_key(&o.id, &m.name, step)).await? {
+                on(&m.name, &r);
                 told.insert(m.name.clone());
                 if !r.ok {
-                    bail!(
-                        "member {} could not be restored: {} (the other members go on; run the restore again once this is mended)",
-                        m.name,
-                        r.error.unwrap_or_default()
-                    );
+                    let why = format!("member {} failed: {}", m.name, r.error.unwrap_or_default());
+                    return Ok((Vec::new(), Some(why)));
                 }
             }
         }
+        let missing: Vec<String> = o.members.iter().map(|m| m.name.clone()).filter(|n| !told.contains(n)).collect();
+        if missing.is_empty() || Instant::now() > deadline {
+            return Ok((missing, None));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The command's side after writing the order: every member prepared, then
+/// the decision (go, or abort so that every member starts as it was), then
+/// every member restored and the finisher's end, each step within `step`.
+pub async fn conduct(store: &Store, o: &Order, step: Duration, on: &mut dyn FnMut(Heard)) -> Result<Finished> {
+    let (missing, failed) =
+        gather(store, o, "prepared", Instant::now() + step, &mut |m, r| on(Heard::Prepared(m, r))).await?;
+    let abort = match (failed, missing.is_empty()) {
+        (Some(why), _) => Some(why),
+        (None, false) => Some(format!(
+            "no word from {} within {} (is `pinfleet etcd agent` running there with --restore-as?)",
+            missing.join(", "),
+            humantime::format_duration(step)
+        )),
+        (None, true) => None,
+    };
+    let d = Decision {
+        go: abort.is_none(),
+        reason: abort.clone().unwrap_or_else(|| "every member prepared".into()),
+        at: Utc::now(),
+    };
+    store.put_json(&decision_key(&o.id), &d).await?;
+    on(Heard::Decided(&d));
+    if let Some(why) = abort {
+        bail!("{why}: the restore was called off before any member's data was touched; every member starts as it was");
+    }
+    let deadline = Instant::now() + step.max(DECISION_WAIT);
+    let (missing, failed) = gather(store, o, "restored", deadline, &mut |m, r| on(Heard::Restored(m, r))).await?;
+    if let Some(why) = failed {
+        bail!("{why}; the members restored so far run the restored data, their API servers stopped: mend it and run the restore again");
+    }
+    if !missing.is_empty() {
+        bail!("no word from {} after the go", missing.join(", "));
+    }
+    loop {
         if let Some(f) = store.get_json::<Finished>(&finished_key(&o.id)).await? {
             return Ok(f);
         }
-        if std::time::Instant::now() > deadline {
-            let missing: Vec<&str> = o.members.iter().map(|m| m.name.as_str()).filter(|n| !told.contains(*n)).collect();
-            bail!(
-                "the restore did not finish within {}: {} (is `pinfleet etcd agent` running there with --restore-as?)",
-                humantime::format_duration(timeout),
-                if missing.is_empty() {
-                    "every member reported; the finisher did not".to_string()
-                } else {
-                    format!("no report from {}", missing.join(", "))
-                }
-            );
+        if Instant::now() > deadline {
+            bail!("every member restored, but the finisher ({}) never said it finished", o.finisher().unwrap_or("?"));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -418,6 +574,8 @@ mod tests {
             by: "me".into(),
             bump: true,
             until: None,
+            seen: None,
+            delta_interval_seconds: 30,
         };
         assert_eq!(o.initial_cluster(), "a=https://a:2380,b=https://b:2380");
         assert!(o.names("b") && !o.names("c"));

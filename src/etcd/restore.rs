@@ -76,33 +76,49 @@ pub fn initial_cluster(targets: &[Target]) -> String {
 }
 
 /// Restores every target's data folder from `snapshot` (a new cluster:
-/// `token`), each with [`restore_in_place`]; the old contents kept aside.
+/// `token`): every member [`prepare`]d first (nothing live is touched
+/// until all are), then each [`swap_in`]; the old contents kept aside.
 pub fn restore_members(bins: &Binaries, snapshot: &Path, targets: &[Target], token: &str) -> Result<Vec<PathBuf>> {
     if targets.is_empty() {
         bail!("no member to restore");
     }
     let cluster = initial_cluster(targets);
-    let mut moved = Vec::new();
+    let tag = stamp();
+    let mut prepared = Vec::new();
     for t in targets {
-        moved.extend(restore_in_place(bins, snapshot, t, &cluster, token)?);
+        match prepare(bins, snapshot, t, &cluster, token, &tag) {
+            Ok(f) => prepared.push(f),
+            Err(e) => {
+                for f in &prepared {
+                    let _ = std::fs::remove_dir_all(f);
+                }
+                return Err(e.context(format!("member {}: nothing was restored", t.name)));
+            }
+        }
+    }
+    let mut moved = Vec::new();
+    for (t, fresh) in targets.iter().zip(&prepared) {
+        moved.extend(swap_in(t, fresh)?);
     }
     Ok(moved)
 }
 
-/// Restores one member's data folder from `snapshot`: etcdutl restores into
-/// a fresh folder beside the data (`<data>/.pinfleet-restore-<time>`), then
-/// the old `member` folder is moved to `<data>/member.before-restore-<time>`
-/// (never deleted) and the restored one takes its place. Only the data
-/// folder itself is written, so it works where that folder is all a
-/// machine's agent may touch (a hostPath). Returns where the old data went.
-pub fn restore_in_place(
+fn stamp() -> String {
+    chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string()
+}
+
+/// The first, reversible step: etcdutl restores `snapshot` into a fresh
+/// folder beside the data (`<data>/.pinfleet-restore-<tag>`); the live data
+/// is untouched. Only the data folder itself is written, so it works where
+/// that folder is all a machine's agent may touch (a hostPath).
+pub fn prepare(
     bins: &Binaries,
     snapshot: &Path,
     t: &Target,
     initial_cluster: &str,
     token: &str,
-) -> Result<Option<PathBuf>> {
-    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
+    tag: &str,
+) -> Result<PathBuf> {
     if !t.data_dir.exists() {
         std::fs::create_dir_all(&t.data_dir).with_context(|| format!("creating {}", t.data_dir.display()))?;
     }
@@ -113,10 +129,20 @@ pub fn restore_in_place(
         std::fs::set_permissions(&t.data_dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("making {} the owner's only", t.data_dir.display()))?;
     }
-    let fresh = t.data_dir.join(format!(".pinfleet-restore-{stamp}"));
+    let fresh = t.data_dir.join(format!(".pinfleet-restore-{tag}"));
+    if fresh.exists() {
+        std::fs::remove_dir_all(&fresh).with_context(|| format!("clearing {}", fresh.display()))?;
+    }
     bins.restore(snapshot, &fresh, &t.name, &t.peer_url, initial_cluster, token)?;
+    Ok(fresh)
+}
+
+/// The second step: the old `member` folder is moved to
+/// `<data>/member.before-restore-<time>` (never deleted) and the prepared
+/// one takes its place. If the second rename fails, the first is undone.
+pub fn swap_in(t: &Target, fresh: &Path) -> Result<Option<PathBuf>> {
     let member = t.data_dir.join("member");
-    let aside = t.data_dir.join(format!("member.before-restore-{stamp}"));
+    let aside = t.data_dir.join(format!("member.before-restore-{}", stamp()));
     let kept = if member.exists() {
         std::fs::rename(&member, &aside)
             .with_context(|| format!("moving {} aside to {}", member.display(), aside.display()))?;
@@ -124,15 +150,21 @@ pub fn restore_in_place(
     } else {
         None
     };
-    std::fs::rename(fresh.join("member"), &member)
-        .with_context(|| format!("moving the restored data into {}", member.display()))?;
-    let _ = std::fs::remove_dir_all(&fresh);
+    if let Err(e) = std::fs::rename(fresh.join("member"), &member) {
+        if let Some(k) = &kept {
+            let _ = std::fs::rename(k, &member);
+        }
+        return Err(anyhow::Error::new(e).context(format!("moving the restored data into {}", member.display())));
+    }
+    let _ = std::fs::remove_dir_all(fresh);
     Ok(kept)
 }
 
 /// etcd's and the API server's static-pod manifests: moved out of the
 /// kubelet's folder, the kubelet stops them; moved back, it starts them.
-const STATIC_PODS: [&str; 2] = ["etcd.yaml", "kube-apiserver.yaml"];
+pub const ETCD_POD: &str = "etcd.yaml";
+pub const API_SERVER_POD: &str = "kube-apiserver.yaml";
+const STATIC_PODS: [&str; 2] = [ETCD_POD, API_SERVER_POD];
 
 /// Moves etcd's and the API server's static-pod manifests out of the
 /// kubelet's sight into `<dir>/.pinfleet-restore/<member>` (the kubelet
@@ -150,14 +182,21 @@ pub fn stop_static_pods(dir: &Path, member: &str) -> Result<()> {
     Ok(())
 }
 
-/// Moves the manifests [`stop_static_pods`] set aside back.
+/// Moves both manifests [`stop_static_pods`] set aside back.
 pub fn start_static_pods(dir: &Path, member: &str) -> Result<()> {
-    let aside = dir.join(".pinfleet-restore").join(member);
     for f in STATIC_PODS {
-        let from = aside.join(f);
-        if from.exists() {
-            std::fs::rename(&from, dir.join(f)).with_context(|| format!("moving {} back", dir.join(f).display()))?;
-        }
+        start_static_pod(dir, member, f)?;
+    }
+    Ok(())
+}
+
+/// Moves one manifest [`stop_static_pods`] set aside back (etcd first; the
+/// API server only once the store is whole, bumped and compacted, so that
+/// it never serves, nor writes into, a store still being restored).
+pub fn start_static_pod(dir: &Path, member: &str, file: &str) -> Result<()> {
+    let from = dir.join(".pinfleet-restore").join(member).join(file);
+    if from.exists() {
+        std::fs::rename(&from, dir.join(file)).with_context(|| format!("moving {} back", dir.join(file).display()))?;
     }
     Ok(())
 }
@@ -168,16 +207,17 @@ pub async fn revision(client: &mut Client) -> Result<i64> {
     Ok(r.header().map(|h| h.revision()).unwrap_or_default())
 }
 
-/// Replays the deltas' transactions after the restored revision, one
-/// transaction per revision, up to revision `until` if given (a point in
-/// time before a mistake the deltas also hold); the revision reached.
-pub async fn replay(client: &mut Client, deltas: &[Delta], until: Option<i64>) -> Result<(i64, usize)> {
+/// Replays the deltas' transactions after revision `after` (the
+/// snapshot's: what it already holds), one transaction per revision, up to
+/// revision `until` if given (a point in time before a mistake the deltas
+/// also hold); the revision reached and the transactions applied.
+pub async fn replay(client: &mut Client, deltas: &[Delta], after: i64, until: Option<i64>) -> Result<(i64, usize)> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let mut rev = revision(client).await?;
     let mut applied = 0usize;
     for d in deltas {
         for t in &d.txns {
-            if t.rev <= rev {
+            if t.rev <= after {
                 continue;
             }
             if until.is_some_and(|u| t.rev > u) {
