@@ -187,6 +187,7 @@ fn spawn_agent(w: &World, state: &str, trio: &Trio, extra: &[&str]) -> std::proc
     let mut args =
         vec!["etcd", "agent", w.cluster.as_str(), "--state", state, "--endpoints", &endpoints, "--interval", "1h"];
     args.extend_from_slice(extra);
+    // DEBUG_AGENT=1 shows the agents' logs (with RUST_LOG) when a drill fails.
     let log = if std::env::var_os("DEBUG_AGENT").is_some() { Stdio::inherit() } else { Stdio::null() };
     w.command(&args).stdout(Stdio::null()).stderr(log).spawn().unwrap()
 }
