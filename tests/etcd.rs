@@ -938,6 +938,14 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     assert_eq!(count(&mut c, "/registry/configmaps/team/").await, 0);
     let before = revision(&mut c).await;
     drop(c);
+    // The mistake is in the deltas too.
+    for _ in 0..300 {
+        let d = pinfleet::etcd::agent::deltas_after(&store, backup_rev).await.unwrap();
+        if d.last().map_or(0, |d| d.to) >= before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // Refused while an agent reads the live store, without --force.
     let refused = w.run(&["etcd", "restore", &w.cluster, "--state", &state]);
@@ -973,6 +981,12 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     assert_eq!(count(&mut c, "/registry/configmaps/team/m").await, 30, "the deltas up to --until are back");
     let after = revision(&mut c).await;
     assert!(after > before, "the revision ({after}) is past every revision a client saw ({before})");
+    // The mistake stays undone: a later restore from the same backup
+    // replays nothing of the abandoned timeline after --until.
+    let left = pinfleet::etcd::agent::deltas_after(&store, backup_rev).await.unwrap();
+    let abandoned: Vec<i64> =
+        left.iter().flat_map(|d| d.txns.iter().map(|t| t.rev)).filter(|r| *r > good && *r <= before).collect();
+    assert!(abandoned.is_empty(), "revisions {abandoned:?} of the abandoned timeline would be replayed again");
     for i in 0..3 {
         let kept: Vec<_> = std::fs::read_dir(trio.data(i))
             .unwrap()

@@ -599,6 +599,7 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
         let t = Instant::now();
         let to = policy::bump_to(rev, seen.as_ref(), spec.delta_interval.0, chrono::Utc::now());
         let at = restore::bump_and_compact(&client, to).await?;
+        restore::record_cut(&store, &b.manifest.id, rev, at).await?;
         phases.time(&format!("revision bumped to {at} and compacted there (watches relist)"), t, ());
     }
     let t = Instant::now();

@@ -146,16 +146,26 @@ pub async fn list(store: &Store) -> Result<Vec<Backup>> {
     Ok(out)
 }
 
-/// Deltas stored after `revision`, in order.
+/// Deltas stored after `revision`, in order, without the transactions of
+/// a timeline an earlier restore abandoned ([`manifest::Cut`]).
 pub async fn deltas_after(store: &Store, revision: i64) -> Result<Vec<Delta>> {
+    let mut cuts = Vec::new();
+    for k in store.list(manifest::CUTS).await? {
+        if let Some(c) = store.get_json::<manifest::Cut>(&k).await? {
+            cuts.push(c);
+        }
+    }
     let mut out = Vec::new();
     for k in store.list(manifest::DELTAS).await? {
         let Some((_, to)) = manifest::delta_span(&k) else { continue };
         if to <= revision {
             continue;
         }
-        if let Some(d) = store.get_json::<Delta>(&k).await? {
-            out.push(d);
+        if let Some(mut d) = store.get_json::<Delta>(&k).await? {
+            d.txns.retain(|t| !cuts.iter().any(|c| c.drops(t.rev)));
+            if !d.txns.is_empty() {
+                out.push(d);
+            }
         }
     }
     out.sort_by_key(|d| d.from);

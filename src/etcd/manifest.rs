@@ -22,6 +22,33 @@ pub const TROUBLE: &str = "etcd/trouble/";
 /// object, overwritten by each asker: the agents answer the newest).
 pub const REQUEST: &str = "etcd/requests/backup.json";
 
+/// Revisions a restore abandoned (one object per restore): the old
+/// timeline's writes after the point restored to, which no later restore
+/// may replay.
+pub const CUTS: &str = "etcd/cuts/";
+
+pub fn cut_key(name: &str) -> String {
+    format!("{CUTS}{name}.json")
+}
+
+/// The revisions after `after` and before `before` belong to a timeline a
+/// restore abandoned (`after`: the revision it restored to; `before`: the
+/// one it bumped to, past every revision the old timeline reached).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cut {
+    pub after: i64,
+    pub before: i64,
+    pub at: DateTime<Utc>,
+    pub backup: String,
+}
+
+impl Cut {
+    pub fn drops(&self, rev: i64) -> bool {
+        rev > self.after && rev < self.before
+    }
+}
+
 pub fn snapshot_key(id: &str) -> String {
     format!("{BACKUPS}{id}/snapshot.db")
 }

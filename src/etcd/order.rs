@@ -424,6 +424,7 @@ pub async fn finish(store: &Store, etcd: &EtcdArgs, o: &Order) -> Finished {
             let interval = Duration::from_secs(o.delta_interval_seconds.max(1));
             let to = super::policy::bump_to(rev, o.seen.as_ref(), interval, Utc::now());
             revision = restore::bump_and_compact(&client, to).await?;
+            restore::record_cut(store, &o.backup, rev, revision).await?;
             phases.time(&format!("revision bumped to {revision} and compacted there (watches relist)"), t, ());
         }
         Ok(())
@@ -557,6 +558,12 @@ mod tests {
         assert!(e.contains("does not record its members") && e.contains("--member NAME=PEER_URL"), "{e}");
         let e = members_for(&b, &[peer("x"), peer("x")]).unwrap_err().to_string();
         assert!(e.contains("named twice"), "{e}");
+    }
+
+    #[test]
+    fn a_cut_drops_only_the_abandoned_timelines_revisions() {
+        let c = manifest::Cut { after: 235, before: 3141, at: Utc::now(), backup: "b1".into() };
+        assert!(!c.drops(235) && c.drops(236) && c.drops(3140) && !c.drops(3141) && !c.drops(5000));
     }
 
     #[test]

@@ -240,6 +240,17 @@ pub async fn replay(client: &mut Client, deltas: &[Delta], after: i64, until: Op
     Ok((rev, applied))
 }
 
+/// Records that the old timeline's revisions after `restored_to` (the
+/// revision the restore replayed to) and before `bumped_to` are abandoned:
+/// no later restore replays them (the mistake a `--until` stopped short of
+/// stays undone).
+pub async fn record_cut(store: &crate::state::Store, backup: &str, restored_to: i64, bumped_to: i64) -> Result<()> {
+    let now = chrono::Utc::now();
+    let cut = super::manifest::Cut { after: restored_to, before: bumped_to, at: now, backup: backup.to_string() };
+    let name = format!("{}-r{restored_to}", now.format("%Y%m%dT%H%M%S%.3fZ"));
+    store.put_json(&super::manifest::cut_key(&name), &cut).await.map(|_| ())
+}
+
 /// Writes a throwaway key until the revision reaches `to` (64 writes in
 /// flight), removes it, and compacts there: watches from older revisions
 /// are told "required revision has been compacted" and relist.
