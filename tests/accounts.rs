@@ -655,27 +655,18 @@ async fn a_promoted_image_is_shared_with_the_accounts_its_channel_serves_and_gc_
     let in_other = Aws::connect(&options(&build, "us-east-1", Some(role_for(&account(&other, None), "o1")), &sessions))
         .await
         .unwrap();
-    let launch = |aws: &Aws| {
-        aws.ec2
-            .run_instances()
-            .image_id(&image)
-            .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
-            .min_count(1)
-            .max_count(1)
-            .send()
-    };
     for (member, aws) in [(&b, &in_b), (&c, &in_c)] {
         let seen = aws.ec2.describe_images().image_ids(&image).send().await.unwrap();
         let seen = &seen.images()[0];
         assert_eq!((seen.owner_id(), seen.tags().len()), (Some(build.as_str()), 0), "as account {member} sees it");
-        let run = launch(aws).await.unwrap();
+        let run = support::launch(aws, &image).await.unwrap();
         let id = run.instances()[0].instance_id().unwrap().to_string();
         assert_eq!(run.instances()[0].image_id(), Some(image.as_str()));
         let there = aws.ec2.describe_instances().instance_ids(&id).send().await.unwrap();
         assert_eq!(there.reservations()[0].owner_id(), Some(member.as_str()), "the machine is account {member}'s");
         aws.ec2.terminate_instances().instance_ids(&id).send().await.unwrap();
     }
-    let refused = launch(&in_other).await.unwrap_err();
+    let refused = support::launch(&in_other, &image).await.unwrap_err();
     assert_eq!(refused.code(), Some("InvalidAMIID.NotFound"), "{refused:?}");
 
     // Someone shares it by hand with another account: gc leaves that share.
@@ -698,20 +689,11 @@ async fn a_promoted_image_is_shared_with_the_accounts_its_channel_serves_and_gc_
     }
 
     // An account still launching the image holds it back from collection.
-    let launched = home
-        .ec2
-        .run_instances()
-        .image_id(&image)
-        .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
-        .min_count(1)
-        .max_count(1)
-        .send()
-        .await
-        .unwrap();
+    let launched = support::launch(&home, &image).await.unwrap();
     assert_eq!(launched.instances().len(), 1);
     assert_eq!(sharing::launched_elsewhere(&image, &[&home]).await.unwrap(), vec!["the caller's account".to_string()]);
     assert!(sharing::launched_elsewhere(&image, &[&in_b]).await.unwrap().is_empty());
-    let refused = launch(&in_b).await.unwrap_err();
+    let refused = support::launch(&in_b, &image).await.unwrap_err();
     assert_eq!(refused.code(), Some("InvalidAMIID.NotFound"), "no longer shared with {b}: {refused:?}");
 
     // The channel written into a member account (as promote does, through

@@ -218,15 +218,20 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn snapshots_round_trip_objects_and_crds() {
-        let mut a = Inner::new();
+    /// A store serving one custom resource, `gizmos.example.com`; its type.
+    fn with_gizmos(a: &mut Inner) -> crate::sim::registry::ResourceType {
         let crd_t = a.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions").cloned().unwrap();
         let crd = json!({"metadata": {"name": "gizmos.example.com"}, "spec": {"group": "example.com", "scope": "Namespaced",
             "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo"},
             "versions": [{"name": "v1", "served": true, "storage": true}]}});
         a.create(&crd_t, "", crd, "t", false).unwrap();
-        let gizmo_t = a.registry.get("example.com", "v1", "gizmos").cloned().unwrap();
+        a.registry.get("example.com", "v1", "gizmos").cloned().unwrap()
+    }
+
+    #[test]
+    fn snapshots_round_trip_objects_and_crds() {
+        let mut a = Inner::new();
+        let gizmo_t = with_gizmos(&mut a);
         let g =
             a.create(&gizmo_t, "default", json!({"metadata": {"name": "g1"}, "spec": {"x": 1}}), "t", false).unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -246,12 +251,7 @@ mod tests {
     #[test]
     fn a_custom_resources_keys_come_back_sorted() {
         let mut a = Inner::new();
-        let crd_t = a.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions").cloned().unwrap();
-        let crd = json!({"metadata": {"name": "gizmos.example.com"}, "spec": {"group": "example.com", "scope": "Namespaced",
-            "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo"},
-            "versions": [{"name": "v1", "served": true, "storage": true}]}});
-        a.create(&crd_t, "", crd, "t", false).unwrap();
-        let gizmo_t = a.registry.get("example.com", "v1", "gizmos").cloned().unwrap();
+        let gizmo_t = with_gizmos(&mut a);
         let body = json!({"spec": {"zeta": 1, "alpha": {"b": 2, "a": [{"y": 1, "x": 2}]}}, "metadata": {"name": "g1", "labels": {"z": "1", "a": "2"}}});
         let g = a.create(&gizmo_t, "default", body, "t", false).unwrap();
         let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();

@@ -315,20 +315,30 @@ pub async fn canonical_image(aws: &pinfleet::cloud::aws::Aws) -> String {
         .to_string()
 }
 
-/// An image of `aws`'s own account named `name`, as a bake makes one: an
-/// instance of Canonical's image, imaged.
-pub async fn made_image(aws: &pinfleet::cloud::aws::Aws, name: &str) -> String {
-    let base = canonical_image(aws).await;
-    let run = aws
-        .ec2
+/// One small machine of `image` in `aws`'s account (EC2's answer as is:
+/// a test may expect a refusal).
+pub async fn launch(
+    aws: &pinfleet::cloud::aws::Aws,
+    image: &str,
+) -> Result<
+    aws_sdk_ec2::operation::run_instances::RunInstancesOutput,
+    aws_sdk_ec2::error::SdkError<aws_sdk_ec2::operation::run_instances::RunInstancesError>,
+> {
+    aws.ec2
         .run_instances()
-        .image_id(&base)
+        .image_id(image)
         .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
         .min_count(1)
         .max_count(1)
         .send()
         .await
-        .unwrap();
+}
+
+/// An image of `aws`'s own account named `name`, as a bake makes one: an
+/// instance of Canonical's image, imaged.
+pub async fn made_image(aws: &pinfleet::cloud::aws::Aws, name: &str) -> String {
+    let base = canonical_image(aws).await;
+    let run = launch(aws, &base).await.unwrap();
     let instance = run.instances()[0].instance_id().unwrap().to_string();
     let image = aws.ec2.create_image().instance_id(&instance).name(name).send().await.unwrap();
     image.image_id().unwrap().to_string()

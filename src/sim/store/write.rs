@@ -137,6 +137,7 @@ impl Inner {
             fields::record_update(None, &mut obj, manager, &t.api_version(), &now);
         }
         if dry_run {
+            as_stored(t, &mut obj);
             return Ok(Arc::new(obj));
         }
         self.rv += 1;
@@ -254,6 +255,7 @@ impl Inner {
             return Ok(old);
         }
         if dry_run {
+            as_stored(t, &mut obj);
             return Ok(Arc::new(obj));
         }
         self.rv += 1;
