@@ -939,13 +939,16 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     let before = revision(&mut c).await;
     drop(c);
     // The mistake is in the deltas too.
+    let mut flushed = 0;
     for _ in 0..300 {
         let d = pinfleet::etcd::agent::deltas_after(&store, backup_rev).await.unwrap();
-        if d.last().map_or(0, |d| d.to) >= before {
+        flushed = d.last().map_or(0, |d| d.to);
+        if flushed >= before {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert!(flushed >= before, "the mistake (revision {before}) never reached the deltas ({flushed})");
 
     // Refused while an agent reads the live store, without --force.
     let refused = w.run(&["etcd", "restore", &w.cluster, "--state", &state]);

@@ -522,14 +522,16 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
         deltas.retain(|d| d.from <= u);
     }
     let delta_to = deltas.last().map(|d| a.until.map_or(d.to, |u| d.to.min(u)));
-    let seen = agent::seen(&store).await?;
+    let all_seen = agent::seen_all(&store).await?;
+    let seen = all_seen.iter().max_by_key(|s| s.revision).cloned();
+    let seen_lately = all_seen.iter().max_by_key(|s| s.at).cloned();
     let now = chrono::Utc::now();
     writeln!(out, "what will be lost: {}", policy::loss(&b, delta_to, seen.as_ref(), now))?;
     let members = match members {
         Members::Here(m) => m,
         Members::ThroughAgents(given) => {
             let peers = crate::etcd::order::members_for(&b.manifest, &given)?;
-            return through_agents(&a, &store, &b, peers, seen.as_ref(), &spec).await;
+            return through_agents(&a, &store, &b, peers, seen.as_ref(), seen_lately.as_ref(), &spec).await;
         }
     };
     if let Ok((endpoint, _)) = a.etcd.first_answering().await {
@@ -622,6 +624,7 @@ async fn through_agents(
     b: &Backup,
     peers: Vec<manifest::Peer>,
     seen: Option<&manifest::Seen>,
+    seen_lately: Option<&manifest::Seen>,
     spec: &BackupSpec,
 ) -> Result<ExitCode> {
     use crate::etcd::order::{self, Heard, Order};
@@ -630,7 +633,7 @@ async fn through_agents(
     // The agents' own word on the live store: one that read it lately says
     // it is up (the operator's machine often cannot reach etcd itself).
     let lately = spec.delta_interval.0.saturating_mul(2).max(Duration::from_secs(60));
-    if let Some(s) = agent::seen_lately(store).await?.filter(|s| (now - s.at).to_std().is_ok_and(|age| age < lately)) {
+    if let Some(s) = seen_lately.filter(|s| (now - s.at).to_std().is_ok_and(|age| age < lately)) {
         let age = humantime::format_duration(Duration::from_secs((now - s.at).num_seconds().max(0) as u64));
         if !a.force {
             bail!(

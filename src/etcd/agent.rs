@@ -178,12 +178,10 @@ pub async fn seen(store: &Store) -> Result<Option<Seen>> {
     Ok(seen_all(store).await?.into_iter().max_by_key(|s| s.revision))
 }
 
-/// The agents' most recent word on the live store (whether it is up now).
-pub async fn seen_lately(store: &Store) -> Result<Option<Seen>> {
-    Ok(seen_all(store).await?.into_iter().max_by_key(|s| s.at))
-}
-
-async fn seen_all(store: &Store) -> Result<Vec<Seen>> {
+/// Every agent's word on the live store (one per member): the highest
+/// revision is what a restore bumps past, the most recent whether the
+/// store is up now.
+pub async fn seen_all(store: &Store) -> Result<Vec<Seen>> {
     let mut all = Vec::new();
     for k in store.list(manifest::SEEN).await? {
         if let Some(s) = store.get_json::<Seen>(&k).await? {
