@@ -815,6 +815,32 @@ impl Drop for RealPlane {
     }
 }
 
+/// Waits until each member on its own answers that `prefix` holds `n`
+/// keys (members an agent starts come back one by one; a client over all
+/// endpoints may pick one still starting), then a client over all.
+async fn every_member_answers(trio: &Trio, prefix: &str, n: i64) -> Client {
+    let eps: Vec<String> = trio.endpoints().split(',').map(str::to_string).collect();
+    for ep in &eps {
+        let mut tries = 0;
+        loop {
+            if let Ok(mut one) = Client::connect([ep.clone()], None).await {
+                let got = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    one.get(prefix, Some(GetOptions::new().with_prefix().with_count_only())),
+                )
+                .await;
+                if matches!(got, Ok(Ok(ref r)) if r.count() == n) {
+                    break;
+                }
+            }
+            tries += 1;
+            assert!(tries < 300, "member {ep} never answered {n} keys under {prefix}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Client::connect(eps, None).await.unwrap()
+}
+
 /// A kubelet stand-in for one machine: runs its member while `etcd.yaml`
 /// is in the machine's static-pod folder and stops it while it is not, as
 /// the kubelet does with static pods (polled every 100 ms).
@@ -978,8 +1004,7 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     assert!(text.contains("every member prepared: go") && text.contains("(the RTO)"), "{text}");
     println!("{text}");
 
-    let eps: Vec<String> = trio.endpoints().split(',').map(str::to_string).collect();
-    let mut c = Client::connect(eps, None).await.unwrap();
+    let mut c = every_member_answers(&trio, "/registry/configmaps/team/n", 200).await;
     assert_eq!(count(&mut c, "/registry/configmaps/team/n").await, 200, "the backup's keys are back");
     assert_eq!(count(&mut c, "/registry/configmaps/team/m").await, 30, "the deltas up to --until are back");
     let after = revision(&mut c).await;
@@ -1039,23 +1064,9 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut tries = 0;
-    let mut c = loop {
-        let eps: Vec<String> = trio.endpoints().split(',').map(str::to_string).collect();
-        if let Ok(mut c) = Client::connect(eps, None).await {
-            let n = tokio::time::timeout(
-                Duration::from_secs(2),
-                c.get("/registry/configmaps/team/after", Some(GetOptions::new().with_count_only())),
-            )
-            .await;
-            if matches!(n, Ok(Ok(ref r)) if r.count() == 1) {
-                break c;
-            }
-        }
-        tries += 1;
-        assert!(tries < 300, "the members never came back as they were");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    // Each agent hears the word on its own poll, so the members come back
+    // one by one: wait for every one of them, not a quorum.
+    let mut c = every_member_answers(&trio, "/registry/configmaps/team/after", 1).await;
     assert_eq!(count(&mut c, "/registry/configmaps/team/n").await, 200, "the store is as it was");
     for i in 0..3 {
         let kept = std::fs::read_dir(trio.data(i))
