@@ -11,6 +11,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, WatchOptions};
+use pinfleet::etcd::order::{report_key, Order, Report, ORDER};
 use pinfleet::etcd::scratch::{free_port, Binaries, Member};
 use support::World;
 
@@ -927,18 +928,17 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
         }
     };
     write(&mut c, "/registry/configmaps/team/n", 200).await;
-    let agents: Vec<Agent> = (0..3)
-        .map(|i| {
-            let me = format!(
-                "{}=http://127.0.0.1:{}={}={}",
-                Trio::names()[i],
-                trio.ports[i].1,
-                trio.data(i).display(),
-                manifests[i].display()
-            );
-            Agent(spawn_agent(&w, &state, &trio, &["--delta-interval", "1s", "--restore-as", &me]))
-        })
-        .collect();
+    let agent = |i: usize| {
+        let me = format!(
+            "{}=http://127.0.0.1:{}={}={}",
+            Trio::names()[i],
+            trio.ports[i].1,
+            trio.data(i).display(),
+            manifests[i].display()
+        );
+        Agent(spawn_agent(&w, &state, &trio, &["--delta-interval", "1s", "--restore-as", &me]))
+    };
+    let mut agents: Vec<Agent> = (0..3).map(agent).collect();
     let listed = a_verified_backup(&w, &state, 300).await;
     let b =
         listed.iter().find(|b| b["verdict"]["ok"] == true).unwrap_or_else(|| panic!("no verified backup: {listed:?}"));
@@ -1009,6 +1009,14 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     assert_eq!(count(&mut c, "/registry/configmaps/team/m").await, 30, "the deltas up to --until are back");
     let after = revision(&mut c).await;
     assert!(after > before, "the revision ({after}) is past every revision a client saw ({before})");
+    // The old timeline's agents' lock (the snapshot held its holder's key)
+    // is gone: the agents take the lock again at once, not after its lease.
+    let locks = c
+        .get(format!("{}/", pinfleet::etcd::manifest::AGENTS_LOCK), Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let old: Vec<_> = locks.kvs().iter().filter(|kv| kv.create_revision() <= backup_rev || kv.lease() == 0).collect();
+    assert!(old.is_empty(), "the old timeline's lock keys are still held: {old:?}");
     // The mistake stays undone: a later restore from the same backup
     // replays nothing of the abandoned timeline after --until.
     let left = pinfleet::etcd::agent::deltas_after(&store, backup_rev).await.unwrap();
@@ -1035,12 +1043,99 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
         assert!(m.join("etcd.yaml").exists() && m.join("kube-apiserver.yaml").exists(), "{}", m.display());
     }
 
+    // A write after the restore, in the agents' next full backup (their
+    // first after the restore: the store's history was cut there).
+    let mut c = every_member_answers(&trio, "/registry/configmaps/team/n", 200).await;
+    let written = c.put("/registry/configmaps/team/after", "kept", None).await.unwrap();
+    let written = written.header().map(|h| h.revision()).unwrap();
+    drop(c);
+    let mut tries = 0;
+    loop {
+        let listed = backups_json(&w, &state);
+        if listed.iter().any(|b| b["verdict"]["ok"] == true && b["manifest"]["revision"].as_i64() >= Some(written)) {
+            break;
+        }
+        tries += 1;
+        assert!(tries < 600, "no verified backup after the restore holds revision {written}: {listed:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Agents killed part-way and started again take the order up where
+    // they left it: one while preparing, one prepared and awaiting the
+    // decision, the finisher once restored; the restore completes.
+    let previous = store.get_json::<Order>(ORDER).await.unwrap().map(|o| o.id);
+    let restoring = {
+        let mut cmd =
+            w.command(&["etcd", "restore", &w.cluster, "--state", &state, "--force", "--start-timeout", "3m"]);
+        tokio::task::spawn_blocking(move || cmd.output().unwrap())
+    };
+    let mut tries = 0;
+    let o = loop {
+        if let Some(o) = store.get_json::<Order>(ORDER).await.unwrap().filter(|o| Some(&o.id) != previous.as_ref()) {
+            break o;
+        }
+        tries += 1;
+        assert!(tries < 600, "the third restore never wrote its order");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let index = |name: &str| Trio::names().iter().position(|n| *n == name).unwrap();
+    let (finisher, awaiting, preparing) =
+        (index(&o.members[0].name), index(&o.members[1].name), index(&o.members[2].name));
+    let said = |i: usize, step: &'static str| {
+        let (store, key) = (&store, report_key(&o.id, Trio::names()[i], step));
+        async move { store.get_json::<Report>(&key).await.unwrap().is_some() }
+    };
+    let mut restarted = [false; 3];
+    let mut tries = 0;
+    while !restarted.iter().all(|r| *r) {
+        let set_aside = manifests[preparing].join(".pinfleet-restore").join(Trio::names()[preparing]).join("etcd.yaml");
+        let due = [
+            (finisher, said(finisher, "restored").await),
+            (awaiting, said(awaiting, "prepared").await),
+            (preparing, set_aside.exists() || said(preparing, "prepared").await),
+        ];
+        for (i, now) in due {
+            if now && !restarted[i] {
+                let _ = agents[i].0.kill();
+                let _ = agents[i].0.wait();
+                agents[i] = agent(i);
+                restarted[i] = true;
+            }
+        }
+        tries += 1;
+        assert!(tries < 3000, "the third restore stalled before every agent was restarted: {restarted:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let out = restoring.await.unwrap();
+    let (text, err) = (support::stdout(&out), support::stderr(&out));
+    assert!(out.status.success(), "restore with agents restarted part-way failed:\n{text}\n{err}");
+    println!("{text}\n{err}");
+    let mut c = every_member_answers(&trio, "/registry/configmaps/team/n", 200).await;
+    assert_eq!(count(&mut c, "/registry/configmaps/team/m").await, 30);
+    assert_eq!(count(&mut c, "/registry/configmaps/team/after").await, 1, "the deltas after the backup are back");
+    for i in 0..3 {
+        let kept = std::fs::read_dir(trio.data(i))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("member.before-restore-"))
+            .count();
+        assert_eq!(kept, 2, "machine {i}: swapped once for this restore");
+    }
+    for _ in 0..100 {
+        if manifests.iter().all(|m| m.join("etcd.yaml").exists() && m.join("kube-apiserver.yaml").exists()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for m in &manifests {
+        assert!(m.join("etcd.yaml").exists() && m.join("kube-apiserver.yaml").exists(), "{}", m.display());
+    }
+
     // An order naming a member no agent answers for: nothing is touched
     // until every member is prepared, so it is called off and every
     // member starts as it was (the store keeps what it had).
     let mut c =
         Client::connect(trio.endpoints().split(',').map(str::to_string).collect::<Vec<_>>(), None).await.unwrap();
-    c.put("/registry/configmaps/team/after", "kept", None).await.unwrap();
+    c.put("/registry/configmaps/team/after2", "kept", None).await.unwrap();
     drop(c);
     let mut args: Vec<String> = ["etcd", "restore", &w.cluster, "--state", &state, "--force", "--start-timeout", "15s"]
         .map(String::from)
@@ -1066,7 +1161,7 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     }
     // Each agent hears the word on its own poll, so the members come back
     // one by one: wait for every one of them, not a quorum.
-    let mut c = every_member_answers(&trio, "/registry/configmaps/team/after", 1).await;
+    let mut c = every_member_answers(&trio, "/registry/configmaps/team/after2", 1).await;
     assert_eq!(count(&mut c, "/registry/configmaps/team/n").await, 200, "the store is as it was");
     for i in 0..3 {
         let kept = std::fs::read_dir(trio.data(i))
@@ -1074,7 +1169,8 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
             .filter_map(|e| e.ok())
             .filter(|e| e.file_name().to_string_lossy().starts_with("member.before-restore-"))
             .count();
-        assert_eq!(kept, 1, "machine {i}: no second swap");
+        assert_eq!(kept, 2, "machine {i}: nothing swapped");
     }
+
     drop(agents);
 }

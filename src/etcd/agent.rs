@@ -59,7 +59,11 @@ pub async fn take(store: &Store, etcd: &EtcdArgs, endpoint: &str, taking: &Takin
     let mut client = etcd.connect_to(endpoint).await?;
     let status = client.status().await.with_context(|| format!("etcd status at {endpoint}"))?;
     let member_id = status.header().map(|h| h.member_id()).unwrap_or_default();
-    let members = client.member_list().await.context("etcd member list")?;
+    let members = read_again(|| {
+        let mut c = client.clone();
+        async move { c.member_list().await.context("etcd member list") }
+    })
+    .await?;
     let member = members
         .members()
         .iter()
@@ -108,7 +112,11 @@ pub async fn take(store: &Store, etcd: &EtcdArgs, endpoint: &str, taking: &Takin
         bail!("the snapshot from {endpoint} failed etcd's own checksum ({size} bytes): nothing was stored");
     }
     upload.complete().await?;
-    let keys = keys_per_prefix(&mut client, before).await?;
+    let keys = read_again(|| {
+        let mut c = client.clone();
+        async move { keys_per_prefix(&mut c, before).await }
+    })
+    .await?;
     let m = Manifest {
         id: id_guess.clone(),
         cluster: store.cluster().to_string(),
@@ -127,6 +135,28 @@ pub async fn take(store: &Store, etcd: &EtcdArgs, endpoint: &str, taking: &Takin
     };
     store.put_json(&manifest::manifest_key(&m.id), &m).await?;
     Ok(m)
+}
+
+/// A read etcd may refuse for a moment (one needing the leader while the
+/// leadership moves: "etcdserver: leader changed"), asked again up to
+/// three times, half a second apart.
+async fn read_again<T, F, Fut>(mut read: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match read().await {
+            Ok(v) => return Ok(v),
+            Err(e) if tries < 3 => {
+                tries += 1;
+                tracing::debug!("{e:#}; asking again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Every complete backup (a manifest), with its verdict, oldest first.
@@ -458,7 +488,7 @@ pub async fn run(
     });
     let result = async {
         client
-            .lock("/pinfleet/etcd-backup-agent", Some(LockOptions::new().with_lease(lease)))
+            .lock(manifest::AGENTS_LOCK, Some(LockOptions::new().with_lease(lease)))
             .await
             .context("waiting for the agents' lock")?;
         loop {

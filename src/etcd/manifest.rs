@@ -22,6 +22,10 @@ pub const TROUBLE: &str = "etcd/trouble/";
 /// object, overwritten by each asker: the agents answer the newest).
 pub const REQUEST: &str = "etcd/requests/backup.json";
 
+/// The agents' lock in etcd (etcd's lock API: one key per holder or
+/// waiter under it, each bound to its agent's lease).
+pub const AGENTS_LOCK: &str = "/pinfleet/etcd-backup-agent";
+
 /// Revisions a restore abandoned (one object per restore): the old
 /// timeline's writes after the point restored to, which no later restore
 /// may replay.

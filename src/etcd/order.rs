@@ -202,27 +202,56 @@ fn report(me: &Target, phases: &Phases, r: &Result<()>, kept: Option<String>) ->
 }
 
 /// The marker an agent writes into its data folder before it touches
-/// anything for an order: an order is taken up once, whatever the agent's
-/// reports did.
+/// anything for an order: an order is taken up once, and an agent restarted
+/// part-way takes it up again where it left it (see [`resume_at`]).
 fn marker(me: &Target, order: &str) -> std::path::PathBuf {
     me.data_dir.join(format!(".pinfleet-restore-order-{order}"))
 }
 
+/// Where an agent stands in an order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Step {
+    /// Stop etcd, download and check the snapshot, restore it beside the data.
+    Prepare,
+    /// Await the decision; on go, swap the data in and start etcd.
+    Decide,
+    /// The finisher's part, then the API server back once finished.
+    Finish,
+    /// A step failed or the restore was called off: everything back as it was.
+    Done,
+}
+
+/// The step an agent restarted part-way resumes at, from its own reports
+/// in the store and whether the command decided: no report (it died while
+/// preparing) prepares again, unless the restore was already decided
+/// without it (then called off); prepared awaits the decision (the swap is
+/// done once, whether or not it had begun); restored goes on to the
+/// finish. A failed report means everything goes back as it was.
+pub fn resume_at(prepared: Option<&Report>, restored: Option<&Report>, decided: bool) -> Step {
+    match (prepared, restored) {
+        (_, Some(r)) if r.ok => Step::Finish,
+        (_, Some(_)) => Step::Done,
+        (Some(p), None) if p.ok => Step::Decide,
+        (Some(_), None) => Step::Done,
+        (None, None) if decided => Step::Done,
+        (None, None) => Step::Prepare,
+    }
+}
+
 /// The agent's side: looks for an order naming `me` every [`POLL`] for as
-/// long as the agent runs, and takes each up at most once. Runs beside the
-/// backups, whatever state etcd is in.
+/// long as the agent runs, and takes each up at most once (again after a
+/// restart, where it left it). Runs beside the backups, whatever state
+/// etcd is in.
 pub async fn follow_orders(store: &Store, me: &Target, bins: Option<&Binaries>, etcd: &EtcdArgs) {
     let mut taken = std::collections::BTreeSet::new();
     loop {
         match store.get_json::<Order>(ORDER).await {
             Ok(Some(o))
                 if o.names(&me.name)
-                    && o.fresh(Utc::now())
                     && !taken.contains(&o.id)
-                    && !marker(me, &o.id).exists() =>
+                    && (o.fresh(Utc::now()) || marker(me, &o.id).exists()) =>
             {
                 taken.insert(o.id.clone());
-                tracing::warn!(order = %o.id, backup = %o.backup, "restoring this member as ordered");
                 if let Err(e) = carry_out(store, me, bins, etcd, &o).await {
                     tracing::warn!(order = %o.id, "the restore order: {e:#}");
                 }
@@ -235,21 +264,65 @@ pub async fn follow_orders(store: &Store, me: &Target, bins: Option<&Binaries>, 
 }
 
 /// One member's part, every step reported; an error here is one the
-/// reports could not carry (the store refusing them).
+/// reports could not carry (the store refusing them). Taken up again after
+/// a restart (the marker is there), it resumes at [`resume_at`]'s step; an
+/// order already decided when first seen (a machine that joined after it
+/// went out) is left alone.
 pub async fn carry_out(store: &Store, me: &Target, bins: Option<&Binaries>, etcd: &EtcdArgs, o: &Order) -> Result<()> {
-    std::fs::create_dir_all(&me.data_dir).with_context(|| format!("creating {}", me.data_dir.display()))?;
-    std::fs::write(marker(me, &o.id), o.issued_at.to_rfc3339())
-        .with_context(|| format!("marking {} as taken up", me.data_dir.display()))?;
-    let pods_back = || -> Result<()> {
+    let decided = store.get_json::<Decision>(&decision_key(&o.id)).await?.is_some();
+    let from = if marker(me, &o.id).exists() {
+        let prepared = store.get_json::<Report>(&report_key(&o.id, &me.name, "prepared")).await?;
+        let restored = store.get_json::<Report>(&report_key(&o.id, &me.name, "restored")).await?;
+        let step = resume_at(prepared.as_ref(), restored.as_ref(), decided);
+        tracing::warn!(order = %o.id, ?step, "taking the restore order up again where this agent left it");
+        step
+    } else if decided {
+        tracing::warn!(order = %o.id, "the restore order was decided before this agent saw it: left alone");
+        return Ok(());
+    } else {
+        tracing::warn!(order = %o.id, backup = %o.backup, "restoring this member as ordered");
+        std::fs::create_dir_all(&me.data_dir).with_context(|| format!("creating {}", me.data_dir.display()))?;
+        std::fs::write(marker(me, &o.id), o.issued_at.to_rfc3339())
+            .with_context(|| format!("marking {} as taken up", me.data_dir.display()))?;
+        Step::Prepare
+    };
+    let fresh_dir = restore::prepared_dir(me, &o.id);
+    let undo = || {
+        if fresh_dir.exists() {
+            let _ = std::fs::remove_dir_all(&fresh_dir);
+        }
         match &me.manifests_dir {
             Some(dir) => restore::start_static_pods(dir, &me.name),
             None => Ok(()),
         }
     };
+    if from == Step::Done {
+        return undo();
+    }
+    if from == Step::Prepare && !prepare_here(store, me, bins, o, &undo).await? {
+        return Ok(());
+    }
+    if from <= Step::Decide {
+        if !decide_and_swap(store, me, o, &fresh_dir, &undo).await? {
+            return Ok(());
+        }
+    } else if let Some(dir) = &me.manifests_dir {
+        // Restored before a restart: etcd's manifest back if it was not yet.
+        restore::start_static_pod(dir, &me.name, restore::ETCD_POD)?;
+    }
+    finish_here(store, me, etcd, o).await
+}
 
-    // 1. Prepared: stopped, downloaded, checked, restored beside the data.
+/// Step 1, prepared: stopped, downloaded, checked, restored beside the
+/// data, and reported; whether it was (if not, all is back as it was).
+async fn prepare_here(
+    store: &Store,
+    me: &Target,
+    bins: Option<&Binaries>,
+    o: &Order,
+    undo: &dyn Fn() -> Result<()>,
+) -> Result<bool> {
     let mut phases = Phases::default();
-    let mut fresh = None;
     let prepared: Result<()> = async {
         let bins = bins.context("this machine has no etcd binaries (etcdutl) to restore with")?;
         let t = Instant::now();
@@ -275,24 +348,29 @@ pub async fn carry_out(store: &Store, me: &Target, bins: Option<&Binaries>, etcd
         let t = Instant::now();
         let made = fetched.and_then(|()| restore::prepare(bins, &file, me, &o.initial_cluster(), &o.token, &o.id));
         let _ = std::fs::remove_file(&file);
-        fresh = Some(made?);
+        made?;
         phases.time("restored beside the data (etcdutl)", t, ());
         Ok(())
     }
     .await;
-    let undo = |fresh: &Option<std::path::PathBuf>| {
-        if let Some(f) = fresh {
-            let _ = std::fs::remove_dir_all(f);
-        }
-        pods_back()
-    };
     if prepared.is_err() {
-        undo(&fresh)?;
+        undo()?;
     }
     store.put_json(&report_key(&o.id, &me.name, "prepared"), &report(me, &phases, &prepared, None)).await?;
-    let Some(fresh_dir) = fresh.clone().filter(|_| prepared.is_ok()) else { return Ok(()) };
+    Ok(prepared.is_ok())
+}
 
-    // 2. The decision: go, or everything back as it was.
+/// Step 2, the decision: go, or everything back as it was; on go the data
+/// swapped in (once: a restarted agent that had swapped finds the prepared
+/// folder gone and the restored data in place), etcd started, and
+/// reported; whether it was restored.
+async fn decide_and_swap(
+    store: &Store,
+    me: &Target,
+    o: &Order,
+    fresh_dir: &std::path::Path,
+    undo: &dyn Fn() -> Result<()>,
+) -> Result<bool> {
     let t = Instant::now();
     let decision = loop {
         if let Some(d) = store.get_json::<Decision>(&decision_key(&o.id)).await.ok().flatten() {
@@ -313,15 +391,20 @@ pub async fn carry_out(store: &Store, me: &Target, bins: Option<&Binaries>, etcd
         )),
     };
     if let Err(e) = go {
-        undo(&fresh)?;
+        undo()?;
         let r: Result<()> = Err(e);
         store.put_json(&report_key(&o.id, &me.name, "restored"), &report(me, &phases, &r, None)).await?;
-        return Ok(());
+        return Ok(false);
     }
 
-    // 3. Restored: the data swapped in, etcd started.
     let t = Instant::now();
-    let swapped = restore::swap_in(me, &fresh_dir);
+    let swapped = if fresh_dir.join("member").exists() {
+        restore::swap_in(me, fresh_dir)
+    } else if me.data_dir.join("member").exists() {
+        Ok(restore::kept_before(me)) // swapped before a restart
+    } else {
+        Err(anyhow::anyhow!("neither the prepared data nor the restored data is in {}", me.data_dir.display()))
+    };
     let (r, kept) = match swapped {
         Ok(kept) => {
             let started = match &me.manifests_dir {
@@ -331,19 +414,21 @@ pub async fn carry_out(store: &Store, me: &Target, bins: Option<&Binaries>, etcd
             (started, kept.map(|k| k.display().to_string()))
         }
         Err(e) => {
-            undo(&fresh)?;
+            undo()?;
             (Err(e.context("the old data is back in place")), None)
         }
     };
     phases.time("data swapped in, etcd started", t, ());
     let ok = r.is_ok();
     store.put_json(&report_key(&o.id, &me.name, "restored"), &report(me, &phases, &r, kept)).await?;
-    if !ok {
-        return Ok(());
-    }
+    Ok(ok)
+}
 
-    // 4. The finisher's part; then every API server back once finished.
-    if o.finisher() == Some(me.name.as_str()) {
+/// Step 3: the finisher's part (again if it died before it said how it
+/// finished: replaying the same deltas again leaves the same keys); then
+/// the API server back once finished.
+async fn finish_here(store: &Store, me: &Target, etcd: &EtcdArgs, o: &Order) -> Result<()> {
+    if o.finisher() == Some(me.name.as_str()) && store.get_json::<Finished>(&finished_key(&o.id)).await?.is_none() {
         let f = finish(store, etcd, o).await;
         store.put_json(&finished_key(&o.id), &f).await?;
     }
@@ -558,6 +643,23 @@ mod tests {
         assert!(e.contains("does not record its members") && e.contains("--member NAME=PEER_URL"), "{e}");
         let e = members_for(&b, &[peer("x"), peer("x")]).unwrap_err().to_string();
         assert!(e.contains("named twice"), "{e}");
+    }
+
+    #[test]
+    fn an_agent_restarted_part_way_resumes_where_its_reports_left_it() {
+        let said =
+            |ok: bool| Report { member: "a".into(), at: Utc::now(), ok, error: None, phases: vec![], kept: None };
+        let (ok, failed) = (said(true), said(false));
+        // Died while preparing: again, unless decided without it.
+        assert_eq!(resume_at(None, None, false), Step::Prepare);
+        assert_eq!(resume_at(None, None, true), Step::Done);
+        // Prepared: the decision (whether or not the swap had begun).
+        assert_eq!(resume_at(Some(&ok), None, false), Step::Decide);
+        assert_eq!(resume_at(Some(&ok), None, true), Step::Decide);
+        assert_eq!(resume_at(Some(&failed), None, true), Step::Done);
+        // Restored: the finish; a failed or called-off one, all back.
+        assert_eq!(resume_at(Some(&ok), Some(&ok), true), Step::Finish);
+        assert_eq!(resume_at(Some(&ok), Some(&failed), true), Step::Done);
     }
 
     #[test]

@@ -129,12 +129,29 @@ pub fn prepare(
         std::fs::set_permissions(&t.data_dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("making {} the owner's only", t.data_dir.display()))?;
     }
-    let fresh = t.data_dir.join(format!(".pinfleet-restore-{tag}"));
+    let fresh = prepared_dir(t, tag);
     if fresh.exists() {
         std::fs::remove_dir_all(&fresh).with_context(|| format!("clearing {}", fresh.display()))?;
     }
     bins.restore(snapshot, &fresh, &t.name, &t.peer_url, initial_cluster, token)?;
     Ok(fresh)
+}
+
+/// Where [`prepare`] restores beside the data.
+pub fn prepared_dir(t: &Target, tag: &str) -> PathBuf {
+    t.data_dir.join(format!(".pinfleet-restore-{tag}"))
+}
+
+/// The most recent old `member` folder [`swap_in`] kept, if any.
+pub fn kept_before(t: &Target) -> Option<PathBuf> {
+    let mut kept: Vec<PathBuf> = std::fs::read_dir(&t.data_dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("member.before-restore-"))
+        .map(|e| e.path())
+        .collect();
+    kept.sort();
+    kept.pop()
 }
 
 /// The second step: the old `member` folder is moved to
@@ -210,18 +227,19 @@ pub async fn revision(client: &mut Client) -> Result<i64> {
 /// Replays the deltas' transactions after revision `after` (the
 /// snapshot's: what it already holds), one transaction per revision, up to
 /// revision `until` if given (a point in time before a mistake the deltas
-/// also hold); the revision reached and the transactions applied.
+/// also holds), then the old timeline's agents' locks removed; the
+/// revision reached and the transactions applied.
 pub async fn replay(client: &mut Client, deltas: &[Delta], after: i64, until: Option<i64>) -> Result<(i64, usize)> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let mut rev = revision(client).await?;
     let mut applied = 0usize;
-    for d in deltas {
+    'replay: for d in deltas {
         for t in &d.txns {
             if t.rev <= after {
                 continue;
             }
             if until.is_some_and(|u| t.rev > u) {
-                return Ok((rev, applied));
+                break 'replay;
             }
             let mut ops = Vec::with_capacity(t.ops.len());
             for c in &t.ops {
@@ -237,7 +255,27 @@ pub async fn replay(client: &mut Client, deltas: &[Delta], after: i64, until: Op
             applied = applied.saturating_add(1);
         }
     }
+    // After the replay, so that its revisions are the lost store's; the
+    // revision returned stays the last replayed (where a cut begins).
+    drop_old_locks(client, after).await?;
     Ok((rev, applied))
+}
+
+/// Removes the agents' lock keys of the old timeline: those the snapshot
+/// held (created at or before `after`) and those the deltas replayed
+/// (without a lease). Their holders are gone; left, they would hold every
+/// agent off until the old lease ran out, or for ever. A key a live agent
+/// took in the restored store (created later, with its lease) stays.
+async fn drop_old_locks(client: &mut Client, after: i64) -> Result<()> {
+    let prefix = format!("{}/", super::manifest::AGENTS_LOCK);
+    let held = client
+        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+        .await
+        .context("reading the agents' lock keys")?;
+    for kv in held.kvs().iter().filter(|kv| kv.create_revision() <= after || kv.lease() == 0) {
+        client.delete(kv.key(), None).await.context("removing the old timeline's agents' lock")?;
+    }
+    Ok(())
 }
 
 /// Records that the old timeline's revisions after `restored_to` (the
