@@ -138,7 +138,7 @@ http:
 CONFIG
   start_bg "${REGISTRY_BIN}" serve "${dir}/config.yml" >"${dir}/registry.log" 2>&1
   REGISTRY_ADDR="127.0.0.1:${port}"
-  if wait_until_up "http://${REGISTRY_ADDR}/v2/" "${BG_LAST}" 15; then
+  if wait_until_up "http://${REGISTRY_ADDR}/v2/" "${BG_LAST}" 60; then
     return
   fi
   echo "the registry did not start on ${REGISTRY_ADDR} (see ${dir}/registry.log)" >&2
@@ -161,7 +161,7 @@ start_moto() {
     "${PINFLEET_ROOT}/scripts/moto-server" -H 127.0.0.1 -p "${port}" >"${MOTO_LOG:-/dev/null}" 2>&1 &
   MOTO_PID=$!
   MOTO_URL="http://127.0.0.1:${port}"
-  if wait_until_up "${MOTO_URL}/moto-api/data.json" "${MOTO_PID}" 10; then
+  if wait_until_up "${MOTO_URL}/moto-api/data.json" "${MOTO_PID}" 60; then
     export MOTO_URL
     return
   fi

@@ -261,7 +261,11 @@ async fn two_replicas_elect_one_leader_and_fail_over() {
     };
     let (_stop_a, never) = tokio::sync::watch::channel(false);
     let ta = tokio::spawn(run_elected(lock("replica-a"), a.clone(), work(started.clone()), never));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    until("replica-a to lead", || {
+        let a = a.clone();
+        async move { a.load(Ordering::SeqCst).then_some(()) }
+    })
+    .await;
     let (stop_b, stop) = tokio::sync::watch::channel(false);
     let tb = tokio::spawn(run_elected(lock("replica-b"), b.clone(), work(started.clone()), stop));
     tokio::time::sleep(Duration::from_millis(1500)).await;

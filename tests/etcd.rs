@@ -316,9 +316,18 @@ async fn the_agent_keeps_deltas_so_a_restore_loses_at_most_a_delta_interval() {
     write(&mut c, "/registry/configmaps/team/m", 40).await;
     let mut deleted = c.delete("/registry/configmaps/team/n00000", None).await.unwrap();
     let _ = deleted.take_header();
-    // Three delta intervals.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Until the deltas hold the last write (a busy machine flushes late).
     let newest_flushed = revision(&mut c).await;
+    let mut flushed = 0;
+    for _ in 0..600 {
+        let d = pinfleet::etcd::agent::deltas_after(&store, b.manifest.revision).await.unwrap();
+        flushed = d.last().map_or(0, |d| d.to);
+        if flushed >= newest_flushed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(flushed >= newest_flushed, "the deltas never reached revision {newest_flushed} ({flushed})");
     let _ = agent.kill();
     let _ = agent.wait();
     drop(c);

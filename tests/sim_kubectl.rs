@@ -166,7 +166,7 @@ fn delete_waits_for_finalizers() {
 fn watch_with_a_timeout_sees_changes() {
     let k = KubeEnv::start();
     k.ok_stdin(&["create", "-f", "-"], CM);
-    let watch = k
+    let mut watch = k
         .kubectl_cmd(&[
             "-n",
             &k.namespace,
@@ -176,17 +176,29 @@ fn watch_with_a_timeout_sees_changes() {
             "--watch",
             "-o",
             "jsonpath={.metadata.labels.step}{\"\\n\"}",
-            "--request-timeout=4s",
+            "--request-timeout=30s",
         ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(800));
+    // The first line is the object as it is (the watch is open), then the
+    // changes; the watch is ended once both are seen.
+    use std::io::BufRead as _;
+    let mut lines = std::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first = lines.next();
+    assert!(matches!(first, Some(Ok(_))), "the watch printed nothing: {first:?}");
     k.ok(&["label", "cm", "cm1", "step=one"]);
     k.ok(&["label", "cm", "cm1", "step=two", "--overwrite"]);
-    let out = watch.wait_with_output().unwrap();
-    let seen = String::from_utf8_lossy(&out.stdout);
-    assert!(seen.contains("one") && seen.contains("two"), "{seen}");
+    let mut seen = Vec::new();
+    for line in lines.map_while(Result::ok) {
+        seen.push(line);
+        if seen.iter().any(|l| l.contains("two")) {
+            break;
+        }
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(seen.iter().any(|l| l.contains("one")) && seen.iter().any(|l| l.contains("two")), "{seen:?}");
 }
 
 #[test]
@@ -290,7 +302,12 @@ fn drain_a_node_with_a_pod_disruption_budget() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    for _ in 0..300 {
+        if k.ok(&["get", "pods", "-o", "name"]).lines().count() == 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     assert_eq!(k.ok(&["get", "pods", "-o", "name"]).lines().count(), 1, "one pod evicted, one held by the budget");
     let elsewhere = k.unique("node");
     ready_node(&elsewhere);

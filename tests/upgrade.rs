@@ -60,7 +60,7 @@ fn node_sim(w: &World, boot_delay: &str) -> NodeSim {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    for _ in 0..200 {
+    for _ in 0..1200 {
         if kubeconfig.exists() {
             break;
         }
@@ -1182,7 +1182,7 @@ fn a_spot_interruption_warning_cordons_drains_within_its_time_and_replaces_elsew
         &w,
         "EC2 Spot Instance Interruption Warning",
         serde_json::json!({"instance-id": victim, "instance-action": "terminate"}),
-        100,
+        90,
     );
     wait_for("the warned Node to be cordoned (or gone)", 60, || {
         let v: serde_json::Value = serde_json::from_str(&kubectl(&sim, &["get", "nodes", "-o", "json"], None)).unwrap();
@@ -1207,7 +1207,9 @@ fn a_spot_interruption_warning_cordons_drains_within_its_time_and_replaces_elsew
         pod.is_none()
     });
     let given = given.expect("the pod was seen terminating with a grace period");
-    assert!((1..=5).contains(&given), "grace given {given}");
+    // Sent 90 s old: 30 s left, less the 15 s margin, less however long
+    // the healer took to hear it (never the pod's own 600 s).
+    assert!((1..=15).contains(&given), "grace given {given}");
     wait_for("the warned machine to be ended and replaced", 120, || {
         let now = ids(&w.instances_in("general"));
         now.len() == 2 && !now.contains(&victim)
@@ -1228,7 +1230,7 @@ fn a_spot_interruption_warning_cordons_drains_within_its_time_and_replaces_elsew
         .and_then(|r| r.split('s').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no drain line:\n{log}"));
-    assert!(cap <= 5, "{log}");
+    assert!(cap <= 15, "{log}");
     // The replacement is on another offering than the one EC2 took back.
     let after = w.instances_in("general");
     let replacement = after.iter().find(|i| !general.iter().any(|g| g["id"] == i["id"])).unwrap();
@@ -1283,7 +1285,7 @@ fn send_ec2_event(w: &World, detail_type: &str, detail: serde_json::Value, ago: 
 #[test]
 fn a_rebalance_recommendation_replaces_first_and_drains_once_the_replacement_is_ready() {
     let spot = "        maxSurge: 1\n      capacity:\n        types: [t3a.large, m5.large, m5a.large, m6i.large]\n        market: Spot\n        fallback: [zone, type]\n";
-    let (w, sim) = cluster("spotrebal", 2, 0, spot, "3s");
+    let (w, sim) = cluster("spotrebal", 2, 0, spot, "10s");
     let before = ids(&w.instances_in("general"));
     let victim = before.iter().next().unwrap().clone();
     let h = healer(&w, &sim, &[]);
@@ -1302,7 +1304,7 @@ fn a_rebalance_recommendation_replaces_first_and_drains_once_the_replacement_is_
     });
     send_ec2_event(&w, "EC2 Instance Rebalance Recommendation", serde_json::json!({"instance-id": victim}), 0);
     wait_for("the replacement to be launched", 60, || w.instances_in("general").len() == 3);
-    // While it boots (3 s), the old machine is neither cordoned nor drained.
+    // While it boots (10 s), the old machine is neither cordoned nor drained.
     let node = kubectl(&sim, &["get", "node", &victim, "-o", "jsonpath={.spec.unschedulable}"], None);
     assert_ne!(node.trim(), "true", "cordoned before the replacement was Ready");
     wait_for("the old machine to be ended", 90, || {

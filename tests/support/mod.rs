@@ -67,7 +67,7 @@ fn spawn_moto(extra_env: &[(&str, &str)]) -> (String, Child) {
     }
     let child = cmd.spawn().expect("starting moto_server");
     let url = format!("http://127.0.0.1:{port}");
-    for _ in 0..200 {
+    for _ in 0..1200 {
         let ready = std::process::Command::new("curl")
             .args(["-sf", &format!("{url}/moto-api/data.json")])
             .stdout(Stdio::null())
@@ -288,7 +288,7 @@ pub fn stdout(o: &Output) -> String {
 pub fn approver(kubeconfig: &Path) -> std::thread::JoinHandle<()> {
     let kubeconfig = kubeconfig.to_path_buf();
     std::thread::spawn(move || {
-        for _ in 0..200 {
+        for _ in 0..1200 {
             if kubeconfig.exists() {
                 break;
             }
@@ -296,8 +296,9 @@ pub fn approver(kubeconfig: &Path) -> std::thread::JoinHandle<()> {
         }
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let client =
-                pinfleet::kube::client_from_kubeconfig(&kubeconfig, pinfleet::kube::Retry::Default).await.unwrap();
+            let client = pinfleet::kube::client_from_kubeconfig(&kubeconfig, pinfleet::kube::Retry::Default)
+                .await
+                .unwrap_or_else(|e| panic!("the approver found no sim at {} within 60 s: {e:#}", kubeconfig.display()));
             pinfleet::controller::serving::run(client, pinfleet::controller::serving::FromNode).await;
         })
     })

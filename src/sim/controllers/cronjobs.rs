@@ -105,7 +105,10 @@ mod tests {
         inner.create(&cj_t, "default", cj, "test", false).unwrap();
         let c = Controllers::default();
         let jobs = |inner: &Inner| all(inner, &job_t).iter().map(|j| name(j)).collect::<Vec<_>>();
-        let now = chrono::Utc::now();
+        // "Now" is the creation time as stored (whole seconds): never past a
+        // slot boundary the clock crossed since.
+        let created = inner.get(&cj_t, "default", "tick").unwrap()["metadata"]["creationTimestamp"].clone();
+        let now: chrono::DateTime<chrono::Utc> = created.as_str().unwrap().parse().unwrap();
         c.cronjobs(&mut inner, now);
         assert!(jobs(&inner).is_empty(), "nothing is due before the first slot after creation");
         c.cronjobs(&mut inner, now + chrono::Duration::minutes(6));
