@@ -1120,7 +1120,7 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     println!("{text}\n{err}");
     let mut c = every_member_answers(&trio, "/registry/configmaps/team/n", 200).await;
     assert_eq!(count(&mut c, "/registry/configmaps/team/m").await, 30);
-    assert_eq!(count(&mut c, "/registry/configmaps/team/after").await, 1, "the deltas after the backup are back");
+    assert_eq!(count(&mut c, "/registry/configmaps/team/after").await, 1, "the write after the first restore is back");
     for i in 0..3 {
         let kept = std::fs::read_dir(trio.data(i))
             .unwrap()

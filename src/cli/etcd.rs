@@ -594,14 +594,14 @@ async fn restore_cmd(g: &GlobalArgs, a: RestoreArgs) -> Result<ExitCode> {
     phases.time("members started and answering", t, ());
 
     let t = Instant::now();
-    let (rev, applied) = restore::replay(&mut client, &deltas, b.restored_revision(), a.until).await?;
-    phases.time(&format!("{applied} transaction(s) of deltas replayed (revision {rev})"), t, ());
+    let r = restore::replay(&mut client, &deltas, b.restored_revision(), a.until).await?;
+    phases.time(&format!("{} transaction(s) of deltas replayed (revision {})", r.applied, r.reached), t, ());
 
     if !a.no_bump {
         let t = Instant::now();
-        let to = policy::bump_to(rev, seen.as_ref(), spec.delta_interval.0, chrono::Utc::now());
+        let to = policy::bump_to(r.revision, seen.as_ref(), spec.delta_interval.0, chrono::Utc::now());
+        restore::record_cut(&store, &b.manifest.id, r.reached, to).await?;
         let at = restore::bump_and_compact(&client, to).await?;
-        restore::record_cut(&store, &b.manifest.id, rev, at).await?;
         phases.time(&format!("revision bumped to {at} and compacted there (watches relist)"), t, ());
     }
     let t = Instant::now();

@@ -23,8 +23,11 @@
 //!
 //! The command writes only the order and its decision; an agent writes only
 //! its own reports (its role may put, never delete). An agent takes an
-//! order up once (a marker in its data folder, written before anything is
-//! touched), and an order older than [`STALE`] is never taken up.
+//! order up once: a marker in its data folder, written (and synced) before
+//! anything is touched, says how far it got (taken, swapped, done). An
+//! agent restarted part-way goes on from there and its reports
+//! ([`resume_at`]); an order older than [`STALE`] is never taken up anew,
+//! and one gone stale part-way is undone unless its decision was go.
 
 use std::time::{Duration, Instant};
 
@@ -208,6 +211,45 @@ fn marker(me: &Target, order: &str) -> std::path::PathBuf {
     me.data_dir.join(format!(".pinfleet-restore-order-{order}"))
 }
 
+/// How far this machine got with an order, as its marker says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// Taken up: nothing swapped yet.
+    Taken,
+    /// The restored data is in place (the old kept beside it).
+    Swapped,
+    /// Over (restored and started, or everything put back): not again.
+    Done,
+}
+
+fn read_mark(me: &Target, order: &str) -> Option<Mark> {
+    let text = std::fs::read_to_string(marker(me, order)).ok()?;
+    Some(match text.lines().next().unwrap_or_default() {
+        "swapped" => Mark::Swapped,
+        "done" => Mark::Done,
+        _ => Mark::Taken,
+    })
+}
+
+/// Writes the marker and syncs it (and its folder) to disk: a machine
+/// that loses power must not forget how far it got.
+fn write_mark(me: &Target, o: &Order, mark: Mark) -> Result<()> {
+    use std::io::Write as _;
+    let word = match mark {
+        Mark::Taken => "taken",
+        Mark::Swapped => "swapped",
+        Mark::Done => "done",
+    };
+    let path = marker(me, &o.id);
+    let mut f = std::fs::File::create(&path).with_context(|| format!("writing {}", path.display()))?;
+    writeln!(f, "{word}\n{}", o.issued_at.to_rfc3339()).with_context(|| format!("writing {}", path.display()))?;
+    f.sync_all().with_context(|| format!("syncing {}", path.display()))?;
+    if let Ok(dir) = std::fs::File::open(&me.data_dir) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
 /// Where an agent stands in an order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Step {
@@ -222,18 +264,20 @@ pub enum Step {
 }
 
 /// The step an agent restarted part-way resumes at, from its own reports
-/// in the store and whether the command decided: no report (it died while
-/// preparing) prepares again, unless the restore was already decided
-/// without it (then called off); prepared awaits the decision (the swap is
-/// done once, whether or not it had begun); restored goes on to the
-/// finish. A failed report means everything goes back as it was.
-pub fn resume_at(prepared: Option<&Report>, restored: Option<&Report>, decided: bool) -> Step {
+/// in the store, whether the command decided and whether the order is
+/// still fresh: no report (it died while preparing) prepares again, unless
+/// the restore was decided without it (then called off) or the order went
+/// stale (the command is long gone); prepared awaits the decision (the
+/// swap is done once, whether or not it had begun), unless stale and
+/// undecided; restored goes on to the finish. A failed report means
+/// everything goes back as it was.
+pub fn resume_at(prepared: Option<&Report>, restored: Option<&Report>, decided: bool, fresh: bool) -> Step {
     match (prepared, restored) {
         (_, Some(r)) if r.ok => Step::Finish,
         (_, Some(_)) => Step::Done,
-        (Some(p), None) if p.ok => Step::Decide,
+        (Some(p), None) if p.ok && (decided || fresh) => Step::Decide,
         (Some(_), None) => Step::Done,
-        (None, None) if decided => Step::Done,
+        (None, None) if decided || !fresh => Step::Done,
         (None, None) => Step::Prepare,
     }
 }
@@ -249,11 +293,16 @@ pub async fn follow_orders(store: &Store, me: &Target, bins: Option<&Binaries>, 
             Ok(Some(o))
                 if o.names(&me.name)
                     && !taken.contains(&o.id)
+                    && read_mark(me, &o.id) != Some(Mark::Done)
                     && (o.fresh(Utc::now()) || marker(me, &o.id).exists()) =>
             {
-                taken.insert(o.id.clone());
-                if let Err(e) = carry_out(store, me, bins, etcd, &o).await {
-                    tracing::warn!(order = %o.id, "the restore order: {e:#}");
+                // Taken once it went through; a store not answering yet
+                // (a machine just rebooted) is tried again at the next look.
+                match carry_out(store, me, bins, etcd, &o).await {
+                    Ok(()) => {
+                        taken.insert(o.id.clone());
+                    }
+                    Err(e) => tracing::warn!(order = %o.id, "the restore order: {e:#}; trying again"),
                 }
             }
             Ok(_) => {}
@@ -273,7 +322,7 @@ pub async fn carry_out(store: &Store, me: &Target, bins: Option<&Binaries>, etcd
     let from = if marker(me, &o.id).exists() {
         let prepared = store.get_json::<Report>(&report_key(&o.id, &me.name, "prepared")).await?;
         let restored = store.get_json::<Report>(&report_key(&o.id, &me.name, "restored")).await?;
-        let step = resume_at(prepared.as_ref(), restored.as_ref(), decided);
+        let step = resume_at(prepared.as_ref(), restored.as_ref(), decided, o.fresh(Utc::now()));
         tracing::warn!(order = %o.id, ?step, "taking the restore order up again where this agent left it");
         step
     } else if decided {
@@ -282,10 +331,25 @@ pub async fn carry_out(store: &Store, me: &Target, bins: Option<&Binaries>, etcd
     } else {
         tracing::warn!(order = %o.id, backup = %o.backup, "restoring this member as ordered");
         std::fs::create_dir_all(&me.data_dir).with_context(|| format!("creating {}", me.data_dir.display()))?;
-        std::fs::write(marker(me, &o.id), o.issued_at.to_rfc3339())
-            .with_context(|| format!("marking {} as taken up", me.data_dir.display()))?;
+        write_mark(me, o, Mark::Taken).context("marking the order as taken up")?;
         Step::Prepare
     };
+    let r = carry_out_from(store, me, bins, etcd, o, from).await;
+    if r.is_ok() {
+        write_mark(me, o, Mark::Done)?;
+    }
+    r
+}
+
+/// [`carry_out`] from step `from` on.
+async fn carry_out_from(
+    store: &Store,
+    me: &Target,
+    bins: Option<&Binaries>,
+    etcd: &EtcdArgs,
+    o: &Order,
+    from: Step,
+) -> Result<()> {
     let fresh_dir = restore::prepared_dir(me, &o.id);
     let undo = || {
         if fresh_dir.exists() {
@@ -398,13 +462,28 @@ async fn decide_and_swap(
     }
 
     let t = Instant::now();
-    let swapped = if fresh_dir.join("member").exists() {
-        restore::swap_in(me, fresh_dir)
-    } else if me.data_dir.join("member").exists() {
-        Ok(restore::kept_before(me)) // swapped before a restart
-    } else {
-        Err(anyhow::anyhow!("neither the prepared data nor the restored data is in {}", me.data_dir.display()))
-    };
+    // Swapped once: the marker says so, or (a restart before it could) the
+    // prepared folder is there without its `member`, which only the swap's
+    // second rename moves; it is removed only once the marker says so.
+    let swapped =
+        if read_mark(me, &o.id) == Some(Mark::Swapped) || (fresh_dir.exists() && !fresh_dir.join("member").exists()) {
+            write_mark(me, o, Mark::Swapped).map(|()| restore::kept_before(me))
+        } else if fresh_dir.join("member").exists() {
+            // Again after a restart between its two renames, the old data
+            // already aside: where it went is the newest folder kept.
+            let had_member = me.data_dir.join("member").exists();
+            restore::swap_in(me, fresh_dir)
+                .map(|kept| if had_member { kept } else { restore::kept_before(me) })
+                .and_then(|kept| write_mark(me, o, Mark::Swapped).map(|()| kept))
+        } else {
+            Err(anyhow::anyhow!(
+                "the prepared data is gone from {} and no swap is recorded: nothing swapped",
+                fresh_dir.display()
+            ))
+        };
+    if swapped.is_ok() {
+        let _ = std::fs::remove_dir_all(fresh_dir);
+    }
     let (r, kept) = match swapped {
         Ok(kept) => {
             let started = match &me.manifests_dir {
@@ -501,15 +580,16 @@ pub async fn finish(store: &Store, etcd: &EtcdArgs, o: &Order) -> Finished {
         phases.time("members started and answering", t, ());
         let t = Instant::now();
         let deltas = super::agent::deltas_after(store, o.revision).await?;
-        let (rev, applied) = restore::replay(&mut client, &deltas, o.revision, o.until).await?;
-        revision = rev;
-        phases.time(&format!("{applied} transaction(s) of deltas replayed (revision {rev})"), t, ());
+        let r = restore::replay(&mut client, &deltas, o.revision, o.until).await?;
+        revision = r.revision;
+        phases.time(&format!("{} transaction(s) of deltas replayed (revision {})", r.applied, r.reached), t, ());
         if o.bump {
             let t = Instant::now();
             let interval = Duration::from_secs(o.delta_interval_seconds.max(1));
-            let to = super::policy::bump_to(rev, o.seen.as_ref(), interval, Utc::now());
+            let to = super::policy::bump_to(r.revision, o.seen.as_ref(), interval, Utc::now());
+            // The cut first: a finisher that dies in the bump has recorded it.
+            restore::record_cut(store, &o.backup, r.reached, to).await?;
             revision = restore::bump_and_compact(&client, to).await?;
-            restore::record_cut(store, &o.backup, rev, revision).await?;
             phases.time(&format!("revision bumped to {revision} and compacted there (watches relist)"), t, ());
         }
         Ok(())
@@ -650,16 +730,40 @@ mod tests {
         let said =
             |ok: bool| Report { member: "a".into(), at: Utc::now(), ok, error: None, phases: vec![], kept: None };
         let (ok, failed) = (said(true), said(false));
-        // Died while preparing: again, unless decided without it.
-        assert_eq!(resume_at(None, None, false), Step::Prepare);
-        assert_eq!(resume_at(None, None, true), Step::Done);
-        // Prepared: the decision (whether or not the swap had begun).
-        assert_eq!(resume_at(Some(&ok), None, false), Step::Decide);
-        assert_eq!(resume_at(Some(&ok), None, true), Step::Decide);
-        assert_eq!(resume_at(Some(&failed), None, true), Step::Done);
+        // Died while preparing: again, unless decided without it or stale.
+        assert_eq!(resume_at(None, None, false, true), Step::Prepare);
+        assert_eq!(resume_at(None, None, true, true), Step::Done);
+        assert_eq!(resume_at(None, None, false, false), Step::Done);
+        // Prepared: the decision (whether or not the swap had begun), unless
+        // stale with no decision (the command is long gone).
+        assert_eq!(resume_at(Some(&ok), None, false, true), Step::Decide);
+        assert_eq!(resume_at(Some(&ok), None, true, true), Step::Decide);
+        assert_eq!(resume_at(Some(&ok), None, true, false), Step::Decide);
+        assert_eq!(resume_at(Some(&ok), None, false, false), Step::Done);
+        assert_eq!(resume_at(Some(&failed), None, true, true), Step::Done);
         // Restored: the finish; a failed or called-off one, all back.
-        assert_eq!(resume_at(Some(&ok), Some(&ok), true), Step::Finish);
-        assert_eq!(resume_at(Some(&ok), Some(&failed), true), Step::Done);
+        assert_eq!(resume_at(Some(&ok), Some(&ok), true, false), Step::Finish);
+        assert_eq!(resume_at(Some(&ok), Some(&failed), true, true), Step::Done);
+    }
+
+    #[test]
+    fn the_marker_says_how_far_a_machine_got() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = Target {
+            name: "a".into(),
+            peer_url: "https://a:2380".into(),
+            data_dir: dir.path().to_path_buf(),
+            manifests_dir: None,
+        };
+        let o = order(Utc::now());
+        assert_eq!(read_mark(&me, &o.id), None);
+        for m in [Mark::Taken, Mark::Swapped, Mark::Done] {
+            write_mark(&me, &o, m).unwrap();
+            assert_eq!(read_mark(&me, &o.id), Some(m));
+        }
+        // A marker an older agent wrote (the order's time alone) is taken.
+        std::fs::write(marker(&me, &o.id), o.issued_at.to_rfc3339()).unwrap();
+        assert_eq!(read_mark(&me, &o.id), Some(Mark::Taken));
     }
 
     #[test]
@@ -668,10 +772,8 @@ mod tests {
         assert!(!c.drops(235) && c.drops(236) && c.drops(3140) && !c.drops(3141) && !c.drops(5000));
     }
 
-    #[test]
-    fn an_order_names_its_members_finishes_on_the_first_and_goes_stale() {
-        let now = Utc::now();
-        let o = Order {
+    fn order(now: DateTime<Utc>) -> Order {
+        Order {
             id: "o".into(),
             cluster: "c".into(),
             backup: "b1".into(),
@@ -685,7 +787,13 @@ mod tests {
             until: None,
             seen: None,
             delta_interval_seconds: 30,
-        };
+        }
+    }
+
+    #[test]
+    fn an_order_names_its_members_finishes_on_the_first_and_goes_stale() {
+        let now = Utc::now();
+        let o = order(now);
         assert_eq!(o.initial_cluster(), "a=https://a:2380,b=https://b:2380");
         assert!(o.names("b") && !o.names("c"));
         assert_eq!(o.finisher(), Some("a"));

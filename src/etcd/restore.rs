@@ -99,6 +99,7 @@ pub fn restore_members(bins: &Binaries, snapshot: &Path, targets: &[Target], tok
     let mut moved = Vec::new();
     for (t, fresh) in targets.iter().zip(&prepared) {
         moved.extend(swap_in(t, fresh)?);
+        let _ = std::fs::remove_dir_all(fresh);
     }
     Ok(moved)
 }
@@ -157,6 +158,8 @@ pub fn kept_before(t: &Target) -> Option<PathBuf> {
 /// The second step: the old `member` folder is moved to
 /// `<data>/member.before-restore-<time>` (never deleted) and the prepared
 /// one takes its place. If the second rename fails, the first is undone.
+/// The emptied prepared folder is left for the caller to remove (its
+/// presence without `member` says the swap happened).
 pub fn swap_in(t: &Target, fresh: &Path) -> Result<Option<PathBuf>> {
     let member = t.data_dir.join("member");
     let aside = t.data_dir.join(format!("member.before-restore-{}", stamp()));
@@ -173,7 +176,6 @@ pub fn swap_in(t: &Target, fresh: &Path) -> Result<Option<PathBuf>> {
         }
         return Err(anyhow::Error::new(e).context(format!("moving the restored data into {}", member.display())));
     }
-    let _ = std::fs::remove_dir_all(fresh);
     Ok(kept)
 }
 
@@ -227,12 +229,12 @@ pub async fn revision(client: &mut Client) -> Result<i64> {
 /// Replays the deltas' transactions after revision `after` (the
 /// snapshot's: what it already holds), one transaction per revision, up to
 /// revision `until` if given (a point in time before a mistake the deltas
-/// also holds), then the old timeline's agents' locks removed; the
-/// revision reached and the transactions applied.
-pub async fn replay(client: &mut Client, deltas: &[Delta], after: i64, until: Option<i64>) -> Result<(i64, usize)> {
+/// also holds), then the old timeline's agents' locks removed.
+pub async fn replay(client: &mut Client, deltas: &[Delta], after: i64, until: Option<i64>) -> Result<Replayed> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let mut rev = revision(client).await?;
     let mut applied = 0usize;
+    let mut reached = after;
     'replay: for d in deltas {
         for t in &d.txns {
             if t.rev <= after {
@@ -253,12 +255,25 @@ pub async fn replay(client: &mut Client, deltas: &[Delta], after: i64, until: Op
                 client.txn(Txn::new().and_then(ops)).await.with_context(|| format!("replaying revision {}", t.rev))?;
             rev = resp.header().map(|h| h.revision()).unwrap_or(rev);
             applied = applied.saturating_add(1);
+            reached = t.rev;
         }
     }
-    // After the replay, so that its revisions are the lost store's; the
-    // revision returned stays the last replayed (where a cut begins).
+    // After the replay, so that its revisions are the lost store's.
     drop_old_locks(client, after).await?;
-    Ok((rev, applied))
+    Ok(Replayed { revision: rev, applied, reached })
+}
+
+/// What a replay did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replayed {
+    /// The restored store's revision after it.
+    pub revision: i64,
+    /// Transactions applied.
+    pub applied: usize,
+    /// The lost store's revision it brought the store back to (the last
+    /// transaction replayed, or the snapshot's): where a cut begins, even
+    /// when a replay was run twice or other writes came between.
+    pub reached: i64,
 }
 
 /// Removes the agents' lock keys of the old timeline: those the snapshot
