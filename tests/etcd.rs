@@ -851,6 +851,30 @@ async fn every_member_answers(trio: &Trio, prefix: &str, n: i64) -> Client {
     Client::connect(eps, None).await.unwrap()
 }
 
+/// How many old `member` folders machine `i` kept beside its data.
+fn kept_beside(trio: &Trio, i: usize) -> usize {
+    std::fs::read_dir(trio.data(i))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("member.before-restore-"))
+        .count()
+}
+
+/// Waits (30 s at most) until every machine's etcd and API server
+/// manifests are back in the kubelet's folder, and says which is not.
+async fn static_pods_back(manifests: &[PathBuf]) {
+    let back = |m: &PathBuf| m.join("etcd.yaml").exists() && m.join("kube-apiserver.yaml").exists();
+    for _ in 0..300 {
+        if manifests.iter().all(back) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for m in manifests {
+        assert!(back(m), "{}", m.display());
+    }
+}
+
 /// A kubelet stand-in for one machine: runs its member while `etcd.yaml`
 /// is in the machine's static-pod folder and stops it while it is not, as
 /// the kubelet does with static pods (polled every 100 ms).
@@ -1033,24 +1057,11 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
         left.iter().flat_map(|d| d.txns.iter().map(|t| t.rev)).filter(|r| *r > good && *r <= before).collect();
     assert!(abandoned.is_empty(), "revisions {abandoned:?} of the abandoned timeline would be replayed again");
     for i in 0..3 {
-        let kept: Vec<_> = std::fs::read_dir(trio.data(i))
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().starts_with("member.before-restore-"))
-            .collect();
-        assert_eq!(kept.len(), 1, "machine {i} kept its old data beside the restored");
+        assert_eq!(kept_beside(&trio, i), 1, "machine {i} kept its old data beside the restored");
     }
     // Each API server comes back once the store is whole (its agent moves
     // the manifest back after the finisher's word).
-    for _ in 0..100 {
-        if manifests.iter().all(|m| m.join("etcd.yaml").exists() && m.join("kube-apiserver.yaml").exists()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for m in &manifests {
-        assert!(m.join("etcd.yaml").exists() && m.join("kube-apiserver.yaml").exists(), "{}", m.display());
-    }
+    static_pods_back(&manifests).await;
 
     // A write after the restore, in the agents' next full backup (their
     // first after the restore: the store's history was cut there).
@@ -1122,22 +1133,9 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     assert_eq!(count(&mut c, "/registry/configmaps/team/m").await, 30);
     assert_eq!(count(&mut c, "/registry/configmaps/team/after").await, 1, "the write after the first restore is back");
     for i in 0..3 {
-        let kept = std::fs::read_dir(trio.data(i))
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().starts_with("member.before-restore-"))
-            .count();
-        assert_eq!(kept, 2, "machine {i}: swapped once for this restore");
+        assert_eq!(kept_beside(&trio, i), 2, "machine {i}: swapped once for this restore");
     }
-    for _ in 0..100 {
-        if manifests.iter().all(|m| m.join("etcd.yaml").exists() && m.join("kube-apiserver.yaml").exists()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for m in &manifests {
-        assert!(m.join("etcd.yaml").exists() && m.join("kube-apiserver.yaml").exists(), "{}", m.display());
-    }
+    static_pods_back(&manifests).await;
 
     // An order naming a member no agent answers for: nothing is touched
     // until every member is prepared, so it is called off and every
@@ -1173,12 +1171,7 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     let mut c = every_member_answers(&trio, "/registry/configmaps/team/after2", 1).await;
     assert_eq!(count(&mut c, "/registry/configmaps/team/n").await, 200, "the store is as it was");
     for i in 0..3 {
-        let kept = std::fs::read_dir(trio.data(i))
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().starts_with("member.before-restore-"))
-            .count();
-        assert_eq!(kept, 2, "machine {i}: nothing swapped");
+        assert_eq!(kept_beside(&trio, i), 2, "machine {i}: nothing swapped");
     }
 
     drop(agents);
