@@ -318,16 +318,7 @@ async fn the_agent_keeps_deltas_so_a_restore_loses_at_most_a_delta_interval() {
     let _ = deleted.take_header();
     // Until the deltas hold the last write (a busy machine flushes late).
     let newest_flushed = revision(&mut c).await;
-    let mut flushed = 0;
-    for _ in 0..600 {
-        let d = pinfleet::etcd::agent::deltas_after(&store, b.manifest.revision).await.unwrap();
-        flushed = d.last().map_or(0, |d| d.to);
-        if flushed >= newest_flushed {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(flushed >= newest_flushed, "the deltas never reached revision {newest_flushed} ({flushed})");
+    deltas_reach(&store, b.manifest.revision, newest_flushed, "the last write").await;
     let _ = agent.kill();
     let _ = agent.wait();
     drop(c);
@@ -853,11 +844,22 @@ async fn every_member_answers(trio: &Trio, prefix: &str, n: i64) -> Client {
 
 /// How many old `member` folders machine `i` kept beside its data.
 fn kept_beside(trio: &Trio, i: usize) -> usize {
-    std::fs::read_dir(trio.data(i))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("member.before-restore-"))
-        .count()
+    pinfleet::etcd::restore::kept_in(&trio.data(i)).len()
+}
+
+/// Waits (60 s at most) until the deltas after `backup_rev` reach revision
+/// `rev` (an agent flushes every delta interval; a busy machine later).
+async fn deltas_reach(store: &pinfleet::state::Store, backup_rev: i64, rev: i64, what: &str) {
+    let mut flushed = 0;
+    for _ in 0..600 {
+        let d = pinfleet::etcd::agent::deltas_after(store, backup_rev).await.unwrap();
+        flushed = d.last().map_or(0, |d| d.to);
+        if flushed >= rev {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what} (revision {rev}) never reached the deltas ({flushed})");
 }
 
 /// Waits (30 s at most) until every machine's etcd and API server
@@ -983,31 +985,13 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     let good = revision(&mut c).await;
     let aws = moto_aws().await;
     let store = pinfleet::state::Store::open(&state, &w.cluster, Some(&aws)).await.unwrap();
-    let mut flushed = 0;
-    for _ in 0..300 {
-        let d = pinfleet::etcd::agent::deltas_after(&store, backup_rev).await.unwrap();
-        flushed = d.last().map_or(0, |d| d.to);
-        if flushed >= good {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(flushed >= good, "the deltas never reached revision {good} ({flushed})");
+    deltas_reach(&store, backup_rev, good, "the writes after the backup").await;
     c.delete("/registry/configmaps/team/", Some(etcd_client::DeleteOptions::new().with_prefix())).await.unwrap();
     assert_eq!(count(&mut c, "/registry/configmaps/team/").await, 0);
     let before = revision(&mut c).await;
     drop(c);
     // The mistake is in the deltas too.
-    let mut flushed = 0;
-    for _ in 0..300 {
-        let d = pinfleet::etcd::agent::deltas_after(&store, backup_rev).await.unwrap();
-        flushed = d.last().map_or(0, |d| d.to);
-        if flushed >= before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(flushed >= before, "the mistake (revision {before}) never reached the deltas ({flushed})");
+    deltas_reach(&store, backup_rev, before, "the mistake").await;
 
     // Refused while an agent reads the live store, without --force.
     let refused = w.run(&["etcd", "restore", &w.cluster, "--state", &state]);

@@ -143,16 +143,25 @@ pub fn prepared_dir(t: &Target, tag: &str) -> PathBuf {
     t.data_dir.join(format!(".pinfleet-restore-{tag}"))
 }
 
-/// The most recent old `member` folder [`swap_in`] kept, if any.
-pub fn kept_before(t: &Target) -> Option<PathBuf> {
-    let mut kept: Vec<PathBuf> = std::fs::read_dir(&t.data_dir)
-        .ok()?
+/// How [`swap_in`] names an old `member` folder it keeps (then its time).
+const KEPT: &str = "member.before-restore-";
+
+/// Every old `member` folder [`swap_in`] kept in `data_dir`, oldest first.
+pub fn kept_in(data_dir: &Path) -> Vec<PathBuf> {
+    let mut kept: Vec<PathBuf> = std::fs::read_dir(data_dir)
+        .into_iter()
+        .flatten()
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("member.before-restore-"))
+        .filter(|e| e.file_name().to_string_lossy().starts_with(KEPT))
         .map(|e| e.path())
         .collect();
     kept.sort();
-    kept.pop()
+    kept
+}
+
+/// The most recent old `member` folder [`swap_in`] kept, if any.
+pub fn kept_before(t: &Target) -> Option<PathBuf> {
+    kept_in(&t.data_dir).pop()
 }
 
 /// The second step: the old `member` folder is moved to
@@ -162,7 +171,7 @@ pub fn kept_before(t: &Target) -> Option<PathBuf> {
 /// presence without `member` says the swap happened).
 pub fn swap_in(t: &Target, fresh: &Path) -> Result<Option<PathBuf>> {
     let member = t.data_dir.join("member");
-    let aside = t.data_dir.join(format!("member.before-restore-{}", stamp()));
+    let aside = t.data_dir.join(format!("{KEPT}{}", stamp()));
     let kept = if member.exists() {
         std::fs::rename(&member, &aside)
             .with_context(|| format!("moving {} aside to {}", member.display(), aside.display()))?;
