@@ -762,6 +762,22 @@ impl Healer {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The log once it holds every one of `lines`. A pass says what it did
+    /// after it has done and recorded it, so a change seen in EC2 comes
+    /// before the line that tells of it: wait for the line, never read at once.
+    fn said(&self, lines: &[String]) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let log = self.log();
+            if lines.iter().all(|l| log.contains(l)) {
+                return log;
+            }
+            let missing: Vec<&String> = lines.iter().filter(|l| !log.contains(*l)).collect();
+            assert!(std::time::Instant::now() < deadline, "never said {missing:?}:\n{log}");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
 }
 
 fn healer(w: &World, sim: &NodeSim, extra: &[&str]) -> Healer {
@@ -827,8 +843,7 @@ fn a_stopped_machine_is_replaced() {
         now.len() == 3 && !now.contains(&victim)
     });
     wait_ready_nodes(&sim, 4);
-    let log = h.log();
-    assert!(log.contains(&format!("machine-health: replaced {victim} (general): instance stopped")), "{log}");
+    h.said(&[format!("machine-health: replaced {victim} (general): instance stopped")]);
     let history = w.ok(&["history", "healstop"]);
     let record = w.json(&["history", "healstop"]);
     assert!(
@@ -847,11 +862,7 @@ fn a_node_not_ready_past_the_timeout_is_replaced() {
     let h = healer(&w, &sim, &["--unhealthy-timeout", "2s"]);
     wait_for("the NotReady machine to be replaced", 60, || !ids(&w.instances_in("general")).contains(&victim));
     wait_for("a replacement", 30, || w.instances_in("general").len() == 3);
-    let log = h.log();
-    assert!(
-        log.contains(&format!("machine-health: replaced {victim} (general): Node {victim} Ready=Unknown for")),
-        "{log}"
-    );
+    h.said(&[format!("machine-health: replaced {victim} (general): Node {victim} Ready=Unknown for")]);
 }
 
 /// Three of five machines stopped at once is more than maxUnhealthy (40%):
@@ -1214,15 +1225,12 @@ fn a_spot_interruption_warning_cordons_drains_within_its_time_and_replaces_elsew
         let now = ids(&w.instances_in("general"));
         now.len() == 2 && !now.contains(&victim)
     });
-    let log = h.log();
-    for line in [
+    let log = h.said(&[
         format!("interruption: cordoned {victim}"),
         "marked out in the capacity ledger".to_string(),
         format!("to replace {victim}"),
         format!("interruption: ended {victim}"),
-    ] {
-        assert!(log.contains(&line), "{line}:\n{log}");
-    }
+    ]);
     // The pods' grace was capped to what was left of the two minutes (the pod asked for 600 s).
     let cap: u64 = log
         .split("each pod's grace at most ")
@@ -1311,8 +1319,9 @@ fn a_rebalance_recommendation_replaces_first_and_drains_once_the_replacement_is_
         let now = ids(&w.instances_in("general"));
         now.len() == 2 && !now.contains(&victim)
     });
-    let log = h.log();
-    assert!(log.contains("is dropped: detail-type"), "{log}");
-    assert!(log.contains(&format!("rebalance: {victim} (general) is at risk")), "{log}");
-    assert!(log.contains("is Ready; drained and ended"), "{log}");
+    h.said(&[
+        "is dropped: detail-type".to_string(),
+        format!("rebalance: {victim} (general) is at risk"),
+        "is Ready; drained and ended".to_string(),
+    ]);
 }
