@@ -30,6 +30,21 @@ where
     panic!("timed out waiting for {what}");
 }
 
+/// The Events as `kubectl get … -o <output>` prints them, once `holds`
+/// says they have what is waited for. A condition is patched first and
+/// its Event published after, so a condition seen does not mean its Event is.
+async fn events_until(k: &KubeEnv, output: &str, holds: impl Fn(&str) -> bool) -> String {
+    let mut last = String::new();
+    for _ in 0..300 {
+        last = k.ok(&["get", "events.v1.events.k8s.io", "-o", output]);
+        if holds(&last) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the Events never held what was waited for:\n{last}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_service_becomes_its_children_and_follows_changes() {
     // RUST_LOG=pinfleet::controller=debug says why each write happened.
@@ -355,15 +370,13 @@ async fn every_batch_and_stateful_kind_becomes_its_native_object() {
         assert!(children.contains(child.split('/').nth(1).unwrap()), "{resource} lists {child}: {children}");
     }
     // Condition changes are recorded as Events on the workload.
-    let events = k.ok(&[
-        "get",
-        "events.v1.events.k8s.io",
-        "-o",
+    let wanted: Vec<String> = crs.iter().map(|(kind, name, _, _)| format!("{kind}/{name}:Applied:Normal")).collect();
+    events_until(
+        &k,
         "jsonpath={range .items[*]}{.regarding.kind}/{.regarding.name}:{.reason}:{.type}{\"\\n\"}{end}",
-    ]);
-    for (kind, name, _, _) in crs {
-        assert!(events.contains(&format!("{kind}/{name}:Applied:Normal")), "no event for {kind}/{name}:\n{events}");
-    }
+        |events| wanted.iter().all(|w| events.contains(w)),
+    )
+    .await;
     // A new runtime-support profile: a running Job keeps its pod template
     // (the API server refuses a change to it), and the workload stays
     // Reconciled; the StatefulSet's template rolls to it.
@@ -427,12 +440,15 @@ async fn a_failing_shard_retries_then_the_jobset_reports_failure() {
     assert_eq!(cond("Degraded")["status"], "True", "{status}");
     assert!(status["shards"]["failed"].as_i64().unwrap() >= 2, "pods were retried and failed: {status}");
     // The failure is an Event on the workload, a warning.
-    let events = k.ok(&["get", "events.events.k8s.io", "-o", "json"]);
-    let events: serde_json::Value = serde_json::from_str(&events).unwrap();
-    assert!(
-        events["items"].as_array().unwrap().iter().any(|e| e["regarding"]["name"] == "flaky" && e["type"] == "Warning"),
-        "{events}"
-    );
+    events_until(&k, "json", |events| {
+        let events: serde_json::Value = serde_json::from_str(events).unwrap_or_default();
+        events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["regarding"]["name"] == "flaky" && e["type"] == "Warning")
+    })
+    .await;
     running.abort();
 }
 
@@ -489,13 +505,10 @@ async fn a_refused_child_shows_in_status_until_the_next_good_reconcile() {
         k.kubectl(&["get", "cronjob", &long]).status.code() != Some(0),
         "a CronJob the server would refuse is never sent"
     );
-    let events = k.ok(&[
-        "get",
-        "events.v1.events.k8s.io",
-        "-o",
-        "jsonpath={range .items[*]}{.regarding.name}:{.type}:{.note}{\"\\n\"}{end}",
-    ]);
-    assert!(events.lines().any(|l| l.starts_with("squat:Warning:") && l.contains("field is immutable")), "{events}");
+    events_until(&k, "jsonpath={range .items[*]}{.regarding.name}:{.type}:{.note}{\"\\n\"}{end}", |events| {
+        events.lines().any(|l| l.starts_with("squat:Warning:") && l.contains("field is immutable"))
+    })
+    .await;
     // The squatter goes; the next reconcile applies and clears the condition.
     k.ok(&["delete", "deployment", "squat"]);
     until("Reconciled=True after the conflict is gone", || {

@@ -1263,8 +1263,10 @@ fn a_spot_interruption_warning_cordons_drains_within_its_time_and_replaces_elsew
         body.contains("pinfleet_capacity_offerings_out{region=\"us-east-1\",group=\"spotwarn/general\",code=\"SpotInterruption\"} 1"),
         "{body}"
     );
-    let history = w.json(&["history", "spotwarn"]).to_string();
-    assert!(history.contains(&format!("interruption: ended {victim}")), "{history}");
+    // The record is written once every step is done, after the lines.
+    wait_for("the interruption in history", 30, || {
+        w.json(&["history", "spotwarn"]).to_string().contains(&format!("interruption: ended {victim}"))
+    });
 }
 
 /// An EC2 event about this world's machines, put on EventBridge `ago`

@@ -282,11 +282,63 @@ pub fn resume_at(prepared: Option<&Report>, restored: Option<&Report>, decided: 
     }
 }
 
+/// The file beside a member's data folder whose lock says one agent
+/// follows that member's restore orders (beside, not in it: the swap
+/// moves the folder, and a lock inside would move with it).
+pub fn member_lock_path(me: &Target) -> std::path::PathBuf {
+    let mut name = me.data_dir.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "etcd".into());
+    name.push(".pinfleet-agent.lock");
+    me.data_dir.with_file_name(name)
+}
+
+/// Takes the member's lock (an exclusive `flock`, held while the returned
+/// file is open, given back by the kernel when the process ends however it
+/// ends). `Ok(None)`: another agent holds it, as when a DaemonSet's rollout
+/// briefly runs two agents on one machine; two agents restoring one data
+/// folder would swap it twice.
+pub fn hold_member(me: &Target) -> Result<Option<std::fs::File>> {
+    let path = member_lock_path(me);
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match f.try_lock() {
+        Ok(()) => Ok(Some(f)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("locking {}", path.display())),
+    }
+}
+
 /// The agent's side: looks for an order naming `me` every [`POLL`] for as
 /// long as the agent runs, and takes each up at most once (again after a
 /// restart, where it left it). Runs beside the backups, whatever state
-/// etcd is in.
+/// etcd is in. Only the agent holding the member's lock ([`hold_member`])
+/// follows orders; another waits for it, saying so once.
 pub async fn follow_orders(store: &Store, me: &Target, bins: Option<&Binaries>, etcd: &EtcdArgs) {
+    let mut said = false;
+    let _held = loop {
+        match hold_member(me) {
+            Ok(Some(f)) => break f,
+            Ok(None) if !said => {
+                tracing::warn!(
+                    lock = %member_lock_path(me).display(),
+                    "another agent follows this member's restore orders; this one waits for it to end"
+                );
+                said = true;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("the member's lock: {e:#}; trying again"),
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    if said {
+        tracing::info!("the other agent ended: this one follows the member's restore orders");
+    }
     let mut taken = std::collections::BTreeSet::new();
     loop {
         match store.get_json::<Order>(ORDER).await {
@@ -764,6 +816,32 @@ mod tests {
         // A marker an older agent wrote (the order's time alone) is taken.
         std::fs::write(marker(&me, &o.id), o.issued_at.to_rfc3339()).unwrap();
         assert_eq!(read_mark(&me, &o.id), Some(Mark::Taken));
+    }
+
+    #[test]
+    fn one_agent_at_a_time_holds_a_members_lock_beside_its_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = Target {
+            name: "a".into(),
+            peer_url: "https://a:2380".into(),
+            data_dir: dir.path().join("etcd"),
+            manifests_dir: None,
+        };
+        // Beside the folder the swap moves, never in it.
+        assert_eq!(member_lock_path(&me), dir.path().join("etcd.pinfleet-agent.lock"));
+        let first = hold_member(&me).unwrap().expect("the first agent holds it");
+        assert!(hold_member(&me).unwrap().is_none(), "a second agent waits");
+        // The swap renames the data folder: the lock stays held.
+        std::fs::create_dir_all(&me.data_dir).unwrap();
+        std::fs::rename(&me.data_dir, dir.path().join("etcd.old")).unwrap();
+        assert!(hold_member(&me).unwrap().is_none(), "still held across a swap");
+        drop(first);
+        assert!(hold_member(&me).unwrap().is_some(), "given back when the first one ends");
+        // A folder it cannot create beside is an error that names it.
+        let blocked = Target { data_dir: dir.path().join("file/etcd"), ..me };
+        std::fs::write(dir.path().join("file"), "").unwrap();
+        let e = format!("{:#}", hold_member(&blocked).unwrap_err());
+        assert!(e.contains("file"), "{e}");
     }
 
     #[test]

@@ -107,9 +107,18 @@ pub async fn down(cluster: &str) -> Result<bool> {
     let running = match read_pid(&dir) {
         Some(pid) if pid_alive(pid) => {
             let _ = Command::new("kill").arg(pid.to_string()).status();
+            // It stops its pods first (each given the kubelet's grace,
+            // then killed): its files go only once it has ended, so a
+            // destroy that times out is tried again whole.
             let start = Instant::now();
-            while pid_alive(pid) && start.elapsed() < Duration::from_secs(10) {
+            while pid_alive(pid) && start.elapsed() < Duration::from_secs(30) {
                 tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if pid_alive(pid) {
+                bail!(
+                    "the sim for {cluster} (pid {pid}) has not stopped within 30s of SIGTERM; its files in {} are kept: run destroy again",
+                    dir.display()
+                );
             }
             true
         }

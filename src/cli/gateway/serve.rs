@@ -280,7 +280,11 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
     let scheme = if s.tls_cert.is_some() { "https" } else { "http" };
     let url = format!("{scheme}://{addr}");
     if let Some(f) = &s.url_file {
-        std::fs::write(f, &url).with_context(|| format!("writing {}", f.display()))?;
+        // Written whole and renamed into place: a reader waiting for the
+        // file (a script, a test) never reads it empty.
+        let tmp = f.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, &url).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, f).with_context(|| format!("writing {}", f.display()))?;
     }
     eprintln!("gateway serving at {url}");
     let tls = match (&s.tls_cert, &s.tls_key) {
