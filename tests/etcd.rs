@@ -184,12 +184,16 @@ async fn restore_and_start(w: &World, state: &str, trio: &mut Trio, extra: &[&st
 /// `pinfleet etcd agent` for the world's cluster on `trio`, a full backup
 /// an hour (a change asks for one sooner), with `extra` flags.
 fn spawn_agent(w: &World, state: &str, trio: &Trio, extra: &[&str]) -> std::process::Child {
+    // DEBUG_AGENT=1 shows the agents' logs (with RUST_LOG) when a drill fails.
+    let log = if std::env::var_os("DEBUG_AGENT").is_some() { Stdio::inherit() } else { Stdio::null() };
+    spawn_agent_to(w, state, trio, extra, log)
+}
+
+fn spawn_agent_to(w: &World, state: &str, trio: &Trio, extra: &[&str], log: Stdio) -> std::process::Child {
     let endpoints = trio.endpoints();
     let mut args =
         vec!["etcd", "agent", w.cluster.as_str(), "--state", state, "--endpoints", &endpoints, "--interval", "1h"];
     args.extend_from_slice(extra);
-    // DEBUG_AGENT=1 shows the agents' logs (with RUST_LOG) when a drill fails.
-    let log = if std::env::var_os("DEBUG_AGENT").is_some() { Stdio::inherit() } else { Stdio::null() };
     w.command(&args).stdout(Stdio::null()).stderr(log).spawn().unwrap()
 }
 
@@ -975,6 +979,31 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     };
     let mut agents: Vec<Agent> = (0..3).map(agent).collect();
     let listed = a_verified_backup(&w, &state, 300).await;
+    // A second agent for machine 0 (a DaemonSet's rollout can run two
+    // briefly): it waits for the member's lock and takes no order, so the
+    // restore below swaps machine 0's data once.
+    let second_log = trio.dir.path().join("second-agent.log");
+    let second = {
+        let me = format!(
+            "{}=http://127.0.0.1:{}={}={}",
+            Trio::names()[0],
+            trio.ports[0].1,
+            trio.data(0).display(),
+            manifests[0].display()
+        );
+        let log = Stdio::from(std::fs::File::create(&second_log).unwrap());
+        Agent(spawn_agent_to(&w, &state, &trio, &["--delta-interval", "1s", "--restore-as", &me], log))
+    };
+    let mut tries = 0;
+    while !std::fs::read_to_string(&second_log).unwrap_or_default().contains("another agent follows this member's") {
+        tries += 1;
+        assert!(
+            tries < 600,
+            "the second agent never said it waits: {}",
+            std::fs::read_to_string(&second_log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let b =
         listed.iter().find(|b| b["verdict"]["ok"] == true).unwrap_or_else(|| panic!("no verified backup: {listed:?}"));
     assert_eq!(b["manifest"]["members"].as_array().map(Vec::len), Some(3), "the backup records its members: {b}");
@@ -1043,6 +1072,9 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     for i in 0..3 {
         assert_eq!(kept_beside(&trio, i), 1, "machine {i} kept its old data beside the restored");
     }
+    let said = std::fs::read_to_string(&second_log).unwrap_or_default();
+    assert!(!said.contains("restoring this member as ordered"), "the second agent took the order up too:\n{said}");
+    drop(second);
     // Each API server comes back once the store is whole (its agent moves
     // the manifest back after the finisher's word).
     static_pods_back(&manifests).await;

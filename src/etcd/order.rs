@@ -282,13 +282,12 @@ pub fn resume_at(prepared: Option<&Report>, restored: Option<&Report>, decided: 
     }
 }
 
-/// The file beside a member's data folder whose lock says one agent
-/// follows that member's restore orders (beside, not in it: the swap
-/// moves the folder, and a lock inside would move with it).
+/// The file in a member's data folder whose lock says one agent follows
+/// that member's restore orders. In the folder itself, the one the addon
+/// mounts from the machine (a lock in the container's own files would
+/// hold nothing against another pod); the swap moves only `member` inside it.
 pub fn member_lock_path(me: &Target) -> std::path::PathBuf {
-    let mut name = me.data_dir.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "etcd".into());
-    name.push(".pinfleet-agent.lock");
-    me.data_dir.with_file_name(name)
+    me.data_dir.join(".pinfleet-agent.lock")
 }
 
 /// Takes the member's lock (an exclusive `flock`, held while the returned
@@ -298,9 +297,7 @@ pub fn member_lock_path(me: &Target) -> std::path::PathBuf {
 /// folder would swap it twice.
 pub fn hold_member(me: &Target) -> Result<Option<std::fs::File>> {
     let path = member_lock_path(me);
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    }
+    std::fs::create_dir_all(&me.data_dir).with_context(|| format!("creating {}", me.data_dir.display()))?;
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -827,13 +824,15 @@ mod tests {
             data_dir: dir.path().join("etcd"),
             manifests_dir: None,
         };
-        // Beside the folder the swap moves, never in it.
-        assert_eq!(member_lock_path(&me), dir.path().join("etcd.pinfleet-agent.lock"));
+        // In the folder the addon mounts from the machine.
+        assert_eq!(member_lock_path(&me), dir.path().join("etcd/.pinfleet-agent.lock"));
         let first = hold_member(&me).unwrap().expect("the first agent holds it");
         assert!(hold_member(&me).unwrap().is_none(), "a second agent waits");
-        // The swap renames the data folder: the lock stays held.
-        std::fs::create_dir_all(&me.data_dir).unwrap();
-        std::fs::rename(&me.data_dir, dir.path().join("etcd.old")).unwrap();
+        // A swap moves the member folder inside: the lock stays held.
+        let fresh = dir.path().join("fresh");
+        std::fs::create_dir_all(fresh.join("member")).unwrap();
+        std::fs::create_dir_all(me.data_dir.join("member")).unwrap();
+        restore::swap_in(&me, &fresh).unwrap();
         assert!(hold_member(&me).unwrap().is_none(), "still held across a swap");
         drop(first);
         assert!(hold_member(&me).unwrap().is_some(), "given back when the first one ends");
