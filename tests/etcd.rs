@@ -184,17 +184,36 @@ async fn restore_and_start(w: &World, state: &str, trio: &mut Trio, extra: &[&st
 /// `pinfleet etcd agent` for the world's cluster on `trio`, a full backup
 /// an hour (a change asks for one sooner), with `extra` flags.
 fn spawn_agent(w: &World, state: &str, trio: &Trio, extra: &[&str]) -> std::process::Child {
-    // DEBUG_AGENT=1 shows the agents' logs (with RUST_LOG) when a drill fails.
-    let log = if std::env::var_os("DEBUG_AGENT").is_some() { Stdio::inherit() } else { Stdio::null() };
-    spawn_agent_to(w, state, trio, extra, log)
+    spawn_agent_to(w, state, trio, extra, debug_log(), None)
 }
 
-fn spawn_agent_to(w: &World, state: &str, trio: &Trio, extra: &[&str], log: Stdio) -> std::process::Child {
+/// DEBUG_AGENT=1 shows the agents' logs (with RUST_LOG) when a drill fails.
+fn debug_log() -> Stdio {
+    if std::env::var_os("DEBUG_AGENT").is_some() {
+        Stdio::inherit()
+    } else {
+        Stdio::null()
+    }
+}
+
+/// An agent whose stderr goes to `log`, dying at `failpoint` if one is named.
+fn spawn_agent_to(
+    w: &World,
+    state: &str,
+    trio: &Trio,
+    extra: &[&str],
+    log: Stdio,
+    failpoint: Option<&str>,
+) -> std::process::Child {
     let endpoints = trio.endpoints();
     let mut args =
         vec!["etcd", "agent", w.cluster.as_str(), "--state", state, "--endpoints", &endpoints, "--interval", "1h"];
     args.extend_from_slice(extra);
-    w.command(&args).stdout(Stdio::null()).stderr(log).spawn().unwrap()
+    let mut cmd = w.command(&args);
+    if let Some(point) = failpoint {
+        cmd.env(pinfleet::etcd::FAILPOINT_VAR, point);
+    }
+    cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap()
 }
 
 /// The backups listed once one is verified, read every 200 ms up to
@@ -967,7 +986,7 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
         }
     };
     write(&mut c, "/registry/configmaps/team/n", 200).await;
-    let agent = |i: usize| {
+    let agent = |i: usize, failpoint: Option<&str>| {
         let me = format!(
             "{}=http://127.0.0.1:{}={}={}",
             Trio::names()[i],
@@ -975,9 +994,10 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
             trio.data(i).display(),
             manifests[i].display()
         );
-        Agent(spawn_agent(&w, &state, &trio, &["--delta-interval", "1s", "--restore-as", &me]))
+        let args = ["--delta-interval", "1s", "--restore-as", &me];
+        Agent(spawn_agent_to(&w, &state, &trio, &args, debug_log(), failpoint))
     };
-    let mut agents: Vec<Agent> = (0..3).map(agent).collect();
+    let mut agents: Vec<Agent> = (0..3).map(|i| agent(i, None)).collect();
     let listed = a_verified_backup(&w, &state, 300).await;
     // A second agent for machine 0 (a DaemonSet's rollout can run two
     // briefly): it waits for the member's lock and takes no order, so the
@@ -992,7 +1012,7 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
             manifests[0].display()
         );
         let log = Stdio::from(std::fs::File::create(&second_log).unwrap());
-        Agent(spawn_agent_to(&w, &state, &trio, &["--delta-interval", "1s", "--restore-as", &me], log))
+        Agent(spawn_agent_to(&w, &state, &trio, &["--delta-interval", "1s", "--restore-as", &me], log, None))
     };
     let mut tries = 0;
     while !std::fs::read_to_string(&second_log).unwrap_or_default().contains("another agent follows this member's") {
@@ -1095,9 +1115,17 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
         assert!(tries < 600, "no verified backup after the restore holds revision {written}: {listed:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Agents killed part-way and started again take the order up where
-    // they left it: one while preparing, one prepared and awaiting the
-    // decision, the finisher once restored; the restore completes.
+    // Agents that die part-way and are started again take the order up
+    // where they left it, and the restore completes: every agent dies
+    // between its swap's two renames (a failpoint: the old data aside, the
+    // restored not yet in), the finisher once more after its replay and
+    // before it says so (it replays again), one is killed while preparing
+    // and one while it awaits the decision.
+    for (i, a) in agents.iter_mut().enumerate() {
+        let _ = a.0.kill();
+        let _ = a.0.wait();
+        *a = agent(i, Some("restore:between-renames"));
+    }
     let previous = store.get_json::<Order>(ORDER).await.unwrap().map(|o| o.id);
     let restoring = {
         let mut cmd =
@@ -1120,25 +1148,38 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
         let (store, key) = (&store, report_key(&o.id, Trio::names()[i], step));
         async move { store.get_json::<Report>(&key).await.unwrap().is_some() }
     };
-    let mut restarted = [false; 3];
+    // Where each agent dies next, by how often it died at a failpoint.
+    let next = |i: usize, died: usize| match died {
+        0 => Some("restore:between-renames"),
+        1 if i == finisher => Some("restore:before-finished"),
+        _ => None,
+    };
+    let mut died = [0usize; 3];
+    let mut killed = [false; 3];
     let mut tries = 0;
-    while !restarted.iter().all(|r| *r) {
+    while !(killed[awaiting] && killed[preparing] && died.iter().all(|d| *d >= 1) && died[finisher] >= 2) {
+        for i in 0..3 {
+            if let Some(status) = agents[i].0.try_wait().unwrap() {
+                assert_eq!(status.code(), Some(pinfleet::etcd::FAILPOINT_EXIT), "agent {i} died, not at a failpoint");
+                died[i] += 1;
+                agents[i] = agent(i, next(i, died[i]));
+            }
+        }
         let set_aside = manifests[preparing].join(".pinfleet-restore").join(Trio::names()[preparing]).join("etcd.yaml");
         let due = [
-            (finisher, said(finisher, "restored").await),
             (awaiting, said(awaiting, "prepared").await),
             (preparing, set_aside.exists() || said(preparing, "prepared").await),
         ];
         for (i, now) in due {
-            if now && !restarted[i] {
+            if now && !killed[i] {
                 let _ = agents[i].0.kill();
                 let _ = agents[i].0.wait();
-                agents[i] = agent(i);
-                restarted[i] = true;
+                agents[i] = agent(i, next(i, died[i]));
+                killed[i] = true;
             }
         }
         tries += 1;
-        assert!(tries < 3000, "the third restore stalled before every agent was restarted: {restarted:?}");
+        assert!(tries < 3000, "the third restore stalled: died at failpoints {died:?}, killed {killed:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let out = restoring.await.unwrap();

@@ -36,3 +36,22 @@ pub mod restore;
 pub mod scratch;
 pub mod snapshot;
 pub mod verify;
+
+/// The variable naming the points at which a drill has the process die
+/// (comma-separated): `restore:between-renames` (a swap's old data moved
+/// aside, the restored data not yet in), `restore:before-finished` (the
+/// finisher replayed, bumped and compacted but has not said so). The way
+/// to prove a restart there resumes; unset, nothing happens.
+pub const FAILPOINT_VAR: &str = "PINFLEET_FAILPOINT";
+/// The exit code of a process that died at a failpoint.
+pub const FAILPOINT_EXIT: i32 = 86;
+
+/// Dies at once (no destructors, no cleanup: as a machine losing power
+/// would, less the page cache) when [`FAILPOINT_VAR`] names `point`.
+pub(crate) fn failpoint(point: &str) {
+    if std::env::var(FAILPOINT_VAR).is_ok_and(|v| v.split(',').any(|p| p.trim() == point)) {
+        eprintln!("failpoint {point}: the process dies here ({FAILPOINT_VAR})");
+        // SAFETY: ends the process without running anything else, as a kill would.
+        unsafe { libc::_exit(FAILPOINT_EXIT) };
+    }
+}

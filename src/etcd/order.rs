@@ -558,6 +558,7 @@ async fn decide_and_swap(
 async fn finish_here(store: &Store, me: &Target, etcd: &EtcdArgs, o: &Order) -> Result<()> {
     if o.finisher() == Some(me.name.as_str()) && store.get_json::<Finished>(&finished_key(&o.id)).await?.is_none() {
         let f = finish(store, etcd, o).await;
+        super::failpoint("restore:before-finished");
         store.put_json(&finished_key(&o.id), &f).await?;
     }
     let t = Instant::now();

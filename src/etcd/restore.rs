@@ -179,6 +179,7 @@ pub fn swap_in(t: &Target, fresh: &Path) -> Result<Option<PathBuf>> {
     } else {
         None
     };
+    super::failpoint("restore:between-renames");
     if let Err(e) = std::fs::rename(fresh.join("member"), &member) {
         if let Some(k) = &kept {
             let _ = std::fs::rename(k, &member);
