@@ -21,7 +21,6 @@ use aws_smithy_runtime_api::client::interceptors::context::{
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::config_bag::ConfigBag;
 
 /// Where the AWS APIs are.
@@ -233,10 +232,7 @@ impl Intercept for Interceptor {
             None
         };
         if injected.is_some() {
-            let body = super::inject::HARMLESS;
-            let req = ctx.request_mut();
-            *req.body_mut() = SdkBody::from(body);
-            req.headers_mut().insert("content-length", body.len().to_string());
+            super::inject::send_instead(ctx, super::inject::HARMLESS);
         }
         cfg.interceptor_state().store_put(Injected(injected));
         Ok(())
@@ -280,10 +276,7 @@ impl Intercept for Interceptor {
             gate.modify_before_deserialization(ctx, _rc, cfg)?;
         }
         let Some(Injected(Some((status, code, message)))) = cfg.load::<Injected>().cloned() else { return Ok(()) };
-        let resp = ctx.response_mut();
-        *resp.status_mut() = status.try_into()?;
-        *resp.body_mut() = SdkBody::from(super::inject::ec2_error_body(code, message));
-        Ok(())
+        super::inject::answer(ctx, status, super::inject::ec2_error_body(code, message))
     }
 
     fn modify_before_attempt_completion(

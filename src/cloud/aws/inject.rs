@@ -160,6 +160,51 @@ fn encode(pairs: &[(String, String)]) -> String {
 /// A call that changes nothing, sent instead of a refused launch.
 pub(super) const HARMLESS: &str = "Action=DescribeRegions&Version=2016-11-15";
 
+// What every injector here does at the SDK's edge, once.
+
+/// The operation a call is (`RunInstances`), empty where none is named.
+pub(super) fn operation(cfg: &ConfigBag) -> String {
+    cfg.load::<Metadata>().map(|m| m.name().to_string()).unwrap_or_default()
+}
+
+/// Sends `body` instead of the request's own: a call that changes nothing
+/// goes, and its answer is replaced ([`answer`]).
+pub(super) fn send_instead(ctx: &mut BeforeTransmitInterceptorContextMut<'_>, body: impl Into<String>) {
+    let body = body.into();
+    let req = ctx.request_mut();
+    req.headers_mut().insert("content-length", body.len().to_string());
+    *req.body_mut() = SdkBody::from(body);
+}
+
+/// Answers `status` with `body` instead of what came back.
+pub(super) fn answer(
+    ctx: &mut BeforeDeserializationInterceptorContextMut<'_>,
+    status: u16,
+    body: impl Into<String>,
+) -> Result<(), BoxError> {
+    let body = body.into();
+    let resp = ctx.response_mut();
+    *resp.status_mut() = status.try_into()?;
+    resp.headers_mut().insert("content-length", body.len().to_string());
+    *resp.body_mut() = SdkBody::from(body);
+    Ok(())
+}
+
+/// [`answer`] as S3 answers an error: an XML document.
+pub(super) fn answer_s3(
+    ctx: &mut BeforeDeserializationInterceptorContextMut<'_>,
+    status: u16,
+    code: &str,
+    message: &str,
+) -> Result<(), BoxError> {
+    ctx.response_mut().headers_mut().insert("content-type", "application/xml");
+    answer(
+        ctx,
+        status,
+        format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message><RequestId>INJECTED</RequestId></Error>"),
+    )
+}
+
 #[derive(Debug)]
 pub struct Injector(pub Arc<CapacityFaults>);
 
@@ -174,7 +219,7 @@ impl Intercept for Injector {
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let op = cfg.load::<Metadata>().map(|m| m.name().to_string()).unwrap_or_default();
+        let op = operation(cfg);
         if op != "RunInstances" && op != "CreateFleet" {
             return Ok(());
         }
@@ -252,10 +297,7 @@ impl Intercept for Injector {
             }
         }
         if let Some(b) = new_body {
-            let len = b.len().to_string();
-            let req = ctx.request_mut();
-            *req.body_mut() = SdkBody::from(b);
-            req.headers_mut().insert("content-length", len);
+            send_instead(ctx, b);
         }
         Ok(())
     }
@@ -267,13 +309,8 @@ impl Intercept for Injector {
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         let Some(planned) = cfg.load::<Planned>().cloned() else { return Ok(()) };
-        let resp = ctx.response_mut();
         match planned {
-            Planned::Error { status, code, message } => {
-                let body = ec2_error_body(&code, &message);
-                *resp.status_mut() = status.try_into()?;
-                *resp.body_mut() = SdkBody::from(body);
-            }
+            Planned::Error { status, code, message } => answer(ctx, status, ec2_error_body(&code, &message))?,
             Planned::Fleet { errors, empty } => {
                 let items: String = errors
                     .iter()
@@ -294,8 +331,7 @@ impl Intercept for Injector {
                     let body = format!(
                         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CreateFleetResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>injected</requestId><fleetId>fleet-injected</fleetId><errorSet>{items}</errorSet><fleetInstanceSet/></CreateFleetResponse>"
                     );
-                    *resp.status_mut() = 200u16.try_into()?;
-                    *resp.body_mut() = SdkBody::from(body);
+                    answer(ctx, 200, body)?;
                 }
             }
         }
@@ -458,7 +494,7 @@ impl Intercept for S3Faults {
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let op = cfg.load::<Metadata>().map(|m| m.name().to_string()).unwrap_or_default();
+        let op = operation(cfg);
         if op == self.operation {
             let n = self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst).saturating_add(1);
             if n == self.nth {
@@ -477,13 +513,7 @@ impl Intercept for S3Faults {
         if cfg.load::<S3Refused>().is_none() {
             return Ok(());
         }
-        let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message><RequestId>INJECTED</RequestId></Error>";
-        let resp = ctx.response_mut();
-        *resp.status_mut() = 403u16.try_into()?;
-        resp.headers_mut().insert("content-type", "application/xml");
-        resp.headers_mut().insert("content-length", body.len().to_string());
-        *resp.body_mut() = SdkBody::from(body);
-        Ok(())
+        answer_s3(ctx, 403, "AccessDenied", "Access Denied")
     }
 }
 
@@ -557,7 +587,7 @@ impl Intercept for S3Owners {
     ) -> Result<(), BoxError> {
         let req = ctx.request_mut();
         let stated = req.headers().get(crate::state::owner::HEADER).map(str::to_string);
-        let op = cfg.load::<Metadata>().map(|m| m.name().to_string()).unwrap_or_default();
+        let op = operation(cfg);
         self.seen.lock().expect("seen").push((op, stated.clone()));
         let Some(expected) = stated else {
             return Ok(());
@@ -589,16 +619,10 @@ impl Intercept for S3Owners {
         if cfg.load::<WrongOwner>().is_none() {
             return Ok(());
         }
-        let (status, body) = if ctx.response().status().as_u16() == 404 {
-            (404u16, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><RequestId>INJECTED</RequestId></Error>")
+        if ctx.response().status().as_u16() == 404 {
+            answer_s3(ctx, 404, "NoSuchBucket", "The specified bucket does not exist")
         } else {
-            (403u16, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message><RequestId>INJECTED</RequestId></Error>")
-        };
-        let resp = ctx.response_mut();
-        *resp.status_mut() = status.try_into()?;
-        resp.headers_mut().insert("content-type", "application/xml");
-        resp.headers_mut().insert("content-length", body.len().to_string());
-        *resp.body_mut() = SdkBody::from(body);
-        Ok(())
+            answer_s3(ctx, 403, "AccessDenied", "Access Denied")
+        }
     }
 }

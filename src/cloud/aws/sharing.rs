@@ -123,28 +123,7 @@ pub async fn share(aws: &Aws, image: &str, accounts: &BTreeSet<String>) -> Resul
             new.join(", ")
         );
     }
-    let launch = LaunchPermissionModifications::builder()
-        .set_add(Some(new.iter().map(|a| LaunchPermission::builder().user_id(a).build()).collect()))
-        .build();
-    super::sdk(
-        "ModifyImageAttribute",
-        aws.ec2.modify_image_attribute().image_id(image).launch_permission(launch).send().await,
-    )?;
-    for snap in &snapshots {
-        // The OperationType + UserIds form (EC2 takes it as it takes
-        // CreateVolumePermission.Add; moto reads only this one).
-        super::sdk(
-            "ModifySnapshotAttribute",
-            aws.ec2
-                .modify_snapshot_attribute()
-                .snapshot_id(snap)
-                .attribute(aws_sdk_ec2::types::SnapshotAttributeName::CreateVolumePermission)
-                .operation_type(aws_sdk_ec2::types::OperationType::Add)
-                .set_user_ids(Some(new.clone()))
-                .send()
-                .await,
-        )?;
-    }
+    permit(aws, image, &snapshots, &new, aws_sdk_ec2::types::OperationType::Add).await?;
     let all: BTreeSet<String> = recorded.union(accounts).cloned().collect();
     record(aws, image, &all).await?;
     Ok(new)
@@ -158,14 +137,31 @@ pub async fn unshare(aws: &Aws, image: &str) -> Result<Vec<String>> {
         return Ok(Vec::new());
     }
     let gone: Vec<String> = recorded.iter().cloned().collect();
-    let launch = LaunchPermissionModifications::builder()
-        .set_remove(Some(gone.iter().map(|a| LaunchPermission::builder().user_id(a).build()).collect()))
-        .build();
+    permit(aws, image, &snapshots, &gone, aws_sdk_ec2::types::OperationType::Remove).await?;
+    record(aws, image, &BTreeSet::new()).await?;
+    Ok(gone)
+}
+
+/// Adds (or removes) `accounts`' permission to launch `image` and to
+/// create volumes from its `snapshots`.
+async fn permit(
+    aws: &Aws,
+    image: &str,
+    snapshots: &[String],
+    accounts: &[String],
+    op: aws_sdk_ec2::types::OperationType,
+) -> Result<()> {
+    let permissions = Some(accounts.iter().map(|a| LaunchPermission::builder().user_id(a).build()).collect());
+    let launch = match op {
+        aws_sdk_ec2::types::OperationType::Remove => LaunchPermissionModifications::builder().set_remove(permissions),
+        _ => LaunchPermissionModifications::builder().set_add(permissions),
+    }
+    .build();
     super::sdk(
         "ModifyImageAttribute",
         aws.ec2.modify_image_attribute().image_id(image).launch_permission(launch).send().await,
     )?;
-    for snap in &snapshots {
+    for snap in snapshots {
         // The OperationType + UserIds form (EC2 takes it as it takes
         // CreateVolumePermission.Add; moto reads only this one).
         super::sdk(
@@ -174,14 +170,13 @@ pub async fn unshare(aws: &Aws, image: &str) -> Result<Vec<String>> {
                 .modify_snapshot_attribute()
                 .snapshot_id(snap)
                 .attribute(aws_sdk_ec2::types::SnapshotAttributeName::CreateVolumePermission)
-                .operation_type(aws_sdk_ec2::types::OperationType::Remove)
-                .set_user_ids(Some(gone.clone()))
+                .operation_type(op.clone())
+                .set_user_ids(Some(accounts.to_vec()))
                 .send()
                 .await,
         )?;
     }
-    record(aws, image, &BTreeSet::new()).await?;
-    Ok(gone)
+    Ok(())
 }
 
 /// The accounts `image` may be launched from now (its launch permissions).

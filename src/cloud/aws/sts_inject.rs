@@ -23,7 +23,6 @@ use aws_smithy_runtime_api::client::interceptors::context::{
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 
 /// STS's own bounds on DurationSeconds.
@@ -289,7 +288,7 @@ impl Intercept for StsInjector {
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let op = cfg.load::<Metadata>().map(|m| m.name().to_string()).unwrap_or_default();
+        let op = super::inject::operation(cfg);
         if op != "AssumeRole" {
             return Ok(());
         }
@@ -299,9 +298,7 @@ impl Intercept for StsInjector {
         let caller = caller_of(ctx);
         if let Some(r) = self.0.assume_role(&caller, &form) {
             self.0.record(&op, &r);
-            let req = ctx.request_mut();
-            *req.body_mut() = SdkBody::from(HARMLESS);
-            req.headers_mut().insert("content-length", HARMLESS.len().to_string());
+            super::inject::send_instead(ctx, HARMLESS);
             cfg.interceptor_state().store_put(r);
         }
         Ok(())
@@ -314,10 +311,7 @@ impl Intercept for StsInjector {
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         let Some(r) = cfg.load::<Refusal>().cloned() else { return Ok(()) };
-        let resp = ctx.response_mut();
-        *resp.status_mut() = r.status.try_into()?;
-        *resp.body_mut() = SdkBody::from(query_error_body(r.code, &r.message));
-        Ok(())
+        super::inject::answer(ctx, r.status, query_error_body(r.code, &r.message))
     }
 }
 
@@ -377,9 +371,7 @@ impl Intercept for AccountGate {
             _ => None,
         };
         if let Some(h) = harmless {
-            let req = ctx.request_mut();
-            *req.body_mut() = SdkBody::from(h);
-            req.headers_mut().insert("content-length", h.len().to_string());
+            super::inject::send_instead(ctx, h);
         } else {
             // No harmless twin at hand: refuse before anything is sent.
             return Err(format!("{}: {}", r.code, r.message).into());
@@ -400,10 +392,7 @@ impl Intercept for AccountGate {
         } else {
             query_error_body(r.code, &r.message)
         };
-        let resp = ctx.response_mut();
-        *resp.status_mut() = r.status.try_into()?;
-        *resp.body_mut() = SdkBody::from(body);
-        Ok(())
+        super::inject::answer(ctx, r.status, body)
     }
 
     fn modify_before_attempt_completion(
