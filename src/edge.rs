@@ -133,9 +133,14 @@ pub struct Limits {
     pub stranger_body: usize,
     /// Bytes of request bodies buffered at once, in all.
     pub bodies_in_flight: usize,
-    /// Bytes of request bodies buffered at once for one holder (a user, or
-    /// a stranger's address).
+    /// Bytes of request bodies buffered at once for one user.
     pub body_per_holder: usize,
+    /// Bytes strangers' requests hold at once (their headers and bodies),
+    /// in all: a pool apart, so strangers never take an authenticated
+    /// caller's room.
+    pub strangers_in_flight: usize,
+    /// The same for one stranger's address.
+    pub stranger_per_peer: usize,
     /// HTTP/2 streams (requests) in progress on one connection.
     pub h2_streams: u32,
 }
@@ -181,6 +186,9 @@ impl Default for Limits {
             // 64 bodies of the largest size at once; a holder 4 of them.
             bodies_in_flight: 64 << 20,
             body_per_holder: 4 << 20,
+            // Sign-in forms: hundreds at once, a NAT'd office's dozens.
+            strangers_in_flight: 8 << 20,
+            stranger_per_peer: 512 << 10,
             // A CLI sends one request at a time; a tab a handful.
             h2_streams: 16,
         }
@@ -202,7 +210,52 @@ pub fn fitted(limits: Limits) -> Limits {
     };
     let open = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
     let room = soft.saturating_sub(open).saturating_sub(FD_RESERVE).max(8);
-    Limits { connections: limits.connections.min(room), per_peer: limits.per_peer.min(room), ..limits }
+    limits.with_connections(limits.connections.min(room))
+}
+
+/// The least share of connections a team is cut to, and a user's (a
+/// CLI, console tabs and CI jobs), never more than its team's.
+const LEAST_TEAM_SHARE: usize = 4;
+const LEAST_USER_SHARE: usize = 16;
+
+impl Limits {
+    /// `connections` in all, the per-address, per-user and per-team shares
+    /// cut in the same proportion when it is lower (never below
+    /// [`LEAST_TEAM_SHARE`] and [`LEAST_USER_SHARE`], never above what
+    /// they were, a user's never above its team's): a cap lowered by a
+    /// flag or the open-file limit keeps one user, or one team, from
+    /// holding all of it.
+    pub fn with_connections(self, connections: usize) -> Limits {
+        let cut = |share: usize, least: usize| {
+            if connections >= self.connections {
+                return share;
+            }
+            let scaled = share.saturating_mul(connections).checked_div(self.connections).unwrap_or(share);
+            scaled.max(least).min(share)
+        };
+        let per_team = cut(self.per_team, LEAST_TEAM_SHARE);
+        Limits {
+            connections,
+            per_peer: self.per_peer.min(connections),
+            per_user: cut(self.per_user, LEAST_USER_SHARE).min(per_team),
+            per_team,
+            ..self
+        }
+    }
+
+    /// These limits as a stranger's request sees them: its pool, its address's share.
+    fn for_strangers(&self) -> Limits {
+        Limits { bodies_in_flight: self.strangers_in_flight, body_per_holder: self.stranger_per_peer, ..*self }
+    }
+}
+
+/// What a request's header block holds, as HTTP/2 counts it (name, value
+/// and 32 bytes each): kept while the request lives, so counted in its
+/// holder's budget with its body.
+fn header_bytes(headers: &http::HeaderMap) -> usize {
+    headers
+        .iter()
+        .fold(0usize, |n, (k, v)| n.saturating_add(k.as_str().len()).saturating_add(v.len()).saturating_add(32))
 }
 
 /// The address a request came from, in its extensions (for a route's own
@@ -516,6 +569,7 @@ pub async fn serve(
     // notes it); the request's guards give back what it held.
     let app = app.layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked));
     let budget = Arc::new(BodyBudget::default());
+    let strangers = Arc::new(BodyBudget::default());
     let limits = fitted(limits);
     tracing::info!(
         connections = limits.connections,
@@ -583,6 +637,7 @@ pub async fn serve(
             gate: gate.clone(),
             audit: audit.clone(),
             budget: budget.clone(),
+            strangers: strangers.clone(),
             table: table.clone(),
             id,
             peer,
@@ -703,6 +758,8 @@ struct Conn {
     gate: Option<Arc<dyn Gate>>,
     audit: Option<Arc<dyn Audit>>,
     budget: Arc<BodyBudget>,
+    /// Strangers' pool (headers and bodies), apart from `budget`.
+    strangers: Arc<BodyBudget>,
     table: Arc<Mutex<Table>>,
     id: u64,
     peer: IpAddr,
@@ -754,9 +811,9 @@ async fn handle(
             Some(g) => CONNECTION_TRUST.scope(state.clone(), g.principal(&parts)).await,
             None => Some(String::new()),
         };
-        let (holder, most) = match principal {
-            Some(p) => (format!("user:{p}"), BODY_LIMIT),
-            None => (format!("peer:{}", conn.peer), limits.stranger_body),
+        let (holder, most, budget, pool) = match principal {
+            Some(p) => (format!("user:{p}"), BODY_LIMIT, &conn.budget, limits),
+            None => (format!("peer:{}", conn.peer), limits.stranger_body, &conn.strangers, limits.for_strangers()),
         };
         if announced.is_some_and(|n| n > most as u64) {
             return refuse(
@@ -765,14 +822,16 @@ async fn handle(
             );
         }
         // An announced length is reserved whole before a byte is read; a
-        // chunked body (no length) reserves as its bytes arrive.
-        let reserve = announced.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
-        let cap = announced.map_or(most, |_| reserve.min(most));
-        let Some(bytes) = conn.budget.take(&holder, reserve, &limits) else {
+        // chunked body (no length) reserves as its bytes arrive. The
+        // headers, held as long as the request, are reserved with it.
+        let body_len = announced.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let cap = announced.map_or(most, |_| body_len.min(most));
+        let reserve = body_len.saturating_add(header_bytes(&parts.headers));
+        let Some(bytes) = budget.take(&holder, reserve, &pool) else {
             return refuse(http::StatusCode::SERVICE_UNAVAILABLE, "too many request bodies in flight; try again");
         };
         let bytes = held.insert(bytes);
-        match read_body(body, &limits, cap, bytes).await {
+        match read_body(body, &pool, cap, bytes).await {
             Ok(b) => axum::body::Body::from(b),
             Err((status, why)) => return refuse(status, why),
         }
@@ -936,6 +995,41 @@ mod tests {
     fn the_cap_fits_under_the_open_file_limit() {
         let l = fitted(Limits { connections: usize::MAX, per_peer: usize::MAX, ..Limits::default() });
         assert!(l.connections < usize::MAX && l.connections >= 8, "{l:?}");
+    }
+
+    #[test]
+    fn a_lower_cap_cuts_each_users_and_teams_share_with_it() {
+        let d = Limits::default();
+        assert_eq!(d.with_connections(d.connections), d, "the default cap keeps its shares");
+        // A quarter of the cap for a team, as at the default; a user its 16.
+        let l = d.with_connections(1024);
+        assert_eq!((l.connections, l.per_peer, l.per_user, l.per_team), (1024, 256, 16, 256));
+        // A small cap: no team, and so no user, holds more than a quarter.
+        let l = d.with_connections(48);
+        assert_eq!((l.per_peer, l.per_user, l.per_team), (48, 12, 12));
+        // A higher cap never raises a share past what it was.
+        let l = d.with_connections(1 << 20);
+        assert_eq!((l.per_user, l.per_team), (d.per_user, d.per_team));
+        let tiny = d.with_connections(2);
+        assert_eq!((tiny.per_peer, tiny.per_user, tiny.per_team), (2, 4, 4));
+    }
+
+    #[test]
+    fn a_strangers_headers_and_body_come_from_their_own_pool() {
+        let limits = Limits::default();
+        let s = limits.for_strangers();
+        assert_eq!((s.bodies_in_flight, s.body_per_holder), (limits.strangers_in_flight, limits.stranger_per_peer));
+        let (users, strangers) = (Arc::new(BodyBudget::default()), Arc::new(BodyBudget::default()));
+        // Strangers from 16 addresses fill their pool ...
+        let held: Vec<BodyBytes> =
+            (0..16).map(|i| strangers.take(&format!("peer:10.0.0.{i}"), s.stranger_per_peer, &s).unwrap()).collect();
+        assert!(strangers.take("peer:10.0.1.1", 1, &s).is_none(), "the strangers' pool is full");
+        // ... and a user's body still fits.
+        assert!(users.take("user:blue", BODY_LIMIT, &limits).is_some());
+        drop(held);
+        let mut h = http::HeaderMap::new();
+        h.insert("x-a", http::HeaderValue::from_static("0123456789"));
+        assert_eq!(header_bytes(&h), 3 + 10 + 32);
     }
 
     fn held_by(peer: &str, user: &str, team: &str) -> Entry {

@@ -175,6 +175,39 @@ async fn every_identity_path_is_checked_and_a_refusal_says_why() {
         async move { c.call("GET", "/v1/whoami", None).await.unwrap() }
     };
     let group = format!("team:{team}");
+    // Many first callers at once, on a cold key cache: one fetch of the
+    // issuer's keys, the others wait for it.
+    let first: Vec<_> = (0..40).map(|_| who(Some(iss.token("alice@example.com", &[&group])))).collect();
+    for a in futures::future::join_all(first).await {
+        assert_eq!(a.status, 200, "{:?}", a.body);
+    }
+    let fetches = iss.key_fetches.load(std::sync::atomic::Ordering::SeqCst);
+    assert!((1..=2).contains(&fetches), "40 first callers: the keys fetched {fetches} times, not once each");
+    // A flood of tokens naming a key the issuer does not have: no fetch
+    // per call (at most one every 10 s).
+    let unknown = {
+        let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        h.kid = Some("no-such-key".into());
+        let now = chrono::Utc::now().timestamp();
+        let claims = json!({"iss": iss.url, "sub": "mallory", "aud": "pinfleet", "iat": now, "exp": now + 60});
+        jsonwebtoken::encode(&h, &claims, &iss.key).unwrap()
+    };
+    let flood: Vec<_> = (0..100).map(|_| who(Some(unknown.clone()))).collect();
+    for a in futures::future::join_all(flood).await {
+        assert_eq!(
+            (a.status, a.body["error"].as_str()),
+            (401, Some("the token's signing key is not the identity provider's"))
+        );
+    }
+    assert!(iss.key_fetches.load(std::sync::atomic::Ordering::SeqCst) <= 2, "unknown keys are not a fetch per call");
+    // Groups that are no team's name, and a token without a user.
+    let odd = who(Some(iss.token("eve@example.com", &["team:", "team:../ads", "team:ads\nred", &group]))).await;
+    assert_eq!(odd.body["teams"], json!([team]), "{:?}", odd.body);
+    let nobody = who(Some(iss.token_with(&iss.key, "", &[&group], "pinfleet", 3600))).await;
+    assert_eq!(
+        (nobody.status, nobody.body["error"].as_str()),
+        (401, Some("the token names no user (its subject is empty)"))
+    );
     // A valid token: the user and the teams from its groups.
     let ok = who(Some(iss.token("alice@example.com", &[&group, "staff"]))).await;
     assert_eq!(ok.status, 200, "{:?}", ok.body);
@@ -244,6 +277,55 @@ async fn every_identity_path_is_checked_and_a_refusal_says_why() {
     assert_eq!(edit.body["problems"][0], "spec.tiers.OnDemand.max.cpu: 8 is below the guaranteed 16");
 }
 
+/// A CA and the gateway's certificate (for 127.0.0.1 and localhost), as
+/// PEM files in `dir`; clients' certificates signed by the same CA.
+struct TestPki {
+    dir: std::path::PathBuf,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    /// The CA's certificate, PEM.
+    ca_pem: String,
+    ca: std::path::PathBuf,
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+}
+
+impl TestPki {
+    fn new(dir: &std::path::Path) -> TestPki {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "test-ca");
+        let ca_pem = ca_params.self_signed(&ca_key).unwrap().pem();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let srv_key = rcgen::KeyPair::generate().unwrap();
+        let srv = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .unwrap()
+            .signed_by(&srv_key, &issuer)
+            .unwrap();
+        let w = |n: &str, t: String| {
+            let p = dir.join(n);
+            std::fs::write(&p, t).unwrap();
+            p
+        };
+        let (ca, cert, key) =
+            (w("ca.pem", ca_pem.clone()), w("srv.pem", srv.pem()), w("srv.key", srv_key.serialize_pem()));
+        TestPki { dir: dir.to_path_buf(), issuer, ca_pem, ca, cert, key }
+    }
+
+    /// A client's certificate and key files: CN `user`, O `org`.
+    fn client(&self, user: &str, org: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut cp = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        cp.distinguished_name.push(rcgen::DnType::CommonName, user);
+        cp.distinguished_name.push(rcgen::DnType::OrganizationName, org);
+        let cert = cp.signed_by(&key, &self.issuer).unwrap();
+        let (c, k) = (self.dir.join(format!("{user}.pem")), self.dir.join(format!("{user}.key")));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_certificate_names_the_user_and_its_organizations_the_teams() {
     let host = KubeEnv::start();
@@ -251,34 +333,9 @@ async fn a_client_certificate_names_the_user_and_its_organizations_the_teams() {
     let gw = gateway(&host, &[&east], None, json!({})).await;
     let dir = tempfile::tempdir().unwrap();
     // A CA, the server's certificate and a client's (CN carol, O team:search).
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "test-ca");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let srv_key = rcgen::KeyPair::generate().unwrap();
-    let srv = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-        .unwrap()
-        .signed_by(&srv_key, &issuer)
-        .unwrap();
-    let cli_key = rcgen::KeyPair::generate().unwrap();
-    let mut cp = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    cp.distinguished_name.push(rcgen::DnType::CommonName, "carol");
-    cp.distinguished_name.push(rcgen::DnType::OrganizationName, "team:search");
-    let cli = cp.signed_by(&cli_key, &issuer).unwrap();
-    let w = |n: &str, t: String| {
-        let p = dir.path().join(n);
-        std::fs::write(&p, t).unwrap();
-        p
-    };
-    let (ca_p, srv_p, srv_k, cli_p, cli_k) = (
-        w("ca.pem", ca.pem()),
-        w("srv.pem", srv.pem()),
-        w("srv.key", srv_key.serialize_pem()),
-        w("cli.pem", cli.pem()),
-        w("cli.key", cli_key.serialize_pem()),
-    );
+    let pki = TestPki::new(dir.path());
+    let (ca_p, srv_p, srv_k) = (pki.ca.clone(), pki.cert.clone(), pki.key.clone());
+    let (cli_p, cli_k) = pki.client("carol", "team:search");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://{}", listener.local_addr().unwrap());
     let svc = gw.svc.clone();
@@ -1846,32 +1903,14 @@ fn idle_connections_past_the_cap_under_a_low_open_file_limit_stop_no_one() {
     let team = format!("{}-t", host.namespace);
     let east = member("east", 1, "8", false);
     // A CA, the gateway's certificate, and a client's (CN carol, O team:TEAM).
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "test-ca");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let srv_key = rcgen::KeyPair::generate().unwrap();
-    let srv =
-        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().signed_by(&srv_key, &issuer).unwrap();
-    let cli_key = rcgen::KeyPair::generate().unwrap();
-    let mut cp = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    cp.distinguished_name.push(rcgen::DnType::CommonName, "carol");
-    cp.distinguished_name.push(rcgen::DnType::OrganizationName, format!("team:{team}"));
-    let cli = cp.signed_by(&cli_key, &issuer).unwrap();
+    let pki = TestPki::new(dir.path());
+    let (ca_p, srv_p, srv_k) = (pki.ca.clone(), pki.cert.clone(), pki.key.clone());
+    let (cli_p, cli_k) = pki.client("carol", &format!("team:{team}"));
     let w = |n: &str, t: String| {
         let p = dir.path().join(n);
         std::fs::write(&p, t).unwrap();
         p
     };
-    let (ca_p, srv_p, srv_k, cli_p, cli_k) = (
-        w("ca.pem", ca.pem()),
-        w("srv.pem", srv.pem()),
-        w("srv.key", srv_key.serialize_pem()),
-        w("cli.pem", cli.pem()),
-        w("cli.key", cli_key.serialize_pem()),
-    );
     let quotas = w(
         "quotas.yaml",
         format!("apiVersion: gateway.pinfleet.dev/v1alpha1\nkind: TeamQuota\nmetadata: {{name: {team}}}\nspec:\n  tiers:\n    OnDemand:\n      guaranteed: {{cpu: '2', memory: 8Gi, pods: 10}}\n      max: {{cpu: '4', memory: 8Gi, pods: 10}}\n"),
@@ -2320,6 +2359,114 @@ async fn strangers_trickling_bodies_from_several_addresses_hold_nothing() {
     let n = opened.load(std::sync::atomic::Ordering::SeqCst);
     assert!(n > 60, "the strangers opened {n} connections: more than the cap, again and again");
     println!("strangers opened {n} connections from 3 addresses; the team's slowest call took {slowest:?}");
+}
+
+/// One id submitted many times at once, with three different workloads:
+/// one is recorded (201), the same workload again is a retry (200), and
+/// the other workloads are refused (409), as when they come one after the
+/// other, never taken as a retry of what they are not.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_id_submitted_at_once_with_other_workloads_is_refused_not_a_retry() {
+    let host = KubeEnv::start();
+    let east = member("east", 1, "8", false);
+    let team = host.namespace.clone();
+    let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("8", "8")}} })).await;
+    let token = ci_token(&host);
+    let calls = (0..21usize).map(|i| {
+        let c = gw.client(Some(token.clone()));
+        let w = service_of(&team, &format!("w{}", i % 3), 1, "100m");
+        async move {
+            let r = c.call("POST", "/v1/submissions", Some(&json!({"id": "same", "workload": w}))).await.unwrap();
+            (i % 3, r.status)
+        }
+    });
+    let answers = futures::future::join_all(calls).await;
+    let recorded: Vec<usize> = answers.iter().filter(|(_, s)| *s == 201).map(|(w, _)| *w).collect();
+    assert_eq!(recorded.len(), 1, "{answers:?}");
+    for (w, status) in &answers {
+        if *w == recorded[0] {
+            assert!(matches!(status, 200 | 201), "the recorded workload again: {status} ({answers:?})");
+        } else {
+            assert_eq!(*status, 409, "another workload under the same id ({answers:?})");
+        }
+    }
+}
+
+/// Strangers hold their headers and bodies in a pool of their own: from
+/// eight addresses, requests with 8 KiB of headers and a chunked body that
+/// never comes fill it (their headers count, as long as the request
+/// lives) and the rest are answered 503 at once, while a team's
+/// submission, larger than the strangers' whole pool, is still read.
+#[tokio::test(flavor = "multi_thread")]
+async fn strangers_headers_and_bodies_fill_only_their_own_pool() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = KubeEnv::start();
+    let east = member("east", 1, "8", false);
+    let team = host.namespace.clone();
+    let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("2", "4")}} })).await;
+    let token = ci_token(&host);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Strangers: 64 KiB in all, 16 KiB an address; a body may take its
+    // time (so what is held stays held while the test looks).
+    let limits = pinfleet::gateway::listen::Limits {
+        strangers_in_flight: 64 << 10,
+        stranger_per_peer: 16 << 10,
+        body_grace: Duration::from_secs(120),
+        body_time: Duration::from_secs(120),
+        ..Default::default()
+    };
+    let app = pinfleet::gateway::http::router(gw.svc.clone());
+    tokio::spawn(pinfleet::gateway::http::serve_with(
+        app,
+        listener,
+        None,
+        limits,
+        Some(gw.svc.audit_log.clone()),
+        Some(gw.svc.identity.clone() as Arc<dyn pinfleet::gateway::listen::Gate>),
+        std::future::pending(),
+    ));
+    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut held = Vec::new();
+    let pad: String = (0..8).map(|i| format!("X-Pad-{i}: {}\r\n", "p".repeat(1000))).collect();
+    for a in 2..=9u8 {
+        for _ in 0..4 {
+            let s = tokio::net::TcpSocket::new_v4().unwrap();
+            s.bind(std::net::SocketAddr::from(([127, 0, 0, a], 0))).unwrap();
+            let mut c = s.connect(addr).await.unwrap();
+            let head = format!(
+                "POST /v1/submissions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n{pad}\r\n"
+            );
+            c.write_all(head.as_bytes()).await.unwrap();
+            // A refusal comes at once; a request within the pool waits for its body.
+            let mut answer = [0u8; 12];
+            match tokio::time::timeout(Duration::from_secs(2), c.read(&mut answer)).await {
+                Ok(Ok(n)) if n > 0 => {
+                    let text = String::from_utf8_lossy(&answer[..n]).to_string();
+                    assert!(text.starts_with("HTTP/1.1 503"), "a stranger past its pool: {text}");
+                    refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                _ => held.push(c),
+            }
+        }
+    }
+    // An address holds one (two header blocks of 8.3 KiB pass its 16 KiB),
+    // the pool's 64 KiB seven; every other one is refused.
+    let refused = refused.load(std::sync::atomic::Ordering::SeqCst);
+    assert!((1..=7).contains(&held.len()), "strangers held {} requests: the pool's room is 64 KiB", held.len());
+    assert_eq!(held.len() + refused, 32);
+    // A submission of 100 KiB, more than the strangers' whole pool, is read.
+    let c = Client::new(&format!("http://{addr}"), &Credentials { token: Some(token), ..Default::default() }).unwrap();
+    let mut w = service_of(&team, "web", 1, "100m");
+    w["metadata"]["annotations"] = json!({"pad": "x".repeat(100 << 10)});
+    let r = c.call("POST", "/v1/submissions?dryRun=true", Some(&json!({"id": "web-1", "workload": w}))).await.unwrap();
+    assert_ne!(r.status, 503, "the team's body was refused for strangers' bytes: {:?}", r.body);
+    assert!(r.status < 500, "{}: {:?}", r.status, r.body);
+    println!(
+        "strangers: {} requests held, {refused} refused at once; the team's 100 KiB dry run: {}",
+        held.len(),
+        r.status
+    );
 }
 
 /// Issue 48: quota follows what runs. Pods in a team's namespace on a
@@ -2826,21 +2973,8 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     ));
     // The same API over TLS on a listener of its own (as `--tls-cert` serves it).
     let dir = tempfile::tempdir().unwrap();
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "test-ca");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let ca_issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let srv_key = rcgen::KeyPair::generate().unwrap();
-    let srv = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-        .unwrap()
-        .signed_by(&srv_key, &ca_issuer)
-        .unwrap();
-    let (ca_p, srv_p, srv_k) = (dir.path().join("ca.pem"), dir.path().join("srv.pem"), dir.path().join("srv.key"));
-    std::fs::write(&ca_p, ca.pem()).unwrap();
-    std::fs::write(&srv_p, srv.pem()).unwrap();
-    std::fs::write(&srv_k, srv_key.serialize_pem()).unwrap();
+    let pki = TestPki::new(dir.path());
+    let (srv_p, srv_k) = (pki.cert.clone(), pki.key.clone());
     let tls_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let tls_addr = tls_listener.local_addr().unwrap();
     {
@@ -2867,7 +3001,7 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     let tls_connector = {
         use rustls::pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
-        roots.add(rustls::pki_types::CertificateDer::from_pem_slice(ca.pem().as_bytes()).unwrap()).unwrap();
+        roots.add(rustls::pki_types::CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).unwrap()).unwrap();
         tokio_rustls::TlsConnector::from(Arc::new(
             rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth(),
         ))
@@ -3207,7 +3341,7 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
             .unwrap();
     let blue_tls = Client::new(
         &format!("https://{tls_addr}"),
-        &Credentials { token: Some(blue_token), ca_file: Some(ca_p.clone()), ..Default::default() },
+        &Credentials { token: Some(blue_token), ca_file: Some(pki.ca.clone()), ..Default::default() },
     )
     .unwrap();
     let mut alerts_answered = 0u32;

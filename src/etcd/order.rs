@@ -796,15 +796,15 @@ mod tests {
         assert_eq!(resume_at(Some(&ok), Some(&failed), true, true), Step::Done);
     }
 
+    /// Member `a` with its data in `data_dir`.
+    fn member_a(data_dir: std::path::PathBuf) -> Target {
+        Target { name: "a".into(), peer_url: "https://a:2380".into(), data_dir, manifests_dir: None }
+    }
+
     #[test]
     fn the_marker_says_how_far_a_machine_got() {
         let dir = tempfile::tempdir().unwrap();
-        let me = Target {
-            name: "a".into(),
-            peer_url: "https://a:2380".into(),
-            data_dir: dir.path().to_path_buf(),
-            manifests_dir: None,
-        };
+        let me = member_a(dir.path().to_path_buf());
         let o = order(Utc::now());
         assert_eq!(read_mark(&me, &o.id), None);
         for m in [Mark::Taken, Mark::Swapped, Mark::Done] {
@@ -817,14 +817,9 @@ mod tests {
     }
 
     #[test]
-    fn one_agent_at_a_time_holds_a_members_lock_beside_its_data() {
+    fn one_agent_at_a_time_holds_a_members_lock_in_its_data_folder() {
         let dir = tempfile::tempdir().unwrap();
-        let me = Target {
-            name: "a".into(),
-            peer_url: "https://a:2380".into(),
-            data_dir: dir.path().join("etcd"),
-            manifests_dir: None,
-        };
+        let me = member_a(dir.path().join("etcd"));
         // In the folder the addon mounts from the machine.
         assert_eq!(member_lock_path(&me), dir.path().join("etcd/.pinfleet-agent.lock"));
         let first = hold_member(&me).unwrap().expect("the first agent holds it");

@@ -129,9 +129,8 @@ fn held_back(counts: &std::collections::HashMap<String, (u32, u32)>) -> Vec<Stri
         .iter()
         .filter(|(_, (_, held))| *held > 0)
         .map(|(k, (_, held))| {
-            format!(
-                "{held} more refusal(s) of {k} in one second were not written (at most {REFUSALS_PER_SECOND} a second)"
-            )
+            let most = if k == "-" { REFUSALS_PER_SECOND } else { CALLER_REFUSALS_PER_SECOND };
+            format!("{held} more refusal(s) of {k} in one second were not written (at most {most} a second)")
         })
         .collect();
     said.sort();

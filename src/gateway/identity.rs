@@ -56,12 +56,20 @@ pub struct Settings {
 
 struct Keys {
     set: JwkSet,
-    fetched: Option<Instant>,
+    /// The last fetch (succeeded or not) and whether it did.
+    tried: Option<(Instant, bool)>,
 }
+
+/// How often the issuer's keys may be fetched: an unknown kid, or an
+/// issuer that does not answer, is never a request to it per call.
+const KEYS_AT_MOST_EVERY: Duration = Duration::from_secs(10);
 
 pub struct Identity {
     settings: Settings,
     keys: RwLock<Keys>,
+    /// Held while the keys are fetched: one fetch at a time, the callers
+    /// that arrive meanwhile wait for its outcome.
+    fetching: tokio::sync::Mutex<()>,
     host: Option<kube::Client>,
 }
 
@@ -93,18 +101,34 @@ fn https() -> HttpsClient {
     hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(conn)
 }
 
+/// A JSON document, whole within 10 s and at most 1 MiB.
 async fn get_json(url: &str) -> anyhow::Result<Value> {
     use http_body_util::BodyExt;
     let uri: hyper::Uri = url.parse()?;
-    let resp = tokio::time::timeout(Duration::from_secs(10), https().get(uri)).await??;
-    let status = resp.status();
-    let body = resp.into_body().collect().await?.to_bytes();
-    anyhow::ensure!(status.is_success(), "{url}: HTTP {status}");
+    let body = tokio::time::timeout(Duration::from_secs(10), async {
+        let resp = https().get(uri).await?;
+        let status = resp.status();
+        let body = http_body_util::Limited::new(resp.into_body(), 1 << 20)
+            .collect()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .to_bytes();
+        anyhow::ensure!(status.is_success(), "{url}: HTTP {status}");
+        anyhow::Ok(body)
+    })
+    .await??;
     Ok(serde_json::from_slice(&body)?)
 }
 
+/// The teams a caller's groups name: only names a team can have (a DNS
+/// label); `team:`, `team:../x` or a name with a line break are no team.
 fn teams_of(groups: &[String], prefix: &str) -> Vec<String> {
-    let mut t: Vec<String> = groups.iter().filter_map(|g| g.strip_prefix(prefix)).map(str::to_string).collect();
+    let mut t: Vec<String> = groups
+        .iter()
+        .filter_map(|g| g.strip_prefix(prefix))
+        .filter(|t| crate::spec::validate::is_dns_label(t))
+        .map(str::to_string)
+        .collect();
     t.sort();
     t.dedup();
     t
@@ -112,47 +136,70 @@ fn teams_of(groups: &[String], prefix: &str) -> Vec<String> {
 
 impl Identity {
     pub fn new(settings: Settings, host: Option<kube::Client>) -> Arc<Identity> {
-        Arc::new(Identity { settings, keys: RwLock::new(Keys { set: JwkSet { keys: vec![] }, fetched: None }), host })
+        Arc::new(Identity {
+            settings,
+            keys: RwLock::new(Keys { set: JwkSet { keys: vec![] }, tried: None }),
+            fetching: tokio::sync::Mutex::new(()),
+            host,
+        })
     }
 
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
 
+    /// The issuer's keys fetched again, at most once every
+    /// [`KEYS_AT_MOST_EVERY`] and one fetch at a time: a fetch that failed
+    /// is answered as failed until then, without asking again.
     async fn refresh_keys(&self, o: &OidcSettings) -> Result<(), Refusal> {
-        {
-            let k = self.keys.read().await;
-            // At most one fetch every 10 s (an unknown kid must not turn
-            // into a request to the issuer per call).
-            if k.fetched.is_some_and(|f| f.elapsed() < Duration::from_secs(10)) {
-                return Ok(());
-            }
+        let unreadable = || Refusal("the identity provider's keys could not be read; try again".into());
+        let recent = |k: &Keys| k.tried.filter(|(at, _)| at.elapsed() < KEYS_AT_MOST_EVERY).map(|(_, ok)| ok);
+        match recent(&*self.keys.read().await) {
+            Some(true) => return Ok(()),
+            Some(false) => return Err(unreadable()),
+            None => {}
         }
+        let _one = self.fetching.lock().await;
+        // Another caller's fetch may have ended while this one waited.
+        match recent(&*self.keys.read().await) {
+            Some(true) => return Ok(()),
+            Some(false) => return Err(unreadable()),
+            None => {}
+        }
+        let fetched = self.fetch_keys(o).await;
+        let mut k = self.keys.write().await;
+        k.tried = Some((Instant::now(), fetched.is_some()));
+        match fetched {
+            Some(set) => {
+                k.set = set;
+                Ok(())
+            }
+            None => Err(unreadable()),
+        }
+    }
+
+    /// The issuer's key set (discovery first, unless its URL is given);
+    /// none when it could not be read (said in the log).
+    async fn fetch_keys(&self, o: &OidcSettings) -> Option<JwkSet> {
         let url = match &o.jwks_url {
             Some(u) => u.clone(),
             None => {
                 let disco = format!("{}/.well-known/openid-configuration", o.issuer.trim_end_matches('/'));
-                let d = get_json(&disco).await.map_err(|e| {
-                    tracing::warn!("OIDC discovery {disco}: {e:#}");
-                    Refusal("the identity provider's keys could not be read; try again".into())
-                })?;
-                d.get("jwks_uri").and_then(Value::as_str).map(str::to_string).ok_or_else(|| {
+                let d = get_json(&disco).await.map_err(|e| tracing::warn!("OIDC discovery {disco}: {e:#}")).ok()?;
+                let Some(u) = d.get("jwks_uri").and_then(Value::as_str) else {
                     tracing::warn!("OIDC discovery {disco}: no jwks_uri");
-                    Refusal("the identity provider's keys could not be read; try again".into())
-                })?
+                    return None;
+                };
+                u.to_string()
             }
         };
-        let set: JwkSet = match get_json(&url).await.and_then(|v| Ok(serde_json::from_value(v)?)) {
-            Ok(s) => s,
+        match get_json(&url).await.and_then(|v| Ok(serde_json::from_value(v)?)) {
+            Ok(set) => Some(set),
             Err(e) => {
                 tracing::warn!("JWKS {url}: {e:#}");
-                return Err(Refusal("the identity provider's keys could not be read; try again".into()));
+                None
             }
-        };
-        let mut k = self.keys.write().await;
-        k.set = set;
-        k.fetched = Some(Instant::now());
-        Ok(())
+        }
     }
 
     async fn verify_jwt(&self, o: &OidcSettings, token: &str) -> Result<Caller, Refusal> {
@@ -211,6 +258,9 @@ impl Identity {
         let verified = claims.get("email_verified").and_then(Value::as_bool) == Some(true);
         let named = claims.get(&o.username_claim).filter(|_| o.username_claim != "email" || verified);
         let user = named.or_else(|| claims.get("sub")).and_then(Value::as_str).unwrap_or_default().to_string();
+        if user.trim().is_empty() {
+            return Err(Refusal("the token names no user (its subject is empty)".into()));
+        }
         let groups: Vec<String> = match claims.get(&o.groups_claim) {
             Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::to_string).collect(),
             Some(Value::String(s)) => vec![s.clone()],
@@ -405,5 +455,10 @@ mod tests {
     fn teams_are_the_groups_with_the_prefix() {
         let g = vec!["team:search".to_string(), "staff".into(), "team:ads".into(), "team:search".into()];
         assert_eq!(teams_of(&g, "team:"), ["ads", "search"]);
+        // Only names a team can have.
+        let odd: Vec<String> = ["team:", "team:../beta", "team:alpha\nbeta", "team:Alpha", "team:-x", "team:ok-1"]
+            .map(String::from)
+            .into();
+        assert_eq!(teams_of(&odd, "team:"), ["ok-1"]);
     }
 }

@@ -6,10 +6,19 @@ use std::fmt::Write as _;
 /// Characters a terminal would act on or hide rather than show: C0 and C1
 /// controls (ESC starts OSC 52 clipboard writes and title changes), DEL,
 /// bidirectional overrides and isolates (which reorder what follows), and
-/// zero-width characters (which make two different ids look alike).
+/// zero-width characters (which make two different ids look alike), and
+/// the line and paragraph separators (U+2028, U+2029: a line break to
+/// JavaScript and to Python's `splitlines`).
 pub fn hidden(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{061C}' | '\u{FEFF}')
+        || matches!(
+            c,
+            '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{061C}'
+                | '\u{FEFF}'
+        )
 }
 
 /// `s` with every [`hidden`] character shown as its escape (`\u{1b}`),
@@ -83,6 +92,7 @@ mod tests {
         assert!(!t.chars().any(|c| hidden(c) && c != '\n'), "{t:?}");
         assert_eq!(t.lines().nth(1).unwrap(), "job\\u{1b}]52;c;ZXZpbA==\\u{7}\\u{202e}gnp.exe\\u{200b}  red");
         assert_eq!(safe("a\nb\u{1b}[2J"), "a\nb\\u{1b}[2J");
+        assert_eq!(safe("a\u{2028}b\u{2029}c"), "a\\u{2028}b\\u{2029}c");
     }
 }
 

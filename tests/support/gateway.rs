@@ -143,6 +143,8 @@ pub struct Issuer {
     pub url: String,
     pub key: EncodingKey,
     pub other: EncodingKey,
+    /// Requests for its keys (the key set itself) so far.
+    pub key_fetches: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn ec_key() -> (EncodingKey, Value) {
@@ -160,6 +162,8 @@ pub async fn issuer() -> Issuer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let u = url.clone();
+    let key_fetches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let fetched = key_fetches.clone();
     let app = axum::Router::new()
         .route(
             "/.well-known/openid-configuration",
@@ -172,11 +176,16 @@ pub async fn issuer() -> Issuer {
             "/keys",
             axum::routing::get(move || {
                 let jwk = jwk.clone();
-                async move { axum::Json(json!({"keys": [jwk]})) }
+                fetched.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async move {
+                    // As slow as a remote issuer: callers arriving meanwhile wait for this fetch.
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    axum::Json(json!({"keys": [jwk]}))
+                }
             }),
         );
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Issuer { url, key, other }
+    Issuer { url, key, other, key_fetches }
 }
 
 impl Issuer {

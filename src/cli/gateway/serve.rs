@@ -310,12 +310,13 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
         // graceful shutdown waits for every open browser tab.
         closing.close();
     };
+    // A lower cap cuts each user's and team's share with it.
     let limits = crate::gateway::listen::Limits {
-        connections: s.max_connections,
         per_peer: s.max_connections_per_peer,
         idle: s.idle_timeout,
         ..Default::default()
-    };
+    }
+    .with_connections(s.max_connections);
     let gate: Arc<dyn crate::gateway::listen::Gate> = svc.identity.clone();
     http::serve_with(app, listener, tls, limits, Some(audit), Some(gate), shutdown).await?;
     // Bounded by the release's own deadline (two thirds of the lease).

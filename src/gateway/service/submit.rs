@@ -52,18 +52,7 @@ impl Service {
         dry_run: bool,
     ) -> Result<(u16, Decision)> {
         let started = Instant::now();
-        let bad = |problems: Vec<Problem>, team: &str, name: String| Decision {
-            id: id.to_string(),
-            name,
-            team: team.to_string(),
-            dry_run,
-            outcome: "rejected".into(),
-            phase: Phase::Queued,
-            demand: String::new(),
-            problems,
-            waiting: None,
-            retry: false,
-        };
+        let bad = |problems: Vec<Problem>, team: &str, name: String| rejected(id, dry_run, problems, team, name);
         if let Err(p) = intake::check_id(id) {
             let team = workload.pointer("/spec/owner/team").and_then(Value::as_str).unwrap_or_default();
             self.audit(caller, "submit", team, "", 422, &p.message).await;
@@ -319,12 +308,24 @@ impl Service {
         obj.metadata.labels = Some([(records::TEAM_LABEL.to_string(), team)].into());
         let created = match subs(&self.host, &self.config.namespace).create(&PostParams::default(), &obj).await {
             Ok(c) => c,
-            // A concurrent retry made it first: answer as a retry.
+            // A concurrent retry made it first: answer as a retry. Another
+            // workload under the same id made it first: 409, as when the
+            // two come one after the other.
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 let existing = subs(&self.host, &self.config.namespace).get(&name).await?;
-                if existing.spec.digest == created_digest {
-                    self.write_body(&existing, workload).await?;
+                if existing.spec.digest != created_digest {
+                    let p = Problem::new(
+                        "request",
+                        "id",
+                        format!(
+                            "id {:?} was used for another workload of team {}: choose a new id",
+                            existing.spec.id, existing.spec.team
+                        ),
+                    );
+                    self.audit(caller, "submit", &name, artifact, 409, &problems_text(std::slice::from_ref(&p))).await;
+                    return Ok((409, rejected(&existing.spec.id, false, vec![p], &existing.spec.team, name)));
                 }
+                self.write_body(&existing, workload).await?;
                 let mut d = self.decision_of(&existing, false).await;
                 d.retry = true;
                 return Ok((200, d));
@@ -432,6 +433,22 @@ fn too_large(spec: &SubmissionSpec) -> Option<String> {
 }
 
 /// Problems as one audit reason: `field: message; …`.
+/// A submission refused, and why.
+fn rejected(id: &str, dry_run: bool, problems: Vec<Problem>, team: &str, name: String) -> Decision {
+    Decision {
+        id: id.to_string(),
+        name,
+        team: team.to_string(),
+        dry_run,
+        outcome: "rejected".into(),
+        phase: Phase::Queued,
+        demand: String::new(),
+        problems,
+        waiting: None,
+        retry: false,
+    }
+}
+
 fn problems_text(problems: &[Problem]) -> String {
     problems.iter().map(|p| format!("{}: {}", p.field, p.message)).collect::<Vec<_>>().join("; ")
 }
