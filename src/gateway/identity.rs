@@ -71,6 +71,30 @@ pub struct Identity {
     /// that arrive meanwhile wait for its outcome.
     fetching: tokio::sync::Mutex<()>,
     host: Option<kube::Client>,
+    /// TokenReview answers by the token's sha256, for [`REVIEW_KEPT`].
+    reviews: std::sync::Mutex<std::collections::HashMap<[u8; 32], (Instant, Result<Caller, Refusal>)>>,
+    /// TokenReviews asked of the host at once.
+    reviewing: tokio::sync::Semaphore,
+}
+
+/// How long a TokenReview's answer is kept (the API server's own webhook
+/// authenticator keeps them longer): a token sent again and again is one
+/// review, not one a call.
+const REVIEW_KEPT: Duration = Duration::from_secs(10);
+/// The answers kept at most (past it, the expired go, then all).
+const REVIEWS_KEPT_MAX: usize = 10_000;
+/// TokenReviews in flight to the host at once: a flood of tokens waits
+/// here, not in the host's API server.
+const REVIEWS_AT_ONCE: usize = 16;
+
+/// Whether `token` can be a service account's token: a JWT (three
+/// base64url parts), as every token the API server issues is. Anything
+/// else is refused without asking the host.
+fn jwt_shaped(token: &str) -> bool {
+    let parts: Vec<&str> = token.split('.').collect();
+    token.len() <= 16 * 1024
+        && parts.len() == 3
+        && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
 }
 
 #[derive(Deserialize)]
@@ -141,6 +165,8 @@ impl Identity {
             keys: RwLock::new(Keys { set: JwkSet { keys: vec![] }, tried: None }),
             fetching: tokio::sync::Mutex::new(()),
             host,
+            reviews: std::sync::Mutex::default(),
+            reviewing: tokio::sync::Semaphore::new(REVIEWS_AT_ONCE),
         })
     }
 
@@ -278,7 +304,49 @@ impl Identity {
         }
     }
 
+    /// A service account's token, checked by the host's TokenReview: only
+    /// a JWT is sent, at most [`REVIEWS_AT_ONCE`] at a time, and its answer
+    /// (not an error reaching the host) is kept for [`REVIEW_KEPT`].
     async fn token_review(&self, token: &str) -> Result<Caller, Refusal> {
+        if self.host.is_none() {
+            return Err(Refusal("the bearer token is not from the identity provider".into()));
+        }
+        if !jwt_shaped(token) {
+            return Err(Refusal("the token is not valid".into()));
+        }
+        use sha2::Digest as _;
+        let key: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+        let kept =
+            |reviews: &std::sync::Mutex<std::collections::HashMap<[u8; 32], (Instant, Result<Caller, Refusal>)>>| {
+                let r = reviews.lock().ok()?;
+                r.get(&key).filter(|(at, _)| at.elapsed() < REVIEW_KEPT).map(|(_, a)| a.clone())
+            };
+        if let Some(a) = kept(&self.reviews) {
+            return a;
+        }
+        let _turn =
+            self.reviewing.acquire().await.map_err(|_| Refusal("the token could not be checked; try again".into()))?;
+        // Answered while this one waited its turn.
+        if let Some(a) = kept(&self.reviews) {
+            return a;
+        }
+        let answer = self.review_now(token).await;
+        let transient = matches!(&answer, Err(r) if r.0.contains("try again"));
+        if !transient {
+            if let Ok(mut r) = self.reviews.lock() {
+                if r.len() >= REVIEWS_KEPT_MAX {
+                    r.retain(|_, (at, _)| at.elapsed() < REVIEW_KEPT);
+                    if r.len() >= REVIEWS_KEPT_MAX {
+                        r.clear();
+                    }
+                }
+                r.insert(key, (Instant::now(), answer.clone()));
+            }
+        }
+        answer
+    }
+
+    async fn review_now(&self, token: &str) -> Result<Caller, Refusal> {
         let Some(client) = &self.host else {
             return Err(Refusal("the bearer token is not from the identity provider".into()));
         };
@@ -449,6 +517,16 @@ mod tests {
         let with = format!("{}.e30.sig", head(serde_json::json!({"alg": "RS256", "crit": ["exp-ext"], "exp-ext": 1})));
         assert!(crit_header(&with).is_some());
         assert!(crit_header(&format!("{}.e30.sig", head(serde_json::json!({"alg": "RS256"})))).is_none());
+    }
+
+    #[test]
+    fn only_a_jwt_is_sent_for_review() {
+        assert!(jwt_shaped("eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln-_"));
+        for not in
+            ["not-a-token", "a.b", "a.b.c.d", "a..c", "a.b.c d", "a.b.c\n", &format!("a.b.{}", "c".repeat(17_000))]
+        {
+            assert!(!jwt_shaped(not), "{not:?}");
+        }
     }
 
     #[test]

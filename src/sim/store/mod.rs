@@ -192,9 +192,24 @@ impl Inner {
 
     /// A bearer token for a service account (what a projected token volume
     /// gives a pod), known to the sim's authenticator until it stops.
+    /// A service account's token, shaped as the API server's are (a JWT:
+    /// header, claims, signature), known to the sim's authenticator.
     pub fn mint_token(&mut self, namespace: &str, service_account: &str) -> String {
-        let b: [u8; 24] = rand::random();
-        let token = format!("sim.{}", hex::encode(b));
+        use base64::Engine as _;
+        let b64 = |v: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        let id: [u8; 16] = rand::random();
+        let signature: [u8; 32] = rand::random();
+        let claims = serde_json::json!({
+            "iss": "https://kubernetes.default.svc.cluster.local",
+            "sub": format!("system:serviceaccount:{namespace}:{service_account}"),
+            "jti": hex::encode(id),
+        });
+        let token = format!(
+            "{}.{}.{}",
+            b64(br#"{"alg":"RS256","kid":"sim"}"#),
+            b64(claims.to_string().as_bytes()),
+            b64(&signature)
+        );
         self.tokens.insert(token.clone(), (namespace.to_string(), service_account.to_string()));
         token
     }
