@@ -102,6 +102,23 @@ impl Gateway {
         Client::new(&self.url, &Credentials { token, ..Default::default() }).unwrap()
     }
 
+    /// `app` (the gateway's routes, or more) served on a listener of its
+    /// own under `limits`, as `gateway serve` serves them: its address.
+    async fn listen(&self, app: axum::Router, limits: pinfleet::gateway::listen::Limits) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(pinfleet::gateway::http::serve_with(
+            app,
+            listener,
+            None,
+            limits,
+            Some(self.svc.audit_log.clone()),
+            Some(self.svc.identity.clone() as Arc<dyn pinfleet::gateway::listen::Gate>),
+            std::future::pending(),
+        ));
+        addr
+    }
+
     /// One leader pass after the cache has caught up with what was written.
     async fn pass(&self) {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -2298,19 +2315,8 @@ async fn strangers_trickling_bodies_from_several_addresses_hold_nothing() {
     let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("2", "4")}} })).await;
     let token = ci_token(&host);
     // A second listener on the same service with a small cap: 24 in all, 8 an address.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let limits = pinfleet::gateway::listen::Limits { connections: 24, per_peer: 8, ..Default::default() };
-    let app = pinfleet::gateway::http::router(gw.svc.clone());
-    tokio::spawn(pinfleet::gateway::http::serve_with(
-        app,
-        listener,
-        None,
-        limits,
-        Some(gw.svc.audit_log.clone()),
-        Some(gw.svc.identity.clone() as Arc<dyn pinfleet::gateway::listen::Gate>),
-        std::future::pending(),
-    ));
+    let addr = gw.listen(pinfleet::gateway::http::router(gw.svc.clone()), limits).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut strangers = Vec::new();
@@ -2405,8 +2411,6 @@ async fn strangers_headers_and_bodies_fill_only_their_own_pool() {
     let team = host.namespace.clone();
     let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("2", "4")}} })).await;
     let token = ci_token(&host);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     // Strangers: 64 KiB in all, 16 KiB an address; a body may take its
     // time (so what is held stays held while the test looks).
     let limits = pinfleet::gateway::listen::Limits {
@@ -2416,16 +2420,7 @@ async fn strangers_headers_and_bodies_fill_only_their_own_pool() {
         body_time: Duration::from_secs(120),
         ..Default::default()
     };
-    let app = pinfleet::gateway::http::router(gw.svc.clone());
-    tokio::spawn(pinfleet::gateway::http::serve_with(
-        app,
-        listener,
-        None,
-        limits,
-        Some(gw.svc.audit_log.clone()),
-        Some(gw.svc.identity.clone() as Arc<dyn pinfleet::gateway::listen::Gate>),
-        std::future::pending(),
-    ));
+    let addr = gw.listen(pinfleet::gateway::http::router(gw.svc.clone()), limits).await;
     let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut held = Vec::new();
     let pad: String = (0..8).map(|i| format!("X-Pad-{i}: {}\r\n", "p".repeat(1000))).collect();
@@ -2960,17 +2955,7 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     };
     let app =
         pinfleet::gateway::http::router(gw.svc.clone()).route("/v1/boom", axum::routing::get(|| async { boom() }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(pinfleet::gateway::http::serve_with(
-        app.clone(),
-        listener,
-        None,
-        limits,
-        Some(gw.svc.audit_log.clone()),
-        Some(gw.svc.identity.clone() as Arc<dyn pinfleet::gateway::listen::Gate>),
-        std::future::pending(),
-    ));
+    let addr = gw.listen(app.clone(), limits).await;
     // The same API over TLS on a listener of its own (as `--tls-cert` serves it).
     let dir = tempfile::tempdir().unwrap();
     let pki = TestPki::new(dir.path());
