@@ -156,6 +156,9 @@ pub fn limits() -> crate::edge::Limits {
         per_team: 16,
         bodies_in_flight: 4 * BODY,
         body_per_holder: 2 * BODY,
+        // Strangers' headers and bodies: a pool of their own, as small.
+        strangers_in_flight: 4 * BODY,
+        stranger_per_peer: BODY / 4,
         h2_streams: 4,
         ..crate::edge::Limits::default()
     }
