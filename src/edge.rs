@@ -802,7 +802,7 @@ async fn handle(
     if let Some(why) = past_share(&conn, &limits) {
         return refuse(http::StatusCode::TOO_MANY_REQUESTS, &why);
     }
-    let mut held = None;
+    let (mut held, mut head_held) = (None, None);
     let body = if body.is_end_stream() || announced == Some(0) {
         axum::body::Body::empty()
     } else {
@@ -821,12 +821,15 @@ async fn handle(
                 "authenticate before sending a body this large (a bearer token or a client certificate)",
             );
         }
-        // An announced length is reserved whole before a byte is read; a
-        // chunked body (no length) reserves as its bytes arrive. The
-        // headers, held as long as the request, are reserved with it.
-        let body_len = announced.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
-        let cap = announced.map_or(most, |_| body_len.min(most));
-        let reserve = body_len.saturating_add(header_bytes(&parts.headers));
+        // The headers, held as long as the request, are reserved first;
+        // then an announced length whole before a byte is read, or a
+        // chunked body (no length) as its bytes arrive.
+        let Some(head) = budget.take(&holder, header_bytes(&parts.headers), &pool) else {
+            return refuse(http::StatusCode::SERVICE_UNAVAILABLE, "too many request bodies in flight; try again");
+        };
+        head_held = Some(head);
+        let reserve = announced.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let cap = announced.map_or(most, |_| reserve.min(most));
         let Some(bytes) = budget.take(&holder, reserve, &pool) else {
             return refuse(http::StatusCode::SERVICE_UNAVAILABLE, "too many request bodies in flight; try again");
         };
@@ -838,7 +841,7 @@ async fn handle(
     };
     let req = http::Request::from_parts(parts, body);
     let r = CONNECTION_TRUST.scope(state.clone(), tower::ServiceExt::oneshot(conn.app.clone(), req)).await;
-    drop(held);
+    drop((held, head_held));
     let mut r = match r {
         Ok(r) => r,
         Err(never) => match never {},

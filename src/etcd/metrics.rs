@@ -83,9 +83,6 @@ pub async fn serve(listen: std::net::SocketAddr, figures: Shared) -> anyhow::Res
         per_user: 8,
         per_team: 8,
         h2_streams: 4,
-        // A scrape has no body: strangers' headers get a small pool.
-        strangers_in_flight: 256 << 10,
-        stranger_per_peer: 64 << 10,
         ..Default::default()
     };
     tokio::spawn(async move {

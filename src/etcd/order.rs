@@ -282,48 +282,19 @@ pub fn resume_at(prepared: Option<&Report>, restored: Option<&Report>, decided: 
     }
 }
 
-/// The file in a member's data folder whose lock says one agent follows
-/// that member's restore orders. In the folder itself, the one the addon
-/// mounts from the machine (a lock in the container's own files would
-/// hold nothing against another pod); the swap moves only `member` inside it.
-pub fn member_lock_path(me: &Target) -> std::path::PathBuf {
-    me.data_dir.join(".pinfleet-agent.lock")
-}
-
-/// Takes the member's lock (an exclusive `flock`, held while the returned
-/// file is open, given back by the kernel when the process ends however it
-/// ends). `Ok(None)`: another agent holds it, as when a DaemonSet's rollout
-/// briefly runs two agents on one machine; two agents restoring one data
-/// folder would swap it twice.
-pub fn hold_member(me: &Target) -> Result<Option<std::fs::File>> {
-    let path = member_lock_path(me);
-    std::fs::create_dir_all(&me.data_dir).with_context(|| format!("creating {}", me.data_dir.display()))?;
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    match f.try_lock() {
-        Ok(()) => Ok(Some(f)),
-        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("locking {}", path.display())),
-    }
-}
-
 /// The agent's side: looks for an order naming `me` every [`POLL`] for as
 /// long as the agent runs, and takes each up at most once (again after a
 /// restart, where it left it). Runs beside the backups, whatever state
-/// etcd is in. Only the agent holding the member's lock ([`hold_member`])
+/// etcd is in. Only the agent holding the member's lock ([`restore::hold_member`])
 /// follows orders; another waits for it, saying so once.
 pub async fn follow_orders(store: &Store, me: &Target, bins: Option<&Binaries>, etcd: &EtcdArgs) {
     let mut said = false;
     let _held = loop {
-        match hold_member(me) {
+        match restore::hold_member(me) {
             Ok(Some(f)) => break f,
             Ok(None) if !said => {
                 tracing::warn!(
-                    lock = %member_lock_path(me).display(),
+                    lock = %restore::member_lock_path(me).display(),
                     "another agent follows this member's restore orders; this one waits for it to end"
                 );
                 said = true;
@@ -821,21 +792,31 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let me = member_a(dir.path().join("etcd"));
         // In the folder the addon mounts from the machine.
-        assert_eq!(member_lock_path(&me), dir.path().join("etcd/.pinfleet-agent.lock"));
-        let first = hold_member(&me).unwrap().expect("the first agent holds it");
-        assert!(hold_member(&me).unwrap().is_none(), "a second agent waits");
+        assert_eq!(restore::member_lock_path(&me), dir.path().join("etcd/.pinfleet-agent.lock"));
+        let first = restore::hold_member(&me).unwrap().expect("the first agent holds it");
+        assert!(restore::hold_member(&me).unwrap().is_none(), "a second agent waits");
         // A swap moves the member folder inside: the lock stays held.
         let fresh = dir.path().join("fresh");
         std::fs::create_dir_all(fresh.join("member")).unwrap();
         std::fs::create_dir_all(me.data_dir.join("member")).unwrap();
         restore::swap_in(&me, &fresh).unwrap();
-        assert!(hold_member(&me).unwrap().is_none(), "still held across a swap");
+        assert!(restore::hold_member(&me).unwrap().is_none(), "still held across a swap");
         drop(first);
-        assert!(hold_member(&me).unwrap().is_some(), "given back when the first one ends");
-        // A folder it cannot create beside is an error that names it.
+        assert!(restore::hold_member(&me).unwrap().is_some(), "given back when the first one ends");
+        // `etcd restore --member` on the machine refuses a member an agent holds.
+        let _agent = restore::hold_member(&me).unwrap().expect("held");
+        let e = restore::restore_members(
+            &super::super::scratch::Binaries { dir: None },
+            std::path::Path::new("/nonexistent.db"),
+            std::slice::from_ref(&me),
+            "t",
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("another process restores it now"), "{e:#}");
+        // A folder it cannot create is an error that names it.
         let blocked = Target { data_dir: dir.path().join("file/etcd"), ..me };
         std::fs::write(dir.path().join("file"), "").unwrap();
-        let e = format!("{:#}", hold_member(&blocked).unwrap_err());
+        let e = format!("{:#}", restore::hold_member(&blocked).unwrap_err());
         assert!(e.contains("file"), "{e}");
     }
 

@@ -75,12 +75,54 @@ pub fn initial_cluster(targets: &[Target]) -> String {
     targets.iter().map(|t| format!("{}={}", t.name, t.peer_url)).collect::<Vec<_>>().join(",")
 }
 
+/// The file in a member's data folder whose lock says one process
+/// restores that member at a time (an agent following orders, or
+/// `etcd restore --member` run on the machine). In the folder itself, the one the addon
+/// mounts from the machine (a lock in the container's own files would
+/// hold nothing against another pod); the swap moves only `member` inside it.
+pub fn member_lock_path(me: &Target) -> std::path::PathBuf {
+    me.data_dir.join(".pinfleet-agent.lock")
+}
+
+/// Takes the member's lock (an exclusive `flock`, held while the returned
+/// file is open, given back by the kernel when the process ends however it
+/// ends). `Ok(None)`: another agent holds it, as when a DaemonSet's rollout
+/// briefly runs two agents on one machine; two agents restoring one data
+/// folder would swap it twice.
+pub fn hold_member(me: &Target) -> Result<Option<std::fs::File>> {
+    let path = member_lock_path(me);
+    std::fs::create_dir_all(&me.data_dir).with_context(|| format!("creating {}", me.data_dir.display()))?;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match f.try_lock() {
+        Ok(()) => Ok(Some(f)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("locking {}", path.display())),
+    }
+}
+
 /// Restores every target's data folder from `snapshot` (a new cluster:
 /// `token`): every member [`prepare`]d first (nothing live is touched
 /// until all are), then each [`swap_in`]; the old contents kept aside.
 pub fn restore_members(bins: &Binaries, snapshot: &Path, targets: &[Target], token: &str) -> Result<Vec<PathBuf>> {
     if targets.is_empty() {
         bail!("no member to restore");
+    }
+    // One restorer per member: an agent following an order holds it.
+    let mut _held = Vec::new();
+    for t in targets {
+        match hold_member(t)? {
+            Some(f) => _held.push(f),
+            None => bail!(
+                "member {}: another process restores it now ({} is locked: an agent following a restore order?); nothing was restored",
+                t.name,
+                member_lock_path(t).display()
+            ),
+        }
     }
     let cluster = initial_cluster(targets);
     let tag = stamp();

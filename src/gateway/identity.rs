@@ -81,7 +81,8 @@ pub struct Identity {
 /// authenticator keeps them longer): a token sent again and again is one
 /// review, not one a call.
 const REVIEW_KEPT: Duration = Duration::from_secs(10);
-/// The answers kept at most (past it, the expired go, then all).
+/// The answers kept at most (past it, the expired go; while it is full of
+/// live ones, new answers are not kept).
 const REVIEWS_KEPT_MAX: usize = 10_000;
 /// TokenReviews in flight to the host at once: a flood of tokens waits
 /// here, not in the host's API server.
@@ -305,8 +306,9 @@ impl Identity {
     }
 
     /// A service account's token, checked by the host's TokenReview: only
-    /// a JWT is sent, at most [`REVIEWS_AT_ONCE`] at a time, and its answer
-    /// (not an error reaching the host) is kept for [`REVIEW_KEPT`].
+    /// a JWT is sent, at most [`REVIEWS_AT_ONCE`] at a time (a caller
+    /// waits 2 s for its turn at most), and its answer (not an error
+    /// reaching the host) is kept for [`REVIEW_KEPT`].
     async fn token_review(&self, token: &str) -> Result<Caller, Refusal> {
         if self.host.is_none() {
             return Err(Refusal("the bearer token is not from the identity provider".into()));
@@ -324,8 +326,12 @@ impl Identity {
         if let Some(a) = kept(&self.reviews) {
             return a;
         }
-        let _turn =
-            self.reviewing.acquire().await.map_err(|_| Refusal("the token could not be checked; try again".into()))?;
+        // A turn within 2 s, or "try again": a flood of tokens does not
+        // hold an honest caller's review for longer.
+        let _turn = match tokio::time::timeout(Duration::from_secs(2), self.reviewing.acquire()).await {
+            Ok(Ok(turn)) => turn,
+            _ => return Err(Refusal("the token could not be checked; try again".into())),
+        };
         // Answered while this one waited its turn.
         if let Some(a) = kept(&self.reviews) {
             return a;
@@ -336,11 +342,12 @@ impl Identity {
             if let Ok(mut r) = self.reviews.lock() {
                 if r.len() >= REVIEWS_KEPT_MAX {
                     r.retain(|_, (at, _)| at.elapsed() < REVIEW_KEPT);
-                    if r.len() >= REVIEWS_KEPT_MAX {
-                        r.clear();
-                    }
                 }
-                r.insert(key, (Instant::now(), answer.clone()));
+                // Full of live answers (a flood): this one is not kept,
+                // and the answers honest callers already have stay.
+                if r.len() < REVIEWS_KEPT_MAX {
+                    r.insert(key, (Instant::now(), answer.clone()));
+                }
             }
         }
         answer

@@ -21,8 +21,13 @@ fn sim_dir(cluster: &str) -> PathBuf {
     crate::state::home().join("sim").join(cluster)
 }
 
+/// Whether the process runs: a zombie (ended, not yet reaped by a parent
+/// that may never reap it) is not alive.
 fn pid_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
 }
 
 fn read_pid(dir: &Path) -> Option<u32> {
