@@ -108,7 +108,24 @@ impl Member {
         let client_url = format!("http://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        let child = Command::new(bins.bin("etcd"))
+        let mut cmd = Command::new(bins.bin("etcd"));
+        // The member ends with the thread that started it, however that
+        // ends: an agent killed while it verifies leaves no scratch etcd
+        // running (tokio's workers live as long as their runtime).
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::process::CommandExt as _;
+            // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd
             .args(["--name", name])
             .arg("--data-dir")
             .arg(data_dir)
