@@ -17,7 +17,74 @@
 //! (`capacity::matching` with `accelerators`): vCPUs, memory, devices and
 //! each device's memory, as DescribeInstanceTypes gives them.
 
-use crate::workloads::demand::{Flavor, GPU, NEURON};
+/// The resource name of NVIDIA's device plugin.
+pub const GPU: &str = "nvidia.com/gpu";
+/// The resource name of AWS's Neuron device plugin (Trainium, Inferentia).
+pub const NEURON: &str = "aws.amazon.com/neuron";
+/// The node label that names a node's GPU product: the one NVIDIA's GPU
+/// feature discovery sets (`NVIDIA-A100-SXM4-40GB`), and pinfleet's GPU
+/// instance groups set to the same values from their instance type.
+pub const PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+
+/// An accelerator flavor the quota counts: a GPU product, or Neuron
+/// devices (as Kueue's ResourceFlavors split one resource by node labels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub enum Flavor {
+    GpuA100,
+    GpuH100,
+    GpuA10g,
+    GpuL4,
+    Neuron,
+}
+
+pub const FLAVORS: [Flavor; 5] = [Flavor::GpuA100, Flavor::GpuH100, Flavor::GpuA10g, Flavor::GpuL4, Flavor::Neuron];
+
+impl Flavor {
+    /// The short name people say (`A100`, `neuron`).
+    pub fn short(self) -> &'static str {
+        match self {
+            Flavor::GpuA100 => "A100",
+            Flavor::GpuH100 => "H100",
+            Flavor::GpuA10g => "A10G",
+            Flavor::GpuL4 => "L4",
+            Flavor::Neuron => "neuron",
+        }
+    }
+
+    /// The GPU product a short name names (`A100`, any case).
+    pub fn product(short: &str) -> Option<Flavor> {
+        FLAVORS.into_iter().find(|f| *f != Flavor::Neuron && f.short().eq_ignore_ascii_case(short))
+    }
+
+    /// The values of [`PRODUCT_LABEL`] that mean this product: GPU feature
+    /// discovery's names of the products on EC2's instance types.
+    pub fn product_labels(self) -> &'static [&'static str] {
+        match self {
+            Flavor::GpuA100 => &["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"],
+            Flavor::GpuH100 => &["NVIDIA-H100-80GB-HBM3"],
+            Flavor::GpuA10g => &["NVIDIA-A10G"],
+            Flavor::GpuL4 => &["NVIDIA-L4"],
+            Flavor::Neuron => &[],
+        }
+    }
+
+    /// The product a value of [`PRODUCT_LABEL`] names, by its words
+    /// (`NVIDIA-A100-SXM4-80GB` is an A100; `NVIDIA-L40S` is not an L4).
+    pub fn of_label(value: &str) -> Option<Flavor> {
+        value.split(['-', '_', ' ']).find_map(Flavor::product)
+    }
+
+    /// Its place in [`FLAVORS`] (and in a count kept per flavor).
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Flavor::GpuA100 => 0,
+            Flavor::GpuH100 => 1,
+            Flavor::GpuA10g => 2,
+            Flavor::GpuL4 => 3,
+            Flavor::Neuron => 4,
+        }
+    }
+}
 
 /// What one accelerated machine offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,6 +23,18 @@
 //! the connections is answered 429 with Retry-After and closed
 //! ```
 //!
+//! A connection counts against its holder from its first request whose
+//! headers name one (the gate is asked before anything else is done for
+//! it), not from the end of that request: a holder's long first requests
+//! hold no more than its share. Every request has a deadline, from its
+//! headers to the last byte of its answer ([`Limits::request_time`]; an
+//! event stream [`Limits::stream_time`]): a handler past it is answered
+//! 503, and an answer not written by then (a peer that never reads: an
+//! HTTP/2 window kept at zero) ends its connection. An answer's bytes are
+//! held against its caller until written ([`Limits::answer_per_holder`]).
+//! What keeps a connection open is requests, never bytes: an HTTP/2 PING
+//! keeps nothing.
+//!
 //! What one connection can make the gateway hold is bounded by
 //! construction: HTTP/1 buffers and HTTP/2 windows are small, HTTP/2
 //! streams per connection are few, and a body is read only within the
@@ -50,7 +62,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The identity a TLS client certificate carries (subject CN and O).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,6 +154,15 @@ pub struct Limits {
     pub stranger_per_peer: usize,
     /// HTTP/2 streams (requests) in progress on one connection.
     pub h2_streams: u32,
+    /// A request, from its headers to the last byte of its answer.
+    pub request_time: Duration,
+    /// The same for an event stream (a console tab's live updates; the
+    /// browser opens it again when it ends).
+    pub stream_time: Duration,
+    /// Bytes of answers held until written, in all.
+    pub answers_in_flight: usize,
+    /// The same for one holder (a user, or a stranger's address).
+    pub answer_per_holder: usize,
 }
 
 /// The most one connection's buffers hold besides the bodies being read:
@@ -191,6 +211,13 @@ impl Default for Limits {
             stranger_per_peer: 512 << 10,
             // A CLI sends one request at a time; a tab a handful.
             h2_streams: 16,
+            // The slowest route (a dry run verifying an image's
+            // provenance, 10 s a registry call) ends well within it.
+            request_time: Duration::from_secs(60),
+            stream_time: Duration::from_secs(600),
+            // The largest view (a queue of thousands) is a few MiB.
+            answers_in_flight: 256 << 20,
+            answer_per_holder: 32 << 20,
         }
     }
 }
@@ -246,6 +273,11 @@ impl Limits {
     /// These limits as a stranger's request sees them: its pool, its address's share.
     fn for_strangers(&self) -> Limits {
         Limits { bodies_in_flight: self.strangers_in_flight, body_per_holder: self.stranger_per_peer, ..*self }
+    }
+
+    /// These limits as an answer's bytes see them (a [`BodyBudget`] of answers).
+    fn for_answers(&self) -> Limits {
+        Limits { bodies_in_flight: self.answers_in_flight, body_per_holder: self.answer_per_holder, ..*self }
     }
 }
 
@@ -344,22 +376,114 @@ impl Drop for BodyBytes {
     }
 }
 
-/// A request in progress on a connection: counted while it lives, however
-/// it ends (an answer, a panic, a dropped connection).
-struct Busy(Arc<AtomicUsize>);
+/// The requests in progress on one connection: how many (the eviction's
+/// look), each one's deadline, and when one last started or ended. What
+/// keeps a connection from being idle is requests, never bytes: an HTTP/2
+/// PING, or a peer's window update, keeps nothing open.
+struct Requests {
+    busy: Arc<AtomicUsize>,
+    deadlines: Mutex<BTreeMap<u64, Instant>>,
+    next: AtomicU64,
+    epoch: Instant,
+    /// Milliseconds after `epoch` when a request last started or ended.
+    last: AtomicU64,
+}
+
+impl Requests {
+    fn new(busy: Arc<AtomicUsize>) -> Requests {
+        Requests {
+            busy,
+            deadlines: Mutex::new(BTreeMap::new()),
+            next: AtomicU64::new(0),
+            epoch: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        self.last.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// How long since a request last started or ended.
+    fn quiet(&self) -> Duration {
+        self.epoch.elapsed().saturating_sub(Duration::from_millis(self.last.load(Ordering::Relaxed)))
+    }
+
+    /// Whether a request in progress is past its deadline by `grace`.
+    fn overdue(&self, grace: Duration) -> bool {
+        let now = Instant::now();
+        self.deadlines
+            .lock()
+            .map(|d| d.values().any(|at| at.checked_add(grace).is_some_and(|at| at <= now)))
+            .unwrap_or(false)
+    }
+}
+
+/// A request in progress on a connection: counted, with its deadline,
+/// from its headers until its answer's last byte is written (or the
+/// answer is dropped), however it ends (an answer, a panic, a reset).
+struct Busy {
+    requests: Arc<Requests>,
+    id: u64,
+}
 
 impl Busy {
-    fn new(n: &Arc<AtomicUsize>) -> Busy {
-        n.fetch_add(1, Ordering::SeqCst);
-        Busy(n.clone())
+    fn new(requests: &Arc<Requests>, deadline: Instant) -> Busy {
+        requests.busy.fetch_add(1, Ordering::SeqCst);
+        let id = requests.next.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut d) = requests.deadlines.lock() {
+            d.insert(id, deadline);
+        }
+        requests.touch();
+        Busy { requests: requests.clone(), id }
+    }
+
+    /// Moves its deadline (an event stream's is longer).
+    fn until(&self, deadline: Instant) {
+        if let Ok(mut d) = self.requests.deadlines.lock() {
+            d.insert(self.id, deadline);
+        }
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        if let Ok(mut d) = self.requests.deadlines.lock() {
+            d.remove(&self.id);
+        }
+        self.requests.busy.fetch_sub(1, Ordering::SeqCst);
+        self.requests.touch();
     }
 }
+
+/// An answer's body, holding what its request counts (in progress, its
+/// answer's bytes) until it ends or is dropped.
+struct Tail<B> {
+    inner: B,
+    _busy: Option<Busy>,
+    _held: Option<BodyBytes>,
+}
+
+impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tail<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A request past its deadline has this long to have its 503 written
+/// before its connection is ended.
+const DEADLINE_GRACE: Duration = Duration::from_secs(1);
 
 /// A connection's place in the table, given up however its task ends.
 struct Place {
@@ -514,46 +638,6 @@ impl Table {
     }
 }
 
-/// A stream that notes when anything was last read or written.
-struct Watched<T> {
-    inner: T,
-    last: Arc<AtomicU64>,
-    epoch: Instant,
-}
-
-impl<T> Watched<T> {
-    fn touch(&self) {
-        self.last.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.touch();
-        }
-        r
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write(cx, data);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.touch();
-        }
-        r
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
 /// Serves `app` on `listener` under `limits` until `shutdown`; `tls`
 /// wraps every connection when given.
 pub async fn serve(
@@ -570,6 +654,7 @@ pub async fn serve(
     let app = app.layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked));
     let budget = Arc::new(BodyBudget::default());
     let strangers = Arc::new(BodyBudget::default());
+    let answers = Arc::new(BodyBudget::default());
     let limits = fitted(limits);
     tracing::info!(
         connections = limits.connections,
@@ -638,6 +723,7 @@ pub async fn serve(
             audit: audit.clone(),
             budget: budget.clone(),
             strangers: strangers.clone(),
+            answers: answers.clone(),
             table: table.clone(),
             id,
             peer,
@@ -645,15 +731,20 @@ pub async fn serve(
         let tls = tls.clone();
         tokio::spawn(async move {
             let _place = place;
-            let epoch = Instant::now();
-            let last = Arc::new(AtomicU64::new(0));
-            let io = Watched { inner: stream, last: last.clone(), epoch };
-            let conn = serve_connection(conn, io, tls, busy, state, limits);
-            let idle = async {
+            let requests = Arc::new(Requests::new(busy));
+            let conn = serve_connection(conn, stream, tls, requests.clone(), state, limits);
+            // Closed when quiet (no request in progress, none started or
+            // ended for the idle timeout), or when a request outlives its
+            // deadline (an answer the peer does not read).
+            let watch = async {
+                let every = limits.idle.checked_div(4).unwrap_or(limits.idle).min(Duration::from_secs(2));
                 loop {
-                    tokio::time::sleep(limits.idle.checked_div(4).unwrap_or(limits.idle)).await;
-                    let quiet = epoch.elapsed().saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
-                    if quiet >= limits.idle {
+                    tokio::time::sleep(every).await;
+                    if requests.overdue(DEADLINE_GRACE) {
+                        tracing::debug!("gateway: a request outlived its deadline; its connection is closed");
+                        return;
+                    }
+                    if requests.busy.load(Ordering::SeqCst) == 0 && requests.quiet() >= limits.idle {
                         return;
                     }
                 }
@@ -661,7 +752,7 @@ pub async fn serve(
             tokio::select! {
                 _ = conn => {}
                 _ = close.notified() => {}
-                _ = idle => {}
+                _ = watch => {}
             }
         });
     }
@@ -760,6 +851,8 @@ struct Conn {
     budget: Arc<BodyBudget>,
     /// Strangers' pool (headers and bodies), apart from `budget`.
     strangers: Arc<BodyBudget>,
+    /// Answers' bytes held until written.
+    answers: Arc<BodyBudget>,
     table: Arc<Mutex<Table>>,
     id: u64,
     peer: IpAddr,
@@ -774,6 +867,7 @@ async fn handle(
     cert: Option<Arc<PeerCertificate>>,
     state: Arc<ConnectionState>,
     limits: Limits,
+    deadline: Instant,
 ) -> http::Response<axum::body::Body> {
     use hyper::body::Body as _;
     let (mut parts, body) = req.into_parts();
@@ -798,19 +892,26 @@ async fn handle(
     if announced.is_some_and(|n| n > BODY_LIMIT as u64) {
         return refuse(http::StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large");
     }
-    // A holder already past its share is not served on more connections.
+    let has_body = !(body.is_end_stream() || announced == Some(0));
+    // Who it is from, from the headers alone, before anything is done for
+    // it: a connection counts against its holder from the first request
+    // that names one, however long that request then takes; and a
+    // stranger's body is never buffered whole.
+    let principal = match &conn.gate {
+        Some(g) if has_body || state.holder.get().is_none() => {
+            CONNECTION_TRUST.scope(state.clone(), g.principal(&parts)).await
+        }
+        Some(_) => None,
+        None => Some(String::new()),
+    };
+    // A holder past its share is not served on more connections.
     if let Some(why) = past_share(&conn, &limits) {
         return refuse(http::StatusCode::TOO_MANY_REQUESTS, &why);
     }
     let (mut held, mut head_held) = (None, None);
-    let body = if body.is_end_stream() || announced == Some(0) {
+    let body = if !has_body {
         axum::body::Body::empty()
     } else {
-        // Who it is from, from the headers alone: a stranger's body is never buffered whole.
-        let principal = match &conn.gate {
-            Some(g) => CONNECTION_TRUST.scope(state.clone(), g.principal(&parts)).await,
-            None => Some(String::new()),
-        };
         let (holder, most, budget, pool) = match principal {
             Some(p) => (format!("user:{p}"), BODY_LIMIT, &conn.budget, limits),
             None => (format!("peer:{}", conn.peer), limits.stranger_body, &conn.strangers, limits.for_strangers()),
@@ -840,11 +941,19 @@ async fn handle(
         }
     };
     let req = http::Request::from_parts(parts, body);
-    let r = CONNECTION_TRUST.scope(state.clone(), tower::ServiceExt::oneshot(conn.app.clone(), req)).await;
+    let routed = CONNECTION_TRUST.scope(state.clone(), tower::ServiceExt::oneshot(conn.app.clone(), req));
+    let r = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), routed).await;
     drop((held, head_held));
     let mut r = match r {
-        Ok(r) => r,
-        Err(never) => match never {},
+        Ok(Ok(r)) => r,
+        Ok(Err(never)) => match never {},
+        Err(_) => {
+            let why = format!(
+                "the request did not finish within its deadline ({}); try again",
+                humantime::format_duration(limits.request_time)
+            );
+            return refuse(http::StatusCode::SERVICE_UNAVAILABLE, &why);
+        }
     };
     if r.headers_mut().remove(PANICKED).is_some() {
         if let Some(a) = &conn.audit {
@@ -852,10 +961,28 @@ async fn handle(
         }
     }
     // The first request on a connection names its holder: past its share, its answer is 429.
-    match past_share(&conn, &limits) {
-        Some(why) => refuse(http::StatusCode::TOO_MANY_REQUESTS, &why),
-        None => r,
+    if let Some(why) = past_share(&conn, &limits) {
+        return refuse(http::StatusCode::TOO_MANY_REQUESTS, &why);
     }
+    // An answer's bytes are held against its caller until written: a peer
+    // that asks and never reads holds no more than its share.
+    let Some(size) = r.body().size_hint().exact().filter(|n| *n > 0) else { return r };
+    let holder = match state.holder.get() {
+        Some(h) => format!("user:{}", h.user),
+        None => format!("peer:{}", conn.peer),
+    };
+    match conn.answers.take(&holder, usize::try_from(size).unwrap_or(usize::MAX), &limits.for_answers()) {
+        Some(bytes) => r.map(|b| axum::body::Body::new(Tail { inner: b, _busy: None, _held: Some(bytes) })),
+        None => refuse(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            "too many answers are held for you unread; read them, or try again",
+        ),
+    }
+}
+
+/// Whether an answer is an event stream (a longer deadline).
+fn is_event_stream(r: &http::Response<axum::body::Body>) -> bool {
+    r.headers().get(http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
 }
 
 /// Why the connection's holder may not be served on it: it holds more
@@ -871,20 +998,24 @@ const PANICKED: &str = "x-pinfleet-panicked";
 
 async fn serve_connection(
     conn: Conn,
-    io: Watched<tokio::net::TcpStream>,
+    io: tokio::net::TcpStream,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    busy: Arc<AtomicUsize>,
+    requests: Arc<Requests>,
     state: Arc<ConnectionState>,
     limits: Limits,
 ) {
     let counted = |cert: Option<Arc<PeerCertificate>>| {
         tower::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-            // Counted from here to the end of the request however it ends.
-            let busy = Busy::new(&busy);
-            let fut = handle(conn.clone(), req, cert.clone(), state.clone(), limits);
+            // Counted from here to its answer's last byte however it ends.
+            let deadline = Instant::now() + limits.request_time;
+            let busy = Busy::new(&requests, deadline);
+            let fut = handle(conn.clone(), req, cert.clone(), state.clone(), limits, deadline);
             async move {
                 let r = fut.await;
-                drop(busy);
+                if is_event_stream(&r) {
+                    busy.until(Instant::now() + limits.stream_time);
+                }
+                let r = r.map(|b| axum::body::Body::new(Tail { inner: b, _busy: Some(busy), _held: None }));
                 Ok::<_, std::convert::Infallible>(r)
             }
         })
@@ -1123,16 +1254,18 @@ mod tests {
     #[test]
     fn a_busy_count_and_a_table_place_survive_a_panic() {
         let busy = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(Requests::new(busy.clone()));
         let table = Arc::new(Mutex::new(Table::default()));
         table.lock().unwrap().open.insert(7, entry("10.0.0.1", 0));
-        let (b2, t2) = (busy.clone(), table.clone());
+        let (r2, t2) = (requests.clone(), table.clone());
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
             let _place = Place { table: t2, id: 7 };
-            let _busy = Busy::new(&b2);
+            let _busy = Busy::new(&r2, Instant::now() + Duration::from_secs(60));
             panic!("TimeDelta::seconds out of bounds");
         }));
         assert!(r.is_err());
         assert_eq!(busy.load(Ordering::SeqCst), 0);
+        assert!(!requests.overdue(Duration::ZERO), "its deadline went with it");
         assert!(table.lock().unwrap().open.is_empty());
     }
 

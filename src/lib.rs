@@ -18,7 +18,7 @@
 //! ```
 //!
 //! Where things live:
-//! - pure: [`spec`], [`capacity`] (offerings, refusal codes, the
+//! - pure: [`escape`] (what users typed, safe to show), [`spec`], [`capacity`] (offerings, refusal codes, the
 //!   fallback order, the capacity ledger and the launcher's decisions), [`render`], [`cloud::model`], [`cloud::iam`] (the
 //!   machines' roles and policies), [`cloud::ops`] (the operations a plan
 //!   decides), [`cloud::orphans`], [`plan`], [`ami`] (selection,
@@ -59,12 +59,14 @@ pub mod delivery;
 pub mod diff;
 pub mod e2e;
 pub mod edge;
+pub mod escape;
 pub mod etcd;
 pub mod federation;
 pub mod fleet;
 pub mod gateway;
 pub mod imaging;
 pub mod kube;
+pub mod outbound;
 pub mod output;
 pub mod plan;
 pub mod provenance;

@@ -65,6 +65,9 @@ pub struct Registries {
     cache: Mutex<HashMap<(String, String), (Verdict, Instant)>>,
     /// Checks fetching evidence at once.
     fetching: tokio::sync::Semaphore,
+    /// Each team's places among them: a team whose registry is slow
+    /// holds only its own, never every place.
+    teams: Mutex<HashMap<String, std::sync::Arc<tokio::sync::Semaphore>>>,
     /// How long a refusal is kept (default [`REFUSAL_TTL`]).
     refusal_ttl: Duration,
     /// Requests made to registries (for the cache's figures).
@@ -99,6 +102,8 @@ const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, appli
 /// Checks fetching evidence at once: with the caps above, at most
 /// 8 × 4 × (16 KiB + 512 KiB) ≈ 17 MiB held.
 const FETCHING_MAX: usize = 8;
+/// Of those, one team's at once: four teams' slow registries fill them.
+const FETCHING_PER_TEAM: usize = 2;
 
 /// A writer that refuses past `cap` bytes: a layer whose descriptor lied
 /// about its size is cut off there.
@@ -159,6 +164,7 @@ impl Registries {
             allowed,
             cache: Mutex::new(HashMap::new()),
             fetching: tokio::sync::Semaphore::new(FETCHING_MAX),
+            teams: Mutex::new(HashMap::new()),
             refusal_ttl: REFUSAL_TTL,
             calls: AtomicU64::new(0),
         }
@@ -177,6 +183,24 @@ impl Registries {
     /// Checks `image` against `policy`: pinned by digest and verified, or
     /// refused with the reason (never an error: the caller decides by mode).
     pub async fn check(&self, image: &str, policy: &TrustPolicy) -> Checked {
+        self.check_for("", image, policy).await
+    }
+
+    /// A team's place among the checks fetching at once.
+    fn team_places(&self, team: &str) -> std::sync::Arc<tokio::sync::Semaphore> {
+        let mut teams = self.teams.lock().unwrap_or_else(|e| e.into_inner());
+        if teams.len() > 4096 {
+            teams.retain(|_, s| s.available_permits() < FETCHING_PER_TEAM);
+        }
+        teams
+            .entry(team.to_string())
+            .or_insert_with(|| std::sync::Arc::new(tokio::sync::Semaphore::new(FETCHING_PER_TEAM)))
+            .clone()
+    }
+
+    /// [`Registries::check`] for `team`: its evidence fetched in one of the
+    /// team's own places ([`FETCHING_PER_TEAM`]) before one of all.
+    pub async fn check_for(&self, team: &str, image: &str, policy: &TrustPolicy) -> Checked {
         let refused = |digest: &str, why: String| Checked {
             pinned: None,
             verdict: Verdict {
@@ -228,6 +252,10 @@ impl Registries {
         if let Some((v, _)) = self.cache.lock().ok().and_then(|c| c.get(&key).filter(|e| fresh(e)).cloned()) {
             return Checked { pinned: Some(pinned), verdict: v };
         }
+        let places = self.team_places(team);
+        let Ok(_mine) = places.acquire().await else {
+            return refused(&digest, "the gateway is stopping".into());
+        };
         let Ok(_fetching) = self.fetching.acquire().await else {
             return refused(&digest, "the gateway is stopping".into());
         };

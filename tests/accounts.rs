@@ -204,13 +204,17 @@ async fn sts_refusals_stop_before_the_first_write_with_sts_wording() {
     opts.call_log = Some(log.clone());
     let e = Aws::connect(&opts).await.unwrap_err();
     let text = format!("{e:#}");
-    assert!(
-        text.contains(&format!(
-            "AccessDenied: User: arn:aws:iam::{caller}:user/moto is not authorized to perform: sts:AssumeRole on resource: {}",
-            a.role_arn
-        )),
-        "{text}"
+    // Said as the AssumeRole it is (the role, its account, STS's code and
+    // message), not as the GetCallerIdentity that would have carried it.
+    assert_eq!(
+        text,
+        format!(
+            "STS refused AssumeRole of {} for account {}: AccessDenied: User: arn:aws:iam::{caller}:user/moto is not authorized to perform: sts:AssumeRole on resource: {}",
+            a.role_arn, a.id, a.role_arn
+        )
     );
+    assert!(!text.contains("GetCallerIdentity") && !text.contains("testing"), "{text}");
+    assert!(pinfleet::cloud::aws::account::is_refusal(&e), "{text}");
     assert!(log.entries().iter().all(|(op, _)| op.starts_with("sts:")), "{:?}", log.entries());
 
     // A role whose session lands in another account than the file names.
@@ -240,9 +244,9 @@ async fn sts_refusals_stop_before_the_first_write_with_sts_wording() {
     opts.sts_faults = Some(rules.clone());
     opts.session = Some(Duration::from_secs(600));
     let e = Aws::connect(&opts).await.unwrap_err();
-    assert!(
-        format!("{e:#}").contains("ValidationError: 1 validation error detected: Value '600' at 'durationSeconds' failed to satisfy constraint: Member must have value greater than or equal to 900"),
-        "{e:#}"
+    assert_eq!(
+        format!("{e:#}"),
+        format!("STS refused AssumeRole of {} for account {}: ValidationError: 1 validation error detected: Value '600' at 'durationSeconds' failed to satisfy constraint: Member must have value greater than or equal to 900", c.role_arn, c.id),
     );
 }
 

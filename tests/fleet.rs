@@ -367,3 +367,53 @@ async fn waves_roll_by_share_with_their_soaks_and_a_failed_gate_halts_the_rest()
     }
     assert_eq!(s.fleet.image("dev-a").0, "ami-new");
 }
+
+/// A failure budget lets a rollout go on; it never makes a failed cluster a
+/// success. Two of production's three fail their rolls within a budget of
+/// two: every stage goes through, and the last word, the exit status and
+/// the status name each failed cluster, why, and what it runs now.
+#[tokio::test(start_paused = true)]
+async fn failures_within_the_budget_finish_the_rollout_but_never_as_done() {
+    let yaml = "stages:\n  - {name: dev, selector: env=dev, soak: 0s}\n  - {name: production, selector: env=production, soak: 0s, maxFailures: 2}\n";
+    let s = setup(yaml).await;
+    s.fleet.fail_roll.lock().unwrap().insert("prod-b".into());
+    s.fleet.fail_roll.lock().unwrap().insert("prod-c".into());
+    let (r, outcome, notes) = apply(&s).await;
+    let Outcome::FinishedWithFailures(failures) = &outcome else { panic!("not finished with failures: {outcome:?}") };
+    for name in ["prod-b", "prod-c"] {
+        assert!(failures.contains(&format!("{name} (failed: replacement")), "{failures}");
+        assert_eq!(s.fleet.image(name).0, "ami-old", "{name} failed its roll");
+    }
+    assert!(failures.contains("runs ami-old"), "what each failed cluster runs now: {failures}");
+    assert!(!failures.contains("prod-a"), "prod-a rolled: {failures}");
+    assert!(matches!(&r.state, RolloutState::FinishedWithFailures(w) if w == failures), "{:?}", r.state);
+    assert!(r.is_finished(), "nothing left to run");
+    // The last word and the exit status.
+    let (line, state, code) = pinfleet::fleet::text::fleet_outcome(r.number, &r.target.to_string(), &outcome);
+    assert_eq!((state, code), ("finishedWithFailures", 1), "{line}");
+    assert!(!line.contains("is done") && line.contains("prod-b") && line.contains("prod-c"), "{line}");
+    let last: Vec<String> = notes.iter().map(pinfleet::fleet::text::fleet_note).collect();
+    assert!(last.last().unwrap().contains("NOT every cluster"), "{last:?}");
+    // The status: the rollout's state and each failed cluster's row.
+    let view = pinfleet::views::fleet::FleetStatusView::new(
+        &r,
+        &Always,
+        &Default::default(),
+        None,
+        Default::default(),
+        &Default::default(),
+        start() + chrono::Duration::hours(2),
+    );
+    assert!(view.state.starts_with("finished with failures: 2 clusters failed"), "{}", view.state);
+    let rows: Vec<_> = view.stages.iter().flat_map(|s| &s.clusters).collect();
+    for name in ["prod-b", "prod-c"] {
+        let row = rows.iter().find(|c| c.cluster == name).unwrap();
+        assert_eq!(row.state, "failed");
+        assert!(row.why.contains("runs ami-old"), "{row:?}");
+    }
+    // The record in the store says the same.
+    assert_eq!(s.book.latest().await.unwrap().unwrap(), r);
+    // A clean rollout's last word is still "done", exit 0.
+    let (line, _, code) = pinfleet::fleet::text::fleet_outcome(2, "ami-new", &Outcome::Finished);
+    assert_eq!(code, 0, "{line}");
+}

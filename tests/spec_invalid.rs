@@ -61,6 +61,48 @@ fn unknown_addon_names_are_reported_when_packages_exist() {
     );
 }
 
+/// A role's partition is one AWS has (a closed list), and the region's:
+/// refused at the role's ARN, where `pinfleet validate` points, rather than
+/// by STS at run time.
+#[test]
+fn a_role_in_a_partition_aws_lacks_or_another_than_the_regions_is_refused_at_its_arn() {
+    let path = Path::new("tests/fixtures/valid/minimal.yaml");
+    let with_role = |arn: &str| {
+        std::fs::read_to_string(path).unwrap().replace(
+            "    zones: [us-east-1a, us-east-1b]\n",
+            &format!("    zones: [us-east-1a, us-east-1b]\n    account:\n      id: \"222222222222\"\n      roleArn: {arn}\n"),
+        )
+    };
+    let at = "tests/fixtures/valid/minimal.yaml:12:7: spec.cloud.account.roleArn:";
+    let all = "aws, aws-cn, aws-us-gov, aws-iso, aws-iso-b, aws-iso-e, aws-iso-f, aws-eusc";
+    let cases: Vec<(&str, Option<String>)> = vec![
+        ("arn:aws:iam::222222222222:role/pinfleet", None),
+        ("arn:aws:iam::222222222222:role/ops/pinfleet", None),
+        (
+            "arn:aws-mars:iam::222222222222:role/x",
+            Some(format!("{at} the role `arn:aws-mars:iam::222222222222:role/x` is in partition `aws-mars`, which AWS does not have (the partitions: {all})")),
+        ),
+        (
+            "arn:awsx:iam::222222222222:role/x",
+            Some(format!("{at} the role `arn:awsx:iam::222222222222:role/x` is in partition `awsx`, which AWS does not have (the partitions: {all})")),
+        ),
+        (
+            "arn:aws-cn:iam::222222222222:role/x",
+            Some(format!("{at} the role `arn:aws-cn:iam::222222222222:role/x` is in partition aws-cn but region us-east-1 is in partition aws (STS assumes a role only in its own partition)")),
+        ),
+        (
+            "arn:aws-us-gov:iam::222222222222:role/x",
+            Some(format!("{at} the role `arn:aws-us-gov:iam::222222222222:role/x` is in partition aws-us-gov but region us-east-1 is in partition aws (STS assumes a role only in its own partition)")),
+        ),
+    ];
+    for (arn, want) in cases {
+        let src = with_role(arn);
+        assert!(src.contains(&format!("roleArn: {arn}\n")), "{src}");
+        let got = spec::load_source(path, &src, &LoadOptions::default()).err().map(|e| e.to_string());
+        assert_eq!(got, want, "{arn}");
+    }
+}
+
 #[test]
 fn the_minimal_fixture_is_valid_and_fully_defaulted() {
     let loaded = spec::load_cluster(Path::new("tests/fixtures/valid/minimal.yaml"), &LoadOptions::default()).unwrap();

@@ -341,11 +341,19 @@ pub fn validate(r: &Recipe) -> Vec<(String, String)> {
                 "buildAccount.roleArn",
                 format!("`{}` is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)", a.role_arn),
             ),
-            Some((account, _)) if id_ok && account != a.id => say(
-                "buildAccount.roleArn",
-                format!("the role `{}` is in account {account}, not in the build account {}", a.role_arn, a.id),
-            ),
-            Some(_) => {}
+            Some((partition, account, _)) => {
+                // The image is baked in the first region, with this role.
+                let baked_in = r.regions.first().map(String::as_str).filter(|x| looks_like_region(x));
+                if let Some(why) = crate::spec::validate::role_partition_problem(&a.role_arn, partition, baked_in) {
+                    say("buildAccount.roleArn", why);
+                }
+                if id_ok && account != a.id {
+                    say(
+                        "buildAccount.roleArn",
+                        format!("the role `{}` is in account {account}, not in the build account {}", a.role_arn, a.id),
+                    );
+                }
+            }
         }
     }
     if r.base.owners.is_empty() {
@@ -639,6 +647,12 @@ regions: [us-east-1, eu-west-1]
         let elsewhere = "buildAccount: {id: \"111122223333\", roleArn: \"arn:aws:iam::444455556666:role/pinfleet\"}\n";
         let e = at(&format!("{GOOD}{elsewhere}")).unwrap_err().to_string();
         assert!(e.contains("buildAccount.roleArn") && e.contains("in account 444455556666"), "{e}");
+        let mars = "buildAccount: {id: \"111122223333\", roleArn: \"arn:aws-mars:iam::111122223333:role/pinfleet\"}\n";
+        let e = at(&format!("{GOOD}{mars}")).unwrap_err().to_string();
+        assert!(e.contains("buildAccount.roleArn") && e.contains("partition `aws-mars`, which AWS does not have"), "{e}");
+        let china = "buildAccount: {id: \"111122223333\", roleArn: \"arn:aws-cn:iam::111122223333:role/pinfleet\"}\n";
+        let e = at(&format!("{GOOD}{china}")).unwrap_err().to_string();
+        assert!(e.contains("partition aws-cn but region us-east-1 is in partition aws"), "{e}");
         let e =
             at(&format!("{GOOD}buildAccount: {{id: \"1111\", roleArn: \"arn:aws:iam::1111:role/x\"}}\n")).unwrap_err();
         assert!(e.to_string().contains("buildAccount.id"), "{e}");

@@ -54,7 +54,7 @@ impl Target {
     pub fn kubeconfig(self, cluster: &str) -> std::path::PathBuf {
         match self {
             Target::Aws | Target::Localstack => crate::apply::cluster::kubeconfig_path(cluster),
-            Target::Kind => crate::kube::kind::kubeconfig(cluster),
+            Target::Kind => crate::kube::kind::kubeconfig(&home(), cluster),
             Target::Sim => crate::sim::local::kubeconfig(cluster),
         }
     }

@@ -31,8 +31,11 @@ pub async fn run(g: &GlobalArgs, args: DestroyArgs) -> Result<ExitCode> {
             writeln!(anstream::stderr(), "would delete the {t:?} cluster {name}. Run with --yes to do it.")?;
             return Ok(ExitCode::SUCCESS);
         }
-        let was =
-            if t == Target::Sim { crate::sim::local::down(&name).await? } else { crate::kube::kind::down(&name)? };
+        let was = if t == Target::Sim {
+            crate::sim::local::down(&name).await?
+        } else {
+            crate::kube::kind::down(&crate::state::home(), &name)?
+        };
         let what = if was { "deleted" } else { "was not running" };
         writeln!(anstream::stderr(), "{} {t:?} cluster {name} {what}", "done:".green().bold())?;
         return Ok(ExitCode::SUCCESS);

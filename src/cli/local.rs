@@ -35,7 +35,11 @@ pub async fn run(g: &GlobalArgs, args: ApplyArgs, bootstrap: bool) -> Result<Exi
     }
     let kubeconfig = match (args.cloud.target, bootstrap) {
         (Target::Sim, true) => crate::sim::local::up(cluster, &args.cluster, &g.clusters_dir, &g.addons_dir).await?,
-        (Target::Kind, true) => crate::kube::kind::up(cluster, &crate::render::Renderer::new().kind_config(cluster)?)?,
+        (Target::Kind, true) => crate::kube::kind::up(
+            &crate::state::home(),
+            cluster,
+            &crate::render::Renderer::new().kind_config(cluster)?,
+        )?,
         (t, false) => {
             let k = t.kubeconfig(name);
             if !k.exists() {

@@ -8,6 +8,11 @@
 //! server) and retries at once, but steps down when it has not renewed for
 //! the renew deadline (two thirds of the lease, as client-go's 10 s of
 //! 15 s): before any standby may take the lease, so two never lead at once.
+//! A holder renews with one write from the Lease it last wrote (client-go's
+//! fast path: no read first, so a busy API server costs one request's
+//! latency, not two), reading only when that write conflicts; and it renews
+//! every `renew_every` counted from the start of the last renewal, not from
+//! its end, so a slow answer does not push the next one toward the deadline.
 //! A replica that stops releases what it holds (holder emptied, as
 //! client-go's ReleaseOnCancel): a standby takes over at once instead of a
 //! lease later.
@@ -51,6 +56,52 @@ impl LeaseLock {
 
     /// One round of election, saying when another holder's lease runs out.
     pub async fn round(&self) -> Result<Round, kube::Error> {
+        Ok(self.round_from(None).await?.0)
+    }
+
+    /// One round, from the Lease this candidate last wrote when it holds
+    /// one: a holder renews with that one write, and reads the Lease only
+    /// when the write conflicts (another wrote since, or an earlier write of
+    /// its own that timed out here landed there). Gives back the Lease as
+    /// written when this candidate holds it.
+    pub async fn round_from(&self, held: Option<&Lease>) -> Result<(Round, Option<Lease>), kube::Error> {
+        if let Some(lease) = held.filter(|l| self.holds(l)) {
+            let s = lease.spec.clone().unwrap_or_default();
+            let now = Utc::now();
+            let next = self.written(lease, now, self.acquired(&s, now), s.lease_transitions.unwrap_or(0));
+            match self.api.replace(&self.name, &PostParams::default(), &next).await {
+                Ok(written) => return Ok((Round::Held, Some(written))),
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.round_read().await
+    }
+
+    fn holds(&self, lease: &Lease) -> bool {
+        lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(self.identity.as_str())
+    }
+
+    /// When this candidate first took the Lease it holds (now, if unknown).
+    fn acquired(&self, s: &k8s_openapi::api::coordination::v1::LeaseSpec, now: DateTime<Utc>) -> String {
+        s.acquire_time
+            .as_ref()
+            .and_then(|t| serde_json::to_value(t).ok().and_then(|v| v.as_str().map(str::to_string)))
+            .unwrap_or_else(|| micro(now))
+    }
+
+    /// The Lease as this candidate writes it: held by it, renewed now.
+    fn written(&self, lease: &Lease, now: DateTime<Utc>, acquired: String, transitions: i32) -> Lease {
+        let mut next = lease.clone();
+        next.spec = Some(
+            serde_json::from_value(json!({"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_duration.as_secs().max(1), "acquireTime": acquired, "renewTime": micro(now), "leaseTransitions": transitions}))
+                .expect("lease spec"),
+        );
+        next
+    }
+
+    /// The round's slow path: read the Lease, then take or renew it.
+    async fn round_read(&self) -> Result<(Round, Option<Lease>), kube::Error> {
         let now = Utc::now();
         let spec = |acquired: String, transitions: i32| json!({"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_duration.as_secs().max(1), "acquireTime": acquired, "renewTime": micro(now), "leaseTransitions": transitions});
         let Some(lease) = self.api.get_opt(&self.name).await? else {
@@ -58,8 +109,8 @@ impl LeaseLock {
                 serde_json::from_value(json!({"metadata": {"name": self.name}, "spec": spec(micro(now), 0)}))
                     .expect("lease");
             return match self.api.create(&PostParams::default(), &fresh).await {
-                Ok(_) => Ok(Round::Held),
-                Err(kube::Error::Api(e)) if e.code == 409 => Ok(Round::HeldByAnother(None)),
+                Ok(written) => Ok((Round::Held, Some(written))),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok((Round::HeldByAnother(None), None)),
                 Err(e) => Err(e),
             };
         };
@@ -72,24 +123,16 @@ impl LeaseLock {
         let expired = renewed.is_none_or(|r| r + duration < now);
         // An empty holder is a released lease: free at once.
         if !holder.is_empty() && holder != self.identity && !expired {
-            return Ok(Round::HeldByAnother(renewed.map(|r| r + duration)));
+            return Ok((Round::HeldByAnother(renewed.map(|r| r + duration)), None));
         }
         // Any change of holder counts, a released lease's taking too (as client-go).
         let transitions = s.lease_transitions.unwrap_or(0) + i32::from(holder != self.identity);
-        let acquired = if holder == self.identity {
-            s.acquire_time
-                .as_ref()
-                .and_then(|t| serde_json::to_value(t).ok().and_then(|v| v.as_str().map(str::to_string)))
-                .unwrap_or_else(|| micro(now))
-        } else {
-            micro(now)
-        };
-        let mut next = lease.clone();
-        next.spec = Some(serde_json::from_value(spec(acquired, transitions)).expect("lease spec"));
+        let acquired = if holder == self.identity { self.acquired(&s, now) } else { micro(now) };
+        let next = self.written(&lease, now, acquired, transitions);
         match self.api.replace(&self.name, &PostParams::default(), &next).await {
-            Ok(_) => Ok(Round::Held),
+            Ok(written) => Ok((Round::Held, Some(written))),
             // Someone else wrote first (resourceVersion moved): not ours this round.
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Round::HeldByAnother(None)),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok((Round::HeldByAnother(None), None)),
             Err(e) => Err(e),
         }
     }
@@ -197,6 +240,8 @@ pub async fn run_elected<F, Fut>(
     // When the lease this replica holds was last written (the start of the
     // round that wrote it: its renewTime is no earlier).
     let mut renewed: Option<std::time::Instant> = None;
+    // The Lease as this replica last wrote it, while it holds it.
+    let mut held: Option<Lease> = None;
     loop {
         // A leader whose work has ended (it gave up: a pass that panicked
         // or overran) must not keep the Lease: it is released, so a
@@ -213,11 +258,12 @@ pub async fn run_elected<F, Fut>(
             _ => lock.renew_every.max(Duration::from_secs(1)),
         };
         let outcome = tokio::select! {
-            r = tokio::time::timeout(limit, lock.round()) => r,
+            r = tokio::time::timeout(limit, lock.round_from(held.as_ref())) => r,
             _ = stopped(&mut stop) => break,
         };
         let round = match outcome {
-            Ok(Ok(r)) => {
+            Ok(Ok((r, written))) => {
+                held = written;
                 if said.take().is_some() {
                     tracing::info!("leader election: the Lease {} can be read and written again", lock.name);
                 }
@@ -265,6 +311,8 @@ pub async fn run_elected<F, Fut>(
         }
         leading.store(won, Ordering::SeqCst);
         let wait = match round {
+            // Renewals every renew_every from the start of the last one.
+            Some(Round::Held) => lock.renew_every.saturating_sub(started.elapsed()),
             Some(r) => next_round(lock.renew_every, r, Utc::now()),
             None if won => lock.retry_every(),
             None => lock.renew_every,

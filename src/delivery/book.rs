@@ -113,7 +113,7 @@ pub async fn budget_text(r: &SloRecord, namespace: &str, workload: &str) -> Stri
         r.slo.sli,
         humantime::format_duration(r.slo.window)
     );
-    let Ok(prom) = super::prometheus::Prometheus::new(&r.prometheus) else {
+    let Ok(prom) = super::prometheus::Prometheus::new(&r.prometheus).map(|p| p.for_team(namespace)) else {
         return format!("{head}: no Prometheus client");
     };
     match prom.query(&r.slo.ratio(&vars, &window), None).await {

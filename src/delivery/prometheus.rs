@@ -7,26 +7,33 @@
 //! analysis (rendered query) ─▶ GET /api/v1/query ─▶ Answer
 //! ```
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::analysis::Answer;
 
+/// A Prometheus a delivery names, read through the one bounded outbound
+/// client ([`crate::outbound`]): its answer's size and time capped, its
+/// redirects on its own host only, its places shared per team.
 #[derive(Clone)]
 pub struct Prometheus {
     base: String,
-    http: reqwest::Client,
+    /// Whose places its fetches take (the team; its host until named).
+    team: String,
 }
 
 impl Prometheus {
     pub fn new(base: &str) -> anyhow::Result<Prometheus> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| anyhow::anyhow!("an HTTP client for Prometheus: {e}"))?;
-        Ok(Prometheus { base: base.trim_end_matches('/').to_string(), http })
+        let base = base.trim_end_matches('/').to_string();
+        let parsed = url::Url::parse(&base).map_err(|e| anyhow::anyhow!("{base}: not a URL: {e}"))?;
+        let team = format!("host:{}", parsed.host_str().unwrap_or_default());
+        Ok(Prometheus { base, team })
+    }
+
+    /// Its fetches take `team`'s places.
+    pub fn for_team(mut self, team: &str) -> Prometheus {
+        self.team = format!("team:{team}");
+        self
     }
 
     /// The query's value at `at` (now when None).
@@ -39,26 +46,16 @@ impl Prometheus {
             Ok(u) => u,
             Err(e) => return Answer::Error(format!("{}: not a URL: {e}", self.base)),
         };
-        let resp = match self.http.get(url).send().await {
-            Ok(r) => r,
-            Err(e) => return Answer::Error(format!("asking Prometheus at {}: {}", self.base, without_url(&e))),
-        };
-        let status = resp.status();
-        let body = match resp.bytes().await {
-            Ok(b) => b,
-            Err(e) => return Answer::Error(format!("reading Prometheus' answer: {}", without_url(&e))),
-        };
-        read_answer(status.as_u16(), &body)
+        match crate::outbound::Outbound::shared().get(&self.team, url, &crate::outbound::PROMETHEUS).await {
+            Ok((status, body)) => read_answer(status, &body),
+            Err(e) => Answer::Error(format!("asking Prometheus at {}: {e}", self.base)),
+        }
     }
 }
 
-fn without_url(e: &reqwest::Error) -> String {
-    let mut s = e.to_string();
-    if let Some(u) = e.url() {
-        s = s.replace(&format!(" ({u})"), "").replace(u.as_str(), "");
-    }
-    s
-}
+/// The kinds of error Prometheus' HTTP API names (its `errorType`); any
+/// other word is not repeated.
+const ERROR_TYPES: &[&str] = &["timeout", "canceled", "execution", "bad_data", "internal", "unavailable", "not_found"];
 
 /// Prometheus' JSON answer as one value (pure).
 pub fn read_answer(status: u16, body: &[u8]) -> Answer {
@@ -66,10 +63,11 @@ pub fn read_answer(status: u16, body: &[u8]) -> Answer {
         return Answer::Error(format!("Prometheus answered HTTP {status} with something that is not JSON"));
     };
     if v["status"] != "success" {
+        // Its words are not repeated: a server a team names could put
+        // anything there (another service's answer, a token).
+        let kind = v["errorType"].as_str().filter(|k| ERROR_TYPES.contains(k)).unwrap_or("an error");
         return Answer::Error(format!(
-            "Prometheus: {}: {}",
-            v["errorType"].as_str().unwrap_or("error"),
-            v["error"].as_str().unwrap_or("no reason given")
+            "Prometheus answered HTTP {status} with {kind} (its message is not repeated; Prometheus' own log has it)"
         ));
     }
     let number = |x: &Value| -> Answer {
@@ -111,7 +109,7 @@ mod tests {
             matches!(read_answer(200, ok(r#"{"resultType":"vector","result":[{"value":[1,"1"]},{"value":[1,"2"]}]}"#).as_bytes()), Answer::Error(e) if e.contains("2 series"))
         );
         assert!(
-            matches!(read_answer(400, br#"{"status":"error","errorType":"bad_data","error":"parse error at char 4"}"#), Answer::Error(e) if e == "Prometheus: bad_data: parse error at char 4")
+            matches!(read_answer(400, br#"{"status":"error","errorType":"bad_data","error":"parse error at char 4"}"#), Answer::Error(e) if e.contains("HTTP 400 with bad_data") && !e.contains("parse error"))
         );
         assert!(matches!(read_answer(502, b"<html>bad gateway</html>"), Answer::Error(e) if e.contains("HTTP 502")));
         assert!(

@@ -120,6 +120,10 @@ pub struct ClusterRun {
     pub blocked: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_until: Option<DateTime<Utc>>,
+    /// What it runs now, read when the rollout ended with it failed (a
+    /// failed roll can leave a cluster on mixed images).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<Snapshot>,
 }
 
 impl ClusterRun {
@@ -188,6 +192,10 @@ impl StageRun {
 pub enum RolloutState {
     Running,
     Done,
+    /// Every stage went through, but clusters failed within their stages'
+    /// failure budgets: they are not on the target. A budget lets the
+    /// rollout go on; it never makes a failed cluster a success.
+    FinishedWithFailures(String),
     Halted(String),
     Reverted,
 }
@@ -197,6 +205,7 @@ impl fmt::Display for RolloutState {
         match self {
             RolloutState::Running => f.write_str("running"),
             RolloutState::Done => f.write_str("done"),
+            RolloutState::FinishedWithFailures(why) => write!(f, "finished with failures: {why}"),
             RolloutState::Halted(why) => write!(f, "halted: {why}"),
             RolloutState::Reverted => f.write_str("reverted"),
         }
@@ -257,6 +266,7 @@ impl FleetRollout {
                             to: to.get(&p.cluster).cloned().unwrap_or_default(),
                             blocked: None,
                             blocked_until: None,
+                            runs: None,
                         })
                         .collect(),
                     rolled_at: None,
@@ -296,6 +306,26 @@ impl FleetRollout {
             }
         }
         again
+    }
+
+    /// The clusters that failed, each with why and what it runs now: the
+    /// last word of a rollout that went through with failures.
+    pub fn failures(&self) -> Option<String> {
+        let failed: Vec<String> = self
+            .clusters()
+            .filter_map(|(_, c)| match &c.state {
+                ClusterState::Failed(e) => Some(match &c.runs {
+                    Some(runs) => format!("{} (failed: {e}; runs {})", c.name, runs.summary()),
+                    None => format!("{} (failed: {e})", c.name),
+                }),
+                _ => None,
+            })
+            .collect();
+        match failed.len() {
+            0 => None,
+            1 => Some(format!("1 cluster failed and is not on the target: {}", failed[0])),
+            n => Some(format!("{n} clusters failed and are not on the target: {}", failed.join(", "))),
+        }
     }
 
     pub fn is_finished(&self) -> bool {

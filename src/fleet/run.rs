@@ -185,6 +185,8 @@ pub enum Note {
     Waiting { until: Option<DateTime<Utc>>, why: BTreeMap<String, String> },
     Halted { reason: String },
     Finished { number: u64 },
+    /// Through every stage, with clusters that failed within the budget.
+    FinishedWithFailures { number: u64, failures: String },
     Reverted { cluster: String, to: String },
     RevertFailed { cluster: String, error: String },
 }
@@ -193,6 +195,9 @@ pub enum Note {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Finished,
+    /// Every stage went through, but these clusters failed (why, and what
+    /// each runs now): not a success.
+    FinishedWithFailures(String),
     /// Nothing can move until then (or until a human approves).
     Waiting {
         until: Option<DateTime<Utc>>,
@@ -300,11 +305,31 @@ async fn drive<F: Fleet>(
             gate_stage(fleet, book, &mut r, i, clock, &mut said, on).await?;
             continue;
         } else if d.finished {
-            r.state = RolloutState::Done;
+            let failed: Vec<String> =
+                r.clusters().filter(|(_, c)| matches!(c.state, ClusterState::Failed(_))).map(|(_, c)| c.name.clone()).collect();
+            // What each failed cluster runs now, read once (one that cannot
+            // be read is named without it).
+            let runs = futures::future::join_all(failed.iter().map(|name| fleet.current(name))).await;
+            for (name, run) in failed.iter().zip(runs) {
+                if let Some(c) = r.cluster_mut(name) {
+                    c.runs = run.ok();
+                }
+            }
             r.finished_at = Some(now);
-            said.push(Note::Finished { number: r.number });
+            let outcome = match r.failures() {
+                None => {
+                    r.state = RolloutState::Done;
+                    said.push(Note::Finished { number: r.number });
+                    Outcome::Finished
+                }
+                Some(failures) => {
+                    r.state = RolloutState::FinishedWithFailures(failures.clone());
+                    said.push(Note::FinishedWithFailures { number: r.number, failures: failures.clone() });
+                    Outcome::FinishedWithFailures(failures)
+                }
+            };
             save(book, &r, &mut said, on).await?;
-            return Ok((r, Outcome::Finished));
+            return Ok((r, outcome));
         } else {
             // What each starting cluster runs, read at once.
             let froms = futures::future::join_all(d.start.iter().map(|name| fleet.current(name))).await;

@@ -130,7 +130,11 @@ impl FleetStatusView {
                             },
                             to: c.to.over(&c.from).summary(),
                             why: match (&c.state, d.why.get(&c.name), cluster_locks.get(&c.name)) {
-                                (ClusterState::Failed(e) | ClusterState::RevertFailed(e), _, _) => e.clone(),
+                                (ClusterState::Failed(e), _, _) => match &c.runs {
+                                    Some(runs) => format!("{e}; runs {}", runs.summary()),
+                                    None => e.clone(),
+                                },
+                                (ClusterState::RevertFailed(e), _, _) => e.clone(),
                                 (ClusterState::Pending, Some(w), Some(l)) => {
                                     format!("{w}; and its lock is held by {}", holder(l))
                                 }

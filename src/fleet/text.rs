@@ -4,6 +4,39 @@
 
 use crate::views::text::table;
 
+/// The last word of a run of `apply`: its line, its state under `-o json`,
+/// and the exit status. Only a rollout with every staged cluster on its
+/// target is a success; one that went through with failed clusters names
+/// each, why, and what it runs now, and exits 1.
+pub fn fleet_outcome(number: u64, target: &str, o: &crate::fleet::run::Outcome) -> (String, &'static str, u8) {
+    use crate::fleet::run::Outcome;
+    match o {
+        Outcome::Finished => (
+            format!("fleet rollout #{number} is done: every staged cluster is on its target ({target})"),
+            "finished",
+            0,
+        ),
+        Outcome::FinishedWithFailures(failures) => (
+            format!(
+                "fleet rollout #{number} is over, but not every staged cluster is on its target ({target}): {failures}\n`pinfleet fleet rollout revert --yes` rolls the touched clusters back; a new `apply` rolls the failed ones again"
+            ),
+            "finishedWithFailures",
+            1,
+        ),
+        Outcome::Waiting { until, .. } => {
+            let when = until.map_or("an approval".to_string(), |t| t.format("%Y-%m-%d %H:%M UTC").to_string());
+            (format!("fleet rollout #{number} waits (until {when}); run apply again to go on, `status` says why"), "waiting", 0)
+        }
+        Outcome::Halted(reason) => (
+            format!(
+                "fleet rollout #{number} halted: {reason}\n`pinfleet fleet rollout revert --yes` rolls the touched clusters back"
+            ),
+            "halted",
+            1,
+        ),
+    }
+}
+
 /// A fleet rollout plan: per stage its gate and earliest start, then each
 /// cluster's place, from → to and earliest start.
 pub fn fleet_plan(p: &crate::fleet::FleetPlan) -> String {
@@ -94,6 +127,9 @@ pub fn fleet_note(n: &crate::fleet::run::Note) -> String {
         }
         Note::Halted { reason } => format!("fleet: HALTED: {reason}"),
         Note::Finished { number } => format!("fleet: rollout #{number} finished"),
+        Note::FinishedWithFailures { number, failures } => {
+            format!("fleet: rollout #{number} went through every stage, NOT every cluster: {failures}")
+        }
         Note::Reverted { cluster, to } => format!("fleet: {cluster} reverted to {to}"),
         Note::RevertFailed { cluster, error } => format!("fleet: {cluster} revert FAILED: {error}"),
     }

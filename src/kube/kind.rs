@@ -1,16 +1,22 @@
 //! kind as a local cluster (`--target kind`, needs Docker): created from the
-//! cluster's rendered kind config, its kubeconfig under the local home.
+//! cluster's rendered kind config, its kubeconfig under the local home the
+//! command passes in (`state::home()`: a floor above this one).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context as _, Result};
 
 use crate::spec::Cluster;
 
-/// Where a kind cluster's kubeconfig is written.
-pub fn kubeconfig(cluster: &str) -> PathBuf {
-    crate::state::home().join("kind").join(cluster).join("kubeconfig.yaml")
+/// The folder of a kind cluster's files under `home`.
+fn dir(home: &Path, cluster: &str) -> PathBuf {
+    home.join("kind").join(cluster)
+}
+
+/// Where a kind cluster's kubeconfig is written, under `home`.
+pub fn kubeconfig(home: &Path, cluster: &str) -> PathBuf {
+    dir(home, cluster).join("kubeconfig.yaml")
 }
 
 fn have(binary: &str, args: &[&str]) -> bool {
@@ -18,8 +24,8 @@ fn have(binary: &str, args: &[&str]) -> bool {
 }
 
 /// Creates the cluster in kind from `config` (the cluster's rendered kind
-/// config) unless it exists, and returns its kubeconfig.
-pub fn up(cluster: &Cluster, config_text: &str) -> Result<PathBuf> {
+/// config) unless it exists, and returns its kubeconfig (under `home`).
+pub fn up(home: &Path, cluster: &Cluster, config_text: &str) -> Result<PathBuf> {
     let name = &cluster.metadata.name;
     if !have("kind", &["version"]) {
         bail!("`kind` is not installed (https://kind.sigs.k8s.io); `--target sim` runs the same dry run without it");
@@ -27,7 +33,7 @@ pub fn up(cluster: &Cluster, config_text: &str) -> Result<PathBuf> {
     if !have("docker", &["info"]) {
         bail!("Docker is not running (kind needs it); `--target sim` runs the same dry run without it");
     }
-    let kubeconfig = kubeconfig(name);
+    let kubeconfig = kubeconfig(home, name);
     let dir = kubeconfig.parent().expect("has a parent").to_path_buf();
     std::fs::create_dir_all(&dir)?;
     let config = dir.join("kind.yaml");
@@ -51,8 +57,9 @@ pub fn up(cluster: &Cluster, config_text: &str) -> Result<PathBuf> {
     Ok(kubeconfig)
 }
 
-/// Deletes the kind cluster. Returns whether kind was there to ask.
-pub fn down(cluster: &str) -> Result<bool> {
+/// Deletes the kind cluster and its files under `home`. Returns whether
+/// kind was there to ask.
+pub fn down(home: &Path, cluster: &str) -> Result<bool> {
     if !have("kind", &["version"]) {
         bail!("`kind` is not installed");
     }
@@ -60,6 +67,6 @@ pub fn down(cluster: &str) -> Result<bool> {
     if !status.success() {
         bail!("kind delete cluster {cluster} failed ({status})");
     }
-    let _ = std::fs::remove_dir_all(crate::state::home().join("kind").join(cluster));
+    let _ = std::fs::remove_dir_all(dir(home, cluster));
     Ok(true)
 }

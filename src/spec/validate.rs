@@ -88,10 +88,11 @@ fn check_taints(p: &mut Problems, path: &str, taints: &[Taint]) {
 }
 
 fn is_region(s: &str) -> bool {
-    // e.g. us-east-1, ap-southeast-2, us-gov-west-1, eu-central-2
+    // e.g. us-east-1, ap-southeast-2, us-gov-west-1, eu-central-2, and the
+    // European Sovereign Cloud's eusc-de-east-1
     let parts: Vec<&str> = s.split('-').collect();
     parts.len() >= 3
-        && parts[0].len() == 2
+        && (parts[0].len() == 2 || parts[0] == "eusc")
         && parts.iter().take(parts.len() - 1).all(|x| !x.is_empty() && x.bytes().all(|b| b.is_ascii_lowercase()))
         && parts[parts.len() - 1].parse::<u32>().is_ok()
 }
@@ -287,9 +288,49 @@ fn check_cloud<'a>(p: &mut Problems, spec: &'a ClusterSpec) -> BTreeSet<&'a str>
         }
     }
     if let Some(a) = &spec.cloud.account {
-        check_account(p, a);
+        check_account(p, a, is_region(region).then_some(region.as_str()));
     }
     zones
+}
+
+/// The AWS partitions, a closed list (as the SDK's partition table has
+/// them): an ARN in any other is refused by STS at run time.
+pub const PARTITIONS: &[&str] =
+    &["aws", "aws-cn", "aws-us-gov", "aws-iso", "aws-iso-b", "aws-iso-e", "aws-iso-f", "aws-eusc"];
+
+/// The partition a region is in, by its name as the SDK's partition table
+/// matches it (`cn-…`, `us-gov-…`, `us-iso-…`, `us-isob-…`, `eu-isoe-…`,
+/// `us-isof-…`, `eusc-…`); any other region is in `aws`.
+pub fn partition_of_region(region: &str) -> &'static str {
+    const BY_PREFIX: &[(&str, &str)] = &[
+        ("cn-", "aws-cn"),
+        ("us-gov-", "aws-us-gov"),
+        ("us-iso-", "aws-iso"),
+        ("us-isob-", "aws-iso-b"),
+        ("eu-isoe-", "aws-iso-e"),
+        ("us-isof-", "aws-iso-f"),
+        ("eusc-", "aws-eusc"),
+    ];
+    BY_PREFIX.iter().find(|(prefix, _)| region.starts_with(prefix)).map_or("aws", |&(_, partition)| partition)
+}
+
+/// What is wrong with the partition of the role `arn` (its second field):
+/// one AWS does not have, or, given the cluster's `region`, another than
+/// the region's (a partition's accounts and credentials reach no other).
+pub fn role_partition_problem(arn: &str, partition: &str, region: Option<&str>) -> Option<String> {
+    if !PARTITIONS.contains(&partition) {
+        return Some(format!(
+            "the role `{arn}` is in partition `{partition}`, which AWS does not have (the partitions: {})",
+            PARTITIONS.join(", ")
+        ));
+    }
+    let region = region?;
+    let theirs = partition_of_region(region);
+    (theirs != partition).then(|| {
+        format!(
+            "the role `{arn}` is in partition {partition} but region {region} is in partition {theirs} (STS assumes a role only in its own partition)"
+        )
+    })
 }
 
 /// AssumeRole's ExternalId: 2–1224 characters of `[\w+=,.@:/-]` (STS's
@@ -299,8 +340,9 @@ pub fn external_id_ok(s: &str) -> bool {
 }
 
 /// The account id (12 digits), the role's ARN (an IAM role in that very
-/// account) and the external id, if any.
-fn check_account(p: &mut Problems, a: &super::types::Account) {
+/// account, in a partition AWS has and, given the cluster's region, in the
+/// region's) and the external id, if any.
+fn check_account(p: &mut Problems, a: &super::types::Account, region: Option<&str>) {
     let id_ok = a.id.len() == 12 && a.id.bytes().all(|b| b.is_ascii_digit());
     if !id_ok {
         p.push("spec.cloud.account.id", format!("`{}` is not an AWS account id (12 digits)", a.id));
@@ -310,11 +352,20 @@ fn check_account(p: &mut Problems, a: &super::types::Account) {
             "spec.cloud.account.roleArn",
             format!("`{}` is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)", a.role_arn),
         ),
-        Some((account, _)) if id_ok && account != a.id => p.push(
-            "spec.cloud.account.roleArn",
-            format!("the role `{}` is in account {account}, not in the cluster's account {}", a.role_arn, a.id),
-        ),
-        Some(_) => {}
+        Some((partition, account, _)) => {
+            if let Some(why) = role_partition_problem(&a.role_arn, partition, region) {
+                p.push("spec.cloud.account.roleArn", why);
+            }
+            if id_ok && account != a.id {
+                p.push(
+                    "spec.cloud.account.roleArn",
+                    format!(
+                        "the role `{}` is in account {account}, not in the cluster's account {}",
+                        a.role_arn, a.id
+                    ),
+                );
+            }
+        }
     }
     if let Some(x) = &a.external_id {
         if !external_id_ok(x) {
@@ -326,15 +377,17 @@ fn check_account(p: &mut Problems, a: &super::types::Account) {
     }
 }
 
-/// An IAM role ARN's account and role name (with its path):
-/// `arn:<partition>:iam::<12 digits>:role/<path/name>`.
-pub fn parse_role_arn(arn: &str) -> Option<(&str, &str)> {
+/// An IAM role ARN's partition, account and role name (with its path):
+/// `arn:<partition>:iam::<12 digits>:role/<path/name>`. Any partition-like
+/// word parses; whether AWS has it is [`role_partition_problem`]'s to say.
+pub fn parse_role_arn(arn: &str) -> Option<(&str, &str, &str)> {
     let mut parts = arn.splitn(6, ':');
     let (arn_, partition, service, region, account, resource) =
         (parts.next()?, parts.next()?, parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     let name = resource.strip_prefix("role/")?;
     let ok = arn_ == "arn"
-        && partition.starts_with("aws")
+        && !partition.is_empty()
+        && partition.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && service == "iam"
         && region.is_empty()
         && account.len() == 12
@@ -342,7 +395,7 @@ pub fn parse_role_arn(arn: &str) -> Option<(&str, &str)> {
         && !name.is_empty()
         && name.len() <= 512
         && name.chars().all(|c| c.is_ascii_alphanumeric() || "+=,.@_-/".contains(c));
-    ok.then_some((account, name))
+    ok.then_some((partition, account, name))
 }
 
 /// The VPC, its subnets and the pod and service ranges; each subnet's
@@ -870,8 +923,58 @@ mod tests {
     }
 
     #[test]
+    fn a_roles_partition_is_one_aws_has_and_its_regions() {
+        let all = "aws, aws-cn, aws-us-gov, aws-iso, aws-iso-b, aws-iso-e, aws-iso-f, aws-eusc";
+        let elsewhere = |p: &str, r: &str, theirs: &str| {
+            Some(format!(
+                "the role `arn:{p}:iam::222222222222:role/x` is in partition {p} but region {r} is in partition {theirs} (STS assumes a role only in its own partition)"
+            ))
+        };
+        let cases: Vec<(&str, Option<&str>, Option<String>)> = vec![
+            ("aws", Some("us-east-1"), None),
+            ("aws", None, None),
+            ("aws-cn", Some("cn-north-1"), None),
+            ("aws-us-gov", Some("us-gov-west-1"), None),
+            ("aws-iso", Some("us-iso-east-1"), None),
+            ("aws-iso-b", Some("us-isob-east-1"), None),
+            ("aws-iso-e", Some("eu-isoe-west-1"), None),
+            ("aws-iso-f", Some("us-isof-south-1"), None),
+            ("aws-eusc", Some("eusc-de-east-1"), None),
+            (
+                "aws-mars",
+                Some("us-east-1"),
+                Some(format!("the role `arn:aws-mars:iam::222222222222:role/x` is in partition `aws-mars`, which AWS does not have (the partitions: {all})")),
+            ),
+            (
+                "aws-mars",
+                None,
+                Some(format!("the role `arn:aws-mars:iam::222222222222:role/x` is in partition `aws-mars`, which AWS does not have (the partitions: {all})")),
+            ),
+            (
+                "mars",
+                None,
+                Some(format!("the role `arn:mars:iam::222222222222:role/x` is in partition `mars`, which AWS does not have (the partitions: {all})")),
+            ),
+            ("aws-cn", Some("us-east-1"), elsewhere("aws-cn", "us-east-1", "aws")),
+            ("aws", Some("cn-northwest-1"), elsewhere("aws", "cn-northwest-1", "aws-cn")),
+            ("aws-iso", Some("us-isob-east-1"), elsewhere("aws-iso", "us-isob-east-1", "aws-iso-b")),
+            ("aws-us-gov", Some("us-east-2"), elsewhere("aws-us-gov", "us-east-2", "aws")),
+        ];
+        for (partition, region, want) in cases {
+            let arn = format!("arn:{partition}:iam::222222222222:role/x");
+            let (parsed, account, name) = parse_role_arn(&arn).expect("parses");
+            assert_eq!((parsed, account, name), (partition, "222222222222", "x"));
+            assert_eq!(role_partition_problem(&arn, partition, region), want, "{arn} in {region:?}");
+        }
+        for bad in ["arn::iam::222222222222:role/x", "arn:AWS:iam::222222222222:role/x", "arn:aws:s3:::bucket"] {
+            assert_eq!(parse_role_arn(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn zones_and_regions() {
         assert!(is_region("us-east-1") && is_region("us-gov-west-1") && !is_region("useast1"));
+        assert!(is_region("eusc-de-east-1") && zone_in_region("eusc-de-east-1a", "eusc-de-east-1"));
         assert!(zone_in_region("us-east-1a", "us-east-1"));
         assert!(zone_in_region("us-west-2-lax-1a", "us-west-2"));
         assert!(!zone_in_region("us-east-11a", "us-east-1"));

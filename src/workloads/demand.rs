@@ -36,6 +36,13 @@ use serde_json::Value;
 use super::render::{self, Context, RenderError};
 use crate::kube::quantity;
 
+// Holding a pod to the product it is counted as is render's (the
+// controller's render holds a training role to its product too).
+pub use super::render::hold_to_product;
+// The accelerators' vocabulary lives with the machines that carry them (a
+// floor below the workloads); named here too, where the quota counts it.
+pub use crate::accelerated::{Flavor, FLAVORS, GPU, NEURON, PRODUCT_LABEL};
+
 /// A problem, at its field of the submitted workload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Located {
@@ -46,74 +53,6 @@ pub struct Located {
 impl Located {
     fn new(field: impl Into<String>, message: impl Into<String>) -> Located {
         Located { field: field.into(), message: message.into() }
-    }
-}
-
-/// The resource name of NVIDIA's device plugin.
-pub const GPU: &str = "nvidia.com/gpu";
-/// The resource name of AWS's Neuron device plugin (Trainium, Inferentia).
-pub const NEURON: &str = "aws.amazon.com/neuron";
-/// The node label that names a node's GPU product: the one NVIDIA's GPU
-/// feature discovery sets (`NVIDIA-A100-SXM4-40GB`), and pinfleet's GPU
-/// instance groups set to the same values from their instance type.
-pub const PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
-
-/// An accelerator flavor the quota counts: a GPU product, or Neuron
-/// devices (as Kueue's ResourceFlavors split one resource by node labels).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum Flavor {
-    GpuA100,
-    GpuH100,
-    GpuA10g,
-    GpuL4,
-    Neuron,
-}
-
-pub const FLAVORS: [Flavor; 5] = [Flavor::GpuA100, Flavor::GpuH100, Flavor::GpuA10g, Flavor::GpuL4, Flavor::Neuron];
-
-impl Flavor {
-    /// The short name people say (`A100`, `neuron`).
-    pub fn short(self) -> &'static str {
-        match self {
-            Flavor::GpuA100 => "A100",
-            Flavor::GpuH100 => "H100",
-            Flavor::GpuA10g => "A10G",
-            Flavor::GpuL4 => "L4",
-            Flavor::Neuron => "neuron",
-        }
-    }
-
-    /// The GPU product a short name names (`A100`, any case).
-    pub fn product(short: &str) -> Option<Flavor> {
-        FLAVORS.into_iter().find(|f| *f != Flavor::Neuron && f.short().eq_ignore_ascii_case(short))
-    }
-
-    /// The values of [`PRODUCT_LABEL`] that mean this product: GPU feature
-    /// discovery's names of the products on EC2's instance types.
-    pub fn product_labels(self) -> &'static [&'static str] {
-        match self {
-            Flavor::GpuA100 => &["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"],
-            Flavor::GpuH100 => &["NVIDIA-H100-80GB-HBM3"],
-            Flavor::GpuA10g => &["NVIDIA-A10G"],
-            Flavor::GpuL4 => &["NVIDIA-L4"],
-            Flavor::Neuron => &[],
-        }
-    }
-
-    /// The product a value of [`PRODUCT_LABEL`] names, by its words
-    /// (`NVIDIA-A100-SXM4-80GB` is an A100; `NVIDIA-L40S` is not an L4).
-    pub fn of_label(value: &str) -> Option<Flavor> {
-        value.split(['-', '_', ' ']).find_map(Flavor::product)
-    }
-
-    fn index(self) -> usize {
-        match self {
-            Flavor::GpuA100 => 0,
-            Flavor::GpuH100 => 1,
-            Flavor::GpuA10g => 2,
-            Flavor::GpuL4 => 3,
-            Flavor::Neuron => 4,
-        }
     }
 }
 
@@ -159,33 +98,6 @@ impl Requests {
     /// Checked product by a count of pods.
     pub fn checked_mul(self, n: u64) -> Option<Requests> {
         self.zip(self, |a, _| a.checked_mul(n))
-    }
-}
-
-/// Holds a pod spec to nodes of a GPU product: a required node affinity
-/// on [`PRODUCT_LABEL`] `In` the product's values (added to every term:
-/// terms are ORed), and a toleration of the GPU nodes' taint.
-pub fn hold_to_product(spec: &mut Value, flavor: Flavor) {
-    let expression = serde_json::json!({"key": PRODUCT_LABEL, "operator": "In", "values": flavor.product_labels()});
-    let path = "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms";
-    match spec.pointer_mut(path).and_then(Value::as_array_mut) {
-        Some(terms) if !terms.is_empty() => {
-            for t in terms {
-                let mut e = t.get("matchExpressions").and_then(Value::as_array).cloned().unwrap_or_default();
-                e.push(expression.clone());
-                t["matchExpressions"] = Value::Array(e);
-            }
-        }
-        _ => {
-            spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
-                serde_json::json!({"nodeSelectorTerms": [{"matchExpressions": [expression]}]});
-        }
-    }
-    let toleration = serde_json::json!({"key": GPU, "operator": "Exists", "effect": "NoSchedule"});
-    let mut tolerations = spec.get("tolerations").and_then(Value::as_array).cloned().unwrap_or_default();
-    if !tolerations.contains(&toleration) {
-        tolerations.push(toleration);
-        spec["tolerations"] = Value::Array(tolerations);
     }
 }
 
@@ -528,7 +440,7 @@ pub fn pod_requests(
             }
         }
         for name in names {
-            let shown = crate::views::text::escaped(name, false);
+            let shown = crate::escape::escaped(name, false);
             let flavor = match name.as_str() {
                 GPU => match product {
                     Some(p) => p,

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::types::*;
+use crate::accelerated::{Flavor, GPU, PRODUCT_LABEL};
 
 /// Versioned runtime support, as the runtime-support addon publishes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -743,12 +744,12 @@ pub fn training_children(cr: &PinterestTrainingJob, ctx: &Context) -> Result<Vec
                 pod["spec"]["tolerations"] = json!(t);
             }
             if let Some(product) = &acc.product {
-                let Some(flavor) = crate::workloads::demand::Flavor::product(product) else {
+                let Some(flavor) = Flavor::product(product) else {
                     return Err(RenderError::Invalid(format!(
                         "spec.accelerators.product: {product:?} is not a GPU product (A100, H100, A10G, L4)"
                     )));
                 };
-                crate::workloads::demand::hold_to_product(&mut pod["spec"], flavor);
+                hold_to_product(&mut pod["spec"], flavor);
             }
         }
         let job_name = format!("{}-{}", w.name, role.name);
@@ -768,6 +769,33 @@ pub fn training_children(cr: &PinterestTrainingJob, ctx: &Context) -> Result<Vec
         offset += role.replicas;
     }
     Ok(out)
+}
+
+/// Holds a pod spec to nodes of a GPU product: a required node affinity
+/// on [`PRODUCT_LABEL`] `In` the product's values (added to every term:
+/// terms are ORed), and a toleration of the GPU nodes' taint.
+pub fn hold_to_product(spec: &mut Value, flavor: Flavor) {
+    let expression = serde_json::json!({"key": PRODUCT_LABEL, "operator": "In", "values": flavor.product_labels()});
+    let path = "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms";
+    match spec.pointer_mut(path).and_then(Value::as_array_mut) {
+        Some(terms) if !terms.is_empty() => {
+            for t in terms {
+                let mut e = t.get("matchExpressions").and_then(Value::as_array).cloned().unwrap_or_default();
+                e.push(expression.clone());
+                t["matchExpressions"] = Value::Array(e);
+            }
+        }
+        _ => {
+            spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+                serde_json::json!({"nodeSelectorTerms": [{"matchExpressions": [expression]}]});
+        }
+    }
+    let toleration = serde_json::json!({"key": GPU, "operator": "Exists", "effect": "NoSchedule"});
+    let mut tolerations = spec.get("tolerations").and_then(Value::as_array).cloned().unwrap_or_default();
+    if !tolerations.contains(&toleration) {
+        tolerations.push(toleration);
+        spec["tolerations"] = Value::Array(tolerations);
+    }
 }
 
 pub fn statefulset(cr: &PinterestStatefulSet, ctx: &Context) -> Result<Vec<Value>, RenderError> {

@@ -65,28 +65,11 @@ pub async fn apply(g: &GlobalArgs, folder: &Folder, a: ApplyArgs) -> Result<Exit
         run::apply_held(&fleet, &book, record, &windows, Clock::wall(), opts, &|n| say(g, &n)).await
     })
     .await?;
-    let (line, code) = match &outcome {
-        Outcome::Finished => (
-            format!("fleet rollout #{} is done: every staged cluster is on its target ({})", r.number, r.target),
-            0,
-        ),
-        Outcome::Waiting { until, .. } => {
-            let when = until.map_or("an approval".to_string(), |t| t.format("%Y-%m-%d %H:%M UTC").to_string());
-            (format!("fleet rollout #{} waits (until {when}); run apply again to go on, `status` says why", r.number), 0)
-        }
-        Outcome::Halted(reason) => (
-            format!(
-                "fleet rollout #{} halted: {reason}\n`pinfleet fleet rollout revert --yes` rolls the touched clusters back",
-                r.number
-            ),
-            1,
-        ),
-    };
+    let (line, state, code) = crate::fleet::text::fleet_outcome(r.number, &r.target.to_string(), &outcome);
     if g.output == Format::Json {
-        let (state, until) = match &outcome {
-            Outcome::Finished => ("finished", None),
-            Outcome::Waiting { until, .. } => ("waiting", *until),
-            Outcome::Halted(_) => ("halted", None),
+        let until = match &outcome {
+            Outcome::Waiting { until, .. } => *until,
+            _ => None,
         };
         let v = serde_json::json!({"type": "outcome", "number": r.number, "outcome": state, "until": until, "message": line});
         writeln!(anstream::stdout(), "{v}")?;

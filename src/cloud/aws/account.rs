@@ -151,6 +151,16 @@ impl AssumedRole {
     /// Checks once per key, with `sts` under this role's credentials, that
     /// the session landed in the account the file names.
     pub async fn check(&self, sts: &aws_sdk_sts::Client, role: &RoleFor) -> anyhow::Result<()> {
+        // The session first: left to the SDK, AssumeRole runs inside the
+        // signing of GetCallerIdentity, and STS's refusal of the one reads
+        // as a failure of the other.
+        if let Err(e) = self.credentials().await {
+            return Err(match assume_role_error(&e) {
+                Some(refused) => anyhow::Error::new(refused.clone()),
+                None => anyhow::Error::new(e)
+                    .context(format!("the session of {} for account {}", self.key.role_arn, self.account)),
+            });
+        }
         let (arn, account) = self
             .landed
             .get_or_try_init(|| async {
@@ -245,12 +255,12 @@ impl AssumedRole {
             req = req.tags(tag);
         }
         let out = req.send().await.map_err(|e| {
-            CredentialsError::provider_error(anyhow::anyhow!(
-                "assuming {} for account {}: {}",
-                self.key.role_arn,
-                self.account,
-                crate::sdk_error::describe_sdk_error(&e)
-            ))
+            CredentialsError::provider_error(AssumeRoleError {
+                role_arn: self.key.role_arn.clone(),
+                account: self.account.clone(),
+                refused: e.as_service_error().is_some(),
+                sts: crate::sdk_error::describe_sdk_error(&e),
+            })
         })?;
         let c =
             out.credentials().ok_or_else(|| CredentialsError::unhandled("AssumeRole answered without credentials"))?;
@@ -269,6 +279,41 @@ impl AssumedRole {
             "pinfleet-assume-role",
         ))
     }
+}
+
+/// AssumeRole that gave no session: the role, the account it is for, and
+/// STS's own code and message (or, when STS never answered, why). Says
+/// nothing of the credentials that asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssumeRoleError {
+    pub role_arn: String,
+    pub account: String,
+    /// STS answered with an error (rather than the call failing on the way).
+    pub refused: bool,
+    /// STS's `Code: message`, or what kept the call from STS.
+    pub sts: String,
+}
+
+impl std::fmt::Display for AssumeRoleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.refused { "STS refused" } else { "no answer to" };
+        write!(f, "{what} AssumeRole of {} for account {}: {}", self.role_arn, self.account, self.sts)
+    }
+}
+
+impl std::error::Error for AssumeRoleError {}
+
+/// The [`AssumeRoleError`] behind a credentials error, if AssumeRole is
+/// what failed.
+pub fn assume_role_error(e: &CredentialsError) -> Option<&AssumeRoleError> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(a) = err.downcast_ref::<AssumeRoleError>() {
+            return Some(a);
+        }
+        cur = err.source();
+    }
+    None
 }
 
 /// The SDK's handle on a shared role.
@@ -397,7 +442,10 @@ pub const REFUSALS: &[&str] = &["AccessDenied", "UnauthorizedOperation", "Access
 /// session that landed elsewhere.
 pub fn is_refusal(e: &anyhow::Error) -> bool {
     let text = format!("{e:#}");
-    REFUSALS.iter().any(|c| text.contains(c)) || text.contains("refusing to act") || text.contains("assuming arn:")
+    REFUSALS.iter().any(|c| text.contains(c))
+        || text.contains("refusing to act")
+        || text.contains("assuming arn:")
+        || text.contains("AssumeRole of arn:")
 }
 
 /// Refuses a session that landed elsewhere than the cluster file says
@@ -449,6 +497,34 @@ mod tests {
         );
         assert_eq!(source_identity("arn:aws:iam::123456789012:root").as_deref(), Some("root"));
         assert_eq!(source_identity("x"), None);
+    }
+
+    #[test]
+    fn a_refused_assume_role_is_said_as_assume_role_through_the_sdks_error() {
+        let role = "arn:aws:iam::111111111111:role/pinfleet";
+        let refused = AssumeRoleError {
+            role_arn: role.into(),
+            account: "111111111111".into(),
+            refused: true,
+            sts: format!(
+                "AccessDenied: User: arn:aws:iam::222222222222:user/alice is not authorized to perform: sts:AssumeRole on resource: {role}"
+            ),
+        };
+        // As the SDK hands it back: a credentials error around it.
+        let e = CredentialsError::provider_error(refused.clone());
+        assert_eq!(assume_role_error(&e), Some(&refused));
+        assert_eq!(assume_role_error(&CredentialsError::not_loaded_no_source()), None);
+        assert_eq!(
+            refused.to_string(),
+            format!("STS refused AssumeRole of {role} for account 111111111111: AccessDenied: User: arn:aws:iam::222222222222:user/alice is not authorized to perform: sts:AssumeRole on resource: {role}")
+        );
+        assert!(is_refusal(&anyhow::Error::new(refused.clone())));
+        let unanswered = AssumeRoleError { refused: false, sts: "the AWS call timed out".into(), ..refused };
+        assert_eq!(
+            unanswered.to_string(),
+            format!("no answer to AssumeRole of {role} for account 111111111111: the AWS call timed out")
+        );
+        assert!(is_refusal(&anyhow::Error::new(unanswered)));
     }
 
     #[test]

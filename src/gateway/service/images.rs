@@ -29,7 +29,7 @@ impl Service {
             if pinned.contains_key(&image) {
                 continue;
             }
-            let checked = self.registries.check(&image, policy).await;
+            let checked = self.registries.check_for(&intake.team, &image, policy).await;
             match (&checked.verdict.refused, checked.verdict.admits(policy.mode)) {
                 (Some(why), false) => problems.push(Problem::new("provenance", at, why.clone())),
                 (Some(why), true) => {

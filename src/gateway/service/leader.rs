@@ -5,7 +5,8 @@
 //! statuses), places ([`Service::place_once`]: each gang's pods packed
 //! onto a member's nodes), rolls members' status up
 //! ([`Service::rollup_once`]) and samples each team's use
-//! ([`Service::record_usage`]); a follower keeps its caches and waits.
+//! ([`Service::record_usage`]); a follower keeps its caches and computes
+//! the same views from the same records ([`Service::follow`], `standby`).
 
 #[allow(unused_imports)]
 use super::*;
@@ -183,21 +184,8 @@ impl Service {
         }
         // Releases whose records say so: forgotten.
         ledger.released.retain(|n, _| by_name.get(n).is_some_and(|s| phase(s).holds() || phase(s) == Phase::Queued));
-        let mut queue: Vec<Pending> = all
-            .iter()
-            .filter(|s| phase(s) == Phase::Queued && !s.spec.cancel)
-            // A record of the previous form waits for its migration.
-            .filter(|s| s.spec.workload.is_none())
-            .filter(|s| !ledger.reservations.contains_key(s.metadata.name.as_deref().unwrap_or_default()))
-            .map(|s| Self::pending_of(s))
-            .collect();
-        admission::order(&mut queue);
-        // What the members run beyond the ledger counts against its team:
-        // held in the ledger for this decision only (never written).
-        self.hold_drift(&mut ledger, now).await;
-        let decided = decide_shielded(&world, &mut ledger, &mut queue, now);
-        ledger.reservations.retain(|k, _| !k.starts_with(DRIFT_PREFIX));
-        let (batch, set_aside) = decided?;
+        let mut queue = Self::admission_queue(&all, &ledger);
+        let (batch, set_aside) = self.decide_holding_drift(&world, &mut ledger, &mut queue, now).await?;
         for (name, why) in &set_aside {
             tracing::error!("admission: {name} set aside: {why}");
             self.set_status(name, |st| {
@@ -260,6 +248,41 @@ impl Service {
         self.publish_waiting(&world, &ledger, &queue, &batch, now).await;
         self.metrics.cycle(batch.admitted.len(), batch.preempted.len());
         Ok((batch.admitted.len().saturating_add(roll_admitted.len()), batch.preempted.len()))
+    }
+
+    /// The queue a pass decides, in [`admission::order`]: every record
+    /// queued and not cancelled, of the current form (one of the previous
+    /// form waits for its migration), not already reserved in `ledger`.
+    /// The leader's pass and a standby's views ([`Self::observe_once`])
+    /// decide over the same queue.
+    pub(super) fn admission_queue(all: &[Arc<Submission>], ledger: &crate::gateway::quota::Ledger) -> Vec<Pending> {
+        let mut queue: Vec<Pending> = all
+            .iter()
+            .filter(|s| phase(s) == Phase::Queued && !s.spec.cancel)
+            // A record of the previous form waits for its migration.
+            .filter(|s| s.spec.workload.is_none())
+            .filter(|s| !ledger.reservations.contains_key(s.metadata.name.as_deref().unwrap_or_default()))
+            .map(|s| Self::pending_of(s))
+            .collect();
+        admission::order(&mut queue);
+        queue
+    }
+
+    /// [`decide_shielded`] with each team's drift held: what the members run
+    /// beyond the ledger counts against its team, held in `ledger` for this
+    /// decision only (taken out again, never written). The leader's pass
+    /// and a standby's views decide alike.
+    pub(super) async fn decide_holding_drift(
+        &self,
+        world: &admission::World,
+        ledger: &mut crate::gateway::quota::Ledger,
+        queue: &mut Vec<Pending>,
+        now: DateTime<Utc>,
+    ) -> Result<(admission::Batch, Vec<(String, String)>)> {
+        self.hold_drift(ledger, now).await;
+        let decided = decide_shielded(world, ledger, queue, now);
+        ledger.reservations.retain(|k, _| !k.starts_with(DRIFT_PREFIX));
+        decided
     }
 
     /// Tells each released submission (preempted, cancelled, evicted back
@@ -458,7 +481,9 @@ impl Service {
     /// Publishes the queue's explanations for readers: positions each
     /// pass, estimates at most every 2 s (a new arrival's within a quarter
     /// second); only the teams whose waiting work reads differently hear of it.
-    async fn publish_waiting(
+    /// The leader's after each pass, a standby's after each of its own
+    /// ([`Self::observe_once`]).
+    pub(super) async fn publish_waiting(
         &self,
         world: &admission::World,
         ledger: &crate::gateway::quota::Ledger,
@@ -1055,13 +1080,24 @@ impl Service {
         }
     }
 
-    /// Followers keep their member view fresh and their caches warm.
+    /// Followers keep their member view fresh (every member refresh),
+    /// their caches warm, and the views readers are answered with (the
+    /// queue's reasons, each team's drift) computed as the leader computes
+    /// them, every interval ([`Self::observe_once`]): a reader sent to a
+    /// standby is answered as the leader would answer.
     pub async fn follow(self: Arc<Self>) {
+        let mut members_read: Option<Instant> = None;
         loop {
             if !self.leading.load(Ordering::Relaxed) {
-                self.refresh_members().await;
+                if members_read.is_none_or(|t| t.elapsed() >= self.config.member_refresh) {
+                    self.refresh_members().await;
+                    members_read = Some(Instant::now());
+                }
+                if let Err(e) = self.observe_once().await {
+                    tracing::warn!("standby views: {e:#}");
+                }
             }
-            tokio::time::sleep(self.config.member_refresh).await;
+            tokio::time::sleep(self.config.interval).await;
         }
     }
 

@@ -34,9 +34,11 @@
 //! way in (`submit`: every layer, then the record), the images it names
 //! (`images`: provenance, versions a delivery marked bad), the dry run on
 //! the members (`dry_run`), what the API shows (`views`), the records on
-//! the host (`host`: the CRDs, the ledger, statuses, team quotas) and the
+//! the host (`host`: the CRDs, the ledger, statuses, team quotas), the
 //! member clusters (`members`: what the gateway last saw of each, and the
-//! write of a workload onto one).
+//! write of a workload onto one) and a standby's views (`standby`: the
+//! leader's decision over the same records, so every replica answers as
+//! the leader would).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
@@ -62,6 +64,7 @@ mod host;
 mod images;
 mod leader;
 mod members;
+mod standby;
 mod submit;
 mod views;
 
@@ -105,7 +108,8 @@ pub struct Config {
     pub audit_log: Option<std::path::PathBuf>,
 }
 
-/// The last admission pass, as readers see it.
+/// The last admission pass, as readers see it: the leader's own, or on a
+/// standby the same decision over the same records ([`standby`]).
 #[derive(Default)]
 struct QueueView {
     waiting: BTreeMap<String, Waiting>,
@@ -124,7 +128,8 @@ pub struct Service {
     /// overran its deadline): `/readyz` answers 503 with it.
     pub unready: std::sync::Mutex<Option<String>>,
     /// Per team: what its namespaces on the members run beyond what the
-    /// ledger holds for it (measured by the leader; counted against it).
+    /// ledger holds for it (measured by the leader, counted against it; a
+    /// standby measures it alike for its views).
     drift: RwLock<BTreeMap<String, Amount>>,
     /// When the members were last measured for drift.
     drift_measured: std::sync::Mutex<Option<Instant>>,
