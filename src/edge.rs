@@ -222,6 +222,26 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// A listener of figures and probes (/metrics, /healthz): a scraper and
+    /// a kubelet hold a connection or two; nobody sends a body; strangers'
+    /// unfinished headers hold little and are closed first.
+    pub fn for_metrics() -> Limits {
+        Limits {
+            connections: 64,
+            per_peer: 16,
+            per_user: 16,
+            per_team: 16,
+            stranger_body: 0,
+            strangers_in_flight: 256 << 10,
+            stranger_per_peer: 64 << 10,
+            h2_streams: 4,
+            request_time: Duration::from_secs(10),
+            ..Limits::default()
+        }
+    }
+}
+
 /// Descriptors kept free for everything the gateway opens itself.
 const FD_RESERVE: usize = 64;
 

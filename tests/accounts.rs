@@ -921,6 +921,16 @@ fn orphans_are_looked_for_in_each_clusters_account_and_a_refusing_one_is_named()
     let row = report.as_array().unwrap().iter().find(|r| r["id"] == there.as_str()).unwrap();
     assert_eq!(row["cluster"], "gone-member");
     assert!(row["why"].as_str().unwrap().contains("no cluster `gone-member`"), "{row}");
+    // Each row names the account it is in: the member's, and the caller's own.
+    assert_eq!(row["account"], member.as_str(), "{row}");
+    let row = report.as_array().unwrap().iter().find(|r| r["id"] == here.as_str()).unwrap();
+    assert_eq!(row["account"], w.account.as_str(), "{row}");
+    let table = w.ok(&["orphans"]);
+    assert!(table.starts_with("ACCOUNT  "), "{table}");
+    for (id, account) in [(&there, &member), (&here, &w.account)] {
+        let line = table.lines().find(|l| l.contains(id.as_str())).unwrap_or_else(|| panic!("{id}: {table}"));
+        assert!(line.starts_with(&format!("{account}  us-east-1  vpc  ")), "{line}");
+    }
 
     // The member account refuses: its scan alone stops, said; the caller's goes on.
     w.extra_env.push(("PINFLEET_STS_FAULTS".into(), format!("deny={member}")));
@@ -929,6 +939,7 @@ fn orphans_are_looked_for_in_each_clusters_account_and_a_refusing_one_is_named()
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(stderr.contains(&format!("not scanned: account {member} in us-east-1: ")), "{stderr}");
     assert!(stdout.contains(&here) && !stdout.contains(&there), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with(&w.account) && l.contains(&here)), "{stdout}");
 }
 
 /// A client whose S3 calls go through `owners` (S3's ExpectedBucketOwner
@@ -1094,6 +1105,15 @@ fn a_recipe_with_a_build_account_is_baked_there_checked_first_and_shared_with_a_
     )
     .unwrap();
     w.extra_env.push(("PINFLEET_IMAGES_DIR".into(), images.display().to_string()));
+    // A second cluster, without an account of its own (it runs in the
+    // caller's), follows the same channel.
+    let home = std::fs::read_to_string(w.cluster_file())
+        .unwrap()
+        .replace("extends: bases/member.yaml", "extends: bases/aws-standard.yaml")
+        .replace("name: bld", "name: home")
+        .replace(&format!("pf-test-{}-bld", w.account), &format!("pf-test-{}-home", w.account));
+    assert!(home.contains("name: home"), "{home}");
+    std::fs::write(w.clusters_dir().join("home.yaml"), home).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let caller = rt.block_on(w.aws());
     let in_build = rt
@@ -1132,9 +1152,9 @@ fn a_recipe_with_a_build_account_is_baked_there_checked_first_and_shared_with_a_
 
     // Promoted there, shared with the member account, its channel written there.
     let out = w.ok(&["ami", "promote", "node", "--image", &image, "--to", "stable", "--yes"]);
-    assert!(out.contains(&format!("shared {image} in us-east-1 with {member}")), "{out}");
+    assert!(out.contains(&format!("shared {image} in us-east-1 with ")) && out.contains(&member), "{out}");
     let shared = rt.block_on(pinfleet::cloud::aws::sharing::launch_permissions(&in_build, &image)).unwrap();
-    assert_eq!(shared, [member.clone()].into_iter().collect());
+    assert_eq!(shared, [member.clone(), w.account.clone()].into_iter().collect(), "the member's and the caller's");
     let sessions = Arc::new(Sessions::default());
     let in_member = rt
         .block_on(Aws::connect(&options(
@@ -1145,7 +1165,11 @@ fn a_recipe_with_a_build_account_is_baked_there_checked_first_and_shared_with_a_
         )))
         .unwrap();
     let read = |aws: &Aws| rt.block_on(pinfleet::cloud::aws::channels::current(aws, "node", "stable")).unwrap();
-    assert_eq!((read(&in_build), read(&in_member), read(&caller)), (Some(image.clone()), Some(image.clone()), None));
+    assert_eq!(
+        (read(&in_build), read(&in_member), read(&caller)),
+        (Some(image.clone()), Some(image.clone()), Some(image.clone())),
+        "the channel is written where each cluster following it reads it"
+    );
 
     // The member's cluster, bootstrapped, boots the build account's image
     // in its own account (its channel read there, the image shared).
@@ -1242,7 +1266,7 @@ fn a_fleet_rollout_replaces_the_machines_of_clusters_in_three_accounts() {
     std::fs::write(
         w.clusters_dir().join("fleet.yaml"),
         format!(
-            "stages:\n  - {{name: dev, selector: env=dev, soak: 0s}}\nstateStore: s3://pf-test-{}-fleet/fleet\naccounts:\n{allowed}",
+            "stages:\n  - {{name: dev, selector: env=dev, soak: 0s, approval: true}}\nstateStore: s3://pf-test-{}-fleet/fleet\naccounts:\n{allowed}",
             w.account
         ),
     )
@@ -1291,18 +1315,34 @@ fn a_fleet_rollout_replaces_the_machines_of_clusters_in_three_accounts() {
         .find(|id| !before.iter().any(|b| b == id))
         .unwrap()
         .to_string();
-    let out = w.run(&[
-        "fleet",
-        "rollout",
-        "apply",
-        "--ami",
-        &next,
-        "--yes",
-        "--kubeconfig-dir",
-        kubeconfigs.to_str().unwrap(),
-        "--validate-interval",
-        "200ms",
-    ]);
+    let apply = || {
+        w.run(&[
+            "fleet",
+            "rollout",
+            "apply",
+            "--ami",
+            &next,
+            "--yes",
+            "--kubeconfig-dir",
+            kubeconfigs.to_str().unwrap(),
+            "--validate-interval",
+            "200ms",
+        ])
+    };
+    // The stage waits for its approval: every cluster pending.
+    let out = apply();
+    assert!(out.status.success(), "{}\n{}", support::stdout(&out), support::stderr(&out));
+    assert!(support::stderr(&out).contains("waits (until an approval)"), "{}", support::stderr(&out));
+    // Mid-rollout, the status reads each pending cluster's lock from its
+    // own state store, in its own account (as its role): the caller's
+    // credentials may not read another account's bucket.
+    let status = w.json(&["fleet", "rollout", "status"]);
+    let rows: Vec<&serde_json::Value> =
+        status["stages"].as_array().unwrap().iter().flat_map(|s| s["clusters"].as_array().unwrap()).collect();
+    assert_eq!(rows.len(), 3, "{status}");
+    assert!(rows.iter().all(|c| c["state"] == "pending"), "{status}");
+    w.ok(&["fleet", "rollout", "approve", "dev"]);
+    let out = apply();
     assert!(out.status.success(), "{}\n{}", support::stdout(&out), support::stderr(&out));
     for (name, id) in names.iter().zip(&ids) {
         let now = images_of(name);

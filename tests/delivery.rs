@@ -5,8 +5,10 @@
 //! a bad one fails its canary's analysis and every touched cluster goes
 //! back at once, the version marked bad; an alert rolls a version back
 //! mid-bake; an inconclusive analysis holds its wave for a person; a
-//! stopped line keeps everything still but an audited hotfix. The SLO's
-//! rules pass `promtool test rules`.
+//! stopped line keeps everything still but an audited hotfix; `apply
+//! --no-wait` stops at the first wait (a revision coming up Ready, the
+//! bake) and the next `apply` goes on from there. The SLO's rules pass
+//! `promtool test rules`.
 
 #[path = "support/gateway.rs"]
 mod gateway_support;
@@ -41,7 +43,7 @@ struct Fleet {
     store: String,
     aws: pinfleet::cloud::aws::Aws,
     dir: tempfile::TempDir,
-    _world: support::World,
+    world: support::World,
 }
 
 async fn image_on(m: &Member) -> String {
@@ -67,7 +69,7 @@ async fn fleet() -> Fleet {
     let world = support::World::new("delivery", 0);
     let aws = world.aws().await;
     let store = format!("s3://deliveries-{}/fleet", world.account);
-    Fleet { members, prometheus, store, aws, dir: tempfile::tempdir().unwrap(), _world: world }
+    Fleet { members, prometheus, store, aws, dir: tempfile::tempdir().unwrap(), world }
 }
 
 impl Fleet {
@@ -116,6 +118,27 @@ impl Fleet {
         let r = run::apply(spec, &opened, clients, opts, alert, "test", &on).await;
         let said = said.lock().unwrap().clone();
         (r, said)
+    }
+
+    /// Applies without waiting, again at the time each run names (as a
+    /// person would, sooner for a readiness), until a run ends on something
+    /// else than a wait with an end: what that run said.
+    async fn apply_until_it_stops(
+        &self,
+        spec: &DeliverySpec,
+        opts: &Options,
+    ) -> (anyhow::Result<(pinfleet::fleet::rollout::FleetRollout, Ended)>, Vec<String>) {
+        for _ in 0..60 {
+            let (r, said) = self.apply(spec, opts).await;
+            let until = match &r {
+                Ok((_, Ended::Waiting { until: Some(t), .. })) => Some(*t),
+                _ => None,
+            };
+            let Some(t) = until else { return (r, said) };
+            let left = (t - chrono::Utc::now()).to_std().unwrap_or_default();
+            tokio::time::sleep(left.min(Duration::from_secs(1))).await;
+        }
+        panic!("the delivery still waits after 60 runs");
     }
 
     async fn status(&self, spec: &DeliverySpec) -> String {
@@ -258,7 +281,7 @@ async fn no_data_holds_the_wave_for_a_person_and_the_line_holds_everything_but_a
     // v5 exports nothing: the canary's analysis is inconclusive, the wave waits.
     let v5 = f.file("v5", &digest('5'), "");
     let opts = Options { wait: false, ..Default::default() };
-    let (r, said) = f.apply(&v5, &opts).await;
+    let (r, said) = f.apply_until_it_stops(&v5, &opts).await;
     let (record, ended) = r.unwrap();
     let Ended::Waiting { until: None, why } = &ended else { panic!("{ended:?}\n{said:#?}") };
     assert!(why["south"].contains("gate was inconclusive") && why["south"].contains("no data"), "{why:?}");
@@ -268,7 +291,7 @@ async fn no_data_holds_the_wave_for_a_person_and_the_line_holds_everything_but_a
     // A person approves the gate: the rest goes on (and is held again: v5 has no data anywhere).
     let opened = f.open(&v5).await;
     opened.book.approve(record.number, "canary.gate", "lead@example", chrono::Utc::now()).await.unwrap();
-    let (r, said) = f.apply(&v5, &opts).await;
+    let (r, said) = f.apply_until_it_stops(&v5, &opts).await;
     let (record, _) = r.unwrap();
     assert!(record.stages[0].passed_at.is_some() && record.stages[1].held.is_some(), "{said:#?}");
     assert_eq!(image_on(&f.members[1]).await, digest('5'));

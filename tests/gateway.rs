@@ -2527,6 +2527,132 @@ async fn what_a_team_runs_beyond_the_ledger_is_shown_and_counted_against_it() {
     assert_ne!(phase, Phase::Queued);
 }
 
+/// `svc`'s API with the console's JSON views, on a listener of its own, as
+/// `gateway serve --no-console` serves them: its URL.
+async fn api_with_views(svc: &Arc<Service>) -> String {
+    let console = pinfleet::console::Console::new(svc.clone(), None, Duration::from_secs(1), false);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(pinfleet::gateway::http::serve_app(
+        pinfleet::console::api(console),
+        listener,
+        None,
+        std::future::pending(),
+    ));
+    url
+}
+
+/// A GET that must answer 200: its body.
+async fn get_ok(c: &Client, path: &str) -> Value {
+    let a = c.call("GET", path, None).await.unwrap();
+    assert_eq!(a.status, 200, "GET {path}: {:#}", a.body);
+    a.body
+}
+
+/// What a replica answers of a team's waiting work, every way it is read:
+/// each submission's `waiting`, the queue with its reasons, the team's
+/// quota with its drift, the console's team view's queue and a waiting
+/// workload's view (`waits`, its id).
+async fn waiting_answers(c: &Client, team: &str, waits: &str) -> Value {
+    let submissions = get_ok(c, &format!("/v1/submissions?team={team}")).await;
+    let waiting: serde_json::Map<String, Value> = submissions["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["name"].as_str().unwrap().to_string(), v.get("waiting").cloned().unwrap_or(Value::Null)))
+        .collect();
+    let queue = get_ok(c, &format!("/v1/queue?team={team}")).await["items"].clone();
+    let quota = get_ok(c, &format!("/v1/quota?team={team}")).await["items"].clone();
+    let team_view = get_ok(c, &format!("/v1/views/teams/{team}")).await["queue"].clone();
+    let workload_view = get_ok(c, &format!("/v1/views/workloads/{team}/{waits}")).await["waiting"].clone();
+    json!({
+        "waiting": waiting,
+        "queue": queue,
+        "drift": quota[0]["drift"].clone(),
+        "quota": quota,
+        "teamView": team_view,
+        "workloadView": workload_view,
+    })
+}
+
+/// A standby's views are the leader's: the replica that does not lead
+/// answers each submission's `waiting`, the queue with its reasons and the
+/// team's drift as the leader does (the same decision over the same
+/// records), in the API and in the console's views; it does not answer
+/// `{}`, no drift and a queue without reasons.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standby_answers_the_queue_its_reasons_and_drift_as_the_leader_does() {
+    let host = KubeEnv::start();
+    let east = member("east", 1, "16", true);
+    let team = host.namespace.clone();
+    let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("4", "4")}} })).await;
+    // A second replica over the same records that does not lead, running
+    // what `run` starts beside the election on every replica.
+    let standby = gateway_on(&gw, &host).await;
+    tokio::spawn(standby.clone().follow());
+    let token = ci_token(&host);
+    let client = |url: &str| {
+        Client::new(url, &Credentials { token: Some(token.clone()), ..Default::default() }).unwrap()
+    };
+    let leader = client(api_with_views(&gw.svc).await.as_str());
+    let other = client(api_with_views(&standby).await.as_str());
+    // The team's whole maximum (4 CPUs) held by work with no expected end:
+    // what waits has no estimate on either replica, whenever it is asked.
+    let a = leader
+        .call("POST", "/v1/submissions", Some(&json!({"id": "web-1", "workload": service_of(&team, "web", 4, "1")})))
+        .await
+        .unwrap();
+    assert_eq!(a.status, 201, "{:#}", a.body);
+    gw.pass().await;
+    assert_eq!(gw.phase(&team, "web-1").await, Phase::Placed);
+    // Written around the gateway: a pod of 2 CPUs, the team's drift (in
+    // the reasons below: 6 CPUs in use of its 4).
+    let k = pinfleet::kube::apply::connect(&east.kubeconfig).await.unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(k, &team);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "around", "namespace": team},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}]}});
+    pods.create(&Default::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+    let mut drift = Value::Null;
+    for _ in 0..40 {
+        gw.pass().await;
+        let q = leader.call("GET", &format!("/v1/quota?team={team}"), None).await.unwrap().ok().unwrap();
+        drift = q["items"][0]["drift"].clone();
+        if drift["cpu"] != "0" {
+            break;
+        }
+    }
+    assert_eq!(drift["cpu"], "2", "the leader measures the drift: {drift}");
+    // Two more, sent to the standby: both wait, saying why.
+    for id in ["more-1", "more-2"] {
+        let a = other
+            .call("POST", "/v1/submissions", Some(&json!({"id": id, "workload": service_of(&team, id, 1, "1")})))
+            .await
+            .unwrap();
+        assert_eq!(a.status, 201, "{:#}", a.body);
+    }
+    // The leader's passes go on; each replica reads the records as its
+    // cache and the host show them: within a few passes they agree.
+    let (mut led, mut stood) = (Value::Null, Value::Null);
+    for _ in 0..40 {
+        gw.pass().await;
+        led = waiting_answers(&leader, &team, "more-1").await;
+        stood = waiting_answers(&other, &team, "more-1").await;
+        let settled = led["queue"].as_array().is_some_and(|q| q.len() == 2) && led["drift"]["cpu"] == "2";
+        if settled && led == stood {
+            break;
+        }
+    }
+    assert_eq!(led["queue"].as_array().map(Vec::len), Some(2), "both wait on the leader: {led:#}");
+    assert_eq!(led["queue"][0]["why"]["kind"], "Quota", "{led:#}");
+    assert_eq!(led["queue"][0]["why"]["quota"], format!("{team}/OnDemand max"), "{led:#}");
+    assert_eq!(led["teamView"].as_array().map(Vec::len), Some(2), "{led:#}");
+    assert!(led["workloadView"]["why"].is_object(), "{led:#}");
+    assert_eq!(stood["drift"], led["drift"], "the standby's drift");
+    assert_eq!(stood["waiting"], led["waiting"], "the standby's `waiting`");
+    assert_eq!(stood["queue"], led["queue"], "the standby's queue and its reasons");
+    assert_eq!(stood, led, "the standby answers as the leader");
+}
+
 /// Issue 48's three promises, as properties over generated submissions: a
 /// hostile team submits workloads of every kind with values drawn across
 /// each field's forms (numbers where strings are usual, exponents,

@@ -70,7 +70,9 @@ fn a_role_in_a_partition_aws_lacks_or_another_than_the_regions_is_refused_at_its
     let with_role = |arn: &str| {
         std::fs::read_to_string(path).unwrap().replace(
             "    zones: [us-east-1a, us-east-1b]\n",
-            &format!("    zones: [us-east-1a, us-east-1b]\n    account:\n      id: \"222222222222\"\n      roleArn: {arn}\n"),
+            &format!(
+                "    zones: [us-east-1a, us-east-1b]\n    account:\n      id: \"222222222222\"\n      roleArn: {arn}\n"
+            ),
         )
     };
     let at = "tests/fixtures/valid/minimal.yaml:12:7: spec.cloud.account.roleArn:";

@@ -649,7 +649,10 @@ regions: [us-east-1, eu-west-1]
         assert!(e.contains("buildAccount.roleArn") && e.contains("in account 444455556666"), "{e}");
         let mars = "buildAccount: {id: \"111122223333\", roleArn: \"arn:aws-mars:iam::111122223333:role/pinfleet\"}\n";
         let e = at(&format!("{GOOD}{mars}")).unwrap_err().to_string();
-        assert!(e.contains("buildAccount.roleArn") && e.contains("partition `aws-mars`, which AWS does not have"), "{e}");
+        assert!(
+            e.contains("buildAccount.roleArn") && e.contains("partition `aws-mars`, which AWS does not have"),
+            "{e}"
+        );
         let china = "buildAccount: {id: \"111122223333\", roleArn: \"arn:aws-cn:iam::111122223333:role/pinfleet\"}\n";
         let e = at(&format!("{GOOD}{china}")).unwrap_err().to_string();
         assert!(e.contains("partition aws-cn but region us-east-1 is in partition aws"), "{e}");

@@ -397,14 +397,13 @@ impl CloudProvider for Provider {
 pub async fn serve(
     provider: Provider,
     listener: tokio::net::TcpListener,
-    shutdown: impl std::future::Future<Output = ()>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    tonic::transport::Server::builder()
-        .add_service(CloudProviderServer::from_arc(Arc::new(provider)))
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await?;
-    Ok(())
+    // Behind the edge, as every listener pinfleet opens (gRPC over
+    // HTTP/2: cluster-autoscaler's calls are small and unary).
+    let app = tonic::service::Routes::new(CloudProviderServer::from_arc(Arc::new(provider))).into_axum_router();
+    let limits = crate::edge::Limits { request_time: std::time::Duration::from_secs(30), ..crate::edge::Limits::for_metrics() };
+    crate::edge::serve(app, listener, None, limits, None, None, shutdown).await
 }
 
 #[cfg(test)]

@@ -48,7 +48,8 @@ pub struct FileArgs {
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
     pub file: PathBuf,
-    /// Stop at the first wait (a bake, a window) and say when to come back.
+    /// Stop at the first wait (the new revision coming up Ready, a bake, a
+    /// measurement's interval, a soak, a window) and say when to come back.
     #[arg(long)]
     pub no_wait: bool,
     /// Go past a stopped line and freeze windows, for this reason (audited).
@@ -106,8 +107,6 @@ pub enum LineCommand {
     },
 }
 
-/// S3 access for an s3:// store (AWS_ENDPOINT_URL and the credential chain).
-
 fn say(g: &GlobalArgs, e: &Event) {
     if let (Format::Json, Event::Engine(n)) = (&g.output, e) {
         let mut v = serde_json::to_value(n).unwrap_or_default();
@@ -132,26 +131,16 @@ pub async fn run(g: &GlobalArgs, a: DeliveryArgs) -> Result<ExitCode> {
 
 async fn apply(g: &GlobalArgs, a: ApplyArgs) -> Result<ExitCode> {
     let spec = DeliverySpec::load(&a.file)?;
-    let aws = run::aws_for(&spec.state_store).await?;
-    let opened = run::open(&spec, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
+    let (aws, opened) = run::open_with_aws(&spec).await?;
     let clients = run::connect(&spec).await?;
     let (tx, alert) = tokio::sync::watch::channel(None);
     let receiver = match (&a.alerts_listen, &a.alerts_token_file) {
         (Some(listen), Some(file)) => {
-            let token = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
             // The receiver's refusals are audited on stderr, beside the
             // delivery's own lines (rate-limited: a flood writes a count).
             let audit: std::sync::Arc<dyn crate::edge::Audit> =
                 std::sync::Arc::new(crate::gateway::audit::AuditLog::stderr());
-            let (addr, task) = crate::delivery::alerts::serve(
-                listen,
-                token,
-                &spec.workload.namespace,
-                &spec.workload.name,
-                tx,
-                Some(audit),
-            )
-            .await?;
+            let (addr, task) = crate::delivery::alerts::serve_for(&spec, listen, file, tx, Some(audit)).await?;
             writeln!(anstream::stderr(), "delivery: Alertmanager's webhook at http://{addr}/alerts")?;
             Some(task)
         }
@@ -207,8 +196,7 @@ async fn apply(g: &GlobalArgs, a: ApplyArgs) -> Result<ExitCode> {
 
 async fn show(g: &GlobalArgs, file: &std::path::Path) -> Result<ExitCode> {
     let spec = DeliverySpec::load(file)?;
-    let aws = run::aws_for(&spec.state_store).await?;
-    let opened = run::open(&spec, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
+    let (_, opened) = run::open_with_aws(&spec).await?;
     let s = run::observe(&spec, &opened, Utc::now()).await?;
     if g.output == Format::Json {
         writeln!(anstream::stdout(), "{}", crate::output::json_text(&s)?)?;
@@ -220,32 +208,15 @@ async fn show(g: &GlobalArgs, file: &std::path::Path) -> Result<ExitCode> {
 
 async fn approve(a: &ApproveArgs) -> Result<ExitCode> {
     let spec = DeliverySpec::load(&a.file)?;
-    let aws = run::aws_for(&spec.state_store).await?;
-    let opened = run::open(&spec, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
-    let r = opened.book.latest().await?.context(format!("{} has no delivery yet", spec.workload))?;
-    match a.stage.strip_suffix(".gate") {
-        Some(stage) => {
-            let s = r
-                .stages
-                .iter()
-                .find(|s| s.name == stage)
-                .context(format!("delivery #{} has no wave {stage}", r.number))?;
-            if s.held.is_none() || r.is_finished() {
-                anyhow::bail!("wave {stage} of delivery #{} is not held by an inconclusive analysis", r.number);
-            }
-        }
-        None => r.approvable(&a.stage).map_err(anyhow::Error::msg)?,
-    }
-    let by = run::principal(aws.as_ref()).await;
-    opened.book.approve(r.number, &a.stage, &by, Utc::now()).await?;
-    writeln!(anstream::stderr(), "approved {} of delivery #{}; the next `apply` goes on", a.stage, r.number)?;
+    let (aws, opened) = run::open_with_aws(&spec).await?;
+    let number = run::approve(&spec, &opened, aws.as_ref(), &a.stage).await?;
+    writeln!(anstream::stderr(), "approved {} of delivery #{number}; the next `apply` goes on", a.stage)?;
     Ok(ExitCode::SUCCESS)
 }
 
 async fn rollback(g: &GlobalArgs, a: &RollbackArgs) -> Result<ExitCode> {
     let spec = DeliverySpec::load(&a.file)?;
-    let aws = run::aws_for(&spec.state_store).await?;
-    let opened = run::open(&spec, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
+    let (_, opened) = run::open_with_aws(&spec).await?;
     let clients = run::connect(&spec).await?;
     let command = format!("pinfleet delivery rollback {}", a.file.display());
     let r = run::rollback_by_hand(&spec, &opened, clients, a.bad.as_deref(), &command, &|e| say(g, &e)).await?;
@@ -257,16 +228,12 @@ async fn line(a: LineArgs) -> Result<ExitCode> {
     let mut err = anstream::stderr();
     match a.command {
         LineCommand::Stop { store, reason } => {
-            let aws = run::aws_for(&store).await?;
-            let by = run::principal(aws.as_ref()).await;
-            let l = book::Line::open(&store, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
+            let (l, by) = run::line_as(&store).await?;
             l.stop(&book::Stopped { by, at: Utc::now(), reason: reason.clone() }).await?;
             writeln!(err, "the line is stopped: {reason}; running deliveries stop at their next look")?;
         }
         LineCommand::Resume { store } => {
-            let aws = run::aws_for(&store).await?;
-            let by = run::principal(aws.as_ref()).await;
-            let l = book::Line::open(&store, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
+            let (l, by) = run::line_as(&store).await?;
             match l.lift(&by, Utc::now()).await? {
                 Some(s) => writeln!(err, "the line moves again (it was stopped by {}: {})", s.by, s.reason)?,
                 None => writeln!(err, "the line was not stopped")?,
@@ -277,8 +244,7 @@ async fn line(a: LineArgs) -> Result<ExitCode> {
 }
 
 async fn bad(g: &GlobalArgs, store: &str) -> Result<ExitCode> {
-    let aws = run::aws_for(store).await?;
-    let l = book::Line::open(store, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await?;
+    let l = run::line_at(store).await?;
     let bad: Vec<book::Bad> = l.bad().await?.into_values().collect();
     if g.output == Format::Json {
         writeln!(anstream::stdout(), "{}", crate::output::json_text(&bad)?)?;

@@ -2,8 +2,9 @@
 //! exists in its state store (or has no definition at all), and instances
 //! inside pinfleet VPCs that carry no owner tag — machines nobody answers for.
 //! Each region is scanned in the caller's account and in every account a
-//! cluster lives in (through its role); an account that refuses is named
-//! (`not scanned: account … in …`, exit 1) and the others still scanned.
+//! cluster lives in (through its role), and each orphan names its account;
+//! an account that refuses is named (`not scanned: account … in …`, exit 1)
+//! and the others still scanned.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -16,7 +17,7 @@ use super::cloud::CloudArgs;
 use super::GlobalArgs;
 use crate::cloud::aws::{observe, Aws, AwsOptions};
 use crate::cloud::orphans::{self, Known, Orphan};
-use crate::output::{print_data, table, Format};
+use crate::output::{print_data, Format};
 use crate::state::Store;
 
 #[derive(Debug, Args)]
@@ -84,23 +85,32 @@ pub async fn run(g: &GlobalArgs, args: OrphansArgs) -> Result<ExitCode> {
                 };
                 known.insert(name, state);
             }
-            found.extend(orphans::judge(&region, &fleet, &known, &g.clusters_dir.display().to_string()));
+            // The account scanned: the role's, or the caller's own as
+            // GetCallerIdentity names it.
+            let in_account = match aws.account() {
+                Some(id) => id.to_string(),
+                None => aws
+                    .caller_identity()
+                    .await
+                    .as_deref()
+                    .and_then(crate::cloud::aws::account::arn_account)
+                    .unwrap_or("(unknown)")
+                    .to_string(),
+            };
+            let dir = g.clusters_dir.display().to_string();
+            found.extend(orphans::judge(&in_account, &region, &fleet, &known, &dir));
         }
     }
-    found.sort_by(|a, b| (&a.region, &a.cluster, &a.kind, &a.id).cmp(&(&b.region, &b.cluster, &b.kind, &b.id)));
-    found.dedup_by(|a, b| a.id == b.id);
+    // The caller's own account, named by a cluster too, is scanned twice:
+    // one row per resource of an account.
+    found.sort_by(|a, b| {
+        (&a.account, &a.region, &a.cluster, &a.kind, &a.id).cmp(&(&b.account, &b.region, &b.cluster, &b.kind, &b.id))
+    });
+    found.dedup_by(|a, b| (&a.account, &a.id) == (&b.account, &b.id));
     if g.output != Format::Text {
         print_data(g.output, &found)?;
-    } else if found.is_empty() {
-        writeln!(anstream::stdout(), "No orphans.")?;
     } else {
-        let rows: Vec<Vec<String>> = found
-            .iter()
-            .map(|o| {
-                vec![o.region.clone(), o.kind.clone(), o.id.clone(), o.cluster.clone(), o.owner.clone(), o.why.clone()]
-            })
-            .collect();
-        write!(anstream::stdout(), "{}", table(&["REGION", "KIND", "ID", "CLUSTER", "OWNER", "WHY"], &rows))?;
+        write!(anstream::stdout(), "{}", crate::views::orphans::text(&found))?;
     }
     for r in &refused {
         writeln!(anstream::stderr(), "not scanned: {}", crate::views::text::safe(r))?;

@@ -2,7 +2,8 @@
 //! definition or no longer exists in its state store, and machines inside
 //! pinfleet VPCs that carry no owner tag — machines nobody answers for.
 //! The fleet-wide reads are `aws::observe::fleet`; whether a cluster
-//! exists is asked of its state store by the caller.
+//! exists is asked of its state store by the caller; each orphan names the
+//! account and region it is in, and [`crate::views::orphans`] draws them.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +31,9 @@ pub struct Fleet {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Orphan {
+    /// The AWS account it is in (scanned through a cluster's role, or the
+    /// caller's own).
+    pub account: String,
     pub region: String,
     pub kind: String,
     pub id: String,
@@ -47,8 +51,14 @@ pub enum Known {
     Alive,
 }
 
-/// The orphans of one region, given what each tagged cluster is.
-pub fn judge(region: &str, fleet: &Fleet, clusters: &BTreeMap<String, Known>, clusters_dir: &str) -> Vec<Orphan> {
+/// The orphans of one account's region, given what each tagged cluster is.
+pub fn judge(
+    account: &str,
+    region: &str,
+    fleet: &Fleet,
+    clusters: &BTreeMap<String, Known>,
+    clusters_dir: &str,
+) -> Vec<Orphan> {
     let mut out = Vec::new();
     for t in &fleet.tagged {
         let cluster = t.cluster.clone().unwrap_or_default();
@@ -60,6 +70,7 @@ pub fn judge(region: &str, fleet: &Fleet, clusters: &BTreeMap<String, Known>, cl
             Known::Alive => continue,
         };
         out.push(Orphan {
+            account: account.to_string(),
             region: region.to_string(),
             kind: t.kind.clone(),
             id: t.id.clone(),
@@ -71,6 +82,7 @@ pub fn judge(region: &str, fleet: &Fleet, clusters: &BTreeMap<String, Known>, cl
     // Unowned machines inside pinfleet VPCs (started by hand, say).
     for i in fleet.in_vpcs.iter().filter(|i| i.is_live() && i.owner.is_none()) {
         out.push(Orphan {
+            account: account.to_string(),
             region: region.to_string(),
             kind: "instance".into(),
             id: i.id.clone(),

@@ -143,6 +143,21 @@ pub async fn serve(
     Ok((addr, task))
 }
 
+/// The receiver `pinfleet delivery apply --alerts-listen` serves for the
+/// delivery's workload, with the token read from `token_file`.
+pub async fn serve_for(
+    spec: &super::spec::DeliverySpec,
+    listen: &str,
+    token_file: &std::path::Path,
+    tx: watch::Sender<Option<String>>,
+    audit: Option<std::sync::Arc<dyn crate::edge::Audit>>,
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    use anyhow::Context as _;
+    let token =
+        std::fs::read_to_string(token_file).with_context(|| format!("reading {}", token_file.display()))?;
+    serve(listen, token, &spec.workload.namespace, &spec.workload.name, tx, audit).await
+}
+
 /// The largest webhook payload read (Alertmanager groups alerts: a few KiB each).
 const BODY: usize = 256 * 1024;
 

@@ -75,8 +75,27 @@ pub struct Audit {
 pub struct ClusterAnalysis {
     pub cluster: String,
     pub measurements: Vec<Measurement>,
-    /// `successful`, `failed: …`, `inconclusive: …`, `running`.
+    /// `baking`, `running`, then `successful`, `failed: …` or `inconclusive: …`.
     pub verdict: String,
+    /// When the bake ends (set as it starts): a run picked up mid-bake
+    /// waits out the rest, not a new bake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bake_until: Option<DateTime<Utc>>,
+}
+
+/// A roll's deadline for the new revision to run Ready, from the first
+/// write of these images: a roll picked up after a stopped run keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadyBy {
+    pub images: BTreeMap<String, String>,
+    pub until: DateTime<Utc>,
+}
+
+/// Where a cluster's [`ReadyBy`] is kept while it rolls (not under
+/// `analysis/`: those are all analyses).
+pub fn ready_key(number: u64, cluster: &str) -> String {
+    format!("rolls/{number:08}/{cluster}.json")
 }
 
 /// The workload's SLO and the Prometheus that measures it, as the last

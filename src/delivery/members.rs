@@ -3,26 +3,31 @@
 //! version and waiting until the new revision runs Ready, and a wave's
 //! gate — the bake, then the analysis against Prometheus, each
 //! measurement kept in the delivery's store; a firing alert ends it.
+//! Every wait here goes through [`Waits`]: a run without `wait` parks at
+//! it, and the next run goes on from what the store keeps (the roll's
+//! deadline, the bake's end, the measurements taken).
 //!
 //! ```text
-//! fleet::run (the engine) ─▶ Members::current / roll / gate
+//! fleet::run (the engine) ─▶ Members::current / roll / gate ─▶ Waits (sleep, or park)
 //!                              │ kube (the members' API servers)
 //!                              │ Prometheus (analysis::measure, judge)
-//!                              ▼ state store: analysis/<number>/<cluster>.json
+//!                              ▼ state store: analysis/<number>/<cluster>.json, rolls/<number>/<cluster>.json
 //! ```
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use chrono::{DateTime, Utc};
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use serde_json::Value;
 use tokio::sync::watch;
 
 use super::analysis::{self, Answer, Vars, Verdict};
-use super::book::{self, ClusterAnalysis};
+use super::book::{self, ClusterAnalysis, ReadyBy};
 use super::prometheus::Prometheus;
 use super::spec::DeliverySpec;
+use super::waits::Waits;
 use crate::fleet::rollout::Snapshot;
 use crate::fleet::run::{Fleet, Hold};
 use crate::state::Store;
@@ -38,6 +43,8 @@ pub struct Members<'a> {
     pub alert: watch::Receiver<Option<String>>,
     /// How often a roll looks at the workload's status.
     pub poll: Duration,
+    /// Sleep through the waits, or park at them (a run without `wait`).
+    pub waits: Waits,
 }
 
 pub fn workload_api(client: &kube::Client, kind: &str, ns: &str) -> Api<DynamicObject> {
@@ -157,6 +164,7 @@ impl Fleet for Members<'_> {
     }
 
     async fn roll(&self, cluster: &str, to: &Snapshot, _why: &str) -> Result<()> {
+        let _call = self.waits.enter();
         let api = self.api(cluster)?;
         let name = &self.spec.workload.name;
         // Write at the version read: another writer in between is a conflict, read again.
@@ -187,33 +195,71 @@ impl Fleet for Members<'_> {
                 }
             }
         }
-        let deadline = tokio::time::Instant::now() + self.spec.ready_timeout;
+        let deadline = self.ready_by(cluster, &to.images).await?;
+        let timeout = humantime::format_duration(self.spec.ready_timeout);
         loop {
             let obj = self.get(cluster).await?;
             let (ready, message) = ready_on(&obj);
             let seen = obj.pointer("/status/observedGeneration").and_then(Value::as_i64).unwrap_or(0) >= generation;
             if ready && seen {
+                self.store.delete(&book::ready_key(self.number, cluster)).await?;
                 return Ok(());
             }
-            if tokio::time::Instant::now() >= deadline {
-                bail!(
-                    "the new revision is not Ready on {cluster} after {}: {message}",
-                    humantime::format_duration(self.spec.ready_timeout)
+            if Utc::now() >= deadline {
+                bail!("the new revision is not Ready on {cluster} after {timeout}: {message}");
+            }
+            if self.waits.parks() {
+                let what = format!(
+                    "for its new revision to run Ready ({message}); the wave fails if it does not by {} (analysis.readyTimeout {timeout})",
+                    deadline.format("%H:%M:%S UTC")
                 );
+                match self.waits.park(cluster, deadline, what).await {}
             }
             tokio::time::sleep(self.poll).await;
         }
     }
 
     async fn gate(&self, cluster: &str) -> Result<()> {
+        let _call = self.waits.enter();
         let a = &self.spec.analysis;
-        let mut record =
-            ClusterAnalysis { cluster: cluster.to_string(), measurements: vec![], verdict: "baking".into() };
-        self.save(&record).await?;
+        // A run stopped mid-gate (killed, or parked at a wait) kept where it
+        // was: the next goes on from there, a concluded gate is not run again.
+        let key = book::analysis_key(self.number, cluster);
+        let mut record = match self.store.get_json::<ClusterAnalysis>(&key).await? {
+            Some(saved) => match concluded(&saved) {
+                Some(verdict) => return verdict,
+                None => saved,
+            },
+            None => ClusterAnalysis {
+                cluster: cluster.to_string(),
+                measurements: vec![],
+                verdict: "baking".into(),
+                bake_until: None,
+            },
+        };
         let mut alert = self.alert.clone();
         // The bake: the wave runs the new version before anything is measured; an alert ends it.
-        if let Some(why) = self.wait_unless_alerted(a.bake, &mut alert).await {
-            return self.alert_failed(record, why).await;
+        if record.measurements.is_empty() {
+            let until = match record.bake_until {
+                Some(t) => t,
+                None => {
+                    let t = Utc::now() + chrono::Duration::from_std(a.bake).unwrap_or_default();
+                    record.bake_until = Some(t);
+                    self.save(&record).await?;
+                    t
+                }
+            };
+            let what = format!(
+                "baking {} until {} (analysis.bake {}), then {} measurement(s) {} apart",
+                self.spec.version,
+                until.format("%H:%M:%S UTC"),
+                humantime::format_duration(a.bake),
+                a.count,
+                humantime::format_duration(a.interval)
+            );
+            if let Some(why) = self.wait_unless_alerted(cluster, until, what, &mut alert).await {
+                return self.alert_failed(record, why).await;
+            }
         }
         let Some(prom) = &self.prometheus else {
             record.verdict = "successful (no metrics to analyse)".into();
@@ -227,9 +273,20 @@ impl Fleet for Members<'_> {
             version: self.spec.version.clone(),
         };
         let range = format!("{}s", a.interval.as_secs().max(60));
-        for round in 0..a.count {
+        // The rounds already measured (by a run that stopped) count.
+        let done = (record.measurements.len() / a.metrics.len().max(1)) as u32;
+        for round in done..a.count {
             if round > 0 {
-                if let Some(why) = self.wait_unless_alerted(a.interval, &mut alert).await {
+                let last = record.measurements.last().map_or_else(Utc::now, |m| m.at);
+                let next = last + chrono::Duration::from_std(a.interval).unwrap_or_default();
+                let what = format!(
+                    "measurement {} of {} at {} (analysis.interval {})",
+                    round + 1,
+                    a.count,
+                    next.format("%H:%M:%S UTC"),
+                    humantime::format_duration(a.interval)
+                );
+                if let Some(why) = self.wait_unless_alerted(cluster, next, what, &mut alert).await {
                     return self.alert_failed(record, why).await;
                 }
             }
@@ -262,10 +319,57 @@ impl Fleet for Members<'_> {
     }
 }
 
+/// The verdict a stopped run's gate reached, given again: its analysis is
+/// not measured twice.
+fn concluded(a: &ClusterAnalysis) -> Option<Result<()>> {
+    let cluster = &a.cluster;
+    if a.verdict.starts_with("successful") {
+        Some(Ok(()))
+    } else if let Some(why) = a.verdict.strip_prefix("failed: ") {
+        Some(Err(anyhow!("analysis failed on {cluster}: {why}")))
+    } else {
+        let why = a.verdict.strip_prefix("inconclusive: ")?;
+        Some(Err(Hold(format!("analysis inconclusive on {cluster}: {why}")).into()))
+    }
+}
+
 impl Members<'_> {
-    /// Waits `d`, or less when an alert fires: its reason.
-    async fn wait_unless_alerted(&self, d: Duration, alert: &mut watch::Receiver<Option<String>>) -> Option<String> {
-        let until = tokio::time::Instant::now() + d;
+    /// When the new revision must run Ready on `cluster`: `readyTimeout`
+    /// after the first write of `images`, kept in the store so that a roll
+    /// picked up by the next run has the same deadline.
+    async fn ready_by(&self, cluster: &str, images: &BTreeMap<String, String>) -> Result<DateTime<Utc>> {
+        let key = book::ready_key(self.number, cluster);
+        if let Some(r) = self.store.get_json::<ReadyBy>(&key).await? {
+            if r.images == *images {
+                return Ok(r.until);
+            }
+        }
+        let until = Utc::now() + chrono::Duration::from_std(self.spec.ready_timeout).unwrap_or_default();
+        self.store.put_json(&key, &ReadyBy { images: images.clone(), until }).await?;
+        Ok(until)
+    }
+
+    /// Waits until `until` (`what`: for what, in words), or less when an
+    /// alert fires: its reason. A run without `wait` parks here instead.
+    async fn wait_unless_alerted(
+        &self,
+        cluster: &str,
+        until: DateTime<Utc>,
+        what: String,
+        alert: &mut watch::Receiver<Option<String>>,
+    ) -> Option<String> {
+        if let Some(why) = self.alerted() {
+            return Some(why);
+        }
+        let left = (until - Utc::now()).to_std().unwrap_or_default();
+        if left.is_zero() {
+            return None;
+        }
+        if self.waits.parks() {
+            // An alert while parked ends the run itself (`run::apply` watches it).
+            match self.waits.park(cluster, until, what).await {}
+        }
+        let until = tokio::time::Instant::now() + left;
         loop {
             if let Some(why) = self.alerted() {
                 return Some(why);

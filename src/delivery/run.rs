@@ -7,13 +7,17 @@
 //! firing alert takes every touched cluster back to what it ran at once,
 //! and marks the version bad. Where a delivery stands is read here too
 //! (`observe`, for `status` to show), and a run's events put in words.
+//! A run without `wait` ends at the first wait of any kind: the engine's
+//! own (soaks, windows) and those inside its members' calls (a revision
+//! coming up Ready, the bake, a measurement's interval: `waits`).
 //!
 //! ```text
 //! DeliverySpec ─▶ Line (stopped? bad?) ─▶ fleet::run::apply_held(Members, Freeze) ─┬─▶ finished / waiting
+//!                                          │ every member call parked (no wait) ───┴─▶ waiting
 //!                                          ▲ alert (webhook) · line stopped ───────┴─▶ revert_held(together) + Line::mark_bad
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -25,8 +29,9 @@ use super::members::Members;
 use super::prometheus::Prometheus;
 use super::spec::DeliverySpec;
 use super::status::Status;
+use super::waits::{Parked, Waits};
 use crate::ami::window::Window;
-use crate::fleet::rollout::{FleetRollout, Snapshot, Windows};
+use crate::fleet::rollout::{decide, FleetRollout, Snapshot, Windows};
 use crate::fleet::run::{self as engine, Book, Clock, Note, Outcome};
 use crate::fleet::{FleetSpec, Member};
 use crate::state::lock::Lock;
@@ -58,7 +63,9 @@ impl Windows for Freeze<'_> {
 
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Sleep through bakes and windows (else stop and say when to come back).
+    /// Sleep through every wait: a revision coming up Ready, a bake, a
+    /// measurement's interval, a soak, a window (else stop at the first,
+    /// and say what it waits for and until when).
     pub wait: bool,
     /// Go past a stopped line and freeze windows, for this reason (audited).
     pub hotfix: Option<String>,
@@ -97,6 +104,14 @@ pub async fn aws_for(url: &str) -> Result<Option<crate::cloud::aws::Aws>> {
 pub async fn line_at(url: &str) -> Result<super::book::Line> {
     let aws = aws_for(url).await?;
     super::book::Line::open(url, aws.as_ref().map(|a| a as &dyn crate::state::S3Access)).await
+}
+
+/// The line kept at `url`, and who acts on it ([`principal`]).
+pub async fn line_as(url: &str) -> Result<(Line, String)> {
+    let aws = aws_for(url).await?;
+    let by = principal(aws.as_ref()).await;
+    let line = Line::open(url, aws.as_ref().map(|a| a as &dyn S3Access)).await?;
+    Ok((line, by))
 }
 
 impl Default for Options {
@@ -203,6 +218,41 @@ pub async fn open(spec: &DeliverySpec, aws: Option<&dyn S3Access>) -> Result<Ope
         }
     }
     Ok(Opened { line, book: Book { store } })
+}
+
+/// The delivery's store through the AWS connection its URL needs (kept:
+/// who acts is asked of it).
+pub async fn open_with_aws(spec: &DeliverySpec) -> Result<(Option<crate::cloud::aws::Aws>, Opened)> {
+    let aws = aws_for(&spec.state_store).await?;
+    let opened = open(spec, aws.as_ref().map(|a| a as &dyn S3Access)).await?;
+    Ok((aws, opened))
+}
+
+/// Approves `stage` of the latest delivery: a wave that needs approval,
+/// or `WAVE.gate` for a wave its inconclusive analysis holds. Its number.
+pub async fn approve(
+    spec: &DeliverySpec,
+    opened: &Opened,
+    aws: Option<&crate::cloud::aws::Aws>,
+    stage: &str,
+) -> Result<u64> {
+    let r = opened.book.latest().await?.context(format!("{} has no delivery yet", spec.workload))?;
+    match stage.strip_suffix(".gate") {
+        Some(wave) => {
+            let s = r
+                .stages
+                .iter()
+                .find(|s| s.name == wave)
+                .context(format!("delivery #{} has no wave {wave}", r.number))?;
+            if s.held.is_none() || r.is_finished() {
+                bail!("wave {wave} of delivery #{} is not held by an inconclusive analysis", r.number);
+            }
+        }
+        None => r.approvable(stage).map_err(anyhow::Error::msg)?,
+    }
+    let by = principal(aws).await;
+    opened.book.approve(r.number, stage, &by, Utc::now()).await?;
+    Ok(r.number)
 }
 
 /// Where the delivery stands at `now`, as `pinfleet delivery status`
@@ -362,6 +412,7 @@ pub async fn apply(
             number: record.number,
             alert: alert.clone(),
             poll: opts.poll,
+            waits: Waits::new(!opts.wait),
         };
         let ms = spec.members();
         let windows = Freeze { waves: &spec.waves, members: &ms, freeze: &spec.freeze, hotfix: opts.hotfix.is_some() };
@@ -375,6 +426,15 @@ pub async fn apply(
                 let r = book.latest().await?.filter(|r| r.number == number).context("the delivery's record is gone")?;
                 return Ok((r, Ended::Stopped { reason: s }));
             }
+            // Without `wait`: every member call in flight is at a wait (the
+            // engine's own waits end it above). What they did is stored.
+            parked = members.waits.settled(opts.poll), if !opts.wait => {
+                let r = book.latest().await?.filter(|r| r.number == number).context("the delivery's record is gone")?;
+                let approved = book.approvals(number).await?;
+                let (until, why) = waiting(&r, parked, &windows, &approved, Utc::now());
+                on(Event::Engine(Note::Waiting { until, why: why.clone() }));
+                return Ok((r, Ended::Waiting { until, why }));
+            }
         };
         let (r, reason) = match ran {
             Some((r, Outcome::Finished)) => return Ok((r, Ended::Finished)),
@@ -382,7 +442,9 @@ pub async fn apply(
                 let why = why.into_iter().map(|(k, v)| (k, v.to_string())).collect();
                 return Ok((r, Ended::Waiting { until, why }));
             }
-            Some((r, Outcome::Halted(reason))) => {
+            // Through every wave with clusters failed within a budget: a
+            // delivery takes a failed cluster back like a failed wave.
+            Some((r, Outcome::Halted(reason) | Outcome::FinishedWithFailures(reason))) => {
                 // The halt names the clusters; the reason is what each of them failed on.
                 use crate::fleet::rollout::ClusterState;
                 let why: Vec<String> = r
@@ -401,9 +463,27 @@ pub async fn apply(
                 (r, reason)
             }
         };
+        // A rollback runs to its end, with or without `wait`.
+        members.waits.sleep_through();
         Box::pin(rollback(spec, line, book, &members, r, &reason, on)).await
     }))
     .await
+}
+
+/// Where a run parked at its members' waits stands: until the earliest of
+/// them, what each parked cluster waits for, and why every other one does.
+fn waiting(
+    r: &FleetRollout,
+    parked: BTreeMap<String, Parked>,
+    windows: &dyn Windows,
+    approved: &BTreeSet<String>,
+    now: DateTime<Utc>,
+) -> (Option<DateTime<Utc>>, BTreeMap<String, String>) {
+    let until = parked.values().map(|p| p.until).min();
+    let mut why: BTreeMap<String, String> =
+        decide(r, windows, approved, now).why.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+    why.extend(parked.into_iter().map(|(c, p)| (c, p.what)));
+    (until, why)
 }
 
 async fn fired(mut alert: watch::Receiver<Option<String>>) {
@@ -496,6 +576,7 @@ pub async fn rollback_by_hand(
         number: r.number,
         alert,
         poll: Duration::from_millis(500),
+        waits: Waits::new(false),
     };
     Lock::with(&book.store, command, async {
         if let Some(reason) = bad {

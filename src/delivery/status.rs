@@ -87,10 +87,10 @@ pub fn analysis_cell(a: Option<&ClusterAnalysis>) -> String {
         by.entry(m.metric.as_str()).or_default().push(v);
     }
     let numbers: Vec<String> = by.iter().map(|(k, v)| format!("{k} [{}]", v.join(", "))).collect();
-    if numbers.is_empty() {
-        a.verdict.clone()
-    } else {
-        format!("{}: {}", a.verdict, numbers.join("; "))
+    match a.bake_until {
+        Some(t) if numbers.is_empty() && a.verdict == "baking" => format!("baking until {}", t.format("%H:%M:%S UTC")),
+        _ if numbers.is_empty() => a.verdict.clone(),
+        _ => format!("{}: {}", a.verdict, numbers.join("; ")),
     }
 }
 
@@ -222,6 +222,7 @@ mod tests {
                 cluster: "north".into(),
                 measurements: ms,
                 verdict: "failed: 1 of 2 measurements failed".into(),
+                bake_until: None,
             },
         )]
         .into();

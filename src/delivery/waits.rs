@@ -163,8 +163,8 @@ mod tests {
         let settled = async {
             tokio::select! {
                 _ = parked_north => unreachable!("a parked call never ends"),
-                s = async { south_rolls.await; std::future::pending::<()>().await } => s,
-                p = w.settled(Duration::from_millis(10)) => return p,
+                _ = async { south_rolls.await; std::future::pending::<()>().await } => unreachable!(),
+                p = w.settled(Duration::from_millis(10)) => p,
             }
         };
         let parked = tokio::time::timeout(Duration::from_secs(5), settled).await.expect("settled");

@@ -42,6 +42,49 @@ pub struct AwsFleet {
     pub on: OnEvent,
 }
 
+/// Each named cluster's AWS connection, in its region and its account
+/// (one per region and account: one assumed role per account and region,
+/// named for the clusters it serves), or why its account refused. A fleet
+/// reads and writes each cluster's own things (its machines, its state
+/// store, its locks) as that cluster's account, never as the caller's.
+pub async fn connections(
+    folder: &super::Folder,
+    names: &[String],
+    target: crate::cloud::aws::Target,
+) -> Result<BTreeMap<String, std::result::Result<Aws, String>>> {
+    let chosen: Vec<&crate::spec::Loaded> =
+        folder.loaded.iter().filter(|l| names.contains(&l.cluster.metadata.name)).collect();
+    type Place = (String, Option<crate::spec::Account>);
+    let mut places: BTreeMap<Place, Vec<String>> = BTreeMap::new();
+    for l in &chosen {
+        let c = &l.cluster;
+        places.entry((c.spec.cloud.region.clone(), c.spec.cloud.account.clone())).or_default().push(c.metadata.name.clone());
+    }
+    let mut out = BTreeMap::new();
+    for ((region, account), clusters) in places {
+        let mut opts = crate::cloud::aws::AwsOptions::from_env(target, Some(region.clone()))?;
+        opts.role = account.clone().map(|account| crate::cloud::aws::account::RoleFor {
+            account,
+            cluster: clusters.join(","),
+            command: "fleet".into(),
+        });
+        let connected = match Aws::connect(&opts).await {
+            Ok(a) => Ok(a),
+            // Without an account of its own, the caller's credentials
+            // failing is the whole fleet's problem.
+            Err(e) if account.is_none() => return Err(e),
+            Err(e) => Err(format!("{e:#}")),
+        };
+        for name in clusters {
+            out.insert(name, connected.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Each cluster's connection, as [`connections`] made them.
+pub type Connections = BTreeMap<String, std::result::Result<Aws, String>>;
+
 impl AwsFleet {
     /// The named clusters of the folder, each with an AWS connection in its
     /// region (one per region) and its kubeconfig.
@@ -54,51 +97,22 @@ impl AwsFleet {
         command: String,
         on: OnEvent,
     ) -> Result<AwsFleet> {
-        // One connection per (region, account): one assumed role per
-        // account and region, named for the clusters it serves.
         let chosen: Vec<&crate::spec::Loaded> =
             folder.loaded.iter().filter(|l| names.contains(&l.cluster.metadata.name)).collect();
-        type Place = (String, Option<crate::spec::Account>);
-        let mut places: BTreeMap<Place, Vec<String>> = BTreeMap::new();
-        for l in &chosen {
-            let c = &l.cluster;
-            places
-                .entry((c.spec.cloud.region.clone(), c.spec.cloud.account.clone()))
-                .or_default()
-                .push(c.metadata.name.clone());
-        }
-        let mut connections: BTreeMap<Place, std::result::Result<Aws, String>> = BTreeMap::new();
-        for ((region, account), clusters) in &places {
-            let mut opts = crate::cloud::aws::AwsOptions::from_env(target, Some(region.clone()))?;
-            opts.role = account.clone().map(|account| crate::cloud::aws::account::RoleFor {
-                account,
-                cluster: clusters.join(","),
-                command: "fleet".into(),
-            });
-            let connected = match Aws::connect(&opts).await {
-                Ok(a) => Ok(a),
-                // Without an account of its own, the caller's credentials
-                // failing is the whole fleet's problem.
-                Err(e) if account.is_none() => return Err(e),
-                Err(e) => Err(format!("{e:#}")),
-            };
-            connections.insert((region.clone(), account.clone()), connected);
-        }
+        let mut connections = connections(folder, names, target).await?;
         let mut members = BTreeMap::new();
         let mut refused = BTreeMap::new();
         for l in chosen {
             let c = &l.cluster;
             let name = c.metadata.name.clone();
-            match &connections[&(c.spec.cloud.region.clone(), c.spec.cloud.account.clone())] {
-                Ok(aws) => {
-                    members.insert(
-                        name.clone(),
-                        Member { cluster: c.clone(), aws: aws.clone(), kubeconfig: kubeconfig(&name) },
-                    );
+            match connections.remove(&name) {
+                Some(Ok(aws)) => {
+                    members.insert(name.clone(), Member { cluster: c.clone(), aws, kubeconfig: kubeconfig(&name) });
                 }
-                Err(why) => {
-                    refused.insert(name, why.clone());
+                Some(Err(why)) => {
+                    refused.insert(name, why);
                 }
+                None => {}
             }
         }
         Ok(AwsFleet { members, refused: std::sync::Mutex::new(refused), roll, command, on })
@@ -359,12 +373,14 @@ pub async fn open_book(
 pub async fn rolling_progress(
     folder: &super::Folder,
     r: &super::rollout::FleetRollout,
-    aws: &Aws,
+    aws: &Connections,
 ) -> Result<BTreeMap<String, Option<crate::rollout::progress::RollProgress>>> {
     use crate::rollout::progress::{RollProgress, KEY};
     let mut out = BTreeMap::new();
     for (_, c) in r.clusters().filter(|(_, c)| c.state == super::rollout::ClusterState::Rolling) {
         let Some(l) = folder.loaded.iter().find(|l| l.cluster.metadata.name == c.name) else { continue };
+        // A cluster whose account refused shows no progress (its row says the refusal).
+        let Some(Ok(aws)) = aws.get(&c.name) else { continue };
         let Some(store) = Store::open_existing(&l.cluster.spec.state_store, &c.name, Some(aws)).await? else {
             continue;
         };
@@ -383,12 +399,13 @@ pub async fn rolling_progress(
 pub async fn pending_locks(
     folder: &super::Folder,
     r: &super::rollout::FleetRollout,
-    aws: &Aws,
+    aws: &Connections,
 ) -> Result<BTreeMap<String, crate::state::lock::LockInfo>> {
     use crate::state::lock::{LockInfo, LOCK_KEY};
     let mut out = BTreeMap::new();
     for (_, c) in r.clusters().filter(|(_, c)| c.state == super::rollout::ClusterState::Pending) {
         let Some(l) = folder.loaded.iter().find(|l| l.cluster.metadata.name == c.name) else { continue };
+        let Some(Ok(aws)) = aws.get(&c.name) else { continue };
         let Some(store) = Store::open_existing(&l.cluster.spec.state_store, &c.name, Some(aws)).await? else {
             continue;
         };

@@ -168,8 +168,12 @@ impl FleetStatusView {
 /// The latest rollout of the fleet in `folder` (None: none was started), read
 /// from its state store and each rolling cluster's records (reads only).
 pub async fn read(folder: &super::Folder, target: crate::cloud::aws::Target) -> Result<Option<FleetStatusView>> {
-    let (book, aws) = super::aws::open_book(folder, target, false).await?;
+    let (book, _) = super::aws::open_book(folder, target, false).await?;
     let Some(r) = book.latest().await? else { return Ok(None) };
+    // Each cluster's records are read as its own account (its role), as
+    // the rollout writes them.
+    let names: Vec<String> = r.clusters().map(|(_, c)| c.name.clone()).collect();
+    let aws = super::aws::connections(folder, &names, target).await?;
     let approved = book.approvals(r.number).await?;
     let lock = book.store.get_json::<crate::state::lock::LockInfo>(crate::state::lock::LOCK_KEY).await?;
     let windows = (&folder.spec, &folder.members[..]);
@@ -188,8 +192,9 @@ pub async fn read(folder: &super::Folder, target: crate::cloud::aws::Target) -> 
     for (name, rows) in groups.iter_mut() {
         let Some(l) = folder.loaded.iter().find(|l| &l.cluster.metadata.name == name) else { continue };
         let url = &l.cluster.spec.state_store;
+        let Some(Ok(aws)) = aws.get(name) else { continue };
         if !ledgers.contains_key(url) {
-            let read = crate::state::capacity::all(url, Some(&aws)).await.unwrap_or_default();
+            let read = crate::state::capacity::all(url, Some(aws)).await.unwrap_or_default();
             ledgers.insert(url.clone(), read);
         }
         with_capacity(rows, &l.cluster, &ledgers[url], Utc::now());

@@ -359,10 +359,7 @@ fn check_account(p: &mut Problems, a: &super::types::Account, region: Option<&st
             if id_ok && account != a.id {
                 p.push(
                     "spec.cloud.account.roleArn",
-                    format!(
-                        "the role `{}` is in account {account}, not in the cluster's account {}",
-                        a.role_arn, a.id
-                    ),
+                    format!("the role `{}` is in account {account}, not in the cluster's account {}", a.role_arn, a.id),
                 );
             }
         }

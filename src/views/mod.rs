@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod fleet;
 pub mod html;
 pub mod images;
+pub mod orphans;
 pub mod team;
 pub mod text;
 pub mod workload;

@@ -42,20 +42,29 @@ pub(super) async fn machines(g: &GlobalArgs, args: &ControllerArgs, cluster: &st
     let say = |line: &str| {
         let _ = writeln!(anstream::stderr(), "{}", crate::views::text::safe(line));
     };
-    // The capacity ledger as metrics, read at each scrape.
+    // The capacity ledger as metrics, read at most every 10 s however often
+    // it is scraped (a loop of scrapes is not a loop of reads of S3).
     let (url, aws) = (s.loaded.cluster.spec.state_store.clone(), s.aws.clone());
+    type Read = (axum::http::StatusCode, String);
+    let cached: std::sync::Arc<tokio::sync::Mutex<Option<(std::time::Instant, Read)>>> = Default::default();
     let app = axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" })).route(
         "/metrics",
         axum::routing::get(move || {
-            let (url, aws) = (url.clone(), aws.clone());
+            let (url, aws, cached) = (url.clone(), aws.clone(), cached.clone());
             async move {
-                match crate::state::capacity::all(&url, Some(&aws)).await {
+                let mut cached = cached.lock().await;
+                if let Some((_, read)) = cached.as_ref().filter(|(at, _)| at.elapsed() < std::time::Duration::from_secs(10)) {
+                    return read.clone();
+                }
+                let read: Read = match crate::state::capacity::all(&url, Some(&aws)).await {
                     Ok(ledgers) => (axum::http::StatusCode::OK, crate::capacity::metrics(&ledgers, chrono::Utc::now())),
                     Err(e) => (
                         axum::http::StatusCode::SERVICE_UNAVAILABLE,
                         format!("# the capacity ledger could not be read: {}\n", e.to_string().replace('\n', " ")),
                     ),
-                }
+                };
+                *cached = Some((std::time::Instant::now(), read.clone()));
+                read
             }
         }),
     );
@@ -65,8 +74,12 @@ pub(super) async fn machines(g: &GlobalArgs, args: &ControllerArgs, cluster: &st
     if let Ok(a) = listener.local_addr() {
         say(&format!("machine-health: capacity metrics on http://{a}/metrics"));
     }
+    // Behind the edge, as every listener pinfleet opens.
     tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
+        let limits = crate::edge::Limits::for_metrics();
+        if let Err(e) = crate::edge::serve(app, listener, None, limits, None, None, std::future::pending()).await {
+            tracing::warn!("machine-health: the metrics listener stopped: {e:#}");
+        }
     });
     let work = healer.run(&on, &say);
     tokio::select! {

@@ -27,8 +27,7 @@ use serde_json::{json, Value};
 
 use super::GlobalArgs;
 use crate::gateway::client::{Client, Credentials};
-use crate::gateway::identity::{Identity, OidcSettings, Settings};
-use crate::gateway::intake::{Caller, Policy};
+use crate::gateway::identity::Identity;
 use crate::gateway::{http, render, service};
 use crate::output::Format;
 

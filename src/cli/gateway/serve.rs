@@ -1,6 +1,8 @@
 //! `pinfleet gateway serve`: the submission gateway's API and console on
 //! a host cluster (or an embedded sim), its quotas seeded from a file.
 
+mod config;
+
 #[allow(unused_imports)]
 use super::*;
 
@@ -156,47 +158,6 @@ pub struct ServeArgs {
     pub cloud: crate::cli::cloud::CloudArgs,
 }
 
-impl ServeArgs {
-    fn api_budget(&self) -> crate::kube::budget::Budget {
-        crate::kube::budget::Budget { in_flight: self.api_in_flight, qps: self.api_qps, burst: self.api_burst }
-    }
-}
-
-/// What the admins configure (`intake::Policy`), from the flags.
-fn policy(s: &ServeArgs) -> Policy {
-    Policy {
-        allowed_registries: s.allowed_registries.clone(),
-        trust: s.trust_policies.iter().cloned().collect(),
-        priority_classes: s.priority_classes.clone(),
-        domains: crate::gateway::intake::by_team(&s.team_domains),
-        ingress_classes: s.ingress_classes.clone(),
-        tolerations: crate::gateway::intake::by_team(&s.team_tolerations)
-            .into_iter()
-            .map(|(t, keys)| (t, keys.concat()))
-            .collect(),
-        pod_security: crate::gateway::intake::PodSecurity {
-            default: s.pod_security_default,
-            teams: s.pod_security.iter().cloned().collect(),
-            exceptions: s.pod_security_exceptions.iter().fold(Default::default(), |mut m, (t, c)| {
-                m.entry(t.clone()).or_insert_with(std::collections::BTreeSet::new).insert(c.clone());
-                m
-            }),
-        },
-        pods_ready: crate::gateway::gang::Policy {
-            timeout: chrono_of(s.pods_ready_timeout),
-            backoff_base: chrono_of(s.requeue_backoff_base),
-            backoff_max: chrono_of(s.requeue_backoff_max),
-            backoff_limit: s.requeue_limit,
-        },
-        max_open: Some(s.max_open_per_team),
-    }
-}
-
-/// A flag's duration as the gang policy keeps it (one past chrono's range: the longest).
-fn chrono_of(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
-}
-
 pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::FleetSource>) -> Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(&s.listen).await.with_context(|| format!("binding {}", s.listen))?;
     let addr = listener.local_addr()?;
@@ -234,36 +195,11 @@ pub(super) async fn serve(s: ServeArgs, fleet: Option<crate::console::observe::F
             crate::kube::apply::connect(std::path::Path::new(path)).await.with_context(|| format!("member {name}"))?;
         members.push(service::MemberCluster { name: name.to_string(), client, labels: BTreeMap::new(), weight: 1 });
     }
-    let anonymous = match &s.anonymous_as {
-        Some(a) => {
-            let (user, teams) = a.split_once(':').context("--anonymous-as USER:TEAM[,TEAM]")?;
-            Some(Caller {
-                user: user.into(),
-                teams: teams.split(',').map(str::to_string).collect(),
-                admin: false,
-                via: "loopback".into(),
-            })
-        }
-        None => None,
-    };
-    let settings = Settings {
-        oidc: s.oidc_issuer.clone().map(|issuer| OidcSettings {
-            issuer,
-            audience: s.oidc_audience.clone().unwrap_or_default(),
-            jwks_url: s.oidc_jwks_url.clone(),
-            groups_claim: s.groups_claim.clone(),
-            username_claim: s.username_claim.clone(),
-        }),
-        token_review: !s.no_token_review,
-        team_prefix: s.team_prefix.clone(),
-        admin_group: s.admin_group.clone(),
-        anonymous,
-    };
-    let identity = Identity::new(settings, Some(host.clone()));
+    let identity = Identity::new(s.identity_settings()?, Some(host.clone()));
     let config = service::Config {
         namespace: s.namespace.clone(),
         identity: s.identity.clone().unwrap_or_else(|| format!("{}-{}", crate::state::whoami().1, std::process::id())),
-        policy: policy(&s),
+        policy: s.policy(),
         interval: s.interval,
         lease_duration: s.lease_duration,
         member_refresh: s.member_refresh,

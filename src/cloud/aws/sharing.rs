@@ -58,6 +58,17 @@ pub fn served(
         .collect()
 }
 
+/// Whether a cluster without an account of its own (it runs in the
+/// caller's) follows `recipe`'s `channel` in `region`.
+pub fn served_at_home(clusters: &[Cluster], recipe: &str, channel: &str, region: &str) -> bool {
+    clusters.iter().filter(|c| c.spec.cloud.region == region && c.spec.cloud.account.is_none()).any(|c| {
+        c.spec
+            .instance_groups
+            .iter()
+            .any(|g| g.image.channel.as_deref() == Some(channel) && g.image.recipe.as_deref() == Some(recipe))
+    })
+}
+
 /// What is shared of an image now: (accounts pinfleet recorded, snapshots).
 async fn image_facts(aws: &Aws, image: &str) -> Result<(BTreeSet<String>, Vec<String>, bool)> {
     let out = super::sdk("DescribeImages", aws.ec2.describe_images().image_ids(image).send().await)?;

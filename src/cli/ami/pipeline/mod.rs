@@ -124,7 +124,20 @@ pub(super) async fn share_where_served(
         let Some(aws) = regions.iter().find(|a| a.region == w.region) else { continue };
         let home = aws.caller_identity().await.and_then(|arn| arn.split(':').nth(4).map(str::to_string));
         let members = crate::cloud::aws::sharing::served(&clusters, recipe, channel, &w.region, home.as_deref());
-        let accounts = members.iter().map(|a| a.id.clone()).collect();
+        let mut accounts: std::collections::BTreeSet<String> = members.iter().map(|a| a.id.clone()).collect();
+        // Clusters without an account of their own run in the caller's:
+        // when the image lives elsewhere (a recipe's build account), the
+        // caller's account is served too, the channel written there with
+        // the caller's own credentials.
+        let mut caller = None;
+        if crate::cloud::aws::sharing::served_at_home(&clusters, recipe, channel, &w.region) {
+            let mine = images.client(&w.region).await?;
+            let id = mine.caller_identity().await.and_then(|arn| arn.split(':').nth(4).map(str::to_string));
+            if let Some(id) = id.filter(|id| Some(id) != home.as_ref()) {
+                accounts.insert(id);
+                caller = Some(mine);
+            }
+        }
         let shared = crate::cloud::aws::sharing::share(aws, &w.to, &accounts).await?;
         if !shared.is_empty() && g.output == Format::Text {
             writeln!(anstream::stdout(), "shared {} in {} with {}", w.to, w.region, shared.join(", "))?;
@@ -142,6 +155,9 @@ pub(super) async fn share_where_served(
                 .await
                 .map_err(|e| anyhow!("writing channel {channel} into account {}: {e:#}", account.id))?;
             channels::write_all(&[&member], std::slice::from_ref(w)).await?;
+        }
+        if let Some(mine) = caller {
+            channels::write_all(&[&mine], std::slice::from_ref(w)).await?;
         }
     }
     Ok(())
