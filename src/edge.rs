@@ -788,6 +788,7 @@ async fn read_body(
     limits: &Limits,
     most: usize,
     held: &mut BodyBytes,
+    deadline: Instant,
 ) -> Result<bytes::Bytes, (http::StatusCode, &'static str)> {
     use http_body_util::BodyExt as _;
     let start = Instant::now();
@@ -796,7 +797,11 @@ async fn read_body(
         let allowed_by_rate = limits
             .body_grace
             .saturating_add(Duration::from_secs_f64(buf.len() as f64 / limits.body_min_rate.max(1) as f64));
-        let left = allowed_by_rate.min(limits.body_time).saturating_sub(start.elapsed());
+        // Within its time, its rate, and the request's deadline.
+        let left = allowed_by_rate
+            .min(limits.body_time)
+            .saturating_sub(start.elapsed())
+            .min(deadline.saturating_duration_since(Instant::now()));
         let slow = (http::StatusCode::REQUEST_TIMEOUT, "the request body arrived too slowly");
         if left.is_zero() {
             return Err(slow);
@@ -955,7 +960,7 @@ async fn handle(
             return refuse(http::StatusCode::SERVICE_UNAVAILABLE, "too many request bodies in flight; try again");
         };
         let bytes = held.insert(bytes);
-        match read_body(body, &pool, cap, bytes).await {
+        match read_body(body, &pool, cap, bytes, deadline).await {
             Ok(b) => axum::body::Body::from(b),
             Err((status, why)) => return refuse(status, why),
         }

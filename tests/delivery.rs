@@ -327,6 +327,71 @@ async fn no_data_holds_the_wave_for_a_person_and_the_line_holds_everything_but_a
     }
 }
 
+/// `pinfleet delivery apply FILE --no-wait`, as a person runs it: its
+/// stderr, once it ended by itself (a run that sleeps through a wait is
+/// killed after 2 minutes, and fails the test).
+async fn apply_no_wait(world: &support::World, file: &Path) -> String {
+    let mut cmd =
+        tokio::process::Command::from(world.command(&["delivery", "apply", file.to_str().unwrap(), "--no-wait"]));
+    cmd.kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("`delivery apply --no-wait` ended by itself within 2 minutes")
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{said}");
+    said
+}
+
+/// `--no-wait` returns at the first wait of any kind. The bake runs inside
+/// the wave's gate (a member's call), where the engine's own `--no-wait`
+/// (soaks, windows) never looked: the command slept through it. Now each
+/// run says what it waits for and until when, and the next goes on from
+/// there: the same bake, not a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_wait_returns_at_the_bake_and_the_next_apply_goes_on_from_there() {
+    let f = fleet().await;
+    f.file("v2", &digest('2'), "");
+    // A bake far longer than the test: a run that sleeps through it never ends in time.
+    let file = f.dir.path().join("v2-baking.yaml");
+    let text = std::fs::read_to_string(f.dir.path().join("v2.yaml")).unwrap();
+    std::fs::write(&file, text.replace("  bake: 1s\n", "  bake: 1h\n")).unwrap();
+    let spec = DeliverySpec::load(&file).unwrap();
+    assert_eq!(spec.analysis.bake, Duration::from_secs(3600));
+    // The first run may stop sooner: at the canary's new revision coming up Ready.
+    let mut said = apply_no_wait(&f.world, &file).await;
+    for _ in 0..10 {
+        if said.contains("north: baking") {
+            break;
+        }
+        assert!(said.contains("waits until ") && said.contains("north: for its new revision to run Ready"), "{said}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        said = apply_no_wait(&f.world, &file).await;
+    }
+    println!("{said}");
+    assert!(
+        said.contains("waits until ") && said.contains("north: baking v2 until ") && said.contains("analysis.bake 1h"),
+        "{said}"
+    );
+    // Still baking: the canary runs v2, the rest waits for its wave.
+    let text = f.status(&spec).await;
+    println!("{text}");
+    assert!(text.contains("wave canary (1 cluster(s)): in progress") && text.contains("baking until "), "{text}");
+    assert_eq!(image_on(&f.members[0]).await, digest('2'));
+    assert_eq!(image_on(&f.members[1]).await, digest('1'));
+    let opened = f.open(&spec).await;
+    let number = opened.book.latest().await.unwrap().unwrap().number;
+    let bake_until = |a: std::collections::BTreeMap<String, book::ClusterAnalysis>| a["north"].bake_until;
+    let until = bake_until(book::analyses(&opened.book.store, number).await.unwrap()).expect("the bake's end is kept");
+    assert!(until > chrono::Utc::now() + chrono::Duration::minutes(50), "{until}");
+    // The next run picks the bake up where it is: the same end.
+    let again = apply_no_wait(&f.world, &file).await;
+    let end = until.format("north: baking v2 until %H:%M:%S UTC").to_string();
+    assert!(again.contains(&end), "{end}\n{again}");
+    assert_eq!(bake_until(book::analyses(&opened.book.store, number).await.unwrap()), Some(until));
+    assert_eq!(opened.book.latest().await.unwrap().unwrap().number, number, "the same delivery");
+}
+
 #[test]
 fn the_slos_rules_pass_promtools_checks_and_tests() {
     let spec = DeliverySpec::parse(

@@ -4111,3 +4111,211 @@ impl Drop for KilledOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// Round four of the front door: a connection counts against its holder
+/// from its first request that names one, however long that request then
+/// takes — long handlers and slow bodies alike — and every request has a
+/// deadline. Red (a share of 6 connections) opens 24 whose first requests
+/// are long; at most its share are served, the rest answered 429 at once;
+/// blue is answered all the while; red's long requests end at the
+/// deadline with a 503, not when red lets go.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenants_long_first_requests_hold_only_its_share_and_end_at_the_deadline() {
+    use tokio::io::AsyncWriteExt;
+    let host = KubeEnv::start();
+    let east = member("east", 1, "8", false);
+    let iss = issuer().await;
+    let ns = host.namespace.clone();
+    let (red, blue) = (format!("{ns}-red"), format!("{ns}-blue"));
+    let gw = gateway(
+        &host,
+        &[&east],
+        Some(&iss),
+        json!({ &red: {"tiers": {"OnDemand": q("2", "4")}}, &blue: {"tiers": {"OnDemand": q("2", "4")}} }),
+    )
+    .await;
+    let red_token = iss.token("mallory@example.com", &[&format!("team:{red}")]);
+    let blue_token = iss.token("bob@example.com", &[&format!("team:{blue}")]);
+    let limits = pinfleet::gateway::listen::Limits {
+        connections: 24,
+        per_peer: 24,
+        per_user: 6,
+        per_team: 6,
+        request_time: Duration::from_secs(3),
+        ..Default::default()
+    };
+    // A long handler (a team's slow server behind a view, say): 60 s.
+    let app = pinfleet::gateway::http::router(gw.svc.clone()).route(
+        "/v1/slow",
+        axum::routing::get(|| async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            "late"
+        }),
+    );
+    let addr = gw.listen(app, limits).await;
+    let started = std::time::Instant::now();
+    // Twelve long handlers and twelve slow bodies (a byte every 200 ms), each the first request of its connection.
+    let mut red_calls = Vec::new();
+    for i in 0..24 {
+        let token = red_token.clone();
+        red_calls.push(tokio::spawn(async move {
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let head = if i % 2 == 0 {
+                format!("GET /v1/slow HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n")
+            } else {
+                format!("POST /v1/submissions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n")
+            };
+            c.write_all(head.as_bytes()).await.unwrap();
+            let reading = async {
+                use tokio::io::AsyncReadExt;
+                let mut buf = vec![0u8; 256];
+                let n = c.read(&mut buf).await.unwrap_or(0);
+                String::from_utf8_lossy(&buf[..n]).split_whitespace().nth(1).unwrap_or("closed").to_string()
+            };
+            // The slow bodies trickle on their own task (the reading half keeps the socket).
+            (reading.await, started.elapsed())
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Blue is answered while red holds what it holds.
+    let blue = Client::new(&format!("http://{addr}"), &Credentials { token: Some(blue_token), ..Default::default() })
+        .unwrap();
+    for i in 0..10 {
+        let r = tokio::time::timeout(Duration::from_secs(10), blue.call("GET", "/v1/whoami", None))
+            .await
+            .unwrap_or_else(|_| panic!("blue's call {i} was not answered"))
+            .unwrap();
+        assert_eq!(r.status, 200, "blue's call {i}: {:?}", r.body);
+    }
+    let mut answers = Vec::new();
+    for c in red_calls {
+        answers.push(tokio::time::timeout(Duration::from_secs(30), c).await.expect("red's call ended").unwrap());
+    }
+    let refused = answers.iter().filter(|(s, _)| s == "429").count();
+    assert!(refused >= 24 - 6, "past its share red is answered 429 at once: {answers:?}");
+    for (status, after) in &answers {
+        match status.as_str() {
+            "429" => {}
+            // The long handlers end at the deadline (503); a slow body at its own rate limit (408) or the deadline.
+            "503" | "408" => assert!(*after < Duration::from_secs(20), "ended only after {after:?}"),
+            other => panic!("red's long first request: {other} ({answers:?})"),
+        }
+    }
+    let audit = audit_lines(&gw);
+    assert!(
+        audit.iter().any(|l| l["status"] == 429 && l.to_string().contains("holds")),
+        "the 429s are audited with the share: {audit:?}"
+    );
+}
+
+/// An answer the caller never reads is held against its budget, and ended
+/// at the deadline: over HTTP/2 with a window of zero, red asks for answers
+/// it never reads; past its answer budget it is answered 503 at once, its
+/// connection is closed after the deadline (PINGs or not), and blue is
+/// answered throughout.
+#[tokio::test(flavor = "multi_thread")]
+async fn answers_a_caller_never_reads_are_budgeted_and_ended_at_the_deadline() {
+    let host = KubeEnv::start();
+    let east = member("east", 1, "8", false);
+    let iss = issuer().await;
+    let ns = host.namespace.clone();
+    let (red, blue) = (format!("{ns}-red"), format!("{ns}-blue"));
+    let gw = gateway(
+        &host,
+        &[&east],
+        Some(&iss),
+        json!({ &red: {"tiers": {"OnDemand": q("2", "4")}}, &blue: {"tiers": {"OnDemand": q("2", "4")}} }),
+    )
+    .await;
+    let red_token = iss.token("mallory@example.com", &[&format!("team:{red}")]);
+    let blue_token = iss.token("bob@example.com", &[&format!("team:{blue}")]);
+    let limits = pinfleet::gateway::listen::Limits {
+        answer_per_holder: 1 << 20,
+        request_time: Duration::from_secs(3),
+        ..Default::default()
+    };
+    // An answer of 256 KiB: four fill red's budget.
+    let app = pinfleet::gateway::http::router(gw.svc.clone())
+        .route("/v1/big", axum::routing::get(|| async { vec![b'x'; 256 << 10] }));
+    let addr = gw.listen(app, limits).await;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .initial_stream_window_size(0)
+        .initial_connection_window_size(65_535)
+        .keep_alive_interval(Duration::from_millis(500))
+        .keep_alive_while_idle(true)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .unwrap();
+    let closed = tokio::spawn(conn);
+    let started = std::time::Instant::now();
+    let mut held = Vec::new();
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        let r = tokio::time::timeout(
+            Duration::from_secs(5),
+            send.send_request(
+                http::Request::get(format!("http://{addr}/v1/big"))
+                    .header("authorization", format!("Bearer {red_token}"))
+                    .body(http_body_util::Empty::<bytes::Bytes>::new())
+                    .unwrap(),
+            ),
+        )
+        .await
+        .expect("a head within the deadline")
+        .unwrap();
+        statuses.push(r.status().as_u16());
+        // Kept, never read: the zero window holds the answer in the gateway.
+        held.push(r);
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 4, "four answers fill the budget: {statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 503).count(), 4, "the rest refused at once: {statuses:?}");
+    // Blue meanwhile.
+    let blue = Client::new(&format!("http://{addr}"), &Credentials { token: Some(blue_token), ..Default::default() })
+        .unwrap();
+    let r = blue.call("GET", "/v1/big", None).await.unwrap();
+    assert_eq!(r.status, 200);
+    // Red's connection, kept alive by PINGs, is ended once its answers outlive the deadline.
+    let ended = tokio::time::timeout(Duration::from_secs(20), closed).await;
+    assert!(ended.is_ok(), "red's connection is closed after the deadline ({:?})", started.elapsed());
+    assert!(started.elapsed() >= Duration::from_secs(3), "not before its deadline: {:?}", started.elapsed());
+    drop(held);
+}
+
+/// What keeps a connection open is requests, never bytes: an HTTP/2
+/// connection that only PINGs is closed at the idle timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn pings_keep_no_connection_open() {
+    let host = KubeEnv::start();
+    let east = member("east", 1, "8", false);
+    let team = host.namespace.clone();
+    let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("2", "4")}} })).await;
+    let token = ci_token(&host);
+    let limits = pinfleet::gateway::listen::Limits { idle: Duration::from_secs(2), ..Default::default() };
+    let addr = gw.listen(pinfleet::gateway::http::router(gw.svc.clone()), limits).await;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .keep_alive_interval(Duration::from_millis(200))
+        .keep_alive_while_idle(true)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .unwrap();
+    let closed = tokio::spawn(conn);
+    let r = send
+        .send_request(
+            http::Request::get(format!("http://{addr}/v1/whoami"))
+                .header("authorization", format!("Bearer {token}"))
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    drop(r);
+    let started = std::time::Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(20), closed).await;
+    assert!(ended.is_ok(), "a connection of PINGs alone is closed at the idle timeout");
+    println!("closed {:?} after its last request (idle 2 s)", started.elapsed());
+}

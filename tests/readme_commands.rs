@@ -1,15 +1,17 @@
-//! Every `pinfleet …` command the README names is one the command line
-//! has: each synopsis (in a fenced block, or in inline code) is expanded
-//! to the command lines it stands for and parsed with the real clap
-//! command (`pinfleet::cli::command()`). The subcommands must exist and
-//! the flags be known; where a value is a placeholder (`CLUSTER`, `<x>`,
-//! `TEAM/ID`), any value is accepted in its place.
+//! Every `pinfleet …` command the README and the book (every page under
+//! `docs/src` but the command reference, which is generated from the
+//! command line) name is one the command line has: each synopsis (in a
+//! fenced block, or in inline code) is expanded to the command lines it
+//! stands for and parsed with the real clap command
+//! (`pinfleet::cli::command()`). The subcommands must exist and the flags
+//! be known; where a value is a placeholder (`CLUSTER`, `<x>`, `TEAM/ID`),
+//! any value is accepted in its place. A failure names the file and line.
 //!
 //! ```text
-//! README.md ─▶ named (code blocks, inline code) ─▶ expand (alternatives, [optional]) ─▶ argv ─▶ clap
+//! README.md, docs/src/**/*.md ─▶ named (code blocks, inline code) ─▶ expand (alternatives, [optional]) ─▶ argv ─▶ clap
 //! ```
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A command the README names: the line it starts on, as written.
 #[derive(Debug, Clone, PartialEq)]
@@ -342,14 +344,66 @@ fn unknown_commands(markdown: &str) -> Vec<String> {
     out
 }
 
+/// The markdown files whose commands are checked, relative to the
+/// repository: README.md, then every page of the book but the generated
+/// command reference.
+fn documents() -> Vec<PathBuf> {
+    fn pages(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
+            .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            let rel = path.strip_prefix(root).unwrap().to_path_buf();
+            if path.is_dir() && rel != Path::new("docs/src/reference") {
+                pages(root, &rel, out);
+            } else if path.extension().is_some_and(|x| x == "md") {
+                out.push(rel);
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = vec![PathBuf::from("README.md")];
+    pages(root, Path::new("docs/src"), &mut out);
+    out
+}
+
+/// [`unknown_commands`] of one file, each as `FILE:LINE: …`.
+fn unknown_commands_in(file: &Path, markdown: &str) -> Vec<String> {
+    unknown_commands(markdown)
+        .into_iter()
+        .map(|b| format!("{}:{}", file.display(), b.strip_prefix("line ").unwrap_or(&b)))
+        .collect()
+}
+
 #[test]
-fn every_command_the_readme_names_is_one_the_cli_has() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let named = named_commands(&readme);
-    // The README's command table alone names more than twenty.
-    assert!(named.len() > 40, "found only {} commands in the README: {named:#?}", named.len());
-    let bad = unknown_commands(&readme);
-    assert!(bad.is_empty(), "README.md names commands the CLI does not have:\n{}", bad.join("\n"));
+fn every_command_the_readme_and_the_book_name_is_one_the_cli_has() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files = documents();
+    // The README and the book's chapters, each read.
+    assert!(files.len() > 20, "found only {files:?}");
+    let (mut named, mut bad) = (0, Vec::new());
+    for file in &files {
+        let markdown = std::fs::read_to_string(root.join(file)).unwrap();
+        let n = named_commands(&markdown).len();
+        if file == Path::new("README.md") {
+            // Its quick start names a handful.
+            assert!(n > 5, "found only {n} commands in README.md");
+        }
+        named += n;
+        bad.extend(unknown_commands_in(file, &markdown));
+    }
+    // The Commands chapter's table alone names more than twenty.
+    assert!(named > 40, "found only {named} commands in the README and the book");
+    assert!(bad.is_empty(), "the README and the book name commands the CLI does not have:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn a_failure_names_the_file_and_line() {
+    let bad = unknown_commands_in(Path::new("docs/src/x.md"), "# X\n\n`pinfleet frobnicate`\n");
+    assert_eq!(bad.len(), 1, "{bad:#?}");
+    assert!(bad[0].starts_with("docs/src/x.md:3: `pinfleet frobnicate`"), "{}", bad[0]);
 }
 
 #[test]

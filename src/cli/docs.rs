@@ -202,7 +202,8 @@ fn visible(cmd: &clap::Command) -> impl Iterator<Item = &clap::Command> {
 
 /// The arguments `--help` describes: not hidden, not `--help`/`--version`.
 fn documented(a: &Arg) -> bool {
-    !a.is_hide_set() && !matches!(a.get_action(), ArgAction::Help | ArgAction::HelpShort | ArgAction::HelpLong | ArgAction::Version)
+    !a.is_hide_set()
+        && !matches!(a.get_action(), ArgAction::Help | ArgAction::HelpShort | ArgAction::HelpLong | ArgAction::Version)
 }
 
 fn index_page(root: &clap::Command) -> String {
@@ -323,7 +324,8 @@ fn facts(a: &Arg) -> Vec<String> {
     if a.is_required_set() && !a.is_positional() {
         facts.push("Required.".to_string());
     }
-    let mut aliases: Vec<String> = a.get_visible_aliases().unwrap_or_default().iter().map(|l| format!("`--{l}`")).collect();
+    let mut aliases: Vec<String> =
+        a.get_visible_aliases().unwrap_or_default().iter().map(|l| format!("`--{l}`")).collect();
     aliases.extend(a.get_visible_short_aliases().unwrap_or_default().iter().map(|s| format!("`-{s}`")));
     if !aliases.is_empty() {
         facts.push(format!("Also {}.", aliases.join(", ")));

@@ -14,6 +14,7 @@ pub mod crds;
 pub mod delivery;
 pub mod destroy;
 pub mod diff;
+pub mod docs;
 pub mod e2e;
 pub mod etcd;
 pub mod federation;
@@ -46,7 +47,8 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), len, "a command in two groups");
-        let mut names: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).filter(|n| *n != "help").collect();
+        let mut names: Vec<&str> =
+            cmd.get_subcommands().filter(|c| !c.is_hide_set()).map(|c| c.get_name()).filter(|n| *n != "help").collect();
         names.sort_unstable();
         assert_eq!(names, all, "every command has a group");
         let help = cmd.clone().render_help().to_string();
@@ -156,6 +158,10 @@ pub enum Command {
     View(gateway::ViewArgs),
     /// Print shell completions.
     Completions(completions::CompletionsArgs),
+    /// Write the book's command reference or the man pages, from this
+    /// command line (hidden: a maintainer's tool, run by scripts/test).
+    #[command(hide = true)]
+    Docs(docs::DocsArgs),
 }
 
 /// The commands in the groups `--help` shows them in, as kubectl groups
@@ -239,8 +245,12 @@ fn grouped_commands(cmd: &clap::Command) -> String {
         section(title, names, &mut out);
         listed.extend(names.iter());
     }
-    let rest: Vec<&str> =
-        cmd.get_subcommands().map(|c| c.get_name()).filter(|n| !listed.contains(n) && *n != "help").collect();
+    let rest: Vec<&str> = cmd
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name())
+        .filter(|n| !listed.contains(n) && *n != "help")
+        .collect();
     if !rest.is_empty() {
         section("Other commands", &rest, &mut out);
     }
@@ -272,6 +282,7 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Crds(a) => crds::run(g, a),
         Command::Controller(a) => rt()?.block_on(controller::run(g, a)),
         Command::Completions(a) => completions::run(g, a),
+        Command::Docs(a) => docs::run(g, a),
         Command::Plan(a) => rt()?.block_on(plan::run(g, a)),
         Command::Bootstrap(a) => rt()?.block_on(bootstrap::run(g, a)),
         // Local targets (the sim, kind) are applied by `local`, which

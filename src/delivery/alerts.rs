@@ -153,8 +153,7 @@ pub async fn serve_for(
     audit: Option<std::sync::Arc<dyn crate::edge::Audit>>,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     use anyhow::Context as _;
-    let token =
-        std::fs::read_to_string(token_file).with_context(|| format!("reading {}", token_file.display()))?;
+    let token = std::fs::read_to_string(token_file).with_context(|| format!("reading {}", token_file.display()))?;
     serve(listen, token, &spec.workload.namespace, &spec.workload.name, tx, audit).await
 }
 

@@ -9,6 +9,7 @@
 //! ```text
 //! deliveries/*.yaml ─▶ spec (pure) ─▶ run ─▶ fleet::run (engine) ─▶ members (kube, Prometheus)
 //!                                      │                              └▶ analysis (pure)
+//!                                      ├◀ waits: every member call parked at a wait (no wait)
 //!                                      ├▶ book: record, line (stop, bad, audit) in the state store
 //!                                      └◀ alerts (Alertmanager webhook)
 //! slo (pure) ─▶ rules YAML;  status (pure) ─▶ text
@@ -23,6 +24,7 @@ pub mod run;
 pub mod slo;
 pub mod spec;
 pub mod status;
+pub mod waits;
 
 pub use spec::DeliverySpec;
 

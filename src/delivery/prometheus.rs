@@ -116,4 +116,94 @@ mod tests {
             matches!(read_answer(200, ok(r#"{"resultType":"matrix","result":[]}"#).as_bytes()), Answer::Error(e) if e.contains("matrix"))
         );
     }
+
+    /// A server on loopback answering every path with `app`; its address.
+    async fn serve(app: axum::Router) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}")
+    }
+
+    /// A Prometheus a team names is hostile at will: huge, slow,
+    /// redirecting to an internal host, echoing another service's words.
+    /// Each is answered in pinfleet's words, within the bounds, and the
+    /// internal host is never asked.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_hostile_prometheus_is_read_within_bounds_and_never_echoed() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let huge = serve(axum::Router::new().fallback(|| async { vec![b'{'; 64 << 20] })).await;
+        let answer = Prometheus::new(&huge).unwrap().for_team("red").query("up", None).await;
+        assert!(matches!(&answer, Answer::Error(e) if e.contains("larger than 1048576 bytes")), "{answer:?}");
+        // A body without a length, cut off as it arrives.
+        let streamed = serve(axum::Router::new().fallback(|| async {
+            let chunks = futures::stream::iter((0..1024).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b' '; 64 << 10]))));
+            axum::body::Body::from_stream(chunks)
+        }))
+        .await;
+        let answer = Prometheus::new(&streamed).unwrap().query("up", None).await;
+        assert!(matches!(&answer, Answer::Error(e) if e.contains("larger than")), "{answer:?}");
+        // An internal host (127.0.0.2) a redirect points at is never asked.
+        let asked = std::sync::Arc::new(AtomicUsize::new(0));
+        let internal = {
+            let asked = asked.clone();
+            let listener = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let app = axum::Router::new().fallback(move || {
+                asked.fetch_add(1, Ordering::SeqCst);
+                async { r#"{"status":"error","errorType":"internal","error":"token=s3cr3t"}"# }
+            });
+            tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+            format!("http://{addr}")
+        };
+        let to = format!("{internal}/api/v1/query");
+        let redirecting =
+            serve(axum::Router::new().fallback(move || async move { axum::response::Redirect::temporary(&to) })).await;
+        let answer = Prometheus::new(&redirecting).unwrap().query("up", None).await;
+        assert!(matches!(&answer, Answer::Error(e) if e.contains("another host")), "{answer:?}");
+        assert_eq!(asked.load(Ordering::SeqCst), 0, "the internal host was asked");
+        // Its words are not repeated, even asked directly.
+        let answer = Prometheus::new(&internal).unwrap().query("up", None).await;
+        assert!(matches!(&answer, Answer::Error(e) if !e.contains("s3cr3t") && e.contains("internal")), "{answer:?}");
+        // A slow one: at most the time bound.
+        let slow = serve(axum::Router::new().fallback(|| async {
+            tokio::time::sleep(std::time::Duration::from_secs(120)).await;
+            "late"
+        }))
+        .await;
+        let t = std::time::Instant::now();
+        let answer = Prometheus::new(&slow).unwrap().for_team("red").query("up", None).await;
+        assert!(matches!(&answer, Answer::Error(e) if e.contains("within 10s")), "{answer:?}");
+        println!("the slow Prometheus was given up after {:?}", t.elapsed());
+    }
+
+    /// One team's slow Prometheus holds only that team's places: red's
+    /// eight queries wait on its own server while blue's is answered at once.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn one_teams_slow_prometheus_never_holds_anothers_fetches() {
+        let slow = serve(axum::Router::new().fallback(|| async {
+            tokio::time::sleep(std::time::Duration::from_secs(8)).await;
+            "late"
+        }))
+        .await;
+        let fast = serve(axum::Router::new().fallback(|| async {
+            r#"{"status":"success","data":{"resultType":"scalar","result":[1,"0.5"]}}"#
+        }))
+        .await;
+        let red: Vec<_> = (0..8)
+            .map(|_| {
+                let p = Prometheus::new(&slow).unwrap().for_team("red-fair");
+                tokio::spawn(async move { p.query("up", None).await })
+            })
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let t = std::time::Instant::now();
+        let answer = Prometheus::new(&fast).unwrap().for_team("blue-fair").query("up", None).await;
+        assert_eq!(answer, Answer::Value(0.5));
+        println!("blue answered in {:?} while red's 8 slow queries wait", t.elapsed());
+        assert!(red.iter().all(|r| !r.is_finished()), "blue was answered only after red's slow queries ended");
+        for r in red {
+            r.abort();
+        }
+    }
 }

@@ -608,4 +608,21 @@ mod tests {
         let hot = Freeze { hotfix: true, ..f };
         assert_eq!(hot.open("north", friday), Ok(()));
     }
+
+    #[test]
+    fn a_run_parked_at_the_bake_says_until_when_and_why_the_rest_waits() {
+        use crate::fleet::rollout::ClusterState;
+        let spec = DeliverySpec::parse(crate::delivery::spec::tests::FILE, std::path::Path::new("/d")).unwrap();
+        // A Wednesday: no freeze window holds.
+        let t0 = Utc.with_ymd_and_hms(2026, 11, 25, 6, 0, 0).unwrap();
+        let mut r = record(&spec, 1, "dev", t0);
+        r.cluster_mut("north").unwrap().state = ClusterState::Done;
+        r.stages[0].rolled_at = Some(t0);
+        let bake = Parked { until: t0 + chrono::Duration::minutes(5), what: "baking v3 until 06:05:00 UTC".into() };
+        let parked: BTreeMap<String, Parked> = [("north".to_string(), bake.clone())].into();
+        let (until, why) = waiting(&r, parked, &crate::fleet::rollout::Always, &BTreeSet::new(), t0);
+        assert_eq!(until, Some(bake.until));
+        assert_eq!(why["north"], bake.what);
+        assert!(why["south"].contains("canary"), "the rest waits for the canary's wave: {why:?}");
+    }
 }
