@@ -343,6 +343,25 @@ ensure_etcd() {
   [[ -x "${ETCD_DIR}/etcd" && -x "${ETCD_DIR}/etcdutl" ]]
 }
 
+# mdBook, for the book under docs/ (scripts/test builds it), installed from
+# crates.io into the shared cache beside the build directory
+# (~/.cache/pinfleet/tools/bin by default) unless that version is already
+# there. Built in cargo's own scratch directory, not the shared build
+# directory (whose lock the test build holds), and without clippy as the
+# compiler (scripts/test sets it for pinfleet's own code). Sets MDBOOK.
+readonly MDBOOK_VERSION="0.4.52"
+ensure_mdbook() {
+  local root="${CARGO_TARGET_DIR%/target}/tools"
+  MDBOOK="${root}/bin/mdbook"
+  if [[ -x "${MDBOOK}" ]] && [[ "$("${MDBOOK}" --version 2>/dev/null)" == "mdbook v${MDBOOK_VERSION}" ]]; then
+    return
+  fi
+  log "installing mdbook ${MDBOOK_VERSION} into ${root}"
+  env -u CARGO_TARGET_DIR -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS \
+    cargo install --quiet --locked mdbook --version "${MDBOOK_VERSION}" --no-default-features --root "${root}"
+  [[ -x "${MDBOOK}" ]]
+}
+
 # The build compiles etcd's gRPC API (the etcd-client crate's build runs
 # protoc over it, with the well-known types from libprotobuf-dev): both are
 # installed before any cargo call.

@@ -745,6 +745,7 @@ pub async fn serve(
             strangers: strangers.clone(),
             answers: answers.clone(),
             table: table.clone(),
+            close: close.clone(),
             id,
             peer,
         };
@@ -878,6 +879,8 @@ struct Conn {
     strangers: Arc<BodyBudget>,
     /// Answers' bytes held until written.
     answers: Arc<BodyBudget>,
+    /// Ends the connection (its watcher closes it).
+    close: Arc<tokio::sync::Notify>,
     table: Arc<Mutex<Table>>,
     id: u64,
     peer: IpAddr,
@@ -1011,10 +1014,17 @@ fn is_event_stream(r: &http::Response<axum::body::Body>) -> bool {
 }
 
 /// Why the connection's holder may not be served on it: it holds more
-/// than its share of the listener (429, closing the connection).
+/// than its share of the listener (429, closing the connection: over
+/// HTTP/1 by its `Connection: close`, over HTTP/2, where that header is no
+/// word, once the answer has had a moment to leave).
 fn past_share(conn: &Conn, limits: &Limits) -> Option<String> {
     let why = conn.table.lock().ok()?.over_share(conn.id, limits)?;
     tracing::warn!("gateway: {why}: a connection past its share answered 429 and closed");
+    let close = conn.close.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        close.notify_one();
+    });
     Some(format!("{why}; close some and try again"))
 }
 

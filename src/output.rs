@@ -25,15 +25,33 @@ pub fn json_text<T: Serialize>(value: &T) -> anyhow::Result<String> {
     let raw = serde_json::to_string_pretty(value)?;
     let mut out = String::with_capacity(raw.len());
     for c in raw.chars() {
-        let acts = c.is_control()
-            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}');
-        if acts && c != '\n' {
+        if acts(c) {
             out.push_str(&format!("\\u{:04x}", u32::from(c)));
         } else {
             out.push(c);
         }
     }
     Ok(out)
+}
+
+/// A character that acts on a terminal instead of showing: a control (but
+/// a newline), a bidirectional override or a zero-width one.
+fn acts(c: char) -> bool {
+    (c.is_control() && c != '\n')
+        || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+}
+
+/// `value` as YAML; where a string holds a character that acts, as JSON
+/// with it escaped (JSON is YAML: the output still parses as YAML), since
+/// the YAML writer would print it raw.
+pub fn yaml_text<T: Serialize>(value: &T) -> anyhow::Result<String> {
+    let y = serde_saphyr::to_string(value)?;
+    if y.chars().any(acts) {
+        let mut s = json_text(value)?;
+        s.push('\n');
+        return Ok(s);
+    }
+    Ok(y)
 }
 
 /// Writes `value` as JSON or YAML to stdout.
@@ -44,7 +62,7 @@ pub fn print_data<T: Serialize>(format: Format, value: &T) -> anyhow::Result<()>
             s.push('\n');
             s
         }
-        Format::Yaml | Format::Text => serde_saphyr::to_string(value)?,
+        Format::Yaml | Format::Text => yaml_text(value)?,
     };
     let mut out = anstream::stdout();
     out.write_all(text.as_bytes())?;
@@ -251,6 +269,16 @@ pub fn report_error(err: &anyhow::Error) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn yaml_never_prints_a_character_that_acts() {
+        let v = serde_json::json!({"name": "abc\u{202E}gpj.exe", "plain": "x"});
+        let y = super::yaml_text(&v).unwrap();
+        assert!(!y.contains('\u{202E}') && y.contains("\\u202e"), "{y}");
+        let back: serde_json::Value = serde_saphyr::from_str(&y).unwrap();
+        assert_eq!(back, v, "still YAML, still the same data");
+        assert_eq!(super::yaml_text(&serde_json::json!({"plain": "x"})).unwrap().trim(), "plain: x");
+    }
+
     #[test]
     fn json_output_carries_no_raw_control_or_bidi_character() {
         let v = serde_json::json!({"name": "a\u{9b}31mred\u{7f}\u{202e}txt.exe\u{1b}[0m", "n": 1});

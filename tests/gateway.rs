@@ -247,6 +247,21 @@ async fn every_identity_path_is_checked_and_a_refusal_says_why() {
         let a = who(Some(token)).await;
         assert_eq!((a.status, a.body["error"].as_str().unwrap()), (401, why));
     }
+    // A token that lives until the year 3000, and one whose times are not whole seconds.
+    let signed = |claims: Value| {
+        let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        h.kid = Some("k1".into());
+        jsonwebtoken::encode(&h, &claims, &iss.key).unwrap()
+    };
+    let now = chrono::Utc::now().timestamp();
+    let claims = |exp: Value| json!({"iss": iss.url, "sub": "alice@example.com", "email": "alice@example.com", "aud": "pinfleet", "groups": [&group], "iat": now, "exp": exp});
+    let year_3000 = who(Some(signed(claims(json!(32_503_680_000i64))))).await;
+    assert_eq!(year_3000.status, 401, "{:?}", year_3000.body);
+    assert!(year_3000.body["error"].as_str().unwrap().contains("at most 24 hours"), "{:?}", year_3000.body);
+    let float = who(Some(signed(claims(json!(now as f64 + 600.5))))).await;
+    assert_eq!(float.status, 401, "{:?}", float.body);
+    let why = float.body["error"].as_str().unwrap();
+    assert!(why.contains("whole number of seconds") || why.contains("(exp,"), "{:?}", float.body);
     let none = who(None).await;
     assert_eq!(none.status, 401);
     assert_eq!(none.body["error"], "no credentials: send a bearer token or a client certificate");
@@ -825,6 +840,36 @@ async fn a_version_a_delivery_rolled_back_is_refused_at_its_image() {
     let r =
         c.call("POST", "/v1/submissions", Some(&json!({"id": "web-2", "workload": with_image(&good)}))).await.unwrap();
     assert_eq!(r.status, 201, "{:#}", r.body);
+    // Another team delivering this team's good digest and rolling it back
+    // with its own alert marks it bad for itself alone: it binds the team
+    // (and delivery) that made it, never this one.
+    line_of(&gw)
+        .mark_bad(&pinfleet::delivery::book::Bad {
+            image: good.clone(),
+            digest: format!("sha256:{}", "2".repeat(64)),
+            workload: "red-elsewhere/web".into(),
+            version: "v2".into(),
+            delivery: 9,
+            reason: "red's own alert".into(),
+            at: chrono::Utc::now(),
+        })
+        .await
+        .unwrap();
+    // The gateway reads the marks at most every 5 s.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let w = with_image(&good);
+    let r = c.call("POST", "/v1/submissions?dryRun=true", Some(&json!({"id": "web-2b", "workload": w}))).await.unwrap();
+    assert_eq!(r.status, 200, "another team's mark binds this team: {:#}", r.body);
+    // Its own mark of the bad digest still holds, beside the other's.
+    let r = c
+        .call("POST", "/v1/submissions?dryRun=true", Some(&json!({"id": "web-3b", "workload": with_image(&bad)})))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 422, "{:#}", r.body);
+}
+
+fn line_of(gw: &Gateway) -> &pinfleet::delivery::book::Line {
+    gw.svc.delivery_line.get().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

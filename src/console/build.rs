@@ -512,7 +512,11 @@ async fn delivery(
         .clusters()
         .flat_map(|(_, c)| c.to.images.values().filter_map(|i| book::digest_of(i).map(str::to_string)))
         .collect();
-    let bad = line.bad().await.ok().and_then(|b| b.into_values().find(|b| digests.contains(&b.digest)));
+    let bad = line
+        .bad()
+        .await
+        .ok()
+        .and_then(|b| b.into_values().find(|b| digests.contains(&b.digest) && b.team() == s.spec.team));
     let budget = match book::slo(&store).await {
         Ok(Some(rec)) => Some(book::budget_text(&rec, &s.spec.team, name).await),
         _ => None,

@@ -58,6 +58,25 @@ pub struct Bad {
     pub at: DateTime<Utc>,
 }
 
+impl Bad {
+    /// The team whose delivery marked it (its workload's namespace): the
+    /// only team the mark binds.
+    pub fn team(&self) -> &str {
+        self.workload.split_once('/').map_or(self.workload.as_str(), |(ns, _)| ns)
+    }
+}
+
+/// How [`Line::bad`] keys a mark: its digest and the team it binds.
+pub fn bad_key(digest: &str, team: &str) -> String {
+    format!("{digest} {team}")
+}
+
+/// `team`'s own mark of `digest`, if it made one (another team's mark
+/// binds only that team).
+pub fn mark_of<'a>(bad: &'a BTreeMap<String, Bad>, digest: &str, team: &str) -> Option<&'a Bad> {
+    bad.get(&bad_key(digest, team))
+}
+
 /// One audited act on the line: a stop, a lift, a hotfix past a stop or a freeze.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -213,17 +232,20 @@ impl Line {
         Ok(out)
     }
 
+    /// Marks a version bad for the team whose delivery rolled it back (one
+    /// mark per digest and team: another team's mark of the same digest
+    /// neither replaces it nor binds it).
     pub async fn mark_bad(&self, b: &Bad) -> Result<()> {
-        let key = format!("bad/{}.json", b.digest.replace(':', "-"));
+        let key = format!("bad/{}/{}.json", b.digest.replace(':', "-"), b.team());
         self.store.put_json(&key, b).await.map(|_| ())
     }
 
-    /// Every version marked bad, by digest.
+    /// Every version marked bad, each team's mark apart ([`bad_key`]).
     pub async fn bad(&self) -> Result<BTreeMap<String, Bad>> {
         let mut out = BTreeMap::new();
         for k in self.store.list("bad/").await? {
             if let Some(b) = self.store.get_json::<Bad>(k.trim_start_matches('/')).await? {
-                out.insert(b.digest.clone(), b);
+                out.insert(bad_key(&b.digest, b.team()), b);
             }
         }
         Ok(out)

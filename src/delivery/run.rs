@@ -270,7 +270,14 @@ pub async fn observe(spec: &DeliverySpec, opened: &Opened, now: DateTime<Utc>) -
         .clusters()
         .flat_map(|(_, c)| c.to.images.values().filter_map(|i| book::digest_of(i).map(str::to_string)))
         .collect();
-    let bad = opened.line.bad().await?.into_values().filter(|b| digests.contains(&b.digest)).collect();
+    let team = spec.workload.namespace.clone();
+    let bad = opened
+        .line
+        .bad()
+        .await?
+        .into_values()
+        .filter(|b| digests.contains(&b.digest) && b.team() == team)
+        .collect();
     let approved = opened.book.approvals(r.number).await?;
     let members = spec.members();
     let windows = Freeze { waves: &spec.waves, members: &members, freeze: &spec.freeze, hotfix: false };
@@ -299,7 +306,7 @@ pub async fn refusal(spec: &DeliverySpec, line: &Line, hotfix: bool) -> Result<O
     }
     let bad = line.bad().await?;
     for (container, image) in &spec.images {
-        if let Some(b) = book::digest_of(image).and_then(|d| bad.get(d)) {
+        if let Some(b) = book::digest_of(image).and_then(|d| book::mark_of(&bad, d, &spec.workload.namespace)) {
             return Ok(Some(format!(
                 "images.{container}: {image} is marked bad (delivery #{} of {} {}: {}); deliver a fixed build",
                 b.delivery, b.workload, b.version, b.reason

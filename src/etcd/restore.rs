@@ -109,14 +109,30 @@ pub fn hold_member(me: &Target) -> Result<Option<std::fs::File>> {
 /// `token`): every member [`prepare`]d first (nothing live is touched
 /// until all are), then each [`swap_in`]; the old contents kept aside.
 pub fn restore_members(bins: &Binaries, snapshot: &Path, targets: &[Target], token: &str) -> Result<Vec<PathBuf>> {
+    prepare_members(bins, snapshot, targets, token)?.swap_all()
+}
+
+/// Every target's member restored beside its data, each member's lock
+/// held: nothing live is touched yet. Made by [`prepare_members`];
+/// [`Prepared::swap_all`] swaps them in.
+pub struct Prepared {
+    _held: Vec<std::fs::File>,
+    targets: Vec<Target>,
+    fresh: Vec<PathBuf>,
+}
+
+/// The first half of [`restore_members`]: each member's lock taken and its
+/// member [`prepare`]d beside its data. On an error every prepared folder
+/// is removed again and no member's data has been touched.
+pub fn prepare_members(bins: &Binaries, snapshot: &Path, targets: &[Target], token: &str) -> Result<Prepared> {
     if targets.is_empty() {
         bail!("no member to restore");
     }
     // One restorer per member: an agent following an order holds it.
-    let mut _held = Vec::new();
+    let mut held = Vec::new();
     for t in targets {
         match hold_member(t)? {
-            Some(f) => _held.push(f),
+            Some(f) => held.push(f),
             None => bail!(
                 "member {}: another process restores it now ({} is locked: an agent following a restore order?); nothing was restored",
                 t.name,
@@ -126,24 +142,32 @@ pub fn restore_members(bins: &Binaries, snapshot: &Path, targets: &[Target], tok
     }
     let cluster = initial_cluster(targets);
     let tag = stamp();
-    let mut prepared = Vec::new();
+    let mut fresh = Vec::new();
     for t in targets {
         match prepare(bins, snapshot, t, &cluster, token, &tag) {
-            Ok(f) => prepared.push(f),
+            Ok(f) => fresh.push(f),
             Err(e) => {
-                for f in &prepared {
+                for f in &fresh {
                     let _ = std::fs::remove_dir_all(f);
                 }
                 return Err(e.context(format!("member {}: nothing was restored", t.name)));
             }
         }
     }
-    let mut moved = Vec::new();
-    for (t, fresh) in targets.iter().zip(&prepared) {
-        moved.extend(swap_in(t, fresh)?);
-        let _ = std::fs::remove_dir_all(fresh);
+    Ok(Prepared { _held: held, targets: targets.to_vec(), fresh })
+}
+
+impl Prepared {
+    /// The second half of [`restore_members`]: each member [`swap_in`], in
+    /// order; the old `member` folders kept aside (returned).
+    pub fn swap_all(self) -> Result<Vec<PathBuf>> {
+        let mut moved = Vec::new();
+        for (t, fresh) in self.targets.iter().zip(&self.fresh) {
+            moved.extend(swap_in(t, fresh)?);
+            let _ = std::fs::remove_dir_all(fresh);
+        }
+        Ok(moved)
     }
-    Ok(moved)
 }
 
 fn stamp() -> String {
@@ -242,7 +266,7 @@ const STATIC_PODS: [&str; 2] = [ETCD_POD, API_SERVER_POD];
 /// reads neither hidden entries nor subfolders; the folder stays inside
 /// `dir`, so an agent with only that folder mounted can do it).
 pub fn stop_static_pods(dir: &Path, member: &str) -> Result<()> {
-    let aside = dir.join(".pinfleet-restore").join(member);
+    let aside = set_aside(dir, member);
     std::fs::create_dir_all(&aside)?;
     for f in STATIC_PODS {
         let from = dir.join(f);
@@ -251,6 +275,11 @@ pub fn stop_static_pods(dir: &Path, member: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Where [`stop_static_pods`] sets a member's manifests aside.
+pub fn set_aside(dir: &Path, member: &str) -> PathBuf {
+    dir.join(".pinfleet-restore").join(member)
 }
 
 /// Moves both manifests [`stop_static_pods`] set aside back.
@@ -265,7 +294,7 @@ pub fn start_static_pods(dir: &Path, member: &str) -> Result<()> {
 /// API server only once the store is whole, bumped and compacted, so that
 /// it never serves, nor writes into, a store still being restored).
 pub fn start_static_pod(dir: &Path, member: &str, file: &str) -> Result<()> {
-    let from = dir.join(".pinfleet-restore").join(member).join(file);
+    let from = set_aside(dir, member).join(file);
     if from.exists() {
         std::fs::rename(&from, dir.join(file)).with_context(|| format!("moving {} back", dir.join(file).display()))?;
     }

@@ -263,8 +263,8 @@ impl AuditLog {
         for f in [&mut e.user, &mut e.via, &mut e.verb, &mut e.object, &mut e.artifact, &mut e.reason] {
             *f = clean(f);
         }
-        // A path or a reason is no longer than a reader needs.
-        for f in [&mut e.object, &mut e.reason] {
+        // A path, an image or a reason is no longer than a reader needs.
+        for f in [&mut e.object, &mut e.artifact, &mut e.reason, &mut e.user, &mut e.via, &mut e.verb] {
             if f.chars().count() > 512 {
                 *f = f.chars().take(512).chain(['…']).collect();
             }

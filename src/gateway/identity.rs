@@ -466,12 +466,31 @@ fn crit_header(token: &str) -> Option<Value> {
     v.get("crit").cloned()
 }
 
+/// The longest a token may still live: an issuer's sessions are hours.
+const MAX_TOKEN_LIFETIME_SECONDS: i64 = 24 * 3600;
+
 /// The time claims a verified token carries are numbers (RFC 7519 §2:
 /// NumericDate), and it was not issued in the future.
 fn check_claims(claims: &serde_json::Map<String, Value>, leeway: u64) -> Result<(), Refusal> {
     for c in ["nbf", "iat", "exp"] {
         if let Some(v) = claims.get(c).filter(|v| !v.is_number()) {
             return Err(Refusal(format!("the token's {c} is not a time (a number of seconds): {}", short(v))));
+        }
+    }
+    // A time is whole seconds (a NumericDate an issuer writes), and a
+    // token lives at most a day: one that expires in the year 3000 is a
+    // key's misuse, not a session.
+    for c in ["nbf", "iat", "exp"] {
+        if let Some(v) = claims.get(c).filter(|v| v.as_i64().is_none()) {
+            return Err(Refusal(format!("the token's {c} is not a whole number of seconds ({})", short(v))));
+        }
+    }
+    if let Some(exp) = claims.get("exp").and_then(Value::as_i64) {
+        let now = chrono::Utc::now().timestamp();
+        if exp > now.saturating_add(MAX_TOKEN_LIFETIME_SECONDS) {
+            return Err(Refusal(
+                "the token expires more than a day from now: the gateway takes tokens that live at most 24 hours".into(),
+            ));
         }
     }
     // Issued in the future: a clock or an issuer gone wrong; refused.

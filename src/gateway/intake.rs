@@ -85,6 +85,9 @@ pub struct Policy {
     /// Submissions of one team not finished at once (default
     /// [`super::records::MAX_OPEN_PER_TEAM`]); past it 429.
     pub max_open: Option<usize>,
+    /// What one team keeps on the host at most, in bytes (records and
+    /// bodies, finished ones included); default [`super::records::KEPT_PER_TEAM`].
+    pub max_kept_bytes: Option<u64>,
 }
 
 /// `TEAM=DOMAIN` (the gateway's `--team-domain`).
@@ -270,6 +273,11 @@ impl PriorityClass {
 
 impl Policy {
     /// A team's open submissions at most.
+    /// What one team keeps on the host at most, in bytes.
+    pub fn max_kept_bytes(&self) -> u64 {
+        self.max_kept_bytes.unwrap_or(super::records::KEPT_PER_TEAM)
+    }
+
     pub fn max_open(&self) -> usize {
         self.max_open.unwrap_or(super::records::MAX_OPEN_PER_TEAM)
     }
@@ -583,22 +591,20 @@ pub fn marked_bad(
     intake: &Intake,
     bad: &std::collections::BTreeMap<String, crate::delivery::book::Bad>,
 ) -> Vec<Problem> {
+    // A mark binds only the team whose delivery made it: another team
+    // delivering (and rolling back) the same digest changes nothing here.
     image_fields(&intake.kind, &intake.workload)
         .into_iter()
         .filter_map(|(at, image)| {
-            let b = crate::delivery::book::digest_of(&image).and_then(|d| bad.get(d))?;
-            let ours = b.workload.split_once('/').is_some_and(|(ns, _)| ns == intake.team);
+            let d = crate::delivery::book::digest_of(&image)?;
+            let b = crate::delivery::book::mark_of(bad, d, &intake.team)?;
             Some(Problem::new(
                 "delivery",
                 at,
-                if ours {
-                    format!(
-                        "{image} is marked bad: delivery #{} of {} {} was rolled back ({}); submit a fixed build",
-                        b.delivery, b.workload, b.version, b.reason
-                    )
-                } else {
-                    format!("{image} is marked bad (a delivery rolled it back); submit a fixed build")
-                },
+                format!(
+                    "{image} is marked bad: delivery #{} of {} {} was rolled back ({}); submit a fixed build",
+                    b.delivery, b.workload, b.version, b.reason
+                ),
             ))
         })
         .collect()
@@ -627,7 +633,9 @@ fn traffic_rules(obj: &Value, team: &str, caller: &Caller, policy: &Policy, prob
         return;
     }
     if let Some(set) = obj.pointer("/spec/runtime/traffic/serviceset").and_then(Value::as_str) {
-        if set.split_once('.').map(|(owner, rest)| owner != team || rest.is_empty()).unwrap_or(true) {
+        // Its own, and a name of DNS labels (`red..x` names no set).
+        let own = set.split_once('.').is_some_and(|(owner, rest)| owner == team && rest.split('.').all(dns_label));
+        if !own {
             problems.push(Problem::new(
                 "platform",
                 "spec.runtime.traffic.serviceset",
@@ -704,6 +712,9 @@ fn owner_references_rule(v: &Value, at: &str, problems: &mut Vec<Problem>) {
 /// tolerates or selects them, a platform admin's included (the control
 /// plane runs the platform, never a workload the gateway places).
 pub const CONTROL_PLANE_KEYS: [&str; 2] = ["node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"];
+
+/// The label every node carries with its own name: selecting it pins a pod.
+const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 /// Taints every team's pods may tolerate: the node conditions Kubernetes'
 /// own DefaultTolerationSeconds admission plugin tolerates on every pod
@@ -788,6 +799,12 @@ fn scheduling_rules(
                 format!("{at}.spec.nodeSelector[{k}]"),
                 format!("{k:?}: the control plane runs the platform, never a submitted workload"),
             );
+        } else if k == HOSTNAME_LABEL && !caller.admin {
+            refuse(
+                problems,
+                format!("{at}.spec.nodeSelector[{k}]"),
+                "pods are placed by the scheduler; pinning one to a node by its hostname is for platform admins".into(),
+            );
         }
     }
     let required = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms";
@@ -802,6 +819,13 @@ fn scheduling_rules(
                     problems,
                     format!("{terms_at}[{i}].matchExpressions[{j}]"),
                     format!("{key:?}: the control plane runs the platform, never a submitted workload"),
+                );
+            } else if key == HOSTNAME_LABEL && op == "In" && !caller.admin {
+                refuse(
+                    problems,
+                    format!("{terms_at}[{i}].matchExpressions[{j}]"),
+                    "pods are placed by the scheduler; pinning one to a node by its hostname is for platform admins"
+                        .into(),
                 );
             }
         }
@@ -1640,6 +1664,23 @@ mod tests {
             ],
             "{problems:?}"
         );
+        // Pinned to a node by its hostname label: placed by the scheduler instead; an admin may.
+        let mut w = service();
+        w["spec"]["template"]["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": "ip-10-0-0-1"});
+        w["spec"]["template"]["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["ip-10-0-0-2"]}]}]}}});
+        let problems = check(&w, &alice(), &Policy::default(), &Members::default()).unwrap_err();
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.template.spec.nodeSelector[kubernetes.io/hostname]".to_string(),
+                format!("{terms}.matchExpressions[0]"),
+            ],
+            "{problems:?}"
+        );
+        assert!(problems[0].message.contains("by its hostname is for platform admins"), "{problems:?}");
+        check(&w, &admin, &Policy::default(), &Members::default()).unwrap();
         // A pod asking for a GPU tolerates the GPU nodes' taint, as the ExtendedResourceToleration plugin does.
         let mut w = service();
         w["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/gpu": 1});
@@ -1680,7 +1721,7 @@ mod tests {
         assert_eq!(fields, ["spec.runtime.traffic.serviceset", "spec.ingress.className"], "{problems:?}");
         assert!(problems[1].message.contains("only public"), "{problems:?}");
         // A look-alike of the team's prefix is not the team's.
-        for set in ["search-x.web", "searchweb", "search.", ".search.web"] {
+        for set in ["search-x.web", "searchweb", "search.", ".search.web", "search..x", "search.x.", "search.X"] {
             w["spec"]["runtime"]["traffic"]["serviceset"] = json!(set);
             let problems = check(&w, &alice(), &policy, &Members::default()).unwrap_err();
             assert!(problems.iter().any(|p| p.field == "spec.runtime.traffic.serviceset"), "{set}: {problems:?}");
@@ -1708,7 +1749,8 @@ mod tests {
         };
         let mut i = check(&service(), &alice(), &Policy::default(), &Members::default()).unwrap();
         // A tag is not matched until it is pinned; then by its digest, whatever the tag.
-        let bad: std::collections::BTreeMap<_, _> = [(digest.clone(), bad_of("search/web"))].into();
+        let mark = |b: crate::delivery::book::Bad| (crate::delivery::book::bad_key(&b.digest, b.team()), b);
+        let bad: std::collections::BTreeMap<_, _> = [mark(bad_of("search/web"))].into();
         assert!(marked_bad(&i, &bad).is_empty());
         pin_images(
             &mut i.workload,
@@ -1719,13 +1761,9 @@ mod tests {
         assert_eq!(p[0].field, "spec.template.spec.containers[0].image");
         assert!(p[0].message.contains("delivery #12 of search/web v7") && p[0].message.contains("9%"), "{p:?}");
         // Another team's delivery: neither its name nor its reason.
-        let bad: std::collections::BTreeMap<_, _> = [(digest.clone(), bad_of("blue/checkout"))].into();
-        let p = marked_bad(&i, &bad);
-        assert_eq!(p.len(), 1);
-        assert!(
-            !p[0].message.contains("blue") && !p[0].message.contains("9%") && !p[0].message.contains("#12"),
-            "{p:?}"
-        );
+        // Another team's mark of the same digest binds only that team: nothing here.
+        let bad: std::collections::BTreeMap<_, _> = [mark(bad_of("blue/checkout"))].into();
+        assert!(marked_bad(&i, &bad).is_empty(), "blue's mark binds blue alone");
     }
 
     #[test]

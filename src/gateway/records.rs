@@ -76,6 +76,41 @@ pub const BODY_GRACE: chrono::TimeDelta = chrono::TimeDelta::minutes(2);
 /// How long a finished (or cancelled, failed, preempted) submission's
 /// record is kept before the leader collects it.
 pub const KEEP_FINISHED: chrono::TimeDelta = chrono::TimeDelta::days(7);
+/// What one team keeps on the host at most, in bytes: its records and
+/// their bodies, open and finished alike (64 bodies of the largest size;
+/// hundreds of a typical few KiB). Past it the team's oldest finished
+/// records are collected before their week is out; when its open ones
+/// alone fill it, a new submission is refused until some finish.
+pub const KEPT_PER_TEAM: u64 = 64 << 20;
+
+/// What one record keeps on the host: its body, and its record at the
+/// most its spec and status may take.
+pub fn kept_bytes(s: &Submission) -> u64 {
+    s.spec.body_bytes.saturating_add((SUBMISSION_SPEC_MAX + SUBMISSION_STATUS_MAX) as u64)
+}
+
+/// Room for `more` bytes under `cap` among one team's records (`open`:
+/// whether each is unfinished; `done_at`: when a finished one ended):
+/// the finished records to collect for it, oldest first, or None when
+/// the open ones alone leave no room (pure).
+pub fn make_room(records: &[(String, u64, bool, Option<DateTime<Utc>>)], more: u64, cap: u64) -> Option<Vec<String>> {
+    let held: u64 = records.iter().map(|r| r.1).fold(0u64, u64::saturating_add);
+    let mut over = held.saturating_add(more).saturating_sub(cap);
+    if over == 0 {
+        return Some(Vec::new());
+    }
+    let mut finished: Vec<&(String, u64, bool, Option<DateTime<Utc>>)> = records.iter().filter(|r| !r.2).collect();
+    finished.sort_by_key(|r| (r.3, r.0.clone()));
+    let mut out = Vec::new();
+    for r in finished {
+        if over == 0 {
+            break;
+        }
+        out.push(r.0.clone());
+        over = over.saturating_sub(r.1);
+    }
+    (over == 0).then_some(out)
+}
 pub const LEDGER: &str = "fleet";
 pub const TEAM_LABEL: &str = "gateway.pinfleet.dev/team";
 pub const SUBMISSION_LABEL: &str = "gateway.pinfleet.dev/submission";

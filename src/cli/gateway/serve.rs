@@ -115,6 +115,11 @@ pub struct ServeArgs {
     /// placed, running): past it a new one is answered 429 with Retry-After.
     #[arg(long, default_value_t = crate::gateway::records::MAX_OPEN_PER_TEAM)]
     pub max_open_per_team: usize,
+    /// What one team keeps on the gateway's host at most, in MiB: its
+    /// records and their bodies, finished ones included (past it its oldest
+    /// finished records go before their week is out).
+    #[arg(long, default_value_t = crate::gateway::records::KEPT_PER_TEAM >> 20)]
+    pub max_kept_mib_per_team: u64,
     /// How often the members' figures are read again (their nodes are watched).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub member_refresh: Duration,

@@ -152,7 +152,7 @@ pub struct Service {
     /// cache has not shown yet (and since when): counted against the
     /// team's open submissions, so a flood cannot pass the cap in the
     /// cache's lag.
-    opening: std::sync::Mutex<BTreeMap<String, BTreeMap<String, Instant>>>,
+    opening: std::sync::Mutex<BTreeMap<String, BTreeMap<String, (Instant, u64, String)>>>,
     /// The submissions watch: ends with the service.
     watch: tokio::task::JoinHandle<()>,
     /// Bumped whenever what readers see may have changed (a submission

@@ -147,14 +147,30 @@ impl Service {
         if dry_run {
             return Ok((200, self.would(&world, id, name, spec).await?));
         }
-        if let Err(open) = self.open_one(&intake.team, &name) {
-            let why = format!(
-                "team {} has {open} submissions not finished (at most {}): wait for some to finish, or cancel some",
-                intake.team,
-                self.config.policy.max_open()
-            );
-            self.audit(caller, "submit", &name, &intake.artifact, 429, &why).await;
-            return Ok((429, bad(vec![Problem::new("request", "", why)], &intake.team, name)));
+        let bytes = spec.body_bytes.saturating_add((records::SUBMISSION_SPEC_MAX + records::SUBMISSION_STATUS_MAX) as u64);
+        let workload = format!("{}/{}", spec.kind, spec.workload_name);
+        let collect = match self.open_one(&intake.team, &name, bytes, &workload) {
+            Ok(collect) => collect,
+            Err((code, why)) => {
+                self.audit(caller, "submit", &name, &intake.artifact, code, &why).await;
+                return Ok((code, bad(vec![Problem::new("request", "", why)], &intake.team, name)));
+            }
+        };
+        // The team's oldest finished records go before their week is out:
+        // what a team keeps on the host is capped in bytes, finished included.
+        if !collect.is_empty() {
+            let api: kube::Api<records::Submission> = kube::Api::namespaced(self.host.clone(), &self.config.namespace);
+            for old in &collect {
+                match api.delete(old, &Default::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => {
+                        self.give_back(&intake.team, &name);
+                        return Err(e).context("collecting the team's oldest finished submissions");
+                    }
+                }
+            }
+            tracing::info!(team = intake.team, "gateway: collected {} finished submission(s) early: the team's records are at their most bytes", collect.len());
         }
         let recorded = self.record(caller, name.clone(), spec, &intake.workload, &intake.artifact, started).await;
         if !matches!(recorded, Ok((201, _))) {
@@ -168,23 +184,69 @@ impl Service {
     /// the cache's open records and those this replica is writing (or wrote,
     /// not shown by the cache yet), under one lock, so concurrent
     /// submissions cannot pass the cap together.
-    fn open_one(&self, team: &str, name: &str) -> Result<(), usize> {
-        let cached: std::collections::HashSet<String> = self
-            .all()
+    fn open_one(&self, team: &str, name: &str, bytes: u64, workload: &str) -> Result<Vec<String>, (u16, String)> {
+        let all = self.all();
+        let mine_cached: Vec<&Submission> = all.iter().filter(|s| s.spec.team == team).collect();
+        let cached: std::collections::HashSet<String> = mine_cached
             .iter()
-            .filter(|s| s.spec.team == team && !phase(s).done())
+            .filter(|s| !phase(s).done())
             .filter_map(|s| s.metadata.name.clone())
             .collect();
         let mut opening = self.opening.lock().expect("opening");
         let mine = opening.entry(team.to_string()).or_default();
         // Shown by the cache now, or never will be (a minute on).
-        mine.retain(|n, since| !cached.contains(n) && since.elapsed() < std::time::Duration::from_secs(60));
+        let known: std::collections::HashSet<&str> = mine_cached.iter().filter_map(|s| s.metadata.name.as_deref()).collect();
+        mine.retain(|n, (since, _, _)| !known.contains(n.as_str()) && since.elapsed() < std::time::Duration::from_secs(60));
         let open = cached.len().saturating_add(mine.len());
         if open >= self.config.policy.max_open() {
-            return Err(open);
+            return Err((
+                429,
+                format!(
+                    "team {team} has {open} submissions not finished (at most {}): wait for some to finish, or cancel some",
+                    self.config.policy.max_open()
+                ),
+            ));
         }
-        mine.insert(name.to_string(), Instant::now());
-        Ok(())
+        // One open submission per workload of the team: two would share one
+        // member object (cancelling one would remove the other's pods).
+        let same = mine_cached
+            .iter()
+            .filter(|s| !phase(s).done() && s.metadata.name.as_deref() != Some(name))
+            .find(|s| format!("{}/{}", s.spec.kind, s.spec.workload_name) == workload)
+            .map(|s| s.spec.id.clone())
+            .or_else(|| mine.iter().find(|(n, (_, _, w))| n.as_str() != name && w == workload).map(|(n, _)| n.clone()));
+        if let Some(other) = same {
+            return Err((
+                409,
+                format!(
+                    "{workload} is already submitted by team {team} ({other}), not finished: cancel it, or wait for it to finish"
+                ),
+            ));
+        }
+        // What the team keeps on the host, in bytes, finished records included.
+        let mut held: Vec<(String, u64, bool, Option<chrono::DateTime<chrono::Utc>>)> = mine_cached
+            .iter()
+            .map(|s| {
+                let st = s.status.as_ref();
+                let done_at = st.and_then(|st| st.finished_at.or(st.accepted_at));
+                (s.metadata.name.clone().unwrap_or_default(), records::kept_bytes(s), !phase(s).done(), done_at)
+            })
+            .collect();
+        held.extend(mine.iter().map(|(n, (_, b, _))| (n.clone(), *b, true, None)));
+        let cap = self.config.policy.max_kept_bytes();
+        let Some(collect) = records::make_room(&held, bytes, cap) else {
+            let open_bytes: u64 = held.iter().filter(|h| h.2).map(|h| h.1).sum();
+            return Err((
+                429,
+                format!(
+                    "team {team}'s open submissions keep {} MiB on the gateway (at most {} MiB, finished ones included): wait for some to finish, or cancel some",
+                    open_bytes >> 20,
+                    cap >> 20
+                ),
+            ));
+        };
+        mine.insert(name.to_string(), (Instant::now(), bytes, workload.to_string()));
+        Ok(collect)
     }
 
     /// Gives back a place [`Self::open_one`] took when nothing was written.

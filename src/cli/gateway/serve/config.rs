@@ -43,6 +43,7 @@ impl ServeArgs {
                 backoff_limit: self.requeue_limit,
             },
             max_open: Some(self.max_open_per_team),
+            max_kept_bytes: Some(self.max_kept_mib_per_team.saturating_mul(1 << 20)),
         }
     }
 
