@@ -7,7 +7,9 @@
 //! Prints, per size (PINFLEET_BENCH_ETCD_KEYS small keys; then
 //! PINFLEET_BENCH_ETCD_BIG_MIB of 1 MiB values, 0 to skip): the backup's
 //! time and the verification's, the backup process's peak memory (its
-//! maxrss) against the snapshot's size, each restore phase and the RTO;
+//! maxrss) against the snapshot's size, each restore phase and the RTO,
+//! and beside it the bump's size and time (from the restore's record of
+//! it: how many revisions, etcdutl's or written, and why that is enough);
 //! and, with the agent following deltas every second while a writer
 //! counts, the RPO as measured (the newest write that survived).
 //! Measures; asserts only that what was backed up came back.
@@ -164,6 +166,39 @@ async fn restore(trio: &mut Trio, state: &str, cluster: &str) -> String {
     text
 }
 
+/// The newest bump a restore of `cluster` recorded in the state store.
+async fn last_bump(state: &str, cluster: &str) -> Option<pinfleet::etcd::manifest::Bumped> {
+    let aws = if state.starts_with("s3://") {
+        let opts = pinfleet::cloud::aws::AwsOptions { region: std::env::var("AWS_REGION").ok(), ..Default::default() };
+        Some(pinfleet::cloud::aws::Aws::connect(&opts).await.ok()?)
+    } else {
+        None
+    };
+    let s3 = aws.as_ref().map(|a| a as &dyn pinfleet::state::S3Access);
+    let store = pinfleet::state::Store::open(state, cluster, s3).await.ok()?;
+    let mut newest: Option<pinfleet::etcd::manifest::Bumped> = None;
+    for k in store.list(pinfleet::etcd::manifest::BUMPS).await.ok()? {
+        if let Ok(Some(b)) = store.get_json::<pinfleet::etcd::manifest::Bumped>(&k).await {
+            if newest.as_ref().is_none_or(|n| b.at > n.at) {
+                newest = Some(b);
+            }
+        }
+    }
+    newest
+}
+
+/// The bump's size and time, beside the RTO the restore printed.
+async fn print_bump(state: &str, cluster: &str, rto: &str) {
+    let rto = rto.lines().find(|l| l.contains("(the RTO)")).map(str::trim).unwrap_or("no RTO printed");
+    match last_bump(state, cluster).await {
+        Some(b) => {
+            println!("  the bump: {} in {:.1}s, beside the RTO ({rto})", b.size(), b.seconds);
+            println!("    why that is enough: {}", b.why);
+        }
+        None => println!("  the bump: none recorded (restore --no-bump, or a restore that records none)"),
+    }
+}
+
 fn size_of(out: &str) -> String {
     out.lines().next().unwrap_or_default().to_string()
 }
@@ -203,6 +238,7 @@ async fn round(bins: &Binaries, state: &str, label: &str, name: &str, big_mib: u
     for l in text.lines().skip_while(|l| !l.contains("each phase's time")).skip(1) {
         println!("  {l}");
     }
+    print_bump(state, &cluster, &text).await;
     drop(c);
     trio.destroy();
 }
@@ -244,7 +280,7 @@ async fn rpo(bins: &Binaries, state: &str) {
     let _ = agent.wait();
     drop(c);
     trio.destroy();
-    restore(&mut trio, state, cluster).await;
+    let text = restore(&mut trio, state, cluster).await;
     let mut c = trio.client().await;
     let got = c.get("/registry/counter", None).await.unwrap();
     let survived: u64 = got.kvs().first().map(|kv| kv.value_str().unwrap().parse().unwrap()).unwrap_or(0);
@@ -254,6 +290,7 @@ async fn rpo(bins: &Binaries, state: &str) {
         last - survived,
         (last - survived) as f64 / per_second
     );
+    print_bump(state, cluster, &text).await;
     drop(c);
     trio.destroy();
 }

@@ -74,6 +74,25 @@ impl Flavor {
         value.split(['-', '_', ' ']).find_map(Flavor::product)
     }
 
+    /// The product whose nodes carry exactly this value of
+    /// [`PRODUCT_LABEL`] (one of [`Flavor::product_labels`]). A value no
+    /// node carries names none, however like one it reads: a node
+    /// selector matches a label byte for byte, so `A100` or
+    /// `nvidia-a100-sxm4-40gb` lands on no node.
+    pub fn labelled(value: &str) -> Option<Flavor> {
+        FLAVORS.into_iter().find(|f| f.product_labels().contains(&value))
+    }
+
+    /// Every value of [`PRODUCT_LABEL`] nodes carry, with its product, for
+    /// a refusal to name: `NVIDIA-A100-SXM4-40GB (A100), …`.
+    pub fn known_labels() -> String {
+        FLAVORS
+            .into_iter()
+            .flat_map(|f| f.product_labels().iter().map(move |l| format!("{l} ({})", f.short())))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Its place in [`FLAVORS`] (and in a count kept per flavor).
     pub(crate) fn index(self) -> usize {
         match self {
@@ -269,6 +288,12 @@ mod tests {
             assert_eq!(Flavor::of_label(a.product_label.unwrap()), Some(a.flavor), "{t}");
         }
         assert_eq!(of_instance_type("inf2.xlarge").unwrap().kind(), Kind::Neuron);
+        // Exactly the values nodes carry: no alias, no other case.
+        assert_eq!(Flavor::labelled("NVIDIA-A100-SXM4-80GB"), Some(Flavor::GpuA100));
+        for alias in ["A100", "nvidia-a100-sxm4-40gb", "NVIDIA-A100", "NVIDIA-L40S", ""] {
+            assert_eq!(Flavor::labelled(alias), None, "{alias}");
+        }
+        assert!(Flavor::known_labels().starts_with("NVIDIA-A100-SXM4-40GB (A100), NVIDIA-A100-SXM4-80GB (A100), "));
         assert_eq!(of_instance_type("g6.xlarge").unwrap().kind(), Kind::Nvidia);
     }
 

@@ -215,9 +215,10 @@ impl Default for Limits {
             // provenance, 10 s a registry call) ends well within it.
             request_time: Duration::from_secs(60),
             stream_time: Duration::from_secs(600),
-            // The largest view (a queue of thousands) is a few MiB.
-            answers_in_flight: 256 << 20,
-            answer_per_holder: 32 << 20,
+            // The largest view (a queue of thousands) is a few MiB; as
+            // for bodies, a holder a few, everyone 64 MiB.
+            answers_in_flight: 64 << 20,
+            answer_per_holder: 8 << 20,
         }
     }
 }

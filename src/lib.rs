@@ -47,6 +47,7 @@
 
 pub mod accelerated;
 pub mod addons;
+pub mod adopt;
 pub mod ami;
 pub mod apply;
 pub mod autoscale;

@@ -139,6 +139,8 @@ const FLOORS: &[(&str, u32)] = &[
     ("kube", 3),
     ("state", 3),
     ("addons", 4),
+    // Clusters other tools run, read (the state store) and mapped to a cluster file.
+    ("adopt", 4),
     ("cloud", 4),
     ("etcd", 4),
     ("workloads", 4),

@@ -86,11 +86,27 @@ fn replica_with(k: &KubeEnv, id: &str, lease: &[&str]) -> Child {
         .args(["--serving-addresses", "off", "--leader-elect", "--identity", id])
         .args(lease)
         .args(["--watch-namespace", &k.namespace])
-        .env_remove("RUST_LOG")
+        // The election's own lines (each round that timed out too), kept
+        // to say why when leadership moved.
+        .env("RUST_LOG", "warn,pinfleet::controller::leader=debug")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(log_of(id)).map(Stdio::from).unwrap_or_else(|_| Stdio::null()))
         .spawn()
         .unwrap()
+}
+
+/// Where a replica's log goes.
+fn log_of(id: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("pinfleet-replica-{id}.log"))
+}
+
+/// Both replicas' logs, for a failure's message.
+fn logs(replicas: &Replicas) -> String {
+    replicas
+        .0
+        .iter()
+        .map(|(id, _)| format!("--- {id}:\n{}", std::fs::read_to_string(log_of(id)).unwrap_or_default()))
+        .collect()
 }
 
 fn image_of(d: &Deployment) -> Option<String> {
@@ -284,11 +300,17 @@ async fn leadership_holds_while_busy_and_a_stopping_leader_releases_the_lease() 
     }
     let after = leases.get("pinfleet-controller").await.unwrap().spec.unwrap();
     drop(busy);
-    assert_eq!(after.holder_identity.as_ref(), Some(&leader), "the leader held the Lease while busy");
+    assert_eq!(
+        after.holder_identity.as_ref(),
+        Some(&leader),
+        "the leader held the Lease while busy; the replicas said:\n{}",
+        logs(&replicas)
+    );
     assert_eq!(
         after.lease_transitions.unwrap_or(0),
         before.lease_transitions.unwrap_or(0),
-        "no hand-over while busy (lease 7 s, renew 2 s)"
+        "no hand-over while busy (lease 7 s, renew 2 s); the replicas said:\n{}",
+        logs(&replicas)
     );
 
     // SIGTERM: the leader stops its controllers and releases the Lease

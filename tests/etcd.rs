@@ -446,6 +446,104 @@ async fn a_corrupted_snapshot_is_never_verified_and_restore_refuses_it() {
     assert!(!o.status.success(), "another cluster's backup id is not found under its name");
 }
 
+/// A restore here refused by the stored snapshot's checksum (its verdict
+/// still says verified: the object was overwritten after) touches no
+/// machine: each member's data folder and each machine's static-pod folder
+/// (etcd's and the API server's manifests still in the kubelet's sight)
+/// are byte for byte as they were, modes included.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_refused_by_the_snapshots_checksum_touches_no_machine() {
+    let Some(bins) = binaries("a_restore_refused_by_the_snapshots_checksum_touches_no_machine") else { return };
+    let mut trio = Trio::start(bins).await;
+    let (w, _) = world("etcd-untouched");
+    // A file:// store: the test overwrites the snapshot in it directly.
+    let state = format!("file://{}", w.dir.path().join("store").display());
+    let mut c = trio.client().await;
+    write(&mut c, "/registry/configmaps/team/n", 50).await;
+    drop(c);
+    let out = w.ok(&["etcd", "backup", &w.cluster, "--state", &state, "--endpoints", &trio.endpoints()]);
+    assert!(out.contains("verified by a restore"), "{out}");
+    let id = backups_json(&w, &state)[0]["manifest"]["id"].as_str().unwrap().to_string();
+
+    // The stored snapshot overwritten, one byte flipped; its verdict stands.
+    let file = w.dir.path().join("store").join(&w.cluster).join(format!("etcd/backups/{id}/snapshot.db"));
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    std::fs::write(&file, bytes).unwrap();
+    assert_eq!(backups_json(&w, &state)[0]["verdict"]["ok"], true, "the backup still reads as verified");
+
+    // The members stopped, their data kept; each machine's static-pod
+    // folder holds etcd's and the API server's manifests.
+    for m in &mut trio.members {
+        m.kill();
+    }
+    trio.members.clear();
+    let manifests: Vec<PathBuf> = (0..3).map(|i| trio.dir.path().join(format!("machine-{i}/manifests"))).collect();
+    for m in &manifests {
+        std::fs::create_dir_all(m).unwrap();
+        std::fs::write(m.join("etcd.yaml"), "kind: Pod # etcd\n").unwrap();
+        std::fs::write(m.join("kube-apiserver.yaml"), "kind: Pod # kube-apiserver\n").unwrap();
+    }
+    let folders: Vec<PathBuf> = (0..3).map(|i| trio.data(i)).chain(manifests.iter().cloned()).collect();
+    let before: Vec<_> = folders.iter().map(|f| tree(f)).collect();
+    assert!(before[0].keys().any(|k| k.starts_with("member")), "the member's data is there: {:?}", before[0].keys());
+
+    let endpoints = trio.endpoints();
+    let mut args: Vec<String> =
+        ["etcd", "restore", &w.cluster, "--state", &state, "--endpoints", &endpoints, "--backup", &id]
+            .map(String::from)
+            .into();
+    for i in 0..3 {
+        args.push("--member".into());
+        args.push(format!(
+            "{}=http://127.0.0.1:{}={}={}",
+            Trio::names()[i],
+            trio.ports[i].1,
+            trio.data(i).display(),
+            manifests[i].display()
+        ));
+    }
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = w.run(&argv);
+    let (text, err) = (support::stdout(&o), support::stderr(&o));
+    assert!(!o.status.success(), "a corrupted snapshot was restored:\n{text}\n{err}");
+    assert!(err.contains("does not match its checksum") && err.contains("no machine was touched"), "{err}");
+    assert!(!err.contains("members are stopped"), "{err}");
+    for (f, was) in folders.iter().zip(&before) {
+        let now = tree(f);
+        let changed: Vec<_> = was.keys().chain(now.keys()).filter(|k| was.get(*k) != now.get(*k)).collect();
+        assert!(changed.is_empty(), "{} changed: {changed:?}", f.display());
+    }
+}
+
+/// Every entry under `dir` (its path inside it): its mode, and for a file
+/// its size and sha256.
+fn tree(dir: &Path) -> std::collections::BTreeMap<PathBuf, (u32, Option<(u64, String)>)> {
+    use sha2::Digest as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<PathBuf, (u32, Option<(u64, String)>)>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            let mode = meta.permissions().mode();
+            let rel = p.strip_prefix(root).unwrap().to_path_buf();
+            if meta.is_dir() {
+                out.insert(rel, (mode, None));
+                walk(root, &p, out);
+            } else {
+                let sum = hex::encode(sha2::Sha256::digest(std::fs::read(&p).unwrap()));
+                out.insert(rel, (mode, Some((meta.len(), sum))));
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    let mode = std::fs::metadata(dir).unwrap().permissions().mode();
+    out.insert(PathBuf::new(), (mode, None));
+    walk(dir, dir, &mut out);
+    out
+}
+
 /// moto's S3, from this process, in moto's default account (the bucket is
 /// made here with Object Lock, as an operator would).
 async fn s3_store(bucket: &str, cluster: &str) -> (pinfleet::state::Store, aws_sdk_s3::Client) {
@@ -1232,4 +1330,387 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     }
 
     drop(agents);
+}
+
+/// `n` writes of distinct keys under `prefix`, 64 in flight: a busy store.
+async fn write_busily(c: &Client, prefix: &str, n: usize) {
+    use futures::StreamExt as _;
+    let done: Vec<_> = futures::stream::iter(0..n)
+        .map(|i| {
+            let mut c = c.clone();
+            let key = format!("{prefix}{i:06}");
+            async move { c.put(key, "busy", None).await.map(|_| ()) }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    done.into_iter().collect::<Result<Vec<()>, _>>().unwrap();
+}
+
+/// A watch from `rev`, a revision a client saw before the loss, is told at
+/// once that it was compacted (the client relists), not left waiting for a
+/// revision the restored store has not reached.
+async fn told_compacted(c: &mut Client, rev: i64) {
+    let mut watch =
+        c.watch("/registry/", Some(WatchOptions::new().with_prefix().with_start_revision(rev))).await.unwrap();
+    for _ in 0..2 {
+        let said = tokio::time::timeout(Duration::from_secs(10), watch.message()).await;
+        let m = match said {
+            Ok(Ok(Some(m))) => m,
+            other => panic!(
+                "a watch from revision {rev} was not told it was compacted (it waits for it): {:?}",
+                other.map(|r| r.map(|m| m.is_some()))
+            ),
+        };
+        if m.compact_revision() > 0 {
+            assert!(m.compact_revision() > rev, "compacted at {}, not past {rev}", m.compact_revision());
+            return;
+        }
+        assert!(
+            m.created(),
+            "a watch from revision {rev} got {} event(s), not told it was compacted",
+            m.events().len()
+        );
+    }
+    panic!("a watch from revision {rev} was made and never told it was compacted");
+}
+
+/// Every bump the restores recorded, oldest first.
+async fn bumps(store: &pinfleet::state::Store) -> Vec<pinfleet::etcd::manifest::Bumped> {
+    let mut out = Vec::new();
+    for k in store.list(pinfleet::etcd::manifest::BUMPS).await.unwrap() {
+        out.extend(store.get_json::<pinfleet::etcd::manifest::Bumped>(&k).await.unwrap());
+    }
+    out.sort_by_key(|b| b.at);
+    out
+}
+
+/// The bump says which way it went: etcdutl's `--bump-revision` where this
+/// etcdutl has it (etcd 3.5.8 and later), else writes (this suite's 3.5.1).
+fn said_which_way(bins: &Binaries, why: &str) {
+    if pinfleet::etcd::restore::etcdutl_bumps(bins) {
+        assert!(why.contains("etcdutl bumped the revision by"), "{why}");
+    } else {
+        assert!(
+            why.contains("writes of a throwaway key") && why.contains("without etcdutl's --bump-revision"),
+            "{why}"
+        );
+    }
+}
+
+/// Every machine lost, the agents first: no agent's word on the live
+/// revision survives (deleted here), and the store took more writes after
+/// the agents' last record than the old margin (10,000 past the restored
+/// revision) covered. The bump passes the newest record (the last delta)
+/// by the most writes the store could have taken since, so a client's
+/// watch from the revision it saw is told it was compacted.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_agents_word_a_watch_from_what_a_client_saw_is_told_it_was_compacted() {
+    let test = "with_no_agents_word_a_watch_from_what_a_client_saw_is_told_it_was_compacted";
+    let Some(bins) = binaries(test) else { return };
+    let mut trio = Trio::start(bins).await;
+    let (w, state) = world("etcd-unseen");
+    let mut c = trio.client().await;
+    write(&mut c, "/registry/configmaps/team/n", 100).await;
+    let mut agent = spawn_agent(&w, &state, &trio, &["--delta-interval", "1s"]);
+    let listed = a_verified_backup(&w, &state, 300).await;
+    let b =
+        listed.iter().find(|b| b["verdict"]["ok"] == true).unwrap_or_else(|| panic!("no verified backup: {listed:?}"));
+    let backup_rev = b["manifest"]["revision"].as_i64().unwrap();
+    write(&mut c, "/registry/configmaps/team/m", 20).await;
+    let flushed = revision(&mut c).await;
+    let aws = moto_aws().await;
+    let store = pinfleet::state::Store::open(&state, &w.cluster, Some(&aws)).await.unwrap();
+    deltas_reach(&store, backup_rev, flushed, "the writes after the backup").await;
+    // The agent is lost first; the store goes on taking writes no record
+    // holds, more than the old margin covered.
+    let _ = agent.kill();
+    let _ = agent.wait();
+    write_busily(&c, "/registry/events/team/e", 12_000).await;
+    let seen = revision(&mut c).await;
+    assert!(seen > flushed + 10_000, "a client saw {seen}: past the last record ({flushed}) by more than 10,000");
+    drop(c);
+    for k in store.list(pinfleet::etcd::manifest::SEEN).await.unwrap() {
+        store.delete(&k).await.unwrap();
+    }
+    assert!(pinfleet::etcd::agent::seen(&store).await.unwrap().is_none(), "no agent's word is left");
+    trio.destroy();
+
+    let (out, err, ok) = restore_and_start(&w, &state, &mut trio, &[]).await;
+    assert!(ok, "restore failed:\n{out}\n{err}");
+    let mut c = trio.client().await;
+    assert_eq!(count(&mut c, "/registry/configmaps/team/m").await, 20, "the deltas came back:\n{out}");
+    assert_eq!(count(&mut c, "/registry/events/team/e").await, 0, "what no record held is lost");
+    let after = revision(&mut c).await;
+    assert!(after > seen, "the revision ({after}) is past the one a client saw ({seen}):\n{out}");
+    told_compacted(&mut c, seen).await;
+    let bumped = bumps(&store).await;
+    let last = bumped.last().unwrap_or_else(|| panic!("the restore recorded no bump:\n{out}"));
+    said_which_way(&trio.bins, &last.why);
+    assert!(last.why.contains("(a delta,"), "reckoned from the last delta: {}", last.why);
+    println!("with no agent's word, the bump: {} in {:.1}s; {}", last.size(), last.seconds, last.why);
+}
+
+/// The same backup restored twice, clients writing in between: the second
+/// restore lands past every revision they saw after the first (it used to
+/// land on the first one's revision again, below them), reckoned from the
+/// first restore's bump, on record.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_restore_of_the_same_backup_passes_what_clients_saw_after_the_first() {
+    let test = "a_second_restore_of_the_same_backup_passes_what_clients_saw_after_the_first";
+    let Some(bins) = binaries(test) else { return };
+    let mut trio = Trio::start(bins).await;
+    let (w, state) = world("etcd-twice");
+    let mut c = trio.client().await;
+    write(&mut c, "/registry/configmaps/team/n", 100).await;
+    drop(c);
+    let out = w.ok(&["etcd", "backup", &w.cluster, "--state", &state, "--endpoints", &trio.endpoints()]);
+    assert!(out.contains("verified by a restore"), "{out}");
+    let id = backups_json(&w, &state)[0]["manifest"]["id"].as_str().unwrap().to_string();
+    trio.destroy();
+    let (out, err, ok) = restore_and_start(&w, &state, &mut trio, &["--backup", &id]).await;
+    assert!(ok, "the first restore failed:\n{out}\n{err}");
+
+    // Clients work on the restored store, then it is lost too.
+    let mut c = trio.client().await;
+    let first = revision(&mut c).await;
+    write_busily(&c, "/registry/events/team/e", 3_000).await;
+    let seen = revision(&mut c).await;
+    drop(c);
+    trio.destroy();
+    let (out, err, ok) = restore_and_start(&w, &state, &mut trio, &["--backup", &id]).await;
+    assert!(ok, "the second restore failed:\n{out}\n{err}");
+
+    let mut c = trio.client().await;
+    assert_eq!(count(&mut c, "/registry/configmaps/team/n").await, 100, "the backup's keys are back");
+    assert_eq!(count(&mut c, "/registry/events/team/e").await, 0, "the backup again, without what came after");
+    let after = revision(&mut c).await;
+    assert!(
+        after > seen,
+        "the second restore's revision ({after}) is past what clients saw after the first ({first} to {seen}):\n{out}"
+    );
+    told_compacted(&mut c, seen).await;
+    let aws = moto_aws().await;
+    let store = pinfleet::state::Store::open(&state, &w.cluster, Some(&aws)).await.unwrap();
+    let bumped = bumps(&store).await;
+    assert_eq!(bumped.len(), 2, "each restore recorded its bump: {bumped:?}");
+    assert!(bumped[0].revision <= first && bumped[1].revision > seen, "{bumped:?}");
+    said_which_way(&trio.bins, &bumped[1].why);
+    assert!(
+        bumped[1].why.contains(&format!("(the bump of the restore from {id},")),
+        "reckoned from the first restore's bump: {}",
+        bumped[1].why
+    );
+    for b in &bumped {
+        println!("the bump: {} in {:.1}s; {}", b.size(), b.seconds, b.why);
+    }
+}
+
+/// Object Lock holds a whole backup, not only its data: with
+/// `--object-lock COMPLIANCE:1` the agent locks each backup's manifest, its
+/// verdict, the deltas after it and the PKI's version holding the keys it
+/// names. An intruder who deletes every version of every object it can
+/// (everything of the cluster's folder not locked) leaves the backup
+/// listed, verified and whole; a locked snapshot whose manifest never came
+/// is listed too, its facts read from the snapshot, and is restored (with
+/// --force: it is unverified, as any unverified backup is refused without);
+/// gc waits for every lock.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_intruder_who_deletes_every_unlocked_version_leaves_each_locked_backup_listed_and_restorable() {
+    let test = "an_intruder_who_deletes_every_unlocked_version_leaves_each_locked_backup_listed_and_restorable";
+    let Some(bins) = binaries(test) else { return };
+    let mut trio = Trio::start(bins).await;
+    let (w, state) = world("etcd-intruder");
+    // The world's bucket, made with Object Lock as an operator would.
+    let aws = w.aws().await;
+    use pinfleet::state::S3Access as _;
+    let s3 = aws.s3().clone();
+    let bucket = w.bucket();
+    s3.create_bucket().bucket(&bucket).object_lock_enabled_for_bucket(true).send().await.unwrap();
+    let store = pinfleet::state::Store::open(&state, &w.cluster, Some(&aws)).await.unwrap();
+    let (pki, _) = pinfleet::state::pki::Pki::load_or_create(&store).await.unwrap();
+    let key = pki.encryption_key_names()[0].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("encryption-config.yaml");
+    std::fs::write(&config, pki.encryption_config()).unwrap();
+    let mut c = trio.client().await;
+    write(&mut c, "/registry/configmaps/team/n", 100).await;
+
+    let config_flag = config.to_str().unwrap();
+    let args = ["--delta-interval", "1s", "--object-lock", "COMPLIANCE:1", "--encryption-config", config_flag];
+    let mut agent = spawn_agent(&w, &state, &trio, &args);
+    let listed = a_verified_backup(&w, &state, 300).await;
+    let a =
+        listed.iter().find(|b| b["verdict"]["ok"] == true).unwrap_or_else(|| panic!("no verified backup: {listed:?}"));
+    let a_id = a["manifest"]["id"].as_str().unwrap().to_string();
+    let a_rev = a["manifest"]["revision"].as_i64().unwrap();
+    assert_eq!(a["manifest"]["encryptionKeys"][0], key.as_str(), "{a}");
+    write(&mut c, "/registry/configmaps/team/m", 20).await;
+    let after = revision(&mut c).await;
+    deltas_reach(&store, a_rev, after, "the writes after the backup").await;
+    // The verdict is locked once the agent has judged the backup.
+    let in_bucket = |k: &str| format!("state/{}/{k}", w.cluster);
+    let verdict = in_bucket(&pinfleet::etcd::manifest::verdict_key(&a_id));
+    let mut tries = 0;
+    while s3.head_object().bucket(&bucket).key(&verdict).send().await.unwrap().object_lock_mode().is_none() {
+        tries += 1;
+        assert!(tries < 100, "the verdict of {a_id} was never locked");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = agent.kill();
+    let _ = agent.wait();
+
+    // A locked snapshot whose manifest never came (taken before manifests
+    // were locked, or its agent died between the two writes).
+    write(&mut c, "/registry/configmaps/team/r", 10).await;
+    let r_rev = revision(&mut c).await;
+    let r_id = pinfleet::etcd::manifest::backup_id(chrono::Utc::now(), r_rev);
+    let lock = pinfleet::state::blob::Retention {
+        mode: "COMPLIANCE".into(),
+        until: chrono::Utc::now() + chrono::Duration::days(1),
+    };
+    let mut upload = store.upload(&pinfleet::etcd::manifest::snapshot_key(&r_id), Some(&lock)).await.unwrap();
+    let mut stream = c.snapshot().await.unwrap();
+    let mut whole = <sha2::Sha256 as sha2::Digest>::new();
+    while let Some(msg) = stream.message().await.unwrap() {
+        sha2::Digest::update(&mut whole, msg.blob());
+        upload.write(msg.blob()).await.unwrap();
+    }
+    upload.complete().await.unwrap();
+    let r_sha = hex::encode(sha2::Digest::finalize(whole));
+
+    // The intruder: every version of everything in the cluster's folder
+    // (backups, deltas, the agents' words, the PKI) deleted where S3 lets it.
+    let versions = s3.list_object_versions().bucket(&bucket).prefix(in_bucket("")).max_keys(1000).send().await.unwrap();
+    assert_ne!(versions.is_truncated(), Some(true), "more versions than one page");
+    let all: Vec<(String, String)> = versions
+        .versions()
+        .iter()
+        .map(|v| (v.key(), v.version_id()))
+        .chain(versions.delete_markers().iter().map(|v| (v.key(), v.version_id())))
+        .map(|(k, v)| (k.unwrap().to_string(), v.unwrap().to_string()))
+        .collect();
+    let (mut deleted, mut refused) = (Vec::new(), Vec::new());
+    for (k, v) in &all {
+        match s3.delete_object().bucket(&bucket).key(k).version_id(v).send().await {
+            Ok(_) => deleted.push(k.clone()),
+            Err(_) => refused.push(k.clone()),
+        }
+    }
+    assert!(deleted.iter().any(|k| k.contains("/etcd/seen/")), "what is not locked is deleted: {deleted:?}");
+    for k in [
+        pinfleet::etcd::manifest::snapshot_key(&a_id),
+        pinfleet::etcd::manifest::manifest_key(&a_id),
+        pinfleet::etcd::manifest::verdict_key(&a_id),
+        pinfleet::etcd::manifest::snapshot_key(&r_id),
+        pinfleet::state::pki::PKI_KEY.to_string(),
+    ] {
+        assert!(refused.contains(&in_bucket(&k)), "{k} is locked: refused {refused:?}, deleted {deleted:?}");
+    }
+    assert!(refused.iter().any(|k| k.contains("/etcd/deltas/")), "the deltas are locked: {refused:?}");
+
+    // Still listed: the backup whole and verified, the lone snapshot with
+    // its facts read from it.
+    let listed = pinfleet::etcd::agent::list(&store).await.unwrap();
+    let a = listed.iter().find(|b| b.manifest.id == a_id).unwrap_or_else(|| panic!("{a_id} is gone: {listed:?}"));
+    assert!(a.verified() && a.recovered.is_none() && a.manifest.retain_until.is_some(), "{a:?}");
+    let r = listed.iter().find(|b| b.manifest.id == r_id).unwrap_or_else(|| panic!("{r_id} is not listed: {listed:?}"));
+    assert_eq!(r.recovered.as_deref(), Some(pinfleet::etcd::manifest::MANIFEST_LOST), "{r:?}");
+    assert!(r.verdict.is_none() && !r.verified(), "{r:?}");
+    assert_eq!(r.manifest.sha256, r_sha, "the sha256 of the stored snapshot");
+    assert!(r.manifest.revision >= r_rev, "the snapshot's own revision: {r:?}");
+    assert_eq!(r.manifest.keys.get("/registry/configmaps"), Some(&130), "keys per prefix from the snapshot: {r:?}");
+    assert_eq!(r.manifest.members.len(), 3, "the members from the snapshot: {r:?}");
+    assert!(r.manifest.retain_until.is_some_and(|u| u > chrono::Utc::now()), "its lock, from the object: {r:?}");
+    let json = backups_json(&w, &state);
+    let row = json.iter().find(|b| b["manifest"]["id"] == r_id.as_str()).unwrap();
+    assert_eq!(row["recovered"], pinfleet::etcd::manifest::MANIFEST_LOST, "`etcd backups` says so: {row}");
+    // What a restore of the backup needs besides: its deltas and its key.
+    deltas_reach(&store, a_rev, after, "the deltas after the intruder").await;
+    let pki = pinfleet::state::pki::Pki::load(&store).await.unwrap().expect("the PKI survives: locked");
+    assert!(pki.encryption_key_names().contains(&key), "the backup's key survives");
+
+    // gc waits for every lock.
+    let nothing = pinfleet::spec::types::BackupSpec {
+        keep_all: "0s".parse().unwrap(),
+        keep_hourly: "0s".parse().unwrap(),
+        keep_daily: "0s".parse().unwrap(),
+        ..Default::default()
+    };
+    let (collected, waiting) = pinfleet::etcd::agent::gc(&store, &nothing).await.unwrap();
+    assert!(collected.is_empty(), "{collected:?}");
+    assert!(waiting.iter().any(|w| w.starts_with(&r_id) && w.contains("locked until")), "{waiting:?}");
+
+    // The lone snapshot restored: refused unverified, then with --force.
+    drop(c);
+    trio.destroy();
+    let mut args = vec!["etcd", "restore", &w.cluster, "--state", &state, "--backup", &r_id];
+    let targets = trio.targets();
+    for t in &targets {
+        args.extend(["--member", t.as_str()]);
+    }
+    let o = w.run(&args);
+    assert!(!o.status.success(), "an unverified backup restored without --force: {}", support::stdout(&o));
+    assert!(support::stderr(&o).contains("not verified"), "{}", support::stderr(&o));
+    let (out, err, ok) = restore_and_start(&w, &state, &mut trio, &["--backup", &r_id, "--force"]).await;
+    assert!(ok, "restore failed:\n{out}\n{err}");
+    let mut c = trio.client().await;
+    assert_eq!(count(&mut c, "/registry/configmaps/team/n").await, 100);
+    assert_eq!(count(&mut c, "/registry/configmaps/team/m").await, 20);
+    assert_eq!(count(&mut c, "/registry/configmaps/team/r").await, 10, "the lone snapshot's keys are back");
+}
+
+/// A rolling update of the agents' DaemonSet stops each agent with
+/// SIGTERM: what changed since its last flush (an hour's delta interval
+/// here) is stored before it exits, and it gives the agents' lock up.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_stopped_by_sigterm_stores_what_it_had_not_flushed() {
+    let Some(bins) = binaries("an_agent_stopped_by_sigterm_stores_what_it_had_not_flushed") else { return };
+    let trio = Trio::start(bins).await;
+    let (w, state) = world("etcd-sigterm");
+    let mut c = trio.client().await;
+    write(&mut c, "/registry/configmaps/team/n", 50).await;
+    let mut agent = spawn_agent(&w, &state, &trio, &["--delta-interval", "1h"]);
+    let listed = a_verified_backup(&w, &state, 300).await;
+    let b =
+        listed.iter().find(|b| b["verdict"]["ok"] == true).unwrap_or_else(|| panic!("no verified backup: {listed:?}"));
+    let backup_rev = b["manifest"]["revision"].as_i64().unwrap();
+    write(&mut c, "/registry/configmaps/team/late", 25).await;
+    let last = revision(&mut c).await;
+    let aws = w.aws().await;
+    let store = pinfleet::state::Store::open(&state, &w.cluster, Some(&aws)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = pinfleet::etcd::agent::deltas_after(&store, backup_rev).await.unwrap();
+    assert!(before.is_empty(), "nothing is flushed within the hour: {before:?}");
+
+    // SAFETY: a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(agent.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    let mut tries = 0;
+    let status = loop {
+        if let Some(s) = agent.try_wait().unwrap() {
+            break s;
+        }
+        tries += 1;
+        assert!(tries < 600, "the agent did not exit within a minute of SIGTERM");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.success(), "the agent exits cleanly on SIGTERM: {status}");
+    let deltas = pinfleet::etcd::agent::deltas_after(&store, backup_rev).await.unwrap();
+    let reached = deltas.last().map_or(0, |d| d.to);
+    assert!(reached >= last, "the deltas reach revision {reached}, the writes before SIGTERM {last}: {deltas:?}");
+    use base64::Engine as _;
+    let late = deltas
+        .iter()
+        .flat_map(|d| &d.txns)
+        .flat_map(|t| &t.ops)
+        .filter(|o| {
+            let k = base64::engine::general_purpose::STANDARD.decode(&o.k).unwrap();
+            k.starts_with(b"/registry/configmaps/team/late") && o.v.is_some()
+        })
+        .count();
+    assert_eq!(late, 25, "every write before SIGTERM is in the stored deltas");
+    // The lock is given up at once (the next agent need not wait out the lease).
+    let prefix = format!("{}/", pinfleet::etcd::manifest::AGENTS_LOCK);
+    let held = c.get(prefix, Some(GetOptions::new().with_prefix().with_count_only())).await.unwrap().count();
+    assert_eq!(held, 0, "the agents' lock is given up");
 }

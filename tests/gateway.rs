@@ -3564,7 +3564,8 @@ async fn every_attack_at_once_leaves_an_honest_team_answered_within_the_stated_b
     // streams) and the sims beside the gateway.
     // Three listeners: the API in the clear and over TLS, and the alert receiver.
     let edge_bound = |l: pinfleet::edge::Limits| {
-        (l.connections * pinfleet::gateway::listen::PER_CONNECTION_BYTES + l.bodies_in_flight) as u64
+        (l.connections * pinfleet::gateway::listen::PER_CONNECTION_BYTES + l.bodies_in_flight + l.answers_in_flight)
+            as u64
     };
     // And the registry evidence being fetched: 8 checks × 4 layers × (16 KiB + 512 KiB).
     let evidence = 8 * 4 * (pinfleet::registry::SIGNATURE_MAX + pinfleet::registry::ATTESTATION_MAX);
@@ -4078,7 +4079,9 @@ async fn a_record_flood_and_an_alert_flood_during_a_delivery_keep_the_gateway_pr
     // The stated bound: the listener's connections and bodies in flight,
     // the registry evidence, every record of the two teams, a body placed.
     let limits = pinfleet::gateway::listen::Limits { connections, ..Default::default() };
-    let edge = (limits.connections * pinfleet::gateway::listen::PER_CONNECTION_BYTES + limits.bodies_in_flight) as u64;
+    let edge = (limits.connections * pinfleet::gateway::listen::PER_CONNECTION_BYTES
+        + limits.bodies_in_flight
+        + limits.answers_in_flight) as u64;
     let evidence = 8 * 4 * (pinfleet::registry::SIGNATURE_MAX + pinfleet::registry::ATTESTATION_MAX);
     let per_record = (records::SUBMISSION_SPEC_MAX + records::SUBMISSION_STATUS_MAX) as u64;
     let records_term = 2 * max_open as u64 * per_record;
@@ -4363,4 +4366,278 @@ async fn pings_keep_no_connection_open() {
     let ended = tokio::time::timeout(Duration::from_secs(20), closed).await;
     assert!(ended.is_ok(), "a connection of PINGs alone is closed at the idle timeout");
     println!("closed {:?} after its last request (idle 2 s)", started.elapsed());
+}
+
+// ---- accelerators: what a pod takes and where it can land -------------------
+
+fn ops() -> pinfleet::gateway::intake::Caller {
+    pinfleet::gateway::intake::Caller { user: "ops".into(), teams: vec![], admin: true, via: "test".into() }
+}
+
+/// A team's quota of `gpus` of one flavor (`gpu-a100`), 64 cpus and 512Gi.
+fn gpu_quota(flavor: &str, gpus: u64) -> Value {
+    let amount = json!({"cpu": "64", "memory": "512Gi", "pods": 100, flavor: gpus});
+    json!({"tiers": {"OnDemand": {"guaranteed": amount, "max": amount}}})
+}
+
+/// Refreshes the gateway's view of the members until `ready` holds of the fleet.
+async fn fleet_seen(gw: &Gateway, ready: impl Fn(&pinfleet::gateway::quota::Amount) -> bool) {
+    for _ in 0..50 {
+        gw.svc.refresh_members().await;
+        if ready(&gw.svc.fleet().await) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the fleet was not seen: {:?}", gw.svc.fleet().await);
+}
+
+/// A member of `nodes` A10G nodes of `cpu` cpus each (16Gi, one GPU), as
+/// a GPU group registers them: the product label and the device's taint.
+fn a10g_member(name: &str, nodes: u32, cpu: &str) -> Member {
+    let defs = (0..nodes)
+        .map(|i| {
+            let n = format!("{name}-node-{i}");
+            (
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"nvidia.com/gpu.product": "NVIDIA-A10G"}},
+                    "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}}),
+                json!({"cpu": cpu, "memory": "16Gi", "pods": "110", "nvidia.com/gpu": "1"}),
+            )
+        })
+        .collect();
+    gateway_support::member_of(name, defs, true)
+}
+
+/// The pods of `namespace` on a member, once `n` of them are there.
+async fn pods_on(m: &Member, namespace: &str, n: usize) -> Vec<Value> {
+    let k = pinfleet::kube::apply::connect(&m.kubeconfig).await.unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(k, namespace);
+    let mut listed = Vec::new();
+    for _ in 0..150 {
+        listed = pods
+            .list(&Default::default())
+            .await
+            .map(|l| l.items.iter().map(|p| serde_json::to_value(p).unwrap()).collect())
+            .unwrap_or_default();
+        if listed.len() >= n && listed.iter().all(|p| p.pointer("/spec/nodeName").is_some()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    listed
+}
+
+/// Issue: a training job's `count` was given to every container: one role
+/// `worker` × 2, one A100 each, two containers, was charged `gpu-a100 4`
+/// and each pod asked a GPU on each container. Devices are per worker pod.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_training_jobs_count_is_per_worker_pod_not_per_container() {
+    let host = KubeEnv::start();
+    let gpu = gateway_support::accelerated_member("gpu", "p4d.24xlarge", 1, true);
+    let ml = format!("{}-ml", host.namespace);
+    let gw = gateway(&host, &[&gpu], None, json!({ &ml: gpu_quota("gpu-a100", 8) })).await;
+    fleet_seen(&gw, |f| f.gpu_a100 == 8).await;
+    let mut w = training_of(&ml, "two", json!(1), 2);
+    w["spec"]["accelerators"]["product"] = json!("A100");
+    w["spec"]["template"]["spec"]["containers"] = json!([
+        {"name": "train", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+        {"name": "feed", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}
+    ]);
+    let (code, d) = gw.svc.submit(&ops(), "two", &w, None, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    assert!(d.demand.ends_with("gpu-a100 2"), "one device per worker pod: {}", d.demand);
+    gw.pass().await;
+    assert_eq!(gw.phase(&ml, "two").await, Phase::Placed);
+    let pods = pods_on(&gpu, &ml, 2).await;
+    assert_eq!(pods.len(), 2, "{pods:#?}");
+    for p in &pods {
+        assert_eq!(pinfleet::sim::objects::pod_extended(p), [1, 0], "one GPU a pod: {p:#}");
+        let second = p.pointer("/spec/containers/1/resources/limits").and_then(|l| l.get("nvidia.com/gpu"));
+        assert!(second.is_none(), "the device is on the first container only: {p:#}");
+    }
+}
+
+/// Issue: a worker of 1 A10G and 6 cpu was placed on a member whose A10G
+/// nodes have 4 cpu; the submission said Running while its pod was
+/// Pending ("Insufficient cpu"). A pod fits a node only when all it asks
+/// fits that node.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_is_placed_only_where_one_node_holds_its_cpu_beside_its_gpu() {
+    let host = KubeEnv::start();
+    let thin = a10g_member("thin", 2, "4");
+    let roomy = a10g_member("roomy", 1, "8");
+    let ml = format!("{}-ml", host.namespace);
+    let gw = gateway(&host, &[&thin, &roomy], None, json!({ &ml: gpu_quota("gpu-a10g", 4) })).await;
+    fleet_seen(&gw, |f| f.gpu_a10g == 3).await;
+    let worker = |name: &str, cpu: &str| {
+        json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestTrainingJob", "metadata": {"name": name},
+            "spec": {"owner": {"team": ml, "project": name}, "framework": "PyTorch", "runtime": no_sidecars(),
+                "accelerators": {"type": "nvidia.com/gpu", "count": 1, "product": "A10G"},
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "train", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": cpu, "memory": "4Gi"}}}]}},
+                "roles": [{"name": "worker", "replicas": 1}]}})
+    };
+    // No node anywhere holds 12 cpu beside an A10G: refused at the door,
+    // at the template that asks, though the fleet has 16 cpus and 3 A10Gs.
+    let (code, d) = gw.svc.submit(&ops(), "w12", &worker("w12", "12"), None, false).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    assert_eq!((d.problems[0].layer, d.problems[0].field.as_str()), ("capacity", "spec.template"), "{d:?}");
+    assert_eq!(
+        d.problems[0].message,
+        "a pod asks 12 cpu beside 1 nvidia.com/gpu A10G, more than any node with nvidia.com/gpu A10G offers (the largest, roomy-node-0 on member roomy, has 8): it can never be scheduled"
+    );
+    // 6 cpu beside an A10G: thin's total (8 cpus, 2 A10Gs) would hold it,
+    // none of its nodes does; placed on roomy, and its pod runs there.
+    let (code, d) = gw.svc.submit(&ops(), "w6", &worker("w6", "6"), None, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    gw.pass().await;
+    let st = gw.svc.find(&ml, "w6").await.unwrap().unwrap().status.unwrap_or_default();
+    assert_eq!(st.phase, Phase::Placed, "{st:?}");
+    assert_eq!(st.placement.iter().map(|p| p.cluster.as_str()).collect::<Vec<_>>(), ["roomy"]);
+    let pods = pods_on(&roomy, &ml, 1).await;
+    assert_eq!(
+        pods.iter().map(|p| p.pointer("/spec/nodeName").and_then(Value::as_str)).collect::<Vec<_>>(),
+        [Some("roomy-node-0")],
+        "{pods:#?}"
+    );
+    // A second: no node has 6 cpus left beside a GPU. It waits, saying
+    // which nodes lack what, rather than being written where it cannot run.
+    let (code, d) = gw.svc.submit(&ops(), "w6b", &worker("w6b", "6"), None, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    gw.pass().await;
+    let st = gw.svc.find(&ml, "w6b").await.unwrap().unwrap().status.unwrap_or_default();
+    assert_eq!(st.phase, Phase::Admitted, "{st:?}");
+    let why = st.message.unwrap_or_default();
+    assert!(why.contains("(thin: 1 pod of 6 cpu fit on no node (free per node: 4, 4))"), "{why}");
+}
+
+/// Issues: what is counted as one product and would run on another, or
+/// on no node, or on every GPU of a node, is refused at its field — two
+/// ORed terms of which one names no product, a product label no node
+/// carries, a device in pod-level resources, an env that chooses a node's
+/// devices, an override of a sidecar the kind does not have.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_would_be_counted_as_one_thing_and_run_as_another_is_refused_at_its_field() {
+    let host = KubeEnv::start();
+    let gpu = gateway_support::accelerated_member("gpu", "p4d.24xlarge", 1, true);
+    let ml = format!("{}-ml", host.namespace);
+    let gw = gateway(&host, &[&gpu], None, json!({ &ml: gpu_quota("gpu-a100", 8) })).await;
+    fleet_seen(&gw, |f| f.gpu_a100 == 8).await;
+    let one_gpu = || {
+        let mut w = service_of(&ml, "g", 1, "1");
+        w["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/gpu": 1});
+        w
+    };
+    let refused = |d: &service::Decision| (d.problems[0].field.clone(), d.problems[0].message.clone());
+    let terms =
+        "spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
+    let a100 = json!({"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-40GB"]});
+    let hostname = json!({"key": "kubernetes.io/hostname", "operator": "Exists"});
+    // [product In A100] OR [hostname Exists]: the second term reaches every node.
+    let mut w = one_gpu();
+    w["spec"]["template"]["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [a100.clone()]}, {"matchExpressions": [hostname.clone()]}]}}});
+    let (code, d) = gw.svc.submit(&ops(), "spans", &w, None, true).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    let (field, message) = refused(&d);
+    assert_eq!(field, format!("{terms}[1]"), "{d:?}");
+    assert!(message.contains("reaches nodes of every GPU product"), "{message}");
+    // The product in every term: counted and held to it.
+    w["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"][1]["matchExpressions"] = json!([hostname, a100]);
+    let (code, d) = gw.svc.submit(&ops(), "held", &w, None, true).await.unwrap();
+    assert_eq!(code, 200, "{d:?}");
+    assert!(d.demand.ends_with("gpu-a100 1"), "{}", d.demand);
+    // A product label no node carries.
+    let mut w = one_gpu();
+    w["spec"]["template"]["spec"]["nodeSelector"] = json!({"nvidia.com/gpu.product": "A100"});
+    let (code, d) = gw.svc.submit(&ops(), "alias", &w, None, true).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    let (field, message) = refused(&d);
+    assert_eq!(field, "spec.template.spec.nodeSelector[nvidia.com/gpu.product]");
+    assert!(message.contains("no node carries") && message.contains("NVIDIA-A100-SXM4-40GB (A100)"), "{message}");
+    // A device in pod-level resources.
+    let mut w = service_of(&ml, "g", 1, "1");
+    w["spec"]["template"]["spec"]["resources"] = json!({"limits": {"nvidia.com/gpu": 1}});
+    let (code, d) = gw.svc.submit(&ops(), "podlevel", &w, None, true).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    assert_eq!(refused(&d).0, "spec.template.spec.resources.limits[nvidia.com/gpu]");
+    // Every GPU of the node through the runtime's env.
+    let mut w = service_of(&ml, "g", 1, "1");
+    w["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]);
+    let (code, d) = gw.svc.submit(&ops(), "env", &w, None, true).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    assert_eq!(refused(&d).0, "spec.template.spec.containers[0].env[0]");
+    // A batch kind's traffic override: it has no traffic sidecar.
+    let mut w = jobset_of(&ml, "b", "OnDemand", 2, "1", 10);
+    w["spec"]["runtime"]["overrides"] = json!({"traffic": {"limits": {"nvidia.com/gpu": 1}}});
+    let (code, d) = gw.svc.submit(&ops(), "traffic", &w, None, true).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    assert_eq!(refused(&d).0, "spec.runtime.overrides[traffic]");
+    // An override of a sidecar turned off reaches no pod: counted no GPU,
+    // and not held to GPU nodes (it runs where work without GPUs runs).
+    let mut w = service_of(&ml, "g", 1, "1");
+    w["spec"]["runtime"]["overrides"] = json!({"logging": {"limits": {"nvidia.com/gpu": 1}}});
+    let (code, d) = gw.svc.submit(&ops(), "off", &w, None, true).await.unwrap();
+    assert_eq!(code, 200, "{d:?}");
+    assert!(!d.demand.contains("gpu"), "{}", d.demand);
+}
+
+/// Issue: a gang past the whole fleet was refused at no field
+/// (`"field": ""`): the count that asks too much is named.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gang_past_the_whole_fleet_is_refused_at_the_count_that_asks_too_much() {
+    let host = KubeEnv::start();
+    let east = member("east", 1, "4", false);
+    let team = host.namespace.clone();
+    let gw = gateway(&host, &[&east], None, json!({ &team: {"tiers": {"OnDemand": q("100", "100")}} })).await;
+    fleet_seen(&gw, |f| f.cpu == 4000).await;
+    let w = json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestTrainingJob", "metadata": {"name": "wide"},
+        "spec": {"owner": {"team": team, "project": "wide"}, "framework": "PyTorch", "runtime": no_sidecars(),
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "train", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": "1", "memory": "256Mi"}}}]}},
+            "roles": [{"name": "master", "replicas": 1}, {"name": "worker", "replicas": 10}]}});
+    let (code, d) = gw.svc.submit(&ops(), "wide", &w, None, true).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    assert_eq!((d.problems[0].layer, d.problems[0].field.as_str()), ("capacity", "spec.roles[1].replicas"), "{d:?}");
+    assert_eq!(d.problems[0].message, "asks 11 cpu, more than the whole fleet's 4: it can never be admitted");
+}
+
+/// Issue: a pod of 6 GPUs run around the gateway in a team's namespace
+/// showed as drift of cpu, memory and a pod, no GPU. Its devices count,
+/// as the product of the node it runs on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gpu_pod_run_around_the_gateway_is_drift_of_its_nodes_product() {
+    let host = KubeEnv::start();
+    let gpu = gateway_support::accelerated_member("gpu", "p4d.24xlarge", 1, true);
+    let ml = format!("{}-ml", host.namespace);
+    let gw = gateway(&host, &[&gpu], None, json!({ &ml: gpu_quota("gpu-a100", 8) })).await;
+    fleet_seen(&gw, |f| f.gpu_a100 == 8).await;
+    let k = pinfleet::kube::apply::connect(&gpu.kubeconfig).await.unwrap();
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(k.clone());
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ml}});
+    nss.patch(&ml, &PatchParams::apply("test").force(), &Patch::Apply(&ns)).await.unwrap();
+    // No product selected: it runs wherever the scheduler puts it.
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "around", "namespace": ml},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "6"}}}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}});
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(k, &ml);
+    pods.create(&Default::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+    let mut drift = pinfleet::gateway::quota::Amount::default();
+    for _ in 0..40 {
+        gw.pass().await;
+        drift = gw.svc.drift(&ml).await;
+        if drift.gpu_a100 > 0 {
+            break;
+        }
+    }
+    assert_eq!((drift.gpu_a100, drift.cpu, drift.pods), (6, 2000, 1), "{drift:?}");
+    // And it counts against the team: 4 more A100s (6 + 4 > 8) wait.
+    let (code, d) = gw.svc.submit(&ops(), "four", &training_of(&ml, "four", json!(4), 1), None, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    for _ in 0..3 {
+        gw.pass().await;
+    }
+    assert_eq!(gw.phase(&ml, "four").await, Phase::Queued, "admitted past what runs around the gateway");
 }

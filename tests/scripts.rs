@@ -51,7 +51,8 @@ fn waiting_on(pid: u32, cmdline: &str) {
 
 fn run(mode: &str) -> (Vec<u32>, Option<i32>) {
     let home = tempfile::tempdir().unwrap();
-    let mut child = Command::new("bash")
+    let mut child = Command::new("bash");
+    child
         .args(["-c", SCRIPT])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("MODE", mode)
@@ -60,9 +61,18 @@ fn run(mode: &str) -> (Vec<u32>, Option<i32>) {
         .stderr(Stdio::null())
         // Its own process group, as a terminal's foreground job: Ctrl-C
         // goes to the whole group.
-        .process_group(0)
-        .spawn()
-        .unwrap();
+        .process_group(0);
+    // A terminal's job takes Ctrl-C: whoever started this test may have
+    // started it in the background, where SIGINT is ignored, and an ignored
+    // signal stays ignored across exec (a shell cannot even trap it).
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        child.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = child.spawn().unwrap();
     let mut pids = Vec::new();
     for line in BufReader::new(child.stdout.take().unwrap()).lines() {
         let line = line.unwrap();

@@ -284,6 +284,12 @@ pub async fn run_elected<F, Fut>(
         };
         let won = match round {
             Some(Round::Held) => {
+                let took = started.elapsed();
+                if took > lock.renew_every {
+                    tracing::warn!(?took, "leader election: a renewal took longer than the renewal period (a slow API server)");
+                } else {
+                    tracing::debug!(?took, "leader election: renewed");
+                }
                 renewed = Some(started);
                 true
             }

@@ -2,7 +2,9 @@
 //! snapshot exactly as etcd streamed it, its sha256 trailer included),
 //! `manifest.json` written only after the snapshot's upload completed and
 //! its checksum held, and `verdict.json` once a restore proved it (or did
-//! not). A folder without a manifest is no backup. Deltas (what changed
+//! not). Under Object Lock all three are locked alike. A snapshot without
+//! its manifest (lost, or never written) is still a backup, its facts read
+//! from the snapshot itself ([`MANIFEST_LOST`]). Deltas (what changed
 //! after a snapshot, from a watch) live under `etcd/deltas/`, one object per
 //! flush, named by the revisions they span so that a listing sorts them.
 
@@ -53,6 +55,53 @@ impl Cut {
     }
 }
 
+/// What each restore's bump did (one object per bump, written once the
+/// store is compacted): the revision the restored timeline begins at and
+/// when, so that a later restore reckons the writes since from the end of
+/// this bump rather than from its cut, recorded before the bump began.
+pub const BUMPS: &str = "etcd/bumps/";
+
+pub fn bump_key(name: &str) -> String {
+    format!("{BUMPS}{name}.json")
+}
+
+/// A restore's bump, done.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bumped {
+    /// The backup restored.
+    pub backup: String,
+    /// When the store was compacted.
+    pub at: DateTime<Utc>,
+    /// The revision the store was compacted at: a watch from any revision
+    /// before it is told it was compacted.
+    pub revision: i64,
+    /// The store's revision before the writes (after the replay, and past
+    /// what etcdutl added).
+    pub from: i64,
+    /// What etcdutl's `--bump-revision` added as it restored the members
+    /// (0: not used).
+    #[serde(default)]
+    pub etcdutl: i64,
+    /// Writes of the throwaway key.
+    pub writes: i64,
+    /// The bump's time: the records read, the writes, the compaction.
+    pub seconds: f64,
+    /// Why no client can have seen a revision as high, in a sentence.
+    pub why: String,
+}
+
+impl Bumped {
+    /// The bump's size in words: the revisions it added, and how.
+    pub fn size(&self) -> String {
+        let added = self.revision.saturating_sub(self.from).saturating_add(self.etcdutl);
+        match self.etcdutl {
+            0 => format!("+{added} revisions: {} writes", self.writes),
+            e => format!("+{added} revisions: {e} by etcdutl, {} writes", self.writes),
+        }
+    }
+}
+
 pub fn snapshot_key(id: &str) -> String {
     format!("{BACKUPS}{id}/snapshot.db")
 }
@@ -76,6 +125,14 @@ pub fn trouble_key(host: &str) -> String {
 /// A backup's name: when and at which revision (sorts by time).
 pub fn backup_id(taken_at: DateTime<Utc>, revision: i64) -> String {
     format!("{}-r{revision}", taken_at.format("%Y%m%dT%H%M%SZ"))
+}
+
+/// When and at which revision a backup's name says it was taken (the
+/// facts a snapshot whose manifest is lost still has from its key).
+pub fn parse_backup_id(id: &str) -> Option<(DateTime<Utc>, i64)> {
+    let (at, rev) = id.rsplit_once("-r")?;
+    let taken_at = chrono::NaiveDateTime::parse_from_str(at, "%Y%m%dT%H%M%SZ").ok()?.and_utc();
+    Some((taken_at, rev.parse().ok()?))
 }
 
 /// The id in a key under [`BACKUPS`] (`etcd/backups/<id>/…`).
@@ -150,6 +207,11 @@ pub struct Verdict {
     pub etcd_version: String,
 }
 
+/// What a listing says of a snapshot whose manifest is gone (an intruder
+/// deleted its versions, or the agent died between the two writes): the
+/// backup is still there, its facts read from the snapshot itself.
+pub const MANIFEST_LOST: &str = "manifest lost: facts read from the snapshot";
+
 /// A backup with its verdict, as listed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -157,6 +219,12 @@ pub struct Backup {
     pub manifest: Manifest,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
+    /// Set when the manifest is not the one the agent wrote but rebuilt
+    /// from the snapshot ([`MANIFEST_LOST`], and what could not be read):
+    /// who took it, from which member and under which Kubernetes are not
+    /// known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered: Option<String>,
 }
 
 impl Backup {
@@ -271,5 +339,8 @@ mod tests {
         assert_eq!(id_of(&manifest_key(&id)), Some(id.as_str()));
         assert_eq!(delta_span(&delta_key(7, 1200)), Some((7, 1200)));
         assert!(delta_key(9, 10) < delta_key(10, 11), "deltas sort by revision");
+        assert_eq!(parse_backup_id(&id), Some((t, 42)));
+        assert_eq!(parse_backup_id("20261127T160005Z-rx"), None);
+        assert_eq!(parse_backup_id("not-a-backup"), None);
     }
 }

@@ -16,6 +16,8 @@
 //! agent ── etcd gRPC ──▶ snapshot stream ──▶ state::blob upload ──▶ manifest
 //!   └──── watch ──▶ deltas (every deltaInterval) ──▶ state store
 //! verify ── download ──▶ scratch (etcdutl restore + etcd on loopback) ──▶ verdict
+//! plan (a restore here): every check first, the snapshot's checksum among
+//!          them, no machine touched ──▶ the phases, printed, then run in order:
 //! restore ── etcdutl per member (new token) ──▶ members start ──▶ deltas replayed
 //!          ──▶ revision bumped past any client's ──▶ compacted (watches relist)
 //! order (members on separate machines): the command writes an order into
@@ -31,6 +33,7 @@ pub mod conn;
 pub mod manifest;
 pub mod metrics;
 pub mod order;
+pub mod plan;
 pub mod policy;
 pub mod restore;
 pub mod scratch;

@@ -21,6 +21,13 @@
 //! pinfleet etcd restore ◀── every report (each member's phases, the RTO)
 //! ```
 //!
+//! Where a machine's etcdutl can (etcd 3.5.8 and later), its member is
+//! restored with the revision already bumped (`--bump-revision`, marked
+//! compacted), by an amount every machine reckons alike from the order
+//! and the records made before it ([`Order::lost`]); the command goes only
+//! if every member was restored alike ([`unlike`]), and the finisher's bump
+//! then writes only what that fell short.
+//!
 //! The command writes only the order and its decision; an agent writes only
 //! its own reports (its role may put, never delete). An agent takes an
 //! order up once: a marker in its data folder, written (and synced) before
@@ -97,6 +104,18 @@ pub struct Order {
 }
 
 impl Order {
+    /// The lost store as the command found it when it issued the order:
+    /// what the bump is reckoned from (by each machine as it restores its
+    /// member, and by the finisher).
+    pub fn lost(&self) -> restore::Lost {
+        restore::Lost {
+            backup: self.backup.clone(),
+            snapshot: self.revision,
+            seen: self.seen.clone(),
+            began: self.issued_at,
+            delta_interval: Duration::from_secs(self.delta_interval_seconds.max(1)),
+        }
+    }
     pub fn initial_cluster(&self) -> String {
         self.members.iter().map(|m| format!("{}={}", m.name, m.peer_url)).collect::<Vec<_>>().join(",")
     }
@@ -126,6 +145,10 @@ pub struct Report {
     /// Where the member's old data was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept: Option<String>,
+    /// Prepared: what etcdutl's `--bump-revision` added to the member's
+    /// revision as it restored it (None: not bumped there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcdutl_bump: Option<i64>,
 }
 
 /// The command's word once every member reported `prepared`.
@@ -147,6 +170,10 @@ pub struct Finished {
     pub error: Option<String>,
     pub phases: Vec<(String, f64)>,
     pub revision: i64,
+    /// Why the revision bumped to passes every one a client can have
+    /// seen, in a sentence ([`super::policy::bump_to`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bump_why: Option<String>,
 }
 
 /// The order's members: `--member NAME=PEER_URL` flags if given, else the
@@ -201,6 +228,7 @@ fn report(me: &Target, phases: &Phases, r: &Result<()>, kept: Option<String>) ->
         error: r.as_ref().err().map(|e| format!("{e:#}")),
         phases: phases_of(phases),
         kept,
+        etcdutl_bump: None,
     }
 }
 
@@ -407,6 +435,7 @@ async fn prepare_here(
     undo: &dyn Fn() -> Result<()>,
 ) -> Result<bool> {
     let mut phases = Phases::default();
+    let mut bumped = None;
     let prepared: Result<()> = async {
         let bins = bins.context("this machine has no etcd binaries (etcdutl) to restore with")?;
         let t = Instant::now();
@@ -430,18 +459,63 @@ async fn prepare_here(
             phases.time("snapshot downloaded and checked", t, ());
         }
         let t = Instant::now();
-        let made = fetched.and_then(|()| restore::prepare(bins, &file, me, &o.initial_cluster(), &o.token, &o.id));
+        let made = match fetched {
+            Ok(()) => match etcdutl_bump_here(store, bins, o).await {
+                Ok(by) => restore::prepare(bins, &file, me, &o.initial_cluster(), &o.token, &o.id, by).map(|_| by),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
         let _ = std::fs::remove_file(&file);
-        made?;
-        phases.time("restored beside the data (etcdutl)", t, ());
+        bumped = made?;
+        let done = match bumped {
+            Some(by) => format!("restored beside the data (etcdutl; the revision bumped by {by}, marked compacted)"),
+            None => "restored beside the data (etcdutl)".to_string(),
+        };
+        phases.time(&done, t, ());
         Ok(())
     }
     .await;
     if prepared.is_err() {
         undo()?;
     }
-    store.put_json(&report_key(&o.id, &me.name, "prepared"), &report(me, &phases, &prepared, None)).await?;
+    let mut said = report(me, &phases, &prepared, None);
+    said.etcdutl_bump = bumped;
+    store.put_json(&report_key(&o.id, &me.name, "prepared"), &said).await?;
     Ok(prepared.is_ok())
+}
+
+/// What etcdutl's `--bump-revision` adds as this machine restores its
+/// member: None where the order asks for no bump or this machine's
+/// etcdutl cannot; otherwise the amount every machine reckons alike, as of
+/// the order's issue, from the order and the records made before it.
+async fn etcdutl_bump_here(store: &Store, bins: &Binaries, o: &Order) -> Result<Option<i64>> {
+    if !o.bump {
+        return Ok(None);
+    }
+    Ok(restore::etcdutl_bump(store, bins, &o.lost()).await?.map(|e| e.amount))
+}
+
+/// Whether the members were prepared alike (each member and what its
+/// etcdutl added to the revision): one bumped and one not, or by another
+/// amount, would make a cluster whose members disagree on every revision.
+/// Why not, if not.
+pub fn unlike(bumps: &[(String, Option<i64>)]) -> Option<String> {
+    let (_, first) = bumps.first()?;
+    if bumps.iter().all(|(_, b)| b == first) {
+        return None;
+    }
+    let each: Vec<String> = bumps
+        .iter()
+        .map(|(m, b)| match b {
+            Some(by) => format!("{m}'s etcdutl bumped the revision by {by}"),
+            None => format!("{m}'s did not bump it"),
+        })
+        .collect();
+    Some(format!(
+        "the members were not restored alike ({}): their machines' etcd builds differ (etcdutl's --bump-revision is etcd 3.5.8's and later's); give every control-plane machine the same etcd build",
+        each.join(", ")
+    ))
 }
 
 /// Step 2, the decision: go, or everything back as it was; on go the data
@@ -561,6 +635,7 @@ async fn finish_here(store: &Store, me: &Target, etcd: &EtcdArgs, o: &Order) -> 
 pub async fn finish(store: &Store, etcd: &EtcdArgs, o: &Order) -> Finished {
     let mut phases = Phases::default();
     let mut revision = 0;
+    let mut bump_why = None;
     let r: Result<()> = async {
         let t = Instant::now();
         let deadline = Instant::now() + DECISION_WAIT;
@@ -606,12 +681,13 @@ pub async fn finish(store: &Store, etcd: &EtcdArgs, o: &Order) -> Finished {
         phases.time(&format!("{} transaction(s) of deltas replayed (revision {})", r.applied, r.reached), t, ());
         if o.bump {
             let t = Instant::now();
-            let interval = Duration::from_secs(o.delta_interval_seconds.max(1));
-            let to = super::policy::bump_to(r.revision, o.seen.as_ref(), interval, Utc::now());
-            // The cut first: a finisher that dies in the bump has recorded it.
-            restore::record_cut(store, &o.backup, r.reached, to).await?;
-            revision = restore::bump_and_compact(&client, to).await?;
-            phases.time(&format!("revision bumped to {revision} and compacted there (watches relist)"), t, ());
+            let etcdutl = etcdutl_bumped(store, o).await?;
+            // Records the cut before it bumps: a finisher that dies in the bump has recorded it.
+            let b = restore::bump_past_records(store, &client, &o.lost(), r, etcdutl).await?;
+            revision = b.revision;
+            bump_why = Some(b.why.clone());
+            let done = format!("revision bumped to {revision} ({}) and compacted there (watches relist)", b.size());
+            phases.time(&done, t, ());
         }
         Ok(())
     }
@@ -622,7 +698,23 @@ pub async fn finish(store: &Store, etcd: &EtcdArgs, o: &Order) -> Finished {
         error: r.err().map(|e| format!("{e:#}")),
         phases: phases_of(&phases),
         revision,
+        bump_why,
     }
+}
+
+/// What etcdutl added to the revision as the members were restored (0:
+/// nothing), as their prepared reports say; an error if they differ (an
+/// order the command let go without asking, [`unlike`]).
+async fn etcdutl_bumped(store: &Store, o: &Order) -> Result<i64> {
+    let mut bumps = Vec::new();
+    for m in &o.members {
+        let p = store.get_json::<Report>(&report_key(&o.id, &m.name, "prepared")).await?;
+        bumps.push((m.name.clone(), p.and_then(|p| p.etcdutl_bump)));
+    }
+    if let Some(why) = unlike(&bumps) {
+        bail!("{why}: the store is not bumped, its API servers stay stopped");
+    }
+    Ok(bumps.first().and_then(|(_, b)| *b).unwrap_or(0))
 }
 
 /// What the command is told as the reports come.
@@ -668,8 +760,12 @@ async fn gather(
 /// the decision (go, or abort so that every member starts as it was), then
 /// every member restored and the finisher's end, each step within `step`.
 pub async fn conduct(store: &Store, o: &Order, step: Duration, on: &mut dyn FnMut(Heard)) -> Result<Finished> {
-    let (missing, failed) =
-        gather(store, o, "prepared", Instant::now() + step, &mut |m, r| on(Heard::Prepared(m, r))).await?;
+    let mut bumps = Vec::new();
+    let (missing, failed) = gather(store, o, "prepared", Instant::now() + step, &mut |m, r| {
+        bumps.push((m.to_string(), r.etcdutl_bump));
+        on(Heard::Prepared(m, r))
+    })
+    .await?;
     let abort = match (failed, missing.is_empty()) {
         (Some(why), _) => Some(why),
         (None, false) => Some(format!(
@@ -677,7 +773,7 @@ pub async fn conduct(store: &Store, o: &Order, step: Duration, on: &mut dyn FnMu
             missing.join(", "),
             humantime::format_duration(step)
         )),
-        (None, true) => None,
+        (None, true) => unlike(&bumps),
     };
     let d = Decision {
         go: abort.is_none(),
@@ -748,8 +844,15 @@ mod tests {
 
     #[test]
     fn an_agent_restarted_part_way_resumes_where_its_reports_left_it() {
-        let said =
-            |ok: bool| Report { member: "a".into(), at: Utc::now(), ok, error: None, phases: vec![], kept: None };
+        let said = |ok: bool| Report {
+            member: "a".into(),
+            at: Utc::now(),
+            ok,
+            error: None,
+            phases: vec![],
+            kept: None,
+            etcdutl_bump: None,
+        };
         let (ok, failed) = (said(true), said(false));
         // Died while preparing: again, unless decided without it or stale.
         assert_eq!(resume_at(None, None, false, true), Step::Prepare);
@@ -818,6 +921,36 @@ mod tests {
         std::fs::write(dir.path().join("file"), "").unwrap();
         let e = format!("{:#}", restore::hold_member(&blocked).unwrap_err());
         assert!(e.contains("file"), "{e}");
+    }
+
+    #[test]
+    fn the_command_goes_only_if_every_member_was_restored_alike() {
+        let each = |bumps: &[(&str, Option<i64>)]| -> Vec<(String, Option<i64>)> {
+            bumps.iter().map(|(m, b)| (m.to_string(), *b)).collect()
+        };
+        let by = Some(1_000_510_940);
+        for (bumps, alike) in [
+            (each(&[]), true),
+            (each(&[("a", None), ("b", None), ("c", None)]), true),
+            (each(&[("a", by), ("b", by), ("c", by)]), true),
+            // One machine's etcd build older than the others'.
+            (each(&[("a", by), ("b", None), ("c", by)]), false),
+            // Reckoned apart (records read differently).
+            (each(&[("a", by), ("b", Some(1_000_000_000))]), false),
+        ] {
+            let said = unlike(&bumps);
+            assert_eq!(said.is_none(), alike, "{bumps:?}: {said:?}");
+            if let Some(why) = said {
+                assert!(
+                    why.contains("a's etcdutl bumped the revision by 1000510940") && why.contains("etcd build"),
+                    "{why}"
+                );
+            }
+        }
+        // Every machine reckons the amount from the order alone, as of its issue.
+        let o = order(Utc::now());
+        let lost = o.lost();
+        assert_eq!((lost.began, lost.snapshot, lost.delta_interval), (o.issued_at, 7, Duration::from_secs(30)));
     }
 
     #[test]

@@ -167,7 +167,8 @@ pub async fn choose(req: &Request<'_>) -> Result<Chosen> {
             req.cluster
         );
     }
-    let mut deltas = if req.no_deltas { Vec::new() } else { agent::deltas_after(req.store, b.manifest.revision).await? };
+    let mut deltas =
+        if req.no_deltas { Vec::new() } else { agent::deltas_after(req.store, b.manifest.revision).await? };
     if let Some(u) = req.until {
         deltas.retain(|d| d.from <= u);
     }
@@ -213,6 +214,19 @@ pub async fn check(req: &Request<'_>, here: Here<'_>) -> Result<Checked> {
         chosen.notes.push(format!("etcd answers at {endpoint}; restoring anyway (--force)"));
     }
     let bins = Binaries::find().context("restoring needs etcd's binaries (etcdutl) in PINFLEET_ETCD_DIR or on PATH")?;
+    // What the lost timeline may have reached, read before anything moves:
+    // the bump passes it (by etcdutl's own bump where it has one).
+    let lost = restore::Lost {
+        backup: chosen.backup.manifest.id.clone(),
+        snapshot: chosen.backup.restored_revision(),
+        seen: chosen.seen.clone(),
+        began: chosen.at,
+        delta_interval: here.delta_interval,
+    };
+    let etcdutl = if here.no_bump { None } else { restore::etcdutl_bump(req.store, &bins, &lost).await? };
+    if let Some(e) = &etcdutl {
+        chosen.notes.push(format!("etcdutl bumps each member's revision by {} as it restores: {}", e.amount, e.why));
+    }
     let mut times = Phases::default();
     times.time("checks", t, ());
     let t = Instant::now();
@@ -229,7 +243,8 @@ pub async fn check(req: &Request<'_>, here: Here<'_>) -> Result<Checked> {
         until: req.until,
         no_bump: here.no_bump,
         start_timeout: here.start_timeout,
-        delta_interval: here.delta_interval,
+        lost,
+        etcdutl,
         times,
     })
 }
@@ -422,7 +437,10 @@ pub struct Checked {
     until: Option<i64>,
     no_bump: bool,
     start_timeout: Duration,
-    delta_interval: Duration,
+    /// What the lost timeline may have reached (the bump passes it).
+    lost: restore::Lost,
+    /// etcdutl's own bump, where the cluster's etcdutl has one.
+    etcdutl: Option<policy::EtcdutlBump>,
     /// The checks' times.
     times: Phases,
 }
@@ -480,7 +498,7 @@ impl Checked {
             let t = Instant::now();
             let done = match self.step(&phase, &mut u, on).await {
                 Ok(done) => done,
-                Err(e) => return Err(e.context(self.left(&phase, &u))),
+                Err(e) => return Err(e.context(self.failed(&phase, &u))),
             };
             on(Progress::Done(&done, t.elapsed()));
             phases.time(&done, t, ());
@@ -498,7 +516,8 @@ impl Checked {
                 Ok("control plane stopped (static pods moved out)".to_string())
             }
             Phase::RestoreFolders { members, token } => {
-                let prepared = restore::prepare_members(&self.bins, &self.snapshot.0, &self.members, token)?;
+                let bump = self.etcdutl.as_ref().map(|e| e.amount);
+                let prepared = restore::prepare_members(&self.bins, &self.snapshot.0, &self.members, token, bump)?;
                 u.swapping = true;
                 for kept in prepared.swap_all()? {
                     on(Progress::Kept(&kept));
@@ -523,10 +542,14 @@ impl Checked {
             Phase::BumpAndCompact => {
                 let client = u.client.as_ref().context("the restored members were not awaited")?;
                 let r = u.replayed.context("the deltas were not replayed")?;
-                let to = policy::bump_to(r.revision, self.chosen.seen.as_ref(), self.delta_interval, Utc::now());
-                restore::record_cut(&self.store, &self.chosen.backup.manifest.id, r.reached, to).await?;
-                let at = restore::bump_and_compact(client, to).await?;
-                Ok(format!("revision bumped to {at} and compacted there (watches relist)"))
+                let etcdutl = self.etcdutl.as_ref().map_or(0, |e| e.amount);
+                let b = restore::bump_past_records(&self.store, client, &self.lost, r, etcdutl).await?;
+                Ok(format!(
+                    "revision bumped to {} ({}) and compacted there (watches relist): {}",
+                    b.revision,
+                    b.size(),
+                    b.why
+                ))
             }
             Phase::StartApiServers(_) => {
                 for (m, dir) in self.with_pods() {
@@ -558,14 +581,17 @@ impl Checked {
         self.members.iter().filter_map(|m| m.manifests_dir.as_deref().map(|d| (m, d)))
     }
 
-    /// The state the machines are left in when `phase` failed (putting the
-    /// static pods back where no member's data was touched yet).
-    fn left(&self, phase: &Phase, u: &Underway) -> String {
+    /// After `phase` failed: the static pods put back where no member's
+    /// data was touched yet, and the state the machines are left in, in words.
+    fn failed(&self, phase: &Phase, u: &Underway) -> String {
         let aside: Vec<String> =
             self.with_pods().map(|(m, dir)| restore::set_aside(dir, &m.name).display().to_string()).collect();
-        let parked = |what: &str| match aside.is_empty() {
-            true => String::new(),
-            false => format!("; {what} (their manifests are in {})", aside.join(", ")),
+        let parked = |what: &str| {
+            if aside.is_empty() {
+                String::new()
+            } else {
+                format!("; {what} (their manifests are in {})", aside.join(", "))
+            }
         };
         let old = "(each member's old data kept beside it, member.before-restore-…)";
         match phase {
@@ -608,5 +634,54 @@ impl Checked {
             restore::start_static_pods(dir, &m.name)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(name: &str, data_dir: PathBuf, manifests_dir: Option<PathBuf>) -> Target {
+        Target { name: name.into(), peer_url: "http://127.0.0.1:2380".into(), data_dir, manifests_dir }
+    }
+
+    #[test]
+    fn members_that_cannot_be_restored_are_refused_and_nothing_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let pods = dir.path().join("manifests");
+        std::fs::create_dir_all(&pods).unwrap();
+        std::fs::write(pods.join(restore::API_SERVER_POD), "kind: Pod\n").unwrap();
+        let data = dir.path().join("etcd");
+        let cases: Vec<(Vec<Target>, &str)> = vec![
+            (vec![], "no member to restore"),
+            (vec![member("a", data.clone(), None), member("a", dir.path().join("other"), None)], "named twice"),
+            (vec![member("a", data.clone(), None), member("b", data.clone(), None)], "share the data folder"),
+            (vec![member("a", dir.path().join("missing/etcd"), None)], "does not exist (is DATA_DIR right?)"),
+            (vec![member("a", data.clone(), Some(dir.path().join("nowhere")))], "the static-pod folder"),
+            (vec![member("a", data.clone(), Some(pods.clone()))], "holds no etcd.yaml"),
+        ];
+        for (members, why) in cases {
+            let e = format!("{:#}", members_usable(&members).unwrap_err());
+            assert!(e.contains(why), "{why}: {e}");
+        }
+        // etcd's manifest set aside by an earlier restore that stopped
+        // part-way counts: a restore run again takes it from there.
+        let aside = restore::set_aside(&pods, "a");
+        std::fs::create_dir_all(&aside).unwrap();
+        std::fs::write(aside.join(restore::ETCD_POD), "kind: Pod\n").unwrap();
+        members_usable(&[member("a", data.clone(), Some(pods.clone()))]).unwrap();
+        assert!(!data.exists(), "checking makes no data folder (nor a lock in it)");
+        assert!(pods.join(restore::API_SERVER_POD).is_file() && aside.join(restore::ETCD_POD).is_file());
+    }
+
+    #[test]
+    fn a_member_another_process_restores_is_refused_before_anything_is_touched() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = member("a", dir.path().join("etcd"), None);
+        let held = restore::hold_member(&me).unwrap().expect("nobody holds it yet");
+        let e = format!("{:#}", members_usable(std::slice::from_ref(&me)).unwrap_err());
+        assert!(e.contains("another process restores it now") && e.contains(UNTOUCHED), "{e}");
+        drop(held);
+        members_usable(std::slice::from_ref(&me)).unwrap();
     }
 }

@@ -6,17 +6,29 @@
 //! client has seen, and the store is compacted there so that every watch
 //! and informer relists instead of trusting its cache. Each phase's time is
 //! kept: the RTO.
+//!
+//! The bump passes every revision the state store recorded of any timeline
+//! (backups, deltas, the agents' word, every earlier restore's cut and
+//! bump) plus the most writes the store could have taken since the newest
+//! ([`policy::bump_to`]). Where the machine's `etcdutl` has `snapshot
+//! restore --bump-revision --mark-compacted` (etcd 3.5.8 and later) each
+//! member is restored already bumped far past that ([`etcdutl_bump`]),
+//! at no cost; otherwise the bump writes a throwaway key until it gets
+//! there.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use base64::Engine as _;
+use chrono::{DateTime, Utc};
 use etcd_client::{Client, CompactionOptions, GetOptions, Txn, TxnOp};
-use futures::StreamExt as _;
+use futures::TryStreamExt as _;
 
-use super::manifest::Delta;
+use super::manifest::{self, Delta, Seen};
+use super::policy::{self, Record};
 use super::scratch::Binaries;
+use crate::state::Store;
 
 /// One member to restore: its name, peer URL and data folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,10 +118,11 @@ pub fn hold_member(me: &Target) -> Result<Option<std::fs::File>> {
 }
 
 /// Restores every target's data folder from `snapshot` (a new cluster:
-/// `token`): every member [`prepare`]d first (nothing live is touched
-/// until all are), then each [`swap_in`]; the old contents kept aside.
+/// `token`, the revision as the snapshot has it): every member
+/// [`prepare`]d first (nothing live is touched until all are), then each
+/// [`swap_in`]; the old contents kept aside.
 pub fn restore_members(bins: &Binaries, snapshot: &Path, targets: &[Target], token: &str) -> Result<Vec<PathBuf>> {
-    prepare_members(bins, snapshot, targets, token)?.swap_all()
+    prepare_members(bins, snapshot, targets, token, None)?.swap_all()
 }
 
 /// Every target's member restored beside its data, each member's lock
@@ -122,9 +135,16 @@ pub struct Prepared {
 }
 
 /// The first half of [`restore_members`]: each member's lock taken and its
-/// member [`prepare`]d beside its data. On an error every prepared folder
-/// is removed again and no member's data has been touched.
-pub fn prepare_members(bins: &Binaries, snapshot: &Path, targets: &[Target], token: &str) -> Result<Prepared> {
+/// member [`prepare`]d beside its data, every one with the same
+/// `etcdutl_bump` (see [`prepare`]). On an error every prepared folder is
+/// removed again and no member's data has been touched.
+pub fn prepare_members(
+    bins: &Binaries,
+    snapshot: &Path,
+    targets: &[Target],
+    token: &str,
+    etcdutl_bump: Option<i64>,
+) -> Result<Prepared> {
     if targets.is_empty() {
         bail!("no member to restore");
     }
@@ -144,7 +164,7 @@ pub fn prepare_members(bins: &Binaries, snapshot: &Path, targets: &[Target], tok
     let tag = stamp();
     let mut fresh = Vec::new();
     for t in targets {
-        match prepare(bins, snapshot, t, &cluster, token, &tag) {
+        match prepare(bins, snapshot, t, &cluster, token, &tag, etcdutl_bump) {
             Ok(f) => fresh.push(f),
             Err(e) => {
                 for f in &fresh {
@@ -177,7 +197,10 @@ fn stamp() -> String {
 /// The first, reversible step: etcdutl restores `snapshot` into a fresh
 /// folder beside the data (`<data>/.pinfleet-restore-<tag>`); the live data
 /// is untouched. Only the data folder itself is written, so it works where
-/// that folder is all a machine's agent may touch (a hostPath).
+/// that folder is all a machine's agent may touch (a hostPath). With
+/// `etcdutl_bump`, etcdutl adds that much to the revision and marks it
+/// compacted ([`etcdutl_bumps`] says whether this etcdutl can); every
+/// member of a cluster must be restored with the same.
 pub fn prepare(
     bins: &Binaries,
     snapshot: &Path,
@@ -185,6 +208,7 @@ pub fn prepare(
     initial_cluster: &str,
     token: &str,
     tag: &str,
+    etcdutl_bump: Option<i64>,
 ) -> Result<PathBuf> {
     if !t.data_dir.exists() {
         std::fs::create_dir_all(&t.data_dir).with_context(|| format!("creating {}", t.data_dir.display()))?;
@@ -200,8 +224,53 @@ pub fn prepare(
     if fresh.exists() {
         std::fs::remove_dir_all(&fresh).with_context(|| format!("clearing {}", fresh.display()))?;
     }
-    bins.restore(snapshot, &fresh, &t.name, &t.peer_url, initial_cluster, token)?;
+    match etcdutl_bump {
+        None => bins.restore(snapshot, &fresh, &t.name, &t.peer_url, initial_cluster, token)?,
+        Some(by) => restore_bumped(bins, snapshot, &fresh, t, initial_cluster, token, by)?,
+    }
     Ok(fresh)
+}
+
+/// Whether this machine's `etcdutl` can bump the revision as it restores
+/// (`snapshot restore --bump-revision --mark-compacted`: etcd 3.5.8 and
+/// later), as its own help says.
+pub fn etcdutl_bumps(bins: &Binaries) -> bool {
+    let help = std::process::Command::new(bins.bin("etcdutl")).args(["snapshot", "restore", "--help"]).output();
+    help.is_ok_and(|o| {
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        text.contains("--bump-revision") && text.contains("--mark-compacted")
+    })
+}
+
+/// [`Binaries::restore`] with the revision bumped `by` and marked
+/// compacted: etcd, once started, compacts there, so a watch from any
+/// revision before it is told it was compacted.
+fn restore_bumped(
+    bins: &Binaries,
+    snapshot: &Path,
+    data_dir: &Path,
+    t: &Target,
+    initial_cluster: &str,
+    token: &str,
+    by: i64,
+) -> Result<()> {
+    let out = std::process::Command::new(bins.bin("etcdutl"))
+        .arg("snapshot")
+        .arg("restore")
+        .arg(snapshot)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--name", &t.name, "--initial-advertise-peer-urls", &t.peer_url])
+        .args(["--initial-cluster", initial_cluster, "--initial-cluster-token", token])
+        .args(["--bump-revision", &by.to_string(), "--mark-compacted"])
+        .output()
+        .context("running etcdutl snapshot restore")?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+        bail!("etcdutl snapshot restore --bump-revision {by} of {} failed: {last}", snapshot.display());
+    }
+    Ok(())
 }
 
 /// Where [`prepare`] restores beside the data.
@@ -378,34 +447,212 @@ async fn drop_old_locks(client: &mut Client, after: i64) -> Result<()> {
 /// revision the restore replayed to) and before `bumped_to` are abandoned:
 /// no later restore replays them (the mistake a `--until` stopped short of
 /// stays undone).
-pub async fn record_cut(store: &crate::state::Store, backup: &str, restored_to: i64, bumped_to: i64) -> Result<()> {
-    let now = chrono::Utc::now();
-    let cut = super::manifest::Cut { after: restored_to, before: bumped_to, at: now, backup: backup.to_string() };
+pub async fn record_cut(store: &Store, backup: &str, restored_to: i64, bumped_to: i64) -> Result<()> {
+    let now = Utc::now();
+    let cut = manifest::Cut { after: restored_to, before: bumped_to, at: now, backup: backup.to_string() };
     let name = format!("{}-r{restored_to}", now.format("%Y%m%dT%H%M%S%.3fZ"));
-    store.put_json(&super::manifest::cut_key(&name), &cut).await.map(|_| ())
+    store.put_json(&manifest::cut_key(&name), &cut).await.map(|_| ())
 }
 
 /// Writes a throwaway key until the revision reaches `to` (64 writes in
-/// flight), removes it, and compacts there: watches from older revisions
-/// are told "required revision has been compacted" and relist.
+/// flight; once at least, so that the store is past any revision etcdutl
+/// marked compacted), removes it, and compacts there: watches from older
+/// revisions are told "required revision has been compacted" and relist.
+/// The revision it compacted at.
 pub async fn bump_and_compact(client: &Client, to: i64) -> Result<i64> {
     const KEY: &str = "/pinfleet/restore/bump";
     let mut c = client.clone();
     let now = revision(&mut c).await?;
-    let writes = to.saturating_sub(now).max(0);
-    futures::stream::iter(0..writes)
-        .map(|i| {
+    let writes = to.saturating_sub(now).max(1);
+    // Not collected: a bump of millions of writes holds none of them.
+    futures::stream::iter((0..writes).map(Ok::<i64, anyhow::Error>))
+        .try_for_each_concurrent(64, |i| {
             let mut c = client.clone();
-            async move { c.put(KEY, i.to_string(), None).await }
+            async move {
+                c.put(KEY, i.to_string(), None).await.context("bumping the revision")?;
+                Ok::<(), anyhow::Error>(())
+            }
         })
-        .buffer_unordered(64)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .context("bumping the revision")?;
+        .await?;
     c.delete(KEY, None).await.context("removing the bump's key")?;
     let rev = revision(&mut c).await?;
     c.compact(rev, Some(CompactionOptions::new().with_physical())).await.context("compacting the restored store")?;
     Ok(rev)
+}
+
+/// The lost store as a restore found it when it began: what its bump is
+/// reckoned from, besides the records the state store holds.
+#[derive(Debug, Clone)]
+pub struct Lost {
+    /// The backup restored.
+    pub backup: String,
+    /// The revision its snapshot holds.
+    pub snapshot: i64,
+    /// The agents' word with the highest revision, read when the restore
+    /// began (the agents may write over it once the restored store runs).
+    pub seen: Option<Seen>,
+    /// When the restore began (a record made later may be the restored
+    /// store's own).
+    pub began: DateTime<Utc>,
+    /// The agents' delta interval.
+    pub delta_interval: Duration,
+}
+
+/// Every revision the state store recorded of any timeline: `seen` (the
+/// agents' word as read when the restore began), each backup, the newest
+/// deltas (read from the highest down to the first flushed before
+/// `began`), and every earlier restore's cut and bump.
+pub async fn records(store: &Store, seen: Option<&Seen>, began: DateTime<Utc>) -> Result<Vec<Record>> {
+    let mut out = Vec::new();
+    if let Some(s) = seen {
+        out.push(Record { revision: s.revision, at: s.at, what: format!("the agent on {}", s.member) });
+    }
+    // The manifest's revision, not the verdict's: a verdict written while
+    // the members read the records would make them reckon apart.
+    for b in super::agent::list(store).await? {
+        let what = format!("backup {}", b.manifest.id);
+        out.push(Record { revision: b.manifest.revision, at: b.manifest.taken_at, what });
+    }
+    // A delta's key says how far it reaches; when it was flushed is inside.
+    let mut deltas: Vec<(i64, String)> = store
+        .list(manifest::DELTAS)
+        .await?
+        .into_iter()
+        .filter_map(|k| manifest::delta_span(&k).map(|(_, to)| (to, k)))
+        .collect();
+    deltas.sort_by(|a, b| b.0.cmp(&a.0));
+    for (_, k) in deltas {
+        let Some(d) = store.get_json::<Delta>(&k).await? else { continue };
+        out.push(Record { revision: d.to, at: d.flushed_at, what: "a delta".to_string() });
+        if d.flushed_at < began {
+            break;
+        }
+    }
+    for k in store.list(manifest::CUTS).await? {
+        if let Some(c) = store.get_json::<manifest::Cut>(&k).await? {
+            let what = format!("the cut of the restore from {}", c.backup);
+            out.push(Record { revision: c.before, at: c.at, what });
+        }
+    }
+    for k in store.list(manifest::BUMPS).await? {
+        if let Some(b) = store.get_json::<manifest::Bumped>(&k).await? {
+            let what = format!("the bump of the restore from {}", b.backup);
+            out.push(Record { revision: b.revision, at: b.at, what });
+        }
+    }
+    Ok(out)
+}
+
+/// What etcdutl's `--bump-revision` adds as it restores each member
+/// ([`policy::etcdutl_bump`], reckoned as of `lost.began`, so that every
+/// machine restoring a member of the same restore reckons the same), or
+/// None where this machine's etcdutl cannot ([`etcdutl_bumps`]).
+pub async fn etcdutl_bump(store: &Store, bins: &Binaries, lost: &Lost) -> Result<Option<policy::EtcdutlBump>> {
+    if !etcdutl_bumps(bins) {
+        return Ok(None);
+    }
+    let records = records(store, lost.seen.as_ref(), lost.began).await?;
+    let ceiling = policy::write_ceiling(lost.seen.as_ref());
+    Ok(Some(policy::etcdutl_bump(lost.snapshot, &records, lost.began, ceiling, lost.began)))
+}
+
+/// The bump, once the deltas are replayed: every record read back, the
+/// revision decided ([`policy::bump_to`]; `etcdutl` is what etcdutl's
+/// `--bump-revision` added as it restored the members, 0 if nothing), the
+/// cut recorded (first: a restore that dies in the bump has recorded it),
+/// the throwaway key written up to it, the store compacted there, and the
+/// bump recorded ([`manifest::Bumped`], returned: its size, time and why).
+pub async fn bump_past_records(
+    store: &Store,
+    client: &Client,
+    lost: &Lost,
+    replayed: Replayed,
+    etcdutl: i64,
+) -> Result<manifest::Bumped> {
+    let t = Instant::now();
+    let records = records(store, lost.seen.as_ref(), lost.began).await?;
+    let bump = policy::bump_to(
+        &policy::Bumping {
+            current: replayed.revision,
+            etcdutl,
+            records: &records,
+            seen: lost.seen.as_ref(),
+            delta_interval: lost.delta_interval,
+            began: lost.began,
+            ceiling: policy::write_ceiling(lost.seen.as_ref()),
+        },
+        Utc::now(),
+    );
+    record_cut(store, &lost.backup, replayed.reached, bump.to).await?;
+    let from = revision(&mut client.clone()).await?;
+    let compacted = bump_and_compact(client, bump.to).await?;
+    let at = Utc::now();
+    let bumped = manifest::Bumped {
+        backup: lost.backup.clone(),
+        at,
+        revision: compacted,
+        from,
+        etcdutl,
+        writes: bump.to.saturating_sub(from).max(1),
+        seconds: t.elapsed().as_secs_f64(),
+        why: bump.why,
+    };
+    let name = format!("{}-r{compacted}", at.format("%Y%m%dT%H%M%S%.3fZ"));
+    store.put_json(&manifest::bump_key(&name), &bumped).await?;
+    Ok(bumped)
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    /// A stand-in `etcdutl` in `dir`: prints `help` when asked for help;
+    /// otherwise writes its arguments, one a line, to `dir/args` and makes
+    /// the member folder it was asked to restore into.
+    fn fake_etcdutl(dir: &Path, help: &str) -> Binaries {
+        use std::os::unix::fs::PermissionsExt as _;
+        let script = format!(
+            "#!/bin/sh\n\
+             for a in \"$@\"; do [ \"$a\" = --help ] && {{ printf '%s\\n' '{help}'; exit 0; }}; done\n\
+             printf '%s\\n' \"$@\" > '{args}'\n\
+             while [ $# -gt 0 ]; do [ \"$1\" = --data-dir ] && mkdir -p \"$2/member\"; shift; done\n\
+             exit 0\n",
+            args = dir.join("args").display()
+        );
+        let bin = dir.join("etcdutl");
+        std::fs::write(&bin, script).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Binaries { dir: Some(dir.to_path_buf()) }
+    }
+
+    #[test]
+    fn etcdutl_bumps_where_its_help_says_so_and_marks_the_bump_compacted() {
+        let (old_dir, new_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        // etcd 3.5.1's etcdutl, and 3.5.8's.
+        let old = fake_etcdutl(old_dir.path(), "      --data-dir string   Path to the data directory");
+        let new = fake_etcdutl(
+            new_dir.path(),
+            "      --bump-revision uint   How much to increase the latest revision after restore\n      --mark-compacted       Mark the latest revision after restore as the point of scheduled compaction",
+        );
+        assert!(!etcdutl_bumps(&old));
+        assert!(etcdutl_bumps(&new));
+        assert!(!etcdutl_bumps(&Binaries { dir: Some(old_dir.path().join("nowhere")) }), "no etcdutl, no bump");
+
+        let t = Target {
+            name: "cp-a".into(),
+            peer_url: "http://127.0.0.1:2380".into(),
+            data_dir: new_dir.path().join("data"),
+            manifests_dir: None,
+        };
+        let cluster = "cp-a=http://127.0.0.1:2380";
+        let fresh = prepare(&new, Path::new("snap.db"), &t, cluster, "tok", "x", Some(1_000_000_007)).unwrap();
+        assert!(fresh.join("member").is_dir());
+        let args = std::fs::read_to_string(new_dir.path().join("args")).unwrap();
+        assert!(args.contains("--bump-revision\n1000000007\n--mark-compacted\n"), "{args}");
+        assert!(args.contains("--name\ncp-a\n") && args.contains("--initial-cluster-token\ntok\n"), "{args}");
+        // Without a bump, as the snapshot has it.
+        prepare(&new, Path::new("snap.db"), &t, cluster, "tok", "y", None).unwrap();
+        let args = std::fs::read_to_string(new_dir.path().join("args")).unwrap();
+        assert!(args.contains("--initial-cluster-token\ntok\n") && !args.contains("--bump-revision"), "{args}");
+    }
 }

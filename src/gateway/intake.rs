@@ -501,6 +501,31 @@ fn resource_rules(obj: &Value, templates: &[(String, Value)], problems: &mut Vec
                 }
             }
         }
+        // Pod-level resources take cpu and memory (the API server's rule;
+        // hugepages, which it also takes, are not counted): a device asked
+        // here would be counted by no container, and a real API server
+        // refuses it.
+        for kind in ["requests", "limits"] {
+            for name in t
+                .pointer(&format!("/spec/resources/{kind}"))
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k)
+            {
+                if name == "cpu" || name == "memory" {
+                    continue;
+                }
+                let shown = crate::views::text::escaped(name, false);
+                problems.push(Problem::new(
+                    "validation",
+                    format!("{at}.spec.resources.{kind}[{shown}]"),
+                    format!(
+                        "Unsupported value: {shown:?}: pod-level resources take \"cpu\" and \"memory\" (ask for devices in a container's resources)"
+                    ),
+                ));
+            }
+        }
         for (i, v) in t.pointer("/spec/volumes").and_then(Value::as_array).into_iter().flatten().enumerate() {
             if let Some(spec) = v.pointer("/ephemeral/volumeClaimTemplate/spec") {
                 claim_rules(&format!("{at}.spec.volumes[{i}].ephemeral.volumeClaimTemplate.spec"), spec, problems);
@@ -745,8 +770,10 @@ pub fn parse_team_tolerations(s: &str) -> Result<(String, Vec<String>), String> 
 fn platform_tolerations(obj: &Value, template: &Value) -> Vec<String> {
     let mut keys: Vec<String> = PLATFORM_TOLERATIONS.iter().map(|k| k.to_string()).collect();
     keys.extend(obj.pointer("/spec/accelerators/type").and_then(Value::as_str).map(String::from));
-    // What the platform's sidecars are given through the overrides too.
-    for r in obj.pointer("/spec/runtime/overrides").and_then(Value::as_object).into_iter().flatten().map(|(_, r)| r) {
+    // What the platform's sidecars are given through the overrides too
+    // (those of containers the pod gets: another reaches no pod).
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+    for r in applied_overrides(kind, obj) {
         for w in ["requests", "limits"] {
             keys.extend(r.get(w).and_then(Value::as_object).into_iter().flatten().map(|(k, _)| k.clone()));
         }
@@ -1044,6 +1071,8 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
     hosts_rule(&obj, &team, caller, policy, &mut problems);
     traffic_rules(&obj, &team, caller, policy, &mut problems);
     resource_rules(&obj, &templates, &mut problems);
+    overrides_rule(&kind, &obj, &mut problems);
+    device_env_rule(&templates, &mut problems);
     // Demand and validation: the controller's own children of this
     // workload, under every runtime profile the members run (the most
     // each asks), checked by the API server's rules of every minor.
@@ -1148,6 +1177,118 @@ pub fn accelerator_field(intake: &Intake, r: Resource) -> Option<String> {
     intake.workload.pointer("/spec/runtime/overrides").map(|_| "spec.runtime.overrides".to_string())
 }
 
+/// The overrides (`spec.runtime.overrides`) that reach the workload's
+/// pods: those of the platform containers its kind gives them under its
+/// runtime toggles. An override of a container a pod does not get gives
+/// nothing to any pod.
+fn applied_overrides<'a>(kind: &str, obj: &'a Value) -> Vec<&'a Value> {
+    let Some(kind) = render::Kind::of_name(kind) else { return Vec::new() };
+    let runtime: crate::workloads::Runtime =
+        obj.pointer("/spec/runtime").cloned().and_then(|r| serde_json::from_value(r).ok()).unwrap_or_default();
+    let given = render::platform_containers_of(kind, &runtime);
+    obj.pointer("/spec/runtime/overrides")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(name, _)| given.contains(&name.as_str()))
+        .map(|(_, r)| r)
+        .collect()
+}
+
+/// Each override names a platform container the workload's kind has: one
+/// of a container it does not have (a batch kind's `traffic`, a name of no
+/// container) reaches no pod. Refused, so that what it asks is never taken
+/// for what the pods ask (it once held pods that ask no GPU to GPU nodes).
+fn overrides_rule(kind: &str, obj: &Value, problems: &mut Vec<Problem>) {
+    let Some(k) = render::Kind::of_name(kind) else { return };
+    let has = k.platform_containers();
+    for (name, _) in obj.pointer("/spec/runtime/overrides").and_then(Value::as_object).into_iter().flatten() {
+        if has.contains(&name.as_str()) {
+            continue;
+        }
+        let shown = crate::views::text::escaped(name, false);
+        problems.push(Problem::new(
+            "platform",
+            format!("spec.runtime.overrides[{shown}]"),
+            format!(
+                "{shown:?}: a {kind}'s pods have no such platform container (they have: {}): its override would reach no pod",
+                has.join(", ")
+            ),
+        ));
+    }
+}
+
+/// Environment names that choose which of its node's devices a container
+/// sees. Where the NVIDIA runtime is the node's default,
+/// `NVIDIA_VISIBLE_DEVICES=all` (or any list) shows a container every GPU
+/// of its node, counted by no quota; Neuron's runtime reads its cores and
+/// devices alike. The device plugins set them for the devices a container
+/// asks for in its resources. (`CUDA_VISIBLE_DEVICES` only narrows what a
+/// container was given.)
+pub const DEVICE_ENV: [&str; 3] = ["NVIDIA_VISIBLE_DEVICES", "NEURON_RT_VISIBLE_CORES", "AWS_NEURON_VISIBLE_DEVICES"];
+
+/// No container of a submitted template names [`DEVICE_ENV`] in its env
+/// (a literal entry: what `envFrom` brings from a ConfigMap cannot be read
+/// at the door).
+fn device_env_rule(templates: &[(String, Value)], problems: &mut Vec<Problem>) {
+    for (at, t) in templates {
+        for f in ["initContainers", "containers", "ephemeralContainers"] {
+            for (i, c) in t.pointer(&format!("/spec/{f}")).and_then(Value::as_array).into_iter().flatten().enumerate() {
+                for (j, e) in c.get("env").and_then(Value::as_array).into_iter().flatten().enumerate() {
+                    let name = e.get("name").and_then(Value::as_str).unwrap_or_default();
+                    if !DEVICE_ENV.contains(&name) {
+                        continue;
+                    }
+                    problems.push(Problem::new(
+                        "platform",
+                        format!("{at}.spec.{f}[{i}].env[{j}]"),
+                        format!(
+                            "{name} chooses which of its node's devices a container sees (with the NVIDIA runtime as the node's default, {name}=all shows it every GPU of the node, counted by no quota): the device plugin sets it for the devices a container asks for in its resources"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// The submitted field that sets how many pods ask for `r` at once: the
+/// replicas, shards or parallelism of the pod set that asks the most of
+/// it (where a demand past the fleet, or past a team's maximum, is refused).
+pub fn count_field(intake: &Intake, r: Resource) -> String {
+    let asked = |s: &PodSet| -> u64 {
+        let per = match r {
+            Resource::Cpu => s.per_pod.cpu,
+            Resource::Memory => s.per_pod.memory,
+            Resource::Pods => 1,
+            other => other.flavor().map_or(0, |f| s.per_pod.accelerator(f)),
+        };
+        per.saturating_mul(s.pods)
+    };
+    let set = intake.sets.iter().max_by_key(|s| asked(*s));
+    let w = &intake.workload;
+    let has = |p: &str| w.pointer(p).is_some_and(|v| !v.is_null());
+    match intake.kind.as_str() {
+        "PinterestTrainingJob" => {
+            // Each role is a Job `<name>-<role>`.
+            let role = set
+                .and_then(|s| s.child.strip_prefix("Job/"))
+                .and_then(|c| c.strip_prefix(intake.name.as_str()))
+                .and_then(|c| c.strip_prefix('-'));
+            let roles = w.pointer("/spec/roles").and_then(Value::as_array);
+            match roles.and_then(|rs| rs.iter().position(|x| x.get("name").and_then(Value::as_str) == role)) {
+                Some(i) => format!("spec.roles[{i}].replicas"),
+                None => "spec.roles".into(),
+            }
+        }
+        "PinterestJobSet" if has("/spec/parallelism") => "spec.parallelism".into(),
+        "PinterestJobSet" => "spec.shards".into(),
+        "PinterestCronJob" if has("/spec/job/shards") => "spec.job.shards".into(),
+        "PinterestCronJob" => "spec.concurrencyPolicy".into(),
+        _ => "spec.replicas".into(),
+    }
+}
+
 /// A training job's GPUs that name no product are given the first the
 /// team's quota holds (as Kueue assigns the first flavor of a queue), and
 /// the product is written into the workload so that the controller holds
@@ -1157,9 +1298,12 @@ fn accelerator_product(kind: &str, obj: &mut Value, team: &str, members: &Member
     // A pod template whose containers (or the platform's sidecars, through
     // `spec.runtime.overrides`) ask for GPUs without selecting a product is
     // held to the team's first product the same way.
-    let overrides = obj.pointer("/spec/runtime/overrides").and_then(Value::as_object).is_some_and(|o| {
-        o.values().any(|r| ["requests", "limits"].iter().any(|w| r.get(*w).and_then(|m| m.get(demand::GPU)).is_some()))
-    });
+    // Only an override that reaches the pod (a platform container it
+    // gets) makes it ask: one of a container it does not get gives it no
+    // GPU, and so neither the GPU nodes' toleration nor their selector.
+    let overrides = applied_overrides(kind, obj)
+        .iter()
+        .any(|r| ["requests", "limits"].iter().any(|w| r.get(*w).and_then(|m| m.get(demand::GPU)).is_some()));
     let mut templates: Vec<(String, String)> = vec![("/spec/template".into(), "spec.template".into())];
     for i in 0..obj.pointer("/spec/roles").and_then(Value::as_array).map_or(0, Vec::len) {
         templates.push((format!("/spec/roles/{i}/template"), format!("spec.roles[{i}].template")));
@@ -1556,6 +1700,88 @@ mod tests {
         w["spec"]["runtime"] = json!({"overrides": {"logging": {"limits": {"nvidia.com/gpu": 4}}}});
         let i = check(&w, &alice(), &Policy::default(), &members).unwrap();
         assert_eq!(i.demand.gpu_a10g, 12);
+    }
+
+    /// Issue: work that asks for no GPU was held to GPU nodes through an
+    /// override of a sidecar its pods do not get (a batch kind's
+    /// `traffic`, a name of no container): counted no GPU, given the GPU
+    /// nodes' toleration and selector.
+    #[test]
+    fn overrides_are_of_containers_the_pods_get_and_hold_no_pod_that_asks_no_gpu() {
+        let products = [demand::Flavor::GpuA100];
+        let members = Members { gpu_products: &products, ..Default::default() };
+        let gpu = json!({"limits": {"nvidia.com/gpu": 1}});
+        let mut js = service();
+        js["kind"] = json!("PinterestJobSet");
+        js["spec"].as_object_mut().unwrap().remove("replicas");
+        js["spec"]["shards"] = json!(2);
+        js["spec"]["template"]["spec"]["restartPolicy"] = json!("Never");
+        js["spec"]["runtime"] = json!({"overrides": {"traffic": gpu.clone(), "proxy": gpu.clone()}});
+        let problems = check(&js, &alice(), &Policy::default(), &members).unwrap_err();
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, ["spec.runtime.overrides[traffic]", "spec.runtime.overrides[proxy]"], "{problems:?}");
+        assert!(problems[0].message.contains("no such platform container"), "{problems:?}");
+        // An override of a sidecar turned off reaches no pod: no GPU, and
+        // neither the GPU nodes' toleration nor their selector.
+        let mut w = service();
+        w["spec"]["runtime"] = json!({"logging": {"enabled": false}, "overrides": {"logging": gpu}});
+        let i = check(&w, &alice(), &Policy::default(), &members).unwrap();
+        assert_eq!(i.demand.gpu_a100, 0);
+        let spec = &i.workload["spec"]["template"]["spec"];
+        assert!(spec.get("affinity").is_none() && spec.get("tolerations").is_none(), "{spec:#}");
+    }
+
+    /// Issue: `NVIDIA_VISIBLE_DEVICES=all` in a container's env was
+    /// accepted: where the NVIDIA runtime is the default, that pod sees
+    /// every GPU of its node, counted by no quota.
+    #[test]
+    fn env_that_chooses_a_nodes_devices_is_refused_in_every_container() {
+        let mut w = service();
+        let spec = &mut w["spec"]["template"]["spec"];
+        spec["containers"][0]["env"] =
+            json!([{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]);
+        spec["initContainers"] = json!([{"name": "warm", "image": "registry.example.com/warm:1",
+            "env": [{"name": "NEURON_RT_VISIBLE_CORES", "value": "0-31"}, {"name": "AWS_NEURON_VISIBLE_DEVICES", "value": "0"}]}]);
+        let problems = check(&w, &alice(), &Policy::default(), &Members::default()).unwrap_err();
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.template.spec.initContainers[0].env[0]",
+                "spec.template.spec.initContainers[0].env[1]",
+                "spec.template.spec.containers[0].env[1]"
+            ],
+            "{problems:?}"
+        );
+        assert!(problems[2].message.starts_with("NVIDIA_VISIBLE_DEVICES chooses"), "{problems:?}");
+    }
+
+    /// Issue: `nvidia.com/gpu` in pod-level resources was accepted (a
+    /// real API server takes cpu and memory there).
+    #[test]
+    fn pod_level_devices_are_refused_as_submitted() {
+        let mut w = service();
+        w["spec"]["template"]["spec"]["resources"] = json!({"limits": {"nvidia.com/gpu": 1, "memory": "2Gi"}});
+        let products = [demand::Flavor::GpuA100];
+        let members = Members { gpu_products: &products, ..Default::default() };
+        let problems = check(&w, &alice(), &Policy::default(), &members).unwrap_err();
+        assert_eq!(problems[0].field, "spec.template.spec.resources.limits[nvidia.com/gpu]", "{problems:?}");
+    }
+
+    /// Issue: a workload past the whole fleet was refused at no field: the
+    /// count that asks too much is named.
+    #[test]
+    fn the_count_that_asks_too_much_is_named() {
+        let i = check(&service(), &alice(), &Policy::default(), &Members::default()).unwrap();
+        assert_eq!(count_field(&i, Resource::Cpu), "spec.replicas");
+        let tj = json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestTrainingJob", "metadata": {"name": "t"},
+            "spec": {"owner": {"team": "search", "project": "t"}, "framework": "PyTorch",
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.example.com/t:1",
+                    "resources": {"requests": {"cpu": "1"}}}]}},
+                "roles": [{"name": "master", "replicas": 1}, {"name": "worker", "replicas": 9}]}});
+        let i = check(&tj, &alice(), &Policy::default(), &Members::default()).unwrap();
+        assert_eq!(count_field(&i, Resource::Cpu), "spec.roles[1].replicas");
+        assert_eq!(count_field(&i, Resource::Pods), "spec.roles[1].replicas");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //!                               ├─ intake (pure): what it is, every problem
 //!                               ├─ admission (pure): quota, queue, preemption, estimates
 //!                               │    over quota (pure): amounts, limits, the ledger
-//!                               ├─ packing (pure): a gang's pods onto a member's nodes
+//!                               ├─ packing (pure): pods onto a member's nodes, all a pod asks on one
 //!                               ├─ gang (pure): pods not ready in time → evict, requeue, fail
 //!                               └─ placement (federation) ─► member clusters (server-side apply)
 //! ```

@@ -1,23 +1,26 @@
-//! Per-node fit of a gang's accelerators (pure): whether a member's nodes
-//! can each hold whole pods, not only whether the member's total can.
+//! Per-node fit of a workload's pods (pure): whether a member's nodes can
+//! each hold whole pods — all a pod asks, cpu, memory, a pod's slot and
+//! its devices, on one node — not only whether the member's total can.
 //!
 //! ```text
-//! member views (each Ready node's allocatable accelerators)
-//!   + what placed gangs already hold there (packed the same way)
+//! member views (each Ready node's allocatable, and whether it is tainted)
+//!   + what placed work already holds there (packed the same way)
 //!     │ pack: first-fit decreasing, pods onto nodes
 //!     ▼
-//! an assignment (pod → node), or why not (the flavor, a pod's ask, the
+//! an assignment (pod → node), or why not (the resource, a pod's ask, the
 //! nodes' free amounts)
 //! ```
 //!
 //! The scheduler binds a pod to one node: two pods of 8 GPUs do not run on
-//! four nodes of 4 though the member has 16. Placement asks [`pack`] before
-//! it writes a gang to a member; submission asks [`never`] whether any
-//! member, empty, could ever hold it. Only accelerators are packed here
-//! (cpu and memory are counted per member as before): a device is whole,
-//! and a node offers a handful.
+//! four nodes of 4 though the member has 16, and a worker of 6 cpu and an
+//! A10G does not run on A10G nodes of 4 cpu however many cpus the member's
+//! other nodes have. [`fits`] is that one rule (kube-scheduler's
+//! NodeResourcesFit and TaintToleration, as far as the gateway sees a
+//! node); placement asks [`pack`] and [`count`] before it writes work to a
+//! member, and submission asks [`never`] whether any member, empty, could
+//! ever hold it.
 
-use super::quota::{Amount, Resource, FLAVORS};
+use super::quota::{Amount, Resource, FLAVORS, RESOURCES};
 
 /// Pods of one shape: how many, and what each asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,90 +29,140 @@ pub struct Shape {
     pub per_pod: Amount,
 }
 
-/// Why a gang's pods do not fit a member's nodes.
+/// A node as placement sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Node {
+    /// What it offers: its allocatable, or what placed work leaves of it.
+    pub free: Amount,
+    /// Tainted NoSchedule or NoExecute (a GPU group's nodes): work that
+    /// asks for no accelerator does not tolerate it (a pod given devices
+    /// is given their toleration).
+    pub tainted: bool,
+}
+
+impl Node {
+    /// An untainted node offering `free`.
+    pub fn new(free: Amount) -> Node {
+        Node { free, tainted: false }
+    }
+
+    /// A tainted node offering `free`.
+    pub fn tainted(free: Amount) -> Node {
+        Node { free, tainted: true }
+    }
+}
+
+/// Why a workload's pods do not fit a member's nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unfit {
     pub resource: Resource,
     /// What one pod that found no node asks.
     pub asks: u64,
-    /// How many pods of that ask the gang has.
+    /// How many pods of that ask the workload has.
     pub pods: u64,
-    /// Each node's free amount of the resource, largest first.
+    /// Each node's free amount of the resource, largest first (the nodes
+    /// the pod may land on).
     pub free: Vec<u64>,
 }
 
 impl Unfit {
     /// `2 pods of 8 nvidia.com/gpu A100 fit on no node (free per node: 4, 4, 4, 4)`.
     pub fn message(&self) -> String {
-        let free: Vec<String> = self.free.iter().map(u64::to_string).collect();
+        let r = self.resource;
+        let free: Vec<String> = self.free.iter().map(|v| r.show(*v)).collect();
         format!(
             "{} pod{} of {} {} fit on no node (free per node: {})",
             self.pods,
             if self.pods == 1 { "" } else { "s" },
-            self.asks,
-            self.resource.long(),
+            r.show(self.asks),
+            r.long(),
             if free.is_empty() { "no node offers it".to_string() } else { free.join(", ") }
         )
     }
 }
 
-/// At most this many pods are packed one by one; a gang past it is
-/// refused by the count (a member's nodes hold a few devices each).
+/// At most this many pods are packed one by one; work past it is refused
+/// by the count (a member's nodes hold a few hundred pods each).
 pub const MAX_PACKED: u64 = 100_000;
 
 fn asks_accelerators(a: &Amount) -> bool {
     FLAVORS.iter().any(|r| a.get(*r) > 0)
 }
 
-fn fits(pod: &Amount, free: &Amount) -> bool {
-    FLAVORS.iter().all(|r| pod.get(*r) <= free.get(*r))
+/// Whether the node takes the pod at all, whatever it has left: work that
+/// asks for no accelerator stays off tainted nodes (TaintToleration: its
+/// pods do not tolerate a GPU group's taint).
+fn admits(pod: &Amount, node: &Node) -> bool {
+    asks_accelerators(pod) || !node.tainted
 }
 
-/// The pods of `shapes` that ask accelerators, one entry each, largest
-/// first (by their total devices, then by shape order: deterministic).
+/// Whether a pod lands on a node, as kube-scheduler's filters would let
+/// it: the node admits it, and everything it asks — cpu, memory, a pod's
+/// slot, its devices (of the product the node offers) — fits what the
+/// node has left, together (NodeResourcesFit).
+pub fn fits(pod: &Amount, node: &Node) -> bool {
+    admits(pod, node) && RESOURCES.iter().all(|r| pod.get(*r) <= node.free.get(*r))
+}
+
+/// Every pod of `shapes`, one entry each, largest first (its devices,
+/// then its cpu, then its memory; then by shape order: deterministic).
 fn pods_of(shapes: &[Shape]) -> Result<Vec<Amount>, Unfit> {
     let mut pods: Vec<Amount> = Vec::new();
     let mut total: u64 = 0;
-    for s in shapes.iter().filter(|s| asks_accelerators(&s.per_pod)) {
+    for s in shapes {
         total = total.saturating_add(s.pods);
         if total > MAX_PACKED {
-            let r = FLAVORS.into_iter().find(|r| s.per_pod.get(*r) > 0).unwrap_or(Resource::GpuA100);
+            let r = FLAVORS.into_iter().find(|r| s.per_pod.get(*r) > 0).unwrap_or(Resource::Pods);
             return Err(Unfit { resource: r, asks: s.per_pod.get(r), pods: s.pods, free: vec![] });
         }
         pods.extend(std::iter::repeat_n(s.per_pod, usize::try_from(s.pods).unwrap_or(0)));
     }
-    let size = |a: &Amount| FLAVORS.iter().fold(0u64, |n, r| n.saturating_add(a.get(*r)));
-    pods.sort_by_key(|a| std::cmp::Reverse(size(a)));
+    let devices = |a: &Amount| FLAVORS.iter().fold(0u64, |n, r| n.saturating_add(a.get(*r)));
+    pods.sort_by_key(|a| std::cmp::Reverse((devices(a), a.cpu, a.memory)));
     Ok(pods)
 }
 
-/// Packs the gang's pods onto the nodes' free amounts, first-fit
-/// decreasing: each pod, largest first, on the first node with room for
-/// all it asks. On success the nodes' amounts are what is left and the
-/// result is the node of each packed pod (largest first); on failure the
-/// nodes are untouched. First-fit decreasing may miss a packing that
-/// exists (never the reverse): for pods of one shape it finds one
-/// whenever one exists.
-pub fn pack(nodes: &mut [Amount], shapes: &[Shape]) -> Result<Vec<usize>, Unfit> {
+/// The resource that keeps `pod` off every node it may land on: among
+/// the nodes that offer each device it asks, the first resource none has
+/// enough of (its devices first), else the one most of them lack.
+fn blame(pod: &Amount, nodes: &[Node]) -> Resource {
+    let flavors: Vec<Resource> = FLAVORS.into_iter().filter(|r| pod.get(*r) > 0).collect();
+    let candidates: Vec<&Node> =
+        nodes.iter().filter(|n| admits(pod, n) && flavors.iter().all(|r| n.free.get(*r) > 0)).collect();
+    let asked =
+        || FLAVORS.into_iter().chain([Resource::Cpu, Resource::Memory, Resource::Pods]).filter(|r| pod.get(*r) > 0);
+    if candidates.is_empty() {
+        return flavors.first().copied().or_else(|| asked().next()).unwrap_or(Resource::Pods);
+    }
+    let short = |r: Resource| candidates.iter().filter(|n| pod.get(r) > n.free.get(r)).count();
+    asked()
+        .find(|r| short(*r) == candidates.len())
+        .or_else(|| asked().max_by_key(|r| short(*r)))
+        .unwrap_or(Resource::Pods)
+}
+
+/// Packs the pods of `shapes` onto the nodes' free amounts, first-fit
+/// decreasing: each pod, largest first, on the first node it [`fits`]. On
+/// success the nodes' amounts are what is left and the result is the node
+/// of each pod (largest first); on failure the nodes are untouched.
+/// First-fit decreasing may miss a packing that exists (never the
+/// reverse): for pods of one shape it finds one whenever one exists.
+pub fn pack(nodes: &mut [Node], shapes: &[Shape]) -> Result<Vec<usize>, Unfit> {
     let pods = pods_of(shapes)?;
-    let mut free: Vec<Amount> = nodes.to_vec();
+    let mut free: Vec<Node> = nodes.to_vec();
     let mut at = Vec::with_capacity(pods.len());
     for p in &pods {
-        match free.iter().position(|f| fits(p, f)) {
+        match free.iter().position(|n| fits(p, n)) {
             Some(i) => {
-                if let Some(f) = free.get_mut(i) {
-                    *f = f.minus(*p);
+                if let Some(n) = free.get_mut(i) {
+                    n.free = n.free.minus(*p);
                 }
                 at.push(i);
             }
             None => {
-                let r = FLAVORS
-                    .into_iter()
-                    .find(|r| free.iter().all(|f| p.get(*r) > f.get(*r)))
-                    .or_else(|| FLAVORS.into_iter().find(|r| p.get(*r) > 0))
-                    .unwrap_or(Resource::GpuA100);
+                let r = blame(p, &free);
                 let same = pods.iter().filter(|q| q.get(r) == p.get(r)).count() as u64;
-                let mut left: Vec<u64> = nodes.iter().map(|n| n.get(r)).collect();
+                let mut left: Vec<u64> = nodes.iter().filter(|n| admits(p, n)).map(|n| n.free.get(r)).collect();
                 left.sort_by_key(|v| std::cmp::Reverse(*v));
                 return Err(Unfit { resource: r, asks: p.get(r), pods: same, free: left });
             }
@@ -122,30 +175,29 @@ pub fn pack(nodes: &mut [Amount], shapes: &[Shape]) -> Result<Vec<usize>, Unfit>
 /// Takes what placed work holds from the nodes, as [`pack`] would have
 /// put it; what no longer fits (a node gone since) is taken pod by pod
 /// where it fits, and the rest left out (the member's total still counts it).
-pub fn occupy(nodes: &mut [Amount], shapes: &[Shape]) {
+pub fn occupy(nodes: &mut [Node], shapes: &[Shape]) {
     if pack(nodes, shapes).is_ok() {
         return;
     }
     for p in pods_of(shapes).unwrap_or_default() {
-        if let Some(f) = nodes.iter_mut().find(|f| fits(&p, f)) {
-            *f = f.minus(p);
+        if let Some(n) = nodes.iter_mut().find(|n| fits(&p, n)) {
+            n.free = n.free.minus(p);
         }
     }
 }
 
 /// How many pods of one shape the nodes hold (a divided workload's
-/// capacity on a member); every pod without accelerators: unbounded.
-pub fn count(nodes: &[Amount], per_pod: &Amount) -> u64 {
-    if !asks_accelerators(per_pod) {
-        return u64::MAX;
-    }
+/// capacity on a member): on each node it may land on, as many as all
+/// it asks fits, together.
+pub fn count(nodes: &[Node], per_pod: &Amount) -> u64 {
     nodes
         .iter()
+        .filter(|n| admits(per_pod, n))
         .map(|n| {
-            FLAVORS
+            RESOURCES
                 .iter()
                 .filter(|r| per_pod.get(**r) > 0)
-                .map(|r| n.get(*r).checked_div(per_pod.get(*r)).unwrap_or(u64::MAX))
+                .map(|r| n.free.get(*r).checked_div(per_pod.get(*r)).unwrap_or(u64::MAX))
                 .min()
                 .unwrap_or(u64::MAX)
         })
@@ -153,75 +205,149 @@ pub fn count(nodes: &[Amount], per_pod: &Amount) -> u64 {
 }
 
 /// A member as submission sees it: its name and each Ready node's
-/// (name, allocatable).
+/// (name, allocatable and taint).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
     pub name: String,
-    pub nodes: Vec<(String, Amount)>,
+    pub nodes: Vec<(String, Node)>,
 }
 
-/// Why a gang can never run on the fleet as it is, whatever finishes: a
-/// pod asks more of a flavor than any one node offers, or (`whole`: placed
-/// on one member) the gang asks more than any member's nodes hold, or its
-/// pods of one shape fit on no member's empty nodes. The resource and the
-/// message, or None (it may wait for room).
-pub fn never(members: &[Member], shapes: &[Shape], whole: bool) -> Option<(Resource, String)> {
+/// Why a workload can never run on the fleet as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Never {
+    /// The resource no node (or member) has enough of.
+    pub resource: Resource,
+    /// The shape (its index in the shapes given) whose pods fit no node,
+    /// when it is one shape's pods together (not a flavor's count).
+    pub shape: Option<usize>,
+    pub message: String,
+}
+
+/// Why a workload can never run on the fleet as it is, whatever
+/// finishes: a pod asks more of a flavor than any one node offers; a pod
+/// that asks devices fits no node with them (all it asks, together); or
+/// (`whole`: placed on one member) the gang asks more than any member's
+/// nodes hold, or its pods of one shape fit on no member's empty nodes.
+/// None: it may wait for room.
+pub fn never(members: &[Member], shapes: &[Shape], whole: bool) -> Option<Never> {
+    let all = || members.iter().flat_map(|m| m.nodes.iter().map(move |(n, a)| (n.as_str(), m.name.as_str(), a)));
     for r in FLAVORS {
         let Some(ask) = shapes.iter().filter(|s| s.pods > 0).map(|s| s.per_pod.get(r)).max().filter(|a| *a > 0) else {
             continue;
         };
-        let largest_node = members
-            .iter()
-            .flat_map(|m| m.nodes.iter().map(move |(n, a)| (a.get(r), n.as_str(), m.name.as_str())))
-            .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(a.1)));
-        let Some((node_has, node, member)) = largest_node.filter(|(v, _, _)| *v > 0) else {
+        let largest = all().map(|(n, m, a)| (a.free.get(r), n, m)).max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(a.1)));
+        let Some((node_has, node, member)) = largest.filter(|(v, _, _)| *v > 0) else {
             // No node offers it: the fleet's total says so (admission::never).
             continue;
         };
         if ask > node_has {
-            return Some((
-                r,
-                format!(
+            return Some(Never {
+                resource: r,
+                shape: None,
+                message: format!(
                     "a pod asks {ask} {}, more than any node offers (the largest, {node} on member {member}, has {node_has}): it can never be scheduled",
                     r.long()
                 ),
-            ));
+            });
         }
-        if !whole {
+    }
+    // A pod that asks devices lands only on a node that has them and room
+    // for the rest of what it asks: its cpu beside its GPU.
+    for (i, s) in shapes.iter().enumerate().filter(|(_, s)| s.pods > 0 && asks_accelerators(&s.per_pod)) {
+        let p = &s.per_pod;
+        if all().any(|(_, _, n)| fits(p, n)) {
+            continue;
+        }
+        let flavors: Vec<Resource> = FLAVORS.into_iter().filter(|r| p.get(*r) > 0).collect();
+        let devices = flavors.iter().map(|r| format!("{} {}", r.show(p.get(*r)), r.long())).collect::<Vec<_>>();
+        let with = flavors.iter().map(|r| r.long()).collect::<Vec<_>>().join(" and ");
+        let candidates: Vec<(&str, &str, &Node)> =
+            all().filter(|(_, _, n)| flavors.iter().all(|r| n.free.get(*r) > 0)).collect();
+        if candidates.is_empty() {
+            if !flavors.iter().all(|r| all().any(|(_, _, n)| n.free.get(*r) > 0)) {
+                // A flavor no node offers: the fleet's total says so.
+                continue;
+            }
+            return Some(Never {
+                resource: flavors.first().copied().unwrap_or(Resource::Pods),
+                shape: Some(i),
+                message: format!(
+                    "a pod asks {} together: no node offers them all: it can never be scheduled",
+                    devices.join(" and ")
+                ),
+            });
+        }
+        let short = [Resource::Cpu, Resource::Memory, Resource::Pods]
+            .into_iter()
+            .filter(|r| p.get(*r) > 0)
+            .find(|r| candidates.iter().all(|(_, _, n)| p.get(*r) > n.free.get(*r)));
+        let message = match short {
+            Some(r) => {
+                let (has, node, member) = candidates
+                    .iter()
+                    .map(|(n, m, a)| (a.free.get(r), *n, *m))
+                    .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(a.1)))
+                    .unwrap_or((0, "", ""));
+                format!(
+                    "a pod asks {} {} beside {}, more than any node with {with} offers (the largest, {node} on member {member}, has {}): it can never be scheduled",
+                    r.show(p.get(r)),
+                    r.long(),
+                    devices.join(" and "),
+                    r.show(has)
+                )
+            }
+            None => format!(
+                "a pod asks {} together: no node with {with} offers all of it at once: it can never be scheduled",
+                p.show()
+            ),
+        };
+        return Some(Never { resource: short.unwrap_or(Resource::Cpu), shape: Some(i), message });
+    }
+    if !whole {
+        return None;
+    }
+    for r in FLAVORS {
+        if !shapes.iter().any(|s| s.pods > 0 && s.per_pod.get(r) > 0) {
             continue;
         }
         let total = shapes.iter().fold(0u64, |t, s| t.saturating_add(s.per_pod.get(r).saturating_mul(s.pods)));
-        let member_total = |m: &Member| m.nodes.iter().fold(0u64, |t, (_, a)| t.saturating_add(a.get(r)));
+        let member_total = |m: &Member| m.nodes.iter().fold(0u64, |t, (_, a)| t.saturating_add(a.free.get(r)));
         let Some(biggest) =
             members.iter().max_by(|a, b| member_total(a).cmp(&member_total(b)).then(b.name.cmp(&a.name)))
         else {
             continue;
         };
-        let nodes_of = |m: &Member| m.nodes.iter().filter(|(_, a)| a.get(r) > 0).count();
         let has = member_total(biggest);
+        if has == 0 {
+            // No member offers it: the fleet's total says so.
+            continue;
+        }
+        let nodes_of = |m: &Member| m.nodes.iter().filter(|(_, a)| a.free.get(r) > 0).count();
         if total > has {
             let n = nodes_of(biggest);
-            return Some((
-                r,
-                format!(
+            return Some(Never {
+                resource: r,
+                shape: None,
+                message: format!(
                     "the gang asks {total} {} at once, more than any member holds (the largest, {}, has {has} on {n} node{}): a gang is placed whole on one member, it can never be placed",
                     r.long(),
                     biggest.name,
                     if n == 1 { "" } else { "s" }
                 ),
-            ));
+            });
         }
     }
-    // Pods of one shape: first-fit finds a packing whenever one exists, so
-    // none on any empty member is never.
-    let asking: Vec<&Shape> = shapes.iter().filter(|s| s.pods > 0 && asks_accelerators(&s.per_pod)).collect();
-    let offered = |r: Resource| members.iter().any(|m| m.nodes.iter().any(|(_, a)| a.get(r) > 0));
-    let all_offered = asking.iter().all(|s| FLAVORS.iter().all(|r| s.per_pod.get(*r) == 0 || offered(*r)));
-    if whole && asking.len() == 1 && all_offered {
+    // Pods of one shape that ask devices: first-fit finds a packing
+    // whenever one exists, so none on any empty member is never.
+    let asking: Vec<(usize, &Shape)> =
+        shapes.iter().enumerate().filter(|(_, s)| s.pods > 0 && asks_accelerators(&s.per_pod)).collect();
+    let offered = |r: Resource| members.iter().any(|m| m.nodes.iter().any(|(_, a)| a.free.get(r) > 0));
+    let all_offered = asking.iter().all(|(_, s)| FLAVORS.iter().all(|r| s.per_pod.get(*r) == 0 || offered(*r)));
+    if let ([(i, s)], true) = (asking.as_slice(), all_offered) {
         let mut best: Option<(&Member, Unfit)> = None;
         for m in members {
-            let mut nodes: Vec<Amount> = m.nodes.iter().map(|(_, a)| *a).collect();
-            match pack(&mut nodes, shapes) {
+            let mut nodes: Vec<Node> = m.nodes.iter().map(|(_, a)| *a).collect();
+            match pack(&mut nodes, std::slice::from_ref(*s)) {
                 Ok(_) => return None,
                 Err(u) => {
                     let held = |u: &Unfit| u.free.iter().fold(0u64, |t, v| t.saturating_add(*v));
@@ -232,30 +358,31 @@ pub fn never(members: &[Member], shapes: &[Shape], whole: bool) -> Option<(Resou
             }
         }
         if let Some((m, u)) = best {
-            return Some((
-                u.resource,
-                format!(
+            return Some(Never {
+                resource: u.resource,
+                shape: (!u.resource.is_accelerator()).then_some(*i),
+                message: format!(
                     "its {} pod{} of {} {} fit on no member's nodes (the largest, {}, has {}): a gang is placed whole on one member, it can never be placed",
                     u.pods,
                     if u.pods == 1 { "" } else { "s" },
-                    u.asks,
+                    u.resource.show(u.asks),
                     u.resource.long(),
                     m.name,
-                    node_list(&u.free)
+                    node_list(u.resource, &u.free)
                 ),
-            ));
+            });
         }
     }
     None
 }
 
 /// `4 nodes of 4` or `nodes of 8, 4`.
-fn node_list(free: &[u64]) -> String {
+fn node_list(r: Resource, free: &[u64]) -> String {
     match free {
         [] => "no node".into(),
-        [one] => format!("1 node of {one}"),
-        [first, rest @ ..] if rest.iter().all(|v| v == first) => format!("{} nodes of {first}", free.len()),
-        _ => format!("nodes of {}", free.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")),
+        [one] => format!("1 node of {}", r.show(*one)),
+        [first, rest @ ..] if rest.iter().all(|v| v == first) => format!("{} nodes of {}", free.len(), r.show(*first)),
+        _ => format!("nodes of {}", free.iter().map(|v| r.show(*v)).collect::<Vec<_>>().join(", ")),
     }
 }
 
@@ -263,12 +390,17 @@ fn node_list(free: &[u64]) -> String {
 mod tests {
     use super::*;
 
-    fn gpus(n: u64) -> Amount {
-        Amount::default().with(Resource::GpuA100, n)
+    /// A GPU node: `n` A100s, 96 cpu, 1 TiB, 110 pods, tainted.
+    fn gpus(n: u64) -> Node {
+        Node::tainted(Amount::new(96_000, 1 << 40, 110).with(Resource::GpuA100, n))
     }
 
     fn shape(pods: u64, g: u64) -> Shape {
         Shape { pods, per_pod: Amount::new(1000, 1 << 30, 1).with(Resource::GpuA100, g) }
+    }
+
+    fn left(nodes: &[Node], r: Resource) -> Vec<u64> {
+        nodes.iter().map(|n| n.free.get(r)).collect()
     }
 
     #[test]
@@ -280,33 +412,65 @@ mod tests {
         // The member's total (16) would have said yes; two nodes of 8 do.
         let mut nodes = vec![gpus(8), gpus(8)];
         assert_eq!(pack(&mut nodes, &[shape(2, 8)]).unwrap(), vec![0, 1]);
-        assert_eq!(nodes, vec![gpus(0), gpus(0)]);
+        assert_eq!(left(&nodes, Resource::GpuA100), [0, 0]);
+        assert_eq!(left(&nodes, Resource::Cpu), [95_000, 95_000], "each pod's cpu on its node");
     }
 
     #[test]
-    fn the_largest_pods_go_first_and_pods_without_devices_are_not_packed() {
+    fn the_largest_pods_go_first_and_pods_without_devices_stay_off_tainted_nodes() {
         // First fit in submission order would put the 2 on node 0 (8) and
         // leave no node for the 8; decreasing order packs both.
-        let mut nodes = vec![gpus(8), gpus(2)];
+        let cpu_node = Node::new(Amount::new(16_000, 64 << 30, 110));
+        let mut nodes = vec![gpus(8), gpus(2), cpu_node];
         let at = pack(&mut nodes, &[shape(1, 2), shape(1, 8), shape(5, 0)]).unwrap();
-        assert_eq!(at, vec![0, 1]);
-        assert_eq!(nodes, vec![gpus(0), gpus(0)]);
+        assert_eq!(at, vec![0, 1, 2, 2, 2, 2, 2], "the pods without devices on the untainted node");
+        assert_eq!(left(&nodes, Resource::GpuA100), [0, 0, 0]);
+        assert_eq!(nodes[2].free.cpu, 11_000);
+        // Without an untainted node they fit nowhere.
+        let e = pack(&mut vec![gpus(8)], &[shape(1, 0)]).unwrap_err();
+        assert_eq!(e.message(), "1 pod of 1 cpu fit on no node (free per node: no node offers it)");
+    }
+
+    /// Issue: a worker of 1 A10G and 6 cpu was placed on a member whose
+    /// A10G nodes have 4 cpu (its other nodes many): its pod stayed Pending.
+    #[test]
+    fn a_pod_fits_a_node_only_when_all_it_asks_fits_that_node() {
+        let a10g = Node::tainted(Amount::new(4_000, 16 << 30, 110).with(Resource::GpuA10g, 1));
+        let big = Node::new(Amount::new(64_000, 256 << 30, 110));
+        let worker = Amount::new(6_000, 8 << 30, 1).with(Resource::GpuA10g, 1);
+        assert!(!fits(&worker, &a10g) && !fits(&worker, &big));
+        let e = pack(&mut vec![a10g, a10g, big], &[Shape { pods: 1, per_pod: worker }]).unwrap_err();
+        assert_eq!(e.message(), "1 pod of 6 cpu fit on no node (free per node: 64, 4, 4)");
+        assert_eq!(count(&[a10g, a10g, big], &worker), 0);
+        assert_eq!(count(&[a10g, a10g, big], &worker.with(Resource::Cpu, 2_000)), 2);
+        let m = vec![Member { name: "g".into(), nodes: vec![("g-0".into(), a10g), ("g-1".into(), big)] }];
+        let n = never(&m, &[Shape { pods: 1, per_pod: worker }], true).unwrap();
+        assert_eq!((n.resource, n.shape), (Resource::Cpu, Some(0)));
+        assert_eq!(
+            n.message,
+            "a pod asks 6 cpu beside 1 nvidia.com/gpu A10G, more than any node with nvidia.com/gpu A10G offers (the largest, g-0 on member g, has 4): it can never be scheduled"
+        );
+        // A pod without devices: its cpu on one node too.
+        let plain = Amount::new(20_000, 1 << 30, 1);
+        assert_eq!(count(&[big, big], &plain), 6);
+        assert_eq!(count(&[Node::new(Amount::new(16_000, 64 << 30, 110))], &plain), 0);
     }
 
     #[test]
     fn placed_work_takes_its_nodes_first() {
         let mut nodes = vec![gpus(8), gpus(8)];
         occupy(&mut nodes, &[shape(1, 4)]);
-        assert_eq!(nodes, vec![gpus(4), gpus(8)]);
+        assert_eq!(left(&nodes, Resource::GpuA100), [4, 8]);
         assert!(pack(&mut nodes.clone(), &[shape(2, 8)]).is_err(), "8 + 8 no longer fit 4 + 8");
-        assert_eq!(count(&nodes, &gpus(4)), 3);
-        assert_eq!(count(&nodes, &Amount::new(1000, 0, 1)), u64::MAX);
+        assert_eq!(count(&nodes, &Amount::new(1000, 0, 1).with(Resource::GpuA100, 4)), 3);
+        assert_eq!(count(&nodes, &Amount::new(1000, 0, 1)), 0, "tainted: no room for work without devices");
     }
 
     #[test]
     fn flavors_are_packed_apart() {
-        let mut nodes = vec![gpus(8), Amount::default().with(Resource::Neuron, 16)];
-        let neuron = Shape { pods: 1, per_pod: Amount::default().with(Resource::Neuron, 16) };
+        let neuron_node = Node::tainted(Amount::new(128_000, 512 << 30, 110).with(Resource::Neuron, 16));
+        let mut nodes = vec![gpus(8), neuron_node];
+        let neuron = Shape { pods: 1, per_pod: Amount::new(0, 0, 1).with(Resource::Neuron, 16) };
         assert_eq!(pack(&mut nodes, &[shape(1, 8), neuron]).unwrap().len(), 2);
         let e = pack(&mut vec![gpus(8)], &[neuron]).unwrap_err();
         assert_eq!(e.resource, Resource::Neuron);
@@ -315,24 +479,31 @@ mod tests {
 
     fn members() -> Vec<Member> {
         vec![
-            Member { name: "cpu".into(), nodes: vec![("cpu-node-0".into(), Amount::new(16000, 64 << 30, 110))] },
+            Member {
+                name: "cpu".into(),
+                nodes: vec![("cpu-node-0".into(), Node::new(Amount::new(16000, 64 << 30, 110)))],
+            },
             Member { name: "gpu".into(), nodes: (0..4).map(|i| (format!("gpu-node-{i}"), gpus(4))).collect() },
             Member { name: "small".into(), nodes: vec![("small-node-0".into(), gpus(2))] },
         ]
+    }
+
+    fn message(n: Option<Never>) -> Option<(Resource, String)> {
+        n.map(|n| (n.resource, n.message))
     }
 
     #[test]
     fn what_no_member_can_ever_hold_is_named_with_the_largest() {
         let m = members();
         assert_eq!(
-            never(&m, &[shape(1, 8)], true),
+            message(never(&m, &[shape(1, 8)], true)),
             Some((
                 Resource::GpuA100,
                 "a pod asks 8 nvidia.com/gpu A100, more than any node offers (the largest, gpu-node-0 on member gpu, has 4): it can never be scheduled".into()
             ))
         );
         assert_eq!(
-            never(&m, &[shape(5, 4)], true),
+            message(never(&m, &[shape(5, 4)], true)),
             Some((
                 Resource::GpuA100,
                 "the gang asks 20 nvidia.com/gpu A100 at once, more than any member holds (the largest, gpu, has 16 on 4 nodes): a gang is placed whole on one member, it can never be placed".into()
@@ -340,7 +511,7 @@ mod tests {
         );
         // 5 pods of 3: 15 ≤ 16, but a node of 4 holds one pod of 3.
         assert_eq!(
-            never(&m, &[shape(5, 3)], true),
+            message(never(&m, &[shape(5, 3)], true)),
             Some((
                 Resource::GpuA100,
                 "its 5 pods of 3 nvidia.com/gpu A100 fit on no member's nodes (the largest, gpu, has 4 nodes of 4): a gang is placed whole on one member, it can never be placed".into()
@@ -351,7 +522,10 @@ mod tests {
         // What fits an empty member waits for room, it is not refused.
         assert_eq!(never(&m, &[shape(4, 4)], true), None);
         // A flavor no node offers is the fleet's total's to refuse.
-        assert_eq!(never(&m, &[Shape { pods: 1, per_pod: Amount::default().with(Resource::Neuron, 1) }], true), None);
+        assert_eq!(
+            never(&m, &[Shape { pods: 1, per_pod: Amount::new(0, 0, 1).with(Resource::Neuron, 1) }], true),
+            None
+        );
         assert_eq!(never(&m, &[shape(3, 0)], true), None);
     }
 
@@ -366,13 +540,22 @@ mod tests {
             /// can pack is packed.
             #[test]
             fn a_fit_is_never_reported_that_no_assignment_achieves(
-                nodes in proptest::collection::vec((0u64..10, 0u64..6), 0..6),
-                shapes in proptest::collection::vec((0u64..5, 0u64..9, 0u64..4), 0..4),
+                nodes in proptest::collection::vec((0u64..10, 0u64..6, 0u64..5, any::<bool>()), 0..6),
+                shapes in proptest::collection::vec((0u64..5, 0u64..9, 0u64..4, 0u64..3), 0..4),
             ) {
-                let nodes: Vec<Amount> = nodes.iter().map(|(g, n)| gpus(*g).with(Resource::Neuron, *n)).collect();
+                let nodes: Vec<Node> = nodes
+                    .iter()
+                    .map(|(g, n, c, t)| Node {
+                        free: Amount::new(c * 1000, 1 << 30, 110).with(Resource::GpuA100, *g).with(Resource::Neuron, *n),
+                        tainted: *t,
+                    })
+                    .collect();
                 let shapes: Vec<Shape> = shapes
                     .iter()
-                    .map(|(p, g, n)| Shape { pods: *p, per_pod: gpus(*g).with(Resource::Neuron, *n) })
+                    .map(|(p, g, n, c)| Shape {
+                        pods: *p,
+                        per_pod: Amount::new(c * 1000, 0, 1).with(Resource::GpuA100, *g).with(Resource::Neuron, *n),
+                    })
                     .collect();
                 let mut left = nodes.clone();
                 if let Ok(at) = pack(&mut left, &shapes) {
@@ -380,12 +563,13 @@ mod tests {
                     prop_assert_eq!(at.len(), pods.len());
                     let mut held = vec![Amount::default(); nodes.len()];
                     for (p, i) in pods.iter().zip(&at) {
+                        prop_assert!(admits(p, &nodes[*i]), "pod on a node that does not admit it");
                         held[*i] = held[*i].plus(*p);
                     }
                     for i in 0..nodes.len() {
-                        for r in FLAVORS {
-                            prop_assert!(held[i].get(r) <= nodes[i].get(r), "node {i} over in {r:?}");
-                            prop_assert_eq!(left[i].get(r), nodes[i].get(r) - held[i].get(r));
+                        for r in RESOURCES {
+                            prop_assert!(held[i].get(r) <= nodes[i].free.get(r), "node {i} over in {r:?}");
+                            prop_assert_eq!(left[i].free.get(r), nodes[i].free.get(r) - held[i].get(r));
                         }
                     }
                 } else {
@@ -393,9 +577,7 @@ mod tests {
                 }
                 // One shape: a fit exists iff the nodes hold as many pods.
                 if let [s] = shapes.as_slice() {
-                    if asks_accelerators(&s.per_pod) {
-                        prop_assert_eq!(pack(&mut nodes.clone(), &shapes).is_ok(), count(&nodes, &s.per_pod) >= s.pods);
-                    }
+                    prop_assert_eq!(pack(&mut nodes.clone(), &shapes).is_ok(), count(&nodes, &s.per_pod) >= s.pods);
                 }
             }
         }

@@ -79,8 +79,13 @@ impl NodeSpec {
     }
 }
 
-/// vCPUs and memory of an EC2 instance type: known sizes, else from the size name.
+/// vCPUs and memory (GiB) of an EC2 instance type: an accelerated type's
+/// as DescribeInstanceTypes lists it ([`crate::accelerated::SHAPES`]: a
+/// p4d.24xlarge has 1,152 GiB, not four per vCPU), else from the size name.
 pub fn instance_capacity(instance_type: &str) -> (u32, u32) {
+    if let Some(s) = crate::accelerated::SHAPES.iter().find(|s| s.instance_type == instance_type) {
+        return (s.vcpu, s.memory_gib);
+    }
     let size = instance_type.split('.').nth(1).unwrap_or("large");
     let family = instance_type.split('.').next().unwrap_or("m");
     let cpus = match size {
@@ -257,7 +262,11 @@ pub fn node_for(cfg: &Ec2Nodes, i: &crate::cloud::observed::ObservedInstance, no
 
 /// A Ready node of `group` as its kubelet would register it: the group's
 /// labels and taints (control-plane machines tainted), zone and region
-/// labels, allocatable from the machine type.
+/// labels, allocatable from the machine type. `machine_type` is the type
+/// launched, which may be a fallback of the group's first choice: what
+/// the machine itself reports — its instance type (the kubelet's, from
+/// the instance metadata), its GPU product (GPU feature discovery's), its
+/// devices and the device's taint — is the launched type's.
 pub fn group_node(
     cluster: &Cluster,
     group: &crate::spec::InstanceGroup,
@@ -268,8 +277,31 @@ pub fn group_node(
     let mut labels = crate::render::node_labels(cluster, group);
     labels.insert("topology.kubernetes.io/zone".into(), zone.to_string());
     labels.insert("topology.kubernetes.io/region".into(), cluster.spec.cloud.region.clone());
+    let launched = crate::accelerated::of_instance_type(machine_type);
+    let mut taints: Vec<Taint> = group.taints.clone();
+    if machine_type != group.machine_type {
+        labels.insert("node.kubernetes.io/instance-type".into(), machine_type.to_string());
+        match launched.and_then(|a| a.product_label) {
+            Some(p) => {
+                labels.insert(crate::workloads::demand::PRODUCT_LABEL.to_string(), p.to_string());
+            }
+            None => {
+                labels.remove(crate::workloads::demand::PRODUCT_LABEL);
+            }
+        }
+    }
+    // The device's taint, as `InstanceGroup::taints_with_accelerators` gives
+    // it, of the devices this machine has.
+    if let Some(a) = launched {
+        if !taints.iter().any(|t| t.key == a.resource) {
+            taints.push(Taint {
+                key: a.resource.into(),
+                value: "present".into(),
+                effect: crate::spec::TaintEffect::NoSchedule,
+            });
+        }
+    }
     let (cpus, mem) = instance_capacity(machine_type);
-    let mut taints = group.taints_with_accelerators();
     // The device plugin advertises the machine's accelerators (the sim's
     // kubelet stands for it; EC2's GpuInfo / NeuronInfo counts).
     let extended: BTreeMap<String, String> = crate::accelerated::of_instance_type(machine_type)
@@ -656,10 +688,39 @@ mod tests {
 
     #[test]
     fn capacities_by_type() {
+        // Accelerated types as EC2 lists them.
+        assert_eq!(instance_capacity("p4d.24xlarge"), (96, 1152));
+        assert_eq!(instance_capacity("p5.48xlarge"), (192, 2048));
+        assert_eq!(instance_capacity("g5.2xlarge"), (8, 32));
         assert_eq!(instance_capacity("t3.medium"), (2, 4));
         assert_eq!(instance_capacity("m6i.xlarge"), (4, 16));
         assert_eq!(instance_capacity("c6i.2xlarge"), (8, 16));
         assert_eq!(instance_capacity("r5.large"), (2, 16));
+    }
+
+    /// Issue: a machine launched as a fallback type (g5.2xlarge refused,
+    /// g6.2xlarge launched) was labelled by its group's first choice: an
+    /// A10G node that had an L4.
+    #[test]
+    fn a_machine_is_labelled_by_the_type_launched() {
+        let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/clusters/prod-use1.yaml"));
+        let loaded = crate::spec::load_cluster(path, &Default::default()).unwrap_or_else(|d| panic!("{d}"));
+        let cluster = &loaded.cluster;
+        let gpu = cluster.spec.instance_groups.iter().find(|g| g.machine_type == "g5.2xlarge").expect("a g5 group");
+        let label = |n: &NodeSpec, k: &str| n.labels.get(k).cloned().unwrap_or_default();
+        let first = group_node(cluster, gpu, "n0", "us-east-1a", "g5.2xlarge");
+        assert_eq!(label(&first, "node.kubernetes.io/instance-type"), "g5.2xlarge");
+        assert_eq!(label(&first, crate::workloads::demand::PRODUCT_LABEL), "NVIDIA-A10G");
+        let fell_back = group_node(cluster, gpu, "n1", "us-east-1a", "g6.2xlarge");
+        assert_eq!(label(&fell_back, "node.kubernetes.io/instance-type"), "g6.2xlarge");
+        assert_eq!(label(&fell_back, crate::workloads::demand::PRODUCT_LABEL), "NVIDIA-L4");
+        assert_eq!(fell_back.extended.get(crate::workloads::demand::GPU).map(String::as_str), Some("1"));
+        assert_eq!(fell_back.taints.iter().filter(|t| t.key == crate::workloads::demand::GPU).count(), 1);
+        assert_eq!((fell_back.cpu.as_str(), fell_back.memory.as_str()), ("8", "32Gi"));
+        // A fallback without GPUs carries no GPU product.
+        let plain = group_node(cluster, gpu, "n2", "us-east-1a", "m6i.2xlarge");
+        assert!(!plain.labels.contains_key(crate::workloads::demand::PRODUCT_LABEL), "{:?}", plain.labels);
+        assert!(plain.extended.is_empty());
     }
 
     #[test]

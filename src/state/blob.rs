@@ -222,6 +222,121 @@ impl Store {
             Backend::File { .. } => self.delete(key).await,
         }
     }
+
+    /// Writes a small object under `key`, locked from its first byte when
+    /// `retention` is given (S3 takes the lock with the write: no moment
+    /// exists when the new version can be deleted). A `file://` store has
+    /// no locks: a plain write.
+    pub async fn put_locked(&self, key: &str, bytes: Vec<u8>, retention: Option<&Retention>) -> Result<()> {
+        let (Some(r), Backend::S3 { client, bucket, prefix }) = (retention, &self.backend) else {
+            self.put(key, bytes, super::Condition::None).await?;
+            return Ok(());
+        };
+        let k = Self::s3_key(prefix, &self.cluster, key);
+        client
+            .put_object()
+            .bucket(bucket)
+            .key(&k)
+            .content_type("application/json")
+            // S3 takes a write with Object Lock only with a checksum of
+            // its body (Content-MD5 or a flexible checksum).
+            .checksum_algorithm(aws_sdk_s3::types::ChecksumAlgorithm::Crc32)
+            .object_lock_mode(ObjectLockMode::from(r.mode.as_str()))
+            .object_lock_retain_until_date(aws_smithy_types::DateTime::from_secs(r.until.timestamp()))
+            .body(ByteStream::from(bytes))
+            .send()
+            .await
+            .map_err(|e| {
+                anyhow!("writing {} locked until {}: {}", self.describe(key), r.until, describe_sdk_error(&e))
+            })?;
+        Ok(())
+    }
+
+    /// [`Store::put_locked`] of `value` as JSON (as [`Store::put_json`] writes it).
+    pub async fn put_json_locked<T: serde::Serialize>(
+        &self,
+        key: &str,
+        value: &T,
+        retention: Option<&Retention>,
+    ) -> Result<()> {
+        self.put_locked(key, serde_json::to_vec_pretty(value)?, retention).await
+    }
+
+    /// Locks the version of `key` stored now (later writes make new,
+    /// unlocked versions; this one stays). `Ok(false)`: nothing is stored
+    /// under `key`, or the store has no locks (`file://`). A lock is only
+    /// ever lengthened: one already holding longer is left as it is.
+    pub async fn lock(&self, key: &str, r: &Retention) -> Result<bool> {
+        let Backend::S3 { client, bucket, prefix } = &self.backend else { return Ok(false) };
+        let k = Self::s3_key(prefix, &self.cluster, key);
+        let head = match client.head_object().bucket(bucket).key(&k).send().await {
+            Ok(h) => h,
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => return Ok(false),
+            Err(e) => bail!("reading {}: {}", self.describe(key), describe_sdk_error(&e)),
+        };
+        if head.object_lock_retain_until_date().and_then(to_utc).is_some_and(|until| until >= r.until) {
+            return Ok(true);
+        }
+        let lock = aws_sdk_s3::types::ObjectLockRetention::builder()
+            .mode(aws_sdk_s3::types::ObjectLockRetentionMode::from(r.mode.as_str()))
+            .retain_until_date(aws_smithy_types::DateTime::from_secs(r.until.timestamp()))
+            .build();
+        let mut req = client.put_object_retention().bucket(bucket).key(&k).retention(lock);
+        // That version, even if another write lands in between.
+        if let Some(v) = head.version_id() {
+            req = req.version_id(v);
+        }
+        req.send()
+            .await
+            .map_err(|e| anyhow!("locking {} until {}: {}", self.describe(key), r.until, describe_sdk_error(&e)))?;
+        Ok(true)
+    }
+
+    /// The Object Lock on the version of `key` stored now, if any (S3 says
+    /// it to a caller allowed `s3:GetObjectRetention`; `file://`: none).
+    pub async fn retention_of(&self, key: &str) -> Result<Option<Retention>> {
+        let Backend::S3 { client, bucket, prefix } = &self.backend else { return Ok(None) };
+        let k = Self::s3_key(prefix, &self.cluster, key);
+        let head = match client.head_object().bucket(bucket).key(&k).send().await {
+            Ok(h) => h,
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => return Ok(None),
+            Err(e) => bail!("reading {}: {}", self.describe(key), describe_sdk_error(&e)),
+        };
+        Ok(match (head.object_lock_mode(), head.object_lock_retain_until_date().and_then(to_utc)) {
+            (Some(mode), Some(until)) => Some(Retention { mode: mode.as_str().to_string(), until }),
+            _ => None,
+        })
+    }
+
+    /// Until when some version of `key` is locked, if one still is after
+    /// `now` (every version counts: deleting the object deletes them all).
+    /// `file://` has no locks.
+    pub async fn locked_until(&self, key: &str, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>> {
+        let Backend::S3 { client, bucket, prefix } = &self.backend else { return Ok(None) };
+        let k = Self::s3_key(prefix, &self.cluster, key);
+        let out = client
+            .list_object_versions()
+            .bucket(bucket)
+            .prefix(&k)
+            .send()
+            .await
+            .map_err(|e| anyhow!("listing versions of {}: {}", self.describe(key), describe_sdk_error(&e)))?;
+        let mut latest: Option<DateTime<Utc>> = None;
+        for id in out.versions().iter().filter(|v| v.key() == Some(k.as_str())).filter_map(|v| v.version_id()) {
+            let head = client.head_object().bucket(bucket).key(&k).version_id(id).send().await.map_err(|e| {
+                anyhow!("reading the lock of {} (version {id}): {}", self.describe(key), describe_sdk_error(&e))
+            })?;
+            if let Some(until) = head.object_lock_retain_until_date().and_then(to_utc).filter(|u| *u > now) {
+                latest = Some(latest.map_or(until, |l| l.max(until)));
+            }
+        }
+        Ok(latest)
+    }
+}
+
+/// S3's date as chrono's.
+fn to_utc(t: &aws_smithy_types::DateTime) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp(t.secs(), t.subsec_nanos())
 }
 
 impl Upload {

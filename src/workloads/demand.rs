@@ -23,6 +23,12 @@
 //! Job times the runs that may be alive together (one under `Forbid` or
 //! `Replace`; under `Allow`, as many as start within the Job's
 //! `activeDeadlineSeconds`, and refused without one).
+//!
+//! A pod's GPUs are counted as the one product its scheduling terms can
+//! land it on ([`product_of`]: terms that reach more than one, or a label
+//! no node carries, are refused). [`pod_takes`] is the one reading of a
+//! pod: admission counts templates with it, drift counts the pods that run
+//! around the gateway with it (their GPUs as their node's product).
 
 // Every count here is checked (a tenant's value must not wrap a demand).
 // The tests beside the code may count as tests do; what ships may not.
@@ -90,6 +96,11 @@ impl Requests {
         self.zip(o, u64::checked_add)
     }
 
+    /// Sum that stops at the most there is, resource by resource.
+    pub fn saturating_add(self, o: Requests) -> Requests {
+        self.zip(o, |a, b| Some(a.saturating_add(b))).unwrap_or(self)
+    }
+
     /// The larger of each resource.
     pub fn max(self, o: Requests) -> Requests {
         self.zip(o, |a, b| Some(a.max(b))).unwrap_or(self)
@@ -112,41 +123,56 @@ pub fn asks_for(spec: &Value, resource: &str) -> bool {
     })
 }
 
-/// The GPU product a pod selects: its `nodeSelector`'s [`PRODUCT_LABEL`]
-/// and its required node affinity's (every term must name one product's
-/// values, `In`), or why it names none it can be counted by.
+/// The GPU product a pod can land on, from every scheduling term it has:
+/// its `nodeSelector`'s [`PRODUCT_LABEL`] and each term of its required
+/// node affinity. Terms are ORed, so a term that names no product reaches
+/// nodes of every product: the pod's product is the one every term (or
+/// the node selector) holds it to, and None when nothing names one (any
+/// node). Refused at its field: a value no node carries (the quota would
+/// count a product the pod never lands on), an operator other than `In`,
+/// and terms that together reach nodes of more than one product (the
+/// quota would count one and the scheduler run it on another).
 pub fn product_of(spec: &Value, at: &str) -> Result<Option<Flavor>, Located> {
-    let mut found: Option<Flavor> = None;
-    let mut one = |field: String, values: Vec<&str>| -> Result<(), Located> {
-        for v in values {
-            let Some(f) = Flavor::of_label(v) else {
-                return Err(Located::new(
-                    field,
-                    format!("{v:?}: not a GPU product the quota counts (A100, H100, A10G, L4)"),
-                ));
-            };
-            if found.is_some_and(|g| g != f) {
-                return Err(Located::new(
-                    field,
-                    "selects more than one GPU product: the quota counts a pod's GPUs as one product",
-                ));
-            }
-            found = Some(f);
-        }
-        Ok(())
+    let known = |field: &str, v: &str| -> Result<Flavor, Located> {
+        Flavor::labelled(v).ok_or_else(|| {
+            Located::new(
+                field,
+                format!(
+                    "{:?}: no node carries this {PRODUCT_LABEL}, so the pod would wait for ever (the products known: {})",
+                    crate::escape::escaped(v, false),
+                    Flavor::known_labels()
+                ),
+            )
+        })
     };
-    if let Some(v) = spec.pointer(&format!("/nodeSelector/{}", PRODUCT_LABEL.replace('/', "~1"))) {
-        one(format!("{at}.nodeSelector[{PRODUCT_LABEL}]"), vec![v.as_str().unwrap_or_default()])?;
-    }
+    let more_than_one = |field: String| {
+        Located::new(field, "selects more than one GPU product: the quota counts a pod's GPUs as one product")
+    };
+    let selected = match spec.pointer(&format!("/nodeSelector/{}", PRODUCT_LABEL.replace('/', "~1"))) {
+        Some(v) => Some(known(format!("{at}.nodeSelector[{PRODUCT_LABEL}]").as_str(), v.as_str().unwrap_or_default())?),
+        None => None,
+    };
+    let terms_at =
+        format!("{at}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms");
     let terms = spec
         .pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
         .and_then(Value::as_array);
+    // Each term that can match a node, with the product it holds the pod
+    // to (None: every product's nodes).
+    let mut reach: Vec<(usize, Option<Flavor>)> = Vec::new();
     for (i, t) in terms.into_iter().flatten().enumerate() {
-        for (j, e) in t.get("matchExpressions").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let expressions = t.get("matchExpressions").and_then(Value::as_array);
+        let fields = t.get("matchFields").and_then(Value::as_array);
+        // A term without requirements matches no node (Kubernetes' rule).
+        if expressions.is_none_or(Vec::is_empty) && fields.is_none_or(Vec::is_empty) {
+            continue;
+        }
+        let mut term: Option<Flavor> = None;
+        for (j, e) in expressions.into_iter().flatten().enumerate() {
             if e.get("key").and_then(Value::as_str) != Some(PRODUCT_LABEL) {
                 continue;
             }
-            let field = format!("{at}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}].matchExpressions[{j}]");
+            let field = format!("{terms_at}[{i}].matchExpressions[{j}]");
             if e.get("operator").and_then(Value::as_str) != Some("In") {
                 return Err(Located::new(
                     field,
@@ -155,13 +181,39 @@ pub fn product_of(spec: &Value, at: &str) -> Result<Option<Flavor>, Located> {
                     ),
                 ));
             }
-            one(
-                field,
-                e.get("values").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect(),
-            )?;
+            for v in e.get("values").and_then(Value::as_array).into_iter().flatten() {
+                let f = known(field.as_str(), v.as_str().unwrap_or_default())?;
+                if term.is_some_and(|g| g != f) || selected.is_some_and(|g| g != f) {
+                    return Err(more_than_one(field));
+                }
+                term = Some(f);
+            }
+        }
+        reach.push((i, term));
+    }
+    if selected.is_some() {
+        // The node selector holds every term to its product.
+        return Ok(selected);
+    }
+    let Some((first, product)) = reach.iter().find_map(|(i, f)| f.map(|f| (*i, f))) else {
+        return Ok(None);
+    };
+    for (i, f) in &reach {
+        match f {
+            Some(g) if *g != product => return Err(more_than_one(format!("{terms_at}[{i}]"))),
+            Some(_) => {}
+            None => {
+                return Err(Located::new(
+                    format!("{terms_at}[{i}]"),
+                    format!(
+                        "names no {PRODUCT_LABEL}, so it reaches nodes of every GPU product, while nodeSelectorTerms[{first}] selects {}: terms are ORed, the pod could run on another product than the one counted; name the same product (In) in every term",
+                        product.short()
+                    ),
+                ))
+            }
         }
     }
-    Ok(found)
+    Ok(Some(product))
 }
 
 /// Pods of one template that run at once.
@@ -392,116 +444,66 @@ pub fn field_of(workload: &Value, child: &Value, field: &str) -> String {
 /// A pod template's effective request (`resourcehelper.PodRequests`):
 /// cpu and memory, and each accelerator flavor (an extended resource is an
 /// integer whose request is its limit; its GPU product is the one the pod
-/// selects, [`product_of`]). Any other resource a container asks for
+/// can land on, [`product_of`]). Any other resource a container asks for
 /// (another vendor's device, hugepages, ephemeral storage) is refused at
-/// its field: the quota does not count it.
+/// its field: the quota does not count it. Pod-level resources take cpu
+/// and memory only, as the API server's do.
 pub fn pod_requests(
     template: &Value,
     at: &str,
     overheads: Option<&BTreeMap<String, Requests>>,
 ) -> Result<Requests, Vec<Located>> {
+    let (r, problems) = pod_takes(template, at, overheads, None);
+    if problems.is_empty() {
+        Ok(r)
+    } else {
+        Err(problems)
+    }
+}
+
+/// What one pod takes — the one reading of a pod's requests that the
+/// quota (admission, through [`pod_requests`]) and drift share — and
+/// every problem with it; what can be counted is, whatever the problems.
+/// `on`: the flavor of the node the pod runs on, when it runs there: its
+/// GPUs are that node's product, whatever its terms select (a pod written
+/// around the gateway is counted by where it runs).
+pub fn pod_takes(
+    template: &Value,
+    at: &str,
+    overheads: Option<&BTreeMap<String, Requests>>,
+    on: Option<Flavor>,
+) -> (Requests, Vec<Located>) {
     let mut problems = Vec::new();
     let spec = template.get("spec").unwrap_or(&Value::Null);
-    let product = match product_of(spec, &format!("{at}.spec")) {
-        Ok(p) => p,
-        Err(l) => {
+    let product = match on.filter(|f| *f != Flavor::Neuron) {
+        Some(f) => Some(f),
+        None => product_of(spec, &format!("{at}.spec")).unwrap_or_else(|l| {
             problems.push(l);
             None
-        }
+        }),
     };
-    let mut read = |c: &Value, field: String| -> Requests {
-        let mut r = Requests::default();
-        for (resource, milli) in [("cpu", true), ("memory", false)] {
-            // A request left out is the limit's (the API server's defaulting).
-            let (q, which) = match c.pointer(&format!("/resources/requests/{resource}")) {
-                Some(q) => (Some(q), "requests"),
-                None => (c.pointer(&format!("/resources/limits/{resource}")), "limits"),
-            };
-            let Some(q) = q else { continue };
-            let n = if milli { quantity::cpu_millis(q) } else { quantity::bytes(q) };
-            match n {
-                Ok(n) if milli => r.cpu = n,
-                Ok(n) => r.memory = n,
-                Err(e) => problems.push(Located::new(format!("{field}.resources.{which}.{resource}"), e)),
-            }
-        }
-        let mut names: Vec<&String> = Vec::new();
-        for which in ["requests", "limits"] {
-            for k in c
-                .pointer(&format!("/resources/{which}"))
-                .and_then(Value::as_object)
-                .into_iter()
-                .flatten()
-                .map(|(k, _)| k)
-            {
-                if k != "cpu" && k != "memory" && !names.contains(&k) {
-                    names.push(k);
-                }
-            }
-        }
-        for name in names {
-            let shown = crate::escape::escaped(name, false);
-            let flavor = match name.as_str() {
-                GPU => match product {
-                    Some(p) => p,
-                    None => {
-                        problems.push(Located::new(
-                            format!("{field}.resources.limits[{shown}]"),
-                            format!("{GPU} on a pod that names no GPU product: select one with nodeSelector {PRODUCT_LABEL} (the quota counts GPUs per product: A100, H100, A10G, L4)"),
-                        ));
-                        continue;
-                    }
-                },
-                NEURON => Flavor::Neuron,
-                _ => {
-                    problems.push(Located::new(
-                        format!("{field}.resources[{shown}]"),
-                        format!("{shown:?} is not counted by the team's quota (cpu, memory, {GPU} per product, {NEURON}): not offered to submitted work"),
-                    ));
-                    continue;
-                }
-            };
-            // Requests equal limits (the API server refuses otherwise, at
-            // the child's field: `refusals`); the limit is what is counted,
-            // as a request left out defaults to it.
-            let Some(limit) = c.pointer(&format!("/resources/limits/{}", name.replace('~', "~0").replace('/', "~1")))
-            else {
-                problems.push(Located::new(
-                    format!("{field}.resources.limits"),
-                    "Required value: Limit must be set for non overcommitable resources",
-                ));
-                continue;
-            };
-            let at_limit = format!("{field}.resources.limits[{shown}]");
-            match quantity::cpu_millis(limit) {
-                Ok(m) if m % 1000 == 0 => {
-                    if let Some(slot) = r.accelerators.get_mut(flavor.index()) {
-                        *slot = m / 1000;
-                    }
-                }
-                Ok(_) => problems.push(Located::new(at_limit, format!("Invalid value: {limit}: must be an integer"))),
-                Err(e) => problems.push(Located::new(at_limit, e)),
-            }
-        }
-        r
+    let mut overflow = false;
+    let mut add = |a: Requests, b: Requests| {
+        a.checked_add(b).unwrap_or_else(|| {
+            overflow = true;
+            a.saturating_add(b)
+        })
     };
-    let too_large =
-        || vec![Located::new(format!("{at}.spec"), "the pod's requests add up to more than can be counted")];
     let mut sum = Requests::default();
     for (i, c) in spec.get("containers").and_then(Value::as_array).into_iter().flatten().enumerate() {
-        let r = read(c, format!("{at}.spec.containers[{i}]"));
-        sum = sum.checked_add(r).ok_or_else(too_large)?;
+        let r = container_takes(c, &format!("{at}.spec.containers[{i}]"), product, false, &mut problems);
+        sum = add(sum, r);
     }
     let mut sidecars = Requests::default();
     let mut init_peak = Requests::default();
     for (i, c) in spec.get("initContainers").and_then(Value::as_array).into_iter().flatten().enumerate() {
-        let r = read(c, format!("{at}.spec.initContainers[{i}]"));
+        let r = container_takes(c, &format!("{at}.spec.initContainers[{i}]"), product, false, &mut problems);
         let running = if c.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
-            sum = sum.checked_add(r).ok_or_else(too_large)?;
-            sidecars = sidecars.checked_add(r).ok_or_else(too_large)?;
+            sum = add(sum, r);
+            sidecars = add(sidecars, r);
             sidecars
         } else {
-            r.checked_add(sidecars).ok_or_else(too_large)?
+            add(r, sidecars)
         };
         init_peak = init_peak.max(running);
     }
@@ -510,12 +512,18 @@ pub fn pod_requests(
     // where the pod names its own request (or a limit, which its request
     // defaults to), that is the pod's, never less than its containers'.
     if spec.get("resources").is_some_and(|r| !r.is_null()) {
-        let pod = read(spec, format!("{at}.spec"));
+        let pod = container_takes(spec, &format!("{at}.spec"), product, true, &mut problems);
         total = total.max(pod);
     }
     let mut overhead = Requests::default();
     if let Some(o) = spec.get("overhead").filter(|o| !o.is_null()) {
-        overhead = read(&serde_json::json!({"resources": {"requests": o}}), format!("{at}.spec.overhead"));
+        overhead = container_takes(
+            &serde_json::json!({"resources": {"requests": o}}),
+            &format!("{at}.spec.overhead"),
+            product,
+            false,
+            &mut problems,
+        );
     } else if let Some(class) = spec.get("runtimeClassName").and_then(Value::as_str) {
         match overheads.map(|o| o.get(class)) {
             Some(Some(o)) => overhead = *o,
@@ -526,11 +534,103 @@ pub fn pod_requests(
             None => {}
         }
     }
-    if !problems.is_empty() {
-        return Err(problems);
+    total = add(total, overhead);
+    if overflow {
+        problems.insert(0, Located::new(format!("{at}.spec"), "the pod's requests add up to more than can be counted"));
     }
-    total = total.checked_add(overhead).ok_or_else(too_large)?;
-    Ok(total)
+    (total, problems)
+}
+
+/// What one container asks (`pod_level`: the pod's own `resources`): cpu
+/// and memory (a request left out is its limit's), and its devices as
+/// `product` (GPUs) or Neuron; each problem at its field.
+fn container_takes(
+    c: &Value,
+    field: &str,
+    product: Option<Flavor>,
+    pod_level: bool,
+    problems: &mut Vec<Located>,
+) -> Requests {
+    let mut r = Requests::default();
+    for (resource, milli) in [("cpu", true), ("memory", false)] {
+        // A request left out is the limit's (the API server's defaulting).
+        let (q, which) = match c.pointer(&format!("/resources/requests/{resource}")) {
+            Some(q) => (Some(q), "requests"),
+            None => (c.pointer(&format!("/resources/limits/{resource}")), "limits"),
+        };
+        let Some(q) = q else { continue };
+        let n = if milli { quantity::cpu_millis(q) } else { quantity::bytes(q) };
+        match n {
+            Ok(n) if milli => r.cpu = n,
+            Ok(n) => r.memory = n,
+            Err(e) => problems.push(Located::new(format!("{field}.resources.{which}.{resource}"), e)),
+        }
+    }
+    let mut names: Vec<(&String, &str)> = Vec::new();
+    for which in ["limits", "requests"] {
+        for k in
+            c.pointer(&format!("/resources/{which}")).and_then(Value::as_object).into_iter().flatten().map(|(k, _)| k)
+        {
+            if k != "cpu" && k != "memory" && !names.iter().any(|(n, _)| *n == k) {
+                names.push((k, which));
+            }
+        }
+    }
+    for (name, which) in names {
+        let shown = crate::escape::escaped(name, false);
+        if pod_level {
+            // The API server takes cpu, memory (and hugepages) at the pod's
+            // level: a device is a container's to ask for, and one asked
+            // here would be counted by no container.
+            problems.push(Located::new(
+                format!("{field}.resources.{which}[{shown}]"),
+                format!("Unsupported value: {shown:?}: pod-level resources take \"cpu\" and \"memory\" (ask for devices in a container's resources)"),
+            ));
+            continue;
+        }
+        let flavor = match name.as_str() {
+            GPU => match product {
+                Some(p) => p,
+                None => {
+                    problems.push(Located::new(
+                        format!("{field}.resources.limits[{shown}]"),
+                        format!("{GPU} on a pod that names no GPU product: select one with nodeSelector {PRODUCT_LABEL} (the quota counts GPUs per product: A100, H100, A10G, L4)"),
+                    ));
+                    continue;
+                }
+            },
+            NEURON => Flavor::Neuron,
+            _ => {
+                problems.push(Located::new(
+                    format!("{field}.resources[{shown}]"),
+                    format!("{shown:?} is not counted by the team's quota (cpu, memory, {GPU} per product, {NEURON}): not offered to submitted work"),
+                ));
+                continue;
+            }
+        };
+        // Requests equal limits (the API server refuses otherwise, at the
+        // child's field: `refusals`); the limit is what is counted, as a
+        // request left out defaults to it.
+        let Some(limit) = c.pointer(&format!("/resources/limits/{}", name.replace('~', "~0").replace('/', "~1")))
+        else {
+            problems.push(Located::new(
+                format!("{field}.resources.limits"),
+                "Required value: Limit must be set for non overcommitable resources",
+            ));
+            continue;
+        };
+        let at_limit = format!("{field}.resources.limits[{shown}]");
+        match quantity::cpu_millis(limit) {
+            Ok(m) if m % 1000 == 0 => {
+                if let Some(slot) = r.accelerators.get_mut(flavor.index()) {
+                    *slot = m / 1000;
+                }
+            }
+            Ok(_) => problems.push(Located::new(at_limit, format!("Invalid value: {limit}: must be an integer"))),
+            Err(e) => problems.push(Located::new(at_limit, e)),
+        }
+    }
+    r
 }
 
 /// The longest run whose overlaps are counted (a leap year).

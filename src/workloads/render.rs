@@ -131,9 +131,48 @@ impl Kind {
     fn serves_traffic(self) -> bool {
         matches!(self, Kind::Service | Kind::StatefulSet)
     }
+
+    /// The kind a workload's `kind` names.
+    pub fn of_name(name: &str) -> Option<Kind> {
+        [Kind::Service, Kind::JobSet, Kind::CronJob, Kind::Daemon, Kind::TrainingJob, Kind::StatefulSet]
+            .into_iter()
+            .find(|k| k.name() == name)
+    }
+
+    /// The platform's containers a pod of this kind can have, whatever is
+    /// turned off: the names `spec.runtime.overrides` may give resources
+    /// to (a batch kind has no traffic sidecar).
+    pub fn platform_containers(self) -> &'static [&'static str] {
+        if self.serves_traffic() {
+            &["platform-init", "identity", "traffic", "logging", "metrics"]
+        } else {
+            &["platform-init", "identity", "logging", "metrics"]
+        }
+    }
+
     fn batch(self) -> bool {
         matches!(self, Kind::JobSet | Kind::CronJob | Kind::TrainingJob)
     }
+}
+
+/// The platform's containers a pod of `kind` is given under `rt`, in
+/// start order (as the render injects them): the overrides
+/// that reach a pod are these containers'.
+pub fn platform_containers_of(kind: Kind, rt: &Runtime) -> Vec<&'static str> {
+    let mut out = vec!["platform-init"];
+    if rt.identity.enabled {
+        out.push("identity");
+    }
+    if rt.traffic.enabled && kind.serves_traffic() {
+        out.push("traffic");
+    }
+    if rt.logging.enabled {
+        out.push("logging");
+    }
+    if rt.metrics.enabled {
+        out.push("metrics");
+    }
+    out
 }
 
 /// The identity of the CR being rendered.
@@ -728,9 +767,13 @@ pub fn training_children(cr: &PinterestTrainingJob, ctx: &Context) -> Result<Vec
         pod["metadata"]["labels"]["pinfleet.dev/role"] = json!(role.name);
         pod["spec"]["subdomain"] = json!(w.name);
         if let Some(acc) = &s.accelerators {
-            if let Some(cs) = pod.pointer_mut("/spec/containers").and_then(Value::as_array_mut) {
-                for c in cs {
-                    c["resources"]["limits"][&acc.kind] = json!(acc.count);
+            // Devices per worker pod (the CRD's word): on its first (main)
+            // container only, so the pod asks `count`, not `count` per
+            // container (a device is held by the container it is given to).
+            if let Some(c) = pod.pointer_mut("/spec/containers/0") {
+                c["resources"]["limits"][&acc.kind] = json!(acc.count);
+                if c.pointer("/resources/requests").and_then(|r| r.get(&acc.kind)).is_some() {
+                    c["resources"]["requests"][&acc.kind] = json!(acc.count);
                 }
             }
             // Accelerated nodes are tainted with their device's resource

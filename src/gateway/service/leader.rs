@@ -435,10 +435,12 @@ impl Service {
         teams.sort();
         teams.dedup();
         let before = self.drift.read().await.clone();
+        let views = self.member_views().await;
         let mut drift = BTreeMap::new();
         'teams: for team in teams {
             let mut running = Amount::default();
             for m in &self.members {
+                let view = views.iter().find(|v| v.name == m.name);
                 let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(m.client.clone(), &team);
                 let list = match tokio::time::timeout(Duration::from_secs(5), pods.list(&Default::default())).await {
                     Ok(Ok(l)) => l,
@@ -455,9 +457,18 @@ impl Service {
                     if matches!(phase, Some("Succeeded" | "Failed")) {
                         continue;
                     }
+                    // All it takes, its devices by the flavor of the node
+                    // it runs on (the quota's one reading of a pod; what
+                    // cannot be counted is left out, the rest still is).
+                    let on = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                    let flavor = on.and_then(|n| view.and_then(|v| v.flavor_of(n)));
                     let v = serde_json::to_value(&p).unwrap_or(Value::Null);
-                    let r = crate::workloads::demand::pod_requests(&v, "pod", None).unwrap_or_default();
-                    running = running.plus(Amount::new(r.cpu, r.memory, 1));
+                    let (r, _) = crate::workloads::demand::pod_takes(&v, "pod", None, flavor);
+                    let mut a = Amount::new(r.cpu, r.memory, 1);
+                    for f in crate::workloads::demand::FLAVORS {
+                        a.set(quota::Resource::of_flavor(f), r.accelerator(f));
+                    }
+                    running = running.plus(a);
                 }
             }
             let excess = running.minus(held.get(&team).copied().unwrap_or_default());
@@ -693,10 +704,10 @@ impl Service {
             return Ok(0);
         }
         // What each member already holds of placed work, in all and on
-        // each node (its accelerators packed as placement packed them).
+        // each node (its pods packed as placement packed them).
         let mut used: HashMap<String, Amount> = HashMap::new();
-        let mut nodes: HashMap<String, Vec<Amount>> =
-            views.iter().map(|v| (v.name.clone(), v.nodes.iter().map(|(_, a)| *a).collect())).collect();
+        let mut nodes: HashMap<String, Vec<packing::Node>> =
+            views.iter().map(|v| (v.name.clone(), v.nodes.iter().map(|(_, n)| *n).collect())).collect();
         for s in self.all() {
             let p = phase(&s);
             if !(p == Phase::Placed || p == Phase::Running) {
@@ -743,7 +754,8 @@ impl Service {
                         .map(|r| free.get(*r).checked_div(unit.get(*r)).unwrap_or(u64::MAX))
                         .min()
                         .unwrap_or(u64::from(u32::MAX));
-                    // Each pod on one node: a member's total is not enough.
+                    // Each pod on one node, all it asks there (cpu and
+                    // memory beside its devices): a member's total is not enough.
                     let on_nodes = nodes.get(&m.name).cloned().unwrap_or_default();
                     if divisible {
                         fits = fits.min(packing::count(&on_nodes, &per));

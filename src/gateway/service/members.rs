@@ -45,9 +45,10 @@ pub struct MemberView {
     /// Its RuntimeClasses' pod overheads (None: not listed).
     #[serde(skip)]
     pub overheads: Option<BTreeMap<String, crate::workloads::demand::Requests>>,
-    /// Each Ready node's name and allocatable (what placement packs gangs onto).
+    /// Each Ready node's name, allocatable and taint (what placement packs
+    /// pods onto, and drift reads the flavor of a node from).
     #[serde(skip)]
-    pub nodes: Vec<(String, Amount)>,
+    pub nodes: Vec<(String, crate::gateway::packing::Node)>,
     /// The cpu, memory and pods of its nodes tainted NoSchedule or NoExecute
     /// (a GPU group's): part of `allocatable`, but no room for work that
     /// asks for no accelerator (its pods do not tolerate the taint).
@@ -59,6 +60,13 @@ impl MemberView {
     /// The member as packing sees it.
     pub fn packing(&self) -> crate::gateway::packing::Member {
         crate::gateway::packing::Member { name: self.name.clone(), nodes: self.nodes.clone() }
+    }
+
+    /// The accelerator flavor a node offers (its GPU product, or Neuron
+    /// devices), by its name: None for a node without any (or not seen).
+    pub fn flavor_of(&self, node: &str) -> Option<crate::workloads::demand::Flavor> {
+        let (_, n) = self.nodes.iter().find(|(name, _)| name == node)?;
+        crate::gateway::quota::FLAVORS.into_iter().find(|r| n.free.get(*r) > 0).and_then(|r| r.flavor())
     }
 }
 
@@ -119,8 +127,9 @@ pub(super) fn common_overheads(
 
 /// What a Ready node offers the quota: cpu, memory, pods, and its
 /// accelerators by flavor — `nvidia.com/gpu` counted as the product its
-/// [`PRODUCT_LABEL`](crate::workloads::demand::PRODUCT_LABEL) names (a GPU
-/// node without one offers none: no workload could select it by product),
+/// [`PRODUCT_LABEL`](crate::workloads::demand::PRODUCT_LABEL) names, by
+/// one of the values pods are held to (a GPU node without one offers
+/// none: no workload could select it by product),
 /// `aws.amazon.com/neuron` as Neuron devices.
 pub fn node_allocatable(
     al: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
@@ -171,7 +180,7 @@ impl Service {
                             .labels
                             .as_ref()
                             .and_then(|l| l.get(crate::workloads::demand::PRODUCT_LABEL))
-                            .and_then(|v| crate::workloads::demand::Flavor::of_label(v));
+                            .and_then(|v| crate::workloads::demand::Flavor::labelled(v));
                         let al = n.status.and_then(|s| s.allocatable).unwrap_or_default();
                         let offers = node_allocatable(&al, product);
                         a = a.plus(offers);
@@ -181,7 +190,10 @@ impl Service {
                         if keeps_off {
                             tainted = tainted.plus(Amount::new(offers.cpu, offers.memory, offers.pods));
                         }
-                        nodes.push((n.metadata.name.clone().unwrap_or_default(), offers));
+                        nodes.push((
+                            n.metadata.name.clone().unwrap_or_default(),
+                            crate::gateway::packing::Node { free: offers, tainted: keeps_off },
+                        ));
                     }
                     let (minor, profiles, overheads) =
                         match tokio::time::timeout(Duration::from_secs(5), describe_member(&m.client)).await {

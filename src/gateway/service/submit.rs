@@ -186,7 +186,7 @@ impl Service {
     /// submissions cannot pass the cap together.
     fn open_one(&self, team: &str, name: &str, bytes: u64, workload: &str) -> Result<Vec<String>, (u16, String)> {
         let all = self.all();
-        let mine_cached: Vec<&Submission> = all.iter().filter(|s| s.spec.team == team).collect();
+        let mine_cached: Vec<&Submission> = all.iter().map(|s| s.as_ref()).filter(|s| s.spec.team == team).collect();
         let cached: std::collections::HashSet<String> = mine_cached
             .iter()
             .filter(|s| !phase(s).done())
@@ -275,27 +275,37 @@ impl Service {
             ));
         } else if let Some(why) = admission::never(&world, &intake.team, intake.tier, &intake.demand) {
             // An accelerator the team's quota does not hold is refused at
-            // the field that asks for it.
-            let over = intake.demand.over(
+            // the field that asks for it; anything else past the team's
+            // maximum, or past the whole fleet, at the count that asks too
+            // much (the replicas, shards or parallelism of its pods).
+            let over_max = intake.demand.over(
                 &world.quotas.get(&intake.team).and_then(|q| q.limits(intake.tier)).map(|l| l.max).unwrap_or_default(),
             );
-            let field = over
-                .filter(|r| r.is_accelerator())
-                .and_then(|r| intake::accelerator_field(&intake, r))
-                .unwrap_or_default();
+            let field = match over_max {
+                Some(r) if r.is_accelerator() => {
+                    intake::accelerator_field(intake, r).unwrap_or_else(|| intake::count_field(intake, r))
+                }
+                Some(r) => intake::count_field(intake, r),
+                None => intake.demand.over(&world.fleet).map(|r| intake::count_field(intake, r)).unwrap_or_default(),
+            };
             problems.push(Problem::new("capacity", field, why));
-        } else if let Some((r, why)) = crate::gateway::packing::never(
+        } else if let Some(never) = crate::gateway::packing::never(
             &views.iter().map(MemberView::packing).collect::<Vec<_>>(),
-            &shapes_of(&intake)
+            &shapes_of(intake)
                 .iter()
                 .map(|s| crate::gateway::packing::Shape { pods: s.pods, per_pod: s.per_pod })
                 .collect::<Vec<_>>(),
             intake.kind != "PinterestService",
         ) {
-            // More of a flavor than any node or any member holds: never
-            // placed, so refused now rather than queued for ever.
-            let field = intake::accelerator_field(&intake, r).unwrap_or_default();
-            problems.push(Problem::new("capacity", field, why));
+            // More of a flavor than any node or any member holds, or a pod
+            // that fits no node with its devices: never placed, so refused
+            // now rather than queued for ever — at the field that asks (its
+            // devices, or the pod template that asks the rest beside them).
+            let field = match never.shape.and_then(|i| intake.sets.get(i)) {
+                Some(set) => set.field.clone(),
+                None => intake::accelerator_field(intake, never.resource).unwrap_or_default(),
+            };
+            problems.push(Problem::new("capacity", field, never.message));
         }
         Ok(world)
     }

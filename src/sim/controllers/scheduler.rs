@@ -133,22 +133,45 @@ pub(super) fn affinity_ok(pod: &Value, node: &Value) -> bool {
     else {
         return true;
     };
+    // Terms are ORed, a term's requirements ANDed; a term without any
+    // matches no node (nodeaffinity's rule), and `matchFields` reads the
+    // node's `metadata.name`.
+    let node_name = node.pointer("/metadata/name").and_then(Value::as_str);
     terms.iter().any(|term| {
-        term.get("matchExpressions").and_then(Value::as_array).into_iter().flatten().all(|e| {
-            let have = labels.get(s(e, "/key")).and_then(Value::as_str);
-            let values: Vec<&str> = e
+        let expressions = term.get("matchExpressions").and_then(Value::as_array);
+        let fields = term.get("matchFields").and_then(Value::as_array);
+        if expressions.is_none_or(Vec::is_empty) && fields.is_none_or(Vec::is_empty) {
+            return false;
+        }
+        let fields_ok = fields.into_iter().flatten().all(|f| {
+            let values: Vec<&str> = f
                 .get("values")
                 .and_then(Value::as_array)
                 .map(|a| a.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
-            match s(e, "/operator") {
+            let have = if s(f, "/key") == "metadata.name" { node_name } else { None };
+            match s(f, "/operator") {
                 "In" => have.is_some_and(|h| values.contains(&h)),
                 "NotIn" => have.is_none_or(|h| !values.contains(&h)),
-                "Exists" => have.is_some(),
-                "DoesNotExist" => have.is_none(),
                 _ => false,
             }
-        })
+        });
+        fields_ok
+            && expressions.into_iter().flatten().all(|e| {
+                let have = labels.get(s(e, "/key")).and_then(Value::as_str);
+                let values: Vec<&str> = e
+                    .get("values")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                match s(e, "/operator") {
+                    "In" => have.is_some_and(|h| values.contains(&h)),
+                    "NotIn" => have.is_none_or(|h| !values.contains(&h)),
+                    "Exists" => have.is_some(),
+                    "DoesNotExist" => have.is_none(),
+                    _ => false,
+                }
+            })
     })
 }
 
@@ -219,6 +242,27 @@ mod tests {
             p["spec"]["tolerations"] = json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
         }
         p
+    }
+
+    /// NodeAffinity as kube-scheduler applies it: terms ORed (so one that
+    /// names no product reaches every product's nodes), a term without
+    /// requirements matching none, `matchFields` on the node's name.
+    #[test]
+    fn node_affinity_terms_are_ored_and_an_empty_term_matches_nothing() {
+        let a100 = node(Some(8), false);
+        let mut h100 = node(Some(8), false);
+        h100["metadata"] = json!({"name": "h", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "kubernetes.io/hostname": "h"}});
+        let with_terms = |terms: Value| json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}});
+        let spans = with_terms(json!([
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-40GB"]}]},
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "Exists"}]}
+        ]));
+        assert!(affinity_ok(&spans, &a100) && affinity_ok(&spans, &h100), "the second term reaches the H100 node");
+        let empty = with_terms(json!([{}]));
+        assert!(!affinity_ok(&empty, &a100));
+        let by_name =
+            with_terms(json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["h"]}]}]));
+        assert!(affinity_ok(&by_name, &h100) && !affinity_ok(&by_name, &a100));
     }
 
     /// NodeResourcesFit and TaintToleration as kube-scheduler applies them

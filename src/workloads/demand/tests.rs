@@ -451,3 +451,126 @@ fn requests_unequal_to_limits_are_refused_with_the_api_servers_words() {
         "{r:?}"
     );
 }
+
+/// Issue: a training job's `count` was given to every container of its
+/// pods: one role `worker` × 2, one A100 each, two containers, was counted
+/// (and ran) as 4.
+#[test]
+fn a_training_jobs_count_is_per_worker_pod_on_its_first_container() {
+    let mut w = training(json!({"type": GPU, "count": 1, "product": "A100"}), 2);
+    w["spec"]["template"]["spec"]["containers"] =
+        json!([{"name": "main", "image": "r/c:1"}, {"name": "side", "image": "r/s:1"}]);
+    let d = demand_of(&w).unwrap();
+    assert_eq!((d.sets[0].per_pod.accelerator(Flavor::GpuA100), d.accelerator(Flavor::GpuA100)), (1, 2));
+    let children = children("PinterestTrainingJob", &w, &ctx()).unwrap();
+    let pod = &children.iter().find(|c| c["kind"] == "Job").unwrap()["spec"]["template"]["spec"];
+    assert_eq!(pod["containers"][0]["resources"]["limits"][GPU], 1);
+    assert!(pod["containers"][1].pointer("/resources/limits/nvidia.com~1gpu").is_none(), "{:#}", pod["containers"][1]);
+}
+
+fn terms(t: Value) -> Value {
+    json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": t}}}})
+}
+
+fn product_in(values: Value) -> Value {
+    json!({"key": PRODUCT_LABEL, "operator": "In", "values": values})
+}
+
+/// Issue: `[product In A100]` OR `[kubernetes.io/hostname Exists]` was
+/// counted as A100 and ran on the H100 node. A pod's product is the one
+/// every term holds it to; terms that together reach more are refused at
+/// the term that reaches further.
+#[test]
+fn a_pods_product_is_where_every_scheduling_term_can_land_it() {
+    let a100 = json!(["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"]);
+    let at = "p.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
+    let hostname = json!({"key": "kubernetes.io/hostname", "operator": "Exists"});
+    // ORed with a term that names no product: every product's nodes.
+    let spans = terms(json!([{"matchExpressions": [product_in(a100.clone())]}, {"matchExpressions": [hostname]}]));
+    let e = product_of(&spans, "p").unwrap_err();
+    assert_eq!(e.field, format!("{at}[1]"));
+    assert!(
+        e.message.contains("reaches nodes of every GPU product") && e.message.contains("selects A100"),
+        "{}",
+        e.message
+    );
+    // The same product in every term: that product.
+    let both = terms(json!([
+        {"matchExpressions": [product_in(a100.clone())]},
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "Exists"}, product_in(json!(["NVIDIA-A100-SXM4-40GB"]))]}
+    ]));
+    assert_eq!(product_of(&both, "p").unwrap(), Some(Flavor::GpuA100));
+    // Two products across terms: refused at the second.
+    let two = terms(
+        json!([{"matchExpressions": [product_in(a100.clone())]}, {"matchExpressions": [product_in(json!(["NVIDIA-H100-80GB-HBM3"]))]}]),
+    );
+    assert_eq!(product_of(&two, "p").unwrap_err().field, format!("{at}[1]"));
+    // The node selector holds every term to its product; a term naming another lands nowhere.
+    let mut held = spans.clone();
+    held["nodeSelector"] = json!({PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"});
+    assert_eq!(product_of(&held, "p").unwrap_err().field, format!("{at}[0].matchExpressions[0]"));
+    held["affinity"] = Value::Null;
+    assert_eq!(product_of(&held, "p").unwrap(), Some(Flavor::GpuH100));
+    // An empty term matches no node: it reaches nothing.
+    let empty = terms(json!([{"matchExpressions": [product_in(a100)]}, {}]));
+    assert_eq!(product_of(&empty, "p").unwrap(), Some(Flavor::GpuA100));
+    // No term names one: any node (the gateway holds it to a product).
+    assert_eq!(
+        product_of(
+            &terms(json!([{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "Exists"}]}])),
+            "p"
+        )
+        .unwrap(),
+        None
+    );
+    // Through the demand: refused at the workload's field.
+    let mut w = gpu_service(json!({"limits": {GPU: 1}}), None);
+    w["spec"]["template"]["spec"]["affinity"] = spans["affinity"].clone();
+    let e = demand_of(&w).unwrap_err();
+    assert_eq!(
+        e[0].field,
+        "spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[1]"
+    );
+}
+
+/// Issue: a product label no node carries (`A100`, a lowercased label)
+/// was counted, placed, and Pending for ever.
+#[test]
+fn a_product_no_node_carries_is_refused_naming_the_products_known() {
+    for bad in ["A100", "nvidia-a100-sxm4-40gb", "NVIDIA-A100"] {
+        let e = demand_of(&gpu_service(json!({"limits": {GPU: 1}}), Some(bad))).unwrap_err();
+        assert_eq!(e[0].field, format!("spec.template.spec.nodeSelector[{PRODUCT_LABEL}]"), "{bad}");
+        assert!(e[0].message.contains("no node carries"), "{}", e[0].message);
+        assert!(e[0].message.contains("NVIDIA-A100-SXM4-40GB (A100)"), "{}", e[0].message);
+        let spec = terms(json!([{"matchExpressions": [product_in(json!([bad]))]}]));
+        assert!(product_of(&spec, "p").unwrap_err().field.ends_with("nodeSelectorTerms[0].matchExpressions[0]"));
+    }
+}
+
+/// Issue: a pod-level `nvidia.com/gpu` was counted and placed; a real
+/// API server takes cpu and memory (and hugepages) there only.
+#[test]
+fn devices_in_pod_level_resources_are_refused_at_their_field() {
+    let mut w = gpu_service(json!({}), Some("NVIDIA-A10G"));
+    w["spec"]["template"]["spec"]["resources"] = json!({"limits": {GPU: 1, "cpu": "2"}});
+    let e = demand_of(&w).unwrap_err();
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(e[0].field, "spec.template.spec.resources.limits[nvidia.com/gpu]");
+    assert!(e[0].message.starts_with("Unsupported value: \"nvidia.com/gpu\""), "{}", e[0].message);
+}
+
+/// Drift counts what a pod runs around the gateway takes by where it
+/// runs: its GPUs as the product of its node, whatever it selects, and
+/// its cpu and memory even when its devices cannot be counted.
+#[test]
+fn a_running_pod_is_counted_by_the_node_it_runs_on() {
+    let pod = json!({"spec": {"nodeName": "h100-0", "containers": [{"name": "c",
+        "resources": {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {GPU: 6}}}]}});
+    let (r, problems) = pod_takes(&pod, "pod", None, Some(Flavor::GpuH100));
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!((r.cpu, r.memory, r.accelerator(Flavor::GpuH100)), (2000, 1 << 30, 6));
+    // Not bound yet, naming no product: its GPUs cannot be counted, the rest is.
+    let (r, problems) = pod_takes(&pod, "pod", None, None);
+    assert_eq!((r.cpu, r.accelerators), (2000, [0; 5]));
+    assert!(problems[0].message.contains("names no GPU product"), "{problems:?}");
+}

@@ -1,0 +1,51 @@
+//! Adopting clusters other tools run: what their own records say, as a
+//! pinfleet cluster file, with everything the file cannot carry named.
+//!
+//! ```text
+//! kops's state store (s3:// or file://, through state::Store)
+//!     │ read_kops: the cluster's folder, its spec, completed spec and groups
+//!     ▼
+//! kops::import (pure): mapped file, unmapped findings, or a refusal
+//!     ▼
+//! `pinfleet import kops` writes the file (cli::import)
+//! ```
+//!
+//! The reading is the only IO here; the mapping ([`kops`]) is pure, so it
+//! is tested on the objects themselves.
+
+pub mod kops;
+
+use anyhow::{Context as _, Result};
+
+use crate::state::Store;
+
+/// Reads one kops cluster's folder (`store` is opened on kops's state
+/// store with the cluster's name): its keys, `config`,
+/// `cluster-completed.spec` and every `instancegroup/*`. A folder that
+/// holds no kops cluster, or one half deleted, is refused before anything
+/// else is read.
+pub async fn read_kops(store: &Store) -> Result<kops::StateStore> {
+    let url = store.describe("").trim_end_matches('/').to_string();
+    let name = store.cluster().to_string();
+    let keys = store.list("").await.with_context(|| format!("listing {url}"))?;
+    kops::check_layout(&url, &name, &keys)?;
+    let config = read(store, kops::CONFIG).await?;
+    let completed = read(store, kops::COMPLETED).await?;
+    let mut instance_groups = Vec::new();
+    for key in kops::instance_group_keys(&keys) {
+        // Listed a moment ago; gone now means kops is deleting the group.
+        let group =
+            read(store, key).await?.with_context(|| format!("{} vanished while it was read", store.describe(key)))?;
+        instance_groups.push(group);
+    }
+    Ok(kops::StateStore { url, name, keys, config, completed, instance_groups })
+}
+
+/// One object, parsed, or None when absent.
+async fn read(store: &Store, key: &str) -> Result<Option<kops::KopsObject>> {
+    let Some((bytes, _)) = store.get(key).await? else { return Ok(None) };
+    let at = store.describe(key);
+    let text = String::from_utf8(bytes)
+        .map_err(|_| kops::Refusal::Unreadable { at: at.clone(), message: "not UTF-8 text".into() })?;
+    Ok(Some(kops::KopsObject::parse(key, &at, &text)?))
+}
