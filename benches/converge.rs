@@ -334,7 +334,17 @@ async fn run(n: usize) {
     // pause left a standby of 20,000 services still listing when the
     // leader died).
     tokio::time::sleep(Duration::from_secs_f64(resync) + Duration::from_secs(3)).await;
-    let i = replicas.iter().position(|r| r.0.load(Ordering::SeqCst)).unwrap();
+    // The leader at this moment: on a loaded machine leadership may be
+    // between replicas (a renewal past its deadline steps down, the other
+    // takes the Lease once it runs out); wait for one to lead.
+    let waited = Instant::now();
+    let i = loop {
+        if let Some(i) = replicas.iter().position(|r| r.0.load(Ordering::SeqCst)) {
+            break i;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(60), "no replica led for a minute");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let dead = replicas.remove(i);
     dead.1.abort();
     dead.2.abort();

@@ -226,44 +226,55 @@ pub struct Shape {
     pub memory_gib: u32,
     pub count: u32,
     pub product: Product,
-    /// Memory of one accelerator, in GiB.
-    pub device_memory_gib: u32,
+    /// Memory of one accelerator, in MiB, exactly as EC2 lists it
+    /// (`GpuInfo.Gpus[].MemoryInfo.SizeInMiB`, `NeuronInfo…SizeInMiB`): an
+    /// A10G or L4 has 22,888 MiB (22.35 GiB), not "24 GB".
+    pub device_memory_mib: u32,
 }
 
 const fn shape(t: &'static str, vcpu: u32, mem: u32, count: u32, product: Product, dev: u32) -> Shape {
-    Shape { instance_type: t, vcpu, memory_gib: mem, count, product, device_memory_gib: dev }
+    Shape { instance_type: t, vcpu, memory_gib: mem, count, product, device_memory_mib: dev }
+}
+
+impl Shape {
+    /// Whether one device's memory is within `gib` (whole GiB, as a
+    /// group's `deviceMemoryGib` asks): compared in MiB, as EC2 counts.
+    pub fn device_memory_within(&self, min_gib: u32, max_gib: Option<u32>) -> bool {
+        let mib = u64::from(self.device_memory_mib);
+        u64::from(min_gib) * 1024 <= mib && max_gib.is_none_or(|m| mib <= u64::from(m) * 1024)
+    }
 }
 
 /// The accelerated types capacity requirements choose from (all x86_64),
 /// smallest first within each family, the families in the order
 /// [`Product::ALL`] names their products.
 pub const SHAPES: &[Shape] = &[
-    shape("g5.xlarge", 4, 16, 1, Product::A10G, 24),
-    shape("g5.2xlarge", 8, 32, 1, Product::A10G, 24),
-    shape("g5.4xlarge", 16, 64, 1, Product::A10G, 24),
-    shape("g5.8xlarge", 32, 128, 1, Product::A10G, 24),
-    shape("g5.16xlarge", 64, 256, 1, Product::A10G, 24),
-    shape("g5.12xlarge", 48, 192, 4, Product::A10G, 24),
-    shape("g5.24xlarge", 96, 384, 4, Product::A10G, 24),
-    shape("g5.48xlarge", 192, 768, 8, Product::A10G, 24),
-    shape("g6.xlarge", 4, 16, 1, Product::L4, 24),
-    shape("g6.2xlarge", 8, 32, 1, Product::L4, 24),
-    shape("g6.4xlarge", 16, 64, 1, Product::L4, 24),
-    shape("g6.8xlarge", 32, 128, 1, Product::L4, 24),
-    shape("g6.16xlarge", 64, 256, 1, Product::L4, 24),
-    shape("g6.12xlarge", 48, 192, 4, Product::L4, 24),
-    shape("g6.24xlarge", 96, 384, 4, Product::L4, 24),
-    shape("g6.48xlarge", 192, 768, 8, Product::L4, 24),
-    shape("p4d.24xlarge", 96, 1152, 8, Product::A100, 40),
-    shape("p4de.24xlarge", 96, 1152, 8, Product::A100, 80),
-    shape("p5.48xlarge", 192, 2048, 8, Product::H100, 80),
-    shape("trn1.2xlarge", 8, 32, 1, Product::Trainium, 32),
-    shape("trn1.32xlarge", 128, 512, 16, Product::Trainium, 32),
-    shape("trn1n.32xlarge", 128, 512, 16, Product::Trainium, 32),
-    shape("inf2.xlarge", 4, 16, 1, Product::Inferentia2, 32),
-    shape("inf2.8xlarge", 32, 128, 1, Product::Inferentia2, 32),
-    shape("inf2.24xlarge", 96, 384, 6, Product::Inferentia2, 32),
-    shape("inf2.48xlarge", 192, 768, 12, Product::Inferentia2, 32),
+    shape("g5.xlarge", 4, 16, 1, Product::A10G, 22_888),
+    shape("g5.2xlarge", 8, 32, 1, Product::A10G, 22_888),
+    shape("g5.4xlarge", 16, 64, 1, Product::A10G, 22_888),
+    shape("g5.8xlarge", 32, 128, 1, Product::A10G, 22_888),
+    shape("g5.16xlarge", 64, 256, 1, Product::A10G, 22_888),
+    shape("g5.12xlarge", 48, 192, 4, Product::A10G, 22_888),
+    shape("g5.24xlarge", 96, 384, 4, Product::A10G, 22_888),
+    shape("g5.48xlarge", 192, 768, 8, Product::A10G, 22_888),
+    shape("g6.xlarge", 4, 16, 1, Product::L4, 22_888),
+    shape("g6.2xlarge", 8, 32, 1, Product::L4, 22_888),
+    shape("g6.4xlarge", 16, 64, 1, Product::L4, 22_888),
+    shape("g6.8xlarge", 32, 128, 1, Product::L4, 22_888),
+    shape("g6.16xlarge", 64, 256, 1, Product::L4, 22_888),
+    shape("g6.12xlarge", 48, 192, 4, Product::L4, 22_888),
+    shape("g6.24xlarge", 96, 384, 4, Product::L4, 22_888),
+    shape("g6.48xlarge", 192, 768, 8, Product::L4, 22_888),
+    shape("p4d.24xlarge", 96, 1152, 8, Product::A100, 40_960),
+    shape("p4de.24xlarge", 96, 1152, 8, Product::A100, 81_920),
+    shape("p5.48xlarge", 192, 2048, 8, Product::H100, 81_920),
+    shape("trn1.2xlarge", 8, 32, 1, Product::Trainium, 32_768),
+    shape("trn1.32xlarge", 128, 512, 16, Product::Trainium, 32_768),
+    shape("trn1n.32xlarge", 128, 512, 16, Product::Trainium, 32_768),
+    shape("inf2.xlarge", 4, 16, 1, Product::Inferentia2, 32_768),
+    shape("inf2.8xlarge", 32, 128, 1, Product::Inferentia2, 32_768),
+    shape("inf2.24xlarge", 96, 384, 6, Product::Inferentia2, 32_768),
+    shape("inf2.48xlarge", 192, 768, 12, Product::Inferentia2, 32_768),
 ];
 
 #[cfg(test)]

@@ -1114,6 +1114,7 @@ fn a_recipe_with_a_build_account_is_baked_there_checked_first_and_shared_with_a_
         .replace(&format!("pf-test-{}-bld", w.account), &format!("pf-test-{}-home", w.account));
     assert!(home.contains("name: home"), "{home}");
     std::fs::write(w.clusters_dir().join("home.yaml"), home).unwrap();
+    w.ok(&["validate", w.clusters_dir().join("home.yaml").to_str().unwrap()]);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let caller = rt.block_on(w.aws());
     let in_build = rt

@@ -1112,3 +1112,45 @@ fn destroying_one_cluster_leaves_anothers_nat_gateways() {
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert_eq!(out.status.code(), Some(0), "the other cluster's destroy changed this one:\n{text}\n{}", stderr(&out));
 }
+
+/// The accelerated types' facts are EC2's own: every type pinfleet chooses
+/// from has, in DescribeInstanceTypes (moto serves EC2's data), the vCPUs,
+/// memory, device count, device name and each device's memory in MiB the
+/// table holds (an A10G's 22,888 MiB, not "24 GB").
+#[test]
+fn the_accelerated_types_are_as_describe_instance_types_lists_them() {
+    let w = World::new("gpufacts", 1);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let aws = rt.block_on(w.aws());
+    for s in pinfleet::accelerated::SHAPES {
+        let out = rt
+            .block_on(
+                aws.ec2
+                    .describe_instance_types()
+                    .instance_types(aws_sdk_ec2::types::InstanceType::from(s.instance_type))
+                    .send(),
+            )
+            .unwrap();
+        let t = out.instance_types().first().unwrap_or_else(|| panic!("EC2 lists no {}", s.instance_type));
+        let vcpu = t.v_cpu_info().and_then(|v| v.default_v_cpus()).unwrap_or_default();
+        let mib = t.memory_info().and_then(|m| m.size_in_mib()).unwrap_or_default();
+        assert_eq!((vcpu as u32, (mib / 1024) as u32), (s.vcpu, s.memory_gib), "{}: vCPUs and memory", s.instance_type);
+        let (count, name, device) = match (t.gpu_info(), t.neuron_info()) {
+            (Some(g), _) => {
+                let d = g.gpus().first().unwrap();
+                (d.count().unwrap_or_default(), d.name().unwrap_or_default().to_string(), d.memory_info().and_then(|m| m.size_in_mib()).unwrap_or_default())
+            }
+            (None, Some(n)) => {
+                let d = n.neuron_devices().first().unwrap();
+                (d.count().unwrap_or_default(), d.name().unwrap_or_default().to_string(), d.memory_info().and_then(|m| m.size_in_mib()).unwrap_or_default())
+            }
+            (None, None) => panic!("{}: EC2 lists no accelerator", s.instance_type),
+        };
+        assert_eq!(
+            (count as u32, name.as_str(), device as u32),
+            (s.count, s.product.as_str(), s.device_memory_mib),
+            "{}: devices, their name and each one's memory in MiB",
+            s.instance_type
+        );
+    }
+}

@@ -384,7 +384,7 @@ async fn failures_within_the_budget_finish_the_rollout_but_never_as_done() {
         assert!(failures.contains(&format!("{name} (failed: replacement")), "{failures}");
         assert_eq!(s.fleet.image(name).0, "ami-old", "{name} failed its roll");
     }
-    assert!(failures.contains("runs ami-old"), "what each failed cluster runs now: {failures}");
+    assert!(failures.contains("its machines run ami-old"), "what each failed cluster runs now: {failures}");
     assert!(!failures.contains("prod-a"), "prod-a rolled: {failures}");
     assert!(matches!(&r.state, RolloutState::FinishedWithFailures(w) if w == failures), "{:?}", r.state);
     assert!(r.is_finished(), "nothing left to run");
@@ -409,7 +409,7 @@ async fn failures_within_the_budget_finish_the_rollout_but_never_as_done() {
     for name in ["prod-b", "prod-c"] {
         let row = rows.iter().find(|c| c.cluster == name).unwrap();
         assert_eq!(row.state, "failed");
-        assert!(row.why.contains("runs ami-old"), "{row:?}");
+        assert!(row.why.contains("its machines run ami-old"), "{row:?}");
     }
     // The record in the store says the same.
     assert_eq!(s.book.latest().await.unwrap().unwrap(), r);

@@ -766,7 +766,7 @@ fn matching_accelerated(r: &Requirements, a: &AcceleratorRequirements, arch: Arc
         .filter_map(|s| products.iter().position(|p| *p == s.product).map(|rank| (rank, s)))
         .filter(|(_, s)| {
             a.count.holds(s.count)
-                && a.device_memory_gib.is_none_or(|m| m.holds(s.device_memory_gib))
+                && a.device_memory_gib.is_none_or(|m| s.device_memory_within(m.min, m.max))
                 && r.vcpu.holds(s.vcpu)
                 && r.memory_gib.is_none_or(|m| m.holds(s.memory_gib))
         })

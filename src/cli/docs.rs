@@ -495,7 +495,7 @@ mod tests {
         let run = &pages[1].1;
         assert!(run.contains("# tool run\n"), "{run}");
         assert!(run.contains("&lt;cluster&gt; and a \\* or two \\*."), "{run}");
-        assert!(run.contains("tool run [OPTIONS] <NAME>"), "{run}");
+        assert!(run.contains("tool run [OPTIONS] <name> [COMMAND]"), "{run}");
         assert!(run.contains("- `<NAME>`: What to run."), "{run}");
         assert!(
             run.contains("- `--mode <MODE>`: How.\n\n  Default: `fast`. Environment: `TOOL_MODE`.\n\n  Possible values: `fast`, `slow`."),

@@ -59,7 +59,7 @@ pub struct KopsArgs {
     #[arg(long)]
     pub region: Option<String>,
     /// Print the kops → pinfleet mapping as a markdown table (the book's).
-    #[arg(long, hide = true)]
+    #[arg(long)]
     pub mapping: bool,
 }
 

@@ -46,6 +46,8 @@ pub async fn run(g: &GlobalArgs, args: OrphansArgs) -> Result<ExitCode> {
     let mut known: BTreeMap<String, Known> = BTreeMap::new();
     // An account that refuses is named; the others are still scanned.
     let mut refused = Vec::new();
+    // The caller's own account (clusters without an account of their own live there).
+    let mut caller: Option<String> = None;
     for region in regions {
         for account in &accounts {
             let mut opts = AwsOptions::from_env(target, Some(region.clone()))?;
@@ -97,8 +99,21 @@ pub async fn run(g: &GlobalArgs, args: OrphansArgs) -> Result<ExitCode> {
                     .unwrap_or("(unknown)")
                     .to_string(),
             };
+            if account.is_none() {
+                caller = Some(in_account.clone());
+            }
+            // Where each cluster lives: its account (the caller's without
+            // one) and region.
+            let homes: BTreeMap<String, (String, String)> = loaded
+                .iter()
+                .map(|l| {
+                    let c = &l.cluster;
+                    let a = c.spec.cloud.account.as_ref().map(|a| a.id.clone()).or_else(|| caller.clone());
+                    (c.metadata.name.clone(), (a.unwrap_or_default(), c.spec.cloud.region.clone()))
+                })
+                .collect();
             let dir = g.clusters_dir.display().to_string();
-            found.extend(orphans::judge(&in_account, &region, &fleet, &known, &dir));
+            found.extend(orphans::judge(&in_account, &region, &fleet, &known, &homes, &dir));
         }
     }
     // The caller's own account, named by a cluster too, is scanned twice:

@@ -57,6 +57,7 @@ pub fn judge(
     region: &str,
     fleet: &Fleet,
     clusters: &BTreeMap<String, Known>,
+    homes: &BTreeMap<String, (String, String)>,
     clusters_dir: &str,
 ) -> Vec<Orphan> {
     let mut out = Vec::new();
@@ -67,7 +68,15 @@ pub fn judge(
             Known::NotInStateStore => {
                 format!("cluster `{cluster}` does not exist in its state store (destroyed or never applied)")
             }
-            Known::Alive => continue,
+            // A live cluster's name on a resource where that cluster does
+            // not live (left behind by a move of account or region, or a
+            // cluster of the same name elsewhere): not its.
+            Known::Alive => match homes.get(&cluster) {
+                Some((a, r)) if a != account || r != region => {
+                    format!("cluster `{cluster}` lives in account {a}, {r}: this is not its")
+                }
+                _ => continue,
+            },
         };
         out.push(Orphan {
             account: account.to_string(),
@@ -92,4 +101,29 @@ pub fn judge(
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A live cluster's name on a resource in another account or region
+    /// (left behind by a move, or another cluster of the same name) is an
+    /// orphan there; where the cluster lives it is not.
+    #[test]
+    fn a_live_clusters_name_elsewhere_than_it_lives_is_an_orphan() {
+        let fleet = Fleet {
+            tagged: vec![Tagged { kind: "vpc".into(), id: "vpc-1".into(), cluster: Some("c2".into()), owner: None }],
+            in_vpcs: vec![],
+        };
+        let known: BTreeMap<String, Known> = [("c2".to_string(), Known::Alive)].into();
+        let homes: BTreeMap<String, (String, String)> =
+            [("c2".to_string(), ("222222222222".to_string(), "us-east-1".to_string()))].into();
+        assert!(judge("222222222222", "us-east-1", &fleet, &known, &homes, "clusters").is_empty());
+        for (account, region) in [("333333333333", "us-east-1"), ("222222222222", "us-west-2")] {
+            let out = judge(account, region, &fleet, &known, &homes, "clusters");
+            assert_eq!(out.len(), 1, "{account} {region}");
+            assert!(out[0].why.contains("lives in account 222222222222, us-east-1"), "{:?}", out[0]);
+        }
+    }
 }

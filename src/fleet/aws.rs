@@ -42,6 +42,22 @@ pub struct AwsFleet {
     pub on: OnEvent,
 }
 
+/// What a cluster's machines run, in words (pure): each group's images with
+/// how many machines run each, `general: ami-1 ×2, ami-2 ×1; cp: ami-1 ×3`.
+pub fn machines_run(by_group: &BTreeMap<String, BTreeMap<String, usize>>) -> String {
+    if by_group.is_empty() {
+        return "no machine".to_string();
+    }
+    by_group
+        .iter()
+        .map(|(g, images)| {
+            let images: Vec<String> = images.iter().map(|(i, n)| format!("{i} ×{n}")).collect();
+            format!("{g}: {}", images.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Each named cluster's AWS connection, in its region and its account
 /// (one per region and account: one assumed role per account and region,
 /// named for the clusters it serves), or why its account refused. A fleet
@@ -314,6 +330,17 @@ impl Fleet for AwsFleet {
         Ok(snap)
     }
 
+    async fn running(&self, name: &str) -> Result<String> {
+        let m = self.member(name)?;
+        let observed = observe::observe(&m.aws, name, None).await?;
+        let mut by_group: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+        for i in observed.instances.iter().filter(|i| matches!(i.state.as_str(), "running" | "pending")) {
+            let group = i.group.clone().unwrap_or_else(|| "(no group)".into());
+            *by_group.entry(group).or_default().entry(i.image_id.clone()).or_default() += 1;
+        }
+        Ok(machines_run(&by_group))
+    }
+
     async fn roll(&self, name: &str, to: &Snapshot, why: &str) -> Result<()> {
         let m = self.member(name)?;
         let cluster = cluster_at(&m.cluster, to);
@@ -414,4 +441,17 @@ pub async fn pending_locks(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn what_machines_run_names_each_groups_images_with_their_counts() {
+        let mut by: std::collections::BTreeMap<String, std::collections::BTreeMap<String, usize>> = Default::default();
+        assert_eq!(super::machines_run(&by), "no machine");
+        by.entry("general".into()).or_default().insert("ami-new".into(), 1);
+        by.entry("general".into()).or_default().insert("ami-old".into(), 2);
+        by.entry("control-plane".into()).or_default().insert("ami-new".into(), 3);
+        assert_eq!(super::machines_run(&by), "control-plane: ami-new ×3; general: ami-new ×1, ami-old ×2");
+    }
 }

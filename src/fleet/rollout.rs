@@ -120,10 +120,11 @@ pub struct ClusterRun {
     pub blocked: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_until: Option<DateTime<Utc>>,
-    /// What it runs now, read when the rollout ended with it failed (a
-    /// failed roll can leave a cluster on mixed images).
+    /// What its machines run now, read when the rollout ended with it
+    /// failed: each group's images with how many machines run each (a
+    /// failed roll leaves a group on mixed images).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runs: Option<Snapshot>,
+    pub runs: Option<String>,
 }
 
 impl ClusterRun {
@@ -314,10 +315,13 @@ impl FleetRollout {
         let failed: Vec<String> = self
             .clusters()
             .filter_map(|(_, c)| match &c.state {
-                ClusterState::Failed(e) => Some(match &c.runs {
-                    Some(runs) => format!("{} (failed: {e}; runs {})", c.name, runs.summary()),
-                    None => format!("{} (failed: {e})", c.name),
-                }),
+                ClusterState::Failed(e) => {
+                    let e = one_line(e);
+                    Some(match &c.runs {
+                        Some(runs) => format!("{} (failed: {e}; its machines run {runs})", c.name),
+                        None => format!("{} (failed: {e})", c.name),
+                    })
+                }
                 _ => None,
             })
             .collect();
@@ -326,6 +330,11 @@ impl FleetRollout {
             1 => Some(format!("1 cluster failed and is not on the target: {}", failed[0])),
             n => Some(format!("{n} clusters failed and are not on the target: {}", failed.join(", "))),
         }
+    }
+
+    /// Whether any cluster failed, in any stage.
+    pub fn any_failed(&self) -> bool {
+        self.clusters().any(|(_, c)| matches!(c.state, ClusterState::Failed(_)))
     }
 
     pub fn is_finished(&self) -> bool {
@@ -576,6 +585,11 @@ pub fn decide(r: &FleetRollout, windows: &dyn Windows, approved: &BTreeSet<Strin
         d.start.push(c.name.clone());
     }
     d
+}
+
+/// A reason on one line (an error's own newlines would break a table row).
+pub fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

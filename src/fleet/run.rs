@@ -31,8 +31,14 @@ use crate::state::Store;
 /// What the fleet driver needs from each cluster.
 #[allow(async_fn_in_trait)]
 pub trait Fleet {
-    /// What the cluster runs now.
+    /// What the cluster runs now (its launch templates: what a new machine gets).
     async fn current(&self, cluster: &str) -> Result<Snapshot>;
+    /// What its machines run now, in words: each group's images with how
+    /// many machines run each (a roll that failed part-way leaves a group
+    /// on two). Where the machines cannot be told apart, the templates'.
+    async fn running(&self, cluster: &str) -> Result<String> {
+        Ok(self.current(cluster).await?.summary())
+    }
     /// Rolls the cluster to `to`, under its own lock, with its own
     /// end-to-end gates (after each group and after the roll).
     async fn roll(&self, cluster: &str, to: &Snapshot, why: &str) -> Result<()>;
@@ -191,6 +197,19 @@ pub enum Note {
     RevertFailed { cluster: String, error: String },
 }
 
+/// What each failed cluster's machines run now, read once (one that
+/// cannot be read is named without it).
+async fn read_runs(fleet: &impl Fleet, r: &mut FleetRollout) {
+    let failed: Vec<String> =
+        r.clusters().filter(|(_, c)| matches!(c.state, ClusterState::Failed(_))).map(|(_, c)| c.name.clone()).collect();
+    let runs = futures::future::join_all(failed.iter().map(|name| fleet.running(name))).await;
+    for (name, run) in failed.iter().zip(runs) {
+        if let Some(c) = r.cluster_mut(name) {
+            c.runs = run.ok();
+        }
+    }
+}
+
 /// How a run of `apply` ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -282,11 +301,18 @@ async fn drive<F: Fleet>(
         let d = decide(&r, windows, &approved, now);
         if let Some(reason) = &d.halt {
             if running.is_empty() {
+                read_runs(fleet, &mut r).await;
                 r.state = RolloutState::Halted(reason.clone());
                 r.finished_at = Some(now);
-                said.push(Note::Halted { reason: reason.clone() });
+                // The last word names every cluster that failed, in any
+                // stage, and what its machines run now.
+                let said_reason = match r.failures() {
+                    Some(f) => format!("{reason}; {f}"),
+                    None => reason.clone(),
+                };
+                said.push(Note::Halted { reason: said_reason.clone() });
                 save(book, &r, &mut said, on).await?;
-                return Ok((r, Outcome::Halted(reason.clone())));
+                return Ok((r, Outcome::Halted(said_reason)));
             }
         } else if let Some(i) = d.rolled {
             let s = &mut r.stages[i];
@@ -305,16 +331,7 @@ async fn drive<F: Fleet>(
             gate_stage(fleet, book, &mut r, i, clock, &mut said, on).await?;
             continue;
         } else if d.finished {
-            let failed: Vec<String> =
-                r.clusters().filter(|(_, c)| matches!(c.state, ClusterState::Failed(_))).map(|(_, c)| c.name.clone()).collect();
-            // What each failed cluster runs now, read once (one that cannot
-            // be read is named without it).
-            let runs = futures::future::join_all(failed.iter().map(|name| fleet.current(name))).await;
-            for (name, run) in failed.iter().zip(runs) {
-                if let Some(c) = r.cluster_mut(name) {
-                    c.runs = run.ok();
-                }
-            }
+            read_runs(fleet, &mut r).await;
             r.finished_at = Some(now);
             let outcome = match r.failures() {
                 None => {

@@ -131,8 +131,8 @@ impl FleetStatusView {
                             to: c.to.over(&c.from).summary(),
                             why: match (&c.state, d.why.get(&c.name), cluster_locks.get(&c.name)) {
                                 (ClusterState::Failed(e), _, _) => match &c.runs {
-                                    Some(runs) => format!("{e}; runs {}", runs.summary()),
-                                    None => e.clone(),
+                                    Some(runs) => format!("{}; its machines run {runs}", crate::fleet::rollout::one_line(e)),
+                                    None => crate::fleet::rollout::one_line(e),
                                 },
                                 (ClusterState::RevertFailed(e), _, _) => e.clone(),
                                 (ClusterState::Pending, Some(w), Some(l)) => {

@@ -71,8 +71,9 @@ mod tests {
             spot: false,
         };
         let home = Fleet { tagged: vec![tagged("iam-role", "old-node", "old", None)], in_vpcs: vec![stray] };
-        let mut out = judge("222222222222", "eu-west-1", &member, &known, "clusters");
-        out.extend(judge("111111111111", "us-east-1", &home, &known, "clusters"));
+        let homes = Default::default();
+        let mut out = judge("222222222222", "eu-west-1", &member, &known, &homes, "clusters");
+        out.extend(judge("111111111111", "us-east-1", &home, &known, &homes, "clusters"));
         out
     }
 
