@@ -163,6 +163,8 @@ pub struct Limits {
     pub answers_in_flight: usize,
     /// The same for one holder (a user, or a stranger's address).
     pub answer_per_holder: usize,
+    /// The same for one team's users together.
+    pub answer_per_team: usize,
 }
 
 /// The most one connection's buffers hold besides the bodies being read:
@@ -219,6 +221,8 @@ impl Default for Limits {
             // for bodies, a holder a few, everyone 64 MiB.
             answers_in_flight: 64 << 20,
             answer_per_holder: 8 << 20,
+            // A team's users together a quarter of it, as for connections.
+            answer_per_team: 16 << 20,
         }
     }
 }
@@ -299,6 +303,11 @@ impl Limits {
     /// These limits as an answer's bytes see them (a [`BodyBudget`] of answers).
     fn for_answers(&self) -> Limits {
         Limits { bodies_in_flight: self.answers_in_flight, body_per_holder: self.answer_per_holder, ..*self }
+    }
+
+    /// The same for a team's users together (a pool of its own, each team a holder).
+    fn for_team_answers(&self) -> Limits {
+        Limits { bodies_in_flight: usize::MAX, body_per_holder: self.answer_per_team, ..*self }
     }
 }
 
@@ -482,7 +491,7 @@ impl Drop for Busy {
 struct Tail<B> {
     inner: B,
     _busy: Option<Busy>,
-    _held: Option<BodyBytes>,
+    _held: Vec<BodyBytes>,
 }
 
 impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tail<B> {
@@ -546,23 +555,30 @@ impl Entry {
 struct Table {
     next: u64,
     open: BTreeMap<u64, Entry>,
-    users: std::collections::HashMap<String, usize>,
-    teams: std::collections::HashMap<String, usize>,
+    /// Each user's and team's connections, by id (oldest first).
+    users: std::collections::HashMap<String, std::collections::BTreeSet<u64>>,
+    teams: std::collections::HashMap<String, std::collections::BTreeSet<u64>>,
 }
 
-fn count_up(counts: &mut std::collections::HashMap<String, usize>, key: &str) -> usize {
-    let n = counts.entry(key.to_string()).or_default();
-    *n = n.saturating_add(1);
-    *n
+type Held = std::collections::HashMap<String, std::collections::BTreeSet<u64>>;
+
+fn count_up(counts: &mut Held, key: &str, id: u64) {
+    counts.entry(key.to_string()).or_default().insert(id);
 }
 
-fn count_down(counts: &mut std::collections::HashMap<String, usize>, key: &str) {
-    if let Some(n) = counts.get_mut(key) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
+fn count_down(counts: &mut Held, key: &str, id: u64) {
+    if let Some(ids) = counts.get_mut(key) {
+        ids.remove(&id);
+        if ids.is_empty() {
             counts.remove(key);
         }
     }
+}
+
+/// Where connection `id` stands among its holder's, oldest first (1: the
+/// oldest), and how many the holder has.
+fn rank(counts: &Held, key: &str, id: u64) -> (usize, usize) {
+    counts.get(key).map_or((0, 0), |ids| (ids.range(..=id).count(), ids.len()))
 }
 
 impl Table {
@@ -577,9 +593,9 @@ impl Table {
         let e = self.open.remove(&id)?;
         if e.counted {
             if let Some(h) = e.state.holder.get() {
-                count_down(&mut self.users, &h.user);
+                count_down(&mut self.users, &h.user, id);
                 if let Some(t) = &h.team {
-                    count_down(&mut self.teams, t);
+                    count_down(&mut self.teams, t, id);
                 }
             }
         }
@@ -595,9 +611,9 @@ impl Table {
         }
         let Some(h) = e.state.holder.get() else { return };
         e.counted = true;
-        count_up(&mut self.users, &h.user);
+        count_up(&mut self.users, &h.user, id);
         if let Some(t) = &h.team {
-            count_up(&mut self.teams, t);
+            count_up(&mut self.teams, t, id);
         }
     }
 
@@ -643,18 +659,20 @@ impl Table {
         }
     }
 
-    /// Whether connection `id`'s holder holds more than its share: more
-    /// connections than `per_user` for its user or `per_team` for its team.
+    /// Whether connection `id` is past its holder's share: not among the
+    /// oldest `per_user` of its user's connections, or `per_team` of its
+    /// team's. A connection within its share stays so however many its
+    /// holder (or a teammate) opens after it: the newcomers are refused.
     fn over_share(&mut self, id: u64, limits: &Limits) -> Option<String> {
         self.count_holder(id);
         let h = self.open.get(&id)?.state.holder.get()?;
-        let users = self.users.get(&h.user).copied().unwrap_or(0);
-        if users > limits.per_user {
+        let (place, users) = rank(&self.users, &h.user, id);
+        if place > limits.per_user {
             return Some(format!("{} holds {users} connections (at most {})", h.user, limits.per_user));
         }
         let team = h.team.as_ref()?;
-        let teams = self.teams.get(team).copied().unwrap_or(0);
-        (teams > limits.per_team)
+        let (place, teams) = rank(&self.teams, team, id);
+        (place > limits.per_team)
             .then(|| format!("team {team} holds {teams} connections (at most {})", limits.per_team))
     }
 }
@@ -675,12 +693,12 @@ pub async fn serve(
     let app = app.layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked));
     let budget = Arc::new(BodyBudget::default());
     let strangers = Arc::new(BodyBudget::default());
-    let answers = Arc::new(BodyBudget::default());
+    let answers = Answers::default();
     let limits = fitted(limits);
     tracing::info!(
         connections = limits.connections,
         per_peer = limits.per_peer,
-        "gateway: listening on {}",
+        "listening on {}",
         listener.local_addr()?
     );
     let table = Arc::new(Mutex::new(Table::default()));
@@ -879,7 +897,7 @@ struct Conn {
     /// Strangers' pool (headers and bodies), apart from `budget`.
     strangers: Arc<BodyBudget>,
     /// Answers' bytes held until written.
-    answers: Arc<BodyBudget>,
+    answers: Answers,
     /// Ends the connection (its watcher closes it).
     close: Arc<tokio::sync::Notify>,
     table: Arc<Mutex<Table>>,
@@ -912,15 +930,12 @@ async fn handle(
         }
         closing(status, why)
     };
-    // A body announced past the limit is refused before a byte of it is read.
+    // The length a body announces.
     let announced = parts
         .headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if announced.is_some_and(|n| n > BODY_LIMIT as u64) {
-        return refuse(http::StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large");
-    }
     let has_body = !(body.is_end_stream() || announced == Some(0));
     // Who it is from, from the headers alone, before anything is done for
     // it: a connection counts against its holder from the first request
@@ -933,6 +948,11 @@ async fn handle(
         Some(_) => None,
         None => Some(String::new()),
     };
+    // A body announced past the limit is refused before a byte of it is
+    // read (its caller named in the audit when known).
+    if announced.is_some_and(|n| n > BODY_LIMIT as u64) {
+        return refuse(http::StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large");
+    }
     // A holder past its share is not served on more connections.
     if let Some(why) = past_share(&conn, &limits) {
         return refuse(http::StatusCode::TOO_MANY_REQUESTS, &why);
@@ -996,17 +1016,44 @@ async fn handle(
     // An answer's bytes are held against its caller until written: a peer
     // that asks and never reads holds no more than its share.
     let Some(size) = r.body().size_hint().exact().filter(|n| *n > 0) else { return r };
-    let holder = match state.holder.get() {
-        Some(h) => format!("user:{}", h.user),
-        None => format!("peer:{}", conn.peer),
-    };
-    match conn.answers.take(&holder, usize::try_from(size).unwrap_or(usize::MAX), &limits.for_answers()) {
-        Some(bytes) => r.map(|b| axum::body::Body::new(Tail { inner: b, _busy: None, _held: Some(bytes) })),
-        None => refuse(
-            http::StatusCode::SERVICE_UNAVAILABLE,
-            "too many answers are held for you unread; read them, or try again",
-        ),
+    let size = usize::try_from(size).unwrap_or(usize::MAX);
+    let unread = "too many answers are held for you unread; read them, or try again";
+    let mut held = Vec::with_capacity(2);
+    match state.holder.get() {
+        Some(h) => {
+            let Some(mine) = conn.answers.callers.take(&format!("user:{}", h.user), size, &limits.for_answers()) else {
+                return refuse(http::StatusCode::SERVICE_UNAVAILABLE, unread);
+            };
+            held.push(mine);
+            if let Some(team) = &h.team {
+                let Some(ours) = conn.answers.teams.take(team, size, &limits.for_team_answers()) else {
+                    return refuse(
+                        http::StatusCode::SERVICE_UNAVAILABLE,
+                        "too many answers are held for your team unread; read them, or try again",
+                    );
+                };
+                held.push(ours);
+            }
+        }
+        None => {
+            let Some(theirs) = conn.answers.strangers.take(&format!("peer:{}", conn.peer), size, &limits.for_strangers())
+            else {
+                return refuse(http::StatusCode::SERVICE_UNAVAILABLE, unread);
+            };
+            held.push(theirs);
+        }
     }
+    r.map(|b| axum::body::Body::new(Tail { inner: b, _busy: None, _held: held }))
+}
+
+/// The pools an answer's bytes come from: callers', each team's, and
+/// strangers' apart (as for bodies: strangers never take an authenticated
+/// caller's room).
+#[derive(Clone, Default)]
+struct Answers {
+    callers: Arc<BodyBudget>,
+    teams: Arc<BodyBudget>,
+    strangers: Arc<BodyBudget>,
 }
 
 /// Whether an answer is an event stream (a longer deadline).
@@ -1051,7 +1098,7 @@ async fn serve_connection(
                 if is_event_stream(&r) {
                     busy.until(Instant::now() + limits.stream_time);
                 }
-                let r = r.map(|b| axum::body::Body::new(Tail { inner: b, _busy: Some(busy), _held: None }));
+                let r = r.map(|b| axum::body::Body::new(Tail { inner: b, _busy: Some(busy), _held: Vec::new() }));
                 Ok::<_, std::convert::Infallible>(r)
             }
         })
@@ -1232,7 +1279,7 @@ mod tests {
             t.remove(id);
         }
         assert_eq!((t.users.get("red-ci"), t.teams.get("red")), (None, None));
-        assert_eq!(t.users.get("blue-dev"), Some(&1));
+        assert_eq!(t.users.get("blue-dev").map(|s| s.len()), Some(1));
         // A holder named after its connection opened is counted when its share is asked.
         let late = stranger("10.0.0.4", 1);
         let state = late.state.clone();
@@ -1240,7 +1287,7 @@ mod tests {
         assert_eq!(t.teams.get("red"), None);
         state.trust("red-ci", Some("red"));
         assert_eq!(t.over_share(7, &limits), None);
-        assert_eq!(t.teams.get("red"), Some(&1));
+        assert_eq!(t.teams.get("red").map(|s| s.len()), Some(1));
         // An evicted connection gives its count back too (an idle one).
         t.open.get(&7).unwrap().busy.store(0, Ordering::SeqCst);
         assert!(t.make_room("10.0.0.4".parse().unwrap(), &Limits { per_peer: 1, ..limits }));

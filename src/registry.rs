@@ -222,6 +222,13 @@ impl Registries {
                 format!("{image}: registry {host:?} is not one the gateway reads ({})", self.allowed.join(", ")),
             );
         };
+        // Every request to the team's registry is made in one of the team's
+        // own places: its slow registry holds only its own, and however
+        // many requests it sends, its checks under way are a few.
+        let places = self.team_places(team);
+        let Ok(_mine) = places.acquire().await else {
+            return refused("", "the gateway is stopping".into());
+        };
         // The digest: the one named, checked to exist, or the tag's, resolved once.
         let token = match self.token(&reference).await {
             Ok(t) => t,
@@ -252,10 +259,6 @@ impl Registries {
         if let Some((v, _)) = self.cache.lock().ok().and_then(|c| c.get(&key).filter(|e| fresh(e)).cloned()) {
             return Checked { pinned: Some(pinned), verdict: v };
         }
-        let places = self.team_places(team);
-        let Ok(_mine) = places.acquire().await else {
-            return refused(&digest, "the gateway is stopping".into());
-        };
         let Ok(_fetching) = self.fetching.acquire().await else {
             return refused(&digest, "the gateway is stopping".into());
         };

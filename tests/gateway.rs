@@ -4251,7 +4251,7 @@ async fn a_tenants_long_first_requests_hold_only_its_share_and_end_at_the_deadli
     }
     let audit = audit_lines(&gw);
     assert!(
-        audit.iter().any(|l| l["status"] == 429 && l.to_string().contains("holds")),
+        audit.iter().any(|l| l["answer"] == 429 && l.to_string().contains("holds")),
         "the 429s are audited with the share: {audit:?}"
     );
 }

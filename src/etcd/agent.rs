@@ -917,6 +917,19 @@ pub async fn run(
 /// Each backup's lock is `taking`'s, counted from when it is taken
 /// ([`Taking::locked_from`], `since`: when `taking`'s date was reckoned).
 #[allow(clippy::too_many_arguments)]
+/// The agent's own gc. Its role may not delete backups (the control
+/// plane's IAM policy denies it): what it cannot collect waits for the
+/// operator's `pinfleet etcd gc`, and the agent goes on (said, never an error).
+async fn collect_old(store: &Store, spec: &BackupSpec) {
+    match gc(store, spec).await {
+        Ok((collected, waiting)) if !collected.is_empty() || !waiting.is_empty() => {
+            tracing::info!(?collected, ?waiting, "etcd backups collected");
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("collecting old etcd backups: {e:#}"),
+    }
+}
+
 async fn run_until(
     store: &Store,
     etcd: &EtcdArgs,
@@ -996,19 +1009,9 @@ async fn run_until(
                 });
                 tracing::info!(id = %m.id, ok = v.ok, "etcd backup verified");
             }
-            // The agent's role may not delete backups (the control plane's
-            // IAM policy denies it): what it cannot collect waits for the
-            // operator's `pinfleet etcd gc`, and the agent goes on.
-            let collected = tokio::select! {
-                r = gc(store, spec) => r,
+            tokio::select! {
+                () = collect_old(store, spec) => {}
                 _ = stop.wait() => break,
-            };
-            match collected {
-                Ok((collected, waiting)) if !collected.is_empty() || !waiting.is_empty() => {
-                    tracing::info!(?collected, ?waiting, "etcd backups collected");
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!("collecting old etcd backups: {e:#}"),
             }
             if once {
                 return Ok(());

@@ -689,6 +689,8 @@ pub async fn finish(store: &Store, etcd: &EtcdArgs, o: &Order) -> Finished {
             let done = format!("revision bumped to {revision} ({}) and compacted there (watches relist)", b.size());
             phases.time(&done, t, ());
         }
+        // The store whole: the agents may back it up at once.
+        restore::release_old_locks(&mut client, o.revision).await?;
         Ok(())
     }
     .await;

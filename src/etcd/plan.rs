@@ -536,14 +536,20 @@ impl Checked {
             Phase::ReplayDeltas { after, until, .. } => {
                 let client = u.client.as_mut().context("the restored members were not awaited")?;
                 let r = restore::replay(client, &self.chosen.deltas, *after, *until).await?;
+                if self.no_bump {
+                    // The store whole: the agents may back it up at once.
+                    restore::release_old_locks(client, *after).await?;
+                }
                 u.replayed = Some(r);
                 Ok(format!("{} transaction(s) of deltas replayed (revision {})", r.applied, r.reached))
             }
             Phase::BumpAndCompact => {
-                let client = u.client.as_ref().context("the restored members were not awaited")?;
+                let client = u.client.as_mut().context("the restored members were not awaited")?;
                 let r = u.replayed.context("the deltas were not replayed")?;
                 let etcdutl = self.etcdutl.as_ref().map_or(0, |e| e.amount);
                 let b = restore::bump_past_records(&self.store, client, &self.lost, r, etcdutl).await?;
+                // The store whole: the agents may back it up at once.
+                restore::release_old_locks(client, self.lost.snapshot).await?;
                 Ok(format!(
                     "revision bumped to {} ({}) and compacted there (watches relist): {}",
                     b.revision,

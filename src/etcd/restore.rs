@@ -379,7 +379,9 @@ pub async fn revision(client: &mut Client) -> Result<i64> {
 /// Replays the deltas' transactions after revision `after` (the
 /// snapshot's: what it already holds), one transaction per revision, up to
 /// revision `until` if given (a point in time before a mistake the deltas
-/// also holds), then the old timeline's agents' locks removed.
+/// also holds). The old timeline's agents' locks are left for
+/// [`release_old_locks`], once the store is whole (bumped, compacted): the
+/// agents' first backup of the restored store is then of all of it.
 pub async fn replay(client: &mut Client, deltas: &[Delta], after: i64, until: Option<i64>) -> Result<Replayed> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let mut rev = revision(client).await?;
@@ -408,8 +410,6 @@ pub async fn replay(client: &mut Client, deltas: &[Delta], after: i64, until: Op
             reached = t.rev;
         }
     }
-    // After the replay, so that its revisions are the lost store's.
-    drop_old_locks(client, after).await?;
     Ok(Replayed { revision: rev, applied, reached })
 }
 
@@ -431,7 +431,7 @@ pub struct Replayed {
 /// (without a lease). Their holders are gone; left, they would hold every
 /// agent off until the old lease ran out, or for ever. A key a live agent
 /// took in the restored store (created later, with its lease) stays.
-async fn drop_old_locks(client: &mut Client, after: i64) -> Result<()> {
+pub async fn release_old_locks(client: &mut Client, after: i64) -> Result<()> {
     let prefix = format!("{}/", super::manifest::AGENTS_LOCK);
     let held = client
         .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))

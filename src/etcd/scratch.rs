@@ -76,6 +76,9 @@ impl Binaries {
     }
 }
 
+/// How a member's failed start says its port was taken meanwhile.
+pub const PORT_TAKEN: &str = "its port was taken before it started";
+
 /// A free port on 127.0.0.1.
 pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -90,6 +93,8 @@ pub struct Member {
     pub data_dir: PathBuf,
     /// Removed on drop (a scratch member's folder).
     scratch: Option<PathBuf>,
+    /// Where its output goes (read when it ends before it answers).
+    log: Option<PathBuf>,
 }
 
 impl Member {
@@ -107,6 +112,7 @@ impl Member {
     ) -> Result<Member> {
         let client_url = format!("http://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let log_path = log.to_path_buf();
         let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let mut cmd = Command::new(bins.bin("etcd"));
         // The member ends with the thread that started it, however that
@@ -145,11 +151,28 @@ impl Member {
             peer_url,
             data_dir: data_dir.to_path_buf(),
             scratch: None,
+            log: Some(log_path),
         })
     }
 
     /// Restores `snapshot` into a new temporary folder and serves it alone.
+    /// A free port is free only until someone else takes it: a member that
+    /// ends before it answers because its port was taken meanwhile is
+    /// started again on other ports (three tries).
     pub async fn scratch(bins: &Binaries, snapshot: &Path) -> Result<Member> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match Member::scratch_once(bins, snapshot).await {
+                Err(e) if tries < 3 && e.to_string().contains(PORT_TAKEN) => {
+                    tracing::debug!("a scratch etcd's port was taken before it started; trying others: {e:#}");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn scratch_once(bins: &Binaries, snapshot: &Path) -> Result<Member> {
         let dir = std::env::temp_dir().join(format!(
             "pinfleet-scratch-etcd-{}-{}",
             std::process::id(),
@@ -177,6 +200,11 @@ impl Member {
         loop {
             if let Some(c) = self.child.as_mut() {
                 if let Some(status) = c.try_wait()? {
+                    // A port taken since it was found free says so (the caller may try others).
+                    let log = self.log.as_ref().and_then(|l| std::fs::read_to_string(l).ok()).unwrap_or_default();
+                    if log.contains("address already in use") {
+                        bail!("etcd {} exited ({status}) before it answered: {PORT_TAKEN}", self.name);
+                    }
                     bail!("etcd {} exited ({status}) before it answered", self.name);
                 }
             }

@@ -122,7 +122,11 @@ pub(super) async fn share_where_served(
     let clusters: Vec<crate::spec::Cluster> = loaded.into_iter().map(|l| l.cluster).collect();
     for w in writes {
         let Some(aws) = regions.iter().find(|a| a.region == w.region) else { continue };
-        let home = aws.caller_identity().await.and_then(|arn| arn.split(':').nth(4).map(str::to_string));
+        // The account the image lives in: the role's (a build account), else the caller's.
+        let home = match aws.account() {
+            Some(id) => Some(id.to_string()),
+            None => aws.caller_identity().await.and_then(|arn| arn.split(':').nth(4).map(str::to_string)),
+        };
         let members = crate::cloud::aws::sharing::served(&clusters, recipe, channel, &w.region, home.as_deref());
         let mut accounts: std::collections::BTreeSet<String> = members.iter().map(|a| a.id.clone()).collect();
         // Clusters without an account of their own run in the caller's:
