@@ -575,17 +575,10 @@ fn count_down(counts: &mut Held, key: &str, id: u64) {
     }
 }
 
-/// Where connection `id` stands among its holder's, oldest first (1: the
-/// oldest), and how many the holder has.
-fn rank(counts: &Held, key: &str, id: u64) -> (usize, usize) {
-    counts.get(key).map_or((0, 0), |ids| (ids.range(..=id).count(), ids.len()))
-}
-
 impl Table {
-    /// A new connection (its holder counted when already named).
+    /// A new connection (counted against its holder once admitted: [`Table::over_share`]).
     fn insert(&mut self, id: u64, entry: Entry) {
         self.open.insert(id, entry);
-        self.count_holder(id);
     }
 
     /// Gives up connection `id`, and its holder's count with it.
@@ -602,8 +595,8 @@ impl Table {
         Some(e)
     }
 
-    /// Counts connection `id` against its holder once one is named (an
-    /// authenticated request on it); the holder never changes after.
+    /// Counts connection `id` against its holder (admitted: its holder had
+    /// room); the holder never changes after.
     fn count_holder(&mut self, id: u64) {
         let Some(e) = self.open.get_mut(&id) else { return };
         if e.counted {
@@ -659,21 +652,29 @@ impl Table {
         }
     }
 
-    /// Whether connection `id` is past its holder's share: not among the
-    /// oldest `per_user` of its user's connections, or `per_team` of its
-    /// team's. A connection within its share stays so however many its
-    /// holder (or a teammate) opens after it: the newcomers are refused.
+    /// Whether connection `id` is past its holder's share. A connection is
+    /// admitted against its holder once, when the holder is first known,
+    /// if the holder's user and team have room then; admitted, it stays
+    /// within the share for good (however many its holder or a teammate
+    /// opens after it: the newcomers are refused, never an older one).
     fn over_share(&mut self, id: u64, limits: &Limits) -> Option<String> {
-        self.count_holder(id);
-        let h = self.open.get(&id)?.state.holder.get()?;
-        let (place, users) = rank(&self.users, &h.user, id);
-        if place > limits.per_user {
-            return Some(format!("{} holds {users} connections (at most {})", h.user, limits.per_user));
+        let e = self.open.get(&id)?;
+        let h = e.state.holder.get()?.clone();
+        if e.counted {
+            return None;
         }
-        let team = h.team.as_ref()?;
-        let (place, teams) = rank(&self.teams, team, id);
-        (place > limits.per_team)
-            .then(|| format!("team {team} holds {teams} connections (at most {})", limits.per_team))
+        let users = self.users.get(&h.user).map_or(0, |s| s.len());
+        if users >= limits.per_user {
+            return Some(format!("{} holds {} connections (at most {})", h.user, users + 1, limits.per_user));
+        }
+        if let Some(team) = &h.team {
+            let teams = self.teams.get(team).map_or(0, |s| s.len());
+            if teams >= limits.per_team {
+                return Some(format!("team {team} holds {} connections (at most {})", teams + 1, limits.per_team));
+            }
+        }
+        self.count_holder(id);
+        None
     }
 }
 
@@ -1262,13 +1263,20 @@ mod tests {
         t.insert(0, held_by("10.0.0.1", "red-ci", "red"));
         t.insert(1, held_by("10.0.0.2", "red-ci", "red"));
         t.insert(2, held_by("10.0.0.3", "blue-dev", "blue"));
-        assert_eq!(t.over_share(1, &limits), None);
+        for id in [0, 1, 2] {
+            assert_eq!(t.over_share(id, &limits), None, "{id} admitted");
+        }
         t.insert(3, held_by("10.0.0.1", "red-ci", "red"));
         assert_eq!(t.over_share(3, &limits).unwrap(), "red-ci holds 3 connections (at most 2)");
         t.remove(3);
         t.insert(4, held_by("10.0.0.1", "red-bot", "red"));
         t.insert(5, held_by("10.0.0.1", "red-bot2", "red"));
+        assert_eq!(t.over_share(4, &limits), None);
         assert_eq!(t.over_share(5, &limits).unwrap(), "team red holds 4 connections (at most 3)");
+        // Those admitted before stay within the share whatever came after.
+        for id in [0, 1, 4] {
+            assert_eq!(t.over_share(id, &limits), None, "{id} stays admitted");
+        }
         // Blue, beside them, is within its share.
         assert_eq!(t.over_share(2, &limits), None);
         // A connection nobody authenticated on has no share to pass.
