@@ -1037,7 +1037,8 @@ async fn handle(
             }
         }
         None => {
-            let Some(theirs) = conn.answers.strangers.take(&format!("peer:{}", conn.peer), size, &limits.for_strangers())
+            let Some(theirs) =
+                conn.answers.strangers.take(&format!("peer:{}", conn.peer), size, &limits.for_strangers())
             else {
                 return refuse(http::StatusCode::SERVICE_UNAVAILABLE, unread);
             };

@@ -107,7 +107,10 @@ impl Outbound {
         if teams.len() > 4096 {
             teams.retain(|_, s| s.available_permits() < bounds.per_team.max(1));
         }
-        teams.entry(team.to_string()).or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(bounds.per_team.max(1)))).clone()
+        teams
+            .entry(team.to_string())
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(bounds.per_team.max(1))))
+            .clone()
     }
 
     /// GETs `url` for `team` within `bounds`: the status and the body.

@@ -1138,11 +1138,19 @@ fn the_accelerated_types_are_as_describe_instance_types_lists_them() {
         let (count, name, device) = match (t.gpu_info(), t.neuron_info()) {
             (Some(g), _) => {
                 let d = g.gpus().first().unwrap();
-                (d.count().unwrap_or_default(), d.name().unwrap_or_default().to_string(), d.memory_info().and_then(|m| m.size_in_mib()).unwrap_or_default())
+                (
+                    d.count().unwrap_or_default(),
+                    d.name().unwrap_or_default().to_string(),
+                    d.memory_info().and_then(|m| m.size_in_mib()).unwrap_or_default(),
+                )
             }
             (None, Some(n)) => {
                 let d = n.neuron_devices().first().unwrap();
-                (d.count().unwrap_or_default(), d.name().unwrap_or_default().to_string(), d.memory_info().and_then(|m| m.size_in_mib()).unwrap_or_default())
+                (
+                    d.count().unwrap_or_default(),
+                    d.name().unwrap_or_default().to_string(),
+                    d.memory_info().and_then(|m| m.size_in_mib()).unwrap_or_default(),
+                )
             }
             (None, None) => panic!("{}: EC2 lists no accelerator", s.instance_type),
         };

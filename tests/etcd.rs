@@ -109,8 +109,7 @@ impl Trio {
                 &cluster,
                 token,
                 &log,
-            )
-            ?;
+            )?;
             self.members.push(m);
         }
         for m in &mut self.members {
@@ -1226,7 +1225,8 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     let first = loop {
         let listed = backups_json(&w, &state);
         let found = listed.iter().find(|b| {
-            b["verdict"]["ok"] == true && b["manifest"]["revision"].as_i64().is_some_and(|r| r >= whole.min(written - 1))
+            b["verdict"]["ok"] == true
+                && b["manifest"]["revision"].as_i64().is_some_and(|r| r >= whole.min(written - 1))
         });
         if let Some(b) = found {
             break b["manifest"]["revision"].as_i64().unwrap();

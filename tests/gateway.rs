@@ -2636,9 +2636,8 @@ async fn a_standby_answers_the_queue_its_reasons_and_drift_as_the_leader_does() 
     let standby = gateway_on(&gw, &host).await;
     tokio::spawn(standby.clone().follow());
     let token = ci_token(&host);
-    let client = |url: &str| {
-        Client::new(url, &Credentials { token: Some(token.clone()), ..Default::default() }).unwrap()
-    };
+    let client =
+        |url: &str| Client::new(url, &Credentials { token: Some(token.clone()), ..Default::default() }).unwrap();
     let leader = client(api_with_views(&gw.svc).await.as_str());
     let other = client(api_with_views(&standby).await.as_str());
     // The team's whole maximum (4 CPUs) held by work with no expected end:
@@ -4226,8 +4225,8 @@ async fn a_tenants_long_first_requests_hold_only_its_share_and_end_at_the_deadli
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     // Blue is answered while red holds what it holds.
-    let blue = Client::new(&format!("http://{addr}"), &Credentials { token: Some(blue_token), ..Default::default() })
-        .unwrap();
+    let blue =
+        Client::new(&format!("http://{addr}"), &Credentials { token: Some(blue_token), ..Default::default() }).unwrap();
     for i in 0..10 {
         let r = tokio::time::timeout(Duration::from_secs(10), blue.call("GET", "/v1/whoami", None))
             .await
@@ -4320,8 +4319,8 @@ async fn answers_a_caller_never_reads_are_budgeted_and_ended_at_the_deadline() {
     assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 4, "four answers fill the budget: {statuses:?}");
     assert_eq!(statuses.iter().filter(|s| **s == 503).count(), 4, "the rest refused at once: {statuses:?}");
     // Blue meanwhile.
-    let blue = Client::new(&format!("http://{addr}"), &Credentials { token: Some(blue_token), ..Default::default() })
-        .unwrap();
+    let blue =
+        Client::new(&format!("http://{addr}"), &Credentials { token: Some(blue_token), ..Default::default() }).unwrap();
     let r = blue.call("GET", "/v1/big", None).await.unwrap();
     assert_eq!(r.status, 200);
     // Red's connection, kept alive by PINGs, is ended once its answers outlive the deadline.

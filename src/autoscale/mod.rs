@@ -402,7 +402,8 @@ pub async fn serve(
     // Behind the edge, as every listener pinfleet opens (gRPC over
     // HTTP/2: cluster-autoscaler's calls are small and unary).
     let app = tonic::service::Routes::new(CloudProviderServer::from_arc(Arc::new(provider))).into_axum_router();
-    let limits = crate::edge::Limits { request_time: std::time::Duration::from_secs(30), ..crate::edge::Limits::for_metrics() };
+    let limits =
+        crate::edge::Limits { request_time: std::time::Duration::from_secs(30), ..crate::edge::Limits::for_metrics() };
     crate::edge::serve(app, listener, None, limits, None, None, shutdown).await
 }
 

@@ -100,4 +100,3 @@ mod tests {
         insta::assert_snapshot!("help", help);
     }
 }
-

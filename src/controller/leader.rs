@@ -286,7 +286,10 @@ pub async fn run_elected<F, Fut>(
             Some(Round::Held) => {
                 let took = started.elapsed();
                 if took > lock.renew_every {
-                    tracing::warn!(?took, "leader election: a renewal took longer than the renewal period (a slow API server)");
+                    tracing::warn!(
+                        ?took,
+                        "leader election: a renewal took longer than the renewal period (a slow API server)"
+                    );
                 } else {
                     tracing::debug!(?took, "leader election: renewed");
                 }

@@ -137,7 +137,9 @@ mod tests {
         assert!(matches!(&answer, Answer::Error(e) if e.contains("larger than 1048576 bytes")), "{answer:?}");
         // A body without a length, cut off as it arrives.
         let streamed = serve(axum::Router::new().fallback(|| async {
-            let chunks = futures::stream::iter((0..1024).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b' '; 64 << 10]))));
+            let chunks = futures::stream::iter(
+                (0..1024).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b' '; 64 << 10]))),
+            );
             axum::body::Body::from_stream(chunks)
         }))
         .await;
@@ -186,9 +188,10 @@ mod tests {
             "late"
         }))
         .await;
-        let fast = serve(axum::Router::new().fallback(|| async {
-            r#"{"status":"success","data":{"resultType":"scalar","result":[1,"0.5"]}}"#
-        }))
+        let fast = serve(
+            axum::Router::new()
+                .fallback(|| async { r#"{"status":"success","data":{"resultType":"scalar","result":[1,"0.5"]}}"# }),
+        )
         .await;
         let red: Vec<_> = (0..8)
             .map(|_| {

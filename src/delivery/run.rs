@@ -271,13 +271,8 @@ pub async fn observe(spec: &DeliverySpec, opened: &Opened, now: DateTime<Utc>) -
         .flat_map(|(_, c)| c.to.images.values().filter_map(|i| book::digest_of(i).map(str::to_string)))
         .collect();
     let team = spec.workload.namespace.clone();
-    let bad = opened
-        .line
-        .bad()
-        .await?
-        .into_values()
-        .filter(|b| digests.contains(&b.digest) && b.team() == team)
-        .collect();
+    let bad =
+        opened.line.bad().await?.into_values().filter(|b| digests.contains(&b.digest) && b.team() == team).collect();
     let approved = opened.book.approvals(r.number).await?;
     let members = spec.members();
     let windows = Freeze { waves: &spec.waves, members: &members, freeze: &spec.freeze, hotfix: false };

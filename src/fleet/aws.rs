@@ -74,7 +74,10 @@ pub async fn connections(
     let mut places: BTreeMap<Place, Vec<String>> = BTreeMap::new();
     for l in &chosen {
         let c = &l.cluster;
-        places.entry((c.spec.cloud.region.clone(), c.spec.cloud.account.clone())).or_default().push(c.metadata.name.clone());
+        places
+            .entry((c.spec.cloud.region.clone(), c.spec.cloud.account.clone()))
+            .or_default()
+            .push(c.metadata.name.clone());
     }
     let mut out = BTreeMap::new();
     for ((region, account), clusters) in places {

@@ -179,22 +179,67 @@ impl Book {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase", tag = "event")]
 pub enum Note {
-    Resumed { number: u64, clusters: Vec<String> },
-    Started { stage: String, cluster: String, attempt: u32, from: String, to: String },
-    Done { cluster: String, seconds: f64 },
-    Failed { cluster: String, error: String },
-    Blocked { cluster: String, holder: String },
-    Soaking { stage: String, until: DateTime<Utc> },
-    Gate { stage: String, clusters: Vec<String> },
-    Passed { stage: String },
-    Held { stage: String, reason: String },
-    Waiting { until: Option<DateTime<Utc>>, why: BTreeMap<String, String> },
-    Halted { reason: String },
-    Finished { number: u64 },
+    Resumed {
+        number: u64,
+        clusters: Vec<String>,
+    },
+    Started {
+        stage: String,
+        cluster: String,
+        attempt: u32,
+        from: String,
+        to: String,
+    },
+    Done {
+        cluster: String,
+        seconds: f64,
+    },
+    Failed {
+        cluster: String,
+        error: String,
+    },
+    Blocked {
+        cluster: String,
+        holder: String,
+    },
+    Soaking {
+        stage: String,
+        until: DateTime<Utc>,
+    },
+    Gate {
+        stage: String,
+        clusters: Vec<String>,
+    },
+    Passed {
+        stage: String,
+    },
+    Held {
+        stage: String,
+        reason: String,
+    },
+    Waiting {
+        until: Option<DateTime<Utc>>,
+        why: BTreeMap<String, String>,
+    },
+    Halted {
+        reason: String,
+    },
+    Finished {
+        number: u64,
+    },
     /// Through every stage, with clusters that failed within the budget.
-    FinishedWithFailures { number: u64, failures: String },
-    Reverted { cluster: String, to: String },
-    RevertFailed { cluster: String, error: String },
+    FinishedWithFailures {
+        number: u64,
+        failures: String,
+    },
+    Reverted {
+        cluster: String,
+        to: String,
+    },
+    RevertFailed {
+        cluster: String,
+        error: String,
+    },
 }
 
 /// What each failed cluster's machines run now, read once (one that

@@ -131,7 +131,9 @@ impl FleetStatusView {
                             to: c.to.over(&c.from).summary(),
                             why: match (&c.state, d.why.get(&c.name), cluster_locks.get(&c.name)) {
                                 (ClusterState::Failed(e), _, _) => match &c.runs {
-                                    Some(runs) => format!("{}; its machines run {runs}", crate::fleet::rollout::one_line(e)),
+                                    Some(runs) => {
+                                        format!("{}; its machines run {runs}", crate::fleet::rollout::one_line(e))
+                                    }
                                     None => crate::fleet::rollout::one_line(e),
                                 },
                                 (ClusterState::RevertFailed(e), _, _) => e.clone(),

@@ -489,7 +489,8 @@ fn check_claims(claims: &serde_json::Map<String, Value>, leeway: u64) -> Result<
         let now = chrono::Utc::now().timestamp();
         if exp > now.saturating_add(MAX_TOKEN_LIFETIME_SECONDS) {
             return Err(Refusal(
-                "the token expires more than a day from now: the gateway takes tokens that live at most 24 hours".into(),
+                "the token expires more than a day from now: the gateway takes tokens that live at most 24 hours"
+                    .into(),
             ));
         }
     }

@@ -53,7 +53,9 @@ pub(super) async fn machines(g: &GlobalArgs, args: &ControllerArgs, cluster: &st
             let (url, aws, cached) = (url.clone(), aws.clone(), cached.clone());
             async move {
                 let mut cached = cached.lock().await;
-                if let Some((_, read)) = cached.as_ref().filter(|(at, _)| at.elapsed() < std::time::Duration::from_secs(10)) {
+                if let Some((_, read)) =
+                    cached.as_ref().filter(|(at, _)| at.elapsed() < std::time::Duration::from_secs(10))
+                {
                     return read.clone();
                 }
                 let read: Read = match crate::state::capacity::all(&url, Some(&aws)).await {

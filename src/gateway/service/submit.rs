@@ -147,7 +147,8 @@ impl Service {
         if dry_run {
             return Ok((200, self.would(&world, id, name, spec).await?));
         }
-        let bytes = spec.body_bytes.saturating_add((records::SUBMISSION_SPEC_MAX + records::SUBMISSION_STATUS_MAX) as u64);
+        let bytes =
+            spec.body_bytes.saturating_add((records::SUBMISSION_SPEC_MAX + records::SUBMISSION_STATUS_MAX) as u64);
         let workload = format!("{}/{}", spec.kind, spec.workload_name);
         let collect = match self.open_one(&intake.team, &name, bytes, &workload) {
             Ok(collect) => collect,
@@ -170,7 +171,11 @@ impl Service {
                     }
                 }
             }
-            tracing::info!(team = intake.team, "gateway: collected {} finished submission(s) early: the team's records are at their most bytes", collect.len());
+            tracing::info!(
+                team = intake.team,
+                "gateway: collected {} finished submission(s) early: the team's records are at their most bytes",
+                collect.len()
+            );
         }
         let recorded = self.record(caller, name.clone(), spec, &intake.workload, &intake.artifact, started).await;
         if !matches!(recorded, Ok((201, _))) {
@@ -187,16 +192,16 @@ impl Service {
     fn open_one(&self, team: &str, name: &str, bytes: u64, workload: &str) -> Result<Vec<String>, (u16, String)> {
         let all = self.all();
         let mine_cached: Vec<&Submission> = all.iter().map(|s| s.as_ref()).filter(|s| s.spec.team == team).collect();
-        let cached: std::collections::HashSet<String> = mine_cached
-            .iter()
-            .filter(|s| !phase(s).done())
-            .filter_map(|s| s.metadata.name.clone())
-            .collect();
+        let cached: std::collections::HashSet<String> =
+            mine_cached.iter().filter(|s| !phase(s).done()).filter_map(|s| s.metadata.name.clone()).collect();
         let mut opening = self.opening.lock().expect("opening");
         let mine = opening.entry(team.to_string()).or_default();
         // Shown by the cache now, or never will be (a minute on).
-        let known: std::collections::HashSet<&str> = mine_cached.iter().filter_map(|s| s.metadata.name.as_deref()).collect();
-        mine.retain(|n, (since, _, _)| !known.contains(n.as_str()) && since.elapsed() < std::time::Duration::from_secs(60));
+        let known: std::collections::HashSet<&str> =
+            mine_cached.iter().filter_map(|s| s.metadata.name.as_deref()).collect();
+        mine.retain(|n, (since, _, _)| {
+            !known.contains(n.as_str()) && since.elapsed() < std::time::Duration::from_secs(60)
+        });
         let open = cached.len().saturating_add(mine.len());
         if open >= self.config.policy.max_open() {
             return Err((
