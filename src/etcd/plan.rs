@@ -266,8 +266,25 @@ fn members_usable(members: &[Target]) -> Result<()> {
         }
         folders_usable(m)?;
         not_held(m)?;
+        // A member the restore cannot stop (no static-pod folder) must be
+        // stopped already: its data is never swapped under a running etcd.
+        if m.manifests_dir.is_none() && peer_listening(&m.peer_url) {
+            bail!(
+                "member {}: an etcd still listens at {}: stop it first, or give its static-pod folder (NAME=PEER_URL=DATA_DIR=MANIFESTS_DIR) so the restore stops it: {UNTOUCHED}",
+                m.name,
+                m.peer_url
+            );
+        }
     }
     Ok(())
+}
+
+/// Whether something listens at a member's peer URL (its etcd still runs).
+fn peer_listening(peer_url: &str) -> bool {
+    let Ok(u) = url::Url::parse(peer_url) else { return false };
+    let (Some(host), Some(port)) = (u.host_str(), u.port_or_known_default()) else { return false };
+    let Ok(mut addrs) = std::net::ToSocketAddrs::to_socket_addrs(&(host, port)) else { return false };
+    addrs.any(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_millis(300)).is_ok())
 }
 
 /// The data folder is a folder, or its parent is (the restore makes it);
@@ -513,7 +530,22 @@ impl Checked {
                 for (m, dir) in self.with_pods() {
                     restore::stop_static_pods(dir, &m.name)?;
                 }
-                Ok("control plane stopped (static pods moved out)".to_string())
+                // The kubelet stops a static pod in its own time (it reads
+                // the folder every 20 s, then gives the pod its grace):
+                // nothing is swapped until no member's etcd listens.
+                let deadline = Instant::now() + self.start_timeout;
+                while let Some(m) = self.members.iter().find(|m| peer_listening(&m.peer_url)) {
+                    if Instant::now() > deadline {
+                        bail!(
+                            "member {}'s etcd still listens at {} {} after its static pod was moved out",
+                            m.name,
+                            m.peer_url,
+                            humantime::format_duration(self.start_timeout)
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Ok("control plane stopped (static pods moved out, no member's etcd listening)".to_string())
             }
             Phase::RestoreFolders { members, token } => {
                 let bump = self.etcdutl.as_ref().map(|e| e.amount);
@@ -569,9 +601,17 @@ impl Checked {
     /// A client of the restored members once one answers, within `within`.
     async fn answering(&self, within: Duration) -> Result<Client> {
         let deadline = Instant::now() + within;
+        // The restored store answers at the snapshot's revision (past it by
+        // etcdutl's bump): a store further on is not the restored one.
+        let restored = self.lost.snapshot.saturating_add(self.etcdutl.as_ref().map_or(0, |e| e.amount));
         loop {
-            if let Ok((_, mut c)) = self.etcd.first_answering().await {
-                if restore::revision(&mut c).await.is_ok() {
+            if let Ok((endpoint, mut c)) = self.etcd.first_answering().await {
+                if let Ok(rev) = restore::revision(&mut c).await {
+                    if rev > restored {
+                        bail!(
+                            "the store answering at {endpoint} is at revision {rev}, past the restored {restored}: an etcd that was not restored still answers there"
+                        );
+                    }
                     return Ok(c);
                 }
             }
