@@ -206,13 +206,13 @@ async fn keys_held(store: &Store, b: &Backup) -> Result<()> {
 pub async fn check(req: &Request<'_>, here: Here<'_>) -> Result<Checked> {
     let t = Instant::now();
     let mut chosen = choose(req).await?;
-    members_usable(&here.members)?;
     if let Ok((endpoint, _)) = here.etcd.first_answering().await {
         if !req.force {
             bail!("etcd answers healthy at {endpoint}: refusing to restore over a live store without --force");
         }
         chosen.notes.push(format!("etcd answers at {endpoint}; restoring anyway (--force)"));
     }
+    members_usable(&here.members)?;
     let bins = Binaries::find().context("restoring needs etcd's binaries (etcdutl) in PINFLEET_ETCD_DIR or on PATH")?;
     // What the lost timeline may have reached, read before anything moves:
     // the bump passes it (by etcdutl's own bump where it has one).
