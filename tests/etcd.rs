@@ -1231,10 +1231,9 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     let mut tries = 0;
     let first = loop {
         let listed = backups_json(&w, &state);
-        let found = listed.iter().find(|b| {
-            b["verdict"]["ok"] == true
-                && b["manifest"]["revision"].as_i64().is_some_and(|r| r >= whole)
-        });
+        let found = listed
+            .iter()
+            .find(|b| b["verdict"]["ok"] == true && b["manifest"]["revision"].as_i64().is_some_and(|r| r >= whole));
         if let Some(b) = found {
             break b["manifest"]["revision"].as_i64().unwrap();
         }
