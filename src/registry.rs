@@ -464,22 +464,9 @@ impl Registries {
 /// Follows a redirect only to the same scheme, host and port, at most
 /// [`REDIRECTS_MAX`] times; another is not followed (its 3xx comes back,
 /// and is refused as [`off_host`] says).
+/// Redirects on the registry's own host only ([`crate::outbound::same_host_only`]).
 fn same_host_only() -> reqwest::redirect::Policy {
-    reqwest::redirect::Policy::custom(|attempt| {
-        let same = attempt.previous().first().is_some_and(|first| {
-            let to = attempt.url();
-            first.scheme() == to.scheme()
-                && first.host_str() == to.host_str()
-                && first.port_or_known_default() == to.port_or_known_default()
-        });
-        if !same {
-            attempt.stop()
-        } else if attempt.previous().len() > REDIRECTS_MAX {
-            attempt.error("too many redirects")
-        } else {
-            attempt.follow()
-        }
-    })
+    crate::outbound::same_host_only(REDIRECTS_MAX)
 }
 
 fn off_host() -> String {
