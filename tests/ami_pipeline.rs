@@ -324,11 +324,12 @@ fn an_accelerated_recipe_is_judged_by_its_stack_and_its_image_records_it() {
     assert!(!o.status.success(), "{err}");
     assert!(err.contains("FAIL NVIDIA driver version: 550.90.07, the recipe names 570.172.08"), "{err}");
     assert!(err.contains("FAIL containerd runs the nvidia runtime: default runtime `runc`"), "{err}");
+    assert!(err.contains("FAIL the runtime ignores a container's NVIDIA_VISIBLE_DEVICES: not reported"), "{err}");
     assert!(err.contains("no image was made"), "{err}");
     assert_eq!(rt().block_on(census(&w)).1, 0, "no image of a builder that failed its checks");
     *report.lock().unwrap() = REPORT.replace(
         "failedUnits=",
-        "nvidiaDriver=570.172.08;nvidiaToolkit=1.17.8;containerdRuntime=nvidia:/usr/bin/nvidia-container-runtime;failedUnits=",
+        "nvidiaDriver=570.172.08;nvidiaToolkit=1.17.8;containerdRuntime=nvidia:/usr/bin/nvidia-container-runtime;nvidiaEnvGuard=false:true;failedUnits=",
     );
     let o = run(&w, &["ami", "bake", "gpu-node", "--poll", "200ms", "--report-timeout", "30s"]);
     let out = stderr(&o);
@@ -337,6 +338,7 @@ fn an_accelerated_recipe_is_judged_by_its_stack_and_its_image_records_it() {
         "ok   NVIDIA driver version: 570.172.08",
         "ok   nvidia-container-toolkit version: 1.17.8",
         "ok   containerd runs the nvidia runtime: default runtime nvidia (/usr/bin/nvidia-container-runtime)",
+        "ok   the runtime ignores a container's NVIDIA_VISIBLE_DEVICES: envvar when unprivileged: false; volume mounts: true",
         "ok   accelerator recorded: nvidia 570.172.08/1.17.8",
     ] {
         assert!(out.contains(check), "{check}: {out}");

@@ -4510,6 +4510,72 @@ async fn a_worker_is_placed_only_where_one_node_holds_its_cpu_beside_its_gpu() {
     assert!(why.contains("(thin: 1 pod of 6 cpu fit on no node (free per node: 4, 4))"), "{why}");
 }
 
+/// A member of A10G nodes (one GPU, 8 cpu each) and plain nodes (8 cpu),
+/// each labelled with the zone given.
+fn zoned_member(name: &str, gpu_zones: &[&str], plain_zones: &[&str]) -> Member {
+    let mut defs = Vec::new();
+    for (i, z) in gpu_zones.iter().enumerate() {
+        defs.push((
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("{name}-gpu-{i}"),
+                "labels": {"nvidia.com/gpu.product": "NVIDIA-A10G", "topology.kubernetes.io/zone": z}},
+                "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}}),
+            json!({"cpu": "8", "memory": "16Gi", "pods": "110", "nvidia.com/gpu": "1"}),
+        ));
+    }
+    for (i, z) in plain_zones.iter().enumerate() {
+        defs.push((
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("{name}-plain-{i}"),
+                "labels": {"topology.kubernetes.io/zone": z}}}),
+            json!({"cpu": "8", "memory": "16Gi", "pods": "110"}),
+        ));
+    }
+    gateway_support::member_of(name, defs, true)
+}
+
+/// Issue: a pod's node selector and its devices were checked against the
+/// member, not against one node: a worker of one A10G held to zone `a` was
+/// placed on a member whose A10G nodes are all in zone `b` (its zone-`a`
+/// nodes have no GPU), and stayed Pending there. A pod lands where one node
+/// meets every term and holds all it asks.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pods_node_selector_and_its_devices_are_met_by_one_node() {
+    let host = KubeEnv::start();
+    let apart = zoned_member("apart", &["b", "b"], &["a"]);
+    let together = zoned_member("together", &["a"], &[]);
+    let ml = format!("{}-ml", host.namespace);
+    let gw = gateway(&host, &[&apart, &together], None, json!({ &ml: gpu_quota("gpu-a10g", 4) })).await;
+    fleet_seen(&gw, |f| f.gpu_a10g == 3).await;
+    let worker = |name: &str| {
+        json!({"apiVersion": "pinfleet.dev/v1alpha1", "kind": "PinterestTrainingJob", "metadata": {"name": name},
+            "spec": {"owner": {"team": ml, "project": name}, "framework": "PyTorch", "runtime": no_sidecars(),
+                "accelerators": {"type": "nvidia.com/gpu", "count": 1, "product": "A10G"},
+                "template": {"spec": {"restartPolicy": "Never", "nodeSelector": {"topology.kubernetes.io/zone": "a"},
+                    "containers": [{"name": "train", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}},
+                "roles": [{"name": "worker", "replicas": 1}]}})
+    };
+    let (code, d) = gw.svc.submit(&ops(), "za", &worker("za"), None, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    gw.pass().await;
+    let st = gw.svc.find(&ml, "za").await.unwrap().unwrap().status.unwrap_or_default();
+    assert_eq!(st.phase, Phase::Placed, "{st:?}");
+    assert_eq!(st.placement.iter().map(|p| p.cluster.as_str()).collect::<Vec<_>>(), ["together"], "{st:?}");
+    let pods = pods_on(&together, &ml, 1).await;
+    assert_eq!(
+        pods.iter().map(|p| p.pointer("/spec/nodeName").and_then(Value::as_str)).collect::<Vec<_>>(),
+        [Some("together-gpu-0")],
+        "{pods:#?}"
+    );
+    // A second: apart has two free A10Gs, none in zone a. It waits, and says so.
+    let (code, d) = gw.svc.submit(&ops(), "zb", &worker("zb"), None, false).await.unwrap();
+    assert_eq!(code, 201, "{d:?}");
+    gw.pass().await;
+    let st = gw.svc.find(&ml, "zb").await.unwrap().unwrap().status.unwrap_or_default();
+    assert_eq!(st.phase, Phase::Admitted, "{st:?}");
+    let why = st.message.unwrap_or_default();
+    assert!(why.contains("apart: 1 pod of 1 nvidia.com/gpu A10G match no node's labels"), "{why}");
+}
+
 /// Issues: what is counted as one product and would run on another, or
 /// on no node, or on every GPU of a node, is refused at its field — two
 /// ORed terms of which one names no product, a product label no node
@@ -4555,6 +4621,15 @@ async fn what_would_be_counted_as_one_thing_and_run_as_another_is_refused_at_its
     let (field, message) = refused(&d);
     assert_eq!(field, "spec.template.spec.nodeSelector[nvidia.com/gpu.product]");
     assert!(message.contains("no node carries") && message.contains("NVIDIA-A100-SXM4-40GB (A100)"), "{message}");
+    // A product's label that nodes of another fleet carry (p4de's 80GB
+    // A100), none of this one: counted gpu-a100, it would wait for ever.
+    let mut w = one_gpu();
+    w["spec"]["template"]["spec"]["nodeSelector"] = json!({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"});
+    let (code, d) = gw.svc.submit(&ops(), "elsewhere", &w, None, true).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    let (field, message) = refused(&d);
+    assert_eq!(field, "spec.template");
+    assert!(message.contains("match no node of the fleet") && message.contains("NVIDIA-A100-SXM4-40GB"), "{message}");
     // A device in pod-level resources.
     let mut w = service_of(&ml, "g", 1, "1");
     w["spec"]["template"]["spec"]["resources"] = json!({"limits": {"nvidia.com/gpu": 1}});
@@ -4567,6 +4642,26 @@ async fn what_would_be_counted_as_one_thing_and_run_as_another_is_refused_at_its
     let (code, d) = gw.svc.submit(&ops(), "env", &w, None, true).await.unwrap();
     assert_eq!(code, 422, "{d:?}");
     assert_eq!(refused(&d).0, "spec.template.spec.containers[0].env[0]");
+    // Or through a ConfigMap's keys under a prefix that begins the name.
+    let mut w = service_of(&ml, "g", 1, "1");
+    w["spec"]["template"]["spec"]["containers"][0]["envFrom"] =
+        json!([{"prefix": "NVIDIA_", "configMapRef": {"name": "devices"}}]);
+    let (code, d) = gw.svc.submit(&ops(), "envfrom", &w, None, true).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    assert_eq!(refused(&d).0, "spec.template.spec.containers[0].envFrom[0].prefix");
+    // `nvidia.com/gpu: 0` asks for no device: counted none, and so given
+    // no leave to tolerate the GPU nodes' taint (it would sit on a GPU
+    // node holding its cpu uncharged).
+    let mut w = service_of(&ml, "g", 1, "1");
+    w["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/gpu": 0});
+    let (code, d) = gw.svc.submit(&ops(), "zero", &w, None, true).await.unwrap();
+    assert_eq!(code, 200, "{d:?}");
+    assert!(!d.demand.contains("gpu"), "{}", d.demand);
+    w["spec"]["template"]["spec"]["tolerations"] =
+        json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
+    let (code, d) = gw.svc.submit(&ops(), "zero", &w, None, true).await.unwrap();
+    assert_eq!(code, 422, "{d:?}");
+    assert!(refused(&d).0.starts_with("spec.template.spec.tolerations"), "{d:?}");
     // A batch kind's traffic override: it has no traffic sidecar.
     let mut w = jobset_of(&ml, "b", "OnDemand", 2, "1", 10);
     w["spec"]["runtime"]["overrides"] = json!({"traffic": {"limits": {"nvidia.com/gpu": 1}}});

@@ -251,6 +251,18 @@ fn judge_accelerator(
                 ),
                 None => check("containerd runs the nvidia runtime", false, "not reported".into()),
             }
+            // A container's own NVIDIA_VISIBLE_DEVICES (`all`) is ignored:
+            // devices come as the device plugin's volume mounts only.
+            let guard = "the runtime ignores a container's NVIDIA_VISIBLE_DEVICES";
+            match get("nvidiaEnvGuard").and_then(|v| v.split_once(':')) {
+                Some(("false", "true")) => check(guard, true, "envvar when unprivileged: false; volume mounts: true".into()),
+                Some((env, mounts)) => check(
+                    guard,
+                    false,
+                    format!("accept-nvidia-visible-devices-envvar-when-unprivileged = `{env}`, accept-nvidia-visible-devices-as-volume-mounts = `{mounts}`: want false and true"),
+                ),
+                None => check(guard, false, "not reported".into()),
+            }
         }
         crate::accelerated::Kind::Neuron => {
             version("Neuron driver version", "neuronDriver", &a.driver_version);
@@ -428,23 +440,26 @@ mod tests {
         let l = gpu_recipe();
         let base = "kernel=6.8.0-1015-aws;osImage=Ubuntu 24.04.1 LTS;kubelet=v1.36.2;containerd=v2.1.4;cgroup=v2;machineId=0;sshHostKeys=0;freeGiB=11";
         let good = parse_report(&format!(
-            "{base};nvidiaDriver=570.172.08;nvidiaToolkit=1.17.8;containerdRuntime=nvidia:/usr/bin/nvidia-container-runtime;failedUnits="
+            "{base};nvidiaDriver=570.172.08;nvidiaToolkit=1.17.8;containerdRuntime=nvidia:/usr/bin/nvidia-container-runtime;nvidiaEnvGuard=false:true;failedUnits="
         ));
         let r = judge_report(&l, &good);
-        assert_eq!(verdict(&r), "passed 8 checks", "{r:?}");
+        assert_eq!(verdict(&r), "passed 9 checks", "{r:?}");
         // The driver the recipe pins is what counts; a runtime installed but not containerd's default fails.
         let bad = parse_report(&format!(
             "{base};nvidiaDriver=550.90.07;nvidiaToolkit=1.17.8;containerdRuntime=runc:/usr/bin/nvidia-container-runtime"
         ));
         let r = judge_report(&l, &bad);
-        assert_eq!(verdict(&r), "failed: NVIDIA driver version, containerd runs the nvidia runtime");
+        assert_eq!(
+            verdict(&r),
+            "failed: NVIDIA driver version, containerd runs the nvidia runtime, the runtime ignores a container's NVIDIA_VISIBLE_DEVICES"
+        );
         assert!(r.iter().any(|c| c.detail == "550.90.07, the recipe names 570.172.08"), "{r:?}");
         // No driver module, no toolkit, no runtime at all (a builder whose step was skipped).
         let r =
             judge_report(&l, &parse_report(&format!("{base};nvidiaDriver=none;nvidiaToolkit=;containerdRuntime=:")));
         assert_eq!(
             verdict(&r),
-            "failed: NVIDIA driver version, nvidia-container-toolkit version, containerd runs the nvidia runtime"
+            "failed: NVIDIA driver version, nvidia-container-toolkit version, containerd runs the nvidia runtime, the runtime ignores a container's NVIDIA_VISIBLE_DEVICES"
         );
         assert!(r.iter().any(|c| c.detail == "not installed, the recipe names 570.172.08"), "{r:?}");
         // A Neuron stack.

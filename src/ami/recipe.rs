@@ -541,6 +541,7 @@ pub fn user_data(l: &Loaded, build_id: &str) -> String {
             s += "R=\"$R;nvidiaDriver=$(modinfo -F version nvidia 2>/dev/null || echo none)\"\n";
             s += "R=\"$R;nvidiaToolkit=$(nvidia-ctk --version 2>/dev/null | awk 'NR==1{print $NF}')\"\n";
             s += "R=\"$R;containerdRuntime=$(sed -n 's/^ *default_runtime_name = \"\\(.*\\)\"/\\1/p' /etc/containerd/config.toml | head -1):$(sed -n 's/^ *BinaryName = \"\\(.*nvidia.*\\)\"/\\1/p' /etc/containerd/config.toml | head -1)\"\n";
+            s += "R=\"$R;nvidiaEnvGuard=$(sed -n 's/^ *accept-nvidia-visible-devices-envvar-when-unprivileged *= *//p' /etc/nvidia-container-runtime/config.toml | head -1):$(sed -n 's/^ *accept-nvidia-visible-devices-as-volume-mounts *= *//p' /etc/nvidia-container-runtime/config.toml | head -1)\"\n";
         }
         Some(crate::accelerated::Kind::Neuron) => {
             s += "R=\"$R;neuronDriver=$(modinfo -F version neuron 2>/dev/null || echo none)\"\n";
@@ -574,6 +575,10 @@ fn accelerator_steps(a: &AcceleratorStack) -> String {
             s += &format!("apt-get install -y -q {}\n", pins.join(" "));
             s += &format!("apt-mark hold {} {}\n", driver.join(" "), toolkit.join(" "));
             s += "nvidia-ctk runtime configure --runtime=containerd --set-as-default --config=/etc/containerd/config.toml\n";
+            // A container sees the GPUs the device plugin mounted for it, never
+            // the ones its own NVIDIA_VISIBLE_DEVICES names (`all` would be every
+            // GPU of the node, counted by no quota): NVIDIA's documented guard.
+            s += "nvidia-ctk config --in-place --set accept-nvidia-visible-devices-envvar-when-unprivileged=false --set accept-nvidia-visible-devices-as-volume-mounts=true\n";
         }
         crate::accelerated::Kind::Neuron => {
             s += "curl -fsSL https://apt.repos.neuron.amazonaws.com/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB | gpg --dearmor -o /etc/apt/keyrings/neuron.gpg\n";

@@ -237,17 +237,17 @@ where
 /// once etcd's checksum held, so it is a backup whatever happened to the
 /// files beside it.
 pub async fn list(store: &Store) -> Result<Vec<Backup>> {
-    let keys = store.list(manifest::BACKUPS).await?;
+    let keys = store.list_kept(manifest::BACKUPS).await?;
     let with_manifest: BTreeSet<&str> =
         keys.iter().filter(|k| k.ends_with("/manifest.json")).filter_map(|k| manifest::id_of(k)).collect();
     let mut out = Vec::new();
     for k in keys.iter().filter(|k| k.ends_with("/manifest.json")) {
         let Some(id) = manifest::id_of(k) else { continue };
-        let Some(m) = store.get_json::<Manifest>(k).await? else { continue };
+        let Some(m) = store.get_json_kept::<Manifest>(k).await? else { continue };
         if m.id != id {
             bail!("{}: names backup {} but sits under {id}", store.describe(k), m.id);
         }
-        let verdict = store.get_json::<Verdict>(&manifest::verdict_key(id)).await?;
+        let verdict = store.get_json_kept::<Verdict>(&manifest::verdict_key(id)).await?;
         out.push(Backup { manifest: m, verdict, recovered: None });
     }
     for k in keys.iter().filter(|k| k.ends_with("/snapshot.db")) {
@@ -256,9 +256,9 @@ pub async fn list(store: &Store) -> Result<Vec<Backup>> {
         if with_manifest.contains(id) {
             continue;
         }
-        let verdict = store.get_json::<Verdict>(&manifest::verdict_key(id)).await?;
+        let verdict = store.get_json_kept::<Verdict>(&manifest::verdict_key(id)).await?;
         // A backup being taken: its manifest written since the listing.
-        if let Some(m) = store.get_json::<Manifest>(&manifest::manifest_key(id)).await? {
+        if let Some(m) = store.get_json_kept::<Manifest>(&manifest::manifest_key(id)).await? {
             if m.id == id {
                 out.push(Backup { manifest: m, verdict, recovered: None });
             }
@@ -371,18 +371,18 @@ async fn read_snapshot(store: &Store, key: &str) -> Result<(u64, bool, String, R
 /// a timeline an earlier restore abandoned ([`manifest::Cut`]).
 pub async fn deltas_after(store: &Store, revision: i64) -> Result<Vec<Delta>> {
     let mut cuts = Vec::new();
-    for k in store.list(manifest::CUTS).await? {
-        if let Some(c) = store.get_json::<manifest::Cut>(&k).await? {
+    for k in store.list_kept(manifest::CUTS).await? {
+        if let Some(c) = store.get_json_kept::<manifest::Cut>(&k).await? {
             cuts.push(c);
         }
     }
     let mut out = Vec::new();
-    for k in store.list(manifest::DELTAS).await? {
+    for k in store.list_kept(manifest::DELTAS).await? {
         let Some((_, to)) = manifest::delta_span(&k) else { continue };
         if to <= revision {
             continue;
         }
-        if let Some(mut d) = store.get_json::<Delta>(&k).await? {
+        if let Some(mut d) = store.get_json_kept::<Delta>(&k).await? {
             d.txns.retain(|t| !cuts.iter().any(|c| c.drops(t.rev)));
             if !d.txns.is_empty() {
                 out.push(d);
@@ -593,7 +593,7 @@ pub async fn gc(store: &Store, spec: &BackupSpec) -> Result<(Vec<String>, Vec<St
     if let Some(oldest) = oldest_kept {
         let (mut held, mut held_until) = (0usize, None::<DateTime<Utc>>);
         let mut unread: Option<(usize, String)> = None;
-        for k in store.list(manifest::DELTAS).await? {
+        for k in store.list_kept(manifest::DELTAS).await? {
             if !manifest::delta_span(&k).is_some_and(|(_, to)| to <= oldest) {
                 continue;
             }
@@ -611,7 +611,7 @@ pub async fn gc(store: &Store, spec: &BackupSpec) -> Result<(Vec<String>, Vec<St
                     }
                 }
             }
-            store.delete(&k).await?;
+            store.delete_all_versions(&k).await?;
         }
         if let Some(until) = held_until {
             waiting.push(format!("{held} delta(s) no backup needs (locked until {until})"));

@@ -228,8 +228,12 @@ pub struct Backup {
 }
 
 impl Backup {
+    /// Judged whole by the verifier, and still the backup it judged: a
+    /// backup whose manifest is lost is never verified (its checksum was
+    /// the manifest's; nothing ties a surviving verdict to the bytes now
+    /// stored), so a restore of it needs `--force`.
     pub fn verified(&self) -> bool {
-        self.verdict.as_ref().is_some_and(|v| v.ok)
+        self.recovered.is_none() && self.verdict.as_ref().is_some_and(|v| v.ok)
     }
     /// The revision the snapshot holds: the verifier's exact reading, else
     /// the manifest's (the revision before the stream began, a lower bound).

@@ -114,6 +114,7 @@ impl Order {
             seen: self.seen.clone(),
             began: self.issued_at,
             delta_interval: Duration::from_secs(self.delta_interval_seconds.max(1)),
+            stopped: None,
         }
     }
     pub fn initial_cluster(&self) -> String {
@@ -683,7 +684,20 @@ pub async fn finish(store: &Store, etcd: &EtcdArgs, o: &Order) -> Finished {
             let t = Instant::now();
             let etcdutl = etcdutl_bumped(store, o).await?;
             // Records the cut before it bumps: a finisher that dies in the bump has recorded it.
-            let b = restore::bump_past_records(store, &client, &o.lost(), r, etcdutl).await?;
+            // Every member reported prepared only once its etcd had stopped:
+            // the lost store took no write after the last of those reports.
+            let mut lost = o.lost();
+            for m in &o.members {
+                let p = store.get_json::<Report>(&report_key(&o.id, &m.name, "prepared")).await?;
+                match p.filter(|p| p.ok) {
+                    Some(p) => lost.stopped = Some(lost.stopped.map_or(p.at, |s| s.max(p.at))),
+                    None => {
+                        lost.stopped = None;
+                        break;
+                    }
+                }
+            }
+            let b = restore::bump_past_records(store, &client, &lost, r, etcdutl).await?;
             revision = b.revision;
             bump_why = Some(b.why.clone());
             let done = format!("revision bumped to {revision} ({}) and compacted there (watches relist)", b.size());

@@ -49,12 +49,19 @@ pub fn pick<'a>(list: &'a [Backup], id: Option<&str>, cluster: &str) -> Result<&
             .iter()
             .find(|b| b.manifest.id == id)
             .with_context(|| format!("no backup {id} of {cluster} (`pinfleet etcd backups {cluster}` lists them)")),
-        None => list
-            .iter()
-            .rev()
-            .find(|b| b.verified())
-            .or(list.last())
-            .with_context(|| format!("{cluster} has no etcd backup")),
+        // The newest verified, else the newest the agents wrote: a backup
+        // whose manifest is lost is restored only when named (nothing
+        // attests its bytes are this cluster's own).
+        None => list.iter().rev().find(|b| b.verified()).or(list.iter().rev().find(|b| b.recovered.is_none())).with_context(
+            || match list.last() {
+                Some(b) => format!(
+                    "{cluster} has no etcd backup but {} whose manifest is lost ({}): name one with --backup (and --force)",
+                    list.len(),
+                    b.manifest.id
+                ),
+                None => format!("{cluster} has no etcd backup"),
+            },
+        ),
     }
 }
 
@@ -144,6 +151,13 @@ pub async fn choose(req: &Request<'_>) -> Result<Chosen> {
     }
     let mut notes = Vec::new();
     match &b.verdict {
+        _ if b.recovered.is_some() && !req.force => bail!(
+            "backup {}'s manifest is lost (its facts were read from the snapshot: nothing attests it is the one taken): refusing without --force",
+            b.manifest.id
+        ),
+        _ if b.recovered.is_some() => {
+            notes.push("restoring a backup whose manifest is lost (--force)".to_string())
+        }
         Some(v) if v.ok => {}
         Some(v) if !req.force => bail!(
             "backup {} failed its verification ({}): refusing without --force",
@@ -187,7 +201,7 @@ async fn keys_held(store: &Store, b: &Backup) -> Result<()> {
     if b.manifest.encryption_keys.is_empty() {
         return Ok(());
     }
-    let have = crate::state::pki::Pki::load(store).await?.map(|p| p.encryption_key_names()).unwrap_or_default();
+    let have = crate::state::pki::Pki::load_kept(store).await?.map(|p| p.encryption_key_names()).unwrap_or_default();
     for k in &b.manifest.encryption_keys {
         if !have.contains(k) {
             bail!(
@@ -222,6 +236,9 @@ pub async fn check(req: &Request<'_>, here: Here<'_>) -> Result<Checked> {
         seen: chosen.seen.clone(),
         began: chosen.at,
         delta_interval: here.delta_interval,
+        // Every member without a static-pod folder was just found stopped;
+        // the others are seen stopping below ([`Phase::StopStaticPods`]).
+        stopped: here.members.iter().all(|m| m.manifests_dir.is_none()).then(Utc::now),
     };
     let etcdutl = if here.no_bump { None } else { restore::etcdutl_bump(req.store, &bins, &lost).await? };
     if let Some(e) = &etcdutl {
@@ -470,6 +487,8 @@ struct Underway {
     swapping: bool,
     client: Option<Client>,
     replayed: Option<Replayed>,
+    /// When no member's etcd listened any more.
+    stopped: Option<DateTime<Utc>>,
 }
 
 impl Checked {
@@ -545,6 +564,7 @@ impl Checked {
                     }
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
+                u.stopped = Some(Utc::now());
                 Ok("control plane stopped (static pods moved out, no member's etcd listening)".to_string())
             }
             Phase::RestoreFolders { members, token } => {
@@ -579,7 +599,8 @@ impl Checked {
                 let client = u.client.as_mut().context("the restored members were not awaited")?;
                 let r = u.replayed.context("the deltas were not replayed")?;
                 let etcdutl = self.etcdutl.as_ref().map_or(0, |e| e.amount);
-                let b = restore::bump_past_records(&self.store, client, &self.lost, r, etcdutl).await?;
+                let lost = restore::Lost { stopped: u.stopped.or(self.lost.stopped), ..self.lost.clone() };
+                let b = restore::bump_past_records(&self.store, client, &lost, r, etcdutl).await?;
                 // The store whole: the agents may back it up at once.
                 restore::release_old_locks(client, self.lost.snapshot).await?;
                 Ok(format!(

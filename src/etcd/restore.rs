@@ -464,16 +464,29 @@ pub async fn bump_and_compact(client: &Client, to: i64) -> Result<i64> {
     let mut c = client.clone();
     let now = revision(&mut c).await?;
     let writes = to.saturating_sub(now).max(1);
-    // Not collected: a bump of millions of writes holds none of them.
-    futures::stream::iter((0..writes).map(Ok::<i64, anyhow::Error>))
-        .try_for_each_concurrent(64, |i| {
-            let mut c = client.clone();
-            async move {
-                c.put(KEY, i.to_string(), None).await.context("bumping the revision")?;
-                Ok::<(), anyhow::Error>(())
-            }
-        })
-        .await?;
+    // Not collected: a bump of millions of writes holds none of them. Each
+    // write keeps its old value until a compaction: compacted every
+    // COMPACT_EVERY writes, a long bump never fills the store's quota
+    // (its space is reused; the last compaction defragments).
+    const COMPACT_EVERY: i64 = 100_000;
+    let mut done = 0;
+    while done < writes {
+        let batch = (writes - done).min(COMPACT_EVERY);
+        futures::stream::iter((done..done + batch).map(Ok::<i64, anyhow::Error>))
+            .try_for_each_concurrent(64, |i| {
+                let mut c = client.clone();
+                async move {
+                    c.put(KEY, i.to_string(), None).await.context("bumping the revision")?;
+                    Ok::<(), anyhow::Error>(())
+                }
+            })
+            .await?;
+        done += batch;
+        if done < writes {
+            let rev = revision(&mut c).await?;
+            c.compact(rev, None).await.context("compacting during the bump")?;
+        }
+    }
     c.delete(KEY, None).await.context("removing the bump's key")?;
     let rev = revision(&mut c).await?;
     c.compact(rev, Some(CompactionOptions::new().with_physical())).await.context("compacting the restored store")?;
@@ -496,6 +509,12 @@ pub struct Lost {
     pub began: DateTime<Utc>,
     /// The agents' delta interval.
     pub delta_interval: Duration,
+    /// When this restore saw every member of the lost store stopped (its
+    /// peer port refusing connections): the lost store took no write
+    /// after, so the writes it may have taken unrecorded are reckoned up
+    /// to then, not to the bump's own moment. `None`: not seen (reckoned
+    /// to the bump).
+    pub stopped: Option<DateTime<Utc>>,
 }
 
 /// Every revision the state store recorded of any timeline: `seen` (the
@@ -515,27 +534,27 @@ pub async fn records(store: &Store, seen: Option<&Seen>, began: DateTime<Utc>) -
     }
     // A delta's key says how far it reaches; when it was flushed is inside.
     let mut deltas: Vec<(i64, String)> = store
-        .list(manifest::DELTAS)
+        .list_kept(manifest::DELTAS)
         .await?
         .into_iter()
         .filter_map(|k| manifest::delta_span(&k).map(|(_, to)| (to, k)))
         .collect();
     deltas.sort_by(|a, b| b.0.cmp(&a.0));
     for (_, k) in deltas {
-        let Some(d) = store.get_json::<Delta>(&k).await? else { continue };
+        let Some(d) = store.get_json_kept::<Delta>(&k).await? else { continue };
         out.push(Record { revision: d.to, at: d.flushed_at, what: "a delta".to_string() });
         if d.flushed_at < began {
             break;
         }
     }
-    for k in store.list(manifest::CUTS).await? {
-        if let Some(c) = store.get_json::<manifest::Cut>(&k).await? {
+    for k in store.list_kept(manifest::CUTS).await? {
+        if let Some(c) = store.get_json_kept::<manifest::Cut>(&k).await? {
             let what = format!("the cut of the restore from {}", c.backup);
             out.push(Record { revision: c.before, at: c.at, what });
         }
     }
-    for k in store.list(manifest::BUMPS).await? {
-        if let Some(b) = store.get_json::<manifest::Bumped>(&k).await? {
+    for k in store.list_kept(manifest::BUMPS).await? {
+        if let Some(b) = store.get_json_kept::<manifest::Bumped>(&k).await? {
             let what = format!("the bump of the restore from {}", b.backup);
             out.push(Record { revision: b.revision, at: b.at, what });
         }
@@ -571,7 +590,9 @@ pub async fn bump_past_records(
 ) -> Result<manifest::Bumped> {
     let t = Instant::now();
     let records = records(store, lost.seen.as_ref(), lost.began).await?;
-    let bump = policy::bump_to(
+    let now = Utc::now();
+    let until = lost.stopped.map_or(now, |s| s.min(now));
+    let mut bump = policy::bump_to(
         &policy::Bumping {
             current: replayed.revision,
             etcdutl,
@@ -581,8 +602,14 @@ pub async fn bump_past_records(
             began: lost.began,
             ceiling: policy::write_ceiling(lost.seen.as_ref()),
         },
-        Utc::now(),
+        until,
     );
+    if until < now {
+        bump.why.push_str(&format!(
+            " (reckoned to {}, when this restore saw every member of the lost store stopped: it took no write after)",
+            until.format("%H:%M:%S%.3fZ")
+        ));
+    }
     record_cut(store, &lost.backup, replayed.reached, bump.to).await?;
     let from = revision(&mut client.clone()).await?;
     let compacted = bump_and_compact(client, bump.to).await?;

@@ -775,7 +775,15 @@ fn platform_tolerations(obj: &Value, template: &Value) -> Vec<String> {
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
     for r in applied_overrides(kind, obj) {
         for w in ["requests", "limits"] {
-            keys.extend(r.get(w).and_then(Value::as_object).into_iter().flatten().map(|(k, _)| k.clone()));
+            // `nvidia.com/gpu: 0` asks for none: no toleration for it.
+            keys.extend(
+                r.get(w)
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten()
+                    .filter(|(_, q)| demand::some_of(q))
+                    .map(|(k, _)| k.clone()),
+            );
         }
     }
     for field in ["initContainers", "containers"] {
@@ -786,6 +794,7 @@ fn platform_tolerations(obj: &Value, template: &Value) -> Vec<String> {
                     .and_then(Value::as_object)
                     .into_iter()
                     .flatten()
+                    .filter(|(_, q)| demand::some_of(q))
                     .map(|(k, _)| k)
                 {
                     // Extended resources are domain-prefixed, outside kubernetes.io.
@@ -1227,13 +1236,32 @@ fn overrides_rule(kind: &str, obj: &Value, problems: &mut Vec<Problem>) {
 /// container was given.)
 pub const DEVICE_ENV: [&str; 3] = ["NVIDIA_VISIBLE_DEVICES", "NEURON_RT_VISIBLE_CORES", "AWS_NEURON_VISIBLE_DEVICES"];
 
-/// No container of a submitted template names [`DEVICE_ENV`] in its env
-/// (a literal entry: what `envFrom` brings from a ConfigMap cannot be read
-/// at the door).
+/// No container of a submitted template names [`DEVICE_ENV`] in its env,
+/// nor takes an `envFrom` whose `prefix` begins one (`NVIDIA_` and a
+/// ConfigMap key `VISIBLE_DEVICES`). What `envFrom` without such a prefix
+/// brings from a ConfigMap or Secret cannot be read at the door: the
+/// accelerated image's runtime ignores `NVIDIA_VISIBLE_DEVICES` from an
+/// unprivileged container and the device plugin hands devices over as
+/// volume mounts (`accept-nvidia-visible-devices-envvar-when-unprivileged
+/// = false`), and Neuron's runtime sees only the device files the plugin
+/// mounted, so the env is at most a narrowing there.
 fn device_env_rule(templates: &[(String, Value)], problems: &mut Vec<Problem>) {
     for (at, t) in templates {
         for f in ["initContainers", "containers", "ephemeralContainers"] {
             for (i, c) in t.pointer(&format!("/spec/{f}")).and_then(Value::as_array).into_iter().flatten().enumerate() {
+                for (j, e) in c.get("envFrom").and_then(Value::as_array).into_iter().flatten().enumerate() {
+                    let prefix = e.get("prefix").and_then(Value::as_str).unwrap_or_default();
+                    let Some(name) = DEVICE_ENV.iter().find(|n| !prefix.is_empty() && n.starts_with(prefix)) else {
+                        continue;
+                    };
+                    problems.push(Problem::new(
+                        "platform",
+                        format!("{at}.spec.{f}[{i}].envFrom[{j}].prefix"),
+                        format!(
+                            "{prefix:?} begins {name}, which chooses which of its node's devices a container sees: the device plugin sets it for the devices a container asks for in its resources"
+                        ),
+                    ));
+                }
                 for (j, e) in c.get("env").and_then(Value::as_array).into_iter().flatten().enumerate() {
                     let name = e.get("name").and_then(Value::as_str).unwrap_or_default();
                     if !DEVICE_ENV.contains(&name) {
@@ -1301,9 +1329,9 @@ fn accelerator_product(kind: &str, obj: &mut Value, team: &str, members: &Member
     // Only an override that reaches the pod (a platform container it
     // gets) makes it ask: one of a container it does not get gives it no
     // GPU, and so neither the GPU nodes' toleration nor their selector.
-    let overrides = applied_overrides(kind, obj)
-        .iter()
-        .any(|r| ["requests", "limits"].iter().any(|w| r.get(*w).and_then(|m| m.get(demand::GPU)).is_some()));
+    let overrides = applied_overrides(kind, obj).iter().any(|r| {
+        ["requests", "limits"].iter().any(|w| r.get(*w).and_then(|m| m.get(demand::GPU)).is_some_and(demand::some_of))
+    });
     let mut templates: Vec<(String, String)> = vec![("/spec/template".into(), "spec.template".into())];
     for i in 0..obj.pointer("/spec/roles").and_then(Value::as_array).map_or(0, Vec::len) {
         templates.push((format!("/spec/roles/{i}/template"), format!("spec.roles[{i}].template")));
@@ -1321,7 +1349,10 @@ fn accelerator_product(kind: &str, obj: &mut Value, team: &str, members: &Member
                 'find: for list in ["initContainers", "containers"] {
                     for (i, c) in spec.get(list).and_then(Value::as_array).into_iter().flatten().enumerate() {
                         for which in ["limits", "requests"] {
-                            if c.pointer(&format!("/resources/{which}")).and_then(|m| m.get(demand::GPU)).is_some() {
+                            if c.pointer(&format!("/resources/{which}"))
+                                .and_then(|m| m.get(demand::GPU))
+                                .is_some_and(demand::some_of)
+                            {
                                 at = format!("{field}.spec.{list}[{i}].resources.{which}[{}]", demand::GPU);
                                 break 'find;
                             }

@@ -63,17 +63,28 @@ pub struct Unfit {
     /// Each node's free amount of the resource, largest first (the nodes
     /// the pod may land on).
     pub free: Vec<u64>,
+    /// No node's labels let the pod land there (its node selector or
+    /// required node affinity): whatever the nodes have free.
+    pub unmatched: bool,
 }
 
 impl Unfit {
     /// `2 pods of 8 nvidia.com/gpu A100 fit on no node (free per node: 4, 4, 4, 4)`.
     pub fn message(&self) -> String {
         let r = self.resource;
+        let plural = if self.pods == 1 { "" } else { "s" };
+        if self.unmatched {
+            return format!(
+                "{} pod{plural} of {} {} match no node's labels (their nodeSelector or node affinity)",
+                self.pods,
+                r.show(self.asks),
+                r.long()
+            );
+        }
         let free: Vec<String> = self.free.iter().map(|v| r.show(*v)).collect();
         format!(
-            "{} pod{} of {} {} fit on no node (free per node: {})",
+            "{} pod{plural} of {} {} fit on no node (free per node: {})",
             self.pods,
-            if self.pods == 1 { "" } else { "s" },
             r.show(self.asks),
             r.long(),
             if free.is_empty() { "no node offers it".to_string() } else { free.join(", ") }
@@ -104,21 +115,22 @@ pub fn fits(pod: &Amount, node: &Node) -> bool {
     admits(pod, node) && RESOURCES.iter().all(|r| pod.get(*r) <= node.free.get(*r))
 }
 
-/// Every pod of `shapes`, one entry each, largest first (its devices,
-/// then its cpu, then its memory; then by shape order: deterministic).
-fn pods_of(shapes: &[Shape]) -> Result<Vec<Amount>, Unfit> {
-    let mut pods: Vec<Amount> = Vec::new();
+/// Every pod of `shapes`, one entry each with its shape's index, largest
+/// first (its devices, then its cpu, then its memory; then by shape
+/// order: deterministic).
+fn pods_of(shapes: &[Shape]) -> Result<Vec<(usize, Amount)>, Unfit> {
+    let mut pods: Vec<(usize, Amount)> = Vec::new();
     let mut total: u64 = 0;
-    for s in shapes {
+    for (i, s) in shapes.iter().enumerate() {
         total = total.saturating_add(s.pods);
         if total > MAX_PACKED {
             let r = FLAVORS.into_iter().find(|r| s.per_pod.get(*r) > 0).unwrap_or(Resource::Pods);
-            return Err(Unfit { resource: r, asks: s.per_pod.get(r), pods: s.pods, free: vec![] });
+            return Err(Unfit { resource: r, asks: s.per_pod.get(r), pods: s.pods, free: vec![], unmatched: false });
         }
-        pods.extend(std::iter::repeat_n(s.per_pod, usize::try_from(s.pods).unwrap_or(0)));
+        pods.extend(std::iter::repeat_n((i, s.per_pod), usize::try_from(s.pods).unwrap_or(0)));
     }
     let devices = |a: &Amount| FLAVORS.iter().fold(0u64, |n, r| n.saturating_add(a.get(*r)));
-    pods.sort_by_key(|a| std::cmp::Reverse((devices(a), a.cpu, a.memory)));
+    pods.sort_by_key(|(_, a)| std::cmp::Reverse((devices(a), a.cpu, a.memory)));
     Ok(pods)
 }
 
@@ -141,6 +153,15 @@ fn blame(pod: &Amount, nodes: &[Node]) -> Resource {
         .unwrap_or(Resource::Pods)
 }
 
+/// Which nodes a shape's pods may land on by their labels: `may(shape,
+/// node)`, indices into the shapes and nodes given.
+pub type Reach<'a> = &'a dyn Fn(usize, usize) -> bool;
+
+/// Every shape reaches every node.
+pub fn anywhere(_: usize, _: usize) -> bool {
+    true
+}
+
 /// Packs the pods of `shapes` onto the nodes' free amounts, first-fit
 /// decreasing: each pod, largest first, on the first node it [`fits`]. On
 /// success the nodes' amounts are what is left and the result is the node
@@ -148,11 +169,17 @@ fn blame(pod: &Amount, nodes: &[Node]) -> Resource {
 /// First-fit decreasing may miss a packing that exists (never the
 /// reverse): for pods of one shape it finds one whenever one exists.
 pub fn pack(nodes: &mut [Node], shapes: &[Shape]) -> Result<Vec<usize>, Unfit> {
+    pack_where(nodes, shapes, &anywhere)
+}
+
+/// [`pack`], each pod only onto a node its shape reaches (`may`: its node
+/// selector and required node affinity against the node's labels).
+pub fn pack_where(nodes: &mut [Node], shapes: &[Shape], may: Reach<'_>) -> Result<Vec<usize>, Unfit> {
     let pods = pods_of(shapes)?;
     let mut free: Vec<Node> = nodes.to_vec();
     let mut at = Vec::with_capacity(pods.len());
-    for p in &pods {
-        match free.iter().position(|n| fits(p, n)) {
+    for (si, p) in &pods {
+        match free.iter().enumerate().position(|(ni, n)| may(*si, ni) && fits(p, n)) {
             Some(i) => {
                 if let Some(n) = free.get_mut(i) {
                     n.free = n.free.minus(*p);
@@ -160,11 +187,23 @@ pub fn pack(nodes: &mut [Node], shapes: &[Shape]) -> Result<Vec<usize>, Unfit> {
                 at.push(i);
             }
             None => {
-                let r = blame(p, &free);
-                let same = pods.iter().filter(|q| q.get(r) == p.get(r)).count() as u64;
-                let mut left: Vec<u64> = nodes.iter().filter(|n| admits(p, n)).map(|n| n.free.get(r)).collect();
+                let same = pods.iter().filter(|(sj, _)| sj == si).count() as u64;
+                let reached: Vec<Node> =
+                    free.iter().enumerate().filter(|(ni, _)| may(*si, *ni)).map(|(_, n)| *n).collect();
+                if reached.is_empty() {
+                    let r = FLAVORS.into_iter().find(|r| p.get(*r) > 0).unwrap_or(Resource::Pods);
+                    return Err(Unfit { resource: r, asks: p.get(r), pods: same, free: vec![], unmatched: true });
+                }
+                let r = blame(p, &reached);
+                let same = pods.iter().filter(|(_, q)| q.get(r) == p.get(r)).count() as u64;
+                let mut left: Vec<u64> = nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(ni, n)| may(*si, *ni) && admits(p, n))
+                    .map(|(_, n)| n.free.get(r))
+                    .collect();
                 left.sort_by_key(|v| std::cmp::Reverse(*v));
-                return Err(Unfit { resource: r, asks: p.get(r), pods: same, free: left });
+                return Err(Unfit { resource: r, asks: p.get(r), pods: same, free: left, unmatched: false });
             }
         }
     }
@@ -176,11 +215,16 @@ pub fn pack(nodes: &mut [Node], shapes: &[Shape]) -> Result<Vec<usize>, Unfit> {
 /// put it; what no longer fits (a node gone since) is taken pod by pod
 /// where it fits, and the rest left out (the member's total still counts it).
 pub fn occupy(nodes: &mut [Node], shapes: &[Shape]) {
-    if pack(nodes, shapes).is_ok() {
+    occupy_where(nodes, shapes, &anywhere)
+}
+
+/// [`occupy`] where each shape reaches only the nodes `may` says.
+pub fn occupy_where(nodes: &mut [Node], shapes: &[Shape], may: Reach<'_>) {
+    if pack_where(nodes, shapes, may).is_ok() {
         return;
     }
-    for p in pods_of(shapes).unwrap_or_default() {
-        if let Some(n) = nodes.iter_mut().find(|n| fits(&p, n)) {
+    for (si, p) in pods_of(shapes).unwrap_or_default() {
+        if let Some(n) = nodes.iter_mut().enumerate().find(|(ni, n)| may(si, *ni) && fits(&p, n)).map(|(_, n)| n) {
             n.free = n.free.minus(p);
         }
     }
@@ -190,10 +234,16 @@ pub fn occupy(nodes: &mut [Node], shapes: &[Shape]) {
 /// capacity on a member): on each node it may land on, as many as all
 /// it asks fits, together.
 pub fn count(nodes: &[Node], per_pod: &Amount) -> u64 {
+    count_where(nodes, per_pod, &|_| true)
+}
+
+/// [`count`] on the nodes `may` lets the pods reach.
+pub fn count_where(nodes: &[Node], per_pod: &Amount, may: &dyn Fn(usize) -> bool) -> u64 {
     nodes
         .iter()
-        .filter(|n| admits(per_pod, n))
-        .map(|n| {
+        .enumerate()
+        .filter(|(i, n)| may(*i) && admits(per_pod, n))
+        .map(|(_, n)| {
             RESOURCES
                 .iter()
                 .filter(|r| per_pod.get(**r) > 0)
@@ -337,17 +387,18 @@ pub fn never(members: &[Member], shapes: &[Shape], whole: bool) -> Option<Never>
             });
         }
     }
-    // Pods of one shape that ask devices: first-fit finds a packing
-    // whenever one exists, so none on any empty member is never.
+    // A gang that asks devices, every role's pods together (a gang runs
+    // whole or not at all): placement packs it so on one member's nodes,
+    // so a gang that packs on no empty member is never placed.
     let asking: Vec<(usize, &Shape)> =
         shapes.iter().enumerate().filter(|(_, s)| s.pods > 0 && asks_accelerators(&s.per_pod)).collect();
     let offered = |r: Resource| members.iter().any(|m| m.nodes.iter().any(|(_, a)| a.free.get(r) > 0));
     let all_offered = asking.iter().all(|(_, s)| FLAVORS.iter().all(|r| s.per_pod.get(*r) == 0 || offered(*r)));
-    if let ([(i, s)], true) = (asking.as_slice(), all_offered) {
+    if !asking.is_empty() && all_offered {
         let mut best: Option<(&Member, Unfit)> = None;
         for m in members {
             let mut nodes: Vec<Node> = m.nodes.iter().map(|(_, a)| *a).collect();
-            match pack(&mut nodes, std::slice::from_ref(*s)) {
+            match pack(&mut nodes, shapes) {
                 Ok(_) => return None,
                 Err(u) => {
                     let held = |u: &Unfit| u.free.iter().fold(0u64, |t, v| t.saturating_add(*v));
@@ -358,9 +409,11 @@ pub fn never(members: &[Member], shapes: &[Shape], whole: bool) -> Option<Never>
             }
         }
         if let Some((m, u)) = best {
+            // The shape of the pod that found no node.
+            let i = shapes.iter().position(|s| s.pods > 0 && s.per_pod.get(u.resource) == u.asks);
             return Some(Never {
                 resource: u.resource,
-                shape: (!u.resource.is_accelerator()).then_some(*i),
+                shape: if u.resource.is_accelerator() { None } else { i },
                 message: format!(
                     "its {} pod{} of {} {} fit on no member's nodes (the largest, {}, has {}): a gang is placed whole on one member, it can never be placed",
                     u.pods,
@@ -517,6 +570,17 @@ mod tests {
                 "its 5 pods of 3 nvidia.com/gpu A100 fit on no member's nodes (the largest, gpu, has 4 nodes of 4): a gang is placed whole on one member, it can never be placed".into()
             ))
         );
+        // A gang's roles together: a master of 3 and 4 workers of 3 each
+        // fit alone, but 5 pods of 3 do not fit 4 nodes of 4.
+        assert_eq!(never(&m, &[shape(1, 3)], true), None);
+        assert_eq!(never(&m, &[shape(4, 3)], true), None);
+        assert_eq!(
+            message(never(&m, &[shape(1, 3), shape(4, 3)], true)),
+            Some((
+                Resource::GpuA100,
+                "its 5 pods of 3 nvidia.com/gpu A100 fit on no member's nodes (the largest, gpu, has 4 nodes of 4): a gang is placed whole on one member, it can never be placed".into()
+            ))
+        );
         // A divided workload's pods need only fit a node each.
         assert_eq!(never(&m, &[shape(5, 4)], false), None);
         // What fits an empty member waits for room, it is not refused.
@@ -562,7 +626,7 @@ mod tests {
                     let pods = pods_of(&shapes).unwrap();
                     prop_assert_eq!(at.len(), pods.len());
                     let mut held = vec![Amount::default(); nodes.len()];
-                    for (p, i) in pods.iter().zip(&at) {
+                    for ((_, p), i) in pods.iter().zip(&at) {
                         prop_assert!(admits(p, &nodes[*i]), "pod on a node that does not admit it");
                         held[*i] = held[*i].plus(*p);
                     }

@@ -304,11 +304,16 @@ fn is_zero(n: &u32) -> bool {
 
 /// Pods of one shape a submission runs at once (what placement packs
 /// onto a member's nodes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodShape {
     pub pods: u64,
     pub per_pod: Amount,
+    /// Which nodes its pods may land on: the template's node selector and
+    /// required node affinity, as a pod `{"spec": {…}}` (absent: any node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "open_object")]
+    pub scheduling: Option<serde_json::Value>,
 }
 
 /// A team's quota, as the platform team writes it.

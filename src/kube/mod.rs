@@ -20,6 +20,7 @@ pub mod kubeadm;
 pub mod podsecurity;
 pub mod quantity;
 pub mod ready;
+pub mod scheduling;
 pub mod schema;
 pub mod validation;
 pub mod wait;

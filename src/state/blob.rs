@@ -107,13 +107,19 @@ impl Store {
         match &self.backend {
             Backend::S3 { client, bucket, prefix } => {
                 let k = Self::s3_key(prefix, &self.cluster, key);
-                let obj = client
-                    .get_object()
-                    .bucket(bucket)
-                    .key(&k)
-                    .send()
-                    .await
-                    .map_err(|e| anyhow!("reading {}: {}", self.describe(key), describe_sdk_error(&e)))?;
+                // A delete marker on top hides a kept version: read that one.
+                let obj = match client.get_object().bucket(bucket).key(&k).send().await {
+                    Ok(o) => o,
+                    Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => {
+                        let Some(id) = self.newest_kept_version(key).await? else {
+                            bail!("reading {}: {}", self.describe(key), describe_sdk_error(&e));
+                        };
+                        client.get_object().bucket(bucket).key(&k).version_id(&id).send().await.map_err(|e| {
+                            anyhow!("reading {} (version {id}): {}", self.describe(key), describe_sdk_error(&e))
+                        })?
+                    }
+                    Err(e) => bail!("reading {}: {}", self.describe(key), describe_sdk_error(&e)),
+                };
                 let mut body = obj.body;
                 let mut n = 0u64;
                 while let Some(chunk) =
@@ -297,11 +303,18 @@ impl Store {
     pub async fn retention_of(&self, key: &str) -> Result<Option<Retention>> {
         let Backend::S3 { client, bucket, prefix } = &self.backend else { return Ok(None) };
         let k = Self::s3_key(prefix, &self.cluster, key);
-        let head = match client.head_object().bucket(bucket).key(&k).send().await {
-            Ok(h) => h,
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => return Ok(None),
-            Err(e) => bail!("reading {}: {}", self.describe(key), describe_sdk_error(&e)),
-        };
+        let head =
+            match client.head_object().bucket(bucket).key(&k).send().await {
+                Ok(h) => h,
+                // Under a delete marker: the version kept beneath it.
+                Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => {
+                    let Some(id) = self.newest_kept_version(key).await? else { return Ok(None) };
+                    client.head_object().bucket(bucket).key(&k).version_id(&id).send().await.map_err(|e| {
+                        anyhow!("reading {} (version {id}): {}", self.describe(key), describe_sdk_error(&e))
+                    })?
+                }
+                Err(e) => bail!("reading {}: {}", self.describe(key), describe_sdk_error(&e)),
+            };
         Ok(match (head.object_lock_mode(), head.object_lock_retain_until_date().and_then(to_utc)) {
             (Some(mode), Some(until)) => Some(Retention { mode: mode.as_str().to_string(), until }),
             _ => None,
@@ -331,6 +344,98 @@ impl Store {
             }
         }
         Ok(latest)
+    }
+}
+
+impl Store {
+    /// Keys under `prefix` that have a stored version, whether or not a
+    /// delete marker hides it (S3: ListObjectVersions; `file://`: as
+    /// [`Store::list`]). For what must outlive a plain delete: a locked
+    /// backup is still a backup when someone put a delete marker on top.
+    pub async fn list_kept(&self, prefix: &str) -> Result<Vec<String>> {
+        let Backend::S3 { client, bucket, prefix: p } = &self.backend else { return self.list(prefix).await };
+        let base = Self::s3_key(p, &self.cluster, "");
+        let full = format!("{base}{prefix}");
+        let mut keys = std::collections::BTreeSet::new();
+        let (mut key_marker, mut version_marker) = (None::<String>, None::<String>);
+        loop {
+            let out = client
+                .list_object_versions()
+                .bucket(bucket)
+                .prefix(&full)
+                .set_key_marker(key_marker.take())
+                .set_version_id_marker(version_marker.take())
+                .send()
+                .await
+                .map_err(|e| {
+                    anyhow!("listing the versions under {}: {}", self.describe(prefix), describe_sdk_error(&e))
+                })?;
+            keys.extend(
+                out.versions().iter().filter_map(|v| v.key()).filter_map(|k| k.get(base.len()..)).map(str::to_string),
+            );
+            if out.is_truncated() != Some(true) {
+                break;
+            }
+            key_marker = out.next_key_marker().map(str::to_string);
+            version_marker = out.next_version_id_marker().map(str::to_string);
+            if key_marker.is_none() {
+                break;
+            }
+        }
+        Ok(keys.into_iter().collect())
+    }
+
+    /// The newest stored version of `key` that is not a delete marker, when
+    /// the key's current version is one (or is gone); `None` otherwise.
+    async fn newest_kept_version(&self, key: &str) -> Result<Option<String>> {
+        let Backend::S3 { client, bucket, prefix } = &self.backend else { return Ok(None) };
+        let k = Self::s3_key(prefix, &self.cluster, key);
+        let out = client
+            .list_object_versions()
+            .bucket(bucket)
+            .prefix(&k)
+            .send()
+            .await
+            .map_err(|e| anyhow!("listing versions of {}: {}", self.describe(key), describe_sdk_error(&e)))?;
+        Ok(out
+            .versions()
+            .iter()
+            .filter(|v| v.key() == Some(k.as_str()))
+            .max_by_key(|v| v.last_modified().map(|t| (t.secs(), t.subsec_nanos())))
+            .and_then(|v| v.version_id())
+            .map(str::to_string))
+    }
+
+    /// [`Store::get`], reading past a delete marker to the newest version
+    /// kept beneath it.
+    pub async fn get_kept(&self, key: &str) -> Result<Option<(Vec<u8>, String)>> {
+        if let Some(hit) = self.get(key).await? {
+            return Ok(Some(hit));
+        }
+        let Backend::S3 { client, bucket, prefix } = &self.backend else { return Ok(None) };
+        let Some(id) = self.newest_kept_version(key).await? else { return Ok(None) };
+        let k = Self::s3_key(prefix, &self.cluster, key);
+        let out = client
+            .get_object()
+            .bucket(bucket)
+            .key(&k)
+            .version_id(&id)
+            .send()
+            .await
+            .map_err(|e| anyhow!("reading {} (version {id}): {}", self.describe(key), describe_sdk_error(&e)))?;
+        let etag = out.e_tag().unwrap_or_default().to_string();
+        let bytes = out.body.collect().await.with_context(|| format!("reading {}", self.describe(key)))?;
+        Ok(Some((bytes.to_vec(), etag)))
+    }
+
+    /// [`Store::get_json`] through [`Store::get_kept`].
+    pub async fn get_json_kept<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
+        match self.get_kept(key).await? {
+            None => Ok(None),
+            Some((bytes, _)) => {
+                serde_json::from_slice(&bytes).map(Some).with_context(|| format!("parsing {}", self.describe(key)))
+            }
+        }
     }
 }
 

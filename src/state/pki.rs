@@ -174,6 +174,13 @@ impl Pki {
         store.get_json::<Pki>(PKI_KEY).await
     }
 
+    /// [`Pki::load`] reading past a delete marker to the version kept
+    /// beneath it (locked with the backups when Object Lock is on): what a
+    /// restore reads its encryption keys from.
+    pub async fn load_kept(store: &Store) -> Result<Option<Pki>> {
+        store.get_json_kept::<Pki>(PKI_KEY).await
+    }
+
     /// What control-plane machines fetch from the state store (under
     /// `machine/pki/`, readable by their instance role only): the shared
     /// CAs and service-account keys, as (object name, content). The admin

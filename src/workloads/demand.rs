@@ -112,15 +112,24 @@ impl Requests {
     }
 }
 
-/// Whether a pod spec's containers ask for `resource` (requests or limits).
+/// Whether a pod spec's containers ask for some of `resource` (requests or
+/// limits): `nvidia.com/gpu: 0` asks for none (the scheduler gives it no
+/// device), so it gets neither the GPU nodes' toleration nor their
+/// selector. A value that is not a quantity counts as asking (its field
+/// is refused elsewhere).
 pub fn asks_for(spec: &Value, resource: &str) -> bool {
     ["containers", "initContainers"].iter().any(|list| {
         spec.get(*list).and_then(Value::as_array).into_iter().flatten().any(|c| {
             ["requests", "limits"]
                 .iter()
-                .any(|w| c.pointer(&format!("/resources/{w}")).and_then(|m| m.get(resource)).is_some())
+                .any(|w| c.pointer(&format!("/resources/{w}")).and_then(|m| m.get(resource)).is_some_and(some_of))
         })
     })
+}
+
+/// Whether a resource quantity asks for more than nothing.
+pub fn some_of(q: &Value) -> bool {
+    quantity::cpu_millis(q).map_or(true, |m| m > 0)
 }
 
 /// The GPU product a pod can land on, from every scheduling term it has:
@@ -225,6 +234,33 @@ pub struct PodSet {
     pub field: String,
     pub pods: u64,
     pub per_pod: Requests,
+    /// Where its pods may land: the template's `nodeSelector` and required
+    /// node affinity, as a pod (`{"spec": {…}}`) that
+    /// [`crate::kube::scheduling::affinity_ok`] reads; Null when it has
+    /// neither (any node).
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub scheduling: Value,
+}
+
+/// The part of a pod template that says which nodes its pods may land
+/// on (its node selector and required node affinity); Null when none.
+pub fn scheduling_of(template: &Value) -> Value {
+    let spec = template.get("spec").unwrap_or(&Value::Null);
+    let selector = spec.get("nodeSelector").filter(|v| v.as_object().is_some_and(|o| !o.is_empty()));
+    let required =
+        spec.pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution").filter(|v| !v.is_null());
+    if selector.is_none() && required.is_none() {
+        return Value::Null;
+    }
+    let mut out = serde_json::json!({"spec": {}});
+    if let Some(s) = selector {
+        out["spec"]["nodeSelector"] = s.clone();
+    }
+    if let Some(r) = required {
+        out["spec"]["affinity"] =
+            serde_json::json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": r}});
+    }
+    out
 }
 
 /// Everything a workload runs at once.
@@ -588,6 +624,11 @@ fn container_takes(
             ));
             continue;
         }
+        // Zero of a device asks for none: nothing to count, no product.
+        let asked = c.pointer(&format!("/resources/{which}")).and_then(|m| m.get(name.as_str()));
+        if (name == GPU || name == NEURON) && asked.is_some_and(|q| !some_of(q)) {
+            continue;
+        }
         let flavor = match name.as_str() {
             GPU => match product {
                 Some(p) => p,
@@ -716,7 +757,13 @@ pub fn demand(
         };
         let kind = c["kind"].as_str().unwrap_or_default();
         let name = c["metadata"]["name"].as_str().unwrap_or_default();
-        out.sets.push(PodSet { child: format!("{kind}/{name}"), field: at, pods, per_pod });
+        out.sets.push(PodSet {
+            child: format!("{kind}/{name}"),
+            field: at,
+            pods,
+            per_pod,
+            scheduling: scheduling_of(template),
+        });
     }
     if !problems.is_empty() {
         return Err(problems);

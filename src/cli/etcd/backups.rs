@@ -78,6 +78,7 @@ pub async fn backups(g: &GlobalArgs, a: StoreArgs) -> Result<ExitCode> {
                 b.manifest.revision.to_string(),
                 human_bytes(b.manifest.size),
                 match &b.verdict {
+                    _ if b.recovered.is_some() => "no: manifest lost".to_string(),
                     Some(v) if v.ok => "yes".to_string(),
                     Some(_) => "FAILED".to_string(),
                     None => "not yet".to_string(),

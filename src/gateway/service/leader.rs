@@ -708,6 +708,9 @@ impl Service {
         let mut used: HashMap<String, Amount> = HashMap::new();
         let mut nodes: HashMap<String, Vec<packing::Node>> =
             views.iter().map(|v| (v.name.clone(), v.nodes.iter().map(|(_, n)| *n).collect())).collect();
+        let metas: HashMap<String, Vec<Value>> = views.iter().map(|v| (v.name.clone(), v.node_meta.clone())).collect();
+        let no_meta: Vec<Value> = Vec::new();
+        let meta_of = |m: &str| metas.get(m).unwrap_or(&no_meta);
         for s in self.all() {
             let p = phase(&s);
             if !(p == Phase::Placed || p == Phase::Running) {
@@ -722,7 +725,7 @@ impl Service {
                     } else {
                         vec![packing::Shape { pods: u64::from(part.replicas), per_pod: per }]
                     };
-                    packing::occupy(n, &held);
+                    packing::occupy_where(n, &held, &reach(&s.spec, meta_of(&part.cluster)));
                 }
                 let e = used.entry(part.cluster).or_default();
                 *e = e.plus(per.times(u64::from(part.replicas)));
@@ -756,11 +759,13 @@ impl Service {
                         .unwrap_or(u64::from(u32::MAX));
                     // Each pod on one node, all it asks there (cpu and
                     // memory beside its devices): a member's total is not enough.
+                    // Only onto the nodes its node selector and affinity reach.
                     let on_nodes = nodes.get(&m.name).cloned().unwrap_or_default();
+                    let may = reach(&s.spec, meta_of(&m.name));
                     if divisible {
-                        fits = fits.min(packing::count(&on_nodes, &per));
+                        fits = fits.min(packing::count_where(&on_nodes, &per, &|n| may(0, n)));
                     } else if fits > 0 {
-                        if let Err(u) = packing::pack(&mut on_nodes.clone(), &gang_shapes) {
+                        if let Err(u) = packing::pack_where(&mut on_nodes.clone(), &gang_shapes, &may) {
                             unfit.push(format!("{}: {}", m.name, u.message()));
                             fits = 0;
                         }
@@ -817,7 +822,7 @@ impl Service {
                     } else {
                         gang_shapes.clone()
                     };
-                    packing::occupy(n, &held);
+                    packing::occupy_where(n, &held, &reach(&s.spec, meta_of(&m.name)));
                 }
                 parts.push(MemberPart {
                     cluster: sh.cluster.clone(),
@@ -1235,6 +1240,18 @@ fn shielded(
         }
     }
     anyhow::bail!("the admission pass cannot be decided even without the records set aside")
+}
+
+/// Whether pods of shape `si` of a submission may land on node `ni` of a
+/// member whose nodes are `meta` (names and labels): the shape's node
+/// selector and required node affinity, as the scheduler reads them. A
+/// shape without terms (or a record from before they were kept) reaches
+/// every node.
+fn reach<'a>(spec: &'a SubmissionSpec, meta: &'a [Value]) -> impl Fn(usize, usize) -> bool + 'a {
+    move |si, ni| match (spec.shapes.get(si).and_then(|s| s.scheduling.as_ref()), meta.get(ni)) {
+        (Some(pod), Some(node)) => crate::kube::scheduling::affinity_ok(pod, node),
+        _ => true,
+    }
 }
 
 #[cfg(test)]

@@ -49,6 +49,11 @@ pub struct MemberView {
     /// pods onto, and drift reads the flavor of a node from).
     #[serde(skip)]
     pub nodes: Vec<(String, crate::gateway::packing::Node)>,
+    /// Each of `nodes`' name and labels, as a node
+    /// (`{"metadata": {"name", "labels"}}`): what a pod's node selector and
+    /// affinity are matched against ([`crate::kube::scheduling`]).
+    #[serde(skip)]
+    pub node_meta: Vec<serde_json::Value>,
     /// The cpu, memory and pods of its nodes tainted NoSchedule or NoExecute
     /// (a GPU group's): part of `allocatable`, but no room for work that
     /// asks for no accelerator (its pods do not tolerate the taint).
@@ -165,6 +170,7 @@ impl Service {
                     let mut a = Amount::default();
                     let mut tainted = Amount::default();
                     let mut nodes = Vec::new();
+                    let mut node_meta = Vec::new();
                     for n in list.items {
                         let ready = n
                             .status
@@ -190,6 +196,10 @@ impl Service {
                         if keeps_off {
                             tainted = tainted.plus(Amount::new(offers.cpu, offers.memory, offers.pods));
                         }
+                        node_meta.push(serde_json::json!({"metadata": {
+                            "name": n.metadata.name.clone().unwrap_or_default(),
+                            "labels": n.metadata.labels.clone().unwrap_or_default(),
+                        }}));
                         nodes.push((
                             n.metadata.name.clone().unwrap_or_default(),
                             crate::gateway::packing::Node { free: offers, tainted: keeps_off },
@@ -210,6 +220,7 @@ impl Service {
                         profiles: profiles.or(last.as_ref().and_then(|l| l.profiles.clone())),
                         overheads: overheads.or(last.as_ref().and_then(|l| l.overheads.clone())),
                         nodes,
+                        node_meta,
                         tainted,
                     });
                 }
@@ -222,6 +233,7 @@ impl Service {
                     minor: last.as_ref().and_then(|l| l.minor),
                     profiles: last.as_ref().and_then(|l| l.profiles.clone()),
                     nodes: last.as_ref().map(|l| l.nodes.clone()).unwrap_or_default(),
+                    node_meta: last.as_ref().map(|l| l.node_meta.clone()).unwrap_or_default(),
                     tainted: last.as_ref().map(|l| l.tainted).unwrap_or_default(),
                     overheads: last.and_then(|l| l.overheads),
                 }),
@@ -234,6 +246,7 @@ impl Service {
                     minor: last.as_ref().and_then(|l| l.minor),
                     profiles: last.as_ref().and_then(|l| l.profiles.clone()),
                     nodes: last.as_ref().map(|l| l.nodes.clone()).unwrap_or_default(),
+                    node_meta: last.as_ref().map(|l| l.node_meta.clone()).unwrap_or_default(),
                     tainted: last.as_ref().map(|l| l.tainted).unwrap_or_default(),
                     overheads: last.and_then(|l| l.overheads),
                 }),

@@ -311,6 +311,18 @@ impl Service {
                 None => intake::accelerator_field(intake, never.resource).unwrap_or_default(),
             };
             problems.push(Problem::new("capacity", field, never.message));
+        } else if let Some((set, carried)) = unreached(intake, views) {
+            // Devices held to nodes no member has (a product's other
+            // model, a zone without GPUs): admitted, it would hold its
+            // quota for ever, Pending.
+            problems.push(Problem::new(
+                "capacity",
+                set.field.clone(),
+                format!(
+                    "its nodeSelector and required node affinity match no node of the fleet that offers its devices (GPU products the nodes carry: {}): it can never be scheduled",
+                    if carried.is_empty() { "none".to_string() } else { carried.join(", ") }
+                ),
+            ));
         }
         Ok(world)
     }
@@ -532,6 +544,34 @@ fn problems_text(problems: &[Problem]) -> String {
 
 /// The submission's pods by shape: each pod template's requests (its
 /// accelerators by flavor) and how many run at once.
+/// A pod set that asks for devices and whose terms reach no node of any
+/// member ([`crate::kube::scheduling::affinity_ok`]), with the GPU product
+/// labels the fleet's nodes carry; None when every set reaches one (or
+/// no member's nodes are known).
+fn unreached<'a>(
+    intake: &'a intake::Intake,
+    views: &[MemberView],
+) -> Option<(&'a crate::workloads::demand::PodSet, Vec<String>)> {
+    let nodes: Vec<&serde_json::Value> = views.iter().flat_map(|v| v.node_meta.iter()).collect();
+    if nodes.is_empty() {
+        return None;
+    }
+    let set = intake.sets.iter().find(|s| {
+        s.pods > 0
+            && !s.scheduling.is_null()
+            && crate::workloads::demand::FLAVORS.iter().any(|f| s.per_pod.accelerator(*f) > 0)
+            && !nodes.iter().any(|n| crate::kube::scheduling::affinity_ok(&s.scheduling, n))
+    })?;
+    let mut carried: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| n.pointer("/metadata/labels").and_then(|l| l.get(crate::workloads::demand::PRODUCT_LABEL)))
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    carried.sort();
+    carried.dedup();
+    Some((set, carried))
+}
+
 fn shapes_of(intake: &intake::Intake) -> Vec<records::PodShape> {
     use crate::gateway::quota::{Amount, Resource};
     intake
@@ -542,7 +582,11 @@ fn shapes_of(intake: &intake::Intake) -> Vec<records::PodShape> {
             for f in crate::workloads::demand::FLAVORS {
                 a.set(Resource::of_flavor(f), set.per_pod.accelerator(f));
             }
-            records::PodShape { pods: set.pods, per_pod: a }
+            records::PodShape {
+                pods: set.pods,
+                per_pod: a,
+                scheduling: Some(set.scheduling.clone()).filter(|s| !s.is_null()),
+            }
         })
         .collect()
 }

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::scheduler::{affinity_ok, tolerates};
 use super::{
     all, controller_uid, i, name, ns, owner_ref, pod_from_template, s, set_status, t, template_hash, terminating, uid,
     Controllers,
 };
+use crate::kube::scheduling::{affinity_ok, tolerates};
 use crate::sim::store::{is_ready, now, Inner, Propagation};
 
 impl Controllers {

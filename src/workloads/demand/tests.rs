@@ -43,7 +43,13 @@ fn requests_written_as_numbers_count_as_what_they_say() {
         Requests { cpu: 8000 + 4 * SIDECAR.cpu, memory: (8 << 30) + 4 * SIDECAR.memory, ..Default::default() };
     assert_eq!(
         d.sets,
-        vec![PodSet { child: "Deployment/web".into(), field: "spec.template".into(), pods: 3, per_pod }]
+        vec![PodSet {
+            child: "Deployment/web".into(),
+            field: "spec.template".into(),
+            pods: 3,
+            per_pod,
+            scheduling: Value::Null
+        }]
     );
     assert_eq!((d.cpu, d.memory, d.pods), (3 * per_pod.cpu, 3 * per_pod.memory, 3));
 }
