@@ -27,6 +27,40 @@ pub const TAG_REPORT: &str = "pinfleet:bake-report";
 pub const TAG_CHECKS: &str = "pinfleet:checks";
 /// The builder's facts, kept on the image (a gate compares nodes with them).
 pub const TAG_FACTS: &str = "pinfleet:facts";
+
+/// EC2's longest tag value.
+const TAG_VALUE_CHARS: usize = 255;
+
+/// The builder's facts as tags, 255 characters a tag (EC2's limit; an
+/// accelerated image's report is longer): [`TAG_FACTS`], then
+/// `pinfleet:facts-2`, `-3`, … ([`facts_of`] joins them).
+pub fn facts_tags(facts: &str) -> Vec<(String, String)> {
+    let chars: Vec<char> = facts.chars().collect();
+    let mut out: Vec<(String, String)> = chars
+        .chunks(TAG_VALUE_CHARS)
+        .enumerate()
+        .map(|(i, c)| {
+            let key = if i == 0 { TAG_FACTS.to_string() } else { format!("{TAG_FACTS}-{}", i + 1) };
+            (key, c.iter().collect())
+        })
+        .collect();
+    if out.is_empty() {
+        out.push((TAG_FACTS.to_string(), String::new()));
+    }
+    out
+}
+
+/// The builder's facts from an image's tags ([`facts_tags`]' parts, in order).
+pub fn facts_of<'a>(get: impl Fn(&str) -> Option<&'a str>) -> String {
+    let mut out = get(TAG_FACTS).unwrap_or_default().to_string();
+    for i in 2.. {
+        match get(&format!("{TAG_FACTS}-{i}")) {
+            Some(part) => out.push_str(part),
+            None => break,
+        }
+    }
+    out
+}
 /// An accelerated image's driver stack (`nvidia 570.172.08/1.17.8`).
 pub const TAG_ACCELERATOR: &str = "pinfleet:accelerator";
 
@@ -433,6 +467,19 @@ mod tests {
             "base: {owners: [self], name: base-*}\nkubernetesVersion: 1.36.2\ncomponents: {containerd: 2.1.4}\nregions: [us-east-1]\nchecks: {minFreeGib: 4}\naccelerator: {kind: nvidia, driverVersion: 570.172.08, runtimeVersion: 1.17.8}\n",
         )
         .unwrap()
+    }
+
+    /// An accelerated image's report is longer than a tag holds: it is
+    /// kept in parts and read back whole.
+    #[test]
+    fn facts_longer_than_a_tag_are_kept_in_parts() {
+        let long: String = (0..40).map(|i| format!("key{i}=value{i};")).collect();
+        assert!(long.len() > 255);
+        let tags = facts_tags(&long);
+        assert!(tags.len() > 1 && tags.iter().all(|(_, v)| v.chars().count() <= 255), "{tags:?}");
+        let map: BTreeMap<String, String> = tags.into_iter().collect();
+        assert_eq!(facts_of(|k| map.get(k).map(String::as_str)), long);
+        assert_eq!(facts_tags("a=1"), [(TAG_FACTS.to_string(), "a=1".to_string())]);
     }
 
     #[test]

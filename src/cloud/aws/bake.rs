@@ -251,9 +251,9 @@ fn image_tags(l: &Loaded, build_id: &str, base: &str, facts: &str) -> Vec<Tag> {
         tag(plan::TAG_DIGEST, &l.digest()),
         tag(plan::TAG_BASE, base),
         tag(plan::TAG_KUBERNETES, &r.kubernetes_version),
-        tag(plan::TAG_FACTS, facts),
         tag("Name", &image_name(&l.name, build_id)),
     ];
+    t.extend(plan::facts_tags(facts).iter().map(|(k, v)| tag(k, v)));
     if let Some(a) = &r.accelerator {
         t.push(tag(plan::TAG_ACCELERATOR, &plan::accelerator_tag(a)));
     }
@@ -611,7 +611,7 @@ async fn check(
 ) -> Result<()> {
     let Bake { home, l, base, build_id, .. } = *b;
     let facts = facts_of(home, image).await?;
-    let report = facts.tags.get(plan::TAG_FACTS).cloned().unwrap_or_default();
+    let report = plan::facts_of(|k| facts.tags.get(k).map(String::as_str));
     // The builder's checks were told when it stopped, unless that was an earlier run.
     let told = !checks.is_empty();
     *checks = plan::judge_report(l, &plan::parse_report(&report));
@@ -640,7 +640,7 @@ async fn copy(b: &Bake<'_>, o: &Observed, regions: &[String], progress: &mut (dy
     let Some(image) = o.image.as_ref().map(|i| i.id.clone()) else { bail!("no image to copy") };
     let facts = facts_of(home, &image).await?;
     let verdict = facts.tags.get(plan::TAG_CHECKS).cloned().unwrap_or_default();
-    let report = facts.tags.get(plan::TAG_FACTS).cloned().unwrap_or_default();
+    let report = plan::facts_of(|k| facts.tags.get(k).map(String::as_str));
     let copies_now = regions.iter().map(|region| {
         let aws = &copies[region];
         let (image, verdict, report) = (image.clone(), verdict.clone(), report.clone());
@@ -702,7 +702,7 @@ async fn done(
         let facts = facts_of(home, image).await?;
         checks = plan::judge_report(
             l,
-            &plan::parse_report(facts.tags.get(plan::TAG_FACTS).map(String::as_str).unwrap_or_default()),
+            &plan::parse_report(&plan::facts_of(|k| facts.tags.get(k).map(String::as_str))),
         );
         checks.extend(plan::static_checks(l, &l.digest(), &facts));
     }
@@ -711,7 +711,7 @@ async fn done(
     // with the call) is tagged now: what is not tagged is never
     // promoted nor collected.
     let facts = facts_of(home, image).await?;
-    let report = facts.tags.get(plan::TAG_FACTS).cloned().unwrap_or_default();
+    let report = plan::facts_of(|k| facts.tags.get(k).map(String::as_str));
     let verdict = facts.tags.get(plan::TAG_CHECKS).cloned().unwrap_or_default();
     let mut home_tags = image_tags(l, build_id, &base.id, &report);
     home_tags.push(tag(plan::TAG_CHECKS, &verdict));

@@ -168,13 +168,9 @@ pub async fn facts_and_owners(
         .images()
         .iter()
         .map(|i| {
-            let facts = i
-                .tags()
-                .iter()
-                .find(|t| t.key() == Some(crate::ami::bake::TAG_FACTS))
-                .and_then(|t| t.value())
-                .map(crate::ami::bake::parse_report)
-                .unwrap_or_default();
+            let facts = crate::ami::bake::parse_report(&crate::ami::bake::facts_of(|k| {
+                i.tags().iter().find(|t| t.key() == Some(k)).and_then(|t| t.value())
+            }));
             (i.image_id().unwrap_or_default().to_string(), (i.owner_id().unwrap_or_default().to_string(), facts))
         })
         .collect())
