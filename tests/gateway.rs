@@ -4659,8 +4659,12 @@ async fn what_would_be_counted_as_one_thing_and_run_as_another_is_refused_at_its
     assert!(!d.demand.contains("gpu"), "{}", d.demand);
     w["spec"]["template"]["spec"]["tolerations"] =
         json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
-    let tenant =
-        pinfleet::gateway::intake::Caller { user: "ana".into(), teams: vec![ml.clone()], admin: false, via: "test".into() };
+    let tenant = pinfleet::gateway::intake::Caller {
+        user: "ana".into(),
+        teams: vec![ml.clone()],
+        admin: false,
+        via: "test".into(),
+    };
     let (code, d) = gw.svc.submit(&tenant, "zero-tolerating", &w, None, true).await.unwrap();
     assert_eq!(code, 422, "{d:?}");
     assert!(refused(&d).0.starts_with("spec.template.spec.tolerations"), "{d:?}");

@@ -13,6 +13,8 @@
 //! The reading is the only IO here; the mapping ([`kops`]) is pure, so it
 //! is tested on the objects themselves.
 
+pub mod aws;
+pub mod claim;
 pub mod kops;
 
 use anyhow::{Context as _, Result};

@@ -2,6 +2,7 @@
 //! and a `run` that calls library code. No domain logic lives here.
 
 pub mod addons;
+pub mod adopt;
 pub mod ami;
 pub mod apply;
 pub mod autoscaler;
@@ -82,6 +83,8 @@ pub enum Command {
     Validate(validate::ValidateArgs),
     /// Write the cluster file of a cluster kops runs, from kops's state store (`import kops`).
     Import(import::ImportArgs),
+    /// Take over, in place, the running kops cluster an imported file names (tags added, nothing replaced).
+    Adopt(adopt::AdoptArgs),
     /// Render every template (user-data, kubeadm, kind, kubeconfig) for one cluster.
     Render(render::RenderArgs),
     /// Print the JSON Schema of the cluster format.
@@ -187,6 +190,7 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Validate(a) => validate::run(g, a),
         Command::Import(a) => rt()?.block_on(import::run(g, a)),
+        Command::Adopt(a) => rt()?.block_on(adopt::run(g, a)),
         Command::Render(a) => render::run(g, a),
         Command::Schema(a) => schema::run(g, a),
         Command::Crds(a) => crds::run(g, a),

@@ -700,10 +700,7 @@ async fn done(
     let Bake { home, copies, l, base, build_id, name } = *b;
     if checks.is_empty() {
         let facts = facts_of(home, image).await?;
-        checks = plan::judge_report(
-            l,
-            &plan::parse_report(&plan::facts_of(|k| facts.tags.get(k).map(String::as_str))),
-        );
+        checks = plan::judge_report(l, &plan::parse_report(&plan::facts_of(|k| facts.tags.get(k).map(String::as_str))));
         checks.extend(plan::static_checks(l, &l.digest(), &facts));
     }
     // Whatever a run left untagged (a kill between a call and

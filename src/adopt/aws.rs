@@ -1,0 +1,131 @@
+//! The AWS side of `pinfleet adopt`: every resource kops tagged as the
+//! cluster's, read with tag-filtered Describe* calls (ownership checked
+//! on each resource's own tags, as `cloud::aws::observe` does), and the
+//! claim written as tags. The judging is [`super::claim`]'s.
+//!
+//! ```text
+//! EC2 (tag:KubernetesCluster=<kops name>) ──▶ found ──▶ claim::judge
+//! claim::Claims ──▶ CreateTags (claimed resources, machines to roll)
+//! ```
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::{Filter, Tag};
+
+use super::claim::{Found, KOPS_CLUSTER_TAG};
+use crate::cloud::aws::{sdk, Aws};
+
+fn tag_map(tags: &[Tag]) -> BTreeMap<String, String> {
+    tags.iter().filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string()))).collect()
+}
+
+fn found(kind: &str, id: &str, tags: &[Tag]) -> Found {
+    Found { kind: kind.into(), id: id.into(), tags: tag_map(tags), cidr: None, zone: None, links: Vec::new() }
+}
+
+macro_rules! all_pages {
+    ($what:expr, $request:expr) => {
+        sdk($what, $request.into_paginator().items().send().try_collect().await)
+    };
+}
+
+/// Everything tagged `KubernetesCluster=<kops_name>` that adoption reads:
+/// the VPC, subnets, internet gateway, NAT gateways and their addresses,
+/// route tables, security groups, machines (not terminated), launch
+/// templates and volumes.
+pub async fn find(aws: &Aws, kops_name: &str) -> anyhow::Result<Vec<Found>> {
+    let f = || Filter::builder().name(format!("tag:{KOPS_CLUSTER_TAG}")).values(kops_name).build();
+    let ec2 = &aws.ec2;
+    let vpcs = async { sdk("DescribeVpcs", ec2.describe_vpcs().filters(f()).send().await) };
+    let subnets = async { all_pages!("DescribeSubnets", ec2.describe_subnets().filters(f()).max_results(1000)) };
+    let igws = async {
+        all_pages!("DescribeInternetGateways", ec2.describe_internet_gateways().filters(f()).max_results(1000))
+    };
+    let nats = async { all_pages!("DescribeNatGateways", ec2.describe_nat_gateways().filter(f()).max_results(1000)) };
+    let addresses = async { sdk("DescribeAddresses", ec2.describe_addresses().filters(f()).send().await) };
+    let rts = async { all_pages!("DescribeRouteTables", ec2.describe_route_tables().filters(f()).max_results(100)) };
+    let sgs =
+        async { all_pages!("DescribeSecurityGroups", ec2.describe_security_groups().filters(f()).max_results(1000)) };
+    let instances = async { all_pages!("DescribeInstances", ec2.describe_instances().filters(f()).max_results(1000)) };
+    let lts =
+        async { all_pages!("DescribeLaunchTemplates", ec2.describe_launch_templates().filters(f()).max_results(200)) };
+    let volumes = async { all_pages!("DescribeVolumes", ec2.describe_volumes().filters(f()).max_results(1000)) };
+    let (vpcs, subnets, igws, nats, addresses, rts, sgs, reservations, lts, volumes) =
+        futures::try_join!(vpcs, subnets, igws, nats, addresses, rts, sgs, instances, lts, volumes)?;
+    // Kept only when the resource itself says so (an endpoint may ignore a filter).
+    let ours = |tags: &[Tag]| tags.iter().any(|t| t.key() == Some(KOPS_CLUSTER_TAG) && t.value() == Some(kops_name));
+    let mut out = Vec::new();
+    for v in vpcs.vpcs().iter().filter(|v| ours(v.tags())) {
+        let mut x = found("vpc", v.vpc_id().unwrap_or_default(), v.tags());
+        x.cidr = v.cidr_block().map(str::to_string);
+        out.push(x);
+    }
+    for s in subnets.iter().filter(|s| ours(s.tags())) {
+        let mut x = found("subnet", s.subnet_id().unwrap_or_default(), s.tags());
+        x.cidr = s.cidr_block().map(str::to_string);
+        x.zone = s.availability_zone().map(str::to_string);
+        out.push(x);
+    }
+    for g in igws.iter().filter(|g| ours(g.tags())) {
+        out.push(found("internet-gateway", g.internet_gateway_id().unwrap_or_default(), g.tags()));
+    }
+    let zone_of: BTreeMap<String, String> =
+        subnets.iter().filter_map(|s| Some((s.subnet_id()?.to_string(), s.availability_zone()?.to_string()))).collect();
+    let mut nat_of_allocation: BTreeMap<String, String> = BTreeMap::new();
+    for n in nats
+        .iter()
+        .filter(|n| ours(n.tags()))
+        .filter(|n| !matches!(n.state().map(|s| s.as_str()), Some("deleted" | "deleting" | "failed")))
+    {
+        let id = n.nat_gateway_id().unwrap_or_default();
+        let mut x = found("nat-gateway", id, n.tags());
+        x.links = n.subnet_id().map(str::to_string).into_iter().collect();
+        x.zone = n.subnet_id().and_then(|s| zone_of.get(s)).cloned();
+        for a in n.nat_gateway_addresses() {
+            if let Some(alloc) = a.allocation_id() {
+                nat_of_allocation.insert(alloc.to_string(), id.to_string());
+            }
+        }
+        out.push(x);
+    }
+    for a in addresses.addresses().iter().filter(|a| ours(a.tags())) {
+        let id = a.allocation_id().unwrap_or_default();
+        let mut x = found("elastic-ip", id, a.tags());
+        x.links = nat_of_allocation.get(id).cloned().into_iter().collect();
+        out.push(x);
+    }
+    for r in rts.iter().filter(|r| ours(r.tags())) {
+        let mut x = found("route-table", r.route_table_id().unwrap_or_default(), r.tags());
+        x.links = r.associations().iter().filter_map(|a| a.subnet_id().map(str::to_string)).collect();
+        out.push(x);
+    }
+    for g in sgs.iter().filter(|g| ours(g.tags())) {
+        let mut x = found("security-group", g.group_id().unwrap_or_default(), g.tags());
+        // kops names its groups `masters.<cluster>` and `nodes.<cluster>`.
+        x.tags.entry("Name".into()).or_insert_with(|| g.group_name().unwrap_or_default().to_string());
+        out.push(x);
+    }
+    for i in reservations.iter().flat_map(|r| r.instances()).filter(|i| ours(i.tags())) {
+        if matches!(i.state().and_then(|s| s.name()).map(|s| s.as_str()), Some("terminated" | "shutting-down")) {
+            continue;
+        }
+        out.push(found("instance", i.instance_id().unwrap_or_default(), i.tags()));
+    }
+    for t in lts.iter().filter(|t| ours(t.tags())) {
+        out.push(found("launch-template", t.launch_template_id().unwrap_or_default(), t.tags()));
+    }
+    for v in volumes.iter().filter(|v| ours(v.tags())) {
+        out.push(found("volume", v.volume_id().unwrap_or_default(), v.tags()));
+    }
+    Ok(out)
+}
+
+/// Adds `tags` to each resource (EC2 ids; CreateTags takes many at once,
+/// and adding a tag it has already is no change).
+pub async fn tag(aws: &Aws, ids: &[String], tags: &[(String, String)]) -> anyhow::Result<()> {
+    for chunk in ids.chunks(500) {
+        let t: Vec<Tag> = tags.iter().map(|(k, v)| Tag::builder().key(k).value(v).build()).collect();
+        sdk("CreateTags", aws.ec2.create_tags().set_resources(Some(chunk.to_vec())).set_tags(Some(t)).send().await)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,365 @@
+//! What `pinfleet adopt` claims of a running kops cluster (pure): the
+//! resources kops tagged as the cluster's, each matched to the resource the
+//! imported cluster file describes, or refused, or left for the roll.
+//!
+//! ```text
+//! found: every resource tagged KubernetesCluster=<kops name> (cloud::aws side)
+//!   + desired: the imported file's network and security groups (cloud::model)
+//!     │ judge: owner checks first, then a match per kind
+//!     ▼
+//! Claims { claim (id → pinfleet's key), roll (machines not on pinfleet's
+//!          launch templates), left (kops's, gone with the roll), refused }
+//! ```
+//!
+//! A claim replaces nothing: it is the tags pinfleet reads a resource by
+//! (`pinfleet.dev/cluster`, `pinfleet.dev/resource`) added to what exists.
+//! A resource another tool owns is refused unless the operator names it:
+//! one tagged for another pinfleet cluster, one Terraform manages (its
+//! tags say so), one shared with another Kubernetes cluster
+//! (`kubernetes.io/cluster/<other>`).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::cloud::key::ResourceKey;
+use crate::cloud::model::Desired;
+use crate::cloud::tags;
+
+/// kops's cluster tag (every resource it makes carries it).
+pub const KOPS_CLUSTER_TAG: &str = "KubernetesCluster";
+/// kops's instance group tag on machines and their groups.
+pub const KOPS_GROUP_TAG: &str = "kops.k8s.io/instancegroup";
+
+/// A resource found by kops's tag.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Found {
+    /// `vpc`, `subnet`, `internet-gateway`, `nat-gateway`, `elastic-ip`,
+    /// `route-table`, `security-group`, `instance`, `launch-template`,
+    /// `volume`, `auto-scaling-group`.
+    pub kind: String,
+    pub id: String,
+    pub tags: BTreeMap<String, String>,
+    /// A VPC's or subnet's CIDR.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cidr: Option<String>,
+    /// A subnet's or NAT gateway's zone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// A route table's subnets, a NAT gateway's subnet, an address's
+    /// NAT gateway (ids).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<String>,
+}
+
+/// One resource claimed: pinfleet's key for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Claim {
+    pub kind: String,
+    pub id: String,
+    pub key: ResourceKey,
+    /// Claimed by an earlier adopt already (nothing to do).
+    pub already: bool,
+}
+
+/// A machine kops runs, to be replaced by the roll.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Roll {
+    pub id: String,
+    /// The pinfleet group it belongs to.
+    pub group: String,
+    /// kops's instance group.
+    pub kops_group: String,
+    pub already: bool,
+}
+
+/// Something found and not claimed: kops's own, or refused, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Note {
+    pub kind: String,
+    pub id: String,
+    pub why: String,
+}
+
+/// What an adopt would do.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Claims {
+    pub claim: Vec<Claim>,
+    pub roll: Vec<Roll>,
+    /// kops's own (its launch templates and Auto Scaling groups, its
+    /// etcd volumes): left as they are until the roll replaces them.
+    pub left: Vec<Note>,
+    /// Owned by another tool, or not what the file says: nothing is
+    /// written while any is here (name it with `--take ID` to claim it anyway).
+    pub refused: Vec<Note>,
+}
+
+impl Claims {
+    /// Nothing to write: every claim and machine was tagged before.
+    pub fn is_noop(&self) -> bool {
+        self.claim.iter().all(|c| c.already) && self.roll.iter().all(|r| r.already)
+    }
+}
+
+/// Whose a resource is, when not only kops's: another pinfleet cluster's,
+/// Terraform's, or another Kubernetes cluster's too.
+fn other_owner(f: &Found, cluster: &str, kops_name: &str) -> Option<String> {
+    if let Some(c) = f.tags.get(tags::CLUSTER).filter(|c| c.as_str() != cluster) {
+        return Some(format!("pinfleet cluster {c} owns it ({}={c})", tags::CLUSTER));
+    }
+    let terraform = f.tags.iter().find(|(k, v)| {
+        let (k, v) = (k.to_ascii_lowercase(), v.to_ascii_lowercase());
+        k.contains("terraform")
+            || (matches!(k.as_str(), "managedby" | "managed-by" | "managed_by") && v.contains("terraform"))
+    });
+    if let Some((k, v)) = terraform {
+        return Some(format!("Terraform manages it ({k}={v}): a change here would be undone by its next apply"));
+    }
+    let others: Vec<&str> =
+        f.tags.keys().filter_map(|k| k.strip_prefix("kubernetes.io/cluster/")).filter(|c| *c != kops_name).collect();
+    if let Some(c) = others.first() {
+        return Some(format!("shared with Kubernetes cluster {c} (kubernetes.io/cluster/{c})"));
+    }
+    None
+}
+
+/// Judges what was found against the file (see the module doc). `groups`:
+/// kops's instance group → the pinfleet group the import mapped it to.
+/// `taken`: ids the operator named to claim despite another owner.
+pub fn judge(
+    found: &[Found],
+    desired: &Desired,
+    kops_name: &str,
+    groups: &BTreeMap<String, String>,
+    taken: &[String],
+) -> Claims {
+    let cluster = desired.cluster.as_str();
+    let mut out = Claims::default();
+    // Subnet ids → pinfleet's subnet names, for route tables and NATs.
+    let mut subnet_names: BTreeMap<String, String> = BTreeMap::new();
+    let mut nat_zone: BTreeMap<String, String> = BTreeMap::new();
+    let mut ordered: Vec<&Found> = found.iter().collect();
+    let rank = |k: &str| match k {
+        "vpc" => 0,
+        "subnet" => 1,
+        "nat-gateway" => 2,
+        _ => 3,
+    };
+    ordered.sort_by(|a, b| rank(&a.kind).cmp(&rank(&b.kind)).then(a.id.cmp(&b.id)));
+    for f in ordered {
+        let note = |why: String| Note { kind: f.kind.clone(), id: f.id.clone(), why };
+        if let Some(owner) = other_owner(f, cluster, kops_name) {
+            if !taken.contains(&f.id) {
+                out.refused.push(note(owner));
+                continue;
+            }
+        }
+        let already_key = f.tags.get(tags::RESOURCE).and_then(|k| k.parse::<ResourceKey>().ok());
+        let mine = f.tags.get(tags::CLUSTER).map(String::as_str) == Some(cluster);
+        let key = match f.kind.as_str() {
+            "vpc" => match f.cidr.as_deref() {
+                Some(c) if c == desired.vpc_cidr => Some(ResourceKey::Vpc),
+                other => {
+                    out.refused.push(note(format!(
+                        "its CIDR {} is not the file's spec.network.cidr {}",
+                        other.unwrap_or("?"),
+                        desired.vpc_cidr
+                    )));
+                    continue;
+                }
+            },
+            "subnet" => match desired.subnets.iter().find(|s| Some(&s.cidr) == f.cidr.as_ref()) {
+                Some(s) => {
+                    subnet_names.insert(f.id.clone(), s.name.clone());
+                    Some(ResourceKey::Subnet(s.name.clone()))
+                }
+                None => {
+                    out.refused.push(note(format!(
+                        "no subnet of the file has its CIDR {} (spec.network.subnets)",
+                        f.cidr.as_deref().unwrap_or("?")
+                    )));
+                    continue;
+                }
+            },
+            "internet-gateway" => desired.internet_gateway.then_some(ResourceKey::Igw),
+            "nat-gateway" => {
+                let zone = f.zone.clone().or_else(|| {
+                    f.links
+                        .first()
+                        .and_then(|s| desired.subnets.iter().find(|d| Some(&d.name) == subnet_names.get(s)))
+                        .map(|d| d.zone.clone())
+                });
+                match zone.filter(|z| desired.nat_gateways.iter().any(|n| &n.zone == z)) {
+                    Some(z) => {
+                        nat_zone.insert(f.id.clone(), z.clone());
+                        Some(ResourceKey::Nat(z))
+                    }
+                    None => None,
+                }
+            }
+            "elastic-ip" => f.links.iter().find_map(|n| nat_zone.get(n)).map(|z| ResourceKey::Eip(z.clone())),
+            "route-table" => {
+                let mut names: Vec<&String> = f.links.iter().filter_map(|s| subnet_names.get(s)).collect();
+                names.sort();
+                desired
+                    .route_tables
+                    .iter()
+                    .find(|rt| {
+                        let mut want: Vec<&String> = rt.subnets.iter().collect();
+                        want.sort();
+                        !want.is_empty() && want == names
+                    })
+                    .map(|rt| ResourceKey::RouteTable(rt.name.clone()))
+            }
+            "security-group" => {
+                let name = f.tags.get("Name").map(String::as_str).unwrap_or_default();
+                let role = if name.starts_with("masters.") {
+                    Some("control-plane")
+                } else if name.starts_with("nodes.") {
+                    Some("nodes")
+                } else {
+                    None
+                };
+                role.filter(|r| desired.security_groups.iter().any(|s| s.name == *r))
+                    .map(|r| ResourceKey::SecurityGroup(r.to_string()))
+            }
+            "instance" => {
+                let kops_group = f.tags.get(KOPS_GROUP_TAG).cloned().unwrap_or_default();
+                match groups.get(&kops_group) {
+                    Some(g) => out.roll.push(Roll {
+                        id: f.id.clone(),
+                        group: g.clone(),
+                        kops_group,
+                        already: mine && f.tags.get(tags::INSTANCE_GROUP) == Some(g),
+                    }),
+                    None => out.refused.push(note(format!(
+                        "its instance group {kops_group:?} ({KOPS_GROUP_TAG}) is not one the import mapped"
+                    ))),
+                }
+                continue;
+            }
+            "launch-template" | "auto-scaling-group" => {
+                out.left
+                    .push(note("kops's: scaled down and deleted by the roll once its machines are replaced".into()));
+                continue;
+            }
+            "volume" => {
+                out.left.push(note(
+                    "etcd-manager's data: the control plane's etcd is taken over by backup and restore, never by the volume"
+                        .into(),
+                ));
+                continue;
+            }
+            _ => None,
+        };
+        match key {
+            Some(key) => {
+                let already = mine && already_key.as_ref() == Some(&key);
+                out.claim.push(Claim { kind: f.kind.clone(), id: f.id.clone(), key, already });
+            }
+            None => out.left.push(note("nothing in the file matches it: left as it is".into())),
+        }
+    }
+    // Two resources claimed as one key: the second is refused.
+    let mut seen: BTreeMap<ResourceKey, String> = BTreeMap::new();
+    let mut kept = Vec::new();
+    for c in std::mem::take(&mut out.claim) {
+        match seen.get(&c.key) {
+            Some(first) => out.refused.push(Note {
+                kind: c.kind.clone(),
+                id: c.id.clone(),
+                why: format!("{} is claimed by {first} already", c.key),
+            }),
+            None => {
+                seen.insert(c.key.clone(), c.id.clone());
+                kept.push(c);
+            }
+        }
+    }
+    out.claim = kept;
+    out
+}
+
+/// The tags a claim adds (what pinfleet reads a resource by).
+pub fn claim_tags(cluster: &str, key: &ResourceKey) -> Vec<(String, String)> {
+    vec![
+        (tags::CLUSTER.to_string(), cluster.to_string()),
+        (tags::RESOURCE.to_string(), key.to_string()),
+        (tags::MANAGED_BY.to_string(), tags::MANAGED_BY_VALUE.to_string()),
+    ]
+}
+
+/// The tags a machine to roll gets: its cluster and group (so `plan`
+/// lists it as one of the group's, not yet on its launch template).
+pub fn roll_tags(cluster: &str, group: &str) -> Vec<(String, String)> {
+    vec![(tags::CLUSTER.to_string(), cluster.to_string()), (tags::INSTANCE_GROUP.to_string(), group.to_string())]
+}
+
+/// The claims as text: a table per part, then what would be written.
+pub fn text(c: &Claims, cluster: &str, yes: bool) -> String {
+    let mut s = String::new();
+    let rows = |v: Vec<Vec<String>>, head: &[&str]| crate::output::table(head, &v);
+    if !c.claim.is_empty() {
+        s += &format!("claimed for {cluster} (tags added, nothing replaced):\n");
+        s += &rows(
+            c.claim
+                .iter()
+                .map(|x| {
+                    vec![
+                        x.kind.clone(),
+                        x.id.clone(),
+                        x.key.to_string(),
+                        if x.already { "claimed".into() } else { "to claim".into() },
+                    ]
+                })
+                .collect(),
+            &["KIND", "ID", "PINFLEET", "STATE"],
+        );
+    }
+    if !c.roll.is_empty() {
+        s += "machines to roll onto pinfleet's launch templates (`pinfleet upgrade`):\n";
+        s += &rows(
+            c.roll
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.id.clone(),
+                        r.kops_group.clone(),
+                        r.group.clone(),
+                        if r.already { "claimed".into() } else { "to claim".into() },
+                    ]
+                })
+                .collect(),
+            &["INSTANCE", "KOPS GROUP", "GROUP", "STATE"],
+        );
+    }
+    if !c.left.is_empty() {
+        s += "left as they are:\n";
+        s += &rows(
+            c.left.iter().map(|n| vec![n.kind.clone(), n.id.clone(), n.why.clone()]).collect(),
+            &["KIND", "ID", "WHY"],
+        );
+    }
+    if !c.refused.is_empty() {
+        s += "refused (nothing is written while any is here; `--take ID` claims one anyway):\n";
+        s += &rows(
+            c.refused.iter().map(|n| vec![n.kind.clone(), n.id.clone(), n.why.clone()]).collect(),
+            &["KIND", "ID", "WHY"],
+        );
+    }
+    s += &if !c.refused.is_empty() {
+        "nothing was written\n".to_string()
+    } else if c.is_noop() {
+        format!("{cluster} is adopted already: nothing to do\n")
+    } else if yes {
+        format!("{cluster} adopted: claims recorded and tagged\n")
+    } else {
+        "dry run: run again with --yes to claim\n".to_string()
+    };
+    s
+}
