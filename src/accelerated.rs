@@ -232,6 +232,19 @@ pub struct Shape {
     pub device_memory_mib: u32,
 }
 
+/// The GPU product label of each accelerated type EC2 lists, as shell
+/// `case` arms setting `GPU_PRODUCT` (a machine's user-data labels its node
+/// by the type it was launched as, read from its metadata).
+pub fn product_case_arms() -> String {
+    SHAPES
+        .iter()
+        .filter_map(|s| {
+            let label = of_instance_type(s.instance_type)?.product_label?;
+            Some(format!("  {}) GPU_PRODUCT='{label}' ;;\n", s.instance_type))
+        })
+        .collect()
+}
+
 const fn shape(t: &'static str, vcpu: u32, mem: u32, count: u32, product: Product, dev: u32) -> Shape {
     Shape { instance_type: t, vcpu, memory_gib: mem, count, product, device_memory_mib: dev }
 }

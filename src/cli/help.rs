@@ -11,6 +11,7 @@ pub const GROUPS: &[(&str, &[&str])] = &[
         &[
             "validate",
             "import",
+            "adopt",
             "render",
             "schema",
             "plan",

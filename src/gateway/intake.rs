@@ -1058,6 +1058,16 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
             format!("{team:?} is not a team name (a DNS label)"),
         ));
     }
+    // A product is a GPU's: Neuron devices have none to name.
+    if obj.pointer("/spec/accelerators/type").and_then(Value::as_str) == Some(demand::NEURON)
+        && obj.pointer("/spec/accelerators/product").is_some_and(|p| !p.is_null())
+    {
+        problems.push(Problem::new(
+            "platform",
+            "spec.accelerators.product",
+            format!("a product names a GPU (A100, H100, A10G, L4): {} devices have none to name", demand::NEURON),
+        ));
+    }
     accelerator_product(&kind, &mut obj, &team, members, &mut problems);
     let tier = match obj.pointer("/spec/tier") {
         None | Some(Value::Null) => Tier::OnDemand,
@@ -1211,11 +1221,40 @@ fn applied_overrides<'a>(kind: &str, obj: &'a Value) -> Vec<&'a Value> {
 fn overrides_rule(kind: &str, obj: &Value, problems: &mut Vec<Problem>) {
     let Some(k) = render::Kind::of_name(kind) else { return };
     let has = k.platform_containers();
-    for (name, _) in obj.pointer("/spec/runtime/overrides").and_then(Value::as_object).into_iter().flatten() {
+    for (name, value) in obj.pointer("/spec/runtime/overrides").and_then(Value::as_object).into_iter().flatten() {
+        let shown = crate::views::text::escaped(name, false);
         if has.contains(&name.as_str()) {
+            // An override is a container's resources: requests and limits,
+            // each a map of quantities (no claims: they name volumes the
+            // pod does not have; nothing else).
+            let at = format!("spec.runtime.overrides[{shown}]");
+            match value.as_object() {
+                None => problems.push(Problem::new(
+                    "platform",
+                    at,
+                    "Invalid value: an override is a container's resources: {requests: {…}, limits: {…}}",
+                )),
+                Some(o) => {
+                    for (k, v) in o {
+                        let key = crate::views::text::escaped(k, false);
+                        if !matches!(k.as_str(), "requests" | "limits") {
+                            problems.push(Problem::new(
+                                "platform",
+                                format!("{at}.{key}"),
+                                format!("{key:?}: an override sets requests and limits only (claims, env and the rest are not a sidecar's to change)"),
+                            ));
+                        } else if !v.is_object() {
+                            problems.push(Problem::new(
+                                "platform",
+                                format!("{at}.{key}"),
+                                "Invalid value: a map of resource names to quantities",
+                            ));
+                        }
+                    }
+                }
+            }
             continue;
         }
-        let shown = crate::views::text::escaped(name, false);
         problems.push(Problem::new(
             "platform",
             format!("spec.runtime.overrides[{shown}]"),
@@ -1338,6 +1377,24 @@ fn accelerator_product(kind: &str, obj: &mut Value, team: &str, members: &Member
     }
     for (pointer, field) in templates {
         let Some(spec) = obj.pointer_mut(&format!("{pointer}/spec")).filter(|s| s.is_object()) else { continue };
+        // A pod given devices tolerates their nodes' taint (as the
+        // ExtendedResourceToleration admission plugin would, which an API
+        // server does not run by default): else a pod that names its
+        // product itself is counted, placed, and Pending for ever.
+        for (resource, asks) in [
+            (demand::GPU, overrides || demand::asks_for(spec, demand::GPU)),
+            (demand::NEURON, demand::asks_for(spec, demand::NEURON)),
+        ] {
+            if !asks {
+                continue;
+            }
+            let toleration = serde_json::json!({"key": resource, "operator": "Exists", "effect": "NoSchedule"});
+            let mut tolerations = spec.get("tolerations").and_then(Value::as_array).cloned().unwrap_or_default();
+            if !tolerations.contains(&toleration) {
+                tolerations.push(toleration);
+                spec["tolerations"] = Value::Array(tolerations);
+            }
+        }
         if !(overrides || demand::asks_for(spec, demand::GPU)) || !matches!(demand::product_of(spec, ""), Ok(None)) {
             continue;
         }

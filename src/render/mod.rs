@@ -218,9 +218,20 @@ impl Renderer {
         let labels = node_labels(cluster, group);
         let kubelet_labels: BTreeMap<_, _> = labels.iter().filter(|(k, _)| kubelet_may_set(k)).collect();
         // The machine's image, filled in on the machine from its metadata.
+        // What the machine is, from its metadata too: a group that fell back
+        // to another type (g5 refused, g6 launched) is labelled by what was
+        // launched, and its GPU product by that type (the quota counts by it).
+        let accelerated = group
+            .instance_types()
+            .iter()
+            .any(|t| crate::accelerated::of_instance_type(t).is_some_and(|a| a.product_label.is_some()));
         let node_labels_arg = kubelet_labels
             .iter()
-            .map(|(k, v)| format!("{k}={v}"))
+            .map(|(k, v)| match k.as_str() {
+                "node.kubernetes.io/instance-type" => format!("{k}=@@INSTANCE_TYPE@@"),
+                crate::workloads::demand::PRODUCT_LABEL if accelerated => format!("{k}=@@GPU_PRODUCT@@"),
+                _ => format!("{k}={v}"),
+            })
             .chain([format!("{IMAGE_LABEL}=@@IMAGE_ID@@")])
             .collect::<Vec<_>>()
             .join(",");
@@ -244,6 +255,7 @@ impl Renderer {
         ctx.insert("role", group.role.as_str());
         ctx.insert("mode", &mode);
         ctx.insert("node_labels", &node_labels_arg);
+        ctx.insert("gpu_product_arms", &crate::accelerated::product_case_arms());
         ctx.insert("taints", &group.taints_with_accelerators());
         ctx.insert("params", params);
         ctx

@@ -319,7 +319,7 @@ impl Service {
                 "capacity",
                 set.field.clone(),
                 format!(
-                    "its nodeSelector and required node affinity match no node of the fleet that offers its devices (GPU products the nodes carry: {}): it can never be scheduled",
+                    "its nodeSelector and required node affinity match no node of the fleet it may run on (a pod without devices stays off GPU nodes; GPU products the nodes carry: {}): it can never be scheduled",
                     if carried.is_empty() { "none".to_string() } else { carried.join(", ") }
                 ),
             ));
@@ -552,19 +552,24 @@ fn unreached<'a>(
     intake: &'a intake::Intake,
     views: &[MemberView],
 ) -> Option<(&'a crate::workloads::demand::PodSet, Vec<String>)> {
-    let nodes: Vec<&serde_json::Value> = views.iter().flat_map(|v| v.node_meta.iter()).collect();
+    // Each node's labels beside whether it is tainted (a GPU group's).
+    let nodes: Vec<(&serde_json::Value, bool)> =
+        views.iter().flat_map(|v| v.node_meta.iter().zip(v.nodes.iter().map(|(_, n)| n.tainted))).collect();
     if nodes.is_empty() {
         return None;
     }
     let set = intake.sets.iter().find(|s| {
+        let devices = crate::workloads::demand::FLAVORS.iter().any(|f| s.per_pod.accelerator(*f) > 0);
+        // A pod without devices does not tolerate a tainted node.
         s.pods > 0
             && !s.scheduling.is_null()
-            && crate::workloads::demand::FLAVORS.iter().any(|f| s.per_pod.accelerator(*f) > 0)
-            && !nodes.iter().any(|n| crate::kube::scheduling::affinity_ok(&s.scheduling, n))
+            && !nodes
+                .iter()
+                .any(|(n, tainted)| (devices || !tainted) && crate::kube::scheduling::affinity_ok(&s.scheduling, n))
     })?;
     let mut carried: Vec<String> = nodes
         .iter()
-        .filter_map(|n| n.pointer("/metadata/labels").and_then(|l| l.get(crate::workloads::demand::PRODUCT_LABEL)))
+        .filter_map(|(n, _)| n.pointer("/metadata/labels").and_then(|l| l.get(crate::workloads::demand::PRODUCT_LABEL)))
         .filter_map(|v| v.as_str().map(str::to_string))
         .collect();
     carried.sort();
