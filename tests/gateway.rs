@@ -1766,8 +1766,10 @@ async fn a_hostile_submitter_cannot_write_around_the_quota_and_what_is_admitted_
         "initContainers": [{"name": "proxy", "image": "registry.k8s.io/pause:3.10", "restartPolicy": "Always", "resources": {"requests": {"cpu": "16"}}}],
         "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "200m"}}}]}}}),
     );
+    // (No node holds 16.2: refused at the door, saying what the pod asks.)
     let a = dry(sidecar).await;
-    assert!(a.body["demand"].as_str().unwrap().starts_with("cpu 16200m,"), "{:?}", a.body);
+    assert_eq!(a.status, 422, "{:?}", a.body);
+    assert!(a.body["problems"][0]["message"].as_str().unwrap().starts_with("a pod asks 16200m cpu"), "{:?}", a.body);
     // Overflow: an answer with the reason, never a dropped connection.
     for (cpu, replicas) in [("18446744073709551615m", 3), ("10000000", 2147483647)] {
         let w = hostile(
@@ -4733,6 +4735,10 @@ async fn a_gpu_pod_run_around_the_gateway_is_drift_of_its_nodes_product() {
         }
     }
     assert_eq!((drift.gpu_a100, drift.cpu, drift.pods), (6, 2000, 1), "{drift:?}");
+    // A dry run answers as admission will: drift held.
+    let (code, d) = gw.svc.submit(&ops(), "four", &training_of(&ml, "four", json!(4), 1), None, true).await.unwrap();
+    assert_eq!(code, 200, "{d:?}");
+    assert_ne!(d.outcome, "would be admitted", "the dry run forgot the drift: {d:?}");
     // And it counts against the team: 4 more A100s (6 + 4 > 8) wait.
     let (code, d) = gw.svc.submit(&ops(), "four", &training_of(&ml, "four", json!(4), 1), None, false).await.unwrap();
     assert_eq!(code, 201, "{d:?}");

@@ -231,13 +231,19 @@ pub async fn team(
 ) -> Result<TeamView> {
     let (world, broken) = svc.world().await?;
     let usage = svc.usage(team).await?;
+    // What the team runs around the gateway is held against its OnDemand
+    // quota, as admission holds it.
+    let drift = svc.drift(team).await;
     let q = world.quotas.get(team);
     let mut tiers = Vec::new();
     let mut accelerators = Vec::new();
     if let Some(q) = q {
         for t in TIERS {
             let Some(l) = q.limits(t) else { continue };
-            let u = usage.get(tier_name(t)).copied().unwrap_or_default();
+            let mut u = usage.get(tier_name(t)).copied().unwrap_or_default();
+            if t == crate::workloads::Tier::OnDemand {
+                u = u.plus(drift);
+            }
             let borrowed = u.minus(l.guaranteed);
             for r in crate::gateway::quota::FLAVORS {
                 let (g, m, used) = (l.guaranteed.get(r), l.max.get(r), u.get(r));
@@ -306,6 +312,7 @@ pub async fn team(
         at: now,
         team: team.to_string(),
         cohort: q.map(|q| q.cohort.clone()).unwrap_or_else(|| team.to_string()),
+        drift: (!drift.is_zero()).then(|| show(drift)),
         quota_problem: if q.is_some() {
             None
         } else {

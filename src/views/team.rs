@@ -20,6 +20,10 @@ pub struct TeamView {
     /// None: the team has no quota (nothing it submits is admitted), or its record does not resolve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota_problem: Option<String>,
+    /// What the team runs around the gateway (in its namespace on the
+    /// members, not admitted), counted in its OnDemand use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<String>,
     pub tiers: Vec<TierRow>,
     pub workloads: u64,
     pub max_workloads: Option<u64>,
@@ -215,6 +219,9 @@ impl TeamView {
             .map(|t| vec![t.tier.clone(), t.guaranteed.clone(), t.max.clone(), t.used.clone(), t.borrowed.clone()])
             .collect();
         out.push_str(&text::table(&["TIER", "GUARANTEED", "MAX", "USED", "BORROWED"], &rows));
+        if let Some(d) = &self.drift {
+            let _ = writeln!(out, "drift: {d} run around the gateway, counted in OnDemand USED");
+        }
         if !self.accelerators.is_empty() {
             out.push_str(&text::table(
                 &["ACCELERATOR", "TIER", "GUARANTEED", "MAX", "USED", "FREE"],
@@ -437,6 +444,7 @@ pub(crate) mod tests {
             team: "search".into(),
             cohort: "search".into(),
             quota_problem: None,
+            drift: None,
             tiers: vec![TierRow {
                 tier: "OnDemand".into(),
                 guaranteed: "cpu 1, memory 4Gi, pods 10".into(),

@@ -552,7 +552,7 @@ impl Service {
 
     /// Holds each team's drift in `ledger` as a reservation of its own, for
     /// one decision (taken out again before the ledger is written).
-    async fn hold_drift(&self, ledger: &mut crate::gateway::quota::Ledger, now: DateTime<Utc>) {
+    pub(super) async fn hold_drift(&self, ledger: &mut crate::gateway::quota::Ledger, now: DateTime<Utc>) {
         self.measure_drift(ledger).await;
         let drift = self.drift.read().await.clone();
         for (team, amount) in drift.iter().filter(|(_, a)| !a.is_zero()) {

@@ -357,6 +357,9 @@ impl Service {
         queue.push(me);
         admission::order(&mut queue);
         let now = Utc::now();
+        // What the members run around the gateway is held, as the leader
+        // holds it when it decides: a dry run answers as admission will.
+        self.hold_drift(&mut ledger, now).await;
         let before = ledger.clone();
         let batch = admission::decide(&world, &mut ledger, &queue, now);
         let admitted = batch.admitted.iter().any(|(n, _)| *n == name);
