@@ -139,11 +139,12 @@ const FLOORS: &[(&str, u32)] = &[
     ("kube", 3),
     ("state", 3),
     ("addons", 4),
-    // Clusters other tools run, read (the state store) and mapped to a cluster file.
-    ("adopt", 4),
     ("cloud", 4),
     ("etcd", 4),
     ("workloads", 4),
+    // Clusters other tools run: read (their state store, their AWS
+    // resources), mapped to a cluster file, claimed through the cloud's tags.
+    ("adopt", 5),
     ("controller", 5),
     ("federation", 5),
     ("plan", 5),

@@ -1161,6 +1161,44 @@ async fn the_agents_restore_their_own_machines_members_in_one_command_to_a_point
     assert!(!refused.status.success() && err.contains("etcd answered the agent on"), "{err}");
     assert!(err.contains("without --force"), "{err}");
 
+    // A member no agent answers for (a typo, a machine replaced): every
+    // agent checks the snapshot, waits for every member's word, hears none
+    // from it, and stops nothing; the command calls the restore off.
+    let mut named: Vec<String> =
+        (0..2).map(|i| format!("{}=http://127.0.0.1:{}", Trio::names()[i], trio.ports[i].1)).collect();
+    named.push("ghost=http://127.0.0.1:1".to_string());
+    let mut args: Vec<&str> =
+        vec!["etcd", "restore", &w.cluster, "--state", &state, "--force", "--start-timeout", "20s"];
+    for m in &named {
+        args.extend(["--member", m.as_str()]);
+    }
+    let mut ghost = w.command(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let trees: Vec<_> = manifests.iter().map(|m| tree(m)).collect();
+    let status = loop {
+        for m in &manifests {
+            assert!(
+                m.join("etcd.yaml").exists(),
+                "a member was stopped for a restore that could not go: {}",
+                m.display()
+            );
+        }
+        if let Some(st) = ghost.try_wait().unwrap() {
+            break st;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let out = ghost.wait_with_output().unwrap();
+    assert!(!status.success(), "{}", support::stdout(&out));
+    assert!(
+        support::stdout(&out).contains("ghost") || support::stderr(&out).contains("ghost"),
+        "{}\n{}",
+        support::stdout(&out),
+        support::stderr(&out)
+    );
+    for (m, t) in manifests.iter().zip(&trees) {
+        assert_eq!(&tree(m), t, "{} changed", m.display());
+    }
+
     let until = good.to_string();
     let out = w.run(&[
         "etcd",
@@ -1680,6 +1718,25 @@ async fn an_intruder_who_deletes_every_unlocked_version_leaves_each_locked_backu
     assert!(collected.is_empty(), "{collected:?}");
     assert!(waiting.iter().any(|w| w.starts_with(&r_id) && w.contains("locked until")), "{waiting:?}");
 
+    // A delta the intruder adds (a new object, unlocked: an agent locks
+    // each one it writes while the backup's lock applies): never replayed.
+    use base64::Engine as _;
+    let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+    let forged_rev = r_rev + 100;
+    let forged = pinfleet::etcd::manifest::Delta {
+        from: forged_rev,
+        to: forged_rev,
+        flushed_at: chrono::Utc::now(),
+        txns: vec![pinfleet::etcd::manifest::Txn {
+            rev: forged_rev,
+            ops: vec![pinfleet::etcd::manifest::Change {
+                k: b64("/registry/clusterrolebindings/evil-admin"),
+                v: Some(b64("intruder")),
+            }],
+        }],
+    };
+    store.put_json(&pinfleet::etcd::manifest::delta_key(forged_rev, forged_rev), &forged).await.unwrap();
+
     // The lone snapshot restored: refused unverified, then with --force.
     drop(c);
     trio.destroy();
@@ -1697,6 +1754,8 @@ async fn an_intruder_who_deletes_every_unlocked_version_leaves_each_locked_backu
     assert_eq!(count(&mut c, "/registry/configmaps/team/n").await, 100);
     assert_eq!(count(&mut c, "/registry/configmaps/team/m").await, 20);
     assert_eq!(count(&mut c, "/registry/configmaps/team/r").await, 10, "the lone snapshot's keys are back");
+    assert_eq!(count(&mut c, "/registry/clusterrolebindings/evil-admin").await, 0, "the forged delta was replayed");
+    assert!(out.contains("is not locked as backup"), "the restore says what it left out:\n{out}");
 }
 
 /// A rolling update of the agents' DaemonSet stops each agent with

@@ -265,7 +265,12 @@ pub fn judge(
             None => out.left.push(note("nothing in the file matches it: left as it is".into())),
         }
     }
-    // Two resources claimed as one key: the second is refused.
+    one_claim_per_key(&mut out);
+    out
+}
+
+/// Two resources claimed as one key: the second is refused.
+fn one_claim_per_key(out: &mut Claims) {
     let mut seen: BTreeMap<ResourceKey, String> = BTreeMap::new();
     let mut kept = Vec::new();
     for c in std::mem::take(&mut out.claim) {
@@ -282,7 +287,6 @@ pub fn judge(
         }
     }
     out.claim = kept;
-    out
 }
 
 /// The tags a claim adds (what pinfleet reads a resource by).
@@ -298,68 +302,4 @@ pub fn claim_tags(cluster: &str, key: &ResourceKey) -> Vec<(String, String)> {
 /// lists it as one of the group's, not yet on its launch template).
 pub fn roll_tags(cluster: &str, group: &str) -> Vec<(String, String)> {
     vec![(tags::CLUSTER.to_string(), cluster.to_string()), (tags::INSTANCE_GROUP.to_string(), group.to_string())]
-}
-
-/// The claims as text: a table per part, then what would be written.
-pub fn text(c: &Claims, cluster: &str, yes: bool) -> String {
-    let mut s = String::new();
-    let rows = |v: Vec<Vec<String>>, head: &[&str]| crate::output::table(head, &v);
-    if !c.claim.is_empty() {
-        s += &format!("claimed for {cluster} (tags added, nothing replaced):\n");
-        s += &rows(
-            c.claim
-                .iter()
-                .map(|x| {
-                    vec![
-                        x.kind.clone(),
-                        x.id.clone(),
-                        x.key.to_string(),
-                        if x.already { "claimed".into() } else { "to claim".into() },
-                    ]
-                })
-                .collect(),
-            &["KIND", "ID", "PINFLEET", "STATE"],
-        );
-    }
-    if !c.roll.is_empty() {
-        s += "machines to roll onto pinfleet's launch templates (`pinfleet upgrade`):\n";
-        s += &rows(
-            c.roll
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.id.clone(),
-                        r.kops_group.clone(),
-                        r.group.clone(),
-                        if r.already { "claimed".into() } else { "to claim".into() },
-                    ]
-                })
-                .collect(),
-            &["INSTANCE", "KOPS GROUP", "GROUP", "STATE"],
-        );
-    }
-    if !c.left.is_empty() {
-        s += "left as they are:\n";
-        s += &rows(
-            c.left.iter().map(|n| vec![n.kind.clone(), n.id.clone(), n.why.clone()]).collect(),
-            &["KIND", "ID", "WHY"],
-        );
-    }
-    if !c.refused.is_empty() {
-        s += "refused (nothing is written while any is here; `--take ID` claims one anyway):\n";
-        s += &rows(
-            c.refused.iter().map(|n| vec![n.kind.clone(), n.id.clone(), n.why.clone()]).collect(),
-            &["KIND", "ID", "WHY"],
-        );
-    }
-    s += &if !c.refused.is_empty() {
-        "nothing was written\n".to_string()
-    } else if c.is_noop() {
-        format!("{cluster} is adopted already: nothing to do\n")
-    } else if yes {
-        format!("{cluster} adopted: claims recorded and tagged\n")
-    } else {
-        "dry run: run again with --yes to claim\n".to_string()
-    };
-    s
 }

@@ -89,9 +89,73 @@ pub async fn run(g: &GlobalArgs, args: AdoptArgs) -> anyhow::Result<ExitCode> {
         }
     }
     match g.output {
-        Format::Text => write!(anstream::stdout(), "{}", claim::text(&claims, &name, args.yes))?,
+        Format::Text => write!(anstream::stdout(), "{}", text(&claims, &name, args.yes))?,
         other => print_data(other, &claims)?,
     }
     s.report_calls(g);
     Ok(if claims.refused.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The claims as text: a table per part, then what would be written.
+pub fn text(c: &claim::Claims, cluster: &str, yes: bool) -> String {
+    let mut s = String::new();
+    let rows = |v: Vec<Vec<String>>, head: &[&str]| crate::output::table(head, &v);
+    if !c.claim.is_empty() {
+        s += &format!("claimed for {cluster} (tags added, nothing replaced):\n");
+        s += &rows(
+            c.claim
+                .iter()
+                .map(|x| {
+                    vec![
+                        x.kind.clone(),
+                        x.id.clone(),
+                        x.key.to_string(),
+                        if x.already { "claimed".into() } else { "to claim".into() },
+                    ]
+                })
+                .collect(),
+            &["KIND", "ID", "PINFLEET", "STATE"],
+        );
+    }
+    if !c.roll.is_empty() {
+        s += "machines to roll onto pinfleet's launch templates (`pinfleet upgrade`):\n";
+        s += &rows(
+            c.roll
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.id.clone(),
+                        r.kops_group.clone(),
+                        r.group.clone(),
+                        if r.already { "claimed".into() } else { "to claim".into() },
+                    ]
+                })
+                .collect(),
+            &["INSTANCE", "KOPS GROUP", "GROUP", "STATE"],
+        );
+    }
+    if !c.left.is_empty() {
+        s += "left as they are:\n";
+        s += &rows(
+            c.left.iter().map(|n| vec![n.kind.clone(), n.id.clone(), n.why.clone()]).collect(),
+            &["KIND", "ID", "WHY"],
+        );
+    }
+    if !c.refused.is_empty() {
+        s += "refused (nothing is written while any is here; `--take ID` claims one anyway):\n";
+        s += &rows(
+            c.refused.iter().map(|n| vec![n.kind.clone(), n.id.clone(), n.why.clone()]).collect(),
+            &["KIND", "ID", "WHY"],
+        );
+    }
+    s += &if !c.refused.is_empty() {
+        "nothing was written\n".to_string()
+    } else if c.is_noop() {
+        format!("{cluster} is adopted already: nothing to do\n")
+    } else if yes {
+        format!("{cluster} adopted: claims recorded and tagged\n")
+    } else {
+        "dry run: run again with --yes to claim\n".to_string()
+    };
+    s
 }

@@ -370,11 +370,10 @@ async fn read_snapshot(store: &Store, key: &str) -> Result<(u64, bool, String, R
 /// Deltas stored after `revision`, in order, without the transactions of
 /// a timeline an earlier restore abandoned ([`manifest::Cut`]).
 pub async fn deltas_after(store: &Store, revision: i64) -> Result<Vec<Delta>> {
+    // Every version of every cut: one put over a cut adds, never removes.
     let mut cuts = Vec::new();
     for k in store.list_kept(manifest::CUTS).await? {
-        if let Some(c) = store.get_json_kept::<manifest::Cut>(&k).await? {
-            cuts.push(c);
-        }
+        cuts.extend(store.get_json_versions::<manifest::Cut>(&k).await?);
     }
     let mut out = Vec::new();
     for k in store.list_kept(manifest::DELTAS).await? {
@@ -391,6 +390,38 @@ pub async fn deltas_after(store: &Store, revision: i64) -> Result<Vec<Delta>> {
     }
     out.sort_by_key(|d| d.from);
     Ok(out)
+}
+
+/// The deltas a restore of `backup` replays: [`deltas_after`] its
+/// revision, and, when the backup is locked, only up to the first delta
+/// that is not (the agents lock every delta while the backup's lock
+/// applies, so an unlocked one was written by someone else: it is not
+/// replayed, nor anything after it). With what was left out, in words.
+pub async fn deltas_to_replay(
+    store: &Store,
+    backup: &str,
+    revision: i64,
+    locked: bool,
+) -> Result<(Vec<Delta>, Option<String>)> {
+    let mut deltas = deltas_after(store, revision).await?;
+    if !locked {
+        return Ok((deltas, None));
+    }
+    for (i, d) in deltas.iter().enumerate() {
+        let key = manifest::delta_key(d.from, d.to);
+        if store.retention_of(&key).await?.is_none() {
+            let left = deltas.len() - i;
+            let why = format!(
+                "{} is not locked as backup {backup} and its deltas are (the agents lock each one they write): it and the {} after it are not replayed (revision {} and on); --until chooses a point before it",
+                store.describe(&key),
+                left - 1,
+                d.from
+            );
+            deltas.truncate(i);
+            return Ok((deltas, Some(why)));
+        }
+    }
+    Ok((deltas, None))
 }
 
 /// The agents' word on the live store with the highest revision (what a

@@ -426,8 +426,16 @@ async fn carry_out_from(
     finish_here(store, me, etcd, o).await
 }
 
-/// Step 1, prepared: stopped, downloaded, checked, restored beside the
-/// data, and reported; whether it was (if not, all is back as it was).
+/// How long a member that has checked the snapshot waits for every other
+/// member to have checked it before it stops anything.
+pub const CHECK_WAIT: Duration = Duration::from_secs(120);
+
+/// Step 1, prepared: the snapshot downloaded and checked, then — only once
+/// every member of the order has checked it too (an agent on each, each
+/// copy whole) — stopped, restored beside the data, and reported; whether
+/// it was (if not, all is back as it was). A member with no agent, or a
+/// snapshot that does not hold, stops no member: every check that can
+/// refuse comes before the first change to any machine.
 async fn prepare_here(
     store: &Store,
     me: &Target,
@@ -437,16 +445,11 @@ async fn prepare_here(
 ) -> Result<bool> {
     let mut phases = Phases::default();
     let mut bumped = None;
+    let mut touched = false;
+    let file = std::env::temp_dir().join(format!("pinfleet-restore-{}-{}.db", o.id, me.name));
     let prepared: Result<()> = async {
         let bins = bins.context("this machine has no etcd binaries (etcdutl) to restore with")?;
         let t = Instant::now();
-        if let Some(dir) = &me.manifests_dir {
-            restore::stop_static_pods(dir, &me.name)?;
-        }
-        stopped(&me.peer_url, STOP_WAIT).await?;
-        phases.time("static pods out, etcd stopped", t, ());
-        let t = Instant::now();
-        let file = std::env::temp_dir().join(format!("pinfleet-restore-{}-{}.db", o.id, me.name));
         let fetched: Result<()> = async {
             store.download(&manifest::snapshot_key(&o.backup), &file).await?;
             let (held, sha) = super::snapshot::trailer_holds(&file)?;
@@ -456,19 +459,24 @@ async fn prepare_here(
             Ok(())
         }
         .await;
-        if fetched.is_ok() {
-            phases.time("snapshot downloaded and checked", t, ());
-        }
+        let checked = report(me, &phases, &fetched, None);
+        store.put_json(&report_key(&o.id, &me.name, "checked"), &checked).await?;
+        fetched?;
+        phases.time("snapshot downloaded and checked", t, ());
         let t = Instant::now();
-        let made = match fetched {
-            Ok(()) => match etcdutl_bump_here(store, bins, o).await {
-                Ok(by) => restore::prepare(bins, &file, me, &o.initial_cluster(), &o.token, &o.id, by).map(|_| by),
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        };
-        let _ = std::fs::remove_file(&file);
-        bumped = made?;
+        every_member_checked(store, o).await?;
+        phases.time("every member checked the snapshot", t, ());
+        let t = Instant::now();
+        touched = true;
+        if let Some(dir) = &me.manifests_dir {
+            restore::stop_static_pods(dir, &me.name)?;
+        }
+        stopped(&me.peer_url, STOP_WAIT).await?;
+        phases.time("static pods out, etcd stopped", t, ());
+        let t = Instant::now();
+        let by = etcdutl_bump_here(store, bins, o).await?;
+        restore::prepare(bins, &file, me, &o.initial_cluster(), &o.token, &o.id, by)?;
+        bumped = by;
         let done = match bumped {
             Some(by) => format!("restored beside the data (etcdutl; the revision bumped by {by}, marked compacted)"),
             None => "restored beside the data (etcdutl)".to_string(),
@@ -477,13 +485,51 @@ async fn prepare_here(
         Ok(())
     }
     .await;
-    if prepared.is_err() {
+    let _ = std::fs::remove_file(&file);
+    if prepared.is_err() && touched {
         undo()?;
     }
     let mut said = report(me, &phases, &prepared, None);
     said.etcdutl_bump = bumped;
     store.put_json(&report_key(&o.id, &me.name, "prepared"), &said).await?;
     Ok(prepared.is_ok())
+}
+
+/// Waits until every member of the order has reported its snapshot
+/// checked; an error (nothing stopped here) when one could not check it,
+/// none came within [`CHECK_WAIT`], or the restore was called off.
+async fn every_member_checked(store: &Store, o: &Order) -> Result<()> {
+    let deadline = Instant::now() + CHECK_WAIT;
+    loop {
+        if let Some(d) = store.get_json::<Decision>(&decision_key(&o.id)).await? {
+            if !d.go {
+                bail!("the restore was called off ({}) before any member stopped", d.reason);
+            }
+        }
+        let mut missing = Vec::new();
+        for m in &o.members {
+            match store.get_json::<Report>(&report_key(&o.id, &m.name, "checked")).await? {
+                Some(r) if r.ok => {}
+                Some(r) => bail!(
+                    "member {} could not check the snapshot ({}): no member was stopped",
+                    m.name,
+                    r.error.unwrap_or_default()
+                ),
+                None => missing.push(m.name.clone()),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "no word from member(s) {} within {} (is an agent running there with --restore-as?): no member was stopped",
+                missing.join(", "),
+                humantime::format_duration(CHECK_WAIT)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// What etcdutl's `--bump-revision` adds as this machine restores its
@@ -676,7 +722,11 @@ pub async fn finish(store: &Store, etcd: &EtcdArgs, o: &Order) -> Finished {
         };
         phases.time("members started and answering", t, ());
         let t = Instant::now();
-        let deltas = super::agent::deltas_after(store, o.revision).await?;
+        let locked = store.retention_of(&manifest::snapshot_key(&o.backup)).await?.is_some();
+        let (deltas, left_out) = super::agent::deltas_to_replay(store, &o.backup, o.revision, locked).await?;
+        if let Some(why) = left_out {
+            tracing::warn!("{why}");
+        }
         let r = restore::replay(&mut client, &deltas, o.revision, o.until).await?;
         revision = r.revision;
         phases.time(&format!("{} transaction(s) of deltas replayed (revision {})", r.applied, r.reached), t, ());

@@ -181,8 +181,15 @@ pub async fn choose(req: &Request<'_>) -> Result<Chosen> {
             req.cluster
         );
     }
-    let mut deltas =
-        if req.no_deltas { Vec::new() } else { agent::deltas_after(req.store, b.manifest.revision).await? };
+    let mut deltas = if req.no_deltas {
+        Vec::new()
+    } else {
+        let locked = b.manifest.retain_until.is_some();
+        let (deltas, left_out) =
+            agent::deltas_to_replay(req.store, &b.manifest.id, b.manifest.revision, locked).await?;
+        notes.extend(left_out);
+        deltas
+    };
     if let Some(u) = req.until {
         deltas.retain(|d| d.from <= u);
     }

@@ -451,7 +451,10 @@ pub async fn record_cut(store: &Store, backup: &str, restored_to: i64, bumped_to
     let now = Utc::now();
     let cut = manifest::Cut { after: restored_to, before: bumped_to, at: now, backup: backup.to_string() };
     let name = format!("{}-r{restored_to}", now.format("%Y%m%dT%H%M%S%.3fZ"));
-    store.put_json(&manifest::cut_key(&name), &cut).await.map(|_| ())
+    // Locked as the backup is: deleting a cut would let a later restore
+    // replay the mistake it skipped.
+    let lock = store.retention_of(&manifest::snapshot_key(backup)).await.ok().flatten().filter(|r| r.until > now);
+    store.put_json_locked(&manifest::cut_key(&name), &cut, lock.as_ref()).await
 }
 
 /// Writes a throwaway key until the revision reaches `to` (64 writes in

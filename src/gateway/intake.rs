@@ -1058,16 +1058,7 @@ pub fn check(workload: &Value, caller: &Caller, policy: &Policy, members: &Membe
             format!("{team:?} is not a team name (a DNS label)"),
         ));
     }
-    // A product is a GPU's: Neuron devices have none to name.
-    if obj.pointer("/spec/accelerators/type").and_then(Value::as_str) == Some(demand::NEURON)
-        && obj.pointer("/spec/accelerators/product").is_some_and(|p| !p.is_null())
-    {
-        problems.push(Problem::new(
-            "platform",
-            "spec.accelerators.product",
-            format!("a product names a GPU (A100, H100, A10G, L4): {} devices have none to name", demand::NEURON),
-        ));
-    }
+    neuron_product_rule(&obj, &mut problems);
     accelerator_product(&kind, &mut obj, &team, members, &mut problems);
     let tier = match obj.pointer("/spec/tier") {
         None | Some(Value::Null) => Tier::OnDemand,
@@ -1262,6 +1253,19 @@ fn overrides_rule(kind: &str, obj: &Value, problems: &mut Vec<Problem>) {
                 "{shown:?}: a {kind}'s pods have no such platform container (they have: {}): its override would reach no pod",
                 has.join(", ")
             ),
+        ));
+    }
+}
+
+/// A product is a GPU's: Neuron devices have none to name.
+fn neuron_product_rule(obj: &Value, problems: &mut Vec<Problem>) {
+    if obj.pointer("/spec/accelerators/type").and_then(Value::as_str) == Some(demand::NEURON)
+        && obj.pointer("/spec/accelerators/product").is_some_and(|p| !p.is_null())
+    {
+        problems.push(Problem::new(
+            "platform",
+            "spec.accelerators.product",
+            format!("a product names a GPU (A100, H100, A10G, L4): {} devices have none to name", demand::NEURON),
         ));
     }
 }

@@ -301,35 +301,8 @@ pub fn never(members: &[Member], shapes: &[Shape], whole: bool) -> Option<Never>
             });
         }
     }
-    // A pod that asks no device lands only on an untainted node with room
-    // for all it asks (the fleet's total counts GPU nodes' cpu too).
-    for (i, s) in shapes.iter().enumerate().filter(|(_, s)| s.pods > 0 && !asks_accelerators(&s.per_pod)) {
-        let p = &s.per_pod;
-        let open: Vec<(&str, &str, &Node)> = all().filter(|(_, _, n)| admits(p, n)).collect();
-        if open.is_empty() || open.iter().any(|(_, _, n)| fits(p, n)) {
-            // No node without a taint: the fleet's total says so.
-            continue;
-        }
-        let r = [Resource::Cpu, Resource::Memory, Resource::Pods]
-            .into_iter()
-            .filter(|r| p.get(*r) > 0)
-            .find(|r| open.iter().all(|(_, _, n)| p.get(*r) > n.free.get(*r)))
-            .unwrap_or(Resource::Cpu);
-        let (has, node, member) = open
-            .iter()
-            .map(|(n, m, a)| (a.free.get(r), *n, *m))
-            .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(a.1)))
-            .unwrap_or((0, "", ""));
-        return Some(Never {
-            resource: r,
-            shape: Some(i),
-            message: format!(
-                "a pod asks {} {}, more than any node it may run on offers (nodes without a taint; the largest, {node} on member {member}, has {}): it can never be scheduled",
-                r.show(p.get(r)),
-                r.long(),
-                r.show(has)
-            ),
-        });
+    if let Some(n) = plain_pod_never(members, shapes) {
+        return Some(n);
     }
     // A pod that asks devices lands only on a node that has them and room
     // for the rest of what it asks: its cpu beside its GPU.
@@ -455,6 +428,42 @@ pub fn never(members: &[Member], shapes: &[Shape], whole: bool) -> Option<Never>
                 ),
             });
         }
+    }
+    None
+}
+
+/// A pod that asks no device lands only on an untainted node with room
+/// for all it asks (the fleet's total counts GPU nodes' cpu too): why
+/// one never does, if one never does.
+fn plain_pod_never(members: &[Member], shapes: &[Shape]) -> Option<Never> {
+    let all = || members.iter().flat_map(|m| m.nodes.iter().map(move |(n, a)| (n.as_str(), m.name.as_str(), a)));
+    for (i, s) in shapes.iter().enumerate().filter(|(_, s)| s.pods > 0 && !asks_accelerators(&s.per_pod)) {
+        let p = &s.per_pod;
+        let open: Vec<(&str, &str, &Node)> = all().filter(|(_, _, n)| admits(p, n)).collect();
+        if open.is_empty() || open.iter().any(|(_, _, n)| fits(p, n)) {
+            // No node without a taint: the fleet's total says so.
+            continue;
+        }
+        let r = [Resource::Cpu, Resource::Memory, Resource::Pods]
+            .into_iter()
+            .filter(|r| p.get(*r) > 0)
+            .find(|r| open.iter().all(|(_, _, n)| p.get(*r) > n.free.get(*r)))
+            .unwrap_or(Resource::Cpu);
+        let (has, node, member) = open
+            .iter()
+            .map(|(n, m, a)| (a.free.get(r), *n, *m))
+            .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(a.1)))
+            .unwrap_or((0, "", ""));
+        return Some(Never {
+            resource: r,
+            shape: Some(i),
+            message: format!(
+                "a pod asks {} {}, more than any node it may run on offers (nodes without a taint; the largest, {node} on member {member}, has {}): it can never be scheduled",
+                r.show(p.get(r)),
+                r.long(),
+                r.show(has)
+            ),
+        });
     }
     None
 }

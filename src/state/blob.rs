@@ -428,6 +428,39 @@ impl Store {
         Ok(Some((bytes.to_vec(), etag)))
     }
 
+    /// Every stored version of `key`, parsed, newest first (S3: each
+    /// version by id; `file://`: the one there is). For write-once records
+    /// that only add (cuts): a version put over a locked one adds to it,
+    /// it never takes it away.
+    pub async fn get_json_versions<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Vec<T>> {
+        let Backend::S3 { client, bucket, prefix } = &self.backend else {
+            return Ok(self.get_json_kept::<T>(key).await?.into_iter().collect());
+        };
+        let k = Self::s3_key(prefix, &self.cluster, key);
+        let out = client
+            .list_object_versions()
+            .bucket(bucket)
+            .prefix(&k)
+            .send()
+            .await
+            .map_err(|e| anyhow!("listing versions of {}: {}", self.describe(key), describe_sdk_error(&e)))?;
+        let mut versions: Vec<_> = out.versions().iter().filter(|v| v.key() == Some(k.as_str())).collect();
+        versions.sort_by_key(|v| std::cmp::Reverse(v.last_modified().map(|t| (t.secs(), t.subsec_nanos()))));
+        let mut all = Vec::new();
+        for id in versions.iter().filter_map(|v| v.version_id()) {
+            let obj =
+                client.get_object().bucket(bucket).key(&k).version_id(id).send().await.map_err(|e| {
+                    anyhow!("reading {} (version {id}): {}", self.describe(key), describe_sdk_error(&e))
+                })?;
+            let bytes = obj.body.collect().await.with_context(|| format!("reading {}", self.describe(key)))?;
+            all.push(
+                serde_json::from_slice(&bytes.to_vec())
+                    .with_context(|| format!("parsing {} (version {id})", self.describe(key)))?,
+            );
+        }
+        Ok(all)
+    }
+
     /// [`Store::get_json`] through [`Store::get_kept`].
     pub async fn get_json_kept<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
         match self.get_kept(key).await? {

@@ -39,6 +39,9 @@ pub struct VerifyArgs {
 struct Row<'a> {
     #[serde(flatten)]
     backup: &'a Backup,
+    /// Whether a restore takes it as verified (a backup whose manifest is
+    /// lost never is, whatever verdict survives).
+    verified: bool,
     age_seconds: i64,
     fate: String,
 }
@@ -60,6 +63,7 @@ pub async fn backups(g: &GlobalArgs, a: StoreArgs) -> Result<ExitCode> {
             .rev()
             .map(|b| Row {
                 backup: b,
+                verified: b.verified(),
                 age_seconds: (now - b.manifest.taken_at).num_seconds(),
                 fate: fate(&b.manifest.id),
             })

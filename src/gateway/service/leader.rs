@@ -697,20 +697,19 @@ impl Service {
     }
 
     /// Places every admitted submission on the members and writes it there.
-    pub async fn place_once(&self) -> Result<usize> {
-        let views = self.member_views().await;
-        let admitted = self.to_place();
-        if admitted.is_empty() {
-            return Ok(0);
-        }
-        // What each member already holds of placed work, in all and on
-        // each node (its pods packed as placement packed them).
+    /// What each member already holds of placed work, in all and on each
+    /// node (its pods packed as placement packed them, each onto the
+    /// nodes its terms reach).
+    #[allow(clippy::type_complexity)]
+    fn held_by_placed(
+        &self,
+        views: &[MemberView],
+        metas: &HashMap<String, Vec<Value>>,
+    ) -> (HashMap<String, Amount>, HashMap<String, Vec<packing::Node>>) {
         let mut used: HashMap<String, Amount> = HashMap::new();
         let mut nodes: HashMap<String, Vec<packing::Node>> =
             views.iter().map(|v| (v.name.clone(), v.nodes.iter().map(|(_, n)| *n).collect())).collect();
-        let metas: HashMap<String, Vec<Value>> = views.iter().map(|v| (v.name.clone(), v.node_meta.clone())).collect();
         let no_meta: Vec<Value> = Vec::new();
-        let meta_of = |m: &str| metas.get(m).unwrap_or(&no_meta);
         for s in self.all() {
             let p = phase(&s);
             if !(p == Phase::Placed || p == Phase::Running) {
@@ -725,12 +724,27 @@ impl Service {
                     } else {
                         vec![packing::Shape { pods: u64::from(part.replicas), per_pod: per }]
                     };
-                    packing::occupy_where(n, &held, &reach(&s.spec, meta_of(&part.cluster)));
+                    packing::occupy_where(n, &held, &reach(&s.spec, metas.get(&part.cluster).unwrap_or(&no_meta)));
                 }
                 let e = used.entry(part.cluster).or_default();
                 *e = e.plus(per.times(u64::from(part.replicas)));
             }
         }
+        (used, nodes)
+    }
+
+    pub async fn place_once(&self) -> Result<usize> {
+        let views = self.member_views().await;
+        let admitted = self.to_place();
+        if admitted.is_empty() {
+            return Ok(0);
+        }
+        // What each member already holds of placed work, in all and on
+        // each node (its pods packed as placement packed them).
+        let metas: HashMap<String, Vec<Value>> = views.iter().map(|v| (v.name.clone(), v.node_meta.clone())).collect();
+        let no_meta: Vec<Value> = Vec::new();
+        let meta_of = |m: &str| metas.get(m).unwrap_or(&no_meta);
+        let (mut used, mut nodes) = self.held_by_placed(&views, &metas);
         let mut placed: usize = 0;
         for s in admitted {
             let name = s.metadata.name.clone().unwrap_or_default();
