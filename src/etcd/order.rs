@@ -832,11 +832,20 @@ pub async fn conduct(store: &Store, o: &Order, step: Duration, on: &mut dyn FnMu
         on(Heard::Prepared(m, r))
     })
     .await?;
+    // Members that checked the snapshot are there, waiting for the others:
+    // the ones to name are those that did not even check it.
+    let mut silent = Vec::new();
+    for m in &missing {
+        if store.get_json::<Report>(&report_key(&o.id, m, "checked")).await?.is_none() {
+            silent.push(m.clone());
+        }
+    }
+    let silent = if silent.is_empty() { missing.clone() } else { silent };
     let abort = match (failed, missing.is_empty()) {
         (Some(why), _) => Some(why),
         (None, false) => Some(format!(
             "no word from {} within {} (is `pinfleet etcd agent` running there with --restore-as?)",
-            missing.join(", "),
+            silent.join(", "),
             humantime::format_duration(step)
         )),
         (None, true) => unlike(&bumps),

@@ -390,9 +390,13 @@ pub fn never(members: &[Member], shapes: &[Shape], whole: bool) -> Option<Never>
             });
         }
     }
-    // A gang that asks devices, every role's pods together (a gang runs
-    // whole or not at all): placement packs it so on one member's nodes,
-    // so a gang that packs on no empty member is never placed.
+    gang_never(members, shapes)
+}
+
+/// A gang that asks devices, every role's pods together (a gang runs
+/// whole or not at all): placement packs it so on one member's nodes, so
+/// a gang that packs on no empty member is never placed.
+fn gang_never(members: &[Member], shapes: &[Shape]) -> Option<Never> {
     let asking: Vec<(usize, &Shape)> =
         shapes.iter().enumerate().filter(|(_, s)| s.pods > 0 && asks_accelerators(&s.per_pod)).collect();
     let offered = |r: Resource| members.iter().any(|m| m.nodes.iter().any(|(_, a)| a.free.get(r) > 0));
