@@ -684,7 +684,7 @@ impl Checked {
                 parked("the members are stopped")
             ),
             Phase::StartEtcd { .. } => format!(
-                "the member folders are restored {old} but the members did not all answer{}: mend it and run the restore again (--force once they answer)",
+                "the member folders are restored {old} but the members did not all answer within --start-timeout{}: stop any member that did start, then run the restore again (a member without a static-pod folder is yours to start on its restored folder when the restore says it waits; give it a longer --start-timeout)",
                 parked("the API servers stay stopped")
             ),
             Phase::ReplayDeltas { .. } => format!(
