@@ -385,9 +385,9 @@ impl Store {
         Ok(keys.into_iter().collect())
     }
 
-    /// The newest stored version of `key` that is not a delete marker, when
-    /// the key's current version is one (or is gone); `None` otherwise.
-    async fn newest_kept_version(&self, key: &str) -> Result<Option<String>> {
+    /// The stored versions of exactly `key` (not of longer keys it prefixes),
+    /// delete markers left out; S3 only (`None` for `file://`).
+    async fn versions_of(&self, key: &str) -> Result<Option<Vec<aws_sdk_s3::types::ObjectVersion>>> {
         let Backend::S3 { client, bucket, prefix } = &self.backend else { return Ok(None) };
         let k = Self::s3_key(prefix, &self.cluster, key);
         let out = client
@@ -397,10 +397,15 @@ impl Store {
             .send()
             .await
             .map_err(|e| anyhow!("listing versions of {}: {}", self.describe(key), describe_sdk_error(&e)))?;
-        Ok(out
-            .versions()
+        Ok(Some(out.versions().iter().filter(|v| v.key() == Some(k.as_str())).cloned().collect()))
+    }
+
+    /// The newest stored version of `key` that is not a delete marker, when
+    /// the key's current version is one (or is gone); `None` otherwise.
+    async fn newest_kept_version(&self, key: &str) -> Result<Option<String>> {
+        let Some(versions) = self.versions_of(key).await? else { return Ok(None) };
+        Ok(versions
             .iter()
-            .filter(|v| v.key() == Some(k.as_str()))
             .max_by_key(|v| v.last_modified().map(|t| (t.secs(), t.subsec_nanos())))
             .and_then(|v| v.version_id())
             .map(str::to_string))
@@ -437,14 +442,7 @@ impl Store {
             return Ok(self.get_json_kept::<T>(key).await?.into_iter().collect());
         };
         let k = Self::s3_key(prefix, &self.cluster, key);
-        let out = client
-            .list_object_versions()
-            .bucket(bucket)
-            .prefix(&k)
-            .send()
-            .await
-            .map_err(|e| anyhow!("listing versions of {}: {}", self.describe(key), describe_sdk_error(&e)))?;
-        let mut versions: Vec<_> = out.versions().iter().filter(|v| v.key() == Some(k.as_str())).collect();
+        let mut versions = self.versions_of(key).await?.unwrap_or_default();
         versions.sort_by_key(|v| std::cmp::Reverse(v.last_modified().map(|t| (t.secs(), t.subsec_nanos()))));
         let mut all = Vec::new();
         for id in versions.iter().filter_map(|v| v.version_id()) {
