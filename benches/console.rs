@@ -92,6 +92,7 @@ fn team(n: usize) -> TeamView {
         team: "search".into(),
         cohort: "discovery".into(),
         quota_problem: None,
+        drift: None,
         tiers: ["Reserved", "OnDemand", "Preemptible"]
             .iter()
             .map(|t| TierRow {
