@@ -42,9 +42,15 @@ struct Kops {
     masters_sg: String,
     managed_sg: String,
     machines: Vec<String>,
+    /// kops's Auto Scaling groups.
+    groups: Vec<String>,
+    /// The API's load balancer and target group (ARNs).
+    lb: String,
+    api_tg: String,
 }
 
-async fn kops_on_moto(ec2: &aws_sdk_ec2::Client) -> Kops {
+async fn kops_on_moto(aws: &pinfleet::cloud::aws::Aws) -> Kops {
+    let (ec2, asg, elb) = (&aws.ec2, &aws.autoscaling, &aws.elb);
     use ResourceType as R;
     let vpc = ec2
         .create_vpc()
@@ -111,8 +117,53 @@ async fn kops_on_moto(ec2: &aws_sdk_ec2::Client) -> Kops {
         let s = &subnets[&format!("utility-us-east-1{z}")];
         ec2.associate_route_table().route_table_id(&public_rt).subnet_id(s).send().await.unwrap();
     }
-    let private_rt = rt(format!("private-us-east-1a.{KOPS_NAME}")).await;
-    ec2.associate_route_table().route_table_id(&private_rt).subnet_id(&subnets["us-east-1a"]).send().await.unwrap();
+    ec2.create_route()
+        .route_table_id(&public_rt)
+        .destination_cidr_block("0.0.0.0/0")
+        .gateway_id(&igw)
+        .send()
+        .await
+        .unwrap();
+    // A NAT gateway and its address in each zone's utility subnet, and each
+    // zone's private route table through it.
+    let mut private_rts = Vec::new();
+    for z in ["a", "b", "c"] {
+        let zone = format!("us-east-1{z}");
+        let eip = ec2
+            .allocate_address()
+            .domain(aws_sdk_ec2::types::DomainType::Vpc)
+            .tag_specifications(kops_tags(R::ElasticIp, &format!("{zone}.{KOPS_NAME}"), &[]))
+            .send()
+            .await
+            .unwrap()
+            .allocation_id()
+            .unwrap()
+            .to_string();
+        let nat = ec2
+            .create_nat_gateway()
+            .subnet_id(&subnets[&format!("utility-{zone}")])
+            .allocation_id(&eip)
+            .tag_specifications(kops_tags(R::Natgateway, &format!("{zone}.{KOPS_NAME}"), &[]))
+            .send()
+            .await
+            .unwrap()
+            .nat_gateway()
+            .unwrap()
+            .nat_gateway_id()
+            .unwrap()
+            .to_string();
+        let private = rt(format!("private-{zone}.{KOPS_NAME}")).await;
+        ec2.associate_route_table().route_table_id(&private).subnet_id(&subnets[&zone]).send().await.unwrap();
+        ec2.create_route()
+            .route_table_id(&private)
+            .destination_cidr_block("0.0.0.0/0")
+            .nat_gateway_id(&nat)
+            .send()
+            .await
+            .unwrap();
+        private_rts.push(private);
+    }
+    let private_rt = private_rts[0].clone();
     let sg = |name: String, extra: Vec<(&'static str, &'static str)>| {
         let vpc = vpc.clone();
         async move {
@@ -130,32 +181,130 @@ async fn kops_on_moto(ec2: &aws_sdk_ec2::Client) -> Kops {
         }
     };
     let masters_sg = sg(format!("masters.{KOPS_NAME}"), vec![]).await;
-    sg(format!("nodes.{KOPS_NAME}"), vec![]).await;
+    let nodes_sg = sg(format!("nodes.{KOPS_NAME}"), vec![]).await;
+    // kops's rules (its docs/security_groups.md): all traffic among the
+    // control plane, from it to the nodes and among the nodes; the nodes to
+    // the control plane on every port but etcd's and etcd-manager's; the
+    // API from anywhere and from the VPC (the load balancer's checks).
+    let from_group = |proto: &str, from: i32, to: i32, group: &str| {
+        aws_sdk_ec2::types::IpPermission::builder()
+            .ip_protocol(proto)
+            .from_port(from)
+            .to_port(to)
+            .user_id_group_pairs(aws_sdk_ec2::types::UserIdGroupPair::builder().group_id(group).build())
+            .build()
+    };
+    let from_cidr = |proto: &str, from: i32, to: i32, cidr: &str| {
+        aws_sdk_ec2::types::IpPermission::builder()
+            .ip_protocol(proto)
+            .from_port(from)
+            .to_port(to)
+            .ip_ranges(aws_sdk_ec2::types::IpRange::builder().cidr_ip(cidr).build())
+            .build()
+    };
+    for (group, rules) in [
+        (
+            &masters_sg,
+            vec![
+                from_group("-1", -1, -1, &masters_sg),
+                from_group("tcp", 1, 2379, &nodes_sg),
+                from_group("tcp", 2382, 4000, &nodes_sg),
+                from_group("tcp", 4003, 65535, &nodes_sg),
+                from_group("udp", 1, 65535, &nodes_sg),
+                from_cidr("tcp", 443, 443, "0.0.0.0/0"),
+                from_cidr("tcp", 443, 443, "172.20.0.0/16"),
+                from_cidr("tcp", 22, 22, "0.0.0.0/0"),
+            ],
+        ),
+        (
+            &nodes_sg,
+            vec![
+                from_group("-1", -1, -1, &masters_sg),
+                from_group("-1", -1, -1, &nodes_sg),
+                from_cidr("tcp", 22, 22, "0.0.0.0/0"),
+            ],
+        ),
+    ] {
+        ec2.authorize_security_group_ingress()
+            .group_id(group)
+            .set_ip_permissions(Some(rules))
+            .send()
+            .await
+            .unwrap();
+    }
     // A group a Terraform module added to the cluster (its tags say so).
     let managed_sg = sg(format!("bastion.{KOPS_NAME}"), vec![("terraform", "true")]).await;
     let image =
         ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
-    let mut machines = Vec::new();
-    for (group, subnet) in
-        [("control-plane-us-east-1a", "us-east-1a"), ("nodes", "us-east-1b"), ("nodes", "us-east-1c")]
-    {
-        let out = ec2
-            .run_instances()
-            .image_id(&image)
-            .instance_type(aws_sdk_ec2::types::InstanceType::T3Large)
-            .min_count(1)
-            .max_count(1)
-            .subnet_id(&subnets[subnet])
-            .tag_specifications(kops_tags(
-                R::Instance,
-                &format!("{group}.{KOPS_NAME}"),
-                &[("kops.k8s.io/instancegroup", group), ("aws:autoscaling:groupName", group)],
-            ))
+    // kops's groups: a launch template and an Auto Scaling group each,
+    // the group's tags carried to its machines.
+    let mut groups = Vec::new();
+    for (group, subnets_of, size) in [
+        ("control-plane-us-east-1a", vec!["us-east-1a"], 1),
+        ("control-plane-us-east-1b", vec!["us-east-1b"], 1),
+        ("control-plane-us-east-1c", vec!["us-east-1c"], 1),
+        ("nodes", vec!["us-east-1a", "us-east-1b", "us-east-1c"], 3),
+        ("batch", vec!["us-east-1a", "us-east-1b", "us-east-1c"], 0),
+    ] {
+        let name = format!("{group}.{KOPS_NAME}");
+        let lt = ec2
+            .create_launch_template()
+            .launch_template_name(&name)
+            .launch_template_data(
+                aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                    .image_id(&image)
+                    .instance_type(aws_sdk_ec2::types::InstanceType::T3Large)
+                    .build(),
+            )
+            .tag_specifications(kops_tags(R::LaunchTemplate, &name, &[("kops.k8s.io/instancegroup", group)]))
+            .send()
+            .await
+            .unwrap()
+            .launch_template()
+            .unwrap()
+            .launch_template_id()
+            .unwrap()
+            .to_string();
+        let tag = |k: &str, v: &str| {
+            aws_sdk_autoscaling::types::Tag::builder()
+                .key(k)
+                .value(v)
+                .propagate_at_launch(true)
+                .resource_id(&name)
+                .resource_type("auto-scaling-group")
+                .build()
+        };
+        let zones: Vec<String> = subnets_of.iter().map(|z| subnets[*z].clone()).collect();
+        asg.create_auto_scaling_group()
+            .auto_scaling_group_name(&name)
+            .launch_template(
+                aws_sdk_autoscaling::types::LaunchTemplateSpecification::builder()
+                    .launch_template_id(&lt)
+                    .version("$Latest")
+                    .build(),
+            )
+            .min_size(size)
+            .max_size(size)
+            .desired_capacity(size)
+            .vpc_zone_identifier(zones.join(","))
+            .tags(tag("KubernetesCluster", KOPS_NAME))
+            .tags(tag(&format!("kubernetes.io/cluster/{KOPS_NAME}"), "owned"))
+            .tags(tag("Name", &name))
+            .tags(tag("kops.k8s.io/instancegroup", group))
             .send()
             .await
             .unwrap();
-        machines.push(out.instances()[0].instance_id().unwrap().to_string());
+        groups.push(name);
     }
+    let mut machines = Vec::new();
+    for name in &groups {
+        let g = asg.describe_auto_scaling_groups().auto_scaling_group_names(name).send().await.unwrap();
+        let mut ids: Vec<String> =
+            g.auto_scaling_groups()[0].instances().iter().map(|i| i.instance_id().unwrap().to_string()).collect();
+        ids.sort();
+        machines.extend(ids);
+    }
+    assert_eq!(machines.len(), 6, "kops's groups run six machines");
     ec2.create_volume()
         .availability_zone("us-east-1a")
         .size(20)
@@ -167,7 +316,56 @@ async fn kops_on_moto(ec2: &aws_sdk_ec2::Client) -> Kops {
         .send()
         .await
         .unwrap();
-    Kops { vpc, subnets, public_rt, private_rt, masters_sg, managed_sg, machines }
+    // The API's network load balancer in the utility subnets: the API's
+    // target group (the control plane registered) and kops-controller's.
+    use aws_sdk_elasticloadbalancingv2::types as elbt;
+    let elb_tag = |k: &str, v: &str| elbt::Tag::builder().key(k).value(v).build();
+    let lb = elb
+        .create_load_balancer()
+        .name("api-prod-k8s-example-com-5nursn")
+        .r#type(elbt::LoadBalancerTypeEnum::Network)
+        .scheme(elbt::LoadBalancerSchemeEnum::InternetFacing)
+        .set_subnets(Some(["a", "b", "c"].map(|z| subnets[&format!("utility-us-east-1{z}")].clone()).to_vec()))
+        .tags(elb_tag("KubernetesCluster", KOPS_NAME))
+        .tags(elb_tag(&format!("kubernetes.io/cluster/{KOPS_NAME}"), "owned"))
+        .tags(elb_tag("Name", &format!("api.{KOPS_NAME}")))
+        .send()
+        .await
+        .unwrap();
+    let lb = lb.load_balancers()[0].load_balancer_arn().unwrap().to_string();
+    let mut tgs = Vec::new();
+    for (name, port) in [("tcp-prod-k8s-example-com-vpjolq", 443), ("kops-controller-prod-k8s-fjk2ko", 3988)] {
+        let tg = elb
+            .create_target_group()
+            .name(name)
+            .protocol(elbt::ProtocolEnum::Tcp)
+            .port(port)
+            .vpc_id(&vpc)
+            .target_type(elbt::TargetTypeEnum::Instance)
+            .tags(elb_tag("KubernetesCluster", KOPS_NAME))
+            .send()
+            .await
+            .unwrap();
+        let tg = tg.target_groups()[0].target_group_arn().unwrap().to_string();
+        elb.create_listener()
+            .load_balancer_arn(&lb)
+            .protocol(elbt::ProtocolEnum::Tcp)
+            .port(port)
+            .default_actions(elbt::Action::builder().r#type(elbt::ActionTypeEnum::Forward).target_group_arn(&tg).build())
+            .send()
+            .await
+            .unwrap();
+        elb.register_targets()
+            .target_group_arn(&tg)
+            .set_targets(Some(
+                machines[..3].iter().map(|id| elbt::TargetDescription::builder().id(id).build()).collect(),
+            ))
+            .send()
+            .await
+            .unwrap();
+        tgs.push(tg);
+    }
+    Kops { vpc, subnets, public_rt, private_rt, masters_sg, managed_sg, machines, groups, lb, api_tg: tgs[0].clone() }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -176,12 +374,12 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     let aws = w.aws().await;
     let bucket = w.bucket();
     aws.s3.create_bucket().bucket(&bucket).send().await.unwrap();
-    let kops = kops_on_moto(&aws.ec2).await;
+    let kops = kops_on_moto(&aws).await;
     // The file, as `import kops` writes it (from kops's state store).
     let store = format!("file://{}/tests/fixtures/kops/{KOPS_NAME}", env!("CARGO_MANIFEST_DIR"));
     let file = w.clusters_dir().join("prod.yaml");
     let state = format!("s3://{bucket}/pinfleet");
-    w.ok(&[
+    let imported = w.ok(&[
         "import",
         "kops",
         "--state",
@@ -193,6 +391,14 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
         "--out",
         file.to_str().unwrap(),
     ]);
+    let _ = imported;
+    // moto has no image of that name: the file names one of moto's own
+    // Canonical images, as the operator would name today's.
+    let canonical = aws.ec2.describe_images().image_ids(support::canonical_image(&aws).await).send().await.unwrap();
+    let canonical = canonical.images()[0].name().unwrap().to_string();
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20250610", &canonical))
+        .unwrap();
 
     // A dry run: what it would claim, the group Terraform manages refused,
     // nothing written.
@@ -209,7 +415,7 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     ] {
         assert!(row(id, key), "{id} is not claimed as {key}:\n{out}");
     }
-    for want in ["Terraform manages it (terraform=true)", "nothing was written", "etcd-manager's data"] {
+    for want in ["Terraform manages it (terraform=true)", "nothing was written", "etcd-manager's data", &kops.groups[1]] {
         assert!(out.contains(want), "`{want}` not in:\n{out}");
     }
     assert!(!tags_of(&aws.ec2, &kops.vpc).await.contains_key("pinfleet.dev/cluster"), "a dry run tags nothing");
@@ -226,14 +432,14 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     assert_eq!(sub.get("pinfleet.dev/resource").map(String::as_str), Some("subnet/utility-us-east-1b"));
     let rt = tags_of(&aws.ec2, &kops.private_rt).await;
     assert_eq!(rt.get("pinfleet.dev/resource").map(String::as_str), Some("rt/private-us-east-1a"));
-    for (id, group) in kops.machines.iter().zip(["control-plane-us-east-1a", "nodes", "nodes"]) {
+    for (id, group) in kops.machines.iter().zip(["control-plane-us-east-1a", "control-plane-us-east-1b", "control-plane-us-east-1c", "nodes", "nodes", "nodes"]) {
         let t = tags_of(&aws.ec2, id).await;
         assert_eq!(t.get("pinfleet.dev/instance-group").map(String::as_str), Some(group), "{id}: {t:?}");
     }
     let record = aws.s3.get_object().bucket(&bucket).key("pinfleet/prod/adopt/claims.json").send().await.unwrap();
     let record: serde_json::Value = serde_json::from_slice(&record.body.collect().await.unwrap().to_vec()).unwrap();
     assert_eq!(record["kopsName"], KOPS_NAME);
-    assert_eq!(record["claims"]["roll"].as_array().unwrap().len(), 3, "{record:#}");
+    assert_eq!(record["claims"]["roll"].as_array().unwrap().len(), 6, "{record:#}");
     // Nothing was replaced: the same VPC, subnets and machines, all running.
     let vpcs = aws.ec2.describe_vpcs().vpc_ids(&kops.vpc).send().await.unwrap();
     assert_eq!(vpcs.vpcs().len(), 1);
@@ -244,7 +450,31 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
         .flat_map(|r| r.instances())
         .map(|i| i.state().unwrap().name().unwrap().as_str().to_string())
         .collect();
-    assert_eq!(states, ["running", "running", "running"]);
+    assert_eq!(states, ["running"; 6]);
+
+    // After the adopt, the plan: nothing replaced, the machines to roll.
+    // Only what kops never made is created (pinfleet's launch templates,
+    // IAM roles, interruption queue): nothing that exists is changed,
+    // replaced or deleted — not the load balancer, not kops's rules.
+    let plan = w.json(&["plan", "prod"]);
+    for c in plan["changes"].as_array().unwrap() {
+        let key = c["key"].as_str().unwrap();
+        assert_eq!(c["action"], "create", "{key} is changed after the adopt: {c:#}");
+        assert!(
+            ["lt/", "iam-role/", "instance-profile/", "role-policy/", "events/"].iter().any(|p| key.starts_with(p)),
+            "{key} is created though kops's exists: {c:#}"
+        );
+    }
+    let text = w.ok(&["plan", "prod"]);
+    for (group, n) in [("control-plane-us-east-1a", 1), ("nodes", 3)] {
+        assert!(text.contains(&format!("  {group}: {n} instance(s) on an older launch-template version")), "{text}");
+    }
+
+    let lb = aws.elb.describe_tags().resource_arns(&kops.lb).resource_arns(&kops.api_tg).send().await.unwrap();
+    for d in lb.tag_descriptions() {
+        let has = |k: &str, v: &str| d.tags().iter().any(|t| t.key() == Some(k) && t.value() == Some(v));
+        assert!(has("pinfleet.dev/cluster", "prod"), "{d:?}");
+    }
 
     // A second adopt: nothing to do.
     let out = w.ok(&["adopt", "prod", "--yes", "--take", &kops.managed_sg]);

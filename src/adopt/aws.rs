@@ -20,7 +20,16 @@ fn tag_map(tags: &[Tag]) -> BTreeMap<String, String> {
 }
 
 fn found(kind: &str, id: &str, tags: &[Tag]) -> Found {
-    Found { kind: kind.into(), id: id.into(), tags: tag_map(tags), cidr: None, zone: None, links: Vec::new() }
+    Found {
+        kind: kind.into(),
+        id: id.into(),
+        tags: tag_map(tags),
+        cidr: None,
+        zone: None,
+        links: Vec::new(),
+        name: None,
+        port: None,
+    }
 }
 
 macro_rules! all_pages {
@@ -117,12 +126,108 @@ pub async fn find(aws: &Aws, kops_name: &str) -> anyhow::Result<Vec<Found>> {
     for v in volumes.iter().filter(|v| ours(v.tags())) {
         out.push(found("volume", v.volume_id().unwrap_or_default(), v.tags()));
     }
+    out.extend(groups(aws, kops_name).await?);
+    out.extend(load_balancers(aws, kops_name).await?);
     Ok(out)
 }
 
-/// Adds `tags` to each resource (EC2 ids; CreateTags takes many at once,
-/// and adding a tag it has already is no change).
+fn elb_tags(tags: &[aws_sdk_elasticloadbalancingv2::types::Tag]) -> BTreeMap<String, String> {
+    tags.iter().filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string()))).collect()
+}
+
+/// kops's API load balancer and its target groups (ELBv2 cannot filter by
+/// tag: every load balancer's tags are read, 20 at a time).
+async fn load_balancers(aws: &Aws, kops_name: &str) -> anyhow::Result<Vec<Found>> {
+    let lbs: Vec<aws_sdk_elasticloadbalancingv2::types::LoadBalancer> = sdk(
+        "DescribeLoadBalancers",
+        aws.elb.describe_load_balancers().into_paginator().items().send().try_collect().await,
+    )?;
+    let arns: Vec<String> = lbs.iter().filter_map(|l| l.load_balancer_arn().map(str::to_string)).collect();
+    let mut out = Vec::new();
+    for chunk in arns.chunks(20) {
+        let described = sdk(
+            "DescribeTags",
+            aws.elb.describe_tags().set_resource_arns(Some(chunk.to_vec())).send().await,
+        )?;
+        for d in described.tag_descriptions() {
+            let tags = elb_tags(d.tags());
+            if tags.get(KOPS_CLUSTER_TAG).map(String::as_str) != Some(kops_name) {
+                continue;
+            }
+            let arn = d.resource_arn().unwrap_or_default();
+            let lb = lbs.iter().find(|l| l.load_balancer_arn() == Some(arn));
+            let mut x = found("load-balancer", arn, &[]);
+            x.tags = tags;
+            x.name = lb.and_then(|l| l.load_balancer_name()).map(str::to_string);
+            let tgs = sdk(
+                "DescribeTargetGroups",
+                aws.elb.describe_target_groups().load_balancer_arn(arn).send().await,
+            )?;
+            let tg_arns: Vec<String> =
+                tgs.target_groups().iter().filter_map(|t| t.target_group_arn().map(str::to_string)).collect();
+            let mut tg_tags: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+            for c in tg_arns.chunks(20) {
+                let d = sdk("DescribeTags", aws.elb.describe_tags().set_resource_arns(Some(c.to_vec())).send().await)?;
+                for t in d.tag_descriptions() {
+                    tg_tags.insert(t.resource_arn().unwrap_or_default().to_string(), elb_tags(t.tags()));
+                }
+            }
+            for t in tgs.target_groups() {
+                let tg_arn = t.target_group_arn().unwrap_or_default();
+                let mut g = found("target-group", tg_arn, &[]);
+                // The load balancer's tags say whose it is; its own, whether claimed.
+                g.tags = tg_tags.remove(tg_arn).unwrap_or_default();
+                g.tags.insert(KOPS_CLUSTER_TAG.into(), kops_name.into());
+                g.name = t.target_group_name().map(str::to_string);
+                g.port = t.port();
+                x.links.push(g.id.clone());
+                out.push(g);
+            }
+            out.push(x);
+        }
+    }
+    Ok(out)
+}
+
+/// kops's Auto Scaling groups (tagged as its machines are), each with its
+/// machines' ids as links.
+async fn groups(aws: &Aws, kops_name: &str) -> anyhow::Result<Vec<Found>> {
+    use aws_sdk_autoscaling::types::Filter as AsgFilter;
+    let f = AsgFilter::builder().name(format!("tag:{KOPS_CLUSTER_TAG}")).values(kops_name).build();
+    let all: Vec<aws_sdk_autoscaling::types::AutoScalingGroup> = sdk(
+        "DescribeAutoScalingGroups",
+        aws.autoscaling.describe_auto_scaling_groups().filters(f).into_paginator().items().send().try_collect().await,
+    )?;
+    let mut out = Vec::new();
+    for g in all {
+        let tags: BTreeMap<String, String> = g
+            .tags()
+            .iter()
+            .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+            .collect();
+        if tags.get(KOPS_CLUSTER_TAG).map(String::as_str) != Some(kops_name) {
+            continue;
+        }
+        let name = g.auto_scaling_group_name().unwrap_or_default();
+        let links = g.instances().iter().filter_map(|i| i.instance_id().map(str::to_string)).collect();
+        let mut x = found("auto-scaling-group", name, &[]);
+        (x.tags, x.links) = (tags, links);
+        out.push(x);
+    }
+    Ok(out)
+}
+
+/// Adds `tags` to each resource (EC2 ids, or ELBv2 ARNs; CreateTags takes
+/// many at once, and adding a tag it has already is no change).
 pub async fn tag(aws: &Aws, ids: &[String], tags: &[(String, String)]) -> anyhow::Result<()> {
+    let (arns, ids): (Vec<String>, Vec<String>) = ids.iter().cloned().partition(|i| i.starts_with("arn:"));
+    for arn in &arns {
+        let t: Vec<aws_sdk_elasticloadbalancingv2::types::Tag> = tags
+            .iter()
+            .map(|(k, v)| aws_sdk_elasticloadbalancingv2::types::Tag::builder().key(k).value(v).build())
+            .collect();
+        sdk("AddTags", aws.elb.add_tags().resource_arns(arn).set_tags(Some(t)).send().await)?;
+    }
     for chunk in ids.chunks(500) {
         let t: Vec<Tag> = tags.iter().map(|(k, v)| Tag::builder().key(k).value(v).build()).collect();
         sdk("CreateTags", aws.ec2.create_tags().set_resources(Some(chunk.to_vec())).set_tags(Some(t)).send().await)?;

@@ -48,9 +48,15 @@ pub struct Found {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zone: Option<String>,
     /// A route table's subnets, a NAT gateway's subnet, an address's
-    /// NAT gateway (ids).
+    /// NAT gateway, a load balancer's listeners' target groups (ids).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<String>,
+    /// A load balancer's or target group's name (their id is an ARN).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A target group's port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
 }
 
 /// One resource claimed: pinfleet's key for it.
@@ -97,6 +103,10 @@ pub struct Claims {
     /// Owned by another tool, or not what the file says: nothing is
     /// written while any is here (name it with `--take ID` to claim it anyway).
     pub refused: Vec<Note>,
+    /// What the claimed VPC says of the adoption (`plan` reads it): where
+    /// the cluster came from, and its API load balancer's and target
+    /// group's names.
+    pub vpc_tags: Vec<(String, String)>,
 }
 
 impl Claims {
@@ -243,6 +253,17 @@ pub fn judge(
                 }
                 continue;
             }
+            "load-balancer" if desired.api_address => None,
+            "load-balancer" => Some(ResourceKey::LoadBalancer),
+            // kops's API target group (its port the API's); kops-controller's
+            // on 3988 stays kops's, gone with its machines.
+            "target-group" if f.port == Some(i32::from(desired.load_balancer.port)) && !desired.api_address => {
+                Some(ResourceKey::TargetGroup)
+            }
+            "target-group" => {
+                out.left.push(note("kops's: serves only kops's own machines, deleted once they are gone".into()));
+                continue;
+            }
             "launch-template" | "auto-scaling-group" => {
                 out.left
                     .push(note("kops's: scaled down and deleted by the roll once its machines are replaced".into()));
@@ -266,6 +287,23 @@ pub fn judge(
         }
     }
     one_claim_per_key(&mut out);
+    let name_of = |key: ResourceKey| {
+        let id = out.claim.iter().find(|c| c.key == key).map(|c| c.id.clone())?;
+        found.iter().find(|f| f.id == id)?.name.clone()
+    };
+    let mut vpc_tags = vec![(tags::ADOPTED_FROM.to_string(), format!("kops:{kops_name}"))];
+    if let Some(n) = name_of(ResourceKey::LoadBalancer) {
+        vpc_tags.push((tags::API_LOAD_BALANCER.to_string(), n));
+    }
+    if let Some(n) = name_of(ResourceKey::TargetGroup) {
+        vpc_tags.push((tags::API_TARGET_GROUP.to_string(), n));
+    }
+    // The VPC is claimed already only when it says all of that too.
+    if let Some(c) = out.claim.iter_mut().find(|c| c.key == ResourceKey::Vpc) {
+        let vpc = found.iter().find(|f| f.id == c.id);
+        c.already &= vpc.is_some_and(|v| vpc_tags.iter().all(|(k, val)| v.tags.get(k) == Some(val)));
+    }
+    out.vpc_tags = vpc_tags;
     out
 }
 

@@ -78,7 +78,11 @@ pub async fn run(g: &GlobalArgs, args: AdoptArgs) -> anyhow::Result<ExitCode> {
         let record = serde_json::json!({"kopsName": kops_name, "at": chrono::Utc::now(), "claims": claims});
         store.put_json(CLAIMS_KEY, &record).await?;
         for c in claims.claim.iter().filter(|c| !c.already) {
-            crate::adopt::aws::tag(&s.aws, std::slice::from_ref(&c.id), &claim::claim_tags(&name, &c.key)).await?;
+            let mut tags = claim::claim_tags(&name, &c.key);
+            if c.key == crate::cloud::key::ResourceKey::Vpc {
+                tags.extend(claims.vpc_tags.iter().cloned());
+            }
+            crate::adopt::aws::tag(&s.aws, std::slice::from_ref(&c.id), &tags).await?;
         }
         let mut by_group: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for r in claims.roll.iter().filter(|r| !r.already) {

@@ -38,4 +38,11 @@ pub mod tags {
     /// On instances: the apply revision that started them (idempotency).
     pub const REVISION: &str = "pinfleet.dev/revision";
     pub const NAME: &str = "Name";
+    /// On an adopted cluster's VPC: the tool it was taken over from
+    /// (`kops:<kops's name>`), while that tool's rules are kept.
+    pub const ADOPTED_FROM: &str = "pinfleet.dev/adopted-from";
+    /// On an adopted cluster's VPC: the API load balancer and target group
+    /// it came with (their names are the other tool's, not pinfleet's).
+    pub const API_LOAD_BALANCER: &str = "pinfleet.dev/api-load-balancer";
+    pub const API_TARGET_GROUP: &str = "pinfleet.dev/api-target-group";
 }

@@ -33,6 +33,21 @@ pub struct Observed {
     /// answers 501 "not included in your current license plan"): what it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elbv2_unavailable: Option<String>,
+    /// A cluster `pinfleet adopt` took over, as its VPC's tags say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopted: Option<Adopted>,
+}
+
+/// What an adopted cluster's VPC says of where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Adopted {
+    /// `kops:<kops's name for the cluster>`.
+    pub from: String,
+    /// The API load balancer and target group it came with, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_group: Option<String>,
 }
 
 impl Observed {

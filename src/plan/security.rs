@@ -49,16 +49,21 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
                     .collect()
             })
             .unwrap_or_default();
-        let add: Vec<Rule> = sg.ingress.iter().filter(|r| !have.iter().any(|(h, _)| h == *r)).cloned().collect();
-        let remove: Vec<ObservedRuleRef> =
-            have.iter().filter(|(h, _)| !sg.ingress.contains(h)).map(|(_, o)| o.clone()).collect();
+        // An adopted cluster's groups keep the other tool's rules while its
+        // machines run (they need them), and a rule one of them already
+        // allows is not added again.
+        let adopted = observed.adopted.is_some();
+        let add: Vec<Rule> = sg
+            .ingress
+            .iter()
+            .filter(|r| !have.iter().any(|(h, _)| h == *r || (adopted && covers(h, r))))
+            .cloned()
+            .collect();
+        let stale = |h: &Rule| !adopted && !sg.ingress.contains(h);
+        let remove: Vec<ObservedRuleRef> = have.iter().filter(|(h, _)| stale(h)).map(|(_, o)| o.clone()).collect();
         if !add.is_empty() || !remove.is_empty() {
             let mut fields: Vec<FieldChange> = add.iter().map(|r| field("ingress", None::<String>, Some(r))).collect();
-            fields.extend(
-                have.iter()
-                    .filter(|(h, _)| !sg.ingress.contains(h))
-                    .map(|(h, _)| field("ingress", Some(h), None::<String>)),
-            );
+            fields.extend(have.iter().filter(|(h, _)| stale(h)).map(|(h, _)| field("ingress", Some(h), None::<String>)));
             out.push(
                 K::Rules(sg.name.clone()),
                 if observed_sg.is_none() { Action::Create } else { Action::Update },
@@ -69,5 +74,37 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
                 Op::SyncSecurityGroupRules { name: sg.name.clone(), add, remove },
             );
         }
+    }
+}
+
+/// Whether rule `have` already lets through everything `want` does: the
+/// same source, and every protocol (`-1`) or the same one over a port range
+/// holding `want`'s.
+fn covers(have: &Rule, want: &Rule) -> bool {
+    have.source == want.source
+        && (have.protocol == "-1"
+            || (have.protocol == want.protocol && have.from_port <= want.from_port && want.to_port <= have.to_port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloud::model::Source;
+
+    fn rule(protocol: &str, from: i32, to: i32, source: Source) -> Rule {
+        Rule { protocol: protocol.into(), from_port: from, to_port: to, source }
+    }
+
+    #[test]
+    fn a_rule_is_covered_by_all_traffic_or_a_wider_range_from_the_same_source() {
+        let nodes = || Source::Group("nodes".into());
+        let want = rule("tcp", 443, 443, nodes());
+        assert!(covers(&rule("-1", -1, -1, nodes()), &want));
+        assert!(covers(&rule("tcp", 1, 2379, nodes()), &want));
+        assert!(!covers(&rule("tcp", 1, 442, nodes()), &want), "a range that stops short");
+        assert!(!covers(&rule("udp", 1, 65535, nodes()), &want), "another protocol");
+        assert!(!covers(&rule("-1", -1, -1, Source::Cidr("10.0.0.0/8".into())), &want), "another source");
+        let range = rule("tcp", 2379, 2380, nodes());
+        assert!(!covers(&rule("tcp", 2379, 2379, nodes()), &range), "half the range");
     }
 }

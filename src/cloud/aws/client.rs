@@ -303,6 +303,9 @@ pub struct Aws {
     pub ssm: aws_sdk_ssm::Client,
     pub sqs: aws_sdk_sqs::Client,
     pub events: aws_sdk_eventbridge::Client,
+    /// Only to adopt and roll away kops's Auto Scaling groups (pinfleet
+    /// runs none of its own).
+    pub autoscaling: aws_sdk_autoscaling::Client,
     pub calls: CallCounter,
     pub region: String,
     /// The role assumed for this connection's account (None: the caller's
@@ -443,6 +446,9 @@ impl Aws {
         let events = aws_sdk_eventbridge::Client::from_conf(
             aws_sdk_eventbridge::config::Builder::from(&shared).interceptor(shared_interceptor.clone()).build(),
         );
+        let autoscaling = aws_sdk_autoscaling::Client::from_conf(
+            aws_sdk_autoscaling::config::Builder::from(&shared).interceptor(shared_interceptor.clone()).build(),
+        );
         // Path-style addressing works against AWS and is needed for IP endpoints.
         let path_style = shared.endpoint_url().is_some();
         let mut s3_config =
@@ -460,7 +466,7 @@ impl Aws {
             assumed.check(&sts, r).await?;
             assumed.set_probe(sts.config().clone());
         }
-        Ok(Aws { ec2, elb, s3, sts, iam, ssm, sqs, events, calls, region, role, identity })
+        Ok(Aws { ec2, elb, s3, sts, iam, ssm, sqs, events, autoscaling, calls, region, role, identity })
     }
 
     /// The account this connection acts in, when a role was assumed.

@@ -66,7 +66,7 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
     let instances = async { all_pages!("DescribeInstances", ec2.describe_instances().filters(f()).max_results(1000)) };
     let lb = async {
         match lb_name {
-            Some(name) => observe_load_balancer(aws, name).await,
+            Some(name) => observe_load_balancer(aws, name, name).await,
             None => Ok(((None, None, None), None)),
         }
     };
@@ -88,6 +88,15 @@ pub async fn observe(aws: &Aws, cluster: &str, lb_name: Option<&str>) -> anyhow:
     ) = futures::try_join!(vpcs, subnets, igws, addresses, nats, rts, sgs, lts, instances, lb, iam, events)?;
 
     let mut o = Observed::default();
+    o.adopted = vpcs.vpcs().first().and_then(|v| adopted(v.tags()));
+    // An adopted cluster's API load balancer has the other tool's names.
+    let (lb, unavailable) = match (&o.adopted, lb_name) {
+        (Some(a), Some(_)) if a.load_balancer.is_some() => {
+            let lb_name = a.load_balancer.as_deref().unwrap_or_default();
+            observe_load_balancer(aws, lb_name, a.target_group.as_deref().unwrap_or(lb_name)).await?
+        }
+        _ => (lb, unavailable),
+    };
     (o.iam_roles, o.instance_profiles) = iam;
     (o.events_queue, o.event_rules) = events;
     o.vpc = vpcs.vpcs().iter().find_map(|v| {
@@ -344,6 +353,16 @@ fn template_data(d: &aws_sdk_ec2::types::ResponseLaunchTemplateData) -> Observed
     }
 }
 
+/// What an adopted cluster's VPC tags say (None: not adopted).
+fn adopted(vpc_tags: &[Tag]) -> Option<crate::cloud::observed::Adopted> {
+    let t = tag_map(vpc_tags);
+    Some(crate::cloud::observed::Adopted {
+        from: t.get(tags::ADOPTED_FROM)?.clone(),
+        load_balancer: t.get(tags::API_LOAD_BALANCER).cloned(),
+        target_group: t.get(tags::API_TARGET_GROUP).cloned(),
+    })
+}
+
 type LbParts = (Option<ObservedLoadBalancer>, Option<ObservedTargetGroup>, Option<String>);
 
 /// The API load balancer, its target group (with registered targets) and
@@ -351,7 +370,7 @@ type LbParts = (Option<ObservedLoadBalancer>, Option<ObservedTargetGroup>, Optio
 /// An endpoint without ELBv2 has no load balancer to find: that is
 /// returned (with what it said), and the caller decides whether the cluster
 /// needs one.
-async fn observe_load_balancer(aws: &Aws, name: &str) -> anyhow::Result<(LbParts, Option<String>)> {
+async fn observe_load_balancer(aws: &Aws, name: &str, tg_name: &str) -> anyhow::Result<(LbParts, Option<String>)> {
     let lbs = match aws.elb.describe_load_balancers().names(name).send().await {
         Ok(r) => r.load_balancers().to_vec(),
         Err(e) if super::error_code(&e) == Some("LoadBalancerNotFound") => Vec::new(),
@@ -361,7 +380,7 @@ async fn observe_load_balancer(aws: &Aws, name: &str) -> anyhow::Result<(LbParts
         }
         Err(e) => return sdk("DescribeLoadBalancers", Err(e)),
     };
-    let tgs = match aws.elb.describe_target_groups().names(name).send().await {
+    let tgs = match aws.elb.describe_target_groups().names(tg_name).send().await {
         Ok(r) => r.target_groups().to_vec(),
         Err(e) if super::error_code(&e) == Some("TargetGroupNotFound") => Vec::new(),
         Err(e) => return sdk("DescribeTargetGroups", Err(e)),
