@@ -225,12 +225,7 @@ async fn kops_on_moto(aws: &pinfleet::cloud::aws::Aws) -> Kops {
             ],
         ),
     ] {
-        ec2.authorize_security_group_ingress()
-            .group_id(group)
-            .set_ip_permissions(Some(rules))
-            .send()
-            .await
-            .unwrap();
+        ec2.authorize_security_group_ingress().group_id(group).set_ip_permissions(Some(rules)).send().await.unwrap();
     }
     // A group a Terraform module added to the cluster (its tags say so).
     let managed_sg = sg(format!("bastion.{KOPS_NAME}"), vec![("terraform", "true")]).await;
@@ -351,7 +346,9 @@ async fn kops_on_moto(aws: &pinfleet::cloud::aws::Aws) -> Kops {
             .load_balancer_arn(&lb)
             .protocol(elbt::ProtocolEnum::Tcp)
             .port(port)
-            .default_actions(elbt::Action::builder().r#type(elbt::ActionTypeEnum::Forward).target_group_arn(&tg).build())
+            .default_actions(
+                elbt::Action::builder().r#type(elbt::ActionTypeEnum::Forward).target_group_arn(&tg).build(),
+            )
             .send()
             .await
             .unwrap();
@@ -397,8 +394,11 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     let canonical = aws.ec2.describe_images().image_ids(support::canonical_image(&aws).await).send().await.unwrap();
     let canonical = canonical.images()[0].name().unwrap().to_string();
     let text = std::fs::read_to_string(&file).unwrap();
-    std::fs::write(&file, text.replace("ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20250610", &canonical))
-        .unwrap();
+    std::fs::write(
+        &file,
+        text.replace("ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20250610", &canonical),
+    )
+    .unwrap();
 
     // A dry run: what it would claim, the group Terraform manages refused,
     // nothing written.
@@ -415,7 +415,13 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     ] {
         assert!(row(id, key), "{id} is not claimed as {key}:\n{out}");
     }
-    for want in ["Terraform manages it (terraform=true)", "nothing was written", "etcd-manager's data", &kops.groups[1]] {
+    for want in [
+        "Terraform manages it (terraform=true)",
+        "nothing was written",
+        "etcd-manager's data",
+        &kops.groups[1],
+        "trust: kops's kubernetes-ca, apiserver-aggregator-ca, service-account from",
+    ] {
         assert!(out.contains(want), "`{want}` not in:\n{out}");
     }
     assert!(!tags_of(&aws.ec2, &kops.vpc).await.contains_key("pinfleet.dev/cluster"), "a dry run tags nothing");
@@ -432,10 +438,29 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     assert_eq!(sub.get("pinfleet.dev/resource").map(String::as_str), Some("subnet/utility-us-east-1b"));
     let rt = tags_of(&aws.ec2, &kops.private_rt).await;
     assert_eq!(rt.get("pinfleet.dev/resource").map(String::as_str), Some("rt/private-us-east-1a"));
-    for (id, group) in kops.machines.iter().zip(["control-plane-us-east-1a", "control-plane-us-east-1b", "control-plane-us-east-1c", "nodes", "nodes", "nodes"]) {
+    for (id, group) in kops.machines.iter().zip([
+        "control-plane-us-east-1a",
+        "control-plane-us-east-1b",
+        "control-plane-us-east-1c",
+        "nodes",
+        "nodes",
+        "nodes",
+    ]) {
         let t = tags_of(&aws.ec2, id).await;
         assert_eq!(t.get("pinfleet.dev/instance-group").map(String::as_str), Some(group), "{id}: {t:?}");
     }
+    // The trust came along: pinfleet's PKI for prod is kops's CA.
+    let pki = aws.s3.get_object().bucket(&bucket).key("pinfleet/prod/pki/bundle.json").send().await.unwrap();
+    let pki: serde_json::Value = serde_json::from_slice(&pki.body.collect().await.unwrap().to_vec()).unwrap();
+    let keyset = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/kops/{KOPS_NAME}/pki/private/kubernetes-ca/keyset.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let kops_ca = pki["ca_cert"].as_str().unwrap();
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(kops_ca);
+    assert!(keyset.contains(&format!("publicMaterial: {encoded}")), "pinfleet's CA is not kops's");
     let record = aws.s3.get_object().bucket(&bucket).key("pinfleet/prod/adopt/claims.json").send().await.unwrap();
     let record: serde_json::Value = serde_json::from_slice(&record.body.collect().await.unwrap().to_vec()).unwrap();
     assert_eq!(record["kopsName"], KOPS_NAME);

@@ -145,10 +145,8 @@ async fn load_balancers(aws: &Aws, kops_name: &str) -> anyhow::Result<Vec<Found>
     let arns: Vec<String> = lbs.iter().filter_map(|l| l.load_balancer_arn().map(str::to_string)).collect();
     let mut out = Vec::new();
     for chunk in arns.chunks(20) {
-        let described = sdk(
-            "DescribeTags",
-            aws.elb.describe_tags().set_resource_arns(Some(chunk.to_vec())).send().await,
-        )?;
+        let described =
+            sdk("DescribeTags", aws.elb.describe_tags().set_resource_arns(Some(chunk.to_vec())).send().await)?;
         for d in described.tag_descriptions() {
             let tags = elb_tags(d.tags());
             if tags.get(KOPS_CLUSTER_TAG).map(String::as_str) != Some(kops_name) {
@@ -159,10 +157,8 @@ async fn load_balancers(aws: &Aws, kops_name: &str) -> anyhow::Result<Vec<Found>
             let mut x = found("load-balancer", arn, &[]);
             x.tags = tags;
             x.name = lb.and_then(|l| l.load_balancer_name()).map(str::to_string);
-            let tgs = sdk(
-                "DescribeTargetGroups",
-                aws.elb.describe_target_groups().load_balancer_arn(arn).send().await,
-            )?;
+            let tgs =
+                sdk("DescribeTargetGroups", aws.elb.describe_target_groups().load_balancer_arn(arn).send().await)?;
             let tg_arns: Vec<String> =
                 tgs.target_groups().iter().filter_map(|t| t.target_group_arn().map(str::to_string)).collect();
             let mut tg_tags: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();

@@ -107,12 +107,29 @@ pub struct Claims {
     /// the cluster came from, and its API load balancer's and target
     /// group's names.
     pub vpc_tags: Vec<(String, String)>,
+    /// The cluster's trust: kops's CAs and service-account key taken over
+    /// into pinfleet's state (`None`: not looked at).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pki: Option<PkiTakeOver>,
+}
+
+/// kops's keysets and what becomes of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PkiTakeOver {
+    /// The keysets read (`kubernetes-ca`, …), from where.
+    pub keysets: Vec<String>,
+    pub from: String,
+    /// pinfleet's state holds them already.
+    pub already: bool,
 }
 
 impl Claims {
     /// Nothing to write: every claim and machine was tagged before.
     pub fn is_noop(&self) -> bool {
-        self.claim.iter().all(|c| c.already) && self.roll.iter().all(|r| r.already)
+        self.claim.iter().all(|c| c.already)
+            && self.roll.iter().all(|r| r.already)
+            && self.pki.as_ref().is_none_or(|p| p.already)
     }
 }
 

@@ -15,6 +15,7 @@
 
 pub mod aws;
 pub mod claim;
+pub mod keyset;
 pub mod kops;
 
 use anyhow::{Context as _, Result};
@@ -50,4 +51,21 @@ async fn read(store: &Store, key: &str) -> Result<Option<kops::KopsObject>> {
     let text = String::from_utf8(bytes)
         .map_err(|_| kops::Refusal::Unreadable { at: at.clone(), message: "not UTF-8 text".into() })?;
     Ok(Some(kops::KopsObject::parse(key, &at, &text)?))
+}
+
+/// The primary keys of the keysets a take-over reads ([`keyset::KEYSETS`],
+/// in that order) from kops's cluster folder. A missing or broken one is
+/// named with where it is.
+pub async fn read_keysets(store: &Store) -> Result<Vec<keyset::Primary>> {
+    let mut out = Vec::new();
+    for (name, what) in keyset::KEYSETS {
+        let key = keyset::keyset_key(name);
+        let at = store.describe(&key);
+        let Some((bytes, _)) = store.get(&key).await? else {
+            anyhow::bail!("{at}: missing: kops keeps {what} there, and the cluster cannot be taken over without it");
+        };
+        let text = String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("{at}: not UTF-8 text"))?;
+        out.push(keyset::primary(&at, &text)?);
+    }
+    Ok(out)
 }

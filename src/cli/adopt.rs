@@ -66,15 +66,35 @@ pub async fn run(g: &GlobalArgs, args: AdoptArgs) -> anyhow::Result<ExitCode> {
             s.aws.region
         );
     }
-    let claims = claim::judge(&found, &desired, &kops_name, &groups, &args.take);
+    let mut claims = claim::judge(&found, &desired, &kops_name, &groups, &args.take);
+    // Read only (a dry run creates no bucket).
+    let existing = crate::state::Store::open_existing(&cluster.spec.state_store, &name, Some(&s.aws))
+        .await
+        .with_context(|| format!("opening {name}'s state store"))?;
+    // The trust comes along: kops's keysets, read (and checked) before
+    // anything is written.
+    let (pki, take_over) = trust(cluster, &s.aws, existing.as_ref()).await?;
+    claims.pki = Some(take_over);
     let write = args.yes && claims.refused.is_empty() && !claims.is_noop();
     if write {
-        // The record first: a run killed while tagging is resumed by the
-        // next (a tag already there is no change), and the record says
-        // what this cluster took over.
         let store = crate::state::Store::open(&cluster.spec.state_store, &name, Some(&s.aws))
             .await
             .with_context(|| format!("opening {name}'s state store"))?;
+        // The PKI, then the record: a run killed while tagging is resumed
+        // by the next (a tag already there is no change), and the record
+        // says what this cluster took over.
+        if let Some(pki) = &pki {
+            match store
+                .put(crate::state::pki::PKI_KEY, serde_json::to_vec(pki)?, crate::state::Condition::IfAbsent)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is::<crate::state::PreconditionFailed>() => {
+                    bail!("{name}'s PKI was written by another run meanwhile: run adopt again")
+                }
+                Err(e) => return Err(e),
+            }
+        }
         let record = serde_json::json!({"kopsName": kops_name, "at": chrono::Utc::now(), "claims": claims});
         store.put_json(CLAIMS_KEY, &record).await?;
         for c in claims.claim.iter().filter(|c| !c.already) {
@@ -98,6 +118,57 @@ pub async fn run(g: &GlobalArgs, args: AdoptArgs) -> anyhow::Result<ExitCode> {
     }
     s.report_calls(g);
     Ok(if claims.refused.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// kops's keysets made into pinfleet's PKI for the cluster (None when
+/// pinfleet's state holds that very CA already), and what to say of it.
+/// A PKI of another CA in pinfleet's state is refused: that cluster is
+/// not this kops cluster.
+async fn trust(
+    cluster: &crate::spec::Cluster,
+    aws: &crate::cloud::aws::Aws,
+    store: Option<&crate::state::Store>,
+) -> anyhow::Result<(Option<crate::state::pki::Pki>, claim::PkiTakeOver)> {
+    let name = &cluster.metadata.name;
+    let Some(url) = cluster.metadata.annotations.get("pinfleet.dev/imported-from") else {
+        bail!("{name}: no metadata.annotations[pinfleet.dev/imported-from]: adopt reads kops's keysets from the state store the import read");
+    };
+    let (base, kops_name) = super::import::split_state(url)?;
+    let s3 = base.starts_with("s3://").then_some(aws as &dyn crate::state::S3Access);
+    let kops = crate::state::Store::open_existing(&base, &kops_name, s3)
+        .await
+        .with_context(|| format!("opening kops's state store {url}"))?
+        .with_context(|| format!("{url}: no such bucket"))?;
+    let keys = crate::adopt::read_keysets(&kops).await?;
+    let [ca, front_proxy, sa] = [&keys[0], &keys[1], &keys[2]];
+    let take_over = |already| claim::PkiTakeOver {
+        keysets: crate::adopt::keyset::KEYSETS.iter().map(|(k, _)| k.to_string()).collect(),
+        from: url.clone(),
+        already,
+    };
+    let have = match store {
+        Some(store) => {
+            crate::state::pki::Pki::load(store).await?.map(|p| (p, store.describe(crate::state::pki::PKI_KEY)))
+        }
+        None => None,
+    };
+    if let Some((have, at)) = have {
+        if have.ca_cert.trim() != ca.cert_pem.trim() {
+            bail!(
+                "{name}'s state ({at}) holds another cluster CA than kops's {}: it is not this kops cluster's; nothing was written",
+                kops.describe(&crate::adopt::keyset::keyset_key("kubernetes-ca"))
+            );
+        }
+        return Ok((None, take_over(true)));
+    }
+    let pki = crate::state::pki::Pki::adopted(
+        name,
+        (&ca.cert_pem, &ca.key_pem),
+        (&front_proxy.cert_pem, &front_proxy.key_pem),
+        (&sa.cert_pem, &sa.key_pem),
+    )
+    .with_context(|| format!("taking over kops's keysets from {url}"))?;
+    Ok((Some(pki), take_over(false)))
 }
 
 /// The claims as text: a table per part, then what would be written.
@@ -136,6 +207,14 @@ pub fn text(c: &claim::Claims, cluster: &str, yes: bool) -> String {
                 })
                 .collect(),
             &["INSTANCE", "KOPS GROUP", "GROUP", "STATE"],
+        );
+    }
+    if let Some(p) = &c.pki {
+        s += &format!(
+            "trust: kops's {} from {} {}\n",
+            p.keysets.join(", "),
+            p.from,
+            if p.already { "(taken over)" } else { "(to take over into pinfleet's state)" }
         );
     }
     if !c.left.is_empty() {

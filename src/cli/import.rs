@@ -139,7 +139,7 @@ async fn from_kops(g: &GlobalArgs, a: KopsArgs) -> Result<ExitCode> {
 
 /// `s3://BUCKET/NAME` → (`s3://BUCKET`, NAME), a query kept on the store's
 /// URL (`s3://BUCKET/NAME?expectedBucketOwner=…`).
-fn split_state(url: &str) -> Result<(String, String)> {
+pub(super) fn split_state(url: &str) -> Result<(String, String)> {
     let (path, query) = match url.split_once('?') {
         Some((path, query)) => (path, Some(query)),
         None => (url, None),

@@ -63,7 +63,8 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
         let remove: Vec<ObservedRuleRef> = have.iter().filter(|(h, _)| stale(h)).map(|(_, o)| o.clone()).collect();
         if !add.is_empty() || !remove.is_empty() {
             let mut fields: Vec<FieldChange> = add.iter().map(|r| field("ingress", None::<String>, Some(r))).collect();
-            fields.extend(have.iter().filter(|(h, _)| stale(h)).map(|(h, _)| field("ingress", Some(h), None::<String>)));
+            fields
+                .extend(have.iter().filter(|(h, _)| stale(h)).map(|(h, _)| field("ingress", Some(h), None::<String>)));
             out.push(
                 K::Rules(sg.name.clone()),
                 if observed_sg.is_none() { Action::Create } else { Action::Update },

@@ -92,6 +92,71 @@ fn ca(common_name: &str) -> Result<(CertificateParams, KeyPair, String)> {
     Ok((params, key, cert.pem()))
 }
 
+/// A PEM block's DER, the first of `label`s (None: no such block).
+fn pem_der(pem: &str, label: &str) -> Option<Vec<u8>> {
+    let begin = format!("-----BEGIN {label}-----");
+    let end = format!("-----END {label}-----");
+    let body = pem.split_once(&begin)?.1.split_once(&end)?.0;
+    let b64: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+    base64::engine::general_purpose::STANDARD.decode(b64).ok()
+}
+
+fn pem_block(label: &str, der: &[u8]) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let lines: Vec<&str> = b64.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).unwrap_or_default()).collect();
+    format!("-----BEGIN {label}-----\n{}\n-----END {label}-----\n", lines.join("\n"))
+}
+
+/// DER length octets.
+fn der_len(n: usize) -> Vec<u8> {
+    if n < 0x80 {
+        return vec![n as u8];
+    }
+    let bytes: Vec<u8> = n.to_be_bytes().into_iter().skip_while(|b| *b == 0).collect();
+    let mut out = vec![0x80 | bytes.len() as u8];
+    out.extend(bytes);
+    out
+}
+
+/// A PKCS#1 RSA key (kops writes `RSA PRIVATE KEY`) as PKCS#8, which the
+/// signer reads: `SEQUENCE { 0, rsaEncryption, OCTET STRING pkcs1 }`.
+fn pkcs1_to_pkcs8(pkcs1: &[u8]) -> Vec<u8> {
+    const HEAD: [u8; 18] =
+        [0x02, 0x01, 0x00, 0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05, 0x00];
+    let mut octets = vec![0x04];
+    octets.extend(der_len(pkcs1.len()));
+    octets.extend_from_slice(pkcs1);
+    let mut out = vec![0x30];
+    out.extend(der_len(HEAD.len() + octets.len()));
+    out.extend_from_slice(&HEAD);
+    out.extend(octets);
+    out
+}
+
+/// An adopted certificate's key as a signer, and its public key
+/// (SubjectPublicKeyInfo, DER), refused unless the certificate holds that
+/// very public key. RSA keys in PKCS#1 or PKCS#8 and ECDSA P-256 keys.
+fn adopted_key(cert_pem: &str, key_pem: &str) -> Result<(KeyPair, Vec<u8>)> {
+    let cert = pem_der(cert_pem, "CERTIFICATE").context("no CERTIFICATE PEM block")?;
+    let key = if let Some(pkcs1) = pem_der(key_pem, "RSA PRIVATE KEY") {
+        let der = rustls::pki_types::PrivatePkcs8KeyDer::from(pkcs1_to_pkcs8(&pkcs1));
+        KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_RSA_SHA256)
+    } else if let Some(pkcs8) = pem_der(key_pem, "PRIVATE KEY") {
+        let der = rustls::pki_types::PrivatePkcs8KeyDer::from(pkcs8);
+        KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_RSA_SHA256)
+            .or_else(|_| KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_ECDSA_P256_SHA256))
+    } else {
+        anyhow::bail!("no RSA PRIVATE KEY or PRIVATE KEY PEM block")
+    };
+    let key = key.map_err(|e| anyhow::anyhow!("the private key does not load: {e}"))?;
+    let spki = key.subject_public_key_info();
+    // The certificate's SubjectPublicKeyInfo is these very bytes.
+    if !cert.windows(spki.len()).any(|w| w == spki.as_slice()) {
+        anyhow::bail!("the private key is not the certificate's");
+    }
+    Ok((key, spki))
+}
+
 fn time_now() -> time::OffsetDateTime {
     time::OffsetDateTime::now_utc()
 }
@@ -129,6 +194,57 @@ impl Pki {
             front_proxy_ca_key: fp_key.serialize_pem(),
             sa_key: sa.serialize_pem(),
             sa_pub: sa.public_key_pem(),
+            admin_cert,
+            admin_key: admin_key.serialize_pem(),
+            join_token: format!("{}.{}", random_token(6), random_token(16)),
+            certificate_key: hex::encode(rand::random::<[u8; 32]>()),
+            ca_cert_hash,
+            etcd_ca_cert: etcd_cert,
+            etcd_ca_key: etcd_key.serialize_pem(),
+            encryption_keys: vec![EncryptionKey::generate(chrono::Utc::now())],
+        })
+    }
+
+    /// The PKI of a cluster taken over from another tool: its CA, its
+    /// front-proxy CA and its service-account key as they are (every
+    /// kubelet, client and pod token keeps working), each key checked
+    /// against its certificate. What the other tool keeps no copy of is
+    /// pinfleet's own: an admin credential signed by the adopted CA, a
+    /// join token, etcd's CA (the store comes over by backup and restore)
+    /// and an encryption key.
+    pub fn adopted(
+        cluster: &str,
+        cluster_ca: (&str, &str),
+        front_proxy: (&str, &str),
+        sa: (&str, &str),
+    ) -> Result<Pki> {
+        let (ca_key, ca_spki) = adopted_key(cluster_ca.0, cluster_ca.1).context("the cluster CA")?;
+        adopted_key(front_proxy.0, front_proxy.1).context("the front-proxy CA")?;
+        let (_, sa_spki) = adopted_key(sa.0, sa.1).context("the service-account key")?;
+        let ca_cert_hash = {
+            use sha2::Digest;
+            format!("sha256:{}", hex::encode(sha2::Sha256::digest(&ca_spki)))
+        };
+        let issuer = Issuer::from_ca_cert_pem(cluster_ca.0, ca_key).context("the cluster CA's certificate")?;
+        let admin_key = KeyPair::generate()?;
+        let mut admin = CertificateParams::new(Vec::<String>::new())?;
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, format!("{cluster}-admin"));
+        dn.push(DnType::OrganizationName, "system:masters");
+        admin.distinguished_name = dn;
+        admin.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        admin.not_before = time_now();
+        admin.not_after = time_now() + time_days(365);
+        let admin_cert = admin.signed_by(&admin_key, &issuer)?.pem();
+        let (_, etcd_key, etcd_cert) = ca("etcd-ca")?;
+        Ok(Pki {
+            ca_cert: cluster_ca.0.to_string(),
+            ca_key: cluster_ca.1.to_string(),
+            front_proxy_ca_cert: front_proxy.0.to_string(),
+            front_proxy_ca_key: front_proxy.1.to_string(),
+            sa_key: sa.1.to_string(),
+            sa_pub: pem_block("PUBLIC KEY", &sa_spki),
             admin_cert,
             admin_key: admin_key.serialize_pem(),
             join_token: format!("{}.{}", random_token(6), random_token(16)),
