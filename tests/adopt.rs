@@ -501,6 +501,13 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
         assert!(has("pinfleet.dev/cluster", "prod"), "{d:?}");
     }
 
+    // The roll of an adopted cluster is not built: refused before any write.
+    let o = w.run(&["upgrade", "prod", "--yes"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = support::stderr(&o);
+    assert!(err.contains(&format!("prod was adopted from kops ({KOPS_NAME})")), "{err}");
+    assert!(err.contains("nothing was changed"), "{err}");
+
     // A second adopt: nothing to do.
     let out = w.ok(&["adopt", "prod", "--yes", "--take", &kops.managed_sg]);
     assert!(out.contains("prod is adopted already: nothing to do"), "{out}");
