@@ -372,33 +372,7 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     let bucket = w.bucket();
     aws.s3.create_bucket().bucket(&bucket).send().await.unwrap();
     let kops = kops_on_moto(&aws).await;
-    // The file, as `import kops` writes it (from kops's state store).
-    let store = format!("file://{}/tests/fixtures/kops/{KOPS_NAME}", env!("CARGO_MANIFEST_DIR"));
-    let file = w.clusters_dir().join("prod.yaml");
-    let state = format!("s3://{bucket}/pinfleet");
-    let imported = w.ok(&[
-        "import",
-        "kops",
-        "--state",
-        &store,
-        "--owner",
-        "platform",
-        "--state-store",
-        &state,
-        "--out",
-        file.to_str().unwrap(),
-    ]);
-    let _ = imported;
-    // moto has no image of that name: the file names one of moto's own
-    // Canonical images, as the operator would name today's.
-    let canonical = aws.ec2.describe_images().image_ids(support::canonical_image(&aws).await).send().await.unwrap();
-    let canonical = canonical.images()[0].name().unwrap().to_string();
-    let text = std::fs::read_to_string(&file).unwrap();
-    std::fs::write(
-        &file,
-        text.replace("ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20250610", &canonical),
-    )
-    .unwrap();
+    import_prod(&w, &aws, &bucket).await;
 
     // A dry run: what it would claim, the group Terraform manages refused,
     // nothing written.
@@ -516,4 +490,120 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     let o = w.run(&["adopt", "kops-adopt"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(support::stderr(&o).contains("pinfleet.dev/kops-name"), "{}", support::stderr(&o));
+}
+
+/// The file `import kops` writes of the fixture's state store, at
+/// `clusters/prod.yaml`, with pinfleet's own state beside it in `bucket`.
+async fn import_prod(w: &support::World, aws: &pinfleet::cloud::aws::Aws, bucket: &str) -> std::path::PathBuf {
+    let store = format!("file://{}/tests/fixtures/kops/{KOPS_NAME}", env!("CARGO_MANIFEST_DIR"));
+    let file = w.clusters_dir().join("prod.yaml");
+    let state = format!("s3://{bucket}/pinfleet");
+    let file_arg = file.to_str().unwrap();
+    w.ok(&["import", "kops", "--state", &store, "--owner", "platform", "--state-store", &state, "--out", file_arg]);
+    // moto has no image of that name: the file names one of moto's own
+    // Canonical images, as the operator would name today's.
+    let canonical = aws.ec2.describe_images().image_ids(support::canonical_image(aws).await).send().await.unwrap();
+    let canonical = canonical.images()[0].name().unwrap().to_string();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let text = text.replace("ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20250610", &canonical);
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kops_s_node_groups_roll_onto_pinfleet_machines_and_their_auto_scaling_groups_go() {
+    let w = support::World::new("kops-roll", 1);
+    let aws = w.aws().await;
+    let bucket = w.bucket();
+    aws.s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    let kops = kops_on_moto(&aws).await;
+    import_prod(&w, &aws, &bucket).await;
+    w.ok(&["adopt", "prod", "--yes", "--take", &kops.managed_sg]);
+    // The running cluster: a Node for each of kops's machines.
+    let kubeconfig = w.dir.path().join("prod-kubeconfig.yaml");
+    let sim = w.node_sim("prod", &kubeconfig);
+    let _sim = Killed(sim);
+    for _ in 0..1200 {
+        if kubeconfig.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let kc = kubeconfig.to_str().unwrap();
+    let roll = |extra: &[&str]| {
+        let mut a = vec!["upgrade", "prod", "--yes", "--kubeconfig", kc, "--validate-interval", "200ms", "--skip-e2e"];
+        a.extend_from_slice(extra);
+        w.run(&a)
+    };
+
+    // The control plane is not rolled (etcd would come over by restore):
+    // refused before anything is written, naming the node groups' way.
+    let o = roll(&[]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = support::stderr(&o);
+    assert!(err.contains(&format!("prod was adopted from kops ({KOPS_NAME}): its control plane")), "{err}");
+    assert!(err.contains("--instance-group batch --instance-group nodes"), "{err}");
+
+    // The node groups roll: kops's machines leave their Auto Scaling group
+    // as they go, and the emptied groups and their launch templates are deleted.
+    let o = roll(&["--instance-group", "nodes", "--instance-group", "batch"]);
+    let err = support::stderr(&o);
+    assert!(o.status.success(), "{err}");
+    for want in [
+        "kube-public/cluster-info created",
+        "kube-system/kubelet-config created",
+        "ClusterRoleBinding kubeadm:node-autoapprove-bootstrap created",
+        &format!("Auto Scaling group nodes.{KOPS_NAME} is empty: deleted"),
+        &format!("Auto Scaling group batch.{KOPS_NAME} is empty: deleted"),
+    ] {
+        assert!(err.contains(want), "`{want}` not in:\n{err}");
+    }
+    let live = aws.ec2.describe_instances().set_instance_ids(Some(kops.machines.clone())).send().await.unwrap();
+    let states: Vec<String> = live
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .map(|i| i.state().unwrap().name().unwrap().as_str().to_string())
+        .collect();
+    assert_eq!(&states[..3], ["running"; 3], "the control plane stays: {states:?}");
+    assert!(states[3..].iter().all(|s| s == "terminated" || s == "shutting-down"), "kops's nodes: {states:?}");
+    let nodes = w.json(&["get", "instances", "prod"]);
+    let pinfleet_nodes: Vec<&serde_json::Value> =
+        nodes.as_array().unwrap().iter().filter(|i| i["group"] == "nodes" && i["state"] == "running").collect();
+    assert_eq!(pinfleet_nodes.len(), 3, "{nodes:#}");
+    assert!(pinfleet_nodes.iter().all(|i| !kops.machines.contains(&i["id"].as_str().unwrap().to_string())));
+    let groups = aws.autoscaling.describe_auto_scaling_groups().send().await.unwrap();
+    let mut left: Vec<&str> = groups.auto_scaling_groups().iter().filter_map(|g| g.auto_scaling_group_name()).collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            format!("control-plane-us-east-1a.{KOPS_NAME}"),
+            format!("control-plane-us-east-1b.{KOPS_NAME}"),
+            format!("control-plane-us-east-1c.{KOPS_NAME}")
+        ],
+        "only the control plane's groups are left"
+    );
+    // What kubeadm's joins read is in the cluster, cluster-info signed for the roll's token.
+    let client = pinfleet::kube::client_from_kubeconfig(&kubeconfig, pinfleet::kube::Retry::Default).await.unwrap();
+    let cm = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "kube-public");
+    let info = cm.get("cluster-info").await.unwrap();
+    let data = info.data.unwrap();
+    assert!(data.keys().any(|k| k.starts_with("jws-kubeconfig-")), "{data:?}");
+    assert!(data["kubeconfig"].contains("server: https://api.prod.k8s.example.com:443"), "{data:?}");
+
+    // Again: nothing left to roll, nothing of kops's node groups to delete.
+    let o = roll(&["--instance-group", "nodes", "--instance-group", "batch"]);
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    assert!(!support::stderr(&o).contains("is empty: deleted"), "{}", support::stderr(&o));
+}
+
+/// A child process killed (and reaped) on drop.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

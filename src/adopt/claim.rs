@@ -27,9 +27,9 @@ use crate::cloud::model::Desired;
 use crate::cloud::tags;
 
 /// kops's cluster tag (every resource it makes carries it).
-pub const KOPS_CLUSTER_TAG: &str = "KubernetesCluster";
+pub const KOPS_CLUSTER_TAG: &str = tags::KOPS_CLUSTER;
 /// kops's instance group tag on machines and their groups.
-pub const KOPS_GROUP_TAG: &str = "kops.k8s.io/instancegroup";
+pub const KOPS_GROUP_TAG: &str = tags::KOPS_INSTANCE_GROUP;
 
 /// A resource found by kops's tag.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

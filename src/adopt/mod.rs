@@ -13,6 +13,10 @@
 //! The reading is the only IO here; the mapping ([`kops`]) is pure, so it
 //! is tested on the objects themselves.
 
+/// Where an adopt's claims are recorded, in the cluster's own state: a
+/// cluster with this record was taken over (the roll reads it).
+pub const CLAIMS_KEY: &str = "adopt/claims.json";
+
 pub mod aws;
 pub mod claim;
 pub mod keyset;

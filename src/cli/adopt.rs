@@ -16,8 +16,7 @@ use super::GlobalArgs;
 use crate::adopt::claim;
 use crate::output::{print_data, Format};
 
-/// Where an adopt's claims are recorded, in the cluster's own state.
-pub const CLAIMS_KEY: &str = "adopt/claims.json";
+pub use crate::adopt::CLAIMS_KEY;
 
 #[derive(Debug, Args)]
 pub struct AdoptArgs {

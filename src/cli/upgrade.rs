@@ -102,8 +102,8 @@ pub struct UpgradeArgs {
 
 pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
-    // The roll of a cluster taken over from kops (its Auto Scaling groups
-    // scaled down as their machines go, etcd taken over) is not built:
+    // The control plane of a cluster taken over from kops is not rolled
+    // (etcd would come over from etcd-manager by restore, not built):
     // refused before the first write.
     let state = match args.yes {
         true => crate::state::Store::open_existing(&s.loaded.cluster.spec.state_store, s.name(), Some(&s.aws)).await?,
@@ -119,11 +119,34 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
         let from = serde_json::from_slice::<serde_json::Value>(&bytes)
             .ok()
             .and_then(|v| v["kopsName"].as_str().map(str::to_string));
-        anyhow::bail!(
-            "{} was adopted from kops ({}): rolling an adopted cluster onto pinfleet's machines is not built yet (see \"Coming from kops\" in the book); nothing was changed",
-            s.name(),
-            from.unwrap_or(at)
-        );
+        let cluster = &s.loaded.cluster;
+        let picked =
+            |g: &&crate::spec::InstanceGroup| args.roll.groups.is_empty() || args.roll.groups.contains(&g.name);
+        let control_plane: Vec<&str> = cluster
+            .spec
+            .instance_groups
+            .iter()
+            .filter(picked)
+            .filter(|g| g.role == crate::spec::Role::ControlPlane)
+            .map(|g| g.name.as_str())
+            .collect();
+        if !control_plane.is_empty() {
+            let nodes: Vec<String> = cluster
+                .spec
+                .instance_groups
+                .iter()
+                .filter(|g| g.role != crate::spec::Role::ControlPlane)
+                .map(|g| format!("--instance-group {}", g.name))
+                .collect();
+            anyhow::bail!(
+                "{} was adopted from kops ({}): its control plane ({}) is not rolled yet (etcd comes over from etcd-manager by restore, which is not built); roll the node groups: `pinfleet upgrade {} --yes {}`. Nothing was changed",
+                s.name(),
+                from.unwrap_or(at),
+                control_plane.join(", "),
+                s.name(),
+                nodes.join(" ")
+            );
+        }
     }
     let kubeconfig = args.cloud.target.kubeconfig_or(args.roll.kubeconfig.as_deref(), s.name());
     let (store, pki, client) = s.roll_target(&kubeconfig).await?;

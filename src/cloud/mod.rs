@@ -45,4 +45,8 @@ pub mod tags {
     /// it came with (their names are the other tool's, not pinfleet's).
     pub const API_LOAD_BALANCER: &str = "pinfleet.dev/api-load-balancer";
     pub const API_TARGET_GROUP: &str = "pinfleet.dev/api-target-group";
+    /// kops's cluster tag (every resource it makes carries it).
+    pub const KOPS_CLUSTER: &str = "KubernetesCluster";
+    /// kops's instance group tag on machines and their groups.
+    pub const KOPS_INSTANCE_GROUP: &str = "kops.k8s.io/instancegroup";
 }

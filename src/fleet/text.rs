@@ -155,6 +155,7 @@ pub fn fleet_cluster_event(cluster: &str, e: &crate::rollout::driver::Event, jso
         }
         Event::BlockedOnCapacity { group, reason } => format!("  [{cluster}] {group}: waiting, {reason}"),
         Event::Backup { message } => format!("  [{cluster}] etcd: {message}"),
+        Event::Kops { message } => format!("  [{cluster}] kops: {message}"),
         Event::Launched { .. } | Event::Draining { .. } | Event::Replaced { .. } => return None,
     })
 }

@@ -17,6 +17,7 @@ pub mod etcd;
 pub mod fields;
 pub mod kind;
 pub mod kubeadm;
+pub mod kubeadm_join;
 pub mod podsecurity;
 pub mod quantity;
 pub mod ready;

@@ -125,6 +125,11 @@ pub enum Event {
     Backup {
         message: String,
     },
+    /// What the roll of a cluster taken over from kops did to kops's own
+    /// (its Auto Scaling groups and launch templates, deleted once empty).
+    Kops {
+        message: String,
+    },
 }
 
 /// How long a roll blocked on capacity waits before it asks again: the

@@ -103,6 +103,12 @@ impl Machines for AwsMachines {
         // launched itself are never the ones it terminates).
         let group =
             self.observed.instances.iter().find(|i| i.id == id).and_then(|i| i.group.clone()).unwrap_or_default();
+        // A machine of kops's leaves its Auto Scaling group first (the
+        // group's size going down with it), or the group would start
+        // another in its place.
+        if self.observed.adopted.is_some() {
+            crate::cloud::aws::autoscaling::release(&self.aws, id).await?;
+        }
         let op = Op::TerminateInstances { group: group.clone(), ids: vec![id.to_string()], wait: false };
         self.run(&K::Instances(group.clone()), &op, false).await?;
         let control_plane = self

@@ -96,7 +96,8 @@ impl RollProgress {
             | Event::Draining { .. }
             | Event::Validated { .. }
             | Event::BlockedOnCapacity { .. }
-            | Event::Backup { .. } => return false,
+            | Event::Backup { .. }
+            | Event::Kops { .. } => return false,
         }
         self.updated_at = now;
         true

@@ -425,7 +425,45 @@ pub async fn roll(
         })
     };
     let gate_fn: driver::Gate<'_> = &after_group;
-    driver::roll(&machines, &nodes, &cp, &ng, opts.max_parallel_groups, on, opts.e2e.then_some(gate_fn)).await
+    let kops = adopted_from_kops(cluster, p, cp.iter().chain(ng.iter()).map(|g| g.group.as_str()));
+    // A run killed after kops's last machine left its group finds the group empty now.
+    if let Some((name, groups)) = &kops {
+        sweep_kops(aws, name, groups, on).await?;
+    }
+    let reports =
+        driver::roll(&machines, &nodes, &cp, &ng, opts.max_parallel_groups, on, opts.e2e.then_some(gate_fn)).await?;
+    if let Some((name, groups)) = &kops {
+        sweep_kops(aws, name, groups, on).await?;
+    }
+    Ok(reports)
+}
+
+/// For a cluster taken over from kops: kops's name for it and the kops
+/// instance groups behind the pinfleet groups rolled (the import keeps
+/// each one's name in the `kops.k8s.io/instancegroup` label).
+fn adopted_from_kops<'a>(
+    cluster: &Cluster,
+    p: &Prepared,
+    rolled: impl Iterator<Item = &'a str>,
+) -> Option<(String, Vec<String>)> {
+    let name = p.observed.adopted.as_ref()?.from.strip_prefix("kops:")?.to_string();
+    let groups = rolled
+        .filter_map(|g| cluster.spec.instance_groups.iter().find(|x| x.name == g))
+        .map(|g| g.labels.get(crate::cloud::tags::KOPS_INSTANCE_GROUP).cloned().unwrap_or_else(|| g.name.clone()))
+        .collect();
+    Some((name, groups))
+}
+
+/// Deletes kops's groups the roll left empty, saying so.
+async fn sweep_kops(aws: &Aws, kops_name: &str, groups: &[String], on: &dyn Fn(Event)) -> Result<()> {
+    let swept = crate::cloud::aws::autoscaling::sweep(aws, kops_name, groups).await?;
+    for g in &swept.groups {
+        on(Event::Kops { message: format!("Auto Scaling group {g} is empty: deleted") });
+    }
+    for t in &swept.launch_templates {
+        on(Event::Kops { message: format!("its launch template {t}: deleted") });
+    }
+    Ok(())
 }
 
 /// One roll under the cluster lock, as `upgrade` and the AMI job run it:
@@ -454,7 +492,16 @@ pub async fn upgrade(
     // Replacements join with a token minted now (and the files the
     // control plane's replacements fetch), before any machine is launched.
     crate::state::join::publish_files(store, pki).await?;
-    crate::state::join::ensure_fresh(Some(&client), store, chrono::Utc::now()).await?;
+    let token = crate::state::join::ensure_fresh(Some(&client), store, chrono::Utc::now()).await?;
+    // A cluster taken over from kops gets what kubeadm's joins read.
+    let adopted = store.get(crate::adopt::CLAIMS_KEY).await?.is_some();
+    let prepared = match adopted {
+        true => crate::kube::kubeadm_join::ensure(&client, cluster, &pki.ca_cert, &token.token).await?,
+        false => Vec::new(),
+    };
+    for line in prepared {
+        on(Event::Kops { message: format!("for kubeadm's joins: {line}") });
+    }
     let (running, steps) = version_steps(cluster, &client).await?;
     if !steps.is_empty() && !opts.groups.is_empty() {
         anyhow::bail!(

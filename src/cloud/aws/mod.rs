@@ -4,6 +4,7 @@
 //! ([`ops`]). Everything above this module speaks the domain, not the SDK.
 
 pub mod account;
+pub mod autoscaling;
 pub mod bake;
 pub mod channels;
 pub mod client;
