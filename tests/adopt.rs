@@ -545,10 +545,33 @@ async fn kops_s_node_groups_roll_onto_pinfleet_machines_and_their_auto_scaling_g
     assert!(err.contains("--instance-group batch --instance-group nodes"), "{err}");
 
     // The node groups roll: kops's machines leave their Auto Scaling group
-    // as they go, and the emptied groups and their launch templates are deleted.
+    // as they go, and the emptied groups and their launch templates are
+    // deleted. Killed (-9) while it drains its second machine, and run again.
+    let mut args = vec!["upgrade", "prod", "--yes", "--kubeconfig", kc, "--validate-interval", "200ms", "--skip-e2e"];
+    args.extend(["--instance-group", "nodes", "--instance-group", "batch", "-o", "json"]);
+    let mut child =
+        w.command(&args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    use std::io::BufRead as _;
+    let mut first = String::new();
+    let mut draining = 0;
+    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        first.push_str(&line);
+        first.push('\n');
+        let e: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        draining += usize::from(e["event"] == "draining");
+        if draining == 2 {
+            break;
+        }
+    }
+    assert_eq!(draining, 2, "the first run ended before its second drain:\n{first}");
+    child.kill().unwrap();
+    child.wait().unwrap();
     let o = roll(&["--instance-group", "nodes", "--instance-group", "batch"]);
     let err = support::stderr(&o);
     assert!(o.status.success(), "{err}");
+    assert!(err.contains("which is no longer running"), "the killed run's lock is taken over:\n{err}");
+    let both = format!("{first}{err}");
     for want in [
         "kube-public/cluster-info created",
         "kube-system/kubelet-config created",
@@ -556,7 +579,7 @@ async fn kops_s_node_groups_roll_onto_pinfleet_machines_and_their_auto_scaling_g
         &format!("Auto Scaling group nodes.{KOPS_NAME} is empty: deleted"),
         &format!("Auto Scaling group batch.{KOPS_NAME} is empty: deleted"),
     ] {
-        assert!(err.contains(want), "`{want}` not in:\n{err}");
+        assert!(both.contains(want), "`{want}` in neither run:\n{both}");
     }
     let live = aws.ec2.describe_instances().set_instance_ids(Some(kops.machines.clone())).send().await.unwrap();
     let states: Vec<String> = live
