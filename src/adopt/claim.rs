@@ -304,6 +304,13 @@ pub fn judge(
         }
     }
     one_claim_per_key(&mut out);
+    say_where_from(found, kops_name, &mut out);
+    out
+}
+
+/// What the claimed VPC says of the adoption ([`Claims::vpc_tags`]); the
+/// VPC is claimed already only when it says all of it.
+fn say_where_from(found: &[Found], kops_name: &str, out: &mut Claims) {
     let name_of = |key: ResourceKey| {
         let id = out.claim.iter().find(|c| c.key == key).map(|c| c.id.clone())?;
         found.iter().find(|f| f.id == id)?.name.clone()
@@ -321,7 +328,6 @@ pub fn judge(
         c.already &= vpc.is_some_and(|v| vpc_tags.iter().all(|(k, val)| v.tags.get(k) == Some(val)));
     }
     out.vpc_tags = vpc_tags;
-    out
 }
 
 /// Two resources claimed as one key: the second is refused.
