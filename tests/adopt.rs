@@ -49,6 +49,46 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     assert!(!tags_of(&aws.ec2, &kops.vpc).await.contains_key("pinfleet.dev/cluster"), "a dry run tags nothing");
     assert!(aws.s3.get_object().bucket(&bucket).key("pinfleet/prod/adopt/claims.json").send().await.is_err());
 
+    // kops's keysets are read before anything is written: one missing
+    // stops the adopt, naming where kops keeps it.
+    let file = w.clusters_dir().join("prod.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let copy = w.dir.path().join("kops-copy");
+    let fixture = format!("{}/tests/fixtures/kops/{KOPS_NAME}", env!("CARGO_MANIFEST_DIR"));
+    let status = std::process::Command::new("cp").args(["-r", &fixture, copy.to_str().unwrap()]).status().unwrap();
+    assert!(status.success());
+    std::fs::remove_dir_all(copy.join("pki/private/service-account")).unwrap();
+    let imported_from = format!("pinfleet.dev/imported-from: file://{fixture}");
+    assert!(text.contains(&imported_from), "{text}");
+    let elsewhere =
+        format!("pinfleet.dev/imported-from: file://{}", copy.to_str().unwrap().replace("kops-copy", KOPS_NAME));
+    std::fs::rename(&copy, w.dir.path().join(KOPS_NAME)).unwrap();
+    std::fs::write(&file, text.replace(&imported_from, &elsewhere)).unwrap();
+    let o = w.run(&["adopt", "prod", "--yes", "--take", &kops.managed_sg]);
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("pki/private/service-account/keyset.yaml: missing"), "{err}");
+    assert!(aws.s3.get_object().bucket(&bucket).key("pinfleet/prod/adopt/claims.json").send().await.is_err());
+    assert!(!tags_of(&aws.ec2, &kops.vpc).await.contains_key("pinfleet.dev/cluster"), "nothing tagged");
+    // A state of prod holding another CA is another cluster: refused.
+    std::fs::write(&file, &text).unwrap();
+    let mut bundle = serde_json::json!({"ca_cert": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"});
+    for k in ["ca_key", "front_proxy_ca_cert", "front_proxy_ca_key", "sa_key", "sa_pub", "admin_cert", "admin_key"]
+        .into_iter()
+        .chain(["join_token", "certificate_key", "ca_cert_hash"])
+    {
+        bundle[k] = "".into();
+    }
+    let put =
+        |body: Vec<u8>| aws.s3.put_object().bucket(&bucket).key("pinfleet/prod/pki/bundle.json").body(body.into());
+    put(serde_json::to_vec(&bundle).unwrap()).send().await.unwrap();
+    let o = w.run(&["adopt", "prod", "--yes", "--take", &kops.managed_sg]);
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("holds another cluster CA than kops's"), "{err}");
+    assert!(!tags_of(&aws.ec2, &kops.vpc).await.contains_key("pinfleet.dev/cluster"), "nothing tagged");
+    aws.s3.delete_object().bucket(&bucket).key("pinfleet/prod/pki/bundle.json").send().await.unwrap();
+
     // Named, the managed group is claimed too; --yes records and tags.
     let json = w.json(&["adopt", "prod", "--yes", "--take", &kops.managed_sg]);
     assert!(json["refused"].as_array().unwrap().is_empty(), "{json:#}");
@@ -153,6 +193,17 @@ async fn kops_s_node_groups_roll_onto_pinfleet_machines_and_their_auto_scaling_g
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let kc = kubeconfig.to_str().unwrap();
+    // A service with a budget on kops's nodes: it stays available through the roll.
+    let client = pinfleet::kube::client_from_kubeconfig(&kubeconfig, pinfleet::kube::Retry::Default).await.unwrap();
+    let web = web(&client).await;
+    let placed = |client: kube::Client| async move {
+        let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, "default");
+        let lp = kube::api::ListParams::default().labels("app=web");
+        let list = pods.list(&lp).await.unwrap().items;
+        list.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect::<Vec<String>>()
+    };
+    let before = placed(client.clone()).await;
+    assert!(before.iter().all(|n| kops.machines[3..].contains(n)), "web is not on kops's nodes: {before:?}");
     let roll = |extra: &[&str]| {
         let mut a = vec!["upgrade", "prod", "--yes", "--kubeconfig", kc, "--validate-interval", "200ms", "--skip-e2e"];
         a.extend_from_slice(extra);
@@ -194,6 +245,12 @@ async fn kops_s_node_groups_roll_onto_pinfleet_machines_and_their_auto_scaling_g
     let err = support::stderr(&o);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("which is no longer running"), "the killed run's lock is taken over:\n{err}");
+    let (least, polls) = web.stop().await;
+    assert!(polls > 20, "the service was hardly looked at ({polls} polls)");
+    assert!(least >= 2, "the budget keeps 2 of web's 3 pods ready; {least} were at one time");
+    let on = placed(client.clone()).await;
+    assert_eq!(on.len(), 3, "{on:?}");
+    assert!(on.iter().all(|n| !kops.machines[3..].contains(n)), "web still on a node of kops's: {on:?}");
     let both = format!("{first}{err}");
     for want in [
         "kube-public/cluster-info created",
@@ -231,7 +288,6 @@ async fn kops_s_node_groups_roll_onto_pinfleet_machines_and_their_auto_scaling_g
         "only the control plane's groups are left"
     );
     // What kubeadm's joins read is in the cluster, cluster-info signed for the roll's token.
-    let client = pinfleet::kube::client_from_kubeconfig(&kubeconfig, pinfleet::kube::Retry::Default).await.unwrap();
     let cm = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "kube-public");
     let info = cm.get("cluster-info").await.unwrap();
     let data = info.data.unwrap();
@@ -242,6 +298,72 @@ async fn kops_s_node_groups_roll_onto_pinfleet_machines_and_their_auto_scaling_g
     let o = roll(&["--instance-group", "nodes", "--instance-group", "batch"]);
     assert!(o.status.success(), "{}", support::stderr(&o));
     assert!(!support::stderr(&o).contains("is empty: deleted"), "{}", support::stderr(&o));
+}
+
+/// A Deployment of 3 (`web`) with a budget of 2 available, its pods' Ready
+/// count polled every 50 ms from then on.
+struct Web {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<(usize, usize)>,
+}
+
+impl Web {
+    /// The fewest Ready pods seen, and how many polls saw them.
+    async fn stop(self) -> (usize, usize) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.task.await.unwrap()
+    }
+}
+
+async fn web(client: &kube::Client) -> Web {
+    use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod, policy::v1::PodDisruptionBudget};
+    let pp = Default::default();
+    let deploy: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}
+    }))
+    .unwrap();
+    kube::Api::<Deployment>::namespaced(client.clone(), "default").create(&pp, &deploy).await.unwrap();
+    let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    kube::Api::<PodDisruptionBudget>::namespaced(client.clone(), "default").create(&pp, &pdb).await.unwrap();
+    let pods = kube::Api::<Pod>::namespaced(client.clone(), "default");
+    let ready = move |pods: kube::Api<Pod>| async move {
+        let lp = kube::api::ListParams::default().labels("app=web");
+        let list = pods.list(&lp).await.map(|l| l.items).unwrap_or_default();
+        list.iter()
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count()
+    };
+    for _ in 0..600 {
+        if ready(pods.clone()).await == 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(ready(pods.clone()).await, 3, "web never had 3 ready pods");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let task = tokio::spawn(async move {
+        let (mut least, mut polls) = (usize::MAX, 0);
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            least = least.min(ready(pods.clone()).await);
+            polls += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        (least, polls)
+    });
+    Web { stop, task }
 }
 
 /// A child process killed (and reaped) on drop.
