@@ -1812,3 +1812,71 @@ async fn an_agent_stopped_by_sigterm_stores_what_it_had_not_flushed() {
     let held = c.get(prefix, Some(GetOptions::new().with_prefix().with_count_only())).await.unwrap().count();
     assert_eq!(held, 0, "the agents' lock is given up");
 }
+
+/// An etcd-manager backup, as etcd-manager writes it into kops's state
+/// store (the snapshot gzipped, its meta beside it), imported as the
+/// cluster's own backup, verified on its own and restored: the store
+/// comes back as etcd-manager's backup had it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_etcd_manager_backup_from_kops_is_imported_verified_and_restored() {
+    let Some(bins) = binaries("an_etcd_manager_backup_from_kops_is_imported_verified_and_restored") else { return };
+    let mut trio = Trio::start(bins).await;
+    let (w, state) = world("etcd-kops");
+    let mut c = trio.client().await;
+    write(&mut c, "/registry/configmaps/kops/n", 200).await;
+    write(&mut c, "/registry/secrets/kops/s", 10).await;
+    // etcd-manager's backup: the Maintenance API's snapshot, gzipped.
+    let mut stream = c.snapshot().await.unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    while let Some(m) = stream.message().await.unwrap() {
+        std::io::Write::write_all(&mut gz, m.blob()).unwrap();
+    }
+    let gz = gz.finish().unwrap();
+    let kops = w.dir.path().join("kops-state").join("prod.k8s.example.com");
+    // Taken a moment ago (the bump reckons from when it was taken: without
+    // etcdutl's --bump-revision, an hour-old backup is hours of writes).
+    let name = format!("{}-000001", (chrono::Utc::now() - chrono::Duration::seconds(2)).format("%Y-%m-%dT%H:%M:%SZ"));
+    let name = name.as_str();
+    let folder = kops.join("backups/etcd/main").join(name);
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("etcd.backup.gz"), &gz).unwrap();
+    let meta =
+        r#"{"etcdVersion":"3.5.1","timestamp":"1795946400","clusterSpec":{"memberCount":3,"etcdVersion":"3.5.1"}}"#;
+    std::fs::write(folder.join("_etcd_backup.meta"), meta).unwrap();
+    // Another folder etcd-manager keeps there (its commands) is no backup.
+    std::fs::create_dir_all(kops.join("backups/etcd/main/control")).unwrap();
+    std::fs::write(kops.join("backups/etcd/main/control/etcd-cluster-spec"), "{}").unwrap();
+    write(&mut c, "/registry/configmaps/kops/after", 30).await;
+    drop(c);
+
+    let kops_url = format!("file://{}", kops.display());
+    let args = ["etcd", "import-kops", w.cluster.as_str(), "--state", &state, "--kops-state", &kops_url];
+    let listed = w.ok(&[&args[..], &["--list"]].concat());
+    assert_eq!(listed.trim(), name, "{listed}");
+    let out = w.ok(&args);
+    assert!(out.contains(&format!("imported etcd-manager's backup {name} as ")), "{out}");
+    let again = w.ok(&args);
+    assert!(again.contains("was imported already"), "{again}");
+    let listed = backups_json(&w, &state);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let id = listed[0]["manifest"]["id"].as_str().unwrap().to_string();
+    assert_eq!(listed[0]["manifest"]["keys"]["/registry/configmaps"], 200);
+    assert!(listed[0]["manifest"]["takenBy"].as_str().unwrap().starts_with("etcd-manager (kops), imported from"));
+    assert_eq!(listed[0]["verified"], false, "an import is not verified until pinfleet verifies it");
+    // A name that is no backup is refused, nothing written.
+    let o = w.run(&[&args[..], &["--backup", "2026-11-29T09:00:00Z-000009"]].concat());
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no backup of etcd-manager's there"));
+
+    let verified = w.ok(&["etcd", "verify", &w.cluster, "--state", &state, "--backup", &id, "--offline"]);
+    assert!(!verified.contains("not verified") && !verified.contains("FAILED"), "{verified}");
+    let listed = backups_json(&w, &state);
+    assert_eq!(listed[0]["verified"], true, "verified on its own: {listed:?}\n{verified}");
+    trio.destroy();
+    let (out, err, ok) = restore_and_start(&w, &state, &mut trio, &["--backup", &id]).await;
+    assert!(ok, "restore failed:\n{out}\n{err}");
+    let mut c = trio.client().await;
+    assert_eq!(count(&mut c, "/registry/configmaps/kops/n").await, 200, "etcd-manager's backup is back");
+    assert_eq!(count(&mut c, "/registry/secrets/kops/s").await, 10);
+    assert_eq!(count(&mut c, "/registry/configmaps/kops/after").await, 0, "what came after it is not");
+}

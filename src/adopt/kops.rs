@@ -135,7 +135,7 @@ pub const MAPPING: &[Rule] = &[
     rule(S, "instancegroup/", "spec.instanceGroups", M, "one object per group, read field by field as below"),
     rule(S, "pki/", "", W, "kops's CAs, certificates and keys: the import reads none (a cluster file holds no keys)"),
     rule(S, "secrets/", "", W, "kops's secrets (such as `dockerconfig`): the import reads none"),
-    rule(S, "backups/etcd/", "", W, "etcd-manager's backups: pinfleet's etcd agent takes its own, and a pinfleet restore reads only those"),
+    rule(S, "backups/etcd/", "", W, "etcd-manager's backups: the import reads none; `pinfleet etcd import-kops` copies one in as the cluster's own backup, to verify and restore"),
     rule(S, "addons/", "", N, "manifests kops renders from the spec at `kops update cluster`"),
     rule(S, "clusteraddons/", "", N, "manifests kops renders from the spec"),
     rule(S, "manifests/", "", N, "static pod manifests kops renders from the spec"),

@@ -30,6 +30,7 @@
 
 pub mod agent;
 pub mod conn;
+pub mod kops;
 pub mod manifest;
 pub mod metrics;
 pub mod order;

@@ -19,11 +19,13 @@ use crate::state::Store;
 
 mod agent;
 mod backups;
+mod import;
 mod restore;
 mod rotate;
 
 pub use agent::AgentArgs;
 pub use backups::VerifyArgs;
+pub use import::ImportKopsArgs;
 pub use restore::RestoreArgs;
 pub use rotate::{rewrite_secrets, RotateArgs, REWRITTEN_UNDER};
 
@@ -48,6 +50,9 @@ pub enum EtcdCommand {
     Gc(StoreArgs),
     /// Bring the control plane's etcd back from a backup.
     Restore(RestoreArgs),
+    /// Copy one of etcd-manager's backups (kops's state store) in as the
+    /// cluster's own backup, to verify and restore as any other.
+    ImportKops(ImportKopsArgs),
     /// A new encryption key for Secrets at rest (and rewrite them with it).
     RotateKey(RotateArgs),
 }
@@ -73,6 +78,7 @@ pub async fn run(g: &GlobalArgs, args: EtcdCmdArgs) -> Result<ExitCode> {
         EtcdCommand::Verify(a) => backups::verify(g, a).await,
         EtcdCommand::Gc(a) => backups::gc(g, a).await,
         EtcdCommand::Restore(a) => restore::run(g, a).await,
+        EtcdCommand::ImportKops(a) => import::run(g, a).await,
         EtcdCommand::RotateKey(a) => rotate::run(g, a).await,
     }
 }
