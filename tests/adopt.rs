@@ -210,6 +210,13 @@ async fn kops_s_node_groups_roll_onto_pinfleet_machines_and_their_auto_scaling_g
         w.run(&a)
     };
 
+    // Without --yes: kops's nodes need the roll, and the way is said.
+    let preview = w.run(&["upgrade", "prod", "--kubeconfig", kc, "-g", "nodes", "-o", "json"]);
+    let groups: serde_json::Value = serde_json::from_slice(&preview.stdout).unwrap();
+    assert_eq!(groups["groups"][0]["needsUpdate"], 3, "{groups:#}");
+    let said = support::stderr(&w.run(&["upgrade", "prod", "--kubeconfig", kc]));
+    assert!(said.contains("roll the node groups: `pinfleet upgrade prod --yes --instance-group batch"), "{said}");
+
     // The control plane is not rolled (etcd would come over by restore):
     // refused before anything is written, naming the node groups' way.
     let o = roll(&[]);

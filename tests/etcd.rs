@@ -1856,7 +1856,7 @@ async fn an_etcd_manager_backup_from_kops_is_imported_verified_and_restored() {
     let out = w.ok(&args);
     assert!(out.contains(&format!("imported etcd-manager's backup {name} as ")), "{out}");
     let again = w.ok(&args);
-    assert!(again.contains("was imported already"), "{again}");
+    assert!(again.contains("(imported before) holds: nothing was written"), "{again}");
     let listed = backups_json(&w, &state);
     assert_eq!(listed.len(), 1, "{listed:?}");
     let id = listed[0]["manifest"]["id"].as_str().unwrap().to_string();

@@ -166,6 +166,7 @@ pub fn judge(
     taken: &[String],
 ) -> Claims {
     let cluster = desired.cluster.as_str();
+    let control_planes = &control_planes(desired)[..];
     let mut out = Claims::default();
     // Subnet ids → pinfleet's subnet names, for route tables and NATs.
     let mut subnet_names: BTreeMap<String, String> = BTreeMap::new();
@@ -282,8 +283,7 @@ pub fn judge(
                 continue;
             }
             "launch-template" | "auto-scaling-group" => {
-                out.left
-                    .push(note("kops's: scaled down and deleted by the roll once its machines are replaced".into()));
+                out.left.push(note(kops_group_fate(f, groups, control_planes)));
                 continue;
             }
             "volume" => {
@@ -328,6 +328,24 @@ fn say_where_from(found: &[Found], kops_name: &str, out: &mut Claims) {
         c.already &= vpc.is_some_and(|v| vpc_tags.iter().all(|(k, val)| v.tags.get(k) == Some(val)));
     }
     out.vpc_tags = vpc_tags;
+}
+
+/// The file's control-plane groups.
+fn control_planes(desired: &Desired) -> Vec<String> {
+    let cp = desired.groups.iter().filter(|g| g.role == crate::spec::Role::ControlPlane);
+    cp.map(|g| g.name.clone()).collect()
+}
+
+/// What becomes of one of kops's Auto Scaling groups or launch templates:
+/// a node group's goes with the roll; the control plane's stays kops's.
+fn kops_group_fate(f: &Found, groups: &BTreeMap<String, String>, control_planes: &[String]) -> String {
+    let kops_group = f.tags.get(KOPS_GROUP_TAG).map(String::as_str).unwrap_or_default();
+    match groups.get(kops_group) {
+        Some(g) if control_planes.contains(g) => {
+            "kops's control plane's: left as it is (rolling an adopted control plane is not built)".into()
+        }
+        _ => "kops's: scaled down as the roll replaces its machines, deleted once empty".into(),
+    }
 }
 
 /// Two resources claimed as one key: the second is refused.

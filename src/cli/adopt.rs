@@ -139,6 +139,10 @@ async fn trust(
         .with_context(|| format!("opening kops's state store {url}"))?
         .with_context(|| format!("{url}: no such bucket"))?;
     let keys = crate::adopt::read_keysets(&kops).await?;
+    for ((name, _), k) in crate::adopt::keyset::KEYSETS.iter().zip(&keys) {
+        let at = kops.describe(&crate::adopt::keyset::keyset_key(name));
+        crate::state::pki::check_key_pair(&k.cert_pem, &k.key_pem).with_context(|| format!("{at}: its primary key"))?;
+    }
     let [ca, front_proxy, sa] = [&keys[0], &keys[1], &keys[2]];
     let take_over = |already| claim::PkiTakeOver {
         keysets: crate::adopt::keyset::KEYSETS.iter().map(|(k, _)| k.to_string()).collect(),
@@ -175,7 +179,11 @@ pub fn text(c: &claim::Claims, cluster: &str, yes: bool) -> String {
     let mut s = String::new();
     let rows = |v: Vec<Vec<String>>, head: &[&str]| crate::output::table(head, &v);
     if !c.claim.is_empty() {
-        s += &format!("claimed for {cluster} (tags added, nothing replaced):\n");
+        s += &if yes {
+            format!("claimed for {cluster} (tags added, nothing replaced):\n")
+        } else {
+            format!("to claim for {cluster} (tags only, nothing replaced):\n")
+        };
         s += &rows(
             c.claim
                 .iter()

@@ -104,49 +104,14 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
     // The control plane of a cluster taken over from kops is not rolled
     // (etcd would come over from etcd-manager by restore, not built):
-    // refused before the first write.
-    let state = match args.yes {
-        true => crate::state::Store::open_existing(&s.loaded.cluster.spec.state_store, s.name(), Some(&s.aws)).await?,
-        false => None,
-    };
+    // refused before the first write, and a preview says the way that is.
+    let state = crate::state::Store::open_existing(&s.loaded.cluster.spec.state_store, s.name(), Some(&s.aws)).await?;
     let adopted = match &state {
-        Some(store) => {
-            store.get(super::adopt::CLAIMS_KEY).await?.map(|(b, _)| (b, store.describe(super::adopt::CLAIMS_KEY)))
-        }
+        Some(store) => run::refuse_adopted_control_plane(&s.loaded.cluster, store, &args.roll.groups).await.err(),
         None => None,
     };
-    if let Some((bytes, at)) = adopted {
-        let from = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|v| v["kopsName"].as_str().map(str::to_string));
-        let cluster = &s.loaded.cluster;
-        let picked =
-            |g: &&crate::spec::InstanceGroup| args.roll.groups.is_empty() || args.roll.groups.contains(&g.name);
-        let control_plane: Vec<&str> = cluster
-            .spec
-            .instance_groups
-            .iter()
-            .filter(picked)
-            .filter(|g| g.role == crate::spec::Role::ControlPlane)
-            .map(|g| g.name.as_str())
-            .collect();
-        if !control_plane.is_empty() {
-            let nodes: Vec<String> = cluster
-                .spec
-                .instance_groups
-                .iter()
-                .filter(|g| g.role != crate::spec::Role::ControlPlane)
-                .map(|g| format!("--instance-group {}", g.name))
-                .collect();
-            anyhow::bail!(
-                "{} was adopted from kops ({}): its control plane ({}) is not rolled yet (etcd comes over from etcd-manager by restore, which is not built); roll the node groups: `pinfleet upgrade {} --yes {}`. Nothing was changed",
-                s.name(),
-                from.unwrap_or(at),
-                control_plane.join(", "),
-                s.name(),
-                nodes.join(" ")
-            );
-        }
+    if let (true, Some(e)) = (args.yes, &adopted) {
+        return Err(anyhow::anyhow!("{e}"));
     }
     let kubeconfig = args.cloud.target.kubeconfig_or(args.roll.kubeconfig.as_deref(), s.name());
     let (store, pki, client) = s.roll_target(&kubeconfig).await?;
@@ -168,7 +133,10 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
                 "{pending} changes are pending; `--yes` applies them first (see `pinfleet plan {name}`)"
             )?;
         }
-        writeln!(anstream::stderr(), "\nNothing changed. Run `pinfleet upgrade {name} --yes` to roll.")?;
+        match &adopted {
+            Some(e) => writeln!(anstream::stderr(), "\nNothing changed. {e}")?,
+            None => writeln!(anstream::stderr(), "\nNothing changed. Run `pinfleet upgrade {name} --yes` to roll.")?,
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let command = std::env::args().collect::<Vec<_>>().join(" ");

@@ -8,7 +8,7 @@ use super::observed_rule_to_desired;
 use super::{field, Action, Changes, FieldChange, Op};
 use crate::cloud::key::ResourceKey as K;
 use crate::cloud::model::Desired;
-use crate::cloud::model::Rule;
+use crate::cloud::model::{Rule, Source};
 use crate::cloud::observed::Observed;
 use crate::cloud::ops::ObservedRuleRef;
 
@@ -82,7 +82,14 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
 /// same source, and every protocol (`-1`) or the same one over a port range
 /// holding `want`'s.
 fn covers(have: &Rule, want: &Rule) -> bool {
-    have.source == want.source
+    let source = match (&have.source, &want.source) {
+        (Source::Cidr(h), Source::Cidr(w)) => match (h.parse::<ipnet::IpNet>(), w.parse::<ipnet::IpNet>()) {
+            (Ok(h), Ok(w)) => h.contains(&w),
+            _ => h == w,
+        },
+        (h, w) => h == w,
+    };
+    source
         && (have.protocol == "-1"
             || (have.protocol == want.protocol && have.from_port <= want.from_port && want.to_port <= have.to_port))
 }
@@ -90,7 +97,6 @@ fn covers(have: &Rule, want: &Rule) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cloud::model::Source;
 
     fn rule(protocol: &str, from: i32, to: i32, source: Source) -> Rule {
         Rule { protocol: protocol.into(), from_port: from, to_port: to, source }
@@ -105,6 +111,9 @@ mod tests {
         assert!(!covers(&rule("tcp", 1, 442, nodes()), &want), "a range that stops short");
         assert!(!covers(&rule("udp", 1, 65535, nodes()), &want), "another protocol");
         assert!(!covers(&rule("-1", -1, -1, Source::Cidr("10.0.0.0/8".into())), &want), "another source");
+        let from_vpc = rule("tcp", 443, 443, Source::Cidr("172.20.0.0/16".into()));
+        assert!(covers(&rule("tcp", 443, 443, Source::Cidr("0.0.0.0/0".into())), &from_vpc), "a wider range");
+        assert!(!covers(&rule("tcp", 443, 443, Source::Cidr("172.20.0.0/24".into())), &from_vpc), "a narrower one");
         let range = rule("tcp", 2379, 2380, nodes());
         assert!(!covers(&rule("tcp", 2379, 2379, nodes()), &range), "half the range");
     }

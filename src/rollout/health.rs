@@ -348,7 +348,15 @@ pub async fn heal(
     // the control plane is held, saying why, and the other groups go on.
     let mut held = None;
     let mut backup_line = None;
-    if touches_control_plane(cluster, &observed, cfg, now) {
+    // A cluster taken over from kops keeps kops's control plane: no
+    // machine of it is replaced here (its roll is not built).
+    if store.get(crate::adopt::CLAIMS_KEY).await?.is_some() {
+        held = Some(
+            "adopted from kops: its control plane is not replaced (rolling an adopted control plane is not built)"
+                .to_string(),
+        );
+    }
+    if held.is_none() && touches_control_plane(cluster, &observed, cfg, now) {
         let why = format!("{command}: a control-plane machine is replaced");
         let on = |e: super::driver::Event| tracing::info!("machine-health: {e:?}");
         match super::run::control_plane_backup(cluster, store, cfg.skip_backup.as_deref(), &why, &on).await {

@@ -319,6 +319,37 @@ pub async fn preview(aws: &Aws, cluster: &Cluster, client: &kube::Client, opts: 
     Ok(Preview { groups: status(cluster, &p, &nodes, opts), pending, running, version_steps })
 }
 
+/// Refuses a roll of a cluster taken over from kops ([`crate::adopt::CLAIMS_KEY`]
+/// in its state) whose selection (`groups`; empty: every group) holds a
+/// control-plane group: etcd would come over from etcd-manager by restore,
+/// which the roll does not do. Names the node groups' command.
+pub async fn refuse_adopted_control_plane(
+    cluster: &Cluster,
+    store: &crate::state::Store,
+    groups: &[String],
+) -> Result<()> {
+    let Some((bytes, _)) = store.get(crate::adopt::CLAIMS_KEY).await? else { return Ok(()) };
+    let from = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v["kopsName"].as_str().map(str::to_string))
+        .unwrap_or_else(|| store.describe(crate::adopt::CLAIMS_KEY));
+    let picked = |g: &&crate::spec::InstanceGroup| groups.is_empty() || groups.contains(&g.name);
+    let all = &cluster.spec.instance_groups;
+    let control_plane: Vec<&str> =
+        all.iter().filter(picked).filter(|g| g.role == Role::ControlPlane).map(|g| g.name.as_str()).collect();
+    if control_plane.is_empty() {
+        return Ok(());
+    }
+    let nodes: Vec<String> =
+        all.iter().filter(|g| g.role != Role::ControlPlane).map(|g| format!("--instance-group {}", g.name)).collect();
+    let name = &cluster.metadata.name;
+    anyhow::bail!(
+        "{name} was adopted from kops ({from}): its control plane ({}) is not rolled yet (etcd comes over from etcd-manager by restore, which is not built); roll the node groups: `pinfleet upgrade {name} --yes {}`. Nothing was changed",
+        control_plane.join(", "),
+        nodes.join(" ")
+    )
+}
+
 /// What each selected group looks like now.
 pub fn status(
     cluster: &Cluster,
@@ -334,6 +365,7 @@ pub fn status(
                 p.observed.instances.iter().filter(|i| i.is_live() && i.group.as_deref() == Some(&g.name)).collect();
             let needs = |i: &&&crate::cloud::observed::ObservedInstance| {
                 opts.force
+                    || i.launch_template_version.is_none()
                     || i.launch_template_version != versions.get(&g.name).copied()
                     || nodes.get(&i.id).is_some_and(|n| n.needs_update)
             };
@@ -486,6 +518,9 @@ pub async fn upgrade(
     on: &dyn Fn(Event),
 ) -> Result<Vec<GroupReport>> {
     use crate::rollout::progress::{self, Outcome, RollProgress};
+    // Whoever asks (upgrade, a fleet rollout, the image job), an adopted
+    // cluster's control plane is not rolled.
+    refuse_adopted_control_plane(cluster, store, &opts.groups).await?;
     // A change to the control plane needs a fresh, verified etcd backup
     // (checked before anything is written).
     let backup = backup_gate(cluster, store, opts, why, on).await?;

@@ -92,6 +92,12 @@ fn ca(common_name: &str) -> Result<(CertificateParams, KeyPair, String)> {
     Ok((params, key, cert.pem()))
 }
 
+/// Whether `key_pem` is the private key of `cert_pem`'s certificate, and
+/// loads as a signer (what [`Pki::adopted`] checks of each pair).
+pub fn check_key_pair(cert_pem: &str, key_pem: &str) -> Result<()> {
+    adopted_key(cert_pem, key_pem).map(|_| ())
+}
+
 /// A PEM block's DER, the first of `label`s (None: no such block).
 fn pem_der(pem: &str, label: &str) -> Option<Vec<u8>> {
     let begin = format!("-----BEGIN {label}-----");

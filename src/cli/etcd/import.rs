@@ -100,12 +100,20 @@ pub async fn run(g: &GlobalArgs, a: ImportKopsArgs) -> Result<ExitCode> {
     let _ = std::fs::remove_dir_all(&work);
     let imported = imported?;
     let m = &imported.manifest;
+    // A restore refuses a backup whose Secrets were written under a key the
+    // PKI does not hold (kops's encryption keys are not carried over).
+    let held = crate::state::pki::Pki::load(&store).await?.map(|p| p.encryption_key_names()).unwrap_or_default();
+    let missing: Vec<&String> = m.encryption_keys.iter().filter(|k| !held.contains(k)).collect();
     match g.output {
         Format::Text => {
             let mut out = anstream::stdout();
             let keys: u64 = m.keys.values().sum();
             if imported.already {
-                writeln!(out, "etcd-manager's backup {name} was imported already, as {}: nothing was written", m.id)?;
+                writeln!(
+                    out,
+                    "etcd-manager's backup {name} holds what backup {} (imported before) holds: nothing was written",
+                    m.id
+                )?;
             } else {
                 writeln!(
                     out,
@@ -119,8 +127,20 @@ pub async fn run(g: &GlobalArgs, a: ImportKopsArgs) -> Result<ExitCode> {
                 c = a.store.cluster,
                 id = m.id
             )?;
+            if !missing.is_empty() {
+                let keys: Vec<&str> = missing.iter().map(|k| k.as_str()).collect();
+                writeln!(
+                    anstream::stderr(),
+                    "warning: its Secrets were written under encryption key(s) {} that {}'s PKI does not hold (kops's secrets/encryptionconfig is not carried over): `pinfleet etcd restore` refuses it until the PKI holds them",
+                    keys.join(", "),
+                    a.store.cluster
+                )?;
+            }
         }
-        other => print_data(other, &serde_json::json!({"backup": name, "already": imported.already, "manifest": m}))?,
+        other => print_data(
+            other,
+            &serde_json::json!({"backup": name, "already": imported.already, "manifest": m, "missingEncryptionKeys": missing}),
+        )?,
     }
     Ok(ExitCode::SUCCESS)
 }
