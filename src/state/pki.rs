@@ -163,6 +163,21 @@ fn adopted_key(cert_pem: &str, key_pem: &str) -> Result<(KeyPair, Vec<u8>)> {
     Ok((key, spki))
 }
 
+/// The cluster's admin credential (`system:masters`, a year), signed by `issuer`.
+fn admin_credential<S: rcgen::SigningKey>(cluster: &str, issuer: &Issuer<'_, S>) -> Result<(String, KeyPair)> {
+    let admin_key = KeyPair::generate()?;
+    let mut admin = CertificateParams::new(Vec::<String>::new())?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, format!("{cluster}-admin"));
+    dn.push(DnType::OrganizationName, "system:masters");
+    admin.distinguished_name = dn;
+    admin.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    admin.not_before = time_now();
+    admin.not_after = time_now() + time_days(365);
+    Ok((admin.signed_by(&admin_key, issuer)?.pem(), admin_key))
+}
+
 fn time_now() -> time::OffsetDateTime {
     time::OffsetDateTime::now_utc()
 }
@@ -180,19 +195,8 @@ impl Pki {
         let (_, fp_key, fp_cert) = ca("front-proxy-ca")?;
         let (_, etcd_key, etcd_cert) = ca("etcd-ca")?;
         let sa = KeyPair::generate()?;
-        let admin_key = KeyPair::generate()?;
-        let mut admin = CertificateParams::new(Vec::<String>::new())?;
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, format!("{cluster}-admin"));
-        dn.push(DnType::OrganizationName, "system:masters");
-        admin.distinguished_name = dn;
-        admin.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-        admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        admin.not_before = time_now();
-        admin.not_after = time_now() + time_days(365);
         let ca_key_pem = ca_key.serialize_pem();
-        let issuer = Issuer::new(ca_params, ca_key);
-        let admin_cert = admin.signed_by(&admin_key, &issuer)?.pem();
+        let (admin_cert, admin_key) = admin_credential(cluster, &Issuer::new(ca_params, ca_key))?;
         Ok(Pki {
             ca_cert,
             ca_key: ca_key_pem,
@@ -232,17 +236,7 @@ impl Pki {
             format!("sha256:{}", hex::encode(sha2::Sha256::digest(&ca_spki)))
         };
         let issuer = Issuer::from_ca_cert_pem(cluster_ca.0, ca_key).context("the cluster CA's certificate")?;
-        let admin_key = KeyPair::generate()?;
-        let mut admin = CertificateParams::new(Vec::<String>::new())?;
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, format!("{cluster}-admin"));
-        dn.push(DnType::OrganizationName, "system:masters");
-        admin.distinguished_name = dn;
-        admin.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-        admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        admin.not_before = time_now();
-        admin.not_after = time_now() + time_days(365);
-        let admin_cert = admin.signed_by(&admin_key, &issuer)?.pem();
+        let (admin_cert, admin_key) = admin_credential(cluster, &issuer)?;
         let (_, etcd_key, etcd_cert) = ca("etcd-ca")?;
         Ok(Pki {
             ca_cert: cluster_ca.0.to_string(),

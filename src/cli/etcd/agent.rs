@@ -10,13 +10,12 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use clap::Args;
 
-use super::{open_for, retention, StoreArgs};
+use super::{open_for, StoreArgs};
 use crate::cli::GlobalArgs;
 use crate::etcd::agent::{self, Taking};
 use crate::etcd::conn::EtcdArgs;
 use crate::etcd::restore::Target as Member;
 use crate::etcd::scratch::Binaries;
-use crate::state::blob::Retention;
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
@@ -77,13 +76,7 @@ pub async fn run(g: &GlobalArgs, a: AgentArgs, once: bool) -> Result<ExitCode> {
     if let Some(i) = a.delta_interval {
         spec.delta_interval.0 = i;
     }
-    let lock = match a.object_lock.as_deref() {
-        Some(s) => retention(Some(s))?,
-        None => spec.object_lock.as_ref().map(|l| Retention {
-            mode: format!("{:?}", l.mode).to_ascii_uppercase(),
-            until: chrono::Utc::now() + chrono::Duration::days(i64::from(l.days)),
-        }),
-    };
+    let lock = super::lock_for(a.object_lock.as_deref(), &spec)?;
     let taking = Taking {
         kubernetes_version: a.kubernetes_version.clone(),
         taken_by: format!("pinfleet etcd {} on {}", if once { "backup" } else { "agent" }, crate::state::whoami().1),

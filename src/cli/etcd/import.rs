@@ -9,12 +9,11 @@ use std::process::ExitCode;
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 
-use super::{open_for, retention, StoreArgs};
+use super::{open_for, StoreArgs};
 use crate::cli::GlobalArgs;
 use crate::etcd::agent::Taking;
 use crate::etcd::kops;
 use crate::output::{print_data, Format};
-use crate::state::blob::Retention;
 use crate::state::Store;
 
 #[derive(Debug, Args)]
@@ -81,13 +80,7 @@ pub async fn run(g: &GlobalArgs, a: ImportKopsArgs) -> Result<ExitCode> {
         })?,
     };
     let (store, spec) = open_for(g, &a.store, true).await?;
-    let lock = match a.object_lock.as_deref() {
-        Some(s) => retention(Some(s))?,
-        None => spec.object_lock.as_ref().map(|l| Retention {
-            mode: format!("{:?}", l.mode).to_ascii_uppercase(),
-            until: chrono::Utc::now() + chrono::Duration::days(i64::from(l.days)),
-        }),
-    };
+    let lock = super::lock_for(a.object_lock.as_deref(), &spec)?;
     let taking = Taking {
         kubernetes_version: loaded.as_ref().map(|l| l.cluster.spec.kubernetes_version.to_string()).unwrap_or_default(),
         taken_by: format!("pinfleet etcd import-kops on {}", crate::state::whoami().1),

@@ -117,6 +117,18 @@ async fn open_for(g: &GlobalArgs, a: &StoreArgs, create: bool) -> Result<(Store,
     Ok((store, spec))
 }
 
+/// The lock a backup written now takes: `--object-lock MODE:DAYS` when
+/// given, else the cluster file's `etcd.backups.objectLock`.
+fn lock_for(flag: Option<&str>, spec: &BackupSpec) -> Result<Option<Retention>> {
+    Ok(match flag {
+        Some(s) => retention(Some(s))?,
+        None => spec.object_lock.as_ref().map(|l| Retention {
+            mode: format!("{:?}", l.mode).to_ascii_uppercase(),
+            until: chrono::Utc::now() + chrono::Duration::days(i64::from(l.days)),
+        }),
+    })
+}
+
 fn retention(s: Option<&str>) -> Result<Option<Retention>> {
     let Some(s) = s else { return Ok(None) };
     let (mode, days) = s.split_once(':').with_context(|| format!("--object-lock {s}: expected MODE:DAYS"))?;
