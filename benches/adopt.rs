@@ -80,7 +80,7 @@ async fn main() {
     let bucket = w.bucket();
     aws.s3.create_bucket().bucket(&bucket).send().await.unwrap();
     let kops = kops_fixture::kops_on_moto(&aws, n as i32).await;
-    kops_fixture::import_prod(&w, &aws, &bucket, n).await;
+    support::import_kops_prod(&w, &aws, &bucket, n).await;
     let (adopt_took, said) = timed(&w, &["adopt", "prod", "--yes", "--take", &kops.managed_sg, "-v"]);
     let calls = said.lines().find(|l| l.starts_with("AWS calls:")).unwrap_or("AWS calls: (not reported)");
     println!("  adopt --yes: {:.2}s; {calls}", adopt_took.as_secs_f64());

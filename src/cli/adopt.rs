@@ -112,7 +112,7 @@ pub async fn run(g: &GlobalArgs, args: AdoptArgs) -> anyhow::Result<ExitCode> {
         }
     }
     match g.output {
-        Format::Text => write!(anstream::stdout(), "{}", text(&claims, &name, args.yes))?,
+        Format::Text => write!(anstream::stdout(), "{}", text(&claims, &name, write))?,
         other => print_data(other, &claims)?,
     }
     s.report_calls(g);
@@ -174,78 +174,100 @@ async fn trust(
     Ok((Some(pki), take_over(false)))
 }
 
-/// The claims as text: a table per part, then what would be written.
-pub fn text(c: &claim::Claims, cluster: &str, yes: bool) -> String {
+/// The claims as text: a table per part, then what was (or would be)
+/// written. `written`: this run claimed and tagged.
+pub fn text(c: &claim::Claims, cluster: &str, written: bool) -> String {
+    let state = |already: bool| match (already, written) {
+        (true, _) => "claimed",
+        (false, true) => "claimed now",
+        (false, false) => "to claim",
+    };
+    let notes = |v: &[claim::Note]| {
+        let rows: Vec<Vec<String>> = v.iter().map(|n| vec![n.kind.clone(), n.id.clone(), n.why.clone()]).collect();
+        crate::output::table(&["KIND", "ID", "WHY"], &rows)
+    };
     let mut s = String::new();
-    let rows = |v: Vec<Vec<String>>, head: &[&str]| crate::output::table(head, &v);
     if !c.claim.is_empty() {
-        s += &if yes {
+        s += &if written || c.claim.iter().all(|x| x.already) {
             format!("claimed for {cluster} (tags added, nothing replaced):\n")
         } else {
             format!("to claim for {cluster} (tags only, nothing replaced):\n")
         };
-        s += &rows(
-            c.claim
-                .iter()
-                .map(|x| {
-                    vec![
-                        x.kind.clone(),
-                        x.id.clone(),
-                        x.key.to_string(),
-                        if x.already { "claimed".into() } else { "to claim".into() },
-                    ]
-                })
-                .collect(),
-            &["KIND", "ID", "PINFLEET", "STATE"],
-        );
+        let rows: Vec<Vec<String>> = c
+            .claim
+            .iter()
+            .map(|x| vec![x.kind.clone(), x.id.clone(), x.key.to_string(), state(x.already).into()])
+            .collect();
+        s += &crate::output::table(&["KIND", "ID", "PINFLEET", "STATE"], &rows);
     }
     if !c.roll.is_empty() {
         s += "machines to roll onto pinfleet's launch templates (`pinfleet upgrade`):\n";
-        s += &rows(
-            c.roll
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.id.clone(),
-                        r.kops_group.clone(),
-                        r.group.clone(),
-                        if r.already { "claimed".into() } else { "to claim".into() },
-                    ]
-                })
-                .collect(),
-            &["INSTANCE", "KOPS GROUP", "GROUP", "STATE"],
-        );
+        let rows: Vec<Vec<String>> = c
+            .roll
+            .iter()
+            .map(|r| vec![r.id.clone(), r.kops_group.clone(), r.group.clone(), state(r.already).into()])
+            .collect();
+        s += &crate::output::table(&["INSTANCE", "KOPS GROUP", "GROUP", "STATE"], &rows);
     }
     if let Some(p) = &c.pki {
-        s += &format!(
-            "trust: kops's {} from {} {}\n",
-            p.keysets.join(", "),
-            p.from,
-            if p.already { "(taken over)" } else { "(to take over into pinfleet's state)" }
-        );
+        let how = match (p.already, written) {
+            (true, _) => "(taken over)",
+            (false, true) => "(taken over now, into pinfleet's state)",
+            (false, false) => "(to take over into pinfleet's state)",
+        };
+        s += &format!("trust: kops's {} from {} {how}\n", p.keysets.join(", "), p.from);
     }
     if !c.left.is_empty() {
         s += "left as they are:\n";
-        s += &rows(
-            c.left.iter().map(|n| vec![n.kind.clone(), n.id.clone(), n.why.clone()]).collect(),
-            &["KIND", "ID", "WHY"],
-        );
+        s += &notes(&c.left);
     }
     if !c.refused.is_empty() {
         s += "refused (nothing is written while any is here; `--take ID` claims one anyway):\n";
-        s += &rows(
-            c.refused.iter().map(|n| vec![n.kind.clone(), n.id.clone(), n.why.clone()]).collect(),
-            &["KIND", "ID", "WHY"],
-        );
+        s += &notes(&c.refused);
     }
     s += &if !c.refused.is_empty() {
         "nothing was written\n".to_string()
     } else if c.is_noop() {
         format!("{cluster} is adopted already: nothing to do\n")
-    } else if yes {
+    } else if written {
         format!("{cluster} adopted: claims recorded and tagged\n")
     } else {
         "dry run: run again with --yes to claim\n".to_string()
     };
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloud::key::ResourceKey;
+
+    fn claims(already: bool, refused: bool) -> claim::Claims {
+        let note = |kind: &str, id: &str, why: &str| claim::Note { kind: kind.into(), id: id.into(), why: why.into() };
+        claim::Claims {
+            claim: vec![claim::Claim { kind: "vpc".into(), id: "vpc-1".into(), key: ResourceKey::Vpc, already }],
+            roll: vec![claim::Roll { id: "i-1".into(), group: "nodes".into(), kops_group: "nodes".into(), already }],
+            left: vec![note("auto-scaling-group", "nodes.c.example.com", "kops's: deleted once empty")],
+            refused: if refused { vec![note("security-group", "sg-9", "Terraform manages it")] } else { vec![] },
+            pki: Some(claim::PkiTakeOver {
+                keysets: vec!["kubernetes-ca".into()],
+                from: "s3://kops/c.example.com".into(),
+                already,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn adopt_says_what_it_would_claim_what_it_claimed_and_what_it_refused() {
+        let all = [
+            ("dry run", text(&claims(false, false), "prod", false)),
+            ("refused", text(&claims(false, true), "prod", false)),
+            ("written", text(&claims(false, false), "prod", true)),
+            ("again", text(&claims(true, false), "prod", false)),
+        ]
+        .map(|(what, t)| format!("--- {what}\n{t}"))
+        .join("");
+        insta::assert_snapshot!("adopt_text", all);
+    }
 }

@@ -213,6 +213,12 @@ fn machines(
             Role::ControlPlane => Some(super::Step::Refuse {
                 why: "a control plane is not made smaller by terminating machines: each one's etcd member must be removed first, and apply does not reach etcd; remove the members (etcdctl member remove) before lowering desired".into(),
             }),
+            // An adopted cluster's machines still on the other tool's
+            // launch templates: the roll replaces them with `desired` of
+            // pinfleet's; plan changes nothing that exists (listed below).
+            Role::Node if observed.adopted.is_some() && excess.iter().all(|i| i.launch_template_version.is_none()) => {
+                None
+            }
             Role::Node => {
                 terminating.extend(ids.iter().cloned());
                 Some(Op::TerminateInstances { group: g.name.clone(), ids: ids.clone(), wait: false }.into())

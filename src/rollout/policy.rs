@@ -89,8 +89,18 @@ pub fn step(members: &[Member], draining: &BTreeSet<String>, l: &Limits) -> Step
     if canary_pending {
         launch = launch.min(1u32.saturating_sub(booting));
     }
+    // A canary with no slot to launch into (the group holds more machines
+    // than `desired + surge`, as a taken-over group can) makes room first:
+    // only the excess is drained, within the floor.
+    let drain_cap = if !canary_pending {
+        u32::MAX
+    } else if booting == 0 && launch == 0 {
+        (total + 1).saturating_sub(l.desired + l.surge)
+    } else {
+        0
+    };
     let mut drain = Vec::new();
-    if !canary_pending {
+    if drain_cap > 0 {
         let available = members.iter().filter(|m| m.ready && !m.cordoned && !draining.contains(&m.id)).count() as u32;
         let mut budget = available.saturating_sub(l.floor);
         // Resume cordoned ones first (already unavailable), then NotReady
@@ -99,7 +109,7 @@ pub fn step(members: &[Member], draining: &BTreeSet<String>, l: &Limits) -> Step
         candidates.sort_by_key(|m| (!m.cordoned, m.ready, m.id.clone()));
         // Never drain below what surge alone can refill: without spare
         // capacity (surge 0), draining waits for a slot to free up.
-        for m in candidates {
+        for m in candidates.into_iter().take(drain_cap as usize) {
             let cost = u32::from(m.ready && !m.cordoned);
             if cost > budget {
                 continue;
@@ -170,6 +180,27 @@ mod tests {
         // drained while only 3 are available (the floor).
         g[2].cordoned = true;
         assert_eq!(step(&g, &none(), &l), Step::Act { launch: 1, drain: vec!["o2".into()] });
+    }
+
+    #[test]
+    fn a_canary_in_a_group_already_past_its_surge_makes_room_by_draining_the_excess_first() {
+        // A taken-over group of 4 whose file says 3 with a surge of 1: no
+        // slot for the canary until one old machine goes.
+        let l = node_group_limits(3, 3, &IntOrPercent::Int(1), &IntOrPercent::Int(0), true);
+        let mut g: Vec<Member> = (0..4).map(|i| m(&format!("o{i}"), false, true)).collect();
+        assert_eq!(step(&g, &none(), &l), Step::Act { launch: 0, drain: vec!["o0".into()] });
+        let draining: BTreeSet<String> = ["o0".to_string()].into();
+        assert_eq!(step(&g, &draining, &l), Step::Wait, "one is enough to make room");
+        g.remove(0);
+        assert_eq!(step(&g, &none(), &l), Step::Act { launch: 1, drain: vec![] }, "then the canary");
+        // Never below the floor to make room: 5 machines, only 3 Ready.
+        let mut g: Vec<Member> = (0..5).map(|i| m(&format!("o{i}"), false, i < 3)).collect();
+        g[0].ready = true;
+        let drained = match step(&g, &none(), &l) {
+            Step::Act { launch: 0, drain } => drain,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(drained, vec!["o3".to_string(), "o4".to_string()], "the NotReady ones go first, free");
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! tables, security groups with kops's rules, the API's load balancer and
 //! target groups, launch templates and Auto Scaling groups running its
 //! machines, and an etcd volume, every one tagged
-//! `KubernetesCluster=prod.k8s.example.com`; and the file `import kops`
-//! writes of the fixture's state store (tests/fixtures/kops).
+//! `KubernetesCluster=prod.k8s.example.com`; the state store kops keeps of
+//! it is tests/fixtures/kops. Also the demo's kops cluster
+//! (examples/kops_cluster.rs).
 
 #![allow(dead_code)]
 
@@ -362,31 +363,4 @@ pub async fn kops_on_moto(aws: &pinfleet::cloud::aws::Aws, nodes: i32) -> Kops {
         tgs.push(tg);
     }
     Kops { vpc, subnets, public_rt, private_rt, masters_sg, managed_sg, machines, groups, lb, api_tg: tgs[0].clone() }
-}
-
-/// The file `import kops` writes of the fixture's state store, at
-/// `clusters/prod.yaml`, with pinfleet's own state beside it in `bucket`;
-/// its `nodes` group sized as the running one (`nodes` machines).
-pub async fn import_prod(
-    w: &crate::support::World,
-    aws: &pinfleet::cloud::aws::Aws,
-    bucket: &str,
-    nodes: u32,
-) -> std::path::PathBuf {
-    let store = format!("file://{}/tests/fixtures/kops/{KOPS_NAME}", env!("CARGO_MANIFEST_DIR"));
-    let file = w.clusters_dir().join("prod.yaml");
-    let state = format!("s3://{bucket}/pinfleet");
-    let file_arg = file.to_str().unwrap();
-    w.ok(&["import", "kops", "--state", &store, "--owner", "platform", "--state-store", &state, "--out", file_arg]);
-    // moto has no image of that name: the file names one of moto's own
-    // Canonical images, as the operator would name today's.
-    let canonical =
-        aws.ec2.describe_images().image_ids(crate::support::canonical_image(aws).await).send().await.unwrap();
-    let canonical = canonical.images()[0].name().unwrap().to_string();
-    let text = std::fs::read_to_string(&file).unwrap();
-    let text = text.replace("ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20250610", &canonical);
-    let sized = format!("    minSize: {nodes}\n    maxSize: {}\n", nodes.max(12));
-    let text = text.replace("    minSize: 3\n    maxSize: 12\n", &sized);
-    std::fs::write(&file, text).unwrap();
-    file
 }

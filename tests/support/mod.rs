@@ -344,3 +344,29 @@ pub async fn made_image(aws: &pinfleet::cloud::aws::Aws, name: &str) -> String {
     let image = aws.ec2.create_image().instance_id(&instance).name(name).send().await.unwrap();
     image.image_id().unwrap().to_string()
 }
+
+/// The file `import kops` writes of the fixture's state store, at
+/// `clusters/prod.yaml`, with pinfleet's own state beside it in `bucket`;
+/// its `nodes` group sized as the running one (`nodes` machines).
+pub async fn import_kops_prod(
+    w: &World,
+    aws: &pinfleet::cloud::aws::Aws,
+    bucket: &str,
+    nodes: u32,
+) -> std::path::PathBuf {
+    let store = format!("file://{}/tests/fixtures/kops/prod.k8s.example.com", env!("CARGO_MANIFEST_DIR"));
+    let file = w.clusters_dir().join("prod.yaml");
+    let state = format!("s3://{bucket}/pinfleet");
+    let file_arg = file.to_str().unwrap();
+    w.ok(&["import", "kops", "--state", &store, "--owner", "platform", "--state-store", &state, "--out", file_arg]);
+    // moto has no image of that name: the file names one of moto's own
+    // Canonical images, as the operator would name today's.
+    let canonical = aws.ec2.describe_images().image_ids(canonical_image(aws).await).send().await.unwrap();
+    let canonical = canonical.images()[0].name().unwrap().to_string();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let text = text.replace("ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-20250610", &canonical);
+    let sized = format!("    minSize: {nodes}\n    maxSize: {}\n", nodes.max(12));
+    let text = text.replace("    minSize: 3\n    maxSize: 12\n", &sized);
+    std::fs::write(&file, text).unwrap();
+    file
+}
