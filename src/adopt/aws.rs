@@ -1,7 +1,9 @@
 //! The AWS side of `pinfleet adopt`: every resource kops tagged as the
 //! cluster's, read with tag-filtered Describe* calls (ownership checked
-//! on each resource's own tags, as `cloud::aws::observe` does), and the
-//! claim written as tags. The judging is [`super::claim`]'s.
+//! on each resource's own tags, as `cloud::aws::observe` does), or a
+//! kubeadm cluster's tagged machines and the network around them
+//! ([`find_ec2`], [`seen_by_tag`] for `import aws`); and the claim
+//! written as tags. The judging is [`super::claim`]'s.
 //!
 //! ```text
 //! EC2 (tag:KubernetesCluster=<kops name>) ──▶ found ──▶ claim::judge
@@ -213,6 +215,136 @@ async fn groups(aws: &Aws, kops_name: &str) -> anyhow::Result<Vec<Found>> {
     Ok(out)
 }
 
+/// What a kubeadm cluster on EC2 is made of: the machines tagged
+/// `key=value` (not terminated), their VPC and, in it, every subnet,
+/// internet gateway, NAT gateway (with its address), route table; the
+/// security groups the machines use (linked to them), and the Auto
+/// Scaling groups they are in.
+pub async fn find_ec2(aws: &Aws, key: &str, value: &str) -> anyhow::Result<Vec<Found>> {
+    let ec2 = &aws.ec2;
+    let f = Filter::builder().name(format!("tag:{key}")).values(value).build();
+    let reservations: Vec<aws_sdk_ec2::types::Reservation> =
+        all_pages!("DescribeInstances", ec2.describe_instances().filters(f).max_results(1000))?;
+    let mut out = Vec::new();
+    let mut vpc_ids = std::collections::BTreeSet::new();
+    let mut sg_users: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut ids = Vec::new();
+    for i in reservations.iter().flat_map(|r| r.instances()) {
+        let ours = i.tags().iter().any(|t| t.key() == Some(key) && t.value().unwrap_or_default() == value);
+        let gone = matches!(i.state().and_then(|s| s.name()).map(|s| s.as_str()), Some("terminated" | "shutting-down"));
+        if !ours || gone {
+            continue;
+        }
+        let id = i.instance_id().unwrap_or_default().to_string();
+        vpc_ids.extend(i.vpc_id().map(str::to_string));
+        for g in i.security_groups() {
+            sg_users.entry(g.group_id().unwrap_or_default().to_string()).or_default().push(id.clone());
+        }
+        out.push(found("instance", &id, i.tags()));
+        ids.push(id);
+    }
+    if vpc_ids.is_empty() {
+        return Ok(out);
+    }
+    let vpc_list: Vec<String> = vpc_ids.into_iter().collect();
+    let in_vpc = || Filter::builder().name("vpc-id").set_values(Some(vpc_list.clone())).build();
+    let attached = Filter::builder().name("attachment.vpc-id").set_values(Some(vpc_list.clone())).build();
+    let sg_ids: Vec<String> = sg_users.keys().cloned().collect();
+    let vpcs = async { sdk("DescribeVpcs", ec2.describe_vpcs().set_vpc_ids(Some(vpc_list.clone())).send().await) };
+    let subnets = async { all_pages!("DescribeSubnets", ec2.describe_subnets().filters(in_vpc()).max_results(1000)) };
+    let igws = async {
+        all_pages!("DescribeInternetGateways", ec2.describe_internet_gateways().filters(attached).max_results(1000))
+    };
+    let nats =
+        async { all_pages!("DescribeNatGateways", ec2.describe_nat_gateways().filter(in_vpc()).max_results(1000)) };
+    let rts =
+        async { all_pages!("DescribeRouteTables", ec2.describe_route_tables().filters(in_vpc()).max_results(100)) };
+    let sgs = async {
+        sdk("DescribeSecurityGroups", ec2.describe_security_groups().set_group_ids(Some(sg_ids.clone())).send().await)
+    };
+    let (vpcs, subnets, igws, nats, rts, sgs) = futures::try_join!(vpcs, subnets, igws, nats, rts, sgs)?;
+    for v in vpcs.vpcs() {
+        let mut x = found("vpc", v.vpc_id().unwrap_or_default(), v.tags());
+        x.cidr = v.cidr_block().map(str::to_string);
+        out.push(x);
+    }
+    let zone_of: BTreeMap<String, String> =
+        subnets.iter().filter_map(|s| Some((s.subnet_id()?.to_string(), s.availability_zone()?.to_string()))).collect();
+    for s in &subnets {
+        let mut x = found("subnet", s.subnet_id().unwrap_or_default(), s.tags());
+        x.cidr = s.cidr_block().map(str::to_string);
+        x.zone = s.availability_zone().map(str::to_string);
+        out.push(x);
+    }
+    for g in &igws {
+        out.push(found("internet-gateway", g.internet_gateway_id().unwrap_or_default(), g.tags()));
+    }
+    let mut nat_of_allocation: BTreeMap<String, String> = BTreeMap::new();
+    for n in nats.iter().filter(|n| !matches!(n.state().map(|s| s.as_str()), Some("deleted" | "deleting" | "failed"))) {
+        let id = n.nat_gateway_id().unwrap_or_default();
+        let mut x = found("nat-gateway", id, n.tags());
+        x.links = n.subnet_id().map(str::to_string).into_iter().collect();
+        x.zone = n.subnet_id().and_then(|s| zone_of.get(s)).cloned();
+        for a in n.nat_gateway_addresses() {
+            if let Some(alloc) = a.allocation_id() {
+                nat_of_allocation.insert(alloc.to_string(), id.to_string());
+            }
+        }
+        out.push(x);
+    }
+    if !nat_of_allocation.is_empty() {
+        let allocations: Vec<String> = nat_of_allocation.keys().cloned().collect();
+        let addresses =
+            sdk("DescribeAddresses", ec2.describe_addresses().set_allocation_ids(Some(allocations)).send().await)?;
+        for a in addresses.addresses() {
+            let id = a.allocation_id().unwrap_or_default();
+            let mut x = found("elastic-ip", id, a.tags());
+            x.links = nat_of_allocation.get(id).cloned().into_iter().collect();
+            out.push(x);
+        }
+    }
+    for r in &rts {
+        let mut x = found("route-table", r.route_table_id().unwrap_or_default(), r.tags());
+        x.links = r.associations().iter().filter_map(|a| a.subnet_id().map(str::to_string)).collect();
+        out.push(x);
+    }
+    for g in sgs.security_groups() {
+        let id = g.group_id().unwrap_or_default();
+        let mut x = found("security-group", id, g.tags());
+        x.links = sg_users.remove(id).unwrap_or_default();
+        out.push(x);
+    }
+    // The Auto Scaling groups the machines are in (none: machines run by hand).
+    let mut asgs = std::collections::BTreeSet::new();
+    for chunk in ids.chunks(50) {
+        let inst = sdk(
+            "DescribeAutoScalingInstances",
+            aws.autoscaling.describe_auto_scaling_instances().set_instance_ids(Some(chunk.to_vec())).send().await,
+        )?;
+        asgs.extend(
+            inst.auto_scaling_instances().iter().filter_map(|i| i.auto_scaling_group_name().map(str::to_string)),
+        );
+    }
+    if !asgs.is_empty() {
+        let names: Vec<String> = asgs.into_iter().collect();
+        let groups = sdk(
+            "DescribeAutoScalingGroups",
+            aws.autoscaling.describe_auto_scaling_groups().set_auto_scaling_group_names(Some(names)).send().await,
+        )?;
+        for g in groups.auto_scaling_groups() {
+            let mut x = found("auto-scaling-group", g.auto_scaling_group_name().unwrap_or_default(), &[]);
+            x.tags = g
+                .tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+                .collect();
+            x.links = g.instances().iter().filter_map(|i| i.instance_id().map(str::to_string)).collect();
+            out.push(x);
+        }
+    }
+    Ok(out)
+}
+
 /// Adds `tags` to each resource (EC2 ids, or ELBv2 ARNs; CreateTags takes
 /// many at once, and adding a tag it has already is no change).
 pub async fn tag(aws: &Aws, ids: &[String], tags: &[(String, String)]) -> anyhow::Result<()> {
@@ -229,4 +361,85 @@ pub async fn tag(aws: &Aws, ids: &[String], tags: &[(String, String)]) -> anyhow
         sdk("CreateTags", aws.ec2.create_tags().set_resources(Some(chunk.to_vec())).set_tags(Some(t)).send().await)?;
     }
     Ok(())
+}
+
+/// What EC2 shows of a cluster made by hand (`pinfleet import aws`): the
+/// machines tagged `key=value` (not terminated), each VPC they are in, and
+/// every subnet of those VPCs (public when its route table, or the VPC's
+/// main one, sends 0.0.0.0/0 to an internet gateway).
+pub async fn seen_by_tag(
+    aws: &Aws,
+    key: &str,
+    value: &str,
+) -> anyhow::Result<(Vec<super::ec2::Machine>, Vec<(String, String)>, Vec<super::ec2::Subnet>)> {
+    let ec2 = &aws.ec2;
+    let f = Filter::builder().name(format!("tag:{key}")).values(value).build();
+    let live = Filter::builder()
+        .name("instance-state-name")
+        .values("pending")
+        .values("running")
+        .values("stopping")
+        .values("stopped")
+        .build();
+    let reservations: Vec<aws_sdk_ec2::types::Reservation> =
+        all_pages!("DescribeInstances", ec2.describe_instances().filters(f).filters(live).max_results(1000))?;
+    let mut machines = Vec::new();
+    for i in reservations.iter().flat_map(|r| r.instances()) {
+        // Kept only when the machine itself says so.
+        if !i.tags().iter().any(|t| t.key() == Some(key) && t.value().unwrap_or_default() == value) {
+            continue;
+        }
+        let tags = tag_map(i.tags());
+        machines.push(super::ec2::Machine {
+            id: i.instance_id().unwrap_or_default().to_string(),
+            instance_type: i.instance_type().map(|t| t.as_str().to_string()).unwrap_or_default(),
+            image: i.image_id().unwrap_or_default().to_string(),
+            vpc: i.vpc_id().unwrap_or_default().to_string(),
+            subnet: i.subnet_id().unwrap_or_default().to_string(),
+            asg: tags.get("aws:autoscaling:groupName").cloned(),
+        });
+    }
+    machines.sort_by(|a, b| a.id.cmp(&b.id));
+    let vpc_ids: std::collections::BTreeSet<String> = machines.iter().map(|m| m.vpc.clone()).collect();
+    if vpc_ids.is_empty() {
+        return Ok((machines, Vec::new(), Vec::new()));
+    }
+    let ids: Vec<String> = vpc_ids.into_iter().collect();
+    let vpcs = sdk("DescribeVpcs", ec2.describe_vpcs().set_vpc_ids(Some(ids.clone())).send().await)?;
+    let vpcs: Vec<(String, String)> = vpcs
+        .vpcs()
+        .iter()
+        .map(|v| (v.vpc_id().unwrap_or_default().to_string(), v.cidr_block().unwrap_or_default().to_string()))
+        .collect();
+    let in_vpcs = || Filter::builder().name("vpc-id").set_values(Some(ids.clone())).build();
+    let subnets: Vec<aws_sdk_ec2::types::Subnet> =
+        all_pages!("DescribeSubnets", ec2.describe_subnets().filters(in_vpcs()).max_results(1000))?;
+    let rts: Vec<aws_sdk_ec2::types::RouteTable> =
+        all_pages!("DescribeRouteTables", ec2.describe_route_tables().filters(in_vpcs()).max_results(100))?;
+    let to_igw = |rt: &aws_sdk_ec2::types::RouteTable| {
+        rt.routes().iter().any(|r| {
+            r.destination_cidr_block() == Some("0.0.0.0/0") && r.gateway_id().is_some_and(|g| g.starts_with("igw-"))
+        })
+    };
+    let main_public: std::collections::BTreeSet<String> = rts
+        .iter()
+        .filter(|rt| rt.associations().iter().any(|a| a.main() == Some(true)) && to_igw(rt))
+        .filter_map(|rt| rt.vpc_id().map(str::to_string))
+        .collect();
+    let mut out = Vec::new();
+    for s in &subnets {
+        let id = s.subnet_id().unwrap_or_default();
+        let own = rts.iter().find(|rt| rt.associations().iter().any(|a| a.subnet_id() == Some(id)));
+        let public = match own {
+            Some(rt) => to_igw(rt),
+            None => s.vpc_id().is_some_and(|v| main_public.contains(v)),
+        };
+        out.push(super::ec2::Subnet {
+            id: id.to_string(),
+            cidr: s.cidr_block().unwrap_or_default().to_string(),
+            zone: s.availability_zone().unwrap_or_default().to_string(),
+            public,
+        });
+    }
+    Ok((machines, vpcs, out))
 }

@@ -1,9 +1,12 @@
-//! What `pinfleet adopt` claims of a running kops cluster (pure): the
-//! resources kops tagged as the cluster's, each matched to the resource the
-//! imported cluster file describes, or refused, or left for the roll.
+//! What `pinfleet adopt` claims of a running cluster (pure): the resources
+//! kops tagged as the cluster's (or, for a kubeadm cluster on EC2, the
+//! machines carrying the operator's tag and the network around them),
+//! each matched to the resource the imported cluster file describes, or
+//! refused, or left for the roll ([`Source`] says which).
 //!
 //! ```text
-//! found: every resource tagged KubernetesCluster=<kops name> (cloud::aws side)
+//! found: every resource tagged KubernetesCluster=<kops name>, or the tagged machines'
+//!        VPC, subnets, gateways, route tables, security groups (adopt::aws)
 //!   + desired: the imported file's network and security groups (cloud::model)
 //!     │ judge: owner checks first, then a match per kind
 //!     ▼
@@ -30,6 +33,58 @@ use crate::cloud::tags;
 pub const KOPS_CLUSTER_TAG: &str = tags::KOPS_CLUSTER;
 /// kops's instance group tag on machines and their groups.
 pub const KOPS_GROUP_TAG: &str = tags::KOPS_INSTANCE_GROUP;
+
+/// Where a cluster is taken over from, and how its machines are grouped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// kops: every resource tagged `KubernetesCluster=<name>`; a machine's
+    /// group is kops's instance group (its tag), mapped by the import.
+    Kops { name: String, groups: BTreeMap<String, String> },
+    /// A cluster made by hand with kubeadm on EC2: the machines carrying
+    /// `tag` and the network around them; a machine's group is the one
+    /// the import recorded for it (id → group). `kubernetes`: kubeadm's
+    /// clusterName (what the AWS cloud provider tags with).
+    Ec2 { tag: String, machines: BTreeMap<String, String>, kubernetes: String },
+}
+
+impl Source {
+    /// What the VPC records of it (`pinfleet.dev/adopted-from`).
+    pub fn from_tag(&self) -> String {
+        match self {
+            Source::Kops { name, .. } => format!("kops:{name}"),
+            Source::Ec2 { tag, .. } => format!("ec2:{tag}"),
+        }
+    }
+
+    /// The Kubernetes cluster name its resources may carry
+    /// (`kubernetes.io/cluster/<name>`) without being another cluster's.
+    fn kubernetes_name(&self) -> &str {
+        match self {
+            Source::Kops { name, .. } => name,
+            Source::Ec2 { kubernetes, .. } => kubernetes,
+        }
+    }
+
+    /// The pinfleet group a machine goes to, with the other tool's name
+    /// for it; Err: why it has none.
+    fn group_of(&self, f: &Found) -> Result<(String, String), String> {
+        match self {
+            Source::Kops { groups, .. } => {
+                let kops_group = f.tags.get(KOPS_GROUP_TAG).cloned().unwrap_or_default();
+                match groups.get(&kops_group) {
+                    Some(g) => Ok((g.clone(), kops_group)),
+                    None => Err(format!(
+                        "its instance group {kops_group:?} ({KOPS_GROUP_TAG}) is not one the import mapped"
+                    )),
+                }
+            }
+            Source::Ec2 { machines, .. } => match machines.get(&f.id) {
+                Some(g) => Ok((g.clone(), f.tags.get("aws:autoscaling:groupName").cloned().unwrap_or("-".into()))),
+                None => Err(String::new()),
+            },
+        }
+    }
+}
 
 /// A resource found by kops's tag.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -135,7 +190,7 @@ impl Claims {
 
 /// Whose a resource is, when not only kops's: another pinfleet cluster's,
 /// Terraform's, or another Kubernetes cluster's too.
-fn other_owner(f: &Found, cluster: &str, kops_name: &str) -> Option<String> {
+fn other_owner(f: &Found, cluster: &str, kubernetes: &str) -> Option<String> {
     if let Some(c) = f.tags.get(tags::CLUSTER).filter(|c| c.as_str() != cluster) {
         return Some(format!("pinfleet cluster {c} owns it ({}={c})", tags::CLUSTER));
     }
@@ -148,23 +203,17 @@ fn other_owner(f: &Found, cluster: &str, kops_name: &str) -> Option<String> {
         return Some(format!("Terraform manages it ({k}={v}): a change here would be undone by its next apply"));
     }
     let others: Vec<&str> =
-        f.tags.keys().filter_map(|k| k.strip_prefix("kubernetes.io/cluster/")).filter(|c| *c != kops_name).collect();
+        f.tags.keys().filter_map(|k| k.strip_prefix("kubernetes.io/cluster/")).filter(|c| *c != kubernetes).collect();
     if let Some(c) = others.first() {
         return Some(format!("shared with Kubernetes cluster {c} (kubernetes.io/cluster/{c})"));
     }
     None
 }
 
-/// Judges what was found against the file (see the module doc). `groups`:
-/// kops's instance group → the pinfleet group the import mapped it to.
-/// `taken`: ids the operator named to claim despite another owner.
-pub fn judge(
-    found: &[Found],
-    desired: &Desired,
-    kops_name: &str,
-    groups: &BTreeMap<String, String>,
-    taken: &[String],
-) -> Claims {
+/// Judges what was found against the file (see the module doc), for a
+/// cluster from `source`. `taken`: ids the operator named to claim
+/// despite another owner.
+pub fn judge(found: &[Found], desired: &Desired, source: &Source, taken: &[String]) -> Claims {
     let cluster = desired.cluster.as_str();
     let control_planes = &control_planes(desired)[..];
     let mut out = Claims::default();
@@ -181,7 +230,7 @@ pub fn judge(
     ordered.sort_by(|a, b| rank(&a.kind).cmp(&rank(&b.kind)).then(a.id.cmp(&b.id)));
     for f in ordered {
         let note = |why: String| Note { kind: f.kind.clone(), id: f.id.clone(), why };
-        if let Some(owner) = other_owner(f, cluster, kops_name) {
+        if let Some(owner) = other_owner(f, cluster, source.kubernetes_name()) {
             if !taken.contains(&f.id) {
                 out.refused.push(note(owner));
                 continue;
@@ -245,29 +294,51 @@ pub fn judge(
                     .map(|rt| ResourceKey::RouteTable(rt.name.clone()))
             }
             "security-group" => {
-                let name = f.tags.get("Name").map(String::as_str).unwrap_or_default();
-                let role = if name.starts_with("masters.") {
-                    Some("control-plane")
-                } else if name.starts_with("nodes.") {
-                    Some("nodes")
-                } else {
-                    None
+                let role = match source {
+                    // kops names its groups `masters.<cluster>` and `nodes.<cluster>`.
+                    Source::Kops { .. } => {
+                        let name = f.tags.get("Name").map(String::as_str).unwrap_or_default();
+                        if name.starts_with("masters.") {
+                            Some("control-plane")
+                        } else if name.starts_with("nodes.") {
+                            Some("nodes")
+                        } else {
+                            None
+                        }
+                    }
+                    // By the machines that use it: the control plane's
+                    // only, or the workers' only.
+                    Source::Ec2 { machines, .. } => {
+                        let cp = |id: &String| machines.get(id).is_some_and(|g| control_planes.contains(g));
+                        if f.links.is_empty() {
+                            None
+                        } else if f.links.iter().all(cp) {
+                            Some("control-plane")
+                        } else if !f.links.iter().any(cp) {
+                            Some("nodes")
+                        } else {
+                            out.left.push(note(
+                                "used by the control plane and the workers alike: left as it is (pinfleet's machines get groups of their own)".into(),
+                            ));
+                            continue;
+                        }
+                    }
                 };
                 role.filter(|r| desired.security_groups.iter().any(|s| s.name == *r))
                     .map(|r| ResourceKey::SecurityGroup(r.to_string()))
             }
             "instance" => {
-                let kops_group = f.tags.get(KOPS_GROUP_TAG).cloned().unwrap_or_default();
-                match groups.get(&kops_group) {
-                    Some(g) => out.roll.push(Roll {
+                match source.group_of(f) {
+                    Ok((g, kops_group)) => out.roll.push(Roll {
                         id: f.id.clone(),
-                        group: g.clone(),
+                        already: mine && f.tags.get(tags::INSTANCE_GROUP) == Some(&g),
+                        group: g,
                         kops_group,
-                        already: mine && f.tags.get(tags::INSTANCE_GROUP) == Some(g),
                     }),
-                    None => out.refused.push(note(format!(
-                        "its instance group {kops_group:?} ({KOPS_GROUP_TAG}) is not one the import mapped"
-                    ))),
+                    Err(why) if why.is_empty() => out.left.push(note(
+                        "not among the machines the import recorded (no Node ran on it then): left as it is; import again to bring it along".into(),
+                    )),
+                    Err(why) => out.refused.push(note(why)),
                 }
                 continue;
             }
@@ -283,7 +354,11 @@ pub fn judge(
                 continue;
             }
             "launch-template" | "auto-scaling-group" => {
-                out.left.push(note(kops_group_fate(f, groups, control_planes)));
+                let why = match source {
+                    Source::Kops { groups, .. } => kops_group_fate(f, groups, control_planes),
+                    Source::Ec2 { .. } => "yours: its machines leave it as the roll replaces them (its size going down with them); the group itself is left to you".into(),
+                };
+                out.left.push(note(why));
                 continue;
             }
             "volume" => {
@@ -304,18 +379,18 @@ pub fn judge(
         }
     }
     one_claim_per_key(&mut out);
-    say_where_from(found, kops_name, &mut out);
+    say_where_from(found, source, &mut out);
     out
 }
 
 /// What the claimed VPC says of the adoption ([`Claims::vpc_tags`]); the
 /// VPC is claimed already only when it says all of it.
-fn say_where_from(found: &[Found], kops_name: &str, out: &mut Claims) {
+fn say_where_from(found: &[Found], source: &Source, out: &mut Claims) {
     let name_of = |key: ResourceKey| {
         let id = out.claim.iter().find(|c| c.key == key).map(|c| c.id.clone())?;
         found.iter().find(|f| f.id == id)?.name.clone()
     };
-    let mut vpc_tags = vec![(tags::ADOPTED_FROM.to_string(), format!("kops:{kops_name}"))];
+    let mut vpc_tags = vec![(tags::ADOPTED_FROM.to_string(), source.from_tag())];
     if let Some(n) = name_of(ResourceKey::LoadBalancer) {
         vpc_tags.push((tags::API_LOAD_BALANCER.to_string(), n));
     }

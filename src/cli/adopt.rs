@@ -1,5 +1,5 @@
-//! `pinfleet adopt CLUSTER`: take over, in place, the running kops cluster
-//! an imported cluster file describes. Shows what it claims (a dry run by
+//! `pinfleet adopt CLUSTER`: take over, in place, the running cluster an
+//! imported cluster file describes (kops's, or one made with kubeadm on EC2). Shows what it claims (a dry run by
 //! default); with `--yes` records the claims in pinfleet's state store,
 //! then tags each resource. The judging is [`crate::adopt::claim`]'s, the
 //! reading and tagging [`crate::adopt::aws`]'s.
@@ -28,6 +28,12 @@ pub struct AdoptArgs {
     /// Claim this resource (an EC2 id) though another tool owns it.
     #[arg(long = "take", value_name = "ID")]
     pub take: Vec<String>,
+    /// A kubeadm cluster's PKI, as kubeadm keeps it on a control-plane
+    /// machine (/etc/kubernetes/pki, copied here): ca.crt and ca.key,
+    /// front-proxy-ca.crt and .key, sa.pub and sa.key. Needed once, for a
+    /// cluster `pinfleet import aws` mapped.
+    #[arg(long, value_name = "DIR")]
+    pub pki: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub cloud: CloudArgs,
 }
@@ -36,9 +42,31 @@ pub async fn run(g: &GlobalArgs, args: AdoptArgs) -> anyhow::Result<ExitCode> {
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
     let cluster = &s.loaded.cluster;
     let name = cluster.metadata.name.clone();
-    let Some(kops_name) = cluster.metadata.annotations.get("pinfleet.dev/kops-name").cloned() else {
+    let notes = &cluster.metadata.annotations;
+    let source = if let Some(kops_name) = notes.get("pinfleet.dev/kops-name") {
+        let groups: BTreeMap<String, String> = cluster
+            .spec
+            .instance_groups
+            .iter()
+            .map(|grp| {
+                (grp.labels.get(claim::KOPS_GROUP_TAG).cloned().unwrap_or_else(|| grp.name.clone()), grp.name.clone())
+            })
+            .collect();
+        claim::Source::Kops { name: kops_name.clone(), groups }
+    } else if let Some(tag) = notes.get(crate::adopt::ec2::TAG_ANNOTATION) {
+        let machines = notes.get(crate::adopt::ec2::MACHINES_ANNOTATION).map(|m| crate::adopt::ec2::parse_machines(m));
+        let Some(machines) = machines.filter(|m| !m.is_empty()) else {
+            bail!(
+                "{name}: no metadata.annotations[{}]: adopt claims the machines `pinfleet import aws` recorded",
+                crate::adopt::ec2::MACHINES_ANNOTATION
+            );
+        };
+        let kubernetes = notes.get(crate::adopt::ec2::KUBEADM_NAME_ANNOTATION).cloned().unwrap_or("kubernetes".into());
+        claim::Source::Ec2 { tag: tag.clone(), machines, kubernetes }
+    } else {
         bail!(
-            "{name}: no metadata.annotations[pinfleet.dev/kops-name]: adopt takes over the kops cluster an imported file names (`pinfleet import kops`)"
+            "{name}: no metadata.annotations[pinfleet.dev/kops-name] nor [{}]: adopt takes over the cluster an imported file names (`pinfleet import kops`, `pinfleet import aws`)",
+            crate::adopt::ec2::TAG_ANNOTATION
         );
     };
     // The file's network and security groups (the machines' images and
@@ -49,30 +77,31 @@ pub async fn run(g: &GlobalArgs, args: AdoptArgs) -> anyhow::Result<ExitCode> {
         inputs.user_data.insert(grp.name.clone(), String::new());
     }
     let desired = crate::cloud::model::desired(cluster, &inputs)?;
-    let groups: BTreeMap<String, String> = cluster
-        .spec
-        .instance_groups
-        .iter()
-        .map(|grp| {
-            (grp.labels.get(claim::KOPS_GROUP_TAG).cloned().unwrap_or_else(|| grp.name.clone()), grp.name.clone())
-        })
-        .collect();
-    let found = crate::adopt::aws::find(&s.aws, &kops_name).await?;
+    let found = match &source {
+        claim::Source::Kops { name: kops_name, .. } => crate::adopt::aws::find(&s.aws, kops_name).await?,
+        claim::Source::Ec2 { tag, .. } => {
+            let (k, v) = crate::adopt::ec2::parse_tag(tag).map_err(anyhow::Error::msg)?;
+            crate::adopt::aws::find_ec2(&s.aws, &k, &v).await?
+        }
+    };
     if found.is_empty() {
-        bail!(
-            "no AWS resource is tagged {}={kops_name} in {}: nothing to adopt (is the region right?)",
-            claim::KOPS_CLUSTER_TAG,
-            s.aws.region
-        );
+        let by = match &source {
+            claim::Source::Kops { name: kops_name, .. } => format!("{}={kops_name}", claim::KOPS_CLUSTER_TAG),
+            claim::Source::Ec2 { tag, .. } => tag.clone(),
+        };
+        bail!("no AWS resource is tagged {by} in {}: nothing to adopt (is the region right?)", s.aws.region);
     }
-    let mut claims = claim::judge(&found, &desired, &kops_name, &groups, &args.take);
+    let mut claims = claim::judge(&found, &desired, &source, &args.take);
     // Read only (a dry run creates no bucket).
     let existing = crate::state::Store::open_existing(&cluster.spec.state_store, &name, Some(&s.aws))
         .await
         .with_context(|| format!("opening {name}'s state store"))?;
     // The trust comes along: kops's keysets, read (and checked) before
     // anything is written.
-    let (pki, take_over) = trust(cluster, &s.aws, existing.as_ref()).await?;
+    let (pki, take_over) = match &source {
+        claim::Source::Kops { .. } => trust(cluster, &s.aws, existing.as_ref()).await?,
+        claim::Source::Ec2 { .. } => trust_kubeadm(cluster, args.pki.as_deref(), existing.as_ref()).await?,
+    };
     claims.pki = Some(take_over);
     let write = args.yes && claims.refused.is_empty() && !claims.is_noop();
     if write {
@@ -94,7 +123,10 @@ pub async fn run(g: &GlobalArgs, args: AdoptArgs) -> anyhow::Result<ExitCode> {
                 Err(e) => return Err(e),
             }
         }
-        let record = serde_json::json!({"kopsName": kops_name, "at": chrono::Utc::now(), "claims": claims});
+        let mut record = serde_json::json!({"from": source.from_tag(), "at": chrono::Utc::now(), "claims": claims});
+        if let claim::Source::Kops { name: kops_name, .. } = &source {
+            record["kopsName"] = serde_json::json!(kops_name);
+        }
         store.put_json(CLAIMS_KEY, &record).await?;
         for c in claims.claim.iter().filter(|c| !c.already) {
             let mut tags = claim::claim_tags(&name, &c.key);
@@ -174,6 +206,61 @@ async fn trust(
     Ok((Some(pki), take_over(false)))
 }
 
+/// kubeadm's PKI (copied off a control-plane machine into `dir`) made
+/// into pinfleet's PKI for the cluster, as [`trust`] does kops's.
+async fn trust_kubeadm(
+    cluster: &crate::spec::Cluster,
+    dir: Option<&std::path::Path>,
+    store: Option<&crate::state::Store>,
+) -> anyhow::Result<(Option<crate::state::pki::Pki>, claim::PkiTakeOver)> {
+    let name = &cluster.metadata.name;
+    let have = match store {
+        Some(store) => {
+            crate::state::pki::Pki::load(store).await?.map(|p| (p, store.describe(crate::state::pki::PKI_KEY)))
+        }
+        None => None,
+    };
+    let files = ["ca", "front-proxy-ca", "sa"];
+    let take_over = |already, from: String| claim::PkiTakeOver {
+        keysets: files.iter().map(|f| f.to_string()).collect(),
+        from,
+        already,
+    };
+    let Some(dir) = dir else {
+        if let Some((_, at)) = have {
+            return Ok((None, take_over(true, at)));
+        }
+        bail!(
+            "{name}: --pki DIR is needed: kubeadm keeps the cluster's CAs and service-account key on its control-plane machines (/etc/kubernetes/pki); copy that folder here and name it. Nothing was written"
+        );
+    };
+    let read = |file: &str| {
+        let path = dir.join(file);
+        std::fs::read_to_string(&path).with_context(|| format!("{}: kubeadm keeps it there", path.display()))
+    };
+    let pair = |stem: &str, public: &str| -> anyhow::Result<(String, String)> {
+        let (cert, key) = (read(&format!("{stem}.{public}"))?, read(&format!("{stem}.key"))?);
+        crate::state::pki::check_key_pair(&cert, &key)
+            .with_context(|| format!("{}: {stem}.key is not {stem}.{public}'s key", dir.display()))?;
+        Ok((cert, key))
+    };
+    let ca = pair("ca", "crt")?;
+    let front_proxy = pair("front-proxy-ca", "crt")?;
+    let sa = pair("sa", "pub")?;
+    if let Some((have, at)) = have {
+        if have.ca_cert.trim() != ca.0.trim() {
+            bail!(
+                "{name}'s state ({at}) holds another cluster CA than {}: it is not this cluster's; nothing was written",
+                dir.join("ca.crt").display()
+            );
+        }
+        return Ok((None, take_over(true, dir.display().to_string())));
+    }
+    let pki = crate::state::pki::Pki::adopted(name, (&ca.0, &ca.1), (&front_proxy.0, &front_proxy.1), (&sa.0, &sa.1))
+        .with_context(|| format!("taking over kubeadm's PKI from {}", dir.display()))?;
+    Ok((Some(pki), take_over(false, dir.display().to_string())))
+}
+
 /// The claims as text: a table per part, then what was (or would be)
 /// written. `written`: this run claimed and tagged.
 pub fn text(c: &claim::Claims, cluster: &str, written: bool) -> String {
@@ -207,7 +294,7 @@ pub fn text(c: &claim::Claims, cluster: &str, written: bool) -> String {
             .iter()
             .map(|r| vec![r.id.clone(), r.kops_group.clone(), r.group.clone(), state(r.already).into()])
             .collect();
-        s += &crate::output::table(&["INSTANCE", "KOPS GROUP", "GROUP", "STATE"], &rows);
+        s += &crate::output::table(&["INSTANCE", "WAS IN", "GROUP", "STATE"], &rows);
     }
     if let Some(p) = &c.pki {
         let how = match (p.already, written) {
@@ -215,7 +302,7 @@ pub fn text(c: &claim::Claims, cluster: &str, written: bool) -> String {
             (false, true) => "(taken over now, into pinfleet's state)",
             (false, false) => "(to take over into pinfleet's state)",
         };
-        s += &format!("trust: kops's {} from {} {how}\n", p.keysets.join(", "), p.from);
+        s += &format!("trust: {} from {} {how}\n", p.keysets.join(", "), p.from);
     }
     if !c.left.is_empty() {
         s += "left as they are:\n";

@@ -1,7 +1,10 @@
 //! `pinfleet import kops --state s3://BUCKET/NAME [--out FILE]`: a
 //! cluster kops runs, as a pinfleet cluster file. The reading is
 //! [`crate::adopt::read_kops`], the mapping [`crate::adopt::kops`]; a
-//! refusal writes nothing.
+//! refusal writes nothing. `pinfleet import aws --tag KEY=VALUE
+//! --kubeconfig FILE`: a cluster made by hand with kubeadm on EC2, read
+//! from EC2 ([`crate::adopt::aws::seen_by_tag`]) and its API, mapped by
+//! [`crate::adopt::ec2`].
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -29,6 +32,41 @@ pub enum ImportFrom {
     /// A kops cluster, from kops's state store: every setting mapped, or
     /// named (with its kops path and why) when the file cannot carry it.
     Kops(KopsArgs),
+    /// A cluster made by hand with kubeadm on EC2: what EC2 shows of the
+    /// machines carrying a tag, and the cluster's own kubeadm-config and
+    /// Nodes (read through --kubeconfig).
+    Aws(AwsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AwsArgs {
+    /// The tag every machine of the cluster carries (control plane and
+    /// workers): KEY=VALUE.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub tag: String,
+    /// The running cluster's kubeconfig (its kubeadm-config and Nodes are
+    /// read; nothing is written there).
+    #[arg(long, value_name = "FILE", env = "KUBECONFIG")]
+    pub kubeconfig: PathBuf,
+    /// Where pinfleet keeps the cluster's own state (`spec.stateStore`).
+    #[arg(long, value_name = "URL")]
+    pub state_store: String,
+    /// Write the cluster file here (default: print it). An existing file is
+    /// kept unless --force.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Replace --out if it exists.
+    #[arg(long, requires = "out")]
+    pub force: bool,
+    /// The pinfleet cluster's name (default: the tag's value).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The team that owns the cluster (`spec.owner`).
+    #[arg(long, value_name = "TEAM")]
+    pub owner: Option<String>,
+    /// The machines' region (default: AWS_REGION or the profile's).
+    #[arg(long)]
+    pub region: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -75,7 +113,79 @@ struct Report<'a> {
 pub async fn run(g: &GlobalArgs, args: ImportArgs) -> Result<ExitCode> {
     match args.from {
         ImportFrom::Kops(a) => from_kops(g, a).await,
+        ImportFrom::Aws(a) => from_aws(g, a).await,
     }
+}
+
+async fn from_aws(g: &GlobalArgs, a: AwsArgs) -> Result<ExitCode> {
+    use crate::adopt::ec2;
+    let tag = ec2::parse_tag(&a.tag).map_err(anyhow::Error::msg)?;
+    if let Some(out) = a.out.as_ref().filter(|o| o.exists() && !a.force) {
+        bail!("{} exists: pass --force to replace it", out.display());
+    }
+    let opts = AwsOptions::from_env(Target::Aws, a.region.clone())?;
+    let aws = Aws::connect(&opts).await.context("connecting to AWS")?;
+    let (machines, vpcs, subnets) = crate::adopt::aws::seen_by_tag(&aws, &tag.0, &tag.1).await?;
+    let client = crate::kube::client_from_kubeconfig(&a.kubeconfig, crate::kube::Retry::Default)
+        .await
+        .with_context(|| format!("reading the cluster through {}", a.kubeconfig.display()))?;
+    let api = server_of(&a.kubeconfig).unwrap_or_else(|| a.kubeconfig.display().to_string());
+    let (kubeadm, nodes) = read_kubeadm(&client, &api).await?;
+    let seen = ec2::Seen { tag, region: aws.region.clone(), api, machines, vpcs, subnets, nodes, kubeadm };
+    let options = kops::Options {
+        name: a.name.clone(),
+        owner: a.owner.clone(),
+        state_store: a.state_store.clone(),
+        file: a.out.clone().unwrap_or_else(|| PathBuf::from("cluster.yaml")),
+        validation: super::validate::load_options(&g.addons_dir),
+    };
+    let imported = ec2::import(&seen, &options)?;
+    emit(g, &imported, a.out.as_deref(), "kubeadm")
+}
+
+/// The API server the kubeconfig's current context names (for messages).
+fn server_of(path: &Path) -> Option<String> {
+    let kc = kube::config::Kubeconfig::read_from(path).ok()?;
+    let context = kc.current_context.as_deref()?;
+    let ctx = kc.contexts.iter().find(|c| c.name == context)?.context.as_ref()?;
+    let cluster = kc.clusters.iter().find(|c| c.name == ctx.cluster)?.cluster.as_ref()?;
+    cluster.server.clone()
+}
+
+/// kube-system/kubeadm-config's ClusterConfiguration (None: no such
+/// ConfigMap) and every Node, with the machine its providerID names.
+async fn read_kubeadm(client: &kube::Client, api: &str) -> Result<(Option<String>, Vec<crate::adopt::ec2::Node>)> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Node};
+    let cms = kube::Api::<ConfigMap>::namespaced(client.clone(), "kube-system");
+    let kubeadm = match cms
+        .get_opt("kubeadm-config")
+        .await
+        .with_context(|| format!("{api}: reading kube-system/kubeadm-config"))?
+    {
+        Some(cm) => match cm.data.and_then(|mut d| d.remove("ClusterConfiguration")) {
+            Some(text) => Some(text),
+            None => bail!("{api} kube-system/kubeadm-config: no ClusterConfiguration in it (kubeadm writes one)"),
+        },
+        None => None,
+    };
+    let nodes = kube::Api::<Node>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .with_context(|| format!("{api}: listing Nodes"))?;
+    let nodes = nodes
+        .items
+        .into_iter()
+        .map(|n| {
+            let spec = n.spec.unwrap_or_default();
+            crate::adopt::ec2::Node {
+                name: n.metadata.name.unwrap_or_default(),
+                instance: spec.provider_id.as_deref().and_then(crate::adopt::ec2::instance_of),
+                labels: n.metadata.labels.unwrap_or_default(),
+                taints: spec.taints.unwrap_or_default().into_iter().map(|t| (t.key, t.value, t.effect)).collect(),
+            }
+        })
+        .collect();
+    Ok((kubeadm, nodes))
 }
 
 async fn from_kops(g: &GlobalArgs, a: KopsArgs) -> Result<ExitCode> {
@@ -107,7 +217,12 @@ async fn from_kops(g: &GlobalArgs, a: KopsArgs) -> Result<ExitCode> {
         validation: super::validate::load_options(&g.addons_dir),
     };
     let imported = kops::import(&state, &opts)?;
-    if let Some(out) = &a.out {
+    emit(g, &imported, a.out.as_deref(), "kops")
+}
+
+/// Writes the file (or prints it), then what was not carried over.
+fn emit(g: &GlobalArgs, imported: &kops::Imported, out: Option<&Path>, from: &str) -> Result<ExitCode> {
+    if let Some(out) = out {
         write_file(out, &imported.text).with_context(|| format!("writing {}", out.display()))?;
     }
     if g.output != Format::Text {
@@ -115,7 +230,7 @@ async fn from_kops(g: &GlobalArgs, a: KopsArgs) -> Result<ExitCode> {
         print_data(g.output, &report)?;
         return Ok(ExitCode::SUCCESS);
     }
-    if a.out.is_none() {
+    if out.is_none() {
         anstream::stdout().write_all(imported.text.as_bytes())?;
     }
     let mut err = anstream::stderr();
@@ -125,10 +240,10 @@ async fn from_kops(g: &GlobalArgs, a: KopsArgs) -> Result<ExitCode> {
     for n in &imported.notes {
         writeln!(err, "note: {}", crate::escape::safe(n))?;
     }
-    if let Some(out) = &a.out {
+    if let Some(out) = out {
         writeln!(
             err,
-            "wrote {} (cluster {}); {} kops setting(s) not carried over, named above",
+            "wrote {} (cluster {}); {} {from} setting(s) not carried over, named above",
             out.display(),
             imported.name,
             imported.unmapped.len()

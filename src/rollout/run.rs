@@ -319,20 +319,22 @@ pub async fn preview(aws: &Aws, cluster: &Cluster, client: &kube::Client, opts: 
     Ok(Preview { groups: status(cluster, &p, &nodes, opts), pending, running, version_steps })
 }
 
-/// Refuses a roll of a cluster taken over from kops ([`crate::adopt::CLAIMS_KEY`]
-/// in its state) whose selection (`groups`; empty: every group) holds a
-/// control-plane group: etcd would come over from etcd-manager by restore,
-/// which the roll does not do. Names the node groups' command.
+/// Refuses a roll of a cluster taken over ([`crate::adopt::CLAIMS_KEY`] in
+/// its state, from kops or kubeadm) whose selection (`groups`; empty:
+/// every group) holds a control-plane group: etcd would come over by
+/// restore, which the roll does not do. Names the node groups' command.
 pub async fn refuse_adopted_control_plane(
     cluster: &Cluster,
     store: &crate::state::Store,
     groups: &[String],
 ) -> Result<()> {
     let Some((bytes, _)) = store.get(crate::adopt::CLAIMS_KEY).await? else { return Ok(()) };
-    let from = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .and_then(|v| v["kopsName"].as_str().map(str::to_string))
-        .unwrap_or_else(|| store.describe(crate::adopt::CLAIMS_KEY));
+    let record = serde_json::from_slice::<serde_json::Value>(&bytes).unwrap_or_default();
+    let from = match (record["kopsName"].as_str(), record["from"].as_str().and_then(|f| f.strip_prefix("ec2:"))) {
+        (Some(kops), _) => format!("from kops ({kops})"),
+        (None, Some(tag)) => format!("from kubeadm on EC2 (machines tagged {tag})"),
+        (None, None) => format!("({})", store.describe(crate::adopt::CLAIMS_KEY)),
+    };
     let picked = |g: &&crate::spec::InstanceGroup| groups.is_empty() || groups.contains(&g.name);
     let all = &cluster.spec.instance_groups;
     let control_plane: Vec<&str> =
@@ -344,7 +346,7 @@ pub async fn refuse_adopted_control_plane(
         all.iter().filter(|g| g.role != Role::ControlPlane).map(|g| format!("--instance-group {}", g.name)).collect();
     let name = &cluster.metadata.name;
     anyhow::bail!(
-        "{name} was adopted from kops ({from}): its control plane ({}) is not rolled yet (etcd comes over from etcd-manager by restore, which is not built); roll the node groups: `pinfleet upgrade {name} --yes {}`. Nothing was changed",
+        "{name} was adopted {from}: its control plane ({}) is not rolled yet (its etcd would come over by restore, which is not built); roll the node groups: `pinfleet upgrade {name} --yes {}`. Nothing was changed",
         control_plane.join(", "),
         nodes.join(" ")
     )

@@ -143,7 +143,10 @@ fn pkcs1_to_pkcs8(pkcs1: &[u8]) -> Vec<u8> {
 /// (SubjectPublicKeyInfo, DER), refused unless the certificate holds that
 /// very public key. RSA keys in PKCS#1 or PKCS#8 and ECDSA P-256 keys.
 fn adopted_key(cert_pem: &str, key_pem: &str) -> Result<(KeyPair, Vec<u8>)> {
-    let cert = pem_der(cert_pem, "CERTIFICATE").context("no CERTIFICATE PEM block")?;
+    // A certificate, or a bare public key (kubeadm's sa.pub).
+    let cert = pem_der(cert_pem, "CERTIFICATE")
+        .or_else(|| pem_der(cert_pem, "PUBLIC KEY"))
+        .context("no CERTIFICATE (or PUBLIC KEY) PEM block")?;
     let key = if let Some(pkcs1) = pem_der(key_pem, "RSA PRIVATE KEY") {
         let der = rustls::pki_types::PrivatePkcs8KeyDer::from(pkcs1_to_pkcs8(&pkcs1));
         KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_RSA_SHA256)
