@@ -386,3 +386,247 @@ impl Drop for Killed {
         let _ = self.0.wait();
     }
 }
+
+/// A cluster made by hand with kubeadm on EC2, on moto: a VPC with a public
+/// and two private subnets, a NAT gateway, security groups of its own for
+/// the control plane and the workers, and machines tagged `cluster=lab`
+/// (one control plane, two workers, and a tagged machine that is no Node).
+struct Lab {
+    vpc: String,
+    control_plane: String,
+    workers: Vec<String>,
+    stray: String,
+}
+
+async fn kubeadm_on_moto(aws: &pinfleet::cloud::aws::Aws) -> Lab {
+    use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
+    let ec2 = &aws.ec2;
+    let named = |rt: ResourceType, name: &str| {
+        TagSpecification::builder().resource_type(rt).tags(Tag::builder().key("Name").value(name).build()).build()
+    };
+    let vpc = ec2.create_vpc().cidr_block("10.0.0.0/16").tag_specifications(named(ResourceType::Vpc, "lab")).send();
+    let vpc = vpc.await.unwrap().vpc().unwrap().vpc_id().unwrap().to_string();
+    let subnet = |cidr: &'static str, zone: &'static str| {
+        let vpc = vpc.clone();
+        async move {
+            let s = ec2.create_subnet().vpc_id(vpc).cidr_block(cidr).availability_zone(zone).send().await.unwrap();
+            s.subnet().unwrap().subnet_id().unwrap().to_string()
+        }
+    };
+    let public = subnet("10.0.0.0/24", "us-east-1a").await;
+    let private_a = subnet("10.0.1.0/24", "us-east-1a").await;
+    let private_b = subnet("10.0.2.0/24", "us-east-1b").await;
+    let igw = ec2.create_internet_gateway().send().await.unwrap();
+    let igw = igw.internet_gateway().unwrap().internet_gateway_id().unwrap().to_string();
+    ec2.attach_internet_gateway().internet_gateway_id(&igw).vpc_id(&vpc).send().await.unwrap();
+    let rt = ec2.create_route_table().vpc_id(&vpc).send().await.unwrap();
+    let rt = rt.route_table().unwrap().route_table_id().unwrap().to_string();
+    ec2.create_route().route_table_id(&rt).destination_cidr_block("0.0.0.0/0").gateway_id(&igw).send().await.unwrap();
+    ec2.associate_route_table().route_table_id(&rt).subnet_id(&public).send().await.unwrap();
+    let eip = ec2.allocate_address().domain(aws_sdk_ec2::types::DomainType::Vpc).send().await.unwrap();
+    let nat = ec2.create_nat_gateway().subnet_id(&public).allocation_id(eip.allocation_id().unwrap()).send();
+    let nat = nat.await.unwrap().nat_gateway().unwrap().nat_gateway_id().unwrap().to_string();
+    let private_rt = ec2.create_route_table().vpc_id(&vpc).send().await.unwrap();
+    let private_rt = private_rt.route_table().unwrap().route_table_id().unwrap().to_string();
+    let route = ec2.create_route().route_table_id(&private_rt).destination_cidr_block("0.0.0.0/0");
+    route.nat_gateway_id(&nat).send().await.unwrap();
+    for s in [&private_a, &private_b] {
+        ec2.associate_route_table().route_table_id(&private_rt).subnet_id(s).send().await.unwrap();
+    }
+    let sg = |name: &'static str| {
+        let vpc = vpc.clone();
+        async move {
+            let g = ec2.create_security_group().group_name(name).description(name).vpc_id(vpc).send().await.unwrap();
+            g.group_id().unwrap().to_string()
+        }
+    };
+    let (cp_sg, workers_sg) = (sg("lab-control-plane").await, sg("lab-workers").await);
+    // What a hand-made cluster tends to allow: everything inside the VPC,
+    // and the API from anywhere.
+    use aws_sdk_ec2::types::{IpPermission, IpRange};
+    let all_from_vpc =
+        IpPermission::builder().ip_protocol("-1").ip_ranges(IpRange::builder().cidr_ip("10.0.0.0/16").build()).build();
+    let api = IpPermission::builder()
+        .ip_protocol("tcp")
+        .from_port(6443)
+        .to_port(6443)
+        .ip_ranges(IpRange::builder().cidr_ip("0.0.0.0/0").build())
+        .build();
+    let ingress = |g: &String, rules: Vec<IpPermission>| {
+        ec2.authorize_security_group_ingress().group_id(g).set_ip_permissions(Some(rules)).send()
+    };
+    ingress(&cp_sg, vec![all_from_vpc.clone(), api]).await.unwrap();
+    ingress(&workers_sg, vec![all_from_vpc]).await.unwrap();
+    let image = support::canonical_image(aws).await;
+    let launch = |t: &'static str, subnet: String, sg: String, name: &'static str| {
+        let image = image.clone();
+        async move {
+            let tags = TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .tags(Tag::builder().key("cluster").value("lab").build())
+                .tags(Tag::builder().key("Name").value(name).build())
+                .build();
+            let out = ec2
+                .run_instances()
+                .image_id(image)
+                .instance_type(t.into())
+                .min_count(1)
+                .max_count(1)
+                .subnet_id(subnet)
+                .security_group_ids(sg)
+                .tag_specifications(tags)
+                .send()
+                .await
+                .unwrap();
+            out.instances()[0].instance_id().unwrap().to_string()
+        }
+    };
+    let control_plane = launch("m6i.large", private_a.clone(), cp_sg.clone(), "lab-cp-0").await;
+    let workers = vec![
+        launch("m6i.xlarge", private_a.clone(), workers_sg.clone(), "lab-worker-0").await,
+        launch("m6i.xlarge", private_b.clone(), workers_sg.clone(), "lab-worker-1").await,
+    ];
+    let stray = launch("t3.micro", public.clone(), workers_sg.clone(), "lab-jumpbox").await;
+    Lab { vpc, control_plane, workers, stray }
+}
+
+/// What the running cluster's API shows: kubeadm's ClusterConfiguration
+/// and a Node per machine kubeadm joined (named by its private DNS name,
+/// its providerID the machine's).
+async fn kubeadm_api(client: &kube::Client, lab: &Lab) {
+    use k8s_openapi::api::core::v1::{ConfigMap, Node};
+    let pp = Default::default();
+    let config = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.33.4\nclusterName: lab\ncontrolPlaneEndpoint: api.lab.example.com:6443\nnetworking:\n  dnsDomain: cluster.local\n  podSubnet: 10.244.0.0/16\n  serviceSubnet: 10.96.0.0/12\napiServer:\n  extraArgs:\n  - name: audit-log-maxage\n    value: \"30\"\n";
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kubeadm-config", "namespace": "kube-system"},
+        "data": {"ClusterConfiguration": config}
+    }))
+    .unwrap();
+    kube::Api::<ConfigMap>::namespaced(client.clone(), "kube-system").create(&pp, &cm).await.unwrap();
+    let nodes = kube::Api::<Node>::all(client.clone());
+    let mut machines = vec![(&lab.control_plane, "us-east-1a", true)];
+    machines.extend(lab.workers.iter().zip(["us-east-1a", "us-east-1b"]).map(|(id, z)| (id, z, false)));
+    for (i, (id, zone, cp)) in machines.into_iter().enumerate() {
+        let mut labels = serde_json::json!({"kubernetes.io/os": "linux", "example.com/pool": "general"});
+        if cp {
+            labels["node-role.kubernetes.io/control-plane"] = "".into();
+        }
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("ip-10-0-1-{}.ec2.internal", 10 + i), "labels": labels},
+            "spec": {"providerID": format!("aws:///{zone}/{id}")}
+        }))
+        .unwrap();
+        nodes.create(&pp, &node).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_made_with_kubeadm_on_ec2_is_imported_from_ec2_and_its_api_then_adopted_in_place() {
+    let w = support::World::new("kubeadm-lab", 1);
+    let aws = w.aws().await;
+    let bucket = w.bucket();
+    aws.s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    let lab = kubeadm_on_moto(&aws).await;
+    // The running cluster's API (a sim holding what kubeadm left there).
+    let kubeconfig = w.dir.path().join("lab-kubeconfig.yaml");
+    let kc = kubeconfig.to_str().unwrap();
+    let _api = Killed(w.command(&["sim", "--kubeconfig", kc]).stdout(std::process::Stdio::null()).spawn().unwrap());
+    for _ in 0..1200 {
+        if kubeconfig.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let client = pinfleet::kube::client_from_kubeconfig(&kubeconfig, pinfleet::kube::Retry::Default).await.unwrap();
+
+    // Not a kubeadm cluster (yet): refused, nothing written.
+    let file = w.clusters_dir().join("lab.yaml");
+    let file_arg = file.to_str().unwrap();
+    let state = format!("s3://{bucket}/pinfleet");
+    let import = |extra: &[&str]| {
+        let mut a = vec!["import", "aws", "--tag", "cluster=lab", "--kubeconfig", kc, "--state-store", &state];
+        a.extend_from_slice(&["--owner", "platform", "--out", file_arg]);
+        a.extend_from_slice(extra);
+        w.run(&a)
+    };
+    let o = import(&[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(support::stderr(&o).contains("kube-system/kubeadm-config: no such ConfigMap"), "{}", support::stderr(&o));
+    assert!(!file.exists());
+    let o = w.run(&["import", "aws", "--tag", "cluster", "--kubeconfig", kc, "--state-store", &state]);
+    assert!(support::stderr(&o).contains("give the machines' tag as KEY=VALUE"), "{}", support::stderr(&o));
+
+    kubeadm_api(&client, &lab).await;
+    let o = import(&[]);
+    let err = support::stderr(&o);
+    assert!(o.status.success(), "{err}");
+    for want in [
+        "ClusterConfiguration.apiServer.extraArgs: pinfleet runs kubeadm's flags",
+        &format!("EC2 (tag cluster=lab): {}: no Node of the cluster runs on it", lab.stray),
+        "2 kubeadm setting(s) not carried over",
+    ] {
+        assert!(err.contains(want), "`{want}` not said:\n{err}");
+    }
+    w.ok(&["validate", file_arg]);
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("dnsName: api.lab.example.com"), "{text}");
+    let mut workers = lab.workers.clone();
+    workers.sort();
+    assert!(text.contains(&format!("control-plane={} nodes={}", lab.control_plane, workers.join(","))), "{text}");
+
+    // adopt: kubeadm's PKI is needed (it lives on the control plane's disk).
+    let o = w.run(&["adopt", "lab"]);
+    assert!(support::stderr(&o).contains("--pki DIR is needed"), "{}", support::stderr(&o));
+    let pki = format!("{}/tests/fixtures/kubeadm/pki", env!("CARGO_MANIFEST_DIR"));
+    let dry = w.json(&["adopt", "lab", "--pki", &pki]);
+    assert!(dry["refused"].as_array().unwrap().is_empty(), "{dry:#}");
+    let keys: Vec<&str> = dry["claim"].as_array().unwrap().iter().map(|c| c["key"].as_str().unwrap()).collect();
+    for want in ["vpc", "subnet/public-us-east-1a", "subnet/private-us-east-1b", "igw", "sg/control-plane", "sg/nodes"]
+    {
+        assert!(keys.contains(&want), "{want} not claimed: {keys:?}");
+    }
+    let roll: Vec<&str> = dry["roll"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(roll.len(), 3, "{dry:#}");
+    let left = dry["left"].to_string();
+    assert!(left.contains(&lab.stray) && left.contains("not among the machines the import recorded"), "{left}");
+    let vpc = tags_of(&aws.ec2, &lab.vpc).await;
+    assert!(!vpc.contains_key("pinfleet.dev/cluster"), "a dry run tagged the VPC: {vpc:?}");
+
+    w.ok(&["adopt", "lab", "--yes", "--pki", &pki]);
+    let vpc = tags_of(&aws.ec2, &lab.vpc).await;
+    assert_eq!(vpc.get("pinfleet.dev/adopted-from").map(String::as_str), Some("ec2:cluster=lab"), "{vpc:?}");
+    let stray = tags_of(&aws.ec2, &lab.stray).await;
+    assert!(!stray.contains_key("pinfleet.dev/cluster"), "the machine that is no Node was claimed: {stray:?}");
+    let bundle = aws.s3.get_object().bucket(&bucket).key("pinfleet/lab/pki/bundle.json").send().await.unwrap();
+    let bundle: serde_json::Value = serde_json::from_slice(&bundle.body.collect().await.unwrap().to_vec()).unwrap();
+    let ca = std::fs::read_to_string(format!("{pki}/ca.crt")).unwrap();
+    assert_eq!(bundle["ca_cert"].as_str().unwrap().trim(), ca.trim(), "pinfleet's CA is not kubeadm's");
+
+    // plan: nothing that exists is changed (kubeadm's rules already allow
+    // what pinfleet's groups need); the API gets a load balancer of its
+    // own, new, with the running control plane behind it; the three
+    // machines need the roll.
+    let plan = w.json(&["plan", "lab"]);
+    let changes = plan["changes"].as_array().unwrap();
+    for c in changes {
+        if c["key"] == "targets" {
+            let tg = changes.iter().find(|x| x["key"] == "tg").unwrap();
+            assert_eq!(tg["action"], "create", "the target group it registers with is new: {tg:#}");
+            continue;
+        }
+        assert_eq!(c["action"], "create", "{} is changed after the adopt: {c:#}", c["key"]);
+    }
+    let text = w.ok(&["plan", "lab"]);
+    assert!(text.contains("  nodes: 2 instance(s) on an older launch-template version"), "{text}");
+    // Again: nothing to do, and no --pki needed now.
+    let out = w.ok(&["adopt", "lab"]);
+    assert!(out.contains("lab is adopted already: nothing to do"), "{out}");
+    // The control plane is refused for the roll, named as kubeadm's.
+    let o = w.run(&["upgrade", "lab", "--yes", "--kubeconfig", kc, "--skip-e2e"]);
+    let err = support::stderr(&o);
+    assert!(
+        err.contains("lab was adopted from kubeadm on EC2 (machines tagged cluster=lab): its control plane"),
+        "{err}"
+    );
+    assert!(err.contains("--instance-group nodes"), "{err}");
+}

@@ -172,6 +172,8 @@ pub struct Claims {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PkiTakeOver {
+    /// Whose: `kops` (its keysets) or `kubeadm` (its pki folder).
+    pub by: String,
     /// The keysets read (`kubernetes-ca`, …), from where.
     pub keysets: Vec<String>,
     pub from: String,

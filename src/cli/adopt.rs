@@ -177,6 +177,7 @@ async fn trust(
     }
     let [ca, front_proxy, sa] = [&keys[0], &keys[1], &keys[2]];
     let take_over = |already| claim::PkiTakeOver {
+        by: "kops".into(),
         keysets: crate::adopt::keyset::KEYSETS.iter().map(|(k, _)| k.to_string()).collect(),
         from: url.clone(),
         already,
@@ -222,6 +223,7 @@ async fn trust_kubeadm(
     };
     let files = ["ca", "front-proxy-ca", "sa"];
     let take_over = |already, from: String| claim::PkiTakeOver {
+        by: "kubeadm".into(),
         keysets: files.iter().map(|f| f.to_string()).collect(),
         from,
         already,
@@ -302,7 +304,7 @@ pub fn text(c: &claim::Claims, cluster: &str, written: bool) -> String {
             (false, true) => "(taken over now, into pinfleet's state)",
             (false, false) => "(to take over into pinfleet's state)",
         };
-        s += &format!("trust: {} from {} {how}\n", p.keysets.join(", "), p.from);
+        s += &format!("trust: {}'s {} from {} {how}\n", p.by, p.keysets.join(", "), p.from);
     }
     if !c.left.is_empty() {
         s += "left as they are:\n";
@@ -337,6 +339,7 @@ mod tests {
             left: vec![note("auto-scaling-group", "nodes.c.example.com", "kops's: deleted once empty")],
             refused: if refused { vec![note("security-group", "sg-9", "Terraform manages it")] } else { vec![] },
             pki: Some(claim::PkiTakeOver {
+                by: "kops".into(),
                 keysets: vec!["kubernetes-ca".into()],
                 from: "s3://kops/c.example.com".into(),
                 already,

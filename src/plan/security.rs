@@ -56,7 +56,7 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
         let add: Vec<Rule> = sg
             .ingress
             .iter()
-            .filter(|r| !have.iter().any(|(h, _)| h == *r || (adopted && covers(h, r))))
+            .filter(|r| !have.iter().any(|(h, _)| h == *r || (adopted && covers(h, r, &desired.vpc_cidr))))
             .cloned()
             .collect();
         let stale = |h: &Rule| !adopted && !sg.ingress.contains(h);
@@ -78,15 +78,18 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
     }
 }
 
-/// Whether rule `have` already lets through everything `want` does: the
-/// same source, and every protocol (`-1`) or the same one over a port range
-/// holding `want`'s.
-fn covers(have: &Rule, want: &Rule) -> bool {
+/// Whether rule `have` already lets through everything `want` does: every
+/// protocol (`-1`) or the same one over a port range holding `want`'s,
+/// from the same source or a wider range of addresses. A range holding
+/// the whole VPC (`vpc`) holds every security group's machines in it.
+fn covers(have: &Rule, want: &Rule, vpc: &str) -> bool {
+    let holds = |h: &str, w: &str| match (h.parse::<ipnet::IpNet>(), w.parse::<ipnet::IpNet>()) {
+        (Ok(h), Ok(w)) => h.contains(&w),
+        _ => h == w,
+    };
     let source = match (&have.source, &want.source) {
-        (Source::Cidr(h), Source::Cidr(w)) => match (h.parse::<ipnet::IpNet>(), w.parse::<ipnet::IpNet>()) {
-            (Ok(h), Ok(w)) => h.contains(&w),
-            _ => h == w,
-        },
+        (Source::Cidr(h), Source::Cidr(w)) => holds(h, w),
+        (Source::Cidr(h), Source::Group(_)) => holds(h, vpc),
         (h, w) => h == w,
     };
     source
@@ -102,19 +105,26 @@ mod tests {
         Rule { protocol: protocol.into(), from_port: from, to_port: to, source }
     }
 
+    fn covers_(have: &Rule, want: &Rule) -> bool {
+        covers(have, want, "172.20.0.0/16")
+    }
+
     #[test]
     fn a_rule_is_covered_by_all_traffic_or_a_wider_range_from_the_same_source() {
         let nodes = || Source::Group("nodes".into());
         let want = rule("tcp", 443, 443, nodes());
-        assert!(covers(&rule("-1", -1, -1, nodes()), &want));
-        assert!(covers(&rule("tcp", 1, 2379, nodes()), &want));
-        assert!(!covers(&rule("tcp", 1, 442, nodes()), &want), "a range that stops short");
-        assert!(!covers(&rule("udp", 1, 65535, nodes()), &want), "another protocol");
-        assert!(!covers(&rule("-1", -1, -1, Source::Cidr("10.0.0.0/8".into())), &want), "another source");
+        assert!(covers_(&rule("-1", -1, -1, nodes()), &want));
+        assert!(covers_(&rule("tcp", 1, 2379, nodes()), &want));
+        assert!(!covers_(&rule("tcp", 1, 442, nodes()), &want), "a range that stops short");
+        assert!(!covers_(&rule("udp", 1, 65535, nodes()), &want), "another protocol");
+        assert!(!covers_(&rule("-1", -1, -1, Source::Cidr("10.0.0.0/8".into())), &want), "another source");
         let from_vpc = rule("tcp", 443, 443, Source::Cidr("172.20.0.0/16".into()));
-        assert!(covers(&rule("tcp", 443, 443, Source::Cidr("0.0.0.0/0".into())), &from_vpc), "a wider range");
-        assert!(!covers(&rule("tcp", 443, 443, Source::Cidr("172.20.0.0/24".into())), &from_vpc), "a narrower one");
+        assert!(covers_(&rule("tcp", 443, 443, Source::Cidr("0.0.0.0/0".into())), &from_vpc), "a wider range");
+        assert!(!covers_(&rule("tcp", 443, 443, Source::Cidr("172.20.0.0/24".into())), &from_vpc), "a narrower one");
+        let vpc_wide = rule("-1", -1, -1, Source::Cidr("172.20.0.0/16".into()));
+        assert!(covers_(&vpc_wide, &want), "every address of the VPC holds the group's machines");
+        assert!(!covers_(&rule("-1", -1, -1, Source::Cidr("172.20.0.0/17".into())), &want), "half the VPC does not");
         let range = rule("tcp", 2379, 2380, nodes());
-        assert!(!covers(&rule("tcp", 2379, 2379, nodes()), &range), "half the range");
+        assert!(!covers_(&rule("tcp", 2379, 2379, nodes()), &range), "half the range");
     }
 }
