@@ -11,6 +11,8 @@
 mod kops_fixture;
 mod support;
 
+use std::collections::BTreeMap;
+
 use kops_fixture::{kops_on_moto, tags_of, KOPS_NAME};
 use support::import_kops_prod as import_prod;
 
@@ -629,4 +631,48 @@ async fn a_cluster_made_with_kubeadm_on_ec2_is_imported_from_ec2_and_its_api_the
         "{err}"
     );
     assert!(err.contains("--instance-group nodes"), "{err}");
+
+    // The workers roll onto pinfleet's machines (a sim whose Nodes are the
+    // machines, standing in for the cluster from here on); the control
+    // plane and the machine that is no Node stay as they are.
+    let nodes_kc = w.dir.path().join("lab-nodes-kubeconfig.yaml");
+    let _nodes = Killed(w.node_sim("lab", &nodes_kc));
+    for _ in 0..1200 {
+        if nodes_kc.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let nkc = nodes_kc.to_str().unwrap();
+    let o = w.run(&[
+        "upgrade",
+        "lab",
+        "--yes",
+        "--kubeconfig",
+        nkc,
+        "--validate-interval",
+        "200ms",
+        "--skip-e2e",
+        "-g",
+        "nodes",
+    ]);
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    let mut ids = lab.workers.clone();
+    ids.extend([lab.control_plane.clone(), lab.stray.clone()]);
+    let live = aws.ec2.describe_instances().set_instance_ids(Some(ids.clone())).send().await.unwrap();
+    let state: BTreeMap<String, String> = live
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .map(|i| (i.instance_id().unwrap().to_string(), i.state().unwrap().name().unwrap().as_str().to_string()))
+        .collect();
+    for id in &lab.workers {
+        assert!(matches!(state[id].as_str(), "terminated" | "shutting-down"), "worker {id}: {state:?}");
+    }
+    assert_eq!(state[&lab.control_plane], "running", "{state:?}");
+    assert_eq!(state[&lab.stray], "running", "{state:?}");
+    let now = w.json(&["get", "instances", "lab"]);
+    let running: Vec<&serde_json::Value> =
+        now.as_array().unwrap().iter().filter(|i| i["group"] == "nodes" && i["state"] == "running").collect();
+    assert_eq!(running.len(), 2, "{now:#}");
 }
