@@ -295,40 +295,15 @@ pub fn judge(found: &[Found], desired: &Desired, source: &Source, taken: &[Strin
                     })
                     .map(|rt| ResourceKey::RouteTable(rt.name.clone()))
             }
-            "security-group" => {
-                let role = match source {
-                    // kops names its groups `masters.<cluster>` and `nodes.<cluster>`.
-                    Source::Kops { .. } => {
-                        let name = f.tags.get("Name").map(String::as_str).unwrap_or_default();
-                        if name.starts_with("masters.") {
-                            Some("control-plane")
-                        } else if name.starts_with("nodes.") {
-                            Some("nodes")
-                        } else {
-                            None
-                        }
-                    }
-                    // By the machines that use it: the control plane's
-                    // only, or the workers' only.
-                    Source::Ec2 { machines, .. } => {
-                        let cp = |id: &String| machines.get(id).is_some_and(|g| control_planes.contains(g));
-                        if f.links.is_empty() {
-                            None
-                        } else if f.links.iter().all(cp) {
-                            Some("control-plane")
-                        } else if !f.links.iter().any(cp) {
-                            Some("nodes")
-                        } else {
-                            out.left.push(note(
-                                "used by the control plane and the workers alike: left as it is (pinfleet's machines get groups of their own)".into(),
-                            ));
-                            continue;
-                        }
-                    }
-                };
-                role.filter(|r| desired.security_groups.iter().any(|s| s.name == *r))
-                    .map(|r| ResourceKey::SecurityGroup(r.to_string()))
-            }
+            "security-group" => match sg_role(f, source, control_planes) {
+                Ok(role) => role
+                    .filter(|r| desired.security_groups.iter().any(|s| s.name == *r))
+                    .map(|r| ResourceKey::SecurityGroup(r.to_string())),
+                Err(why) => {
+                    out.left.push(note(why.into()));
+                    continue;
+                }
+            },
             "instance" => {
                 match source.group_of(f) {
                     Ok((g, kops_group)) => out.roll.push(Roll {
@@ -405,6 +380,37 @@ fn say_where_from(found: &[Found], source: &Source, out: &mut Claims) {
         c.already &= vpc.is_some_and(|v| vpc_tags.iter().all(|(k, val)| v.tags.get(k) == Some(val)));
     }
     out.vpc_tags = vpc_tags;
+}
+
+/// Which of the file's security groups a found one is: kops names its
+/// groups `masters.<cluster>` and `nodes.<cluster>`; a kubeadm cluster's
+/// is known by the machines that use it (the control plane's only, or the
+/// workers' only). Err: why it is left.
+fn sg_role(f: &Found, source: &Source, control_planes: &[String]) -> Result<Option<&'static str>, &'static str> {
+    match source {
+        Source::Kops { .. } => {
+            let name = f.tags.get("Name").map(String::as_str).unwrap_or_default();
+            Ok(if name.starts_with("masters.") {
+                Some("control-plane")
+            } else if name.starts_with("nodes.") {
+                Some("nodes")
+            } else {
+                None
+            })
+        }
+        Source::Ec2 { machines, .. } => {
+            let cp = |id: &String| machines.get(id).is_some_and(|g| control_planes.contains(g));
+            if f.links.is_empty() {
+                Ok(None)
+            } else if f.links.iter().all(cp) {
+                Ok(Some("control-plane"))
+            } else if !f.links.iter().any(cp) {
+                Ok(Some("nodes"))
+            } else {
+                Err("used by the control plane and the workers alike: left as it is (pinfleet's machines get groups of their own)")
+            }
+        }
+    }
 }
 
 /// The file's control-plane groups.

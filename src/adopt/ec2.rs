@@ -205,10 +205,136 @@ fn system_label(k: &str) -> bool {
     domain.ends_with("kubernetes.io") || domain.ends_with("k8s.io") || domain.starts_with("pinfleet.dev")
 }
 
-/// Maps what was seen to a pinfleet cluster file, or refuses with why.
-pub fn import(seen: &Seen, opts: &Options) -> anyhow::Result<Imported> {
-    let (key, value) = &seen.tag;
-    let tag = format!("{key}={value}");
+/// kubeadm's ClusterConfiguration as read, and where it was read.
+struct Kubeadm {
+    config: Value,
+    at: String,
+}
+
+impl Kubeadm {
+    fn read(seen: &Seen) -> anyhow::Result<Kubeadm> {
+        let at = format!("{} kube-system/kubeadm-config", seen.api);
+        let Some(text) = &seen.kubeadm else {
+            anyhow::bail!(
+                "{at}: no such ConfigMap: the cluster was not made by kubeadm (import aws reads kubeadm's ClusterConfiguration; for kops, `pinfleet import kops`)"
+            );
+        };
+        let config: Value = serde_saphyr::from_str(text)
+            .map_err(|e| anyhow::anyhow!("{at}: ClusterConfiguration is not YAML pinfleet can read: {e}"))?;
+        if config.get("kind").and_then(Value::as_str) != Some("ClusterConfiguration") {
+            anyhow::bail!("{at}: ClusterConfiguration holds no kind: ClusterConfiguration");
+        }
+        Ok(Kubeadm { config, at })
+    }
+
+    fn get(&self, path: &str) -> Option<String> {
+        let mut v = &self.config;
+        for part in path.split('.') {
+            v = v.get(part)?;
+        }
+        v.as_str().map(str::to_string)
+    }
+
+    fn finding(&self, path: &str, why: &str) -> Finding {
+        Finding {
+            path: format!("ClusterConfiguration.{path}"),
+            why: why.to_string(),
+            object: "kubeadm-config".into(),
+            at: self.at.clone(),
+        }
+    }
+
+    /// Every set field the file does not carry, named once (a list or map
+    /// of one setting by its own path); `etcd.external` refused.
+    fn settings(&self, found: &mut Findings) {
+        let mut all = Vec::new();
+        leaves(&self.config, String::new(), &mut all);
+        for (path, v) in &all {
+            if CARRIED.contains(&path.as_str()) || DEFAULTS.iter().any(|(p, d)| p == path && v.as_str() == Some(*d)) {
+                continue;
+            }
+            let path = ["extraArgs", "certSANs", "featureGates", "extraVolumes", "etcd.external"]
+                .iter()
+                .find_map(|k| path.find(k).map(|i| &path[..i + k.len()]))
+                .unwrap_or(path);
+            let f = self.finding(path, why_not(path));
+            let list = if path == "etcd.external" { &mut found.refused } else { &mut found.unmapped };
+            if !list.contains(&f) {
+                list.push(f);
+            }
+        }
+    }
+
+    /// The version kubeadm installed, as pinfleet spells it.
+    fn version(&self) -> anyhow::Result<String> {
+        let version = self.get("kubernetesVersion").unwrap_or_default();
+        let version = version.trim_start_matches('v').to_string();
+        if crate::spec::versions::parse_kubernetes_version(&version).is_none() {
+            anyhow::bail!(
+                "{}: ClusterConfiguration.kubernetesVersion `{version}` is not a Kubernetes version",
+                self.at
+            );
+        }
+        Ok(version)
+    }
+
+    /// `spec.api` from `controlPlaneEndpoint`.
+    fn api(&self, unmapped: &mut Vec<Finding>) -> Map<String, Value> {
+        let mut api = Map::new();
+        let Some(ep) = self.get("controlPlaneEndpoint") else {
+            unmapped.push(self.finding(
+                "controlPlaneEndpoint",
+                "unset: the control plane has no shared endpoint (one machine's address); pinfleet puts a load balancer in front of it",
+            ));
+            return api;
+        };
+        let (host, port) = match ep.rsplit_once(':') {
+            Some((h, p)) if p.parse::<u16>().is_ok() => (h.to_string(), p.parse::<u16>().ok()),
+            _ => (ep.clone(), None),
+        };
+        api.insert("port".into(), json!(port.unwrap_or(6443)));
+        if host.parse::<std::net::IpAddr>().is_err() {
+            api.insert("dnsName".into(), json!(host));
+        } else {
+            unmapped.push(self.finding(
+                "controlPlaneEndpoint",
+                "an IP address: pinfleet's endpoint is its load balancer (spec.api.dnsName names a DNS record to point at it)",
+            ));
+        }
+        api
+    }
+}
+
+/// What the import says it did not carry, and what stops it.
+#[derive(Default)]
+struct Findings {
+    unmapped: Vec<Finding>,
+    refused: Vec<Finding>,
+}
+
+impl Findings {
+    fn refuse_if_any(&self) -> anyhow::Result<()> {
+        if self.refused.is_empty() {
+            return Ok(());
+        }
+        let mut s = format!(
+            "{} setting(s) pinfleet cannot honour without changing what the cluster does; nothing was written:",
+            self.refused.len()
+        );
+        for f in &self.refused {
+            s.push_str("\n  ");
+            s.push_str(&f.to_string());
+        }
+        anyhow::bail!(s)
+    }
+
+    fn ec2(&mut self, tag: &str, path: String, why: String) {
+        self.unmapped.push(Finding { path, why, object: "EC2".into(), at: format!("EC2 (tag {tag})") });
+    }
+}
+
+/// The machines' one VPC (id, CIDR), or why there is none to import.
+fn one_vpc<'a>(seen: &'a Seen, tag: &str) -> anyhow::Result<&'a (String, String)> {
     if seen.machines.is_empty() {
         anyhow::bail!(
             "no machine (pending, running or stopped) is tagged {tag} in {}: nothing to import (is the tag or the region right?)",
@@ -223,129 +349,44 @@ pub fn import(seen: &Seen, opts: &Options) -> anyhow::Result<Imported> {
             ids.join(", ")
         );
     }
-    let (vpc_id, vpc_cidr) = &seen.vpcs[0];
-    let kubeadm_at = format!("{} kube-system/kubeadm-config", seen.api);
-    let Some(text) = &seen.kubeadm else {
-        anyhow::bail!(
-            "{kubeadm_at}: no such ConfigMap: the cluster was not made by kubeadm (import aws reads kubeadm's ClusterConfiguration; for kops, `pinfleet import kops`)"
-        );
-    };
-    let config: Value = serde_saphyr::from_str(text)
-        .map_err(|e| anyhow::anyhow!("{kubeadm_at}: ClusterConfiguration is not YAML pinfleet can read: {e}"))?;
-    let get = |path: &str| {
-        let mut v = &config;
-        for part in path.split('.') {
-            v = v.get(part)?;
-        }
-        v.as_str().map(str::to_string)
-    };
-    if config.get("kind").and_then(Value::as_str) != Some("ClusterConfiguration") {
-        anyhow::bail!("{kubeadm_at}: ClusterConfiguration holds no kind: ClusterConfiguration");
-    }
-    let mut unmapped = Vec::new();
-    let mut refused = Vec::new();
-    let finding = |path: &str, why: &str| Finding {
-        path: format!("ClusterConfiguration.{path}"),
-        why: why.to_string(),
-        object: "kubeadm-config".into(),
-        at: kubeadm_at.clone(),
-    };
-    let mut all = Vec::new();
-    leaves(&config, String::new(), &mut all);
-    for (path, v) in &all {
-        if CARRIED.contains(&path.as_str()) {
-            continue;
-        }
-        if DEFAULTS.iter().any(|(p, d)| p == path && v.as_str() == Some(*d)) {
-            continue;
-        }
-        // A list or map of one setting is named once, by its own path.
-        let path = ["extraArgs", "certSANs", "featureGates", "extraVolumes"]
-            .iter()
-            .find_map(|k| path.find(k).map(|i| &path[..i + k.len()]))
-            .unwrap_or(path);
-        if unmapped.iter().any(|f: &Finding| f.path == format!("ClusterConfiguration.{path}")) {
-            continue;
-        }
-        let f = finding(path, why_not(path));
-        if path.starts_with("etcd.external") {
-            if !refused.contains(&f) {
-                refused.push(finding("etcd.external", why_not(path)));
-            }
-        } else {
-            unmapped.push(f);
-        }
-    }
-    refused.dedup();
+    Ok(&seen.vpcs[0])
+}
 
-    // The version kubeadm installed.
-    let version = get("kubernetesVersion").unwrap_or_default();
-    let version = version.trim_start_matches('v').to_string();
-    if crate::spec::versions::parse_kubernetes_version(&version).is_none() {
-        anyhow::bail!("{kubeadm_at}: ClusterConfiguration.kubernetesVersion `{version}` is not a Kubernetes version");
-    }
-    let cluster_name = get("clusterName").unwrap_or_else(|| "kubernetes".into());
-    let name = match &opts.name {
-        Some(n) => n.clone(),
-        None => value.clone(),
-    };
-    if !crate::spec::validate::is_dns_label(&name) {
-        anyhow::bail!(match &opts.name {
-            Some(_) => format!("--name `{name}` is not a DNS label (lowercase letters, digits and '-')"),
-            None =>
-                format!("the tag's value `{value}` is not a DNS label pinfleet can name a cluster by: pass --name NAME"),
-        });
-    }
-
-    // Nodes by machine; machines no Node runs on, and Nodes on no tagged machine.
+/// Each tagged machine's Node; a machine no Node runs on is named, a
+/// worker Node on an untagged machine too, a control-plane one refused.
+fn match_nodes<'a>(seen: &'a Seen, tag: &str, found: &mut Findings) -> BTreeMap<&'a str, &'a Node> {
     let node_of: BTreeMap<&str, &Node> = seen.nodes.iter().filter_map(|n| Some((n.instance.as_deref()?, n))).collect();
     let tagged: BTreeSet<&str> = seen.machines.iter().map(|m| m.id.as_str()).collect();
-    for m in &seen.machines {
-        if !node_of.contains_key(m.id.as_str()) {
-            unmapped.push(Finding {
-                path: m.id.clone(),
-                why: "no Node of the cluster runs on it (no spec.providerID names it): left out of the file, and adopt leaves it".into(),
-                object: "EC2".into(),
-                at: format!("EC2 (tag {tag})"),
-            });
+    for m in seen.machines.iter().filter(|m| !node_of.contains_key(m.id.as_str())) {
+        let why = "no Node of the cluster runs on it (no spec.providerID names it): left out of the file, and adopt leaves it";
+        found.ec2(tag, m.id.clone(), why.into());
+    }
+    for n in seen.nodes.iter().filter(|n| !n.instance.as_deref().is_some_and(|i| tagged.contains(i))) {
+        let why = match &n.instance {
+            Some(i) => format!("its machine {i} is not tagged {tag}"),
+            None => "it names no EC2 machine".into(),
+        };
+        let at = format!("{} Node {}", seen.api, n.name);
+        let (path, object) = ("spec.providerID".to_string(), "Node".to_string());
+        if n.control_plane() {
+            let why = format!("{why}: the control plane is taken over whole (tag it and import again)");
+            found.refused.push(Finding { path, why, object, at });
+        } else {
+            let why = format!("{why}: left out (tag it and import again to bring it along)");
+            found.unmapped.push(Finding { path, why, object, at });
         }
     }
-    for n in &seen.nodes {
-        if !n.instance.as_deref().is_some_and(|i| tagged.contains(i)) {
-            let why = match &n.instance {
-                Some(i) => format!("its machine {i} is not tagged {tag}"),
-                None => "it names no EC2 machine".into(),
-            };
-            let at = format!("{} Node {}", seen.api, n.name);
-            let path = "spec.providerID".to_string();
-            let object = "Node".to_string();
-            if n.control_plane() {
-                let why = format!("{why}: the control plane is taken over whole (tag it and import again)");
-                refused.push(Finding { path, why, object, at });
-            } else {
-                let why = format!("{why}: left out (tag it and import again to bring it along)");
-                unmapped.push(Finding { path, why, object, at });
-            }
-        }
-    }
-    if !refused.is_empty() {
-        let mut s = format!(
-            "{} setting(s) pinfleet cannot honour without changing what the cluster does; nothing was written:",
-            refused.len()
-        );
-        for f in &refused {
-            s.push_str("\n  ");
-            s.push_str(&f.to_string());
-        }
-        anyhow::bail!(s);
-    }
+    node_of
+}
 
-    // Subnets: every one of the VPC, named by type and zone.
-    let mut subnets: Vec<&Subnet> = seen.subnets.iter().collect();
-    subnets.sort_by(|a, b| (!a.public, &a.zone, &a.cidr).cmp(&(!b.public, &b.zone, &b.cidr)));
-    let mut subnet_name: BTreeMap<&str, String> = BTreeMap::new();
+/// Every subnet's name in the file: `public-<zone>`, `private-<zone>`
+/// (`-2`, `-3` … for more in one zone), public ones first.
+fn name_subnets(subnets: &[Subnet]) -> (Vec<&Subnet>, BTreeMap<&str, String>) {
+    let mut sorted: Vec<&Subnet> = subnets.iter().collect();
+    sorted.sort_by(|a, b| (!a.public, &a.zone, &a.cidr).cmp(&(!b.public, &b.zone, &b.cidr)));
+    let mut names: BTreeMap<&str, String> = BTreeMap::new();
     let mut taken: BTreeSet<String> = BTreeSet::new();
-    for s in &subnets {
+    for s in &sorted {
         let base = format!("{}-{}", if s.public { "public" } else { "private" }, s.zone);
         let mut n = base.clone();
         let mut i = 2;
@@ -353,19 +394,33 @@ pub fn import(seen: &Seen, opts: &Options) -> anyhow::Result<Imported> {
             n = format!("{base}-{i}");
             i += 1;
         }
-        subnet_name.insert(s.id.as_str(), n);
+        names.insert(s.id.as_str(), n);
     }
-    let zone_of: BTreeMap<&str, &str> = seen.subnets.iter().map(|s| (s.id.as_str(), s.zone.as_str())).collect();
+    (sorted, names)
+}
 
-    // Groups: the control plane, then workers by Auto Scaling group or type.
+/// The mapped groups: their file values, the record of their machines
+/// (`GROUP=i-1,i-2`), and the zones they run in.
+struct Groups {
+    values: Vec<Value>,
+    record: Vec<String>,
+    zones: BTreeSet<String>,
+}
+
+/// The control plane, then workers by Auto Scaling group or machine type.
+fn map_groups(
+    seen: &Seen,
+    node_of: &BTreeMap<&str, &Node>,
+    subnet_name: &BTreeMap<&str, String>,
+    tag: &str,
+    found: &mut Findings,
+) -> anyhow::Result<Groups> {
     let mut groups: BTreeMap<(bool, String), Vec<&Machine>> = BTreeMap::new();
     for m in seen.machines.iter().filter(|m| node_of.contains_key(m.id.as_str())) {
-        let node = node_of[m.id.as_str()];
-        let key = if node.control_plane() {
+        let key = if node_of[m.id.as_str()].control_plane() {
             (false, CONTROL_PLANE_GROUP.to_string())
         } else {
-            let by = m.asg.clone().unwrap_or_else(|| m.instance_type.clone());
-            (true, by)
+            (true, m.asg.clone().unwrap_or_else(|| m.instance_type.clone()))
         };
         groups.entry(key).or_default().push(m);
     }
@@ -378,9 +433,8 @@ pub fn import(seen: &Seen, opts: &Options) -> anyhow::Result<Imported> {
     if workers == 0 {
         anyhow::bail!("no machine tagged {tag} runs a worker Node: workloads would have nowhere to run");
     }
-    let mut values = Vec::new();
-    let mut record = Vec::new();
-    let mut zones: BTreeSet<&str> = BTreeSet::new();
+    let zone_of: BTreeMap<&str, &str> = seen.subnets.iter().map(|s| (s.id.as_str(), s.zone.as_str())).collect();
+    let mut out = Groups { values: Vec::new(), record: Vec::new(), zones: BTreeSet::new() };
     let mut names: BTreeSet<String> = BTreeSet::new();
     for ((worker, by), machines) in &groups {
         let name = if !worker {
@@ -397,138 +451,127 @@ pub fn import(seen: &Seen, opts: &Options) -> anyhow::Result<Imported> {
             }
         };
         names.insert(name.clone());
-        let types: Vec<&str> = machines.iter().map(|m| m.instance_type.as_str()).collect();
-        let machine_type = most_common(types.iter().copied()).unwrap_or_default();
-        if types.iter().any(|t| *t != machine_type) {
-            unmapped.push(Finding {
-                path: format!("{name}.machineType"),
-                why: format!(
-                    "its machines run several types ({}): the group is {machine_type}, and the roll replaces the others with it",
-                    types.iter().copied().collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>().join(", ")
-                ),
-                object: "EC2".into(),
-                at: format!("EC2 (tag {tag})"),
-            });
-        }
-        let image = most_common(machines.iter().map(|m| m.image.as_str())).unwrap_or_default();
-        if machines.iter().any(|m| m.image != image) {
-            unmapped.push(Finding {
-                path: format!("{name}.image"),
-                why: format!("its machines run several images: the group pins {image}, the one most of them run"),
-                object: "EC2".into(),
-                at: format!("EC2 (tag {tag})"),
-            });
-        }
-        let mut group_subnets: Vec<String> =
-            machines.iter().filter_map(|m| subnet_name.get(m.subnet.as_str()).cloned()).collect();
-        group_subnets.sort();
-        group_subnets.dedup();
-        zones.extend(machines.iter().filter_map(|m| zone_of.get(m.subnet.as_str()).copied()));
-        // The labels and taints every Node of the group has (not the system's).
         let nodes: Vec<&Node> = machines.iter().map(|m| node_of[m.id.as_str()]).collect();
-        let mut labels: BTreeMap<String, String> = nodes[0]
-            .labels
-            .iter()
-            .filter(|(k, _)| !system_label(k))
-            .filter(|(k, v)| nodes.iter().all(|n| n.labels.get(*k) == Some(*v)))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        labels.retain(|k, _| !k.is_empty());
-        let taints: Vec<&(String, Option<String>, String)> = nodes[0]
-            .taints
-            .iter()
-            .filter(|t| !t.0.starts_with("node-role.kubernetes.io/") && !t.0.starts_with("node.kubernetes.io/"))
-            .filter(|t| nodes.iter().all(|n| n.taints.contains(t)))
-            .collect();
-        let count = machines.len() as u32;
-        let mut g = Map::new();
-        g.insert("name".into(), json!(name));
-        g.insert("role".into(), json!(if *worker { "node" } else { "control-plane" }));
-        g.insert("machineType".into(), json!(machine_type));
-        g.insert("minSize".into(), json!(count));
-        g.insert("maxSize".into(), json!(count));
-        // Machines that already run Pods on their accelerators run an image
-        // with the driver: said so of the pinned image (and named).
-        let accelerator = crate::accelerated::of_instance_type(machine_type).map(|a| match a.flavor {
-            crate::accelerated::Flavor::Neuron => "neuron",
-            _ => "nvidia",
-        });
-        match accelerator {
-            Some(a) => {
-                g.insert("image".into(), json!({"id": image, "accelerator": a}));
-                unmapped.push(Finding {
-                    path: format!("{name}.image"),
-                    why: format!(
-                        "{machine_type} machines run {image}: taken to carry the {a} driver stack their Nodes use now (check it before the roll)"
-                    ),
-                    object: "EC2".into(),
-                    at: format!("EC2 (tag {tag})"),
-                });
-            }
-            None => {
-                g.insert("image".into(), json!({"id": image}));
-            }
-        }
-        g.insert("subnets".into(), json!(group_subnets));
-        if !labels.is_empty() {
-            g.insert("labels".into(), json!(labels));
-        }
-        if !taints.is_empty() {
-            let t: Vec<Value> = taints
-                .iter()
-                .map(|(k, v, e)| match v {
-                    Some(v) => json!({"key": k, "value": v, "effect": e}),
-                    None => json!({"key": k, "effect": e}),
-                })
-                .collect();
-            g.insert("taints".into(), Value::Array(t));
-        }
-        if !worker {
-            g.insert("rollout".into(), json!({"maxSurge": 0, "maxUnavailable": 1}));
-        }
-        values.push(Value::Object(g));
+        out.values.push(group_value(&name, *worker, machines, &nodes, subnet_name, tag, found));
+        out.zones.extend(machines.iter().filter_map(|m| zone_of.get(m.subnet.as_str()).map(|z| z.to_string())));
         let mut ids: Vec<&str> = machines.iter().map(|m| m.id.as_str()).collect();
         ids.sort();
-        record.push(format!("{name}={}", ids.join(",")));
+        out.record.push(format!("{name}={}", ids.join(",")));
     }
+    Ok(out)
+}
+
+/// One group's value in the file: the type and image most of its machines
+/// run (the others named), its subnets, size, and the labels and taints
+/// every Node of it has.
+fn group_value(
+    name: &str,
+    worker: bool,
+    machines: &[&Machine],
+    nodes: &[&Node],
+    subnet_name: &BTreeMap<&str, String>,
+    tag: &str,
+    found: &mut Findings,
+) -> Value {
+    let types: BTreeSet<&str> = machines.iter().map(|m| m.instance_type.as_str()).collect();
+    let machine_type = most_common(machines.iter().map(|m| m.instance_type.as_str())).unwrap_or_default();
+    if types.len() > 1 {
+        let all: Vec<&str> = types.into_iter().collect();
+        let why = format!(
+            "its machines run several types ({}): the group is {machine_type}, and the roll replaces the others with it",
+            all.join(", ")
+        );
+        found.ec2(tag, format!("{name}.machineType"), why);
+    }
+    let image = most_common(machines.iter().map(|m| m.image.as_str())).unwrap_or_default();
+    if machines.iter().any(|m| m.image != image) {
+        let why = format!("its machines run several images: the group pins {image}, the one most of them run");
+        found.ec2(tag, format!("{name}.image"), why);
+    }
+    let mut subnets: Vec<String> =
+        machines.iter().filter_map(|m| subnet_name.get(m.subnet.as_str()).cloned()).collect();
+    subnets.sort();
+    subnets.dedup();
+    let labels: BTreeMap<&String, &String> = nodes[0]
+        .labels
+        .iter()
+        .filter(|(k, _)| !system_label(k))
+        .filter(|(k, v)| nodes.iter().all(|n| n.labels.get(*k) == Some(*v)))
+        .collect();
+    let taints: Vec<Value> = nodes[0]
+        .taints
+        .iter()
+        .filter(|t| !t.0.starts_with("node-role.kubernetes.io/") && !t.0.starts_with("node.kubernetes.io/"))
+        .filter(|t| nodes.iter().all(|n| n.taints.contains(t)))
+        .map(|(k, v, e)| match v {
+            Some(v) => json!({"key": k, "value": v, "effect": e}),
+            None => json!({"key": k, "effect": e}),
+        })
+        .collect();
+    // Machines that already run Pods on their accelerators run an image
+    // with the driver: said so of the pinned image (and named).
+    let mut image_value = json!({"id": image});
+    if let Some(a) = crate::accelerated::of_instance_type(machine_type) {
+        let stack = if a.flavor == crate::accelerated::Flavor::Neuron { "neuron" } else { "nvidia" };
+        image_value["accelerator"] = json!(stack);
+        let why = format!(
+            "{machine_type} machines run {image}: taken to carry the {stack} driver stack their Nodes use now (check it before the roll)"
+        );
+        found.ec2(tag, format!("{name}.image"), why);
+    }
+    let count = machines.len() as u32;
+    let mut g = Map::new();
+    g.insert("name".into(), json!(name));
+    g.insert("role".into(), json!(if worker { "node" } else { "control-plane" }));
+    g.insert("machineType".into(), json!(machine_type));
+    g.insert("minSize".into(), json!(count));
+    g.insert("maxSize".into(), json!(count));
+    g.insert("image".into(), image_value);
+    g.insert("subnets".into(), json!(subnets));
+    if !labels.is_empty() {
+        g.insert("labels".into(), json!(labels));
+    }
+    if !taints.is_empty() {
+        g.insert("taints".into(), Value::Array(taints));
+    }
+    if !worker {
+        g.insert("rollout".into(), json!({"maxSurge": 0, "maxUnavailable": 1}));
+    }
+    Value::Object(g)
+}
+
+/// Maps what was seen to a pinfleet cluster file, or refuses with why.
+pub fn import(seen: &Seen, opts: &Options) -> anyhow::Result<Imported> {
+    let (key, value) = &seen.tag;
+    let tag = format!("{key}={value}");
+    let (vpc_id, vpc_cidr) = one_vpc(seen, &tag)?;
+    let kubeadm = Kubeadm::read(seen)?;
+    let mut found = Findings::default();
+    kubeadm.settings(&mut found);
+    let version = kubeadm.version()?;
+    let name = opts.name.clone().unwrap_or_else(|| value.clone());
+    if !crate::spec::validate::is_dns_label(&name) {
+        anyhow::bail!(match &opts.name {
+            Some(_) => format!("--name `{name}` is not a DNS label (lowercase letters, digits and '-')"),
+            None =>
+                format!("the tag's value `{value}` is not a DNS label pinfleet can name a cluster by: pass --name NAME"),
+        });
+    }
+    let node_of = match_nodes(seen, &tag, &mut found);
+    found.refuse_if_any()?;
+    let (subnets, subnet_name) = name_subnets(&seen.subnets);
+    let groups = map_groups(seen, &node_of, &subnet_name, &tag, &mut found)?;
+    let mut unmapped = found.unmapped;
+    let api = kubeadm.api(&mut unmapped);
 
     let mut notes = Vec::new();
-    let owner = match &opts.owner {
-        Some(o) => o.clone(),
-        None => {
-            notes.push(format!(
-                "spec.owner: kubeadm names no owning team, so `{UNASSIGNED_OWNER}`: give --owner TEAM (every resource is tagged with it)"
-            ));
-            UNASSIGNED_OWNER.to_string()
-        }
-    };
+    let owner = opts.owner.clone().unwrap_or_else(|| {
+        notes.push(format!(
+            "spec.owner: kubeadm names no owning team, so `{UNASSIGNED_OWNER}`: give --owner TEAM (every resource is tagged with it)"
+        ));
+        UNASSIGNED_OWNER.to_string()
+    });
     notes.push(format!("spec.stateStore: pinfleet keeps the cluster's state at {}", opts.state_store));
-    let mut api = Map::new();
-    match get("controlPlaneEndpoint") {
-        Some(ep) => {
-            let (host, port) = match ep.rsplit_once(':') {
-                Some((h, p)) if p.parse::<u16>().is_ok() => (h.to_string(), p.parse::<u16>().ok()),
-                _ => (ep.clone(), None),
-            };
-            api.insert("port".into(), json!(port.unwrap_or(6443)));
-            if host.parse::<std::net::IpAddr>().is_err() {
-                api.insert("dnsName".into(), json!(host));
-            } else {
-                unmapped.push(finding(
-                    "controlPlaneEndpoint",
-                    "an IP address: pinfleet's endpoint is its load balancer (spec.api.dnsName names a DNS record to point at it)",
-                ));
-            }
-        }
-        None => {
-            unmapped.push(finding(
-                "controlPlaneEndpoint",
-                "unset: the control plane has no shared endpoint (one machine's address); pinfleet puts a load balancer in front of it",
-            ));
-        }
-    }
-    let mut network = Map::new();
-    network.insert("vpcCidr".into(), json!(vpc_cidr));
     let subnet_values: Vec<Value> = subnets
         .iter()
         .map(|s| {
@@ -536,32 +579,45 @@ pub fn import(seen: &Seen, opts: &Options) -> anyhow::Result<Imported> {
                 "type": if s.public { "public" } else { "private" }})
         })
         .collect();
+    let mut network = Map::new();
+    network.insert("vpcCidr".into(), json!(vpc_cidr));
     network.insert("subnets".into(), Value::Array(subnet_values));
-    if let Some(pod) = get("networking.podSubnet") {
+    if let Some(pod) = kubeadm.get("networking.podSubnet") {
         network.insert("podCidr".into(), json!(pod));
     }
-    network.insert("serviceCidr".into(), json!(get("networking.serviceSubnet").unwrap_or("10.96.0.0/12".into())));
-
-    let mut annotations = Map::new();
-    annotations.insert(TAG_ANNOTATION.into(), json!(tag));
-    annotations.insert(MACHINES_ANNOTATION.into(), json!(record.join(" ")));
-    annotations.insert(KUBEADM_NAME_ANNOTATION.into(), json!(cluster_name));
-    annotations.insert("pinfleet.dev/imported-from".into(), json!(format!("ec2:{tag} {vpc_id}; {}", seen.api)));
+    let service = kubeadm.get("networking.serviceSubnet").unwrap_or("10.96.0.0/12".into());
+    network.insert("serviceCidr".into(), json!(service));
     let file = json!({
         "apiVersion": crate::spec::API_VERSION,
         "kind": "Cluster",
-        "metadata": {"name": name, "annotations": annotations},
+        "metadata": {"name": name, "annotations": {
+            TAG_ANNOTATION: tag,
+            MACHINES_ANNOTATION: groups.record.join(" "),
+            KUBEADM_NAME_ANNOTATION: kubeadm.get("clusterName").unwrap_or_else(|| "kubernetes".into()),
+            "pinfleet.dev/imported-from": format!("ec2:{tag} {vpc_id}; {}", seen.api),
+        }},
         "spec": {
             "owner": owner,
-            "cloud": {"region": seen.region, "zones": zones},
+            "cloud": {"region": seen.region, "zones": groups.zones},
             "stateStore": opts.state_store,
             "kubernetesVersion": version,
             "network": network,
             "api": api,
-            "instanceGroups": values,
+            "instanceGroups": groups.values,
         }
     });
-    let body = serde_saphyr::to_string(&file).map_err(|e| anyhow::anyhow!("writing the file: {e}"))?;
+    let text = render(&file, &name, &tag, &unmapped, &notes)?;
+    crate::spec::load_source(&opts.file, &text, &opts.validation).map_err(|d| {
+        anyhow::anyhow!(
+            "the cluster file the import made does not pass pinfleet's validation, so it was not written:\n{d}"
+        )
+    })?;
+    Ok(Imported { name, text, unmapped, notes })
+}
+
+/// The file's text: what it is, what was not carried over, the notes.
+fn render(file: &Value, name: &str, tag: &str, unmapped: &[Finding], notes: &[String]) -> anyhow::Result<String> {
+    let body = serde_saphyr::to_string(file).map_err(|e| anyhow::anyhow!("writing the file: {e}"))?;
     let mut text = String::new();
     let mut line = |s: &str| {
         text.push_str("# ");
@@ -573,20 +629,15 @@ pub fn import(seen: &Seen, opts: &Options) -> anyhow::Result<Imported> {
         line("Everything kubeadm and EC2 show is carried over.");
     } else {
         line("Not carried over:");
-        for f in &unmapped {
+        for f in unmapped {
             line(&format!("  {f}"));
         }
     }
-    for n in &notes {
+    for n in notes {
         line(n);
     }
     text.push_str(&body);
-    crate::spec::load_source(&opts.file, &text, &opts.validation).map_err(|d| {
-        anyhow::anyhow!(
-            "the cluster file the import made does not pass pinfleet's validation, so it was not written:\n{d}"
-        )
-    })?;
-    Ok(Imported { name, text, unmapped, notes })
+    Ok(text)
 }
 
 #[cfg(test)]
