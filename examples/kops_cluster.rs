@@ -8,8 +8,9 @@
 //! copied into an S3 bucket as kops writes it.
 //!
 //! `kops_cluster BUCKET NODES` prints, one per line, `key=value` facts the
-//! demo reads: the state store's URL and the id of the security group a
-//! Terraform module added to the cluster (adopt refuses it unless named).
+//! demo reads: the state store's URL and the id of kops's nodes' security
+//! group, which a Terraform module manages too (adopt refuses it unless
+//! named).
 
 #[path = "../tests/support/kops.rs"]
 mod kops_fixture;

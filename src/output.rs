@@ -137,7 +137,7 @@ impl RollView {
                     Event::VersionStep { step } => format!("step: {step}"),
                     Event::BlockedOnCapacity { group, reason } => format!("{group}: waiting, {reason}"),
                     Event::Backup { message } => format!("etcd: {message}"),
-                    Event::Kops { message } => format!("kops: {message}"),
+                    Event::Kops { message } => format!("adopted: {message}"),
                     Event::Validated { after, checks, skipped } => {
                         format!("e2e gate after {after}: {checks} checks passed ({skipped} skipped)")
                     }

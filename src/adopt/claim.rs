@@ -232,12 +232,9 @@ pub fn judge(found: &[Found], desired: &Desired, source: &Source, taken: &[Strin
     ordered.sort_by(|a, b| rank(&a.kind).cmp(&rank(&b.kind)).then(a.id.cmp(&b.id)));
     for f in ordered {
         let note = |why: String| Note { kind: f.kind.clone(), id: f.id.clone(), why };
-        if let Some(owner) = other_owner(f, cluster, source.kubernetes_name()) {
-            if !taken.contains(&f.id) {
-                out.refused.push(note(owner));
-                continue;
-            }
-        }
+        // Another owner refuses only what would be claimed, rolled or
+        // deleted; what is left as it is needs no --take.
+        let owner = other_owner(f, cluster, source.kubernetes_name()).filter(|_| !taken.contains(&f.id));
         let already_key = f.tags.get(tags::RESOURCE).and_then(|k| k.parse::<ResourceKey>().ok());
         let mine = f.tags.get(tags::CLUSTER).map(String::as_str) == Some(cluster);
         let key = match f.kind.as_str() {
@@ -305,18 +302,7 @@ pub fn judge(found: &[Found], desired: &Desired, source: &Source, taken: &[Strin
                 }
             },
             "instance" => {
-                match source.group_of(f) {
-                    Ok((g, kops_group)) => out.roll.push(Roll {
-                        id: f.id.clone(),
-                        already: mine && f.tags.get(tags::INSTANCE_GROUP) == Some(&g),
-                        group: g,
-                        kops_group,
-                    }),
-                    Err(why) if why.is_empty() => out.left.push(note(
-                        "not among the machines the import recorded (no Node ran on it then): left as it is; import again to bring it along".into(),
-                    )),
-                    Err(why) => out.refused.push(note(why)),
-                }
+                machine(f, source, owner, mine, &mut out);
                 continue;
             }
             "load-balancer" if desired.api_address => None,
@@ -332,6 +318,11 @@ pub fn judge(found: &[Found], desired: &Desired, source: &Source, taken: &[Strin
             }
             "launch-template" | "auto-scaling-group" => {
                 let why = match source {
+                    // The roll deletes kops's emptied groups: not one another tool manages.
+                    Source::Kops { .. } if owner.is_some() => {
+                        out.refused.push(note(owner.clone().unwrap_or_default()));
+                        continue;
+                    }
                     Source::Kops { groups, .. } => kops_group_fate(f, groups, control_planes),
                     Source::Ec2 { .. } => "yours: its machines leave it as the roll replaces them (its size going down with them); the group itself is left to you".into(),
                 };
@@ -347,12 +338,18 @@ pub fn judge(found: &[Found], desired: &Desired, source: &Source, taken: &[Strin
             }
             _ => None,
         };
-        match key {
-            Some(key) => {
+        match (key, owner) {
+            (Some(_), Some(owner)) => out.refused.push(note(owner)),
+            (Some(key), None) => {
                 let already = mine && already_key.as_ref() == Some(&key);
                 out.claim.push(Claim { kind: f.kind.clone(), id: f.id.clone(), key, already });
             }
-            None => out.left.push(note("nothing in the file matches it: left as it is".into())),
+            // pinfleet's own (made for this cluster since the adopt): not the other tool's.
+            (None, _) if mine && f.tags.get(tags::MANAGED_BY).map(String::as_str) == Some(tags::MANAGED_BY_VALUE) => {}
+            (None, Some(owner)) => {
+                out.left.push(note(format!("{owner}; nothing in the file matches it: left as it is")))
+            }
+            (None, None) => out.left.push(note("nothing in the file matches it: left as it is".into())),
         }
     }
     one_claim_per_key(&mut out);
@@ -380,6 +377,26 @@ fn say_where_from(found: &[Found], source: &Source, out: &mut Claims) {
         c.already &= vpc.is_some_and(|v| vpc_tags.iter().all(|(k, val)| v.tags.get(k) == Some(val)));
     }
     out.vpc_tags = vpc_tags;
+}
+
+/// A machine: to roll in the group it goes to, or left (not recorded by
+/// the import), or refused (another owner's, or a group the import did
+/// not map).
+fn machine(f: &Found, source: &Source, owner: Option<String>, mine: bool, out: &mut Claims) {
+    let note = |why: String| Note { kind: f.kind.clone(), id: f.id.clone(), why };
+    match source.group_of(f) {
+        Ok(_) if owner.is_some() => out.refused.push(note(owner.unwrap_or_default())),
+        Ok((g, kops_group)) => out.roll.push(Roll {
+            id: f.id.clone(),
+            already: mine && f.tags.get(tags::INSTANCE_GROUP) == Some(&g),
+            group: g,
+            kops_group,
+        }),
+        Err(why) if why.is_empty() => out.left.push(note(
+            "not among the machines the import recorded (no Node ran on it then): left as it is; import again to bring it along".into(),
+        )),
+        Err(why) => out.refused.push(note(why)),
+    }
 }
 
 /// Which of the file's security groups a found one is: kops names its

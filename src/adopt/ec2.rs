@@ -562,7 +562,9 @@ pub fn import(seen: &Seen, opts: &Options) -> anyhow::Result<Imported> {
     let (subnets, subnet_name) = name_subnets(&seen.subnets);
     let groups = map_groups(seen, &node_of, &subnet_name, &tag, &mut found)?;
     let mut unmapped = found.unmapped;
-    let api = kubeadm.api(&mut unmapped);
+    let mut api = kubeadm.api(&mut unmapped);
+    // The API reachable from the VPC (kubeadm's own rules are kept as they are).
+    api.insert("allowedCidrs".into(), json!([vpc_cidr]));
 
     let mut notes = Vec::new();
     let owner = opts.owner.clone().unwrap_or_else(|| {
@@ -572,6 +574,9 @@ pub fn import(seen: &Seen, opts: &Options) -> anyhow::Result<Imported> {
         UNASSIGNED_OWNER.to_string()
     });
     notes.push(format!("spec.stateStore: pinfleet keeps the cluster's state at {}", opts.state_store));
+    notes.push(format!(
+        "spec.api.allowedCidrs: the VPC's {vpc_cidr}, so no security group of the running cluster is opened wider; the rules it has stay"
+    ));
     let subnet_values: Vec<Value> = subnets
         .iter()
         .map(|s| {

@@ -165,6 +165,9 @@ mod tests {
             (&sa.cert_pem, &sa.key_pem),
         )
         .unwrap_err();
-        assert_eq!(format!("{e:#}"), "the front-proxy CA: the private key is not the certificate's");
+        assert_eq!(
+            format!("{e:#}"),
+            "the front-proxy CA: the private key is not the one its certificate (or public key) holds"
+        );
     }
 }

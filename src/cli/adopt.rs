@@ -243,7 +243,7 @@ async fn trust_kubeadm(
     let pair = |stem: &str, public: &str| -> anyhow::Result<(String, String)> {
         let (cert, key) = (read(&format!("{stem}.{public}"))?, read(&format!("{stem}.key"))?);
         crate::state::pki::check_key_pair(&cert, &key)
-            .with_context(|| format!("{}: {stem}.key is not {stem}.{public}'s key", dir.display()))?;
+            .with_context(|| format!("{}: {stem}.key checked against {stem}.{public}", dir.display()))?;
         Ok((cert, key))
     };
     let ca = pair("ca", "crt")?;

@@ -140,7 +140,7 @@ async fn from_aws(g: &GlobalArgs, a: AwsArgs) -> Result<ExitCode> {
         validation: super::validate::load_options(&g.addons_dir),
     };
     let imported = ec2::import(&seen, &options)?;
-    emit(g, &imported, a.out.as_deref(), "kubeadm")
+    emit(g, &imported, a.out.as_deref(), "kubeadm or EC2")
 }
 
 /// The API server the kubeconfig's current context names (for messages).

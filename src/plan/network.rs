@@ -82,9 +82,17 @@ fn internet_gateway(desired: &Desired, observed: &Observed, out: &mut Changes) {
     }
 }
 
-/// NAT gateways and their addresses.
+/// NAT gateways and their addresses (none for a zone whose private
+/// routing an adopted cluster keeps: nothing would route to it).
 fn nat_gateways(desired: &Desired, observed: &Observed, out: &mut Changes) {
-    for n in &desired.nat_gateways {
+    let kept = routing_kept(desired, observed);
+    let routed = |zone: &str| {
+        desired.route_tables.iter().any(|rt| {
+            !kept.contains(rt.name.as_str())
+                && matches!(&rt.default_route, Some(RouteTarget::Nat { zone: z }) if z == zone)
+        })
+    };
+    for n in desired.nat_gateways.iter().filter(|n| observed.adopted.is_none() || routed(&n.zone)) {
         if !observed.addresses.iter().any(|a| a.zone == n.zone) {
             out.push(
                 K::Eip(n.zone.to_string()),
@@ -110,11 +118,30 @@ fn nat_gateways(desired: &Desired, observed: &Observed, out: &mut Changes) {
     }
 }
 
+/// An adopted cluster's route tables whose routing stays the other tool's:
+/// one claimed (its routes and associations are kept as they are), and
+/// one not there whose subnets all exist (they keep the routing they have,
+/// their own table's or the VPC's main one). pinfleet's machines launch
+/// into those subnets with the routing the running machines have.
+fn routing_kept<'a>(desired: &'a Desired, observed: &Observed) -> BTreeSet<&'a str> {
+    if observed.adopted.is_none() {
+        return BTreeSet::new();
+    }
+    let exists = |s: &String| observed.subnets.iter().any(|o| &o.name == s);
+    desired
+        .route_tables
+        .iter()
+        .filter(|rt| observed.route_tables.iter().any(|o| o.name == rt.name) || rt.subnets.iter().all(exists))
+        .map(|rt| rt.name.as_str())
+        .collect()
+}
+
 /// Route tables: their default routes and subnets.
 fn route_tables(desired: &Desired, observed: &Observed, out: &mut Changes) {
     let subnet_names: BTreeMap<String, String> =
         observed.subnets.iter().map(|s| (s.id.clone(), s.name.clone())).collect();
-    for rt in &desired.route_tables {
+    let kept = routing_kept(desired, observed);
+    for rt in desired.route_tables.iter().filter(|rt| !kept.contains(rt.name.as_str())) {
         let key = K::RouteTable(rt.name.to_string());
         let mut deps = vec![K::Vpc];
         deps.extend(rt.subnets.iter().map(|s| K::Subnet(s.to_string())));

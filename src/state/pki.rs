@@ -161,9 +161,31 @@ fn adopted_key(cert_pem: &str, key_pem: &str) -> Result<(KeyPair, Vec<u8>)> {
     let spki = key.subject_public_key_info();
     // The certificate's SubjectPublicKeyInfo is these very bytes.
     if !cert.windows(spki.len()).any(|w| w == spki.as_slice()) {
-        anyhow::bail!("the private key is not the certificate's");
+        anyhow::bail!("the private key is not the one its certificate (or public key) holds");
     }
     Ok((key, spki))
+}
+
+/// A CA to take over: a CA certificate (basicConstraints CA:TRUE), valid
+/// now (`now`: Unix seconds). A leaf or an expired CA would sign nothing
+/// any kubelet or client accepts.
+fn check_ca(cert_pem: &str, now: i64) -> Result<()> {
+    let der = pem_der(cert_pem, "CERTIFICATE").context("no CERTIFICATE PEM block")?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| anyhow::anyhow!("not a certificate: {e}"))?;
+    let is_ca = cert.basic_constraints().ok().flatten().is_some_and(|b| b.value.ca);
+    if !is_ca {
+        anyhow::bail!("{} is not a CA certificate (no basicConstraints CA:TRUE)", cert.subject());
+    }
+    let validity = cert.validity();
+    if now < validity.not_before.timestamp() || now > validity.not_after.timestamp() {
+        anyhow::bail!(
+            "{} is not valid now: valid from {} to {}",
+            cert.subject(),
+            validity.not_before,
+            validity.not_after
+        );
+    }
+    Ok(())
 }
 
 /// The cluster's admin credential (`system:masters`, a year), signed by `issuer`.
@@ -233,6 +255,9 @@ impl Pki {
     ) -> Result<Pki> {
         let (ca_key, ca_spki) = adopted_key(cluster_ca.0, cluster_ca.1).context("the cluster CA")?;
         adopted_key(front_proxy.0, front_proxy.1).context("the front-proxy CA")?;
+        let now = chrono::Utc::now().timestamp();
+        check_ca(cluster_ca.0, now).context("the cluster CA")?;
+        check_ca(front_proxy.0, now).context("the front-proxy CA")?;
         let (_, sa_spki) = adopted_key(sa.0, sa.1).context("the service-account key")?;
         let ca_cert_hash = {
             use sha2::Digest;
@@ -363,6 +388,22 @@ impl Pki {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ca_taken_over_is_a_ca_certificate_valid_now() {
+        let key = KeyPair::generate().unwrap();
+        let now = chrono::Utc::now().timestamp();
+        let leaf = CertificateParams::new(vec!["leaf.example.com".to_string()]).unwrap().self_signed(&key).unwrap();
+        let e = check_ca(&leaf.pem(), now).unwrap_err().to_string();
+        assert!(e.contains("is not a CA certificate"), "{e}");
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = params.self_signed(&key).unwrap().pem();
+        check_ca(&ca, now).unwrap();
+        // rcgen's certificates end in 4096: long after that, it has expired.
+        let e = check_ca(&ca, 100_000_000_000).unwrap_err().to_string();
+        assert!(e.contains("is not valid now: valid from"), "{e}");
+    }
 
     #[test]
     fn generated_pki_has_the_shapes_kubeadm_expects() {

@@ -40,6 +40,7 @@ pub struct Kops {
     pub public_rt: String,
     pub private_rt: String,
     pub masters_sg: String,
+    /// kops's nodes' group, Terraform's too.
     pub managed_sg: String,
     pub machines: Vec<String>,
     /// kops's Auto Scaling groups.
@@ -181,7 +182,9 @@ pub async fn kops_on_moto(aws: &pinfleet::cloud::aws::Aws, nodes: i32) -> Kops {
         }
     };
     let masters_sg = sg(format!("masters.{KOPS_NAME}"), vec![]).await;
-    let nodes_sg = sg(format!("nodes.{KOPS_NAME}"), vec![]).await;
+    // The nodes' group, which a Terraform module also manages (its tags say
+    // so): adopt refuses it until named.
+    let nodes_sg = sg(format!("nodes.{KOPS_NAME}"), vec![("terraform", "true")]).await;
     // kops's rules (its docs/security_groups.md): all traffic among the
     // control plane, from it to the nodes and among the nodes; the nodes to
     // the control plane on every port but etcd's and etcd-manager's; the
@@ -227,8 +230,10 @@ pub async fn kops_on_moto(aws: &pinfleet::cloud::aws::Aws, nodes: i32) -> Kops {
     ] {
         ec2.authorize_security_group_ingress().group_id(group).set_ip_permissions(Some(rules)).send().await.unwrap();
     }
-    // A group a Terraform module added to the cluster (its tags say so).
-    let managed_sg = sg(format!("bastion.{KOPS_NAME}"), vec![("terraform", "true")]).await;
+    // A group a Terraform module added beside kops's: nothing claims it, so
+    // nothing needs naming for it.
+    sg(format!("bastion.{KOPS_NAME}"), vec![("terraform", "true")]).await;
+    let managed_sg = nodes_sg.clone();
     let image =
         ec2.describe_images().owners("amazon").send().await.unwrap().images()[0].image_id().unwrap().to_string();
     // kops's groups: a launch template and an Auto Scaling group each,

@@ -28,27 +28,20 @@ async fn group_of(aws: &Aws, instance: &str) -> Result<Option<String>> {
 }
 
 /// Takes `instance` out of its Auto Scaling group (if it is in one), the
-/// group's desired size down by one, its minimum lowered first when it
-/// would not allow that. Returns the group's name.
+/// group's desired size down by one, its minimum set to 0 first (the roll
+/// empties the group: two machines released at once must not take the
+/// desired size below a minimum lowered by one). Returns the group's name.
 pub async fn release(aws: &Aws, instance: &str) -> Result<Option<String>> {
     let Some(name) = group_of(aws, instance).await? else { return Ok(None) };
     let groups = sdk(
         "DescribeAutoScalingGroups",
         aws.autoscaling.describe_auto_scaling_groups().auto_scaling_group_names(&name).send().await,
     )?;
-    if let Some(g) = groups.auto_scaling_groups().first() {
-        let desired = g.desired_capacity().unwrap_or(0);
-        if g.min_size().unwrap_or(0) > (desired - 1).max(0) {
-            sdk(
-                "UpdateAutoScalingGroup",
-                aws.autoscaling
-                    .update_auto_scaling_group()
-                    .auto_scaling_group_name(&name)
-                    .min_size((desired - 1).max(0))
-                    .send()
-                    .await,
-            )?;
-        }
+    if groups.auto_scaling_groups().first().is_some_and(|g| g.min_size().unwrap_or(0) > 0) {
+        sdk(
+            "UpdateAutoScalingGroup",
+            aws.autoscaling.update_auto_scaling_group().auto_scaling_group_name(&name).min_size(0).send().await,
+        )?;
     }
     sdk(
         "DetachInstances",
