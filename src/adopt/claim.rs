@@ -338,6 +338,9 @@ pub fn judge(found: &[Found], desired: &Desired, source: &Source, taken: &[Strin
             }
             _ => None,
         };
+        // Claimed for this cluster already (named with --take then): not
+        // refused again.
+        let owner = owner.filter(|_| !(mine && key.is_some() && already_key == key));
         match (key, owner) {
             (Some(_), Some(owner)) => out.refused.push(note(owner)),
             (Some(key), None) => {
@@ -384,6 +387,7 @@ fn say_where_from(found: &[Found], source: &Source, out: &mut Claims) {
 /// not map).
 fn machine(f: &Found, source: &Source, owner: Option<String>, mine: bool, out: &mut Claims) {
     let note = |why: String| Note { kind: f.kind.clone(), id: f.id.clone(), why };
+    let owner = owner.filter(|_| !(mine && f.tags.contains_key(tags::INSTANCE_GROUP)));
     match source.group_of(f) {
         Ok(_) if owner.is_some() => out.refused.push(note(owner.unwrap_or_default())),
         Ok((g, kops_group)) => out.roll.push(Roll {
