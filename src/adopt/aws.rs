@@ -34,6 +34,29 @@ fn found(kind: &str, id: &str, tags: &[Tag]) -> Found {
     }
 }
 
+/// NAT gateways not gone or going, each linked to its subnet and zone;
+/// returns each address's allocation id → its NAT gateway's id.
+fn nat_gateways(
+    nats: &[&aws_sdk_ec2::types::NatGateway],
+    zone_of: &BTreeMap<String, String>,
+    out: &mut Vec<Found>,
+) -> BTreeMap<String, String> {
+    let mut nat_of_allocation = BTreeMap::new();
+    for n in nats.iter().filter(|n| !matches!(n.state().map(|s| s.as_str()), Some("deleted" | "deleting" | "failed"))) {
+        let id = n.nat_gateway_id().unwrap_or_default();
+        let mut x = found("nat-gateway", id, n.tags());
+        x.links = n.subnet_id().map(str::to_string).into_iter().collect();
+        x.zone = n.subnet_id().and_then(|s| zone_of.get(s)).cloned();
+        for a in n.nat_gateway_addresses() {
+            if let Some(alloc) = a.allocation_id() {
+                nat_of_allocation.insert(alloc.to_string(), id.to_string());
+            }
+        }
+        out.push(x);
+    }
+    nat_of_allocation
+}
+
 macro_rules! all_pages {
     ($what:expr, $request:expr) => {
         sdk($what, $request.into_paginator().items().send().try_collect().await)
@@ -82,23 +105,8 @@ pub async fn find(aws: &Aws, kops_name: &str) -> anyhow::Result<Vec<Found>> {
     }
     let zone_of: BTreeMap<String, String> =
         subnets.iter().filter_map(|s| Some((s.subnet_id()?.to_string(), s.availability_zone()?.to_string()))).collect();
-    let mut nat_of_allocation: BTreeMap<String, String> = BTreeMap::new();
-    for n in nats
-        .iter()
-        .filter(|n| ours(n.tags()))
-        .filter(|n| !matches!(n.state().map(|s| s.as_str()), Some("deleted" | "deleting" | "failed")))
-    {
-        let id = n.nat_gateway_id().unwrap_or_default();
-        let mut x = found("nat-gateway", id, n.tags());
-        x.links = n.subnet_id().map(str::to_string).into_iter().collect();
-        x.zone = n.subnet_id().and_then(|s| zone_of.get(s)).cloned();
-        for a in n.nat_gateway_addresses() {
-            if let Some(alloc) = a.allocation_id() {
-                nat_of_allocation.insert(alloc.to_string(), id.to_string());
-            }
-        }
-        out.push(x);
-    }
+    let kept: Vec<&aws_sdk_ec2::types::NatGateway> = nats.iter().filter(|n| ours(n.tags())).collect();
+    let nat_of_allocation = nat_gateways(&kept, &zone_of, &mut out);
     for a in addresses.addresses().iter().filter(|a| ours(a.tags())) {
         let id = a.allocation_id().unwrap_or_default();
         let mut x = found("elastic-ip", id, a.tags());
@@ -279,19 +287,7 @@ pub async fn find_ec2(aws: &Aws, key: &str, value: &str) -> anyhow::Result<Vec<F
     for g in &igws {
         out.push(found("internet-gateway", g.internet_gateway_id().unwrap_or_default(), g.tags()));
     }
-    let mut nat_of_allocation: BTreeMap<String, String> = BTreeMap::new();
-    for n in nats.iter().filter(|n| !matches!(n.state().map(|s| s.as_str()), Some("deleted" | "deleting" | "failed"))) {
-        let id = n.nat_gateway_id().unwrap_or_default();
-        let mut x = found("nat-gateway", id, n.tags());
-        x.links = n.subnet_id().map(str::to_string).into_iter().collect();
-        x.zone = n.subnet_id().and_then(|s| zone_of.get(s)).cloned();
-        for a in n.nat_gateway_addresses() {
-            if let Some(alloc) = a.allocation_id() {
-                nat_of_allocation.insert(alloc.to_string(), id.to_string());
-            }
-        }
-        out.push(x);
-    }
+    let nat_of_allocation = nat_gateways(&nats.iter().collect::<Vec<_>>(), &zone_of, &mut out);
     if !nat_of_allocation.is_empty() {
         let allocations: Vec<String> = nat_of_allocation.keys().cloned().collect();
         let addresses =
