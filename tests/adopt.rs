@@ -94,6 +94,17 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     assert!(!tags_of(&aws.ec2, &kops.vpc).await.contains_key("pinfleet.dev/cluster"), "nothing tagged");
     aws.s3.delete_object().bucket(&bucket).key("pinfleet/prod/pki/bundle.json").send().await.unwrap();
 
+    // Killed after its first tag (as a machine losing power would), the
+    // adopt is run again and finishes: the tag already there is no change,
+    // the PKI it wrote is this cluster's own.
+    let killed = w
+        .command(&["adopt", "prod", "--yes", "--take", &kops.managed_sg])
+        .env(pinfleet::etcd::FAILPOINT_VAR, "adopt:tagging")
+        .output()
+        .unwrap();
+    assert_eq!(killed.status.code(), Some(pinfleet::etcd::FAILPOINT_EXIT), "{}", support::stderr(&killed));
+    assert!(aws.s3.get_object().bucket(&bucket).key("pinfleet/prod/pki/bundle.json").send().await.is_ok());
+
     // Named, the managed group is claimed too; --yes records and tags.
     let json = w.json(&["adopt", "prod", "--yes", "--take", &kops.managed_sg]);
     assert!(json["refused"].as_array().unwrap().is_empty(), "{json:#}");

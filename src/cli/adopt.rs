@@ -134,6 +134,7 @@ pub async fn run(g: &GlobalArgs, args: AdoptArgs) -> anyhow::Result<ExitCode> {
                 tags.extend(claims.vpc_tags.iter().cloned());
             }
             crate::adopt::aws::tag(&s.aws, std::slice::from_ref(&c.id), &tags).await?;
+            crate::etcd::failpoint("adopt:tagging");
         }
         let mut by_group: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for r in claims.roll.iter().filter(|r| !r.already) {

@@ -44,7 +44,9 @@ pub mod verify;
 /// The variable naming the points at which a drill has the process die
 /// (comma-separated): `restore:between-renames` (a swap's old data moved
 /// aside, the restored data not yet in), `restore:before-finished` (the
-/// finisher replayed, bumped and compacted but has not said so). The way
+/// finisher replayed, bumped and compacted but has not said so),
+/// `adopt:tagging` (an adopt's PKI and record written, one resource
+/// tagged, the rest not). The way
 /// to prove a restart there resumes; unset, nothing happens.
 pub const FAILPOINT_VAR: &str = "PINFLEET_FAILPOINT";
 /// The exit code of a process that died at a failpoint.
