@@ -51,13 +51,8 @@ pub struct AwsArgs {
     /// Where pinfleet keeps the cluster's own state (`spec.stateStore`).
     #[arg(long, value_name = "URL")]
     pub state_store: String,
-    /// Write the cluster file here (default: print it). An existing file is
-    /// kept unless --force.
-    #[arg(long, value_name = "FILE")]
-    pub out: Option<PathBuf>,
-    /// Replace --out if it exists.
-    #[arg(long, requires = "out")]
-    pub force: bool,
+    #[command(flatten)]
+    pub write: WriteArgs,
     /// The pinfleet cluster's name (default: the tag's value).
     #[arg(long)]
     pub name: Option<String>,
@@ -69,13 +64,9 @@ pub struct AwsArgs {
     pub region: Option<String>,
 }
 
+/// Where an import writes its cluster file: the same for every source.
 #[derive(Debug, Args)]
-pub struct KopsArgs {
-    /// The cluster's folder in kops's state store: `s3://BUCKET/NAME`
-    /// (NAME is kops's cluster name, such as prod.k8s.example.com) or
-    /// `file://DIR/NAME`.
-    #[arg(long, value_name = "URL", required_unless_present = "mapping")]
-    pub state: Option<String>,
+pub struct WriteArgs {
     /// Write the cluster file here (default: print it). An existing file is
     /// kept unless --force.
     #[arg(long, value_name = "FILE")]
@@ -83,6 +74,27 @@ pub struct KopsArgs {
     /// Replace --out if it exists.
     #[arg(long, requires = "out")]
     pub force: bool,
+}
+
+impl WriteArgs {
+    /// Refuses, before anything is read, an --out that exists without --force.
+    fn check(&self) -> Result<()> {
+        if let Some(out) = self.out.as_ref().filter(|o| o.exists() && !self.force) {
+            bail!("{} exists: pass --force to replace it", out.display());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct KopsArgs {
+    /// The cluster's folder in kops's state store: `s3://BUCKET/NAME`
+    /// (NAME is kops's cluster name, such as prod.k8s.example.com) or
+    /// `file://DIR/NAME`.
+    #[arg(long, value_name = "URL", required_unless_present = "mapping")]
+    pub state: Option<String>,
+    #[command(flatten)]
+    pub write: WriteArgs,
     /// The pinfleet cluster's name (default: the first label of kops's).
     #[arg(long)]
     pub name: Option<String>,
@@ -120,9 +132,7 @@ pub async fn run(g: &GlobalArgs, args: ImportArgs) -> Result<ExitCode> {
 async fn from_aws(g: &GlobalArgs, a: AwsArgs) -> Result<ExitCode> {
     use crate::adopt::ec2;
     let tag = ec2::parse_tag(&a.tag).map_err(anyhow::Error::msg)?;
-    if let Some(out) = a.out.as_ref().filter(|o| o.exists() && !a.force) {
-        bail!("{} exists: pass --force to replace it", out.display());
-    }
+    a.write.check()?;
     let opts = AwsOptions::from_env(Target::Aws, a.region.clone())?;
     let aws = Aws::connect(&opts).await.context("connecting to AWS")?;
     let (machines, vpcs, subnets) = crate::adopt::aws::seen_by_tag(&aws, &tag.0, &tag.1).await?;
@@ -136,11 +146,11 @@ async fn from_aws(g: &GlobalArgs, a: AwsArgs) -> Result<ExitCode> {
         name: a.name.clone(),
         owner: a.owner.clone(),
         state_store: a.state_store.clone(),
-        file: a.out.clone().unwrap_or_else(|| PathBuf::from("cluster.yaml")),
+        file: a.write.out.clone().unwrap_or_else(|| PathBuf::from("cluster.yaml")),
         validation: super::validate::load_options(&g.addons_dir),
     };
     let imported = ec2::import(&seen, &options)?;
-    emit(g, &imported, a.out.as_deref(), "kubeadm or EC2")
+    emit(g, &imported, a.write.out.as_deref(), "kubeadm or EC2")
 }
 
 /// The API server the kubeconfig's current context names (for messages).
@@ -195,9 +205,7 @@ async fn from_kops(g: &GlobalArgs, a: KopsArgs) -> Result<ExitCode> {
     }
     let url = a.state.as_deref().context("--state is needed: kops's state store and the cluster's name")?;
     let (base, name) = split_state(url)?;
-    if let Some(out) = a.out.as_ref().filter(|o| o.exists() && !a.force) {
-        bail!("{} exists: pass --force to replace it", out.display());
-    }
+    a.write.check()?;
     let aws = if base.starts_with("s3://") {
         let opts = AwsOptions::from_env(Target::Aws, a.region.clone())?;
         Some(Aws::connect(&opts).await.context("connecting to AWS for kops's state store")?)
@@ -213,11 +221,11 @@ async fn from_kops(g: &GlobalArgs, a: KopsArgs) -> Result<ExitCode> {
         name: a.name.clone(),
         owner: a.owner.clone(),
         state_store: a.state_store.clone().unwrap_or_else(|| beside(&base)),
-        file: a.out.clone().unwrap_or_else(|| PathBuf::from(format!("{name}.yaml"))),
+        file: a.write.out.clone().unwrap_or_else(|| PathBuf::from(format!("{name}.yaml"))),
         validation: super::validate::load_options(&g.addons_dir),
     };
     let imported = kops::import(&state, &opts)?;
-    emit(g, &imported, a.out.as_deref(), "kops")
+    emit(g, &imported, a.write.out.as_deref(), "kops")
 }
 
 /// Writes the file (or prints it), then what was not carried over.
