@@ -640,14 +640,26 @@ async fn a_cluster_made_with_kubeadm_on_ec2_is_imported_from_ec2_and_its_api_the
     // Again: nothing to do, and no --pki needed now.
     let out = w.ok(&["adopt", "lab"]);
     assert!(out.contains("lab is adopted already: nothing to do"), "{out}");
-    // The control plane is refused for the roll, named as kubeadm's.
+    // etcd's CA came along (kubeadm's, so new control-plane machines join
+    // its members). Without it in pinfleet's PKI (an older adopt), the
+    // control plane's roll is refused by name, before any write.
+    let etcd_ca = std::fs::read_to_string(format!("{pki}/etcd/ca.crt")).unwrap();
+    assert_eq!(bundle["etcd_ca_cert"].as_str().unwrap().trim(), etcd_ca.trim(), "etcd's CA is not kubeadm's");
+    let key = "pinfleet/lab/pki/bundle.json";
+    let mut without = bundle.clone();
+    without.as_object_mut().unwrap().remove("etcd_ca_from");
+    let put = |v: &serde_json::Value| {
+        aws.s3.put_object().bucket(&bucket).key(key).body(serde_json::to_vec(v).unwrap().into()).send()
+    };
+    put(&without).await.unwrap();
     let o = w.run(&["upgrade", "lab", "--yes", "--kubeconfig", kc, "--skip-e2e"]);
     let err = support::stderr(&o);
     assert!(
-        err.contains("lab was adopted from kubeadm on EC2 (machines tagged cluster=lab): its control plane"),
+        err.contains("lab was adopted from kubeadm on EC2 (machines tagged cluster=lab) without its etcd CA"),
         "{err}"
     );
     assert!(err.contains("--instance-group nodes"), "{err}");
+    put(&bundle).await.unwrap();
 
     // The workers roll onto pinfleet's machines (a sim whose Nodes are the
     // machines, standing in for the cluster from here on); the control
@@ -692,4 +704,53 @@ async fn a_cluster_made_with_kubeadm_on_ec2_is_imported_from_ec2_and_its_api_the
     let running: Vec<&serde_json::Value> =
         now.as_array().unwrap().iter().filter(|i| i["group"] == "nodes" && i["state"] == "running").collect();
     assert_eq!(running.len(), 2, "{now:#}");
+
+    // The control plane: new machines join the running one's etcd (the
+    // adopted CAs), the old member is removed once they are in, then its
+    // machine goes. First, a ClusterConfiguration naming a file only the
+    // running machine holds (its Secrets' keys) refuses it, nothing changed.
+    let nodes_client = pinfleet::kube::client_from_kubeconfig(&nodes_kc, pinfleet::kube::Retry::Default).await.unwrap();
+    let cms = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(nodes_client.clone(), "kube-system");
+    let config = cms.get("kubeadm-config").await.unwrap();
+    let doc = config.data.as_ref().unwrap()["ClusterConfiguration"].clone();
+    let with_keys = doc.replacen(
+        "apiServer:",
+        "apiServer:\n  extraArgs:\n  - name: encryption-provider-config\n    value: /etc/kubernetes/enc/enc.yaml",
+        1,
+    );
+    assert_ne!(with_keys, doc, "{doc}");
+    let set = |d: &str| {
+        let patch = serde_json::json!({"data": {"ClusterConfiguration": d}});
+        let cms = cms.clone();
+        async move { cms.patch("kubeadm-config", &Default::default(), &kube::api::Patch::Merge(patch)).await.unwrap() }
+    };
+    set(&with_keys).await;
+    let cp_roll = ["upgrade", "lab", "--yes", "--kubeconfig", nkc, "--validate-interval", "200ms", "--skip-e2e"];
+    let o = w.run(&cp_roll);
+    let err = support::stderr(&o);
+    assert!(err.contains("encryption-provider-config=/etc/kubernetes/enc/enc.yaml"), "{err}");
+    let live = aws.ec2.describe_instances().instance_ids(&lab.control_plane).send().await.unwrap();
+    let cp_state = live.reservations()[0].instances()[0].state().unwrap().name().unwrap().as_str().to_string();
+    assert_eq!(cp_state, "running", "a refused roll changed the control plane");
+    set(&doc).await;
+    // (The sim runs no etcd to back up: the roll says it skips the backup.)
+    let o = w.run(&cp_roll);
+    let out = format!("{}{}", support::stdout(&o), support::stderr(&o));
+    assert!(o.status.success(), "{out}");
+    let live = aws.ec2.describe_instances().instance_ids(&lab.control_plane).send().await.unwrap();
+    let cp_state = live.reservations()[0].instances()[0].state().unwrap().name().unwrap().as_str().to_string();
+    assert!(matches!(cp_state.as_str(), "terminated" | "shutting-down"), "kubeadm's control plane: {cp_state}");
+    let now = w.json(&["get", "instances", "lab"]);
+    let cp: Vec<&serde_json::Value> =
+        now.as_array().unwrap().iter().filter(|i| i["group"] == "control-plane" && i["state"] == "running").collect();
+    assert_eq!(cp.len(), 1, "{now:#}");
+    // etcd's members are the new machine's alone, read as the roll reads them.
+    let members = pinfleet::kube::etcd::members(&nodes_client).await.unwrap();
+    let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names.len(), 1, "{members:?}");
+    assert!(members[0].healthy, "{members:?}");
+    // Nothing of the tagged machines is left but the one that is no Node.
+    let o = w.json(&["adopt", "lab"]);
+    let roll = o["roll"].as_array().unwrap();
+    assert!(roll.iter().all(|r| r["id"] != lab.control_plane.as_str()), "{o:#}");
 }

@@ -135,6 +135,7 @@ mod tests {
             (&ca.cert_pem, &ca.key_pem),
             (&fp.cert_pem, &fp.key_pem),
             (&sa.cert_pem, &sa.key_pem),
+            None,
         )
         .unwrap();
         assert_eq!((pki.ca_cert.as_str(), pki.ca_key.as_str()), (ca.cert_pem.as_str(), ca.key_pem.as_str()));
@@ -163,11 +164,32 @@ mod tests {
             (&ca.cert_pem, &ca.key_pem),
             (&fp.cert_pem, &sa.key_pem),
             (&sa.cert_pem, &sa.key_pem),
+            None,
         )
         .unwrap_err();
         assert_eq!(
             format!("{e:#}"),
             "the front-proxy CA: the private key is not the one its certificate (or public key) holds"
         );
+        // etcd's CA, when given (kubeadm's), is taken as it is and checked.
+        let pki = crate::state::pki::Pki::adopted(
+            "prod",
+            (&ca.cert_pem, &ca.key_pem),
+            (&fp.cert_pem, &fp.key_pem),
+            (&sa.cert_pem, &sa.key_pem),
+            Some((&fp.cert_pem, &fp.key_pem, "kubeadm's etcd/ca.crt")),
+        )
+        .unwrap();
+        assert_eq!((pki.etcd_ca_cert.as_str(), pki.etcd_ca_key.as_str()), (fp.cert_pem.as_str(), fp.key_pem.as_str()));
+        assert_eq!(pki.etcd_ca_from.as_deref(), Some("kubeadm's etcd/ca.crt"));
+        let e = crate::state::pki::Pki::adopted(
+            "prod",
+            (&ca.cert_pem, &ca.key_pem),
+            (&fp.cert_pem, &fp.key_pem),
+            (&sa.cert_pem, &sa.key_pem),
+            Some((&fp.cert_pem, &ca.key_pem, "kubeadm's etcd/ca.crt")),
+        )
+        .unwrap_err();
+        assert_eq!(format!("{e:#}"), "etcd's CA: the private key is not the one its certificate (or public key) holds");
     }
 }

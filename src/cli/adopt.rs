@@ -203,6 +203,7 @@ async fn trust(
         (&ca.cert_pem, &ca.key_pem),
         (&front_proxy.cert_pem, &front_proxy.key_pem),
         (&sa.cert_pem, &sa.key_pem),
+        None,
     )
     .with_context(|| format!("taking over kops's keysets from {url}"))?;
     Ok((Some(pki), take_over(false)))
@@ -222,7 +223,9 @@ async fn trust_kubeadm(
         }
         None => None,
     };
-    let files = ["ca", "front-proxy-ca", "sa"];
+    // etcd's CA too: the control plane's new machines join kubeadm's
+    // stacked etcd as peers of its members.
+    let files = ["ca", "front-proxy-ca", "sa", "etcd/ca"];
     let take_over = |already, from: String| claim::PkiTakeOver {
         by: "kubeadm".into(),
         keysets: files.iter().map(|f| f.to_string()).collect(),
@@ -250,6 +253,7 @@ async fn trust_kubeadm(
     let ca = pair("ca", "crt")?;
     let front_proxy = pair("front-proxy-ca", "crt")?;
     let sa = pair("sa", "pub")?;
+    let etcd = pair("etcd/ca", "crt")?;
     if let Some((have, at)) = have {
         if have.ca_cert.trim() != ca.0.trim() {
             bail!(
@@ -259,8 +263,14 @@ async fn trust_kubeadm(
         }
         return Ok((None, take_over(true, dir.display().to_string())));
     }
-    let pki = crate::state::pki::Pki::adopted(name, (&ca.0, &ca.1), (&front_proxy.0, &front_proxy.1), (&sa.0, &sa.1))
-        .with_context(|| format!("taking over kubeadm's PKI from {}", dir.display()))?;
+    let pki = crate::state::pki::Pki::adopted(
+        name,
+        (&ca.0, &ca.1),
+        (&front_proxy.0, &front_proxy.1),
+        (&sa.0, &sa.1),
+        Some((&etcd.0, &etcd.1, &format!("kubeadm's {}", dir.join("etcd/ca.crt").display()))),
+    )
+    .with_context(|| format!("taking over kubeadm's PKI from {}", dir.display()))?;
     Ok((Some(pki), take_over(false, dir.display().to_string())))
 }
 

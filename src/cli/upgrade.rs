@@ -102,19 +102,25 @@ pub struct UpgradeArgs {
 
 pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
-    // The control plane of a cluster taken over from kops is not rolled
-    // (etcd would come over from etcd-manager by restore, not built):
-    // refused before the first write, and a preview says the way that is.
+    // The control plane of a cluster taken over from kops (or from kubeadm
+    // without its etcd CA, or with files only its machines hold) is not
+    // rolled: refused before the first write, and a preview says the way
+    // that is.
     let state = crate::state::Store::open_existing(&s.loaded.cluster.spec.state_store, s.name(), Some(&s.aws)).await?;
     let adopted = match &state {
-        Some(store) => run::refuse_adopted_control_plane(&s.loaded.cluster, store, &args.roll.groups).await.err(),
-        None => None,
+        Some(store) => run::refuse_adopted_control_plane(&s.loaded.cluster, store, &args.roll.groups).await,
+        None => Ok(false),
     };
-    if let (true, Some(e)) = (args.yes, &adopted) {
+    if let (true, Err(e)) = (args.yes, &adopted) {
         return Err(anyhow::anyhow!("{e}"));
     }
     let kubeconfig = args.cloud.target.kubeconfig_or(args.roll.kubeconfig.as_deref(), s.name());
     let (store, pki, client) = s.roll_target(&kubeconfig).await?;
+    let adopted = match adopted {
+        Ok(true) => run::refuse_kubeadm_local_files(&s.loaded.cluster, &client).await.err(),
+        Ok(false) => None,
+        Err(e) => Some(e),
+    };
     let opts = args.roll.options();
     if !args.yes {
         let preview = run::preview(&s.aws, &s.loaded.cluster, &client, &opts).await?;

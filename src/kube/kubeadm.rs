@@ -21,6 +21,30 @@ pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 pub const GROUP_LABEL: &str = "pinfleet.dev/instance-group";
 
 /// `kubernetesVersion` of a ClusterConfiguration document.
+/// The API server flags in a ClusterConfiguration that a control-plane
+/// machine joining with that configuration could not honour: files only
+/// the running machines hold (`apiServer.extraArgs`, as a map in
+/// v1beta3 or a list of `{name, value}` in v1beta4). Each as `name=value`;
+/// Err when the document is not YAML.
+pub fn machine_local_api_server_flags(doc: &str) -> Result<Vec<String>, String> {
+    const LOCAL: [&str; 3] = ["encryption-provider-config", "audit-policy-file", "admission-control-config-file"];
+    let v: serde_json::Value =
+        serde_saphyr::from_str(doc).map_err(|e| format!("ClusterConfiguration is not YAML: {e}"))?;
+    let args: Vec<(String, String)> = match v.pointer("/apiServer/extraArgs") {
+        Some(serde_json::Value::Object(m)) => {
+            m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect()
+        }
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| {
+                Some((x["name"].as_str()?.to_string(), x["value"].as_str().unwrap_or_default().to_string()))
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Ok(args.into_iter().filter(|(k, _)| LOCAL.contains(&k.as_str())).map(|(k, v)| format!("{k}={v}")).collect())
+}
+
 pub fn cluster_configuration_version(doc: &str) -> Option<Version> {
     doc.lines()
         .find_map(|l| l.strip_prefix("kubernetesVersion:"))
@@ -130,6 +154,17 @@ pub async fn upgrade_addons(client: &Client, v: Version) -> Result<Vec<String>> 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn flags_naming_files_on_the_running_machines_are_found_in_either_form() {
+        use super::machine_local_api_server_flags as local;
+        let v1beta4 = "kind: ClusterConfiguration\napiServer:\n  extraArgs:\n  - name: audit-log-maxage\n    value: \"30\"\n  - name: encryption-provider-config\n    value: /etc/kubernetes/enc.yaml\n";
+        assert_eq!(local(v1beta4).unwrap(), ["encryption-provider-config=/etc/kubernetes/enc.yaml"]);
+        let v1beta3 = "kind: ClusterConfiguration\napiServer:\n  extraArgs:\n    audit-policy-file: /etc/kubernetes/audit.yaml\n    v: \"2\"\n";
+        assert_eq!(local(v1beta3).unwrap(), ["audit-policy-file=/etc/kubernetes/audit.yaml"]);
+        assert!(local("kind: ClusterConfiguration\napiServer: {}\n").unwrap().is_empty());
+        assert!(local("apiServer: [unclosed").is_err());
+    }
+
     use super::*;
 
     #[test]

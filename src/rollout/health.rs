@@ -348,13 +348,15 @@ pub async fn heal(
     // the control plane is held, saying why, and the other groups go on.
     let mut held = None;
     let mut backup_line = None;
-    // A cluster taken over from kops keeps kops's control plane: no
-    // machine of it is replaced here (its roll is not built).
-    if store.get(crate::adopt::CLAIMS_KEY).await?.is_some() {
-        held = Some(
-            "adopted from kops: its control plane is not replaced (rolling an adopted control plane is not built)"
-                .to_string(),
-        );
+    // A taken-over control plane the roll would refuse (kops's; kubeadm's
+    // without its etcd CA or with files only its machines hold) is held
+    // here too, saying why.
+    match super::run::refuse_adopted_control_plane(cluster, store, &[]).await {
+        Err(e) => held = Some(format!("{e:#}")),
+        Ok(true) => {
+            held = super::run::refuse_kubeadm_local_files(cluster, client).await.err().map(|e| format!("{e:#}"))
+        }
+        Ok(false) => {}
     }
     if held.is_none() && touches_control_plane(cluster, &observed, cfg, now) {
         let why = format!("{command}: a control-plane machine is replaced");

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use serde::Serialize;
 
 use super::driver::{self, Event, GroupReport, GroupRoll};
@@ -320,36 +320,80 @@ pub async fn preview(aws: &Aws, cluster: &Cluster, client: &kube::Client, opts: 
 }
 
 /// Refuses a roll of a cluster taken over ([`crate::adopt::CLAIMS_KEY`] in
-/// its state, from kops or kubeadm) whose selection (`groups`; empty:
-/// every group) holds a control-plane group: etcd would come over by
-/// restore, which the roll does not do. Names the node groups' command.
+/// its state) whose selection (`groups`; empty: every group) holds a
+/// control-plane group that cannot be rolled: kops's (its etcd is
+/// etcd-manager's, with CAs and membership of its own), or kubeadm's
+/// when its etcd CA was not taken over. Names the node groups' command.
+/// Ok(true): an adopted kubeadm control plane is in the selection, and
+/// [`refuse_kubeadm_local_files`] is to be asked of the running cluster.
 pub async fn refuse_adopted_control_plane(
     cluster: &Cluster,
     store: &crate::state::Store,
     groups: &[String],
-) -> Result<()> {
-    let Some((bytes, _)) = store.get(crate::adopt::CLAIMS_KEY).await? else { return Ok(()) };
+) -> Result<bool> {
+    let Some((bytes, _)) = store.get(crate::adopt::CLAIMS_KEY).await? else { return Ok(false) };
     let record = serde_json::from_slice::<serde_json::Value>(&bytes).unwrap_or_default();
-    let from = match (record["kopsName"].as_str(), record["from"].as_str().and_then(|f| f.strip_prefix("ec2:"))) {
-        (Some(kops), _) => format!("from kops ({kops})"),
-        (None, Some(tag)) => format!("from kubeadm on EC2 (machines tagged {tag})"),
-        (None, None) => format!("({})", store.describe(crate::adopt::CLAIMS_KEY)),
-    };
     let picked = |g: &&crate::spec::InstanceGroup| groups.is_empty() || groups.contains(&g.name);
     let all = &cluster.spec.instance_groups;
     let control_plane: Vec<&str> =
         all.iter().filter(picked).filter(|g| g.role == Role::ControlPlane).map(|g| g.name.as_str()).collect();
     if control_plane.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
+    let etcd_ca_from = crate::state::pki::Pki::load(store).await?.and_then(|p| p.etcd_ca_from);
+    let why = match (record["kopsName"].as_str(), record["from"].as_str().and_then(|f| f.strip_prefix("ec2:"))) {
+        (Some(kops), _) => format!(
+            "{} was adopted from kops ({kops}): its control plane ({}) is not rolled (its etcd is etcd-manager's, with CAs and a membership of its own that new machines cannot join; bringing it over by restore is not built)",
+            cluster.metadata.name,
+            control_plane.join(", ")
+        ),
+        (None, Some(_)) if etcd_ca_from.is_some() => return Ok(true),
+        (None, Some(tag)) => format!(
+            "{} was adopted from kubeadm on EC2 (machines tagged {tag}) without its etcd CA: its control plane ({}) is not rolled (new machines could not join its etcd); the CA is taken by an adopt whose --pki DIR holds kubeadm's etcd/ca.crt and etcd/ca.key",
+            cluster.metadata.name,
+            control_plane.join(", ")
+        ),
+        (None, None) => format!(
+            "{} was adopted ({}): its control plane ({}) is not rolled",
+            cluster.metadata.name,
+            store.describe(crate::adopt::CLAIMS_KEY),
+            control_plane.join(", ")
+        ),
+    };
     let nodes: Vec<String> =
         all.iter().filter(|g| g.role != Role::ControlPlane).map(|g| format!("--instance-group {}", g.name)).collect();
-    let name = &cluster.metadata.name;
     anyhow::bail!(
-        "{name} was adopted {from}: its control plane ({}) is not rolled yet (its etcd would come over by restore, which is not built); roll the node groups: `pinfleet upgrade {name} --yes {}`. Nothing was changed",
-        control_plane.join(", "),
+        "{why}; roll the node groups: `pinfleet upgrade {} --yes {}`. Nothing was changed",
+        cluster.metadata.name,
         nodes.join(" ")
     )
+}
+
+/// Refuses the roll of a control plane taken over from kubeadm whose
+/// ClusterConfiguration (which every joining control-plane machine runs)
+/// names files only the running machines hold: a new machine's API
+/// server would not start (Secrets encrypted with keys it lacks, a
+/// policy file it has not got). Read from the running cluster before the
+/// roll's first write.
+pub async fn refuse_kubeadm_local_files(cluster: &Cluster, client: &kube::Client) -> Result<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "kube-system");
+    let at = format!("kube-system/{}", crate::kube::kubeadm::CONFIG_MAP);
+    let cm = api.get_opt(crate::kube::kubeadm::CONFIG_MAP).await.with_context(|| format!("reading {at}"))?;
+    let Some(doc) = cm.as_ref().and_then(|c| c.data.as_ref()).and_then(|d| d.get("ClusterConfiguration")) else {
+        anyhow::bail!(
+            "{at}: no ClusterConfiguration: the control plane of {} joins with kubeadm's configuration, and there is none. Nothing was changed",
+            cluster.metadata.name
+        );
+    };
+    let flags = crate::kube::kubeadm::machine_local_api_server_flags(doc).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+    if !flags.is_empty() {
+        anyhow::bail!(
+            "{at}: ClusterConfiguration.apiServer.extraArgs names files only the running control-plane machines hold ({}): a new machine joining with it could not start its API server (for encryption-provider-config, the keys of the Secrets stored now). Its control plane is not rolled; roll the node groups with --instance-group. Nothing was changed",
+            flags.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// What each selected group looks like now.
@@ -522,7 +566,9 @@ pub async fn upgrade(
     use crate::rollout::progress::{self, Outcome, RollProgress};
     // Whoever asks (upgrade, a fleet rollout, the image job), an adopted
     // cluster's control plane is not rolled.
-    refuse_adopted_control_plane(cluster, store, &opts.groups).await?;
+    if refuse_adopted_control_plane(cluster, store, &opts.groups).await? {
+        refuse_kubeadm_local_files(cluster, &client).await?;
+    }
     // A change to the control plane needs a fresh, verified etcd backup
     // (checked before anything is written).
     let backup = backup_gate(cluster, store, opts, why, on).await?;

@@ -46,6 +46,12 @@ pub struct Pki {
     /// Empty in PKIs made before it existed; filled on the next load.
     #[serde(default)]
     pub encryption_keys: Vec<EncryptionKey>,
+    /// Where etcd's CA came from when it was taken over with a running
+    /// cluster (kubeadm's, copied off its control plane): only then do new
+    /// control-plane machines join that cluster's etcd, and only then is
+    /// an adopted control plane rolled. None: the CA is pinfleet's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_ca_from: Option<String>,
 }
 
 /// One key of the API servers' EncryptionConfiguration.
@@ -237,6 +243,7 @@ impl Pki {
             etcd_ca_cert: etcd_cert,
             etcd_ca_key: etcd_key.serialize_pem(),
             encryption_keys: vec![EncryptionKey::generate(chrono::Utc::now())],
+            etcd_ca_from: None,
         })
     }
 
@@ -245,13 +252,16 @@ impl Pki {
     /// kubelet, client and pod token keeps working), each key checked
     /// against its certificate. What the other tool keeps no copy of is
     /// pinfleet's own: an admin credential signed by the adopted CA, a
-    /// join token, etcd's CA (the store comes over by backup and restore)
-    /// and an encryption key.
+    /// join token and an encryption key. etcd's CA is taken too when given
+    /// (kubeadm's stacked etcd: new control-plane machines join its
+    /// members as peers); else it is pinfleet's own (kops's etcd-manager
+    /// keeps CAs of its own, and its control plane is not rolled).
     pub fn adopted(
         cluster: &str,
         cluster_ca: (&str, &str),
         front_proxy: (&str, &str),
         sa: (&str, &str),
+        etcd_ca: Option<(&str, &str, &str)>,
     ) -> Result<Pki> {
         let (ca_key, ca_spki) = adopted_key(cluster_ca.0, cluster_ca.1).context("the cluster CA")?;
         adopted_key(front_proxy.0, front_proxy.1).context("the front-proxy CA")?;
@@ -265,7 +275,17 @@ impl Pki {
         };
         let issuer = Issuer::from_ca_cert_pem(cluster_ca.0, ca_key).context("the cluster CA's certificate")?;
         let (admin_cert, admin_key) = admin_credential(cluster, &issuer)?;
-        let (_, etcd_key, etcd_cert) = ca("etcd-ca")?;
+        let (etcd_cert, etcd_key) = match etcd_ca {
+            Some((cert, key, _)) => {
+                adopted_key(cert, key).context("etcd's CA")?;
+                check_ca(cert, now).context("etcd's CA")?;
+                (cert.to_string(), key.to_string())
+            }
+            None => {
+                let (_, key, cert) = ca("etcd-ca")?;
+                (cert, key.serialize_pem())
+            }
+        };
         Ok(Pki {
             ca_cert: cluster_ca.0.to_string(),
             ca_key: cluster_ca.1.to_string(),
@@ -279,8 +299,9 @@ impl Pki {
             certificate_key: hex::encode(rand::random::<[u8; 32]>()),
             ca_cert_hash,
             etcd_ca_cert: etcd_cert,
-            etcd_ca_key: etcd_key.serialize_pem(),
+            etcd_ca_key: etcd_key,
             encryption_keys: vec![EncryptionKey::generate(chrono::Utc::now())],
+            etcd_ca_from: etcd_ca.map(|(_, _, from)| from.to_string()),
         })
     }
 
