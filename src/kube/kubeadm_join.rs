@@ -38,6 +38,14 @@ pub fn cluster_info(ca_pem: &str, server: &str, token: &str) -> Result<(String, 
     Ok((kubeconfig, format!("jws-kubeconfig-{id}"), jws))
 }
 
+/// cluster-info's signature of `kubeconfig` for bootstrap token `token`
+/// (`id.secret`), as kube-controller-manager's bootstrap signer writes it
+/// under `jws-kubeconfig-<id>`.
+pub fn signature(kubeconfig: &str, token: &str) -> Result<String> {
+    let (id, secret) = token.split_once('.').context("a bootstrap token is <id>.<secret>")?;
+    detached_jws(kubeconfig, id, secret)
+}
+
 /// A detached compact JWS (`header..signature`) over `payload`, HS256.
 fn detached_jws(payload: &str, kid: &str, secret: &str) -> Result<String> {
     let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);

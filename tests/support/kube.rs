@@ -142,6 +142,14 @@ impl KubeEnv {
         self.no_running_pods(part)
     }
 
+    /// Reports one part of a test as skipped on a real cluster, with why
+    /// (the rest of the test as run).
+    pub fn skip_part(&self, part: &str, why: &str) {
+        let what = format!("{} (part: {part})", test_name());
+        eprintln!("skipped on a real cluster: {what}: {why}");
+        report(&format!("skipped\t{what}\t{why}"));
+    }
+
     fn no_running_pods(&self, part: &str) -> bool {
         if !self.real {
             return false;
