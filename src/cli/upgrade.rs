@@ -117,7 +117,7 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
     let kubeconfig = args.cloud.target.kubeconfig_or(args.roll.kubeconfig.as_deref(), s.name());
     let (store, pki, client) = s.roll_target(&kubeconfig).await?;
     let adopted = match adopted {
-        Ok(true) => run::refuse_kubeadm_local_files(&s.loaded.cluster, &client).await.err(),
+        Ok(true) => run::refuse_kubeadm_control_plane(&s.loaded.cluster, &client).await.err(),
         Ok(false) => None,
         Err(e) => Some(e),
     };

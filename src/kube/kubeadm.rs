@@ -21,15 +21,43 @@ pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 pub const GROUP_LABEL: &str = "pinfleet.dev/instance-group";
 
 /// `kubernetesVersion` of a ClusterConfiguration document.
-/// The API server flags in a ClusterConfiguration that a control-plane
-/// machine joining with that configuration could not honour: files only
-/// the running machines hold (`apiServer.extraArgs`, as a map in
-/// v1beta3 or a list of `{name, value}` in v1beta4). Each as `name=value`;
-/// Err when the document is not YAML.
-pub fn machine_local_api_server_flags(doc: &str) -> Result<Vec<String>, String> {
-    const LOCAL: [&str; 3] = ["encryption-provider-config", "audit-policy-file", "admission-control-config-file"];
+/// Why control-plane machines joining with this ClusterConfiguration (the
+/// running cluster's kubeadm-config, which every joining control-plane
+/// machine runs) could not replace the running ones; empty when nothing
+/// stands in the way. `control_plane_addresses`: the running control-plane
+/// Nodes' addresses (they go with their machines). Err when the document
+/// is not YAML.
+pub fn control_plane_join_blockers(doc: &str, control_plane_addresses: &[String]) -> Result<Vec<String>, String> {
     let v: serde_json::Value =
         serde_saphyr::from_str(doc).map_err(|e| format!("ClusterConfiguration is not YAML: {e}"))?;
+    let mut why = Vec::new();
+    match v.get("controlPlaneEndpoint").and_then(serde_json::Value::as_str).filter(|e| !e.trim().is_empty()) {
+        None => why.push(
+            "controlPlaneEndpoint is unset: kubeadm refuses to add a control-plane machine to a cluster without a stable controlPlaneEndpoint address".to_string(),
+        ),
+        Some(ep) => {
+            let host = ep.rsplit_once(':').filter(|(_, p)| p.parse::<u16>().is_ok()).map_or(ep, |(h, _)| h);
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            if control_plane_addresses.iter().any(|a| a == host) {
+                why.push(format!(
+                    "controlPlaneEndpoint {ep} is a running control-plane machine's own address: it goes with that machine, and every node and client with it"
+                ));
+            }
+        }
+    }
+    for flag in machine_local_api_server_flags(&v) {
+        why.push(format!(
+            "apiServer.extraArgs {flag} names a file only the running control-plane machines hold: a new machine's API server would not start (for encryption-provider-config, without the keys of the Secrets stored now)"
+        ));
+    }
+    Ok(why)
+}
+
+/// The API server flags that name files only the running machines hold
+/// (`apiServer.extraArgs`, as a map in v1beta3 or a list of `{name, value}`
+/// in v1beta4), each as `name=value`.
+fn machine_local_api_server_flags(v: &serde_json::Value) -> Vec<String> {
+    const LOCAL: [&str; 3] = ["encryption-provider-config", "audit-policy-file", "admission-control-config-file"];
     let args: Vec<(String, String)> = match v.pointer("/apiServer/extraArgs") {
         Some(serde_json::Value::Object(m)) => {
             m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect()
@@ -42,7 +70,7 @@ pub fn machine_local_api_server_flags(doc: &str) -> Result<Vec<String>, String> 
             .collect(),
         _ => Vec::new(),
     };
-    Ok(args.into_iter().filter(|(k, _)| LOCAL.contains(&k.as_str())).map(|(k, v)| format!("{k}={v}")).collect())
+    args.into_iter().filter(|(k, _)| LOCAL.contains(&k.as_str())).map(|(k, v)| format!("{k}={v}")).collect()
 }
 
 pub fn cluster_configuration_version(doc: &str) -> Option<Version> {
@@ -155,14 +183,29 @@ pub async fn upgrade_addons(client: &Client, v: Version) -> Result<Vec<String>> 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn flags_naming_files_on_the_running_machines_are_found_in_either_form() {
-        use super::machine_local_api_server_flags as local;
-        let v1beta4 = "kind: ClusterConfiguration\napiServer:\n  extraArgs:\n  - name: audit-log-maxage\n    value: \"30\"\n  - name: encryption-provider-config\n    value: /etc/kubernetes/enc.yaml\n";
-        assert_eq!(local(v1beta4).unwrap(), ["encryption-provider-config=/etc/kubernetes/enc.yaml"]);
-        let v1beta3 = "kind: ClusterConfiguration\napiServer:\n  extraArgs:\n    audit-policy-file: /etc/kubernetes/audit.yaml\n    v: \"2\"\n";
-        assert_eq!(local(v1beta3).unwrap(), ["audit-policy-file=/etc/kubernetes/audit.yaml"]);
-        assert!(local("kind: ClusterConfiguration\napiServer: {}\n").unwrap().is_empty());
-        assert!(local("apiServer: [unclosed").is_err());
+    fn what_stops_a_control_plane_machine_joining_with_the_running_configuration_is_named() {
+        use super::control_plane_join_blockers as blockers;
+        let cp = ["10.0.1.10".to_string()];
+        let ok = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: api.lab.example.com:6443\napiServer:\n  extraArgs:\n  - name: audit-log-maxage\n    value: \"30\"\n";
+        assert!(blockers(ok, &cp).unwrap().is_empty());
+        // v1beta4's list and v1beta3's map of flags alike.
+        let v1beta4 = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: api.lab.example.com\napiServer:\n  extraArgs:\n  - name: encryption-provider-config\n    value: /etc/kubernetes/enc.yaml\n";
+        let why = blockers(v1beta4, &cp).unwrap();
+        assert_eq!(why.len(), 1, "{why:?}");
+        assert!(
+            why[0].starts_with("apiServer.extraArgs encryption-provider-config=/etc/kubernetes/enc.yaml names a file"),
+            "{why:?}"
+        );
+        let v1beta3 = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: api.lab.example.com\napiServer:\n  extraArgs:\n    audit-policy-file: /etc/kubernetes/audit.yaml\n    v: \"2\"\n";
+        assert!(blockers(v1beta3, &cp).unwrap()[0].contains("audit-policy-file=/etc/kubernetes/audit.yaml"));
+        // No shared endpoint, or the machine's own address: kubeadm's words, or why not.
+        let none = "kind: ClusterConfiguration\napiServer: {}\n";
+        assert!(blockers(none, &cp).unwrap()[0].contains("without a stable controlPlaneEndpoint address"));
+        let own = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: 10.0.1.10:6443\n";
+        assert!(blockers(own, &cp).unwrap()[0].contains("a running control-plane machine's own address"));
+        let vip = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: 10.0.1.200:6443\n";
+        assert!(blockers(vip, &cp).unwrap().is_empty(), "an address no machine holds (a VIP) stays");
+        assert!(blockers("apiServer: [unclosed", &cp).is_err());
     }
 
     use super::*;

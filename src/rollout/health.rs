@@ -349,12 +349,12 @@ pub async fn heal(
     let mut held = None;
     let mut backup_line = None;
     // A taken-over control plane the roll would refuse (kops's; kubeadm's
-    // without its etcd CA or with files only its machines hold) is held
-    // here too, saying why.
+    // without its etcd CA, or one new machines could not take over from)
+    // is held here too, saying why.
     match super::run::refuse_adopted_control_plane(cluster, store, &[]).await {
         Err(e) => held = Some(format!("{e:#}")),
         Ok(true) => {
-            held = super::run::refuse_kubeadm_local_files(cluster, client).await.err().map(|e| format!("{e:#}"))
+            held = super::run::refuse_kubeadm_control_plane(cluster, client).await.err().map(|e| format!("{e:#}"))
         }
         Ok(false) => {}
     }

@@ -325,7 +325,7 @@ pub async fn preview(aws: &Aws, cluster: &Cluster, client: &kube::Client, opts: 
 /// etcd-manager's, with CAs and membership of its own), or kubeadm's
 /// when its etcd CA was not taken over. Names the node groups' command.
 /// Ok(true): an adopted kubeadm control plane is in the selection, and
-/// [`refuse_kubeadm_local_files`] is to be asked of the running cluster.
+/// [`refuse_kubeadm_control_plane`] is to be asked of the running cluster.
 pub async fn refuse_adopted_control_plane(
     cluster: &Cluster,
     store: &crate::state::Store,
@@ -369,28 +369,37 @@ pub async fn refuse_adopted_control_plane(
     )
 }
 
-/// Refuses the roll of a control plane taken over from kubeadm whose
-/// ClusterConfiguration (which every joining control-plane machine runs)
-/// names files only the running machines hold: a new machine's API
-/// server would not start (Secrets encrypted with keys it lacks, a
-/// policy file it has not got). Read from the running cluster before the
-/// roll's first write.
-pub async fn refuse_kubeadm_local_files(cluster: &Cluster, client: &kube::Client) -> Result<()> {
-    use k8s_openapi::api::core::v1::ConfigMap;
+/// Refuses the roll of a control plane taken over from kubeadm that new
+/// machines could not take over from: its ClusterConfiguration (which
+/// every joining control-plane machine runs) has no stable endpoint, or
+/// one that is a running machine's own address, or names files only the
+/// running machines hold ([`crate::kube::kubeadm::control_plane_join_blockers`]).
+/// Read from the running cluster before the roll's first write.
+pub async fn refuse_kubeadm_control_plane(cluster: &Cluster, client: &kube::Client) -> Result<()> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Node};
     let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "kube-system");
     let at = format!("kube-system/{}", crate::kube::kubeadm::CONFIG_MAP);
     let cm = api.get_opt(crate::kube::kubeadm::CONFIG_MAP).await.with_context(|| format!("reading {at}"))?;
+    let name = &cluster.metadata.name;
     let Some(doc) = cm.as_ref().and_then(|c| c.data.as_ref()).and_then(|d| d.get("ClusterConfiguration")) else {
         anyhow::bail!(
-            "{at}: no ClusterConfiguration: the control plane of {} joins with kubeadm's configuration, and there is none. Nothing was changed",
-            cluster.metadata.name
+            "{at}: no ClusterConfiguration: the control plane of {name} joins with kubeadm's configuration, and there is none. Nothing was changed"
         );
     };
-    let flags = crate::kube::kubeadm::machine_local_api_server_flags(doc).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
-    if !flags.is_empty() {
+    let selector = kube::api::ListParams::default().labels(crate::kube::kubeadm::CONTROL_PLANE_LABEL);
+    let nodes = kube::Api::<Node>::all(client.clone()).list(&selector).await.context("listing control-plane Nodes")?;
+    let addresses: Vec<String> = nodes
+        .items
+        .iter()
+        .flat_map(|n| n.status.iter().flat_map(|s| s.addresses.iter().flatten()))
+        .map(|a| a.address.clone())
+        .collect();
+    let why =
+        crate::kube::kubeadm::control_plane_join_blockers(doc, &addresses).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+    if !why.is_empty() {
         anyhow::bail!(
-            "{at}: ClusterConfiguration.apiServer.extraArgs names files only the running control-plane machines hold ({}): a new machine joining with it could not start its API server (for encryption-provider-config, the keys of the Secrets stored now). Its control plane is not rolled; roll the node groups with --instance-group. Nothing was changed",
-            flags.join(", ")
+            "{at}: the control plane of {name} is not rolled: {}. Roll the node groups with --instance-group. Nothing was changed",
+            why.join("; ")
         );
     }
     Ok(())
@@ -567,7 +576,7 @@ pub async fn upgrade(
     // Whoever asks (upgrade, a fleet rollout, the image job), an adopted
     // cluster's control plane is not rolled.
     if refuse_adopted_control_plane(cluster, store, &opts.groups).await? {
-        refuse_kubeadm_local_files(cluster, &client).await?;
+        refuse_kubeadm_control_plane(cluster, &client).await?;
     }
     // A change to the control plane needs a fresh, verified etcd backup
     // (checked before anything is written).
