@@ -82,6 +82,9 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
     let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    // Read first: an identity that may read what exists but not create it
+    // (RBAC answers a create with 403 before it looks for the object) is
+    // not refused for something already there.
     if api.get_opt(&name).await.with_context(|| format!("reading {name}"))?.is_some() {
         return Ok(false);
     }

@@ -15,8 +15,10 @@ pub(super) fn diff(desired: &Desired, observed: &Observed, out: &mut Changes) {
     vpc(desired, observed, out);
     subnets(desired, observed, out);
     internet_gateway(desired, observed, out);
-    nat_gateways(desired, observed, out);
-    route_tables(desired, observed, out);
+    // An adopted cluster's routing that stays the other tool's.
+    let kept = routing_kept(desired, observed);
+    nat_gateways(desired, observed, &kept, out);
+    route_tables(desired, observed, &kept, out);
 }
 
 /// The VPC and its CIDR.
@@ -84,8 +86,7 @@ fn internet_gateway(desired: &Desired, observed: &Observed, out: &mut Changes) {
 
 /// NAT gateways and their addresses (none for a zone whose private
 /// routing an adopted cluster keeps: nothing would route to it).
-fn nat_gateways(desired: &Desired, observed: &Observed, out: &mut Changes) {
-    let kept = routing_kept(desired, observed);
+fn nat_gateways(desired: &Desired, observed: &Observed, kept: &BTreeSet<&str>, out: &mut Changes) {
     let routed = |zone: &str| {
         desired.route_tables.iter().any(|rt| {
             !kept.contains(rt.name.as_str())
@@ -137,10 +138,9 @@ fn routing_kept<'a>(desired: &'a Desired, observed: &Observed) -> BTreeSet<&'a s
 }
 
 /// Route tables: their default routes and subnets.
-fn route_tables(desired: &Desired, observed: &Observed, out: &mut Changes) {
+fn route_tables(desired: &Desired, observed: &Observed, kept: &BTreeSet<&str>, out: &mut Changes) {
     let subnet_names: BTreeMap<String, String> =
         observed.subnets.iter().map(|s| (s.id.clone(), s.name.clone())).collect();
-    let kept = routing_kept(desired, observed);
     for rt in desired.route_tables.iter().filter(|rt| !kept.contains(rt.name.as_str())) {
         let key = K::RouteTable(rt.name.to_string());
         let mut deps = vec![K::Vpc];
