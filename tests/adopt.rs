@@ -235,8 +235,13 @@ async fn kops_s_node_groups_roll_onto_pinfleet_machines_and_their_auto_scaling_g
     assert_eq!(groups["groups"][0]["needsUpdate"], 3, "{groups:#}");
     let said = support::stderr(&w.run(&["upgrade", "prod", "--kubeconfig", kc]));
     assert!(said.contains("roll the node groups: `pinfleet upgrade prod --yes --instance-group batch"), "{said}");
+    // A preview that cannot reach the cluster still says so.
+    let o = w.run(&["upgrade", "prod", "--kubeconfig", "/nonexistent/kubeconfig"]);
+    let said = support::stderr(&o);
+    assert!(said.contains(&format!("prod was adopted from kops ({KOPS_NAME}): its control plane")), "{said}");
+    assert!(said.contains("the preview could not read the cluster for the rest"), "{said}");
 
-    // The control plane is not rolled (etcd would come over by restore):
+    // The control plane is not rolled (its etcd is etcd-manager's):
     // refused before anything is written, naming the node groups' way.
     let o = roll(&[]);
     assert_eq!(o.status.code(), Some(1));
@@ -648,8 +653,11 @@ async fn a_cluster_made_with_kubeadm_on_ec2_is_imported_from_ec2_and_its_api_the
     let etcd_ca = std::fs::read_to_string(format!("{pki}/etcd/ca.crt")).unwrap();
     assert_eq!(bundle["etcd_ca_cert"].as_str().unwrap().trim(), etcd_ca.trim(), "etcd's CA is not kubeadm's");
     let key = "pinfleet/lab/pki/bundle.json";
+    // (An older adopt's PKI: etcd's CA pinfleet's own, any other CA here.)
     let mut without = bundle.clone();
     without.as_object_mut().unwrap().remove("etcd_ca_from");
+    without["etcd_ca_cert"] = bundle["front_proxy_ca_cert"].clone();
+    without["etcd_ca_key"] = bundle["front_proxy_ca_key"].clone();
     let put = |v: &serde_json::Value| {
         aws.s3.put_object().bucket(&bucket).key(key).body(serde_json::to_vec(v).unwrap().into()).send()
     };
@@ -661,7 +669,25 @@ async fn a_cluster_made_with_kubeadm_on_ec2_is_imported_from_ec2_and_its_api_the
         "{err}"
     );
     assert!(err.contains("--instance-group nodes"), "{err}");
-    put(&bundle).await.unwrap();
+    // A second adopt without --pki says only what the state holds.
+    let out = w.ok(&["adopt", "lab"]);
+    assert!(out.contains("trust: kubeadm's ca, front-proxy-ca, sa from"), "{out}");
+    // The adopt the refusal names takes it now (and nothing else).
+    let out = w.ok(&["adopt", "lab", "--yes", "--pki", &pki]);
+    assert!(out.contains("trust: kubeadm's etcd/ca from"), "{out}");
+    let got = aws.s3.get_object().bucket(&bucket).key(key).send().await.unwrap();
+    let got: serde_json::Value = serde_json::from_slice(&got.body.collect().await.unwrap().to_vec()).unwrap();
+    assert_eq!(got, bundle, "the PKI is not the first adopt's (etcd's CA kubeadm's, the rest kept)");
+    // Once taken, another etcd CA in --pki is another cluster's: refused.
+    let other = w.dir.path().join("other-pki");
+    let status = std::process::Command::new("cp").args(["-r", &pki, other.to_str().unwrap()]).status().unwrap();
+    assert!(status.success());
+    for (from, to) in [("front-proxy-ca.crt", "etcd/ca.crt"), ("front-proxy-ca.key", "etcd/ca.key")] {
+        std::fs::copy(other.join(from), other.join(to)).unwrap();
+    }
+    let o = w.run(&["adopt", "lab", "--yes", "--pki", other.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(support::stderr(&o).contains("holds another etcd CA than"), "{}", support::stderr(&o));
 
     // The workers roll onto pinfleet's machines (a sim whose Nodes are the
     // machines, standing in for the cluster from here on); the control

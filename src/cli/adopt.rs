@@ -30,8 +30,9 @@ pub struct AdoptArgs {
     pub take: Vec<String>,
     /// A kubeadm cluster's PKI, as kubeadm keeps it on a control-plane
     /// machine (/etc/kubernetes/pki, copied here): ca.crt and ca.key,
-    /// front-proxy-ca.crt and .key, sa.pub and sa.key. Needed once, for a
-    /// cluster `pinfleet import aws` mapped.
+    /// front-proxy-ca.crt and .key, sa.pub and sa.key, etcd/ca.crt and
+    /// etcd/ca.key. Needed once, for a cluster `pinfleet import aws` mapped
+    /// (again to take etcd's CA into an adoption made without it).
     #[arg(long, value_name = "DIR")]
     pub pki: Option<std::path::PathBuf>,
     #[command(flatten)]
@@ -111,11 +112,8 @@ pub async fn run(g: &GlobalArgs, args: AdoptArgs) -> anyhow::Result<ExitCode> {
         // The PKI, then the record: a run killed while tagging is resumed
         // by the next (a tag already there is no change), and the record
         // says what this cluster took over.
-        if let Some(pki) = &pki {
-            match store
-                .put(crate::state::pki::PKI_KEY, serde_json::to_vec(pki)?, crate::state::Condition::IfAbsent)
-                .await
-            {
+        if let Some((pki, condition)) = pki {
+            match store.put(crate::state::pki::PKI_KEY, serde_json::to_vec(&pki)?, condition).await {
                 Ok(_) => {}
                 Err(e) if e.is::<crate::state::PreconditionFailed>() => {
                     bail!("{name}'s PKI was written by another run meanwhile: run adopt again")
@@ -160,7 +158,7 @@ async fn trust(
     cluster: &crate::spec::Cluster,
     aws: &crate::cloud::aws::Aws,
     store: Option<&crate::state::Store>,
-) -> anyhow::Result<(Option<crate::state::pki::Pki>, claim::PkiTakeOver)> {
+) -> anyhow::Result<(Option<PkiWrite>, claim::PkiTakeOver)> {
     let name = &cluster.metadata.name;
     let Some(url) = cluster.metadata.annotations.get("pinfleet.dev/imported-from") else {
         bail!("{name}: no metadata.annotations[pinfleet.dev/imported-from]: adopt reads kops's keysets from the state store the import read");
@@ -183,13 +181,7 @@ async fn trust(
         from: url.clone(),
         already,
     };
-    let have = match store {
-        Some(store) => {
-            crate::state::pki::Pki::load(store).await?.map(|p| (p, store.describe(crate::state::pki::PKI_KEY)))
-        }
-        None => None,
-    };
-    if let Some((have, at)) = have {
+    if let Some((have, _, at)) = held(store).await? {
         if have.ca_cert.trim() != ca.cert_pem.trim() {
             bail!(
                 "{name}'s state ({at}) holds another cluster CA than kops's {}: it is not this kops cluster's; nothing was written",
@@ -206,7 +198,20 @@ async fn trust(
         None,
     )
     .with_context(|| format!("taking over kops's keysets from {url}"))?;
-    Ok((Some(pki), take_over(false)))
+    Ok((Some((pki, crate::state::Condition::IfAbsent)), take_over(false)))
+}
+
+/// A PKI to write, and on what condition: absent (the first), or still
+/// the one read (etcd's CA added to it).
+type PkiWrite = (crate::state::pki::Pki, crate::state::Condition);
+
+/// The PKI pinfleet's state holds for the cluster, its ETag, and where.
+async fn held(store: Option<&crate::state::Store>) -> anyhow::Result<Option<(crate::state::pki::Pki, String, String)>> {
+    let Some(store) = store else { return Ok(None) };
+    let Some((bytes, etag)) = store.get(crate::state::pki::PKI_KEY).await? else { return Ok(None) };
+    let at = store.describe(crate::state::pki::PKI_KEY);
+    let pki = serde_json::from_slice(&bytes).with_context(|| format!("reading {at}"))?;
+    Ok(Some((pki, etag, at)))
 }
 
 /// kubeadm's PKI (copied off a control-plane machine into `dir`) made
@@ -215,14 +220,9 @@ async fn trust_kubeadm(
     cluster: &crate::spec::Cluster,
     dir: Option<&std::path::Path>,
     store: Option<&crate::state::Store>,
-) -> anyhow::Result<(Option<crate::state::pki::Pki>, claim::PkiTakeOver)> {
+) -> anyhow::Result<(Option<PkiWrite>, claim::PkiTakeOver)> {
     let name = &cluster.metadata.name;
-    let have = match store {
-        Some(store) => {
-            crate::state::pki::Pki::load(store).await?.map(|p| (p, store.describe(crate::state::pki::PKI_KEY)))
-        }
-        None => None,
-    };
+    let have = held(store).await?;
     // etcd's CA too: the control plane's new machines join kubeadm's
     // stacked etcd as peers of its members.
     let files = ["ca", "front-proxy-ca", "sa", "etcd/ca"];
@@ -233,8 +233,11 @@ async fn trust_kubeadm(
         already,
     };
     let Some(dir) = dir else {
-        if let Some((_, at)) = have {
-            return Ok((None, take_over(true, at)));
+        if let Some((have, _, at)) = have {
+            // What the state holds, said as it is: etcd's CA only when taken.
+            let mut over = take_over(true, at);
+            over.keysets.retain(|k| k != "etcd/ca" || have.etcd_ca_from.is_some());
+            return Ok((None, over));
         }
         bail!(
             "{name}: --pki DIR is needed: kubeadm keeps the cluster's CAs and service-account key on its control-plane machines (/etc/kubernetes/pki); copy that folder here and name it. Nothing was written"
@@ -254,24 +257,44 @@ async fn trust_kubeadm(
     let front_proxy = pair("front-proxy-ca", "crt")?;
     let sa = pair("sa", "pub")?;
     let etcd = pair("etcd/ca", "crt")?;
-    if let Some((have, at)) = have {
+    let etcd_from = format!("kubeadm's {}", dir.join("etcd/ca.crt").display());
+    if let Some((mut have, etag, at)) = have {
         if have.ca_cert.trim() != ca.0.trim() {
             bail!(
                 "{name}'s state ({at}) holds another cluster CA than {}: it is not this cluster's; nothing was written",
                 dir.join("ca.crt").display()
             );
         }
-        return Ok((None, take_over(true, dir.display().to_string())));
+        if have.etcd_ca_from.is_some() {
+            if have.etcd_ca_cert.trim() != etcd.0.trim() {
+                bail!(
+                    "{name}'s state ({at}) holds another etcd CA than {}: it is not this cluster's; nothing was written",
+                    dir.join("etcd/ca.crt").display()
+                );
+            }
+            return Ok((None, take_over(true, dir.display().to_string())));
+        }
+        // Adopted before etcd's CA came along: taken now (pinfleet's own,
+        // which it replaces, signed for no machine).
+        have.take_etcd_ca(&etcd.0, &etcd.1, &etcd_from)
+            .with_context(|| format!("taking over kubeadm's etcd CA from {}", dir.display()))?;
+        let over = claim::PkiTakeOver {
+            by: "kubeadm".into(),
+            keysets: vec!["etcd/ca".into()],
+            from: dir.display().to_string(),
+            already: false,
+        };
+        return Ok((Some((have, crate::state::Condition::IfMatch(etag))), over));
     }
     let pki = crate::state::pki::Pki::adopted(
         name,
         (&ca.0, &ca.1),
         (&front_proxy.0, &front_proxy.1),
         (&sa.0, &sa.1),
-        Some((&etcd.0, &etcd.1, &format!("kubeadm's {}", dir.join("etcd/ca.crt").display()))),
+        Some((&etcd.0, &etcd.1, &etcd_from)),
     )
     .with_context(|| format!("taking over kubeadm's PKI from {}", dir.display()))?;
-    Ok((Some(pki), take_over(false, dir.display().to_string())))
+    Ok((Some((pki, crate::state::Condition::IfAbsent)), take_over(false, dir.display().to_string())))
 }
 
 /// The claims as text: a table per part, then what was (or would be)

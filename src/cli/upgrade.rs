@@ -115,7 +115,15 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
         return Err(anyhow::anyhow!("{e}"));
     }
     let kubeconfig = args.cloud.target.kubeconfig_or(args.roll.kubeconfig.as_deref(), s.name());
-    let (store, pki, client) = s.roll_target(&kubeconfig).await?;
+    let (store, pki, client) = match (s.roll_target(&kubeconfig).await, &adopted) {
+        (Ok(target), _) => target,
+        // A preview that cannot reach the cluster still says why its
+        // control plane would not roll.
+        (Err(e), Err(refused)) => {
+            anyhow::bail!("{refused}\n(the preview could not read the cluster for the rest: {e:#})")
+        }
+        (Err(e), Ok(_)) => return Err(e),
+    };
     let adopted = match adopted {
         Ok(true) => run::refuse_kubeadm_control_plane(&s.loaded.cluster, &client).await.err(),
         Ok(false) => None,

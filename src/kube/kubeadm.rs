@@ -20,14 +20,13 @@ pub const CONFIG_MAP: &str = "kubeadm-config";
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 pub const GROUP_LABEL: &str = "pinfleet.dev/instance-group";
 
-/// `kubernetesVersion` of a ClusterConfiguration document.
 /// Why control-plane machines joining with this ClusterConfiguration (the
 /// running cluster's kubeadm-config, which every joining control-plane
 /// machine runs) could not replace the running ones; empty when nothing
-/// stands in the way. `control_plane_addresses`: the running control-plane
-/// Nodes' addresses (they go with their machines). Err when the document
-/// is not YAML.
-pub fn control_plane_join_blockers(doc: &str, control_plane_addresses: &[String]) -> Result<Vec<String>, String> {
+/// stands in the way. `node_addresses`: each running Node's name and
+/// addresses (an endpoint that is one of them goes with that machine).
+/// Err when the document is not YAML.
+pub fn control_plane_join_blockers(doc: &str, node_addresses: &[(String, String)]) -> Result<Vec<String>, String> {
     let v: serde_json::Value =
         serde_saphyr::from_str(doc).map_err(|e| format!("ClusterConfiguration is not YAML: {e}"))?;
     let mut why = Vec::new();
@@ -36,21 +35,49 @@ pub fn control_plane_join_blockers(doc: &str, control_plane_addresses: &[String]
             "controlPlaneEndpoint is unset: kubeadm refuses to add a control-plane machine to a cluster without a stable controlPlaneEndpoint address".to_string(),
         ),
         Some(ep) => {
-            let host = ep.rsplit_once(':').filter(|(_, p)| p.parse::<u16>().is_ok()).map_or(ep, |(h, _)| h);
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            if control_plane_addresses.iter().any(|a| a == host) {
+            let host = endpoint_host(ep);
+            if let Some((node, _)) = node_addresses.iter().find(|(_, a)| same_host(&host, a)) {
                 why.push(format!(
-                    "controlPlaneEndpoint {ep} is a running control-plane machine's own address: it goes with that machine, and every node and client with it"
+                    "controlPlaneEndpoint {} is Node {node}'s own address: it goes with that machine, and every node and client with it",
+                    ep.trim()
                 ));
             }
         }
     }
     for flag in machine_local_api_server_flags(&v) {
+        let keys = if flag.starts_with("encryption-provider-config=") {
+            " (without the keys of the Secrets stored now)"
+        } else {
+            ""
+        };
         why.push(format!(
-            "apiServer.extraArgs {flag} names a file only the running control-plane machines hold: a new machine's API server would not start (for encryption-provider-config, without the keys of the Secrets stored now)"
+            "apiServer.extraArgs {flag} names a file only the running control-plane machines hold: a new machine's API server would not start{keys}"
         ));
     }
     Ok(why)
+}
+
+/// The host of a `controlPlaneEndpoint` (`host`, `host:port`, an IPv6
+/// address bare or in brackets, with or without a port).
+fn endpoint_host(ep: &str) -> String {
+    let ep = ep.trim();
+    if ep.parse::<std::net::IpAddr>().is_ok() {
+        return ep.to_string();
+    }
+    if let Some(rest) = ep.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest).to_string();
+    }
+    ep.rsplit_once(':').filter(|(_, p)| p.parse::<u16>().is_ok()).map_or(ep, |(h, _)| h).to_string()
+}
+
+/// One host however it is spelled: addresses compared as addresses (IPv6
+/// case and zero compression alike), names without case or a final dot.
+fn same_host(a: &str, b: &str) -> bool {
+    match (a.trim().parse::<std::net::IpAddr>(), b.trim().parse::<std::net::IpAddr>()) {
+        (Ok(x), Ok(y)) => x == y,
+        (Err(_), Err(_)) => a.trim().trim_end_matches('.').eq_ignore_ascii_case(b.trim().trim_end_matches('.')),
+        _ => false,
+    }
 }
 
 /// The API server flags that name files only the running machines hold
@@ -70,9 +97,14 @@ fn machine_local_api_server_flags(v: &serde_json::Value) -> Vec<String> {
             .collect(),
         _ => Vec::new(),
     };
-    args.into_iter().filter(|(k, _)| LOCAL.contains(&k.as_str())).map(|(k, v)| format!("{k}={v}")).collect()
+    args.into_iter()
+        .map(|(k, v)| (k.trim().trim_start_matches('-').to_string(), v))
+        .filter(|(k, _)| LOCAL.contains(&k.as_str()))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect()
 }
 
+/// `kubernetesVersion` of a ClusterConfiguration document.
 pub fn cluster_configuration_version(doc: &str) -> Option<Version> {
     doc.lines()
         .find_map(|l| l.strip_prefix("kubernetesVersion:"))
@@ -185,27 +217,51 @@ mod tests {
     #[test]
     fn what_stops_a_control_plane_machine_joining_with_the_running_configuration_is_named() {
         use super::control_plane_join_blockers as blockers;
-        let cp = ["10.0.1.10".to_string()];
+        let nodes: Vec<(String, String)> =
+            [("cp-0", "10.0.1.10"), ("cp-0", "fd00:20::4"), ("cp-0", "ip-10-0-1-10.ec2.internal")]
+                .iter()
+                .chain(&[("worker-0", "10.0.2.7")])
+                .map(|(n, a)| (n.to_string(), a.to_string()))
+                .collect();
         let ok = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: api.lab.example.com:6443\napiServer:\n  extraArgs:\n  - name: audit-log-maxage\n    value: \"30\"\n";
-        assert!(blockers(ok, &cp).unwrap().is_empty());
-        // v1beta4's list and v1beta3's map of flags alike.
+        assert!(blockers(ok, &nodes).unwrap().is_empty());
+        // v1beta4's list and v1beta3's map of flags alike, however spelled.
         let v1beta4 = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: api.lab.example.com\napiServer:\n  extraArgs:\n  - name: encryption-provider-config\n    value: /etc/kubernetes/enc.yaml\n";
-        let why = blockers(v1beta4, &cp).unwrap();
-        assert_eq!(why.len(), 1, "{why:?}");
-        assert!(
-            why[0].starts_with("apiServer.extraArgs encryption-provider-config=/etc/kubernetes/enc.yaml names a file"),
-            "{why:?}"
+        let why = blockers(v1beta4, &nodes).unwrap();
+        assert_eq!(
+            why,
+            ["apiServer.extraArgs encryption-provider-config=/etc/kubernetes/enc.yaml names a file only the running control-plane machines hold: a new machine's API server would not start (without the keys of the Secrets stored now)"]
         );
         let v1beta3 = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: api.lab.example.com\napiServer:\n  extraArgs:\n    audit-policy-file: /etc/kubernetes/audit.yaml\n    v: \"2\"\n";
-        assert!(blockers(v1beta3, &cp).unwrap()[0].contains("audit-policy-file=/etc/kubernetes/audit.yaml"));
-        // No shared endpoint, or the machine's own address: kubeadm's words, or why not.
+        let why = blockers(v1beta3, &nodes).unwrap();
+        assert!(
+            why[0].contains("audit-policy-file=/etc/kubernetes/audit.yaml") && !why[0].contains("Secrets"),
+            "{why:?}"
+        );
+        let dashed = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: api.lab.example.com\napiServer:\n  extraArgs:\n    \"--admission-control-config-file\": /a.yaml\n";
+        assert!(blockers(dashed, &nodes).unwrap()[0].contains("admission-control-config-file=/a.yaml"));
+        // No shared endpoint: kubeadm's own refusal.
         let none = "kind: ClusterConfiguration\napiServer: {}\n";
-        assert!(blockers(none, &cp).unwrap()[0].contains("without a stable controlPlaneEndpoint address"));
-        let own = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: 10.0.1.10:6443\n";
-        assert!(blockers(own, &cp).unwrap()[0].contains("a running control-plane machine's own address"));
+        assert!(blockers(none, &nodes).unwrap()[0].contains("without a stable controlPlaneEndpoint address"));
+        // A machine's own address, however it is spelled, goes with it.
+        for ep in [
+            "10.0.1.10:6443",
+            "' 10.0.1.10:6443 '",
+            "10.0.1.10",
+            "\"[fd00:20::4]:6443\"",
+            "\"[FD00:20:0:0::4]:6443\"",
+            "\"fd00:20::4\"",
+            "IP-10-0-1-10.ec2.internal.:6443",
+            "10.0.2.7:6443",
+        ] {
+            let doc = format!("kind: ClusterConfiguration\ncontrolPlaneEndpoint: {ep}\n");
+            let why = blockers(&doc, &nodes).unwrap();
+            assert_eq!(why.len(), 1, "{ep}: {why:?}");
+            assert!(why[0].contains("own address"), "{ep}: {why:?}");
+        }
         let vip = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: 10.0.1.200:6443\n";
-        assert!(blockers(vip, &cp).unwrap().is_empty(), "an address no machine holds (a VIP) stays");
-        assert!(blockers("apiServer: [unclosed", &cp).is_err());
+        assert!(blockers(vip, &nodes).unwrap().is_empty(), "an address no machine holds (a VIP) stays");
+        assert!(blockers("apiServer: [unclosed", &nodes).is_err());
     }
 
     use super::*;

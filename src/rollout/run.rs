@@ -372,7 +372,7 @@ pub async fn refuse_adopted_control_plane(
 /// Refuses the roll of a control plane taken over from kubeadm that new
 /// machines could not take over from: its ClusterConfiguration (which
 /// every joining control-plane machine runs) has no stable endpoint, or
-/// one that is a running machine's own address, or names files only the
+/// one that is a running Node's own address, or names files only the
 /// running machines hold ([`crate::kube::kubeadm::control_plane_join_blockers`]).
 /// Read from the running cluster before the roll's first write.
 pub async fn refuse_kubeadm_control_plane(cluster: &Cluster, client: &kube::Client) -> Result<()> {
@@ -386,13 +386,15 @@ pub async fn refuse_kubeadm_control_plane(cluster: &Cluster, client: &kube::Clie
             "{at}: no ClusterConfiguration: the control plane of {name} joins with kubeadm's configuration, and there is none. Nothing was changed"
         );
     };
-    let selector = kube::api::ListParams::default().labels(crate::kube::kubeadm::CONTROL_PLANE_LABEL);
-    let nodes = kube::Api::<Node>::all(client.clone()).list(&selector).await.context("listing control-plane Nodes")?;
-    let addresses: Vec<String> = nodes
+    let nodes = kube::Api::<Node>::all(client.clone()).list(&Default::default()).await.context("listing Nodes")?;
+    let addresses: Vec<(String, String)> = nodes
         .items
         .iter()
-        .flat_map(|n| n.status.iter().flat_map(|s| s.addresses.iter().flatten()))
-        .map(|a| a.address.clone())
+        .flat_map(|n| {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            let addresses = n.status.iter().flat_map(|s| s.addresses.iter().flatten());
+            addresses.map(move |a| (name.clone(), a.address.clone()))
+        })
         .collect();
     let why =
         crate::kube::kubeadm::control_plane_join_blockers(doc, &addresses).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;

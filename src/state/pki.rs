@@ -194,6 +194,12 @@ fn check_ca(cert_pem: &str, now: i64) -> Result<()> {
     Ok(())
 }
 
+/// An etcd CA to take over: its key its certificate's, a CA valid now.
+fn check_etcd_ca(cert: &str, key: &str, now: i64) -> Result<()> {
+    adopted_key(cert, key).context("etcd's CA")?;
+    check_ca(cert, now).context("etcd's CA")
+}
+
 /// The cluster's admin credential (`system:masters`, a year), signed by `issuer`.
 fn admin_credential<S: rcgen::SigningKey>(cluster: &str, issuer: &Issuer<'_, S>) -> Result<(String, KeyPair)> {
     let admin_key = KeyPair::generate()?;
@@ -277,8 +283,7 @@ impl Pki {
         let (admin_cert, admin_key) = admin_credential(cluster, &issuer)?;
         let (etcd_cert, etcd_key) = match etcd_ca {
             Some((cert, key, _)) => {
-                adopted_key(cert, key).context("etcd's CA")?;
-                check_ca(cert, now).context("etcd's CA")?;
+                check_etcd_ca(cert, key, now)?;
                 (cert.to_string(), key.to_string())
             }
             None => {
@@ -303,6 +308,15 @@ impl Pki {
             encryption_keys: vec![EncryptionKey::generate(chrono::Utc::now())],
             etcd_ca_from: etcd_ca.map(|(_, _, from)| from.to_string()),
         })
+    }
+
+    /// etcd's CA of a running cluster taken over into a PKI adopted before
+    /// it was (its etcd CA pinfleet's own, never used: the control plane
+    /// it would sign for was not rolled). Checked as [`Pki::adopted`] checks it.
+    pub fn take_etcd_ca(&mut self, cert: &str, key: &str, from: &str) -> Result<()> {
+        check_etcd_ca(cert, key, chrono::Utc::now().timestamp())?;
+        (self.etcd_ca_cert, self.etcd_ca_key, self.etcd_ca_from) = (cert.into(), key.into(), Some(from.into()));
+        Ok(())
     }
 
     /// Loads the cluster's PKI, generating and storing it the first time.
