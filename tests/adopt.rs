@@ -761,6 +761,12 @@ async fn a_cluster_made_with_kubeadm_on_ec2_is_imported_from_ec2_and_its_api_the
     let cp_state = live.reservations()[0].instances()[0].state().unwrap().name().unwrap().as_str().to_string();
     assert_eq!(cp_state, "running", "a refused roll changed the control plane");
     set(&doc).await;
+    // The preview says what `--yes` stands on: a verified etcd backup, and
+    // where none runs, how to take one.
+    let o = w.command(&["upgrade", "lab", "--kubeconfig", nkc]).env_remove("PINFLEET_SKIP_BACKUP").output().unwrap();
+    let said = support::stderr(&o);
+    assert!(said.contains("needs a verified etcd backup younger than"), "{said}");
+    assert!(said.contains("`pinfleet etcd backup lab`"), "{said}");
     // (The sim runs no etcd to back up: the roll says it skips the backup.)
     let o = w.run(&cp_roll);
     let out = format!("{}{}", support::stdout(&o), support::stderr(&o));

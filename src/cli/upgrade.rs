@@ -147,6 +147,22 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
                 "{pending} changes are pending; `--yes` applies them first (see `pinfleet plan {name}`)"
             )?;
         }
+        // The roll's backup gate, read only: what `--yes` would stand on.
+        let control_plane_pending =
+            preview.groups.iter().any(|g| g.role == crate::spec::Role::ControlPlane && g.needs_update > 0);
+        let backups = &s.loaded.cluster.spec.etcd.backups;
+        if control_plane_pending && backups.enabled && opts.skip_backup.is_none() && adopted.is_none() {
+            let list = crate::etcd::agent::list(&store).await?;
+            if let crate::etcd::policy::Fresh::No(stale) =
+                crate::etcd::policy::fresh(&list, backups.fresh_for.0, chrono::Utc::now())
+            {
+                writeln!(
+                    anstream::stderr(),
+                    "The roll changes the control plane, which needs a verified etcd backup younger than {} first: {stale}. `--yes` asks the agent for one; where none runs, take one on a control-plane machine (`pinfleet etcd backup {name}`) or roll with --skip-backup REASON",
+                    backups.fresh_for
+                )?;
+            }
+        }
         match &adopted {
             Some(e) => writeln!(anstream::stderr(), "\nNothing changed. {e}")?,
             None => writeln!(anstream::stderr(), "\nNothing changed. Run `pinfleet upgrade {name} --yes` to roll.")?,
