@@ -685,6 +685,20 @@ async fn a_cluster_made_with_kubeadm_on_ec2_is_imported_from_ec2_and_its_api_the
     for (from, to) in [("front-proxy-ca.crt", "etcd/ca.crt"), ("front-proxy-ca.key", "etcd/ca.key")] {
         std::fs::copy(other.join(from), other.join(to)).unwrap();
     }
+    // Its members' peer certificate is not that CA's: refused for it.
+    let o = w.run(&["adopt", "lab", "--yes", "--pki", other.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(support::stderr(&o).contains("etcd/peer.crt checked against etcd/ca.crt"), "{}", support::stderr(&o));
+    // A whole other etcd (a CA and the peer certificate it signed).
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    std::fs::write(other.join("etcd/ca.crt"), params.self_signed(&ca_key).unwrap().pem()).unwrap();
+    std::fs::write(other.join("etcd/ca.key"), ca_key.serialize_pem()).unwrap();
+    let issuer = rcgen::Issuer::new(params, ca_key);
+    let peer_key = rcgen::KeyPair::generate().unwrap();
+    let peer = rcgen::CertificateParams::new(vec!["lab-cp-0".to_string()]).unwrap();
+    std::fs::write(other.join("etcd/peer.crt"), peer.signed_by(&peer_key, &issuer).unwrap().pem()).unwrap();
     let o = w.run(&["adopt", "lab", "--yes", "--pki", other.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(support::stderr(&o).contains("holds another etcd CA than"), "{}", support::stderr(&o));
@@ -732,6 +746,25 @@ async fn a_cluster_made_with_kubeadm_on_ec2_is_imported_from_ec2_and_its_api_the
     let running: Vec<&serde_json::Value> =
         now.as_array().unwrap().iter().filter(|i| i["group"] == "nodes" && i["state"] == "running").collect();
     assert_eq!(running.len(), 2, "{now:#}");
+    // The new machines join by the name kubeadm's certificates carry
+    // (controlPlaneEndpoint), not by the load balancer pinfleet made.
+    let lts = aws.ec2.describe_launch_templates().send().await.unwrap();
+    let mut checked = 0;
+    for lt in lts.launch_templates() {
+        let lab = lt.tags().iter().any(|t| t.key() == Some("pinfleet.dev/cluster") && t.value() == Some("lab"));
+        if !lab {
+            continue;
+        }
+        let v = aws.ec2.describe_launch_template_versions().launch_template_id(lt.launch_template_id().unwrap());
+        let v = v.versions("$Latest").send().await.unwrap();
+        let data = v.launch_template_versions()[0].launch_template_data().unwrap();
+        use base64::Engine as _;
+        let ud = base64::engine::general_purpose::STANDARD.decode(data.user_data().unwrap()).unwrap();
+        let ud = String::from_utf8_lossy(&ud);
+        assert!(ud.contains("api.lab.example.com:6443") && !ud.contains("elb.amazonaws.com"), "{ud}");
+        checked += 1;
+    }
+    assert_eq!(checked, 2, "the control plane's and the nodes' launch templates");
 
     // The control plane: new machines join the running one's etcd (the
     // adopted CAs), the old member is removed once they are in, then its

@@ -149,6 +149,7 @@ pub fn context(
         ids.insert(K::Listener, l.clone());
     }
     let desired_api_address = desired.api_address;
+    let join_host = desired.join_host(o.adopted.is_some()).map(str::to_string);
     let mut versions = BTreeMap::new();
     for t in &o.launch_templates {
         ids.insert(K::LaunchTemplate(t.group.to_string()), t.id.clone());
@@ -163,6 +164,7 @@ pub fn context(
         observed_instances: o.instances.clone(),
         ids: Mutex::new(ids),
         versions: Mutex::new(versions),
+        join_host,
         lb_dns: Mutex::new(match (desired_api_address, o.api_address()) {
             (true, Some(a)) => a.public_ip.clone(),
             (true, None) => None,

@@ -257,6 +257,11 @@ async fn trust_kubeadm(
     let front_proxy = pair("front-proxy-ca", "crt")?;
     let sa = pair("sa", "pub")?;
     let etcd = pair("etcd/ca", "crt")?;
+    // The etcd CA is the members': their peer certificate, kept beside
+    // it, is signed by it (a CA from elsewhere is not taken).
+    crate::state::pki::check_signed_by(&read("etcd/peer.crt")?, &etcd.0).with_context(|| {
+        format!("{}: etcd/peer.crt checked against etcd/ca.crt (the CA of this cluster's etcd members)", dir.display())
+    })?;
     let etcd_from = format!("kubeadm's {}", dir.join("etcd/ca.crt").display());
     if let Some((mut have, etag, at)) = have {
         if have.ca_cert.trim() != ca.0.trim() {

@@ -151,6 +151,9 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
         let control_plane_pending =
             preview.groups.iter().any(|g| g.role == crate::spec::Role::ControlPlane && g.needs_update > 0);
         let backups = &s.loaded.cluster.spec.etcd.backups;
+        if let (true, Some(why)) = (control_plane_pending && backups.enabled, &opts.skip_backup) {
+            writeln!(anstream::stderr(), "The roll skips the control plane's etcd backup (--skip-backup): {why}")?;
+        }
         if control_plane_pending && backups.enabled && opts.skip_backup.is_none() && adopted.is_none() {
             let list = crate::etcd::agent::list(&store).await?;
             if let crate::etcd::policy::Fresh::No(stale) =

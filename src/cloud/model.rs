@@ -42,6 +42,11 @@ pub struct Desired {
     /// `pinfleet upgrade`); otherwise such a change is refused.
     #[serde(default)]
     pub version_step: bool,
+    /// `spec.api.dnsName`: the API's name in the certificates of a cluster
+    /// taken over (kubeadm's `controlPlaneEndpoint`, kops's `api.<name>`),
+    /// which its joining machines reach it by ([`Desired::join_host`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_dns_name: Option<String>,
 }
 
 /// The key of the API endpoint's Elastic IP (`eip/<zone>` are the NAT
@@ -176,6 +181,16 @@ pub struct DesiredGroup {
 pub use crate::capacity::GroupCapacity;
 
 impl Desired {
+    /// The host joining machines reach the API by, when it is not the
+    /// endpoint pinfleet made: a cluster taken over (`adopted`) keeps its
+    /// API servers, whose certificates name `spec.api.dnsName`, not the
+    /// load balancer pinfleet put in front of them. None: the endpoint's
+    /// own address (the load balancer's DNS name or the Elastic IP), which
+    /// pinfleet's certificates carry.
+    pub fn join_host(&self, adopted: bool) -> Option<&str> {
+        self.api_dns_name.as_deref().filter(|_| adopted)
+    }
+
     /// A model with nothing in it but the cluster's identity (for destroy,
     /// whose plan comes from observation alone).
     pub fn skeleton(cluster: &Cluster) -> Desired {
@@ -197,6 +212,7 @@ impl Desired {
             api_address: !cluster.spec.api.load_balancer.uses_elbv2(),
             launch_templates: vec![],
             groups: vec![],
+            api_dns_name: cluster.spec.api.dns_name.clone(),
             iam: vec![],
             events: None,
             version_step: false,
@@ -435,6 +451,7 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
         iam: crate::cloud::iam::desired(cluster),
         events: crate::cloud::events::desired(cluster),
         version_step: false,
+        api_dns_name: spec.api.dns_name.clone(),
     })
 }
 

@@ -34,6 +34,10 @@ pub fn control_plane_join_blockers(doc: &str, node_addresses: &[(String, String)
         None => why.push(
             "controlPlaneEndpoint is unset: kubeadm refuses to add a control-plane machine to a cluster without a stable controlPlaneEndpoint address".to_string(),
         ),
+        Some(ep) if ep.contains('/') => why.push(format!(
+            "controlPlaneEndpoint {} is not HOST[:PORT] (kubeadm takes no scheme or path there)",
+            ep.trim()
+        )),
         Some(ep) => {
             let host = endpoint_host(ep);
             if let Some((node, _)) = node_addresses.iter().find(|(_, a)| same_host(&host, a)) {
@@ -61,7 +65,7 @@ pub fn control_plane_join_blockers(doc: &str, node_addresses: &[(String, String)
 /// address bare or in brackets, with or without a port).
 fn endpoint_host(ep: &str) -> String {
     let ep = ep.trim();
-    if ep.parse::<std::net::IpAddr>().is_ok() {
+    if ep.split('%').next().unwrap_or_default().parse::<std::net::IpAddr>().is_ok() {
         return ep.to_string();
     }
     if let Some(rest) = ep.strip_prefix('[') {
@@ -71,11 +75,19 @@ fn endpoint_host(ep: &str) -> String {
 }
 
 /// One host however it is spelled: addresses compared as addresses (IPv6
-/// case and zero compression alike), names without case or a final dot.
+/// case and zero compression, a zone, IPv4 mapped into IPv6 alike), names
+/// without case or a final dot, a short name as the first label of a full one.
 fn same_host(a: &str, b: &str) -> bool {
-    match (a.trim().parse::<std::net::IpAddr>(), b.trim().parse::<std::net::IpAddr>()) {
+    let ip =
+        |s: &str| s.trim().split('%').next().unwrap_or_default().parse::<std::net::IpAddr>().map(|a| a.to_canonical());
+    match (ip(a), ip(b)) {
         (Ok(x), Ok(y)) => x == y,
-        (Err(_), Err(_)) => a.trim().trim_end_matches('.').eq_ignore_ascii_case(b.trim().trim_end_matches('.')),
+        (Err(_), Err(_)) => {
+            let name = |s: &str| s.trim().trim_end_matches('.').to_ascii_lowercase();
+            let (a, b) = (name(a), name(b));
+            let first = |s: &str| s.split('.').next().unwrap_or_default().to_string();
+            a == b || (!a.contains('.') && a == first(&b)) || (!b.contains('.') && b == first(&a))
+        }
         _ => false,
     }
 }
@@ -218,7 +230,7 @@ mod tests {
     fn what_stops_a_control_plane_machine_joining_with_the_running_configuration_is_named() {
         use super::control_plane_join_blockers as blockers;
         let nodes: Vec<(String, String)> =
-            [("cp-0", "10.0.1.10"), ("cp-0", "fd00:20::4"), ("cp-0", "ip-10-0-1-10.ec2.internal")]
+            [("cp-0", "cp-0"), ("cp-0", "10.0.1.10"), ("cp-0", "fd00:20::4"), ("cp-0", "ip-10-0-1-10.ec2.internal")]
                 .iter()
                 .chain(&[("worker-0", "10.0.2.7")])
                 .map(|(n, a)| (n.to_string(), a.to_string()))
@@ -253,6 +265,12 @@ mod tests {
             "\"fd00:20::4\"",
             "IP-10-0-1-10.ec2.internal.:6443",
             "10.0.2.7:6443",
+            "\"::ffff:10.0.1.10\"",
+            "\"[::ffff:a00:10a]:6443\"",
+            "\"[fd00:20::4%eth0]:6443\"",
+            "\"fd00:20::4%eth0\"",
+            "ip-10-0-1-10:6443",
+            "cp-0",
         ] {
             let doc = format!("kind: ClusterConfiguration\ncontrolPlaneEndpoint: {ep}\n");
             let why = blockers(&doc, &nodes).unwrap();
@@ -262,6 +280,8 @@ mod tests {
         let vip = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: 10.0.1.200:6443\n";
         assert!(blockers(vip, &nodes).unwrap().is_empty(), "an address no machine holds (a VIP) stays");
         assert!(blockers("apiServer: [unclosed", &nodes).is_err());
+        let scheme = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: https://api.lab.example.com:6443\n";
+        assert!(blockers(scheme, &nodes).unwrap()[0].contains("is not HOST[:PORT]"));
     }
 
     use super::*;

@@ -62,7 +62,9 @@ fn template(
     out: &mut Changes,
 ) -> Option<(Option<i64>, String)> {
     let sg_keys: Vec<K> = desired.security_groups.iter().map(|s| K::SecurityGroup(s.name.to_string())).collect();
-    let api_host = if desired.api_address {
+    let api_host = if let Some(h) = desired.join_host(observed.adopted.is_some()) {
+        Some(h)
+    } else if desired.api_address {
         observed.api_address().and_then(|a| a.public_ip.as_deref())
     } else {
         observed.load_balancer.as_ref().map(|l| l.dns_name.as_str())

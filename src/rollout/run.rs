@@ -392,8 +392,9 @@ pub async fn refuse_kubeadm_control_plane(cluster: &Cluster, client: &kube::Clie
         .iter()
         .flat_map(|n| {
             let name = n.metadata.name.clone().unwrap_or_default();
-            let addresses = n.status.iter().flat_map(|s| s.addresses.iter().flatten());
-            addresses.map(move |a| (name.clone(), a.address.clone()))
+            let addresses = n.status.iter().flat_map(|s| s.addresses.iter().flatten()).map(|a| a.address.clone());
+            // A Node's name is its machine's too (often the host name).
+            std::iter::once(name.clone()).chain(addresses).map(move |a| (name.clone(), a))
         })
         .collect();
     let why =

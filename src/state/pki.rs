@@ -176,6 +176,10 @@ fn adopted_key(cert_pem: &str, key_pem: &str) -> Result<(KeyPair, Vec<u8>)> {
 /// now (`now`: Unix seconds). A leaf or an expired CA would sign nothing
 /// any kubelet or client accepts.
 fn check_ca(cert_pem: &str, now: i64) -> Result<()> {
+    let blocks = cert_pem.matches("-----BEGIN CERTIFICATE-----").count();
+    if blocks > 1 {
+        anyhow::bail!("holds {blocks} certificates: a CA's file holds its own alone (the others would be trusted too)");
+    }
     let der = pem_der(cert_pem, "CERTIFICATE").context("no CERTIFICATE PEM block")?;
     let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| anyhow::anyhow!("not a certificate: {e}"))?;
     let is_ca = cert.basic_constraints().ok().flatten().is_some_and(|b| b.value.ca);
@@ -192,6 +196,19 @@ fn check_ca(cert_pem: &str, now: i64) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether `cert_pem` was signed by the CA `ca_pem` (its signature checked
+/// with the CA's public key).
+pub fn check_signed_by(cert_pem: &str, ca_pem: &str) -> Result<()> {
+    let parse = |pem: &str| -> Result<Vec<u8>> { pem_der(pem, "CERTIFICATE").context("no CERTIFICATE PEM block") };
+    let (cert_der, ca_der) = (parse(cert_pem)?, parse(ca_pem)?);
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(&cert_der).map_err(|e| anyhow::anyhow!("not a certificate: {e}"))?;
+    let (_, ca) =
+        x509_parser::parse_x509_certificate(&ca_der).map_err(|e| anyhow::anyhow!("not a certificate: {e}"))?;
+    cert.verify_signature(Some(ca.public_key()))
+        .map_err(|_| anyhow::anyhow!("{} is not signed by {}", cert.subject(), ca.subject()))
 }
 
 /// An etcd CA to take over: its key its certificate's, a CA valid now.
@@ -438,6 +455,24 @@ mod tests {
         // rcgen's certificates end in 4096: long after that, it has expired.
         let e = check_ca(&ca, 100_000_000_000).unwrap_err().to_string();
         assert!(e.contains("is not valid now: valid from"), "{e}");
+        // One CA to a file: a second would be trusted with it.
+        let e = check_ca(&format!("{ca}{ca}"), now).unwrap_err().to_string();
+        assert!(e.contains("holds 2 certificates"), "{e}");
+    }
+
+    #[test]
+    fn a_certificate_is_checked_against_the_ca_said_to_sign_it() {
+        let ca_key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = params.self_signed(&ca_key).unwrap().pem();
+        let issuer = Issuer::new(params, ca_key);
+        let peer_key = KeyPair::generate().unwrap();
+        let peer = CertificateParams::new(vec!["peer".to_string()]).unwrap().signed_by(&peer_key, &issuer).unwrap();
+        check_signed_by(&peer.pem(), &ca).unwrap();
+        let stranger = CertificateParams::new(vec!["peer".to_string()]).unwrap().self_signed(&peer_key).unwrap();
+        let e = check_signed_by(&stranger.pem(), &ca).unwrap_err().to_string();
+        assert!(e.contains("is not signed by"), "{e}");
     }
 
     #[test]

@@ -80,6 +80,9 @@ pub struct OpContext {
     /// Launch template version per group, once known.
     pub versions: Mutex<BTreeMap<String, i64>>,
     pub lb_dns: Mutex<Option<String>>,
+    /// The host launch templates' joins use instead of `lb_dns`: a taken-over
+    /// cluster's own API name ([`crate::cloud::model::Desired::join_host`]).
+    pub join_host: Option<String>,
     pub launched: Mutex<Vec<String>>,
     /// The fleet-wide capacity ledger launches read and write (None: kept
     /// for this apply only).

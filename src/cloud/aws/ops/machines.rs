@@ -16,12 +16,15 @@ use crate::cloud::ops::with_api_host;
 use crate::cloud::tags;
 
 async fn template_data(ctx: &OpContext, d: &LaunchTemplateData, group: &str) -> R<RequestLaunchTemplateData> {
-    let host = ctx
-        .lb_dns
-        .lock()
-        .await
-        .clone()
-        .ok_or_else(|| OpError::fatal(anyhow::anyhow!("the API load balancer has no DNS name yet")))?;
+    let host = match &ctx.join_host {
+        Some(h) => h.clone(),
+        None => ctx
+            .lb_dns
+            .lock()
+            .await
+            .clone()
+            .ok_or_else(|| OpError::fatal(anyhow::anyhow!("the API load balancer has no DNS name yet")))?,
+    };
     let user_data = base64::engine::general_purpose::STANDARD.encode(with_api_host(&d.user_data, &host));
     let sg = ctx.id(&K::SecurityGroup(d.security_group.to_string())).await?;
     let tag_list: Vec<Tag> = d.tags.iter().map(|(k, v)| Tag::builder().key(k).value(v).build()).collect();
