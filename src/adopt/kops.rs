@@ -1041,6 +1041,13 @@ impl<'a> Mapper<'a> {
             }
         }
         if let Some(name) = c.text("spec.masterPublicName").filter(|n| !n.is_empty()) {
+            if name.trim_end_matches('.').ends_with(".k8s.local") {
+                self.warn(
+                    c,
+                    "spec.masterPublicName",
+                    "a gossip name (`.k8s.local`): only kops's own machines resolve it, and the machines a roll launches join by spec.api.dnsName; before a roll set it to a name that resolves to the API load balancer and that the API servers' certificate carries",
+                );
+            }
             api.insert("dnsName".into(), json!(name));
         }
         Value::Object(api)
@@ -1919,6 +1926,17 @@ mod tests {
                 other => panic!("{path}: not refused: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_gossip_api_name_is_carried_and_said_to_resolve_only_on_kops_s_machines() {
+        let from = "masterPublicName: api.prod.k8s.example.com";
+        assert!(CONFIG_YAML.contains(from), "the fixture names its API");
+        let config = CONFIG_YAML.replace(from, "masterPublicName: api.prod.k8s.local");
+        let got = import(&store(&config, &groups()), &opts()).unwrap();
+        assert!(got.text.contains("dnsName: api.prod.k8s.local"), "{}", got.text);
+        let said = got.unmapped.iter().find(|f| f.path == "spec.masterPublicName").expect("the gossip name is named");
+        assert!(said.why.contains("only kops's own machines resolve it"), "{said:?}");
     }
 
     #[test]
