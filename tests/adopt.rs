@@ -703,6 +703,21 @@ async fn a_cluster_made_with_kubeadm_on_ec2_is_imported_from_ec2_and_its_api_the
     assert_eq!(o.status.code(), Some(1));
     assert!(support::stderr(&o).contains("holds another etcd CA than"), "{}", support::stderr(&o));
 
+    // Its machines join by its own API name, the one its certificates
+    // carry: without spec.api.dnsName nothing is planned, and another name
+    // than kubeadm's controlPlaneEndpoint refuses the roll, nothing written.
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("dnsName: api.lab.example.com", "")).unwrap();
+    let o = w.run(&["plan", "lab"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(support::stderr(&o).contains("spec.api.dnsName is needed"), "{}", support::stderr(&o));
+    std::fs::write(&file, text.replace("dnsName: api.lab.example.com", "dnsName: api.elsewhere.example.com")).unwrap();
+    let o = w.run(&["upgrade", "lab", "--yes", "-g", "nodes", "--kubeconfig", kc, "--skip-e2e"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = support::stderr(&o);
+    assert!(err.contains("spec.api.dnsName api.elsewhere.example.com is not the API name in kube-system/kubeadm-config (controlPlaneEndpoint api.lab.example.com:6443)"), "{err}");
+    std::fs::write(&file, &text).unwrap();
+
     // The workers roll onto pinfleet's machines (a sim whose Nodes are the
     // machines, standing in for the cluster from here on); the control
     // plane and the machine that is no Node stay as they are.

@@ -94,10 +94,14 @@ pub async fn apply(
             let host = ctx.lb_dns.lock().await.clone();
             applied = Some((report, host));
         }
-        // The API endpoint: what this run made, else what exists.
-        let host = applied.as_ref().and_then(|(_, h)| h.clone()).or_else(|| match prepared.desired.api_address {
-            true => prepared.observed.api_address().and_then(|a| a.public_ip.clone()),
-            false => prepared.observed.load_balancer.as_ref().map(|l| l.dns_name.clone()),
+        // The API endpoint: a taken-over cluster's own name (its
+        // certificates carry no other), else what this run made, else what exists.
+        let adopted = prepared.desired.join_host(prepared.observed.adopted.is_some()).map(str::to_string);
+        let host = adopted.or_else(|| applied.as_ref().and_then(|(_, h)| h.clone())).or_else(|| {
+            match prepared.desired.api_address {
+                true => prepared.observed.api_address().and_then(|a| a.public_ip.clone()),
+                false => prepared.observed.load_balancer.as_ref().map(|l| l.dns_name.clone()),
+            }
         });
         let kubeconfig = match host {
             Some(h) => Some(write_kubeconfig(cluster, &pki, &h)?),

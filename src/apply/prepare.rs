@@ -58,6 +58,15 @@ pub async fn prepare_with(aws: &Aws, cluster: &Cluster, version_step: bool) -> R
     if let Some(said) = &observed.elbv2_unavailable {
         return Err(elbv2_refusal(cluster, said));
     }
+    // A cluster taken over keeps API servers whose certificates name its
+    // own API name, not pinfleet's load balancer: machines join by it.
+    if let (Some(adopted), None) = (&observed.adopted, &cluster.spec.api.dns_name) {
+        anyhow::bail!(
+            "{}: spec.api.dnsName is needed: the cluster was taken over ({}), its API servers' certificates name its own API name (kubeadm's controlPlaneEndpoint, kops's masterPublicName), and the machines pinfleet launches join by it, not by a load balancer's DNS name. Nothing was changed",
+            cluster.metadata.name,
+            adopted.from
+        );
+    }
     let renderer = Renderer::new();
     let p = params(cluster);
     let mut inputs = Inputs::default();

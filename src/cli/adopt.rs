@@ -31,7 +31,7 @@ pub struct AdoptArgs {
     /// A kubeadm cluster's PKI, as kubeadm keeps it on a control-plane
     /// machine (/etc/kubernetes/pki, copied here): ca.crt and ca.key,
     /// front-proxy-ca.crt and .key, sa.pub and sa.key, etcd/ca.crt and
-    /// etcd/ca.key. Needed once, for a cluster `pinfleet import aws` mapped
+    /// etcd/ca.key (with etcd/peer.crt, which that CA signed). Needed once, for a cluster `pinfleet import aws` mapped
     /// (again to take etcd's CA into an adoption made without it).
     #[arg(long, value_name = "DIR")]
     pub pki: Option<std::path::PathBuf>,

@@ -34,7 +34,7 @@ pub fn control_plane_join_blockers(doc: &str, node_addresses: &[(String, String)
         None => why.push(
             "controlPlaneEndpoint is unset: kubeadm refuses to add a control-plane machine to a cluster without a stable controlPlaneEndpoint address".to_string(),
         ),
-        Some(ep) if ep.contains('/') => why.push(format!(
+        Some(ep) if ep.contains('/') || !well_formed(ep) => why.push(format!(
             "controlPlaneEndpoint {} is not HOST[:PORT] (kubeadm takes no scheme or path there)",
             ep.trim()
         )),
@@ -61,9 +61,37 @@ pub fn control_plane_join_blockers(doc: &str, node_addresses: &[(String, String)
     Ok(why)
 }
 
+/// An endpoint kubeadm can take: an address, `[IPv6]:PORT`, or a
+/// non-empty host with an optional port from 1 to 65535.
+fn well_formed(ep: &str) -> bool {
+    let ep = ep.trim();
+    let port_ok = |p: &str| p.parse::<u16>().is_ok_and(|p| p > 0);
+    if ep.split('%').next().unwrap_or_default().parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    if let Some(rest) = ep.strip_prefix('[') {
+        return match rest.split_once(']') {
+            Some((_, "")) => true,
+            Some((_, tail)) => tail.strip_prefix(':').is_some_and(port_ok),
+            None => false,
+        };
+    }
+    let (host, port) = match ep.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (ep, None),
+    };
+    !host.is_empty() && !host.contains(char::is_whitespace) && port.is_none_or(port_ok)
+}
+
+/// `controlPlaneEndpoint` of a ClusterConfiguration document, when set.
+pub fn control_plane_endpoint(doc: &str) -> Option<String> {
+    let v: serde_json::Value = serde_saphyr::from_str(doc).ok()?;
+    v.get("controlPlaneEndpoint")?.as_str().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
 /// The host of a `controlPlaneEndpoint` (`host`, `host:port`, an IPv6
 /// address bare or in brackets, with or without a port).
-fn endpoint_host(ep: &str) -> String {
+pub fn endpoint_host(ep: &str) -> String {
     let ep = ep.trim();
     if ep.split('%').next().unwrap_or_default().parse::<std::net::IpAddr>().is_ok() {
         return ep.to_string();
@@ -280,8 +308,12 @@ mod tests {
         let vip = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: 10.0.1.200:6443\n";
         assert!(blockers(vip, &nodes).unwrap().is_empty(), "an address no machine holds (a VIP) stays");
         assert!(blockers("apiServer: [unclosed", &nodes).is_err());
-        let scheme = "kind: ClusterConfiguration\ncontrolPlaneEndpoint: https://api.lab.example.com:6443\n";
-        assert!(blockers(scheme, &nodes).unwrap()[0].contains("is not HOST[:PORT]"));
+        for bad in
+            ["https://api.lab.example.com:6443", "\":6443\"", "api.lab.example.com:abc", "api.lab.example.com:70000"]
+        {
+            let doc = format!("kind: ClusterConfiguration\ncontrolPlaneEndpoint: {bad}\n");
+            assert!(blockers(&doc, &nodes).unwrap()[0].contains("is not HOST[:PORT]"), "{bad}");
+        }
     }
 
     use super::*;

@@ -96,6 +96,30 @@ where
     }
 }
 
+/// Refuses a roll of a taken-over cluster whose `spec.api.dnsName` is not
+/// the API name kubeadm's own configuration holds (kube-system/kubeadm-config's
+/// `controlPlaneEndpoint`, the name the running API servers' certificates
+/// carry): the machines it launches join by `spec.api.dnsName`, and would
+/// fail TLS. Read before the roll's first write; nothing to compare when
+/// kubeadm never configured the cluster (kops).
+pub async fn refuse_another_api_name(client: &kube::Client, cluster: &Cluster) -> Result<()> {
+    let sys = kube::Api::<ConfigMap>::namespaced(client.clone(), "kube-system");
+    if let Some(theirs) = sys.get_opt("kubeadm-config").await.context("reading kube-system/kubeadm-config")? {
+        let doc = theirs.data.as_ref().and_then(|d| d.get("ClusterConfiguration")).cloned().unwrap_or_default();
+        if let Some(ep) = crate::kube::kubeadm::control_plane_endpoint(&doc) {
+            let ours = cluster.spec.api.dns_name.as_deref().unwrap_or_default();
+            let host = crate::kube::kubeadm::endpoint_host(&ep);
+            if !host.trim_end_matches('.').eq_ignore_ascii_case(ours.trim_end_matches('.')) {
+                anyhow::bail!(
+                    "{}: spec.api.dnsName {ours} is not the API name in kube-system/kubeadm-config (controlPlaneEndpoint {ep}), the one the running API servers' certificates carry: machines joining by {ours} would fail TLS. Set spec.api.dnsName to {host}. Nothing was changed",
+                    cluster.metadata.name
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Makes the cluster ready for kubeadm joins (see the module doc): returns
 /// what it created or signed, for the roll to say.
 pub async fn ensure(client: &kube::Client, cluster: &Cluster, ca_pem: &str, token: &str) -> Result<Vec<String>> {

@@ -581,6 +581,10 @@ pub async fn upgrade(
     if refuse_adopted_control_plane(cluster, store, &opts.groups).await? {
         refuse_kubeadm_control_plane(cluster, &client).await?;
     }
+    // A taken-over cluster's machines join by its own API name.
+    if store.get(crate::adopt::CLAIMS_KEY).await?.is_some() {
+        crate::kube::kubeadm_join::refuse_another_api_name(&client, cluster).await?;
+    }
     // A change to the control plane needs a fresh, verified etcd backup
     // (checked before anything is written).
     let backup = backup_gate(cluster, store, opts, why, on).await?;

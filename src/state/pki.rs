@@ -198,8 +198,8 @@ fn check_ca(cert_pem: &str, now: i64) -> Result<()> {
     Ok(())
 }
 
-/// Whether `cert_pem` was signed by the CA `ca_pem` (its signature checked
-/// with the CA's public key).
+/// Whether `cert_pem` is a certificate the CA `ca_pem` issued (not a CA
+/// itself; its signature checked with the CA's public key).
 pub fn check_signed_by(cert_pem: &str, ca_pem: &str) -> Result<()> {
     let parse = |pem: &str| -> Result<Vec<u8>> { pem_der(pem, "CERTIFICATE").context("no CERTIFICATE PEM block") };
     let (cert_der, ca_der) = (parse(cert_pem)?, parse(ca_pem)?);
@@ -207,6 +207,9 @@ pub fn check_signed_by(cert_pem: &str, ca_pem: &str) -> Result<()> {
         x509_parser::parse_x509_certificate(&cert_der).map_err(|e| anyhow::anyhow!("not a certificate: {e}"))?;
     let (_, ca) =
         x509_parser::parse_x509_certificate(&ca_der).map_err(|e| anyhow::anyhow!("not a certificate: {e}"))?;
+    if cert.basic_constraints().ok().flatten().is_some_and(|b| b.value.ca) {
+        anyhow::bail!("{} is a CA certificate, not one the CA issued to a member", cert.subject());
+    }
     cert.verify_signature(Some(ca.public_key()))
         .map_err(|_| anyhow::anyhow!("{} is not signed by {}", cert.subject(), ca.subject()))
 }
@@ -473,6 +476,9 @@ mod tests {
         let stranger = CertificateParams::new(vec!["peer".to_string()]).unwrap().self_signed(&peer_key).unwrap();
         let e = check_signed_by(&stranger.pem(), &ca).unwrap_err().to_string();
         assert!(e.contains("is not signed by"), "{e}");
+        // The CA itself (self-signed) is no member's certificate.
+        let e = check_signed_by(&ca, &ca).unwrap_err().to_string();
+        assert!(e.contains("is a CA certificate"), "{e}");
     }
 
     #[test]
