@@ -172,24 +172,19 @@ mod tests {
             "the front-proxy CA: the private key is not the one its certificate (or public key) holds"
         );
         // etcd's CA, when given (kubeadm's), is taken as it is and checked.
-        let pki = crate::state::pki::Pki::adopted(
-            "prod",
-            (&ca.cert_pem, &ca.key_pem),
-            (&fp.cert_pem, &fp.key_pem),
-            (&sa.cert_pem, &sa.key_pem),
-            Some((&fp.cert_pem, &fp.key_pem, "kubeadm's etcd/ca.crt")),
-        )
-        .unwrap();
+        let with_etcd = |key: &str| {
+            crate::state::pki::Pki::adopted(
+                "prod",
+                (&ca.cert_pem, &ca.key_pem),
+                (&fp.cert_pem, &fp.key_pem),
+                (&sa.cert_pem, &sa.key_pem),
+                Some((&fp.cert_pem, key, "kubeadm's etcd/ca.crt")),
+            )
+        };
+        let pki = with_etcd(&fp.key_pem).unwrap();
         assert_eq!((pki.etcd_ca_cert.as_str(), pki.etcd_ca_key.as_str()), (fp.cert_pem.as_str(), fp.key_pem.as_str()));
         assert_eq!(pki.etcd_ca_from.as_deref(), Some("kubeadm's etcd/ca.crt"));
-        let e = crate::state::pki::Pki::adopted(
-            "prod",
-            (&ca.cert_pem, &ca.key_pem),
-            (&fp.cert_pem, &fp.key_pem),
-            (&sa.cert_pem, &sa.key_pem),
-            Some((&fp.cert_pem, &ca.key_pem, "kubeadm's etcd/ca.crt")),
-        )
-        .unwrap_err();
+        let e = with_etcd(&ca.key_pem).unwrap_err();
         assert_eq!(format!("{e:#}"), "etcd's CA: the private key is not the one its certificate (or public key) holds");
     }
 }

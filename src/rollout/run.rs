@@ -582,7 +582,8 @@ pub async fn upgrade(
         refuse_kubeadm_control_plane(cluster, &client).await?;
     }
     // A taken-over cluster's machines join by its own API name.
-    if store.get(crate::adopt::CLAIMS_KEY).await?.is_some() {
+    let adopted = store.get(crate::adopt::CLAIMS_KEY).await?.is_some();
+    if adopted {
         crate::kube::kubeadm_join::refuse_another_api_name(&client, cluster).await?;
     }
     // A change to the control plane needs a fresh, verified etcd backup
@@ -592,8 +593,7 @@ pub async fn upgrade(
     // control plane's replacements fetch), before any machine is launched.
     crate::state::join::publish_files(store, pki).await?;
     let token = crate::state::join::ensure_fresh(Some(&client), store, chrono::Utc::now()).await?;
-    // A cluster taken over from kops gets what kubeadm's joins read.
-    let adopted = store.get(crate::adopt::CLAIMS_KEY).await?.is_some();
+    // A cluster taken over gets what kubeadm's joins read.
     let prepared = match adopted {
         true => crate::kube::kubeadm_join::ensure(&client, cluster, &pki.ca_cert, &token.token).await?,
         false => Vec::new(),
