@@ -222,7 +222,7 @@ fn the_cluster_autoscaler_is_opt_in_and_points_at_pinfleets_provider() {
     let plain = cluster("dev-local");
     assert!(addons::render_for(&plain, &p).unwrap().iter().all(|a| a.name != "cluster-autoscaler"), "off by default");
     let policy = |c: &pinfleet::spec::Cluster| {
-        pinfleet::cloud::iam::desired(c)
+        pinfleet::cloud::iam::desired(c, None)
             .into_iter()
             .find(|r| r.role == pinfleet::spec::Role::ControlPlane)
             .unwrap()

@@ -233,22 +233,6 @@ async fn kops_s_node_groups_roll_onto_pinfleet_machines_and_their_auto_scaling_g
     let preview = w.run(&["upgrade", "prod", "--kubeconfig", kc, "-g", "nodes", "-o", "json"]);
     let groups: serde_json::Value = serde_json::from_slice(&preview.stdout).unwrap();
     assert_eq!(groups["groups"][0]["needsUpdate"], 3, "{groups:#}");
-    let said = support::stderr(&w.run(&["upgrade", "prod", "--kubeconfig", kc]));
-    assert!(said.contains("roll the node groups: `pinfleet upgrade prod --yes --instance-group batch"), "{said}");
-    // A preview that cannot reach the cluster still says so.
-    let o = w.run(&["upgrade", "prod", "--kubeconfig", "/nonexistent/kubeconfig"]);
-    let said = support::stderr(&o);
-    assert!(said.contains(&format!("prod was adopted from kops ({KOPS_NAME}): its control plane")), "{said}");
-    assert!(said.contains("the preview could not read the cluster for the rest"), "{said}");
-
-    // The control plane is not rolled (its etcd is etcd-manager's):
-    // refused before anything is written, naming the node groups' way.
-    let o = roll(&[]);
-    assert_eq!(o.status.code(), Some(1));
-    let err = support::stderr(&o);
-    assert!(err.contains(&format!("prod was adopted from kops ({KOPS_NAME}): its control plane")), "{err}");
-    assert!(err.contains("--instance-group batch --instance-group nodes"), "{err}");
-
     // The node groups roll: kops's machines leave their Auto Scaling group
     // as they go, and the emptied groups and their launch templates are
     // deleted. Killed (-9) while it drains its second machine, and run again.
@@ -276,9 +260,6 @@ async fn kops_s_node_groups_roll_onto_pinfleet_machines_and_their_auto_scaling_g
     let err = support::stderr(&o);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("which is no longer running"), "the killed run's lock is taken over:\n{err}");
-    let (least, polls) = web.stop().await;
-    assert!(polls > 20, "the service was hardly looked at ({polls} polls)");
-    assert!(least >= 2, "the budget keeps 2 of web's 3 pods ready; {least} were at one time");
     let on = placed(client.clone()).await;
     assert_eq!(on.len(), 3, "{on:?}");
     assert!(on.iter().all(|n| !kops.machines[3..].contains(n)), "web still on a node of kops's: {on:?}");
@@ -327,6 +308,64 @@ async fn kops_s_node_groups_roll_onto_pinfleet_machines_and_their_auto_scaling_g
 
     // Again: nothing left to roll, nothing of kops's node groups to delete.
     let o = roll(&["--instance-group", "nodes", "--instance-group", "batch"]);
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    assert!(!support::stderr(&o).contains("is empty: deleted"), "{}", support::stderr(&o));
+
+    // The control plane: kops's machines go one at a time, and etcd-manager
+    // on each replacement takes over the etcd volumes its machine let go
+    // (main's and events'), in that zone; etcd keeps its quorum throughout.
+    let o = roll(&[]);
+    let err = support::stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let (least, polls) = web.stop().await;
+    assert!(polls > 20, "the service was hardly looked at ({polls} polls)");
+    assert!(least >= 2, "the budget keeps 2 of web's 3 pods ready, and the API answers; {least} were at one time");
+    for z in ["a", "b", "c"] {
+        assert!(
+            err.contains(&format!("Auto Scaling group control-plane-us-east-1{z}.{KOPS_NAME} is empty: deleted")),
+            "{err}"
+        );
+    }
+    let groups = aws.autoscaling.describe_auto_scaling_groups().send().await.unwrap();
+    assert!(groups.auto_scaling_groups().is_empty(), "nothing of kops's groups is left");
+    let live = aws.ec2.describe_instances().set_instance_ids(Some(kops.machines[..3].to_vec())).send().await.unwrap();
+    for i in live.reservations().iter().flat_map(|r| r.instances()) {
+        let state = i.state().unwrap().name().unwrap().as_str();
+        assert!(state == "terminated" || state == "shutting-down", "kops's control plane: {state}");
+    }
+    let nodes = w.json(&["get", "instances", "prod"]);
+    let control_plane: Vec<(String, String)> = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["group"].as_str().unwrap_or_default().starts_with("control-plane") && i["state"] == "running")
+        .map(|i| (i["id"].as_str().unwrap().to_string(), i["zone"].as_str().unwrap_or_default().to_string()))
+        .collect();
+    assert_eq!(control_plane.len(), 3, "{nodes:#}");
+    let volumes = aws
+        .ec2
+        .describe_volumes()
+        .filters(aws_sdk_ec2::types::Filter::builder().name("tag:k8s.io/role/control-plane").values("1").build())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(volumes.volumes().len(), 6, "main's and events' three members each");
+    for v in volumes.volumes() {
+        let on = v.attachments().first().and_then(|a| a.instance_id()).unwrap_or_default().to_string();
+        let zone = v.availability_zone().unwrap();
+        assert!(
+            control_plane.iter().any(|(id, z)| *id == on && (z.is_empty() || z == zone)),
+            "{} is on {on}, none of pinfleet's control plane in {zone}: {control_plane:?}",
+            v.volume_id().unwrap()
+        );
+    }
+    // The joins ran kubeadm's configuration with etcd-manager's etcd.
+    let cm = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "kube-system");
+    let config = cm.get("kubeadm-config").await.unwrap().data.unwrap()["ClusterConfiguration"].clone();
+    assert!(config.contains("- https://127.0.0.1:4001"), "{config}");
+    assert!(config.contains("/events#https://127.0.0.1:4002"), "{config}");
+    // Again: nothing to roll, and a second adopt changes nothing.
+    let o = roll(&[]);
     assert!(o.status.success(), "{}", support::stderr(&o));
     assert!(!support::stderr(&o).contains("is empty: deleted"), "{}", support::stderr(&o));
 }

@@ -38,7 +38,7 @@ async fn what_kubeadm_s_joins_read_is_accepted_by_the_api_server_and_a_second_to
 
     let first = pinfleet::state::join::mint(&client, &store, chrono::Utc::now()).await.unwrap().token;
     let id = |t: &str| t.split_once('.').unwrap().0.to_string();
-    let did = ensure(&client, &cluster, &ca, &first).await.unwrap();
+    let did = ensure(&client, &cluster, &ca, &first, false).await.unwrap();
     let data = cms.get("cluster-info").await.unwrap().data.unwrap();
     let kubeconfig = data["kubeconfig"].clone();
     let jws_key = |t: &str| format!("jws-kubeconfig-{}", id(t));
@@ -69,7 +69,7 @@ async fn what_kubeadm_s_joins_read_is_accepted_by_the_api_server_and_a_second_to
     // signature is written beside the first (a join in flight with the
     // first still verifies).
     let second = pinfleet::state::join::mint(&client, &store, chrono::Utc::now()).await.unwrap().token;
-    let again = ensure(&client, &cluster, &ca, &second).await.unwrap();
+    let again = ensure(&client, &cluster, &ca, &second, false).await.unwrap();
     assert_eq!(again, [format!("kube-public/cluster-info signed for token {}", id(&second))], "only the signature");
     let data = cms.get("cluster-info").await.unwrap().data.unwrap();
     assert!(data.contains_key(&jws_key(&first)) && data.contains_key(&jws_key(&second)), "{data:?}");

@@ -142,6 +142,7 @@ fn applied(d: &Desired) -> Observed {
                 launch_time: Some(n),
                 kubernetes_version: None,
                 spot: false,
+                etcd_manager: false,
             });
         }
     }

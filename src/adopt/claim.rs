@@ -166,6 +166,22 @@ pub struct Claims {
     /// into pinfleet's state (`None`: not looked at).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pki: Option<PkiTakeOver>,
+    /// kops's etcd-manager (its CAs and manifests) taken over so that its
+    /// control plane rolls (`None`: not kops's, or not looked at).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_manager: Option<EtcdManagerTakeOver>,
+}
+
+/// kops's etcd-manager and what becomes of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdManagerTakeOver {
+    /// What was read, or why it could not be (then the control plane is not rolled).
+    pub said: String,
+    /// Read and checked: the control plane can roll once it is written.
+    pub taken: bool,
+    /// pinfleet's state holds it already.
+    pub already: bool,
 }
 
 /// kops's keysets and what becomes of them.
@@ -187,6 +203,7 @@ impl Claims {
         self.claim.iter().all(|c| c.already)
             && self.roll.iter().all(|r| r.already)
             && self.pki.as_ref().is_none_or(|p| p.already)
+            && self.etcd_manager.as_ref().is_none_or(|e| e.already || !e.taken)
     }
 }
 

@@ -68,8 +68,14 @@ pub async fn prepare_with(aws: &Aws, cluster: &Cluster, version_step: bool) -> R
         );
     }
     let renderer = Renderer::new();
-    let p = params(cluster);
+    let mut p = params(cluster);
     let mut inputs = Inputs::default();
+    // Taken over from kops: its etcd-manager runs on the control plane.
+    if observed.adopted.as_ref().is_some_and(|a| a.from.starts_with("kops:")) {
+        p.etcd_manager = true;
+        inputs.etcd_manager =
+            Some(cluster.metadata.annotations.get("pinfleet.dev/imported-from").cloned().unwrap_or_default());
+    }
     let mut init_user_data = None;
     for g in &cluster.spec.instance_groups {
         let image = &images[&g.name];

@@ -104,6 +104,12 @@ pub async fn run(g: &GlobalArgs, args: AdoptArgs) -> anyhow::Result<ExitCode> {
         claim::Source::Ec2 { .. } => trust_kubeadm(cluster, args.pki.as_deref(), existing.as_ref()).await?,
     };
     claims.pki = Some(take_over);
+    // kops's etcd-manager comes along too: its control plane rolls with it.
+    let etcd_manager = match &source {
+        claim::Source::Kops { .. } => Some(etcd_manager(cluster, &s.aws, existing.as_ref()).await?),
+        claim::Source::Ec2 { .. } => None,
+    };
+    claims.etcd_manager = etcd_manager.as_ref().map(|(_, t)| t.clone());
     let write = args.yes && claims.refused.is_empty() && !claims.is_noop();
     if write {
         let store = crate::state::Store::open(&cluster.spec.state_store, &name, Some(&s.aws))
@@ -120,6 +126,9 @@ pub async fn run(g: &GlobalArgs, args: AdoptArgs) -> anyhow::Result<ExitCode> {
                 }
                 Err(e) => return Err(e),
             }
+        }
+        if let Some((Some(em), _)) = &etcd_manager {
+            store.put_json(crate::adopt::etcd_manager::KEY, em).await?;
         }
         let mut record = serde_json::json!({"from": source.from_tag(), "at": chrono::Utc::now(), "claims": claims});
         if let claim::Source::Kops { name: kops_name, .. } = &source {
@@ -199,6 +208,40 @@ async fn trust(
     )
     .with_context(|| format!("taking over kops's keysets from {url}"))?;
     Ok((Some((pki, crate::state::Condition::IfAbsent)), take_over(false)))
+}
+
+/// kops's etcd-manager material read for the cluster (None: pinfleet's
+/// state holds it already, or it could not be read), and what to say.
+/// What cannot be read is said, not refused: the cluster is adopted, and
+/// its control plane's roll is refused for that reason.
+async fn etcd_manager(
+    cluster: &crate::spec::Cluster,
+    aws: &crate::cloud::aws::Aws,
+    store: Option<&crate::state::Store>,
+) -> anyhow::Result<(Option<crate::adopt::etcd_manager::EtcdManager>, claim::EtcdManagerTakeOver)> {
+    use crate::adopt::etcd_manager as em;
+    if let Some(store) = store {
+        if let Some(have) = em::load(store).await? {
+            let said = format!("etcd-manager's CAs and {} manifests from {}", have.manifests.len(), have.from);
+            return Ok((None, claim::EtcdManagerTakeOver { said, taken: true, already: true }));
+        }
+    }
+    let url = cluster.metadata.annotations.get("pinfleet.dev/imported-from").cloned().unwrap_or_default();
+    let (base, kops_name) = super::import::split_state(&url)?;
+    let s3 = base.starts_with("s3://").then_some(aws as &dyn crate::state::S3Access);
+    let kops = crate::state::Store::open_existing(&base, &kops_name, s3)
+        .await?
+        .with_context(|| format!("{url}: no such bucket"))?;
+    Ok(match em::read(&kops, cluster).await {
+        Ok(have) => {
+            let said = format!("etcd-manager's CAs and {} manifests from {}", have.manifests.len(), have.from);
+            (Some(have), claim::EtcdManagerTakeOver { said, taken: true, already: false })
+        }
+        Err(e) => {
+            let said = format!("{e:#}: the control plane will not be rolled (its new machines could not run etcd-manager)");
+            (None, claim::EtcdManagerTakeOver { said, taken: false, already: false })
+        }
+    })
 }
 
 /// A PKI to write, and on what condition: absent (the first), or still
@@ -344,6 +387,15 @@ pub fn text(c: &claim::Claims, cluster: &str, written: bool) -> String {
             (false, false) => "(to take over into pinfleet's state)",
         };
         s += &format!("trust: {}'s {} from {} {how}\n", p.by, p.keysets.join(", "), p.from);
+    }
+    if let Some(e) = &c.etcd_manager {
+        let how = match (e.taken, e.already, written) {
+            (false, _, _) => "(not taken)",
+            (true, true, _) => "(taken over)",
+            (true, false, true) => "(taken over now, into pinfleet's state)",
+            (true, false, false) => "(to take over into pinfleet's state)",
+        };
+        s += &format!("etcd: {} {how}\n", e.said);
     }
     if !c.left.is_empty() {
         s += "left as they are:\n";

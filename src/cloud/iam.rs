@@ -74,7 +74,9 @@ fn state_read(cluster: &Cluster, folders: &[&str]) -> Option<Value> {
         .copied()
         .collect::<Vec<_>>()
         .join("/");
-    let resources: Vec<String> = folders.iter().map(|f| format!("arn:aws:s3:::{bucket}/{base}/{f}/*")).collect();
+    // What machines fetch sits under `machine/` (`state::join`).
+    let resources: Vec<String> =
+        folders.iter().map(|f| format!("arn:aws:s3:::{bucket}/{base}/machine/{f}/*")).collect();
     Some(json!({"Sid": "StateStoreRead", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": resources}))
 }
 
@@ -201,13 +203,39 @@ fn autoscaler_provider(cluster: &Cluster) -> Vec<Value> {
     out
 }
 
-fn policy(cluster: &Cluster, role: Role) -> Value {
+/// What kops's etcd-manager does from pinfleet's control-plane machines
+/// (a cluster taken over from kops, its state at `kops_state`): its
+/// backups and control files under `backups/etcd/` in kops's state store
+/// (its volumes it finds and attaches with the cloud controller's EC2
+/// permissions). None on a local state store.
+fn etcd_manager(kops_state: &str) -> Vec<Value> {
+    let Some(rest) = kops_state.strip_prefix("s3://") else { return Vec::new() };
+    let rest = rest.trim_end_matches('/');
+    let (bucket, folder) = rest.split_once('/').unwrap_or((rest, ""));
+    let folder = folder.trim_matches('/');
+    let base = if folder.is_empty() { "backups/etcd".to_string() } else { format!("{folder}/backups/etcd") };
+    vec![
+        json!({"Sid": "EtcdManagerBackups", "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+            "Resource": [format!("arn:aws:s3:::{bucket}/{base}/*")]}),
+        json!({"Sid": "EtcdManagerBackupsList", "Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+            "Resource": [format!("arn:aws:s3:::{bucket}")]}),
+    ]
+}
+
+fn policy(cluster: &Cluster, role: Role, kops_state: Option<&str>) -> Value {
     let mut statements = Vec::new();
     match role {
         Role::ControlPlane => {
             statements.push(cloud_controller());
             statements.extend(ebs_csi());
-            statements.extend(state_read(cluster, &["pki", "join"]));
+            match kops_state {
+                Some(kops) => {
+                    statements.extend(state_read(cluster, &["pki", "join", "etcd-manager"]));
+                    statements.extend(etcd_manager(kops));
+                }
+                None => statements.extend(state_read(cluster, &["pki", "join"])),
+            }
             statements.extend(etcd_backups(cluster));
             if cluster.spec.addons.iter().any(|a| a.name == "cluster-autoscaler" && a.enabled) {
                 statements.extend(autoscaler_provider(cluster));
@@ -223,8 +251,10 @@ fn policy(cluster: &Cluster, role: Role) -> Value {
 }
 
 /// The roles pinfleet manages for `cluster`: one per machine role the
-/// cluster runs and does not name an instance profile for.
-pub fn desired(cluster: &Cluster) -> Vec<DesiredRole> {
+/// cluster runs and does not name an instance profile for. `kops_state`:
+/// kops's cluster folder, for a cluster taken over from kops whose
+/// control-plane machines run its etcd-manager.
+pub fn desired(cluster: &Cluster, kops_state: Option<&str>) -> Vec<DesiredRole> {
     let named = |role: Role| match role {
         Role::ControlPlane => cluster.spec.iam.control_plane_instance_profile.is_some(),
         Role::Node => cluster.spec.iam.node_instance_profile.is_some(),
@@ -238,7 +268,7 @@ pub fn desired(cluster: &Cluster) -> Vec<DesiredRole> {
             role,
             name: role_name(&cluster.metadata.name, role),
             trust: trust().to_string(),
-            policy: policy(cluster, role).to_string(),
+            policy: policy(cluster, role, kops_state).to_string(),
         })
         .collect()
 }
@@ -283,7 +313,7 @@ mod tests {
     fn the_control_plane_may_write_etcd_backups_and_never_delete_them() {
         let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/clusters/prod-use1.yaml"));
         let cluster = crate::spec::load::load_cluster(path, &Default::default()).expect("the example loads").cluster;
-        let cp = policy(&cluster, Role::ControlPlane);
+        let cp = policy(&cluster, Role::ControlPlane, None);
         let statements = cp["Statement"].as_array().unwrap();
         let sid = |s: &str| statements.iter().find(|x| x["Sid"] == s).cloned();
         let write = sid("EtcdBackupsWrite").expect("the agent writes backups");
@@ -292,7 +322,30 @@ mod tests {
         let deny = sid("EtcdBackupsNeverDeleted").expect("an explicit deny");
         assert_eq!(deny["Effect"], "Deny");
         assert!(deny["Action"].as_array().unwrap().iter().any(|a| a == "s3:DeleteObjectVersion"));
-        let node = policy(&cluster, Role::Node);
+        let node = policy(&cluster, Role::Node, None);
         assert!(!node.to_string().contains("Etcd"), "nodes get nothing of etcd's backups");
+        // What the machines fetch is where the state store keeps it.
+        let read = sid("StateStoreRead").expect("the control plane reads its join material");
+        let objects = |p: &str| crate::state::join::TOKEN_KEY.starts_with(p) || crate::state::join::PKI_PREFIX.starts_with(p);
+        for r in read["Resource"].as_array().unwrap() {
+            let r = r.as_str().unwrap();
+            let key = r.split("/prod-use1/").nth(1).unwrap().trim_end_matches('*');
+            assert!(objects(key), "{r} covers none of what machines fetch");
+        }
+    }
+
+    #[test]
+    fn a_control_plane_taken_over_from_kops_reads_etcd_manager_s_files_and_writes_its_backups() {
+        let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/clusters/prod-use1.yaml"));
+        let cluster = crate::spec::load::load_cluster(path, &Default::default()).expect("the example loads").cluster;
+        let cp = policy(&cluster, Role::ControlPlane, Some("s3://kops-state/prod.k8s.example.com"));
+        let statements = cp["Statement"].as_array().unwrap();
+        let sid = |s: &str| statements.iter().find(|x| x["Sid"] == s).cloned().unwrap();
+        let read = sid("StateStoreRead").to_string();
+        assert!(read.contains("/prod-use1/machine/etcd-manager/*"), "{read}");
+        let backups = sid("EtcdManagerBackups");
+        assert_eq!(backups["Resource"][0], "arn:aws:s3:::kops-state/prod.k8s.example.com/backups/etcd/*");
+        let local = policy(&cluster, Role::ControlPlane, Some("file:///kops/prod.k8s.example.com")).to_string();
+        assert!(!local.contains("EtcdManagerBackups"), "a local store has no bucket to grant");
     }
 }

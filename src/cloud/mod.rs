@@ -27,6 +27,10 @@ pub mod tags {
     pub const MANAGED_BY: &str = "pinfleet.dev/managed-by";
     pub const MANAGED_BY_VALUE: &str = "pinfleet";
     pub const INSTANCE_GROUP: &str = "pinfleet.dev/instance-group";
+    /// On control-plane machines: what runs their etcd, when not kubeadm's
+    /// stacked etcd ([`ETCD_MANAGER`]: kops's etcd-manager, taken over).
+    pub const ETCD: &str = "pinfleet.dev/etcd";
+    pub const ETCD_MANAGER: &str = "etcd-manager";
     /// The resource's key in the desired model, e.g. `subnet/private-a`.
     pub const RESOURCE: &str = "pinfleet.dev/resource";
     /// On instances: the launch-template version they were started from.

@@ -227,6 +227,10 @@ pub struct Inputs {
     pub images: BTreeMap<String, (String, String)>,
     /// Rendered user-data per group (for the launch template).
     pub user_data: BTreeMap<String, String>,
+    /// kops's cluster folder when the control plane's etcd is its
+    /// etcd-manager (a cluster taken over from kops): the control-plane
+    /// machines run it, and say so in their tags.
+    pub etcd_manager: Option<String>,
 }
 
 /// Tags every resource of the cluster carries.
@@ -383,6 +387,9 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
         tags.insert(tags::INSTANCE_GROUP.into(), g.name.clone());
         tags.insert(tags::KUBERNETES_VERSION.into(), g.kubernetes_version(spec).to_string());
         tags.extend(g.cloud_labels.clone());
+        if g.role == Role::ControlPlane && inputs.etcd_manager.is_some() {
+            tags.insert(tags::ETCD.into(), tags::ETCD_MANAGER.into());
+        }
         let profile = g
             .instance_profile
             .clone()
@@ -448,7 +455,7 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
         api_address,
         launch_templates,
         groups,
-        iam: crate::cloud::iam::desired(cluster),
+        iam: crate::cloud::iam::desired(cluster, inputs.etcd_manager.as_deref()),
         events: crate::cloud::events::desired(cluster),
         version_step: false,
         api_dns_name: spec.api.dns_name.clone(),

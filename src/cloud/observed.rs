@@ -199,6 +199,11 @@ pub struct ObservedInstance {
     /// A Spot machine (EC2's instance lifecycle `spot`).
     #[serde(default)]
     pub spot: bool,
+    /// A control-plane machine whose etcd is kops's etcd-manager (kops's
+    /// own, tagged `k8s.io/role/control-plane`, or pinfleet's for a cluster
+    /// taken over from kops, tagged `pinfleet.dev/etcd: etcd-manager`).
+    #[serde(default)]
+    pub etcd_manager: bool,
 }
 
 impl ObservedInstance {

@@ -62,6 +62,7 @@ impl Rehearsal {
                     validation_timeout: Duration::from_secs(900),
                     force_ids: BTreeSet::new(),
                     etcd_members: false,
+                    etcd_manager: None,
                 };
                 let c = Cluster {
                     machines: SimFleet::new(&[(GROUP, *n)], boot, drain),

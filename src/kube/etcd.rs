@@ -288,3 +288,96 @@ mod tests {
         assert!(parse_members("Error: context deadline exceeded", "[]").is_err());
     }
 }
+
+/// kops's etcd-manager (a control plane taken over from kops), seen
+/// through its static pods' mirror pods `etcd-manager-<cluster>-<node>`:
+/// every member of each etcd cluster healthy (`leaving` None), or a
+/// quorum of `members` without `leaving`. Err says what is short.
+pub async fn etcd_manager_health(client: &Client, members: usize, leaving: Option<&str>) -> Result<(), String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let list = pods.list(&ListParams::default()).await.map_err(|e| format!("listing kube-system's pods: {e}"))?;
+    let seen: Vec<(String, String, bool)> = list
+        .items
+        .iter()
+        .filter_map(|p| {
+            let name = p.metadata.name.clone()?;
+            let node = p.spec.as_ref()?.node_name.clone()?;
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            Some((name, node, ready))
+        })
+        .collect();
+    etcd_manager_shortfall(&seen, members, leaving)
+}
+
+/// The pure judgement of [`etcd_manager_health`]: `pods` are (name, node,
+/// Ready) of kube-system's pods.
+pub fn etcd_manager_shortfall(
+    pods: &[(String, String, bool)],
+    members: usize,
+    leaving: Option<&str>,
+) -> Result<(), String> {
+    let mut short = Vec::new();
+    for c in crate::adopt::etcd_manager::CLUSTERS {
+        let prefix = format!("etcd-manager-{c}-");
+        let healthy: std::collections::BTreeSet<&str> = pods
+            .iter()
+            .filter(|(name, node, ready)| *ready && name.starts_with(&prefix) && Some(node.as_str()) != leaving)
+            .map(|(_, node, _)| node.as_str())
+            .collect();
+        let need = match leaving {
+            Some(_) => members / 2 + 1,
+            None => members,
+        };
+        if healthy.len() < need {
+            let why = match leaving {
+                Some(node) => format!(
+                    "etcd {c}: {} of {members} members healthy without {node}'s, and a quorum is {need}",
+                    healthy.len()
+                ),
+                None => format!("etcd {c}: {} of {members} members healthy", healthy.len()),
+            };
+            short.push(why);
+        }
+    }
+    if short.is_empty() {
+        Ok(())
+    } else {
+        Err(short.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod etcd_manager_tests {
+    use super::etcd_manager_shortfall;
+
+    fn pods(ready: &[(&str, bool)]) -> Vec<(String, String, bool)> {
+        ready
+            .iter()
+            .flat_map(|(node, r)| {
+                ["main", "events"].map(|c| (format!("etcd-manager-{c}-{node}"), node.to_string(), *r))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_machine_goes_only_while_the_others_hold_a_quorum_and_its_replacement_counts_once_healthy() {
+        let all = pods(&[("a", true), ("b", true), ("c", true)]);
+        assert_eq!(etcd_manager_shortfall(&all, 3, None), Ok(()));
+        assert_eq!(etcd_manager_shortfall(&all, 3, Some("a")), Ok(()));
+        let one_down = pods(&[("a", true), ("b", false), ("c", true)]);
+        assert_eq!(
+            etcd_manager_shortfall(&one_down, 3, Some("a")),
+            Err("etcd main: 1 of 3 members healthy without a's, and a quorum is 2; etcd events: 1 of 3 members healthy without a's, and a quorum is 2".into())
+        );
+        // A replacement whose member has not started yet.
+        let replacing = pods(&[("b", true), ("c", true)]);
+        assert_eq!(
+            etcd_manager_shortfall(&replacing, 3, None),
+            Err("etcd main: 2 of 3 members healthy; etcd events: 2 of 3 members healthy".into())
+        );
+    }
+}

@@ -56,13 +56,24 @@ fn detached_jws(payload: &str, kid: &str, secret: &str) -> Result<String> {
     Ok(format!("{header}..{signature}"))
 }
 
-/// kubeadm's ClusterConfiguration for the cluster (what a join reads of it).
-fn cluster_configuration(cluster: &Cluster, endpoint: &str) -> String {
+/// kubeadm's ClusterConfiguration for the cluster (what a join reads of
+/// it). With `etcd_manager` (kops's), etcd is external to kubeadm: each
+/// control-plane machine's own etcd-manager, on kops's client ports, with
+/// kube-apiserver's client files where kops keeps them.
+pub fn cluster_configuration(cluster: &Cluster, endpoint: &str, etcd_manager: bool) -> String {
     let n = &cluster.spec.network;
-    format!(
+    let mut doc = format!(
         "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nclusterName: {}\nkubernetesVersion: v{}\ncontrolPlaneEndpoint: {endpoint}\nnetworking:\n  dnsDomain: cluster.local\n  podSubnet: {}\n  serviceSubnet: {}\n",
         cluster.metadata.name, cluster.spec.kubernetes_version, n.pod_cidr, n.service_cidr
-    )
+    );
+    if etcd_manager {
+        use crate::adopt::etcd_manager::{APISERVER_DIR as D, CLIENT_PORTS as P};
+        doc += &format!(
+            "etcd:\n  external:\n    endpoints:\n    - https://127.0.0.1:{}\n    caFile: {D}/etcd-ca.crt\n    certFile: {D}/etcd-client.crt\n    keyFile: {D}/etcd-client.key\napiServer:\n  extraArgs:\n  - name: etcd-servers-overrides\n    value: /events#https://127.0.0.1:{}\n",
+            P[0], P[1]
+        );
+    }
+    doc
 }
 
 /// The kubelets' configuration: the cluster's DNS at the service range's
@@ -122,7 +133,13 @@ pub async fn refuse_another_api_name(client: &kube::Client, cluster: &Cluster) -
 
 /// Makes the cluster ready for kubeadm joins (see the module doc): returns
 /// what it created or signed, for the roll to say.
-pub async fn ensure(client: &kube::Client, cluster: &Cluster, ca_pem: &str, token: &str) -> Result<Vec<String>> {
+pub async fn ensure(
+    client: &kube::Client,
+    cluster: &Cluster,
+    ca_pem: &str,
+    token: &str,
+    etcd_manager: bool,
+) -> Result<Vec<String>> {
     let endpoint = match &cluster.spec.api.dns_name {
         Some(d) => format!("{d}:{}", cluster.spec.api.port),
         None => anyhow::bail!(
@@ -155,13 +172,25 @@ pub async fn ensure(client: &kube::Client, cluster: &Cluster, ca_pem: &str, toke
     }
     let sys = kube::Api::<ConfigMap>::namespaced(client.clone(), "kube-system");
     let configs = [
-        ("kubeadm-config", "ClusterConfiguration", cluster_configuration(cluster, &endpoint)),
+        ("kubeadm-config", "ClusterConfiguration", cluster_configuration(cluster, &endpoint, etcd_manager)),
         ("kubelet-config", "kubelet", kubelet_configuration(cluster)?),
     ];
     for (name, key, data) in configs {
         let cm = json!({"metadata": {"name": name, "namespace": "kube-system"}, "data": {key: data}});
         if create_absent(sys.clone(), cm).await? {
             did.push(format!("kube-system/{name} created"));
+        } else if etcd_manager && name == "kubeadm-config" {
+            // kops runs no kubeadm: one pinfleet wrote before its control
+            // plane rolled lacks the external etcd its joins need.
+            let have = sys.get(name).await.with_context(|| format!("reading kube-system/{name}"))?;
+            let doc = have.data.as_ref().and_then(|d| d.get(key)).cloned().unwrap_or_default();
+            if !doc.lines().any(|l| l.starts_with("etcd:")) {
+                let patch = json!({"data": {key: data}});
+                sys.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+                    .await
+                    .with_context(|| format!("giving kube-system/{name} kops's etcd"))?;
+                did.push(format!("kube-system/{name}: etcd is etcd-manager's (external, 127.0.0.1:4001)"));
+            }
         }
     }
     for (kind, obj) in rbac() {

@@ -63,6 +63,11 @@ pub struct BootstrapParams {
     pub state_bucket: String,
     /// The cluster's folder in the bucket, without slashes at the ends.
     pub state_prefix: String,
+    /// The control plane's etcd is kops's etcd-manager (a cluster taken
+    /// over from kops): control-plane machines run its manifests, and
+    /// etcd-manager on each takes over a member's volume.
+    #[serde(default)]
+    pub etcd_manager: bool,
 }
 
 impl BootstrapParams {
@@ -84,6 +89,7 @@ impl BootstrapParams {
             api_endpoint: format!("api.{}.pinfleet.internal:{}", cluster.metadata.name, cluster.spec.api.port),
             state_bucket: bucket,
             state_prefix: prefix,
+            etcd_manager: false,
         }
     }
 
@@ -258,6 +264,7 @@ impl Renderer {
         ctx.insert("gpu_product_arms", &crate::accelerated::product_case_arms());
         ctx.insert("taints", &group.taints_with_accelerators());
         ctx.insert("params", params);
+        ctx.insert("etcd_manager", &(params.etcd_manager && mode == BootstrapMode::JoinControlPlane));
         ctx
     }
 

@@ -47,6 +47,14 @@ pub trait Nodes {
     /// Removes the node's etcd member (a control-plane machine about to go),
     /// refusing when etcd would lose its quorum.
     fn remove_etcd_member(&self, node: &str) -> impl Future<Output = Result<()>>;
+    /// One look at kops's etcd-manager (a control plane taken over from
+    /// kops, `members` per etcd cluster): every member healthy, or, with
+    /// `leaving` about to go, a quorum without it. Err says what is short.
+    fn etcd_manager_health(
+        &self,
+        members: usize,
+        leaving: Option<&str>,
+    ) -> impl Future<Output = Result<(), String>>;
     /// One validation pass, ignoring the named nodes (still joining).
     fn validate(&self, ignore: &BTreeSet<String>) -> impl Future<Output = Result<(), String>>;
     /// Returns when a node may have changed, or after `max`.
@@ -73,6 +81,12 @@ pub struct GroupRoll {
     /// Each machine's etcd member is removed before it is terminated
     /// (control-plane groups).
     pub etcd_members: bool,
+    /// The control plane's etcd is kops's etcd-manager, with this many
+    /// members per etcd cluster: a machine goes only while the others hold
+    /// a quorum, and its replacement's member (its volume, taken over) is
+    /// healthy before the next goes. None: not etcd-manager's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_manager: Option<usize>,
 }
 
 /// Progress, for bars and `-o json`.
@@ -289,15 +303,41 @@ async fn replace_one<M: Machines, N: Nodes>(
             if cfg.etcd_members {
                 n.remove_etcd_member(node).await?;
             }
+            if let Some(members) = cfg.etcd_manager {
+                etcd_manager_wait(n, cfg, members, Some(node)).await?;
+            }
         }
         m.terminate(&id).await?;
         if let Some(node) = &node {
             n.delete(node).await?;
         }
-        validate(n, cfg, &joining).await
+        validate(n, cfg, &joining).await?;
+        match cfg.etcd_manager {
+            Some(members) => etcd_manager_wait(n, cfg, members, None).await,
+            None => Ok(()),
+        }
     }
     .await;
     (id, r)
+}
+
+/// Waits, within the validation timeout, until kops's etcd-manager has
+/// every member healthy (`leaving`: None) or a quorum without `leaving`.
+async fn etcd_manager_wait<N: Nodes>(n: &N, cfg: &GroupRoll, members: usize, leaving: Option<&str>) -> Result<()> {
+    let deadline = Instant::now() + cfg.validation_timeout;
+    loop {
+        match n.etcd_manager_health(members, leaving).await {
+            Ok(()) => return Ok(()),
+            Err(why) if Instant::now() >= deadline => {
+                let what = match leaving {
+                    Some(node) => format!("{node} is not taken down"),
+                    None => "the replacement's etcd member is not healthy".to_string(),
+                };
+                bail!("{what} within {}: {why}", humantime::format_duration(cfg.validation_timeout))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
 }
 
 /// `validate_count` consecutive passes, `validate_interval` apart, within

@@ -170,6 +170,9 @@ impl Nodes for KubeNodes {
     async fn remove_etcd_member(&self, node: &str) -> Result<()> {
         crate::kube::etcd::remove_member(&self.client, node).await
     }
+    async fn etcd_manager_health(&self, members: usize, leaving: Option<&str>) -> Result<(), String> {
+        crate::kube::etcd::etcd_manager_health(&self.client, members, leaving).await
+    }
     async fn validate(&self, ignore: &BTreeSet<String>) -> Result<(), String> {
         crate::kube::cluster::validate(&self.client, ignore).await
     }

@@ -341,12 +341,23 @@ pub async fn refuse_adopted_control_plane(
         return Ok(false);
     }
     let etcd_ca_from = crate::state::pki::Pki::load(store).await?.and_then(|p| p.etcd_ca_from);
+    let etcd_manager = crate::adopt::etcd_manager::load(store).await?;
     let why = match (record["kopsName"].as_str(), record["from"].as_str().and_then(|f| f.strip_prefix("ec2:"))) {
-        (Some(kops), _) => format!(
-            "{} was adopted from kops ({kops}): its control plane ({}) is not rolled (its etcd is etcd-manager's, with CAs and a membership of its own that new machines cannot join; bringing it over by restore is not built)",
-            cluster.metadata.name,
-            control_plane.join(", ")
-        ),
+        (Some(kops), _) => match &etcd_manager {
+            Some(em) if em.member_count("main") >= 3 => return Ok(false),
+            Some(em) => format!(
+                "{} was adopted from kops ({kops}): its control plane ({}) is not rolled: its etcd has {} member(s), and a member's volume moves from the old machine to the new one, so with fewer than 3 the cluster's API would stop meanwhile",
+                cluster.metadata.name,
+                control_plane.join(", "),
+                em.member_count("main")
+            ),
+            None => format!(
+                "{} was adopted from kops ({kops}) without etcd-manager's CAs and manifests: its control plane ({}) is not rolled (its new machines could not run etcd-manager); `pinfleet adopt {} --yes` takes them once kops's state store holds them (adopt says what is missing)",
+                cluster.metadata.name,
+                control_plane.join(", "),
+                cluster.metadata.name
+            ),
+        },
         (None, Some(_)) if etcd_ca_from.is_some() => return Ok(true),
         (None, Some(tag)) => format!(
             "{} was adopted from kubeadm on EC2 (machines tagged {tag}) without its etcd CA: its control plane ({}) is not rolled (new machines could not join its etcd); the CA is taken by an adopt whose --pki DIR holds kubeadm's etcd/ca.crt and etcd/ca.key",
@@ -453,7 +464,21 @@ pub fn group_rolls(cluster: &Cluster, p: &Prepared, opts: &Options) -> (Vec<Grou
         } else {
             BTreeSet::new()
         };
+        // kops's etcd-manager: a member's volume moves from the old
+        // machine to its replacement, so the old one goes first (never
+        // surged), one machine of the whole control plane at a time.
+        let etcd_manager = (g.role == Role::ControlPlane)
+            .then_some(p.observed.adopted.as_ref())
+            .flatten()
+            .filter(|a| a.from.starts_with("kops:"))
+            .map(|_| cluster.spec.instance_groups.iter().filter(|g| g.role == Role::ControlPlane).map(|g| g.desired.unwrap_or(g.min_size) as usize).sum::<usize>());
         let limits = match g.role {
+            Role::ControlPlane if etcd_manager.is_some() => policy::Limits {
+                desired,
+                surge: 0,
+                floor: desired.saturating_sub(1),
+                canary: false,
+            },
             Role::ControlPlane => policy::control_plane_limits(desired),
             Role::Node => policy::node_group_limits(
                 desired,
@@ -473,7 +498,8 @@ pub fn group_rolls(cluster: &Cluster, p: &Prepared, opts: &Options) -> (Vec<Grou
             validate_interval: opts.validate_interval,
             validation_timeout: g.rollout.validation_timeout.0,
             force_ids,
-            etcd_members: g.role == Role::ControlPlane && opts.etcd_member_removal,
+            etcd_members: g.role == Role::ControlPlane && opts.etcd_member_removal && etcd_manager.is_none(),
+            etcd_manager,
         };
         match g.role {
             Role::ControlPlane => cp.push(roll),
@@ -594,8 +620,18 @@ pub async fn upgrade(
     crate::state::join::publish_files(store, pki).await?;
     let token = crate::state::join::ensure_fresh(Some(&client), store, chrono::Utc::now()).await?;
     // A cluster taken over gets what kubeadm's joins read.
+    let etcd_manager = match adopted {
+        true => crate::adopt::etcd_manager::load(store).await?,
+        false => None,
+    };
+    if let Some(em) = &etcd_manager {
+        crate::adopt::etcd_manager::publish(store, em).await?;
+    }
     let prepared = match adopted {
-        true => crate::kube::kubeadm_join::ensure(&client, cluster, &pki.ca_cert, &token.token).await?,
+        true => {
+            crate::kube::kubeadm_join::ensure(&client, cluster, &pki.ca_cert, &token.token, etcd_manager.is_some())
+                .await?
+        }
         false => Vec::new(),
     };
     for line in prepared {

@@ -142,6 +142,9 @@ impl Nodes for SimFleet {
         tokio::time::sleep(self.drain).await;
         Ok(())
     }
+    async fn etcd_manager_health(&self, _members: usize, _leaving: Option<&str>) -> Result<(), String> {
+        Ok(())
+    }
     async fn remove_etcd_member(&self, _node: &str) -> Result<()> {
         // The in-memory fleet has no etcd; its control planes are node groups' size.
         Ok(())
@@ -191,6 +194,7 @@ mod tests {
             validation_timeout: Duration::from_secs(900),
             force_ids: BTreeSet::new(),
             etcd_members: false,
+            etcd_manager: None,
         }
     }
 

@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod controllers;
 pub mod etcd;
+pub mod etcd_manager;
 pub mod kubeadm;
 pub mod local;
 pub mod nodes;

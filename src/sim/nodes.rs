@@ -455,8 +455,19 @@ pub async fn follow_ec2(store: super::store::Shared, aws: crate::cloud::aws::Aws
                         }
                     }
                 }
+                // kops's etcd-manager on its machines takes over its volumes.
+                let now = chrono::Utc::now().timestamp();
+                let boot = cfg.boot_delay.as_secs() as i64;
+                let booted = |i: &crate::cloud::observed::ObservedInstance| {
+                    now - i.launch_time.unwrap_or(now) >= boot && !fails(&i.id, cfg.fail_fraction)
+                };
+                let view = super::etcd_manager::pass(&aws, &instances, &booted).await;
                 let mut inner = store.lock().expect("store lock");
-                sync(&mut inner, &cfg, &instances, chrono::Utc::now().timestamp());
+                sync(&mut inner, &cfg, &instances, now);
+                match view {
+                    Ok(view) => super::etcd_manager::apply(&mut inner, view),
+                    Err(e) => tracing::warn!("node simulator: etcd-manager: {e:#}"),
+                }
             }
             Err(e) => {
                 if failures == 0 {
@@ -561,6 +572,11 @@ fn control_plane_etcd(inner: &mut Inner, nodes: &[Value], pods: &[std::sync::Arc
         .filter(|n| annotation(n, BOOTED).is_some())
         .filter(|n| {
             n.pointer("/metadata/labels").and_then(|l| l.get("node-role.kubernetes.io/control-plane")).is_some()
+        })
+        // Machines running kops's etcd-manager are no kubeadm etcd members.
+        .filter(|n| {
+            let name = n.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+            !inner.etcd_manager.machines.contains(name)
         })
         .map(|n| {
             let name = n.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();

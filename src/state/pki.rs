@@ -214,6 +214,31 @@ pub fn check_signed_by(cert_pem: &str, ca_pem: &str) -> Result<()> {
         .map_err(|_| anyhow::anyhow!("{} is not signed by {}", cert.subject(), ca.subject()))
 }
 
+/// A CA to take over (`what` names it): its key its certificate's, a CA
+/// valid now.
+pub fn check_ca_pair(cert: &str, key: &str, what: &str) -> Result<()> {
+    let now = chrono::Utc::now().timestamp();
+    adopted_key(cert, key).with_context(|| what.to_string())?;
+    check_ca(cert, now).with_context(|| what.to_string())
+}
+
+/// A client certificate for `common_name` (a year), signed by the CA
+/// `ca_cert`/`ca_key`: (certificate PEM, key PEM).
+pub fn client_certificate(ca_cert: &str, ca_key: &str, common_name: &str) -> Result<(String, String)> {
+    let (key, _) = adopted_key(ca_cert, ca_key)?;
+    let issuer = Issuer::from_ca_cert_pem(ca_cert, key).context("the CA's certificate")?;
+    let client_key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    params.distinguished_name = dn;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.not_before = time_now();
+    params.not_after = time_now() + time_days(365);
+    Ok((params.signed_by(&client_key, &issuer)?.pem(), client_key.serialize_pem()))
+}
+
 /// An etcd CA to take over: its key its certificate's, a CA valid now.
 fn check_etcd_ca(cert: &str, key: &str, now: i64) -> Result<()> {
     adopted_key(cert, key).context("etcd's CA")?;

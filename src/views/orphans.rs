@@ -69,6 +69,7 @@ mod tests {
             launch_time: None,
             kubernetes_version: None,
             spot: false,
+            etcd_manager: false,
         };
         let home = Fleet { tagged: vec![tagged("iam-role", "old-node", "old", None)], in_vpcs: vec![stray] };
         let homes = Default::default();

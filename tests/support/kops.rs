@@ -275,7 +275,8 @@ pub async fn kops_on_moto(aws: &pinfleet::cloud::aws::Aws, nodes: i32) -> Kops {
                 .build()
         };
         let zones: Vec<String> = subnets_of.iter().map(|z| subnets[*z].clone()).collect();
-        asg.create_auto_scaling_group()
+        let mut create = asg
+            .create_auto_scaling_group()
             .auto_scaling_group_name(&name)
             .launch_template(
                 aws_sdk_autoscaling::types::LaunchTemplateSpecification::builder()
@@ -290,10 +291,11 @@ pub async fn kops_on_moto(aws: &pinfleet::cloud::aws::Aws, nodes: i32) -> Kops {
             .tags(tag("KubernetesCluster", KOPS_NAME))
             .tags(tag(&format!("kubernetes.io/cluster/{KOPS_NAME}"), "owned"))
             .tags(tag("Name", &name))
-            .tags(tag("kops.k8s.io/instancegroup", group))
-            .send()
-            .await
-            .unwrap();
+            .tags(tag("kops.k8s.io/instancegroup", group));
+        if group.starts_with("control-plane") {
+            create = create.tags(tag("k8s.io/role/control-plane", "1")).tags(tag("k8s.io/role/master", "1"));
+        }
+        create.send().await.unwrap();
         groups.push(name);
     }
     let mut machines = Vec::new();
@@ -305,17 +307,32 @@ pub async fn kops_on_moto(aws: &pinfleet::cloud::aws::Aws, nodes: i32) -> Kops {
         machines.extend(ids);
     }
     assert_eq!(machines.len(), 3 + nodes as usize, "kops's groups run their machines");
-    ec2.create_volume()
-        .availability_zone("us-east-1a")
-        .size(20)
-        .tag_specifications(kops_tags(
-            R::Volume,
-            &format!("a.etcd-main.{KOPS_NAME}"),
-            &[("k8s.io/etcd/main", "a/a,b,c")],
-        ))
-        .send()
-        .await
-        .unwrap();
+    // etcd-manager's volumes: one per member of each etcd cluster, in its
+    // control-plane machine's zone and attached to it (kops's tags,
+    // pkg/model/master_volumes.go).
+    for (i, z) in ["a", "b", "c"].into_iter().enumerate() {
+        for (c, device) in [("main", "/dev/xvdu"), ("events", "/dev/xvdv")] {
+            let member = format!("{z}/a,b,c");
+            let v = ec2
+                .create_volume()
+                .availability_zone(format!("us-east-1{z}"))
+                .size(20)
+                .tag_specifications(kops_tags(
+                    R::Volume,
+                    &format!("{z}.etcd-{c}.{KOPS_NAME}"),
+                    &[
+                        (format!("k8s.io/etcd/{c}").as_str(), member.as_str()),
+                        ("k8s.io/role/control-plane", "1"),
+                        ("k8s.io/role/master", "1"),
+                    ],
+                ))
+                .send()
+                .await
+                .unwrap();
+            let id = v.volume_id().unwrap();
+            ec2.attach_volume().volume_id(id).instance_id(&machines[i]).device(device).send().await.unwrap();
+        }
+    }
     // The API's network load balancer in the utility subnets: the API's
     // target group (the control plane registered) and kops-controller's.
     use aws_sdk_elasticloadbalancingv2::types as elbt;

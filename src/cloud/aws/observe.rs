@@ -301,6 +301,8 @@ pub fn instance(i: &aws_sdk_ec2::types::Instance) -> ObservedInstance {
         kubernetes_version: t.get(tags::KUBERNETES_VERSION).cloned(),
         launch_time: i.launch_time().map(|d| d.secs()),
         spot: i.instance_lifecycle() == Some(&aws_sdk_ec2::types::InstanceLifecycleType::Spot),
+        etcd_manager: t.get(tags::ETCD).is_some_and(|v| v == tags::ETCD_MANAGER)
+            || ["k8s.io/role/control-plane", "k8s.io/role/master"].iter().any(|k| t.get(*k).is_some_and(|v| v == "1")),
     }
 }
 

@@ -92,6 +92,8 @@ pub struct Inner {
     last_event: Option<Arc<Event>>,
     /// The control plane's stacked etcd (kubeadm machines only).
     pub etcd: super::etcd::Etcd,
+    /// kops's etcd-manager on the EC2-backed control plane, as of the last pass.
+    pub etcd_manager: super::etcd_manager::View,
     /// The Kubernetes version the sim answers as (`/version`, the rules and
     /// messages of validation, its kubelets), unless a kubeadm cluster's
     /// configuration names another (then its API servers run that).
@@ -171,6 +173,7 @@ impl Inner {
             events,
             last_event: None,
             etcd: Default::default(),
+            etcd_manager: Default::default(),
             kubernetes: crate::spec::versions::Version::parse(crate::spec::versions::DEFAULT)
                 .expect("the default version parses"),
             tokens: BTreeMap::new(),
