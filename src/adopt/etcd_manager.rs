@@ -31,11 +31,7 @@ pub const KEY: &str = "adopt/etcd-manager.json";
 /// Where machines fetch its files (beside the join material).
 pub const MACHINE_PREFIX: &str = "machine/etcd-manager/";
 /// The etcd clusters kops runs: the API's objects, and its events.
-pub const CLUSTERS: [&str; 2] = ["main", "events"];
-/// The client port of each ([`CLUSTERS`] order), as kops configures them.
-pub const CLIENT_PORTS: [u16; 2] = [4001, 4002];
-/// Where kube-apiserver's etcd client files sit on a kops control-plane machine.
-pub const APISERVER_DIR: &str = "/srv/kubernetes/kube-apiserver";
+pub use crate::kube::etcd::ETCD_MANAGER_CLUSTERS as CLUSTERS;
 
 /// A certificate and its key, PEM.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,10 +65,8 @@ pub struct EtcdManager {
 /// The keysets read, in order: each cluster's etcd-manager CA and peers'
 /// CA, and the clients' CA they share.
 pub fn keysets() -> Vec<String> {
-    let mut out: Vec<String> = CLUSTERS
-        .iter()
-        .flat_map(|c| [format!("etcd-manager-ca-{c}"), format!("etcd-peers-ca-{c}")])
-        .collect();
+    let mut out: Vec<String> =
+        CLUSTERS.iter().flat_map(|c| [format!("etcd-manager-ca-{c}"), format!("etcd-peers-ca-{c}")]).collect();
     out.push("etcd-clients-ca".into());
     out
 }
@@ -119,7 +113,9 @@ pub async fn read(kops: &Store, cluster: &Cluster) -> Result<EtcdManager> {
     let text = |key: String| async move {
         let at = kops.describe(&key);
         match kops.get(&key).await? {
-            Some((bytes, _)) => String::from_utf8(bytes).map(|t| (at.clone(), t)).map_err(|_| anyhow::anyhow!("{at}: not UTF-8 text")),
+            Some((bytes, _)) => {
+                String::from_utf8(bytes).map(|t| (at.clone(), t)).map_err(|_| anyhow::anyhow!("{at}: not UTF-8 text"))
+            }
             None => bail!("{at}: missing (kops writes it for etcd-manager)"),
         }
     };
@@ -237,8 +233,17 @@ mod tests {
     fn the_keysets_are_each_cluster_s_two_cas_and_the_clients_ca() {
         assert_eq!(
             keysets(),
-            ["etcd-manager-ca-main", "etcd-peers-ca-main", "etcd-manager-ca-events", "etcd-peers-ca-events", "etcd-clients-ca"]
+            [
+                "etcd-manager-ca-main",
+                "etcd-peers-ca-main",
+                "etcd-manager-ca-events",
+                "etcd-peers-ca-events",
+                "etcd-clients-ca"
+            ]
         );
-        assert_eq!(manifest_key("events", "control-plane-us-east-1a"), "manifests/etcd/events-control-plane-us-east-1a.yaml");
+        assert_eq!(
+            manifest_key("events", "control-plane-us-east-1a"),
+            "manifests/etcd/events-control-plane-us-east-1a.yaml"
+        );
     }
 }

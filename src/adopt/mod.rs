@@ -19,8 +19,8 @@ pub const CLAIMS_KEY: &str = "adopt/claims.json";
 
 pub mod aws;
 pub mod claim;
-pub mod etcd_manager;
 pub mod ec2;
+pub mod etcd_manager;
 pub mod keyset;
 pub mod kops;
 

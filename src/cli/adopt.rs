@@ -238,7 +238,8 @@ async fn etcd_manager(
             (Some(have), claim::EtcdManagerTakeOver { said, taken: true, already: false })
         }
         Err(e) => {
-            let said = format!("{e:#}: the control plane will not be rolled (its new machines could not run etcd-manager)");
+            let said =
+                format!("{e:#}: the control plane will not be rolled (its new machines could not run etcd-manager)");
             (None, claim::EtcdManagerTakeOver { said, taken: false, already: false })
         }
     })

@@ -326,7 +326,8 @@ mod tests {
         assert!(!node.to_string().contains("Etcd"), "nodes get nothing of etcd's backups");
         // What the machines fetch is where the state store keeps it.
         let read = sid("StateStoreRead").expect("the control plane reads its join material");
-        let objects = |p: &str| crate::state::join::TOKEN_KEY.starts_with(p) || crate::state::join::PKI_PREFIX.starts_with(p);
+        let objects =
+            |p: &str| crate::state::join::TOKEN_KEY.starts_with(p) || crate::state::join::PKI_PREFIX.starts_with(p);
         for r in read["Resource"].as_array().unwrap() {
             let r = r.as_str().unwrap();
             let key = r.split("/prod-use1/").nth(1).unwrap().trim_end_matches('*');

@@ -233,6 +233,18 @@ pub struct Inputs {
     pub etcd_manager: Option<String>,
 }
 
+/// Tags a group's launch template gives its machines.
+fn machine_tags(cluster: &Cluster, g: &crate::spec::InstanceGroup, inputs: &Inputs) -> BTreeMap<String, String> {
+    let mut tags = base_tags(cluster);
+    tags.insert(tags::INSTANCE_GROUP.into(), g.name.clone());
+    tags.insert(tags::KUBERNETES_VERSION.into(), g.kubernetes_version(&cluster.spec).to_string());
+    tags.extend(g.cloud_labels.clone());
+    if g.role == Role::ControlPlane && inputs.etcd_manager.is_some() {
+        tags.insert(tags::ETCD.into(), tags::ETCD_MANAGER.into());
+    }
+    tags
+}
+
 /// Tags every resource of the cluster carries.
 pub fn base_tags(cluster: &Cluster) -> BTreeMap<String, String> {
     BTreeMap::from([
@@ -383,13 +395,7 @@ pub fn desired(cluster: &Cluster, inputs: &Inputs) -> anyhow::Result<Desired> {
             inputs.images.get(&g.name).ok_or_else(|| anyhow::anyhow!("no image resolved for group {}", g.name))?;
         let user_data =
             inputs.user_data.get(&g.name).ok_or_else(|| anyhow::anyhow!("no user-data for group {}", g.name))?;
-        let mut tags = base_tags(cluster);
-        tags.insert(tags::INSTANCE_GROUP.into(), g.name.clone());
-        tags.insert(tags::KUBERNETES_VERSION.into(), g.kubernetes_version(spec).to_string());
-        tags.extend(g.cloud_labels.clone());
-        if g.role == Role::ControlPlane && inputs.etcd_manager.is_some() {
-            tags.insert(tags::ETCD.into(), tags::ETCD_MANAGER.into());
-        }
+        let tags = machine_tags(cluster, g, inputs);
         let profile = g
             .instance_profile
             .clone()

@@ -20,6 +20,13 @@ use kube::Client;
 use serde::Deserialize;
 use serde_json::json;
 
+/// The etcd clusters kops's etcd-manager runs: the API's objects, and its events.
+pub const ETCD_MANAGER_CLUSTERS: [&str; 2] = ["main", "events"];
+/// Their client ports ([`ETCD_MANAGER_CLUSTERS`] order), as kops configures them.
+pub const ETCD_MANAGER_CLIENT_PORTS: [u16; 2] = [4001, 4002];
+/// Where kube-apiserver's etcd client files sit on a kops control-plane machine.
+pub const KOPS_APISERVER_DIR: &str = "/srv/kubernetes/kube-apiserver";
+
 /// Where kubeadm keeps etcd's certificates on a control-plane machine.
 const PKI: &str = "/etc/kubernetes/pki/etcd";
 const NAMESPACE: &str = "kube-system";
@@ -321,7 +328,7 @@ pub fn etcd_manager_shortfall(
     leaving: Option<&str>,
 ) -> Result<(), String> {
     let mut short = Vec::new();
-    for c in crate::adopt::etcd_manager::CLUSTERS {
+    for c in ETCD_MANAGER_CLUSTERS {
         let prefix = format!("etcd-manager-{c}-");
         let healthy: std::collections::BTreeSet<&str> = pods
             .iter()

@@ -67,7 +67,7 @@ pub fn cluster_configuration(cluster: &Cluster, endpoint: &str, etcd_manager: bo
         cluster.metadata.name, cluster.spec.kubernetes_version, n.pod_cidr, n.service_cidr
     );
     if etcd_manager {
-        use crate::adopt::etcd_manager::{APISERVER_DIR as D, CLIENT_PORTS as P};
+        use crate::kube::etcd::{ETCD_MANAGER_CLIENT_PORTS as P, KOPS_APISERVER_DIR as D};
         doc += &format!(
             "etcd:\n  external:\n    endpoints:\n    - https://127.0.0.1:{}\n    caFile: {D}/etcd-ca.crt\n    certFile: {D}/etcd-client.crt\n    keyFile: {D}/etcd-client.key\napiServer:\n  extraArgs:\n  - name: etcd-servers-overrides\n    value: /events#https://127.0.0.1:{}\n",
             P[0], P[1]

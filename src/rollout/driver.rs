@@ -50,11 +50,7 @@ pub trait Nodes {
     /// One look at kops's etcd-manager (a control plane taken over from
     /// kops, `members` per etcd cluster): every member healthy, or, with
     /// `leaving` about to go, a quorum without it. Err says what is short.
-    fn etcd_manager_health(
-        &self,
-        members: usize,
-        leaving: Option<&str>,
-    ) -> impl Future<Output = Result<(), String>>;
+    fn etcd_manager_health(&self, members: usize, leaving: Option<&str>) -> impl Future<Output = Result<(), String>>;
     /// One validation pass, ignoring the named nodes (still joining).
     fn validate(&self, ignore: &BTreeSet<String>) -> impl Future<Output = Result<(), String>>;
     /// Returns when a node may have changed, or after `max`.

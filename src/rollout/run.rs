@@ -471,14 +471,19 @@ pub fn group_rolls(cluster: &Cluster, p: &Prepared, opts: &Options) -> (Vec<Grou
             .then_some(p.observed.adopted.as_ref())
             .flatten()
             .filter(|a| a.from.starts_with("kops:"))
-            .map(|_| cluster.spec.instance_groups.iter().filter(|g| g.role == Role::ControlPlane).map(|g| g.desired.unwrap_or(g.min_size) as usize).sum::<usize>());
+            .map(|_| {
+                cluster
+                    .spec
+                    .instance_groups
+                    .iter()
+                    .filter(|g| g.role == Role::ControlPlane)
+                    .map(|g| g.desired.unwrap_or(g.min_size) as usize)
+                    .sum::<usize>()
+            });
         let limits = match g.role {
-            Role::ControlPlane if etcd_manager.is_some() => policy::Limits {
-                desired,
-                surge: 0,
-                floor: desired.saturating_sub(1),
-                canary: false,
-            },
+            Role::ControlPlane if etcd_manager.is_some() => {
+                policy::Limits { desired, surge: 0, floor: desired.saturating_sub(1), canary: false }
+            }
             Role::ControlPlane => policy::control_plane_limits(desired),
             Role::Node => policy::node_group_limits(
                 desired,

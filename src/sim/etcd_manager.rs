@@ -22,8 +22,7 @@ use serde_json::{json, Value};
 
 use crate::cloud::observed::ObservedInstance;
 
-/// The etcd clusters etcd-manager runs for kops.
-pub const CLUSTERS: [&str; 2] = ["main", "events"];
+use crate::kube::etcd::ETCD_MANAGER_CLUSTERS as CLUSTERS;
 
 /// One etcd cluster's members as EC2 shows them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -75,9 +74,8 @@ pub async fn pass(
             .context("DescribeVolumes")?;
         let volumes = out.volumes();
         let mut members = Members { volumes: volumes.len(), ..Default::default() };
-        let holder = |v: &aws_sdk_ec2::types::Volume| {
-            v.attachments().iter().find_map(|a| a.instance_id().map(str::to_string))
-        };
+        let holder =
+            |v: &aws_sdk_ec2::types::Volume| v.attachments().iter().find_map(|a| a.instance_id().map(str::to_string));
         let mut free: Vec<(&str, &str)> = volumes
             .iter()
             .filter(|v| holder(v).is_none())
@@ -135,36 +133,6 @@ pub fn mirror_pod(c: &str, node: &str, volume: &str) -> Value {
                 "state": {"running": {"startedAt": now}}}],
         },
     })
-}
-
-/// Keeps the mirror pods in step with `view` (a member's pod while its
-/// machine holds its volume, gone after), and records it for the quorum.
-pub fn apply(inner: &mut super::store::Inner, view: View) {
-    let pods_t = inner.registry.get("", "v1", "pods").cloned().expect("pods");
-    let existing: Vec<String> = inner
-        .list(&pods_t, Some("kube-system"), &Default::default(), &Default::default(), None, None)
-        .map(|r| {
-            r.items
-                .iter()
-                .filter_map(|p| p.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string))
-                .filter(|n| n.starts_with("etcd-manager-"))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut wanted = BTreeSet::new();
-    for (c, m) in &view.clusters {
-        for (node, volume) in &m.holders {
-            let name = format!("etcd-manager-{c}-{node}");
-            if !existing.contains(&name) {
-                let _ = inner.create(&pods_t, "kube-system", mirror_pod(c, node, volume), "kubelet", false);
-            }
-            wanted.insert(name);
-        }
-    }
-    for name in existing.iter().filter(|n| !wanted.contains(*n)) {
-        let _ = inner.delete(&pods_t, "kube-system", name, super::store::Propagation::Background, None, false);
-    }
-    inner.etcd_manager = view;
 }
 
 #[cfg(test)]

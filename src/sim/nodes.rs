@@ -465,7 +465,7 @@ pub async fn follow_ec2(store: super::store::Shared, aws: crate::cloud::aws::Aws
                 let mut inner = store.lock().expect("store lock");
                 sync(&mut inner, &cfg, &instances, now);
                 match view {
-                    Ok(view) => super::etcd_manager::apply(&mut inner, view),
+                    Ok(view) => etcd_manager_pods(&mut inner, view),
                     Err(e) => tracing::warn!("node simulator: etcd-manager: {e:#}"),
                 }
             }
@@ -479,6 +479,42 @@ pub async fn follow_ec2(store: super::store::Shared, aws: crate::cloud::aws::Aws
         let backoff = cfg.poll * 2u32.saturating_pow(failures.min(6));
         tokio::time::sleep(backoff.min(std::time::Duration::from_secs(30))).await;
     }
+}
+
+/// Keeps the mirror pods in step with `view` (a member's pod while its
+/// machine holds its volume, gone after), and records it for the quorum.
+pub fn etcd_manager_pods(inner: &mut Inner, view: super::etcd_manager::View) {
+    let pods_t = inner.registry.get("", "v1", "pods").cloned().expect("pods");
+    let existing: Vec<String> = inner
+        .list(&pods_t, Some("kube-system"), &Default::default(), &Default::default(), None, None)
+        .map(|r| {
+            r.items
+                .iter()
+                .filter_map(|p| p.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string))
+                .filter(|n| n.starts_with("etcd-manager-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut wanted = std::collections::BTreeSet::new();
+    for (c, m) in &view.clusters {
+        for (node, volume) in &m.holders {
+            let name = format!("etcd-manager-{c}-{node}");
+            if !existing.contains(&name) {
+                let _ = inner.create(
+                    &pods_t,
+                    "kube-system",
+                    super::etcd_manager::mirror_pod(c, node, volume),
+                    "kubelet",
+                    false,
+                );
+            }
+            wanted.insert(name);
+        }
+    }
+    for name in existing.iter().filter(|n| !wanted.contains(*n)) {
+        let _ = inner.delete(&pods_t, "kube-system", name, Propagation::Background, None, false);
+    }
+    inner.etcd_manager = view;
 }
 
 /// What kubelets, the node lifecycle controller and the kubelet-serving

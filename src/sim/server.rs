@@ -301,10 +301,7 @@ pub async fn handle(
     let path = uri.path().trim_end_matches('/').to_string();
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let _lease = (segs.contains(&"coordination.k8s.io") && segs.contains(&"leases")).then(|| leases.enter());
-    let quorum = {
-        let inner = shared.lock().expect("store lock");
-        inner.etcd.has_quorum() && inner.etcd_manager.has_quorum()
-    };
+    let quorum = shared.lock().map(|i| i.etcd.has_quorum() && i.etcd_manager.has_quorum()).expect("store lock");
     if method == Method::GET && matches!(segs.as_slice(), ["healthz"] | ["readyz"] | ["livez"]) {
         return health(segs[0], quorum);
     }
