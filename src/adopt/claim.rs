@@ -348,7 +348,7 @@ pub fn judge(found: &[Found], desired: &Desired, source: &Source, taken: &[Strin
             }
             "volume" => {
                 out.left.push(note(
-                    "etcd-manager's data: the control plane's etcd is taken over by backup and restore, never by the volume"
+                    "etcd-manager's data: as the roll replaces its machine, etcd-manager on the new machine in its zone takes it over (found by kops's tags, left untagged)"
                         .into(),
                 ));
                 continue;
