@@ -311,6 +311,39 @@ async fn kops_s_node_groups_roll_onto_pinfleet_machines_and_their_auto_scaling_g
     assert!(o.status.success(), "{}", support::stderr(&o));
     assert!(!support::stderr(&o).contains("is empty: deleted"), "{}", support::stderr(&o));
 
+    // A member down (kops's machine in us-east-1b stopped): no machine of
+    // the control plane is touched, and the roll says why.
+    aws.ec2.stop_instances().instance_ids(&kops.machines[1]).send().await.unwrap();
+    let o = roll(&[]);
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("is not taken down: etcd main: 1 of 3 members healthy without"), "{err}");
+    assert!(err.contains("nothing of it was changed"), "{err}");
+    let masters = aws.ec2.describe_instances().set_instance_ids(Some(kops.machines[..3].to_vec())).send().await;
+    let states: Vec<String> = masters
+        .unwrap()
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .map(|i| i.state().unwrap().name().unwrap().as_str().to_string())
+        .collect();
+    assert!(!states.iter().any(|s| s == "terminated" || s == "shutting-down"), "{states:?}");
+    aws.ec2.start_instances().instance_ids(&kops.machines[1]).send().await.unwrap();
+    let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), "kube-system");
+    let back = format!("etcd-manager-events-{}", kops.machines[1]);
+    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+    let ready = |n: Option<k8s_openapi::api::core::v1::Node>| {
+        n.and_then(|n| n.status?.conditions).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    };
+    for _ in 0..600 {
+        let node = nodes.get_opt(&kops.machines[1]).await.ok().flatten();
+        if pods.get_opt(&back).await.ok().flatten().is_some() && ready(node) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(pods.get_opt(&back).await.unwrap().is_some(), "{back} never came back");
+
     // The control plane: kops's machines go one at a time, and etcd-manager
     // on each replacement takes over the etcd volumes its machine let go
     // (main's and events'), in that zone; etcd keeps its quorum throughout.

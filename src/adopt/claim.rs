@@ -463,7 +463,7 @@ fn kops_group_fate(f: &Found, groups: &BTreeMap<String, String>, control_planes:
     let kops_group = f.tags.get(KOPS_GROUP_TAG).map(String::as_str).unwrap_or_default();
     match groups.get(kops_group) {
         Some(g) if control_planes.contains(g) => {
-            "kops's control plane's: left as it is (rolling an adopted control plane is not built)".into()
+            "kops's control plane's: scaled down as the roll replaces its machines one at a time (etcd-manager on each replacement takes over its member's volumes), deleted once empty".into()
         }
         _ => "kops's: scaled down as the roll replaces its machines, deleted once empty".into(),
     }

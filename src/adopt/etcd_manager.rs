@@ -77,8 +77,17 @@ pub fn manifest_key(c: &str, ig: &str) -> String {
 }
 
 /// Checks that `text` (at `at`) is an etcd-manager Pod for etcd cluster
-/// `c`: its container runs etcd-manager and finds that cluster's volumes.
-pub fn check_manifest(at: &str, c: &str, text: &str) -> Result<()> {
+/// `c` of kops's cluster `kops_name`: its container runs etcd-manager and
+/// finds that cluster's volumes (no other cluster's), and it holds no
+/// control character.
+pub fn check_manifest(at: &str, c: &str, kops_name: &str, text: &str) -> Result<()> {
+    if let Some((line, ch)) = text
+        .lines()
+        .enumerate()
+        .find_map(|(n, l)| l.chars().find(|ch| *ch != '\t' && crate::escape::hidden(*ch)).map(|ch| (n + 1, ch)))
+    {
+        bail!("{at}:{line}: holds a control character (U+{:04X}): not a manifest kops writes", ch as u32);
+    }
     let pod: serde_json::Value = serde_saphyr::from_str(text).with_context(|| format!("{at}: not YAML"))?;
     if pod["kind"] != "Pod" {
         bail!("{at}: kind is {}, not Pod: not a manifest kops writes for etcd-manager", pod["kind"]);
@@ -101,6 +110,10 @@ pub fn check_manifest(at: &str, c: &str, text: &str) -> Result<()> {
     let tag = format!("--volume-tag=k8s.io/etcd/{c}");
     if !words.iter().any(|w| *w == tag) {
         bail!("{at}: etcd-manager is not given {tag}: it would not find the {c} cluster's volumes");
+    }
+    let own = format!("--volume-tag=kubernetes.io/cluster/{kops_name}=owned");
+    if let Some(other) = words.iter().find(|w| w.starts_with("--volume-tag=kubernetes.io/cluster/") && **w != own) {
+        bail!("{at}: etcd-manager is given {other}: another cluster's volumes, not {kops_name}'s");
     }
     Ok(())
 }
@@ -133,7 +146,7 @@ pub async fn read(kops: &Store, cluster: &Cluster) -> Result<EtcdManager> {
         let ig = g.labels.get(crate::cloud::tags::KOPS_INSTANCE_GROUP).unwrap_or(&g.name);
         for c in CLUSTERS {
             let (at, t) = text(manifest_key(c, ig)).await?;
-            check_manifest(&at, c, &t)?;
+            check_manifest(&at, c, kops.cluster(), &t)?;
             manifests.insert(format!("{c}-{}", g.name), t);
             members.entry(c.to_string()).or_default().push(g.name.clone());
         }
@@ -216,17 +229,29 @@ mod tests {
 
     #[test]
     fn a_manifest_must_run_etcd_manager_for_its_cluster_s_volumes() {
-        check_manifest("m", "main", MANIFEST).unwrap();
-        let e = check_manifest("m", "events", MANIFEST).unwrap_err().to_string();
+        check_manifest("m", "main", "prod", MANIFEST).unwrap();
+        let e = check_manifest("m", "events", "prod", MANIFEST).unwrap_err().to_string();
         assert_eq!(
             e,
             "m: etcd-manager is not given --volume-tag=k8s.io/etcd/events: it would not find the events cluster's volumes"
         );
-        let e = check_manifest("m", "main", &MANIFEST.replace("/etcd-manager ", "/etcd ")).unwrap_err().to_string();
+        let e =
+            check_manifest("m", "main", "prod", &MANIFEST.replace("/etcd-manager ", "/etcd ")).unwrap_err().to_string();
         assert_eq!(e, "m: no container runs etcd-manager");
-        let e = check_manifest("m", "main", "kind: Deployment\n").unwrap_err().to_string();
+        let e = check_manifest("m", "main", "prod", "kind: Deployment\n").unwrap_err().to_string();
         assert_eq!(e, "m: kind is \"Deployment\", not Pod: not a manifest kops writes for etcd-manager");
-        assert!(check_manifest("m", "main", "kind: [").is_err());
+        assert!(check_manifest("m", "main", "prod", "kind: [").is_err());
+        let other =
+            MANIFEST.replace("control-plane=1\n", "control-plane=1 --volume-tag=kubernetes.io/cluster/other=owned\n");
+        let e = check_manifest("m", "main", "prod", &other).unwrap_err().to_string();
+        assert_eq!(e, "m: etcd-manager is given --volume-tag=kubernetes.io/cluster/other=owned: another cluster's volumes, not prod's");
+        let own =
+            MANIFEST.replace("control-plane=1\n", "control-plane=1 --volume-tag=kubernetes.io/cluster/prod=owned\n");
+        check_manifest("m", "main", "prod", &own).unwrap();
+        let e = check_manifest("m", "main", "prod", &MANIFEST.replace("--v", "--\u{1b}]0;x\u{7}v"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "m:11: holds a control character (U+001B): not a manifest kops writes");
     }
 
     #[test]

@@ -238,8 +238,10 @@ async fn etcd_manager(
             (Some(have), claim::EtcdManagerTakeOver { said, taken: true, already: false })
         }
         Err(e) => {
+            // One line, nothing of kops's files shown raw.
+            let why = crate::escape::escaped(&format!("{e:#}"), false).replace('\n', " ");
             let said =
-                format!("{e:#}: the control plane will not be rolled (its new machines could not run etcd-manager)");
+                format!("{why}: the control plane will not be rolled (its new machines could not run etcd-manager)");
             (None, claim::EtcdManagerTakeOver { said, taken: false, already: false })
         }
     })

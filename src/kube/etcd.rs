@@ -303,6 +303,21 @@ mod tests {
 pub async fn etcd_manager_health(client: &Client, members: usize, leaving: Option<&str>) -> Result<(), String> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let list = pods.list(&ListParams::default()).await.map_err(|e| format!("listing kube-system's pods: {e}"))?;
+    // A member counts on a Ready node only (a mirror pod outlives its machine a while).
+    let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await;
+    let nodes = nodes.map_err(|e| format!("listing Nodes: {e}"))?;
+    let ready: std::collections::BTreeSet<String> = nodes
+        .items
+        .iter()
+        .filter(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    let nodes_ready = ready;
     let seen: Vec<(String, String, bool)> = list
         .items
         .iter()
@@ -314,7 +329,7 @@ pub async fn etcd_manager_health(client: &Client, members: usize, leaving: Optio
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            Some((name, node, ready))
+            Some((name, node.clone(), ready && nodes_ready.contains(&node)))
         })
         .collect();
     etcd_manager_shortfall(&seen, members, leaving)

@@ -293,6 +293,13 @@ async fn replace_one<M: Machines, N: Nodes>(
     joining: BTreeSet<String>,
 ) -> (String, Result<()>) {
     let r = async {
+        if let (Some(node), Some(members)) = (&node, cfg.etcd_manager) {
+            // kops's etcd-manager: nothing of a machine is touched while
+            // the others lack a quorum without it.
+            n.etcd_manager_health(members, Some(node))
+                .await
+                .map_err(|why| anyhow!("{node} is not taken down: {why}; nothing of it was changed"))?;
+        }
         if let Some(node) = &node {
             n.cordon(node).await?;
             n.drain(node, cfg.drain_timeout, cfg.force_drain).await?;

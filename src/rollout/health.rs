@@ -358,6 +358,12 @@ pub async fn heal(
         }
         Ok(false) => {}
     }
+    if held.is_none() && crate::adopt::etcd_manager::load(store).await?.is_some() {
+        held = Some(format!(
+            "{}'s control plane runs kops's etcd-manager: its machines are replaced by `pinfleet upgrade {} --yes`, one at a time behind etcd's quorum, not by the machine-health loop",
+            cluster.metadata.name, cluster.metadata.name
+        ));
+    }
     if held.is_none() && touches_control_plane(cluster, &observed, cfg, now) {
         let why = format!("{command}: a control-plane machine is replaced");
         let on = |e: super::driver::Event| tracing::info!("machine-health: {e:?}");

@@ -93,6 +93,16 @@ pub async fn pass(
         for i in waiting {
             let zone = i.zone.as_deref().unwrap_or_default();
             let Some(pos) = free.iter().position(|(_, z)| *z == zone) else { continue };
+            // The machine itself asks: one that has ended asks nothing.
+            let now = aws.ec2.describe_instances().instance_ids(&i.id).send().await.context("DescribeInstances")?;
+            let running = now
+                .reservations()
+                .iter()
+                .flat_map(|r| r.instances())
+                .any(|x| x.state().and_then(|s| s.name()) == Some(&aws_sdk_ec2::types::InstanceStateName::Running));
+            if !running {
+                continue;
+            }
             let (volume, _) = free.remove(pos);
             let device = if c == "main" { "/dev/xvdu" } else { "/dev/xvdv" };
             match aws.ec2.attach_volume().volume_id(volume).instance_id(&i.id).device(device).send().await {
