@@ -72,7 +72,7 @@ impl Drop for Killed {
 #[tokio::main]
 async fn main() {
     let n = nodes();
-    println!("bench-adopt: a kops cluster of 3 control-plane machines and {n} nodes, adopted, then its nodes rolled");
+    println!("bench-adopt: a kops cluster of 3 control-plane machines and {n} nodes, adopted, then its nodes and its control plane rolled");
 
     // Adoption.
     let w = World::new("bench-adopt", 1);
@@ -96,17 +96,23 @@ async fn main() {
     args.extend(roll);
     args.extend(["--instance-group", "nodes"]);
     let (adopted, _) = timed(&w, &args);
+    // Then kops's control plane: one machine at a time, etcd-manager on
+    // each replacement taking over its member's volumes.
+    let mut args = vec!["upgrade", "prod"];
+    args.extend(roll);
+    let (kops_cp, _) = timed(&w, &args);
 
     // The floor: a pinfleet-made cluster's node group of the same size and settings.
     let f = World::new("bench-floor", n);
     let yaml = f
         .cluster_yaml(n, "t3.large")
-        .replace("      rollout:\n        maxSurge: 1\n", "      rollout:\n        maxSurge: 25%\n");
+        .replace("      rollout:\n        maxSurge: 1\n", "      rollout:\n        maxSurge: 25%\n")
+        .replace("      minSize: 1\n      maxSize: 1\n", "      minSize: 3\n      maxSize: 3\n");
     f.write_cluster(&yaml);
     timed(&f, &["bootstrap", "bench-floor", "--yes"]);
     let floor_kc = f.dir.path().join("floor-kubeconfig.yaml");
     let _floor_sim = Killed(f.node_sim("bench-floor", &floor_kc));
-    ready_nodes(&floor_kc, 1 + n as usize).await;
+    ready_nodes(&floor_kc, 3 + n as usize).await;
     let text =
         std::fs::read_to_string(f.cluster_file()).unwrap().replace("machineType: t3.large", "machineType: t3.xlarge");
     f.write_cluster(&text);
@@ -126,6 +132,19 @@ async fn main() {
             "general",
         ],
     );
+    // The floor of the control plane: a pinfleet-made one of 3 (kubeadm's
+    // stacked etcd: a member joins, the old one is removed).
+    let text = std::fs::read_to_string(f.cluster_file()).unwrap().replace("machineType: t3.medium", "machineType: t3.large");
+    f.write_cluster(&text);
+    let mut args = vec!["upgrade", "bench-floor", "--yes", "--kubeconfig", fkc, "--validate-interval", "200ms"];
+    args.extend(["--skip-e2e", "--instance-group", "control-plane"]);
+    let (floor_cp, _) = timed(&f, &args);
+    println!(
+        "  roll of kops's 3 control-plane machines onto pinfleet's: {:.1}s (etcd-manager's volumes handed over, one machine at a time)",
+        kops_cp.as_secs_f64()
+    );
+    println!("  floor, a pinfleet-made control plane of 3 rolled: {:.1}s", floor_cp.as_secs_f64());
+    println!("  control plane, adopted / floor: {:.2}x", kops_cp.as_secs_f64() / floor_cp.as_secs_f64());
     println!(
         "  roll of kops's {n} nodes onto pinfleet's: {:.1}s (each leaves its Auto Scaling group; the emptied group and its launch template deleted)",
         adopted.as_secs_f64()

@@ -89,6 +89,10 @@ pub fn check_manifest(at: &str, c: &str, kops_name: &str, text: &str) -> Result<
         bail!("{at}:{line}: holds a control character (U+{:04X}): not a manifest kops writes", ch as u32);
     }
     let pod: serde_json::Value = serde_saphyr::from_str(text).with_context(|| format!("{at}: not YAML"))?;
+    // Escapes YAML decodes (`"\e"`) are control characters too.
+    if let Some(ch) = hidden_in(&pod) {
+        bail!("{at}: holds a control character (U+{:04X}) in a value: not a manifest kops writes", ch as u32);
+    }
     if pod["kind"] != "Pod" {
         bail!("{at}: kind is {}, not Pod: not a manifest kops writes for etcd-manager", pod["kind"]);
     }
@@ -116,6 +120,17 @@ pub fn check_manifest(at: &str, c: &str, kops_name: &str, text: &str) -> Result<
         bail!("{at}: etcd-manager is given {other}: another cluster's volumes, not {kops_name}'s");
     }
     Ok(())
+}
+
+/// The first control character in any string of `v` (keys included).
+fn hidden_in(v: &serde_json::Value) -> Option<char> {
+    let hidden = |s: &str| s.chars().find(|c| crate::escape::hidden(*c));
+    match v {
+        serde_json::Value::String(s) => hidden(s),
+        serde_json::Value::Array(a) => a.iter().find_map(hidden_in),
+        serde_json::Value::Object(o) => o.iter().find_map(|(k, v)| hidden(k).or_else(|| hidden_in(v))),
+        _ => None,
+    }
 }
 
 /// Reads kops's etcd-manager material for `cluster` (its control-plane
@@ -252,6 +267,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(e, "m:11: holds a control character (U+001B): not a manifest kops writes");
+        let escaped = MANIFEST.replace("name: etcd-manager\n", "name: \"etcd-manager\\a\"\n");
+        let e = check_manifest("m", "main", "prod", &escaped).unwrap_err().to_string();
+        assert_eq!(e, "m: holds a control character (U+0007) in a value: not a manifest kops writes");
     }
 
     #[test]
