@@ -134,7 +134,8 @@ async fn main() {
     );
     // The floor of the control plane: a pinfleet-made one of 3 (kubeadm's
     // stacked etcd: a member joins, the old one is removed).
-    let text = std::fs::read_to_string(f.cluster_file()).unwrap().replace("machineType: t3.medium", "machineType: t3.large");
+    let text =
+        std::fs::read_to_string(f.cluster_file()).unwrap().replace("machineType: t3.medium", "machineType: t3.large");
     f.write_cluster(&text);
     let mut args = vec!["upgrade", "bench-floor", "--yes", "--kubeconfig", fkc, "--validate-interval", "200ms"];
     args.extend(["--skip-e2e", "--instance-group", "control-plane"]);

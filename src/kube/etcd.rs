@@ -306,18 +306,8 @@ pub async fn etcd_manager_health(client: &Client, members: usize, leaving: Optio
     // A member counts on a Ready node only (a mirror pod outlives its machine a while).
     let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await;
     let nodes = nodes.map_err(|e| format!("listing Nodes: {e}"))?;
-    let ready: std::collections::BTreeSet<String> = nodes
-        .items
-        .iter()
-        .filter(|n| {
-            n.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
-        .filter_map(|n| n.metadata.name.clone())
-        .collect();
-    let nodes_ready = ready;
+    let nodes_ready: std::collections::BTreeSet<String> =
+        nodes.items.iter().filter(|n| super::drain::node_ready(n)).filter_map(|n| n.metadata.name.clone()).collect();
     let seen: Vec<(String, String, bool)> = list
         .items
         .iter()
