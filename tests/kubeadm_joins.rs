@@ -74,6 +74,20 @@ async fn what_kubeadm_s_joins_read_is_accepted_by_the_api_server_and_a_second_to
     let data = cms.get("cluster-info").await.unwrap().data.unwrap();
     assert!(data.contains_key(&jws_key(&first)) && data.contains_key(&jws_key(&second)), "{data:?}");
 
+    // A control plane taken over from kops: kubeadm-config, made before
+    // without etcd, is given etcd-manager's external etcd (once).
+    let third = pinfleet::state::join::mint(&client, &store, chrono::Utc::now()).await.unwrap().token;
+    let kops = ensure(&client, &cluster, &ca, &third, true).await.unwrap();
+    assert!(kops.iter().any(|l| l.starts_with("kube-system/kubeadm-config: etcd is etcd-manager's")), "{kops:?}");
+    let sys = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "kube-system");
+    let config = sys.get("kubeadm-config").await.unwrap().data.unwrap()["ClusterConfiguration"].clone();
+    assert!(
+        config.contains("    - https://127.0.0.1:4001\n") && config.contains("/events#https://127.0.0.1:4002"),
+        "{config}"
+    );
+    let again = ensure(&client, &cluster, &ca, &third, true).await.unwrap();
+    assert!(!again.iter().any(|l| l.contains("kubeadm-config")), "{again:?}");
+
     // A real bootstrap signer re-signs a token's entry when it is taken
     // away: what it writes must be what the roll wrote.
     if env.real {
@@ -98,7 +112,7 @@ async fn what_kubeadm_s_joins_read_is_accepted_by_the_api_server_and_a_second_to
     }
 
     // What the test made goes (a real cluster is shared).
-    for t in [&first, &second] {
+    for t in [&first, &second, &third] {
         secrets.delete(&format!("bootstrap-token-{}", id(t)), &Default::default()).await.unwrap();
     }
     // kubeadm's roles live in kube-system, but cluster-info's readers' in kube-public.
