@@ -186,6 +186,38 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     let out = w.ok(&["adopt", "prod", "--yes"]);
     assert!(out.contains("prod is adopted already: nothing to do"), "{out}");
 
+    // A kops etcd of fewer than 3 members (a control plane of one) is not
+    // rolled: its one volume moving would stop the API. Refused before
+    // the first call that changes anything, naming the node groups' way.
+    let key = "pinfleet/prod/adopt/etcd-manager.json";
+    let got = aws.s3.get_object().bucket(&bucket).key(key).send().await.unwrap();
+    let taken = got.body.collect().await.unwrap().to_vec();
+    let mut one: serde_json::Value = serde_json::from_slice(&taken).unwrap();
+    assert_eq!(one["members"]["main"].as_array().map(Vec::len), Some(3), "{one:#}");
+    for c in ["main", "events"] {
+        one["members"][c] = serde_json::json!(["control-plane-us-east-1a"]);
+    }
+    aws.s3.put_object().bucket(&bucket).key(key).body(serde_json::to_vec(&one).unwrap().into()).send().await.unwrap();
+    let o = w.run(&["upgrade", "prod", "--yes"]);
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("its etcd has 1 member(s)"), "{err}");
+    assert!(
+        err.contains(
+            "roll the node groups: `pinfleet upgrade prod --yes --instance-group batch --instance-group nodes`"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("Nothing was changed"), "{err}");
+    let live = aws.ec2.describe_instances().set_instance_ids(Some(kops.machines.clone())).send().await.unwrap();
+    let running = live
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .filter(|i| i.state().and_then(|s| s.name()) == Some(&aws_sdk_ec2::types::InstanceStateName::Running));
+    assert_eq!(running.count(), 7, "nothing was stopped");
+    aws.s3.put_object().bucket(&bucket).key(key).body(taken.into()).send().await.unwrap();
+
     // A file that names no kops cluster is refused before any call.
     let o = w.run(&["adopt", "kops-adopt"]);
     assert_eq!(o.status.code(), Some(1));

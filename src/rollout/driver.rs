@@ -230,6 +230,14 @@ pub async fn roll_group<M: Machines, N: Nodes>(
             .collect();
         match policy::step(&members, &draining, &cfg.limits) {
             Step::Done if work.is_empty() => {
+                // Every machine is current, but a replacement's etcd member
+                // may still be starting (a run resumed after a kill): the
+                // group is done once etcd-manager has every member back.
+                if let Some(members) = cfg.etcd_manager {
+                    etcd_manager_wait(n, cfg, members, None).await.map_err(|e| {
+                        anyhow!("group {}: {e:#}; the roll is halted ({replaced} of {total} replaced)", cfg.group)
+                    })?;
+                }
                 let seconds = start.elapsed().as_secs_f64();
                 on(Event::Finished { group: cfg.group.clone(), replaced, seconds });
                 return Ok(GroupReport { group: cfg.group.clone(), replaced, launched, seconds });
@@ -256,6 +264,16 @@ pub async fn roll_group<M: Machines, N: Nodes>(
                 }
                 for id in drain {
                     let node = nodes.get(&id).map(|s| s.name.clone());
+                    if let (Some(members), Some(node), true) = (cfg.etcd_manager, &node, work.is_empty()) {
+                        // Said before the machine is called draining: it is
+                        // not touched while the others lack etcd's quorum.
+                        n.etcd_manager_health(members, Some(node)).await.map_err(|why| {
+                            anyhow!(
+                                "group {}: {node} is not taken down: {why}; nothing of it was changed; the roll is halted ({replaced} of {total} replaced)",
+                                cfg.group
+                            )
+                        })?;
+                    }
                     on(Event::Draining { group: cfg.group.clone(), instance: id.clone(), node: node.clone() });
                     draining.insert(id.clone());
                     work.push(Box::pin(replace_one(m, n, cfg, id, node, joining.clone())));

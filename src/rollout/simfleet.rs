@@ -29,6 +29,11 @@ pub struct SimFleet {
     pub refuse_launches: std::sync::atomic::AtomicU32,
     /// Refusals also say the group's launches keep failing (the ledger's churn rule).
     pub churning: std::sync::atomic::AtomicBool,
+    /// For a group rolled as kops's etcd-manager control plane: the last
+    /// this-many machines' members are down whatever the machines do (a
+    /// member is otherwise healthy while its machine is Ready and not
+    /// cordoned).
+    pub etcd_members_down: std::sync::atomic::AtomicUsize,
 }
 
 impl SimFleet {
@@ -56,6 +61,7 @@ impl SimFleet {
             state: Mutex::new((machines, seq, versions)),
             refuse_launches: std::sync::atomic::AtomicU32::new(0),
             churning: std::sync::atomic::AtomicBool::new(false),
+            etcd_members_down: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -142,8 +148,23 @@ impl Nodes for SimFleet {
         tokio::time::sleep(self.drain).await;
         Ok(())
     }
-    async fn etcd_manager_health(&self, _members: usize, _leaving: Option<&str>) -> Result<(), String> {
-        Ok(())
+    async fn etcd_manager_health(&self, members: usize, leaving: Option<&str>) -> Result<(), String> {
+        let down = self.etcd_members_down.load(std::sync::atomic::Ordering::SeqCst);
+        // Each machine's mirror pods, as the API server would list them.
+        let pods: Vec<(String, String, bool)> = {
+            let s = self.state.lock().unwrap();
+            let up = s.0.len().saturating_sub(down);
+            s.0.iter()
+                .enumerate()
+                .flat_map(|(i, m)| {
+                    let ready = self.ready(m) && !m.cordoned && i < up;
+                    crate::kube::etcd::ETCD_MANAGER_CLUSTERS
+                        .iter()
+                        .map(move |c| (format!("etcd-manager-{c}-{}", m.id), m.id.clone(), ready))
+                })
+                .collect()
+        };
+        crate::kube::etcd::etcd_manager_shortfall(&pods, members, leaving)
     }
     async fn remove_etcd_member(&self, _node: &str) -> Result<()> {
         // The in-memory fleet has no etcd; its control planes are node groups' size.
@@ -196,6 +217,63 @@ mod tests {
             etcd_members: false,
             etcd_manager: None,
         }
+    }
+
+    fn etcd_manager_cfg() -> GroupRoll {
+        let mut cfg = roll_cfg();
+        cfg.group = "control-plane".into();
+        cfg.limits = crate::rollout::policy::node_group_limits(
+            3,
+            2,
+            &crate::spec::IntOrPercent::Int(0),
+            &crate::spec::IntOrPercent::Int(1),
+            false,
+        );
+        cfg.etcd_manager = Some(3);
+        cfg.validation_timeout = Duration::from_secs(120);
+        cfg
+    }
+
+    /// kops's control plane: with a member already down, the first machine
+    /// is refused before anything of it is touched, and before the roll
+    /// calls it draining.
+    #[tokio::test(start_paused = true)]
+    async fn an_etcd_manager_control_plane_without_a_spare_member_is_refused_before_any_drain() {
+        let fleet = SimFleet::new(&[("control-plane", 3)], Duration::from_secs(90), Duration::from_secs(30));
+        fleet.bump("control-plane");
+        fleet.etcd_members_down.store(1, std::sync::atomic::Ordering::SeqCst);
+        let events = Mutex::new(Vec::new());
+        let err = driver::roll_group(&fleet, &fleet, &etcd_manager_cfg(), &|e| events.lock().unwrap().push(e.clone()))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is not taken down: etcd main: 1 of 3 members healthy without"), "{err}");
+        assert!(err.contains("nothing of it was changed"), "{err}");
+        let events = events.lock().unwrap();
+        assert!(!events.iter().any(|e| matches!(e, Event::Draining { .. } | Event::Launched { .. })), "{events:?}");
+        assert_eq!(fleet.count("control-plane"), (3, 0));
+    }
+
+    /// A group whose machines are all current is done only once every
+    /// etcd member is healthy (a run resumed while a replacement's member
+    /// still starts waits for it), and one that never comes back halts it.
+    #[tokio::test(start_paused = true)]
+    async fn an_etcd_manager_control_plane_is_done_once_every_member_is_back() {
+        let fleet = SimFleet::new(&[("control-plane", 3)], Duration::from_secs(90), Duration::from_secs(30));
+        fleet.etcd_members_down.store(1, std::sync::atomic::Ordering::SeqCst);
+        let start = Instant::now();
+        let back = async {
+            tokio::time::sleep(Duration::from_secs(40)).await;
+            fleet.etcd_members_down.store(0, std::sync::atomic::Ordering::SeqCst);
+        };
+        let cfg = etcd_manager_cfg();
+        let (report, ()) = tokio::join!(driver::roll_group(&fleet, &fleet, &cfg, &|_| {}), back);
+        assert_eq!(report.unwrap().replaced, 0);
+        assert!(start.elapsed() >= Duration::from_secs(40), "finished before the member was back");
+
+        fleet.etcd_members_down.store(1, std::sync::atomic::Ordering::SeqCst);
+        let err = driver::roll_group(&fleet, &fleet, &etcd_manager_cfg(), &|_| {}).await.unwrap_err().to_string();
+        assert!(err.contains("the replacement's etcd member is not healthy within 2m: etcd main: 2 of 3"), "{err}");
     }
 
     /// A surge that meets a refusal of every offering waits, saying why,
