@@ -47,7 +47,8 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
         "nothing was written",
         "etcd-manager's data",
         &kops.groups[1],
-        "trust: kops's kubernetes-ca, apiserver-aggregator-ca, service-account from",
+        "trust: kops's kubernetes-ca, apiserver-aggregator-ca, service-account, secrets/encryptionconfig from",
+        "the Secrets' encryption keys key1 (aescbc) from secrets/encryptionconfig, kops's writing key first",
     ] {
         assert!(out.contains(want), "`{want}` not in:\n{out}");
     }
@@ -140,6 +141,11 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     use base64::Engine as _;
     let encoded = base64::engine::general_purpose::STANDARD.encode(kops_ca);
     assert!(keyset.contains(&format!("publicMaterial: {encoded}")), "pinfleet's CA is not kops's");
+    // kops's Secrets' key came along, ahead of pinfleet's own: the new API
+    // servers write with kops's key and read every Secret kops's wrote.
+    let keys = pki["encryption_keys"].as_array().unwrap();
+    assert_eq!((keys.len(), &keys[0]["name"], &keys[0]["provider"]), (2, &"key1".into(), &"aescbc".into()), "{keys:?}");
+    assert!(keys[1].get("provider").is_none(), "pinfleet's own, secretbox, reads: {keys:?}");
     let record = aws.s3.get_object().bucket(&bucket).key("pinfleet/prod/adopt/claims.json").send().await.unwrap();
     let record: serde_json::Value = serde_json::from_slice(&record.body.collect().await.unwrap().to_vec()).unwrap();
     assert_eq!(record["kopsName"], KOPS_NAME);
@@ -217,6 +223,34 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
         .filter(|i| i.state().and_then(|s| s.name()) == Some(&aws_sdk_ec2::types::InstanceStateName::Running));
     assert_eq!(running.count(), 7, "nothing was stopped");
     aws.s3.put_object().bucket(&bucket).key(key).body(taken.into()).send().await.unwrap();
+
+    // A PKI without kops's Secrets' key (as an older adopt left it): the
+    // control plane is refused, naming the key; the next adopt takes it.
+    let bundle = "pinfleet/prod/pki/bundle.json";
+    let got = aws.s3.get_object().bucket(&bucket).key(bundle).send().await.unwrap();
+    let mut without: serde_json::Value = serde_json::from_slice(&got.body.collect().await.unwrap().to_vec()).unwrap();
+    without["encryption_keys"].as_array_mut().unwrap().remove(0);
+    aws.s3
+        .put_object()
+        .bucket(&bucket)
+        .key(bundle)
+        .body(serde_json::to_vec(&without).unwrap().into())
+        .send()
+        .await
+        .unwrap();
+    let o = w.run(&["upgrade", "prod", "--yes"]);
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("lacks kops's Secrets' encryption key(s) key1, so its new API servers could not read the Secrets; `pinfleet adopt prod --yes` takes them"), "{err}");
+    let out = w.ok(&["adopt", "prod", "--yes"]);
+    assert!(
+        out.contains("secrets/encryptionconfig from") && out.contains("(taken over now, into pinfleet's state)"),
+        "{out}"
+    );
+    let got = aws.s3.get_object().bucket(&bucket).key(bundle).send().await.unwrap();
+    let back: serde_json::Value = serde_json::from_slice(&got.body.collect().await.unwrap().to_vec()).unwrap();
+    assert_eq!(back["encryption_keys"][0]["name"], "key1", "{}", back["encryption_keys"]);
+    assert_eq!(back["encryption_keys"].as_array().unwrap().len(), 2);
 
     // A file that names no kops cluster is refused before any call.
     let o = w.run(&["adopt", "kops-adopt"]);
@@ -429,6 +463,13 @@ async fn kops_s_node_groups_roll_onto_pinfleet_machines_and_their_auto_scaling_g
     let config = cm.get("kubeadm-config").await.unwrap().data.unwrap()["ClusterConfiguration"].clone();
     assert!(config.contains("- https://127.0.0.1:4001"), "{config}");
     assert!(config.contains("/events#https://127.0.0.1:4002"), "{config}");
+    // The new API servers were given kops's Secrets' key first (it writes),
+    // pinfleet's own after it.
+    let got = aws.s3.get_object().bucket(&bucket).key("pinfleet/prod/machine/pki/encryption-config.yaml").send().await;
+    let enc = String::from_utf8(got.unwrap().body.collect().await.unwrap().to_vec()).unwrap();
+    let providers = enc.split_once("    providers:\n").unwrap().1;
+    assert!(providers.starts_with("      - aescbc:\n          keys:\n            - name: key1\n"), "{enc}");
+    assert!(providers.contains("      - secretbox:\n") && providers.ends_with("      - identity: {}\n"), "{enc}");
     // Again: nothing to roll, and a second adopt changes nothing.
     let o = roll(&[]);
     assert!(o.status.success(), "{}", support::stderr(&o));

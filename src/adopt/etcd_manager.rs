@@ -8,22 +8,31 @@
 //!
 //! ```text
 //! kops's state store: pki/private/{etcd-manager-ca,etcd-peers-ca}-{main,events},
-//!                     pki/private/etcd-clients-ca, manifests/etcd/<cluster>-<group>.yaml
+//!                     pki/private/etcd-clients-ca, manifests/etcd/<cluster>-<group>.yaml,
+//!                     secrets/encryptionconfig (when config's spec.encryptionConfig)
 //!     │ read (at adopt): each CA's key its certificate's, a CA valid now; each
-//!     │   manifest an etcd-manager Pod for that cluster's volumes
+//!     │   manifest an etcd-manager Pod for that cluster's volumes; each
+//!     │   Secrets key one pinfleet's API servers can carry
 //!     ▼
 //! EtcdManager (pinfleet's state, KEY) + kube-apiserver's etcd client certificate
-//!     │ machine_files (at each roll of the control plane)
+//!     │ machine_files (at each roll of the control plane); its Secrets keys
+//!     │   go into the PKI ahead of pinfleet's own (cli::adopt)
 //!     ▼
 //! machine/etcd-manager/… ─▶ the control-plane machine's bootstrap fetches them
 //! ```
+//!
+//! Secrets stay readable through the roll: kops's API servers and
+//! pinfleet's new ones hold the same keys and write with the same one.
 
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 
+use base64::Engine as _;
+
 use crate::spec::{Cluster, Role};
+use crate::state::pki::EncryptionKey;
 use crate::state::Store;
 
 /// Where the record lives in the cluster's own state.
@@ -60,6 +69,13 @@ pub struct EtcdManager {
     pub members: BTreeMap<String, Vec<String>>,
     /// kube-apiserver's client certificate for etcd, signed by `etcd-clients-ca`.
     pub apiserver_client: Pair,
+    /// The keys kops's API servers encrypt Secrets with (its
+    /// `secrets/encryptionconfig`, when its spec turns encryption on), its
+    /// writing key first: taken into pinfleet's PKI with the record, ahead
+    /// of pinfleet's own key, so the control plane's new machines read and
+    /// write Secrets as kops's do.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub encryption_keys: Vec<EncryptionKey>,
 }
 
 /// The keysets read, in order: each cluster's etcd-manager CA and peers'
@@ -169,6 +185,7 @@ pub async fn read(kops: &Store, cluster: &Cluster) -> Result<EtcdManager> {
     if members.is_empty() {
         bail!("{}: no control-plane group: nothing runs etcd-manager", cluster.metadata.name);
     }
+    let encryption_keys = kops_encryption(kops).await?;
     let clients = &held["etcd-clients-ca"];
     let (cert, key) = crate::state::pki::client_certificate(&clients.cert, &clients.key, "kube-apiserver")?;
     Ok(EtcdManager {
@@ -177,7 +194,103 @@ pub async fn read(kops: &Store, cluster: &Cluster) -> Result<EtcdManager> {
         manifests,
         members,
         apiserver_client: Pair { cert, key },
+        encryption_keys,
     })
+}
+
+/// Where kops keeps its API servers' EncryptionConfiguration (a kops
+/// secret: `{"Data": <base64>}`).
+pub const ENCRYPTION_CONFIG_KEY: &str = "secrets/encryptionconfig";
+
+/// kops's Secrets' encryption keys, when its cluster spec (`config`)
+/// turns encryption on (`spec.encryptionConfig: true`: its API servers
+/// read [`ENCRYPTION_CONFIG_KEY`]); none when it is off.
+async fn kops_encryption(kops: &Store) -> Result<Vec<EncryptionKey>> {
+    let at = kops.describe("config");
+    let Some((bytes, _)) = kops.get("config").await? else { bail!("{at}: missing (kops's cluster spec)") };
+    let spec: serde_json::Value = std::str::from_utf8(&bytes)
+        .ok()
+        .and_then(|t| serde_saphyr::from_str(t).ok())
+        .with_context(|| format!("{at}: not YAML"))?;
+    if spec.pointer("/spec/encryptionConfig") != Some(&serde_json::Value::Bool(true)) {
+        return Ok(Vec::new());
+    }
+    let at = kops.describe(ENCRYPTION_CONFIG_KEY);
+    let Some((bytes, _)) = kops.get(ENCRYPTION_CONFIG_KEY).await? else {
+        bail!("{at}: missing, though kops's spec.encryptionConfig is true (its API servers encrypt Secrets with the keys it holds)")
+    };
+    let secret: serde_json::Value =
+        serde_json::from_slice(&bytes).with_context(|| format!("{at}: not a kops secret (JSON with Data)"))?;
+    let text = secret["Data"]
+        .as_str()
+        .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
+        .and_then(|d| String::from_utf8(d).ok())
+        .with_context(|| format!("{at}: its Data is not base64 of text"))?;
+    encryption_keys(&at, &text)
+}
+
+/// The keys of an EncryptionConfiguration (`text`, read from `at`) that
+/// pinfleet's API servers can carry, in order (the first writes): each
+/// `aescbc`, `aesgcm` or `secretbox` key, checked (a name, a secret of a
+/// length its provider takes). Refused: a configuration that encrypts
+/// anything but Secrets (pinfleet's API servers encrypt Secrets alone,
+/// so the rest would be unreadable after the roll), a KMS provider (its
+/// plugin runs on kops's machines), control characters.
+pub fn encryption_keys(at: &str, text: &str) -> Result<Vec<EncryptionKey>> {
+    use crate::state::pki::Cipher;
+    if let Some(ch) = text.chars().find(|ch| *ch != '\t' && *ch != '\n' && crate::escape::hidden(*ch)) {
+        bail!("{at}: holds a control character (U+{:04X}): not an EncryptionConfiguration", ch as u32);
+    }
+    let v: serde_json::Value = serde_saphyr::from_str(text).with_context(|| format!("{at}: not YAML"))?;
+    if let Some(ch) = hidden_in(&v) {
+        bail!("{at}: holds a control character (U+{:04X}) in a value: not an EncryptionConfiguration", ch as u32);
+    }
+    if !matches!(v["kind"].as_str(), Some("EncryptionConfiguration" | "EncryptionConfig")) {
+        bail!("{at}: kind is {}, not EncryptionConfiguration", v["kind"]);
+    }
+    let mut keys: Vec<EncryptionKey> = Vec::new();
+    for (i, r) in v["resources"].as_array().into_iter().flatten().enumerate() {
+        let names: Vec<&str> = r["resources"].as_array().into_iter().flatten().filter_map(|n| n.as_str()).collect();
+        if let Some(other) = names.iter().find(|n| **n != "secrets") {
+            bail!(
+                "{at}: resources[{i}] encrypts {other}: pinfleet's API servers encrypt Secrets alone, so those would be unreadable once its control plane runs; not carried"
+            );
+        }
+        for (j, p) in r["providers"].as_array().into_iter().flatten().enumerate() {
+            let Some((kind, body)) = p.as_object().and_then(|o| o.iter().next()) else {
+                bail!("{at}: resources[{i}].providers[{j}]: not a provider");
+            };
+            if kind == "identity" {
+                continue;
+            }
+            let Some(cipher) = Cipher::from_name(kind) else {
+                bail!(
+                    "{at}: resources[{i}].providers[{j}] is {kind}: pinfleet carries aescbc, aesgcm and secretbox keys alone (a KMS plugin runs on kops's machines); not carried"
+                );
+            };
+            for (n, k) in body["keys"].as_array().into_iter().flatten().enumerate() {
+                let here = format!("{at}: resources[{i}].providers[{j}].{kind}.keys[{n}]");
+                let name = k["name"].as_str().unwrap_or_default();
+                if name.is_empty() || name.contains(':') || name.chars().any(char::is_whitespace) {
+                    bail!("{here}: its name must be a word without `:` (the API server prefixes a value with it)");
+                }
+                let secret = k["secret"].as_str().unwrap_or_default();
+                let len = base64::engine::general_purpose::STANDARD.decode(secret).map(|b| b.len());
+                match len {
+                    Ok(l) if cipher.key_lengths().contains(&l) => {}
+                    _ => bail!(
+                        "{here} ({name}): its secret is not base64 of {} bytes",
+                        cipher.key_lengths().iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ")
+                    ),
+                }
+                if keys.iter().any(|k| k.provider == cipher && k.name == name) {
+                    bail!("{here}: {kind} key {name} is named twice");
+                }
+                keys.push(EncryptionKey { name: name.to_string(), secret: secret.to_string(), provider: cipher });
+            }
+        }
+    }
+    Ok(keys)
 }
 
 impl EtcdManager {
@@ -270,6 +383,63 @@ mod tests {
         let escaped = MANIFEST.replace("name: etcd-manager\n", "name: \"etcd-manager\\a\"\n");
         let e = check_manifest("m", "main", "prod", &escaped).unwrap_err().to_string();
         assert_eq!(e, "m: holds a control character (U+0007) in a value: not a manifest kops writes");
+    }
+
+    const KEY32: &str = "OWmYTUAym3ITsAnrgBxhNHAUHunA12qCWbkMUiGaZkM=";
+
+    fn config(providers: &str) -> String {
+        format!(
+            "kind: EncryptionConfiguration\napiVersion: apiserver.config.k8s.io/v1\nresources:\n  - resources:\n    - secrets\n    providers:\n{providers}"
+        )
+    }
+
+    #[test]
+    fn kops_s_secrets_keys_are_carried_in_order_and_what_cannot_be_is_refused_located() {
+        use crate::state::pki::Cipher;
+        let two = config(&format!(
+            "    - identity: {{}}\n    - aescbc:\n        keys:\n        - name: key2\n          secret: {KEY32}\n        - name: key1\n          secret: AAAAAAAAAAAAAAAAAAAAAA==\n    - secretbox:\n        keys:\n        - name: box\n          secret: {KEY32}\n"
+        ));
+        let keys = encryption_keys("e", &two).unwrap();
+        let got: Vec<(&str, Cipher)> = keys.iter().map(|k| (k.name.as_str(), k.provider)).collect();
+        assert_eq!(got, [("key2", Cipher::Aescbc), ("key1", Cipher::Aescbc), ("box", Cipher::Secretbox)]);
+        assert!(encryption_keys("e", &config("    - identity: {}\n")).unwrap().is_empty());
+
+        let refused = |providers: &str| encryption_keys("e", &config(providers)).unwrap_err().to_string();
+        assert_eq!(
+            refused("    - kms:\n        name: vault\n        endpoint: unix:///kms.sock\n"),
+            "e: resources[0].providers[0] is kms: pinfleet carries aescbc, aesgcm and secretbox keys alone (a KMS plugin runs on kops's machines); not carried"
+        );
+        assert_eq!(
+            refused(
+                "    - secretbox:\n        keys:\n        - name: short\n          secret: AAAAAAAAAAAAAAAAAAAAAA==\n"
+            ),
+            "e: resources[0].providers[0].secretbox.keys[0] (short): its secret is not base64 of 32 bytes"
+        );
+        assert_eq!(
+            refused(&format!("    - aesgcm:\n        keys:\n        - name: \"a:b\"\n          secret: {KEY32}\n")),
+            "e: resources[0].providers[0].aesgcm.keys[0]: its name must be a word without `:` (the API server prefixes a value with it)"
+        );
+        assert_eq!(
+            refused(&format!(
+                "    - aescbc:\n        keys:\n        - name: k\n          secret: {KEY32}\n        - name: k\n          secret: {KEY32}\n"
+            )),
+            "e: resources[0].providers[0].aescbc.keys[1]: aescbc key k is named twice"
+        );
+        let more = two.replace("    - secrets\n", "    - secrets\n    - configmaps\n");
+        assert_eq!(
+            encryption_keys("e", &more).unwrap_err().to_string(),
+            "e: resources[0] encrypts configmaps: pinfleet's API servers encrypt Secrets alone, so those would be unreadable once its control plane runs; not carried"
+        );
+        let hidden = two.replace("name: key2", "name: \"key2\\e\"");
+        assert_eq!(
+            encryption_keys("e", &hidden).unwrap_err().to_string(),
+            "e: holds a control character (U+001B) in a value: not an EncryptionConfiguration"
+        );
+        assert_eq!(
+            encryption_keys("e", "kind: Pod\n").unwrap_err().to_string(),
+            "e: kind is \"Pod\", not EncryptionConfiguration"
+        );
+        assert!(encryption_keys("e", "kind: [").is_err());
     }
 
     #[test]

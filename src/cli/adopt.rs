@@ -110,6 +110,19 @@ pub async fn run(g: &GlobalArgs, args: AdoptArgs) -> anyhow::Result<ExitCode> {
         claim::Source::Ec2 { .. } => None,
     };
     claims.etcd_manager = etcd_manager.as_ref().map(|(_, t)| t.clone());
+    // kops's Secrets' keys come with etcd-manager's record: into the PKI,
+    // ahead of pinfleet's own, before a machine of the control plane rolls.
+    let pki = match &etcd_manager {
+        Some((Some(em), _)) if !em.encryption_keys.is_empty() => {
+            let pki = with_kops_keys(pki, em, existing.as_ref()).await?;
+            if let (Some(_), Some(p)) = (&pki, claims.pki.as_mut()) {
+                p.keysets.push(crate::adopt::etcd_manager::ENCRYPTION_CONFIG_KEY.into());
+                p.already = false;
+            }
+            pki
+        }
+        _ => pki,
+    };
     let write = args.yes && claims.refused.is_empty() && !claims.is_noop();
     if write {
         let store = crate::state::Store::open(&cluster.spec.state_store, &name, Some(&s.aws))
@@ -127,8 +140,10 @@ pub async fn run(g: &GlobalArgs, args: AdoptArgs) -> anyhow::Result<ExitCode> {
                 Err(e) => return Err(e),
             }
         }
-        if let Some((Some(em), _)) = &etcd_manager {
-            store.put_json(crate::adopt::etcd_manager::KEY, em).await?;
+        if let Some((Some(em), take_over)) = &etcd_manager {
+            if !take_over.already {
+                store.put_json(crate::adopt::etcd_manager::KEY, em).await?;
+            }
         }
         let mut record = serde_json::json!({"from": source.from_tag(), "at": chrono::Utc::now(), "claims": claims});
         if let claim::Source::Kops { name: kops_name, .. } = &source {
@@ -210,8 +225,9 @@ async fn trust(
     Ok((Some((pki, crate::state::Condition::IfAbsent)), take_over(false)))
 }
 
-/// kops's etcd-manager material read for the cluster (None: pinfleet's
-/// state holds it already, or it could not be read), and what to say.
+/// kops's etcd-manager material for the cluster (read from kops's state,
+/// or the record pinfleet's state holds already; None: it could not be
+/// read), and what to say.
 /// What cannot be read is said, not refused: the cluster is adopted, and
 /// its control plane's roll is refused for that reason.
 async fn etcd_manager(
@@ -223,7 +239,8 @@ async fn etcd_manager(
     if let Some(store) = store {
         if let Some(have) = em::load(store).await? {
             let said = format!("etcd-manager's CAs and {} manifests from {}", have.manifests.len(), have.from);
-            return Ok((None, claim::EtcdManagerTakeOver { said, taken: true, already: true }));
+            // Kept as it is; its Secrets' keys are checked into the PKI.
+            return Ok((Some(have), claim::EtcdManagerTakeOver { said, taken: true, already: true }));
         }
     }
     let url = cluster.metadata.annotations.get("pinfleet.dev/imported-from").cloned().unwrap_or_default();
@@ -234,7 +251,16 @@ async fn etcd_manager(
         .with_context(|| format!("{url}: no such bucket"))?;
     Ok(match em::read(&kops, cluster).await {
         Ok(have) => {
-            let said = format!("etcd-manager's CAs and {} manifests from {}", have.manifests.len(), have.from);
+            let mut said = format!("etcd-manager's CAs and {} manifests from {}", have.manifests.len(), have.from);
+            if !have.encryption_keys.is_empty() {
+                let keys: Vec<String> =
+                    have.encryption_keys.iter().map(|k| format!("{} ({})", k.name, k.provider.name())).collect();
+                said.push_str(&format!(
+                    "; the Secrets' encryption keys {} from {}, kops's writing key first",
+                    keys.join(", "),
+                    crate::adopt::etcd_manager::ENCRYPTION_CONFIG_KEY
+                ));
+            }
             (Some(have), claim::EtcdManagerTakeOver { said, taken: true, already: false })
         }
         Err(e) => {
@@ -247,8 +273,29 @@ async fn etcd_manager(
     })
 }
 
+/// `pki` (to be written, or else the one pinfleet's state holds) with
+/// kops's Secrets' encryption keys ahead of its own; None when nothing
+/// is to be written.
+async fn with_kops_keys(
+    pki: Option<PkiWrite>,
+    em: &crate::adopt::etcd_manager::EtcdManager,
+    store: Option<&crate::state::Store>,
+) -> anyhow::Result<Option<PkiWrite>> {
+    let (mut have, condition, written) = match pki {
+        Some((p, c)) => (p, c, true),
+        None => match held(store).await? {
+            Some((p, etag, _)) => (p, crate::state::Condition::IfMatch(etag), false),
+            None => return Ok(None),
+        },
+    };
+    let taken = have
+        .take_encryption_keys(&em.encryption_keys)
+        .with_context(|| format!("taking kops's Secrets' encryption keys from {}: nothing was written", em.from))?;
+    Ok((written || taken).then_some((have, condition)))
+}
+
 /// A PKI to write, and on what condition: absent (the first), or still
-/// the one read (etcd's CA added to it).
+/// the one read (etcd's CA or kops's Secrets' keys added to it).
 type PkiWrite = (crate::state::pki::Pki, crate::state::Condition);
 
 /// The PKI pinfleet's state holds for the cluster, its ETag, and where.

@@ -1136,8 +1136,8 @@ mod tests {
     fn key_names_come_from_the_encryption_configuration() {
         let pki = crate::state::pki::Pki {
             encryption_keys: vec![
-                crate::state::pki::EncryptionKey { name: "key-b".into(), secret: "Yg==".into() },
-                crate::state::pki::EncryptionKey { name: "key-a".into(), secret: "YQ==".into() },
+                crate::state::pki::EncryptionKey { name: "key-b".into(), secret: "Yg==".into(), provider: Default::default() },
+                crate::state::pki::EncryptionKey { name: "key-a".into(), secret: "YQ==".into(), provider: Default::default() },
             ],
             ..serde_json::from_value(serde_json::json!({
                 "ca_cert": "", "ca_key": "", "front_proxy_ca_cert": "", "front_proxy_ca_key": "", "sa_key": "", "sa_pub": "",

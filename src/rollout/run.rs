@@ -340,10 +340,26 @@ pub async fn refuse_adopted_control_plane(
     if control_plane.is_empty() {
         return Ok(false);
     }
-    let etcd_ca_from = crate::state::pki::Pki::load(store).await?.and_then(|p| p.etcd_ca_from);
+    let pki = crate::state::pki::Pki::load(store).await?;
+    let etcd_ca_from = pki.as_ref().and_then(|p| p.etcd_ca_from.clone());
     let etcd_manager = crate::adopt::etcd_manager::load(store).await?;
+    // kops's Secrets' keys, each held by the PKI new machines get.
+    let lacking: Vec<&str> = etcd_manager
+        .iter()
+        .flat_map(|em| &em.encryption_keys)
+        .filter(|k| !pki.iter().flat_map(|p| &p.encryption_keys).any(|h| h == *k))
+        .map(|k| k.name.as_str())
+        .collect();
     let why = match (record["kopsName"].as_str(), record["from"].as_str().and_then(|f| f.strip_prefix("ec2:"))) {
         (Some(kops), _) => match &etcd_manager {
+            Some(_) if !lacking.is_empty() => format!(
+                "{} was adopted from kops ({kops}): its control plane ({}) is not rolled: the PKI ({}) lacks kops's Secrets' encryption key(s) {}, so its new API servers could not read the Secrets; `pinfleet adopt {} --yes` takes them",
+                cluster.metadata.name,
+                control_plane.join(", "),
+                store.describe(crate::state::pki::PKI_KEY),
+                lacking.join(", "),
+                cluster.metadata.name
+            ),
             Some(em) if em.member_count("main") >= 3 => return Ok(false),
             Some(em) => format!(
                 "{} was adopted from kops ({kops}): its control plane ({}) is not rolled: its etcd has {} member(s), and a member's volume moves from the old machine to the new one, so with fewer than 3 the cluster's API would stop meanwhile",

@@ -58,8 +58,56 @@ pub struct Pki {
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EncryptionKey {
     pub name: String,
-    /// 32 random bytes, base64 (secretbox: XSalsa20 and Poly1305).
+    /// The key, base64: 32 random bytes for pinfleet's own (secretbox:
+    /// XSalsa20 and Poly1305).
     pub secret: String,
+    /// Its provider: pinfleet makes secretbox keys; a cluster taken over
+    /// brings its own (kops's `aescbc`, say).
+    #[serde(default, skip_serializing_if = "Cipher::is_secretbox")]
+    pub provider: Cipher,
+}
+
+/// The API server's encryption providers a key can be carried in (what
+/// `k8s:enc:<provider>:v1:<key>:` prefixes a stored value with).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cipher {
+    #[default]
+    Secretbox,
+    Aescbc,
+    Aesgcm,
+}
+
+impl Cipher {
+    pub fn name(self) -> &'static str {
+        match self {
+            Cipher::Secretbox => "secretbox",
+            Cipher::Aescbc => "aescbc",
+            Cipher::Aesgcm => "aesgcm",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Cipher> {
+        [Cipher::Secretbox, Cipher::Aescbc, Cipher::Aesgcm].into_iter().find(|c| c.name() == s)
+    }
+
+    fn is_secretbox(&self) -> bool {
+        *self == Cipher::Secretbox
+    }
+
+    /// The key lengths (bytes) the API server takes for it.
+    pub fn key_lengths(self) -> &'static [usize] {
+        match self {
+            Cipher::Secretbox => &[32],
+            Cipher::Aescbc | Cipher::Aesgcm => &[16, 24, 32],
+        }
+    }
+}
+
+impl std::fmt::Debug for EncryptionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EncryptionKey {{ name: {:?}, provider: {}, <redacted> }}", self.name, self.provider.name())
+    }
 }
 
 impl EncryptionKey {
@@ -67,6 +115,7 @@ impl EncryptionKey {
         EncryptionKey {
             name: format!("key-{}", now.format("%Y%m%dt%H%M%S")),
             secret: base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>()),
+            provider: Cipher::Secretbox,
         }
     }
 }
@@ -425,21 +474,56 @@ impl Pki {
     }
 
     /// The API servers' EncryptionConfiguration: Secrets written with the
-    /// newest key (secretbox), read with any, and with `identity` last so
-    /// Secrets written before encryption was on still read (until
-    /// `pinfleet etcd rotate-key` has them rewritten).
+    /// first key, read with any (each provider listed once, where its first
+    /// key stands, its keys in order), and with `identity` last so Secrets
+    /// written before encryption was on still read (until `pinfleet etcd
+    /// rotate-key` has them rewritten).
     pub fn encryption_config(&self) -> String {
         let mut s = String::from(
             "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers:\n",
         );
-        if !self.encryption_keys.is_empty() {
-            s.push_str("      - secretbox:\n          keys:\n");
-            for k in &self.encryption_keys {
+        let mut providers: Vec<Cipher> = Vec::new();
+        for k in &self.encryption_keys {
+            if !providers.contains(&k.provider) {
+                providers.push(k.provider);
+            }
+        }
+        for p in providers {
+            s.push_str(&format!("      - {}:\n          keys:\n", p.name()));
+            for k in self.encryption_keys.iter().filter(|k| k.provider == p) {
                 s.push_str(&format!("            - name: {}\n              secret: {}\n", k.name, k.secret));
             }
         }
         s.push_str("      - identity: {}\n");
         s
+    }
+
+    /// Takes the keys a cluster taken over encrypts its Secrets with
+    /// (`taken`, its writing key first), before pinfleet's own: the running
+    /// API servers and pinfleet's new ones then write with the same key,
+    /// and every Secret stays readable by both while the control plane
+    /// rolls. Ok(false): it holds them all already. A key of the same
+    /// provider and name with another secret is refused (a stored value
+    /// names its key by provider and name alone).
+    pub fn take_encryption_keys(&mut self, taken: &[EncryptionKey]) -> Result<bool> {
+        let mut front = Vec::new();
+        for k in taken {
+            match self.encryption_keys.iter().find(|h| h.provider == k.provider && h.name == k.name) {
+                Some(h) if h.secret == k.secret => {}
+                Some(_) => anyhow::bail!(
+                    "encryption key {} ({}) is held already with another secret: Secrets stored under one of them could not be read",
+                    k.name,
+                    k.provider.name()
+                ),
+                None => front.push(k.clone()),
+            }
+        }
+        if front.is_empty() {
+            return Ok(false);
+        }
+        front.append(&mut self.encryption_keys);
+        self.encryption_keys = front;
+        Ok(true)
     }
 
     /// The names of the encryption keys (what a backup needs to be read).
@@ -504,6 +588,43 @@ mod tests {
         // The CA itself (self-signed) is no member's certificate.
         let e = check_signed_by(&ca, &ca).unwrap_err().to_string();
         assert!(e.contains("is a CA certificate"), "{e}");
+    }
+
+    /// A cluster taken over brings its keys ahead of pinfleet's own: the
+    /// first of them writes, every one reads, each provider listed once.
+    #[test]
+    fn taken_encryption_keys_go_first_and_write() {
+        let mut p = Pki::generate("t").unwrap();
+        let own = p.encryption_keys[0].clone();
+        let kops = |name: &str, secret: &str| EncryptionKey {
+            name: name.into(),
+            secret: secret.into(),
+            provider: Cipher::Aescbc,
+        };
+        let taken = [kops("key2", "Mg=="), kops("key1", "MQ==")];
+        assert!(p.take_encryption_keys(&taken).unwrap());
+        assert!(!p.take_encryption_keys(&taken).unwrap(), "held already");
+        let names: Vec<&str> = p.encryption_keys.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(names, ["key2", "key1", own.name.as_str()]);
+        let config = p.encryption_config();
+        let tail = config.split_once("    providers:\n").unwrap().1;
+        assert_eq!(
+            tail,
+            format!(
+                "      - aescbc:\n          keys:\n            - name: key2\n              secret: Mg==\n            - name: key1\n              secret: MQ==\n      - secretbox:\n          keys:\n            - name: {}\n              secret: {}\n      - identity: {{}}\n",
+                own.name, own.secret
+            )
+        );
+        let e = p.take_encryption_keys(&[kops("key1", "eA==")]).unwrap_err().to_string();
+        assert_eq!(e, "encryption key key1 (aescbc) is held already with another secret: Secrets stored under one of them could not be read");
+        // pinfleet's own keys keep the form they were stored in.
+        let json = serde_json::to_value(&p.encryption_keys).unwrap();
+        assert_eq!(json[0]["provider"], "aescbc");
+        assert!(json[2].get("provider").is_none(), "{json}");
+        assert_eq!(
+            format!("{:?}", p.encryption_keys[0]),
+            "EncryptionKey { name: \"key2\", provider: aescbc, <redacted> }"
+        );
     }
 
     #[test]

@@ -124,7 +124,7 @@ pub async fn run(g: &GlobalArgs, a: ImportKopsArgs) -> Result<ExitCode> {
                 let keys: Vec<&str> = missing.iter().map(|k| k.as_str()).collect();
                 writeln!(
                     anstream::stderr(),
-                    "warning: its Secrets were written under encryption key(s) {} that {}'s PKI does not hold (kops's secrets/encryptionconfig is not carried over): `pinfleet etcd restore` refuses it until the PKI holds them",
+                    "warning: its Secrets were written under encryption key(s) {} that {}'s PKI does not hold (`pinfleet adopt --yes` takes kops's secrets/encryptionconfig into it): `pinfleet etcd restore` refuses it until the PKI holds them",
                     keys.join(", "),
                     a.store.cluster
                 )?;
