@@ -35,6 +35,7 @@ fn roll_cfg(canary: bool) -> GroupRoll {
         validation_timeout: Duration::from_secs(900),
         force_ids: BTreeSet::new(),
         etcd_members: false,
+        etcd_manager: None,
     }
 }
 

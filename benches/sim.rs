@@ -139,6 +139,7 @@ fn main() {
                 launch_time: Some(0),
                 kubernetes_version: None,
                 spot: false,
+                etcd_manager: false,
             })
             .collect();
         let mut inner = pinfleet::sim::Inner::new();
