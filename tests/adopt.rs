@@ -207,7 +207,7 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     let o = w.run(&["upgrade", "prod", "--yes"]);
     let err = support::stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("its etcd has 1 member(s)"), "{err}");
+    assert!(err.contains("its etcd main has 1 member(s)"), "{err}");
     assert!(
         err.contains(
             "roll the node groups: `pinfleet upgrade prod --yes --instance-group batch --instance-group nodes`"
@@ -222,6 +222,35 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
         .flat_map(|r| r.instances())
         .filter(|i| i.state().and_then(|s| s.name()) == Some(&aws_sdk_ec2::types::InstanceStateName::Running));
     assert_eq!(running.count(), 7, "nothing was stopped");
+    // A record whose events cluster is short, or that names a member twice,
+    // is refused as well.
+    for (c, members) in [
+        ("events", serde_json::json!(["control-plane-us-east-1a"])),
+        (
+            "main",
+            serde_json::json!(["control-plane-us-east-1a", "control-plane-us-east-1a", "control-plane-us-east-1b"]),
+        ),
+    ] {
+        let mut bad: serde_json::Value = serde_json::from_slice(&taken).unwrap();
+        bad["members"][c] = members;
+        aws.s3
+            .put_object()
+            .bucket(&bucket)
+            .key(key)
+            .body(serde_json::to_vec(&bad).unwrap().into())
+            .send()
+            .await
+            .unwrap();
+        let o = w.run(&["upgrade", "prod", "--yes"]);
+        let err = support::stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(&format!("its etcd {c} ")) && err.contains("Nothing was changed"), "{err}");
+    }
+    // A group the file does not have: refused, not a roll of nothing.
+    let o = w.run(&["upgrade", "prod", "--yes", "--instance-group", "nosuch"]);
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("prod: no instance group nosuch (its groups: "), "{err}");
     aws.s3.put_object().bucket(&bucket).key(key).body(taken.into()).send().await.unwrap();
 
     // A PKI without kops's Secrets' key (as an older adopt left it): the

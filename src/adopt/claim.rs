@@ -325,12 +325,12 @@ pub fn judge(found: &[Found], desired: &Desired, source: &Source, taken: &[Strin
             "load-balancer" if desired.api_address => None,
             "load-balancer" => Some(ResourceKey::LoadBalancer),
             // kops's API target group (its port the API's); kops-controller's
-            // on 3988 stays kops's, gone with its machines.
+            // on 3988 stays kops's, left as it is.
             "target-group" if f.port == Some(i32::from(desired.load_balancer.port)) && !desired.api_address => {
                 Some(ResourceKey::TargetGroup)
             }
             "target-group" => {
-                out.left.push(note("kops's: serves only kops's own machines, deleted once they are gone".into()));
+                out.left.push(note("kops's (kops-controller's, behind its own listener): serves only kops's own machines; left as it is, with its listener, for you to delete once they are gone".into()));
                 continue;
             }
             "launch-template" | "auto-scaling-group" => {

@@ -614,7 +614,7 @@ pub fn import(seen: &Seen, opts: &Options) -> anyhow::Result<Imported> {
     let text = render(&file, &name, &tag, &unmapped, &notes)?;
     crate::spec::load_source(&opts.file, &text, &opts.validation).map_err(|d| {
         anyhow::anyhow!(
-            "the cluster file the import made does not pass pinfleet's validation, so it was not written:\n{d}"
+            "the cluster file the import made does not pass pinfleet's validation, so it was not written (the places below are in the file as it would have been written):\n{d}"
         )
     })?;
     Ok(Imported { name, text, unmapped, notes })

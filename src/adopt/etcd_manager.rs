@@ -321,18 +321,44 @@ impl EtcdManager {
         out
     }
 
-    /// How many members etcd cluster `c` has (0: none known).
-    pub fn member_count(&self, c: &str) -> usize {
-        self.members.get(c).map_or(0, Vec::len)
+    /// Why the control plane cannot roll as the record says its etcd runs
+    /// (None: it can): each etcd cluster (main and events) must name at
+    /// least 3 members, each a control-plane group of the file
+    /// (`groups`), none twice. With fewer, the one volume moving would
+    /// stop the API meanwhile.
+    pub fn members_problem(&self, groups: &[&str]) -> Option<String> {
+        let shown = |m: &str| crate::escape::escaped(m, false).into_owned();
+        for c in CLUSTERS {
+            let list = self.members.get(c).map(Vec::as_slice).unwrap_or_default();
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some(twice) = list.iter().find(|m| !seen.insert(m.as_str())) {
+                return Some(format!("its etcd {c} names member {} twice", shown(twice)));
+            }
+            if let Some(other) = list.iter().find(|m| !groups.contains(&m.as_str())) {
+                return Some(format!(
+                    "its etcd {c} names member {}, which is no control-plane group of the file",
+                    shown(other)
+                ));
+            }
+            if list.len() < 3 {
+                return Some(format!(
+                    "its etcd {c} has {} member(s), and a member's volume moves from the old machine to the new one, so with fewer than 3 the cluster's API would stop meanwhile",
+                    list.len()
+                ));
+            }
+        }
+        None
     }
 }
 
 /// The record, when the cluster was taken over from kops with it.
 pub async fn load(store: &Store) -> Result<Option<EtcdManager>> {
     match store.get(KEY).await? {
-        Some((bytes, _)) => {
-            Ok(Some(serde_json::from_slice(&bytes).with_context(|| format!("{}: unreadable", store.describe(KEY)))?))
-        }
+        Some((bytes, _)) => Ok(Some(serde_json::from_slice(&bytes).map_err(|e| {
+            // serde's words may quote the record's values: shown escaped.
+            let why = crate::escape::escaped(&e.to_string(), false).into_owned();
+            anyhow::anyhow!("{}: unreadable: {why} (`pinfleet adopt` wrote it; delete it and adopt again to read kops's state afresh)", store.describe(KEY))
+        })?)),
         None => Ok(None),
     }
 }
@@ -440,6 +466,32 @@ mod tests {
             "e: kind is \"Pod\", not EncryptionConfiguration"
         );
         assert!(encryption_keys("e", "kind: [").is_err());
+    }
+
+    #[test]
+    fn the_record_s_members_must_be_three_distinct_control_plane_groups_in_each_etcd() {
+        let groups = ["a", "b", "c"];
+        let with = |main: &[&str], events: &[&str]| EtcdManager {
+            from: "s3://kops/prod".into(),
+            keysets: BTreeMap::new(),
+            manifests: BTreeMap::new(),
+            members: [("main", main), ("events", events)]
+                .into_iter()
+                .map(|(c, m)| (c.to_string(), m.iter().map(|x| x.to_string()).collect()))
+                .collect(),
+            apiserver_client: Pair { cert: String::new(), key: String::new() },
+            encryption_keys: Vec::new(),
+        };
+        assert_eq!(with(&groups, &groups).members_problem(&groups), None);
+        let why = |main: &[&str], events: &[&str]| with(main, events).members_problem(&groups).unwrap();
+        assert!(why(&groups, &["a"]).starts_with("its etcd events has 1 member(s), and a member's volume moves"));
+        assert!(why(&["a", "b"], &groups).starts_with("its etcd main has 2 member(s)"));
+        assert_eq!(why(&["a", "a", "b"], &groups), "its etcd main names member a twice");
+        assert_eq!(
+            why(&["a", "b", "x\u{1b}"], &groups),
+            "its etcd main names member x\\u{1b}, which is no control-plane group of the file"
+        );
+        assert!(why(&groups, &[]).starts_with("its etcd events has 0 member(s)"));
     }
 
     #[test]

@@ -439,7 +439,7 @@ pub enum Refusal {
     Unreadable { at: String, message: String },
     #[error("{}", listing(.url, .findings))]
     Fields { url: String, findings: Vec<Finding> },
-    #[error("the cluster file the import made does not pass pinfleet's validation, so it was not written:\n{0}")]
+    #[error("the cluster file the import made does not pass pinfleet's validation, so it was not written (the places below are in the file as it would have been written; the value came from kops's state):\n{0}")]
     Invalid(String),
 }
 

@@ -102,6 +102,7 @@ pub struct UpgradeArgs {
 
 pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
     let s = Session::open(g, &args.cluster, &args.cloud).await?;
+    run::refuse_unknown_groups(&s.loaded.cluster, &args.roll.groups)?;
     // The control plane of a cluster taken over from kops (or from kubeadm
     // without its etcd CA, or with files only its machines hold) is not
     // rolled: refused before the first write, and a preview says the way

@@ -235,7 +235,10 @@ pub async fn roll_group<M: Machines, N: Nodes>(
                 // group is done once etcd-manager has every member back.
                 if let Some(members) = cfg.etcd_manager {
                     etcd_manager_wait(n, cfg, members, None).await.map_err(|e| {
-                        anyhow!("group {}: {e:#}; the roll is halted ({replaced} of {total} replaced)", cfg.group)
+                        anyhow!(
+                            "group {}: {e:#}; every machine of it is replaced ({replaced} in this run), the roll is halted until its etcd members are back",
+                            cfg.group
+                        )
                     })?;
                 }
                 let seconds = start.elapsed().as_secs_f64();
@@ -325,7 +328,9 @@ async fn replace_one<M: Machines, N: Nodes>(
                 n.remove_etcd_member(node).await?;
             }
             if let Some(members) = cfg.etcd_manager {
-                etcd_manager_wait(n, cfg, members, Some(node)).await?;
+                etcd_manager_wait(n, cfg, members, Some(node)).await.map_err(|e| {
+                    anyhow!("{e:#}; {node} is left cordoned and running (the roll, run again once the members are back, takes it down)")
+                })?;
             }
         }
         m.terminate(&id).await?;

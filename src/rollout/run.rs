@@ -319,6 +319,26 @@ pub async fn preview(aws: &Aws, cluster: &Cluster, client: &kube::Client, opts: 
     Ok(Preview { groups: status(cluster, &p, &nodes, opts), pending, running, version_steps })
 }
 
+/// Refuses a selection (`--instance-group`) naming a group the file does
+/// not have: a roll of it would do nothing and say "done".
+pub fn refuse_unknown_groups(cluster: &Cluster, groups: &[String]) -> Result<()> {
+    let have: Vec<&str> = cluster.spec.instance_groups.iter().map(|g| g.name.as_str()).collect();
+    let unknown: Vec<String> = groups
+        .iter()
+        .filter(|g| !have.contains(&g.as_str()))
+        .map(|g| crate::escape::escaped(g, false).into_owned())
+        .collect();
+    if !unknown.is_empty() {
+        anyhow::bail!(
+            "{}: no instance group {} (its groups: {}); nothing was changed",
+            cluster.metadata.name,
+            unknown.join(", "),
+            have.join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// Refuses a roll of a cluster taken over ([`crate::adopt::CLAIMS_KEY`] in
 /// its state) whose selection (`groups`; empty: every group) holds a
 /// control-plane group that cannot be rolled: kops's (its etcd is
@@ -342,6 +362,8 @@ pub async fn refuse_adopted_control_plane(
     }
     let pki = crate::state::pki::Pki::load(store).await?;
     let etcd_ca_from = pki.as_ref().and_then(|p| p.etcd_ca_from.clone());
+    let file_control_plane: Vec<&str> =
+        all.iter().filter(|g| g.role == Role::ControlPlane).map(|g| g.name.as_str()).collect();
     let etcd_manager = crate::adopt::etcd_manager::load(store).await?;
     // kops's Secrets' keys, each held by the PKI new machines get.
     let lacking: Vec<&str> = etcd_manager
@@ -360,13 +382,15 @@ pub async fn refuse_adopted_control_plane(
                 lacking.join(", "),
                 cluster.metadata.name
             ),
-            Some(em) if em.member_count("main") >= 3 => return Ok(false),
-            Some(em) => format!(
-                "{} was adopted from kops ({kops}): its control plane ({}) is not rolled: its etcd has {} member(s), and a member's volume moves from the old machine to the new one, so with fewer than 3 the cluster's API would stop meanwhile",
-                cluster.metadata.name,
-                control_plane.join(", "),
-                em.member_count("main")
-            ),
+            Some(em) => match em.members_problem(&file_control_plane) {
+                None => return Ok(false),
+                Some(why) => format!(
+                    "{} was adopted from kops ({kops}): its control plane ({}) is not rolled: {why} ({})",
+                    cluster.metadata.name,
+                    control_plane.join(", "),
+                    store.describe(crate::adopt::etcd_manager::KEY)
+                ),
+            },
             None => format!(
                 "{} was adopted from kops ({kops}) without etcd-manager's CAs and manifests: its control plane ({}) is not rolled (its new machines could not run etcd-manager); `pinfleet adopt {} --yes` takes them once kops's state store holds them (adopt says what is missing)",
                 cluster.metadata.name,

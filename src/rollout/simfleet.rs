@@ -274,6 +274,7 @@ mod tests {
         fleet.etcd_members_down.store(1, std::sync::atomic::Ordering::SeqCst);
         let err = driver::roll_group(&fleet, &fleet, &etcd_manager_cfg(), &|_| {}).await.unwrap_err().to_string();
         assert!(err.contains("the replacement's etcd member is not healthy within 2m: etcd main: 2 of 3"), "{err}");
+        assert!(err.contains("every machine of it is replaced (0 in this run), the roll is halted"), "{err}");
     }
 
     /// A surge that meets a refusal of every offering waits, saying why,

@@ -58,12 +58,14 @@ fn is_label_value(v: &str) -> bool {
 
 fn check_labels(p: &mut Problems, path: &str, labels: &BTreeMap<String, String>) {
     for (k, v) in labels {
+        // Shown escaped: a value is anything a file (or an import) held.
+        let (ek, ev) = (crate::escape::escaped(k, false), crate::escape::escaped(v, false));
         if !is_label_key(k) {
-            p.push(format!("{path}.{k}"), format!("`{k}` is not a valid label key"));
+            p.push(format!("{path}.{ek}"), format!("`{ek}` is not a valid label key"));
         } else if !is_label_value(v) {
             p.push(
-                format!("{path}.{k}"),
-                format!("`{v}` is not a valid label value (at most 63 characters: letters, digits, '-', '_', '.')"),
+                format!("{path}.{ek}"),
+                format!("`{ev}` is not a valid label value (at most 63 characters: letters, digits, '-', '_', '.')"),
             );
         }
     }
