@@ -762,6 +762,7 @@ async fn a_real_control_plane_is_restored_with_its_secrets_encrypted() {
         );
         return;
     };
+    let _one = REAL_PLANE.lock().await;
     let plane = RealPlane { root: root.clone() };
     let (w, state) = world("etcd-real");
     let (store, _) = s3_store(&w.bucket(), &w.cluster).await;
@@ -903,6 +904,116 @@ async fn a_real_control_plane_is_restored_with_its_secrets_encrypted() {
     plane.stop();
 }
 
+/// kops's Secrets' keys as `pinfleet adopt` carries them, against a real
+/// API server (`PINFLEET_TEST_REAL_K8S_DIR`, as above): run with kops's own
+/// EncryptionConfiguration (the fixture's `secrets/encryptionconfig`) it
+/// writes a Secret under kops's aescbc key; run again on the same etcd with
+/// the configuration pinfleet's PKI gives its control-plane machines once
+/// it took kops's keys (kops's first, pinfleet's secretbox key after), it
+/// reads that Secret and writes the next under kops's key still; run with
+/// kops's again (one of kops's API servers still up while the control
+/// plane rolls), it reads that one too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_real_api_server_reads_kops_s_secrets_with_the_keys_pinfleet_carries() {
+    let test = "a_real_api_server_reads_kops_s_secrets_with_the_keys_pinfleet_carries";
+    let Some(bins) = binaries(test) else { return };
+    let Some(root) = std::env::var_os("PINFLEET_TEST_REAL_K8S_DIR").map(PathBuf::from) else {
+        skipped(
+            test,
+            "no real control plane is given (PINFLEET_TEST_REAL_K8S_DIR: the output folder of ../shared/tools/real-k8s/build.sh)",
+        );
+        return;
+    };
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    // kops's configuration, as kops's state store holds it.
+    let fixture = format!(
+        "{}/tests/fixtures/kops/prod.k8s.example.com/{}",
+        env!("CARGO_MANIFEST_DIR"),
+        pinfleet::adopt::etcd_manager::ENCRYPTION_CONFIG_KEY
+    );
+    let secret: serde_json::Value = serde_json::from_slice(&std::fs::read(&fixture).unwrap()).unwrap();
+    let kops = String::from_utf8(b64.decode(secret["Data"].as_str().unwrap()).unwrap()).unwrap();
+    // pinfleet's, from the keys adopt takes.
+    let keys = pinfleet::adopt::etcd_manager::encryption_keys(&fixture, &kops).unwrap();
+    let mut pki = pinfleet::state::pki::Pki::generate("real").unwrap();
+    assert!(pki.take_encryption_keys(&keys).unwrap());
+    let ours = pki.encryption_config();
+
+    let _one = REAL_PLANE.lock().await;
+    let plane = RealPlane { root: root.clone() };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("encryption-config.yaml");
+    std::fs::write(&config, &kops).unwrap();
+    plane.stop();
+    let started = std::process::Command::new(root.join("start.sh"))
+        .env("REAL_K8S_DIR", &root)
+        .env("ETCD_BIN", on_path(&bins.bin("etcd")))
+        .env("EXTRA_APISERVER_ARGS", format!("--encryption-provider-config={}", config.display()))
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "start.sh: {}", String::from_utf8_lossy(&started.stderr));
+    let kubectl = |args: &[&str]| {
+        let o = std::process::Command::new(root.join("bin/kubectl"))
+            .arg("--kubeconfig")
+            .arg(root.join("kubeconfig"))
+            .args(args)
+            .output()
+            .unwrap();
+        (o.status.success(), String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr))
+    };
+    let reads = |name: &str, want: &str| {
+        let (ok, out) = kubectl(&["-n", "adopted", "get", "secret", name, "-o", "jsonpath={.data.v}"]);
+        assert!(ok, "Secret {name} does not read: {out}");
+        assert_eq!(b64.decode(out.trim()).unwrap_or_default(), want.as_bytes(), "Secret {name}: {out}");
+    };
+    let mut etcd = Client::connect(["http://127.0.0.1:2379"], None).await.unwrap();
+    let under_kops_key = |raw: &[u8]| raw.starts_with(b"k8s:enc:aescbc:v1:key1:");
+    // The API server restarted on the same etcd with `text` as its configuration.
+    let restart_with = |text: &str| {
+        std::fs::write(&config, text).unwrap();
+        let pid = std::fs::read_to_string(root.join("run/kube-apiserver.pid")).unwrap();
+        let _ = std::process::Command::new("kill").arg(pid.trim()).status();
+        let gone = std::path::Path::new("/proc").join(pid.trim());
+        for _ in 0..200 {
+            if !gone.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        plane.relaunch("kube-apiserver");
+        for _ in 0..240 {
+            if kubectl(&["get", "--raw", "/readyz"]).0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        panic!("the API server did not come back");
+    };
+
+    for args in [
+        &["create", "namespace", "adopted"][..],
+        &["-n", "adopted", "create", "secret", "generic", "a", "--from-literal=v=kops"],
+    ] {
+        let (ok, out) = kubectl(args);
+        assert!(ok, "kubectl {args:?}: {out}");
+    }
+    let raw = etcd.get("/registry/secrets/adopted/a", None).await.unwrap();
+    assert!(under_kops_key(raw.kvs()[0].value()), "kops's API server writes under kops's key");
+
+    restart_with(&ours);
+    reads("a", "kops");
+    let (ok, out) = kubectl(&["-n", "adopted", "create", "secret", "generic", "b", "--from-literal=v=pinfleet"]);
+    assert!(ok, "{out}");
+    let raw = etcd.get("/registry/secrets/adopted/b", None).await.unwrap();
+    assert!(under_kops_key(raw.kvs()[0].value()), "pinfleet's API server writes under kops's key too");
+
+    restart_with(&kops);
+    reads("b", "pinfleet");
+    reads("a", "kops");
+    plane.stop();
+}
+
 /// A binary's full path (a bare name is looked up on PATH).
 fn on_path(bin: &Path) -> PathBuf {
     if bin.components().count() > 1 {
@@ -913,6 +1024,10 @@ fn on_path(bin: &Path) -> PathBuf {
         .find(|p| p.is_file())
         .unwrap_or_else(|| bin.to_path_buf())
 }
+
+/// One test at a time drives the real control plane (each starts it afresh
+/// on the same ports).
+static REAL_PLANE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The real control plane's processes, as `start.sh` launched them.
 struct RealPlane {
