@@ -251,7 +251,7 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     let err = support::stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("prod: no instance group nosuch (its groups: "), "{err}");
-    aws.s3.put_object().bucket(&bucket).key(key).body(taken.into()).send().await.unwrap();
+    aws.s3.put_object().bucket(&bucket).key(key).body(taken.clone().into()).send().await.unwrap();
 
     // A PKI without kops's Secrets' key (as an older adopt left it): the
     // control plane is refused, naming the key; the next adopt takes it.
@@ -280,6 +280,49 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     let back: serde_json::Value = serde_json::from_slice(&got.body.collect().await.unwrap().to_vec()).unwrap();
     assert_eq!(back["encryption_keys"][0]["name"], "key1", "{}", back["encryption_keys"]);
     assert_eq!(back["encryption_keys"].as_array().unwrap().len(), 2);
+
+    // kops rotates its Secrets' key after the adopt (a new key first): the
+    // control plane's roll is refused, naming it, until an adopt takes it
+    // (kops's new writing key first, then its old one, then pinfleet's).
+    let rotated = w.dir.path().join("kops-rotated");
+    std::fs::create_dir_all(&rotated).unwrap();
+    let status = std::process::Command::new("cp").args(["-r", &fixture, rotated.to_str().unwrap()]).status().unwrap();
+    assert!(status.success());
+    let secret = rotated.join(KOPS_NAME).join("secrets/encryptionconfig");
+    let held: serde_json::Value = serde_json::from_slice(&std::fs::read(&secret).unwrap()).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let config = String::from_utf8(b64.decode(held["Data"].as_str().unwrap()).unwrap()).unwrap();
+    let fresh = b64.encode([7u8; 32]);
+    let config =
+        config.replace("        keys:\n", &format!("        keys:\n        - name: key2\n          secret: {fresh}\n"));
+    std::fs::write(&secret, serde_json::json!({"Data": b64.encode(&config)}).to_string()).unwrap();
+    let mut record: serde_json::Value = serde_json::from_slice(&taken).unwrap();
+    record["from"] = format!("file://{}", rotated.join(KOPS_NAME).display()).into();
+    aws.s3
+        .put_object()
+        .bucket(&bucket)
+        .key(key)
+        .body(serde_json::to_vec(&record).unwrap().into())
+        .send()
+        .await
+        .unwrap();
+    let o = w.run(&["upgrade", "prod", "--yes"]);
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("kops's Secrets' keys changed since prod was adopted")
+            && err.contains("now holds key2 (aescbc), which the PKI lacks"),
+        "{err}"
+    );
+    assert!(!err.contains(&fresh), "no key shown: {err}");
+    let out = w.ok(&["adopt", "prod", "--yes"]);
+    assert!(out.contains("kops's Secrets' keys are now key2 (aescbc), key1 (aescbc)"), "{out}");
+    let got = aws.s3.get_object().bucket(&bucket).key(bundle).send().await.unwrap();
+    let back: serde_json::Value = serde_json::from_slice(&got.body.collect().await.unwrap().to_vec()).unwrap();
+    let names: Vec<&str> =
+        back["encryption_keys"].as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
+    assert_eq!(&names[..2], ["key2", "key1"], "{names:?}");
+    assert_eq!(names.len(), 3);
 
     // A file that names no kops cluster is refused before any call.
     let o = w.run(&["adopt", "kops-adopt"]);

@@ -202,6 +202,25 @@ pub async fn read(kops: &Store, cluster: &Cluster) -> Result<EtcdManager> {
 /// secret: `{"Data": <base64>}`).
 pub const ENCRYPTION_CONFIG_KEY: &str = "secrets/encryptionconfig";
 
+/// kops's Secrets' keys as kops's state store holds them now (read again
+/// from where the record was read: kops may have changed them since the
+/// adopt). None: kops's state store is not there any more.
+pub async fn kops_keys_now(
+    em: &EtcdManager,
+    s3: Option<&dyn crate::state::S3Access>,
+) -> Result<Option<Vec<EncryptionKey>>> {
+    let Some((base, name)) = em.from.trim_end_matches('/').rsplit_once('/') else {
+        bail!("{}: not where a kops cluster's state lives", em.from);
+    };
+    let s3 = s3.filter(|_| base.starts_with("s3://"));
+    match Store::open_existing(base, name, s3).await? {
+        // kops's cluster deleted from it (`kops delete cluster` after the
+        // take-over): gone too.
+        Some(kops) if kops.get("config").await?.is_some() => kops_encryption(&kops).await.map(Some),
+        _ => Ok(None),
+    }
+}
+
 /// kops's Secrets' encryption keys, when its cluster spec (`config`)
 /// turns encryption on (`spec.encryptionConfig: true`: its API servers
 /// read [`ENCRYPTION_CONFIG_KEY`]); none when it is off.
@@ -257,8 +276,9 @@ pub fn encryption_keys(at: &str, text: &str) -> Result<Vec<EncryptionKey>> {
             );
         }
         for (j, p) in r["providers"].as_array().into_iter().flatten().enumerate() {
-            let Some((kind, body)) = p.as_object().and_then(|o| o.iter().next()) else {
-                bail!("{at}: resources[{i}].providers[{j}]: not a provider");
+            // One provider per item, as the API server reads it.
+            let Some((kind, body)) = p.as_object().filter(|o| o.len() == 1).and_then(|o| o.iter().next()) else {
+                bail!("{at}: resources[{i}].providers[{j}]: not one provider (an item names exactly one)");
             };
             if kind == "identity" {
                 continue;
@@ -268,7 +288,10 @@ pub fn encryption_keys(at: &str, text: &str) -> Result<Vec<EncryptionKey>> {
                     "{at}: resources[{i}].providers[{j}] is {kind}: pinfleet carries aescbc, aesgcm and secretbox keys alone (a KMS plugin runs on kops's machines); not carried"
                 );
             };
-            for (n, k) in body["keys"].as_array().into_iter().flatten().enumerate() {
+            let Some(list) = body["keys"].as_array().filter(|l| !l.is_empty()) else {
+                bail!("{at}: resources[{i}].providers[{j}].{kind}: no keys (a list of name and secret)");
+            };
+            for (n, k) in list.iter().enumerate() {
                 let here = format!("{at}: resources[{i}].providers[{j}].{kind}.keys[{n}]");
                 let name = k["name"].as_str().unwrap_or_default();
                 if name.is_empty() || name.contains(':') || name.chars().any(char::is_whitespace) {
@@ -355,9 +378,14 @@ impl EtcdManager {
 pub async fn load(store: &Store) -> Result<Option<EtcdManager>> {
     match store.get(KEY).await? {
         Some((bytes, _)) => Ok(Some(serde_json::from_slice(&bytes).map_err(|e| {
-            // serde's words may quote the record's values: shown escaped.
-            let why = crate::escape::escaped(&e.to_string(), false).into_owned();
-            anyhow::anyhow!("{}: unreadable: {why} (`pinfleet adopt` wrote it; delete it and adopt again to read kops's state afresh)", store.describe(KEY))
+            // Where, never serde's words: they may quote a key it holds.
+            anyhow::anyhow!(
+                "{}: unreadable at line {} column {} ({:?}) (`pinfleet adopt` wrote it; delete it and adopt again to read kops's state afresh)",
+                store.describe(KEY),
+                e.line(),
+                e.column(),
+                e.classify()
+            )
         })?)),
         None => Ok(None),
     }
@@ -451,6 +479,17 @@ mod tests {
             )),
             "e: resources[0].providers[0].aescbc.keys[1]: aescbc key k is named twice"
         );
+        for (providers, want) in [
+            (format!("    - aescbc:\n        keys: {KEY32}\n"), "e: resources[0].providers[0].aescbc: no keys (a list of name and secret)"),
+            ("    - aescbc:\n        keys: []\n".to_string(), "e: resources[0].providers[0].aescbc: no keys (a list of name and secret)"),
+            (format!("    - aescbc: {KEY32}\n"), "e: resources[0].providers[0].aescbc: no keys (a list of name and secret)"),
+            (
+                format!("    - aescbc:\n        keys:\n        - name: k\n          secret: {KEY32}\n      secretbox:\n        keys:\n        - name: s\n          secret: {KEY32}\n"),
+                "e: resources[0].providers[0]: not one provider (an item names exactly one)",
+            ),
+        ] {
+            assert_eq!(refused(&providers), want, "{providers}");
+        }
         let more = two.replace("    - secrets\n", "    - secrets\n    - configmaps\n");
         assert_eq!(
             encryption_keys("e", &more).unwrap_err().to_string(),

@@ -237,10 +237,27 @@ async fn etcd_manager(
 ) -> anyhow::Result<(Option<crate::adopt::etcd_manager::EtcdManager>, claim::EtcdManagerTakeOver)> {
     use crate::adopt::etcd_manager as em;
     if let Some(store) = store {
-        if let Some(have) = em::load(store).await? {
-            let said = format!("etcd-manager's CAs and {} manifests from {}", have.manifests.len(), have.from);
-            // Kept as it is; its Secrets' keys are checked into the PKI.
-            return Ok((Some(have), claim::EtcdManagerTakeOver { said, taken: true, already: true }));
+        if let Some(mut have) = em::load(store).await? {
+            let mut said = format!("etcd-manager's CAs and {} manifests from {}", have.manifests.len(), have.from);
+            // Kept as it is, but for kops's Secrets' keys: read again (kops
+            // may have rotated them since), and checked into the PKI.
+            let s3 = Some(aws as &dyn crate::state::S3Access);
+            let already = match em::kops_keys_now(&have, s3).await {
+                Ok(Some(now)) if now != have.encryption_keys => {
+                    let names: Vec<String> =
+                        now.iter().map(|k| format!("{} ({})", k.name, k.provider.name())).collect();
+                    said.push_str(&format!("; kops's Secrets' keys are now {}", names.join(", ")));
+                    have.encryption_keys = now;
+                    false
+                }
+                Ok(_) => true,
+                Err(e) => {
+                    let why = crate::escape::escaped(&format!("{e:#}"), false).replace('\n', " ");
+                    said.push_str(&format!("; kops's Secrets' keys not read again: {why}"));
+                    true
+                }
+            };
+            return Ok((Some(have), claim::EtcdManagerTakeOver { said, taken: true, already }));
         }
     }
     let url = cluster.metadata.annotations.get("pinfleet.dev/imported-from").cloned().unwrap_or_default();
@@ -267,7 +284,7 @@ async fn etcd_manager(
             // One line, nothing of kops's files shown raw.
             let why = crate::escape::escaped(&format!("{e:#}"), false).replace('\n', " ");
             let said =
-                format!("{why}: the control plane will not be rolled (its new machines could not run etcd-manager)");
+                format!("{why}: not taken, so the control plane will not be rolled (its new machines would lack it)");
             (None, claim::EtcdManagerTakeOver { said, taken: false, already: false })
         }
     })
@@ -303,7 +320,10 @@ async fn held(store: Option<&crate::state::Store>) -> anyhow::Result<Option<(cra
     let Some(store) = store else { return Ok(None) };
     let Some((bytes, etag)) = store.get(crate::state::pki::PKI_KEY).await? else { return Ok(None) };
     let at = store.describe(crate::state::pki::PKI_KEY);
-    let pki = serde_json::from_slice(&bytes).with_context(|| format!("reading {at}"))?;
+    // Where, never serde's words: they may quote a key the PKI holds.
+    let pki = serde_json::from_slice(&bytes).map_err(|e| {
+        anyhow::anyhow!("reading {at}: unreadable at line {} column {} ({:?})", e.line(), e.column(), e.classify())
+    })?;
     Ok(Some((pki, etag, at)))
 }
 

@@ -115,6 +115,10 @@ pub async fn run(g: &GlobalArgs, args: UpgradeArgs) -> Result<ExitCode> {
     if let (true, Err(e)) = (args.yes, &adopted) {
         return Err(anyhow::anyhow!("{e}"));
     }
+    if let (true, Some(store)) = (args.yes, &state) {
+        let s3 = Some(&s.aws as &dyn crate::state::S3Access);
+        run::refuse_kops_keys_changed(&s.loaded.cluster, store, s3, &args.roll.groups).await?;
+    }
     let kubeconfig = args.cloud.target.kubeconfig_or(args.roll.kubeconfig.as_deref(), s.name());
     let (store, pki, client) = match (s.roll_target(&kubeconfig).await, &adopted) {
         (Ok(target), _) => target,

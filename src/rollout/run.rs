@@ -391,12 +391,20 @@ pub async fn refuse_adopted_control_plane(
                     store.describe(crate::adopt::etcd_manager::KEY)
                 ),
             },
-            None => format!(
-                "{} was adopted from kops ({kops}) without etcd-manager's CAs and manifests: its control plane ({}) is not rolled (its new machines could not run etcd-manager); `pinfleet adopt {} --yes` takes them once kops's state store holds them (adopt says what is missing)",
-                cluster.metadata.name,
-                control_plane.join(", "),
-                cluster.metadata.name
-            ),
+            None => {
+                // What the adopt said of it, when it said why.
+                let said = record["claims"]["etcdManager"]["said"]
+                    .as_str()
+                    .filter(|_| record["claims"]["etcdManager"]["taken"] == false)
+                    .map(|s| format!(" (adopt said: {})", crate::escape::escaped(s, false)))
+                    .unwrap_or_default();
+                format!(
+                    "{} was adopted from kops ({kops}) without etcd-manager's material (its CAs, manifests and Secrets' keys){said}: its control plane ({}) is not rolled; `pinfleet adopt {} --yes` takes it once kops's state store holds it whole",
+                    cluster.metadata.name,
+                    control_plane.join(", "),
+                    cluster.metadata.name
+                )
+            }
         },
         (None, Some(_)) if etcd_ca_from.is_some() => return Ok(true),
         (None, Some(tag)) => format!(
@@ -418,6 +426,40 @@ pub async fn refuse_adopted_control_plane(
         cluster.metadata.name,
         nodes.join(" ")
     )
+}
+
+/// Refuses the roll of a control plane taken over from kops (in the
+/// selection `groups`) whose Secrets' keys kops changed since the adopt:
+/// kops's `secrets/encryptionconfig`, read again now, holds a key the PKI
+/// lacks (kops rotated it), so pinfleet's API servers could not read what
+/// kops's wrote under it. Kops's state store gone (after the take-over):
+/// nothing to compare, nothing refused.
+pub async fn refuse_kops_keys_changed(
+    cluster: &Cluster,
+    store: &crate::state::Store,
+    s3: Option<&dyn crate::state::S3Access>,
+    groups: &[String],
+) -> Result<()> {
+    let picked = |g: &&crate::spec::InstanceGroup| groups.is_empty() || groups.contains(&g.name);
+    if !cluster.spec.instance_groups.iter().filter(picked).any(|g| g.role == Role::ControlPlane) {
+        return Ok(());
+    }
+    let Some(em) = crate::adopt::etcd_manager::load(store).await? else { return Ok(()) };
+    let Some(now) = crate::adopt::etcd_manager::kops_keys_now(&em, s3).await? else { return Ok(()) };
+    let held = crate::state::pki::Pki::load(store).await?.map(|p| p.encryption_keys).unwrap_or_default();
+    let lacking: Vec<String> =
+        now.iter().filter(|k| !held.contains(k)).map(|k| format!("{} ({})", k.name, k.provider.name())).collect();
+    if !lacking.is_empty() {
+        anyhow::bail!(
+            "kops's Secrets' keys changed since {} was adopted: {}/{} now holds {}, which the PKI lacks, so its new API servers could not read the Secrets written under it; `pinfleet adopt {} --yes` takes it. Nothing was changed",
+            cluster.metadata.name,
+            em.from,
+            crate::adopt::etcd_manager::ENCRYPTION_CONFIG_KEY,
+            lacking.join(", "),
+            cluster.metadata.name
+        );
+    }
+    Ok(())
 }
 
 /// Refuses the roll of a control plane taken over from kubeadm that new

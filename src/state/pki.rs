@@ -506,7 +506,7 @@ impl Pki {
     /// provider and name with another secret is refused (a stored value
     /// names its key by provider and name alone).
     pub fn take_encryption_keys(&mut self, taken: &[EncryptionKey]) -> Result<bool> {
-        let mut front = Vec::new();
+        let mut missing = false;
         for k in taken {
             match self.encryption_keys.iter().find(|h| h.provider == k.provider && h.name == k.name) {
                 Some(h) if h.secret == k.secret => {}
@@ -515,14 +515,19 @@ impl Pki {
                     k.name,
                     k.provider.name()
                 ),
-                None => front.push(k.clone()),
+                None => missing = true,
             }
         }
-        if front.is_empty() {
+        if !missing {
             return Ok(false);
         }
-        front.append(&mut self.encryption_keys);
-        self.encryption_keys = front;
+        // All of them in their order, ahead of the rest: one taken again
+        // (lost from the PKI) goes back to its place, not ahead of the
+        // writing key.
+        let rest = self.encryption_keys.drain(..).filter(|h| !taken.contains(h));
+        let mut keys: Vec<EncryptionKey> = taken.to_vec();
+        keys.extend(rest);
+        self.encryption_keys = keys;
         Ok(true)
     }
 
@@ -615,6 +620,12 @@ mod tests {
                 own.name, own.secret
             )
         );
+        // One lost from the PKI is taken back to its place, not ahead of
+        // the writing key.
+        p.encryption_keys.remove(1);
+        assert!(p.take_encryption_keys(&taken).unwrap());
+        let again: Vec<&str> = p.encryption_keys.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(again, ["key2", "key1", own.name.as_str()]);
         let e = p.take_encryption_keys(&[kops("key1", "eA==")]).unwrap_err().to_string();
         assert_eq!(e, "encryption key key1 (aescbc) is held already with another secret: Secrets stored under one of them could not be read");
         // pinfleet's own keys keep the form they were stored in.
