@@ -203,10 +203,8 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     for c in ["main", "events"] {
         one["members"][c] = serde_json::json!(["control-plane-us-east-1a"]);
     }
-    aws.s3.put_object().bucket(&bucket).key(key).body(serde_json::to_vec(&one).unwrap().into()).send().await.unwrap();
-    let o = w.run(&["upgrade", "prod", "--yes"]);
-    let err = support::stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    put_json(&aws, &bucket, key, &one).await;
+    let err = refused(&w, &["upgrade", "prod", "--yes"]);
     assert!(err.contains("its etcd main has 1 member(s)"), "{err}");
     assert!(
         err.contains(
@@ -233,17 +231,8 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     ] {
         let mut bad: serde_json::Value = serde_json::from_slice(&taken).unwrap();
         bad["members"][c] = members;
-        aws.s3
-            .put_object()
-            .bucket(&bucket)
-            .key(key)
-            .body(serde_json::to_vec(&bad).unwrap().into())
-            .send()
-            .await
-            .unwrap();
-        let o = w.run(&["upgrade", "prod", "--yes"]);
-        let err = support::stderr(&o);
-        assert_eq!(o.status.code(), Some(1), "{err}");
+        put_json(&aws, &bucket, key, &bad).await;
+        let err = refused(&w, &["upgrade", "prod", "--yes"]);
         assert!(err.contains(&format!("its etcd {c} ")) && err.contains("Nothing was changed"), "{err}");
     }
     // A group the file does not have: refused, not a roll of nothing.
@@ -256,28 +245,17 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     // A PKI without kops's Secrets' key (as an older adopt left it): the
     // control plane is refused, naming the key; the next adopt takes it.
     let bundle = "pinfleet/prod/pki/bundle.json";
-    let got = aws.s3.get_object().bucket(&bucket).key(bundle).send().await.unwrap();
-    let mut without: serde_json::Value = serde_json::from_slice(&got.body.collect().await.unwrap().to_vec()).unwrap();
+    let mut without = get_json(&aws, &bucket, bundle).await;
     without["encryption_keys"].as_array_mut().unwrap().remove(0);
-    aws.s3
-        .put_object()
-        .bucket(&bucket)
-        .key(bundle)
-        .body(serde_json::to_vec(&without).unwrap().into())
-        .send()
-        .await
-        .unwrap();
-    let o = w.run(&["upgrade", "prod", "--yes"]);
-    let err = support::stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    put_json(&aws, &bucket, bundle, &without).await;
+    let err = refused(&w, &["upgrade", "prod", "--yes"]);
     assert!(err.contains("lacks kops's Secrets' encryption key(s) key1, so its new API servers could not read the Secrets; `pinfleet adopt prod --yes` takes them"), "{err}");
     let out = w.ok(&["adopt", "prod", "--yes"]);
     assert!(
         out.contains("secrets/encryptionconfig from") && out.contains("(taken over now, into pinfleet's state)"),
         "{out}"
     );
-    let got = aws.s3.get_object().bucket(&bucket).key(bundle).send().await.unwrap();
-    let back: serde_json::Value = serde_json::from_slice(&got.body.collect().await.unwrap().to_vec()).unwrap();
+    let back = get_json(&aws, &bucket, bundle).await;
     assert_eq!(back["encryption_keys"][0]["name"], "key1", "{}", back["encryption_keys"]);
     assert_eq!(back["encryption_keys"].as_array().unwrap().len(), 2);
 
@@ -298,17 +276,8 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     std::fs::write(&secret, serde_json::json!({"Data": b64.encode(&config)}).to_string()).unwrap();
     let mut record: serde_json::Value = serde_json::from_slice(&taken).unwrap();
     record["from"] = format!("file://{}", rotated.join(KOPS_NAME).display()).into();
-    aws.s3
-        .put_object()
-        .bucket(&bucket)
-        .key(key)
-        .body(serde_json::to_vec(&record).unwrap().into())
-        .send()
-        .await
-        .unwrap();
-    let o = w.run(&["upgrade", "prod", "--yes"]);
-    let err = support::stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    put_json(&aws, &bucket, key, &record).await;
+    let err = refused(&w, &["upgrade", "prod", "--yes"]);
     assert!(
         err.contains("kops's Secrets' keys changed since prod was adopted")
             && err.contains("now holds key2 (aescbc), which the PKI lacks"),
@@ -317,8 +286,7 @@ async fn a_running_kops_cluster_is_claimed_in_place_and_a_second_adopt_changes_n
     assert!(!err.contains(&fresh), "no key shown: {err}");
     let out = w.ok(&["adopt", "prod", "--yes"]);
     assert!(out.contains("kops's Secrets' keys are now key2 (aescbc), key1 (aescbc)"), "{out}");
-    let got = aws.s3.get_object().bucket(&bucket).key(bundle).send().await.unwrap();
-    let back: serde_json::Value = serde_json::from_slice(&got.body.collect().await.unwrap().to_vec()).unwrap();
+    let back = get_json(&aws, &bucket, bundle).await;
     let names: Vec<&str> =
         back["encryption_keys"].as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
     assert_eq!(&names[..2], ["key2", "key1"], "{names:?}");
@@ -892,8 +860,7 @@ async fn a_cluster_made_with_kubeadm_on_ec2_is_imported_from_ec2_and_its_api_the
     // The adopt the refusal names takes it now (and nothing else).
     let out = w.ok(&["adopt", "lab", "--yes", "--pki", &pki]);
     assert!(out.contains("trust: kubeadm's etcd/ca from"), "{out}");
-    let got = aws.s3.get_object().bucket(&bucket).key(key).send().await.unwrap();
-    let got: serde_json::Value = serde_json::from_slice(&got.body.collect().await.unwrap().to_vec()).unwrap();
+    let got = get_json(&aws, &bucket, key).await;
     assert_eq!(got, bundle, "the PKI is not the first adopt's (etcd's CA kubeadm's, the rest kept)");
     // Once taken, another etcd CA in --pki is another cluster's: refused.
     let other = w.dir.path().join("other-pki");
@@ -1052,4 +1019,23 @@ async fn a_cluster_made_with_kubeadm_on_ec2_is_imported_from_ec2_and_its_api_the
     let o = w.json(&["adopt", "lab"]);
     let roll = o["roll"].as_array().unwrap();
     assert!(roll.iter().all(|r| r["id"] != lab.control_plane.as_str()), "{o:#}");
+}
+
+/// A JSON object of the state bucket.
+async fn get_json(aws: &pinfleet::cloud::aws::Aws, bucket: &str, key: &str) -> serde_json::Value {
+    let got = aws.s3.get_object().bucket(bucket).key(key).send().await.unwrap();
+    serde_json::from_slice(&got.body.collect().await.unwrap().to_vec()).unwrap()
+}
+
+/// Writes a JSON object of the state bucket (an operator's or a fault's edit).
+async fn put_json(aws: &pinfleet::cloud::aws::Aws, bucket: &str, key: &str, v: &serde_json::Value) {
+    aws.s3.put_object().bucket(bucket).key(key).body(serde_json::to_vec(v).unwrap().into()).send().await.unwrap();
+}
+
+/// A command that is refused (exit 1): its stderr.
+fn refused(w: &support::World, args: &[&str]) -> String {
+    let o = w.run(args);
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+    err
 }
