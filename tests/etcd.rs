@@ -771,23 +771,8 @@ async fn a_real_control_plane_is_restored_with_its_secrets_encrypted() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("encryption-config.yaml");
     std::fs::write(&config, pki.encryption_config()).unwrap();
-    plane.stop();
-    let started = std::process::Command::new(root.join("start.sh"))
-        .env("REAL_K8S_DIR", &root)
-        .env("ETCD_BIN", on_path(&bins.bin("etcd")))
-        .env("EXTRA_APISERVER_ARGS", format!("--encryption-provider-config={}", config.display()))
-        .output()
-        .unwrap();
-    assert!(started.status.success(), "start.sh: {}", String::from_utf8_lossy(&started.stderr));
-    let kubectl = |args: &[&str]| {
-        let o = std::process::Command::new(root.join("bin/kubectl"))
-            .arg("--kubeconfig")
-            .arg(root.join("kubeconfig"))
-            .args(args)
-            .output()
-            .unwrap();
-        (o.status.success(), String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr))
-    };
+    plane.start(&bins, &config);
+    let kubectl = |args: &[&str]| plane.kubectl(args);
     for args in [
         &["create", "namespace", "drill"][..],
         &["-n", "drill", "create", "secret", "generic", "db", "--from-literal=password=hunter2"],
@@ -945,23 +930,8 @@ async fn a_real_api_server_reads_kops_s_secrets_with_the_keys_pinfleet_carries()
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("encryption-config.yaml");
     std::fs::write(&config, &kops).unwrap();
-    plane.stop();
-    let started = std::process::Command::new(root.join("start.sh"))
-        .env("REAL_K8S_DIR", &root)
-        .env("ETCD_BIN", on_path(&bins.bin("etcd")))
-        .env("EXTRA_APISERVER_ARGS", format!("--encryption-provider-config={}", config.display()))
-        .output()
-        .unwrap();
-    assert!(started.status.success(), "start.sh: {}", String::from_utf8_lossy(&started.stderr));
-    let kubectl = |args: &[&str]| {
-        let o = std::process::Command::new(root.join("bin/kubectl"))
-            .arg("--kubeconfig")
-            .arg(root.join("kubeconfig"))
-            .args(args)
-            .output()
-            .unwrap();
-        (o.status.success(), String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr))
-    };
+    plane.start(&bins, &config);
+    let kubectl = |args: &[&str]| plane.kubectl(args);
     let reads = |name: &str, want: &str| {
         let (ok, out) = kubectl(&["-n", "adopted", "get", "secret", name, "-o", "jsonpath={.data.v}"]);
         assert!(ok, "Secret {name} does not read: {out}");
@@ -1035,6 +1005,30 @@ struct RealPlane {
 }
 
 impl RealPlane {
+    /// Started afresh (start.sh wipes etcd's data), its API server given
+    /// the encryption configuration `config`.
+    fn start(&self, bins: &Binaries, config: &Path) {
+        self.stop();
+        let started = std::process::Command::new(self.root.join("start.sh"))
+            .env("REAL_K8S_DIR", &self.root)
+            .env("ETCD_BIN", on_path(&bins.bin("etcd")))
+            .env("EXTRA_APISERVER_ARGS", format!("--encryption-provider-config={}", config.display()))
+            .output()
+            .unwrap();
+        assert!(started.status.success(), "start.sh: {}", String::from_utf8_lossy(&started.stderr));
+    }
+
+    /// kubectl against it: whether it succeeded, and what it printed.
+    fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        let o = std::process::Command::new(self.root.join("bin/kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.root.join("kubeconfig"))
+            .args(args)
+            .output()
+            .unwrap();
+        (o.status.success(), String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr))
+    }
+
     fn stop(&self) {
         let _ = std::process::Command::new(self.root.join("stop.sh")).env("REAL_K8S_DIR", &self.root).output();
     }
